@@ -1,0 +1,203 @@
+//! Errors of the protocol core, grouped by who caused them (as h2 does).
+//!
+//! * [`FrameError`] and [`ProtocolError`]: the **peer** broke the protocol. The
+//!   channel is closed with a logged reason and a fault report; the node and
+//!   every other site keep working.
+//! * [`OpenError`]: the open protocol ended without a channel — some outcomes
+//!   (version mismatch, unexpected identity) are permanent failures of the site.
+//! * [`SendError`]: the **local user** asked for something impossible; nothing
+//!   is sent on the wire.
+
+use thiserror::Error;
+
+use crate::site::SiteId;
+
+/// A frame header that cannot be valid: the byte stream is corrupt or speaks
+/// another protocol. The channel must be closed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FrameError {
+    /// The first byte is not [`crate::frame::PROTOCOL_VERSION`].
+    #[error("frame has protocol version {0}, this node speaks version {ver}", ver = crate::frame::PROTOCOL_VERSION)]
+    Version(u8),
+    /// The frame kind code is unknown.
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    /// Undefined flag bits are set.
+    #[error("undefined fragment flags {0:#04x}")]
+    Flags(u8),
+    /// The payload is larger than this side accepts.
+    #[error("frame payload of {len} bytes exceeds the negotiated maximum of {max}")]
+    TooLarge {
+        /// Announced payload length.
+        len: usize,
+        /// Largest payload accepted.
+        max: usize,
+    },
+    /// A data frame on a lane other than 1..=4.
+    #[error("data frame on lane {0}; application lanes are 1 to 4")]
+    Lane(u8),
+    /// A message number where there must be none, or none where there must be one.
+    #[error("message number {number} on a fragment with last={last}")]
+    Numbering {
+        /// Whether the frame was flagged as a message's last fragment.
+        last: bool,
+        /// The number it carried.
+        number: u64,
+    },
+    /// A first fragment with a non-zero offset.
+    #[error("first fragment has offset {0}, expected 0")]
+    Offset(u64),
+    /// A control frame with data-frame fields set.
+    #[error("{0:?} frame with lane, flags, number or offset of a data frame")]
+    ControlFields(crate::frame::FrameKind),
+}
+
+/// The peer violated the protocol on a working or opening channel. Each of
+/// these closes that channel (never the process).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProtocolError {
+    /// The frame header was invalid.
+    #[error("bad frame: {0}")]
+    Frame(#[from] FrameError),
+    /// A frame kind that is not allowed in the channel's current state.
+    #[error("unexpected {kind:?} frame while {state}")]
+    Unexpected {
+        /// What arrived.
+        kind: crate::frame::FrameKind,
+        /// What the channel was waiting for.
+        state: &'static str,
+    },
+    /// A handshake payload that does not decode.
+    #[error("malformed {what}: {reason}")]
+    Malformed {
+        /// Which message.
+        what: &'static str,
+        /// Decoder's explanation.
+        reason: String,
+    },
+    /// A continuation fragment with no message started on its lane, or a new
+    /// message while one is still incomplete on that lane.
+    #[error("fragment out of sequence on lane {lane}: {reason}")]
+    FragmentSequence {
+        /// Lane of the offending frame.
+        lane: u8,
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// The announced message size exceeds the local maximum.
+    #[error("incoming message of {size} bytes exceeds the maximum message size {max}")]
+    MessageTooLarge {
+        /// Announced size.
+        size: u64,
+        /// Local maximum.
+        max: u64,
+    },
+    /// Accepting the message would exceed the node's reassembly budget.
+    #[error("reassembly budget exhausted: {needed} bytes needed, {available} available")]
+    ReassemblyBudget {
+        /// Bytes the message needs.
+        needed: u64,
+        /// Bytes left in the budget.
+        available: u64,
+    },
+    /// A message's bytes disagree with its announced size.
+    #[error("message on lane {lane} has {got} bytes but announced {announced}")]
+    MessageLength {
+        /// Lane.
+        lane: u8,
+        /// Bytes received.
+        got: u64,
+        /// Bytes announced in its prelude.
+        announced: u64,
+    },
+    /// Message numbers must increase by exactly one; a gap means lost data.
+    #[error("message number {got} after {last}: gap in the sequence")]
+    NumberGap {
+        /// Last number received.
+        last: u64,
+        /// Number that arrived.
+        got: u64,
+    },
+    /// The peer acknowledged a message that was never sent.
+    #[error("peer acknowledged message {ack}, but only {sent} were sent")]
+    AckBeyondSent {
+        /// Acknowledged number.
+        ack: u64,
+        /// Highest number sent.
+        sent: u64,
+    },
+    /// A fragment offset that does not match the bytes received so far.
+    #[error("fragment offset {got} on lane {lane}, expected {expected}")]
+    FragmentOffset {
+        /// Lane.
+        lane: u8,
+        /// Offset carried.
+        got: u64,
+        /// Offset expected.
+        expected: u64,
+    },
+}
+
+/// Why an open protocol (handshake) did not produce a working channel.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum OpenError {
+    /// The peer speaks another protocol version: a permanent failure.
+    #[error("peer speaks protocol version {peer}, this node speaks {local}")]
+    VersionMismatch {
+        /// Local version.
+        local: u8,
+        /// Peer's version.
+        peer: u8,
+    },
+    /// The peer presented an identity other than the expected one: a permanent
+    /// failure of the expected site (a restarted process is a new site).
+    #[error("expected site {expected}, the peer presented itself as {got}")]
+    WrongIdentity {
+        /// The id the `SiteRef` held.
+        expected: SiteId,
+        /// The id the peer presented.
+        got: SiteId,
+    },
+    /// The peer presented this node's own id.
+    #[error("the peer presented this node's own site id {0}: a connection to self")]
+    SelfConnection(SiteId),
+    /// The acceptor refused the channel (a simultaneous connect lost the tie,
+    /// or the channel was stale). Not a failure: another channel wins.
+    #[error("the acceptor refused the channel: {0:?}")]
+    Refused(crate::handshake::RefuseReason),
+    /// The peer broke the protocol during the handshake.
+    #[error("protocol violation during the handshake: {0}")]
+    Protocol(#[from] ProtocolError),
+    /// The handshake did not finish in time.
+    #[error("the handshake did not finish within the handshake timeout")]
+    Timeout,
+}
+
+impl OpenError {
+    /// True if this outcome means the site is gone for good (the user is told,
+    /// and queued messages are handed back), not just that this attempt failed.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            Self::VersionMismatch { .. } | Self::WrongIdentity { .. } | Self::SelfConnection(_)
+        )
+    }
+}
+
+/// A message the local user asked to send cannot be accepted. Never sent on
+/// the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SendError {
+    /// The message is larger than the peer (or this node) accepts; sending it
+    /// would fail for ever, so it is refused up front.
+    #[error("message of {size} bytes exceeds the maximum message size {max}; split it or raise max_message_size on both nodes")]
+    TooLarge {
+        /// Encoded size.
+        size: u64,
+        /// Maximum.
+        max: u64,
+    },
+    /// Lane out of range.
+    #[error("priority {0} is not an application priority (1 to 4)")]
+    BadPriority(u8),
+}

@@ -1,0 +1,273 @@
+//! The frame header: the unit every sitenet byte stream is cut into.
+//!
+//! Every frame starts with a fixed [`HEADER_LEN`]-byte header, followed by
+//! `payload_len` bytes of payload. The layout (all integers little-endian) is
+//! documented byte by byte in `docs/protocol.md`:
+//!
+//! ```text
+//!  0      version      u8   PROTOCOL_VERSION; anything else is a framing error
+//!  1      kind         u8   FrameKind
+//!  2      lane         u8   priority lane 1..=5 (5 for protocol frames)
+//!  3      flags        u8   FLAG_FIRST | FLAG_LAST (fragment flags); other bits must be 0
+//!  4..8   payload_len  u32  bytes following the header
+//!  8..16  ack          u64  sender's last received message number (piggy-backed ack)
+//! 16..24  msg_number   u64  number of the message whose LAST fragment this is, else 0
+//! 24..32  frag_offset  u64  byte offset of this fragment inside its message (reserved
+//!                           for streamed bodies: tells a restart after a reconnect)
+//! ```
+//!
+//! The header is fixed-size so a reader can decide from the first 32 bytes
+//! whether the frame is complete, and process the piggy-backed ack before the
+//! payload has arrived.
+
+use crate::error::FrameError;
+
+/// The wire protocol version carried in every frame and in the handshake.
+pub const PROTOCOL_VERSION: u8 = 1;
+
+/// Length of the fixed frame header in bytes.
+pub const HEADER_LEN: usize = 32;
+
+/// Hard upper bound on a frame's payload, whatever was negotiated: frames are
+/// at most 64 KiB including the header (DESIGN.md, "Defaults").
+pub const MAX_FRAME_LEN: usize = 64 * 1024;
+
+/// Largest payload a frame may carry under the hard frame bound.
+pub const MAX_FRAME_PAYLOAD: usize = MAX_FRAME_LEN - HEADER_LEN;
+
+/// Fragment flag: this frame carries the first bytes of its message.
+pub const FLAG_FIRST: u8 = 0x01;
+/// Fragment flag: this frame carries the last bytes of its message.
+pub const FLAG_LAST: u8 = 0x02;
+const FLAGS_KNOWN: u8 = FLAG_FIRST | FLAG_LAST;
+
+/// What a frame carries. The codes are part of the wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// A fragment of an application message (lanes 1..=4) .
+    Data = 0,
+    /// An explicit acknowledgement: only the header's `ack` field matters.
+    Ack = 1,
+    /// Acceptor → initiator: who the acceptor is (open protocol, step 1).
+    Present = 2,
+    /// Initiator → acceptor: who the initiator is and what it proposes (step 2).
+    Negotiate = 3,
+    /// Acceptor → initiator: accept (with the settled parameters) or refuse (step 3).
+    NegotiateAns = 4,
+    /// Keep-alive on an idle channel.
+    Heartbeat = 5,
+    /// "I no longer need this channel"; the peer may refuse.
+    CloseWeak = 6,
+    /// "Resources are short"; must be granted.
+    CloseHard = 7,
+    /// Answer granting a close.
+    CloseAccept = 8,
+    /// Answer refusing a weak close.
+    CloseReject = 9,
+    /// "I hold no more references to you."
+    ClearReference = 10,
+}
+
+impl FrameKind {
+    /// Decodes a kind code; unknown codes are a framing error (the peer speaks
+    /// something else, so the channel cannot continue).
+    pub fn from_u8(v: u8) -> Result<Self, FrameError> {
+        Ok(match v {
+            0 => Self::Data,
+            1 => Self::Ack,
+            2 => Self::Present,
+            3 => Self::Negotiate,
+            4 => Self::NegotiateAns,
+            5 => Self::Heartbeat,
+            6 => Self::CloseWeak,
+            7 => Self::CloseHard,
+            8 => Self::CloseAccept,
+            9 => Self::CloseReject,
+            10 => Self::ClearReference,
+            other => return Err(FrameError::UnknownKind(other)),
+        })
+    }
+
+    /// Protocol frames travel on lane 5 and never carry an application message.
+    pub fn is_control(self) -> bool {
+        self != Self::Data
+    }
+}
+
+/// A decoded frame header. See the module documentation for the layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// What the frame carries.
+    pub kind: FrameKind,
+    /// Priority lane (1..=5); a message keeps its lane for life.
+    pub lane: u8,
+    /// Fragment flags ([`FLAG_FIRST`], [`FLAG_LAST`]).
+    pub flags: u8,
+    /// Number of payload bytes after the header.
+    pub payload_len: u32,
+    /// The sender's last received message number.
+    pub ack: u64,
+    /// The message number, on a message's last fragment; 0 otherwise.
+    pub msg_number: u64,
+    /// Offset of this fragment's payload within its message.
+    pub frag_offset: u64,
+}
+
+impl FrameHeader {
+    /// A control frame header (lane 5, no fragments, no message number).
+    pub fn control(kind: FrameKind, payload_len: u32, ack: u64) -> Self {
+        Self {
+            kind,
+            lane: 5,
+            flags: FLAG_FIRST | FLAG_LAST,
+            payload_len,
+            ack,
+            msg_number: 0,
+            frag_offset: 0,
+        }
+    }
+
+    /// True if this frame starts a message.
+    pub fn is_first(&self) -> bool {
+        self.flags & FLAG_FIRST != 0
+    }
+
+    /// True if this frame ends a message.
+    pub fn is_last(&self) -> bool {
+        self.flags & FLAG_LAST != 0
+    }
+
+    /// Writes the header into `out`.
+    pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
+        out[0] = PROTOCOL_VERSION;
+        out[1] = self.kind as u8;
+        out[2] = self.lane;
+        out[3] = self.flags;
+        out[4..8].copy_from_slice(&self.payload_len.to_le_bytes());
+        out[8..16].copy_from_slice(&self.ack.to_le_bytes());
+        out[16..24].copy_from_slice(&self.msg_number.to_le_bytes());
+        out[24..32].copy_from_slice(&self.frag_offset.to_le_bytes());
+    }
+
+    /// Decodes and validates a header. `max_payload` is the largest payload
+    /// this side accepts (the negotiated frame size minus the header); it is
+    /// checked here, before anything is allocated for the payload.
+    pub fn decode(b: &[u8; HEADER_LEN], max_payload: usize) -> Result<Self, FrameError> {
+        // "a version mismatch … is a permanent failure": a frame from another
+        // protocol version cannot be interpreted at all.
+        if b[0] != PROTOCOL_VERSION {
+            return Err(FrameError::Version(b[0]));
+        }
+        let kind = FrameKind::from_u8(b[1])?;
+        let lane = b[2];
+        let flags = b[3];
+        let payload_len = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
+        let ack = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+        let msg_number = u64::from_le_bytes(b[16..24].try_into().expect("8 bytes"));
+        let frag_offset = u64::from_le_bytes(b[24..32].try_into().expect("8 bytes"));
+        if flags & !FLAGS_KNOWN != 0 {
+            return Err(FrameError::Flags(flags));
+        }
+        if payload_len as usize > max_payload {
+            return Err(FrameError::TooLarge {
+                len: payload_len as usize,
+                max: max_payload,
+            });
+        }
+        let header = Self {
+            kind,
+            lane,
+            flags,
+            payload_len,
+            ack,
+            msg_number,
+            frag_offset,
+        };
+        match kind {
+            FrameKind::Data => {
+                // Application messages use lanes 1..=4; lane 5 is the protocol's.
+                if !(1..=4).contains(&lane) {
+                    return Err(FrameError::Lane(lane));
+                }
+                // The number is carried on the last fragment and only there.
+                if header.is_last() == (msg_number == 0) {
+                    return Err(FrameError::Numbering {
+                        last: header.is_last(),
+                        number: msg_number,
+                    });
+                }
+                if header.is_first() && frag_offset != 0 {
+                    return Err(FrameError::Offset(frag_offset));
+                }
+            }
+            _ => {
+                if lane != 5 || flags != FLAGS_KNOWN || msg_number != 0 || frag_offset != 0 {
+                    return Err(FrameError::ControlFields(kind));
+                }
+            }
+        }
+        Ok(header)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(flags: u8, n: u64) -> FrameHeader {
+        FrameHeader {
+            kind: FrameKind::Data,
+            lane: 3,
+            flags,
+            payload_len: 10,
+            ack: 7,
+            msg_number: n,
+            frag_offset: 0,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let h = data(FLAG_FIRST | FLAG_LAST, 9);
+        let mut b = [0; HEADER_LEN];
+        h.encode(&mut b);
+        assert_eq!(FrameHeader::decode(&b, 100).unwrap(), h);
+    }
+
+    #[test]
+    fn rejects_wrong_version_kind_flags_size() {
+        let mut b = [0; HEADER_LEN];
+        data(FLAG_FIRST | FLAG_LAST, 1).encode(&mut b);
+        let mut v = b;
+        v[0] = 2;
+        assert_eq!(FrameHeader::decode(&v, 100), Err(FrameError::Version(2)));
+        let mut k = b;
+        k[1] = 99;
+        assert_eq!(FrameHeader::decode(&k, 100), Err(FrameError::UnknownKind(99)));
+        let mut f = b;
+        f[3] = 0x80 | FLAG_LAST;
+        assert!(matches!(FrameHeader::decode(&f, 100), Err(FrameError::Flags(_))));
+        assert!(matches!(FrameHeader::decode(&b, 9), Err(FrameError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn number_only_on_last_fragment() {
+        let mut b = [0; HEADER_LEN];
+        data(FLAG_FIRST, 4).encode(&mut b);
+        assert!(matches!(FrameHeader::decode(&b, 100), Err(FrameError::Numbering { .. })));
+        data(FLAG_LAST, 0).encode(&mut b);
+        assert!(matches!(FrameHeader::decode(&b, 100), Err(FrameError::Numbering { .. })));
+    }
+
+    #[test]
+    fn data_lane_must_be_application() {
+        let mut h = data(FLAG_FIRST | FLAG_LAST, 1);
+        for lane in [0u8, 5, 6, 255] {
+            h.lane = lane;
+            let mut b = [0; HEADER_LEN];
+            h.encode(&mut b);
+            assert_eq!(FrameHeader::decode(&b, 100), Err(FrameError::Lane(lane)));
+        }
+    }
+}

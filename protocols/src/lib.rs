@@ -1,0 +1,45 @@
+//! # sitenet-protocols
+//!
+//! The sans-IO core of sitenet: every protocol rule of DESIGN.md as plain
+//! state machines that take events (bytes arrived, time passed, message
+//! queued, channel lost) and return actions (bytes to write, messages to
+//! deliver, deadlines). No tokio, no actix, no sockets, no clock — so every
+//! rule is testable deterministically, with virtual time.
+//!
+//! * [`frame`] — the versioned frame header (`docs/protocol.md`).
+//! * [`byte_buffer`] — the fixed-capacity ring of each channel direction.
+//! * [`message`] — the message envelope: prelude, typed header, body parts.
+//! * [`marshal`] / [`reassembly`] — a message into frames and back, a frame at
+//!   a time, within size limits and a reassembly budget.
+//! * [`scheduler`] — which level sends the next frame (by bytes, weighted).
+//! * [`ledger`] — the unacknowledged messages.
+//! * [`handshake`] / [`link`] — the open protocol and which channel a site
+//!   pair keeps.
+//! * [`session`] — all of it together for one remote site.
+
+#![warn(missing_docs)]
+
+pub mod byte_buffer;
+pub mod error;
+pub mod frame;
+pub mod handshake;
+pub mod ledger;
+pub mod link;
+pub mod marshal;
+pub mod message;
+pub mod priority;
+pub mod reassembly;
+pub mod scheduler;
+pub mod session;
+pub mod site;
+
+pub use byte_buffer::ByteBuffer;
+pub use error::{FrameError, OpenError, ProtocolError, SendError};
+pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION};
+pub use handshake::{Acceptor, Initiator, LocalInfo, Negotiate, NegotiateAns, Opened, Present, RefuseReason};
+pub use link::{decide, Decision, LinkView};
+pub use message::{InMessage, MessageKind, OutMessage, Prelude, PRELUDE_LEN};
+pub use priority::Priority;
+pub use reassembly::ReassemblyBudget;
+pub use session::{ChannelParams, Session, SessionConfig, SessionStats};
+pub use site::SiteId;

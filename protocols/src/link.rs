@@ -1,0 +1,79 @@
+//! Which channel a site pair keeps: simultaneous connects and new channels
+//! for a site that is already working.
+//!
+//! Each site pair counts the channels that reached working (the generation).
+//! NEGOTIATE carries the generation of the last channel its sender saw
+//! working. The acceptor's ComObject decides, atomically with its own state:
+//!
+//! * **Working** with generation `g`: adopt the new channel only if the peer's
+//!   last-seen generation is `>= g` (the peer has lost the working channel);
+//!   then the old channel is closed and the session resumes from the
+//!   handshake's last-received. Otherwise the new channel is stale: refuse.
+//! * **Opening** its own channel to the same peer (a simultaneous connect):
+//!   keep the channel whose initiator has the smaller site id (compared as
+//!   big-endian bytes). Both sides apply the same rule, so they agree.
+//! * Otherwise: accept.
+//!
+//! A side that becomes working by one channel abandons its own handshake in
+//! progress (so a NEGOTIATE it sends always states the generation it saw), and
+//! session state always stays with the existing ComObject.
+
+use crate::handshake::{Negotiate, RefuseReason};
+use crate::site::SiteId;
+
+/// The acceptor ComObject's view of its link with the initiating site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkView {
+    /// This node's id.
+    pub local: SiteId,
+    /// Generation of the working channel, if one is working.
+    pub working: Option<u64>,
+    /// Highest generation this side has seen working (0 if none).
+    pub last_generation: u64,
+    /// True while this side runs its own open protocol towards the peer.
+    pub opening: bool,
+    /// True if the site was declared permanently failed or is shutting down.
+    pub closing: bool,
+}
+
+/// The acceptor's decision on a NEGOTIATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Accept with this generation. `replaces_working` tells the ComObject to
+    /// close its old channel; `abandon_opening` to drop its own handshake.
+    Accept {
+        /// The new channel's generation.
+        generation: u64,
+        /// An old working channel must be closed.
+        replaces_working: bool,
+        /// The local open in progress must be abandoned.
+        abandon_opening: bool,
+    },
+    /// Refuse the new channel.
+    Refuse(RefuseReason),
+}
+
+/// Decides on an incoming NEGOTIATE (see the module documentation).
+pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
+    if view.closing {
+        return Decision::Refuse(RefuseReason::Closing);
+    }
+    let generation = view.last_generation.max(neg.last_generation) + 1;
+    if let Some(g) = view.working {
+        return if neg.last_generation >= g {
+            Decision::Accept { generation, replaces_working: true, abandon_opening: false }
+        } else {
+            Decision::Refuse(RefuseReason::Stale)
+        };
+    }
+    if view.opening {
+        // The channel initiated by the smaller id wins; here the initiator is
+        // the peer, so the incoming channel wins iff the peer's id is smaller.
+        return if neg.site.to_bytes() < view.local.to_bytes() {
+            Decision::Accept { generation, replaces_working: false, abandon_opening: true }
+        } else {
+            Decision::Refuse(RefuseReason::LostTie)
+        };
+    }
+    Decision::Accept { generation, replaces_working: false, abandon_opening: false }
+}

@@ -1,0 +1,181 @@
+//! The application message envelope.
+//!
+//! A message is a small typed header (serialised with rmp-serde by the caller,
+//! on the caller's thread) and a body of `Bytes` parts (Madeleine's express
+//! header and deferred body). On the wire the message bytes are a fixed
+//! [`PRELUDE_LEN`]-byte prelude, then the header, then the body parts one after
+//! another, cut into frames by the marshaler:
+//!
+//! ```text
+//!  0..4    type_id     u32  the message type's stable wire id
+//!  4       kind        u8   0 one-way, 1 request, 2 reply
+//!  5..8    reserved    0
+//!  8..12   header_len  u32
+//! 12..20   body_len    u64
+//! 20..28   corr        u64  request id (request and reply), 0 for one-way
+//! ```
+
+use bytes::Bytes;
+
+use crate::priority::Priority;
+
+/// Length of the message prelude.
+pub const PRELUDE_LEN: usize = 28;
+
+/// What role a message plays in request/reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MessageKind {
+    /// A plain message.
+    OneWay = 0,
+    /// A request expecting a reply with the same `corr`.
+    Request = 1,
+    /// The reply to the request with the same `corr`.
+    Reply = 2,
+}
+
+/// The fixed part in front of every message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prelude {
+    /// Stable wire id of the message type.
+    pub type_id: u32,
+    /// One-way, request or reply.
+    pub kind: MessageKind,
+    /// Length of the typed header.
+    pub header_len: u32,
+    /// Length of the body.
+    pub body_len: u64,
+    /// Request id for requests and replies.
+    pub corr: u64,
+}
+
+impl Prelude {
+    /// Total length of the message on the wire (prelude included).
+    pub fn total_len(&self) -> u64 {
+        PRELUDE_LEN as u64 + self.header_len as u64 + self.body_len
+    }
+
+    /// Encodes the prelude.
+    pub fn encode(&self) -> [u8; PRELUDE_LEN] {
+        let mut b = [0u8; PRELUDE_LEN];
+        b[0..4].copy_from_slice(&self.type_id.to_le_bytes());
+        b[4] = self.kind as u8;
+        b[8..12].copy_from_slice(&self.header_len.to_le_bytes());
+        b[12..20].copy_from_slice(&self.body_len.to_le_bytes());
+        b[20..28].copy_from_slice(&self.corr.to_le_bytes());
+        b
+    }
+
+    /// Decodes a prelude; `None` if the kind byte or reserved bytes are invalid.
+    pub fn decode(b: &[u8; PRELUDE_LEN]) -> Option<Self> {
+        let kind = match b[4] {
+            0 => MessageKind::OneWay,
+            1 => MessageKind::Request,
+            2 => MessageKind::Reply,
+            _ => return None,
+        };
+        if b[5..8] != [0, 0, 0] {
+            return None;
+        }
+        Some(Self {
+            type_id: u32::from_le_bytes(b[0..4].try_into().ok()?),
+            kind,
+            header_len: u32::from_le_bytes(b[8..12].try_into().ok()?),
+            body_len: u64::from_le_bytes(b[12..20].try_into().ok()?),
+            corr: u64::from_le_bytes(b[20..28].try_into().ok()?),
+        })
+    }
+}
+
+/// A message queued for sending. Cheap to clone: the header and body are
+/// shared `Bytes`, so the unacknowledged ledger and the marshaler share them.
+#[derive(Debug, Clone)]
+pub struct OutMessage {
+    /// Level and lane.
+    pub priority: Priority,
+    /// Type id, kind, correlation id.
+    pub type_id: u32,
+    /// Role in request/reply.
+    pub kind: MessageKind,
+    /// Request id (0 for one-way).
+    pub corr: u64,
+    /// The typed header, already serialised.
+    pub header: Bytes,
+    /// The body, as parts sent one after another.
+    pub body: Vec<Bytes>,
+}
+
+impl OutMessage {
+    /// A one-way message.
+    pub fn new(priority: Priority, type_id: u32, header: Bytes, body: Vec<Bytes>) -> Self {
+        Self {
+            priority,
+            type_id,
+            kind: MessageKind::OneWay,
+            corr: 0,
+            header,
+            body,
+        }
+    }
+
+    /// Body length in bytes.
+    pub fn body_len(&self) -> u64 {
+        self.body.iter().map(|b| b.len() as u64).sum()
+    }
+
+    /// The prelude describing this message.
+    pub fn prelude(&self) -> Prelude {
+        Prelude {
+            type_id: self.type_id,
+            kind: self.kind,
+            header_len: self.header.len() as u32,
+            body_len: self.body_len(),
+            corr: self.corr,
+        }
+    }
+
+    /// Total bytes on the wire (prelude, header, body; frame headers excluded).
+    /// This is what the maximum message size and the output byte bound count.
+    pub fn wire_len(&self) -> u64 {
+        PRELUDE_LEN as u64 + self.header.len() as u64 + self.body_len()
+    }
+}
+
+/// A message received whole.
+#[derive(Debug, Clone)]
+pub struct InMessage {
+    /// The lane it arrived on.
+    pub priority: Priority,
+    /// The message number the sender gave it.
+    pub number: u64,
+    /// Type id, kind and correlation id.
+    pub prelude: Prelude,
+    /// The typed header, still serialised (decoded by the handler's type).
+    pub header: Bytes,
+    /// The body, in one piece.
+    pub body: Bytes,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prelude_round_trip_and_rejects() {
+        let p = Prelude {
+            type_id: 7,
+            kind: MessageKind::Request,
+            header_len: 3,
+            body_len: 1 << 40,
+            corr: 99,
+        };
+        let b = p.encode();
+        assert_eq!(Prelude::decode(&b), Some(p));
+        let mut bad = b;
+        bad[4] = 3;
+        assert_eq!(Prelude::decode(&bad), None);
+        let mut bad = b;
+        bad[6] = 1;
+        assert_eq!(Prelude::decode(&bad), None);
+    }
+}
