@@ -1,1 +1,46 @@
+//! # sitenet-runtime
+//!
+//! The actix side of sitenet: a [`Node`] per local site, one ComObject actor
+//! per remote site (driving the sans-IO session of `sitenet-protocols`), the
+//! site table, typed handlers, request/reply, metrics and faults.
+//!
+//! ```no_run
+//! use serde::{Deserialize, Serialize};
+//! use sitenet_runtime::{Message, Node, SendOptions};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Hello { name: String }
+//! impl Message for Hello { const ID: u32 = 1; }
+//!
+//! let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+//! server.handle(|ctx, m: Hello| println!("hello from {} ({:?})", m.name, ctx.sender_id()))?;
+//! let client = Node::builder().start()?;
+//! let site = client.site(&server.listen_addresses()[0])?;
+//! site.send_blocking(&Hello { name: "client".into() }, SendOptions::default())?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+#![warn(missing_docs)]
+
+mod channel_io;
+mod com_object;
+pub mod config;
+pub mod error;
+mod handlers;
+pub mod message;
+pub mod metrics;
+mod node;
+mod outbox;
+pub mod runtime;
+pub mod services;
+mod site;
+
+pub use config::NodeConfig;
+pub use error::{NodeError, RequestError, SendError, SiteFailure};
+pub use handlers::Ctx;
+pub use message::{Message, Reply, SendOptions, RESERVED_IDS};
+pub use metrics::Metrics;
+pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
+pub use runtime::Runtime;
+pub use site::{BusyGuard, HandedBack, SiteRef};
+pub use sitenet_protocols::{Priority, SiteId};

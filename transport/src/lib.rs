@@ -1,1 +1,14 @@
+//! # sitenet-transport
+//!
+//! Byte channels for sitenet (the TransObject's I/O): addresses and their
+//! parsing, TCP channels with TCP_NODELAY, listeners. Channels are used through
+//! readiness and non-blocking reads and writes so that the channel driver can
+//! keep its two fixed ByteBuffers and never pause reads behind writes.
 
+#![warn(missing_docs)]
+
+pub mod address;
+pub mod channel;
+
+pub use address::{Address, AddressError};
+pub use channel::{BoundListener, Channel, Listener};

@@ -1,0 +1,640 @@
+//! The ComObject: one actor per remote site.
+//!
+//! It owns the site's [`Session`] (queues, numbering, ledger, reassembly — all
+//! protocol decisions live there) and at most one live channel (the channel
+//! driver: the socket and its two ByteBuffers). It only drives: on every event
+//! it feeds input to the session, delivers complete messages to handlers,
+//! flushes the session's frames to the socket, and re-arms one timer to the
+//! next deadline — in that order, in [`ComObject::drive`].
+//!
+//! Reads and writes are two independent readiness futures spawned in the
+//! actor's context (never `ctx.wait`), so a channel keeps reading while its
+//! socket is not writable: two nodes pushing big messages at each other
+//! cannot deadlock.
+
+use std::io;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use actix::fut;
+use rand::Rng;
+
+use sitenet_protocols::handshake::write_answer;
+use sitenet_protocols::{
+    decide, ByteBuffer, ChannelParams, Decision, LinkView, Negotiate, NegotiateAns, OpenError, Opened, OutMessage,
+    ProtocolError, RefuseReason, Session, SessionStats,
+};
+use sitenet_transport::Channel;
+
+use crate::channel_io::{connect_and_open, flush_and_close, OpenFailure, RawChannel};
+use crate::error::SiteFailure;
+use crate::handlers::dispatch;
+use crate::metrics::Counters;
+use crate::node::{FaultReport, NodeInner};
+use crate::site::{HandedBack, SiteEntry};
+
+/// Reads per readiness event before yielding to other actors on the thread
+/// (a flooding peer cannot monopolise the runtime).
+const READS_PER_TURN: usize = 16;
+
+/// Wakes the ComObject: its outbox went from empty to non-empty.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Wake;
+
+/// An accepted channel whose initiator identified itself as this site.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Adopt {
+    pub(crate) raw: RawChannel,
+    pub(crate) neg: Negotiate,
+}
+
+/// Stop: the node is shutting down.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Stop;
+
+/// Kill: fail the site permanently on purpose.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Kill;
+
+/// Test hook: block the actor (and its thread) until released.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct HoldBusy {
+    pub(crate) release: parking_lot::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    pub(crate) started: std::sync::mpsc::Sender<()>,
+}
+
+/// The live channel (the TransObject driver state).
+struct Live {
+    id: u64,
+    ch: Rc<Channel>,
+    inb: ByteBuffer,
+    outb: ByteBuffer,
+    read: Option<SpawnHandle>,
+    write: Option<SpawnHandle>,
+    peer: String,
+}
+
+/// Why a channel ended.
+#[derive(Debug, thiserror::Error)]
+enum Lost {
+    #[error("i/o error: {0}")]
+    Io(io::Error),
+    #[error("closed by the peer")]
+    Eof,
+    #[error("peer broke the protocol: {0}")]
+    Protocol(ProtocolError),
+}
+
+pub(crate) struct ComObject {
+    node: Arc<NodeInner>,
+    entry: Arc<SiteEntry>,
+    session: Session,
+    live: Option<Live>,
+    chan_seq: u64,
+    opening: Option<(u64, SpawnHandle)>,
+    attempt_seq: u64,
+    backoff: Duration,
+    reconnect_at: Option<Instant>,
+    timer: Option<(Instant, SpawnHandle)>,
+    scratch: Vec<OutMessage>,
+    failed: bool,
+    reported: SessionStats,
+}
+
+impl Actor for ComObject {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        tracing::debug!(site = ?self.entry.id.get(), "ComObject stopped");
+    }
+}
+
+impl ComObject {
+    pub(crate) fn new(node: Arc<NodeInner>, entry: Arc<SiteEntry>) -> Self {
+        let session = Session::new(node.cfg.session(), node.budget.clone());
+        let backoff = node.cfg.reconnect_min;
+        Self {
+            node,
+            entry,
+            session,
+            live: None,
+            chan_seq: 0,
+            opening: None,
+            attempt_seq: 0,
+            backoff,
+            reconnect_at: None,
+            timer: None,
+            scratch: Vec::new(),
+            failed: false,
+            reported: SessionStats::default(),
+        }
+    }
+
+    /// Moves what `SiteRef`s queued into the session.
+    fn take_outbox(&mut self, on_wake: bool) {
+        let mut batch = std::mem::take(&mut self.scratch);
+        if on_wake {
+            self.entry.outbox.drain_on_wake(&mut batch);
+        } else {
+            self.entry.outbox.drain(&mut batch);
+        }
+        for m in batch.drain(..) {
+            if self.failed {
+                self.entry.outbox.release(m.wire_len());
+                continue;
+            }
+            if let Err((e, m)) = self.session.queue(m) {
+                // The peer's limit became known after the message was queued.
+                tracing::warn!(site = ?self.entry.id.get(), error = %e, "message refused after queuing");
+                self.entry.outbox.release(m.wire_len());
+                Counters::add(&self.node.counters.unhandled, 1);
+            }
+        }
+        self.scratch = batch;
+    }
+
+    fn has_need(&self) -> bool {
+        self.session.pending_messages() > 0
+    }
+
+    /// The one place that reacts to anything: queue, open if needed, flush,
+    /// account, re-arm the timer.
+    fn drive(&mut self, ctx: &mut Context<Self>) {
+        self.take_outbox(false);
+        if !self.failed
+            && !self.session.is_working()
+            && self.opening.is_none()
+            && self.reconnect_at.is_none()
+            && self.has_need()
+        {
+            self.start_open(ctx);
+        }
+        self.flush(ctx);
+        self.account();
+        self.rearm_timer(ctx);
+    }
+
+    fn account(&mut self) {
+        let (_, bytes) = self.session.take_freed();
+        self.entry.outbox.release(bytes);
+        if bytes > 0 {
+            self.node.acked.notify_waiters();
+        }
+        let s = self.session.stats();
+        let c = &self.node.counters;
+        Counters::add(&c.messages_sent, s.sent - self.reported.sent);
+        Counters::add(&c.messages_retransmitted, s.retransmitted - self.reported.retransmitted);
+        Counters::add(&c.duplicates, s.duplicates - self.reported.duplicates);
+        self.reported = s;
+    }
+
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let result = {
+            let Some(live) = self.live.as_mut() else { return };
+            loop {
+                self.session.poll_transmit(now, &mut live.outb);
+                if live.outb.is_empty() {
+                    break Ok(());
+                }
+                let (a, b) = live.outb.chunks();
+                match live.ch.try_write2(a, b) {
+                    Ok(0) => break Err(Lost::Io(io::ErrorKind::WriteZero.into())),
+                    Ok(n) => {
+                        Counters::add(&self.node.counters.writes, 1);
+                        live.outb.consume(n);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
+                    Err(e) => break Err(Lost::Io(e)),
+                }
+            }
+        };
+        match result {
+            Err(lost) => self.lose_channel(lost, ctx),
+            Ok(()) => {
+                let pending = self.live.as_ref().is_some_and(|l| !l.outb.is_empty());
+                if pending {
+                    self.arm_write(ctx);
+                }
+            }
+        }
+    }
+
+    fn arm_write(&mut self, ctx: &mut Context<Self>) {
+        let Some(live) = self.live.as_mut() else { return };
+        if live.write.is_some() {
+            return;
+        }
+        let ch = live.ch.clone();
+        let id = live.id;
+        let h = ctx.spawn(fut::wrap_future::<_, Self>(async move { ch.writable().await }).map(
+            move |r, act, ctx| {
+                let Some(live) = act.live.as_mut().filter(|l| l.id == id) else { return };
+                live.write = None;
+                match r {
+                    Ok(()) => act.drive(ctx),
+                    Err(e) => act.lose_channel(Lost::Io(e), ctx),
+                }
+            },
+        ));
+        live.write = Some(h);
+    }
+
+    fn arm_read(&mut self, ctx: &mut Context<Self>) {
+        let Some(live) = self.live.as_mut() else { return };
+        if live.read.is_some() {
+            return;
+        }
+        let ch = live.ch.clone();
+        let id = live.id;
+        let h = ctx.spawn(fut::wrap_future::<_, Self>(async move { ch.readable().await }).map(
+            move |r, act, ctx| {
+                let Some(live) = act.live.as_mut().filter(|l| l.id == id) else { return };
+                live.read = None;
+                match r {
+                    Ok(()) => act.on_readable(ctx),
+                    Err(e) => act.lose_channel(Lost::Io(e), ctx),
+                }
+            },
+        ));
+        live.read = Some(h);
+    }
+
+    /// Reads large chunks and decodes every complete frame after each read,
+    /// calling handlers directly.
+    fn on_readable(&mut self, ctx: &mut Context<Self>) {
+        let outcome = self.read_and_process();
+        match outcome {
+            Ok(()) => {
+                self.arm_read(ctx);
+                self.drive(ctx);
+            }
+            Err(lost) => self.lose_channel(lost, ctx),
+        }
+    }
+
+    fn read_and_process(&mut self) -> Result<(), Lost> {
+        let node = self.node.clone();
+        let entry = self.entry.clone();
+        let Some(live) = self.live.as_mut() else { return Ok(()) };
+        // Bytes left over from the handshake come first.
+        let mut deliver = |m| dispatch(&node, &entry, m);
+        self.session.handle_input(Instant::now(), &mut live.inb, &mut deliver).map_err(Lost::Protocol)?;
+        for _ in 0..READS_PER_TURN {
+            let spare = live.inb.spare_mut();
+            if spare.is_empty() {
+                break;
+            }
+            match live.ch.try_read(spare) {
+                Ok(0) => return Err(Lost::Eof),
+                Ok(n) => {
+                    Counters::add(&node.counters.reads, 1);
+                    live.inb.commit(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(Lost::Io(e)),
+            }
+            self.session.handle_input(Instant::now(), &mut live.inb, &mut deliver).map_err(Lost::Protocol)?;
+        }
+        Ok(())
+    }
+
+    fn attach(&mut self, raw: RawChannel, ctx: &mut Context<Self>) {
+        self.chan_seq += 1;
+        let peer = raw.ch.peer();
+        tracing::debug!(site = ?self.entry.id.get(), %peer, generation = ?self.session.channel().map(|c| c.generation), "channel working");
+        self.live = Some(Live {
+            id: self.chan_seq,
+            ch: Rc::new(raw.ch),
+            inb: raw.inb,
+            outb: raw.outb,
+            read: None,
+            write: None,
+            peer,
+        });
+        self.backoff = self.node.cfg.reconnect_min;
+        self.reconnect_at = None;
+        Counters::add(&self.node.counters.channels_opened, 1);
+        self.node.acked.notify_waiters();
+        self.on_readable(ctx);
+    }
+
+    fn drop_live(&mut self, ctx: &mut Context<Self>) -> Option<String> {
+        let live = self.live.take()?;
+        for h in [live.read, live.write].into_iter().flatten() {
+            ctx.cancel_future(h);
+        }
+        self.session.channel_down();
+        Counters::add(&self.node.counters.channels_closed, 1);
+        Some(live.peer)
+    }
+
+    fn lose_channel(&mut self, why: Lost, ctx: &mut Context<Self>) {
+        let Some(peer) = self.drop_live(ctx) else { return };
+        match &why {
+            Lost::Protocol(e) => {
+                Counters::add(&self.node.counters.protocol_errors, 1);
+                tracing::warn!(site = ?self.entry.id.get(), %peer, error = %e, "closing channel: peer broke the protocol");
+                self.node.record_fault(FaultReport {
+                    site: self.entry.id.get().copied(),
+                    peer: peer.clone(),
+                    reason: e.to_string(),
+                    permanent: false,
+                });
+            }
+            Lost::Io(_) | Lost::Eof => {
+                tracing::info!(site = ?self.entry.id.get(), %peer, reason = %why, "channel lost")
+            }
+        }
+        self.schedule_reconnect();
+        self.drive(ctx);
+    }
+
+    fn schedule_reconnect(&mut self) {
+        if self.failed || self.entry.address.is_none() || self.node.is_shut_down() {
+            return;
+        }
+        let jitter = rand::thread_rng().gen_range(0.8..1.2);
+        let delay = self.backoff.mul_f64(jitter);
+        self.backoff = (self.backoff * 2).min(self.node.cfg.reconnect_max);
+        self.reconnect_at = Some(Instant::now() + delay);
+    }
+
+    fn start_open(&mut self, ctx: &mut Context<Self>) {
+        let Some(addr) = self.entry.address.clone() else { return };
+        if self.node.is_shut_down() {
+            return;
+        }
+        self.attempt_seq += 1;
+        let attempt = self.attempt_seq;
+        let cfg = &self.node.cfg;
+        let f = connect_and_open(
+            addr,
+            self.node.local_info(),
+            self.entry.id.get().copied(),
+            self.session.last_received(),
+            self.session.last_generation(),
+            cfg.connect_timeout,
+            cfg.handshake_timeout,
+        );
+        let h = ctx.spawn(fut::wrap_future::<_, Self>(f).map(move |res, act, ctx| act.on_opened(attempt, res, ctx)));
+        self.opening = Some((attempt, h));
+    }
+
+    fn on_opened(&mut self, attempt: u64, res: Result<(RawChannel, Opened), OpenFailure>, ctx: &mut Context<Self>) {
+        if self.opening.as_ref().map(|o| o.0) != Some(attempt) {
+            return; // abandoned: another channel won
+        }
+        self.opening = None;
+        match res {
+            Ok((raw, opened)) => {
+                if self.session.is_working() || self.failed {
+                    tracing::warn!(site = ?self.entry.id.get(), "open finished while already working; dropping the new channel");
+                    return;
+                }
+                if let Err(other) = self.node.bind_site_id(&self.entry, opened.present.site) {
+                    self.merge_into(other, ctx);
+                    return;
+                }
+                self.node.learn_listen(&self.entry, &opened.present.listen);
+                let params = ChannelParams {
+                    buffer_size: opened.buffer_size,
+                    peer_max_message: opened.peer_max_message,
+                    peer_last_received: opened.peer_last_received,
+                    generation: opened.generation,
+                };
+                self.start_session(raw, params, ctx);
+            }
+            Err(e) => {
+                if let Some(perm) = e.permanent() {
+                    tracing::warn!(address = ?self.entry.address.as_ref().map(ToString::to_string), error = %perm, "site failed permanently");
+                    self.fail(SiteFailure::Open(perm.clone()), ctx);
+                    return;
+                }
+                if let OpenFailure::Open(OpenError::Protocol(p)) = &e {
+                    Counters::add(&self.node.counters.protocol_errors, 1);
+                    self.node.record_fault(FaultReport {
+                        site: self.entry.id.get().copied(),
+                        peer: self.entry.address.as_ref().map(ToString::to_string).unwrap_or_default(),
+                        reason: p.to_string(),
+                        permanent: false,
+                    });
+                }
+                tracing::debug!(address = ?self.entry.address.as_ref().map(ToString::to_string), error = %e, "open failed; will retry");
+                self.schedule_reconnect();
+                self.drive(ctx);
+            }
+        }
+    }
+
+    fn start_session(&mut self, raw: RawChannel, params: ChannelParams, ctx: &mut Context<Self>) {
+        if let Err(e) = self.session.channel_up(params) {
+            Counters::add(&self.node.counters.protocol_errors, 1);
+            tracing::warn!(site = ?self.entry.id.get(), error = %e, "refusing channel");
+            self.schedule_reconnect();
+            return;
+        }
+        self.entry.peer_max.store(params.peer_max_message, std::sync::atomic::Ordering::Release);
+        self.attach(raw, ctx);
+    }
+
+    /// This entry was contacted under an address the peer did not list, and
+    /// the peer is already known under its id: hand every never-sent message
+    /// to that entry and let `SiteRef`s follow it.
+    fn merge_into(&mut self, other: Arc<SiteEntry>, ctx: &mut Context<Self>) {
+        tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
+        let _ = self.entry.redirect.set(other.clone());
+        self.take_outbox(false);
+        let (not_sent, maybe) = self.session.take_all();
+        debug_assert!(maybe.is_empty(), "an unidentified site has nothing unacknowledged");
+        for m in not_sent {
+            let n = m.wire_len();
+            self.entry.outbox.release(n);
+            // Already accepted under this entry's bound: it must not be lost,
+            // so it is moved even if the other entry is at its bound.
+            other.outbox.force_reserve(n);
+            if other.outbox.push(m) {
+                other.wake(&self.node.counters);
+            }
+        }
+        ctx.stop();
+    }
+
+    fn rearm_timer(&mut self, ctx: &mut Context<Self>) {
+        let next = [self.session.poll_timeout(), self.reconnect_at].into_iter().flatten().min();
+        if self.timer.as_ref().map(|t| t.0) == next {
+            return;
+        }
+        if let Some((_, h)) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        if let Some(at) = next {
+            let d = at.saturating_duration_since(Instant::now());
+            let h = ctx.run_later(d, |act, ctx| {
+                act.timer = None;
+                act.on_timer(ctx);
+            });
+            self.timer = Some((at, h));
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        self.session.handle_timeout(now);
+        if self.reconnect_at.is_some_and(|t| t <= now) {
+            self.reconnect_at = None;
+            if !self.session.is_working() && self.opening.is_none() && self.has_need() {
+                self.start_open(ctx);
+            }
+        }
+        self.drive(ctx);
+    }
+
+    fn fail(&mut self, why: SiteFailure, ctx: &mut Context<Self>) {
+        if self.failed {
+            return;
+        }
+        self.failed = true;
+        if let Some((_, h)) = self.opening.take() {
+            ctx.cancel_future(h);
+        }
+        self.drop_live(ctx);
+        self.reconnect_at = None;
+        self.take_outbox(false);
+        let (not_sent, maybe) = self.session.take_all();
+        let mut back = HandedBack::default();
+        for m in not_sent {
+            self.entry.outbox.release(m.wire_len());
+            back.not_sent.push(m);
+        }
+        for (_, m) in maybe {
+            self.entry.outbox.release(m.wire_len());
+            back.maybe_delivered.push(m);
+        }
+        let reason = why.to_string();
+        tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
+        self.node.record_fault(FaultReport {
+            site: self.entry.id.get().copied(),
+            peer: self.entry.address.as_ref().map(ToString::to_string).unwrap_or_default(),
+            reason: reason.clone(),
+            permanent: true,
+        });
+        *self.entry.failed.lock() = Some((reason.clone(), back));
+        self.entry.outbox.notify_all();
+        self.node.fail_requests(self.entry.key, &reason);
+        self.node.acked.notify_waiters();
+    }
+
+    fn link_view(&self) -> LinkView {
+        LinkView {
+            local: self.node.id,
+            working: self.session.channel().map(|c| c.generation),
+            last_generation: self.session.last_generation(),
+            opening: self.opening.is_some(),
+            closing: self.failed || self.node.is_shut_down(),
+        }
+    }
+
+    fn refuse(&self, mut raw: RawChannel, reason: RefuseReason, ctx: &mut Context<Self>) {
+        write_answer(&mut raw.outb, &NegotiateAns::Refuse(reason));
+        let limit = self.node.cfg.handshake_timeout;
+        ctx.spawn(fut::wrap_future(flush_and_close(raw, limit)));
+    }
+}
+
+impl Handler<Wake> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        self.take_outbox(true);
+        self.drive(ctx);
+    }
+}
+
+impl Handler<Adopt> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, msg: Adopt, ctx: &mut Context<Self>) {
+        let Adopt { mut raw, neg } = msg;
+        if self.entry.id.get() != Some(&neg.site) {
+            // Routed here by a listen address; the id must agree.
+            if let Err(other) = self.node.bind_site_id(&self.entry, neg.site) {
+                if let Some(a) = other.addr.get() {
+                    a.do_send(Adopt { raw, neg });
+                }
+                return;
+            }
+        }
+        match decide(self.link_view(), &neg) {
+            Decision::Refuse(reason) => {
+                tracing::debug!(site = %neg.site, ?reason, "refusing accepted channel");
+                self.refuse(raw, reason, ctx);
+            }
+            Decision::Accept { generation, replaces_working, abandon_opening } => {
+                if abandon_opening {
+                    if let Some((_, h)) = self.opening.take() {
+                        ctx.cancel_future(h);
+                    }
+                }
+                if replaces_working {
+                    if let Some(peer) = self.drop_live(ctx) {
+                        tracing::info!(site = %neg.site, %peer, "peer lost the working channel; adopting its new one");
+                    }
+                }
+                let buffer_size = self.node.cfg.buffer_size.min(neg.buffer_size);
+                let ans = NegotiateAns::Accept {
+                    buffer_size,
+                    max_message: self.node.cfg.max_message_size,
+                    last_received: self.session.last_received(),
+                    generation,
+                };
+                write_answer(&mut raw.outb, &ans);
+                self.node.learn_listen(&self.entry, &neg.listen);
+                let params = ChannelParams {
+                    buffer_size,
+                    peer_max_message: neg.max_message,
+                    peer_last_received: neg.last_received,
+                    generation,
+                };
+                self.start_session(raw, params, ctx);
+            }
+        }
+    }
+}
+
+impl Handler<Stop> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+        // Flush what can be written now; the socket closes with the actor.
+        self.flush(ctx);
+        self.drop_live(ctx);
+        ctx.stop();
+    }
+}
+
+impl Handler<Kill> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, _: Kill, ctx: &mut Context<Self>) {
+        self.fail(SiteFailure::Killed, ctx);
+    }
+}
+
+impl Handler<HoldBusy> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, msg: HoldBusy, _ctx: &mut Context<Self>) {
+        let _ = msg.started.send(());
+        if let Some(rx) = msg.release.lock().take() {
+            let _ = rx.recv();
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Node configuration, with DESIGN.md's defaults.
+
+use std::time::Duration;
+
+use sitenet_protocols::scheduler::SchedulerConfig;
+use sitenet_protocols::SessionConfig;
+
+/// Everything tunable about a node. `Default` gives DESIGN.md's defaults.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// ByteBuffer size per channel direction (minimum 4 KiB). The initiator
+    /// proposes it; an acceptor with a smaller one lowers it.
+    pub buffer_size: u32,
+    /// Largest message accepted or sent (prelude, header and body).
+    pub max_message_size: u64,
+    /// Bytes one remote site may hold in its outbox, queues and
+    /// unacknowledged ledger together before `send` waits (`try_send` fails).
+    /// Never less than twice `max_message_size`.
+    pub output_bound: u64,
+    /// Bytes all partly received messages of the node may hold.
+    pub reassembly_budget: u64,
+    /// Explicit ack after this many bytes …
+    pub ack_bytes: u64,
+    /// … or messages …
+    pub ack_messages: u32,
+    /// … or this long without a piggy-backed ack.
+    pub ack_delay: Duration,
+    /// Weights of levels 2, 3, 4 when they share a channel (by bytes).
+    pub lane_weights: [u32; 3],
+    /// Level 1 waits at most this long before competing as level 2.
+    pub background_promotion: Duration,
+    /// Bound on the open protocol.
+    pub handshake_timeout: Duration,
+    /// Bound on establishing a TCP connection.
+    pub connect_timeout: Duration,
+    /// First reconnect delay; doubles per failed attempt …
+    pub reconnect_min: Duration,
+    /// … up to this, with ±20% jitter.
+    pub reconnect_max: Duration,
+    /// Accepted channels still in their handshake beyond this are refused
+    /// (a flood of connections cannot exhaust memory).
+    pub max_pending_handshakes: usize,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        Self {
+            buffer_size: 64 * 1024,
+            max_message_size: 256 * 1024 * 1024,
+            output_bound: 512 * 1024 * 1024,
+            reassembly_budget: 1024 * 1024 * 1024,
+            ack_bytes: 64 * 1024,
+            ack_messages: 100,
+            ack_delay: Duration::from_millis(20),
+            lane_weights: [1, 2, 4],
+            background_promotion: Duration::from_millis(100),
+            handshake_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            reconnect_min: Duration::from_millis(10),
+            reconnect_max: Duration::from_secs(5),
+            max_pending_handshakes: 1024,
+        }
+    }
+}
+
+impl NodeConfig {
+    /// Clamps values into their allowed ranges (documented on each field).
+    pub(crate) fn normalised(mut self) -> Self {
+        self.buffer_size = self.buffer_size.max(sitenet_protocols::handshake::MIN_BUFFER);
+        self.max_message_size = self.max_message_size.max(sitenet_protocols::PRELUDE_LEN as u64);
+        self.output_bound = self.output_bound.max(2 * self.max_message_size);
+        self
+    }
+
+    pub(crate) fn session(&self) -> SessionConfig {
+        SessionConfig {
+            max_message: self.max_message_size,
+            ack_bytes: self.ack_bytes,
+            ack_messages: self.ack_messages,
+            ack_delay: self.ack_delay,
+            scheduler: SchedulerConfig { weights: self.lane_weights, promote_after: self.background_promotion },
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Errors of the public API, grouped by cause.
+
+use std::io;
+
+use thiserror::Error;
+
+use sitenet_protocols::{OpenError, SiteId};
+use sitenet_transport::AddressError;
+
+/// A node could not be started or configured.
+#[derive(Debug, Error)]
+pub enum NodeError {
+    /// The listen address does not parse.
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    /// Binding the listen address failed.
+    #[error("cannot listen on {addr}: {source} (is the port in use? port 0 picks a free one)")]
+    Bind {
+        /// What was asked.
+        addr: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A message type id was registered twice.
+    #[error("a handler for message type id {0:#x} is already registered")]
+    DuplicateHandler(u32),
+    /// A user type tried to use an id reserved for sitenet's own messages.
+    #[error("message type id {0:#x} is in the range reserved for sitenet (>= 0xFFFF_0000)")]
+    ReservedId(u32),
+    /// The node has been shut down.
+    #[error("the node has been shut down")]
+    Shutdown,
+}
+
+/// A message could not be queued. Nothing was sent.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SendError {
+    /// The site's output bound is reached (`try_send`, or a send from a
+    /// handler, which never waits). Retry later or use the async `send`.
+    #[error("the output queue to this site is full ({bound} bytes held); retry later or await `send`")]
+    QueueFull {
+        /// The configured bound.
+        bound: u64,
+    },
+    /// The message exceeds the maximum message size of this node or the peer.
+    #[error("message of {size} bytes exceeds the maximum message size {max}; split it or raise max_message_size on both nodes")]
+    TooLarge {
+        /// Encoded size.
+        size: u64,
+        /// Limit.
+        max: u64,
+    },
+    /// The header could not be serialised.
+    #[error("cannot serialise the message header: {0}")]
+    Encode(String),
+    /// The site is permanently failed; messages to it are refused.
+    #[error("site {site:?} failed permanently: {reason}")]
+    SiteFailed {
+        /// The site, if its id was known.
+        site: Option<SiteId>,
+        /// Why.
+        reason: String,
+    },
+    /// The node has been shut down.
+    #[error("the node has been shut down")]
+    Shutdown,
+}
+
+/// A request did not produce a reply.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RequestError {
+    /// Queuing the request failed.
+    #[error(transparent)]
+    Send(#[from] SendError),
+    /// No reply within the timeout. The request may still be processed; a late
+    /// reply is discarded.
+    #[error("no reply within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The peer has no handler for the request's type, or its handler failed.
+    #[error("the peer could not handle the request: {0}")]
+    Remote(String),
+    /// The reply did not decode as the expected type.
+    #[error("cannot decode the reply: {0}")]
+    Decode(String),
+    /// The site failed permanently before replying.
+    #[error("site failed permanently before replying: {0}")]
+    SiteFailed(String),
+    /// The node was shut down before a reply arrived.
+    #[error("the node was shut down before a reply arrived")]
+    Shutdown,
+}
+
+/// Why a site failed permanently (also reported to the user via faults).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SiteFailure {
+    /// The open protocol said so (version mismatch, wrong identity).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// Killed on purpose.
+    #[error("killed by the local node")]
+    Killed,
+}

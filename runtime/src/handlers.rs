@@ -1,0 +1,196 @@
+//! Typed handlers and their context.
+//!
+//! Handlers are synchronous functions run on the node's I/O thread, called
+//! directly by the ComObject that decoded the message (no actor message per
+//! delivery). A send from a handler never waits: it queues, or fails with
+//! [`SendError::QueueFull`]. A handler that panics is caught and logged, and
+//! the message counts as delivered, so one bad message cannot loop.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use sitenet_protocols::{InMessage, MessageKind, OutMessage, Priority, SiteId};
+
+use crate::error::{NodeError, SendError};
+use crate::message::{Message, SendOptions, RESERVED_IDS};
+use crate::metrics::Counters;
+use crate::node::{Node, NodeInner};
+use crate::site::{SiteEntry, SiteRef};
+
+/// The reply sent when a request cannot be handled (no handler, undecodable
+/// header, handler panicked without replying).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RemoteError {
+    pub(crate) reason: String,
+}
+
+impl Message for RemoteError {
+    const ID: u32 = RESERVED_IDS;
+}
+
+pub(crate) type Erased = Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<(), String> + Send + Sync>;
+
+/// The registry of handlers by wire id.
+#[derive(Default)]
+pub(crate) struct Handlers {
+    map: parking_lot::RwLock<HashMap<u32, Erased>>,
+}
+
+impl Handlers {
+    pub(crate) fn insert(&self, id: u32, f: Erased) -> Result<(), NodeError> {
+        let mut m = self.map.write();
+        if m.contains_key(&id) {
+            return Err(NodeError::DuplicateHandler(id));
+        }
+        m.insert(id, f);
+        Ok(())
+    }
+
+    pub(crate) fn get(&self, id: u32) -> Option<Erased> {
+        self.map.read().get(&id).cloned()
+    }
+}
+
+/// What a handler sees besides the message: who sent it, the body, and how
+/// to reply.
+pub struct Ctx<'a> {
+    pub(crate) node: &'a Arc<NodeInner>,
+    pub(crate) from: &'a Arc<SiteEntry>,
+    pub(crate) kind: MessageKind,
+    pub(crate) corr: u64,
+    pub(crate) priority: Priority,
+    pub(crate) body: Bytes,
+    pub(crate) replied: bool,
+}
+
+impl Ctx<'_> {
+    /// The sending site (reply to it, or keep it to talk later).
+    pub fn sender(&self) -> SiteRef {
+        SiteRef { entry: self.from.clone(), node: self.node.clone() }
+    }
+
+    /// The sending site's id.
+    pub fn sender_id(&self) -> Option<SiteId> {
+        self.from.id.get().copied()
+    }
+
+    /// The message's body (empty if it had none). Cheap to clone.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// The level it was sent at.
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// True if the message is a request awaiting a reply.
+    pub fn is_request(&self) -> bool {
+        self.kind == MessageKind::Request
+    }
+
+    /// The node, to reach other sites from a handler.
+    pub fn node(&self) -> Node {
+        Node::from_inner(self.node.clone())
+    }
+
+    /// Replies to the request being handled (at its priority), with a body.
+    /// Never waits; fails with `QueueFull` if the output bound is reached.
+    pub fn reply_with<R: Message>(&mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
+        if self.kind != MessageKind::Request || self.replied {
+            return Err(SendError::Encode("reply to a message that is not an unanswered request".into()));
+        }
+        let header = rmp_serde::to_vec(reply).map_err(|e| SendError::Encode(e.to_string()))?;
+        let m = OutMessage {
+            priority: self.priority,
+            type_id: R::ID,
+            kind: MessageKind::Reply,
+            corr: self.corr,
+            header: header.into(),
+            body,
+        };
+        self.sender().try_post(m)?;
+        self.replied = true;
+        Ok(())
+    }
+
+    /// Replies without a body.
+    pub fn reply<R: Message>(&mut self, reply: &R) -> Result<(), SendError> {
+        self.reply_with(reply, Vec::new())
+    }
+
+    /// Sends `msg` to `to` from a handler (never waits).
+    pub fn send_to<M: Message>(&self, to: &SiteRef, msg: &M, opts: SendOptions) -> Result<(), SendError> {
+        to.try_send_with(msg, opts)
+    }
+}
+
+pub(crate) fn erase<M, F>(f: F) -> Erased
+where
+    M: Message,
+    F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
+{
+    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
+        let m: M = rmp_serde::from_slice(header).map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))?;
+        f(ctx, m);
+        Ok(())
+    })
+}
+
+pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
+    if id >= RESERVED_IDS {
+        return Err(NodeError::ReservedId(id));
+    }
+    Ok(())
+}
+
+/// Delivers one complete message: replies complete their request; other
+/// messages go to their type's handler.
+pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
+    Counters::add(&node.counters.messages_delivered, 1);
+    if m.prelude.kind == MessageKind::Reply {
+        node.complete_request(m);
+        return;
+    }
+    let mut ctx = Ctx {
+        node,
+        from,
+        kind: m.prelude.kind,
+        corr: m.prelude.corr,
+        priority: m.priority,
+        body: m.body,
+        replied: false,
+    };
+    let Some(h) = node.handlers.get(m.prelude.type_id) else {
+        Counters::add(&node.counters.unhandled, 1);
+        tracing::debug!(type_id = m.prelude.type_id, "no handler for message type");
+        let reason = format!("no handler for message type {:#x}", m.prelude.type_id);
+        if ctx.is_request() {
+            let _ = ctx.reply(&RemoteError { reason });
+        }
+        return;
+    };
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &m.header)));
+    let failure = match result {
+        Ok(Ok(())) => None,
+        Ok(Err(reason)) => {
+            Counters::add(&node.counters.unhandled, 1);
+            tracing::warn!(type_id = m.prelude.type_id, %reason, "message not handled");
+            Some(reason)
+        }
+        Err(_) => {
+            Counters::add(&node.counters.handler_panics, 1);
+            tracing::error!(type_id = m.prelude.type_id, "handler panicked; the message counts as delivered");
+            Some(format!("handler for type {:#x} panicked", m.prelude.type_id))
+        }
+    };
+    if let Some(reason) = failure {
+        if ctx.is_request() && !ctx.replied {
+            let _ = ctx.reply(&RemoteError { reason });
+        }
+    }
+}

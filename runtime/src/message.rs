@@ -1,0 +1,57 @@
+//! Typed messages.
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use sitenet_protocols::Priority;
+
+/// Ids at or above this are reserved for sitenet's own message types.
+pub const RESERVED_IDS: u32 = 0xFFFF_0000;
+
+/// A message type: a Rust type serialised with rmp-serde as the message's
+/// typed header, with a stable wire id. The id, not the Rust type name, is
+/// what a peer matches on, so it must never change once deployed.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// #[derive(Serialize, Deserialize)]
+/// struct Put { key: String }
+/// impl sitenet_runtime::Message for Put { const ID: u32 = 17; }
+/// ```
+pub trait Message: Serialize + DeserializeOwned + Send + 'static {
+    /// The stable wire id (below [`RESERVED_IDS`]).
+    const ID: u32;
+}
+
+/// How to send: priority and body parts.
+#[derive(Debug, Clone, Default)]
+pub struct SendOptions {
+    /// Level (default: medium, 3).
+    pub priority: Priority,
+    /// The body, as parts sent one after the other without being copied
+    /// before the marshaler writes them into the channel's ring.
+    pub body: Vec<Bytes>,
+}
+
+impl SendOptions {
+    /// Options with a priority.
+    pub fn priority(priority: Priority) -> Self {
+        Self { priority, body: Vec::new() }
+    }
+
+    /// Adds a body part.
+    pub fn body(mut self, part: impl Into<Bytes>) -> Self {
+        self.body.push(part.into());
+        self
+    }
+}
+
+/// A decoded reply: the typed header and the body.
+#[derive(Debug, Clone)]
+pub struct Reply<R> {
+    /// The reply's typed header.
+    pub msg: R,
+    /// The reply's body.
+    pub body: Bytes,
+}

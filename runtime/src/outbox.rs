@@ -1,0 +1,113 @@
+//! The outbox: the shared, bounded queue `SiteRef`s write into, drained by the
+//! site's ComObject.
+//!
+//! `send` encodes on the caller's thread and pushes here; the ComObject actor
+//! is woken only when the outbox goes from empty to non-empty. The wake is
+//! race-free: the sender sets `wake_pending` before waking the actor; the
+//! actor clears it *before* its final re-check of the queue, so a message
+//! pushed concurrently is either seen by that re-check or causes a new wake.
+//! The byte bound counts the outbox, the session's queues and its
+//! unacknowledged ledger together: bytes are reserved at `send` and returned
+//! when the peer acknowledges (or the message is handed back).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use sitenet_protocols::OutMessage;
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Outbox {
+    queue: Mutex<Vec<OutMessage>>,
+    wake_pending: AtomicBool,
+    bytes: AtomicU64,
+    bound: u64,
+    space: Notify,
+}
+
+impl Outbox {
+    pub(crate) fn new(bound: u64) -> Self {
+        Self {
+            queue: Mutex::new(Vec::new()),
+            wake_pending: AtomicBool::new(false),
+            bytes: AtomicU64::new(0),
+            bound,
+            space: Notify::new(),
+        }
+    }
+
+    pub(crate) fn bound(&self) -> u64 {
+        self.bound
+    }
+
+    /// Bytes held (outbox + queues + unacknowledged).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    /// Reserves `n` bytes under the bound. A message always fits into an
+    /// empty outbox (the bound is at least twice the maximum message).
+    pub(crate) fn try_reserve(&self, n: u64) -> bool {
+        self.bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                (cur == 0 || cur + n <= self.bound).then_some(cur + n)
+            })
+            .is_ok()
+    }
+
+    /// Adds `n` bytes regardless of the bound (a message moved from another
+    /// outbox, already accepted once).
+    pub(crate) fn force_reserve(&self, n: u64) {
+        self.bytes.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Reserves `n` bytes, waiting for acknowledgements to free space.
+    pub(crate) async fn reserve(&self, n: u64) {
+        loop {
+            let notified = self.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.try_reserve(n) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Returns bytes (acknowledged, handed back, or never queued).
+    pub(crate) fn release(&self, n: u64) {
+        if n > 0 {
+            self.bytes.fetch_sub(n, Ordering::AcqRel);
+            self.space.notify_waiters();
+        }
+    }
+
+    /// Wakes every waiter (shutdown, failure).
+    pub(crate) fn notify_all(&self) {
+        self.space.notify_waiters();
+    }
+
+    /// Pushes a message; returns true if the caller must wake the actor.
+    pub(crate) fn push(&self, m: OutMessage) -> bool {
+        self.queue.lock().push(m);
+        !self.wake_pending.swap(true, Ordering::AcqRel)
+    }
+
+    /// Called by the actor on a wake: clears the flag, then takes everything.
+    pub(crate) fn drain_on_wake(&self, into: &mut Vec<OutMessage>) {
+        self.wake_pending.store(false, Ordering::Release);
+        self.drain(into);
+    }
+
+    /// Takes everything queued (without touching the wake flag).
+    pub(crate) fn drain(&self, into: &mut Vec<OutMessage>) {
+        let mut q = self.queue.lock();
+        if into.is_empty() {
+            std::mem::swap(&mut *q, into);
+        } else {
+            into.append(&mut q);
+        }
+    }
+}

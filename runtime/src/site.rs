@@ -1,0 +1,267 @@
+//! Remote sites: the shared entry of the site table and the user's `SiteRef`.
+
+use std::sync::{Arc, OnceLock};
+
+use actix::Addr;
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use sitenet_protocols::{MessageKind, OutMessage, SiteId};
+use sitenet_transport::Address;
+
+use crate::com_object::{ComObject, Wake};
+use crate::error::{RequestError, SendError};
+use crate::message::{Message, Reply, SendOptions};
+use crate::metrics::Counters;
+use crate::node::NodeInner;
+use crate::outbox::Outbox;
+
+/// What a permanently failed site handed back: nothing is silently dropped.
+#[derive(Debug, Clone, Default)]
+pub struct HandedBack {
+    /// Never completely sent, so never delivered: safe to send elsewhere.
+    pub not_sent: Vec<OutMessage>,
+    /// Completely sent, never acknowledged: may or may not have been delivered.
+    pub maybe_delivered: Vec<OutMessage>,
+}
+
+/// One remote site as the node's site table knows it. Shared by the site's
+/// ComObject and every `SiteRef`.
+#[derive(Debug)]
+pub(crate) struct SiteEntry {
+    /// Small integer id inside this node (Paradis-Net's peer names).
+    pub(crate) key: usize,
+    pub(crate) outbox: Outbox,
+    pub(crate) addr: OnceLock<Addr<ComObject>>,
+    /// Where to connect, if known (sites that only connected to us have none).
+    pub(crate) address: Option<Address>,
+    pub(crate) id: OnceLock<SiteId>,
+    /// Set when the site failed permanently.
+    pub(crate) failed: Mutex<Option<(String, HandedBack)>>,
+    /// Set when this entry turned out to be another entry's site (contacted
+    /// under an address the peer did not list): sends follow it.
+    pub(crate) redirect: OnceLock<Arc<SiteEntry>>,
+    /// Largest message the peer accepts (0 until a handshake told it).
+    pub(crate) peer_max: std::sync::atomic::AtomicU64,
+}
+
+impl SiteEntry {
+    pub(crate) fn new(key: usize, address: Option<Address>, bound: u64) -> Self {
+        Self {
+            key,
+            outbox: Outbox::new(bound),
+            addr: OnceLock::new(),
+            address,
+            id: OnceLock::new(),
+            failed: Mutex::new(None),
+            redirect: OnceLock::new(),
+            peer_max: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn resolved(self: &Arc<Self>) -> &Arc<Self> {
+        let mut e = self;
+        while let Some(next) = e.redirect.get() {
+            e = next;
+        }
+        e
+    }
+
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.failed.lock().as_ref().map(|(r, _)| r.clone())
+    }
+
+    pub(crate) fn wake(&self, counters: &Counters) {
+        if let Some(a) = self.addr.get() {
+            Counters::add(&counters.wakes, 1);
+            a.do_send(Wake);
+        }
+    }
+}
+
+/// A handle to a remote site: cheap to clone, `Send + Sync`. Sending through
+/// it encodes the message on the caller's thread and queues it in the site's
+/// bounded outbox; the site's ComObject is woken only when that outbox goes
+/// from empty to non-empty.
+#[derive(Clone)]
+pub struct SiteRef {
+    pub(crate) entry: Arc<SiteEntry>,
+    pub(crate) node: Arc<NodeInner>,
+}
+
+impl std::fmt::Debug for SiteRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SiteRef")
+            .field("id", &self.id())
+            .field("address", &self.entry.address.as_ref().map(ToString::to_string))
+            .finish()
+    }
+}
+
+impl SiteRef {
+    /// The site's id, once a handshake has told it.
+    pub fn id(&self) -> Option<SiteId> {
+        self.entry.resolved().id.get().copied()
+    }
+
+    /// The address this site is contacted at, if known.
+    pub fn address(&self) -> Option<String> {
+        self.entry.resolved().address.as_ref().map(ToString::to_string)
+    }
+
+    /// If the site failed permanently: why, and what it handed back.
+    pub fn failure(&self) -> Option<(String, HandedBack)> {
+        self.entry.resolved().failed.lock().clone()
+    }
+
+    /// Bytes held for this site (queued and unacknowledged).
+    pub fn pending_bytes(&self) -> u64 {
+        self.entry.resolved().outbox.bytes()
+    }
+
+    fn encode<M: Message>(&self, msg: &M, opts: SendOptions, kind: MessageKind, corr: u64) -> Result<OutMessage, SendError> {
+        let header = rmp_serde::to_vec(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let m = OutMessage {
+            priority: opts.priority,
+            type_id: M::ID,
+            kind,
+            corr,
+            header: Bytes::from(header),
+            body: opts.body,
+        };
+        Ok(m)
+    }
+
+    fn check(&self, entry: &SiteEntry, m: &OutMessage) -> Result<(), SendError> {
+        if self.node.is_shut_down() {
+            return Err(SendError::Shutdown);
+        }
+        if let Some(reason) = entry.failure() {
+            return Err(SendError::SiteFailed { site: entry.id.get().copied(), reason });
+        }
+        let max = self.node.max_message_to(entry);
+        if m.wire_len() > max {
+            return Err(SendError::TooLarge { size: m.wire_len(), max });
+        }
+        Ok(())
+    }
+
+    fn push(&self, entry: &SiteEntry, m: OutMessage) {
+        Counters::add(&self.node.counters.messages_queued, 1);
+        if entry.outbox.push(m) {
+            entry.wake(&self.node.counters);
+        }
+    }
+
+    pub(crate) fn try_post(&self, m: OutMessage) -> Result<(), SendError> {
+        let entry = self.entry.resolved();
+        self.check(entry, &m)?;
+        if !entry.outbox.try_reserve(m.wire_len()) {
+            return Err(SendError::QueueFull { bound: entry.outbox.bound() });
+        }
+        self.push(entry, m);
+        Ok(())
+    }
+
+    pub(crate) async fn post(&self, m: OutMessage) -> Result<(), SendError> {
+        let entry = self.entry.resolved().clone();
+        self.check(&entry, &m)?;
+        entry.outbox.reserve(m.wire_len()).await;
+        if let Err(e) = self.check(&entry, &m) {
+            entry.outbox.release(m.wire_len());
+            return Err(e);
+        }
+        self.push(&entry, m);
+        Ok(())
+    }
+
+    /// Queues `msg` at medium priority, waiting while the site's output bound
+    /// is reached. Returns once queued; delivery is asynchronous.
+    pub async fn send<M: Message>(&self, msg: &M) -> Result<(), SendError> {
+        self.send_with(msg, SendOptions::default()).await
+    }
+
+    /// Queues `msg` with a priority and body, waiting for space if needed.
+    pub async fn send_with<M: Message>(&self, msg: &M, opts: SendOptions) -> Result<(), SendError> {
+        let m = self.encode(msg, opts, MessageKind::OneWay, 0)?;
+        self.post(m).await
+    }
+
+    /// Queues `msg` at medium priority or fails at once with
+    /// [`SendError::QueueFull`]; never waits (use it from handlers).
+    pub fn try_send<M: Message>(&self, msg: &M) -> Result<(), SendError> {
+        self.try_send_with(msg, SendOptions::default())
+    }
+
+    /// [`try_send`](Self::try_send) with a priority and body.
+    pub fn try_send_with<M: Message>(&self, msg: &M, opts: SendOptions) -> Result<(), SendError> {
+        let m = self.encode(msg, opts, MessageKind::OneWay, 0)?;
+        self.try_post(m)
+    }
+
+    /// Blocking variant of [`send_with`](Self::send_with) for a plain `main`
+    /// (never call it on the node's own runtime thread).
+    pub fn send_blocking<M: Message>(&self, msg: &M, opts: SendOptions) -> Result<(), SendError> {
+        futures::executor::block_on(self.send_with(msg, opts))
+    }
+
+    /// Sends a request and waits for its reply, at most `timeout`. A late
+    /// reply is discarded.
+    pub async fn request<Q: Message, R: Message>(
+        &self,
+        req: &Q,
+        opts: SendOptions,
+        timeout: std::time::Duration,
+    ) -> Result<Reply<R>, RequestError> {
+        let corr = self.node.next_corr();
+        let m = self.encode(req, opts, MessageKind::Request, corr)?;
+        let rx = self.node.register_request(corr, self.entry.resolved().key, timeout);
+        if let Err(e) = self.post(m).await {
+            self.node.cancel_request(corr);
+            return Err(e.into());
+        }
+        let incoming = match rx.await {
+            Ok(r) => r?,
+            Err(_) => return Err(RequestError::Shutdown),
+        };
+        let msg = rmp_serde::from_slice::<R>(&incoming.header).map_err(|e| RequestError::Decode(e.to_string()))?;
+        if incoming.prelude.type_id != R::ID {
+            return Err(RequestError::Decode(format!(
+                "reply has type id {:#x}, expected {:#x}",
+                incoming.prelude.type_id,
+                R::ID
+            )));
+        }
+        Ok(Reply { msg, body: incoming.body })
+    }
+
+    /// Blocking variant of [`request`](Self::request).
+    pub fn request_blocking<Q: Message, R: Message>(
+        &self,
+        req: &Q,
+        opts: SendOptions,
+        timeout: std::time::Duration,
+    ) -> Result<Reply<R>, RequestError> {
+        futures::executor::block_on(self.request(req, opts, timeout))
+    }
+
+    /// Test hook: blocks this site's ComObject (and the runtime thread it runs
+    /// on) until the returned guard is dropped, to observe the data path while
+    /// the actor is busy. Not for production use.
+    #[doc(hidden)]
+    pub fn hold_busy(&self) -> BusyGuard {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        if let Some(a) = self.entry.resolved().addr.get() {
+            a.do_send(crate::com_object::HoldBusy { release: Mutex::new(Some(rx)), started: started_tx });
+            let _ = started_rx.recv();
+        }
+        BusyGuard { _release: tx }
+    }
+}
+
+/// Releases a [`SiteRef::hold_busy`] when dropped.
+#[doc(hidden)]
+pub struct BusyGuard {
+    _release: std::sync::mpsc::Sender<()>,
+}
