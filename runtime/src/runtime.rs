@@ -36,23 +36,25 @@ impl Runtime {
 
     /// The process-wide sitenet runtime: one thread running an actix system.
     pub fn shared() -> Self {
-        SHARED
-            .get_or_init(|| {
-                let (tx, rx) = std::sync::mpsc::channel();
-                std::thread::Builder::new()
-                    .name("sitenet-rt".into())
-                    .spawn(move || {
-                        let sys = actix_rt::System::new();
-                        sys.block_on(async move {
-                            tx.send(actix_rt::Arbiter::current()).expect("runtime handle receiver lives");
-                        });
-                        // The system lives as long as the process.
-                        let _ = sys.run();
-                    })
-                    .expect("spawning the sitenet runtime thread");
-                Self { arbiter: rx.recv().expect("the sitenet runtime thread started") }
+        SHARED.get_or_init(|| Self::dedicated("sitenet-rt")).clone()
+    }
+
+    /// A new runtime on a thread of its own, named `name`, for nodes that
+    /// must not share the default thread (benchmarks, tests that block a
+    /// node's thread on purpose). The thread lives as long as the process.
+    pub fn dedicated(name: &str) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let sys = actix_rt::System::new();
+                sys.block_on(async move {
+                    tx.send(actix_rt::Arbiter::current()).expect("runtime handle receiver lives");
+                });
+                let _ = sys.run();
             })
-            .clone()
+            .expect("spawning a sitenet runtime thread");
+        Self { arbiter: rx.recv().expect("the sitenet runtime thread started") }
     }
 
     /// A runtime on a given actix arbiter (a builder option names it).

@@ -1,0 +1,97 @@
+//! Helpers shared by the end-to-end tests.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sitenet::{Message, Node, Runtime};
+
+/// Generous bound for anything a test awaits: never a speed target.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// A numbered message from a stream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Numbered {
+    pub stream: u32,
+    pub seq: u64,
+}
+impl Message for Numbered {
+    const ID: u32 = 100;
+}
+
+pub fn listening_node() -> Node {
+    Node::builder().listen("tcp:127.0.0.1:0").start().expect("node starts")
+}
+
+pub fn listening_node_on(rt: Runtime) -> Node {
+    Node::builder().listen("tcp:127.0.0.1:0").runtime(rt).start().expect("node starts")
+}
+
+pub fn addr(n: &Node) -> String {
+    n.listen_addresses()[0].clone()
+}
+
+/// Counts messages per stream and checks they arrive in order; notifies when
+/// `expect` messages in total have arrived.
+pub struct Sink {
+    pub total: AtomicU64,
+    pub out_of_order: AtomicU64,
+    next: std::sync::Mutex<std::collections::HashMap<u32, u64>>,
+    done: tokio::sync::Notify,
+    expect: u64,
+}
+
+impl Sink {
+    pub fn install(node: &Node, expect: u64, body_len: Option<usize>) -> Arc<Sink> {
+        let sink = Arc::new(Sink {
+            total: AtomicU64::new(0),
+            out_of_order: AtomicU64::new(0),
+            next: Default::default(),
+            done: tokio::sync::Notify::new(),
+            expect,
+        });
+        let s = sink.clone();
+        node.handle(move |ctx, m: Numbered| {
+            if let Some(len) = body_len {
+                assert_eq!(ctx.body().len(), len, "body length");
+            }
+            let mut next = s.next.lock().unwrap();
+            let n = next.entry(m.stream).or_insert(0);
+            if m.seq != *n {
+                s.out_of_order.fetch_add(1, Ordering::Relaxed);
+            }
+            *n = m.seq + 1;
+            drop(next);
+            if s.total.fetch_add(1, Ordering::AcqRel) + 1 == s.expect {
+                s.done.notify_one();
+            }
+        })
+        .expect("handler registers");
+        sink
+    }
+
+    /// Waits until `expect` messages arrived (bounded by [`PATIENCE`]).
+    pub async fn wait(&self) {
+        let wait = async {
+            while self.total.load(Ordering::Acquire) < self.expect {
+                let n = self.done.notified();
+                tokio::pin!(n);
+                n.as_mut().enable();
+                if self.total.load(Ordering::Acquire) >= self.expect {
+                    break;
+                }
+                n.await;
+            }
+        };
+        tokio::time::timeout(PATIENCE, wait).await.unwrap_or_else(|_| {
+            panic!("only {} of {} messages arrived", self.total.load(Ordering::Acquire), self.expect)
+        });
+    }
+
+    pub fn wait_blocking(&self) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(self.wait());
+    }
+}

@@ -1,0 +1,136 @@
+//! Two nodes over TCP loopback.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use serde::{Deserialize, Serialize};
+use sitenet::{Message, Priority, Runtime, SendOptions};
+
+/// 10,000 messages of 64 KiB each way at once: far more than the socket
+/// buffers hold, so both directions are busy writing while they must keep
+/// reading. A channel that paused reads behind writes would deadlock here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_both_ways_at_once_does_not_deadlock() {
+    const N: u64 = 10_000;
+    const SIZE: usize = 64 * 1024;
+    // Separate runtime threads: each node's reads and writes really race.
+    let a = listening_node_on(Runtime::dedicated("test-a"));
+    let b = listening_node_on(Runtime::dedicated("test-b"));
+    let sink_a = Sink::install(&a, N, Some(SIZE));
+    let sink_b = Sink::install(&b, N, Some(SIZE));
+    let body = Bytes::from(vec![7u8; SIZE]);
+    let to_b = a.site(&addr(&b)).unwrap();
+    let to_a = b.site(&addr(&a)).unwrap();
+    let send = |site: sitenet::SiteRef, stream: u32| {
+        let body = body.clone();
+        tokio::spawn(async move {
+            for seq in 0..N {
+                site.send_with(&Numbered { stream, seq }, SendOptions::default().body(body.clone())).await.unwrap();
+            }
+        })
+    };
+    let ta = send(to_b.clone(), 1);
+    let tb = send(to_a.clone(), 2);
+    sink_a.wait().await;
+    sink_b.wait().await;
+    ta.await.unwrap();
+    tb.await.unwrap();
+    assert_eq!(sink_a.out_of_order.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(sink_b.out_of_order.load(std::sync::atomic::Ordering::Relaxed), 0);
+    // One channel between the two sites, whoever connected first.
+    let opened = a.metrics().channels_opened + b.metrics().channels_opened;
+    assert!(opened >= 2, "each side saw the channel open: {opened}");
+    // Everything is acknowledged eventually: the senders' memory is freed.
+    eprintln!("a: {:?}\nb: {:?}", a.metrics(), b.metrics());
+    let ra = a.shutdown(PATIENCE).await;
+    let rb = b.shutdown(PATIENCE).await;
+    assert_eq!(ra.unacknowledged_bytes, 0);
+    assert_eq!(rb.unacknowledged_bytes, 0);
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Square(u64);
+impl Message for Square {
+    const ID: u32 = 200;
+}
+#[derive(Debug, Serialize, Deserialize)]
+struct Squared(u64);
+impl Message for Squared {
+    const ID: u32 = 201;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_reply_and_errors() {
+    let server = listening_node();
+    server
+        .handle(|ctx, Square(x)| {
+            if x == 13 {
+                panic!("unlucky");
+            }
+            ctx.reply_with(&Squared(x * x), vec![ctx.body().clone()]).unwrap();
+        })
+        .unwrap();
+    let client = sitenet::Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    for x in (0..200u64).filter(|x| *x != 13) {
+        let body = Bytes::from(x.to_le_bytes().to_vec());
+        let r = site
+            .request::<Square, Squared>(&Square(x), SendOptions::priority(Priority::High).body(body.clone()), PATIENCE)
+            .await
+            .unwrap();
+        assert_eq!(r.msg.0, x * x);
+        assert_eq!(r.body, body);
+    }
+    // A handler that panics: the requester gets a remote error, the server
+    // keeps working, and the message counts as delivered.
+    let e = site.request::<Square, Squared>(&Square(13), SendOptions::default(), PATIENCE).await.unwrap_err();
+    assert!(matches!(e, sitenet::RequestError::Remote(ref r) if r.contains("panicked")), "{e:?}");
+    assert_eq!(server.metrics().handler_panics, 1);
+    // A type with no handler: a remote error, not a closed channel.
+    let e = site.request::<Squared, Squared>(&Squared(1), SendOptions::default(), PATIENCE).await.unwrap_err();
+    assert!(matches!(e, sitenet::RequestError::Remote(ref r) if r.contains("no handler")), "{e:?}");
+    // A request the server never answers times out; the late reply (none
+    // here) would be discarded.
+    server.handle(|_ctx, _m: Numbered| {}).unwrap();
+    let e = site
+        .request::<Numbered, Squared>(&Numbered { stream: 0, seq: 0 }, SendOptions::default(), Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert_eq!(e, sitenet::RequestError::Timeout(Duration::from_millis(200)));
+    assert_eq!(server.metrics().protocol_errors, 0);
+    assert_eq!(client.metrics().channels_closed, 0, "application faults never close a channel");
+    let r = site.request::<Square, Squared>(&Square(3), SendOptions::default(), PATIENCE).await.unwrap();
+    assert_eq!(r.msg.0, 9);
+}
+
+#[test]
+fn registering_an_id_twice_or_a_reserved_id_fails() {
+    let n = sitenet::Node::builder().start().unwrap();
+    n.handle(|_, _m: Square| {}).unwrap();
+    assert!(matches!(n.handle(|_, _m: Square| {}), Err(sitenet::NodeError::DuplicateHandler(200))));
+    assert!(matches!(
+        n.handle(|_, _m: sitenet::services::Echo| {}),
+        Err(sitenet::NodeError::ReservedId(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_larger_than_the_maximum_is_refused_at_send() {
+    let server = sitenet::Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| c.max_message_size = 64 * 1024)
+        .start()
+        .unwrap();
+    let sink = Sink::install(&server, 1, None);
+    let client = sitenet::Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    // First message opens the channel and teaches the client the peer's limit.
+    site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
+    sink.wait().await;
+    let big = Bytes::from(vec![0u8; 128 * 1024]);
+    let e = site.try_send_with(&Numbered { stream: 0, seq: 1 }, SendOptions::default().body(big)).unwrap_err();
+    assert!(matches!(e, sitenet::SendError::TooLarge { max: 65536, .. }), "{e:?}");
+}
