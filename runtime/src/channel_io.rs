@@ -119,12 +119,13 @@ pub(crate) async fn connect_and_open(
 /// Runs the acceptor's side up to NEGOTIATE on a freshly accepted channel.
 /// The handshake uses minimum-size buffers (a flood of half-open connections
 /// costs little); they are replaced by full-size ones once the peer has
-/// identified itself.
+/// identified itself. On failure the channel is handed back with the reason,
+/// so the caller can report the fault before the peer sees the close.
 pub(crate) async fn accept_until_negotiate(
     ch: Channel,
     local: LocalInfo,
     handshake_timeout: Duration,
-) -> Result<(RawChannel, Negotiate), OpenFailure> {
+) -> Result<(RawChannel, Negotiate), (Channel, OpenFailure)> {
     let small = MIN_BUFFER as usize;
     let mut inb = ByteBuffer::new(small);
     let mut outb = ByteBuffer::new(small);
@@ -141,8 +142,9 @@ pub(crate) async fn accept_until_negotiate(
         }
     };
     let neg = match actix_rt::time::timeout(handshake_timeout, run).await {
-        Err(_) => return Err(OpenFailure::Open(OpenError::Timeout)),
-        Ok(r) => r?,
+        Err(_) => return Err((ch, OpenFailure::Open(OpenError::Timeout))),
+        Ok(Err(e)) => return Err((ch, e)),
+        Ok(Ok(n)) => n,
     };
     let size = local.buffer_size as usize;
     let mut big_in = ByteBuffer::new(size);

@@ -309,6 +309,8 @@ impl ComObject {
     fn attach(&mut self, raw: RawChannel, ctx: &mut Context<Self>) {
         self.chan_seq += 1;
         let peer = raw.ch.peer();
+        let buffers = (raw.inb.capacity() + raw.outb.capacity()) as u64;
+        Counters::add(&self.node.counters.channel_buffer_bytes, buffers);
         tracing::debug!(site = ?self.entry.id.get(), %peer, generation = ?self.session.channel().map(|c| c.generation), "channel working");
         self.live = Some(Live {
             id: self.chan_seq,
@@ -328,6 +330,8 @@ impl ComObject {
 
     fn drop_live(&mut self, ctx: &mut Context<Self>) -> Option<String> {
         let live = self.live.take()?;
+        let buffers = (live.inb.capacity() + live.outb.capacity()) as u64;
+        self.node.counters.channel_buffer_bytes.fetch_sub(buffers, std::sync::atomic::Ordering::Relaxed);
         for h in [live.read, live.write].into_iter().flatten() {
             ctx.cancel_future(h);
         }
@@ -337,7 +341,7 @@ impl ComObject {
     }
 
     fn lose_channel(&mut self, why: Lost, ctx: &mut Context<Self>) {
-        let Some(peer) = self.drop_live(ctx) else { return };
+        let Some(peer) = self.live.as_ref().map(|l| l.peer.clone()) else { return };
         match &why {
             Lost::Protocol(e) => {
                 Counters::add(&self.node.counters.protocol_errors, 1);
@@ -353,6 +357,8 @@ impl ComObject {
                 tracing::info!(site = ?self.entry.id.get(), %peer, reason = %why, "channel lost")
             }
         }
+        // Closed only after the fault is on record.
+        self.drop_live(ctx);
         self.schedule_reconnect();
         self.drive(ctx);
     }

@@ -53,6 +53,9 @@ counters! {
     reads,
     /// Writes to sockets.
     writes,
+    /// Gauge: bytes of ByteBuffers held by working channels (two fixed
+    /// buffers per channel; it never grows with traffic).
+    channel_buffer_bytes,
 }
 
 impl Counters {

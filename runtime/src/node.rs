@@ -305,14 +305,16 @@ impl NodeInner {
                         a.do_send(Adopt { raw, neg });
                     }
                 }
-                Err(e) => {
+                Err((ch, e)) => {
                     tracing::info!(%peer, error = %e, "accepted channel closed during the handshake");
                     if let crate::channel_io::OpenFailure::Open(oe) = &e {
                         if !matches!(oe, sitenet_protocols::OpenError::Timeout) {
                             Counters::add(&self.counters.protocol_errors, 1);
                         }
-                        self.record_fault(FaultReport { site: None, peer, reason: e.to_string(), permanent: false });
                     }
+                    self.record_fault(FaultReport { site: None, peer, reason: e.to_string(), permanent: false });
+                    // Closed only now: the fault is on record before the peer sees the close.
+                    drop(ch);
                 }
             }
         });
