@@ -87,6 +87,7 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     // A healthy peer exchanging request/replies throughout.
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicU64::new(0));
+    let (first_tx, first_rx) = std::sync::mpsc::channel();
     let healthy = {
         let (a, stop, ok) = (a.clone(), stop.clone(), ok.clone());
         std::thread::spawn(move || {
@@ -99,11 +100,17 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
                     .expect("healthy peer keeps working");
                 assert_eq!(r.msg.seq, seq);
                 ok.fetch_add(1, Ordering::Relaxed);
+                if seq == 0 {
+                    first_tx.send(()).unwrap();
+                }
                 seq += 1;
             }
             assert_eq!(client.metrics().channels_closed, 0, "the healthy channel was never disturbed");
         })
     };
+
+    // The bad peers start once the healthy one is exchanging.
+    first_rx.recv_timeout(PATIENCE).expect("healthy peer connects");
 
     // 1. Garbage instead of a handshake.
     let before = fault_count(&server);
@@ -195,11 +202,12 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     assert!(server.metrics().handshakes_refused > 0, "{:?}", server.metrics());
     drop(idle);
 
+    // While the healthy peer still runs, its channel is the only working one,
+    // with its two fixed rings: no flood made any buffer grow.
+    assert_eq!(server.metrics().channel_buffer_bytes, 128 * 1024, "{:?}", server.metrics());
     stop.store(true, Ordering::Release);
     healthy.join().unwrap();
     assert!(ok.load(Ordering::Relaxed) >= 50);
     let m = server.metrics();
     assert!(m.protocol_errors >= 6, "{m:?}");
-    // The healthy channel is the only working one, with its two fixed rings.
-    assert_eq!(m.channel_buffer_bytes, 128 * 1024, "{m:?}");
 }
