@@ -41,5 +41,5 @@ pub use link::{decide, Decision, LinkView};
 pub use message::{InMessage, MessageKind, OutMessage, Prelude, PRELUDE_LEN};
 pub use priority::Priority;
 pub use reassembly::ReassemblyBudget;
-pub use session::{ChannelParams, Session, SessionConfig, SessionStats};
+pub use session::{ChannelParams, ClosePhase, CloseReason, Session, SessionConfig, SessionEvent, SessionStats};
 pub use site::SiteId;

@@ -52,6 +52,12 @@ pub struct SessionConfig {
     pub ack_delay: Duration,
     /// Lane weights and level-1 promotion.
     pub scheduler: SchedulerConfig,
+    /// Send a heartbeat when nothing was sent for this long.
+    pub heartbeat_interval: Duration,
+    /// Presume the channel dead when nothing was heard for this long.
+    pub silence_timeout: Duration,
+    /// Bound on every wait of the close protocol.
+    pub close_timeout: Duration,
 }
 
 impl Default for SessionConfig {
@@ -62,8 +68,82 @@ impl Default for SessionConfig {
             ack_messages: 100,
             ack_delay: Duration::from_millis(20),
             scheduler: SchedulerConfig::default(),
+            heartbeat_interval: Duration::from_secs(1),
+            silence_timeout: Duration::from_secs(5),
+            close_timeout: Duration::from_secs(5),
         }
     }
+}
+
+/// Where the working channel stands in the close protocol.
+///
+/// ```text
+///            begin_close_weak           CLOSE_ACCEPT / crossing CLOSE_WEAK / CLOSE_HARD
+///   Open ─────────────────────> ClosingWeak ───────────────> (CloseChannel event)
+///     │  <──── CLOSE_REJECT ────────┘   └── timer ──────────> (CloseChannel event)
+///     │      begin_close_hard           CLOSE_ACCEPT / crossing close / timer
+///     ├───────────────────────> ClosingHard ───────────────> (CloseChannel event)
+///     │  peer CLOSE_WEAK, no local need → answer CLOSE_ACCEPT
+///     ├───────────────────────> PeerClosing ─ peer closes / timer ─> (CloseChannel event)
+///     │  peer CLOSE_HARD → answer CLOSE_ACCEPT
+///     └───────────────────────> PeerClosing
+///        peer CLOSE_WEAK with local need → answer CLOSE_REJECT, stay Open
+/// ```
+///
+/// In every state but `Open` no new application message is sent; acks,
+/// heartbeats and close frames still are. Every wait ends by its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClosePhase {
+    /// Working normally.
+    Open,
+    /// We sent CLOSE_WEAK; the peer may accept or reject.
+    ClosingWeak {
+        /// When we give up waiting.
+        deadline: Instant,
+    },
+    /// We sent CLOSE_HARD; the peer must accept.
+    ClosingHard {
+        /// When we give up waiting.
+        deadline: Instant,
+    },
+    /// We accepted the peer's close; it closes the channel.
+    PeerClosing {
+        /// The peer's close was hard (it will reconnect; we wait for it).
+        hard: bool,
+        /// When we close it ourselves.
+        deadline: Instant,
+    },
+}
+
+/// Why the session asks the driver to close the channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Our weak close was accepted (or crossed the peer's): the channel is no
+    /// longer needed. Reopen only when a need arises.
+    WeakDone,
+    /// Our hard close completed: reopen when resources allow.
+    HardDone,
+    /// The peer closed weakly and we accepted.
+    PeerWeak,
+    /// The peer closed hard (it was short of resources) and will reconnect;
+    /// wait for it rather than reconnecting at once.
+    PeerHard,
+    /// A close-protocol wait ran out.
+    Timeout,
+}
+
+/// Something the driver must act on (see [`Session::poll_event`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// Close the channel now.
+    CloseChannel(CloseReason),
+    /// The peer rejected our weak close: it still needs the channel. Do not
+    /// try again for a while.
+    WeakCloseRejected,
+    /// The peer told us it holds no more references to us.
+    PeerClearedReference,
+    /// Nothing was heard for the silence timeout: presume the channel dead.
+    Silent,
 }
 
 /// What the open protocol settled for a new channel.
@@ -94,6 +174,8 @@ pub struct SessionStats {
     pub frames_out: u64,
     /// Explicit ack frames written.
     pub acks_out: u64,
+    /// Heartbeat frames written.
+    pub heartbeats_out: u64,
     /// Frames consumed.
     pub frames_in: u64,
 }
@@ -131,6 +213,16 @@ pub struct Session {
     freed: (u64, u64),
     queued_bytes: u64,
     stats: SessionStats,
+    close: ClosePhase,
+    /// Close frames to send, before anything else.
+    control: VecDeque<FrameKind>,
+    events: VecDeque<SessionEvent>,
+    /// Whether the local side still needs the channel (references held).
+    local_need: bool,
+    /// Last time a frame was written / read on the working channel (set on
+    /// the first call after `channel_up`).
+    last_tx: Option<Instant>,
+    last_rx: Option<Instant>,
 }
 
 impl Session {
@@ -158,7 +250,101 @@ impl Session {
             freed: (0, 0),
             queued_bytes: 0,
             stats: SessionStats::default(),
+            close: ClosePhase::Open,
+            control: VecDeque::new(),
+            events: VecDeque::new(),
+            local_need: true,
+            last_tx: None,
+            last_rx: None,
         }
+    }
+
+    /// Where the working channel stands in the close protocol.
+    pub fn close_phase(&self) -> ClosePhase {
+        self.close
+    }
+
+    /// Tells the session whether the local side still holds references to
+    /// the peer (a weak close from the peer is then rejected).
+    pub fn set_local_need(&mut self, need: bool) {
+        self.local_need = need;
+    }
+
+    fn has_need(&self) -> bool {
+        self.local_need || self.pending_messages() > 0
+    }
+
+    /// Starts a weak close ("no longer needed"). Refused (false) without a
+    /// working channel, while another close runs, or while messages are
+    /// queued or unacknowledged.
+    pub fn begin_close_weak(&mut self, now: Instant) -> bool {
+        if !self.is_working() || self.close != ClosePhase::Open || self.pending_messages() > 0 {
+            return false;
+        }
+        self.control.push_back(FrameKind::ClearReference);
+        self.control.push_back(FrameKind::CloseWeak);
+        self.close = ClosePhase::ClosingWeak { deadline: now + self.cfg.close_timeout };
+        true
+    }
+
+    /// Starts a hard close ("resources are short"), which the peer must grant.
+    /// Queued and unacknowledged messages stay for the next channel.
+    pub fn begin_close_hard(&mut self, now: Instant) -> bool {
+        if !self.is_working() || matches!(self.close, ClosePhase::ClosingHard { .. }) {
+            return false;
+        }
+        self.control.push_back(FrameKind::CloseHard);
+        self.close = ClosePhase::ClosingHard { deadline: now + self.cfg.close_timeout };
+        true
+    }
+
+    /// The next event for the driver, if any.
+    pub fn poll_event(&mut self) -> Option<SessionEvent> {
+        self.events.pop_front()
+    }
+
+    fn on_close_frame(&mut self, now: Instant, kind: FrameKind) -> Result<(), ProtocolError> {
+        let deadline = now + self.cfg.close_timeout;
+        match (self.close, kind) {
+            (_, FrameKind::ClearReference) => self.events.push_back(SessionEvent::PeerClearedReference),
+            (ClosePhase::Open, FrameKind::CloseWeak) => {
+                if self.has_need() {
+                    self.control.push_back(FrameKind::CloseReject);
+                } else {
+                    self.control.push_back(FrameKind::CloseAccept);
+                    self.close = ClosePhase::PeerClosing { hard: false, deadline };
+                }
+            }
+            (ClosePhase::Open, FrameKind::CloseHard) | (ClosePhase::PeerClosing { hard: false, .. }, FrameKind::CloseHard) => {
+                self.control.push_back(FrameKind::CloseAccept);
+                self.close = ClosePhase::PeerClosing { hard: true, deadline };
+            }
+            // Crossing weak closes count as an accept (Mozart's W4 left both
+            // sides waiting for ever).
+            (ClosePhase::ClosingWeak { .. }, FrameKind::CloseWeak | FrameKind::CloseAccept) => {
+                self.finish_close(CloseReason::WeakDone)
+            }
+            // A hard close from the peer while we close weakly: grant it.
+            (ClosePhase::ClosingWeak { .. }, FrameKind::CloseHard) => self.finish_close(CloseReason::PeerHard),
+            (ClosePhase::ClosingHard { .. }, FrameKind::CloseAccept | FrameKind::CloseHard | FrameKind::CloseWeak) => {
+                self.finish_close(CloseReason::HardDone)
+            }
+            (ClosePhase::ClosingWeak { .. } | ClosePhase::ClosingHard { .. }, FrameKind::CloseReject) => {
+                self.close = ClosePhase::Open;
+                self.events.push_back(SessionEvent::WeakCloseRejected);
+            }
+            // The peer repeats a close we already accepted: nothing more to do.
+            (ClosePhase::PeerClosing { .. }, FrameKind::CloseWeak | FrameKind::CloseHard) => {}
+            (state, kind) => {
+                return Err(ProtocolError::Unexpected { kind, state: close_state_name(state) });
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_close(&mut self, reason: CloseReason) {
+        self.close = ClosePhase::Open;
+        self.events.push_back(SessionEvent::CloseChannel(reason));
     }
 
     /// Queues a message. Fails if it exceeds what the peer accepts (known
@@ -251,6 +437,10 @@ impl Session {
     /// fragment on the next channel; partly received ones are discarded.
     pub fn channel_down(&mut self) {
         self.channel = None;
+        self.close = ClosePhase::Open;
+        self.control.clear();
+        self.last_tx = None;
+        self.last_rx = None;
         for c in self.current.iter_mut().flatten() {
             c.rewind();
         }
@@ -282,6 +472,9 @@ impl Session {
     ) -> Result<(), ProtocolError> {
         let max_payload = self.max_payload();
         let mut hb = [0u8; HEADER_LEN];
+        if input.len() > 0 {
+            self.last_rx = Some(now);
+        }
         while input.peek(0, &mut hb) {
             let h = FrameHeader::decode(&hb, max_payload)?;
             // The ack is processed as soon as the header is there.
@@ -299,6 +492,16 @@ impl Session {
                     self.on_data(now, &h, a, b, deliver)?;
                 }
                 FrameKind::Ack | FrameKind::Heartbeat => {}
+                kind @ (FrameKind::CloseWeak
+                | FrameKind::CloseHard
+                | FrameKind::CloseAccept
+                | FrameKind::CloseReject
+                | FrameKind::ClearReference) => {
+                    if h.payload_len != 0 {
+                        return Err(ProtocolError::Malformed { what: "close frame", reason: "non-empty payload".into() });
+                    }
+                    self.on_close_frame(now, kind)?;
+                }
                 kind => return Err(ProtocolError::Unexpected { kind, state: "working" }),
             }
             self.stats.frames_in += 1;
@@ -394,13 +597,18 @@ impl Session {
 
     /// True if a frame is waiting to be written (data, or a due ack).
     pub fn wants_to_send(&self, now: Instant) -> bool {
-        self.is_working()
+        if !self.is_working() {
+            return false;
+        }
+        // While closing, only close frames and acks go out.
+        let data = self.close == ClosePhase::Open
             && (self.resend_current.is_some()
                 || !self.resend.is_empty()
                 || self.current.iter().any(Option::is_some)
-                || self.queues.iter().any(|q| !q.is_empty())
-                || self.ack_due(now))
+                || self.queues.iter().any(|q| !q.is_empty()));
+        data || !self.control.is_empty() || self.ack_due(now)
     }
+
 
     /// Fills `out` with as many frames as fit (a no-op without a working
     /// channel). Returns the bytes written.
@@ -410,7 +618,20 @@ impl Session {
         }
         let start = out.len();
         let max_payload = self.max_payload();
-        loop {
+        // Close frames first; they carry the current ack like any frame.
+        while let Some(&kind) = self.control.front() {
+            if out.free() < HEADER_LEN {
+                break;
+            }
+            let mut hb = [0u8; HEADER_LEN];
+            FrameHeader::control(kind, 0, self.last_received).encode(&mut hb);
+            out.push(&hb);
+            self.note_ack_carried();
+            self.control.pop_front();
+        }
+        // While closing, no new application message goes out.
+        let sending = self.close == ClosePhase::Open;
+        while sending {
             let ack = self.last_received;
             // Resent messages go first, in number order, before any new traffic.
             if self.resend_current.is_none() {
@@ -463,11 +684,20 @@ impl Session {
             self.note_ack_carried();
             self.stats.acks_out += 1;
         }
-        out.len() - start
+        let written = out.len() - start;
+        let last_tx = *self.last_tx.get_or_insert(now);
+        if written > 0 {
+            self.last_tx = Some(now);
+        } else if now.saturating_duration_since(last_tx) >= self.cfg.heartbeat_interval && self.write_heartbeat(out) {
+            self.last_tx = Some(now);
+            self.stats.heartbeats_out += 1;
+            return out.len() - start;
+        }
+        written
     }
 
     /// Writes a heartbeat frame (it also carries the current ack).
-    pub fn write_heartbeat(&mut self, out: &mut ByteBuffer) -> bool {
+    fn write_heartbeat(&mut self, out: &mut ByteBuffer) -> bool {
         if out.free() < HEADER_LEN {
             return false;
         }
@@ -478,18 +708,49 @@ impl Session {
         true
     }
 
-    /// Advances timers to `now` (the delayed ack becomes due: the next
-    /// [`poll_transmit`](Self::poll_transmit) writes it).
-    pub fn handle_timeout(&mut self, _now: Instant) {}
+    /// Advances timers to `now`. A delayed ack or a heartbeat becomes due
+    /// (the next [`poll_transmit`](Self::poll_transmit) writes it); a close
+    /// wait that ran out, or silence past the silence timeout, produces an
+    /// event.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if !self.is_working() {
+            return;
+        }
+        match self.close {
+            ClosePhase::ClosingWeak { deadline }
+            | ClosePhase::ClosingHard { deadline }
+            | ClosePhase::PeerClosing { deadline, .. }
+                if now >= deadline =>
+            {
+                self.finish_close(CloseReason::Timeout);
+                return;
+            }
+            _ => {}
+        }
+        let last_rx = *self.last_rx.get_or_insert(now);
+        if now.saturating_duration_since(last_rx) >= self.cfg.silence_timeout
+            && !self.events.contains(&SessionEvent::Silent)
+        {
+            self.events.push_back(SessionEvent::Silent);
+        }
+    }
 
     /// The next instant at which [`handle_timeout`](Self::handle_timeout) must
     /// be called, if any.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.is_working() && self.last_received > self.ack_sent {
-            self.ack_deadline
-        } else {
-            None
+        if !self.is_working() {
+            return None;
         }
+        let ack = (self.last_received > self.ack_sent).then_some(self.ack_deadline).flatten();
+        let close = match self.close {
+            ClosePhase::Open => None,
+            ClosePhase::ClosingWeak { deadline }
+            | ClosePhase::ClosingHard { deadline }
+            | ClosePhase::PeerClosing { deadline, .. } => Some(deadline),
+        };
+        let heartbeat = self.last_tx.map(|t| t + self.cfg.heartbeat_interval);
+        let silence = self.last_rx.map(|t| t + self.cfg.silence_timeout);
+        [ack, close, heartbeat, silence].into_iter().flatten().min()
     }
 
     /// Bytes queued and not yet completely sent.
@@ -511,5 +772,14 @@ impl Session {
         self.resend.clear();
         self.resend_current = None;
         (not_sent, self.ledger.drain())
+    }
+}
+
+fn close_state_name(p: ClosePhase) -> &'static str {
+    match p {
+        ClosePhase::Open => "working",
+        ClosePhase::ClosingWeak { .. } => "closing weakly",
+        ClosePhase::ClosingHard { .. } => "closing hard",
+        ClosePhase::PeerClosing { .. } => "waiting for the peer to close",
     }
 }

@@ -82,6 +82,7 @@ async fn fill(ch: &Channel, inb: &mut ByteBuffer) -> io::Result<bool> {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn connect_and_open(
     addr: Address,
+    fault: Option<sitenet_transport::FaultInjector>,
     local: LocalInfo,
     expected: Option<SiteId>,
     last_received: u64,
@@ -92,7 +93,10 @@ pub(crate) async fn connect_and_open(
     let ch = match actix_rt::time::timeout(connect_timeout, Channel::connect(&addr)).await {
         Err(_) => return Err(OpenFailure::ConnectTimeout(addr.to_string())),
         Ok(Err(source)) => return Err(OpenFailure::Connect { addr: addr.to_string(), source }),
-        Ok(Ok(ch)) => ch,
+        Ok(Ok(ch)) => match &fault {
+            Some(f) => f.wrap(ch),
+            None => ch,
+        },
     };
     let size = local.buffer_size as usize;
     let mut raw = RawChannel { ch, inb: ByteBuffer::new(size), outb: ByteBuffer::new(size) };

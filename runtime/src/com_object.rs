@@ -23,8 +23,8 @@ use rand::Rng;
 
 use sitenet_protocols::handshake::write_answer;
 use sitenet_protocols::{
-    decide, ByteBuffer, ChannelParams, Decision, LinkView, Negotiate, NegotiateAns, OpenError, Opened, OutMessage,
-    ProtocolError, RefuseReason, Session, SessionStats,
+    decide, ByteBuffer, ChannelParams, ClosePhase, CloseReason, Decision, LinkView, Negotiate, NegotiateAns, OpenError,
+    Opened, OutMessage, ProtocolError, RefuseReason, Session, SessionEvent, SessionStats,
 };
 use sitenet_transport::Channel;
 
@@ -33,7 +33,7 @@ use crate::error::SiteFailure;
 use crate::handlers::dispatch;
 use crate::metrics::Counters;
 use crate::node::{FaultReport, NodeInner};
-use crate::site::{HandedBack, SiteEntry};
+use crate::site::{FaultState, HandedBack, SiteEntry};
 
 /// Reads per readiness event before yielding to other actors on the thread
 /// (a flooding peer cannot monopolise the runtime).
@@ -61,6 +61,12 @@ pub(crate) struct Stop;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Kill;
+
+/// Close the channel with CLOSE_HARD (the fd-slot controller's preemption,
+/// and tests). The site reconnects when it needs to; nothing is lost.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct CloseHard;
 
 /// Test hook: block the actor (and its thread) until released.
 #[derive(Message)]
@@ -90,6 +96,8 @@ enum Lost {
     Eof,
     #[error("peer broke the protocol: {0}")]
     Protocol(ProtocolError),
+    #[error("nothing heard for the silence timeout")]
+    Silent,
 }
 
 pub(crate) struct ComObject {
@@ -106,6 +114,12 @@ pub(crate) struct ComObject {
     scratch: Vec<OutMessage>,
     failed: bool,
     reported: SessionStats,
+    /// Last time an application message was sent or delivered.
+    idle_since: Instant,
+    /// When the peer last rejected our weak close.
+    weak_rejected_at: Option<Instant>,
+    /// Since when the site is temporarily failed.
+    temp_since: Option<Instant>,
 }
 
 impl Actor for ComObject {
@@ -134,7 +148,60 @@ impl ComObject {
             scratch: Vec::new(),
             failed: false,
             reported: SessionStats::default(),
+            idle_since: Instant::now(),
+            weak_rejected_at: None,
+            temp_since: None,
         }
+    }
+
+    fn set_fault(&mut self, state: FaultState, reason: &str) {
+        if state == FaultState::TempFailed && self.temp_since.is_none() {
+            self.temp_since = Some(Instant::now());
+        }
+        if state == FaultState::Ok {
+            self.temp_since = None;
+        }
+        if self.entry.set_fault(state, reason) {
+            tracing::info!(site = ?self.entry.id.get(), ?state, %reason, "fault state");
+        }
+    }
+
+    /// Acts on what the session asks for.
+    fn process_events(&mut self, ctx: &mut Context<Self>) {
+        while let Some(ev) = self.session.poll_event() {
+            match ev {
+                SessionEvent::CloseChannel(reason) => {
+                    // Whatever the session still has for the peer (answers,
+                    // acks) is written if the socket takes it now.
+                    self.flush(ctx);
+                    self.close_channel(reason, ctx)
+                }
+                SessionEvent::WeakCloseRejected => {
+                    tracing::debug!(site = ?self.entry.id.get(), "peer still needs the channel; weak close rejected");
+                    self.weak_rejected_at = Some(Instant::now());
+                }
+                SessionEvent::PeerClearedReference => {
+                    tracing::debug!(site = ?self.entry.id.get(), "peer cleared its reference")
+                }
+                SessionEvent::Silent => self.lose_channel(Lost::Silent, ctx),
+            }
+        }
+    }
+
+    /// An orderly end of the channel (close protocol): not a failure.
+    fn close_channel(&mut self, reason: CloseReason, ctx: &mut Context<Self>) {
+        let Some(peer) = self.drop_live(ctx) else { return };
+        tracing::debug!(site = ?self.entry.id.get(), %peer, ?reason, "channel closed by the close protocol");
+        match reason {
+            CloseReason::WeakDone | CloseReason::PeerWeak | CloseReason::HardDone => {}
+            CloseReason::PeerHard => {
+                // The peer is short of resources and will call back; only if
+                // it does not do we reconnect, later.
+                self.reconnect_at = Some(Instant::now() + self.node.cfg.reopen_after_peer_hard_close);
+            }
+            CloseReason::Timeout => self.schedule_reconnect(),
+        }
+        self.drive(ctx);
     }
 
     /// Moves what `SiteRef`s queued into the session.
@@ -164,6 +231,21 @@ impl ComObject {
         self.session.pending_messages() > 0
     }
 
+    fn has_refs(&self) -> bool {
+        self.entry.refs.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+
+    /// When the linger rule would allow a weak close, if it applies at all.
+    fn linger_deadline(&self) -> Option<Instant> {
+        if self.has_refs() || self.has_need() || !self.session.is_working() || self.session.close_phase() != ClosePhase::Open
+        {
+            return None;
+        }
+        let linger = self.node.cfg.linger;
+        let after_reject = self.weak_rejected_at.map(|t| t + linger);
+        Some([Some(self.idle_since + linger), after_reject].into_iter().flatten().max().expect("one element"))
+    }
+
     /// The one place that reacts to anything: queue, open if needed, flush,
     /// account, re-arm the timer.
     fn drive(&mut self, ctx: &mut Context<Self>) {
@@ -182,7 +264,10 @@ impl ComObject {
     }
 
     fn account(&mut self) {
-        let (_, bytes) = self.session.take_freed();
+        let (freed, bytes) = self.session.take_freed();
+        if freed > 0 {
+            self.idle_since = Instant::now();
+        }
         self.entry.outbox.release(bytes);
         if bytes > 0 {
             self.node.acked.notify_waiters();
@@ -192,6 +277,9 @@ impl ComObject {
         Counters::add(&c.messages_sent, s.sent - self.reported.sent);
         Counters::add(&c.messages_retransmitted, s.retransmitted - self.reported.retransmitted);
         Counters::add(&c.duplicates, s.duplicates - self.reported.duplicates);
+        if s.delivered != self.reported.delivered || s.sent != self.reported.sent {
+            self.idle_since = Instant::now();
+        }
         self.reported = s;
     }
 
@@ -270,7 +358,13 @@ impl ComObject {
     /// Reads large chunks and decodes every complete frame after each read,
     /// calling handlers directly.
     fn on_readable(&mut self, ctx: &mut Context<Self>) {
+        self.session.set_local_need(self.has_refs());
         let outcome = self.read_and_process();
+        let id = self.live.as_ref().map(|l| l.id);
+        self.process_events(ctx);
+        if self.live.as_ref().map(|l| l.id) != id {
+            return; // the events closed the channel
+        }
         match outcome {
             Ok(()) => {
                 self.arm_read(ctx);
@@ -323,7 +417,9 @@ impl ComObject {
         });
         self.backoff = self.node.cfg.reconnect_min;
         self.reconnect_at = None;
+        self.idle_since = Instant::now();
         Counters::add(&self.node.counters.channels_opened, 1);
+        self.set_fault(FaultState::Ok, "channel working");
         self.node.acked.notify_waiters();
         self.on_readable(ctx);
     }
@@ -342,6 +438,11 @@ impl ComObject {
 
     fn lose_channel(&mut self, why: Lost, ctx: &mut Context<Self>) {
         let Some(peer) = self.live.as_ref().map(|l| l.peer.clone()) else { return };
+        // The peer closing after we granted its close is the expected end.
+        if let (ClosePhase::PeerClosing { hard, .. }, Lost::Eof | Lost::Io(_)) = (self.session.close_phase(), &why) {
+            let reason = if hard { CloseReason::PeerHard } else { CloseReason::PeerWeak };
+            return self.close_channel(reason, ctx);
+        }
         match &why {
             Lost::Protocol(e) => {
                 Counters::add(&self.node.counters.protocol_errors, 1);
@@ -353,12 +454,13 @@ impl ComObject {
                     permanent: false,
                 });
             }
-            Lost::Io(_) | Lost::Eof => {
+            Lost::Io(_) | Lost::Eof | Lost::Silent => {
                 tracing::info!(site = ?self.entry.id.get(), %peer, reason = %why, "channel lost")
             }
         }
         // Closed only after the fault is on record.
         self.drop_live(ctx);
+        self.set_fault(FaultState::TempFailed, &why.to_string());
         self.schedule_reconnect();
         self.drive(ctx);
     }
@@ -383,6 +485,7 @@ impl ComObject {
         let cfg = &self.node.cfg;
         let f = connect_and_open(
             addr,
+            cfg.fault_injector.clone(),
             self.node.local_info(),
             self.entry.id.get().copied(),
             self.session.last_received(),
@@ -434,6 +537,9 @@ impl ComObject {
                     });
                 }
                 tracing::debug!(address = ?self.entry.address.as_ref().map(ToString::to_string), error = %e, "open failed; will retry");
+                if !matches!(e, OpenFailure::Open(OpenError::Refused(_))) {
+                    self.set_fault(FaultState::TempFailed, &e.to_string());
+                }
                 self.schedule_reconnect();
                 self.drive(ctx);
             }
@@ -473,8 +579,18 @@ impl ComObject {
         ctx.stop();
     }
 
+    fn give_up_deadline(&self) -> Option<Instant> {
+        Some(self.temp_since? + self.node.cfg.give_up_after?)
+    }
+
     fn rearm_timer(&mut self, ctx: &mut Context<Self>) {
-        let next = [self.session.poll_timeout(), self.reconnect_at].into_iter().flatten().min();
+        if self.failed {
+            return;
+        }
+        let next = [self.session.poll_timeout(), self.reconnect_at, self.linger_deadline(), self.give_up_deadline()]
+            .into_iter()
+            .flatten()
+            .min();
         if self.timer.as_ref().map(|t| t.0) == next {
             return;
         }
@@ -493,7 +609,15 @@ impl ComObject {
 
     fn on_timer(&mut self, ctx: &mut Context<Self>) {
         let now = Instant::now();
+        if self.give_up_deadline().is_some_and(|t| t <= now) {
+            let limit = self.node.cfg.give_up_after.expect("deadline implies a limit");
+            return self.fail(SiteFailure::GaveUp(limit), ctx);
+        }
         self.session.handle_timeout(now);
+        self.process_events(ctx);
+        if self.linger_deadline().is_some_and(|t| t <= now) && self.session.begin_close_weak(now) {
+            tracing::debug!(site = ?self.entry.id.get(), "no references and idle: closing weakly");
+        }
         if self.reconnect_at.is_some_and(|t| t <= now) {
             self.reconnect_at = None;
             if !self.session.is_working() && self.opening.is_none() && self.has_need() {
@@ -533,6 +657,7 @@ impl ComObject {
             permanent: true,
         });
         *self.entry.failed.lock() = Some((reason.clone(), back));
+        self.set_fault(FaultState::PermFailed, &reason);
         self.entry.outbox.notify_all();
         self.node.fail_requests(self.entry.key, &reason);
         self.node.acked.notify_waiters();
@@ -630,7 +755,22 @@ impl Handler<Kill> for ComObject {
     type Result = ();
 
     fn handle(&mut self, _: Kill, ctx: &mut Context<Self>) {
+        // CLOSE_HARD if a channel exists (written now if the socket takes
+        // it), then the site fails at once.
+        if self.session.begin_close_hard(Instant::now()) {
+            self.flush(ctx);
+        }
         self.fail(SiteFailure::Killed, ctx);
+    }
+}
+
+impl Handler<CloseHard> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, _: CloseHard, ctx: &mut Context<Self>) {
+        if self.session.begin_close_hard(Instant::now()) {
+            self.drive(ctx);
+        }
     }
 }
 

@@ -40,6 +40,25 @@ pub struct NodeConfig {
     /// Accepted channels still in their handshake beyond this are refused
     /// (a flood of connections cannot exhaust memory).
     pub max_pending_handshakes: usize,
+    /// Send a heartbeat on a channel idle this long.
+    pub heartbeat_interval: Duration,
+    /// A channel silent this long is presumed dead: the site is temporarily
+    /// failed and reconnected.
+    pub silence_timeout: Duration,
+    /// Bound on every wait of the close protocol.
+    pub close_timeout: Duration,
+    /// When no `SiteRef` to a site is left, nothing is pending and the channel
+    /// has been idle this long, it is closed weakly; after the peer rejects a
+    /// weak close, none is tried again for this long.
+    pub linger: Duration,
+    /// After the peer closed hard (it is short of resources and will come
+    /// back), wait this long before reconnecting ourselves.
+    pub reopen_after_peer_hard_close: Duration,
+    /// A site temporarily failed for this long is declared permanently
+    /// failed. `None` (the default): retried for ever.
+    pub give_up_after: Option<Duration>,
+    /// Wraps every channel (tests and fault drills: cuts, delays, partitions).
+    pub fault_injector: Option<sitenet_transport::FaultInjector>,
 }
 
 impl Default for NodeConfig {
@@ -59,6 +78,13 @@ impl Default for NodeConfig {
             reconnect_min: Duration::from_millis(10),
             reconnect_max: Duration::from_secs(5),
             max_pending_handshakes: 1024,
+            heartbeat_interval: Duration::from_secs(1),
+            silence_timeout: Duration::from_secs(5),
+            close_timeout: Duration::from_secs(5),
+            linger: Duration::from_secs(10),
+            reopen_after_peer_hard_close: Duration::from_secs(5),
+            give_up_after: None,
+            fault_injector: None,
         }
     }
 }
@@ -79,6 +105,9 @@ impl NodeConfig {
             ack_messages: self.ack_messages,
             ack_delay: self.ack_delay,
             scheduler: SchedulerConfig { weights: self.lane_weights, promote_after: self.background_promotion },
+            heartbeat_interval: self.heartbeat_interval,
+            silence_timeout: self.silence_timeout,
+            close_timeout: self.close_timeout,
         }
     }
 }

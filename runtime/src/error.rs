@@ -99,4 +99,22 @@ pub enum SiteFailure {
     /// Killed on purpose.
     #[error("killed by the local node")]
     Killed,
+    /// Temporarily failed for longer than the give-up timeout.
+    #[error("temporarily failed for longer than the give-up timeout ({0:?})")]
+    GaveUp(std::time::Duration),
+}
+
+/// Waiting for a site's messages to be acknowledged did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FlushError {
+    /// The deadline passed with messages still unacknowledged.
+    #[error("{pending_bytes} bytes still unacknowledged at the deadline")]
+    Timeout {
+        /// Bytes still held.
+        pending_bytes: u64,
+    },
+    /// The site failed permanently; see `SiteRef::failure` for what it
+    /// handed back.
+    #[error("site failed permanently: {0}")]
+    SiteFailed(String),
 }

@@ -70,7 +70,7 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     /// The sending site (reply to it, or keep it to talk later).
     pub fn sender(&self) -> SiteRef {
-        SiteRef { entry: self.from.clone(), node: self.node.clone() }
+        SiteRef::counted(self.from.clone(), self.node.clone())
     }
 
     /// The sending site's id.

@@ -36,11 +36,11 @@ pub mod services;
 mod site;
 
 pub use config::NodeConfig;
-pub use error::{NodeError, RequestError, SendError, SiteFailure};
+pub use error::{FlushError, NodeError, RequestError, SendError, SiteFailure};
 pub use handlers::Ctx;
 pub use message::{Message, Reply, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
 pub use runtime::Runtime;
-pub use site::{BusyGuard, HandedBack, SiteRef};
+pub use site::{BusyGuard, FaultEvent, FaultState, HandedBack, SiteRef};
 pub use sitenet_protocols::{Priority, SiteId};

@@ -17,7 +17,7 @@ use sitenet_protocols::{InMessage, LocalInfo, ReassemblyBudget, SiteId};
 use sitenet_transport::{Address, BoundListener, Channel, Listener};
 
 use crate::channel_io::accept_until_negotiate;
-use crate::com_object::{Adopt, ComObject, Kill, Stop};
+use crate::com_object::{Adopt, CloseHard, ComObject, Kill, Stop};
 use crate::config::NodeConfig;
 use crate::error::{NodeError, RequestError};
 use crate::handlers::{check_user_id, erase, Ctx, Handlers, RemoteError};
@@ -82,6 +82,7 @@ pub(crate) struct NodeInner {
     pub(crate) acked: Notify,
     faults: Mutex<VecDeque<FaultReport>>,
     pending_handshakes: AtomicUsize,
+    pub(crate) sinks: crate::services::Sinks,
 }
 
 impl NodeInner {
@@ -131,10 +132,15 @@ impl NodeInner {
     }
 
     /// The entry for an address, created (with its ComObject) if new.
+    /// A permanently failed site stays failed; the address then names a new
+    /// site (for example the restarted process, a new incarnation).
     fn entry_for_address(self: &Arc<Self>, a: Address) -> Arc<SiteEntry> {
         let mut t = self.sites.lock();
         if let Some(&k) = t.by_address.get(&a.to_string()) {
-            return t.entries[k].clone();
+            let e = t.entries[k].clone();
+            if e.failure().is_none() {
+                return e;
+            }
         }
         self.new_entry(&mut t, Some(a))
     }
@@ -292,6 +298,10 @@ impl NodeInner {
             return;
         }
         let peer = ch.peer();
+        let ch = match &self.cfg.fault_injector {
+            Some(f) => f.wrap(ch),
+            None => ch,
+        };
         actix_rt::spawn(async move {
             let r = accept_until_negotiate(ch, self.local_info(), self.cfg.handshake_timeout).await;
             self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
@@ -386,6 +396,7 @@ impl NodeBuilder {
             acked: Notify::new(),
             faults: Mutex::new(VecDeque::new()),
             pending_handshakes: AtomicUsize::new(0),
+            sinks: Default::default(),
         });
         crate::services::register(&inner)?;
         for b in bound {
@@ -466,7 +477,7 @@ impl Node {
             return Err(NodeError::Shutdown);
         }
         let a: Address = addr.parse()?;
-        Ok(SiteRef { entry: self.inner.entry_for_address(a), node: self.inner.clone() })
+        Ok(SiteRef::counted(self.inner.entry_for_address(a), self.inner.clone()))
     }
 
     /// The site with this id, if the node knows it (it connected to us, or
@@ -474,7 +485,7 @@ impl Node {
     pub fn site_by_id(&self, id: SiteId) -> Option<SiteRef> {
         let t = self.inner.sites.lock();
         let k = *t.by_id.get(&id)?;
-        Some(SiteRef { entry: t.entries[k].clone(), node: self.inner.clone() })
+        Some(SiteRef::counted(t.entries[k].clone(), self.inner.clone()))
     }
 
     /// Registers the handler for message type `M`. Registering a type id twice
@@ -493,6 +504,27 @@ impl Node {
     pub fn kill(&self, site: &SiteRef) {
         if let Some(a) = site.entry.resolved().addr.get() {
             a.do_send(Kill);
+        }
+    }
+
+    /// A stream of the site's fault-state changes: ok → temporarily failed
+    /// → ok, or permanently failed. The first item is the current state.
+    pub fn monitor(&self, site: &SiteRef) -> futures::channel::mpsc::UnboundedReceiver<crate::site::FaultEvent> {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let entry = site.entry.resolved();
+        let mut f = entry.fault.lock();
+        let _ = tx.unbounded_send(crate::site::FaultEvent { state: f.0, reason: String::new() });
+        f.1.push(tx);
+        rx
+    }
+
+    /// Closes the site's channel with CLOSE_HARD, which the peer must grant;
+    /// the site reconnects when it needs to, and nothing is lost. This is
+    /// the preemption the fd-slot controller uses; tests use it directly.
+    #[doc(hidden)]
+    pub fn close_hard(&self, site: &SiteRef) {
+        if let Some(a) = site.entry.resolved().addr.get() {
+            a.do_send(CloseHard);
         }
     }
 

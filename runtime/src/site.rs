@@ -16,6 +16,28 @@ use crate::metrics::Counters;
 use crate::node::NodeInner;
 use crate::outbox::Outbox;
 
+/// A site's fault state, as `Node::monitor` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum FaultState {
+    /// Reachable (or not yet tried).
+    Ok,
+    /// The channel was lost or cannot be opened; sitenet keeps retrying and
+    /// nothing is lost.
+    TempFailed,
+    /// Gone for good (new incarnation, version mismatch, killed, gave up):
+    /// unacknowledged messages were handed back.
+    PermFailed,
+}
+
+/// One transition of a site's fault state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultEvent {
+    /// The new state.
+    pub state: FaultState,
+    /// Why (empty for the initial report).
+    pub reason: String,
+}
+
 /// What a permanently failed site handed back: nothing is silently dropped.
 #[derive(Debug, Clone, Default)]
 pub struct HandedBack {
@@ -43,6 +65,10 @@ pub(crate) struct SiteEntry {
     pub(crate) redirect: OnceLock<Arc<SiteEntry>>,
     /// Largest message the peer accepts (0 until a handshake told it).
     pub(crate) peer_max: std::sync::atomic::AtomicU64,
+    /// Live `SiteRef`s (a weak close is considered only when none is left).
+    pub(crate) refs: std::sync::atomic::AtomicUsize,
+    /// Current fault state and the monitors watching it.
+    pub(crate) fault: Mutex<(FaultState, Vec<futures::channel::mpsc::UnboundedSender<FaultEvent>>)>,
 }
 
 impl SiteEntry {
@@ -56,6 +82,8 @@ impl SiteEntry {
             failed: Mutex::new(None),
             redirect: OnceLock::new(),
             peer_max: std::sync::atomic::AtomicU64::new(0),
+            refs: std::sync::atomic::AtomicUsize::new(0),
+            fault: Mutex::new((FaultState::Ok, Vec::new())),
         }
     }
 
@@ -71,6 +99,22 @@ impl SiteEntry {
         self.failed.lock().as_ref().map(|(r, _)| r.clone())
     }
 
+    /// Moves to `state`, telling every monitor. Returns false if unchanged.
+    pub(crate) fn set_fault(&self, state: FaultState, reason: &str) -> bool {
+        let mut f = self.fault.lock();
+        if f.0 == state || f.0 == FaultState::PermFailed {
+            return false;
+        }
+        f.0 = state;
+        let ev = FaultEvent { state, reason: reason.to_string() };
+        f.1.retain(|tx| tx.unbounded_send(ev.clone()).is_ok());
+        true
+    }
+
+    pub(crate) fn fault_state(&self) -> FaultState {
+        self.fault.lock().0
+    }
+
     pub(crate) fn wake(&self, counters: &Counters) {
         if let Some(a) = self.addr.get() {
             Counters::add(&counters.wakes, 1);
@@ -83,10 +127,21 @@ impl SiteEntry {
 /// it encodes the message on the caller's thread and queues it in the site's
 /// bounded outbox; the site's ComObject is woken only when that outbox goes
 /// from empty to non-empty.
-#[derive(Clone)]
 pub struct SiteRef {
     pub(crate) entry: Arc<SiteEntry>,
     pub(crate) node: Arc<NodeInner>,
+}
+
+impl Clone for SiteRef {
+    fn clone(&self) -> Self {
+        Self::counted(self.entry.clone(), self.node.clone())
+    }
+}
+
+impl Drop for SiteRef {
+    fn drop(&mut self) {
+        self.entry.refs.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for SiteRef {
@@ -99,6 +154,47 @@ impl std::fmt::Debug for SiteRef {
 }
 
 impl SiteRef {
+    /// A new counted reference (the site table counts `SiteRef`s to decide
+    /// when a channel is no longer needed).
+    pub(crate) fn counted(entry: Arc<SiteEntry>, node: Arc<NodeInner>) -> Self {
+        entry.refs.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self { entry, node }
+    }
+
+    /// The site's current fault state.
+    pub fn fault_state(&self) -> FaultState {
+        self.entry.resolved().fault_state()
+    }
+
+    /// Waits until every message sent to this site so far is acknowledged,
+    /// at most `timeout`. Fails at once if the site failed permanently.
+    pub async fn flush(&self, timeout: std::time::Duration) -> Result<(), crate::error::FlushError> {
+        let entry = self.entry.resolved().clone();
+        let timer = self.node.rt.delay(timeout);
+        futures::pin_mut!(timer);
+        loop {
+            let notified = self.node.acked.notified();
+            futures::pin_mut!(notified);
+            notified.as_mut().enable();
+            if let Some(reason) = entry.failure() {
+                return Err(crate::error::FlushError::SiteFailed(reason));
+            }
+            let pending_bytes = entry.outbox.bytes();
+            if pending_bytes == 0 {
+                return Ok(());
+            }
+            if let futures::future::Either::Right(_) = futures::future::select(notified, timer.as_mut()).await {
+                let pending_bytes = entry.outbox.bytes();
+                return if pending_bytes == 0 { Ok(()) } else { Err(crate::error::FlushError::Timeout { pending_bytes }) };
+            }
+        }
+    }
+
+    /// Blocking variant of [`flush`](Self::flush).
+    pub fn flush_blocking(&self, timeout: std::time::Duration) -> Result<(), crate::error::FlushError> {
+        futures::executor::block_on(self.flush(timeout))
+    }
+
     /// The site's id, once a handshake has told it.
     pub fn id(&self) -> Option<SiteId> {
         self.entry.resolved().id.get().copied()

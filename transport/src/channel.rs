@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::address::Address;
+use crate::fault::FaultyChannel;
 
 /// A connected byte channel. Cheap readiness futures take `&self`, so the
 /// driver can await readability and writability concurrently.
@@ -18,6 +19,9 @@ use crate::address::Address;
 pub enum Channel {
     /// A TCP connection (TCP_NODELAY set).
     Tcp(TcpStream),
+    /// Another channel wrapped by a [`FaultInjector`](crate::FaultInjector),
+    /// for tests: cuts, delay and black holes on command.
+    Faulty(FaultyChannel),
 }
 
 impl Channel {
@@ -36,6 +40,8 @@ impl Channel {
     pub async fn readable(&self) -> io::Result<()> {
         match self {
             Self::Tcp(s) => s.readable().await,
+            // Boxed: a faulty channel wraps a `Channel`, so the futures nest.
+            Self::Faulty(f) => Box::pin(f.readable()).await,
         }
     }
 
@@ -43,6 +49,7 @@ impl Channel {
     pub async fn writable(&self) -> io::Result<()> {
         match self {
             Self::Tcp(s) => s.writable().await,
+            Self::Faulty(f) => Box::pin(f.writable()).await,
         }
     }
 
@@ -51,6 +58,7 @@ impl Channel {
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Self::Tcp(s) => s.try_read(buf),
+            Self::Faulty(f) => f.try_read(buf),
         }
     }
 
@@ -64,6 +72,7 @@ impl Channel {
                     s.try_write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
                 }
             }
+            Self::Faulty(f) => f.try_write2(a, b),
         }
     }
 
@@ -71,6 +80,7 @@ impl Channel {
     pub fn peer(&self) -> String {
         match self {
             Self::Tcp(s) => s.peer_addr().map(|a| format!("tcp:{a}")).unwrap_or_else(|_| "tcp:?".into()),
+            Self::Faulty(f) => f.peer(),
         }
     }
 }
