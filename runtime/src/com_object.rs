@@ -163,6 +163,13 @@ impl ComObject {
         }
         if self.entry.set_fault(state, reason) {
             tracing::info!(site = ?self.entry.id.get(), ?state, %reason, "fault state");
+            let c = &self.node.counters;
+            match state {
+                FaultState::TempFailed => Counters::add(&c.temp_failures, 1),
+                FaultState::PermFailed => Counters::add(&c.perm_failures, 1),
+                FaultState::Ok => {}
+            }
+            self.node.changed.notify_waiters();
         }
     }
 
@@ -178,6 +185,8 @@ impl ComObject {
                 }
                 SessionEvent::WeakCloseRejected => {
                     tracing::debug!(site = ?self.entry.id.get(), "peer still needs the channel; weak close rejected");
+                    Counters::add(&self.node.counters.weak_closes_rejected, 1);
+                    self.node.changed.notify_waiters();
                     self.weak_rejected_at = Some(Instant::now());
                 }
                 SessionEvent::PeerClearedReference => {
@@ -192,6 +201,7 @@ impl ComObject {
     fn close_channel(&mut self, reason: CloseReason, ctx: &mut Context<Self>) {
         let Some(peer) = self.drop_live(ctx) else { return };
         tracing::debug!(site = ?self.entry.id.get(), %peer, ?reason, "channel closed by the close protocol");
+        Counters::add(&self.node.counters.orderly_closes, 1);
         match reason {
             CloseReason::WeakDone | CloseReason::PeerWeak | CloseReason::HardDone => {}
             CloseReason::PeerHard => {
@@ -419,6 +429,7 @@ impl ComObject {
         self.reconnect_at = None;
         self.idle_since = Instant::now();
         Counters::add(&self.node.counters.channels_opened, 1);
+        self.node.changed.notify_waiters();
         self.set_fault(FaultState::Ok, "channel working");
         self.node.acked.notify_waiters();
         self.on_readable(ctx);
@@ -433,6 +444,7 @@ impl ComObject {
         }
         self.session.channel_down();
         Counters::add(&self.node.counters.channels_closed, 1);
+        self.node.changed.notify_waiters();
         Some(live.peer)
     }
 
@@ -617,6 +629,7 @@ impl ComObject {
         self.process_events(ctx);
         if self.linger_deadline().is_some_and(|t| t <= now) && self.session.begin_close_weak(now) {
             tracing::debug!(site = ?self.entry.id.get(), "no references and idle: closing weakly");
+            Counters::add(&self.node.counters.weak_closes_started, 1);
         }
         if self.reconnect_at.is_some_and(|t| t <= now) {
             self.reconnect_at = None;
@@ -769,6 +782,7 @@ impl Handler<CloseHard> for ComObject {
 
     fn handle(&mut self, _: CloseHard, ctx: &mut Context<Self>) {
         if self.session.begin_close_hard(Instant::now()) {
+            Counters::add(&self.node.counters.hard_closes_started, 1);
             self.drive(ctx);
         }
     }

@@ -53,6 +53,18 @@ counters! {
     reads,
     /// Writes to sockets.
     writes,
+    /// Weak closes this node started.
+    weak_closes_started,
+    /// Weak closes of ours the peer rejected.
+    weak_closes_rejected,
+    /// Hard closes this node started.
+    hard_closes_started,
+    /// Channels that ended by the close protocol (not failures).
+    orderly_closes,
+    /// Transitions to temporarily failed.
+    temp_failures,
+    /// Sites declared permanently failed.
+    perm_failures,
     /// Gauge: bytes of ByteBuffers held by working channels (two fixed
     /// buffers per channel; it never grows with traffic).
     channel_buffer_bytes,

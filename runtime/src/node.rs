@@ -83,6 +83,11 @@ pub(crate) struct NodeInner {
     faults: Mutex<VecDeque<FaultReport>>,
     pending_handshakes: AtomicUsize,
     pub(crate) sinks: crate::services::Sinks,
+    /// Notified when a channel opens or closes or a fault state changes.
+    pub(crate) changed: Notify,
+    /// One receiver per listener, completed when its accept loop has ended
+    /// and the socket is closed.
+    listeners_done: Mutex<Vec<oneshot::Receiver<()>>>,
 }
 
 impl NodeInner {
@@ -397,15 +402,21 @@ impl NodeBuilder {
             faults: Mutex::new(VecDeque::new()),
             pending_handshakes: AtomicUsize::new(0),
             sinks: Default::default(),
+            changed: Notify::new(),
+            listeners_done: Mutex::new(Vec::new()),
         });
         crate::services::register(&inner)?;
         for b in bound {
             let node = inner.clone();
+            let (done_tx, done_rx) = oneshot::channel();
+            inner.listeners_done.lock().push(done_rx);
             rt.spawn(async move {
                 match b.into_listener() {
                     Ok(l) => node.accept_loop(l).await,
                     Err(e) => tracing::error!(error = %e, "cannot register listener with the runtime"),
                 }
+                // The listener is dropped (closed) by now.
+                let _ = done_tx.send(());
             });
         }
         tracing::info!(site = %id, listen = ?inner.listen.iter().map(ToString::to_string).collect::<Vec<_>>(), "node started");
@@ -563,7 +574,41 @@ impl Node {
         }
         let report = self.pending_report();
         self.inner.stop_now();
+        // Listeners are closed when this returns: the port can be bound again.
+        let done: Vec<_> = self.inner.listeners_done.lock().drain(..).collect();
+        for d in done {
+            let _ = d.await;
+        }
         report
+    }
+
+    /// Waits until `pred` holds for the node's metrics, at most `timeout`;
+    /// returns whether it held. Re-checked whenever a channel opens or closes
+    /// or a fault state changes (and on every acknowledgement), so tools and
+    /// tests await conditions instead of polling.
+    pub async fn wait_until(&self, pred: impl Fn(&Metrics) -> bool, timeout: Duration) -> bool {
+        let timer = self.inner.rt.delay(timeout);
+        futures::pin_mut!(timer);
+        loop {
+            let changed = self.inner.changed.notified();
+            let acked = self.inner.acked.notified();
+            futures::pin_mut!(changed);
+            futures::pin_mut!(acked);
+            changed.as_mut().enable();
+            acked.as_mut().enable();
+            if pred(&self.metrics()) {
+                return true;
+            }
+            let either = futures::future::select(changed, acked);
+            if let futures::future::Either::Right(_) = futures::future::select(either, timer.as_mut()).await {
+                return pred(&self.metrics());
+            }
+        }
+    }
+
+    /// Blocking variant of [`wait_until`](Self::wait_until).
+    pub fn wait_until_blocking(&self, pred: impl Fn(&Metrics) -> bool, timeout: Duration) -> bool {
+        futures::executor::block_on(self.wait_until(pred, timeout))
     }
 
     /// Blocking variant of [`shutdown`](Self::shutdown), for a plain `main`.
