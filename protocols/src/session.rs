@@ -223,6 +223,7 @@ pub struct Session {
     /// the first call after `channel_up`).
     last_tx: Option<Instant>,
     last_rx: Option<Instant>,
+    ack_forced: bool,
 }
 
 impl Session {
@@ -256,6 +257,7 @@ impl Session {
             local_need: true,
             last_tx: None,
             last_rx: None,
+            ack_forced: false,
         }
     }
 
@@ -580,15 +582,23 @@ impl Session {
         Ok(())
     }
 
+    /// Makes an explicit ack due at once (before a graceful close, so the
+    /// peer is not left waiting for acknowledgements it will never get).
+    pub fn ack_now(&mut self) {
+        self.ack_forced = true;
+    }
+
     fn ack_due(&self, now: Instant) -> bool {
         self.last_received > self.ack_sent
-            && (self.since_ack_messages >= self.cfg.ack_messages
+            && (self.ack_forced
+                || self.since_ack_messages >= self.cfg.ack_messages
                 || self.since_ack_bytes >= self.cfg.ack_bytes
                 || self.ack_deadline.is_some_and(|d| now >= d))
     }
 
     fn note_ack_carried(&mut self) {
         self.ack_sent = self.last_received;
+        self.ack_forced = false;
         self.since_ack_bytes = 0;
         self.since_ack_messages = 0;
         self.ack_deadline = None;
@@ -631,52 +641,7 @@ impl Session {
         }
         // While closing, no new application message goes out.
         let sending = self.close == ClosePhase::Open;
-        while sending {
-            let ack = self.last_received;
-            // Resent messages go first, in number order, before any new traffic.
-            if self.resend_current.is_none() {
-                if let Some((n, m)) = self.resend.pop_front() {
-                    self.resend_current = Some(InProgress::new(m, Some(n)));
-                }
-            }
-            if let Some(ip) = self.resend_current.as_mut() {
-                let Some(w) = ip.write_frame(out, max_payload, ack, || unreachable!("resends keep their number")) else {
-                    break;
-                };
-                self.note_ack_carried();
-                if w.done {
-                    self.resend_current = None;
-                    self.stats.retransmitted += 1;
-                }
-                continue;
-            }
-            let ready = std::array::from_fn(|i| self.current[i].is_some() || !self.queues[i].is_empty());
-            let Some(p) = self.sched.pick(ready, now) else {
-                break;
-            };
-            let i = p.index();
-            if self.current[i].is_none() {
-                let m = self.queues[i].pop_front().expect("lane is ready");
-                self.current[i] = Some(InProgress::new(m, None));
-            }
-            let ip = self.current[i].as_mut().expect("set above");
-            let last_sent = &mut self.last_sent;
-            let Some(w) = ip.write_frame(out, max_payload, ack, || {
-                *last_sent += 1;
-                *last_sent
-            }) else {
-                break;
-            };
-            self.sched.charge(p, w.frame_len, w.done, now);
-            self.note_ack_carried();
-            if w.done {
-                let ip = self.current[i].take().expect("in progress");
-                let n = ip.number.expect("numbered on its last fragment");
-                self.queued_bytes -= ip.msg.wire_len();
-                self.ledger.record(n, ip.msg);
-                self.stats.sent += 1;
-            }
-        }
+        while sending && self.write_one_data_frame(now, out, max_payload) {}
         if self.ack_due(now) && out.free() >= HEADER_LEN {
             let mut hb = [0u8; HEADER_LEN];
             FrameHeader::control(FrameKind::Ack, 0, self.last_received).encode(&mut hb);
@@ -705,6 +670,56 @@ impl Session {
         FrameHeader::control(FrameKind::Heartbeat, 0, self.last_received).encode(&mut hb);
         out.push(&hb);
         self.note_ack_carried();
+        true
+    }
+
+    /// Writes the next data frame (resends first, then the scheduler's pick);
+    /// false if there is nothing to send or no room.
+    fn write_one_data_frame(&mut self, now: Instant, out: &mut ByteBuffer, max_payload: usize) -> bool {
+        let ack = self.last_received;
+        // Resent messages go first, in number order, before any new traffic.
+        if self.resend_current.is_none() {
+            if let Some((n, m)) = self.resend.pop_front() {
+                self.resend_current = Some(InProgress::new(m, Some(n)));
+            }
+        }
+        if let Some(ip) = self.resend_current.as_mut() {
+            let Some(w) = ip.write_frame(out, max_payload, ack, || unreachable!("resends keep their number")) else {
+                return false;
+            };
+            self.note_ack_carried();
+            if w.done {
+                self.resend_current = None;
+                self.stats.retransmitted += 1;
+            }
+            return true;
+        }
+        let ready = std::array::from_fn(|i| self.current[i].is_some() || !self.queues[i].is_empty());
+        let Some(p) = self.sched.pick(ready, now) else {
+            return false;
+        };
+        let i = p.index();
+        if self.current[i].is_none() {
+            let m = self.queues[i].pop_front().expect("lane is ready");
+            self.current[i] = Some(InProgress::new(m, None));
+        }
+        let ip = self.current[i].as_mut().expect("set above");
+        let last_sent = &mut self.last_sent;
+        let Some(w) = ip.write_frame(out, max_payload, ack, || {
+            *last_sent += 1;
+            *last_sent
+        }) else {
+            return false;
+        };
+        self.sched.charge(p, w.frame_len, w.done, now);
+        self.note_ack_carried();
+        if w.done {
+            let ip = self.current[i].take().expect("in progress");
+            let n = ip.number.expect("numbered on its last fragment");
+            self.queued_bytes -= ip.msg.wire_len();
+            self.ledger.record(n, ip.msg);
+            self.stats.sent += 1;
+        }
         true
     }
 

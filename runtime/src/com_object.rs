@@ -757,7 +757,9 @@ impl Handler<Stop> for ComObject {
     type Result = ();
 
     fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
-        // Flush what can be written now; the socket closes with the actor.
+        // A final ack and whatever can be written now; the socket closes
+        // with the actor.
+        self.session.ack_now();
         self.flush(ctx);
         self.drop_live(ctx);
         ctx.stop();

@@ -55,6 +55,8 @@ pub struct ShutdownReport {
 struct Pending {
     site: usize,
     tx: oneshot::Sender<Result<InMessage, RequestError>>,
+    /// Dropping it ends the request's timeout task at once.
+    _cancel_timer: oneshot::Sender<()>,
 }
 
 #[derive(Default)]
@@ -210,10 +212,17 @@ impl NodeInner {
         timeout: Duration,
     ) -> oneshot::Receiver<Result<InMessage, RequestError>> {
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().insert(corr, Pending { site, tx });
+        let (cancel, cancelled) = oneshot::channel::<()>();
+        self.pending.lock().insert(corr, Pending { site, tx, _cancel_timer: cancel });
         let node = Arc::downgrade(self);
         self.rt.spawn(async move {
-            actix_rt::time::sleep(timeout).await;
+            // The reply (or a failure) drops the Pending entry, which ends
+            // this task at once instead of keeping it for the whole timeout.
+            let sleep = actix_rt::time::sleep(timeout);
+            futures::pin_mut!(sleep);
+            if let futures::future::Either::Right(_) = futures::future::select(sleep, cancelled).await {
+                return;
+            }
             if let Some(node) = node.upgrade() {
                 if let Some(p) = node.pending.lock().remove(&corr) {
                     let _ = p.tx.send(Err(RequestError::Timeout(timeout)));

@@ -1,0 +1,161 @@
+//! Failure detection: partitions found by heartbeats and healed, restarted
+//! peers seen as new incarnations, kill and give-up handing messages back.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use futures::StreamExt;
+use sitenet::transport::fault::{FaultInjector, SEED_ENV};
+use sitenet::{FaultState, Node, NodeConfig, Runtime, SendOptions};
+
+fn quick(c: &mut NodeConfig) {
+    c.heartbeat_interval = Duration::from_millis(50);
+    c.silence_timeout = Duration::from_millis(300);
+    c.handshake_timeout = Duration::from_millis(300);
+    c.reconnect_max = Duration::from_millis(100);
+}
+
+async fn next_state(mon: &mut futures::channel::mpsc::UnboundedReceiver<sitenet::FaultEvent>) -> FaultState {
+    tokio::time::timeout(PATIENCE, mon.next()).await.expect("a transition in time").expect("monitor open").state
+}
+
+/// A partition (every byte black-holed) is detected by heartbeats as a
+/// temporary failure; when it heals the site is ok again, and messages sent
+/// during the partition arrive exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_detected_by_heartbeats_then_healed() {
+    let faults = FaultInjector::from_env_or_random(SEED_ENV);
+    let _report = faults.report_on_panic();
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(Runtime::dedicated("part-server"))
+        .configure(quick)
+        .start()
+        .unwrap();
+    let sink = Sink::install(&server, 200, None);
+    let client = Node::builder()
+        .runtime(Runtime::dedicated("part-client"))
+        .configure(|c| {
+            quick(c);
+            c.fault_injector = Some(faults.clone());
+        })
+        .start()
+        .unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let mut mon = client.monitor(&site);
+    assert_eq!(next_state(&mut mon).await, FaultState::Ok, "initial report");
+    for seq in 0..100 {
+        site.send(&Numbered { stream: 0, seq }).await.unwrap();
+    }
+    site.flush(PATIENCE).await.unwrap();
+
+    faults.set_blackhole(true);
+    assert_eq!(next_state(&mut mon).await, FaultState::TempFailed, "silence is a temporary failure");
+    for seq in 100..200 {
+        site.send(&Numbered { stream: 0, seq }).await.unwrap();
+    }
+    faults.set_blackhole(false);
+    assert_eq!(next_state(&mut mon).await, FaultState::Ok, "healed");
+    sink.wait().await;
+    assert_eq!(sink.out_of_order.load(std::sync::atomic::Ordering::Acquire), 0);
+    site.flush(PATIENCE).await.unwrap();
+    assert_eq!(server.metrics().messages_delivered, 200);
+    assert_eq!(site.fault_state(), FaultState::Ok);
+}
+
+/// A process restarted at the same address is a new site: the old one is
+/// declared permanently failed (what it never acknowledged is handed back),
+/// and the address then reaches the new incarnation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_peer_is_a_new_incarnation() {
+    let server = Node::builder().listen("tcp:127.0.0.1:0").configure(quick).start().unwrap();
+    let address = addr(&server);
+    let old_id = server.id();
+    let sink = Sink::install(&server, 10, None);
+    let client = Node::builder().configure(quick).start().unwrap();
+    let site = client.site(&address).unwrap();
+    let mut mon = client.monitor(&site);
+    assert_eq!(next_state(&mut mon).await, FaultState::Ok);
+    for seq in 0..10 {
+        site.send(&Numbered { stream: 0, seq }).await.unwrap();
+    }
+    sink.wait().await;
+    site.flush(PATIENCE).await.unwrap();
+
+    // The server process "dies" and a new one starts on the same port.
+    server.shutdown(Duration::from_secs(1)).await;
+    drop(server);
+    assert_eq!(next_state(&mut mon).await, FaultState::TempFailed);
+    for seq in 10..15 {
+        site.send(&Numbered { stream: 0, seq }).await.unwrap();
+    }
+    let restarted = Node::builder().listen(address.clone()).configure(quick).start().unwrap();
+    assert_ne!(restarted.id(), old_id);
+    let sink2 = Sink::install(&restarted, 1, None);
+
+    assert_eq!(next_state(&mut mon).await, FaultState::PermFailed, "the old incarnation is gone for good");
+    let (reason, back) = site.failure().expect("failure recorded");
+    assert!(reason.contains("expected site"), "{reason}");
+    assert_eq!(back.not_sent.len() + back.maybe_delivered.len(), 5, "the 5 unsent messages are handed back");
+    assert!(matches!(site.try_send(&Numbered { stream: 0, seq: 99 }), Err(sitenet::SendError::SiteFailed { .. })));
+
+    // The address now names the new incarnation.
+    let site2 = client.site(&address).unwrap();
+    site2.send(&Numbered { stream: 7, seq: 0 }).await.unwrap();
+    sink2.wait().await;
+    assert_eq!(site2.id(), Some(restarted.id()));
+}
+
+/// `kill` fails a site on purpose: CLOSE_HARD, then everything not
+/// acknowledged is handed back as not_sent / maybe_delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_hands_back_what_was_not_acknowledged() {
+    let server = listening_node_on(Runtime::dedicated("kill-server"));
+    let sink = Sink::install(&server, 1, None);
+    let client = Node::builder().runtime(Runtime::dedicated("kill-client")).start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let mut mon = client.monitor(&site);
+    assert_eq!(next_state(&mut mon).await, FaultState::Ok);
+    site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
+    sink.wait().await;
+    site.flush(PATIENCE).await.unwrap();
+    // Hold the ComObject busy so the next messages stay queued, then kill.
+    let guard = site.hold_busy();
+    for seq in 1..=50 {
+        site.try_send(&Numbered { stream: 0, seq }).unwrap();
+    }
+    client.kill(&site);
+    drop(guard);
+    assert_eq!(next_state(&mut mon).await, FaultState::PermFailed);
+    let (reason, back) = site.failure().unwrap();
+    assert!(reason.contains("killed"), "{reason}");
+    assert_eq!(back.not_sent.len() + back.maybe_delivered.len(), 50);
+    assert_eq!(site.pending_bytes(), 0, "resources freed");
+}
+
+/// With a give-up timeout, a site temporarily failed for that long becomes
+/// permanently failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn give_up_turns_a_long_temporary_failure_permanent() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let client = Node::builder()
+        .configure(|c| {
+            quick(c);
+            c.give_up_after = Some(Duration::from_millis(500));
+        })
+        .start()
+        .unwrap();
+    let site = client.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+    let mut mon = client.monitor(&site);
+    assert_eq!(next_state(&mut mon).await, FaultState::Ok);
+    site.send_with(&Numbered { stream: 0, seq: 0 }, SendOptions::default()).await.unwrap();
+    assert_eq!(next_state(&mut mon).await, FaultState::TempFailed);
+    assert_eq!(next_state(&mut mon).await, FaultState::PermFailed);
+    let (reason, back) = site.failure().unwrap();
+    assert!(reason.contains("give-up"), "{reason}");
+    assert_eq!(back.not_sent.len(), 1);
+    assert!(matches!(site.flush(PATIENCE).await, Err(sitenet::FlushError::SiteFailed(_))));
+}
