@@ -199,9 +199,14 @@ impl ComObject {
 
     /// An orderly end of the channel (close protocol): not a failure.
     fn close_channel(&mut self, reason: CloseReason, ctx: &mut Context<Self>) {
-        let Some(peer) = self.drop_live(ctx) else { return };
-        tracing::debug!(site = ?self.entry.id.get(), %peer, ?reason, "channel closed by the close protocol");
+        if self.live.is_none() {
+            return;
+        }
+        // Counted before the channel goes, so whoever is woken by the close
+        // sees it.
         Counters::add(&self.node.counters.orderly_closes, 1);
+        let peer = self.drop_live(ctx).expect("checked above");
+        tracing::debug!(site = ?self.entry.id.get(), %peer, ?reason, "channel closed by the close protocol");
         match reason {
             CloseReason::WeakDone | CloseReason::PeerWeak | CloseReason::HardDone => {}
             CloseReason::PeerHard => {

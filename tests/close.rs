@@ -1,0 +1,144 @@
+//! The close protocol end to end: weak close when no reference is left, weak
+//! close rejected by a peer that still needs the channel, hard close (the
+//! preemption the fd-slot controller will use), each racing with traffic.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::*;
+use sitenet::services::{Echo, EchoReply};
+use sitenet::transport::fault::{FaultInjector, SEED_ENV};
+use sitenet::{Node, NodeConfig, Runtime, SendOptions};
+
+fn fast_linger(c: &mut NodeConfig) {
+    c.linger = Duration::from_millis(100);
+    c.reopen_after_peer_hard_close = Duration::from_millis(20);
+    c.reconnect_max = Duration::from_millis(50);
+}
+
+async fn echo(site: &sitenet::SiteRef, seq: u64) {
+    let r = site.request::<Echo, EchoReply>(&Echo { seq }, SendOptions::default(), PATIENCE).await.unwrap();
+    assert_eq!(r.msg.seq, seq);
+}
+
+/// When the last SiteRef is dropped and the channel idles for the linger
+/// time, the ComObject closes weakly; the peer (holding no reference)
+/// accepts; a later send reopens a channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weak_close_after_the_last_reference_is_dropped() {
+    let server = listening_node();
+    let client = Node::builder().configure(fast_linger).start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    echo(&site, 1).await;
+    drop(site);
+    assert!(client.wait_until(|m| m.orderly_closes == 1, PATIENCE).await, "{:?}", client.metrics());
+    assert!(server.wait_until(|m| m.orderly_closes == 1, PATIENCE).await, "{:?}", server.metrics());
+    let m = client.metrics();
+    assert_eq!((m.weak_closes_started, m.channels_closed, m.temp_failures), (1, 1, 0), "{m:?}");
+    // Not a failure: a new reference simply reopens.
+    let site = client.site(&addr(&server)).unwrap();
+    echo(&site, 2).await;
+    assert_eq!(client.metrics().channels_opened, 2);
+    assert_eq!(site.fault_state(), sitenet::FaultState::Ok);
+}
+
+/// A server that holds SiteRefs only while its handlers run tries to close
+/// weakly when idle; the client still holds a reference and rejects; the
+/// server does not try again within the linger time, and the channel stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weak_close_rejected_by_a_peer_that_still_needs_the_channel() {
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| c.linger = Duration::from_millis(300))
+        .start()
+        .unwrap();
+    let client = listening_node();
+    let site = client.site(&addr(&server)).unwrap();
+    echo(&site, 1).await;
+    assert!(server.wait_until(|m| m.weak_closes_rejected >= 1, PATIENCE).await, "{:?}", server.metrics());
+    // Right after the reject, requests go on over the same channel and the
+    // server does not immediately try again.
+    for seq in 2..20 {
+        echo(&site, seq).await;
+    }
+    let (ms, mc) = (server.metrics(), client.metrics());
+    assert_eq!(ms.weak_closes_started, 1, "no retry soon after a reject: {ms:?}");
+    assert_eq!((mc.channels_opened, mc.channels_closed), (1, 0), "{mc:?}");
+}
+
+/// A hard close from either side while messages stream: the channel closes,
+/// is reopened, and every message arrives exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hard_close_racing_with_a_stream_loses_nothing() {
+    const N: u64 = 20_000;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(Runtime::dedicated("hard-server"))
+        .configure(fast_linger)
+        .start()
+        .unwrap();
+    let sink = Sink::install(&server, N, None);
+    let client = Node::builder().runtime(Runtime::dedicated("hard-client")).configure(fast_linger).start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    // The channel is working before the stream starts, so both hard closes
+    // hit a working channel with messages in flight.
+    site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
+    site.flush(PATIENCE).await.unwrap();
+    for seq in 1..N {
+        site.send(&Numbered { stream: 0, seq }).await.unwrap();
+        if seq == N / 4 {
+            // The sender preempts its own channel …
+            client.close_hard(&site);
+        }
+        if seq == N / 2 {
+            // … and later the receiver preempts it from its side (it has no
+            // address for the client: the client calls back).
+            let back = server.site_by_id(client.id()).expect("server knows the client");
+            server.close_hard(&back);
+        }
+    }
+    site.flush(PATIENCE).await.unwrap();
+    sink.wait().await;
+    assert_eq!(sink.out_of_order.load(Ordering::Acquire), 0);
+    assert_eq!(sink.total.load(Ordering::Acquire), N);
+    let (mc, ms) = (client.metrics(), server.metrics());
+    assert_eq!(mc.hard_closes_started + ms.hard_closes_started, 2, "{mc:?} {ms:?}");
+    assert!(mc.channels_opened >= 3, "reopened after each hard close: {mc:?}");
+    assert_eq!(mc.temp_failures, 0, "a hard close is not a failure: {mc:?}");
+}
+
+/// A hard close whose channel is cut before the answer comes: the wait ends
+/// (by the loss, or by the close timer) and the site reconnects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_racing_with_a_lost_channel_and_reconnect() {
+    const N: u64 = 5_000;
+    let faults = FaultInjector::from_env_or_random(SEED_ENV);
+    let _report = faults.report_on_panic();
+    let server = listening_node_on(Runtime::dedicated("race-server"));
+    let sink = Sink::install(&server, N, None);
+    let client = Node::builder()
+        .runtime(Runtime::dedicated("race-client"))
+        .configure(|c| {
+            fast_linger(c);
+            c.close_timeout = Duration::from_millis(200);
+            c.fault_injector = Some(faults.clone());
+        })
+        .start()
+        .unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
+    site.flush(PATIENCE).await.unwrap();
+    for seq in 1..N {
+        site.send(&Numbered { stream: 0, seq }).await.unwrap();
+        if seq % 1000 == 500 {
+            client.close_hard(&site);
+            faults.cut_after(40);
+        }
+    }
+    site.flush(PATIENCE).await.unwrap();
+    sink.wait().await;
+    assert_eq!(sink.out_of_order.load(Ordering::Acquire), 0);
+    assert_eq!(server.metrics().messages_delivered, N);
+}
