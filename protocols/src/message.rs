@@ -50,9 +50,11 @@ pub struct Prelude {
 }
 
 impl Prelude {
-    /// Total length of the message on the wire (prelude included).
+    /// Total length of the message on the wire (prelude included). Saturates
+    /// instead of overflowing: a peer announcing an absurd size gets a
+    /// "message too large" error, never a wrapped small size.
     pub fn total_len(&self) -> u64 {
-        PRELUDE_LEN as u64 + self.header_len as u64 + self.body_len
+        (PRELUDE_LEN as u64 + self.header_len as u64).saturating_add(self.body_len)
     }
 
     /// Encodes the prelude.

@@ -113,6 +113,9 @@ pub enum ClosePhase {
         /// When we close it ourselves.
         deadline: Instant,
     },
+    /// The close protocol finished; the driver is closing the channel. No
+    /// data goes out until the next channel.
+    Done,
 }
 
 /// Why the session asks the driver to close the channel.
@@ -292,7 +295,9 @@ impl Session {
     /// Starts a hard close ("resources are short"), which the peer must grant.
     /// Queued and unacknowledged messages stay for the next channel.
     pub fn begin_close_hard(&mut self, now: Instant) -> bool {
-        if !self.is_working() || matches!(self.close, ClosePhase::ClosingHard { .. }) {
+        // From working or a weak close only: a channel the peer is already
+        // closing, or whose close is done, is going away anyway.
+        if !self.is_working() || !matches!(self.close, ClosePhase::Open | ClosePhase::ClosingWeak { .. }) {
             return false;
         }
         self.control.push_back(FrameKind::CloseHard);
@@ -331,10 +336,15 @@ impl Session {
             (ClosePhase::ClosingHard { .. }, FrameKind::CloseAccept | FrameKind::CloseHard | FrameKind::CloseWeak) => {
                 self.finish_close(CloseReason::HardDone)
             }
-            (ClosePhase::ClosingWeak { .. } | ClosePhase::ClosingHard { .. }, FrameKind::CloseReject) => {
+            (ClosePhase::ClosingWeak { .. }, FrameKind::CloseReject) => {
                 self.close = ClosePhase::Open;
                 self.events.push_back(SessionEvent::WeakCloseRejected);
             }
+            // The reject answers a weak close that a hard close superseded;
+            // the hard close must still be granted.
+            (ClosePhase::ClosingHard { .. }, FrameKind::CloseReject) => {}
+            // Frames the peer sent before it saw our close ended.
+            (ClosePhase::Done, _) => {}
             // The peer repeats a close we already accepted: nothing more to do.
             (ClosePhase::PeerClosing { .. }, FrameKind::CloseWeak | FrameKind::CloseHard) => {}
             (state, kind) => {
@@ -345,7 +355,7 @@ impl Session {
     }
 
     fn finish_close(&mut self, reason: CloseReason) {
-        self.close = ClosePhase::Open;
+        self.close = ClosePhase::Done;
         self.events.push_back(SessionEvent::CloseChannel(reason));
     }
 
@@ -474,7 +484,7 @@ impl Session {
     ) -> Result<(), ProtocolError> {
         let max_payload = self.max_payload();
         let mut hb = [0u8; HEADER_LEN];
-        if input.len() > 0 {
+        if !input.is_empty() {
             self.last_rx = Some(now);
         }
         while input.peek(0, &mut hb) {
@@ -758,7 +768,7 @@ impl Session {
         }
         let ack = (self.last_received > self.ack_sent).then_some(self.ack_deadline).flatten();
         let close = match self.close {
-            ClosePhase::Open => None,
+            ClosePhase::Open | ClosePhase::Done => None,
             ClosePhase::ClosingWeak { deadline }
             | ClosePhase::ClosingHard { deadline }
             | ClosePhase::PeerClosing { deadline, .. } => Some(deadline),
@@ -796,5 +806,6 @@ fn close_state_name(p: ClosePhase) -> &'static str {
         ClosePhase::ClosingWeak { .. } => "closing weakly",
         ClosePhase::ClosingHard { .. } => "closing hard",
         ClosePhase::PeerClosing { .. } => "waiting for the peer to close",
+        ClosePhase::Done => "closed",
     }
 }

@@ -40,8 +40,13 @@ fn message() -> impl Strategy<Value = Msg> {
         prop::collection::vec(part(), 0..=4),
     )
         .prop_map(|(a_to_b, type_id, lane, kind, corr, header, body)| {
-            let kind = [MessageKind::OneWay, MessageKind::Request, MessageKind::Reply][kind as usize];
-            let mut msg = OutMessage::new(Priority::from_lane(lane).unwrap(), type_id, header, body);
+            let kind = [
+                MessageKind::OneWay,
+                MessageKind::Request,
+                MessageKind::Reply,
+            ][kind as usize];
+            let mut msg =
+                OutMessage::new(Priority::from_lane(lane).unwrap(), type_id, header, body);
             msg.kind = kind;
             msg.corr = corr;
             Msg { a_to_b, msg }
@@ -49,32 +54,44 @@ fn message() -> impl Strategy<Value = Msg> {
 }
 
 fn chunk_sizes() -> impl Strategy<Value = Vec<usize>> {
-    prop::collection::vec(prop_oneof![1 => 1usize..=4, 1 => 1usize..=300, 2 => 300usize..=70_000], 1..8)
+    prop::collection::vec(
+        prop_oneof![1 => 1usize..=4, 1 => 1usize..=300, 2 => 300usize..=70_000],
+        1..8,
+    )
 }
 
 /// Checks that `delivered` is `sent`, FIFO per priority, numbered 1, 2, 3….
-fn check_delivery(sent: &[OutMessage], delivered: &[sitenet_protocols::InMessage]) -> Result<(), TestCaseError> {
+fn check_delivery(
+    sent: &[OutMessage],
+    delivered: &[sitenet_protocols::InMessage],
+) -> Result<(), TestCaseError> {
     prop_assert_eq!(delivered.len(), sent.len(), "message count");
     for (i, m) in delivered.iter().enumerate() {
         prop_assert_eq!(m.number, i as u64 + 1, "numbers in delivery order");
     }
     for p in Priority::ALL {
         let s: Vec<&OutMessage> = sent.iter().filter(|m| m.priority == p).collect();
-        let d: Vec<&sitenet_protocols::InMessage> = delivered.iter().filter(|m| m.priority == p).collect();
+        let d: Vec<&sitenet_protocols::InMessage> =
+            delivered.iter().filter(|m| m.priority == p).collect();
         prop_assert_eq!(s.len(), d.len(), "count at {:?}", p);
         for (k, (s, d)) in s.iter().zip(d).enumerate() {
             prop_assert_eq!(d.prelude.type_id, s.type_id, "type_id of #{} at {:?}", k, p);
             prop_assert_eq!(d.prelude.kind, s.kind);
             prop_assert_eq!(d.prelude.corr, s.corr);
             prop_assert_eq!(&d.header, &s.header);
-            prop_assert!(body_equals(&d.body, &s.body), "body of #{} at {:?} differs", k, p);
+            prop_assert!(
+                body_equals(&d.body, &s.body),
+                "body of #{} at {:?} differs",
+                k,
+                p
+            );
         }
     }
     Ok(())
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, max_shrink_iters: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, max_shrink_iters: 200, ..ProptestConfig::default() })]
 
     /// Any messages, any buffer size, any chunking: delivered exactly as
     /// sent, FIFO within each priority, numbered 1, 2, 3… in delivery order;
@@ -121,7 +138,12 @@ proptest! {
 }
 
 fn small(i: u32) -> OutMessage {
-    OutMessage::new(Priority::Medium, i, Bytes::from_static(b"hdr"), vec![slice(i as usize * 7, 20)])
+    OutMessage::new(
+        Priority::Medium,
+        i,
+        Bytes::from_static(b"hdr"),
+        vec![slice(i as usize * 7, 20)],
+    )
 }
 
 /// Decodes every frame header in the bytes `side.out` holds.
@@ -149,31 +171,59 @@ fn delayed_ack_frees_the_senders_ledger() {
     assert_eq!(pair.b.delivered.len(), 5);
     assert_eq!(pair.a.session.unacked(), 5);
     // B has nothing to piggy-back on and no threshold is reached: no ack yet.
-    assert_eq!(pair.b.session.poll_timeout(), Some(t0 + Duration::from_millis(20)));
+    assert_eq!(
+        pair.b.session.poll_timeout(),
+        Some(t0 + Duration::from_millis(20))
+    );
     pair.now = t0 + Duration::from_millis(19);
     pair.b.session.handle_timeout(pair.now);
-    assert_eq!(pair.b.session.poll_transmit(pair.now, &mut pair.b.out), 0, "ack before the delay");
+    assert_eq!(
+        pair.b.session.poll_transmit(pair.now, &mut pair.b.out),
+        0,
+        "ack before the delay"
+    );
     assert!(!pair.b.session.wants_to_send(pair.now));
     // 20 ms after the first unacknowledged message, the ack is due.
     pair.now = t0 + Duration::from_millis(20);
     assert!(pair.b.session.wants_to_send(pair.now));
     pair.b.session.handle_timeout(pair.now);
-    assert_eq!(pair.b.session.poll_transmit(pair.now, &mut pair.b.out), HEADER_LEN);
+    assert_eq!(
+        pair.b.session.poll_transmit(pair.now, &mut pair.b.out),
+        HEADER_LEN
+    );
     let hs = headers_in(&pair.b.out);
     assert_eq!(hs.len(), 1);
     assert_eq!(hs[0].kind, FrameKind::Ack);
     assert_eq!(hs[0].ack, 5);
     assert_eq!(hs[0].payload_len, 0);
     assert_eq!(pair.b.session.stats().acks_out, 1);
-    assert_eq!(pair.b.session.poll_timeout(), None, "no timer once the ack is sent");
+    // The ack timer is gone; only the heartbeat timer (1 s after the last
+    // frame written) is left.
+    assert_eq!(
+        pair.b.session.poll_timeout(),
+        Some(pair.now + Duration::from_secs(1))
+    );
     pair.b_to_a(usize::MAX).unwrap();
     let bytes: u64 = sent.iter().map(OutMessage::wire_len).sum();
     assert_eq!(pair.a.session.take_freed(), (5, bytes));
     assert_eq!(pair.a.session.take_freed(), (0, 0), "take_freed takes");
     assert_eq!(pair.a.session.unacked(), 0);
-    // Nothing more is due: no second ack for the same messages.
-    pair.advance(Duration::from_secs(1));
+    // Nothing more is due: no second ack for the same messages (after a
+    // second of silence B writes only a heartbeat).
+    pair.b.out.clear();
+    pair.advance(Duration::from_millis(500));
     assert_eq!(pair.b.session.poll_transmit(pair.now, &mut pair.b.out), 0);
+    pair.advance(Duration::from_millis(500));
+    assert_eq!(
+        pair.b.session.poll_transmit(pair.now, &mut pair.b.out),
+        HEADER_LEN
+    );
+    let hs = headers_in(&pair.b.out);
+    assert_eq!(
+        hs.iter().map(|h| (h.kind, h.ack)).collect::<Vec<_>>(),
+        vec![(FrameKind::Heartbeat, 5)]
+    );
+    assert_eq!(pair.b.session.stats().acks_out, 1);
 }
 
 #[test]
@@ -230,10 +280,21 @@ fn acks_piggy_back_on_data_frames() {
     pair.b.send(small(10));
     pair.b_to_a(usize::MAX).unwrap();
     assert_eq!(pair.a.session.unacked(), 0);
-    assert_eq!(pair.a.tap.count(FrameKind::Ack), 0, "no explicit ack was needed");
-    let data = pair.a.tap.frames.iter().find(|f| f.header.kind == FrameKind::Data).unwrap();
+    assert_eq!(
+        pair.a.tap.count(FrameKind::Ack),
+        0,
+        "no explicit ack was needed"
+    );
+    let data = pair
+        .a
+        .tap
+        .frames
+        .iter()
+        .find(|f| f.header.kind == FrameKind::Data)
+        .unwrap();
     assert_eq!(data.header.ack, 3);
-    // And B owes no ack any more.
-    pair.advance(Duration::from_secs(1));
+    // And B owes no ack any more: after the ack delay it writes nothing.
+    pair.advance(Duration::from_millis(100));
     assert_eq!(pair.b.session.poll_transmit(pair.now, &mut pair.b.out), 0);
+    assert_eq!(pair.b.session.stats().acks_out, 0);
 }

@@ -455,10 +455,20 @@ impl ComObject {
 
     fn lose_channel(&mut self, why: Lost, ctx: &mut Context<Self>) {
         let Some(peer) = self.live.as_ref().map(|l| l.peer.clone()) else { return };
-        // The peer closing after we granted its close is the expected end.
-        if let (ClosePhase::PeerClosing { hard, .. }, Lost::Eof | Lost::Io(_)) = (self.session.close_phase(), &why) {
-            let reason = if hard { CloseReason::PeerHard } else { CloseReason::PeerWeak };
-            return self.close_channel(reason, ctx);
+        // A channel ending while the close protocol runs is its expected end:
+        // the peer closes after we granted its close, and may close first
+        // after granting ours.
+        if matches!(why, Lost::Eof | Lost::Io(_)) {
+            let reason = match self.session.close_phase() {
+                ClosePhase::PeerClosing { hard: true, .. } => Some(CloseReason::PeerHard),
+                ClosePhase::PeerClosing { hard: false, .. } => Some(CloseReason::PeerWeak),
+                ClosePhase::ClosingHard { .. } => Some(CloseReason::HardDone),
+                ClosePhase::ClosingWeak { .. } | ClosePhase::Done => Some(CloseReason::WeakDone),
+                ClosePhase::Open => None,
+            };
+            if let Some(reason) = reason {
+                return self.close_channel(reason, ctx);
+            }
         }
         match &why {
             Lost::Protocol(e) => {

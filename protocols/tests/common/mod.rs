@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
 use sitenet_protocols::{
-    ByteBuffer, ChannelParams, InMessage, OutMessage, ProtocolError, ReassemblyBudget, Session, SessionConfig,
+    ByteBuffer, ChannelParams, InMessage, OutMessage, ProtocolError, ReassemblyBudget, Session,
+    SessionConfig,
 };
 
 /// Maximum message size used by the tests (the default, 256 MiB).
@@ -49,7 +50,12 @@ pub fn slice(offset: usize, len: usize) -> Bytes {
 
 /// Channel parameters of a fresh channel between two fresh sessions.
 pub fn params(buffer_size: u32) -> ChannelParams {
-    ChannelParams { buffer_size, peer_max_message: MAX_MESSAGE, peer_last_received: 0, generation: 1 }
+    ChannelParams {
+        buffer_size,
+        peer_max_message: MAX_MESSAGE,
+        peer_last_received: 0,
+        generation: 1,
+    }
 }
 
 /// A session with a working channel of `buffer_size`.
@@ -145,17 +151,31 @@ impl FrameTap {
         if h.kind == FrameKind::Data {
             let open = self.open.get(&h.lane).copied();
             if h.is_first() {
-                assert!(open.is_none(), "lane {}: a new message started while one is partly sent", h.lane);
+                assert!(
+                    open.is_none(),
+                    "lane {}: a new message started while one is partly sent",
+                    h.lane
+                );
                 assert_eq!(h.frag_offset, 0);
             } else {
-                let got = open.unwrap_or_else(|| panic!("lane {}: continuation without first fragment", h.lane));
-                assert_eq!(h.frag_offset, got, "lane {}: non-contiguous fragment offset", h.lane);
+                let got = open.unwrap_or_else(|| {
+                    panic!("lane {}: continuation without first fragment", h.lane)
+                });
+                assert_eq!(
+                    h.frag_offset, got,
+                    "lane {}: non-contiguous fragment offset",
+                    h.lane
+                );
             }
             let so_far = open.unwrap_or(0) + h.payload_len as u64;
             if h.is_last() {
                 self.open.remove(&h.lane);
                 if h.msg_number > self.last_number {
-                    assert_eq!(h.msg_number, self.last_number + 1, "message numbers on the wire skip");
+                    assert_eq!(
+                        h.msg_number,
+                        self.last_number + 1,
+                        "message numbers on the wire skip"
+                    );
                     self.last_number = h.msg_number;
                 }
             } else {
@@ -224,11 +244,21 @@ impl Pair {
     /// Two fresh sessions with a working channel of `buffer_size` and
     /// ByteBuffers of that size.
     pub fn new(buffer_size: usize, cfg: SessionConfig) -> Self {
-        Self::with_budgets(buffer_size, cfg, ReassemblyBudget::new(1 << 40), ReassemblyBudget::new(1 << 40))
+        Self::with_budgets(
+            buffer_size,
+            cfg,
+            ReassemblyBudget::new(1 << 40),
+            ReassemblyBudget::new(1 << 40),
+        )
     }
 
     /// As [`Pair::new`] with explicit reassembly budgets.
-    pub fn with_budgets(buffer_size: usize, cfg: SessionConfig, ba: ReassemblyBudget, bb: ReassemblyBudget) -> Self {
+    pub fn with_budgets(
+        buffer_size: usize,
+        cfg: SessionConfig,
+        ba: ReassemblyBudget,
+        bb: ReassemblyBudget,
+    ) -> Self {
         Self::asymmetric(buffer_size, buffer_size, buffer_size, cfg, ba, bb)
     }
 
@@ -283,7 +313,10 @@ impl Pair {
             let want = chunks[*chunk_idx % chunks.len()].max(1);
             *chunk_idx += 1;
             let free = to.input.free();
-            assert!(free > 0, "receiver input buffer full with no complete frame: deadlock");
+            assert!(
+                free > 0,
+                "receiver input buffer full with no complete frame: deadlock"
+            );
             let n = want.min(from.out.len()).min(free).min(limit - moved);
             {
                 let (x, y) = from.out.chunks();
@@ -302,7 +335,8 @@ impl Pair {
             from.out.consume(n);
             moved += n;
             let delivered = &mut to.delivered;
-            to.session.handle_input(now, &mut to.input, &mut |m| delivered.push(m))?;
+            to.session
+                .handle_input(now, &mut to.input, &mut |m| delivered.push(m))?;
             assert!(to.input.len() <= to.input.capacity());
         }
         Ok(moved)
@@ -310,12 +344,28 @@ impl Pair {
 
     /// Moves at most `limit` bytes from A to B.
     pub fn a_to_b(&mut self, limit: usize) -> Result<usize, ProtocolError> {
-        Self::transfer(&mut self.a, &mut self.b, self.now, &self.chunks, &mut self.chunk_idx, self.tapping, limit)
+        Self::transfer(
+            &mut self.a,
+            &mut self.b,
+            self.now,
+            &self.chunks,
+            &mut self.chunk_idx,
+            self.tapping,
+            limit,
+        )
     }
 
     /// Moves at most `limit` bytes from B to A.
     pub fn b_to_a(&mut self, limit: usize) -> Result<usize, ProtocolError> {
-        Self::transfer(&mut self.b, &mut self.a, self.now, &self.chunks, &mut self.chunk_idx, self.tapping, limit)
+        Self::transfer(
+            &mut self.b,
+            &mut self.a,
+            self.now,
+            &self.chunks,
+            &mut self.chunk_idx,
+            self.tapping,
+            limit,
+        )
     }
 
     /// Pumps both directions until neither moves a byte.
