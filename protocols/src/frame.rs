@@ -244,20 +244,35 @@ mod tests {
         assert_eq!(FrameHeader::decode(&v, 100), Err(FrameError::Version(2)));
         let mut k = b;
         k[1] = 99;
-        assert_eq!(FrameHeader::decode(&k, 100), Err(FrameError::UnknownKind(99)));
+        assert_eq!(
+            FrameHeader::decode(&k, 100),
+            Err(FrameError::UnknownKind(99))
+        );
         let mut f = b;
         f[3] = 0x80 | FLAG_LAST;
-        assert!(matches!(FrameHeader::decode(&f, 100), Err(FrameError::Flags(_))));
-        assert!(matches!(FrameHeader::decode(&b, 9), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(
+            FrameHeader::decode(&f, 100),
+            Err(FrameError::Flags(_))
+        ));
+        assert!(matches!(
+            FrameHeader::decode(&b, 9),
+            Err(FrameError::TooLarge { .. })
+        ));
     }
 
     #[test]
     fn number_only_on_last_fragment() {
         let mut b = [0; HEADER_LEN];
         data(FLAG_FIRST, 4).encode(&mut b);
-        assert!(matches!(FrameHeader::decode(&b, 100), Err(FrameError::Numbering { .. })));
+        assert!(matches!(
+            FrameHeader::decode(&b, 100),
+            Err(FrameError::Numbering { .. })
+        ));
         data(FLAG_LAST, 0).encode(&mut b);
-        assert!(matches!(FrameHeader::decode(&b, 100), Err(FrameError::Numbering { .. })));
+        assert!(matches!(
+            FrameHeader::decode(&b, 100),
+            Err(FrameError::Numbering { .. })
+        ));
     }
 
     #[test]

@@ -115,7 +115,10 @@ pub fn write_control<T: Serialize>(out: &mut ByteBuffer, kind: FrameKind, body: 
 
 /// Reads one whole frame of at most `max_payload` bytes from `input`, if one
 /// is there: `Ok(None)` means "need more bytes".
-pub fn read_frame(input: &mut ByteBuffer, max_payload: usize) -> Result<Option<(FrameHeader, Vec<u8>)>, FrameError> {
+pub fn read_frame(
+    input: &mut ByteBuffer,
+    max_payload: usize,
+) -> Result<Option<(FrameHeader, Vec<u8>)>, FrameError> {
     let mut hb = [0u8; HEADER_LEN];
     if !input.peek(0, &mut hb) {
         return Ok(None);
@@ -129,15 +132,24 @@ pub fn read_frame(input: &mut ByteBuffer, max_payload: usize) -> Result<Option<(
     Ok(Some((h, payload)))
 }
 
-fn decode<T: for<'de> Deserialize<'de>>(what: &'static str, payload: &[u8]) -> Result<T, ProtocolError> {
-    rmp_serde::from_slice(payload).map_err(|e| ProtocolError::Malformed { what, reason: e.to_string() })
+fn decode<T: for<'de> Deserialize<'de>>(
+    what: &'static str,
+    payload: &[u8],
+) -> Result<T, ProtocolError> {
+    rmp_serde::from_slice(payload).map_err(|e| ProtocolError::Malformed {
+        what,
+        reason: e.to_string(),
+    })
 }
 
 /// Maps a header error in the first frame to a version mismatch if that is
 /// what it is: a peer of another version fails the open protocol permanently.
 fn first_frame_error(e: FrameError) -> OpenError {
     match e {
-        FrameError::Version(v) => OpenError::VersionMismatch { local: PROTOCOL_VERSION, peer: v },
+        FrameError::Version(v) => OpenError::VersionMismatch {
+            local: PROTOCOL_VERSION,
+            peer: v,
+        },
         e => OpenError::Protocol(e.into()),
     }
 }
@@ -197,34 +209,70 @@ pub struct Opened {
 
 impl Initiator {
     /// Starts an open as initiator.
-    pub fn new(local: LocalInfo, expected: Option<SiteId>, last_received: u64, last_generation: u64) -> Self {
-        Self::ExpectPresent { local, expected, last_received, last_generation }
+    pub fn new(
+        local: LocalInfo,
+        expected: Option<SiteId>,
+        last_received: u64,
+        last_generation: u64,
+    ) -> Self {
+        Self::ExpectPresent {
+            local,
+            expected,
+            last_received,
+            last_generation,
+        }
     }
 
     /// Feeds received bytes. Returns `Ok(Some(opened))` when the channel is
     /// working, `Ok(None)` while more bytes are needed. NEGOTIATE is written to
     /// `output` when PRESENT arrives.
-    pub fn handle_input(&mut self, input: &mut ByteBuffer, output: &mut ByteBuffer) -> Result<Option<Opened>, OpenError> {
+    pub fn handle_input(
+        &mut self,
+        input: &mut ByteBuffer,
+        output: &mut ByteBuffer,
+    ) -> Result<Option<Opened>, OpenError> {
         loop {
             match std::mem::replace(self, Self::Done) {
-                Self::ExpectPresent { local, expected, last_received, last_generation } => {
-                    let Some((h, payload)) = read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)? else {
-                        *self = Self::ExpectPresent { local, expected, last_received, last_generation };
+                Self::ExpectPresent {
+                    local,
+                    expected,
+                    last_received,
+                    last_generation,
+                } => {
+                    let Some((h, payload)) =
+                        read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)?
+                    else {
+                        *self = Self::ExpectPresent {
+                            local,
+                            expected,
+                            last_received,
+                            last_generation,
+                        };
                         return Ok(None);
                     };
                     if h.kind != FrameKind::Present {
-                        return Err(ProtocolError::Unexpected { kind: h.kind, state: "expecting PRESENT" }.into());
+                        return Err(ProtocolError::Unexpected {
+                            kind: h.kind,
+                            state: "expecting PRESENT",
+                        }
+                        .into());
                     }
                     let present: Present = decode("PRESENT", &payload)?;
                     if present.version != PROTOCOL_VERSION {
-                        return Err(OpenError::VersionMismatch { local: PROTOCOL_VERSION, peer: present.version });
+                        return Err(OpenError::VersionMismatch {
+                            local: PROTOCOL_VERSION,
+                            peer: present.version,
+                        });
                     }
                     if present.site == local.site {
                         return Err(OpenError::SelfConnection(present.site));
                     }
                     if let Some(e) = expected {
                         if e != present.site {
-                            return Err(OpenError::WrongIdentity { expected: e, got: present.site });
+                            return Err(OpenError::WrongIdentity {
+                                expected: e,
+                                got: present.site,
+                            });
                         }
                     }
                     let proposed = Negotiate {
@@ -242,28 +290,45 @@ impl Initiator {
                     *self = Self::ExpectAnswer { present, proposed };
                 }
                 Self::ExpectAnswer { present, proposed } => {
-                    let Some((h, payload)) = read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(OpenError::from_frame)? else {
+                    let Some((h, payload)) =
+                        read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(OpenError::from_frame)?
+                    else {
                         *self = Self::ExpectAnswer { present, proposed };
                         return Ok(None);
                     };
                     if h.kind != FrameKind::NegotiateAns {
-                        return Err(ProtocolError::Unexpected { kind: h.kind, state: "expecting NEGOTIATE_ANS" }.into());
+                        return Err(ProtocolError::Unexpected {
+                            kind: h.kind,
+                            state: "expecting NEGOTIATE_ANS",
+                        }
+                        .into());
                     }
                     return match decode::<NegotiateAns>("NEGOTIATE_ANS", &payload)? {
                         NegotiateAns::Refuse(r) => Err(OpenError::Refused(r)),
-                        NegotiateAns::Accept { buffer_size, max_message, last_received, generation } => {
+                        NegotiateAns::Accept {
+                            buffer_size,
+                            max_message,
+                            last_received,
+                            generation,
+                        } => {
                             // "the acceptor may lower it, never raise it"
                             if buffer_size > proposed.buffer_size || buffer_size < MIN_BUFFER {
                                 return Err(ProtocolError::Malformed {
                                     what: "NEGOTIATE_ANS",
-                                    reason: format!("buffer size {buffer_size} outside {MIN_BUFFER}..={}", proposed.buffer_size),
+                                    reason: format!(
+                                        "buffer size {buffer_size} outside {MIN_BUFFER}..={}",
+                                        proposed.buffer_size
+                                    ),
                                 }
                                 .into());
                             }
                             if generation <= proposed.last_generation {
                                 return Err(ProtocolError::Malformed {
                                     what: "NEGOTIATE_ANS",
-                                    reason: format!("generation {generation} not after {}", proposed.last_generation),
+                                    reason: format!(
+                                        "generation {generation} not after {}",
+                                        proposed.last_generation
+                                    ),
                                 }
                                 .into());
                             }
@@ -300,11 +365,18 @@ pub struct Acceptor {
 impl Acceptor {
     /// Starts an accepted channel: writes PRESENT to `output`.
     pub fn new(local: &LocalInfo, output: &mut ByteBuffer) -> Self {
-        let present = Present { version: PROTOCOL_VERSION, site: local.site, listen: local.listen.clone() };
+        let present = Present {
+            version: PROTOCOL_VERSION,
+            site: local.site,
+            listen: local.listen.clone(),
+        };
         if !write_control(output, FrameKind::Present, &present) {
             unreachable!("a fresh channel's output buffer holds a handshake frame");
         }
-        Self { local_site: local.site, done: false }
+        Self {
+            local_site: local.site,
+            done: false,
+        }
     }
 
     /// Feeds received bytes; `Ok(Some(negotiate))` once NEGOTIATE arrived and
@@ -313,16 +385,25 @@ impl Acceptor {
         if self.done {
             return Ok(None);
         }
-        let Some((h, payload)) = read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)? else {
+        let Some((h, payload)) =
+            read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)?
+        else {
             return Ok(None);
         };
         self.done = true;
         if h.kind != FrameKind::Negotiate {
-            return Err(ProtocolError::Unexpected { kind: h.kind, state: "expecting NEGOTIATE" }.into());
+            return Err(ProtocolError::Unexpected {
+                kind: h.kind,
+                state: "expecting NEGOTIATE",
+            }
+            .into());
         }
         let n: Negotiate = decode("NEGOTIATE", &payload)?;
         if n.version != PROTOCOL_VERSION {
-            return Err(OpenError::VersionMismatch { local: PROTOCOL_VERSION, peer: n.version });
+            return Err(OpenError::VersionMismatch {
+                local: PROTOCOL_VERSION,
+                peer: n.version,
+            });
         }
         if n.site == self.local_site {
             return Err(OpenError::SelfConnection(n.site));
@@ -330,7 +411,11 @@ impl Acceptor {
         if n.buffer_size < MIN_BUFFER || n.listen.len() > MAX_LISTEN {
             return Err(ProtocolError::Malformed {
                 what: "NEGOTIATE",
-                reason: format!("buffer size {} below {MIN_BUFFER} or {} listen addresses", n.buffer_size, n.listen.len()),
+                reason: format!(
+                    "buffer size {} below {MIN_BUFFER} or {} listen addresses",
+                    n.buffer_size,
+                    n.listen.len()
+                ),
             }
             .into());
         }

@@ -79,7 +79,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn msg() -> OutMessage {
-        OutMessage::new(Priority::Medium, 1, Bytes::new(), vec![Bytes::from_static(b"x")])
+        OutMessage::new(
+            Priority::Medium,
+            1,
+            Bytes::new(),
+            vec![Bytes::from_static(b"x")],
+        )
     }
 
     #[test]

@@ -36,10 +36,14 @@ pub mod site;
 pub use byte_buffer::ByteBuffer;
 pub use error::{FrameError, OpenError, ProtocolError, SendError};
 pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION};
-pub use handshake::{Acceptor, Initiator, LocalInfo, Negotiate, NegotiateAns, Opened, Present, RefuseReason};
+pub use handshake::{
+    Acceptor, Initiator, LocalInfo, Negotiate, NegotiateAns, Opened, Present, RefuseReason,
+};
 pub use link::{decide, Decision, LinkView};
 pub use message::{InMessage, MessageKind, OutMessage, Prelude, PRELUDE_LEN};
 pub use priority::Priority;
 pub use reassembly::ReassemblyBudget;
-pub use session::{ChannelParams, ClosePhase, CloseReason, Session, SessionConfig, SessionEvent, SessionStats};
+pub use session::{
+    ChannelParams, ClosePhase, CloseReason, Session, SessionConfig, SessionEvent, SessionStats,
+};
 pub use site::SiteId;

@@ -61,7 +61,11 @@ pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
     let generation = view.last_generation.max(neg.last_generation) + 1;
     if let Some(g) = view.working {
         return if neg.last_generation >= g {
-            Decision::Accept { generation, replaces_working: true, abandon_opening: false }
+            Decision::Accept {
+                generation,
+                replaces_working: true,
+                abandon_opening: false,
+            }
         } else {
             Decision::Refuse(RefuseReason::Stale)
         };
@@ -70,10 +74,18 @@ pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
         // The channel initiated by the smaller id wins; here the initiator is
         // the peer, so the incoming channel wins iff the peer's id is smaller.
         return if neg.site.to_bytes() < view.local.to_bytes() {
-            Decision::Accept { generation, replaces_working: false, abandon_opening: true }
+            Decision::Accept {
+                generation,
+                replaces_working: false,
+                abandon_opening: true,
+            }
         } else {
             Decision::Refuse(RefuseReason::LostTie)
         };
     }
-    Decision::Accept { generation, replaces_working: false, abandon_opening: false }
+    Decision::Accept {
+        generation,
+        replaces_working: false,
+        abandon_opening: false,
+    }
 }

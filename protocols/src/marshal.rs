@@ -47,7 +47,15 @@ impl InProgress {
     pub fn new(msg: OutMessage, number: Option<u64>) -> Self {
         let prelude = msg.prelude().encode();
         let total = msg.wire_len();
-        Self { msg, number, prelude, total, offset: 0, seg: 0, pos: 0 }
+        Self {
+            msg,
+            number,
+            prelude,
+            total,
+            offset: 0,
+            seg: 0,
+            pos: 0,
+        }
     }
 
     /// True if no byte of it has been written yet.

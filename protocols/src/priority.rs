@@ -10,13 +10,14 @@ use serde::{Deserialize, Serialize};
 /// The level is also the message's *lane* on the wire: at most one message per
 /// lane is partly sent at a time, which keeps each level FIFO while levels
 /// interleave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Priority {
     /// Level 1: background traffic.
     Background = 1,
     /// Level 2: application, low.
     Low = 2,
     /// Level 3: application, medium (the default).
+    #[default]
     Medium = 3,
     /// Level 4: application, high.
     High = 4,
@@ -45,11 +46,5 @@ impl Priority {
     /// Index 0..4 for per-lane arrays.
     pub fn index(self) -> usize {
         self as usize - 1
-    }
-}
-
-impl Default for Priority {
-    fn default() -> Self {
-        Self::Medium
     }
 }

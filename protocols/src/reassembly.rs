@@ -26,7 +26,10 @@ pub struct ReassemblyBudget {
 impl ReassemblyBudget {
     /// A budget of `limit` bytes.
     pub fn new(limit: u64) -> Self {
-        Self { available: Arc::new(AtomicU64::new(limit)), limit }
+        Self {
+            available: Arc::new(AtomicU64::new(limit)),
+            limit,
+        }
     }
 
     /// Takes `n` bytes from the budget, or fails leaving it unchanged.
@@ -34,7 +37,10 @@ impl ReassemblyBudget {
         self.available
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| a.checked_sub(n))
             .map(|_| ())
-            .map_err(|a| ProtocolError::ReassemblyBudget { needed: n, available: a })
+            .map_err(|a| ProtocolError::ReassemblyBudget {
+                needed: n,
+                available: a,
+            })
     }
 
     /// Returns `n` bytes to the budget.
@@ -82,14 +88,20 @@ impl Reassembly {
         let pb: &[u8; PRELUDE_LEN] = payload
             .get(..PRELUDE_LEN)
             .and_then(|s| s.try_into().ok())
-            .ok_or(ProtocolError::FragmentSequence { lane, reason: "first fragment shorter than the message prelude" })?;
+            .ok_or(ProtocolError::FragmentSequence {
+                lane,
+                reason: "first fragment shorter than the message prelude",
+            })?;
         let prelude = Prelude::decode(pb).ok_or(ProtocolError::Malformed {
             what: "message prelude",
             reason: "unknown message kind or non-zero reserved bytes".into(),
         })?;
         let total = prelude.total_len();
         if total > max_message {
-            return Err(ProtocolError::MessageTooLarge { size: total, max: max_message });
+            return Err(ProtocolError::MessageTooLarge {
+                size: total,
+                max: max_message,
+            });
         }
         let content = total - PRELUDE_LEN as u64;
         budget.try_reserve(content)?;

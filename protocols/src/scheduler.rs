@@ -83,11 +83,11 @@ impl Scheduler {
     /// (`ready[level - 1]`), or `None` if none is ready.
     pub fn pick(&mut self, ready: [bool; 4], now: Instant) -> Option<Priority> {
         // Lanes that just became ready start at the current clock.
-        for i in 0..4 {
-            if ready[i] && !self.was_ready[i] {
+        for (i, &r) in ready.iter().enumerate() {
+            if r && !self.was_ready[i] {
                 self.vtime[i] = self.vtime[i].max(self.vclock);
             }
-            self.was_ready[i] = ready[i];
+            self.was_ready[i] = r;
         }
         if ready[0] {
             let since = *self.bg_waiting_since.get_or_insert(now);
@@ -104,7 +104,9 @@ impl Scheduler {
                 best = Some(i);
             }
         }
-        if ready[0] && (best.is_none() || (self.bg_promoted && self.vtime[0] < self.vtime[best.unwrap()])) {
+        if ready[0]
+            && (best.is_none() || (self.bg_promoted && self.vtime[0] < self.vtime[best.unwrap()]))
+        {
             best = Some(0);
         }
         let i = best?;
@@ -132,7 +134,10 @@ mod tests {
     use proptest::prelude::*;
 
     fn run(weights: [u32; 3], ready: [bool; 4], frames: usize, frame_len: usize) -> [usize; 4] {
-        let mut s = Scheduler::new(SchedulerConfig { weights, promote_after: Duration::from_secs(3600) });
+        let mut s = Scheduler::new(SchedulerConfig {
+            weights,
+            promote_after: Duration::from_secs(3600),
+        });
         let now = Instant::now();
         let mut sent = [0usize; 4];
         for _ in 0..frames {
@@ -154,7 +159,10 @@ mod tests {
 
     #[test]
     fn background_waits_for_idle_then_is_promoted() {
-        let mut s = Scheduler::new(SchedulerConfig { weights: [1, 2, 4], promote_after: Duration::from_millis(100) });
+        let mut s = Scheduler::new(SchedulerConfig {
+            weights: [1, 2, 4],
+            promote_after: Duration::from_millis(100),
+        });
         let t0 = Instant::now();
         let ready = [true, false, false, true];
         // Before the promotion interval, level 1 never goes.
@@ -175,13 +183,19 @@ mod tests {
         assert!(bg > 0, "promoted background lane was never served");
         // Alone, level 1 is served at once.
         let mut s = Scheduler::new(SchedulerConfig::default());
-        assert_eq!(s.pick([true, false, false, false], t0), Some(Priority::Background));
+        assert_eq!(
+            s.pick([true, false, false, false], t0),
+            Some(Priority::Background)
+        );
         assert_eq!(s.pick([false; 4], t0), None);
     }
 
     #[test]
     fn a_newly_ready_lane_gets_no_saved_credit() {
-        let mut s = Scheduler::new(SchedulerConfig { weights: [1, 1, 1], promote_after: Duration::from_secs(1) });
+        let mut s = Scheduler::new(SchedulerConfig {
+            weights: [1, 1, 1],
+            promote_after: Duration::from_secs(1),
+        });
         let now = Instant::now();
         for _ in 0..100 {
             let p = s.pick([false, true, false, false], now).unwrap();
@@ -191,7 +205,9 @@ mod tests {
         let mut run3 = 0;
         for _ in 0..10 {
             let p = s.pick([false, true, true, false], now).unwrap();
-            if p == Priority::Medium { run3 += 1 }
+            if p == Priority::Medium {
+                run3 += 1
+            }
             s.charge(p, 1000, false, now);
         }
         assert!((4..=6).contains(&run3), "level 3 took {run3} of 10 frames");

@@ -288,7 +288,9 @@ impl Session {
         }
         self.control.push_back(FrameKind::ClearReference);
         self.control.push_back(FrameKind::CloseWeak);
-        self.close = ClosePhase::ClosingWeak { deadline: now + self.cfg.close_timeout };
+        self.close = ClosePhase::ClosingWeak {
+            deadline: now + self.cfg.close_timeout,
+        };
         true
     }
 
@@ -297,11 +299,18 @@ impl Session {
     pub fn begin_close_hard(&mut self, now: Instant) -> bool {
         // From working or a weak close only: a channel the peer is already
         // closing, or whose close is done, is going away anyway.
-        if !self.is_working() || !matches!(self.close, ClosePhase::Open | ClosePhase::ClosingWeak { .. }) {
+        if !self.is_working()
+            || !matches!(
+                self.close,
+                ClosePhase::Open | ClosePhase::ClosingWeak { .. }
+            )
+        {
             return false;
         }
         self.control.push_back(FrameKind::CloseHard);
-        self.close = ClosePhase::ClosingHard { deadline: now + self.cfg.close_timeout };
+        self.close = ClosePhase::ClosingHard {
+            deadline: now + self.cfg.close_timeout,
+        };
         true
     }
 
@@ -313,18 +322,27 @@ impl Session {
     fn on_close_frame(&mut self, now: Instant, kind: FrameKind) -> Result<(), ProtocolError> {
         let deadline = now + self.cfg.close_timeout;
         match (self.close, kind) {
-            (_, FrameKind::ClearReference) => self.events.push_back(SessionEvent::PeerClearedReference),
+            (_, FrameKind::ClearReference) => {
+                self.events.push_back(SessionEvent::PeerClearedReference)
+            }
             (ClosePhase::Open, FrameKind::CloseWeak) => {
                 if self.has_need() {
                     self.control.push_back(FrameKind::CloseReject);
                 } else {
                     self.control.push_back(FrameKind::CloseAccept);
-                    self.close = ClosePhase::PeerClosing { hard: false, deadline };
+                    self.close = ClosePhase::PeerClosing {
+                        hard: false,
+                        deadline,
+                    };
                 }
             }
-            (ClosePhase::Open, FrameKind::CloseHard) | (ClosePhase::PeerClosing { hard: false, .. }, FrameKind::CloseHard) => {
+            (ClosePhase::Open, FrameKind::CloseHard)
+            | (ClosePhase::PeerClosing { hard: false, .. }, FrameKind::CloseHard) => {
                 self.control.push_back(FrameKind::CloseAccept);
-                self.close = ClosePhase::PeerClosing { hard: true, deadline };
+                self.close = ClosePhase::PeerClosing {
+                    hard: true,
+                    deadline,
+                };
             }
             // Crossing weak closes count as an accept (Mozart's W4 left both
             // sides waiting for ever).
@@ -332,10 +350,13 @@ impl Session {
                 self.finish_close(CloseReason::WeakDone)
             }
             // A hard close from the peer while we close weakly: grant it.
-            (ClosePhase::ClosingWeak { .. }, FrameKind::CloseHard) => self.finish_close(CloseReason::PeerHard),
-            (ClosePhase::ClosingHard { .. }, FrameKind::CloseAccept | FrameKind::CloseHard | FrameKind::CloseWeak) => {
-                self.finish_close(CloseReason::HardDone)
+            (ClosePhase::ClosingWeak { .. }, FrameKind::CloseHard) => {
+                self.finish_close(CloseReason::PeerHard)
             }
+            (
+                ClosePhase::ClosingHard { .. },
+                FrameKind::CloseAccept | FrameKind::CloseHard | FrameKind::CloseWeak,
+            ) => self.finish_close(CloseReason::HardDone),
             (ClosePhase::ClosingWeak { .. }, FrameKind::CloseReject) => {
                 self.close = ClosePhase::Open;
                 self.events.push_back(SessionEvent::WeakCloseRejected);
@@ -348,7 +369,10 @@ impl Session {
             // The peer repeats a close we already accepted: nothing more to do.
             (ClosePhase::PeerClosing { .. }, FrameKind::CloseWeak | FrameKind::CloseHard) => {}
             (state, kind) => {
-                return Err(ProtocolError::Unexpected { kind, state: close_state_name(state) });
+                return Err(ProtocolError::Unexpected {
+                    kind,
+                    state: close_state_name(state),
+                });
             }
         }
         Ok(())
@@ -364,7 +388,13 @@ impl Session {
     pub fn queue(&mut self, msg: OutMessage) -> Result<(), (SendError, OutMessage)> {
         if let Some(max) = self.peer_max_message {
             if msg.wire_len() > max {
-                return Err((SendError::TooLarge { size: msg.wire_len(), max }, msg));
+                return Err((
+                    SendError::TooLarge {
+                        size: msg.wire_len(),
+                        max,
+                    },
+                    msg,
+                ));
             }
         }
         self.queued_bytes += msg.wire_len();
@@ -429,7 +459,10 @@ impl Session {
     /// number order.
     pub fn channel_up(&mut self, params: ChannelParams) -> Result<(), ProtocolError> {
         if params.peer_last_received > self.last_sent {
-            return Err(ProtocolError::AckBeyondSent { ack: params.peer_last_received, sent: self.last_sent });
+            return Err(ProtocolError::AckBeyondSent {
+                ack: params.peer_last_received,
+                sent: self.last_sent,
+            });
         }
         self.channel_down();
         self.apply_ack(params.peer_last_received);
@@ -463,7 +496,9 @@ impl Session {
     }
 
     fn max_payload(&self) -> usize {
-        let buf = self.channel.map_or(MAX_FRAME_LEN, |c| c.buffer_size as usize);
+        let buf = self
+            .channel
+            .map_or(MAX_FRAME_LEN, |c| c.buffer_size as usize);
         buf.min(MAX_FRAME_LEN) - HEADER_LEN
     }
 
@@ -491,7 +526,10 @@ impl Session {
             let h = FrameHeader::decode(&hb, max_payload)?;
             // The ack is processed as soon as the header is there.
             if h.ack > self.last_sent {
-                return Err(ProtocolError::AckBeyondSent { ack: h.ack, sent: self.last_sent });
+                return Err(ProtocolError::AckBeyondSent {
+                    ack: h.ack,
+                    sent: self.last_sent,
+                });
             }
             self.apply_ack(h.ack);
             let len = HEADER_LEN + h.payload_len as usize;
@@ -510,11 +548,19 @@ impl Session {
                 | FrameKind::CloseReject
                 | FrameKind::ClearReference) => {
                     if h.payload_len != 0 {
-                        return Err(ProtocolError::Malformed { what: "close frame", reason: "non-empty payload".into() });
+                        return Err(ProtocolError::Malformed {
+                            what: "close frame",
+                            reason: "non-empty payload".into(),
+                        });
                     }
                     self.on_close_frame(now, kind)?;
                 }
-                kind => return Err(ProtocolError::Unexpected { kind, state: "working" }),
+                kind => {
+                    return Err(ProtocolError::Unexpected {
+                        kind,
+                        state: "working",
+                    })
+                }
             }
             self.stats.frames_in += 1;
             input.consume(len);
@@ -534,11 +580,17 @@ impl Session {
         let idx = lane as usize - 1;
         if h.is_first() {
             if self.reassembly[idx].is_some() {
-                return Err(ProtocolError::FragmentSequence { lane, reason: "new message while one is incomplete" });
+                return Err(ProtocolError::FragmentSequence {
+                    lane,
+                    reason: "new message while one is incomplete",
+                });
             }
             let mut prelude = [0u8; PRELUDE_LEN];
             if a.len() + b.len() < PRELUDE_LEN {
-                return Err(ProtocolError::FragmentSequence { lane, reason: "first fragment shorter than the message prelude" });
+                return Err(ProtocolError::FragmentSequence {
+                    lane,
+                    reason: "first fragment shorter than the message prelude",
+                });
             }
             let k = a.len().min(PRELUDE_LEN);
             prelude[..k].copy_from_slice(&a[..k]);
@@ -550,9 +602,16 @@ impl Session {
         } else {
             let r = self.reassembly[idx]
                 .as_mut()
-                .ok_or(ProtocolError::FragmentSequence { lane, reason: "continuation without a first fragment" })?;
+                .ok_or(ProtocolError::FragmentSequence {
+                    lane,
+                    reason: "continuation without a first fragment",
+                })?;
             if h.frag_offset != r.received() {
-                return Err(ProtocolError::FragmentOffset { lane, got: h.frag_offset, expected: r.received() });
+                return Err(ProtocolError::FragmentOffset {
+                    lane,
+                    got: h.frag_offset,
+                    expected: r.received(),
+                });
             }
             r.extend(lane, a)?;
             r.extend(lane, b)?;
@@ -562,7 +621,11 @@ impl Session {
         }
         let r = self.reassembly[idx].take().expect("set above");
         if !r.is_complete() {
-            return Err(ProtocolError::MessageLength { lane, got: r.received(), announced: r.prelude().total_len() });
+            return Err(ProtocolError::MessageLength {
+                lane,
+                got: r.received(),
+                announced: r.prelude().total_len(),
+            });
         }
         let size = r.received();
         let n = h.msg_number;
@@ -572,7 +635,10 @@ impl Session {
             return Ok(());
         }
         if n != self.last_received + 1 {
-            return Err(ProtocolError::NumberGap { last: self.last_received, got: n });
+            return Err(ProtocolError::NumberGap {
+                last: self.last_received,
+                got: n,
+            });
         }
         let (prelude, header, body) = r.finish();
         deliver(InMessage {
@@ -629,7 +695,6 @@ impl Session {
         data || !self.control.is_empty() || self.ack_due(now)
     }
 
-
     /// Fills `out` with as many frames as fit (a no-op without a working
     /// channel). Returns the bytes written.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut ByteBuffer) -> usize {
@@ -663,7 +728,9 @@ impl Session {
         let last_tx = *self.last_tx.get_or_insert(now);
         if written > 0 {
             self.last_tx = Some(now);
-        } else if now.saturating_duration_since(last_tx) >= self.cfg.heartbeat_interval && self.write_heartbeat(out) {
+        } else if now.saturating_duration_since(last_tx) >= self.cfg.heartbeat_interval
+            && self.write_heartbeat(out)
+        {
             self.last_tx = Some(now);
             self.stats.heartbeats_out += 1;
             return out.len() - start;
@@ -685,7 +752,12 @@ impl Session {
 
     /// Writes the next data frame (resends first, then the scheduler's pick);
     /// false if there is nothing to send or no room.
-    fn write_one_data_frame(&mut self, now: Instant, out: &mut ByteBuffer, max_payload: usize) -> bool {
+    fn write_one_data_frame(
+        &mut self,
+        now: Instant,
+        out: &mut ByteBuffer,
+        max_payload: usize,
+    ) -> bool {
         let ack = self.last_received;
         // Resent messages go first, in number order, before any new traffic.
         if self.resend_current.is_none() {
@@ -694,7 +766,9 @@ impl Session {
             }
         }
         if let Some(ip) = self.resend_current.as_mut() {
-            let Some(w) = ip.write_frame(out, max_payload, ack, || unreachable!("resends keep their number")) else {
+            let Some(w) = ip.write_frame(out, max_payload, ack, || {
+                unreachable!("resends keep their number")
+            }) else {
                 return false;
             };
             self.note_ack_carried();
@@ -704,7 +778,8 @@ impl Session {
             }
             return true;
         }
-        let ready = std::array::from_fn(|i| self.current[i].is_some() || !self.queues[i].is_empty());
+        let ready =
+            std::array::from_fn(|i| self.current[i].is_some() || !self.queues[i].is_empty());
         let Some(p) = self.sched.pick(ready, now) else {
             return false;
         };
@@ -766,7 +841,9 @@ impl Session {
         if !self.is_working() {
             return None;
         }
-        let ack = (self.last_received > self.ack_sent).then_some(self.ack_deadline).flatten();
+        let ack = (self.last_received > self.ack_sent)
+            .then_some(self.ack_deadline)
+            .flatten();
         let close = match self.close {
             ClosePhase::Open | ClosePhase::Done => None,
             ClosePhase::ClosingWeak { deadline }
