@@ -10,7 +10,9 @@ use std::time::Duration;
 use thiserror::Error;
 
 use sitenet_protocols::handshake::MIN_BUFFER;
-use sitenet_protocols::{Acceptor, ByteBuffer, Initiator, LocalInfo, Negotiate, OpenError, Opened, SiteId};
+use sitenet_protocols::{
+    Acceptor, ByteBuffer, Initiator, LocalInfo, Negotiate, OpenError, Opened, SiteId,
+};
 use sitenet_transport::{Address, Channel};
 
 /// Why a channel did not get through its open protocol.
@@ -92,14 +94,23 @@ pub(crate) async fn connect_and_open(
 ) -> Result<(RawChannel, Opened), OpenFailure> {
     let ch = match actix_rt::time::timeout(connect_timeout, Channel::connect(&addr)).await {
         Err(_) => return Err(OpenFailure::ConnectTimeout(addr.to_string())),
-        Ok(Err(source)) => return Err(OpenFailure::Connect { addr: addr.to_string(), source }),
+        Ok(Err(source)) => {
+            return Err(OpenFailure::Connect {
+                addr: addr.to_string(),
+                source,
+            })
+        }
         Ok(Ok(ch)) => match &fault {
             Some(f) => f.wrap(ch),
             None => ch,
         },
     };
     let size = local.buffer_size as usize;
-    let mut raw = RawChannel { ch, inb: ByteBuffer::new(size), outb: ByteBuffer::new(size) };
+    let mut raw = RawChannel {
+        ch,
+        inb: ByteBuffer::new(size),
+        outb: ByteBuffer::new(size),
+    };
     let mut hs = Initiator::new(local, expected, last_received, last_generation);
     let run = async {
         loop {
@@ -155,7 +166,14 @@ pub(crate) async fn accept_until_negotiate(
     let (a, b) = inb.chunks();
     big_in.push(a);
     big_in.push(b);
-    Ok((RawChannel { ch, inb: big_in, outb: ByteBuffer::new(size) }, neg))
+    Ok((
+        RawChannel {
+            ch,
+            inb: big_in,
+            outb: ByteBuffer::new(size),
+        },
+        neg,
+    ))
 }
 
 /// Writes what is in `outb` (a refusal) and drops the channel, within `limit`.

@@ -17,14 +17,15 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
 use actix::fut;
+use actix::prelude::*;
 use rand::Rng;
 
 use sitenet_protocols::handshake::write_answer;
 use sitenet_protocols::{
-    decide, ByteBuffer, ChannelParams, ClosePhase, CloseReason, Decision, LinkView, Negotiate, NegotiateAns, OpenError,
-    Opened, OutMessage, ProtocolError, RefuseReason, Session, SessionEvent, SessionStats,
+    decide, ByteBuffer, ChannelParams, ClosePhase, CloseReason, Decision, LinkView, Negotiate,
+    NegotiateAns, OpenError, Opened, OutMessage, ProtocolError, RefuseReason, Session,
+    SessionEvent, SessionStats,
 };
 use sitenet_transport::Channel;
 
@@ -212,7 +213,8 @@ impl ComObject {
             CloseReason::PeerHard => {
                 // The peer is short of resources and will call back; only if
                 // it does not do we reconnect, later.
-                self.reconnect_at = Some(Instant::now() + self.node.cfg.reopen_after_peer_hard_close);
+                self.reconnect_at =
+                    Some(Instant::now() + self.node.cfg.reopen_after_peer_hard_close);
             }
             CloseReason::Timeout => self.schedule_reconnect(),
         }
@@ -252,13 +254,22 @@ impl ComObject {
 
     /// When the linger rule would allow a weak close, if it applies at all.
     fn linger_deadline(&self) -> Option<Instant> {
-        if self.has_refs() || self.has_need() || !self.session.is_working() || self.session.close_phase() != ClosePhase::Open
+        if self.has_refs()
+            || self.has_need()
+            || !self.session.is_working()
+            || self.session.close_phase() != ClosePhase::Open
         {
             return None;
         }
         let linger = self.node.cfg.linger;
         let after_reject = self.weak_rejected_at.map(|t| t + linger);
-        Some([Some(self.idle_since + linger), after_reject].into_iter().flatten().max().expect("one element"))
+        Some(
+            [Some(self.idle_since + linger), after_reject]
+                .into_iter()
+                .flatten()
+                .max()
+                .expect("one element"),
+        )
     }
 
     /// The one place that reacts to anything: queue, open if needed, flush,
@@ -290,7 +301,10 @@ impl ComObject {
         let s = self.session.stats();
         let c = &self.node.counters;
         Counters::add(&c.messages_sent, s.sent - self.reported.sent);
-        Counters::add(&c.messages_retransmitted, s.retransmitted - self.reported.retransmitted);
+        Counters::add(
+            &c.messages_retransmitted,
+            s.retransmitted - self.reported.retransmitted,
+        );
         Counters::add(&c.duplicates, s.duplicates - self.reported.duplicates);
         if s.delivered != self.reported.delivered || s.sent != self.reported.sent {
             self.idle_since = Instant::now();
@@ -301,7 +315,9 @@ impl ComObject {
     fn flush(&mut self, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let result = {
-            let Some(live) = self.live.as_mut() else { return };
+            let Some(live) = self.live.as_mut() else {
+                return;
+            };
             loop {
                 self.session.poll_transmit(now, &mut live.outb);
                 if live.outb.is_empty() {
@@ -331,42 +347,54 @@ impl ComObject {
     }
 
     fn arm_write(&mut self, ctx: &mut Context<Self>) {
-        let Some(live) = self.live.as_mut() else { return };
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
         if live.write.is_some() {
             return;
         }
         let ch = live.ch.clone();
         let id = live.id;
-        let h = ctx.spawn(fut::wrap_future::<_, Self>(async move { ch.writable().await }).map(
-            move |r, act, ctx| {
-                let Some(live) = act.live.as_mut().filter(|l| l.id == id) else { return };
-                live.write = None;
-                match r {
-                    Ok(()) => act.drive(ctx),
-                    Err(e) => act.lose_channel(Lost::Io(e), ctx),
-                }
-            },
-        ));
+        let h = ctx.spawn(
+            fut::wrap_future::<_, Self>(async move { ch.writable().await }).map(
+                move |r, act, ctx| {
+                    let Some(live) = act.live.as_mut().filter(|l| l.id == id) else {
+                        return;
+                    };
+                    live.write = None;
+                    match r {
+                        Ok(()) => act.drive(ctx),
+                        Err(e) => act.lose_channel(Lost::Io(e), ctx),
+                    }
+                },
+            ),
+        );
         live.write = Some(h);
     }
 
     fn arm_read(&mut self, ctx: &mut Context<Self>) {
-        let Some(live) = self.live.as_mut() else { return };
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
         if live.read.is_some() {
             return;
         }
         let ch = live.ch.clone();
         let id = live.id;
-        let h = ctx.spawn(fut::wrap_future::<_, Self>(async move { ch.readable().await }).map(
-            move |r, act, ctx| {
-                let Some(live) = act.live.as_mut().filter(|l| l.id == id) else { return };
-                live.read = None;
-                match r {
-                    Ok(()) => act.on_readable(ctx),
-                    Err(e) => act.lose_channel(Lost::Io(e), ctx),
-                }
-            },
-        ));
+        let h = ctx.spawn(
+            fut::wrap_future::<_, Self>(async move { ch.readable().await }).map(
+                move |r, act, ctx| {
+                    let Some(live) = act.live.as_mut().filter(|l| l.id == id) else {
+                        return;
+                    };
+                    live.read = None;
+                    match r {
+                        Ok(()) => act.on_readable(ctx),
+                        Err(e) => act.lose_channel(Lost::Io(e), ctx),
+                    }
+                },
+            ),
+        );
         live.read = Some(h);
     }
 
@@ -392,10 +420,14 @@ impl ComObject {
     fn read_and_process(&mut self) -> Result<(), Lost> {
         let node = self.node.clone();
         let entry = self.entry.clone();
-        let Some(live) = self.live.as_mut() else { return Ok(()) };
+        let Some(live) = self.live.as_mut() else {
+            return Ok(());
+        };
         // Bytes left over from the handshake come first.
         let mut deliver = |m| dispatch(&node, &entry, m);
-        self.session.handle_input(Instant::now(), &mut live.inb, &mut deliver).map_err(Lost::Protocol)?;
+        self.session
+            .handle_input(Instant::now(), &mut live.inb, &mut deliver)
+            .map_err(Lost::Protocol)?;
         for _ in 0..READS_PER_TURN {
             let spare = live.inb.spare_mut();
             if spare.is_empty() {
@@ -410,7 +442,9 @@ impl ComObject {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(Lost::Io(e)),
             }
-            self.session.handle_input(Instant::now(), &mut live.inb, &mut deliver).map_err(Lost::Protocol)?;
+            self.session
+                .handle_input(Instant::now(), &mut live.inb, &mut deliver)
+                .map_err(Lost::Protocol)?;
         }
         Ok(())
     }
@@ -443,7 +477,10 @@ impl ComObject {
     fn drop_live(&mut self, ctx: &mut Context<Self>) -> Option<String> {
         let live = self.live.take()?;
         let buffers = (live.inb.capacity() + live.outb.capacity()) as u64;
-        self.node.counters.channel_buffer_bytes.fetch_sub(buffers, std::sync::atomic::Ordering::Relaxed);
+        self.node
+            .counters
+            .channel_buffer_bytes
+            .fetch_sub(buffers, std::sync::atomic::Ordering::Relaxed);
         for h in [live.read, live.write].into_iter().flatten() {
             ctx.cancel_future(h);
         }
@@ -454,7 +491,9 @@ impl ComObject {
     }
 
     fn lose_channel(&mut self, why: Lost, ctx: &mut Context<Self>) {
-        let Some(peer) = self.live.as_ref().map(|l| l.peer.clone()) else { return };
+        let Some(peer) = self.live.as_ref().map(|l| l.peer.clone()) else {
+            return;
+        };
         // A channel ending while the close protocol runs is its expected end:
         // the peer closes after we granted its close, and may close first
         // after granting ours.
@@ -503,7 +542,9 @@ impl ComObject {
     }
 
     fn start_open(&mut self, ctx: &mut Context<Self>) {
-        let Some(addr) = self.entry.address.clone() else { return };
+        let Some(addr) = self.entry.address.clone() else {
+            return;
+        };
         if self.node.is_shut_down() {
             return;
         }
@@ -520,11 +561,19 @@ impl ComObject {
             cfg.connect_timeout,
             cfg.handshake_timeout,
         );
-        let h = ctx.spawn(fut::wrap_future::<_, Self>(f).map(move |res, act, ctx| act.on_opened(attempt, res, ctx)));
+        let h = ctx.spawn(
+            fut::wrap_future::<_, Self>(f)
+                .map(move |res, act, ctx| act.on_opened(attempt, res, ctx)),
+        );
         self.opening = Some((attempt, h));
     }
 
-    fn on_opened(&mut self, attempt: u64, res: Result<(RawChannel, Opened), OpenFailure>, ctx: &mut Context<Self>) {
+    fn on_opened(
+        &mut self,
+        attempt: u64,
+        res: Result<(RawChannel, Opened), OpenFailure>,
+        ctx: &mut Context<Self>,
+    ) {
         if self.opening.as_ref().map(|o| o.0) != Some(attempt) {
             return; // abandoned: another channel won
         }
@@ -558,7 +607,12 @@ impl ComObject {
                     Counters::add(&self.node.counters.protocol_errors, 1);
                     self.node.record_fault(FaultReport {
                         site: self.entry.id.get().copied(),
-                        peer: self.entry.address.as_ref().map(ToString::to_string).unwrap_or_default(),
+                        peer: self
+                            .entry
+                            .address
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default(),
                         reason: p.to_string(),
                         permanent: false,
                     });
@@ -580,7 +634,10 @@ impl ComObject {
             self.schedule_reconnect();
             return;
         }
-        self.entry.peer_max.store(params.peer_max_message, std::sync::atomic::Ordering::Release);
+        self.entry.peer_max.store(
+            params.peer_max_message,
+            std::sync::atomic::Ordering::Release,
+        );
         self.attach(raw, ctx);
     }
 
@@ -592,7 +649,10 @@ impl ComObject {
         let _ = self.entry.redirect.set(other.clone());
         self.take_outbox(false);
         let (not_sent, maybe) = self.session.take_all();
-        debug_assert!(maybe.is_empty(), "an unidentified site has nothing unacknowledged");
+        debug_assert!(
+            maybe.is_empty(),
+            "an unidentified site has nothing unacknowledged"
+        );
         for m in not_sent {
             let n = m.wire_len();
             self.entry.outbox.release(n);
@@ -614,10 +674,15 @@ impl ComObject {
         if self.failed {
             return;
         }
-        let next = [self.session.poll_timeout(), self.reconnect_at, self.linger_deadline(), self.give_up_deadline()]
-            .into_iter()
-            .flatten()
-            .min();
+        let next = [
+            self.session.poll_timeout(),
+            self.reconnect_at,
+            self.linger_deadline(),
+            self.give_up_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         if self.timer.as_ref().map(|t| t.0) == next {
             return;
         }
@@ -637,7 +702,11 @@ impl ComObject {
     fn on_timer(&mut self, ctx: &mut Context<Self>) {
         let now = Instant::now();
         if self.give_up_deadline().is_some_and(|t| t <= now) {
-            let limit = self.node.cfg.give_up_after.expect("deadline implies a limit");
+            let limit = self
+                .node
+                .cfg
+                .give_up_after
+                .expect("deadline implies a limit");
             return self.fail(SiteFailure::GaveUp(limit), ctx);
         }
         self.session.handle_timeout(now);
@@ -680,11 +749,17 @@ impl ComObject {
         tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
         self.node.record_fault(FaultReport {
             site: self.entry.id.get().copied(),
-            peer: self.entry.address.as_ref().map(ToString::to_string).unwrap_or_default(),
+            peer: self
+                .entry
+                .address
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
             reason: reason.clone(),
             permanent: true,
         });
         *self.entry.failed.lock() = Some((reason.clone(), back));
+        self.entry.has_failed.store(true, std::sync::atomic::Ordering::Release);
         self.set_fault(FaultState::PermFailed, &reason);
         self.entry.outbox.notify_all();
         self.node.fail_requests(self.entry.key, &reason);
@@ -736,7 +811,11 @@ impl Handler<Adopt> for ComObject {
                 tracing::debug!(site = %neg.site, ?reason, "refusing accepted channel");
                 self.refuse(raw, reason, ctx);
             }
-            Decision::Accept { generation, replaces_working, abandon_opening } => {
+            Decision::Accept {
+                generation,
+                replaces_working,
+                abandon_opening,
+            } => {
                 if abandon_opening {
                     if let Some((_, h)) = self.opening.take() {
                         ctx.cancel_future(h);

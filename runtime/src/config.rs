@@ -92,8 +92,12 @@ impl Default for NodeConfig {
 impl NodeConfig {
     /// Clamps values into their allowed ranges (documented on each field).
     pub(crate) fn normalised(mut self) -> Self {
-        self.buffer_size = self.buffer_size.max(sitenet_protocols::handshake::MIN_BUFFER);
-        self.max_message_size = self.max_message_size.max(sitenet_protocols::PRELUDE_LEN as u64);
+        self.buffer_size = self
+            .buffer_size
+            .max(sitenet_protocols::handshake::MIN_BUFFER);
+        self.max_message_size = self
+            .max_message_size
+            .max(sitenet_protocols::PRELUDE_LEN as u64);
         self.output_bound = self.output_bound.max(2 * self.max_message_size);
         self
     }
@@ -104,7 +108,10 @@ impl NodeConfig {
             ack_bytes: self.ack_bytes,
             ack_messages: self.ack_messages,
             ack_delay: self.ack_delay,
-            scheduler: SchedulerConfig { weights: self.lane_weights, promote_after: self.background_promotion },
+            scheduler: SchedulerConfig {
+                weights: self.lane_weights,
+                promote_after: self.background_promotion,
+            },
             heartbeat_interval: self.heartbeat_interval,
             silence_timeout: self.silence_timeout,
             close_timeout: self.close_timeout,

@@ -37,7 +37,9 @@ pub enum NodeError {
 pub enum SendError {
     /// The site's output bound is reached (`try_send`, or a send from a
     /// handler, which never waits). Retry later or use the async `send`.
-    #[error("the output queue to this site is full ({bound} bytes held); retry later or await `send`")]
+    #[error(
+        "the output queue to this site is full ({bound} bytes held); retry later or await `send`"
+    )]
     QueueFull {
         /// The configured bound.
         bound: u64,

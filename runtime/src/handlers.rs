@@ -102,7 +102,9 @@ impl Ctx<'_> {
     /// Never waits; fails with `QueueFull` if the output bound is reached.
     pub fn reply_with<R: Message>(&mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
         if self.kind != MessageKind::Request || self.replied {
-            return Err(SendError::Encode("reply to a message that is not an unanswered request".into()));
+            return Err(SendError::Encode(
+                "reply to a message that is not an unanswered request".into(),
+            ));
         }
         let header = rmp_serde::to_vec(reply).map_err(|e| SendError::Encode(e.to_string()))?;
         let m = OutMessage {
@@ -124,7 +126,12 @@ impl Ctx<'_> {
     }
 
     /// Sends `msg` to `to` from a handler (never waits).
-    pub fn send_to<M: Message>(&self, to: &SiteRef, msg: &M, opts: SendOptions) -> Result<(), SendError> {
+    pub fn send_to<M: Message>(
+        &self,
+        to: &SiteRef,
+        msg: &M,
+        opts: SendOptions,
+    ) -> Result<(), SendError> {
         to.try_send_with(msg, opts)
     }
 }
@@ -135,7 +142,8 @@ where
     F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
 {
     Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
-        let m: M = rmp_serde::from_slice(header).map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))?;
+        let m: M = rmp_serde::from_slice(header)
+            .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))?;
         f(ctx, m);
         Ok(())
     })
@@ -184,8 +192,14 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
         }
         Err(_) => {
             Counters::add(&node.counters.handler_panics, 1);
-            tracing::error!(type_id = m.prelude.type_id, "handler panicked; the message counts as delivered");
-            Some(format!("handler for type {:#x} panicked", m.prelude.type_id))
+            tracing::error!(
+                type_id = m.prelude.type_id,
+                "handler panicked; the message counts as delivered"
+            );
+            Some(format!(
+                "handler for type {:#x} panicked",
+                m.prelude.type_id
+            ))
         }
     };
     if let Some(reason) = failure {

@@ -37,7 +37,10 @@ pub struct SendOptions {
 impl SendOptions {
     /// Options with a priority.
     pub fn priority(priority: Priority) -> Self {
-        Self { priority, body: Vec::new() }
+        Self {
+            priority,
+            body: Vec::new(),
+        }
     }
 
     /// Adds a body part.

@@ -127,7 +127,11 @@ impl NodeInner {
 
     fn new_entry(self: &Arc<Self>, t: &mut SiteTable, address: Option<Address>) -> Arc<SiteEntry> {
         let slot = t.entries.vacant_entry();
-        let entry = Arc::new(SiteEntry::new(slot.key(), address.clone(), self.cfg.output_bound));
+        let entry = Arc::new(SiteEntry::new(
+            slot.key(),
+            address.clone(),
+            self.cfg.output_bound,
+        ));
         slot.insert(entry.clone());
         if let Some(a) = address {
             t.by_address.insert(a.to_string(), entry.key);
@@ -178,7 +182,11 @@ impl NodeInner {
 
     /// Records that `entry` is site `id`; if another entry already is, returns
     /// that one (the caller merges into it).
-    pub(crate) fn bind_site_id(&self, entry: &Arc<SiteEntry>, id: SiteId) -> Result<(), Arc<SiteEntry>> {
+    pub(crate) fn bind_site_id(
+        &self,
+        entry: &Arc<SiteEntry>,
+        id: SiteId,
+    ) -> Result<(), Arc<SiteEntry>> {
         let mut t = self.sites.lock();
         match t.by_id.get(&id) {
             Some(&k) if k == entry.key => Ok(()),
@@ -213,14 +221,23 @@ impl NodeInner {
     ) -> oneshot::Receiver<Result<InMessage, RequestError>> {
         let (tx, rx) = oneshot::channel();
         let (cancel, cancelled) = oneshot::channel::<()>();
-        self.pending.lock().insert(corr, Pending { site, tx, _cancel_timer: cancel });
+        self.pending.lock().insert(
+            corr,
+            Pending {
+                site,
+                tx,
+                _cancel_timer: cancel,
+            },
+        );
         let node = Arc::downgrade(self);
         self.rt.spawn(async move {
             // The reply (or a failure) drops the Pending entry, which ends
             // this task at once instead of keeping it for the whole timeout.
             let sleep = actix_rt::time::sleep(timeout);
             futures::pin_mut!(sleep);
-            if let futures::future::Either::Right(_) = futures::future::select(sleep, cancelled).await {
+            if let futures::future::Either::Right(_) =
+                futures::future::select(sleep, cancelled).await
+            {
                 return;
             }
             if let Some(node) = node.upgrade() {
@@ -254,7 +271,11 @@ impl NodeInner {
 
     pub(crate) fn fail_requests(&self, site: usize, reason: &str) {
         let mut pending = self.pending.lock();
-        let keys: Vec<u64> = pending.iter().filter(|(_, p)| p.site == site).map(|(k, _)| *k).collect();
+        let keys: Vec<u64> = pending
+            .iter()
+            .filter(|(_, p)| p.site == site)
+            .map(|(k, _)| *k)
+            .collect();
         for k in keys {
             if let Some(p) = pending.remove(&k) {
                 let _ = p.tx.send(Err(RequestError::SiteFailed(reason.to_string())));
@@ -263,7 +284,12 @@ impl NodeInner {
     }
 
     fn all_entries(&self) -> Vec<Arc<SiteEntry>> {
-        self.sites.lock().entries.iter().map(|(_, e)| e.clone()).collect()
+        self.sites
+            .lock()
+            .entries
+            .iter()
+            .map(|(_, e)| e.clone())
+            .collect()
     }
 
     /// Stops listeners and actors; never blocks.
@@ -305,7 +331,8 @@ impl NodeInner {
     }
 
     fn on_accepted(self: Arc<Self>, ch: Channel) {
-        if self.pending_handshakes.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_pending_handshakes {
+        if self.pending_handshakes.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_pending_handshakes
+        {
             self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
             Counters::add(&self.counters.handshakes_refused, 1);
             tracing::warn!(peer = %ch.peer(), "too many pending handshakes; refusing connection");
@@ -336,7 +363,12 @@ impl NodeInner {
                             Counters::add(&self.counters.protocol_errors, 1);
                         }
                     }
-                    self.record_fault(FaultReport { site: None, peer, reason: e.to_string(), permanent: false });
+                    self.record_fault(FaultReport {
+                        site: None,
+                        peer,
+                        reason: e.to_string(),
+                        permanent: false,
+                    });
                     // Closed only now: the fault is on record before the peer sees the close.
                     drop(ch);
                 }
@@ -389,8 +421,14 @@ impl NodeBuilder {
         let mut listen = Vec::new();
         for a in &self.listen {
             let addr: Address = a.parse()?;
-            let b = BoundListener::bind(&addr).map_err(|source| NodeError::Bind { addr: a.clone(), source })?;
-            listen.push(b.local_address().map_err(|source| NodeError::Bind { addr: a.clone(), source })?);
+            let b = BoundListener::bind(&addr).map_err(|source| NodeError::Bind {
+                addr: a.clone(),
+                source,
+            })?;
+            listen.push(b.local_address().map_err(|source| NodeError::Bind {
+                addr: a.clone(),
+                source,
+            })?);
             bound.push(b);
         }
         let id = SiteId(rand::random::<u128>());
@@ -422,14 +460,19 @@ impl NodeBuilder {
             rt.spawn(async move {
                 match b.into_listener() {
                     Ok(l) => node.accept_loop(l).await,
-                    Err(e) => tracing::error!(error = %e, "cannot register listener with the runtime"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot register listener with the runtime")
+                    }
                 }
                 // The listener is dropped (closed) by now.
                 let _ = done_tx.send(());
             });
         }
         tracing::info!(site = %id, listen = ?inner.listen.iter().map(ToString::to_string).collect::<Vec<_>>(), "node started");
-        Ok(Node { _stopper: Some(Arc::new(StopOnDrop(inner.clone()))), inner })
+        Ok(Node {
+            _stopper: Some(Arc::new(StopOnDrop(inner.clone()))),
+            inner,
+        })
     }
 }
 
@@ -455,7 +498,10 @@ pub struct Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node").field("id", &self.inner.id).field("listen", &self.listen_addresses()).finish()
+        f.debug_struct("Node")
+            .field("id", &self.inner.id)
+            .field("listen", &self.listen_addresses())
+            .finish()
     }
 }
 
@@ -466,7 +512,10 @@ impl Node {
     }
 
     pub(crate) fn from_inner(inner: Arc<NodeInner>) -> Self {
-        Self { inner, _stopper: None }
+        Self {
+            inner,
+            _stopper: None,
+        }
     }
 
     /// This node's site id (its incarnation).
@@ -497,7 +546,10 @@ impl Node {
             return Err(NodeError::Shutdown);
         }
         let a: Address = addr.parse()?;
-        Ok(SiteRef::counted(self.inner.entry_for_address(a), self.inner.clone()))
+        Ok(SiteRef::counted(
+            self.inner.entry_for_address(a),
+            self.inner.clone(),
+        ))
     }
 
     /// The site with this id, if the node knows it (it connected to us, or
@@ -529,11 +581,17 @@ impl Node {
 
     /// A stream of the site's fault-state changes: ok → temporarily failed
     /// → ok, or permanently failed. The first item is the current state.
-    pub fn monitor(&self, site: &SiteRef) -> futures::channel::mpsc::UnboundedReceiver<crate::site::FaultEvent> {
+    pub fn monitor(
+        &self,
+        site: &SiteRef,
+    ) -> futures::channel::mpsc::UnboundedReceiver<crate::site::FaultEvent> {
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let entry = site.entry.resolved();
         let mut f = entry.fault.lock();
-        let _ = tx.unbounded_send(crate::site::FaultEvent { state: f.0, reason: String::new() });
+        let _ = tx.unbounded_send(crate::site::FaultEvent {
+            state: f.0,
+            reason: String::new(),
+        });
         f.1.push(tx);
         rx
     }
@@ -577,7 +635,9 @@ impl Node {
             if report.unacknowledged_bytes == 0 {
                 break;
             }
-            if let futures::future::Either::Right(_) = futures::future::select(notified, timer.as_mut()).await {
+            if let futures::future::Either::Right(_) =
+                futures::future::select(notified, timer.as_mut()).await
+            {
                 break;
             }
         }
@@ -609,7 +669,9 @@ impl Node {
                 return true;
             }
             let either = futures::future::select(changed, acked);
-            if let futures::future::Either::Right(_) = futures::future::select(either, timer.as_mut()).await {
+            if let futures::future::Either::Right(_) =
+                futures::future::select(either, timer.as_mut()).await
+            {
                 return pred(&self.metrics());
             }
         }

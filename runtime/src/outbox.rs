@@ -65,6 +65,10 @@ impl Outbox {
 
     /// Reserves `n` bytes, waiting for acknowledgements to free space.
     pub(crate) async fn reserve(&self, n: u64) {
+        // Fast path: no notification is set up while there is room.
+        if self.try_reserve(n) {
+            return;
+        }
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);

@@ -49,12 +49,15 @@ impl Runtime {
             .spawn(move || {
                 let sys = actix_rt::System::new();
                 sys.block_on(async move {
-                    tx.send(actix_rt::Arbiter::current()).expect("runtime handle receiver lives");
+                    tx.send(actix_rt::Arbiter::current())
+                        .expect("runtime handle receiver lives");
                 });
                 let _ = sys.run();
             })
             .expect("spawning a sitenet runtime thread");
-        Self { arbiter: rx.recv().expect("the sitenet runtime thread started") }
+        Self {
+            arbiter: rx.recv().expect("the sitenet runtime thread started"),
+        }
     }
 
     /// A runtime on a given actix arbiter (a builder option names it).

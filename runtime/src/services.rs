@@ -126,9 +126,16 @@ impl SinkStream {
 
     pub(crate) fn verdict(&self, expected: u64) -> SinkVerdict {
         let below = (0..expected.min(SINK_MAX_SEQ))
-            .filter(|s| self.seen.get((s / 64) as usize).is_some_and(|w| w & (1 << (s % 64)) != 0))
+            .filter(|s| {
+                self.seen
+                    .get((s / 64) as usize)
+                    .is_some_and(|w| w & (1 << (s % 64)) != 0)
+            })
             .count() as u64;
-        SinkVerdict { missing: expected - below, ..self.verdict }
+        SinkVerdict {
+            missing: expected - below,
+            ..self.verdict
+        }
     }
 }
 
@@ -136,7 +143,9 @@ impl SinkStream {
 pub(crate) type Sinks = parking_lot::Mutex<std::collections::HashMap<(u128, u64), SinkStream>>;
 
 fn sender_key(ctx: &crate::handlers::Ctx<'_>) -> u128 {
-    ctx.sender_id().map(|i| i.0).unwrap_or(u128::MAX - ctx.from.key as u128)
+    ctx.sender_id()
+        .map(|i| i.0)
+        .unwrap_or(u128::MAX - ctx.from.key as u128)
 }
 
 pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
@@ -151,10 +160,16 @@ pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
         SinkQuery::ID,
         erase(|ctx, q: SinkQuery| {
             let key = (sender_key(ctx), q.stream);
-            let v = ctx.node.sinks.lock().get(&key).map(|s| s.verdict(q.expected)).unwrap_or(SinkVerdict {
-                missing: q.expected,
-                ..SinkVerdict::default()
-            });
+            let v = ctx
+                .node
+                .sinks
+                .lock()
+                .get(&key)
+                .map(|s| s.verdict(q.expected))
+                .unwrap_or(SinkVerdict {
+                    missing: q.expected,
+                    ..SinkVerdict::default()
+                });
             if let Err(e) = ctx.reply(&v) {
                 tracing::debug!(error = %e, "sink verdict not sent");
             }
@@ -172,7 +187,15 @@ mod tests {
         for i in 0..1000 {
             s.record(i);
         }
-        assert_eq!(s.verdict(1000), SinkVerdict { delivered: 1000, duplicates: 0, out_of_order: 0, missing: 0 });
+        assert_eq!(
+            s.verdict(1000),
+            SinkVerdict {
+                delivered: 1000,
+                duplicates: 0,
+                out_of_order: 0,
+                missing: 0
+            }
+        );
     }
 
     #[test]

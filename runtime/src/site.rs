@@ -60,6 +60,8 @@ pub(crate) struct SiteEntry {
     pub(crate) id: OnceLock<SiteId>,
     /// Set when the site failed permanently.
     pub(crate) failed: Mutex<Option<(String, HandedBack)>>,
+    /// True once `failed` is set: checked on every send without a lock.
+    pub(crate) has_failed: std::sync::atomic::AtomicBool,
     /// Set when this entry turned out to be another entry's site (contacted
     /// under an address the peer did not list): sends follow it.
     pub(crate) redirect: OnceLock<Arc<SiteEntry>>,
@@ -68,7 +70,10 @@ pub(crate) struct SiteEntry {
     /// Live `SiteRef`s (a weak close is considered only when none is left).
     pub(crate) refs: std::sync::atomic::AtomicUsize,
     /// Current fault state and the monitors watching it.
-    pub(crate) fault: Mutex<(FaultState, Vec<futures::channel::mpsc::UnboundedSender<FaultEvent>>)>,
+    pub(crate) fault: Mutex<(
+        FaultState,
+        Vec<futures::channel::mpsc::UnboundedSender<FaultEvent>>,
+    )>,
 }
 
 impl SiteEntry {
@@ -80,6 +85,7 @@ impl SiteEntry {
             address,
             id: OnceLock::new(),
             failed: Mutex::new(None),
+            has_failed: std::sync::atomic::AtomicBool::new(false),
             redirect: OnceLock::new(),
             peer_max: std::sync::atomic::AtomicU64::new(0),
             refs: std::sync::atomic::AtomicUsize::new(0),
@@ -96,6 +102,9 @@ impl SiteEntry {
     }
 
     pub(crate) fn failure(&self) -> Option<String> {
+        if !self.has_failed.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
         self.failed.lock().as_ref().map(|(r, _)| r.clone())
     }
 
@@ -106,7 +115,10 @@ impl SiteEntry {
             return false;
         }
         f.0 = state;
-        let ev = FaultEvent { state, reason: reason.to_string() };
+        let ev = FaultEvent {
+            state,
+            reason: reason.to_string(),
+        };
         f.1.retain(|tx| tx.unbounded_send(ev.clone()).is_ok());
         true
     }
@@ -140,7 +152,9 @@ impl Clone for SiteRef {
 
 impl Drop for SiteRef {
     fn drop(&mut self) {
-        self.entry.refs.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.entry
+            .refs
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -148,7 +162,10 @@ impl std::fmt::Debug for SiteRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SiteRef")
             .field("id", &self.id())
-            .field("address", &self.entry.address.as_ref().map(ToString::to_string))
+            .field(
+                "address",
+                &self.entry.address.as_ref().map(ToString::to_string),
+            )
             .finish()
     }
 }
@@ -168,7 +185,10 @@ impl SiteRef {
 
     /// Waits until every message sent to this site so far is acknowledged,
     /// at most `timeout`. Fails at once if the site failed permanently.
-    pub async fn flush(&self, timeout: std::time::Duration) -> Result<(), crate::error::FlushError> {
+    pub async fn flush(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<(), crate::error::FlushError> {
         let entry = self.entry.resolved().clone();
         let timer = self.node.rt.delay(timeout);
         futures::pin_mut!(timer);
@@ -183,15 +203,24 @@ impl SiteRef {
             if pending_bytes == 0 {
                 return Ok(());
             }
-            if let futures::future::Either::Right(_) = futures::future::select(notified, timer.as_mut()).await {
+            if let futures::future::Either::Right(_) =
+                futures::future::select(notified, timer.as_mut()).await
+            {
                 let pending_bytes = entry.outbox.bytes();
-                return if pending_bytes == 0 { Ok(()) } else { Err(crate::error::FlushError::Timeout { pending_bytes }) };
+                return if pending_bytes == 0 {
+                    Ok(())
+                } else {
+                    Err(crate::error::FlushError::Timeout { pending_bytes })
+                };
             }
         }
     }
 
     /// Blocking variant of [`flush`](Self::flush).
-    pub fn flush_blocking(&self, timeout: std::time::Duration) -> Result<(), crate::error::FlushError> {
+    pub fn flush_blocking(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<(), crate::error::FlushError> {
         futures::executor::block_on(self.flush(timeout))
     }
 
@@ -202,7 +231,11 @@ impl SiteRef {
 
     /// The address this site is contacted at, if known.
     pub fn address(&self) -> Option<String> {
-        self.entry.resolved().address.as_ref().map(ToString::to_string)
+        self.entry
+            .resolved()
+            .address
+            .as_ref()
+            .map(ToString::to_string)
     }
 
     /// If the site failed permanently: why, and what it handed back.
@@ -215,8 +248,15 @@ impl SiteRef {
         self.entry.resolved().outbox.bytes()
     }
 
-    fn encode<M: Message>(&self, msg: &M, opts: SendOptions, kind: MessageKind, corr: u64) -> Result<OutMessage, SendError> {
-        let header = rmp_serde::to_vec(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+    fn encode<M: Message>(
+        &self,
+        msg: &M,
+        opts: SendOptions,
+        kind: MessageKind,
+        corr: u64,
+    ) -> Result<OutMessage, SendError> {
+        let mut header = Vec::with_capacity(64);
+        rmp_serde::encode::write(&mut header, msg).map_err(|e| SendError::Encode(e.to_string()))?;
         let m = OutMessage {
             priority: opts.priority,
             type_id: M::ID,
@@ -233,11 +273,17 @@ impl SiteRef {
             return Err(SendError::Shutdown);
         }
         if let Some(reason) = entry.failure() {
-            return Err(SendError::SiteFailed { site: entry.id.get().copied(), reason });
+            return Err(SendError::SiteFailed {
+                site: entry.id.get().copied(),
+                reason,
+            });
         }
         let max = self.node.max_message_to(entry);
         if m.wire_len() > max {
-            return Err(SendError::TooLarge { size: m.wire_len(), max });
+            return Err(SendError::TooLarge {
+                size: m.wire_len(),
+                max,
+            });
         }
         Ok(())
     }
@@ -253,7 +299,9 @@ impl SiteRef {
         let entry = self.entry.resolved();
         self.check(entry, &m)?;
         if !entry.outbox.try_reserve(m.wire_len()) {
-            return Err(SendError::QueueFull { bound: entry.outbox.bound() });
+            return Err(SendError::QueueFull {
+                bound: entry.outbox.bound(),
+            });
         }
         self.push(entry, m);
         Ok(())
@@ -268,6 +316,10 @@ impl SiteRef {
             return Err(e);
         }
         self.push(&entry, m);
+        // A loop of sends that never has to wait (the bound is far) would
+        // otherwise starve a ComObject on the same thread: spend the task's
+        // cooperative budget, yielding now and then (a no-op outside tokio).
+        tokio::task::consume_budget().await;
         Ok(())
     }
 
@@ -311,7 +363,9 @@ impl SiteRef {
     ) -> Result<Reply<R>, RequestError> {
         let corr = self.node.next_corr();
         let m = self.encode(req, opts, MessageKind::Request, corr)?;
-        let rx = self.node.register_request(corr, self.entry.resolved().key, timeout);
+        let rx = self
+            .node
+            .register_request(corr, self.entry.resolved().key, timeout);
         if let Err(e) = self.post(m).await {
             self.node.cancel_request(corr);
             return Err(e.into());
@@ -320,7 +374,8 @@ impl SiteRef {
             Ok(r) => r?,
             Err(_) => return Err(RequestError::Shutdown),
         };
-        let msg = rmp_serde::from_slice::<R>(&incoming.header).map_err(|e| RequestError::Decode(e.to_string()))?;
+        let msg = rmp_serde::from_slice::<R>(&incoming.header)
+            .map_err(|e| RequestError::Decode(e.to_string()))?;
         if incoming.prelude.type_id != R::ID {
             return Err(RequestError::Decode(format!(
                 "reply has type id {:#x}, expected {:#x}",
@@ -328,7 +383,10 @@ impl SiteRef {
                 R::ID
             )));
         }
-        Ok(Reply { msg, body: incoming.body })
+        Ok(Reply {
+            msg,
+            body: incoming.body,
+        })
     }
 
     /// Blocking variant of [`request`](Self::request).
@@ -349,7 +407,10 @@ impl SiteRef {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
         if let Some(a) = self.entry.resolved().addr.get() {
-            a.do_send(crate::com_object::HoldBusy { release: Mutex::new(Some(rx)), started: started_tx });
+            a.do_send(crate::com_object::HoldBusy {
+                release: Mutex::new(Some(rx)),
+                started: started_tx,
+            });
             let _ = started_rx.recv();
         }
         BusyGuard { _release: tx }
