@@ -42,7 +42,12 @@ fn handshaken(addr: &str) -> TcpStream {
     let mut s = tcp(addr);
     let mut inb = ByteBuffer::new(65536);
     let mut outb = ByteBuffer::new(65536);
-    let local = LocalInfo { site: SiteId(rand::random()), listen: vec![], buffer_size: 65536, max_message: 1 << 20 };
+    let local = LocalInfo {
+        site: SiteId(rand::random()),
+        listen: vec![],
+        buffer_size: 65536,
+        max_message: 1 << 20,
+    };
     let mut hs = Initiator::new(local, None, 0, 0);
     loop {
         let n = s.read(inb.spare_mut()).unwrap();
@@ -60,9 +65,24 @@ fn handshaken(addr: &str) -> TcpStream {
     }
 }
 
-fn header(kind: FrameKind, lane: u8, flags: u8, payload_len: u32, msg_number: u64) -> [u8; HEADER_LEN] {
+fn header(
+    kind: FrameKind,
+    lane: u8,
+    flags: u8,
+    payload_len: u32,
+    msg_number: u64,
+) -> [u8; HEADER_LEN] {
     let mut b = [0u8; HEADER_LEN];
-    FrameHeader { kind, lane, flags, payload_len, ack: 0, msg_number, frag_offset: 0 }.encode(&mut b);
+    FrameHeader {
+        kind,
+        lane,
+        flags,
+        payload_len,
+        ack: 0,
+        msg_number,
+        frag_offset: 0,
+    }
+    .encode(&mut b);
     b
 }
 
@@ -71,7 +91,10 @@ fn fault_count(n: &Node) -> usize {
 }
 
 fn last_fault(n: &Node) -> String {
-    n.faults().last().map(|f| f.reason.clone()).unwrap_or_default()
+    n.faults()
+        .last()
+        .map(|f| f.reason.clone())
+        .unwrap_or_default()
 }
 
 #[test]
@@ -91,12 +114,19 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     let healthy = {
         let (a, stop, ok) = (a.clone(), stop.clone(), ok.clone());
         std::thread::spawn(move || {
-            let client = Node::builder().runtime(Runtime::dedicated("bad-client")).start().unwrap();
+            let client = Node::builder()
+                .runtime(Runtime::dedicated("bad-client"))
+                .start()
+                .unwrap();
             let site = client.site(&a).unwrap();
             let mut seq = 0;
             while !stop.load(Ordering::Acquire) || seq < 50 {
                 let r = site
-                    .request_blocking::<Echo, EchoReply>(&Echo { seq }, SendOptions::default().body(vec![9u8; 100]), PATIENCE)
+                    .request_blocking::<Echo, EchoReply>(
+                        &Echo { seq },
+                        SendOptions::default().body(vec![9u8; 100]),
+                        PATIENCE,
+                    )
                     .expect("healthy peer keeps working");
                 assert_eq!(r.msg.seq, seq);
                 ok.fetch_add(1, Ordering::Relaxed);
@@ -105,12 +135,18 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
                 }
                 seq += 1;
             }
-            assert_eq!(client.metrics().channels_closed, 0, "the healthy channel was never disturbed");
+            assert_eq!(
+                client.metrics().channels_closed,
+                0,
+                "the healthy channel was never disturbed"
+            );
         })
     };
 
     // The bad peers start once the healthy one is exchanging.
-    first_rx.recv_timeout(PATIENCE).expect("healthy peer connects");
+    first_rx
+        .recv_timeout(PATIENCE)
+        .expect("healthy peer connects");
 
     // 1. Garbage instead of a handshake.
     let before = fault_count(&server);
@@ -118,7 +154,11 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     s.write_all(&[0xde; 200]).unwrap();
     until_closed(&mut s);
     assert_eq!(fault_count(&server), before + 1);
-    assert!(last_fault(&server).contains("version"), "{}", last_fault(&server));
+    assert!(
+        last_fault(&server).contains("version"),
+        "{}",
+        last_fault(&server)
+    );
 
     // 2. A NEGOTIATE from another protocol version.
     let mut s = tcp(&a);
@@ -126,13 +166,22 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     h[0] = PROTOCOL_VERSION + 1;
     s.write_all(&h).unwrap();
     until_closed(&mut s);
-    assert!(last_fault(&server).contains("version"), "{}", last_fault(&server));
+    assert!(
+        last_fault(&server).contains("version"),
+        "{}",
+        last_fault(&server)
+    );
 
     // 3. An oversized handshake frame: refused from its header alone.
     let mut s = tcp(&a);
-    s.write_all(&header(FrameKind::Negotiate, 5, 3, u32::MAX, 0)).unwrap();
+    s.write_all(&header(FrameKind::Negotiate, 5, 3, u32::MAX, 0))
+        .unwrap();
     until_closed(&mut s);
-    assert!(last_fault(&server).contains("exceeds"), "{}", last_fault(&server));
+    assert!(
+        last_fault(&server).contains("exceeds"),
+        "{}",
+        last_fault(&server)
+    );
 
     // 4. Closing in the middle of the handshake.
     let before = fault_count(&server);
@@ -141,9 +190,12 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
         let mut inb = ByteBuffer::new(8192);
         let n = s.read(inb.spare_mut()).unwrap();
         inb.commit(n);
-        let (h, _) = read_frame(&mut inb, MAX_HANDSHAKE_PAYLOAD).unwrap().expect("PRESENT arrives whole");
+        let (h, _) = read_frame(&mut inb, MAX_HANDSHAKE_PAYLOAD)
+            .unwrap()
+            .expect("PRESENT arrives whole");
         assert_eq!(h.kind, FrameKind::Present);
-        s.write_all(&header(FrameKind::Negotiate, 5, 3, 10, 0)[..20]).unwrap();
+        s.write_all(&header(FrameKind::Negotiate, 5, 3, 10, 0)[..20])
+            .unwrap();
     }
     // The fault is recorded when the node notices the close. Each probe's
     // close is awaited; the node's thread handles the earlier close within a
@@ -158,13 +210,21 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     }
     let faults = server.faults();
     assert!(faults.len() >= before + 2);
-    assert!(faults.iter().any(|f| f.reason.contains("closed")), "{faults:?}");
+    assert!(
+        faults.iter().any(|f| f.reason.contains("closed")),
+        "{faults:?}"
+    );
 
     // 5. After a valid handshake: an oversized frame.
     let mut s = handshaken(&a);
-    s.write_all(&header(FrameKind::Data, 3, 3, 1 << 30, 1)).unwrap();
+    s.write_all(&header(FrameKind::Data, 3, 3, 1 << 30, 1))
+        .unwrap();
     until_closed(&mut s);
-    assert!(last_fault(&server).contains("exceeds"), "{}", last_fault(&server));
+    assert!(
+        last_fault(&server).contains("exceeds"),
+        "{}",
+        last_fault(&server)
+    );
 
     // 6. After a valid handshake: a continuation with no first fragment, then
     //    garbage flooding in.
@@ -174,7 +234,11 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     s.write_all(&frame).unwrap();
     let _ = s.write_all(&vec![0x55u8; 1 << 20]);
     until_closed(&mut s);
-    assert!(last_fault(&server).contains("fragment"), "{}", last_fault(&server));
+    assert!(
+        last_fault(&server).contains("fragment"),
+        "{}",
+        last_fault(&server)
+    );
 
     // 7. A message announcing more than the maximum message size.
     let mut s = handshaken(&a);
@@ -189,7 +253,11 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     frame.extend_from_slice(&prelude.encode());
     s.write_all(&frame).unwrap();
     until_closed(&mut s);
-    assert!(last_fault(&server).contains("maximum message size"), "{}", last_fault(&server));
+    assert!(
+        last_fault(&server).contains("maximum message size"),
+        "{}",
+        last_fault(&server)
+    );
 
     // 8. A flood of connections that never speak: beyond the pending
     //    handshake bound they are refused at once.
@@ -199,12 +267,21 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     // The probe is accepted after the idle ones; once it is handled, the
     // refusals are counted.
     until_closed(&mut probe);
-    assert!(server.metrics().handshakes_refused > 0, "{:?}", server.metrics());
+    assert!(
+        server.metrics().handshakes_refused > 0,
+        "{:?}",
+        server.metrics()
+    );
     drop(idle);
 
     // While the healthy peer still runs, its channel is the only working one,
     // with its two fixed rings: no flood made any buffer grow.
-    assert_eq!(server.metrics().channel_buffer_bytes, 128 * 1024, "{:?}", server.metrics());
+    assert_eq!(
+        server.metrics().channel_buffer_bytes,
+        128 * 1024,
+        "{:?}",
+        server.metrics()
+    );
     stop.store(true, Ordering::Release);
     healthy.join().unwrap();
     assert!(ok.load(Ordering::Relaxed) >= 50);

@@ -21,8 +21,11 @@ fn start_node() -> (Killed, serde_json::Value) {
         .spawn()
         .expect("sitenet node starts");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
     (Killed(child), v)
 }
 
@@ -34,7 +37,10 @@ fn node_prints_its_identity_and_ping_measures_round_trips() {
     assert!(site_id.chars().all(|c| c.is_ascii_hexdigit()));
     assert_eq!(first["protocol"], 1);
     let listen = first["listen"][0].as_str().unwrap();
-    assert!(listen.starts_with("tcp:127.0.0.1:") && !listen.ends_with(":0"), "real port: {listen}");
+    assert!(
+        listen.starts_with("tcp:127.0.0.1:") && !listen.ends_with(":0"),
+        "real port: {listen}"
+    );
 
     // The library reaches the same site the node announced.
     let client = sitenet::Node::builder().start().unwrap();
@@ -51,43 +57,89 @@ fn node_prints_its_identity_and_ping_measures_round_trips() {
 
     for size in [64usize, 65536] {
         let out = Command::new(BIN)
-            .args(["ping", listen, "--count", "50", "--size", &size.to_string(), "--json", "--timeout", "60"])
+            .args([
+                "ping",
+                listen,
+                "--count",
+                "50",
+                "--size",
+                &size.to_string(),
+                "--json",
+                "--timeout",
+                "60",
+            ])
             .output()
             .unwrap();
-        assert!(out.status.success(), "ping failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "ping failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["count"], 50);
         assert_eq!(v["size"], size);
         assert_eq!(v["site_id"], site_id, "ping reached the announced site");
-        let f = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {v}"));
+        let f = |k: &str| {
+            v[k].as_f64()
+                .unwrap_or_else(|| panic!("{k} missing in {v}"))
+        };
         assert!(f("min_us") > 0.0);
-        assert!(f("min_us") <= f("p50_us") && f("p50_us") <= f("p99_us") && f("p99_us") <= f("max_us"), "{v}");
+        assert!(
+            f("min_us") <= f("p50_us") && f("p50_us") <= f("p99_us") && f("p99_us") <= f("max_us"),
+            "{v}"
+        );
     }
 }
 
 #[test]
 fn usage_errors_exit_2_and_failures_exit_1() {
-    let out = Command::new(BIN).args(["ping", "127.0.0.1:7000"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["ping", "127.0.0.1:7000"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("tcp:HOST:PORT"));
-    let out = Command::new(BIN).args(["node", "--listen", "tcp:127.0.0.1:notaport"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["node", "--listen", "tcp:127.0.0.1:notaport"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = Command::new(BIN).args(["ping"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     // A port nobody listens on (bound, then released).
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let out = Command::new(BIN)
-        .args(["ping", &format!("tcp:127.0.0.1:{port}"), "--count", "1", "--timeout", "1"])
+        .args([
+            "ping",
+            &format!("tcp:127.0.0.1:{port}"),
+            "--count",
+            "1",
+            "--timeout",
+            "1",
+        ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("unreachable"));
 }
 
 #[test]
 fn demo_runs_alone() {
     let out = Command::new(BIN).args(["demo", "--json"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["messages_received"], 1000);
     assert_eq!(v["in_order"], true);

@@ -19,7 +19,10 @@ fn fast_linger(c: &mut NodeConfig) {
 }
 
 async fn echo(site: &sitenet::SiteRef, seq: u64) {
-    let r = site.request::<Echo, EchoReply>(&Echo { seq }, SendOptions::default(), PATIENCE).await.unwrap();
+    let r = site
+        .request::<Echo, EchoReply>(&Echo { seq }, SendOptions::default(), PATIENCE)
+        .await
+        .unwrap();
     assert_eq!(r.msg.seq, seq);
 }
 
@@ -33,10 +36,22 @@ async fn weak_close_after_the_last_reference_is_dropped() {
     let site = client.site(&addr(&server)).unwrap();
     echo(&site, 1).await;
     drop(site);
-    assert!(client.wait_until(|m| m.orderly_closes == 1, PATIENCE).await, "{:?}", client.metrics());
-    assert!(server.wait_until(|m| m.orderly_closes == 1, PATIENCE).await, "{:?}", server.metrics());
+    assert!(
+        client.wait_until(|m| m.orderly_closes == 1, PATIENCE).await,
+        "{:?}",
+        client.metrics()
+    );
+    assert!(
+        server.wait_until(|m| m.orderly_closes == 1, PATIENCE).await,
+        "{:?}",
+        server.metrics()
+    );
     let m = client.metrics();
-    assert_eq!((m.weak_closes_started, m.channels_closed, m.temp_failures), (1, 1, 0), "{m:?}");
+    assert_eq!(
+        (m.weak_closes_started, m.channels_closed, m.temp_failures),
+        (1, 1, 0),
+        "{m:?}"
+    );
     // Not a failure: a new reference simply reopens.
     let site = client.site(&addr(&server)).unwrap();
     echo(&site, 2).await;
@@ -57,14 +72,23 @@ async fn weak_close_rejected_by_a_peer_that_still_needs_the_channel() {
     let client = listening_node();
     let site = client.site(&addr(&server)).unwrap();
     echo(&site, 1).await;
-    assert!(server.wait_until(|m| m.weak_closes_rejected >= 1, PATIENCE).await, "{:?}", server.metrics());
+    assert!(
+        server
+            .wait_until(|m| m.weak_closes_rejected >= 1, PATIENCE)
+            .await,
+        "{:?}",
+        server.metrics()
+    );
     // Right after the reject, requests go on over the same channel and the
     // server does not immediately try again.
     for seq in 2..20 {
         echo(&site, seq).await;
     }
     let (ms, mc) = (server.metrics(), client.metrics());
-    assert_eq!(ms.weak_closes_started, 1, "no retry soon after a reject: {ms:?}");
+    assert_eq!(
+        ms.weak_closes_started, 1,
+        "no retry soon after a reject: {ms:?}"
+    );
     assert_eq!((mc.channels_opened, mc.channels_closed), (1, 0), "{mc:?}");
 }
 
@@ -80,7 +104,11 @@ async fn hard_close_racing_with_a_stream_loses_nothing() {
         .start()
         .unwrap();
     let sink = Sink::install(&server, N + 1, None);
-    let client = Node::builder().runtime(Runtime::dedicated("hard-client")).configure(fast_linger).start().unwrap();
+    let client = Node::builder()
+        .runtime(Runtime::dedicated("hard-client"))
+        .configure(fast_linger)
+        .start()
+        .unwrap();
     let site = client.site(&addr(&server)).unwrap();
     // The channel is working before the stream starts, so each hard close
     // hits a working channel with messages queued and in flight.
@@ -94,14 +122,22 @@ async fn hard_close_racing_with_a_stream_loses_nothing() {
             seq += 1;
         }
         let opened = round as u64 + 1;
-        assert!(client.wait_until(|m| m.channels_opened == opened, PATIENCE).await, "{:?}", client.metrics());
+        assert!(
+            client
+                .wait_until(|m| m.channels_opened == opened, PATIENCE)
+                .await,
+            "{:?}",
+            client.metrics()
+        );
         if closer == "client" {
             // The sender preempts its own channel …
             client.close_hard(&site);
         } else {
             // … then the receiver preempts it from its side (it has no
             // address for the client: the client calls back).
-            let back = server.site_by_id(client.id()).expect("server knows the client");
+            let back = server
+                .site_by_id(client.id())
+                .expect("server knows the client");
             server.close_hard(&back);
         }
         for _ in 0..N / 4 {
@@ -109,16 +145,36 @@ async fn hard_close_racing_with_a_stream_loses_nothing() {
             seq += 1;
         }
         let closes = round as u64 + 1;
-        assert!(client.wait_until(|m| m.orderly_closes == closes, PATIENCE).await, "{:?}", client.metrics());
-        assert!(server.wait_until(|m| m.orderly_closes == closes, PATIENCE).await, "{:?}", server.metrics());
+        assert!(
+            client
+                .wait_until(|m| m.orderly_closes == closes, PATIENCE)
+                .await,
+            "{:?}",
+            client.metrics()
+        );
+        assert!(
+            server
+                .wait_until(|m| m.orderly_closes == closes, PATIENCE)
+                .await,
+            "{:?}",
+            server.metrics()
+        );
     }
     site.flush(PATIENCE).await.unwrap();
     sink.wait().await;
     assert_eq!(sink.out_of_order.load(Ordering::Acquire), 0);
     assert_eq!(sink.total.load(Ordering::Acquire), seq);
     let (mc, ms) = (client.metrics(), server.metrics());
-    assert_eq!((mc.hard_closes_started, ms.hard_closes_started), (1, 1), "{mc:?} {ms:?}");
-    assert_eq!((mc.temp_failures, ms.temp_failures), (0, 0), "a hard close is not a failure: {mc:?} {ms:?}");
+    assert_eq!(
+        (mc.hard_closes_started, ms.hard_closes_started),
+        (1, 1),
+        "{mc:?} {ms:?}"
+    );
+    assert_eq!(
+        (mc.temp_failures, ms.temp_failures),
+        (0, 0),
+        "a hard close is not a failure: {mc:?} {ms:?}"
+    );
 }
 
 /// A hard close whose channel is cut before the answer comes: the wait ends

@@ -14,10 +14,14 @@ fn ten_thousand_sends_to_a_busy_com_object_cause_one_wake() {
     const N: u64 = 10_000;
     let server = listening_node_on(Runtime::dedicated("dp-server"));
     let sink = Sink::install(&server, N + 1, None);
-    let client = Node::builder().runtime(Runtime::dedicated("dp-client")).start().unwrap();
+    let client = Node::builder()
+        .runtime(Runtime::dedicated("dp-client"))
+        .start()
+        .unwrap();
     let site = client.site(&addr(&server)).unwrap();
     // Open the channel and let the first wake be consumed.
-    site.send_blocking(&Numbered { stream: 0, seq: 0 }, SendOptions::default()).unwrap();
+    site.send_blocking(&Numbered { stream: 0, seq: 0 }, SendOptions::default())
+        .unwrap();
     while sink.total.load(std::sync::atomic::Ordering::Acquire) < 1 {
         std::thread::yield_now();
     }
@@ -28,9 +32,15 @@ fn ten_thousand_sends_to_a_busy_com_object_cause_one_wake() {
     }
     let wakes = client.metrics().wakes - before;
     drop(guard);
-    assert_eq!(wakes, 1, "10,000 sends to a busy ComObject must cause exactly one wake");
+    assert_eq!(
+        wakes, 1,
+        "10,000 sends to a busy ComObject must cause exactly one wake"
+    );
     sink.wait_blocking();
-    assert_eq!(sink.out_of_order.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(
+        sink.out_of_order.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
 }
 
 /// Many threads sending at once while the ComObject keeps draining: every
@@ -42,7 +52,10 @@ fn no_wake_is_lost_when_many_threads_send() {
     const PER: u64 = 20_000;
     let server = listening_node_on(Runtime::dedicated("dp-server2"));
     let sink = Sink::install(&server, THREADS as u64 * PER, None);
-    let client = Node::builder().runtime(Runtime::dedicated("dp-client2")).start().unwrap();
+    let client = Node::builder()
+        .runtime(Runtime::dedicated("dp-client2"))
+        .start()
+        .unwrap();
     let site = client.site(&addr(&server)).unwrap();
     let barrier = Arc::new(std::sync::Barrier::new(THREADS as usize));
     let handles: Vec<_> = (0..THREADS)
@@ -54,7 +67,8 @@ fn no_wake_is_lost_when_many_threads_send() {
                 for seq in 0..PER {
                     // Alternate bursts and single sends so the outbox keeps
                     // going empty and non-empty under the actor's feet.
-                    site.send_blocking(&Numbered { stream, seq }, SendOptions::default()).unwrap();
+                    site.send_blocking(&Numbered { stream, seq }, SendOptions::default())
+                        .unwrap();
                     if seq % 64 == 0 {
                         std::thread::yield_now();
                     }
@@ -66,8 +80,16 @@ fn no_wake_is_lost_when_many_threads_send() {
         h.join().unwrap();
     }
     sink.wait_blocking();
-    assert_eq!(sink.out_of_order.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(
+        sink.out_of_order.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
     let m = client.metrics();
     assert_eq!(m.messages_queued, THREADS as u64 * PER);
-    assert!(m.wakes < m.messages_queued, "wakes {} for {} sends", m.wakes, m.messages_queued);
+    assert!(
+        m.wakes < m.messages_queued,
+        "wakes {} for {} sends",
+        m.wakes,
+        m.messages_queued
+    );
 }

@@ -17,8 +17,14 @@ fn quick(c: &mut NodeConfig) {
     c.reconnect_max = Duration::from_millis(100);
 }
 
-async fn next_state(mon: &mut futures::channel::mpsc::UnboundedReceiver<sitenet::FaultEvent>) -> FaultState {
-    tokio::time::timeout(PATIENCE, mon.next()).await.expect("a transition in time").expect("monitor open").state
+async fn next_state(
+    mon: &mut futures::channel::mpsc::UnboundedReceiver<sitenet::FaultEvent>,
+) -> FaultState {
+    tokio::time::timeout(PATIENCE, mon.next())
+        .await
+        .expect("a transition in time")
+        .expect("monitor open")
+        .state
 }
 
 /// A partition (every byte black-holed) is detected by heartbeats as a
@@ -52,14 +58,21 @@ async fn partition_detected_by_heartbeats_then_healed() {
     site.flush(PATIENCE).await.unwrap();
 
     faults.set_blackhole(true);
-    assert_eq!(next_state(&mut mon).await, FaultState::TempFailed, "silence is a temporary failure");
+    assert_eq!(
+        next_state(&mut mon).await,
+        FaultState::TempFailed,
+        "silence is a temporary failure"
+    );
     for seq in 100..200 {
         site.send(&Numbered { stream: 0, seq }).await.unwrap();
     }
     faults.set_blackhole(false);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok, "healed");
     sink.wait().await;
-    assert_eq!(sink.out_of_order.load(std::sync::atomic::Ordering::Acquire), 0);
+    assert_eq!(
+        sink.out_of_order.load(std::sync::atomic::Ordering::Acquire),
+        0
+    );
     site.flush(PATIENCE).await.unwrap();
     assert_eq!(server.metrics().messages_delivered, 200);
     assert_eq!(site.fault_state(), FaultState::Ok);
@@ -70,7 +83,11 @@ async fn partition_detected_by_heartbeats_then_healed() {
 /// and the address then reaches the new incarnation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_peer_is_a_new_incarnation() {
-    let server = Node::builder().listen("tcp:127.0.0.1:0").configure(quick).start().unwrap();
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(quick)
+        .start()
+        .unwrap();
     let address = addr(&server);
     let old_id = server.id();
     let sink = Sink::install(&server, 10, None);
@@ -91,15 +108,30 @@ async fn restarted_peer_is_a_new_incarnation() {
     for seq in 10..15 {
         site.send(&Numbered { stream: 0, seq }).await.unwrap();
     }
-    let restarted = Node::builder().listen(address.clone()).configure(quick).start().unwrap();
+    let restarted = Node::builder()
+        .listen(address.clone())
+        .configure(quick)
+        .start()
+        .unwrap();
     assert_ne!(restarted.id(), old_id);
     let sink2 = Sink::install(&restarted, 1, None);
 
-    assert_eq!(next_state(&mut mon).await, FaultState::PermFailed, "the old incarnation is gone for good");
+    assert_eq!(
+        next_state(&mut mon).await,
+        FaultState::PermFailed,
+        "the old incarnation is gone for good"
+    );
     let (reason, back) = site.failure().expect("failure recorded");
     assert!(reason.contains("expected site"), "{reason}");
-    assert_eq!(back.not_sent.len() + back.maybe_delivered.len(), 5, "the 5 unsent messages are handed back");
-    assert!(matches!(site.try_send(&Numbered { stream: 0, seq: 99 }), Err(sitenet::SendError::SiteFailed { .. })));
+    assert_eq!(
+        back.not_sent.len() + back.maybe_delivered.len(),
+        5,
+        "the 5 unsent messages are handed back"
+    );
+    assert!(matches!(
+        site.try_send(&Numbered { stream: 0, seq: 99 }),
+        Err(sitenet::SendError::SiteFailed { .. })
+    ));
 
     // The address now names the new incarnation.
     let site2 = client.site(&address).unwrap();
@@ -114,7 +146,10 @@ async fn restarted_peer_is_a_new_incarnation() {
 async fn kill_hands_back_what_was_not_acknowledged() {
     let server = listening_node_on(Runtime::dedicated("kill-server"));
     let sink = Sink::install(&server, 1, None);
-    let client = Node::builder().runtime(Runtime::dedicated("kill-client")).start().unwrap();
+    let client = Node::builder()
+        .runtime(Runtime::dedicated("kill-client"))
+        .start()
+        .unwrap();
     let site = client.site(&addr(&server)).unwrap();
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);
@@ -140,7 +175,11 @@ async fn kill_hands_back_what_was_not_acknowledged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn give_up_turns_a_long_temporary_failure_permanent() {
     // A port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let client = Node::builder()
         .configure(|c| {
             quick(c);
@@ -151,11 +190,64 @@ async fn give_up_turns_a_long_temporary_failure_permanent() {
     let site = client.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);
-    site.send_with(&Numbered { stream: 0, seq: 0 }, SendOptions::default()).await.unwrap();
+    site.send_with(&Numbered { stream: 0, seq: 0 }, SendOptions::default())
+        .await
+        .unwrap();
     assert_eq!(next_state(&mut mon).await, FaultState::TempFailed);
     assert_eq!(next_state(&mut mon).await, FaultState::PermFailed);
     let (reason, back) = site.failure().unwrap();
     assert!(reason.contains("give-up"), "{reason}");
     assert_eq!(back.not_sent.len(), 1);
-    assert!(matches!(site.flush(PATIENCE).await, Err(sitenet::FlushError::SiteFailed(_))));
+    assert!(matches!(
+        site.flush(PATIENCE).await,
+        Err(sitenet::FlushError::SiteFailed(_))
+    ));
+}
+
+/// An open protocol that never finishes ends by its timer, on both sides: a
+/// "server" that accepts and never presents itself leaves the initiator
+/// temporarily failed (it keeps retrying); a "client" that connects and never
+/// negotiates is closed by the node with a fault report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_that_never_finishes_ends_by_its_timer() {
+    // Initiator side: a mute acceptor.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = mute.local_addr().unwrap().port();
+    let client = Node::builder().configure(quick).start().unwrap();
+    let site = client.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+    let mut mon = client.monitor(&site);
+    assert_eq!(next_state(&mut mon).await, FaultState::Ok);
+    site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
+    let ev = tokio::time::timeout(PATIENCE, mon.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.state, FaultState::TempFailed);
+    assert!(ev.reason.contains("handshake"), "{}", ev.reason);
+    let (held, _) = mute.accept().unwrap();
+    drop(held);
+
+    // Acceptor side: a mute initiator.
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(quick)
+        .start()
+        .unwrap();
+    let mut s = std::net::TcpStream::connect(addr(&server).strip_prefix("tcp:").unwrap()).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut buf = [0u8; 4096];
+    // PRESENT arrives, then the node closes the channel at its timeout.
+    loop {
+        match std::io::Read::read(&mut s, &mut buf) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the node kept a mute channel open: {e}"),
+        }
+    }
+    let faults = server.faults();
+    assert!(
+        faults.iter().any(|f| f.reason.contains("handshake")),
+        "{faults:?}"
+    );
 }

@@ -33,7 +33,10 @@ fn a_hundred_cuts_during_a_hundred_thousand_messages_lose_nothing() {
     let site = client.site(&addr(&server)).unwrap();
     // Sizes from 0 to 8 KiB; three priorities, one stream each (the sink
     // checks order per stream, so per priority).
-    let bodies: Vec<Bytes> = [0usize, 16, 200, 1500, 8192].iter().map(|&n| Bytes::from(vec![0xC3; n])).collect();
+    let bodies: Vec<Bytes> = [0usize, 16, 200, 1500, 8192]
+        .iter()
+        .map(|&n| Bytes::from(vec![0xC3; n]))
+        .collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(faults.seed());
     // Cuts every ~150 KB on average: far more than 100 cuts over the run.
     faults.random_cuts(150_000);
@@ -42,9 +45,13 @@ fn a_hundred_cuts_during_a_hundred_thousand_messages_lose_nothing() {
         let lane: usize = rand::Rng::gen_range(&mut rng, 0..3);
         let prio = [Priority::Low, Priority::Medium, Priority::High][lane];
         let body = bodies[rand::Rng::gen_range(&mut rng, 0..bodies.len())].clone();
-        let m = Numbered { stream: lane as u32, seq: seqs[lane] };
+        let m = Numbered {
+            stream: lane as u32,
+            seq: seqs[lane],
+        };
         seqs[lane] += 1;
-        site.send_blocking(&m, SendOptions::priority(prio).body(body)).unwrap();
+        site.send_blocking(&m, SendOptions::priority(prio).body(body))
+            .unwrap();
     }
     // Keep cutting until CUTS channels were cut (or everything arrived).
     let server_handle = server.clone();
@@ -58,13 +65,30 @@ fn a_hundred_cuts_during_a_hundred_thousand_messages_lose_nothing() {
     sink.wait_blocking();
     let cuts = faults.cuts();
     let (mc, ms) = (client.metrics(), server.metrics());
-    eprintln!("{}: {cuts} cuts; client {mc:?}; server {ms:?}", faults.seed_report());
-    assert_eq!(sink.total.load(Ordering::Acquire), N, "every message exactly once");
-    assert_eq!(sink.out_of_order.load(Ordering::Acquire), 0, "no reordering within a priority (nor duplicates)");
+    eprintln!(
+        "{}: {cuts} cuts; client {mc:?}; server {ms:?}",
+        faults.seed_report()
+    );
+    assert_eq!(
+        sink.total.load(Ordering::Acquire),
+        N,
+        "every message exactly once"
+    );
+    assert_eq!(
+        sink.out_of_order.load(Ordering::Acquire),
+        0,
+        "no reordering within a priority (nor duplicates)"
+    );
     assert_eq!(ms.messages_delivered, N);
     assert!(cuts >= CUTS, "only {cuts} cuts happened");
-    assert!(mc.channels_opened > CUTS, "a new channel after each cut: {mc:?}");
-    assert!(mc.messages_retransmitted > 0, "in-flight messages were resent: {mc:?}");
+    assert!(
+        mc.channels_opened > CUTS,
+        "a new channel after each cut: {mc:?}"
+    );
+    assert!(
+        mc.messages_retransmitted > 0,
+        "in-flight messages were resent: {mc:?}"
+    );
 }
 
 use rand::SeedableRng;

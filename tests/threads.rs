@@ -39,7 +39,10 @@ async fn sends_from_several_workers_then_drop_inside_async_code() {
         t.await.unwrap();
     }
     sink.wait().await;
-    assert_eq!(sink.out_of_order.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(
+        sink.out_of_order.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
     // Dropping inside async code must neither block nor panic.
     drop(site);
     drop(client);
@@ -54,7 +57,11 @@ async fn a_node_starts_inside_an_actix_system() {
     let client = Node::builder().start().unwrap();
     let site = client.site(&addr(&server)).unwrap();
     let r = site
-        .request::<Echo, EchoReply>(&Echo { seq: 5 }, SendOptions::default().body(vec![1u8, 2, 3]), PATIENCE)
+        .request::<Echo, EchoReply>(
+            &Echo { seq: 5 },
+            SendOptions::default().body(vec![1u8, 2, 3]),
+            PATIENCE,
+        )
         .await
         .unwrap();
     assert_eq!(r.msg.seq, 5);
@@ -62,7 +69,9 @@ async fn a_node_starts_inside_an_actix_system() {
 }
 
 fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// 1,000 nodes in one process, connecting out only, share one runtime: the
@@ -78,14 +87,24 @@ fn a_thousand_nodes_share_one_runtime() {
     let server = listening_node();
     let target = addr(&server);
     let before = thread_count();
-    let nodes: Vec<Node> = (0..NODES).map(|_| Node::builder().start().unwrap()).collect();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let nodes: Vec<Node> = (0..NODES)
+        .map(|_| Node::builder().start().unwrap())
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let mut tasks = Vec::new();
         for (i, n) in nodes.iter().enumerate() {
             let site = n.site(&target).unwrap();
             tasks.push(async move {
-                site.request::<Echo, EchoReply>(&Echo { seq: i as u64 }, SendOptions::default(), PATIENCE).await
+                site.request::<Echo, EchoReply>(
+                    &Echo { seq: i as u64 },
+                    SendOptions::default(),
+                    PATIENCE,
+                )
+                .await
             });
         }
         let results = futures::future::join_all(tasks).await;
@@ -95,6 +114,10 @@ fn a_thousand_nodes_share_one_runtime() {
     });
     let after = thread_count();
     assert_eq!(server.site_count(), NODES);
-    assert!(after < before + 16, "{NODES} nodes started {} threads", after - before);
+    assert!(
+        after < before + 16,
+        "{NODES} nodes started {} threads",
+        after - before
+    );
     drop(nodes);
 }

@@ -28,7 +28,12 @@ async fn bulk_both_ways_at_once_does_not_deadlock() {
         let body = body.clone();
         tokio::spawn(async move {
             for seq in 0..N {
-                site.send_with(&Numbered { stream, seq }, SendOptions::default().body(body.clone())).await.unwrap();
+                site.send_with(
+                    &Numbered { stream, seq },
+                    SendOptions::default().body(body.clone()),
+                )
+                .await
+                .unwrap();
             }
         })
     };
@@ -38,8 +43,18 @@ async fn bulk_both_ways_at_once_does_not_deadlock() {
     sink_b.wait().await;
     ta.await.unwrap();
     tb.await.unwrap();
-    assert_eq!(sink_a.out_of_order.load(std::sync::atomic::Ordering::Relaxed), 0);
-    assert_eq!(sink_b.out_of_order.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(
+        sink_a
+            .out_of_order
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    assert_eq!(
+        sink_b
+            .out_of_order
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
     // One channel between the two sites, whoever connected first.
     let opened = a.metrics().channels_opened + b.metrics().channels_opened;
     assert!(opened >= 2, "each side saw the channel open: {opened}");
@@ -70,7 +85,8 @@ async fn request_reply_and_errors() {
             if x == 13 {
                 panic!("unlucky");
             }
-            ctx.reply_with(&Squared(x * x), vec![ctx.body().clone()]).unwrap();
+            ctx.reply_with(&Squared(x * x), vec![ctx.body().clone()])
+                .unwrap();
         })
         .unwrap();
     let client = sitenet::Node::builder().start().unwrap();
@@ -78,7 +94,11 @@ async fn request_reply_and_errors() {
     for x in (0..200u64).filter(|x| *x != 13) {
         let body = Bytes::from(x.to_le_bytes().to_vec());
         let r = site
-            .request::<Square, Squared>(&Square(x), SendOptions::priority(Priority::High).body(body.clone()), PATIENCE)
+            .request::<Square, Squared>(
+                &Square(x),
+                SendOptions::priority(Priority::High).body(body.clone()),
+                PATIENCE,
+            )
             .await
             .unwrap();
         assert_eq!(r.msg.0, x * x);
@@ -86,23 +106,49 @@ async fn request_reply_and_errors() {
     }
     // A handler that panics: the requester gets a remote error, the server
     // keeps working, and the message counts as delivered.
-    let e = site.request::<Square, Squared>(&Square(13), SendOptions::default(), PATIENCE).await.unwrap_err();
-    assert!(matches!(e, sitenet::RequestError::Remote(ref r) if r.contains("panicked")), "{e:?}");
+    let e = site
+        .request::<Square, Squared>(&Square(13), SendOptions::default(), PATIENCE)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, sitenet::RequestError::Remote(ref r) if r.contains("panicked")),
+        "{e:?}"
+    );
     assert_eq!(server.metrics().handler_panics, 1);
     // A type with no handler: a remote error, not a closed channel.
-    let e = site.request::<Squared, Squared>(&Squared(1), SendOptions::default(), PATIENCE).await.unwrap_err();
-    assert!(matches!(e, sitenet::RequestError::Remote(ref r) if r.contains("no handler")), "{e:?}");
+    let e = site
+        .request::<Squared, Squared>(&Squared(1), SendOptions::default(), PATIENCE)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, sitenet::RequestError::Remote(ref r) if r.contains("no handler")),
+        "{e:?}"
+    );
     // A request the server never answers times out; the late reply (none
     // here) would be discarded.
     server.handle(|_ctx, _m: Numbered| {}).unwrap();
     let e = site
-        .request::<Numbered, Squared>(&Numbered { stream: 0, seq: 0 }, SendOptions::default(), Duration::from_millis(200))
+        .request::<Numbered, Squared>(
+            &Numbered { stream: 0, seq: 0 },
+            SendOptions::default(),
+            Duration::from_millis(200),
+        )
         .await
         .unwrap_err();
-    assert_eq!(e, sitenet::RequestError::Timeout(Duration::from_millis(200)));
+    assert_eq!(
+        e,
+        sitenet::RequestError::Timeout(Duration::from_millis(200))
+    );
     assert_eq!(server.metrics().protocol_errors, 0);
-    assert_eq!(client.metrics().channels_closed, 0, "application faults never close a channel");
-    let r = site.request::<Square, Squared>(&Square(3), SendOptions::default(), PATIENCE).await.unwrap();
+    assert_eq!(
+        client.metrics().channels_closed,
+        0,
+        "application faults never close a channel"
+    );
+    let r = site
+        .request::<Square, Squared>(&Square(3), SendOptions::default(), PATIENCE)
+        .await
+        .unwrap();
     assert_eq!(r.msg.0, 9);
 }
 
@@ -110,7 +156,10 @@ async fn request_reply_and_errors() {
 fn registering_an_id_twice_or_a_reserved_id_fails() {
     let n = sitenet::Node::builder().start().unwrap();
     n.handle(|_, _m: Square| {}).unwrap();
-    assert!(matches!(n.handle(|_, _m: Square| {}), Err(sitenet::NodeError::DuplicateHandler(200))));
+    assert!(matches!(
+        n.handle(|_, _m: Square| {}),
+        Err(sitenet::NodeError::DuplicateHandler(200))
+    ));
     assert!(matches!(
         n.handle(|_, _m: sitenet::services::Echo| {}),
         Err(sitenet::NodeError::ReservedId(_))
@@ -131,6 +180,14 @@ async fn a_message_larger_than_the_maximum_is_refused_at_send() {
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
     sink.wait().await;
     let big = Bytes::from(vec![0u8; 128 * 1024]);
-    let e = site.try_send_with(&Numbered { stream: 0, seq: 1 }, SendOptions::default().body(big)).unwrap_err();
-    assert!(matches!(e, sitenet::SendError::TooLarge { max: 65536, .. }), "{e:?}");
+    let e = site
+        .try_send_with(
+            &Numbered { stream: 0, seq: 1 },
+            SendOptions::default().body(big),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, sitenet::SendError::TooLarge { max: 65536, .. }),
+        "{e:?}"
+    );
 }

@@ -320,3 +320,59 @@ fn hard_close_during_a_weak_close_survives_the_weak_reject() {
     r.expect("a valid answer to our own closes");
     assert!(events(&mut p.a.session).contains(&SessionEvent::CloseChannel(CloseReason::HardDone)));
 }
+
+/// Every wait of the close protocol ends by its timer when no answer comes:
+/// a weak close, a hard close, and a granted close whose peer never closes.
+#[test]
+fn a_close_whose_answer_never_comes_ends_by_its_timer() {
+    let t0 = std::time::Instant::now();
+    let cfg = SessionConfig::default();
+    let timeout = cfg.close_timeout;
+    for start in ["weak", "hard", "granted"] {
+        let mut s = sitenet_protocols::Session::new(
+            cfg.clone(),
+            sitenet_protocols::ReassemblyBudget::new(1 << 20),
+        );
+        s.channel_up(sitenet_protocols::ChannelParams {
+            buffer_size: 65536,
+            peer_max_message: 1 << 20,
+            peer_last_received: 0,
+            generation: 1,
+        })
+        .unwrap();
+        s.set_local_need(false);
+        match start {
+            "weak" => assert!(s.begin_close_weak(t0)),
+            "hard" => assert!(s.begin_close_hard(t0)),
+            _ => {
+                // The peer asks to close weakly; we grant and wait for it.
+                let mut inb = sitenet_protocols::ByteBuffer::new(65536);
+                let mut hb = [0u8; sitenet_protocols::HEADER_LEN];
+                FrameHeader::control(FrameKind::CloseWeak, 0, 0).encode(&mut hb);
+                inb.push(&hb);
+                s.handle_input(t0, &mut inb, &mut |_| {}).unwrap();
+                assert!(matches!(
+                    s.close_phase(),
+                    ClosePhase::PeerClosing { hard: false, .. }
+                ));
+            }
+        }
+        assert_eq!(
+            s.poll_timeout().map(|t| t <= t0 + timeout),
+            Some(true),
+            "{start}: a deadline is armed"
+        );
+        // Just before the deadline: nothing.
+        s.handle_timeout(t0 + timeout - std::time::Duration::from_millis(1));
+        assert!(!std::iter::from_fn(|| s.poll_event())
+            .any(|e| matches!(e, SessionEvent::CloseChannel(_))));
+        // At the deadline: the channel is closed.
+        s.handle_timeout(t0 + timeout);
+        let evs: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+        assert!(
+            evs.contains(&SessionEvent::CloseChannel(CloseReason::Timeout)),
+            "{start}: {evs:?}"
+        );
+        assert_eq!(s.close_phase(), ClosePhase::Done);
+    }
+}

@@ -22,11 +22,18 @@ impl Message for Numbered {
 }
 
 pub fn listening_node() -> Node {
-    Node::builder().listen("tcp:127.0.0.1:0").start().expect("node starts")
+    Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .start()
+        .expect("node starts")
 }
 
 pub fn listening_node_on(rt: Runtime) -> Node {
-    Node::builder().listen("tcp:127.0.0.1:0").runtime(rt).start().expect("node starts")
+    Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(rt)
+        .start()
+        .expect("node starts")
 }
 
 pub fn addr(n: &Node) -> String {
@@ -85,13 +92,22 @@ impl Sink {
                 n.await;
             }
         };
-        tokio::time::timeout(PATIENCE, wait).await.unwrap_or_else(|_| {
-            panic!("only {} of {} messages arrived", self.total.load(Ordering::Acquire), self.expect)
-        });
+        tokio::time::timeout(PATIENCE, wait)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "only {} of {} messages arrived",
+                    self.total.load(Ordering::Acquire),
+                    self.expect
+                )
+            });
     }
 
     pub fn wait_blocking(&self) {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(self.wait());
     }
 }
