@@ -59,7 +59,11 @@ fn main() {
         let (delivered, next) = (delivered.clone(), next.clone());
         server
             .handle(move |_ctx, t: Tick| {
-                assert_eq!(t.seq, next.fetch_add(1, Ordering::AcqRel), "exactly once, in order");
+                assert_eq!(
+                    t.seq,
+                    next.fetch_add(1, Ordering::AcqRel),
+                    "exactly once, in order"
+                );
                 delivered.fetch_add(1, Ordering::AcqRel);
                 let _ = tx.send(Instant::now());
             })
@@ -70,31 +74,39 @@ fn main() {
         .configure(|c| c.fault_injector = Some(faults.clone()))
         .start()
         .expect("client starts");
-    let site = client.site(&server.listen_addresses()[0]).expect("valid address");
+    let site = client
+        .site(&server.listen_addresses()[0])
+        .expect("valid address");
     let mut monitor = client.monitor(&site);
     let mut idle = Histogram::<u64>::new(3).expect("histogram");
     let mut busy = Histogram::<u64>::new(3).expect("histogram");
     let mut seq = 0;
     let wait_delivered = |n: u64| {
         while delivered.load(Ordering::Acquire) < n {
-            let _ = rx.recv_timeout(Duration::from_secs(30)).expect("delivery goes on");
+            let _ = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("delivery goes on");
         }
     };
     for _ in 0..args.cuts {
         // Idle channel: everything acknowledged, cut, then one message.
-        site.flush_blocking(Duration::from_secs(60)).expect("acknowledged");
+        site.flush_blocking(Duration::from_secs(60))
+            .expect("acknowledged");
         let cut = Instant::now();
         faults.cut_all();
-        site.send_blocking(&Tick { seq }, SendOptions::default()).expect("queued");
+        site.send_blocking(&Tick { seq }, SendOptions::default())
+            .expect("queued");
         seq += 1;
         wait_delivered(seq);
-        idle.record(cut.elapsed().as_micros() as u64).expect("in range");
+        idle.record(cut.elapsed().as_micros() as u64)
+            .expect("in range");
 
         // Busy channel: cut with half a batch in flight; time until every
         // message queued before the cut is delivered (retransmission included).
         let body = bytes::Bytes::from(vec![0u8; args.size]);
         for _ in 0..args.per_cut {
-            site.send_blocking(&Tick { seq }, SendOptions::default().body(body.clone())).expect("queued");
+            site.send_blocking(&Tick { seq }, SendOptions::default().body(body.clone()))
+                .expect("queued");
             seq += 1;
         }
         wait_delivered(seq - args.per_cut / 2);
@@ -103,17 +115,32 @@ fn main() {
         faults.cut_all();
         wait_delivered(seq);
         if faults.cuts() > before {
-            busy.record(cut.elapsed().as_micros() as u64).expect("in range");
+            busy.record(cut.elapsed().as_micros() as u64)
+                .expect("in range");
         }
     }
-    site.flush_blocking(Duration::from_secs(60)).expect("everything acknowledged");
+    site.flush_blocking(Duration::from_secs(60))
+        .expect("everything acknowledged");
     let mut transitions = Vec::new();
     while let Ok(ev) = monitor.try_recv() {
         transitions.push(ev.state);
     }
     let m = client.metrics();
-    let q = |h: &Histogram<u64>| format!("min {} µs, p50 {} µs, p99 {} µs, max {} µs", h.min(), h.value_at_quantile(0.5), h.value_at_quantile(0.99), h.max());
-    println!("{} cuts, {} messages delivered exactly once, {} retransmitted", faults.cuts(), delivered.load(Ordering::Acquire), m.messages_retransmitted);
+    let q = |h: &Histogram<u64>| {
+        format!(
+            "min {} µs, p50 {} µs, p99 {} µs, max {} µs",
+            h.min(),
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.max()
+        )
+    };
+    println!(
+        "{} cuts, {} messages delivered exactly once, {} retransmitted",
+        faults.cuts(),
+        delivered.load(Ordering::Acquire),
+        m.messages_retransmitted
+    );
     println!("idle channel, cut → next message delivered: {}", q(&idle));
     println!(
         "busy channel ({} cuts with ~{} KiB in flight), cut → every queued message delivered: {}",
@@ -121,7 +148,9 @@ fn main() {
         args.per_cut / 2 * args.size as u64 / 1024,
         q(&busy)
     );
-    println!("monitor saw {} transitions (ok → temporarily failed → ok per cut)", transitions.len());
+    println!(
+        "monitor saw {} transitions (ok → temporarily failed → ok per cut)",
+        transitions.len()
+    );
     assert_eq!(delivered.load(Ordering::Acquire), seq);
-
 }

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 /// The level is also the message's *lane* on the wire: at most one message per
 /// lane is partly sent at a time, which keeps each level FIFO while levels
 /// interleave.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub enum Priority {
     /// Level 1: background traffic.
     Background = 1,

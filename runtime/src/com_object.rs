@@ -759,7 +759,9 @@ impl ComObject {
             permanent: true,
         });
         *self.entry.failed.lock() = Some((reason.clone(), back));
-        self.entry.has_failed.store(true, std::sync::atomic::Ordering::Release);
+        self.entry
+            .has_failed
+            .store(true, std::sync::atomic::Ordering::Release);
         self.set_fault(FaultState::PermFailed, &reason);
         self.entry.outbox.notify_all();
         self.node.fail_requests(self.entry.key, &reason);

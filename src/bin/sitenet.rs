@@ -17,7 +17,11 @@ use sitenet::services::{Echo, EchoReply};
 use sitenet::{Address, Message, Node, RequestError, SendOptions};
 
 #[derive(Parser)]
-#[command(name = "sitenet", version, about = "The network layer for distributed language runtimes")]
+#[command(
+    name = "sitenet",
+    version,
+    about = "The network layer for distributed language runtimes"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -93,10 +97,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Node { listen } => run_node(listen),
-        Cmd::Ping { addr, count, size, json, timeout } => run_ping(&addr, count, size, json, timeout),
-        Cmd::Send { addr, count, size, priority, json, timeout, give_up } => {
-            run_send(&addr, count, size, priority, json, timeout, give_up)
-        }
+        Cmd::Ping {
+            addr,
+            count,
+            size,
+            json,
+            timeout,
+        } => run_ping(&addr, count, size, json, timeout),
+        Cmd::Send {
+            addr,
+            count,
+            size,
+            priority,
+            json,
+            timeout,
+            give_up,
+        } => run_send(&addr, count, size, priority, json, timeout, give_up),
         Cmd::Demo { json } => run_demo(json),
     }
 }
@@ -132,7 +148,10 @@ fn run_node(listen: Vec<String>) -> ExitCode {
     });
     println!("{first}");
     let _ = std::io::stdout().flush();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     rt.block_on(async {
         let _ = tokio::signal::ctrl_c().await;
     });
@@ -159,10 +178,15 @@ fn run_ping(addr: &str, count: u64, size: usize, json: bool, timeout: f64) -> Ex
         return usage(e);
     }
     if !(timeout.is_finite() && timeout > 0.0) {
-        return usage(format!("--timeout must be a positive number of seconds, got {timeout}"));
+        return usage(format!(
+            "--timeout must be a positive number of seconds, got {timeout}"
+        ));
     }
     let timeout = Duration::from_secs_f64(timeout);
-    let node = match Node::builder().configure(|c| c.connect_timeout = timeout).start() {
+    let node = match Node::builder()
+        .configure(|c| c.connect_timeout = timeout)
+        .start()
+    {
         Ok(n) => n,
         Err(e) => return failure(e),
     };
@@ -183,20 +207,33 @@ fn run_ping(addr: &str, count: u64, size: usize, json: bool, timeout: f64) -> Ex
         // One untimed warm-up round trip opens the channel.
         for seq in 0..=count {
             let t = Instant::now();
-            let r = s.request::<Echo, EchoReply>(&Echo { seq }, SendOptions::default().body(body.clone()), timeout).await;
+            let r = s
+                .request::<Echo, EchoReply>(
+                    &Echo { seq },
+                    SendOptions::default().body(body.clone()),
+                    timeout,
+                )
+                .await;
             match r {
                 Ok(reply) if reply.msg.seq == seq && reply.body.len() == size => {
                     if seq > 0 {
-                        hist.record(t.elapsed().as_nanos() as u64).expect("in range");
+                        hist.record(t.elapsed().as_nanos() as u64)
+                            .expect("in range");
                     }
                 }
                 Ok(reply) => {
-                    result = Err(format!("echo mismatch: sent seq {seq} size {size}, got seq {} size {}", reply.msg.seq, reply.body.len()));
+                    result = Err(format!(
+                        "echo mismatch: sent seq {seq} size {size}, got seq {} size {}",
+                        reply.msg.seq,
+                        reply.body.len()
+                    ));
                     break;
                 }
                 Err(e) => {
                     result = Err(match e {
-                        RequestError::Timeout(_) if seq == 0 => format!("{addr} unreachable: no answer within {timeout:?}"),
+                        RequestError::Timeout(_) if seq == 0 => {
+                            format!("{addr} unreachable: no answer within {timeout:?}")
+                        }
                         e => format!("ping {addr}: {e}"),
                     });
                     break;
@@ -253,11 +290,21 @@ fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     if v.is_finite() && v > 0.0 {
         Ok(Duration::from_secs_f64(v))
     } else {
-        Err(format!("--{name} must be a positive number of seconds, got {v}"))
+        Err(format!(
+            "--{name} must be a positive number of seconds, got {v}"
+        ))
     }
 }
 
-fn run_send(addr: &str, count: u64, size: usize, priority: u8, json: bool, timeout: f64, give_up: f64) -> ExitCode {
+fn run_send(
+    addr: &str,
+    count: u64,
+    size: usize,
+    priority: u8,
+    json: bool,
+    timeout: f64,
+    give_up: f64,
+) -> ExitCode {
     use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
     if let Err(e) = addr.parse::<Address>() {
         return usage(e);
@@ -292,7 +339,9 @@ fn run_send(addr: &str, count: u64, size: usize, priority: u8, json: bool, timeo
             // The first message waits for the node, bounded by --timeout.
             let t0 = Instant::now();
             let opts = || SendOptions::priority(prio).body(body.clone());
-            s.send_with(&SinkData { stream, seq: 0 }, opts()).await.map_err(|e| e.to_string())?;
+            s.send_with(&SinkData { stream, seq: 0 }, opts())
+                .await
+                .map_err(|e| e.to_string())?;
             if let Err(e) = s.flush(timeout).await {
                 return Err(format!("{addr} unreachable: {e}"));
             }
@@ -312,7 +361,14 @@ fn run_send(addr: &str, count: u64, size: usize, priority: u8, json: bool, timeo
             }
             let elapsed = t0.elapsed();
             let v = s
-                .request::<SinkQuery, SinkVerdict>(&SinkQuery { stream, expected: count }, SendOptions::priority(prio), give_up)
+                .request::<SinkQuery, SinkVerdict>(
+                    &SinkQuery {
+                        stream,
+                        expected: count,
+                    },
+                    SendOptions::priority(prio),
+                    give_up,
+                )
                 .await
                 .map_err(|e| format!("asking the sink for its verdict: {e}"))?;
             Ok((elapsed, v.msg))
@@ -325,8 +381,10 @@ fn run_send(addr: &str, count: u64, size: usize, priority: u8, json: bool, timeo
     let (elapsed, v) = match r {
         Ok(x) => x,
         Err(e) => {
-            let (not_sent, maybe) =
-                site.failure().map(|(_, b)| (b.not_sent.len(), b.maybe_delivered.len())).unwrap_or((0, 0));
+            let (not_sent, maybe) = site
+                .failure()
+                .map(|(_, b)| (b.not_sent.len(), b.maybe_delivered.len()))
+                .unwrap_or((0, 0));
             if let Some((reason, _)) = site.failure() {
                 return failure(format!(
                     "site {addr} failed permanently ({reason}): not_sent {not_sent}, maybe_delivered {maybe}"
@@ -409,17 +467,29 @@ fn run_demo(json: bool) -> ExitCode {
         let to_bob = alice.site(&bob.listen_addresses()[0])?;
         let t = Instant::now();
         for i in 0..MESSAGES {
-            to_bob.send_blocking(&Greeting { text: format!("hello #{i}") }, SendOptions::default())?;
+            to_bob.send_blocking(
+                &Greeting {
+                    text: format!("hello #{i}"),
+                },
+                SendOptions::default(),
+            )?;
         }
         let mut received = Vec::new();
         while (received.len() as u64) < MESSAGES {
             received.push(rx.recv_timeout(Duration::from_secs(10))?);
         }
-        let in_order = received.iter().enumerate().all(|(i, t)| *t == format!("hello #{i}"));
+        let in_order = received
+            .iter()
+            .enumerate()
+            .all(|(i, t)| *t == format!("hello #{i}"));
         let send_ms = t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
         for i in 0..REQUESTS {
-            let r = to_bob.request_blocking::<Add, Sum>(&Add { a: i, b: i * 2 }, SendOptions::default(), Duration::from_secs(10))?;
+            let r = to_bob.request_blocking::<Add, Sum>(
+                &Add { a: i, b: i * 2 },
+                SendOptions::default(),
+                Duration::from_secs(10),
+            )?;
             if r.msg.sum != i * 3 {
                 return Err(format!("request {i}: expected {}, got {}", i * 3, r.msg.sum).into());
             }
@@ -447,16 +517,27 @@ fn run_demo(json: bool) -> ExitCode {
                 println!("{v}");
             } else {
                 println!("sitenet demo: two nodes in one process");
-                println!("  alice {} -> bob {}", v["alice"].as_str().unwrap_or(""), v["bob"].as_str().unwrap_or(""));
+                println!(
+                    "  alice {} -> bob {}",
+                    v["alice"].as_str().unwrap_or(""),
+                    v["bob"].as_str().unwrap_or("")
+                );
                 println!(
                     "  {} one-way messages sent, {} received, in order: {} ({:.1} ms)",
-                    v["messages_sent"], v["messages_received"], v["in_order"], v["send_ms"].as_f64().unwrap_or(0.0)
+                    v["messages_sent"],
+                    v["messages_received"],
+                    v["in_order"],
+                    v["send_ms"].as_f64().unwrap_or(0.0)
                 );
                 println!(
                     "  {} request/replies answered correctly ({:.1} ms)",
-                    v["requests"], v["requests_ms"].as_f64().unwrap_or(0.0)
+                    v["requests"],
+                    v["requests_ms"].as_f64().unwrap_or(0.0)
                 );
-                println!("  unacknowledged bytes at shutdown: {}", v["unacknowledged_at_shutdown"]);
+                println!(
+                    "  unacknowledged bytes at shutdown: {}",
+                    v["unacknowledged_at_shutdown"]
+                );
             }
             if v["in_order"] == serde_json::Value::Bool(true) {
                 ExitCode::SUCCESS

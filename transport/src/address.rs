@@ -44,7 +44,10 @@ pub enum Address {
 impl Address {
     /// A TCP address.
     pub fn tcp(host: impl Into<String>, port: u16) -> Self {
-        Self::Tcp { host: host.into(), port }
+        Self::Tcp {
+            host: host.into(),
+            port,
+        }
     }
 
     /// The `host:port` string for socket APIs.
@@ -72,10 +75,14 @@ impl FromStr for Address {
             return Err(AddressError::Scheme(s.to_string()));
         };
         let (host, port) = if let Some(r) = rest.strip_prefix('[') {
-            let (h, p) = r.split_once("]:").ok_or_else(|| AddressError::HostPort(s.to_string()))?;
+            let (h, p) = r
+                .split_once("]:")
+                .ok_or_else(|| AddressError::HostPort(s.to_string()))?;
             (h, p)
         } else {
-            let (h, p) = rest.rsplit_once(':').ok_or_else(|| AddressError::HostPort(s.to_string()))?;
+            let (h, p) = rest
+                .rsplit_once(':')
+                .ok_or_else(|| AddressError::HostPort(s.to_string()))?;
             if h.contains(':') {
                 return Err(AddressError::HostPort(s.to_string()));
             }
@@ -84,8 +91,14 @@ impl FromStr for Address {
         if host.is_empty() {
             return Err(AddressError::EmptyHost(s.to_string()));
         }
-        let port = port.parse::<u16>().map_err(|_| AddressError::Port { addr: s.to_string(), port: port.to_string() })?;
-        Ok(Self::Tcp { host: host.to_string(), port })
+        let port = port.parse::<u16>().map_err(|_| AddressError::Port {
+            addr: s.to_string(),
+            port: port.to_string(),
+        })?;
+        Ok(Self::Tcp {
+            host: host.to_string(),
+            port,
+        })
     }
 }
 
@@ -101,18 +114,45 @@ mod tests {
         let b: Address = "tcp:[::1]:0".parse().unwrap();
         assert_eq!(b, Address::tcp("::1", 0));
         assert_eq!(b.to_string(), "tcp:[::1]:0");
-        assert_eq!("tcp:localhost:1".parse::<Address>().unwrap().socket_string(), "localhost:1");
+        assert_eq!(
+            "tcp:localhost:1"
+                .parse::<Address>()
+                .unwrap()
+                .socket_string(),
+            "localhost:1"
+        );
     }
 
     #[test]
     fn clear_errors() {
-        assert!(matches!("127.0.0.1:7000".parse::<Address>(), Err(AddressError::Scheme(_))));
-        assert!(matches!("udp:1.2.3.4:5".parse::<Address>(), Err(AddressError::Scheme(_))));
-        assert!(matches!("tcp:127.0.0.1".parse::<Address>(), Err(AddressError::HostPort(_))));
-        assert!(matches!("tcp:::1:80".parse::<Address>(), Err(AddressError::HostPort(_))));
-        assert!(matches!("tcp:h:99999".parse::<Address>(), Err(AddressError::Port { .. })));
-        assert!(matches!("tcp:h:x".parse::<Address>(), Err(AddressError::Port { .. })));
-        assert!(matches!("tcp::80".parse::<Address>(), Err(AddressError::EmptyHost(_))));
+        assert!(matches!(
+            "127.0.0.1:7000".parse::<Address>(),
+            Err(AddressError::Scheme(_))
+        ));
+        assert!(matches!(
+            "udp:1.2.3.4:5".parse::<Address>(),
+            Err(AddressError::Scheme(_))
+        ));
+        assert!(matches!(
+            "tcp:127.0.0.1".parse::<Address>(),
+            Err(AddressError::HostPort(_))
+        ));
+        assert!(matches!(
+            "tcp:::1:80".parse::<Address>(),
+            Err(AddressError::HostPort(_))
+        ));
+        assert!(matches!(
+            "tcp:h:99999".parse::<Address>(),
+            Err(AddressError::Port { .. })
+        ));
+        assert!(matches!(
+            "tcp:h:x".parse::<Address>(),
+            Err(AddressError::Port { .. })
+        ));
+        assert!(matches!(
+            "tcp::80".parse::<Address>(),
+            Err(AddressError::EmptyHost(_))
+        ));
         let msg = "bogus".parse::<Address>().unwrap_err().to_string();
         assert!(msg.contains("tcp:HOST:PORT"), "{msg}");
     }

@@ -79,7 +79,10 @@ impl Channel {
     /// The peer's address, for logs.
     pub fn peer(&self) -> String {
         match self {
-            Self::Tcp(s) => s.peer_addr().map(|a| format!("tcp:{a}")).unwrap_or_else(|_| "tcp:?".into()),
+            Self::Tcp(s) => s
+                .peer_addr()
+                .map(|a| format!("tcp:{a}"))
+                .unwrap_or_else(|_| "tcp:?".into()),
             Self::Faulty(f) => f.peer(),
         }
     }
