@@ -88,6 +88,22 @@ struct Live {
     peer: String,
 }
 
+/// Which readiness of the live channel a spawned future waits for.
+#[derive(Debug, Clone, Copy)]
+enum Readiness {
+    Read,
+    Write,
+}
+
+impl Live {
+    fn slot(&mut self, which: Readiness) -> &mut Option<SpawnHandle> {
+        match which {
+            Readiness::Read => &mut self.read,
+            Readiness::Write => &mut self.write,
+        }
+    }
+}
+
 /// Why a channel ended.
 #[derive(Debug, thiserror::Error)]
 enum Lost {
@@ -347,55 +363,43 @@ impl ComObject {
     }
 
     fn arm_write(&mut self, ctx: &mut Context<Self>) {
-        let Some(live) = self.live.as_mut() else {
-            return;
-        };
-        if live.write.is_some() {
-            return;
-        }
-        let ch = live.ch.clone();
-        let id = live.id;
-        let h = ctx.spawn(
-            fut::wrap_future::<_, Self>(async move { ch.writable().await }).map(
-                move |r, act, ctx| {
-                    let Some(live) = act.live.as_mut().filter(|l| l.id == id) else {
-                        return;
-                    };
-                    live.write = None;
-                    match r {
-                        Ok(()) => act.drive(ctx),
-                        Err(e) => act.lose_channel(Lost::Io(e), ctx),
-                    }
-                },
-            ),
-        );
-        live.write = Some(h);
+        self.arm(Readiness::Write, ctx);
     }
 
     fn arm_read(&mut self, ctx: &mut Context<Self>) {
+        self.arm(Readiness::Read, ctx);
+    }
+
+    /// Spawns (once) the future that waits for the live channel to become
+    /// readable or writable; a stale future (of a channel since replaced)
+    /// finds another channel id and does nothing.
+    fn arm(&mut self, which: Readiness, ctx: &mut Context<Self>) {
         let Some(live) = self.live.as_mut() else {
             return;
         };
-        if live.read.is_some() {
+        if live.slot(which).is_some() {
             return;
         }
         let ch = live.ch.clone();
         let id = live.id;
-        let h = ctx.spawn(
-            fut::wrap_future::<_, Self>(async move { ch.readable().await }).map(
-                move |r, act, ctx| {
-                    let Some(live) = act.live.as_mut().filter(|l| l.id == id) else {
-                        return;
-                    };
-                    live.read = None;
-                    match r {
-                        Ok(()) => act.on_readable(ctx),
-                        Err(e) => act.lose_channel(Lost::Io(e), ctx),
-                    }
-                },
-            ),
-        );
-        live.read = Some(h);
+        let ready = async move {
+            match which {
+                Readiness::Read => ch.readable().await,
+                Readiness::Write => ch.writable().await,
+            }
+        };
+        let h = ctx.spawn(fut::wrap_future::<_, Self>(ready).map(move |r, act, ctx| {
+            let Some(live) = act.live.as_mut().filter(|l| l.id == id) else {
+                return;
+            };
+            *live.slot(which) = None;
+            match (r, which) {
+                (Ok(()), Readiness::Read) => act.on_readable(ctx),
+                (Ok(()), Readiness::Write) => act.drive(ctx),
+                (Err(e), _) => act.lose_channel(Lost::Io(e), ctx),
+            }
+        }));
+        *live.slot(which) = Some(h);
     }
 
     /// Reads large chunks and decodes every complete frame after each read,

@@ -177,22 +177,13 @@ fn run_ping(addr: &str, count: u64, size: usize, json: bool, timeout: f64) -> Ex
     if let Err(e) = addr.parse::<Address>() {
         return usage(e);
     }
-    if !(timeout.is_finite() && timeout > 0.0) {
-        return usage(format!(
-            "--timeout must be a positive number of seconds, got {timeout}"
-        ));
-    }
-    let timeout = Duration::from_secs_f64(timeout);
-    let node = match Node::builder()
-        .configure(|c| c.connect_timeout = timeout)
-        .start()
-    {
-        Ok(n) => n,
-        Err(e) => return failure(e),
-    };
-    let site = match node.site(addr) {
-        Ok(s) => s,
+    let timeout = match seconds("timeout", timeout) {
+        Ok(t) => t,
         Err(e) => return usage(e),
+    };
+    let (node, site) = match client(addr, |c| c.connect_timeout = timeout) {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     let body = Bytes::from(vec![0xA5u8; size]);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -286,6 +277,19 @@ struct SendResult {
     site_id: String,
 }
 
+/// A client-only node and the site at `addr` (exit codes as documented).
+fn client(
+    addr: &str,
+    configure: impl FnOnce(&mut sitenet::NodeConfig),
+) -> Result<(Node, sitenet::SiteRef), ExitCode> {
+    let node = Node::builder()
+        .configure(configure)
+        .start()
+        .map_err(failure)?;
+    let site = node.site(addr).map_err(usage)?;
+    Ok((node, site))
+}
+
 fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     if v.is_finite() && v > 0.0 {
         Ok(Duration::from_secs_f64(v))
@@ -314,19 +318,12 @@ fn run_send(
         (Err(e), _) | (_, Err(e)) => return usage(e),
     };
     let prio = sitenet::Priority::from_lane(priority).expect("validated by clap");
-    let node = match Node::builder()
-        .configure(|c| {
-            c.connect_timeout = timeout;
-            c.give_up_after = Some(give_up);
-        })
-        .start()
-    {
-        Ok(n) => n,
-        Err(e) => return failure(e),
-    };
-    let site = match node.site(addr) {
-        Ok(s) => s,
-        Err(e) => return usage(e),
+    let (node, site) = match client(addr, |c| {
+        c.connect_timeout = timeout;
+        c.give_up_after = Some(give_up);
+    }) {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     let stream: u64 = rand::random();
     let body = Bytes::from(vec![0x5Au8; size]);
