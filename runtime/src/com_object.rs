@@ -674,6 +674,11 @@ impl ComObject {
         Some(self.temp_since? + self.node.cfg.give_up_after?)
     }
 
+    /// Keeps one timer armed at or before the next deadline. A timer that
+    /// fires early is harmless (`on_timer` finds nothing due and re-arms), so
+    /// the timer is replaced only when a deadline moves earlier: the
+    /// heartbeat deadline moves later on every frame sent, and re-creating
+    /// the timer for each would cost more than the frame.
     fn rearm_timer(&mut self, ctx: &mut Context<Self>) {
         if self.failed {
             return;
@@ -687,20 +692,19 @@ impl ComObject {
         .into_iter()
         .flatten()
         .min();
-        if self.timer.as_ref().map(|t| t.0) == next {
+        let Some(at) = next else { return };
+        if self.timer.as_ref().is_some_and(|t| t.0 <= at) {
             return;
         }
         if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
         }
-        if let Some(at) = next {
-            let d = at.saturating_duration_since(Instant::now());
-            let h = ctx.run_later(d, |act, ctx| {
-                act.timer = None;
-                act.on_timer(ctx);
-            });
-            self.timer = Some((at, h));
-        }
+        let d = at.saturating_duration_since(Instant::now());
+        let h = ctx.run_later(d, |act, ctx| {
+            act.timer = None;
+            act.on_timer(ctx);
+        });
+        self.timer = Some((at, h));
     }
 
     fn on_timer(&mut self, ctx: &mut Context<Self>) {
