@@ -6,6 +6,35 @@ use serde::Serialize;
 
 use sitenet_protocols::Priority;
 
+/// Serialises a typed header into a per-thread arena: each header is a
+/// `Bytes` slice of a shared 64 KiB chunk, so encoding a message does not
+/// cost an allocation of its own (the chunk is freed when the last header
+/// cut from it has been acknowledged).
+pub(crate) fn encode_header<M: Serialize>(
+    msg: &M,
+) -> Result<bytes::Bytes, rmp_serde::encode::Error> {
+    use bytes::{BufMut, BytesMut};
+    use std::cell::RefCell;
+    const CHUNK: usize = 64 * 1024;
+    thread_local! {
+        static ARENA: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+    }
+    ARENA.with(|a| {
+        let mut a = a.borrow_mut();
+        if a.capacity() < 256 {
+            *a = BytesMut::with_capacity(CHUNK);
+        }
+        let mut w = (&mut *a).writer();
+        match rmp_serde::encode::write(&mut w, msg) {
+            Ok(()) => Ok(a.split().freeze()),
+            Err(e) => {
+                a.clear();
+                Err(e)
+            }
+        }
+    })
+}
+
 /// Ids at or above this are reserved for sitenet's own message types.
 pub const RESERVED_IDS: u32 = 0xFFFF_0000;
 

@@ -3,7 +3,6 @@
 use std::sync::{Arc, OnceLock};
 
 use actix::Addr;
-use bytes::Bytes;
 use parking_lot::Mutex;
 
 use sitenet_protocols::{MessageKind, OutMessage, SiteId};
@@ -255,14 +254,14 @@ impl SiteRef {
         kind: MessageKind,
         corr: u64,
     ) -> Result<OutMessage, SendError> {
-        let mut header = Vec::with_capacity(64);
-        rmp_serde::encode::write(&mut header, msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let header =
+            crate::message::encode_header(msg).map_err(|e| SendError::Encode(e.to_string()))?;
         let m = OutMessage {
             priority: opts.priority,
             type_id: M::ID,
             kind,
             corr,
-            header: Bytes::from(header),
+            header,
             body: opts.body,
         };
         Ok(m)
