@@ -145,3 +145,67 @@ fn demo_runs_alone() {
     assert_eq!(v["in_order"], true);
     assert_eq!(v["unacknowledged_at_shutdown"], 0);
 }
+
+/// `sitenet send` against a node that dies mid-stream: when a new
+/// incarnation answers at the same address, or when the node stays away past
+/// `--give-up`, it exits 1 naming the permanent failure and the counts of
+/// not_sent and maybe_delivered. It never hangs.
+#[test]
+fn send_exits_1_on_a_new_incarnation_or_after_give_up() {
+    use std::time::Duration;
+    for restart in [true, false] {
+        let node = sitenet::Node::builder()
+            .listen("tcp:127.0.0.1:0")
+            .start()
+            .unwrap();
+        let addr = node.listen_addresses()[0].clone();
+        let child = Command::new(BIN)
+            .args([
+                "send",
+                &addr,
+                "--count",
+                "20000000",
+                "--size",
+                "64",
+                "--json",
+                "--give-up",
+                "2",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut child = Killed(child);
+        // Mid-stream: the node's sink has received a good part.
+        assert!(
+            node.wait_until_blocking(|m| m.messages_delivered > 10_000, Duration::from_secs(120))
+        );
+        node.shutdown_blocking(Duration::from_millis(100));
+        drop(node);
+        let _restarted = restart.then(|| {
+            sitenet::Node::builder()
+                .listen(addr.clone())
+                .start()
+                .unwrap()
+        });
+        let status = child.0.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+        let mut out = String::new();
+        std::io::Read::read_to_string(child.0.stdout.as_mut().unwrap(), &mut out).unwrap();
+        assert_eq!(status.code(), Some(1), "restart={restart}: {err} {out}");
+        assert!(
+            err.contains("failed permanently"),
+            "restart={restart}: {err}"
+        );
+        assert!(
+            err.contains("not_sent") && err.contains("maybe_delivered"),
+            "{err}"
+        );
+        if restart {
+            assert!(err.contains("expected site"), "a new incarnation: {err}");
+        } else {
+            assert!(err.contains("give-up"), "gave up: {err}");
+        }
+    }
+}

@@ -251,3 +251,37 @@ async fn a_handshake_that_never_finishes_ends_by_its_timer() {
         "{faults:?}"
     );
 }
+
+/// A node shut down while a peer streams to it is a temporary failure for
+/// that peer (it keeps retrying). And `wait_until` wakes on deliveries: a
+/// node that only receives still re-checks its condition (it used to sleep
+/// until its timeout, since only channel and fault changes woke it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_shut_down_mid_stream_is_a_temporary_failure() {
+    let server = listening_node();
+    let _sink = Sink::install(&server, u64::MAX, None);
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let mut mon = client.monitor(&site);
+    assert_eq!(next_state(&mut mon).await, FaultState::Ok);
+    let s2 = site.clone();
+    let stream = tokio::spawn(async move {
+        for seq in 0.. {
+            if s2.send(&Numbered { stream: 0, seq }).await.is_err() {
+                break;
+            }
+        }
+    });
+    // A missed wake-up would sleep the full 600 s; the outer bound fails it.
+    let woke = tokio::time::timeout(
+        Duration::from_secs(60),
+        server.wait_until(|m| m.messages_delivered > 10_000, Duration::from_secs(600)),
+    )
+    .await
+    .expect("wait_until wakes on deliveries");
+    assert!(woke);
+    server.shutdown(Duration::from_millis(100)).await;
+    let ev = next_state(&mut mon).await;
+    assert_eq!(ev, FaultState::TempFailed);
+    stream.abort();
+}

@@ -324,6 +324,9 @@ impl ComObject {
         Counters::add(&c.duplicates, s.duplicates - self.reported.duplicates);
         if s.delivered != self.reported.delivered || s.sent != self.reported.sent {
             self.idle_since = Instant::now();
+            // Once per batch (a read, a flush), not per message: whoever
+            // waits on the node's metrics re-checks.
+            self.node.changed.notify_waiters();
         }
         self.reported = s;
     }

@@ -652,9 +652,10 @@ impl Node {
     }
 
     /// Waits until `pred` holds for the node's metrics, at most `timeout`;
-    /// returns whether it held. Re-checked whenever a channel opens or closes
-    /// or a fault state changes (and on every acknowledgement), so tools and
-    /// tests await conditions instead of polling.
+    /// returns whether it held. Re-checked whenever a channel opens or closes,
+    /// a fault state changes, a batch of messages is sent or delivered, or
+    /// acknowledgements arrive, so tools and tests await conditions instead of
+    /// polling.
     pub async fn wait_until(&self, pred: impl Fn(&Metrics) -> bool, timeout: Duration) -> bool {
         let timer = self.inner.rt.delay(timeout);
         futures::pin_mut!(timer);
