@@ -141,12 +141,15 @@ fn run_node(listen: Vec<String>) -> ExitCode {
         Ok(n) => n,
         Err(e) => return failure(e),
     };
-    let first = serde_json::json!({
-        "site_id": node.id().to_string(),
-        "listen": node.listen_addresses(),
-        "protocol": sitenet::protocols::PROTOCOL_VERSION,
-    });
-    println!("{first}");
+    // Exactly the form DESIGN.md documents (key order and spacing), so a
+    // script matching the line textually works as well as a JSON parser.
+    let listen = serde_json::to_string(&node.listen_addresses()).expect("strings serialise");
+    println!(
+        "{{\"site_id\": \"{}\", \"listen\": {}, \"protocol\": {}}}",
+        node.id(),
+        listen.replace("\",\"", "\", \""),
+        sitenet::protocols::PROTOCOL_VERSION
+    );
     let _ = std::io::stdout().flush();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
