@@ -191,3 +191,76 @@ async fn a_message_larger_than_the_maximum_is_refused_at_send() {
         "{e:?}"
     );
 }
+
+/// Messages no handler takes (no handler for the type, or an undecodable
+/// header) reach the `unhandled` hook; the channel stays up. Async work from
+/// a handler runs through `ctx.spawn`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhandled_hook_and_spawned_handler_work() {
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Text(String);
+    impl Message for Text {
+        const ID: u32 = 300;
+    }
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Wide {
+        a: u64,
+        b: String,
+        c: Vec<u32>,
+    }
+    impl Message for Wide {
+        const ID: u32 = 301;
+    }
+    let server = listening_node();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    server.on_unhandled(move |u| {
+        let _ = tx.send((u.type_id, u.reason, u.body.len()));
+    });
+    // Type 301 expects `Wide`; a client that sends a `Text` under id 301
+    // (a mismatched peer) produces an undecodable header.
+    server.handle(|_ctx, _w: Wide| {}).unwrap();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    server
+        .handle(move |ctx, Square(x)| {
+            let done = done_tx.clone();
+            ctx.spawn(async move {
+                let _ = done.send(x);
+            });
+        })
+        .unwrap();
+    let client = sitenet::Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    site.send_with(
+        &Text("no handler".into()),
+        SendOptions::default().body(vec![1u8, 2]),
+    )
+    .await
+    .unwrap();
+    #[derive(Debug, Serialize, Deserialize)]
+    struct FakeWide(String);
+    impl Message for FakeWide {
+        const ID: u32 = 301;
+    }
+    site.send(&FakeWide("not a Wide".into())).await.unwrap();
+    site.send(&Square(7)).await.unwrap();
+    let (id, reason, body) = tokio::time::timeout(PATIENCE, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((id, body), (300, 2));
+    assert!(reason.contains("no handler"), "{reason}");
+    let (id, reason, _) = tokio::time::timeout(PATIENCE, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(id, 301);
+    assert!(reason.contains("does not decode"), "{reason}");
+    assert_eq!(
+        tokio::time::timeout(PATIENCE, done_rx.recv())
+            .await
+            .unwrap(),
+        Some(7)
+    );
+    assert_eq!(server.metrics().unhandled, 2);
+    assert_eq!(client.metrics().channels_closed, 0);
+}

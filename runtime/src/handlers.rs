@@ -34,10 +34,28 @@ impl Message for RemoteError {
 
 pub(crate) type Erased = Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<(), String> + Send + Sync>;
 
+/// A message that reached no handler: what the `unhandled` hook sees.
+#[derive(Debug, Clone)]
+pub struct Unhandled {
+    /// The sending site, if it identified itself.
+    pub from: Option<SiteId>,
+    /// The message's wire type id.
+    pub type_id: u32,
+    /// Why: no handler for the type, or a header that did not decode.
+    pub reason: String,
+    /// The serialised header.
+    pub header: Bytes,
+    /// The body.
+    pub body: Bytes,
+}
+
+pub(crate) type UnhandledHook = Arc<dyn Fn(Unhandled) + Send + Sync>;
+
 /// The registry of handlers by wire id.
 #[derive(Default)]
 pub(crate) struct Handlers {
     map: parking_lot::RwLock<HashMap<u32, Erased>>,
+    pub(crate) unhandled: parking_lot::RwLock<Option<UnhandledHook>>,
 }
 
 impl Handlers {
@@ -125,6 +143,13 @@ impl Ctx<'_> {
         self.reply_with(reply, Vec::new())
     }
 
+    /// Runs async work started by a handler on the node's runtime. The work
+    /// runs after the handler returns, concurrently with later messages:
+    /// ordering is given up explicitly.
+    pub fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.node.rt.spawn(fut);
+    }
+
     /// Sends `msg` to `to` from a handler (never waits).
     pub fn send_to<M: Message>(
         &self,
@@ -178,8 +203,11 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
         tracing::debug!(type_id = m.prelude.type_id, "no handler for message type");
         let reason = format!("no handler for message type {:#x}", m.prelude.type_id);
         if ctx.is_request() {
-            let _ = ctx.reply(&RemoteError { reason });
+            let _ = ctx.reply(&RemoteError {
+                reason: reason.clone(),
+            });
         }
+        call_unhandled(node, from, m.prelude.type_id, reason, m.header, ctx.body);
         return;
     };
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &m.header)));
@@ -188,6 +216,14 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
         Ok(Err(reason)) => {
             Counters::add(&node.counters.unhandled, 1);
             tracing::warn!(type_id = m.prelude.type_id, %reason, "message not handled");
+            call_unhandled(
+                node,
+                from,
+                m.prelude.type_id,
+                reason.clone(),
+                m.header.clone(),
+                ctx.body.clone(),
+            );
             Some(reason)
         }
         Err(_) => {
@@ -205,6 +241,32 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
     if let Some(reason) = failure {
         if ctx.is_request() && !ctx.replied {
             let _ = ctx.reply(&RemoteError { reason });
+        }
+    }
+}
+
+/// Passes a message nobody handled to the user's hook, if one is set (a
+/// panicking hook is caught like a panicking handler).
+fn call_unhandled(
+    node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
+    type_id: u32,
+    reason: String,
+    header: Bytes,
+    body: Bytes,
+) {
+    let hook = node.handlers.unhandled.read().clone();
+    if let Some(hook) = hook {
+        let u = Unhandled {
+            from: from.id.get().copied(),
+            type_id,
+            reason,
+            header,
+            body,
+        };
+        if std::panic::catch_unwind(AssertUnwindSafe(|| hook(u))).is_err() {
+            Counters::add(&node.counters.handler_panics, 1);
+            tracing::error!(type_id, "unhandled hook panicked");
         }
     }
 }

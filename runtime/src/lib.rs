@@ -37,7 +37,7 @@ mod site;
 
 pub use config::NodeConfig;
 pub use error::{FlushError, NodeError, RequestError, SendError, SiteFailure};
-pub use handlers::Ctx;
+pub use handlers::{Ctx, Unhandled};
 pub use message::{Message, Reply, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};

@@ -571,6 +571,14 @@ impl Node {
         self.inner.handlers.insert(M::ID, erase(f))
     }
 
+    /// Sets the hook that sees every message no handler took (no handler for
+    /// its type, or a header that did not decode). Such messages are still
+    /// acknowledged — an application fault never closes a channel — and
+    /// counted in `Metrics::unhandled`. Replaces any earlier hook.
+    pub fn on_unhandled(&self, f: impl Fn(crate::handlers::Unhandled) + Send + Sync + 'static) {
+        *self.inner.handlers.unhandled.write() = Some(Arc::new(f));
+    }
+
     /// Fails a site permanently on purpose: its channel is closed, and every
     /// message not acknowledged is handed back (see [`SiteRef::failure`]).
     pub fn kill(&self, site: &SiteRef) {
