@@ -57,8 +57,19 @@ impl ByteBuffer {
         self.buf.len() - self.len
     }
 
+    /// Wraps a position in `0..2*cap` into the ring (a subtraction, not a
+    /// division: this runs several times per small message).
+    fn wrap(&self, pos: usize) -> usize {
+        let cap = self.buf.len();
+        if pos >= cap {
+            pos - cap
+        } else {
+            pos
+        }
+    }
+
     fn tail(&self) -> usize {
-        (self.head + self.len) % self.buf.len()
+        self.wrap(self.head + self.len)
     }
 
     /// Appends all of `data`. Panics if it does not fit: callers check
@@ -111,7 +122,7 @@ impl ByteBuffer {
             return false;
         }
         let cap = self.buf.len();
-        let start = (self.head + offset) % cap;
+        let start = self.wrap(self.head + offset);
         let first = dst.len().min(cap - start);
         dst[..first].copy_from_slice(&self.buf[start..start + first]);
         let rest = dst.len() - first;
@@ -123,7 +134,7 @@ impl ByteBuffer {
     pub fn slices(&self, offset: usize, n: usize) -> (&[u8], &[u8]) {
         assert!(offset + n <= self.len, "slice past the stored data");
         let cap = self.buf.len();
-        let start = (self.head + offset) % cap;
+        let start = self.wrap(self.head + offset);
         let first = n.min(cap - start);
         (&self.buf[start..start + first], &self.buf[..n - first])
     }
@@ -136,7 +147,7 @@ impl ByteBuffer {
             // Restart at 0 so the next read gets the largest contiguous region.
             0
         } else {
-            (self.head + n) % self.buf.len()
+            self.wrap(self.head + n)
         };
     }
 

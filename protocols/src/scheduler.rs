@@ -54,6 +54,9 @@ pub struct Scheduler {
     bg_waiting_since: Option<Instant>,
     /// Level 1 is promoted until its current message completes.
     bg_promoted: bool,
+    /// Virtual time per byte of each lane (`VT_SCALE / weight`), so charging
+    /// a frame is a multiplication, not a 128-bit division.
+    per_byte: [u128; 4],
 }
 
 impl Scheduler {
@@ -62,6 +65,9 @@ impl Scheduler {
         for w in &mut cfg.weights {
             *w = (*w).max(1);
         }
+        // Promoted level 1 competes as level 2, so it shares level 2's weight.
+        let w = |i: usize| cfg.weights[i.saturating_sub(1)] as u128;
+        let per_byte = std::array::from_fn(|i| VT_SCALE / w(i));
         Self {
             cfg,
             vtime: [0; 4],
@@ -69,13 +75,7 @@ impl Scheduler {
             was_ready: [false; 4],
             bg_waiting_since: None,
             bg_promoted: false,
-        }
-    }
-
-    fn weight(&self, idx: usize) -> u128 {
-        match idx {
-            0 => self.cfg.weights[0] as u128, // promoted level 1 competes as level 2
-            i => self.cfg.weights[i - 1] as u128,
+            per_byte,
         }
     }
 
@@ -118,7 +118,7 @@ impl Scheduler {
     /// completed a message.
     pub fn charge(&mut self, lane: Priority, bytes: usize, message_done: bool, now: Instant) {
         let i = lane.index();
-        self.vtime[i] += (bytes as u128).max(1) * VT_SCALE / self.weight(i);
+        self.vtime[i] += (bytes as u128).max(1) * self.per_byte[i];
         if i == 0 {
             self.bg_waiting_since = Some(now);
             if message_done {
