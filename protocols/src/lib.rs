@@ -40,7 +40,7 @@ pub use handshake::{
     Acceptor, Initiator, LocalInfo, Negotiate, NegotiateAns, Opened, Present, RefuseReason,
 };
 pub use link::{decide, Decision, LinkView};
-pub use message::{InMessage, MessageKind, OutMessage, Prelude, PRELUDE_LEN};
+pub use message::{Body, InMessage, MessageKind, OutMessage, Prelude, PRELUDE_LEN};
 pub use priority::Priority;
 pub use reassembly::ReassemblyBudget;
 pub use session::{

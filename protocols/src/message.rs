@@ -19,6 +19,10 @@ use bytes::Bytes;
 
 use crate::priority::Priority;
 
+/// A message body: its parts, sent one after another. Up to two parts are
+/// held inline, so the usual one-part body costs no allocation of its own.
+pub type Body = smallvec::SmallVec<[Bytes; 2]>;
+
 /// Length of the message prelude.
 pub const PRELUDE_LEN: usize = 28;
 
@@ -104,19 +108,19 @@ pub struct OutMessage {
     /// The typed header, already serialised.
     pub header: Bytes,
     /// The body, as parts sent one after another.
-    pub body: Vec<Bytes>,
+    pub body: Body,
 }
 
 impl OutMessage {
     /// A one-way message.
-    pub fn new(priority: Priority, type_id: u32, header: Bytes, body: Vec<Bytes>) -> Self {
+    pub fn new(priority: Priority, type_id: u32, header: Bytes, body: impl Into<Body>) -> Self {
         Self {
             priority,
             type_id,
             kind: MessageKind::OneWay,
             corr: 0,
             header,
-            body,
+            body: body.into(),
         }
     }
 

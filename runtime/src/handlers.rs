@@ -131,7 +131,7 @@ impl Ctx<'_> {
             kind: MessageKind::Reply,
             corr: self.corr,
             header: header.into(),
-            body,
+            body: body.into(),
         };
         self.sender().try_post(m)?;
         self.replied = true;

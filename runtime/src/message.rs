@@ -59,8 +59,9 @@ pub struct SendOptions {
     /// Level (default: medium, 3).
     pub priority: Priority,
     /// The body, as parts sent one after the other without being copied
-    /// before the marshaler writes them into the channel's ring.
-    pub body: Vec<Bytes>,
+    /// before the marshaler writes them into the channel's ring (up to two
+    /// parts are held inline).
+    pub body: sitenet_protocols::Body,
 }
 
 impl SendOptions {
@@ -68,7 +69,7 @@ impl SendOptions {
     pub fn priority(priority: Priority) -> Self {
         Self {
             priority,
-            body: Vec::new(),
+            body: Default::default(),
         }
     }
 
