@@ -385,16 +385,16 @@ impl Session {
 
     /// Queues a message. Fails if it exceeds what the peer accepts (known
     /// once a channel has worked): such a message would be refused for ever.
-    pub fn queue(&mut self, msg: OutMessage) -> Result<(), (SendError, OutMessage)> {
+    /// On failure the message comes back with the reason (boxed: the error
+    /// path is rare, and a large `Err` would slow every call).
+    pub fn queue(&mut self, msg: OutMessage) -> Result<(), Box<(SendError, OutMessage)>> {
         if let Some(max) = self.peer_max_message {
             if msg.wire_len() > max {
-                return Err((
-                    SendError::TooLarge {
-                        size: msg.wire_len(),
-                        max,
-                    },
-                    msg,
-                ));
+                let e = SendError::TooLarge {
+                    size: msg.wire_len(),
+                    max,
+                };
+                return Err(Box::new((e, msg)));
             }
         }
         self.queued_bytes += msg.wire_len();

@@ -376,7 +376,7 @@ fn opened_parameters_drive_the_sessions() {
     assert_eq!(sb.last_generation(), 1);
     // Each side refuses at `send` what the other would refuse.
     let too_big = OutMessage::new(Priority::Low, 1, Bytes::new(), vec![slice(0, 2 << 20)]);
-    let (e, _) = sa.queue(too_big.clone()).unwrap_err();
+    let (e, _) = *sa.queue(too_big.clone()).unwrap_err();
     assert_eq!(
         e,
         SendError::TooLarge {
@@ -384,7 +384,7 @@ fn opened_parameters_drive_the_sessions() {
             max: 2 << 20
         }
     );
-    let (e, _) = sb
+    let (e, _) = *sb
         .queue(OutMessage::new(
             Priority::Low,
             1,

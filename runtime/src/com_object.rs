@@ -250,7 +250,8 @@ impl ComObject {
                 self.entry.outbox.release(m.wire_len());
                 continue;
             }
-            if let Err((e, m)) = self.session.queue(m) {
+            if let Err(refused) = self.session.queue(m) {
+                let (e, m) = *refused;
                 // The peer's limit became known after the message was queued.
                 tracing::warn!(site = ?self.entry.id.get(), error = %e, "message refused after queuing");
                 self.entry.outbox.release(m.wire_len());

@@ -220,7 +220,7 @@ impl Side {
 
     /// Queues a message (panics if the session refuses it).
     pub fn send(&mut self, m: OutMessage) {
-        self.session.queue(m).map_err(|(e, _)| e).expect("queue");
+        self.session.queue(m).map_err(|b| b.0).expect("queue");
     }
 }
 
