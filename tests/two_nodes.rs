@@ -264,3 +264,29 @@ async fn unhandled_hook_and_spawned_handler_work() {
     assert_eq!(server.metrics().unhandled, 2);
     assert_eq!(client.metrics().channels_closed, 0);
 }
+
+/// A site contacted under an address it did not list (here `localhost`
+/// instead of `127.0.0.1`), and already known because it connected to us
+/// first: the new entry merges into the known one, so there is still one
+/// site, one channel, and the message arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alias_address_merges_into_the_known_site() {
+    let a = listening_node();
+    let b = listening_node();
+    let sink_b = Sink::install(&b, 1, None);
+    let sink_a = Sink::install(&a, 1, None);
+    // B contacts A first: A learns B by id (and B's listen address).
+    let to_a = b.site(&addr(&a)).unwrap();
+    to_a.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
+    sink_a.wait().await;
+    // A contacts B under an alias of B's address.
+    let alias = addr(&b).replace("127.0.0.1", "localhost");
+    let to_b = a.site(&alias).unwrap();
+    to_b.send(&Numbered { stream: 1, seq: 0 }).await.unwrap();
+    sink_b.wait().await;
+    assert_eq!(to_b.id(), Some(b.id()), "the alias resolves to B");
+    to_b.flush(PATIENCE).await.unwrap();
+    // Later sends through the alias reference go to the same site.
+    assert_eq!(a.metrics().channels_opened, 1, "{:?}", a.metrics());
+    assert_eq!(b.metrics().channels_opened, 1, "{:?}", b.metrics());
+}

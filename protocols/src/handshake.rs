@@ -188,6 +188,11 @@ pub enum Initiator {
         /// What we proposed.
         proposed: Negotiate,
     },
+    /// The acceptor refused the channel after presenting itself as `site`.
+    Refused {
+        /// Who the acceptor is.
+        site: SiteId,
+    },
     /// The handshake finished (successfully or not).
     Done,
 }
@@ -208,6 +213,17 @@ pub struct Opened {
 }
 
 impl Initiator {
+    /// The site the acceptor presented itself as, once PRESENT was accepted
+    /// (still known after the acceptor refuses the channel: a refusal from a
+    /// site already known under another name tells the driver who it is).
+    pub fn presented(&self) -> Option<SiteId> {
+        match self {
+            Self::ExpectAnswer { present, .. } => Some(present.site),
+            Self::Refused { site } => Some(*site),
+            _ => None,
+        }
+    }
+
     /// Starts an open as initiator.
     pub fn new(
         local: LocalInfo,
@@ -304,7 +320,10 @@ impl Initiator {
                         .into());
                     }
                     return match decode::<NegotiateAns>("NEGOTIATE_ANS", &payload)? {
-                        NegotiateAns::Refuse(r) => Err(OpenError::Refused(r)),
+                        NegotiateAns::Refuse(r) => {
+                            *self = Self::Refused { site: present.site };
+                            Err(OpenError::Refused(r))
+                        }
                         NegotiateAns::Accept {
                             buffer_size,
                             max_message,
@@ -343,6 +362,10 @@ impl Initiator {
                     };
                 }
                 Self::Done => return Ok(None),
+                refused @ Self::Refused { .. } => {
+                    *self = refused;
+                    return Ok(None);
+                }
             }
         }
     }

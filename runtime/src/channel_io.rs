@@ -91,14 +91,17 @@ pub(crate) async fn connect_and_open(
     last_generation: u64,
     connect_timeout: Duration,
     handshake_timeout: Duration,
-) -> Result<(RawChannel, Opened), OpenFailure> {
+) -> Result<(RawChannel, Opened), (OpenFailure, Option<SiteId>)> {
     let ch = match actix_rt::time::timeout(connect_timeout, Channel::connect(&addr)).await {
-        Err(_) => return Err(OpenFailure::ConnectTimeout(addr.to_string())),
+        Err(_) => return Err((OpenFailure::ConnectTimeout(addr.to_string()), None)),
         Ok(Err(source)) => {
-            return Err(OpenFailure::Connect {
-                addr: addr.to_string(),
-                source,
-            })
+            return Err((
+                OpenFailure::Connect {
+                    addr: addr.to_string(),
+                    source,
+                },
+                None,
+            ))
         }
         Ok(Ok(ch)) => match &fault {
             Some(f) => f.wrap(ch),
@@ -124,9 +127,10 @@ pub(crate) async fn connect_and_open(
             }
         }
     };
-    match actix_rt::time::timeout(handshake_timeout, run).await {
-        Err(_) => Err(OpenFailure::Open(OpenError::Timeout)),
-        Ok(Err(e)) => Err(e),
+    let r = actix_rt::time::timeout(handshake_timeout, run).await;
+    match r {
+        Err(_) => Err((OpenFailure::Open(OpenError::Timeout), hs.presented())),
+        Ok(Err(e)) => Err((e, hs.presented())),
         Ok(Ok(opened)) => Ok((raw, opened)),
     }
 }

@@ -278,15 +278,10 @@ impl ComObject {
         {
             return None;
         }
+        // Idle for the linger time, and no weak close rejected within it.
         let linger = self.node.cfg.linger;
-        let after_reject = self.weak_rejected_at.map(|t| t + linger);
-        Some(
-            [Some(self.idle_since + linger), after_reject]
-                .into_iter()
-                .flatten()
-                .max()
-                .expect("one element"),
-        )
+        let idle = self.idle_since + linger;
+        Some(self.weak_rejected_at.map_or(idle, |t| idle.max(t + linger)))
     }
 
     /// The one place that reacts to anything: queue, open if needed, flush,
@@ -579,7 +574,7 @@ impl ComObject {
     fn on_opened(
         &mut self,
         attempt: u64,
-        res: Result<(RawChannel, Opened), OpenFailure>,
+        res: Result<(RawChannel, Opened), (OpenFailure, Option<sitenet_protocols::SiteId>)>,
         ctx: &mut Context<Self>,
     ) {
         if self.opening.as_ref().map(|o| o.0) != Some(attempt) {
@@ -605,7 +600,16 @@ impl ComObject {
                 };
                 self.start_session(raw, params, ctx);
             }
-            Err(e) => {
+            Err((e, presented)) => {
+                // The peer said who it is before the open failed: if it is a
+                // site known under another entry (contacted here by an alias
+                // address), this entry merges into that one.
+                if let Some(id) = presented.filter(|_| e.permanent().is_none()) {
+                    if let Err(other) = self.node.bind_site_id(&self.entry, id) {
+                        self.merge_into(other, ctx);
+                        return;
+                    }
+                }
                 if let Some(perm) = e.permanent() {
                     tracing::warn!(address = ?self.entry.address.as_ref().map(ToString::to_string), error = %perm, "site failed permanently");
                     self.fail(SiteFailure::Open(perm.clone()), ctx);
