@@ -171,6 +171,25 @@ impl ComObject {
         }
     }
 
+    /// The address this site is contacted at, for reports ("" if none).
+    fn address_string(&self) -> String {
+        self.entry
+            .address
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    }
+
+    /// Records a fault of this site in the node's fault history.
+    fn report_fault(&self, peer: String, reason: String, permanent: bool) {
+        self.node.record_fault(FaultReport {
+            site: self.entry.id.get().copied(),
+            peer,
+            reason,
+            permanent,
+        });
+    }
+
     fn set_fault(&mut self, state: FaultState, reason: &str) {
         if state == FaultState::TempFailed && self.temp_since.is_none() {
             self.temp_since = Some(Instant::now());
@@ -516,12 +535,7 @@ impl ComObject {
             Lost::Protocol(e) => {
                 Counters::add(&self.node.counters.protocol_errors, 1);
                 tracing::warn!(site = ?self.entry.id.get(), %peer, error = %e, "closing channel: peer broke the protocol");
-                self.node.record_fault(FaultReport {
-                    site: self.entry.id.get().copied(),
-                    peer: peer.clone(),
-                    reason: e.to_string(),
-                    permanent: false,
-                });
+                self.report_fault(peer.clone(), e.to_string(), false);
             }
             Lost::Io(_) | Lost::Eof | Lost::Silent => {
                 tracing::info!(site = ?self.entry.id.get(), %peer, reason = %why, "channel lost")
@@ -611,23 +625,13 @@ impl ComObject {
                     }
                 }
                 if let Some(perm) = e.permanent() {
-                    tracing::warn!(address = ?self.entry.address.as_ref().map(ToString::to_string), error = %perm, "site failed permanently");
+                    // `fail` logs and reports it.
                     self.fail(SiteFailure::Open(perm.clone()), ctx);
                     return;
                 }
                 if let OpenFailure::Open(OpenError::Protocol(p)) = &e {
                     Counters::add(&self.node.counters.protocol_errors, 1);
-                    self.node.record_fault(FaultReport {
-                        site: self.entry.id.get().copied(),
-                        peer: self
-                            .entry
-                            .address
-                            .as_ref()
-                            .map(ToString::to_string)
-                            .unwrap_or_default(),
-                        reason: p.to_string(),
-                        permanent: false,
-                    });
+                    self.report_fault(self.address_string(), p.to_string(), false);
                 }
                 tracing::debug!(address = ?self.entry.address.as_ref().map(ToString::to_string), error = %e, "open failed; will retry");
                 if !matches!(e, OpenFailure::Open(OpenError::Refused(_))) {
@@ -763,17 +767,7 @@ impl ComObject {
         }
         let reason = why.to_string();
         tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
-        self.node.record_fault(FaultReport {
-            site: self.entry.id.get().copied(),
-            peer: self
-                .entry
-                .address
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-            reason: reason.clone(),
-            permanent: true,
-        });
+        self.report_fault(self.address_string(), reason.clone(), true);
         *self.entry.failed.lock() = Some((reason.clone(), back));
         self.entry
             .has_failed
