@@ -141,24 +141,6 @@ fn pattern(size: usize) -> Bytes {
         .into()
 }
 
-/// A runtime on a new thread running its own actix system.
-fn own_runtime_thread(name: &str) -> std::io::Result<Runtime> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            let sys = actix_rt::System::new();
-            sys.block_on(async move {
-                let _ = tx.send(actix_rt::Arbiter::current());
-            });
-            let _ = sys.run();
-        })?;
-    let arbiter = rx
-        .recv()
-        .map_err(|_| std::io::Error::other("the server runtime thread died"))?;
-    Ok(Runtime::from_arbiter(arbiter))
-}
-
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -184,10 +166,7 @@ fn main() -> ExitCode {
     // the body, and replies with a header and the same body.
     let mut builder = Node::builder().listen("tcp:127.0.0.1:0");
     if cli.server_thread {
-        match own_runtime_thread("pingpong-server") {
-            Ok(rt) => builder = builder.runtime(rt),
-            Err(e) => return failure(format!("cannot start the server runtime: {e}")),
-        }
+        builder = builder.runtime(Runtime::dedicated("pingpong-server"));
     }
     let server = match builder.start() {
         Ok(n) => n,
