@@ -66,6 +66,41 @@ pub struct Negotiate {
     /// Generation of the last channel the initiator saw working with the
     /// acceptor (0: never).
     pub last_generation: u64,
+    /// Which open attempt this is. A newer attempt from the same opener
+    /// proves that the opener abandoned every older one, so the acceptor can
+    /// drop a channel it accepted from an older attempt (see
+    /// [`crate::link`]). Absent on the wire (an earlier build) it decodes as
+    /// [`Attempt::UNKNOWN`], and only generations decide.
+    #[serde(default)]
+    pub attempt: Attempt,
+}
+
+/// Names one open attempt: the opener (one per remote site an initiating
+/// node contacts) and the attempt's number among that opener's attempts.
+///
+/// An opener runs one attempt at a time and numbers them upwards, so a
+/// NEGOTIATE from attempt `n` tells the acceptor that attempts `< n` of the
+/// same opener are over — even one whose NEGOTIATE the acceptor accepted
+/// after the opener had already closed that channel. Without this, such a
+/// stale NEGOTIATE looks live and the pair can lose a backoff round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Attempt {
+    /// The opener, unique within the initiating node's incarnation; 0 means
+    /// unknown.
+    pub opener: u64,
+    /// The attempt's number, increasing with each attempt of the opener.
+    pub seq: u64,
+}
+
+impl Attempt {
+    /// No attempt information (a peer that does not send it).
+    pub const UNKNOWN: Attempt = Attempt { opener: 0, seq: 0 };
+
+    /// True if `self` is a later attempt of the same (known) opener as
+    /// `older`: the opener has then given up on `older`.
+    pub fn supersedes(&self, older: &Attempt) -> bool {
+        self.opener != 0 && self.opener == older.opener && self.seq > older.seq
+    }
 }
 
 /// Why an acceptor refused a channel.
@@ -180,6 +215,8 @@ pub enum Initiator {
         last_received: u64,
         /// Last generation seen working.
         last_generation: u64,
+        /// This attempt, sent in NEGOTIATE.
+        attempt: Attempt,
     },
     /// NEGOTIATE sent; waiting for the answer.
     ExpectAnswer {
@@ -236,7 +273,19 @@ impl Initiator {
             expected,
             last_received,
             last_generation,
+            attempt: Attempt::UNKNOWN,
         }
+    }
+
+    /// Names this open attempt in NEGOTIATE. A driver that may open a
+    /// channel to the same site more than once should number its attempts:
+    /// the acceptor then recognises a channel left behind by an abandoned
+    /// attempt (see [`Attempt`]). Has no effect once PRESENT was handled.
+    pub fn with_attempt(mut self, a: Attempt) -> Self {
+        if let Self::ExpectPresent { attempt, .. } = &mut self {
+            *attempt = a;
+        }
+        self
     }
 
     /// Feeds received bytes. Returns `Ok(Some(opened))` when the channel is
@@ -254,6 +303,7 @@ impl Initiator {
                     expected,
                     last_received,
                     last_generation,
+                    attempt,
                 } => {
                     let Some((h, payload)) =
                         read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)?
@@ -263,6 +313,7 @@ impl Initiator {
                             expected,
                             last_received,
                             last_generation,
+                            attempt,
                         };
                         return Ok(None);
                     };
@@ -299,6 +350,7 @@ impl Initiator {
                         max_message: local.max_message,
                         last_received,
                         last_generation,
+                        attempt,
                     };
                     if !write_control(output, FrameKind::Negotiate, &proposed) {
                         unreachable!("a fresh channel's output buffer holds a handshake frame");

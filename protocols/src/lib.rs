@@ -37,7 +37,7 @@ pub use byte_buffer::ByteBuffer;
 pub use error::{FrameError, OpenError, ProtocolError, SendError};
 pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION};
 pub use handshake::{
-    Acceptor, Initiator, LocalInfo, Negotiate, NegotiateAns, Opened, Present, RefuseReason,
+    Acceptor, Attempt, Initiator, LocalInfo, Negotiate, NegotiateAns, Opened, Present, RefuseReason,
 };
 pub use link::{decide, Decision, LinkView};
 pub use message::{Body, InMessage, MessageKind, OutMessage, Prelude, PRELUDE_LEN};

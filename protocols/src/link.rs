@@ -6,9 +6,12 @@
 //! working. The acceptor's ComObject decides, atomically with its own state:
 //!
 //! * **Working** with generation `g`: adopt the new channel only if the peer's
-//!   last-seen generation is `>= g` (the peer has lost the working channel);
-//!   then the old channel is closed and the session resumes from the
-//!   handshake's last-received. Otherwise the new channel is stale: refuse.
+//!   last-seen generation is `>= g` (the peer has lost the working channel),
+//!   or if the working channel was accepted here from an earlier attempt of
+//!   the same opener (the peer gave that attempt up before learning `g`: the
+//!   channel is dead, its EOF still on the way). Then the old channel is
+//!   closed and the session resumes from the handshake's last-received.
+//!   Otherwise the new channel is stale: refuse.
 //! * **Opening** its own channel to the same peer (a simultaneous connect):
 //!   keep the channel whose initiator has the smaller site id (compared as
 //!   big-endian bytes). Both sides apply the same rule, so they agree.
@@ -18,7 +21,7 @@
 //! progress (so a NEGOTIATE it sends always states the generation it saw), and
 //! session state always stays with the existing ComObject.
 
-use crate::handshake::{Negotiate, RefuseReason};
+use crate::handshake::{Attempt, Negotiate, RefuseReason};
 use crate::site::SiteId;
 
 /// The acceptor ComObject's view of its link with the initiating site.
@@ -28,6 +31,9 @@ pub struct LinkView {
     pub local: SiteId,
     /// Generation of the working channel, if one is working.
     pub working: Option<u64>,
+    /// The peer's open attempt that created the working channel, if this side
+    /// accepted it (`None` if this side initiated it or none is working).
+    pub working_from: Option<Attempt>,
     /// Highest generation this side has seen working (0 if none).
     pub last_generation: u64,
     /// True while this side runs its own open protocol towards the peer.
@@ -60,7 +66,11 @@ pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
     }
     let generation = view.last_generation.max(neg.last_generation) + 1;
     if let Some(g) = view.working {
-        return if neg.last_generation >= g {
+        let peer_lost_it = neg.last_generation >= g;
+        let peer_abandoned_it = view
+            .working_from
+            .is_some_and(|from| neg.attempt.supersedes(&from));
+        return if peer_lost_it || peer_abandoned_it {
             Decision::Accept {
                 generation,
                 replaces_working: true,

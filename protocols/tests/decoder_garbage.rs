@@ -188,7 +188,8 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
             any::<u32>(),
             any::<u64>(),
             0u64..5,
-            0u64..5
+            0u64..5,
+            (0u64..3, any::<u64>())
         )
             .prop_map(
                 |(
@@ -199,6 +200,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                     max_message,
                     last_received,
                     last_generation,
+                    (opener, seq),
                 )| {
                     let version = if version < 200 { 1 } else { version };
                     let n = Negotiate {
@@ -209,6 +211,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                         max_message,
                         last_received,
                         last_generation,
+                        attempt: sitenet_protocols::Attempt { opener, seq },
                     };
                     control(FrameKind::Negotiate, &ser(&n))
                 }
@@ -645,6 +648,7 @@ fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
         max_message: 1 << 20,
         last_received: 0,
         last_generation: 0,
+        attempt: sitenet_protocols::Attempt::UNKNOWN,
     };
     let mut b = control(FrameKind::Negotiate, &ser(&n));
     b[0] = 7;

@@ -13,7 +13,7 @@ use common::{body_equals, slice, Pair};
 use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use sitenet_protocols::handshake::{self, write_answer, LocalInfo, Opened, MAX_LISTEN, MIN_BUFFER};
 use sitenet_protocols::{
-    decide, Acceptor, ByteBuffer, ChannelParams, Decision, Initiator, LinkView, Negotiate,
+    decide, Acceptor, Attempt, ByteBuffer, ChannelParams, Decision, Initiator, LinkView, Negotiate,
     NegotiateAns, OpenError, OutMessage, Present, Priority, ProtocolError, ReassemblyBudget,
     RefuseReason, SendError, Session, SessionConfig, SiteId,
 };
@@ -52,6 +52,7 @@ fn view(local: u128) -> LinkView {
     LinkView {
         local: SiteId(local),
         working: None,
+        working_from: None,
         last_generation: 0,
         opening: false,
         closing: false,
@@ -105,7 +106,8 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
     // The acceptor presents itself as soon as it accepts.
     let mut acc = Acceptor::new(&b, &mut b_out);
     assert!(!b_out.is_empty());
-    let mut ini = Initiator::new(a.clone(), Some(SiteId(0xB)), 5, 3);
+    let mut ini = Initiator::new(a.clone(), Some(SiteId(0xB)), 5, 3)
+        .with_attempt(Attempt { opener: 7, seq: 2 });
     // PRESENT arrives one byte at a time: NEGOTIATE goes out once it is whole.
     let steps = mv(&mut b_out, &mut a_in, 1, |inp| {
         let r = ini.handle_input(inp, &mut a_out).unwrap();
@@ -137,6 +139,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
             max_message: 1 << 28,
             last_received: 5,
             last_generation: 3,
+            attempt: Attempt { opener: 7, seq: 2 },
         }
     );
     // The acceptor's ComObject decides: neither side working → accept, with
@@ -247,6 +250,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         max_message: 1,
         last_received: 0,
         last_generation: 0,
+        attempt: Attempt::UNKNOWN,
     };
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
     let mut acc = Acceptor::new(&info(0xB, 65_536, 1), &mut out);
@@ -447,6 +451,7 @@ fn negotiate(site: u128, version: u8) -> Vec<u8> {
         max_message: 1,
         last_received: 0,
         last_generation: 0,
+        attempt: Attempt::UNKNOWN,
     };
     control(FrameKind::Negotiate, &n)
 }
@@ -544,6 +549,11 @@ fn link_decision_rules() {
         max_message: 1,
         last_received: 0,
         last_generation,
+        attempt: Attempt::UNKNOWN,
+    };
+    let neg_attempt = |site: u128, last_generation: u64, opener: u64, seq: u64| Negotiate {
+        attempt: Attempt { opener, seq },
+        ..neg(site, last_generation)
     };
     // Idle: accept with a generation after both sides' last.
     let mut v = view(0x50);
@@ -594,6 +604,41 @@ fn link_decision_rules() {
             replaces_working: true,
             abandon_opening: false
         }
+    );
+    // Working at generation 3 on a channel accepted from attempt (opener 9,
+    // seq 4): a later attempt of that opener proves the channel abandoned,
+    // whatever generation the peer saw.
+    v.working_from = Some(Attempt { opener: 9, seq: 4 });
+    assert_eq!(
+        decide(v, &neg_attempt(0x10, 1, 9, 5)),
+        Decision::Accept {
+            generation: 4,
+            replaces_working: true,
+            abandon_opening: false
+        }
+    );
+    // The same attempt, an older one, another opener, or an unknown one
+    // prove nothing: the generation rule alone decides.
+    for (opener, seq) in [(9, 4), (9, 3), (8, 5), (0, 5)] {
+        assert_eq!(
+            decide(v, &neg_attempt(0x10, 1, opener, seq)),
+            Decision::Refuse(RefuseReason::Stale),
+            "opener {opener} seq {seq}"
+        );
+    }
+    // An unknown working attempt (opener 0) is never superseded.
+    v.working_from = Some(Attempt::UNKNOWN);
+    assert_eq!(
+        decide(v, &neg_attempt(0x10, 1, 0, 5)),
+        Decision::Refuse(RefuseReason::Stale)
+    );
+    // Attempts matter only while working: idle and opening are unchanged.
+    let mut v = view(0x50);
+    v.working_from = Some(Attempt { opener: 9, seq: 4 });
+    v.opening = true;
+    assert_eq!(
+        decide(v, &neg_attempt(0x60, 0, 9, 5)),
+        Decision::Refuse(RefuseReason::LostTie)
     );
 }
 
@@ -663,6 +708,12 @@ mod model {
         pub opening: Option<usize>,
         /// How many opens this site may still begin (when it has no channel).
         pub opens_left: u32,
+        /// This site's opener id and the number of its last attempt.
+        pub opener: u64,
+        pub attempts: u64,
+        /// The peer's attempt that opened the working channel, if this site
+        /// accepted it.
+        pub working_from: Option<Attempt>,
     }
 
     pub struct World {
@@ -699,6 +750,10 @@ mod model {
 
         /// A channel that was working (generation `g`) before the scenario;
         /// `lost_by` sites have already dropped it (their EOF is in flight).
+        /// Its acceptor records no attempt for it: every attempt the scenario
+        /// numbers (stale ones included) is either older than the one that
+        /// opened it — refused by generation anyway — or made after losing
+        /// it, which the generation rule accepts anyway.
         pub fn old_working(&mut self, g: u64, lost_by: &[usize]) -> usize {
             let c = self.chans.len();
             let mut ch = Chan::new();
@@ -728,7 +783,8 @@ mod model {
                 Some(self.sites[acc].id),
                 0,
                 last_generation,
-            );
+            )
+            .with_attempt(self.next_attempt(init));
             let (x, y) = ch.output[acc].chunks();
             let present = [x, y].concat();
             ch.output[acc].clear();
@@ -801,6 +857,16 @@ mod model {
             }
         }
 
+        /// Numbers a new attempt of site `s` (one opener per site).
+        fn next_attempt(&mut self, s: usize) -> Attempt {
+            let site = &mut self.sites[s];
+            site.attempts += 1;
+            Attempt {
+                opener: site.opener,
+                seq: site.attempts,
+            }
+        }
+
         fn begin(&mut self, s: usize) {
             let peer = 1 - s;
             let c = self.chans.len();
@@ -811,7 +877,8 @@ mod model {
                 Some(self.sites[peer].id),
                 0,
                 self.sites[s].last_generation,
-            );
+            )
+            .with_attempt(self.next_attempt(s));
             ch.ends[peer] = End::Acc(acc);
             ch.ends[s] = End::Init(Box::new(ini));
             self.chans.push(ch);
@@ -901,6 +968,7 @@ mod model {
                     } else {
                         self.chans[c].ends[s] = End::Working;
                         self.sites[s].working = Some((o.generation, c));
+                        self.sites[s].working_from = None;
                         self.sites[s].last_generation =
                             self.sites[s].last_generation.max(o.generation);
                     }
@@ -935,6 +1003,7 @@ mod model {
             let view = LinkView {
                 local: site.id,
                 working: site.working.map(|w| w.0),
+                working_from: site.working.and(site.working_from),
                 last_generation: site.last_generation,
                 opening: site.opening.is_some(),
                 closing: false,
@@ -973,6 +1042,7 @@ mod model {
                     self.flush(c, s);
                     self.chans[c].ends[s] = End::Working;
                     self.sites[s].working = Some((generation, c));
+                    self.sites[s].working_from = Some(neg.attempt);
                     self.sites[s].last_generation = site.last_generation.max(generation);
                 }
                 Decision::Refuse(reason) => {
@@ -1134,6 +1204,10 @@ mod model {
             last_generation,
             opening: None,
             opens_left,
+            // Distinct per site; attempts are numbered from 1.
+            opener: 1 + (id & 0xff) as u64,
+            attempts: 0,
+            working_from: None,
         }
     }
 }
@@ -1148,21 +1222,12 @@ const L: usize = 1;
 
 struct Scenario {
     name: &'static str,
-    /// Whether a backoff retry may be needed to reach the one channel (see
-    /// `stale_handshake_can_cost_a_retry_round`); otherwise every
-    /// interleaving must reach it with the opens the sites start with.
-    retry_ok: bool,
     make: Box<dyn Fn(model::DecideFn) -> World>,
 }
 
-fn scenario(
-    name: &'static str,
-    retry_ok: bool,
-    make: impl Fn(model::DecideFn) -> World + 'static,
-) -> Scenario {
+fn scenario(name: &'static str, make: impl Fn(model::DecideFn) -> World + 'static) -> Scenario {
     Scenario {
         name,
-        retry_ok,
         make: Box::new(make),
     }
 }
@@ -1188,62 +1253,49 @@ fn half_open(silent: usize, opens: [u32; 2], d: model::DecideFn) -> World {
 
 fn scenarios() -> Vec<Scenario> {
     vec![
-        scenario("simultaneous open, never worked", false, |d| {
+        scenario("simultaneous open, never worked", |d| {
             World::new([site(S_ID, 1, 0), site(L_ID, 1, 0)], d)
         }),
-        scenario("simultaneous reopen, both saw generation 3", false, |d| {
+        scenario("simultaneous reopen, both saw generation 3", |d| {
             World::new([site(S_ID, 1, 3), site(L_ID, 1, 3)], d)
         }),
-        scenario("one opens, the other may open later", false, |d| {
+        scenario("one opens, the other may open later", |d| {
             World::new([site(S_ID, 1, 0), site(L_ID, 0, 0)], d)
         }),
-        scenario("simultaneous, two attempts each", false, |d| {
+        scenario("simultaneous, two attempts each", |d| {
             World::new([site(S_ID, 2, 0), site(L_ID, 2, 0)], d)
         }),
         scenario(
             "L lost the channel silently and reopens; S still working",
-            false,
             |d| half_open(L, [0, 1], d),
         ),
         scenario(
             "S lost the channel silently and reopens; L still working",
-            false,
             |d| half_open(S, [1, 0], d),
         ),
         scenario(
             "L lost the channel; its EOF races L's reopen; S may reopen",
-            false,
             |d| after_working(1, &[L], [1, 1], d),
         ),
         scenario(
             "S lost the channel; its EOF races S's reopen; L may reopen",
-            false,
             |d| after_working(1, &[S], [1, 1], d),
         ),
-        scenario("both lost the channel at once, both reopen", false, |d| {
+        scenario("both lost the channel at once, both reopen", |d| {
             after_working(2, &[S, L], [1, 1], d)
         }),
-        scenario(
-            "stale NEGOTIATE from L reaches S while working",
-            false,
-            |d| {
-                let mut w = after_working(2, &[], [0, 0], d);
-                w.stale_negotiate(L, 1);
-                w
-            },
-        ),
-        scenario(
-            "stale NEGOTIATE from S reaches L while working",
-            false,
-            |d| {
-                let mut w = after_working(2, &[], [0, 0], d);
-                w.stale_negotiate(S, 1);
-                w
-            },
-        ),
+        scenario("stale NEGOTIATE from L reaches S while working", |d| {
+            let mut w = after_working(2, &[], [0, 0], d);
+            w.stale_negotiate(L, 1);
+            w
+        }),
+        scenario("stale NEGOTIATE from S reaches L while working", |d| {
+            let mut w = after_working(2, &[], [0, 0], d);
+            w.stale_negotiate(S, 1);
+            w
+        }),
         scenario(
             "stale NEGOTIATE from L while L lost the channel and reopens",
-            false,
             |d| {
                 let mut w = after_working(2, &[L], [1, 1], d);
                 w.stale_negotiate(L, 1);
@@ -1252,30 +1304,57 @@ fn scenarios() -> Vec<Scenario> {
         ),
         scenario(
             "stale NEGOTIATE from S while S lost the channel and reopens",
-            true,
             |d| {
                 let mut w = after_working(2, &[S], [1, 1], d);
                 w.stale_negotiate(S, 1);
                 w
             },
         ),
-        scenario("stale NEGOTIATE from S while both reopen", true, |d| {
+        scenario("stale NEGOTIATE from S while both reopen", |d| {
             let mut w = after_working(2, &[S, L], [1, 1], d);
             w.stale_negotiate(S, 1);
             w
         }),
-        scenario("stale NEGOTIATEs both ways while both reopen", true, |d| {
+        scenario("stale NEGOTIATEs both ways while both reopen", |d| {
             let mut w = after_working(2, &[S, L], [1, 1], d);
             w.stale_negotiate(L, 1);
             w.stale_negotiate(S, 0);
             w
         }),
+        scenario("stale NEGOTIATE from S, never worked, both open", |d| {
+            let mut w = World::new([site(S_ID, 1, 0), site(L_ID, 1, 0)], d);
+            w.stale_negotiate(S, 0);
+            w
+        }),
+        scenario("stale NEGOTIATE from L, never worked, both open", |d| {
+            let mut w = World::new([site(S_ID, 1, 0), site(L_ID, 1, 0)], d);
+            w.stale_negotiate(L, 0);
+            w
+        }),
+        scenario(
+            "two stale NEGOTIATEs from S while S lost the channel and reopens",
+            |d| {
+                let mut w = after_working(2, &[S], [1, 1], d);
+                w.stale_negotiate(S, 1);
+                w.stale_negotiate(S, 1);
+                w
+            },
+        ),
+        scenario(
+            "stale NEGOTIATE from S while S lost the channel; two attempts each",
+            |d| {
+                let mut w = after_working(2, &[S], [2, 2], d);
+                w.stale_negotiate(S, 1);
+                w
+            },
+        ),
     ]
 }
 
-/// True if the exploration shows the rule holding for the scenario.
-fn holds(o: &model::Outcome, retry_ok: bool) -> bool {
-    o.failing == 0 && (retry_ok || o.retried == 0)
+/// True if the exploration shows the rule holding: every interleaving ends
+/// with one agreed channel, reached without a backoff retry round.
+fn holds(o: &model::Outcome) -> bool {
+    o.failing == 0 && o.retried == 0
 }
 
 #[test]
@@ -1286,7 +1365,7 @@ fn every_interleaving_ends_with_exactly_one_channel() {
         let o = explore(&|| (sc.make)(decide));
         assert!(o.paths >= 1, "{}: nothing explored", sc.name);
         assert!(
-            holds(&o, sc.retry_ok),
+            holds(&o),
             "{}: {} of {} interleavings failed, {} needed a retry; first failure: {:?}; first retry: {:?}",
             sc.name,
             o.failing,
@@ -1303,29 +1382,6 @@ fn every_interleaving_ends_with_exactly_one_channel() {
     }
     eprintln!("interleavings explored: {total}\n  {}", report.join("\n  "));
     assert!(total > 10_000, "only {total} interleavings explored");
-}
-
-/// A NEGOTIATE whose initiator already dropped its channel (it is followed
-/// by EOF) can still be accepted: by a site that is opening, when the stale
-/// initiator has the smaller id, or by an idle one. The acceptor then works
-/// on a dead channel with a new generation: it abandons its own open and
-/// refuses the peer's live NEGOTIATE as Stale (its last generation is below
-/// the dead channel's). When the EOF arrives, neither side has a channel
-/// until one retries after its backoff. Safety holds (the sites never agree
-/// on different channels); this test asks for the stronger property — no
-/// retry needed — and fails today.
-#[test]
-#[ignore = "bug: link::decide accepts a NEGOTIATE from an already-closed stale channel; the pair is left without a channel until a backoff retry"]
-fn stale_handshake_can_cost_a_retry_round() {
-    for sc in scenarios().into_iter().filter(|s| s.retry_ok) {
-        let o = explore(&|| (sc.make)(decide));
-        assert_eq!(o.failing, 0, "{}", sc.name);
-        assert_eq!(
-            o.retried, 0,
-            "{}: {} of {} interleavings needed a retry; first: {:?}",
-            sc.name, o.retried, o.paths, o.first_retried
-        );
-    }
 }
 
 /// The model has teeth: with a broken rule it finds a bad interleaving.
@@ -1373,6 +1429,27 @@ fn the_model_catches_broken_rules() {
             _ => decide(v, n),
         }
     }
+    fn attempts_ignored(mut v: LinkView, n: &Negotiate) -> Decision {
+        v.working_from = None;
+        decide(v, n)
+    }
+    fn older_attempt_replaces(v: LinkView, n: &Negotiate) -> Decision {
+        let reversed = Negotiate {
+            attempt: Attempt {
+                opener: n.attempt.opener,
+                seq: u64::MAX - n.attempt.seq,
+            },
+            ..n.clone()
+        };
+        let v = LinkView {
+            working_from: v.working_from.map(|w| Attempt {
+                opener: w.opener,
+                seq: u64::MAX - w.seq,
+            }),
+            ..v
+        };
+        decide(v, &reversed)
+    }
     let all = scenarios();
     let find = |name: &str| all.iter().find(|s| s.name == name).unwrap();
     let mut caught = 0;
@@ -1402,18 +1479,28 @@ fn the_model_catches_broken_rules() {
             off_by_one,
             "stale NEGOTIATE from L reaches S while working",
         ),
+        (
+            "attempts ignored",
+            attempts_ignored,
+            "stale NEGOTIATE from S while S lost the channel and reopens",
+        ),
+        (
+            "an older attempt replaces a newer one",
+            older_attempt_replaces,
+            "two stale NEGOTIATEs from S while S lost the channel and reopens",
+        ),
     ] {
         let sc = find(name);
         let o = explore(&|| (sc.make)(broken));
         assert!(o.paths > 0);
         assert!(
-            !holds(&o, sc.retry_ok),
+            !holds(&o),
             "broken rule {what:?} passed all {} interleavings of {name:?}",
             o.paths
         );
         caught += 1;
     }
-    assert_eq!(caught, 5);
+    assert_eq!(caught, 7);
 }
 
 /// Sessions survive the link decision: after a replacement the session
@@ -1460,6 +1547,7 @@ fn replacement_channel_resumes_from_last_received() {
         max_message: 1 << 28,
         last_received: pair.a.session.last_received(),
         last_generation: pair.a.session.last_generation(),
+        attempt: Attempt::UNKNOWN,
     };
     let mut v = view(2);
     v.working = Some(1);
@@ -1546,10 +1634,27 @@ fn handshake_payloads_are_encoded_as_documented() {
         max_message: 1 << 28,
         last_received: 5,
         last_generation: 2,
+        attempt: Attempt {
+            opener: 7,
+            seq: 300,
+        },
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&n).unwrap()),
-        "97 01 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02"
+        "98 01 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c"
+    );
+    // A NEGOTIATE without the attempt (an earlier build of version 1)
+    // decodes with the attempt unknown.
+    let old = rmp_serde::to_vec(&n).unwrap();
+    let mut old = old[..old.len() - 4].to_vec();
+    old[0] = 0x97;
+    let decoded: Negotiate = rmp_serde::from_slice(&old).unwrap();
+    assert_eq!(
+        decoded,
+        Negotiate {
+            attempt: Attempt::UNKNOWN,
+            ..n.clone()
+        }
     );
     let a = NegotiateAns::Accept {
         buffer_size: 16_384,

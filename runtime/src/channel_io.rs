@@ -80,15 +80,13 @@ async fn fill(ch: &Channel, inb: &mut ByteBuffer) -> io::Result<bool> {
     }
 }
 
-/// Connects to `addr` and runs the initiator's side of the open protocol.
-#[allow(clippy::too_many_arguments)]
+/// Connects to `addr` and runs the initiator's side of the open protocol
+/// (`hs`, already told what to propose) over ByteBuffers of `buffer_size`.
 pub(crate) async fn connect_and_open(
     addr: Address,
     fault: Option<sitenet_transport::FaultInjector>,
-    local: LocalInfo,
-    expected: Option<SiteId>,
-    last_received: u64,
-    last_generation: u64,
+    buffer_size: u32,
+    mut hs: Initiator,
     connect_timeout: Duration,
     handshake_timeout: Duration,
 ) -> Result<(RawChannel, Opened), (OpenFailure, Option<SiteId>)> {
@@ -108,13 +106,12 @@ pub(crate) async fn connect_and_open(
             None => ch,
         },
     };
-    let size = local.buffer_size as usize;
+    let size = buffer_size as usize;
     let mut raw = RawChannel {
         ch,
         inb: ByteBuffer::new(size),
         outb: ByteBuffer::new(size),
     };
-    let mut hs = Initiator::new(local, expected, last_received, last_generation);
     let run = async {
         loop {
             if !fill(&raw.ch, &mut raw.inb).await? {

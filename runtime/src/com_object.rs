@@ -23,9 +23,9 @@ use rand::Rng;
 
 use sitenet_protocols::handshake::write_answer;
 use sitenet_protocols::{
-    decide, ByteBuffer, ChannelParams, ClosePhase, CloseReason, Decision, LinkView, Negotiate,
-    NegotiateAns, OpenError, Opened, OutMessage, ProtocolError, RefuseReason, Session,
-    SessionEvent, SessionStats,
+    decide, Attempt, ByteBuffer, ChannelParams, ClosePhase, CloseReason, Decision, Initiator,
+    LinkView, Negotiate, NegotiateAns, OpenError, Opened, OutMessage, ProtocolError, RefuseReason,
+    Session, SessionEvent, SessionStats,
 };
 use sitenet_transport::Channel;
 
@@ -117,6 +117,10 @@ enum Lost {
     Silent,
 }
 
+/// Opener ids: unique in the process, so unique per node incarnation; 0 is
+/// reserved for "unknown".
+static NEXT_OPENER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 pub(crate) struct ComObject {
     node: Arc<NodeInner>,
     entry: Arc<SiteEntry>,
@@ -124,7 +128,12 @@ pub(crate) struct ComObject {
     live: Option<Live>,
     chan_seq: u64,
     opening: Option<(u64, SpawnHandle)>,
+    /// This ComObject's opener id, sent with `attempt_seq` in each NEGOTIATE.
+    opener: u64,
     attempt_seq: u64,
+    /// The peer's attempt that opened the working channel, if it was
+    /// accepted here (the link decision needs it).
+    working_from: Option<Attempt>,
     backoff: Duration,
     reconnect_at: Option<Instant>,
     timer: Option<(Instant, SpawnHandle)>,
@@ -158,7 +167,9 @@ impl ComObject {
             live: None,
             chan_seq: 0,
             opening: None,
+            opener: NEXT_OPENER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             attempt_seq: 0,
+            working_from: None,
             backoff,
             reconnect_at: None,
             timer: None,
@@ -568,13 +579,21 @@ impl ComObject {
         self.attempt_seq += 1;
         let attempt = self.attempt_seq;
         let cfg = &self.node.cfg;
-        let f = connect_and_open(
-            addr,
-            cfg.fault_injector.clone(),
+        let hs = Initiator::new(
             self.node.local_info(),
             self.entry.id.get().copied(),
             self.session.last_received(),
             self.session.last_generation(),
+        )
+        .with_attempt(Attempt {
+            opener: self.opener,
+            seq: attempt,
+        });
+        let f = connect_and_open(
+            addr,
+            cfg.fault_injector.clone(),
+            cfg.buffer_size,
+            hs,
             cfg.connect_timeout,
             cfg.handshake_timeout,
         );
@@ -612,7 +631,7 @@ impl ComObject {
                     peer_last_received: opened.peer_last_received,
                     generation: opened.generation,
                 };
-                self.start_session(raw, params, ctx);
+                self.start_session(raw, params, None, ctx);
             }
             Err((e, presented)) => {
                 // The peer said who it is before the open failed: if it is a
@@ -643,13 +662,22 @@ impl ComObject {
         }
     }
 
-    fn start_session(&mut self, raw: RawChannel, params: ChannelParams, ctx: &mut Context<Self>) {
+    /// Starts the session on a channel that just opened; `from` is the
+    /// peer's attempt if the channel was accepted here.
+    fn start_session(
+        &mut self,
+        raw: RawChannel,
+        params: ChannelParams,
+        from: Option<Attempt>,
+        ctx: &mut Context<Self>,
+    ) {
         if let Err(e) = self.session.channel_up(params) {
             Counters::add(&self.node.counters.protocol_errors, 1);
             tracing::warn!(site = ?self.entry.id.get(), error = %e, "refusing channel");
             self.schedule_reconnect();
             return;
         }
+        self.working_from = from;
         self.entry.peer_max.store(
             params.peer_max_message,
             std::sync::atomic::Ordering::Release,
@@ -782,6 +810,7 @@ impl ComObject {
         LinkView {
             local: self.node.id,
             working: self.session.channel().map(|c| c.generation),
+            working_from: self.session.channel().and(self.working_from),
             last_generation: self.session.last_generation(),
             opening: self.opening.is_some(),
             closing: self.failed || self.node.is_shut_down(),
@@ -853,7 +882,7 @@ impl Handler<Adopt> for ComObject {
                     peer_last_received: neg.last_received,
                     generation,
                 };
-                self.start_session(raw, params, ctx);
+                self.start_session(raw, params, Some(neg.attempt), ctx);
             }
         }
     }
