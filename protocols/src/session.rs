@@ -36,7 +36,7 @@ use crate::ledger::Ledger;
 use crate::marshal::InProgress;
 use crate::message::{InMessage, OutMessage, PRELUDE_LEN};
 use crate::priority::Priority;
-use crate::reassembly::{Reassembly, ReassemblyBudget};
+use crate::reassembly::{split_whole, Reassembly, ReassemblyBudget};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 
 /// Tunables of a session (DESIGN.md "Defaults").
@@ -578,6 +578,24 @@ impl Session {
     ) -> Result<(), ProtocolError> {
         let lane = h.lane;
         let idx = lane as usize - 1;
+        if h.is_first() && h.is_last() {
+            // The common case for small messages: whole in one frame.
+            if self.reassembly[idx].is_some() {
+                return Err(ProtocolError::FragmentSequence {
+                    lane,
+                    reason: "new message while one is incomplete",
+                });
+            }
+            let (prelude, header, body) = split_whole(lane, a, b, self.cfg.max_message)?;
+            let size = prelude.total_len();
+            return self.deliver_numbered(now, h, size, deliver, |n| InMessage {
+                priority: Priority::from_lane(lane).expect("validated lane"),
+                number: n,
+                prelude,
+                header,
+                body,
+            });
+        }
         if h.is_first() {
             if self.reassembly[idx].is_some() {
                 return Err(ProtocolError::FragmentSequence {
@@ -628,6 +646,29 @@ impl Session {
             });
         }
         let size = r.received();
+        self.deliver_numbered(now, h, size, deliver, |n| {
+            let (prelude, header, body) = r.finish();
+            InMessage {
+                priority: Priority::from_lane(lane).expect("validated lane"),
+                number: n,
+                prelude,
+                header,
+                body,
+            }
+        })
+    }
+
+    /// Delivers the message that the frame `h` completed (`size` wire bytes,
+    /// built by `make` only if it is new), or drops and counts a duplicate;
+    /// a gap in the numbers is a protocol error.
+    fn deliver_numbered(
+        &mut self,
+        now: Instant,
+        h: &FrameHeader,
+        size: u64,
+        deliver: &mut dyn FnMut(InMessage),
+        make: impl FnOnce(u64) -> InMessage,
+    ) -> Result<(), ProtocolError> {
         let n = h.msg_number;
         if n <= self.last_received {
             // Exactly once: a message delivered before is dropped and counted.
@@ -640,14 +681,7 @@ impl Session {
                 got: n,
             });
         }
-        let (prelude, header, body) = r.finish();
-        deliver(InMessage {
-            priority: Priority::from_lane(lane).expect("validated lane"),
-            number: n,
-            prelude,
-            header,
-            body,
-        });
+        deliver(make(n));
         self.last_received = n;
         self.stats.delivered += 1;
         self.since_ack_messages += 1;

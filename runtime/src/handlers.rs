@@ -54,7 +54,8 @@ pub(crate) type UnhandledHook = Arc<dyn Fn(Unhandled) + Send + Sync>;
 /// The registry of handlers by wire id.
 #[derive(Default)]
 pub(crate) struct Handlers {
-    map: parking_lot::RwLock<HashMap<u32, Erased>>,
+    /// Looked up once per delivered message: hashed with foldhash.
+    map: parking_lot::RwLock<HashMap<u32, Erased, foldhash::fast::RandomState>>,
     pub(crate) unhandled: parking_lot::RwLock<Option<UnhandledHook>>,
 }
 

@@ -74,7 +74,9 @@ pub(crate) struct NodeInner {
     listen: Vec<Address>,
     pub(crate) handlers: Handlers,
     sites: Mutex<SiteTable>,
-    pending: Mutex<HashMap<u64, Pending>>,
+    /// Requests awaiting replies, by correlation id (one insert and one
+    /// removal per request: hashed with foldhash).
+    pending: Mutex<HashMap<u64, Pending, foldhash::fast::RandomState>>,
     next_corr: AtomicU64,
     pub(crate) counters: Counters,
     pub(crate) budget: ReassemblyBudget,
@@ -440,7 +442,7 @@ impl NodeBuilder {
             listen,
             handlers: Handlers::default(),
             sites: Mutex::new(SiteTable::default()),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::default()),
             next_corr: AtomicU64::new(1),
             counters: Counters::default(),
             shut_down: AtomicBool::new(false),

@@ -139,8 +139,11 @@ impl SinkStream {
     }
 }
 
-/// Streams by (sender site, stream id).
-pub(crate) type Sinks = parking_lot::Mutex<std::collections::HashMap<(u128, u64), SinkStream>>;
+/// Streams by (sender site, stream id). Looked up once per message, so hashed
+/// with foldhash (seeded per map: peers choose the keys).
+pub(crate) type Sinks = parking_lot::Mutex<
+    std::collections::HashMap<(u128, u64), SinkStream, foldhash::fast::RandomState>,
+>;
 
 fn sender_key(ctx: &crate::handlers::Ctx<'_>) -> u128 {
     ctx.sender_id()
