@@ -94,9 +94,16 @@ impl Outbox {
     }
 
     /// Pushes a message; returns true if the caller must wake the actor.
+    ///
+    /// In a burst the flag is already set: a plain load sees that without
+    /// the locked exchange. It cannot miss a clear: the actor clears the flag
+    /// before it takes the queue lock to drain, and this load follows this
+    /// push's unlock, so if the drain missed the message, the load
+    /// happens after the clear and sees it.
     pub(crate) fn push(&self, m: OutMessage) -> bool {
         self.queue.lock().push(m);
-        !self.wake_pending.swap(true, Ordering::AcqRel)
+        !self.wake_pending.load(Ordering::Acquire)
+            && !self.wake_pending.swap(true, Ordering::AcqRel)
     }
 
     /// Called by the actor on a wake: clears the flag, then takes everything.

@@ -307,14 +307,14 @@ impl SiteRef {
     }
 
     pub(crate) async fn post(&self, m: OutMessage) -> Result<(), SendError> {
-        let entry = self.entry.resolved().clone();
-        self.check(&entry, &m)?;
+        let entry = self.entry.resolved();
+        self.check(entry, &m)?;
         entry.outbox.reserve(m.wire_len()).await;
-        if let Err(e) = self.check(&entry, &m) {
+        if let Err(e) = self.check(entry, &m) {
             entry.outbox.release(m.wire_len());
             return Err(e);
         }
-        self.push(&entry, m);
+        self.push(entry, m);
         // A loop of sends that never has to wait (the bound is far) would
         // otherwise starve a ComObject on the same thread: spend the task's
         // cooperative budget, yielding now and then (a no-op outside tokio).
