@@ -309,10 +309,14 @@ impl SiteRef {
     pub(crate) async fn post(&self, m: OutMessage) -> Result<(), SendError> {
         let entry = self.entry.resolved();
         self.check(entry, &m)?;
-        entry.outbox.reserve(m.wire_len()).await;
-        if let Err(e) = self.check(entry, &m) {
-            entry.outbox.release(m.wire_len());
-            return Err(e);
+        let n = m.wire_len();
+        if !entry.outbox.try_reserve(n) {
+            // Waited for acknowledgements: the site may have failed meanwhile.
+            entry.outbox.reserve(n).await;
+            if let Err(e) = self.check(entry, &m) {
+                entry.outbox.release(n);
+                return Err(e);
+            }
         }
         self.push(entry, m);
         // A loop of sends that never has to wait (the bound is far) would
