@@ -227,6 +227,8 @@ pub struct Session {
     last_tx: Option<Instant>,
     last_rx: Option<Instant>,
     ack_forced: bool,
+    /// Standalone acks due only by count or bytes wait (see `hold_acks`).
+    ack_hold: bool,
 }
 
 impl Session {
@@ -261,6 +263,7 @@ impl Session {
             last_tx: None,
             last_rx: None,
             ack_forced: false,
+            ack_hold: false,
         }
     }
 
@@ -698,11 +701,32 @@ impl Session {
         self.ack_forced = true;
     }
 
-    fn ack_due(&self, now: Instant) -> bool {
+    /// Holds back a standalone ACK frame that is due only because the
+    /// message or byte threshold was reached, while `hold` is set; data
+    /// frames still carry the ack. A driver that has just delivered messages
+    /// holds acks for its first transmit, so that a reply its handlers or
+    /// tasks queue next can carry the ack instead of a frame (and a wake-up of
+    /// the peer) of its own; it releases the hold and transmits again one
+    /// turn of its event loop later. A forced ack ([`ack_now`](Self::ack_now))
+    /// and the ack delay are never held.
+    pub fn hold_acks(&mut self, hold: bool) {
+        self.ack_hold = hold;
+    }
+
+    /// True if a standalone ack is waiting, held or not.
+    pub fn ack_waiting(&self) -> bool {
         self.last_received > self.ack_sent
             && (self.ack_forced
                 || self.since_ack_messages >= self.cfg.ack_messages
-                || self.since_ack_bytes >= self.cfg.ack_bytes
+                || self.since_ack_bytes >= self.cfg.ack_bytes)
+    }
+
+    fn ack_due(&self, now: Instant) -> bool {
+        self.last_received > self.ack_sent
+            && (self.ack_forced
+                || (!self.ack_hold
+                    && (self.since_ack_messages >= self.cfg.ack_messages
+                        || self.since_ack_bytes >= self.cfg.ack_bytes))
                 || self.ack_deadline.is_some_and(|d| now >= d))
     }
 

@@ -251,6 +251,65 @@ fn hundred_messages_trigger_an_explicit_ack_at_once() {
     assert_eq!(pair.a.session.take_freed().0, 100);
 }
 
+/// A held threshold ack is not written on its own; data going the other
+/// way carries it; released, it is written at once; the ack delay and a
+/// forced ack are never held.
+#[test]
+fn held_acks_ride_on_replies_and_go_out_when_released() {
+    let mut pair = Pair::new(65_536, SessionConfig::default());
+    pair.b.session.hold_acks(true);
+    for i in 1..=100 {
+        pair.a.send(small(i));
+    }
+    pair.pump().unwrap();
+    assert_eq!(pair.b.delivered.len(), 100);
+    assert!(pair.b.session.ack_waiting());
+    assert_eq!(pair.b.session.stats().acks_out, 0, "held: no ACK frame");
+    assert_eq!(pair.a.session.unacked(), 100);
+    // A reply from B carries the ack: still no ACK frame.
+    pair.b.send(small(500));
+    pair.pump().unwrap();
+    assert_eq!(pair.b.session.stats().acks_out, 0);
+    assert_eq!(pair.a.tap.count(FrameKind::Ack), 0);
+    assert_eq!(pair.a.session.unacked(), 0, "the reply carried the ack");
+    assert!(!pair.b.session.ack_waiting());
+
+    // Released, a waiting threshold ack goes out on the next transmit.
+    for i in 1..=100 {
+        pair.a.send(small(i));
+    }
+    pair.pump().unwrap();
+    assert_eq!(pair.a.session.unacked(), 100);
+    pair.b.session.hold_acks(false);
+    pair.pump().unwrap();
+    assert_eq!(pair.b.session.stats().acks_out, 1);
+    assert_eq!(pair.a.session.unacked(), 0);
+
+    // The ack delay is not held.
+    pair.b.session.hold_acks(true);
+    pair.a.send(small(1));
+    pair.pump().unwrap();
+    assert_eq!(pair.a.session.unacked(), 1);
+    pair.advance(SessionConfig::default().ack_delay);
+    pair.pump().unwrap();
+    assert_eq!(
+        pair.a.session.unacked(),
+        0,
+        "the delayed ack went out while held"
+    );
+    // Nor is a forced one.
+    pair.a.send(small(2));
+    pair.pump().unwrap();
+    assert_eq!(pair.a.session.unacked(), 1);
+    pair.b.session.ack_now();
+    pair.pump().unwrap();
+    assert_eq!(
+        pair.a.session.unacked(),
+        0,
+        "the forced ack went out while held"
+    );
+}
+
 #[test]
 fn sixty_four_kib_trigger_an_explicit_ack_at_once() {
     let mut pair = Pair::new(16_384, SessionConfig::default());

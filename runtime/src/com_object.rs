@@ -146,6 +146,8 @@ pub(crate) struct ComObject {
     weak_rejected_at: Option<Instant>,
     /// Since when the site is temporarily failed.
     temp_since: Option<Instant>,
+    /// A held ack's transmit is scheduled for the next turn.
+    ack_deferred: bool,
 }
 
 impl Actor for ComObject {
@@ -179,6 +181,7 @@ impl ComObject {
             idle_since: Instant::now(),
             weak_rejected_at: None,
             temp_since: None,
+            ack_deferred: false,
         }
     }
 
@@ -444,10 +447,31 @@ impl ComObject {
         match outcome {
             Ok(()) => {
                 self.arm_read(ctx);
+                // A reply queued by a handler or a task woken by these
+                // messages can carry the ack: hold a threshold ack until the
+                // next turn of the event loop.
+                self.session.hold_acks(true);
                 self.drive(ctx);
+                self.session.hold_acks(false);
+                self.defer_ack(ctx);
             }
             Err(lost) => self.lose_channel(lost, ctx),
         }
+    }
+
+    /// Transmits a held ack one event-loop turn later, unless data queued
+    /// meanwhile carried it (see `Session::hold_acks`).
+    fn defer_ack(&mut self, ctx: &mut Context<Self>) {
+        if self.ack_deferred || !self.session.ack_waiting() {
+            return;
+        }
+        self.ack_deferred = true;
+        ctx.spawn(
+            fut::wrap_future::<_, Self>(tokio::task::yield_now()).map(|(), act, ctx| {
+                act.ack_deferred = false;
+                act.drive(ctx);
+            }),
+        );
     }
 
     fn read_and_process(&mut self) -> Result<(), Lost> {
