@@ -87,31 +87,17 @@ impl Drop for Reassembly {
 }
 
 impl Reassembly {
-    /// Starts a message from its first fragment's payload.
+    /// Starts a message from its first fragment's payload, split in the
+    /// ring's two slices `a` and `b`.
     pub fn start(
         lane: u8,
-        payload: &[u8],
+        a: &[u8],
+        b: &[u8],
         max_message: u64,
         budget: &ReassemblyBudget,
     ) -> Result<Self, ProtocolError> {
-        let pb: &[u8; PRELUDE_LEN] = payload
-            .get(..PRELUDE_LEN)
-            .and_then(|s| s.try_into().ok())
-            .ok_or(ProtocolError::FragmentSequence {
-                lane,
-                reason: "first fragment shorter than the message prelude",
-            })?;
-        let prelude = Prelude::decode(pb).ok_or(ProtocolError::Malformed {
-            what: "message prelude",
-            reason: "unknown message kind or non-zero reserved bytes".into(),
-        })?;
+        let prelude = first_prelude(lane, a, b, max_message)?;
         let total = prelude.total_len();
-        if total > max_message {
-            return Err(ProtocolError::MessageTooLarge {
-                size: total,
-                max: max_message,
-            });
-        }
         let content = total - PRELUDE_LEN as u64;
         budget.try_reserve(content)?;
         let mut r = Self {
@@ -122,7 +108,9 @@ impl Reassembly {
             reserved: content,
             budget: budget.clone(),
         };
-        r.extend(lane, &payload[PRELUDE_LEN..])?;
+        let k = a.len().min(PRELUDE_LEN);
+        r.extend(lane, &a[k..])?;
+        r.extend(lane, &b[PRELUDE_LEN - k..])?;
         Ok(r)
     }
 
@@ -179,7 +167,26 @@ pub fn split_whole(
     max_message: u64,
 ) -> Result<(Prelude, Bytes, Bytes), ProtocolError> {
     let len = a.len() + b.len();
-    if len < PRELUDE_LEN {
+    let prelude = first_prelude(lane, a, b, max_message)?;
+    let total = prelude.total_len();
+    if total != len as u64 {
+        return Err(ProtocolError::MessageLength {
+            lane,
+            got: len as u64,
+            announced: total,
+        });
+    }
+    let header_len = prelude.header_len as usize;
+    let header = extract(a, b, PRELUDE_LEN, header_len);
+    let body = extract(a, b, PRELUDE_LEN + header_len, prelude.body_len as usize);
+    Ok((prelude, header.into(), body.into()))
+}
+
+/// Decodes the prelude at the start of a first fragment's payload (split in
+/// `a` and `b`) and checks the announced size against `max_message`, before
+/// anything is allocated for the message.
+fn first_prelude(lane: u8, a: &[u8], b: &[u8], max_message: u64) -> Result<Prelude, ProtocolError> {
+    if a.len() + b.len() < PRELUDE_LEN {
         return Err(ProtocolError::FragmentSequence {
             lane,
             reason: "first fragment shorter than the message prelude",
@@ -200,17 +207,7 @@ pub fn split_whole(
             max: max_message,
         });
     }
-    if total != len as u64 {
-        return Err(ProtocolError::MessageLength {
-            lane,
-            got: len as u64,
-            announced: total,
-        });
-    }
-    let header_len = prelude.header_len as usize;
-    let header = extract(a, b, PRELUDE_LEN, header_len);
-    let body = extract(a, b, PRELUDE_LEN + header_len, prelude.body_len as usize);
-    Ok((prelude, header.into(), body.into()))
+    Ok(prelude)
 }
 
 /// Copies `len` bytes starting at `at` of the concatenation of `a` and `b`

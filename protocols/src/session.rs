@@ -29,12 +29,14 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{ProtocolError, SendError};
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
 use crate::ledger::Ledger;
 use crate::marshal::InProgress;
-use crate::message::{InMessage, OutMessage, PRELUDE_LEN};
+use crate::message::{InMessage, OutMessage, Prelude};
 use crate::priority::Priority;
 use crate::reassembly::{split_whole, Reassembly, ReassemblyBudget};
 use crate::scheduler::{Scheduler, SchedulerConfig};
@@ -581,24 +583,6 @@ impl Session {
     ) -> Result<(), ProtocolError> {
         let lane = h.lane;
         let idx = lane as usize - 1;
-        if h.is_first() && h.is_last() {
-            // The common case for small messages: whole in one frame.
-            if self.reassembly[idx].is_some() {
-                return Err(ProtocolError::FragmentSequence {
-                    lane,
-                    reason: "new message while one is incomplete",
-                });
-            }
-            let (prelude, header, body) = split_whole(lane, a, b, self.cfg.max_message)?;
-            let size = prelude.total_len();
-            return self.deliver_numbered(now, h, size, deliver, |n| InMessage {
-                priority: Priority::from_lane(lane).expect("validated lane"),
-                number: n,
-                prelude,
-                header,
-                body,
-            });
-        }
         if h.is_first() {
             if self.reassembly[idx].is_some() {
                 return Err(ProtocolError::FragmentSequence {
@@ -606,19 +590,15 @@ impl Session {
                     reason: "new message while one is incomplete",
                 });
             }
-            let mut prelude = [0u8; PRELUDE_LEN];
-            if a.len() + b.len() < PRELUDE_LEN {
-                return Err(ProtocolError::FragmentSequence {
-                    lane,
-                    reason: "first fragment shorter than the message prelude",
-                });
+            if h.is_last() {
+                // The common case for small messages: whole in one frame,
+                // copied straight out of the ring.
+                let parts = split_whole(lane, a, b, self.cfg.max_message)?;
+                let size = parts.0.total_len();
+                return self
+                    .deliver_numbered(now, h, size, deliver, |n| in_message(lane, n, parts));
             }
-            let k = a.len().min(PRELUDE_LEN);
-            prelude[..k].copy_from_slice(&a[..k]);
-            prelude[k..].copy_from_slice(&b[..PRELUDE_LEN - k]);
-            let mut r = Reassembly::start(lane, &prelude, self.cfg.max_message, &self.budget)?;
-            r.extend(lane, &a[k..])?;
-            r.extend(lane, &b[PRELUDE_LEN - k..])?;
+            let r = Reassembly::start(lane, a, b, self.cfg.max_message, &self.budget)?;
             self.reassembly[idx] = Some(r);
         } else {
             let r = self.reassembly[idx]
@@ -649,16 +629,7 @@ impl Session {
             });
         }
         let size = r.received();
-        self.deliver_numbered(now, h, size, deliver, |n| {
-            let (prelude, header, body) = r.finish();
-            InMessage {
-                priority: Priority::from_lane(lane).expect("validated lane"),
-                number: n,
-                prelude,
-                header,
-                body,
-            }
-        })
+        self.deliver_numbered(now, h, size, deliver, |n| in_message(lane, n, r.finish()))
     }
 
     /// Delivers the message that the frame `h` completed (`size` wire bytes,
@@ -942,5 +913,16 @@ fn close_state_name(p: ClosePhase) -> &'static str {
         ClosePhase::ClosingHard { .. } => "closing hard",
         ClosePhase::PeerClosing { .. } => "waiting for the peer to close",
         ClosePhase::Done => "closed",
+    }
+}
+
+/// A received message, numbered `n`, from its lane and its parts.
+fn in_message(lane: u8, n: u64, (prelude, header, body): (Prelude, Bytes, Bytes)) -> InMessage {
+    InMessage {
+        priority: Priority::from_lane(lane).expect("validated lane"),
+        number: n,
+        prelude,
+        header,
+        body,
     }
 }
