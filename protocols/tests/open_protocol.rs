@@ -1251,6 +1251,15 @@ fn half_open(silent: usize, opens: [u32; 2], d: model::DecideFn) -> World {
     w
 }
 
+/// `w` with stale NEGOTIATEs in flight, one per `(initiator, last_generation)`,
+/// in that order (each an attempt older than any the scenario then makes).
+fn with_stale(mut w: World, stale: &[(usize, u64)]) -> World {
+    for &(init, last_generation) in stale {
+        w.stale_negotiate(init, last_generation);
+    }
+    w
+}
+
 fn scenarios() -> Vec<Scenario> {
     vec![
         scenario("simultaneous open, never worked", |d| {
@@ -1285,68 +1294,44 @@ fn scenarios() -> Vec<Scenario> {
             after_working(2, &[S, L], [1, 1], d)
         }),
         scenario("stale NEGOTIATE from L reaches S while working", |d| {
-            let mut w = after_working(2, &[], [0, 0], d);
-            w.stale_negotiate(L, 1);
-            w
+            with_stale(after_working(2, &[], [0, 0], d), &[(L, 1)])
         }),
         scenario("stale NEGOTIATE from S reaches L while working", |d| {
-            let mut w = after_working(2, &[], [0, 0], d);
-            w.stale_negotiate(S, 1);
-            w
+            with_stale(after_working(2, &[], [0, 0], d), &[(S, 1)])
         }),
         scenario(
             "stale NEGOTIATE from L while L lost the channel and reopens",
-            |d| {
-                let mut w = after_working(2, &[L], [1, 1], d);
-                w.stale_negotiate(L, 1);
-                w
-            },
+            |d| with_stale(after_working(2, &[L], [1, 1], d), &[(L, 1)]),
         ),
         scenario(
             "stale NEGOTIATE from S while S lost the channel and reopens",
-            |d| {
-                let mut w = after_working(2, &[S], [1, 1], d);
-                w.stale_negotiate(S, 1);
-                w
-            },
+            |d| with_stale(after_working(2, &[S], [1, 1], d), &[(S, 1)]),
         ),
         scenario("stale NEGOTIATE from S while both reopen", |d| {
-            let mut w = after_working(2, &[S, L], [1, 1], d);
-            w.stale_negotiate(S, 1);
-            w
+            with_stale(after_working(2, &[S, L], [1, 1], d), &[(S, 1)])
         }),
         scenario("stale NEGOTIATEs both ways while both reopen", |d| {
-            let mut w = after_working(2, &[S, L], [1, 1], d);
-            w.stale_negotiate(L, 1);
-            w.stale_negotiate(S, 0);
-            w
+            with_stale(after_working(2, &[S, L], [1, 1], d), &[(L, 1), (S, 0)])
         }),
         scenario("stale NEGOTIATE from S, never worked, both open", |d| {
-            let mut w = World::new([site(S_ID, 1, 0), site(L_ID, 1, 0)], d);
-            w.stale_negotiate(S, 0);
-            w
+            with_stale(
+                World::new([site(S_ID, 1, 0), site(L_ID, 1, 0)], d),
+                &[(S, 0)],
+            )
         }),
         scenario("stale NEGOTIATE from L, never worked, both open", |d| {
-            let mut w = World::new([site(S_ID, 1, 0), site(L_ID, 1, 0)], d);
-            w.stale_negotiate(L, 0);
-            w
+            with_stale(
+                World::new([site(S_ID, 1, 0), site(L_ID, 1, 0)], d),
+                &[(L, 0)],
+            )
         }),
         scenario(
             "two stale NEGOTIATEs from S while S lost the channel and reopens",
-            |d| {
-                let mut w = after_working(2, &[S], [1, 1], d);
-                w.stale_negotiate(S, 1);
-                w.stale_negotiate(S, 1);
-                w
-            },
+            |d| with_stale(after_working(2, &[S], [1, 1], d), &[(S, 1), (S, 1)]),
         ),
         scenario(
             "stale NEGOTIATE from S while S lost the channel; two attempts each",
-            |d| {
-                let mut w = after_working(2, &[S], [2, 2], d);
-                w.stale_negotiate(S, 1);
-                w
-            },
+            |d| with_stale(after_working(2, &[S], [2, 2], d), &[(S, 1)]),
         ),
     ]
 }
