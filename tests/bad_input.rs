@@ -97,6 +97,17 @@ fn last_fault(n: &Node) -> String {
         .unwrap_or_default()
 }
 
+/// Waits until the node closes `s`, then checks that its last fault report
+/// names `what`.
+fn closed_with_fault(server: &Node, s: &mut TcpStream, what: &str) {
+    until_closed(s);
+    let reason = last_fault(server);
+    assert!(
+        reason.contains(what),
+        "expected a fault about {what:?}: {reason}"
+    );
+}
+
 #[test]
 fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     let server = Node::builder()
@@ -152,36 +163,21 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     let before = fault_count(&server);
     let mut s = tcp(&a);
     s.write_all(&[0xde; 200]).unwrap();
-    until_closed(&mut s);
+    closed_with_fault(&server, &mut s, "version");
     assert_eq!(fault_count(&server), before + 1);
-    assert!(
-        last_fault(&server).contains("version"),
-        "{}",
-        last_fault(&server)
-    );
 
     // 2. A NEGOTIATE from another protocol version.
     let mut s = tcp(&a);
     let mut h = header(FrameKind::Negotiate, 5, 3, 0, 0);
     h[0] = PROTOCOL_VERSION + 1;
     s.write_all(&h).unwrap();
-    until_closed(&mut s);
-    assert!(
-        last_fault(&server).contains("version"),
-        "{}",
-        last_fault(&server)
-    );
+    closed_with_fault(&server, &mut s, "version");
 
     // 3. An oversized handshake frame: refused from its header alone.
     let mut s = tcp(&a);
     s.write_all(&header(FrameKind::Negotiate, 5, 3, u32::MAX, 0))
         .unwrap();
-    until_closed(&mut s);
-    assert!(
-        last_fault(&server).contains("exceeds"),
-        "{}",
-        last_fault(&server)
-    );
+    closed_with_fault(&server, &mut s, "exceeds");
 
     // 4. Closing in the middle of the handshake.
     let before = fault_count(&server);
@@ -223,12 +219,7 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     let mut s = handshaken(&a);
     s.write_all(&header(FrameKind::Data, 3, 3, 1 << 30, 1))
         .unwrap();
-    until_closed(&mut s);
-    assert!(
-        last_fault(&server).contains("exceeds"),
-        "{}",
-        last_fault(&server)
-    );
+    closed_with_fault(&server, &mut s, "exceeds");
 
     // 6. After a valid handshake: a continuation with no first fragment, then
     //    garbage flooding in.
@@ -237,12 +228,7 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     frame.extend_from_slice(&[1, 2, 3, 4]);
     s.write_all(&frame).unwrap();
     let _ = s.write_all(&vec![0x55u8; 1 << 20]);
-    until_closed(&mut s);
-    assert!(
-        last_fault(&server).contains("fragment"),
-        "{}",
-        last_fault(&server)
-    );
+    closed_with_fault(&server, &mut s, "fragment");
 
     // 7. A message announcing more than the maximum message size.
     let mut s = handshaken(&a);
@@ -256,12 +242,7 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     };
     frame.extend_from_slice(&prelude.encode());
     s.write_all(&frame).unwrap();
-    until_closed(&mut s);
-    assert!(
-        last_fault(&server).contains("maximum message size"),
-        "{}",
-        last_fault(&server)
-    );
+    closed_with_fault(&server, &mut s, "maximum message size");
 
     // 8. A flood of connections that never speak: beyond the pending
     //    handshake bound they are refused at once.

@@ -309,6 +309,31 @@ fn local(site: u128) -> LocalInfo {
     }
 }
 
+/// Pushes `data` into a handshake input buffer `chunks[i]` bytes at a time
+/// (cycling), calling `step` after each chunk until it yields an outcome.
+fn feed_chunks<T>(
+    data: &[u8],
+    chunks: &[usize],
+    who: &str,
+    mut step: impl FnMut(&mut ByteBuffer) -> Result<Option<T>, OpenError>,
+) -> Result<Option<T>, OpenError> {
+    let mut input = ByteBuffer::new(MIN_BUFFER as usize);
+    let mut off = 0;
+    let mut i = 0;
+    while off < data.len() {
+        let free = input.free();
+        assert!(free > 0, "handshake input buffer full: the {who} stalled");
+        let n = chunks[i % chunks.len()].min(free).min(data.len() - off);
+        i += 1;
+        input.push(&data[off..off + n]);
+        off += n;
+        if let Some(o) = step(&mut input)? {
+            return Ok(Some(o));
+        }
+    }
+    Ok(None)
+}
+
 /// Feeds `data` into a fresh Initiator in chunks; returns its outcome.
 fn feed_initiator(
     data: &[u8],
@@ -316,49 +341,17 @@ fn feed_initiator(
     expected: Option<SiteId>,
 ) -> Result<Option<handshake::Opened>, OpenError> {
     let mut ini = Initiator::new(local(2), expected, 0, 0);
-    let mut input = ByteBuffer::new(MIN_BUFFER as usize);
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut off = 0;
-    let mut i = 0;
-    while off < data.len() {
-        let free = input.free();
-        assert!(
-            free > 0,
-            "handshake input buffer full: the initiator stalled"
-        );
-        let n = chunks[i % chunks.len()].min(free).min(data.len() - off);
-        i += 1;
-        input.push(&data[off..off + n]);
-        off += n;
-        if let Some(o) = ini.handle_input(&mut input, &mut output)? {
-            return Ok(Some(o));
-        }
-    }
-    Ok(None)
+    feed_chunks(data, chunks, "initiator", |input| {
+        ini.handle_input(input, &mut output)
+    })
 }
 
 /// Feeds `data` into a fresh Acceptor in chunks; returns its outcome.
 fn feed_acceptor(data: &[u8], chunks: &[usize]) -> Result<Option<Negotiate>, OpenError> {
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
     let mut acc = Acceptor::new(&local(1), &mut output);
-    let mut input = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut off = 0;
-    let mut i = 0;
-    while off < data.len() {
-        let free = input.free();
-        assert!(
-            free > 0,
-            "handshake input buffer full: the acceptor stalled"
-        );
-        let n = chunks[i % chunks.len()].min(free).min(data.len() - off);
-        i += 1;
-        input.push(&data[off..off + n]);
-        off += n;
-        if let Some(n) = acc.handle_input(&mut input)? {
-            return Ok(Some(n));
-        }
-    }
-    Ok(None)
+    feed_chunks(data, chunks, "acceptor", |input| acc.handle_input(input))
 }
 
 // ---------------------------------------------------------------------------
