@@ -16,6 +16,8 @@
 //! * [`handshake`] / [`link`] — the open protocol and which channel a site
 //!   pair keeps.
 //! * [`session`] — all of it together for one remote site.
+//! * [`timer`] — every wait as a variant of one [`Timer`] enum, and the table of
+//!   deadlines that consumes a timer when it fires.
 
 #![warn(missing_docs)]
 
@@ -32,6 +34,7 @@ pub mod reassembly;
 pub mod scheduler;
 pub mod session;
 pub mod site;
+pub mod timer;
 
 pub use byte_buffer::ByteBuffer;
 pub use error::{FrameError, OpenError, ProtocolError, SendError};
@@ -47,3 +50,4 @@ pub use session::{
     ChannelParams, ClosePhase, CloseReason, Session, SessionConfig, SessionEvent, SessionStats,
 };
 pub use site::SiteId;
+pub use timer::{Timer, TimerTable};

@@ -1,0 +1,232 @@
+//! Every wait of the protocol is a variant of one [`Timer`] enum, and a
+//! [`TimerTable`] holds one deadline per variant.
+//!
+//! A state machine sets, moves and stops its timers as it changes state;
+//! its `poll_timeout` is the table's [`next`](TimerTable::next), and its
+//! `handle_timeout(now)` takes the expired ones with
+//! [`expire`](TimerTable::expire). Taking consumes the deadline: a timer that
+//! fired is stopped until the machine sets it again — to a *later* instant —
+//! so `poll_timeout` never returns the same past deadline twice and a driver
+//! that re-arms its one timer to `poll_timeout` cannot spin. (Before this
+//! table a heartbeat that could not be written because the output was full,
+//! and the silence event, were due again on every call.)
+//!
+//! Time is always an argument: nothing here reads a clock.
+
+use std::time::Instant;
+
+/// One wait of the protocol. Each variant has at most one deadline per state
+/// machine (one session, one ComObject).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Timer {
+    /// Send an explicit ack at the latest this long after the first
+    /// unacknowledged message arrived (when no frame carried one).
+    AckDelay = 0,
+    /// Nothing was written for the heartbeat interval: write a heartbeat.
+    Heartbeat = 1,
+    /// Nothing was heard for the silence timeout: presume the channel dead.
+    Silence = 2,
+    /// A wait of the close protocol (our close unanswered, or the peer's
+    /// granted close not followed by its disconnect).
+    Close = 3,
+    /// The open protocol of a channel did not finish in time.
+    Handshake = 4,
+    /// A partly received message made no progress for too long: abandon it
+    /// and close the channel (its budget goes back to innocent peers).
+    ReassemblyIdle = 5,
+    /// Wait before opening a channel again after a failed or lost one.
+    ReconnectBackoff = 6,
+    /// No references and nothing pending for the linger time: close weakly.
+    Linger = 7,
+    /// Temporarily failed for the configured give-up time: fail for good.
+    GiveUp = 8,
+    /// Level 1 waited unserved for the promotion interval: promote it.
+    BackgroundPromotion = 9,
+}
+
+impl Timer {
+    /// Every timer, in table order.
+    pub const ALL: [Timer; 10] = [
+        Timer::AckDelay,
+        Timer::Heartbeat,
+        Timer::Silence,
+        Timer::Close,
+        Timer::Handshake,
+        Timer::ReassemblyIdle,
+        Timer::ReconnectBackoff,
+        Timer::Linger,
+        Timer::GiveUp,
+        Timer::BackgroundPromotion,
+    ];
+
+    /// Number of timers (the table's size).
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// A short name for logs and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Timer::AckDelay => "ack_delay",
+            Timer::Heartbeat => "heartbeat",
+            Timer::Silence => "silence",
+            Timer::Close => "close",
+            Timer::Handshake => "handshake",
+            Timer::ReassemblyIdle => "reassembly_idle",
+            Timer::ReconnectBackoff => "reconnect_backoff",
+            Timer::Linger => "linger",
+            Timer::GiveUp => "give_up",
+            Timer::BackgroundPromotion => "background_promotion",
+        }
+    }
+}
+
+/// One optional deadline per [`Timer`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimerTable {
+    data: [Option<Instant>; Timer::COUNT],
+}
+
+impl TimerTable {
+    /// Sets (or moves) `timer` to fire at `at`.
+    pub fn set(&mut self, timer: Timer, at: Instant) {
+        self.data[timer as usize] = Some(at);
+    }
+
+    /// Sets `timer` to `at` unless it is already set to an earlier instant
+    /// (for "at the latest" waits such as the ack delay).
+    pub fn set_if_earlier(&mut self, timer: Timer, at: Instant) {
+        let slot = &mut self.data[timer as usize];
+        if slot.is_none_or(|t| at < t) {
+            *slot = Some(at);
+        }
+    }
+
+    /// Sets `timer` to `at` only if it is not set.
+    pub fn set_if_unset(&mut self, timer: Timer, at: Instant) {
+        self.data[timer as usize].get_or_insert(at);
+    }
+
+    /// The deadline of `timer`, if set.
+    pub fn get(&self, timer: Timer) -> Option<Instant> {
+        self.data[timer as usize]
+    }
+
+    /// True if `timer` is set.
+    pub fn is_set(&self, timer: Timer) -> bool {
+        self.data[timer as usize].is_some()
+    }
+
+    /// Stops `timer`.
+    pub fn stop(&mut self, timer: Timer) {
+        self.data[timer as usize] = None;
+    }
+
+    /// Stops every timer.
+    pub fn clear(&mut self) {
+        self.data = Default::default();
+    }
+
+    /// The earliest deadline and its timer (the lowest variant on a tie).
+    pub fn next(&self) -> Option<(Timer, Instant)> {
+        Timer::ALL
+            .iter()
+            .filter_map(|&t| self.get(t).map(|at| (t, at)))
+            .min_by_key(|&(t, at)| (at, t))
+    }
+
+    /// The earliest deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.data.iter().flatten().min().copied()
+    }
+
+    /// True if `timer` is set and its deadline is at or before `now`.
+    pub fn is_expired(&self, timer: Timer, now: Instant) -> bool {
+        self.get(timer).is_some_and(|t| t <= now)
+    }
+
+    /// Takes `timer` if it expired at `now`: it is stopped and `true` is
+    /// returned, so the caller acts on it exactly once.
+    pub fn take_expired(&mut self, timer: Timer, now: Instant) -> bool {
+        if self.is_expired(timer, now) {
+            self.stop(timer);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Takes every timer expired at `now`, earliest first (each is stopped).
+    pub fn expire(&mut self, now: Instant) -> impl Iterator<Item = Timer> {
+        let mut due: Vec<(Instant, Timer)> = Timer::ALL
+            .iter()
+            .filter_map(|&t| self.get(t).filter(|&at| at <= now).map(|at| (at, t)))
+            .collect();
+        due.sort();
+        for &(_, t) in &due {
+            self.stop(t);
+        }
+        due.into_iter().map(|(_, t)| t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_fired_timer_is_consumed() {
+        let t0 = Instant::now();
+        let mut tt = TimerTable::default();
+        tt.set(Timer::Heartbeat, t0 + Duration::from_secs(1));
+        tt.set(Timer::AckDelay, t0 + Duration::from_millis(20));
+        assert_eq!(
+            tt.next(),
+            Some((Timer::AckDelay, t0 + Duration::from_millis(20)))
+        );
+        let now = t0 + Duration::from_secs(2);
+        let fired: Vec<_> = tt.expire(now).collect();
+        assert_eq!(fired, vec![Timer::AckDelay, Timer::Heartbeat]);
+        // Never the same past deadline again.
+        assert_eq!(tt.next(), None);
+        assert_eq!(tt.expire(now).count(), 0);
+    }
+
+    #[test]
+    fn set_if_earlier_keeps_the_earlier_deadline() {
+        let t0 = Instant::now();
+        let mut tt = TimerTable::default();
+        tt.set_if_earlier(Timer::AckDelay, t0 + Duration::from_millis(20));
+        tt.set_if_earlier(Timer::AckDelay, t0 + Duration::from_millis(30));
+        assert_eq!(
+            tt.get(Timer::AckDelay),
+            Some(t0 + Duration::from_millis(20))
+        );
+        tt.set_if_earlier(Timer::AckDelay, t0 + Duration::from_millis(10));
+        assert_eq!(
+            tt.get(Timer::AckDelay),
+            Some(t0 + Duration::from_millis(10))
+        );
+        tt.set_if_unset(Timer::AckDelay, t0);
+        assert_eq!(
+            tt.get(Timer::AckDelay),
+            Some(t0 + Duration::from_millis(10))
+        );
+    }
+
+    #[test]
+    fn ties_go_to_the_lower_variant_and_take_expired_is_once() {
+        let t0 = Instant::now();
+        let mut tt = TimerTable::default();
+        tt.set(Timer::Linger, t0);
+        tt.set(Timer::Silence, t0);
+        assert_eq!(tt.next(), Some((Timer::Silence, t0)));
+        assert!(tt.take_expired(Timer::Linger, t0));
+        assert!(!tt.take_expired(Timer::Linger, t0));
+        assert!(!tt.is_set(Timer::Linger));
+        assert_eq!(Timer::ALL.len(), Timer::COUNT);
+        for (i, t) in Timer::ALL.iter().enumerate() {
+            assert_eq!(*t as usize, i, "{}", t.name());
+        }
+    }
+}
