@@ -200,4 +200,8 @@ pub enum SendError {
     /// Lane out of range.
     #[error("priority {0} is not an application priority (1 to 4)")]
     BadPriority(u8),
+    /// The site failed permanently before the message could be queued; it
+    /// is handed back with the messages the failure returned (`not_sent`).
+    #[error("the site failed permanently; the message was never sent")]
+    SiteFailed,
 }

@@ -16,12 +16,16 @@
 //! * [`handshake`] / [`link`] — the open protocol and which channel a site
 //!   pair keeps.
 //! * [`session`] — all of it together for one remote site.
+//! * [`com_object`] — the connection logic of one remote site around its
+//!   session: opening and backoff, the link decision, linger and weak close,
+//!   give-up, permanent failure and what it hands back.
 //! * [`timer`] — every wait as a variant of one [`Timer`] enum, and the table of
 //!   deadlines that consumes a timer when it fires.
 
 #![warn(missing_docs)]
 
 pub mod byte_buffer;
+pub mod com_object;
 pub mod error;
 pub mod frame;
 pub mod handshake;
@@ -37,6 +41,10 @@ pub mod site;
 pub mod timer;
 
 pub use byte_buffer::ByteBuffer;
+pub use com_object::{
+    AcceptOutcome, Action, ChannelEnd, ChannelId, ComConfig, ComObject, ComState, ComStats,
+    FaultState, Loss, OpenFailure, OpenRequest, SiteFailure,
+};
 pub use error::{FrameError, OpenError, ProtocolError, SendError};
 pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION};
 pub use handshake::{

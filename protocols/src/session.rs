@@ -231,6 +231,8 @@ pub struct Session {
     ack_forced: bool,
     /// Standalone acks due only by count or bytes wait (see `hold_acks`).
     ack_hold: bool,
+    /// Queued messages the peer can never take (see `take_refused`).
+    refused: Vec<(SendError, OutMessage)>,
 }
 
 impl Session {
@@ -266,6 +268,7 @@ impl Session {
             last_rx: None,
             ack_forced: false,
             ack_hold: false,
+            refused: Vec::new(),
         }
     }
 
@@ -474,6 +477,7 @@ impl Session {
         self.resend = self.ledger.iter().cloned().collect();
         self.last_generation = self.last_generation.max(params.generation);
         self.peer_max_message = Some(params.peer_max_message);
+        self.refuse_oversized(params.peer_max_message);
         self.channel = Some(params);
         // The peer learned our last_received in the handshake.
         self.ack_sent = self.last_received;
@@ -481,6 +485,47 @@ impl Session {
         self.since_ack_messages = 0;
         self.ack_deadline = None;
         Ok(())
+    }
+
+    /// Removes the queued (and partly sent) messages larger than the peer
+    /// accepts: queued before the peer's maximum was known, they would be
+    /// refused by the peer for ever. [`take_refused`](Self::take_refused)
+    /// hands them back.
+    fn refuse_oversized(&mut self, max: u64) {
+        for i in 0..4 {
+            if self.current[i]
+                .as_ref()
+                .is_some_and(|ip| ip.msg.wire_len() > max)
+            {
+                let ip = self.current[i].take().expect("checked");
+                self.refuse(ip.msg, max);
+            }
+            if self.queues[i].iter().any(|m| m.wire_len() > max) {
+                let q = std::mem::take(&mut self.queues[i]);
+                for m in q {
+                    if m.wire_len() > max {
+                        self.refuse(m, max);
+                    } else {
+                        self.queues[i].push_back(m);
+                    }
+                }
+            }
+        }
+    }
+
+    fn refuse(&mut self, m: OutMessage, max: u64) {
+        self.queued_bytes -= m.wire_len();
+        let e = SendError::TooLarge {
+            size: m.wire_len(),
+            max,
+        };
+        self.refused.push((e, m));
+    }
+
+    /// Takes the messages found unsendable (larger than the peer's maximum,
+    /// learned after they were queued). They were never sent.
+    pub fn take_refused(&mut self) -> Vec<(SendError, OutMessage)> {
+        std::mem::take(&mut self.refused)
     }
 
     /// The channel is gone. Partly sent messages restart from their first

@@ -1,0 +1,209 @@
+//! Ending channels and sites: the mapping of a channel's end to a close
+//! reason, the linger rule and the weak close, hard closes, permanent
+//! failure, merging, and shutdown.
+
+use std::time::Instant;
+
+use super::{Action, ChannelEnd, ChannelId, ComObject, FaultState, Loss, Phase, SiteFailure};
+use crate::message::OutMessage;
+use crate::session::{ClosePhase, CloseReason};
+use crate::timer::Timer;
+
+impl ComObject {
+    /// Channel `id` ended (EOF, i/o error, silence, protocol error). During
+    /// the close protocol an EOF or i/o error is the expected end (the peer
+    /// closes after we granted its close, and may close first after granting
+    /// ours); otherwise the site is temporarily failed and reconnects after
+    /// the backoff. Reports about channels no longer working are ignored.
+    pub fn channel_lost(&mut self, id: ChannelId, loss: Loss, now: Instant) {
+        if self.working_channel() != Some(id) {
+            return;
+        }
+        if matches!(loss, Loss::Eof | Loss::Io(_)) {
+            let reason = match self.session.close_phase() {
+                ClosePhase::PeerClosing { hard: true, .. } => Some(CloseReason::PeerHard),
+                ClosePhase::PeerClosing { hard: false, .. } => Some(CloseReason::PeerWeak),
+                ClosePhase::ClosingHard { .. } => Some(CloseReason::HardDone),
+                ClosePhase::ClosingWeak { .. } | ClosePhase::Done => Some(CloseReason::WeakDone),
+                ClosePhase::Open => None,
+            };
+            if let Some(reason) = reason {
+                return self.close_done(reason, now);
+            }
+        }
+        if let Loss::Protocol(e) = &loss {
+            self.protocol_fault(e);
+        }
+        tracing::info!(reason = %loss, "channel lost");
+        self.session_down();
+        self.actions.push_back(Action::CloseChannel {
+            id,
+            end: ChannelEnd::Lost,
+        });
+        self.set_fault(FaultState::TempFailed, loss.to_string(), now);
+        self.schedule_backoff(now);
+        self.update();
+    }
+
+    /// The close protocol ended the working channel: not a failure.
+    pub(super) fn close_done(&mut self, reason: CloseReason, now: Instant) {
+        let Some(id) = self.working_channel() else {
+            return;
+        };
+        self.stats.orderly_closes += 1;
+        // The session stays on the channel until the driver has written what
+        // it has left for the peer (`channel_closed`).
+        self.actions.push_back(Action::CloseChannel {
+            id,
+            end: ChannelEnd::Orderly(reason),
+        });
+        match reason {
+            CloseReason::WeakDone | CloseReason::PeerWeak | CloseReason::HardDone => {
+                self.phase = Phase::Closed;
+            }
+            CloseReason::PeerHard => {
+                // The peer is short of resources and will call back; only if
+                // it does not do we reconnect, later.
+                self.phase = Phase::WaitingForCallback;
+                self.timers.set(
+                    Timer::ReconnectBackoff,
+                    now + self.cfg.reopen_after_peer_hard_close,
+                );
+            }
+            CloseReason::Timeout => self.schedule_backoff(now),
+        }
+        self.update();
+    }
+
+    /// When the linger rule would allow a weak close, if it applies at all:
+    /// no references, nothing pending, a working channel with no close
+    /// running, idle for the linger time, and no weak close rejected within
+    /// it.
+    pub(super) fn linger_deadline(&self) -> Option<Instant> {
+        if self.has_refs
+            || self.has_need()
+            || self.working_channel().is_none()
+            || self.session.close_phase() != ClosePhase::Open
+        {
+            return None;
+        }
+        let linger = self.cfg.linger;
+        let idle = self.idle_since + linger;
+        Some(self.weak_rejected_at.map_or(idle, |t| idle.max(t + linger)))
+    }
+
+    pub(super) fn linger_expired(&mut self, now: Instant) {
+        if self.linger_deadline().is_some_and(|t| t <= now) && self.session.begin_close_weak(now) {
+            tracing::debug!("no references and idle: closing weakly");
+            self.stats.weak_closes_started += 1;
+        }
+    }
+
+    /// Closes the working channel with CLOSE_HARD, which the peer must grant
+    /// (preemption by the slot controller, and tests). Nothing is lost: the
+    /// site reconnects when it needs to. False if there is no working
+    /// channel or a close already runs.
+    pub fn close_hard(&mut self, now: Instant) -> bool {
+        if self.working_channel().is_none() || !self.session.begin_close_hard(now) {
+            return false;
+        }
+        self.stats.hard_closes_started += 1;
+        self.update();
+        true
+    }
+
+    /// Fails the site on purpose: CLOSE_HARD on a working channel (the
+    /// driver writes it if the socket takes it now), then the permanent
+    /// failure.
+    pub fn kill(&mut self, now: Instant) {
+        if self.working_channel().is_some() && self.session.begin_close_hard(now) {
+            self.stats.hard_closes_started += 1;
+        }
+        self.fail(SiteFailure::Killed, now);
+    }
+
+    /// Fails the site permanently: every message not acknowledged is handed
+    /// back ([`Action::Failed`]), and nothing is opened or accepted again.
+    pub fn fail(&mut self, why: SiteFailure, now: Instant) {
+        if self.phase == Phase::Failed {
+            return;
+        }
+        tracing::warn!(reason = %why, "site failed permanently");
+        self.end_everything();
+        let (not_sent, maybe) = self.session.take_all();
+        let reason = why.to_string();
+        // What was handed back is on record before monitors hear of it.
+        self.actions.push_back(Action::Failed {
+            failure: why,
+            not_sent,
+            maybe_delivered: maybe.into_iter().map(|(_, m)| m).collect(),
+        });
+        self.set_fault(FaultState::PermFailed, reason, now);
+    }
+
+    /// This ComObject's site turned out to be known under another entry (it
+    /// was contacted under an alias address): it stops, and hands over every
+    /// message it holds, to be queued at that entry. An unidentified site
+    /// has nothing numbered, so nothing is lost or duplicated.
+    pub fn merge_out(&mut self) -> Vec<OutMessage> {
+        self.end_everything();
+        let (mut not_sent, maybe) = self.session.take_all();
+        debug_assert!(
+            maybe.is_empty(),
+            "an unidentified site has nothing unacknowledged"
+        );
+        not_sent.extend(maybe.into_iter().map(|(_, m)| m));
+        not_sent
+    }
+
+    /// The node shuts down: a final ack becomes due (the driver writes what
+    /// it can), nothing new is opened or accepted, and the channel ends.
+    pub fn shutdown(&mut self, now: Instant) {
+        self.closing = true;
+        self.session.ack_now();
+        if let Some(id) = self.working_channel() {
+            self.actions.push_back(Action::CloseChannel {
+                id,
+                end: ChannelEnd::Final,
+            });
+        }
+        if self.opening().is_some() {
+            self.actions.push_back(Action::AbandonOpen);
+        }
+        self.timers.clear();
+        if self.phase != Phase::Failed {
+            self.phase = Phase::Closed;
+        }
+        let _ = now;
+    }
+
+    /// Stops every timer, abandons an open, and ends the working channel.
+    fn end_everything(&mut self) {
+        if self.opening().is_some() {
+            self.actions.push_back(Action::AbandonOpen);
+        }
+        if let Some(id) = self.working_channel() {
+            self.actions.push_back(Action::CloseChannel {
+                id,
+                end: ChannelEnd::Final,
+            });
+        }
+        self.timers.clear();
+        self.phase = Phase::Failed;
+    }
+
+    /// The driver closed channel `id` (after writing what the session had
+    /// left for it, for an orderly or final end). The session leaves it.
+    pub fn channel_closed(&mut self, id: ChannelId) {
+        if self.session_channel == Some(id) {
+            self.session_down();
+        }
+    }
+
+    /// Takes the session off its channel: partly sent messages restart from
+    /// their first fragment on the next one.
+    pub(super) fn session_down(&mut self) {
+        self.session.channel_down();
+        self.session_channel = None;
+    }
+}

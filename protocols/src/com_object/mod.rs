@@ -1,0 +1,540 @@
+//! [`ComObject`]: the connection logic of one remote site as a sans-IO state
+//! machine — when to open a channel and how long to back off, which channel
+//! to keep, when to close weakly, when to give up, how a channel's end maps
+//! to a close reason, and what is handed back to the user. It owns the
+//! site's [`Session`] (queues, numbering, acknowledgements, the close
+//! protocol), which survives channels.
+//!
+//! The runtime's actor only drives it; nothing here reads a clock or a
+//! random source: time is an argument and the backoff jitter comes from a
+//! seeded RNG, so every decision is testable deterministically.
+//!
+//! # States
+//!
+//! Named after what each waits for ([`ComState`]); the close phases are the
+//! session's ([`ClosePhase`]):
+//!
+//! ```text
+//!                 need                 slot_granted            open_succeeded
+//!   Closed ───────────────> WaitingForSlot ────────> Opening ───────────────> Working
+//!     ^  ^                                              │ open_failed            │ │ │
+//!     │  │ backoff timer                                v                        │ │ │
+//!     │  └──────────────────────────────────────────  Backoff <── channel_lost ──┘ │ │
+//!     │                                                 ^                          │ │
+//!     │     CLOSE_WEAK/HARD done, peer's weak close     │ close timeout            │ │
+//!     ├─────────────────────────────────────────────────┼──────────────────────────┘ │
+//!     │                  reopen timer                   │         peer's CLOSE_HARD   │
+//!     └──────────────── WaitingForCallback <────────────┴─────────────────────────────┘
+//!
+//!   accepted (NEGOTIATE from the peer, link::decide says accept): any state but Failed → Working
+//!   kill, give-up timer, permanent open failure: any state → Failed
+//! ```
+//!
+//! The anonymous phase of an accepted channel (before its NEGOTIATE names
+//! the site) is the [`Acceptor`](crate::Acceptor) handshake machine: a
+//! channel reaches a ComObject only once the site is known.
+//!
+//! # Call-order contract
+//!
+//! The driver owns the channel (the TransObject: socket and two
+//! ByteBuffers) and an open attempt in progress. Whenever anything happens
+//! it calls the matching input method (`queue`, `handle_input`,
+//! `slot_granted`, `open_succeeded`, `open_failed`, `accepted`,
+//! `channel_lost`, `handle_timeout`, …), then, in this order:
+//!
+//! 1. acts on every [`poll_action`](ComObject::poll_action) (open, close a
+//!    channel, report faults, hand messages back); for an orderly or final
+//!    end of a channel it first writes what
+//!    [`poll_transmit`](ComObject::poll_transmit) still has for it (answers,
+//!    a CLOSE_HARD, a final ack), closes it, and then calls
+//!    [`channel_closed`](ComObject::channel_closed);
+//! 2. flushes [`poll_transmit`](ComObject::poll_transmit) into the output
+//!    ring and the ring into the socket;
+//! 3. re-arms its one timer to [`poll_timeout`](ComObject::poll_timeout).
+//!
+//! A deadline returned by `poll_timeout` is consumed when it fires:
+//! `handle_timeout` never leaves the same past deadline behind.
+
+mod close;
+mod open;
+mod types;
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::byte_buffer::ByteBuffer;
+use crate::error::SendError;
+use crate::handshake::Attempt;
+use crate::link::{decide, Decision, LinkView};
+use crate::message::{InMessage, OutMessage};
+use crate::reassembly::ReassemblyBudget;
+use crate::session::{ClosePhase, Session, SessionConfig, SessionEvent, SessionStats};
+use crate::site::SiteId;
+use crate::timer::{Timer, TimerTable};
+
+pub use types::{
+    AcceptOutcome, Action, ChannelEnd, ChannelId, ComState, ComStats, FaultState, Loss,
+    OpenFailure, OpenRequest, SiteFailure,
+};
+
+/// Tunables of a ComObject (DESIGN.md "Defaults"); the session's own are in
+/// [`SessionConfig`].
+#[derive(Debug, Clone)]
+pub struct ComConfig {
+    /// The session's tunables.
+    pub session: SessionConfig,
+    /// This node's ByteBuffer size: an acceptor answers with the smaller of
+    /// it and the initiator's proposal (it may lower, never raise).
+    pub buffer_size: u32,
+    /// Largest message this node accepts (told to the peer in the answer).
+    pub max_message: u64,
+    /// First reconnect delay; doubles per failed attempt …
+    pub reconnect_min: Duration,
+    /// … up to this …
+    pub reconnect_max: Duration,
+    /// … each delay multiplied by a factor drawn from `1 ± jitter`.
+    pub reconnect_jitter: f64,
+    /// No references, nothing pending and idle this long: close weakly;
+    /// after a rejected weak close, none is tried again for this long.
+    pub linger: Duration,
+    /// After the peer's hard close, wait this long for it to call back
+    /// before reconnecting ourselves.
+    pub reopen_after_peer_hard_close: Duration,
+    /// Temporarily failed this long: fail permanently. `None`: never.
+    pub give_up_after: Option<Duration>,
+}
+
+impl Default for ComConfig {
+    fn default() -> Self {
+        Self {
+            session: SessionConfig::default(),
+            buffer_size: 64 * 1024,
+            max_message: 256 * 1024 * 1024,
+            reconnect_min: Duration::from_millis(10),
+            reconnect_max: Duration::from_secs(5),
+            reconnect_jitter: 0.2,
+            linger: Duration::from_secs(10),
+            reopen_after_peer_hard_close: Duration::from_secs(5),
+            give_up_after: None,
+        }
+    }
+}
+
+/// Where the ComObject stands (the states other than the session's close
+/// phases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Closed,
+    WaitingForSlot,
+    Opening {
+        attempt: u64,
+    },
+    Working {
+        id: ChannelId,
+        from: Option<Attempt>,
+    },
+    WaitingForCallback,
+    Backoff,
+    Failed,
+}
+
+/// The connection logic of one remote site. See the module documentation.
+#[derive(Debug)]
+pub struct ComObject {
+    cfg: ComConfig,
+    session: Session,
+    phase: Phase,
+    timers: TimerTable,
+    rng: StdRng,
+    /// This node's id (the link decision's tie-break).
+    local: SiteId,
+    /// True if an address of the peer is known, so this side can open.
+    can_open: bool,
+    /// This ComObject's opener id, and the number of its last attempt.
+    opener: u64,
+    attempt_seq: u64,
+    channel_seq: u64,
+    /// The channel the session is up on: the working one, or one whose
+    /// orderly end the driver has not yet confirmed (`channel_closed`).
+    session_channel: Option<ChannelId>,
+    backoff: Duration,
+    fault: FaultState,
+    /// Whether the local side holds references to the peer.
+    has_refs: bool,
+    /// Last time an application message was sent, delivered or acknowledged.
+    idle_since: Instant,
+    /// When the peer last rejected our weak close.
+    weak_rejected_at: Option<Instant>,
+    /// No new channel is accepted or opened (the node shuts down).
+    closing: bool,
+    actions: VecDeque<Action>,
+    stats: ComStats,
+    /// Session counters at the last activity check.
+    seen: SessionStats,
+    /// The link decision (replaceable only by tests that break it on purpose).
+    decide: fn(LinkView, &crate::handshake::Negotiate) -> Decision,
+}
+
+impl ComObject {
+    /// A ComObject for a remote site, with no channel yet. `can_open` says
+    /// whether an address of the peer is known; `opener` must be unique among
+    /// this node's ComObjects for the same peer (it names our open attempts);
+    /// `seed` seeds the backoff jitter.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: ComConfig,
+        budget: ReassemblyBudget,
+        local: SiteId,
+        can_open: bool,
+        opener: u64,
+        seed: u64,
+        now: Instant,
+    ) -> Self {
+        Self {
+            session: Session::new(cfg.session.clone(), budget),
+            backoff: cfg.reconnect_min,
+            cfg,
+            phase: Phase::Closed,
+            timers: TimerTable::default(),
+            rng: StdRng::seed_from_u64(seed),
+            local,
+            can_open,
+            opener,
+            attempt_seq: 0,
+            channel_seq: 0,
+            session_channel: None,
+            fault: FaultState::Ok,
+            has_refs: true,
+            idle_since: now,
+            weak_rejected_at: None,
+            closing: false,
+            actions: VecDeque::new(),
+            stats: ComStats::default(),
+            seen: SessionStats::default(),
+            decide,
+        }
+    }
+
+    /// Replaces the link decision (tests that show a broken rule is caught).
+    #[doc(hidden)]
+    pub fn with_decide(
+        mut self,
+        f: fn(LinkView, &crate::handshake::Negotiate) -> Decision,
+    ) -> Self {
+        self.decide = f;
+        self
+    }
+
+    // ------------------------------------------------------------------
+    // Queries
+    // ------------------------------------------------------------------
+
+    /// The state, named after what it waits for.
+    pub fn state(&self) -> ComState {
+        match self.phase {
+            Phase::Closed => ComState::Closed,
+            Phase::WaitingForSlot => ComState::WaitingForSlot,
+            Phase::Opening { .. } => ComState::Opening,
+            Phase::Working { .. } => match self.session.close_phase() {
+                ClosePhase::Open => ComState::Working,
+                ClosePhase::ClosingWeak { .. } => ComState::ClosingWeak,
+                ClosePhase::ClosingHard { .. } => ComState::ClosingHard,
+                ClosePhase::PeerClosing { .. } | ClosePhase::Done => ComState::WaitingForDisconnect,
+            },
+            Phase::WaitingForCallback => ComState::WaitingForCallback,
+            Phase::Backoff => ComState::Backoff,
+            Phase::Failed => ComState::Failed,
+        }
+    }
+
+    /// The working channel, if any.
+    pub fn working_channel(&self) -> Option<ChannelId> {
+        match self.phase {
+            Phase::Working { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+
+    /// The open attempt in progress, if any (its sequence number).
+    pub fn opening(&self) -> Option<u64> {
+        match self.phase {
+            Phase::Opening { attempt } => Some(attempt),
+            _ => None,
+        }
+    }
+
+    /// True once the site failed permanently (or was merged away).
+    pub fn is_failed(&self) -> bool {
+        self.phase == Phase::Failed
+    }
+
+    /// The site's fault state.
+    pub fn fault_state(&self) -> FaultState {
+        self.fault
+    }
+
+    /// The session (queues, numbering, counters), read-only.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ComStats {
+        self.stats
+    }
+
+    /// True if messages are queued, partly sent or unacknowledged.
+    pub fn has_need(&self) -> bool {
+        self.session.pending_messages() > 0
+    }
+
+    // ------------------------------------------------------------------
+    // Inputs from the user side
+    // ------------------------------------------------------------------
+
+    /// Queues a message. It comes back with the reason if it can never be
+    /// sent: the site failed permanently (`SiteFailed`; the caller adds it to
+    /// what the failure handed back, so nothing is lost) or it exceeds what
+    /// the peer accepts (`TooLarge`).
+    /// (The error is boxed: it is rare, and a large `Err` slows every call.)
+    pub fn queue(&mut self, msg: OutMessage) -> Result<(), Box<(SendError, OutMessage)>> {
+        if self.phase == Phase::Failed {
+            return Err(Box::new((SendError::SiteFailed, msg)));
+        }
+        self.session.queue(msg)?;
+        self.update();
+        Ok(())
+    }
+
+    /// Tells whether the local side still holds references to the peer (a
+    /// weak close is considered only without, and the peer's weak close is
+    /// rejected with).
+    pub fn set_has_refs(&mut self, has_refs: bool) {
+        if self.has_refs != has_refs {
+            self.has_refs = has_refs;
+            self.session.set_local_need(has_refs);
+            self.update();
+        }
+    }
+
+    /// Holds a standalone threshold ack for one turn of the driver's event
+    /// loop (see [`Session::hold_acks`]).
+    pub fn hold_acks(&mut self, hold: bool) {
+        self.session.hold_acks(hold);
+    }
+
+    /// Makes an explicit ack due at once (before the node shuts down).
+    pub fn ack_now(&mut self) {
+        self.session.ack_now();
+    }
+
+    // ------------------------------------------------------------------
+    // The working channel's data path
+    // ------------------------------------------------------------------
+
+    /// Consumes every complete frame of channel `id` in `input`, calling
+    /// `deliver` for each complete new message. Returns false if the channel
+    /// ended (the peer broke the protocol, or the close protocol finished):
+    /// stop reading it and act on [`poll_action`](Self::poll_action).
+    pub fn handle_input(
+        &mut self,
+        id: ChannelId,
+        now: Instant,
+        input: &mut ByteBuffer,
+        deliver: &mut dyn FnMut(InMessage),
+    ) -> bool {
+        if self.working_channel() != Some(id) {
+            return false;
+        }
+        let r = self.session.handle_input(now, input, deliver);
+        self.note_activity(now);
+        match r {
+            Err(e) => self.channel_lost(id, Loss::Protocol(e), now),
+            Ok(()) => self.process_session_events(now),
+        }
+        self.working_channel() == Some(id)
+    }
+
+    /// Fills `out` with frames for the working channel (a no-op without
+    /// one). Returns the bytes written.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut ByteBuffer) -> usize {
+        let n = self.session.poll_transmit(now, out);
+        self.note_activity(now);
+        n
+    }
+
+    /// True if a frame is waiting to be written.
+    pub fn wants_to_send(&self, now: Instant) -> bool {
+        self.session.wants_to_send(now)
+    }
+
+    /// True if a standalone ack is waiting, held or not.
+    pub fn ack_waiting(&self) -> bool {
+        self.session.ack_waiting()
+    }
+
+    /// Takes the (message count, bytes) acknowledged since the last call.
+    pub fn take_freed(&mut self, now: Instant) -> (u64, u64) {
+        let freed = self.session.take_freed();
+        if freed.0 > 0 {
+            self.idle_since = now;
+            self.update();
+        }
+        freed
+    }
+
+    // ------------------------------------------------------------------
+    // Time
+    // ------------------------------------------------------------------
+
+    /// The next instant at which [`handle_timeout`](Self::handle_timeout)
+    /// must be called, if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.phase == Phase::Failed {
+            return None;
+        }
+        [self.timers.next_deadline(), self.session.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Advances to `now`: fires every expired timer once.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Failed {
+            return;
+        }
+        for t in self.timers.expire(now).collect::<Vec<_>>() {
+            match t {
+                Timer::GiveUp => {
+                    let limit = self.cfg.give_up_after.unwrap_or_default();
+                    self.fail(SiteFailure::GaveUp(limit), now);
+                    return;
+                }
+                Timer::ReconnectBackoff => {
+                    if matches!(self.phase, Phase::Backoff | Phase::WaitingForCallback) {
+                        self.phase = Phase::Closed;
+                    }
+                }
+                Timer::Linger => self.linger_expired(now),
+                other => debug_assert!(false, "timer {} is not the ComObject's", other.name()),
+            }
+        }
+        self.session.handle_timeout(now);
+        self.process_session_events(now);
+        self.update();
+    }
+
+    // ------------------------------------------------------------------
+    // Actions
+    // ------------------------------------------------------------------
+
+    /// The next thing the driver must do, if any.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    // ------------------------------------------------------------------
+    // Internals shared by the submodules
+    // ------------------------------------------------------------------
+
+    /// Re-evaluates what to do next after any input: open if there is need,
+    /// keep the linger timer.
+    fn update(&mut self) {
+        if self.phase == Phase::Failed {
+            return;
+        }
+        self.take_refused();
+        if self.phase == Phase::Closed && self.has_need() && self.can_open && !self.closing {
+            self.phase = Phase::WaitingForSlot;
+            self.actions.push_back(Action::RequestSlot);
+        }
+        match self.linger_deadline() {
+            Some(at) => self.timers.set(Timer::Linger, at),
+            None => self.timers.stop(Timer::Linger),
+        }
+    }
+
+    /// Hands back queued messages the session found the peer can never take.
+    fn take_refused(&mut self) {
+        for (error, message) in self.session.take_refused() {
+            self.stats.handed_back += 1;
+            self.actions.push_back(Action::HandBack { error, message });
+        }
+    }
+
+    /// Notes sends, deliveries and acknowledgements (the linger rule's idle
+    /// clock).
+    fn note_activity(&mut self, now: Instant) {
+        let s = self.session.stats();
+        if s.sent != self.seen.sent || s.delivered != self.seen.delivered {
+            self.idle_since = now;
+            self.seen = s;
+            self.update();
+        }
+    }
+
+    fn process_session_events(&mut self, now: Instant) {
+        while let Some(ev) = self.session.poll_event() {
+            match ev {
+                SessionEvent::CloseChannel(reason) => self.close_done(reason, now),
+                SessionEvent::WeakCloseRejected => {
+                    self.stats.weak_closes_rejected += 1;
+                    self.weak_rejected_at = Some(now);
+                    self.update();
+                }
+                SessionEvent::PeerClearedReference => {
+                    tracing::debug!("peer cleared its reference");
+                }
+                SessionEvent::Silent => {
+                    if let Some(id) = self.working_channel() {
+                        self.channel_lost(id, Loss::Silent, now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn set_fault(&mut self, state: FaultState, reason: String, now: Instant) {
+        if self.fault == state || self.fault == FaultState::PermFailed {
+            return;
+        }
+        self.fault = state;
+        match state {
+            FaultState::TempFailed => {
+                self.stats.temp_failures += 1;
+                if let Some(limit) = self.cfg.give_up_after {
+                    self.timers.set(Timer::GiveUp, now + limit);
+                }
+            }
+            FaultState::Ok | FaultState::PermFailed => self.timers.stop(Timer::GiveUp),
+        }
+        self.actions.push_back(Action::Fault { state, reason });
+    }
+
+    fn link_view(&self) -> LinkView {
+        let (working, working_from) = match self.phase {
+            Phase::Working { from, .. } => (self.session.channel().map(|c| c.generation), from),
+            _ => (None, None),
+        };
+        LinkView {
+            local: self.local,
+            working,
+            working_from,
+            last_generation: self.session.last_generation(),
+            opening: matches!(self.phase, Phase::Opening { .. }),
+            closing: self.closing || self.phase == Phase::Failed,
+        }
+    }
+
+    fn next_channel_id(&mut self) -> ChannelId {
+        self.channel_seq += 1;
+        ChannelId(self.channel_seq)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,195 @@
+//! Opening: the slot grant, our own open attempts and their backoff, and
+//! the decision on a channel the peer opened to us.
+
+use std::time::Instant;
+
+use rand::Rng;
+
+use super::{AcceptOutcome, Action, ComObject, FaultState, OpenFailure, OpenRequest, Phase};
+use crate::error::{OpenError, ProtocolError};
+use crate::handshake::{Attempt, Negotiate, NegotiateAns, Opened};
+use crate::link::Decision;
+use crate::session::ChannelParams;
+use crate::timer::Timer;
+
+use super::{ChannelId, SiteFailure};
+
+impl ComObject {
+    /// The slot controller granted a channel slot: start an open attempt
+    /// (an [`Action::Open`]). Ignored unless waiting for one.
+    pub fn slot_granted(&mut self) {
+        if self.phase != Phase::WaitingForSlot {
+            return;
+        }
+        if !self.has_need() || self.closing || !self.can_open {
+            // The need went away while waiting (merged, acknowledged, …).
+            self.phase = Phase::Closed;
+            self.update();
+            return;
+        }
+        self.attempt_seq += 1;
+        self.stats.opens += 1;
+        self.phase = Phase::Opening {
+            attempt: self.attempt_seq,
+        };
+        self.actions.push_back(Action::Open(OpenRequest {
+            attempt: Attempt {
+                opener: self.opener,
+                seq: self.attempt_seq,
+            },
+            last_received: self.session.last_received(),
+            last_generation: self.session.last_generation(),
+        }));
+    }
+
+    /// Our open attempt `attempt` finished its handshake. Returns the
+    /// channel's id if the ComObject works on it; `None` tells the driver to
+    /// close the channel (the attempt was abandoned, or the answer
+    /// contradicts the session).
+    pub fn open_succeeded(
+        &mut self,
+        attempt: u64,
+        opened: &Opened,
+        now: Instant,
+    ) -> Option<ChannelId> {
+        if self.opening() != Some(attempt) {
+            return None;
+        }
+        let params = ChannelParams {
+            buffer_size: opened.buffer_size,
+            peer_max_message: opened.peer_max_message,
+            peer_last_received: opened.peer_last_received,
+            generation: opened.generation,
+        };
+        if let Err(e) = self.session.channel_up(params) {
+            self.protocol_fault(&e);
+            self.set_fault(FaultState::TempFailed, e.to_string(), now);
+            self.schedule_backoff(now);
+            self.update();
+            return None;
+        }
+        Some(self.now_working(None, now))
+    }
+
+    /// Our open attempt `attempt` failed. A refusal is no fault (another
+    /// channel wins the link decision); a permanent failure (version,
+    /// identity) fails the site; anything else is a temporary failure,
+    /// retried after the backoff.
+    pub fn open_failed(&mut self, attempt: u64, failure: OpenFailure, now: Instant) {
+        if self.opening() != Some(attempt) {
+            return;
+        }
+        // The attempt is over, whatever follows.
+        self.phase = Phase::Closed;
+        match failure {
+            OpenFailure::Open(e) if e.is_permanent() => {
+                return self.fail(SiteFailure::Open(e), now);
+            }
+            OpenFailure::Open(OpenError::Refused(reason)) => {
+                tracing::debug!(?reason, "open refused; another channel wins");
+            }
+            OpenFailure::Open(OpenError::Protocol(e)) => {
+                self.protocol_fault(&e);
+                self.set_fault(FaultState::TempFailed, e.to_string(), now);
+            }
+            other => self.set_fault(FaultState::TempFailed, other.to_string(), now),
+        }
+        self.schedule_backoff(now);
+        self.update();
+    }
+
+    /// A channel the peer opened reached NEGOTIATE naming this site: decide
+    /// whether to work on it ([`link::decide`](crate::link::decide)), and
+    /// answer. Accepting may abandon our own open attempt and replace a
+    /// working channel (actions for both come first).
+    pub fn accepted(&mut self, neg: &Negotiate, now: Instant) -> AcceptOutcome {
+        let decision = (self.decide)(self.link_view(), neg);
+        let (generation, replaces_working, abandon_opening) = match decision {
+            Decision::Refuse(reason) => return AcceptOutcome::Refuse(reason),
+            Decision::Accept {
+                generation,
+                replaces_working,
+                abandon_opening,
+            } => (generation, replaces_working, abandon_opening),
+        };
+        if neg.last_received > self.session.last_sent() {
+            let e = ProtocolError::AckBeyondSent {
+                ack: neg.last_received,
+                sent: self.session.last_sent(),
+            };
+            self.protocol_fault(&e);
+            return AcceptOutcome::Protocol(e);
+        }
+        if abandon_opening && self.opening().is_some() {
+            self.actions.push_back(Action::AbandonOpen);
+        }
+        if replaces_working {
+            if let Some(old) = self.working_channel() {
+                self.session_down();
+                self.actions.push_back(Action::CloseChannel {
+                    id: old,
+                    end: super::ChannelEnd::Replaced,
+                });
+            }
+        }
+        // The acceptor may lower the buffer size, never raise it.
+        let buffer_size = self.cfg.buffer_size.min(neg.buffer_size);
+        let answer = NegotiateAns::Accept {
+            buffer_size,
+            max_message: self.cfg.max_message,
+            last_received: self.session.last_received(),
+            generation,
+        };
+        let params = ChannelParams {
+            buffer_size,
+            peer_max_message: neg.max_message,
+            peer_last_received: neg.last_received,
+            generation,
+        };
+        self.session
+            .channel_up(params)
+            .expect("last_received checked above");
+        let id = self.now_working(Some(neg.attempt), now);
+        AcceptOutcome::Accept { id, answer }
+    }
+
+    /// The session is up on a new channel: the site is reachable again.
+    fn now_working(&mut self, from: Option<Attempt>, now: Instant) -> ChannelId {
+        let id = self.next_channel_id();
+        self.phase = Phase::Working { id, from };
+        self.session_channel = Some(id);
+        self.backoff = self.cfg.reconnect_min;
+        self.timers.stop(Timer::ReconnectBackoff);
+        self.idle_since = now;
+        self.set_fault(FaultState::Ok, "channel working".into(), now);
+        self.update();
+        id
+    }
+
+    /// Waits before the next open: the backoff doubles per failure up to
+    /// its maximum, each delay jittered. A site that cannot be called (no
+    /// address) or that shuts down just waits to be called.
+    pub(super) fn schedule_backoff(&mut self, now: Instant) {
+        if !self.can_open || self.closing {
+            self.phase = super::Phase::Closed;
+            return;
+        }
+        let j = self.cfg.reconnect_jitter.clamp(0.0, 0.99);
+        let factor = if j > 0.0 {
+            self.rng.gen_range(1.0 - j..1.0 + j)
+        } else {
+            1.0
+        };
+        let delay = self.backoff.mul_f64(factor);
+        self.backoff = (self.backoff * 2).min(self.cfg.reconnect_max);
+        self.phase = Phase::Backoff;
+        self.timers.set(Timer::ReconnectBackoff, now + delay);
+    }
+
+    pub(super) fn protocol_fault(&mut self, e: &ProtocolError) {
+        self.stats.protocol_errors += 1;
+        self.actions.push_back(Action::ReportFault {
+            reason: e.to_string(),
+        });
+    }
+}

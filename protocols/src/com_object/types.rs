@@ -1,0 +1,224 @@
+//! What goes in and out of a [`ComObject`](super::ComObject): its actions,
+//! the causes it is told about, and its counters.
+
+use std::time::Duration;
+
+use crate::error::{OpenError, ProtocolError, SendError};
+use crate::handshake::{Attempt, NegotiateAns, RefuseReason};
+use crate::message::OutMessage;
+use crate::session::CloseReason;
+
+/// Identifies one channel the ComObject worked with, so that the driver's
+/// report about an old channel (an EOF still on its way after a
+/// replacement) is recognised and ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChannelId(pub u64);
+
+/// A site's fault state, as the user's monitors see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum FaultState {
+    /// Reachable (or not yet tried).
+    Ok,
+    /// The channel was lost or cannot be opened; sitenet keeps retrying and
+    /// nothing is lost.
+    TempFailed,
+    /// Gone for good (new incarnation, version mismatch, killed, gave up):
+    /// unacknowledged messages were handed back.
+    PermFailed,
+}
+
+/// Why a site failed permanently.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SiteFailure {
+    /// The open protocol said so (version mismatch, wrong identity).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// Killed on purpose.
+    #[error("killed by the local node")]
+    Killed,
+    /// Temporarily failed for longer than the give-up timeout.
+    #[error("temporarily failed for longer than the give-up timeout ({0:?})")]
+    GaveUp(Duration),
+}
+
+/// Why a working channel ended, as the driver saw it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Loss {
+    /// The socket failed.
+    #[error("i/o error: {0}")]
+    Io(String),
+    /// The peer closed its end.
+    #[error("closed by the peer")]
+    Eof,
+    /// The peer broke the protocol (found by the session while reading).
+    #[error("peer broke the protocol: {0}")]
+    Protocol(ProtocolError),
+    /// Nothing was heard for the silence timeout.
+    #[error("nothing heard for the silence timeout")]
+    Silent,
+}
+
+/// Why an open attempt failed, as the driver saw it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpenFailure {
+    /// The transport could not connect, or failed during the handshake (the
+    /// message says which). Retried after the backoff.
+    #[error("{0}")]
+    Transport(String),
+    /// The open protocol failed: refused (not a fault), a protocol error, a
+    /// timeout, or a permanent failure (version, identity).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+}
+
+/// How the driver must end a channel (see [`Action::CloseChannel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelEnd {
+    /// The close protocol finished: write what the session has left for the
+    /// peer if the socket takes it now, then close.
+    Orderly(CloseReason),
+    /// The channel failed (EOF, i/o error, silence, protocol error): close.
+    Lost,
+    /// The peer opened a new channel that replaces this one: close.
+    Replaced,
+    /// The site failed permanently or the node shuts down: write what the
+    /// session has left (a CLOSE_HARD, a final ack) if the socket takes it
+    /// now, then close.
+    Final,
+}
+
+/// What the ComObject asks its driver to do, in order (see
+/// [`ComObject::poll_action`](super::ComObject::poll_action)).
+#[derive(Debug)]
+pub enum Action {
+    /// The site needs a channel: ask the slot controller, and call
+    /// [`slot_granted`](super::ComObject::slot_granted) when a slot is free.
+    /// (Without a controller, grant it at once.)
+    RequestSlot,
+    /// Connect to the peer and run the initiator's open protocol with these
+    /// values; report with `open_succeeded` or `open_failed`.
+    Open(OpenRequest),
+    /// Abandon the open attempt in progress (another channel won); no report
+    /// is expected for it any more.
+    AbandonOpen,
+    /// Close channel `id` as `end` says.
+    CloseChannel {
+        /// The channel.
+        id: ChannelId,
+        /// How.
+        end: ChannelEnd,
+    },
+    /// The site's fault state changed.
+    Fault {
+        /// The new state.
+        state: FaultState,
+        /// Why.
+        reason: String,
+    },
+    /// A fault to put on record (a peer broke the protocol); the site's
+    /// state is reported separately.
+    ReportFault {
+        /// What went wrong.
+        reason: String,
+    },
+    /// A message that can never be sent to this site, handed back to the
+    /// user with the reason (for example larger than the peer's maximum,
+    /// learned after it was queued). It was never sent.
+    HandBack {
+        /// Why.
+        error: SendError,
+        /// The message.
+        message: OutMessage,
+    },
+    /// The site failed permanently. Nothing is silently dropped: `not_sent`
+    /// were never completely sent (never delivered), `maybe_delivered` were
+    /// sent and never acknowledged.
+    Failed {
+        /// Why.
+        failure: SiteFailure,
+        /// Never delivered: safe to send elsewhere.
+        not_sent: Vec<OutMessage>,
+        /// Sent, not acknowledged.
+        maybe_delivered: Vec<OutMessage>,
+    },
+}
+
+/// What the initiator's handshake must propose (NEGOTIATE's variable part).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenRequest {
+    /// Names this attempt (opener and sequence number).
+    pub attempt: Attempt,
+    /// The last message number received from the peer.
+    pub last_received: u64,
+    /// The generation of the last channel seen working with the peer.
+    pub last_generation: u64,
+}
+
+/// The answer to a NEGOTIATE that reached this ComObject.
+#[derive(Debug)]
+pub enum AcceptOutcome {
+    /// Refuse the channel with this answer (written to the channel, then it
+    /// is closed).
+    Refuse(RefuseReason),
+    /// Work on it: write `answer`, then hand the channel to the driver as
+    /// channel `id`.
+    Accept {
+        /// The channel's id.
+        id: ChannelId,
+        /// NEGOTIATE_ANS to write.
+        answer: NegotiateAns,
+    },
+    /// The NEGOTIATE contradicts the session (it claims to have received
+    /// messages never sent): close the channel without an answer and report
+    /// the fault.
+    Protocol(ProtocolError),
+}
+
+/// Counters of one ComObject (monotonic; the driver reports differences).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ComStats {
+    /// Weak closes started (no references, idle for the linger time).
+    pub weak_closes_started: u64,
+    /// Weak closes the peer rejected.
+    pub weak_closes_rejected: u64,
+    /// Hard closes started (preemption, kill).
+    pub hard_closes_started: u64,
+    /// Channels ended by the close protocol.
+    pub orderly_closes: u64,
+    /// Channels closed because the peer broke the protocol (handshake
+    /// included).
+    pub protocol_errors: u64,
+    /// Open attempts started.
+    pub opens: u64,
+    /// Transitions into the temporarily failed state.
+    pub temp_failures: u64,
+    /// Messages handed back as never sendable.
+    pub handed_back: u64,
+}
+
+/// The user-visible state of a ComObject, named after what it waits for
+/// (DESIGN.md's states; see the module documentation for the diagram).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ComState {
+    /// No channel and no need for one.
+    Closed,
+    /// Needs a channel; waits for a slot from the slot controller.
+    WaitingForSlot,
+    /// Our open protocol runs (connect, PRESENT, NEGOTIATE, answer).
+    Opening,
+    /// A channel works.
+    Working,
+    /// We sent CLOSE_WEAK and wait for the peer's answer.
+    ClosingWeak,
+    /// We sent CLOSE_HARD and wait for the peer's accept.
+    ClosingHard,
+    /// We granted the peer's close and wait for it to disconnect.
+    WaitingForDisconnect,
+    /// The peer closed hard (it is short of resources) and will call back;
+    /// we wait for it before reconnecting ourselves.
+    WaitingForCallback,
+    /// A channel was lost or an open failed; we wait for the backoff.
+    Backoff,
+    /// Failed permanently (or merged into another entry): does nothing more.
+    Failed,
+}
