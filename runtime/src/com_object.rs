@@ -1,44 +1,46 @@
-//! The ComObject: one actor per remote site.
+//! The ComObject actor: one per remote site. It drives a
+//! [`sitenet_protocols::ComObject`] — where every decision about the site's
+//! channels is made — and owns what that machine cannot: at most one live
+//! [`TransObject`] (socket and rings), the open attempt in progress, and one
+//! timer.
 //!
-//! It owns the site's [`Session`] (queues, numbering, ledger, reassembly — all
-//! protocol decisions live there) and at most one live channel (the channel
-//! driver: the socket and its two ByteBuffers). It only drives: on every event
-//! it feeds input to the session, delivers complete messages to handlers,
-//! flushes the session's frames to the socket, and re-arms one timer to the
-//! next deadline — in that order, in [`ComObject::drive`].
+//! On every event it feeds the input to the machine, then in
+//! [`ComObject::drive`]: acts on the machine's actions, flushes its frames
+//! to the socket, reports counters, and re-arms the timer to the machine's
+//! next deadline — in that order, in one function.
 //!
 //! Reads and writes are two independent readiness futures spawned in the
 //! actor's context (never `ctx.wait`), so a channel keeps reading while its
 //! socket is not writable: two nodes pushing big messages at each other
-//! cannot deadlock.
+//! cannot deadlock. Both are bounded per turn (reads by count, writes by
+//! bytes), so one fast peer cannot stall every other actor on the thread.
 
-use std::io;
-use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::fut;
 use actix::prelude::*;
-use rand::Rng;
 
 use sitenet_protocols::handshake::write_answer;
 use sitenet_protocols::{
-    decide, Attempt, ByteBuffer, ChannelParams, ClosePhase, CloseReason, Decision, Initiator,
-    LinkView, Negotiate, NegotiateAns, OpenError, Opened, OutMessage, ProtocolError, RefuseReason,
-    Session, SessionEvent, SessionStats,
+    AcceptOutcome, Action, ChannelEnd, ChannelId, ComObject as ComLogic, ComStats, FaultState,
+    Initiator, Loss, Negotiate, NegotiateAns, OpenRequest, Opened, OutMessage, SessionStats,
 };
-use sitenet_transport::Channel;
 
-use crate::channel_io::{connect_and_open, flush_and_close, OpenFailure, RawChannel};
-use crate::error::SiteFailure;
+use crate::channel_io::{connect_and_open, flush_and_close, OpenFailure};
 use crate::handlers::dispatch;
 use crate::metrics::Counters;
 use crate::node::{FaultReport, NodeInner};
-use crate::site::{FaultState, HandedBack, SiteEntry};
+use crate::site::{HandedBack, SiteEntry};
+use crate::trans_object::{ReadStatus, TransObject};
 
 /// Reads per readiness event before yielding to other actors on the thread
 /// (a flooding peer cannot monopolise the runtime).
 const READS_PER_TURN: usize = 16;
+
+/// Bytes written per turn before yielding to other actors on the thread (a
+/// fast peer taking a 256 MiB message cannot stall every node on it).
+const WRITE_BYTES_PER_TURN: usize = 1 << 20;
 
 /// Wakes the ComObject: its outbox went from empty to non-empty.
 #[derive(Message)]
@@ -49,7 +51,7 @@ pub(crate) struct Wake;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Adopt {
-    pub(crate) raw: RawChannel,
+    pub(crate) trans: TransObject,
     pub(crate) neg: Negotiate,
 }
 
@@ -77,15 +79,12 @@ pub(crate) struct HoldBusy {
     pub(crate) started: std::sync::mpsc::Sender<()>,
 }
 
-/// The live channel (the TransObject driver state).
+/// The live channel: the TransObject and its readiness futures.
 struct Live {
-    id: u64,
-    ch: Rc<Channel>,
-    inb: ByteBuffer,
-    outb: ByteBuffer,
+    id: ChannelId,
+    t: TransObject,
     read: Option<SpawnHandle>,
     write: Option<SpawnHandle>,
-    peer: String,
 }
 
 /// Which readiness of the live channel a spawned future waits for.
@@ -104,19 +103,6 @@ impl Live {
     }
 }
 
-/// Why a channel ended.
-#[derive(Debug, thiserror::Error)]
-enum Lost {
-    #[error("i/o error: {0}")]
-    Io(io::Error),
-    #[error("closed by the peer")]
-    Eof,
-    #[error("peer broke the protocol: {0}")]
-    Protocol(ProtocolError),
-    #[error("nothing heard for the silence timeout")]
-    Silent,
-}
-
 /// Opener ids: unique in the process, so unique per node incarnation; 0 is
 /// reserved for "unknown".
 static NEXT_OPENER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -124,30 +110,20 @@ static NEXT_OPENER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 pub(crate) struct ComObject {
     node: Arc<NodeInner>,
     entry: Arc<SiteEntry>,
-    session: Session,
+    com: ComLogic,
     live: Option<Live>,
-    chan_seq: u64,
+    /// The open attempt in progress (its number) and its future.
     opening: Option<(u64, SpawnHandle)>,
-    /// This ComObject's opener id, sent with `attempt_seq` in each NEGOTIATE.
-    opener: u64,
-    attempt_seq: u64,
-    /// The peer's attempt that opened the working channel, if it was
-    /// accepted here (the link decision needs it).
-    working_from: Option<Attempt>,
-    backoff: Duration,
-    reconnect_at: Option<Instant>,
     timer: Option<(Instant, SpawnHandle)>,
     scratch: Vec<OutMessage>,
-    failed: bool,
-    reported: SessionStats,
-    /// Last time an application message was sent or delivered.
-    idle_since: Instant,
-    /// When the peer last rejected our weak close.
-    weak_rejected_at: Option<Instant>,
-    /// Since when the site is temporarily failed.
-    temp_since: Option<Instant>,
+    reported: (SessionStats, ComStats),
     /// A held ack's transmit is scheduled for the next turn.
     ack_deferred: bool,
+    /// A write turn ran out of budget; the next is scheduled.
+    write_deferred: bool,
+    /// Set when this entry turned out to be another entry's site: the actor
+    /// stays alive and forwards what still reaches it there.
+    merged: Option<Arc<SiteEntry>>,
 }
 
 impl Actor for ComObject {
@@ -160,28 +136,27 @@ impl Actor for ComObject {
 
 impl ComObject {
     pub(crate) fn new(node: Arc<NodeInner>, entry: Arc<SiteEntry>) -> Self {
-        let session = Session::new(node.cfg.session(), node.budget.clone());
-        let backoff = node.cfg.reconnect_min;
+        let com = ComLogic::new(
+            node.cfg.com(),
+            node.budget.clone(),
+            node.id,
+            entry.address.is_some(),
+            NEXT_OPENER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            rand::random(),
+            Instant::now(),
+        );
         Self {
             node,
             entry,
-            session,
+            com,
             live: None,
-            chan_seq: 0,
             opening: None,
-            opener: NEXT_OPENER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            attempt_seq: 0,
-            working_from: None,
-            backoff,
-            reconnect_at: None,
             timer: None,
             scratch: Vec::new(),
-            failed: false,
-            reported: SessionStats::default(),
-            idle_since: Instant::now(),
-            weak_rejected_at: None,
-            temp_since: None,
+            reported: Default::default(),
             ack_deferred: false,
+            write_deferred: false,
+            merged: None,
         }
     }
 
@@ -192,6 +167,125 @@ impl ComObject {
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default()
+    }
+
+    fn peer_string(&self) -> String {
+        self.live
+            .as_ref()
+            .map(|l| l.t.peer().to_string())
+            .unwrap_or_else(|| self.address_string())
+    }
+
+    fn has_refs(&self) -> bool {
+        self.entry.refs.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+
+    /// Moves what `SiteRef`s queued into the machine. A message it refuses
+    /// (the site failed meanwhile) joins what the failure handed back.
+    fn take_outbox(&mut self, on_wake: bool) {
+        let mut batch = std::mem::take(&mut self.scratch);
+        if on_wake {
+            self.entry.outbox.drain_on_wake(&mut batch);
+        } else {
+            self.entry.outbox.drain(&mut batch);
+        }
+        if let Some(other) = self.merged.clone() {
+            for m in batch.drain(..) {
+                self.forward(&other, m);
+            }
+        }
+        for m in batch.drain(..) {
+            if let Err(refused) = self.com.queue(m) {
+                let (e, m) = *refused;
+                self.hand_back(e, m);
+            }
+        }
+        self.scratch = batch;
+    }
+
+    /// Moves a message accepted under this entry's bound to `other`: it must
+    /// not be lost, so it is moved even if `other` is at its bound.
+    fn forward(&self, other: &Arc<SiteEntry>, m: OutMessage) {
+        let n = m.wire_len();
+        self.entry.outbox.release(n);
+        other.outbox.force_reserve(n);
+        if other.outbox.push(m) {
+            other.wake(&self.node.counters);
+        }
+    }
+
+    /// A message that can never be sent to this site goes back to the user.
+    fn hand_back(&mut self, e: sitenet_protocols::SendError, m: OutMessage) {
+        self.entry.outbox.release(m.wire_len());
+        Counters::add(&self.node.counters.handed_back, 1);
+        if let Some((_, back)) = self.entry.failed.lock().as_mut() {
+            // The site failed between the sender's check and the queue.
+            back.not_sent.push(m);
+            return;
+        }
+        tracing::warn!(site = ?self.entry.id.get(), error = %e, "message handed back");
+        self.entry.refused.lock().push((e, m));
+    }
+
+    /// The one place that reacts to anything: queue, act, flush, account,
+    /// re-arm the timer.
+    fn drive(&mut self, ctx: &mut Context<Self>) {
+        self.take_outbox(false);
+        self.com.set_has_refs(self.has_refs());
+        self.act(ctx);
+        self.flush(ctx);
+        self.act(ctx);
+        self.account();
+        self.rearm_timer(ctx);
+    }
+
+    /// Carries out every action of the machine, in order.
+    fn act(&mut self, ctx: &mut Context<Self>) {
+        while let Some(a) = self.com.poll_action() {
+            match a {
+                // No slot controller yet: a slot is granted at once.
+                Action::RequestSlot => self.com.slot_granted(),
+                Action::Open(req) => self.start_open(req, ctx),
+                Action::AbandonOpen => {
+                    if let Some((_, h)) = self.opening.take() {
+                        ctx.cancel_future(h);
+                    }
+                }
+                Action::CloseChannel { id, end } => self.close_channel(id, end, ctx),
+                Action::Fault { state, reason } => self.set_fault(state, &reason),
+                Action::ReportFault { reason } => {
+                    Counters::add(&self.node.counters.protocol_errors, 1);
+                    tracing::warn!(site = ?self.entry.id.get(), peer = %self.peer_string(), %reason, "peer broke the protocol");
+                    self.report_fault(self.peer_string(), reason, false);
+                }
+                Action::HandBack { error, message } => self.hand_back(error, message),
+                Action::Failed {
+                    failure,
+                    not_sent,
+                    maybe_delivered,
+                } => {
+                    let reason = failure.to_string();
+                    let mut back = HandedBack::default();
+                    for m in not_sent {
+                        self.entry.outbox.release(m.wire_len());
+                        back.not_sent.push(m);
+                    }
+                    for m in maybe_delivered {
+                        self.entry.outbox.release(m.wire_len());
+                        back.maybe_delivered.push(m);
+                    }
+                    tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
+                    self.report_fault(self.address_string(), reason.clone(), true);
+                    *self.entry.failed.lock() = Some((reason.clone(), back));
+                    self.entry
+                        .has_failed
+                        .store(true, std::sync::atomic::Ordering::Release);
+                    self.entry.outbox.notify_all();
+                    self.node.fail_requests(self.entry.key, &reason);
+                    self.node.acked.notify_waiters();
+                }
+            }
+        }
     }
 
     /// Records a fault of this site in the node's fault history.
@@ -205,12 +299,6 @@ impl ComObject {
     }
 
     fn set_fault(&mut self, state: FaultState, reason: &str) {
-        if state == FaultState::TempFailed && self.temp_since.is_none() {
-            self.temp_since = Some(Instant::now());
-        }
-        if state == FaultState::Ok {
-            self.temp_since = None;
-        }
         if self.entry.set_fault(state, reason) {
             tracing::info!(site = ?self.entry.id.get(), ?state, %reason, "fault state");
             let c = &self.node.counters;
@@ -223,183 +311,81 @@ impl ComObject {
         }
     }
 
-    /// Acts on what the session asks for.
-    fn process_events(&mut self, ctx: &mut Context<Self>) {
-        while let Some(ev) = self.session.poll_event() {
-            match ev {
-                SessionEvent::CloseChannel(reason) => {
-                    // Whatever the session still has for the peer (answers,
-                    // acks) is written if the socket takes it now.
-                    self.flush(ctx);
-                    self.close_channel(reason, ctx)
-                }
-                SessionEvent::WeakCloseRejected => {
-                    tracing::debug!(site = ?self.entry.id.get(), "peer still needs the channel; weak close rejected");
-                    Counters::add(&self.node.counters.weak_closes_rejected, 1);
-                    self.node.changed.notify_waiters();
-                    self.weak_rejected_at = Some(Instant::now());
-                }
-                SessionEvent::PeerClearedReference => {
-                    tracing::debug!(site = ?self.entry.id.get(), "peer cleared its reference")
-                }
-                SessionEvent::Silent => self.lose_channel(Lost::Silent, ctx),
-            }
-        }
-    }
-
-    /// An orderly end of the channel (close protocol): not a failure.
-    fn close_channel(&mut self, reason: CloseReason, ctx: &mut Context<Self>) {
-        if self.live.is_none() {
+    fn close_channel(&mut self, id: ChannelId, end: ChannelEnd, ctx: &mut Context<Self>) {
+        if self.live.as_ref().map(|l| l.id) != Some(id) {
+            self.com.channel_closed(id);
             return;
         }
-        // Counted before the channel goes, so whoever is woken by the close
-        // sees it.
-        Counters::add(&self.node.counters.orderly_closes, 1);
-        let peer = self.drop_live(ctx).expect("checked above");
-        tracing::debug!(site = ?self.entry.id.get(), %peer, ?reason, "channel closed by the close protocol");
-        match reason {
-            CloseReason::WeakDone | CloseReason::PeerWeak | CloseReason::HardDone => {}
-            CloseReason::PeerHard => {
-                // The peer is short of resources and will call back; only if
-                // it does not do we reconnect, later.
-                self.reconnect_at =
-                    Some(Instant::now() + self.node.cfg.reopen_after_peer_hard_close);
-            }
-            CloseReason::Timeout => self.schedule_reconnect(),
+        if matches!(end, ChannelEnd::Orderly(_) | ChannelEnd::Final) {
+            // Whatever the session still has for the peer (answers, a
+            // CLOSE_HARD, a final ack) is written if the socket takes it now.
+            self.write_turn(usize::MAX);
         }
-        self.drive(ctx);
+        if let ChannelEnd::Orderly(reason) = end {
+            // Counted before the channel goes, so whoever is woken by the
+            // close sees it.
+            Counters::add(&self.node.counters.orderly_closes, 1);
+            tracing::debug!(site = ?self.entry.id.get(), ?reason, "channel closed by the close protocol");
+        }
+        self.drop_live(ctx);
+        self.com.channel_closed(id);
     }
 
-    /// Moves what `SiteRef`s queued into the session.
-    fn take_outbox(&mut self, on_wake: bool) {
-        let mut batch = std::mem::take(&mut self.scratch);
-        if on_wake {
-            self.entry.outbox.drain_on_wake(&mut batch);
-        } else {
-            self.entry.outbox.drain(&mut batch);
-        }
-        for m in batch.drain(..) {
-            if self.failed {
-                self.entry.outbox.release(m.wire_len());
-                continue;
-            }
-            if let Err(refused) = self.session.queue(m) {
-                let (e, m) = *refused;
-                // The peer's limit became known after the message was queued.
-                tracing::warn!(site = ?self.entry.id.get(), error = %e, "message refused after queuing");
-                self.entry.outbox.release(m.wire_len());
-                Counters::add(&self.node.counters.unhandled, 1);
-            }
-        }
-        self.scratch = batch;
-    }
-
-    fn has_need(&self) -> bool {
-        self.session.pending_messages() > 0
-    }
-
-    fn has_refs(&self) -> bool {
-        self.entry.refs.load(std::sync::atomic::Ordering::Acquire) > 0
-    }
-
-    /// When the linger rule would allow a weak close, if it applies at all.
-    fn linger_deadline(&self) -> Option<Instant> {
-        if self.has_refs()
-            || self.has_need()
-            || !self.session.is_working()
-            || self.session.close_phase() != ClosePhase::Open
-        {
-            return None;
-        }
-        // Idle for the linger time, and no weak close rejected within it.
-        let linger = self.node.cfg.linger;
-        let idle = self.idle_since + linger;
-        Some(self.weak_rejected_at.map_or(idle, |t| idle.max(t + linger)))
-    }
-
-    /// The one place that reacts to anything: queue, open if needed, flush,
-    /// account, re-arm the timer.
-    fn drive(&mut self, ctx: &mut Context<Self>) {
-        self.take_outbox(false);
-        if !self.failed
-            && !self.session.is_working()
-            && self.opening.is_none()
-            && self.reconnect_at.is_none()
-            && self.has_need()
-        {
-            self.start_open(ctx);
-        }
-        self.flush(ctx);
-        self.account();
-        self.rearm_timer(ctx);
-    }
-
-    fn account(&mut self) {
-        let (freed, bytes) = self.session.take_freed();
-        if freed > 0 {
-            self.idle_since = Instant::now();
-        }
-        self.entry.outbox.release(bytes);
-        if bytes > 0 {
-            self.node.acked.notify_waiters();
-        }
-        let s = self.session.stats();
-        let c = &self.node.counters;
-        Counters::add(&c.messages_sent, s.sent - self.reported.sent);
-        Counters::add(
-            &c.messages_retransmitted,
-            s.retransmitted - self.reported.retransmitted,
-        );
-        Counters::add(&c.duplicates, s.duplicates - self.reported.duplicates);
-        if s.delivered != self.reported.delivered || s.sent != self.reported.sent {
-            self.idle_since = Instant::now();
-            // Once per batch (a read, a flush), not per message: whoever
-            // waits on the node's metrics re-checks.
-            self.node.changed.notify_waiters();
-        }
-        self.reported = s;
-    }
-
-    fn flush(&mut self, ctx: &mut Context<Self>) {
+    /// Writes the machine's frames to the live channel, at most `budget`
+    /// bytes; a write error ends the channel.
+    fn write_turn(&mut self, budget: usize) -> Option<bool> {
         let now = Instant::now();
-        let result = {
-            let Some(live) = self.live.as_mut() else {
-                return;
-            };
-            loop {
-                self.session.poll_transmit(now, &mut live.outb);
-                if live.outb.is_empty() {
-                    break Ok(());
-                }
-                let (a, b) = live.outb.chunks();
-                match live.ch.try_write2(a, b) {
-                    Ok(0) => break Err(Lost::Io(io::ErrorKind::WriteZero.into())),
-                    Ok(n) => {
-                        Counters::add(&self.node.counters.writes, 1);
-                        live.outb.consume(n);
+        let live = self.live.as_mut()?;
+        let mut written = 0;
+        let result = loop {
+            self.com.poll_transmit(now, &mut live.t.outb);
+            if live.t.outb.is_empty() {
+                break Ok(false);
+            }
+            match live.t.write_some(budget - written) {
+                Ok(st) => {
+                    Counters::add(&self.node.counters.writes, st.calls as u64);
+                    written += st.written;
+                    if st.blocked {
+                        break Ok(true);
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
-                    Err(e) => break Err(Lost::Io(e)),
+                    if written >= budget {
+                        break Ok(!live.t.outb.is_empty() || self.com.wants_to_send(now));
+                    }
                 }
+                Err(e) => break Err(e),
             }
         };
         match result {
-            Err(lost) => self.lose_channel(lost, ctx),
-            Ok(()) => {
-                let pending = self.live.as_ref().is_some_and(|l| !l.outb.is_empty());
-                if pending {
-                    self.arm_write(ctx);
-                }
+            Ok(more) => Some(more),
+            Err(e) => {
+                let id = live.id;
+                self.com.channel_lost(id, Loss::Io(e.to_string()), now);
+                None
             }
         }
     }
 
-    fn arm_write(&mut self, ctx: &mut Context<Self>) {
-        self.arm(Readiness::Write, ctx);
-    }
-
-    fn arm_read(&mut self, ctx: &mut Context<Self>) {
-        self.arm(Readiness::Read, ctx);
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.write_deferred {
+            return;
+        }
+        let Some(more) = self.write_turn(WRITE_BYTES_PER_TURN) else {
+            return;
+        };
+        let blocked = self.live.as_ref().is_some_and(|l| !l.t.outb.is_empty());
+        if blocked {
+            self.arm(Readiness::Write, ctx);
+        } else if more {
+            // Budget spent with more to send: yield, then continue.
+            self.write_deferred = true;
+            ctx.spawn(
+                fut::wrap_future::<_, Self>(tokio::task::yield_now()).map(|(), act, ctx| {
+                    act.write_deferred = false;
+                    act.drive(ctx);
+                }),
+            );
+        }
     }
 
     /// Spawns (once) the future that waits for the live channel to become
@@ -412,7 +398,7 @@ impl ComObject {
         if live.slot(which).is_some() {
             return;
         }
-        let ch = live.ch.clone();
+        let ch = live.t.channel();
         let id = live.id;
         let ready = async move {
             match which {
@@ -428,7 +414,11 @@ impl ComObject {
             match (r, which) {
                 (Ok(()), Readiness::Read) => act.on_readable(ctx),
                 (Ok(()), Readiness::Write) => act.drive(ctx),
-                (Err(e), _) => act.lose_channel(Lost::Io(e), ctx),
+                (Err(e), _) => {
+                    act.com
+                        .channel_lost(id, Loss::Io(e.to_string()), Instant::now());
+                    act.drive(ctx);
+                }
             }
         }));
         *live.slot(which) = Some(h);
@@ -437,32 +427,29 @@ impl ComObject {
     /// Reads large chunks and decodes every complete frame after each read,
     /// calling handlers directly.
     fn on_readable(&mut self, ctx: &mut Context<Self>) {
-        self.session.set_local_need(self.has_refs());
-        let outcome = self.read_and_process();
-        let id = self.live.as_ref().map(|l| l.id);
-        self.process_events(ctx);
-        if self.live.as_ref().map(|l| l.id) != id {
-            return; // the events closed the channel
-        }
-        match outcome {
-            Ok(()) => {
-                self.arm_read(ctx);
-                // A reply queued by a handler or a task woken by these
-                // messages can carry the ack: hold a threshold ack until the
-                // next turn of the event loop.
-                self.session.hold_acks(true);
-                self.drive(ctx);
-                self.session.hold_acks(false);
-                self.defer_ack(ctx);
-            }
-            Err(lost) => self.lose_channel(lost, ctx),
+        let Some(id) = self.live.as_ref().map(|l| l.id) else {
+            return;
+        };
+        self.com.set_has_refs(self.has_refs());
+        let up = self.read_and_process(id);
+        if up {
+            self.arm(Readiness::Read, ctx);
+            // A reply queued by a handler or a task woken by these messages
+            // can carry the ack: hold a threshold ack until the next turn of
+            // the event loop.
+            self.com.hold_acks(true);
+            self.drive(ctx);
+            self.com.hold_acks(false);
+            self.defer_ack(ctx);
+        } else {
+            self.drive(ctx);
         }
     }
 
     /// Transmits a held ack one event-loop turn later, unless data queued
     /// meanwhile carried it (see `Session::hold_acks`).
     fn defer_ack(&mut self, ctx: &mut Context<Self>) {
-        if self.ack_deferred || !self.session.ack_waiting() {
+        if self.ack_deferred || !self.com.ack_waiting() {
             return;
         }
         self.ack_deferred = true;
@@ -474,145 +461,93 @@ impl ComObject {
         );
     }
 
-    fn read_and_process(&mut self) -> Result<(), Lost> {
+    /// Feeds what the ring holds, then reads and feeds up to
+    /// [`READS_PER_TURN`] times. Returns false if the channel ended.
+    fn read_and_process(&mut self, id: ChannelId) -> bool {
         let node = self.node.clone();
         let entry = self.entry.clone();
+        let mut deliver = |m| dispatch(&node, &entry, m);
         let Some(live) = self.live.as_mut() else {
-            return Ok(());
+            return false;
         };
         // Bytes left over from the handshake come first.
-        let mut deliver = |m| dispatch(&node, &entry, m);
-        self.session
-            .handle_input(Instant::now(), &mut live.inb, &mut deliver)
-            .map_err(Lost::Protocol)?;
-        for _ in 0..READS_PER_TURN {
-            let spare = live.inb.spare_mut();
-            if spare.is_empty() {
-                break;
-            }
-            match live.ch.try_read(spare) {
-                Ok(0) => return Err(Lost::Eof),
-                Ok(n) => {
-                    Counters::add(&node.counters.reads, 1);
-                    live.inb.commit(n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(Lost::Io(e)),
-            }
-            self.session
-                .handle_input(Instant::now(), &mut live.inb, &mut deliver)
-                .map_err(Lost::Protocol)?;
+        if !self
+            .com
+            .handle_input(id, Instant::now(), &mut live.t.inb, &mut deliver)
+        {
+            return false;
         }
-        Ok(())
+        for _ in 0..READS_PER_TURN {
+            let loss = match live.t.read_once() {
+                Ok(ReadStatus::Read(_)) => {
+                    Counters::add(&node.counters.reads, 1);
+                    None
+                }
+                Ok(ReadStatus::WouldBlock | ReadStatus::RingFull) => break,
+                Ok(ReadStatus::Eof) => Some(Loss::Eof),
+                Err(e) => Some(Loss::Io(e.to_string())),
+            };
+            if let Some(loss) = loss {
+                self.com.channel_lost(id, loss, Instant::now());
+                return false;
+            }
+            if !self
+                .com
+                .handle_input(id, Instant::now(), &mut live.t.inb, &mut deliver)
+            {
+                return false;
+            }
+        }
+        true
     }
 
-    fn attach(&mut self, raw: RawChannel, ctx: &mut Context<Self>) {
-        self.chan_seq += 1;
-        let peer = raw.ch.peer();
-        let buffers = (raw.inb.capacity() + raw.outb.capacity()) as u64;
-        Counters::add(&self.node.counters.channel_buffer_bytes, buffers);
-        tracing::debug!(site = ?self.entry.id.get(), %peer, generation = ?self.session.channel().map(|c| c.generation), "channel working");
+    fn attach(&mut self, id: ChannelId, t: TransObject, ctx: &mut Context<Self>) {
+        Counters::add(&self.node.counters.channel_buffer_bytes, t.ring_bytes());
+        tracing::debug!(site = ?self.entry.id.get(), peer = %t.peer(), generation = ?self.com.session().channel().map(|c| c.generation), "channel working");
+        if let Some(p) = self.com.session().peer_max_message() {
+            self.entry
+                .peer_max
+                .store(p, std::sync::atomic::Ordering::Release);
+        }
         self.live = Some(Live {
-            id: self.chan_seq,
-            ch: Rc::new(raw.ch),
-            inb: raw.inb,
-            outb: raw.outb,
+            id,
+            t,
             read: None,
             write: None,
-            peer,
         });
-        self.backoff = self.node.cfg.reconnect_min;
-        self.reconnect_at = None;
-        self.idle_since = Instant::now();
         Counters::add(&self.node.counters.channels_opened, 1);
         self.node.changed.notify_waiters();
-        self.set_fault(FaultState::Ok, "channel working");
         self.node.acked.notify_waiters();
         self.on_readable(ctx);
     }
 
-    fn drop_live(&mut self, ctx: &mut Context<Self>) -> Option<String> {
-        let live = self.live.take()?;
-        let buffers = (live.inb.capacity() + live.outb.capacity()) as u64;
+    fn drop_live(&mut self, ctx: &mut Context<Self>) {
+        let Some(live) = self.live.take() else {
+            return;
+        };
         self.node
             .counters
             .channel_buffer_bytes
-            .fetch_sub(buffers, std::sync::atomic::Ordering::Relaxed);
+            .fetch_sub(live.t.ring_bytes(), std::sync::atomic::Ordering::Relaxed);
         for h in [live.read, live.write].into_iter().flatten() {
             ctx.cancel_future(h);
         }
-        self.session.channel_down();
         Counters::add(&self.node.counters.channels_closed, 1);
         self.node.changed.notify_waiters();
-        Some(live.peer)
     }
 
-    fn lose_channel(&mut self, why: Lost, ctx: &mut Context<Self>) {
-        let Some(peer) = self.live.as_ref().map(|l| l.peer.clone()) else {
-            return;
-        };
-        // A channel ending while the close protocol runs is its expected end:
-        // the peer closes after we granted its close, and may close first
-        // after granting ours.
-        if matches!(why, Lost::Eof | Lost::Io(_)) {
-            let reason = match self.session.close_phase() {
-                ClosePhase::PeerClosing { hard: true, .. } => Some(CloseReason::PeerHard),
-                ClosePhase::PeerClosing { hard: false, .. } => Some(CloseReason::PeerWeak),
-                ClosePhase::ClosingHard { .. } => Some(CloseReason::HardDone),
-                ClosePhase::ClosingWeak { .. } | ClosePhase::Done => Some(CloseReason::WeakDone),
-                ClosePhase::Open => None,
-            };
-            if let Some(reason) = reason {
-                return self.close_channel(reason, ctx);
-            }
-        }
-        match &why {
-            Lost::Protocol(e) => {
-                Counters::add(&self.node.counters.protocol_errors, 1);
-                tracing::warn!(site = ?self.entry.id.get(), %peer, error = %e, "closing channel: peer broke the protocol");
-                self.report_fault(peer.clone(), e.to_string(), false);
-            }
-            Lost::Io(_) | Lost::Eof | Lost::Silent => {
-                tracing::info!(site = ?self.entry.id.get(), %peer, reason = %why, "channel lost")
-            }
-        }
-        // Closed only after the fault is on record.
-        self.drop_live(ctx);
-        self.set_fault(FaultState::TempFailed, &why.to_string());
-        self.schedule_reconnect();
-        self.drive(ctx);
-    }
-
-    fn schedule_reconnect(&mut self) {
-        if self.failed || self.entry.address.is_none() || self.node.is_shut_down() {
-            return;
-        }
-        let jitter = rand::thread_rng().gen_range(0.8..1.2);
-        let delay = self.backoff.mul_f64(jitter);
-        self.backoff = (self.backoff * 2).min(self.node.cfg.reconnect_max);
-        self.reconnect_at = Some(Instant::now() + delay);
-    }
-
-    fn start_open(&mut self, ctx: &mut Context<Self>) {
+    fn start_open(&mut self, req: OpenRequest, ctx: &mut Context<Self>) {
         let Some(addr) = self.entry.address.clone() else {
             return;
         };
-        if self.node.is_shut_down() {
-            return;
-        }
-        self.attempt_seq += 1;
-        let attempt = self.attempt_seq;
         let cfg = &self.node.cfg;
         let hs = Initiator::new(
             self.node.local_info(),
             self.entry.id.get().copied(),
-            self.session.last_received(),
-            self.session.last_generation(),
+            req.last_received,
+            req.last_generation,
         )
-        .with_attempt(Attempt {
-            opener: self.opener,
-            seq: attempt,
-        });
+        .with_attempt(req.attempt);
         let f = connect_and_open(
             addr,
             cfg.fault_injector.clone(),
@@ -621,6 +556,7 @@ impl ComObject {
             cfg.connect_timeout,
             cfg.handshake_timeout,
         );
+        let attempt = req.attempt.seq;
         let h = ctx.spawn(
             fut::wrap_future::<_, Self>(f)
                 .map(move |res, act, ctx| act.on_opened(attempt, res, ctx)),
@@ -631,111 +567,63 @@ impl ComObject {
     fn on_opened(
         &mut self,
         attempt: u64,
-        res: Result<(RawChannel, Opened), (OpenFailure, Option<sitenet_protocols::SiteId>)>,
+        res: Result<(TransObject, Opened), (OpenFailure, Option<sitenet_protocols::SiteId>)>,
         ctx: &mut Context<Self>,
     ) {
         if self.opening.as_ref().map(|o| o.0) != Some(attempt) {
             return; // abandoned: another channel won
         }
         self.opening = None;
+        let now = Instant::now();
         match res {
-            Ok((raw, opened)) => {
-                if self.session.is_working() || self.failed {
-                    tracing::warn!(site = ?self.entry.id.get(), "open finished while already working; dropping the new channel");
-                    return;
-                }
+            Ok((t, opened)) => {
+                // We connected to this entry's address and found this site:
+                // the one moment an address is bound to a site id.
                 if let Err(other) = self.node.bind_site_id(&self.entry, opened.present.site) {
-                    self.merge_into(other, ctx);
+                    return self.merge_into(other, ctx);
+                }
+                if let Some(id) = self.com.open_succeeded(attempt, &opened, now) {
+                    self.act(ctx);
+                    self.attach(id, t, ctx);
                     return;
                 }
-                self.node.learn_listen(&self.entry, &opened.present.listen);
-                let params = ChannelParams {
-                    buffer_size: opened.buffer_size,
-                    peer_max_message: opened.peer_max_message,
-                    peer_last_received: opened.peer_last_received,
-                    generation: opened.generation,
-                };
-                self.start_session(raw, params, None, ctx);
             }
             Err((e, presented)) => {
                 // The peer said who it is before the open failed: if it is a
                 // site known under another entry (contacted here by an alias
                 // address), this entry merges into that one.
-                if let Some(id) = presented.filter(|_| e.permanent().is_none()) {
+                let permanent = matches!(&e, OpenFailure::Open(oe) if oe.is_permanent());
+                if let Some(id) = presented.filter(|_| !permanent) {
                     if let Err(other) = self.node.bind_site_id(&self.entry, id) {
-                        self.merge_into(other, ctx);
-                        return;
+                        return self.merge_into(other, ctx);
                     }
                 }
-                if let Some(perm) = e.permanent() {
-                    // `fail` logs and reports it.
-                    self.fail(SiteFailure::Open(perm.clone()), ctx);
-                    return;
-                }
-                if let OpenFailure::Open(OpenError::Protocol(p)) = &e {
-                    Counters::add(&self.node.counters.protocol_errors, 1);
-                    self.report_fault(self.address_string(), p.to_string(), false);
-                }
-                tracing::debug!(address = ?self.entry.address.as_ref().map(ToString::to_string), error = %e, "open failed; will retry");
-                if !matches!(e, OpenFailure::Open(OpenError::Refused(_))) {
-                    self.set_fault(FaultState::TempFailed, &e.to_string());
-                }
-                self.schedule_reconnect();
-                self.drive(ctx);
+                tracing::debug!(address = %self.address_string(), error = %e, "open failed");
+                self.com.open_failed(attempt, e.into(), now);
             }
         }
-    }
-
-    /// Starts the session on a channel that just opened; `from` is the
-    /// peer's attempt if the channel was accepted here.
-    fn start_session(
-        &mut self,
-        raw: RawChannel,
-        params: ChannelParams,
-        from: Option<Attempt>,
-        ctx: &mut Context<Self>,
-    ) {
-        if let Err(e) = self.session.channel_up(params) {
-            Counters::add(&self.node.counters.protocol_errors, 1);
-            tracing::warn!(site = ?self.entry.id.get(), error = %e, "refusing channel");
-            self.schedule_reconnect();
-            return;
-        }
-        self.working_from = from;
-        self.entry.peer_max.store(
-            params.peer_max_message,
-            std::sync::atomic::Ordering::Release,
-        );
-        self.attach(raw, ctx);
+        self.drive(ctx);
     }
 
     /// This entry was contacted under an address the peer did not list, and
-    /// the peer is already known under its id: hand every never-sent message
-    /// to that entry and let `SiteRef`s follow it.
+    /// the peer is already known under its id: hand every message to that
+    /// entry, let `SiteRef`s follow it, and keep forwarding what still
+    /// reaches this actor (a sender that resolved the entry before the
+    /// redirect, an accepted channel routed here).
     fn merge_into(&mut self, other: Arc<SiteEntry>, ctx: &mut Context<Self>) {
         tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
         let _ = self.entry.redirect.set(other.clone());
-        self.take_outbox(false);
-        let (not_sent, maybe) = self.session.take_all();
-        debug_assert!(
-            maybe.is_empty(),
-            "an unidentified site has nothing unacknowledged"
-        );
-        for m in not_sent {
-            let n = m.wire_len();
-            self.entry.outbox.release(n);
-            // Already accepted under this entry's bound: it must not be lost,
-            // so it is moved even if the other entry is at its bound.
-            other.outbox.force_reserve(n);
-            if other.outbox.push(m) {
-                other.wake(&self.node.counters);
-            }
+        self.merged = Some(other.clone());
+        for m in self.com.merge_out() {
+            self.forward(&other, m);
         }
-        ctx.stop();
-    }
-
-    fn give_up_deadline(&self) -> Option<Instant> {
-        Some(self.temp_since? + self.node.cfg.give_up_after?)
+        // The machine's actions (abandon the open, close a channel) are
+        // carried out; it does nothing more after that.
+        self.act(ctx);
+        self.take_outbox(false);
+        if let Some((_, h)) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
     }
 
     /// Keeps one timer armed at or before the next deadline. A timer that
@@ -744,19 +632,9 @@ impl ComObject {
     /// heartbeat deadline moves later on every frame sent, and re-creating
     /// the timer for each would cost more than the frame.
     fn rearm_timer(&mut self, ctx: &mut Context<Self>) {
-        if self.failed {
+        let Some(at) = self.com.poll_timeout() else {
             return;
-        }
-        let next = [
-            self.session.poll_timeout(),
-            self.reconnect_at,
-            self.linger_deadline(),
-            self.give_up_deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let Some(at) = next else { return };
+        };
         if self.timer.as_ref().is_some_and(|t| t.0 <= at) {
             return;
         }
@@ -766,85 +644,50 @@ impl ComObject {
         let d = at.saturating_duration_since(Instant::now());
         let h = ctx.run_later(d, |act, ctx| {
             act.timer = None;
-            act.on_timer(ctx);
+            act.com.handle_timeout(Instant::now());
+            act.drive(ctx);
         });
         self.timer = Some((at, h));
     }
 
-    fn on_timer(&mut self, ctx: &mut Context<Self>) {
+    fn account(&mut self) {
         let now = Instant::now();
-        if self.give_up_deadline().is_some_and(|t| t <= now) {
-            let limit = self
-                .node
-                .cfg
-                .give_up_after
-                .expect("deadline implies a limit");
-            return self.fail(SiteFailure::GaveUp(limit), ctx);
+        let (_, bytes) = self.com.take_freed(now);
+        self.entry.outbox.release(bytes);
+        if bytes > 0 {
+            self.node.acked.notify_waiters();
         }
-        self.session.handle_timeout(now);
-        self.process_events(ctx);
-        if self.linger_deadline().is_some_and(|t| t <= now) && self.session.begin_close_weak(now) {
-            tracing::debug!(site = ?self.entry.id.get(), "no references and idle: closing weakly");
-            Counters::add(&self.node.counters.weak_closes_started, 1);
+        let s = self.com.session().stats();
+        let k = self.com.stats();
+        let (rs, rk) = self.reported;
+        let c = &self.node.counters;
+        Counters::add(&c.messages_sent, s.sent - rs.sent);
+        Counters::add(
+            &c.messages_retransmitted,
+            s.retransmitted - rs.retransmitted,
+        );
+        Counters::add(&c.duplicates, s.duplicates - rs.duplicates);
+        Counters::add(
+            &c.weak_closes_started,
+            k.weak_closes_started - rk.weak_closes_started,
+        );
+        Counters::add(
+            &c.weak_closes_rejected,
+            k.weak_closes_rejected - rk.weak_closes_rejected,
+        );
+        Counters::add(
+            &c.hard_closes_started,
+            k.hard_closes_started - rk.hard_closes_started,
+        );
+        if s.delivered != rs.delivered
+            || s.sent != rs.sent
+            || k.weak_closes_rejected != rk.weak_closes_rejected
+        {
+            // Once per batch (a read, a flush), not per message: whoever
+            // waits on the node's metrics re-checks.
+            self.node.changed.notify_waiters();
         }
-        if self.reconnect_at.is_some_and(|t| t <= now) {
-            self.reconnect_at = None;
-            if !self.session.is_working() && self.opening.is_none() && self.has_need() {
-                self.start_open(ctx);
-            }
-        }
-        self.drive(ctx);
-    }
-
-    fn fail(&mut self, why: SiteFailure, ctx: &mut Context<Self>) {
-        if self.failed {
-            return;
-        }
-        self.failed = true;
-        if let Some((_, h)) = self.opening.take() {
-            ctx.cancel_future(h);
-        }
-        self.drop_live(ctx);
-        self.reconnect_at = None;
-        self.take_outbox(false);
-        let (not_sent, maybe) = self.session.take_all();
-        let mut back = HandedBack::default();
-        for m in not_sent {
-            self.entry.outbox.release(m.wire_len());
-            back.not_sent.push(m);
-        }
-        for (_, m) in maybe {
-            self.entry.outbox.release(m.wire_len());
-            back.maybe_delivered.push(m);
-        }
-        let reason = why.to_string();
-        tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
-        self.report_fault(self.address_string(), reason.clone(), true);
-        *self.entry.failed.lock() = Some((reason.clone(), back));
-        self.entry
-            .has_failed
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.set_fault(FaultState::PermFailed, &reason);
-        self.entry.outbox.notify_all();
-        self.node.fail_requests(self.entry.key, &reason);
-        self.node.acked.notify_waiters();
-    }
-
-    fn link_view(&self) -> LinkView {
-        LinkView {
-            local: self.node.id,
-            working: self.session.channel().map(|c| c.generation),
-            working_from: self.session.channel().and(self.working_from),
-            last_generation: self.session.last_generation(),
-            opening: self.opening.is_some(),
-            closing: self.failed || self.node.is_shut_down(),
-        }
-    }
-
-    fn refuse(&self, mut raw: RawChannel, reason: RefuseReason, ctx: &mut Context<Self>) {
-        write_answer(&mut raw.outb, &NegotiateAns::Refuse(reason));
-        let limit = self.node.cfg.handshake_timeout;
-        ctx.spawn(fut::wrap_future(flush_and_close(raw, limit)));
+        self.reported = (s, k);
     }
 }
 
@@ -861,54 +704,44 @@ impl Handler<Adopt> for ComObject {
     type Result = ();
 
     fn handle(&mut self, msg: Adopt, ctx: &mut Context<Self>) {
-        let Adopt { mut raw, neg } = msg;
+        let Adopt { mut trans, neg } = msg;
+        if let Some(other) = &self.merged {
+            if let Some(a) = other.addr.get() {
+                a.do_send(Adopt { trans, neg });
+            }
+            return;
+        }
         if self.entry.id.get() != Some(&neg.site) {
             // Routed here by a listen address; the id must agree.
             if let Err(other) = self.node.bind_site_id(&self.entry, neg.site) {
                 if let Some(a) = other.addr.get() {
-                    a.do_send(Adopt { raw, neg });
+                    a.do_send(Adopt { trans, neg });
                 }
                 return;
             }
         }
-        match decide(self.link_view(), &neg) {
-            Decision::Refuse(reason) => {
+        match self.com.accepted(&neg, Instant::now()) {
+            AcceptOutcome::Refuse(reason) => {
                 tracing::debug!(site = %neg.site, ?reason, "refusing accepted channel");
-                self.refuse(raw, reason, ctx);
+                write_answer(&mut trans.outb, &NegotiateAns::Refuse(reason));
+                let limit = self.node.cfg.handshake_timeout;
+                ctx.spawn(fut::wrap_future(flush_and_close(trans, limit)));
             }
-            Decision::Accept {
-                generation,
-                replaces_working,
-                abandon_opening,
-            } => {
-                if abandon_opening {
-                    if let Some((_, h)) = self.opening.take() {
-                        ctx.cancel_future(h);
-                    }
-                }
-                if replaces_working {
-                    if let Some(peer) = self.drop_live(ctx) {
-                        tracing::info!(site = %neg.site, %peer, "peer lost the working channel; adopting its new one");
-                    }
-                }
-                let buffer_size = self.node.cfg.buffer_size.min(neg.buffer_size);
-                let ans = NegotiateAns::Accept {
-                    buffer_size,
-                    max_message: self.node.cfg.max_message_size,
-                    last_received: self.session.last_received(),
-                    generation,
-                };
-                write_answer(&mut raw.outb, &ans);
-                self.node.learn_listen(&self.entry, &neg.listen);
-                let params = ChannelParams {
-                    buffer_size,
-                    peer_max_message: neg.max_message,
-                    peer_last_received: neg.last_received,
-                    generation,
-                };
-                self.start_session(raw, params, Some(neg.attempt), ctx);
+            AcceptOutcome::Protocol(e) => {
+                tracing::warn!(site = %neg.site, error = %e, "closing accepted channel");
+                // The fault is reported by the ReportFault action.
+                drop(trans);
+            }
+            AcceptOutcome::Accept { id, answer } => {
+                // Full-size rings only now that the channel is accepted.
+                trans.resize(self.node.cfg.buffer_size as usize);
+                write_answer(&mut trans.outb, &answer);
+                self.act(ctx);
+                self.attach(id, trans, ctx);
+                return;
             }
         }
+        self.drive(ctx);
     }
 }
 
@@ -918,8 +751,8 @@ impl Handler<Stop> for ComObject {
     fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
         // A final ack and whatever can be written now; the socket closes
         // with the actor.
-        self.session.ack_now();
-        self.flush(ctx);
+        self.com.shutdown(Instant::now());
+        self.act(ctx);
         self.drop_live(ctx);
         ctx.stop();
     }
@@ -931,10 +764,9 @@ impl Handler<Kill> for ComObject {
     fn handle(&mut self, _: Kill, ctx: &mut Context<Self>) {
         // CLOSE_HARD if a channel exists (written now if the socket takes
         // it), then the site fails at once.
-        if self.session.begin_close_hard(Instant::now()) {
-            self.flush(ctx);
-        }
-        self.fail(SiteFailure::Killed, ctx);
+        self.take_outbox(false);
+        self.com.kill(Instant::now());
+        self.drive(ctx);
     }
 }
 
@@ -942,8 +774,7 @@ impl Handler<CloseHard> for ComObject {
     type Result = ();
 
     fn handle(&mut self, _: CloseHard, ctx: &mut Context<Self>) {
-        if self.session.begin_close_hard(Instant::now()) {
-            Counters::add(&self.node.counters.hard_closes_started, 1);
+        if self.com.close_hard(Instant::now()) {
             self.drive(ctx);
         }
     }

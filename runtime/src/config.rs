@@ -102,6 +102,20 @@ impl NodeConfig {
         self
     }
 
+    pub(crate) fn com(&self) -> sitenet_protocols::ComConfig {
+        sitenet_protocols::ComConfig {
+            session: self.session(),
+            buffer_size: self.buffer_size,
+            max_message: self.max_message_size,
+            reconnect_min: self.reconnect_min,
+            reconnect_max: self.reconnect_max,
+            reconnect_jitter: 0.2,
+            linger: self.linger,
+            reopen_after_peer_hard_close: self.reopen_after_peer_hard_close,
+            give_up_after: self.give_up_after,
+        }
+    }
+
     pub(crate) fn session(&self) -> SessionConfig {
         SessionConfig {
             max_message: self.max_message_size,

@@ -4,7 +4,7 @@ use std::io;
 
 use thiserror::Error;
 
-use sitenet_protocols::{OpenError, SiteId};
+use sitenet_protocols::SiteId;
 use sitenet_transport::AddressError;
 
 /// A node could not be started or configured.
@@ -92,19 +92,9 @@ pub enum RequestError {
     Shutdown,
 }
 
-/// Why a site failed permanently (also reported to the user via faults).
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum SiteFailure {
-    /// The open protocol said so (version mismatch, wrong identity).
-    #[error(transparent)]
-    Open(#[from] OpenError),
-    /// Killed on purpose.
-    #[error("killed by the local node")]
-    Killed,
-    /// Temporarily failed for longer than the give-up timeout.
-    #[error("temporarily failed for longer than the give-up timeout ({0:?})")]
-    GaveUp(std::time::Duration),
-}
+/// Why a site failed permanently (also reported to the user via faults);
+/// decided by the ComObject state machine in `sitenet-protocols`.
+pub use sitenet_protocols::SiteFailure;
 
 /// Waiting for a site's messages to be acknowledged did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

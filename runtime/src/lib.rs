@@ -34,6 +34,7 @@ mod outbox;
 pub mod runtime;
 pub mod services;
 mod site;
+mod trans_object;
 
 pub use config::NodeConfig;
 pub use error::{FlushError, NodeError, RequestError, SendError, SiteFailure};

@@ -65,6 +65,9 @@ counters! {
     temp_failures,
     /// Sites declared permanently failed.
     perm_failures,
+    /// Messages handed back as never sendable (larger than the peer's
+    /// maximum learned after they were queued, or queued as the site failed).
+    handed_back,
     /// Gauge: bytes of ByteBuffers held by working channels (two fixed
     /// buffers per channel; it never grows with traffic).
     channel_buffer_bytes,

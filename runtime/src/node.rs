@@ -207,14 +207,6 @@ impl NodeInner {
         }
     }
 
-    /// Remembers a site's listen addresses as aliases of its entry.
-    pub(crate) fn learn_listen(&self, entry: &Arc<SiteEntry>, listen: &[String]) {
-        let mut t = self.sites.lock();
-        for l in listen.iter().take(sitenet_protocols::handshake::MAX_LISTEN) {
-            t.by_address.entry(l.clone()).or_insert(entry.key);
-        }
-    }
-
     pub(crate) fn register_request(
         self: &Arc<Self>,
         corr: u64,
@@ -349,13 +341,13 @@ impl NodeInner {
             let r = accept_until_negotiate(ch, self.local_info(), self.cfg.handshake_timeout).await;
             self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
             match r {
-                Ok((raw, neg)) => {
+                Ok((trans, neg)) => {
                     if self.is_shut_down() {
                         return;
                     }
                     let e = self.entry_for_accept(neg.site, &neg.listen);
                     if let Some(a) = e.addr.get() {
-                        a.do_send(Adopt { raw, neg });
+                        a.do_send(Adopt { trans, neg });
                     }
                 }
                 Err((ch, e)) => {

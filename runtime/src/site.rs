@@ -15,18 +15,9 @@ use crate::metrics::Counters;
 use crate::node::NodeInner;
 use crate::outbox::Outbox;
 
-/// A site's fault state, as `Node::monitor` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum FaultState {
-    /// Reachable (or not yet tried).
-    Ok,
-    /// The channel was lost or cannot be opened; sitenet keeps retrying and
-    /// nothing is lost.
-    TempFailed,
-    /// Gone for good (new incarnation, version mismatch, killed, gave up):
-    /// unacknowledged messages were handed back.
-    PermFailed,
-}
+/// A site's fault state, as `Node::monitor` reports it (decided by the
+/// ComObject state machine in `sitenet-protocols`).
+pub use sitenet_protocols::FaultState;
 
 /// One transition of a site's fault state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +50,9 @@ pub(crate) struct SiteEntry {
     pub(crate) id: OnceLock<SiteId>,
     /// Set when the site failed permanently.
     pub(crate) failed: Mutex<Option<(String, HandedBack)>>,
+    /// Messages handed back while the site lives: they can never be sent to
+    /// it (larger than the peer's maximum, learned after they were queued).
+    pub(crate) refused: Mutex<Vec<(sitenet_protocols::SendError, OutMessage)>>,
     /// True once `failed` is set: checked on every send without a lock.
     pub(crate) has_failed: std::sync::atomic::AtomicBool,
     /// Set when this entry turned out to be another entry's site (contacted
@@ -84,6 +78,7 @@ impl SiteEntry {
             address,
             id: OnceLock::new(),
             failed: Mutex::new(None),
+            refused: Mutex::new(Vec::new()),
             has_failed: std::sync::atomic::AtomicBool::new(false),
             redirect: OnceLock::new(),
             peer_max: std::sync::atomic::AtomicU64::new(0),
@@ -240,6 +235,15 @@ impl SiteRef {
     /// If the site failed permanently: why, and what it handed back.
     pub fn failure(&self) -> Option<(String, HandedBack)> {
         self.entry.resolved().failed.lock().clone()
+    }
+
+    /// Takes the messages handed back while the site lives, with why each
+    /// can never be sent to it — for example a message queued before the
+    /// first handshake that turned out larger than the peer accepts. They
+    /// were never sent (`Metrics::handed_back` counts them); nothing is
+    /// resent for ever or dropped silently.
+    pub fn take_refused(&self) -> Vec<(sitenet_protocols::SendError, OutMessage)> {
+        std::mem::take(&mut *self.entry.resolved().refused.lock())
     }
 
     /// Bytes held for this site (queued and unacknowledged).

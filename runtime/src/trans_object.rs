@@ -1,0 +1,170 @@
+//! [`TransObject`]: one channel with its two ByteBuffers, and the one
+//! implementation of moving bytes between the socket and the rings.
+//!
+//! A TransObject is the unit of transport resources: one descriptor and
+//! `2 × buffer size` bytes of rings, known in advance (DESIGN.md: no
+//! FramedRead/FramedWrite, whose buffers grow). The handshake functions own
+//! one by value until the channel belongs to a ComObject; the ComObject then
+//! owns it and can give it up whole — the unit the fd-slot controller will
+//! lease.
+
+use std::io;
+use std::sync::Arc;
+
+use sitenet_protocols::ByteBuffer;
+use sitenet_transport::Channel;
+
+/// What one non-blocking read did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadStatus {
+    /// Bytes were appended to the input ring.
+    Read(usize),
+    /// The input ring is full: nothing was read (consume first).
+    RingFull,
+    /// Nothing to read now.
+    WouldBlock,
+    /// The peer closed its end.
+    Eof,
+}
+
+/// What one turn of writing did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WriteStatus {
+    /// Bytes written to the socket.
+    pub(crate) written: usize,
+    /// Write calls that moved bytes.
+    pub(crate) calls: usize,
+    /// The socket would block with bytes still in the output ring.
+    pub(crate) blocked: bool,
+}
+
+/// A channel and its two rings.
+pub(crate) struct TransObject {
+    /// Shared with the readiness futures spawned for it.
+    ch: Arc<Channel>,
+    /// Bytes read from the socket, not yet consumed by the session.
+    pub(crate) inb: ByteBuffer,
+    /// Frames marshaled by the session, not yet written.
+    pub(crate) outb: ByteBuffer,
+    peer: String,
+}
+
+impl std::fmt::Debug for TransObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransObject")
+            .field("peer", &self.peer)
+            .field("in", &self.inb.len())
+            .field("out", &self.outb.len())
+            .finish()
+    }
+}
+
+impl TransObject {
+    /// A channel with rings of `size` bytes each way.
+    pub(crate) fn new(ch: Channel, size: usize) -> Self {
+        let peer = ch.peer();
+        Self {
+            ch: Arc::new(ch),
+            inb: ByteBuffer::new(size),
+            outb: ByteBuffer::new(size),
+            peer,
+        }
+    }
+
+    /// The peer's address, for logs and fault reports.
+    pub(crate) fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// The channel, for a readiness future.
+    pub(crate) fn channel(&self) -> Arc<Channel> {
+        self.ch.clone()
+    }
+
+    /// Bytes both rings hold in memory.
+    pub(crate) fn ring_bytes(&self) -> u64 {
+        (self.inb.capacity() + self.outb.capacity()) as u64
+    }
+
+    /// Replaces both rings by rings of `size`, keeping what they hold (the
+    /// acceptor's handshake runs on small rings; full-size ones are
+    /// allocated only once the link decision accepted the channel).
+    pub(crate) fn resize(&mut self, size: usize) {
+        if self.inb.capacity() == size && self.outb.capacity() == size {
+            return;
+        }
+        for ring in [&mut self.inb, &mut self.outb] {
+            let mut new = ByteBuffer::new(size.max(ring.len()));
+            let (a, b) = ring.chunks();
+            new.push(a);
+            new.push(b);
+            *ring = new;
+        }
+    }
+
+    /// One non-blocking read into the input ring.
+    pub(crate) fn read_once(&mut self) -> io::Result<ReadStatus> {
+        let spare = self.inb.spare_mut();
+        if spare.is_empty() {
+            return Ok(ReadStatus::RingFull);
+        }
+        match self.ch.try_read(spare) {
+            Ok(0) => Ok(ReadStatus::Eof),
+            Ok(n) => {
+                self.inb.commit(n);
+                Ok(ReadStatus::Read(n))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(ReadStatus::WouldBlock),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes from the output ring until it is empty, the socket would
+    /// block, or `budget` bytes were written.
+    pub(crate) fn write_some(&mut self, budget: usize) -> io::Result<WriteStatus> {
+        let mut st = WriteStatus {
+            written: 0,
+            calls: 0,
+            blocked: false,
+        };
+        while !self.outb.is_empty() && st.written < budget {
+            let (a, b) = self.outb.chunks();
+            match self.ch.try_write2(a, b) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.outb.consume(n);
+                    st.written += n;
+                    st.calls += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    st.blocked = true;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(st)
+    }
+
+    /// Writes the whole output ring, waiting for the socket as needed.
+    pub(crate) async fn flush(&mut self) -> io::Result<()> {
+        while !self.outb.is_empty() {
+            self.ch.writable().await?;
+            self.write_some(usize::MAX)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until something was read into the input ring; `Ok(false)` on
+    /// end of stream. Returns at once if the ring is full.
+    pub(crate) async fn fill(&mut self) -> io::Result<bool> {
+        loop {
+            self.ch.readable().await?;
+            match self.read_once()? {
+                ReadStatus::Read(_) | ReadStatus::RingFull => return Ok(true),
+                ReadStatus::Eof => return Ok(false),
+                ReadStatus::WouldBlock => continue,
+            }
+        }
+    }
+}
