@@ -135,9 +135,6 @@ impl NodeInner {
             self.cfg.output_bound,
         ));
         slot.insert(entry.clone());
-        if let Some(a) = address {
-            t.by_address.insert(a.to_string(), entry.key);
-        }
         let (node, e) = (self.clone(), entry.clone());
         let addr = ComObject::start_in_arbiter(self.rt.arbiter(), move |_| ComObject::new(node, e));
         let _ = entry.addr.set(addr);
@@ -155,25 +152,21 @@ impl NodeInner {
                 return e;
             }
         }
-        self.new_entry(&mut t, Some(a))
+        let e = self.new_entry(&mut t, Some(a.clone()));
+        t.by_address.insert(a.to_string(), e.key);
+        e
     }
 
-    /// The entry for a site that connected to us: by id, else by one of its
-    /// listen addresses (a site we contacted first), else a new one.
+    /// The entry for a site that connected to us: by id, else a new one.
+    /// The listen addresses the peer claims are not trusted: the new entry
+    /// may call the first back (the open protocol then checks who answers),
+    /// but no address is bound to a site until we connect there ourselves
+    /// and find it (`bind_site_id`), so a peer cannot take over traffic
+    /// meant for the site at an address it lists.
     fn entry_for_accept(self: &Arc<Self>, id: SiteId, listen: &[String]) -> Arc<SiteEntry> {
         let mut t = self.sites.lock();
         if let Some(&k) = t.by_id.get(&id) {
             return t.entries[k].clone();
-        }
-        for l in listen {
-            if let Some(&k) = t.by_address.get(l) {
-                let e = t.entries[k].clone();
-                if e.id.get().is_none() {
-                    let _ = e.id.set(id);
-                    t.by_id.insert(id, k);
-                    return e;
-                }
-            }
         }
         let address = listen.iter().find_map(|l| l.parse::<Address>().ok());
         let e = self.new_entry(&mut t, address);

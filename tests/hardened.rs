@@ -1,0 +1,164 @@
+//! Regression tests for holes the review of issue 6 found in the ComObject
+//! and the site table, each over real sockets.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use serde::{Deserialize, Serialize};
+use sitenet::protocols::handshake::LocalInfo;
+use sitenet::protocols::{ByteBuffer, Initiator, SiteId};
+use sitenet::{Message, Node, SendOptions};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WhoAreYou;
+impl Message for WhoAreYou {
+    const ID: u32 = 600;
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct IAm {
+    id: String,
+}
+impl Message for IAm {
+    const ID: u32 = 601;
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Blob;
+impl Message for Blob {
+    const ID: u32 = 602;
+}
+
+/// Runs the initiator's open protocol by hand over a blocking socket, as a
+/// site that lists `listen` (addresses it does not own) and never speaks
+/// again. Returns the socket, kept open so the channel stays working.
+fn lying_initiator(target: &str, listen: Vec<String>) -> TcpStream {
+    let hostport = target.strip_prefix("tcp:").expect("tcp address");
+    let mut s = TcpStream::connect(hostport).expect("connect");
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let local = LocalInfo {
+        site: SiteId(rand::random::<u128>()),
+        listen,
+        buffer_size: 65_536,
+        max_message: 1 << 20,
+    };
+    let mut hs = Initiator::new(local, None, 0, 0);
+    let mut inb = ByteBuffer::new(65_536);
+    let mut outb = ByteBuffer::new(65_536);
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).expect("read");
+        assert!(n > 0, "the node closed the channel during the handshake");
+        inb.push(&buf[..n]);
+        let done = hs.handle_input(&mut inb, &mut outb).expect("handshake");
+        let (a, b) = outb.chunks();
+        let bytes = [a, b].concat();
+        s.write_all(&bytes).unwrap();
+        outb.clear();
+        if done.is_some() {
+            return s;
+        }
+    }
+}
+
+/// Issue 6, "the site table": `learn_listen` bound an address to whoever
+/// claimed it first, so an unauthenticated peer that listed the address of
+/// another site took over the traffic meant for that site. An address is
+/// now bound to a site only when we connect there ourselves and find it.
+#[test]
+fn a_peer_listing_another_sites_address_does_not_take_over_its_traffic() {
+    let server = listening_node();
+    let server_id = server.id().to_string();
+    server
+        .handle(move |ctx, _: WhoAreYou| {
+            let _ = ctx.reply(&IAm {
+                id: server_id.clone(),
+            });
+        })
+        .unwrap();
+    let victim = listening_node();
+    // The liar connects to the victim first, claiming the server's address.
+    let _liar = lying_initiator(&addr(&victim), vec![addr(&server)]);
+    assert!(
+        victim.wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE),
+        "the liar's channel never worked"
+    );
+    // The victim now talks to the server by its address: the server answers.
+    let site = victim.site(&addr(&server)).unwrap();
+    let r = site
+        .request_blocking::<WhoAreYou, IAm>(
+            &WhoAreYou,
+            SendOptions::default(),
+            Duration::from_secs(20),
+        )
+        .expect("the server itself answers");
+    assert_eq!(r.msg.id, server.id().to_string());
+    assert_eq!(site.id(), Some(server.id()));
+}
+
+/// Issue 6: a message bigger than the peer's maximum, queued before the
+/// first handshake, was resent for ever (the peer refused it, the channel
+/// closed, it went out first again) and held up the messages behind it.
+/// It is now handed back, never sent, with a typed error.
+#[test]
+fn a_message_too_large_for_the_peer_queued_before_the_first_handshake_is_handed_back() {
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| c.max_message_size = 64 * 1024)
+        .start()
+        .unwrap();
+    let sink = Sink::install(&server, 1, None);
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    // Both queued before any channel exists: the client does not know the
+    // server's maximum yet.
+    site.try_send_with(&Blob, SendOptions::default().body(vec![1u8; 200 * 1024]))
+        .expect("queued: the peer's maximum is not known yet");
+    site.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
+    sink.wait_blocking();
+    assert!(client.wait_until_blocking(|m| m.handed_back == 1, PATIENCE));
+    let back = site.take_refused();
+    assert_eq!(back.len(), 1);
+    assert!(
+        matches!(
+            back[0].0,
+            sitenet::protocols::SendError::TooLarge { max: 65_536, .. }
+        ),
+        "{:?}",
+        back[0].0
+    );
+    assert_eq!(back[0].1.body_len(), 200 * 1024);
+    let m = server.metrics();
+    assert_eq!(m.protocol_errors, 0, "the server never saw it");
+    assert_eq!(client.metrics().channels_opened, 1, "no reconnect loop");
+    // Nothing is left held for the site.
+    assert!(client.wait_until_blocking(|_| site.pending_bytes() == 0, PATIENCE));
+}
+
+/// Issue 6: a send racing with the site's permanent failure was lost: the
+/// sender checked the site (not failed yet) and queued, and the failing
+/// ComObject released the message without handing it back.
+#[test]
+fn a_send_racing_with_kill_is_handed_back_not_lost() {
+    let server = listening_node();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    {
+        // The ComObject is busy: the kill is queued behind it, and the send
+        // checks the site before the kill runs.
+        let _busy = site.hold_busy();
+        client.kill(&site);
+        site.try_send(&Numbered { stream: 7, seq: 0 })
+            .expect("not failed yet when the send checks");
+    }
+    assert!(client.wait_until_blocking(|m| m.perm_failures == 1, PATIENCE));
+    let (reason, back) = site.failure().expect("failed");
+    assert!(reason.contains("killed"), "{reason}");
+    assert_eq!(back.not_sent.len(), 1, "the racing send is handed back");
+    assert!(back.maybe_delivered.is_empty());
+    assert_eq!(site.pending_bytes(), 0);
+}
