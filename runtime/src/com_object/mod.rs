@@ -15,93 +15,36 @@
 //! cannot deadlock. Both are bounded per turn (reads by count, writes by
 //! bytes), so one fast peer cannot stall every other actor on the thread.
 
+mod io;
+mod messages;
+
+use io::Live;
+pub(crate) use messages::{Adopt, CloseHard, HoldBusy, Kill, Stop, Wake};
+
 use std::sync::Arc;
 use std::time::Instant;
 
 use actix::fut;
 use actix::prelude::*;
 
-use sitenet_protocols::handshake::write_answer;
 use sitenet_protocols::{
-    AcceptOutcome, Action, ChannelEnd, ChannelId, ComObject as ComLogic, ComStats, FaultState,
-    Initiator, Loss, Negotiate, NegotiateAns, OpenRequest, Opened, OutMessage, SessionStats,
+    Action, ChannelEnd, ChannelId, ComObject as ComLogic, ComStats, FaultState, Initiator,
+    OpenRequest, Opened, OutMessage, SessionStats,
 };
 
-use crate::channel_io::{connect_and_open, flush_and_close, OpenFailure};
-use crate::handlers::dispatch;
+use crate::channel_io::{connect_and_open, OpenFailure};
 use crate::metrics::Counters;
 use crate::node::{FaultReport, NodeInner};
 use crate::site::{HandedBack, SiteEntry};
-use crate::trans_object::{ReadStatus, TransObject};
+use crate::trans_object::TransObject;
 
 /// Reads per readiness event before yielding to other actors on the thread
 /// (a flooding peer cannot monopolise the runtime).
-const READS_PER_TURN: usize = 16;
+pub(super) const READS_PER_TURN: usize = 16;
 
 /// Bytes written per turn before yielding to other actors on the thread (a
 /// fast peer taking a 256 MiB message cannot stall every node on it).
-const WRITE_BYTES_PER_TURN: usize = 1 << 20;
-
-/// Wakes the ComObject: its outbox went from empty to non-empty.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Wake;
-
-/// An accepted channel whose initiator identified itself as this site.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Adopt {
-    pub(crate) trans: TransObject,
-    pub(crate) neg: Negotiate,
-}
-
-/// Stop: the node is shutting down.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Stop;
-
-/// Kill: fail the site permanently on purpose.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Kill;
-
-/// Close the channel with CLOSE_HARD (the fd-slot controller's preemption,
-/// and tests). The site reconnects when it needs to; nothing is lost.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct CloseHard;
-
-/// Test hook: block the actor (and its thread) until released.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct HoldBusy {
-    pub(crate) release: parking_lot::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
-    pub(crate) started: std::sync::mpsc::Sender<()>,
-}
-
-/// The live channel: the TransObject and its readiness futures.
-struct Live {
-    id: ChannelId,
-    t: TransObject,
-    read: Option<SpawnHandle>,
-    write: Option<SpawnHandle>,
-}
-
-/// Which readiness of the live channel a spawned future waits for.
-#[derive(Debug, Clone, Copy)]
-enum Readiness {
-    Read,
-    Write,
-}
-
-impl Live {
-    fn slot(&mut self, which: Readiness) -> &mut Option<SpawnHandle> {
-        match which {
-            Readiness::Read => &mut self.read,
-            Readiness::Write => &mut self.write,
-        }
-    }
-}
+pub(super) const WRITE_BYTES_PER_TURN: usize = 1 << 20;
 
 /// Opener ids: unique in the process, so unique per node incarnation; 0 is
 /// reserved for "unknown".
@@ -161,7 +104,7 @@ impl ComObject {
     }
 
     /// The address this site is contacted at, for reports ("" if none).
-    fn address_string(&self) -> String {
+    pub(super) fn address_string(&self) -> String {
         self.entry
             .address
             .as_ref()
@@ -169,20 +112,20 @@ impl ComObject {
             .unwrap_or_default()
     }
 
-    fn peer_string(&self) -> String {
+    pub(super) fn peer_string(&self) -> String {
         self.live
             .as_ref()
             .map(|l| l.t.peer().to_string())
             .unwrap_or_else(|| self.address_string())
     }
 
-    fn has_refs(&self) -> bool {
+    pub(super) fn has_refs(&self) -> bool {
         self.entry.refs.load(std::sync::atomic::Ordering::Acquire) > 0
     }
 
     /// Moves what `SiteRef`s queued into the machine. A message it refuses
     /// (the site failed meanwhile) joins what the failure handed back.
-    fn take_outbox(&mut self, on_wake: bool) {
+    pub(super) fn take_outbox(&mut self, on_wake: bool) {
         let mut batch = std::mem::take(&mut self.scratch);
         if on_wake {
             self.entry.outbox.drain_on_wake(&mut batch);
@@ -205,7 +148,7 @@ impl ComObject {
 
     /// Moves a message accepted under this entry's bound to `other`: it must
     /// not be lost, so it is moved even if `other` is at its bound.
-    fn forward(&self, other: &Arc<SiteEntry>, m: OutMessage) {
+    pub(super) fn forward(&self, other: &Arc<SiteEntry>, m: OutMessage) {
         let n = m.wire_len();
         self.entry.outbox.release(n);
         other.outbox.force_reserve(n);
@@ -215,7 +158,7 @@ impl ComObject {
     }
 
     /// A message that can never be sent to this site goes back to the user.
-    fn hand_back(&mut self, e: sitenet_protocols::SendError, m: OutMessage) {
+    pub(super) fn hand_back(&mut self, e: sitenet_protocols::SendError, m: OutMessage) {
         self.entry.outbox.release(m.wire_len());
         Counters::add(&self.node.counters.handed_back, 1);
         if let Some((_, back)) = self.entry.failed.lock().as_mut() {
@@ -229,7 +172,7 @@ impl ComObject {
 
     /// The one place that reacts to anything: queue, act, flush, account,
     /// re-arm the timer.
-    fn drive(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn drive(&mut self, ctx: &mut Context<Self>) {
         self.take_outbox(false);
         self.com.set_has_refs(self.has_refs());
         self.act(ctx);
@@ -240,7 +183,7 @@ impl ComObject {
     }
 
     /// Carries out every action of the machine, in order.
-    fn act(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn act(&mut self, ctx: &mut Context<Self>) {
         while let Some(a) = self.com.poll_action() {
             match a {
                 // No slot controller yet: a slot is granted at once.
@@ -289,7 +232,7 @@ impl ComObject {
     }
 
     /// Records a fault of this site in the node's fault history.
-    fn report_fault(&self, peer: String, reason: String, permanent: bool) {
+    pub(super) fn report_fault(&self, peer: String, reason: String, permanent: bool) {
         self.node.record_fault(FaultReport {
             site: self.entry.id.get().copied(),
             peer,
@@ -298,7 +241,7 @@ impl ComObject {
         });
     }
 
-    fn set_fault(&mut self, state: FaultState, reason: &str) {
+    pub(super) fn set_fault(&mut self, state: FaultState, reason: &str) {
         if self.entry.set_fault(state, reason) {
             tracing::info!(site = ?self.entry.id.get(), ?state, %reason, "fault state");
             let c = &self.node.counters;
@@ -311,7 +254,12 @@ impl ComObject {
         }
     }
 
-    fn close_channel(&mut self, id: ChannelId, end: ChannelEnd, ctx: &mut Context<Self>) {
+    pub(super) fn close_channel(
+        &mut self,
+        id: ChannelId,
+        end: ChannelEnd,
+        ctx: &mut Context<Self>,
+    ) {
         if self.live.as_ref().map(|l| l.id) != Some(id) {
             self.com.channel_closed(id);
             return;
@@ -331,212 +279,7 @@ impl ComObject {
         self.com.channel_closed(id);
     }
 
-    /// Writes the machine's frames to the live channel, at most `budget`
-    /// bytes; a write error ends the channel.
-    fn write_turn(&mut self, budget: usize) -> Option<bool> {
-        let now = Instant::now();
-        let live = self.live.as_mut()?;
-        let mut written = 0;
-        let result = loop {
-            self.com.poll_transmit(now, &mut live.t.outb);
-            if live.t.outb.is_empty() {
-                break Ok(false);
-            }
-            match live.t.write_some(budget - written) {
-                Ok(st) => {
-                    Counters::add(&self.node.counters.writes, st.calls as u64);
-                    written += st.written;
-                    if st.blocked {
-                        break Ok(true);
-                    }
-                    if written >= budget {
-                        break Ok(!live.t.outb.is_empty() || self.com.wants_to_send(now));
-                    }
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        match result {
-            Ok(more) => Some(more),
-            Err(e) => {
-                let id = live.id;
-                self.com.channel_lost(id, Loss::Io(e.to_string()), now);
-                None
-            }
-        }
-    }
-
-    fn flush(&mut self, ctx: &mut Context<Self>) {
-        if self.write_deferred {
-            return;
-        }
-        let Some(more) = self.write_turn(WRITE_BYTES_PER_TURN) else {
-            return;
-        };
-        let blocked = self.live.as_ref().is_some_and(|l| !l.t.outb.is_empty());
-        if blocked {
-            self.arm(Readiness::Write, ctx);
-        } else if more {
-            // Budget spent with more to send: yield, then continue.
-            self.write_deferred = true;
-            ctx.spawn(
-                fut::wrap_future::<_, Self>(tokio::task::yield_now()).map(|(), act, ctx| {
-                    act.write_deferred = false;
-                    act.drive(ctx);
-                }),
-            );
-        }
-    }
-
-    /// Spawns (once) the future that waits for the live channel to become
-    /// readable or writable; a stale future (of a channel since replaced)
-    /// finds another channel id and does nothing.
-    fn arm(&mut self, which: Readiness, ctx: &mut Context<Self>) {
-        let Some(live) = self.live.as_mut() else {
-            return;
-        };
-        if live.slot(which).is_some() {
-            return;
-        }
-        let ch = live.t.channel();
-        let id = live.id;
-        let ready = async move {
-            match which {
-                Readiness::Read => ch.readable().await,
-                Readiness::Write => ch.writable().await,
-            }
-        };
-        let h = ctx.spawn(fut::wrap_future::<_, Self>(ready).map(move |r, act, ctx| {
-            let Some(live) = act.live.as_mut().filter(|l| l.id == id) else {
-                return;
-            };
-            *live.slot(which) = None;
-            match (r, which) {
-                (Ok(()), Readiness::Read) => act.on_readable(ctx),
-                (Ok(()), Readiness::Write) => act.drive(ctx),
-                (Err(e), _) => {
-                    act.com
-                        .channel_lost(id, Loss::Io(e.to_string()), Instant::now());
-                    act.drive(ctx);
-                }
-            }
-        }));
-        *live.slot(which) = Some(h);
-    }
-
-    /// Reads large chunks and decodes every complete frame after each read,
-    /// calling handlers directly.
-    fn on_readable(&mut self, ctx: &mut Context<Self>) {
-        let Some(id) = self.live.as_ref().map(|l| l.id) else {
-            return;
-        };
-        self.com.set_has_refs(self.has_refs());
-        let up = self.read_and_process(id);
-        if up {
-            self.arm(Readiness::Read, ctx);
-            // A reply queued by a handler or a task woken by these messages
-            // can carry the ack: hold a threshold ack until the next turn of
-            // the event loop.
-            self.com.hold_acks(true);
-            self.drive(ctx);
-            self.com.hold_acks(false);
-            self.defer_ack(ctx);
-        } else {
-            self.drive(ctx);
-        }
-    }
-
-    /// Transmits a held ack one event-loop turn later, unless data queued
-    /// meanwhile carried it (see `Session::hold_acks`).
-    fn defer_ack(&mut self, ctx: &mut Context<Self>) {
-        if self.ack_deferred || !self.com.ack_waiting() {
-            return;
-        }
-        self.ack_deferred = true;
-        ctx.spawn(
-            fut::wrap_future::<_, Self>(tokio::task::yield_now()).map(|(), act, ctx| {
-                act.ack_deferred = false;
-                act.drive(ctx);
-            }),
-        );
-    }
-
-    /// Feeds what the ring holds, then reads and feeds up to
-    /// [`READS_PER_TURN`] times. Returns false if the channel ended.
-    fn read_and_process(&mut self, id: ChannelId) -> bool {
-        let node = self.node.clone();
-        let entry = self.entry.clone();
-        let mut deliver = |m| dispatch(&node, &entry, m);
-        let Some(live) = self.live.as_mut() else {
-            return false;
-        };
-        // Bytes left over from the handshake come first.
-        if !self
-            .com
-            .handle_input(id, Instant::now(), &mut live.t.inb, &mut deliver)
-        {
-            return false;
-        }
-        for _ in 0..READS_PER_TURN {
-            let loss = match live.t.read_once() {
-                Ok(ReadStatus::Read(_)) => {
-                    Counters::add(&node.counters.reads, 1);
-                    None
-                }
-                Ok(ReadStatus::WouldBlock | ReadStatus::RingFull) => break,
-                Ok(ReadStatus::Eof) => Some(Loss::Eof),
-                Err(e) => Some(Loss::Io(e.to_string())),
-            };
-            if let Some(loss) = loss {
-                self.com.channel_lost(id, loss, Instant::now());
-                return false;
-            }
-            if !self
-                .com
-                .handle_input(id, Instant::now(), &mut live.t.inb, &mut deliver)
-            {
-                return false;
-            }
-        }
-        true
-    }
-
-    fn attach(&mut self, id: ChannelId, t: TransObject, ctx: &mut Context<Self>) {
-        Counters::add(&self.node.counters.channel_buffer_bytes, t.ring_bytes());
-        tracing::debug!(site = ?self.entry.id.get(), peer = %t.peer(), generation = ?self.com.session().channel().map(|c| c.generation), "channel working");
-        if let Some(p) = self.com.session().peer_max_message() {
-            self.entry
-                .peer_max
-                .store(p, std::sync::atomic::Ordering::Release);
-        }
-        self.live = Some(Live {
-            id,
-            t,
-            read: None,
-            write: None,
-        });
-        Counters::add(&self.node.counters.channels_opened, 1);
-        self.node.changed.notify_waiters();
-        self.node.acked.notify_waiters();
-        self.on_readable(ctx);
-    }
-
-    fn drop_live(&mut self, ctx: &mut Context<Self>) {
-        let Some(live) = self.live.take() else {
-            return;
-        };
-        self.node
-            .counters
-            .channel_buffer_bytes
-            .fetch_sub(live.t.ring_bytes(), std::sync::atomic::Ordering::Relaxed);
-        for h in [live.read, live.write].into_iter().flatten() {
-            ctx.cancel_future(h);
-        }
-        Counters::add(&self.node.counters.channels_closed, 1);
-        self.node.changed.notify_waiters();
-    }
-
-    fn start_open(&mut self, req: OpenRequest, ctx: &mut Context<Self>) {
+    pub(super) fn start_open(&mut self, req: OpenRequest, ctx: &mut Context<Self>) {
         let Some(addr) = self.entry.address.clone() else {
             return;
         };
@@ -564,7 +307,7 @@ impl ComObject {
         self.opening = Some((attempt, h));
     }
 
-    fn on_opened(
+    pub(super) fn on_opened(
         &mut self,
         attempt: u64,
         res: Result<(TransObject, Opened), (OpenFailure, Option<sitenet_protocols::SiteId>)>,
@@ -610,7 +353,7 @@ impl ComObject {
     /// entry, let `SiteRef`s follow it, and keep forwarding what still
     /// reaches this actor (a sender that resolved the entry before the
     /// redirect, an accepted channel routed here).
-    fn merge_into(&mut self, other: Arc<SiteEntry>, ctx: &mut Context<Self>) {
+    pub(super) fn merge_into(&mut self, other: Arc<SiteEntry>, ctx: &mut Context<Self>) {
         tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
         let _ = self.entry.redirect.set(other.clone());
         self.merged = Some(other.clone());
@@ -631,7 +374,7 @@ impl ComObject {
     /// the timer is replaced only when a deadline moves earlier: the
     /// heartbeat deadline moves later on every frame sent, and re-creating
     /// the timer for each would cost more than the frame.
-    fn rearm_timer(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn rearm_timer(&mut self, ctx: &mut Context<Self>) {
         let Some(at) = self.com.poll_timeout() else {
             return;
         };
@@ -650,7 +393,7 @@ impl ComObject {
         self.timer = Some((at, h));
     }
 
-    fn account(&mut self) {
+    pub(super) fn account(&mut self) {
         let now = Instant::now();
         let (_, bytes) = self.com.take_freed(now);
         self.entry.outbox.release(bytes);
@@ -688,105 +431,5 @@ impl ComObject {
             self.node.changed.notify_waiters();
         }
         self.reported = (s, k);
-    }
-}
-
-impl Handler<Wake> for ComObject {
-    type Result = ();
-
-    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
-        self.take_outbox(true);
-        self.drive(ctx);
-    }
-}
-
-impl Handler<Adopt> for ComObject {
-    type Result = ();
-
-    fn handle(&mut self, msg: Adopt, ctx: &mut Context<Self>) {
-        let Adopt { mut trans, neg } = msg;
-        if let Some(other) = &self.merged {
-            if let Some(a) = other.addr.get() {
-                a.do_send(Adopt { trans, neg });
-            }
-            return;
-        }
-        if self.entry.id.get() != Some(&neg.site) {
-            // Routed here by a listen address; the id must agree.
-            if let Err(other) = self.node.bind_site_id(&self.entry, neg.site) {
-                if let Some(a) = other.addr.get() {
-                    a.do_send(Adopt { trans, neg });
-                }
-                return;
-            }
-        }
-        match self.com.accepted(&neg, Instant::now()) {
-            AcceptOutcome::Refuse(reason) => {
-                tracing::debug!(site = %neg.site, ?reason, "refusing accepted channel");
-                write_answer(&mut trans.outb, &NegotiateAns::Refuse(reason));
-                let limit = self.node.cfg.handshake_timeout;
-                ctx.spawn(fut::wrap_future(flush_and_close(trans, limit)));
-            }
-            AcceptOutcome::Protocol(e) => {
-                tracing::warn!(site = %neg.site, error = %e, "closing accepted channel");
-                // The fault is reported by the ReportFault action.
-                drop(trans);
-            }
-            AcceptOutcome::Accept { id, answer } => {
-                // Full-size rings only now that the channel is accepted.
-                trans.resize(self.node.cfg.buffer_size as usize);
-                write_answer(&mut trans.outb, &answer);
-                self.act(ctx);
-                self.attach(id, trans, ctx);
-                return;
-            }
-        }
-        self.drive(ctx);
-    }
-}
-
-impl Handler<Stop> for ComObject {
-    type Result = ();
-
-    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
-        // A final ack and whatever can be written now; the socket closes
-        // with the actor.
-        self.com.shutdown(Instant::now());
-        self.act(ctx);
-        self.drop_live(ctx);
-        ctx.stop();
-    }
-}
-
-impl Handler<Kill> for ComObject {
-    type Result = ();
-
-    fn handle(&mut self, _: Kill, ctx: &mut Context<Self>) {
-        // CLOSE_HARD if a channel exists (written now if the socket takes
-        // it), then the site fails at once.
-        self.take_outbox(false);
-        self.com.kill(Instant::now());
-        self.drive(ctx);
-    }
-}
-
-impl Handler<CloseHard> for ComObject {
-    type Result = ();
-
-    fn handle(&mut self, _: CloseHard, ctx: &mut Context<Self>) {
-        if self.com.close_hard(Instant::now()) {
-            self.drive(ctx);
-        }
-    }
-}
-
-impl Handler<HoldBusy> for ComObject {
-    type Result = ();
-
-    fn handle(&mut self, msg: HoldBusy, _ctx: &mut Context<Self>) {
-        let _ = msg.started.send(());
-        if let Some(rx) = msg.release.lock().take() {
-            let _ = rx.recv();
-        }
     }
 }

@@ -1,0 +1,245 @@
+//! The live channel's I/O: readiness futures, bounded read and write
+//! turns, attaching and dropping the TransObject.
+
+use std::time::Instant;
+
+use actix::fut;
+use actix::prelude::*;
+
+use sitenet_protocols::{ChannelId, Loss};
+
+use super::{ComObject, READS_PER_TURN, WRITE_BYTES_PER_TURN};
+use crate::handlers::dispatch;
+use crate::metrics::Counters;
+use crate::trans_object::{ReadStatus, TransObject};
+
+/// The live channel: the TransObject and its readiness futures.
+pub(super) struct Live {
+    pub(super) id: ChannelId,
+    pub(super) t: TransObject,
+    pub(super) read: Option<SpawnHandle>,
+    pub(super) write: Option<SpawnHandle>,
+}
+
+/// Which readiness of the live channel a spawned future waits for.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Readiness {
+    Read,
+    Write,
+}
+
+impl Live {
+    pub(super) fn slot(&mut self, which: Readiness) -> &mut Option<SpawnHandle> {
+        match which {
+            Readiness::Read => &mut self.read,
+            Readiness::Write => &mut self.write,
+        }
+    }
+}
+
+impl ComObject {
+    /// Writes the machine's frames to the live channel, at most `budget`
+    /// bytes; a write error ends the channel.
+    pub(super) fn write_turn(&mut self, budget: usize) -> Option<bool> {
+        let now = Instant::now();
+        let live = self.live.as_mut()?;
+        let mut written = 0;
+        let result = loop {
+            self.com.poll_transmit(now, &mut live.t.outb);
+            if live.t.outb.is_empty() {
+                break Ok(false);
+            }
+            match live.t.write_some(budget - written) {
+                Ok(st) => {
+                    Counters::add(&self.node.counters.writes, st.calls as u64);
+                    written += st.written;
+                    if st.blocked {
+                        break Ok(true);
+                    }
+                    if written >= budget {
+                        break Ok(!live.t.outb.is_empty() || self.com.wants_to_send(now));
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        match result {
+            Ok(more) => Some(more),
+            Err(e) => {
+                let id = live.id;
+                self.com.channel_lost(id, Loss::Io(e.to_string()), now);
+                None
+            }
+        }
+    }
+
+    pub(super) fn flush(&mut self, ctx: &mut Context<Self>) {
+        if self.write_deferred {
+            return;
+        }
+        let Some(more) = self.write_turn(WRITE_BYTES_PER_TURN) else {
+            return;
+        };
+        let blocked = self.live.as_ref().is_some_and(|l| !l.t.outb.is_empty());
+        if blocked {
+            self.arm(Readiness::Write, ctx);
+        } else if more {
+            // Budget spent with more to send: yield, then continue.
+            self.write_deferred = true;
+            ctx.spawn(
+                fut::wrap_future::<_, Self>(tokio::task::yield_now()).map(|(), act, ctx| {
+                    act.write_deferred = false;
+                    act.drive(ctx);
+                }),
+            );
+        }
+    }
+
+    /// Spawns (once) the future that waits for the live channel to become
+    /// readable or writable; a stale future (of a channel since replaced)
+    /// finds another channel id and does nothing.
+    pub(super) fn arm(&mut self, which: Readiness, ctx: &mut Context<Self>) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        if live.slot(which).is_some() {
+            return;
+        }
+        let ch = live.t.channel();
+        let id = live.id;
+        let ready = async move {
+            match which {
+                Readiness::Read => ch.readable().await,
+                Readiness::Write => ch.writable().await,
+            }
+        };
+        let h = ctx.spawn(fut::wrap_future::<_, Self>(ready).map(move |r, act, ctx| {
+            let Some(live) = act.live.as_mut().filter(|l| l.id == id) else {
+                return;
+            };
+            *live.slot(which) = None;
+            match (r, which) {
+                (Ok(()), Readiness::Read) => act.on_readable(ctx),
+                (Ok(()), Readiness::Write) => act.drive(ctx),
+                (Err(e), _) => {
+                    act.com
+                        .channel_lost(id, Loss::Io(e.to_string()), Instant::now());
+                    act.drive(ctx);
+                }
+            }
+        }));
+        *live.slot(which) = Some(h);
+    }
+
+    /// Reads large chunks and decodes every complete frame after each read,
+    /// calling handlers directly.
+    pub(super) fn on_readable(&mut self, ctx: &mut Context<Self>) {
+        let Some(id) = self.live.as_ref().map(|l| l.id) else {
+            return;
+        };
+        self.com.set_has_refs(self.has_refs());
+        let up = self.read_and_process(id);
+        if up {
+            self.arm(Readiness::Read, ctx);
+            // A reply queued by a handler or a task woken by these messages
+            // can carry the ack: hold a threshold ack until the next turn of
+            // the event loop.
+            self.com.hold_acks(true);
+            self.drive(ctx);
+            self.com.hold_acks(false);
+            self.defer_ack(ctx);
+        } else {
+            self.drive(ctx);
+        }
+    }
+
+    /// Transmits a held ack one event-loop turn later, unless data queued
+    /// meanwhile carried it (see `Session::hold_acks`).
+    pub(super) fn defer_ack(&mut self, ctx: &mut Context<Self>) {
+        if self.ack_deferred || !self.com.ack_waiting() {
+            return;
+        }
+        self.ack_deferred = true;
+        ctx.spawn(
+            fut::wrap_future::<_, Self>(tokio::task::yield_now()).map(|(), act, ctx| {
+                act.ack_deferred = false;
+                act.drive(ctx);
+            }),
+        );
+    }
+
+    /// Feeds what the ring holds, then reads and feeds up to
+    /// [`READS_PER_TURN`] times. Returns false if the channel ended.
+    pub(super) fn read_and_process(&mut self, id: ChannelId) -> bool {
+        let node = self.node.clone();
+        let entry = self.entry.clone();
+        let mut deliver = |m| dispatch(&node, &entry, m);
+        let Some(live) = self.live.as_mut() else {
+            return false;
+        };
+        // Bytes left over from the handshake come first.
+        if !self
+            .com
+            .handle_input(id, Instant::now(), &mut live.t.inb, &mut deliver)
+        {
+            return false;
+        }
+        for _ in 0..READS_PER_TURN {
+            let loss = match live.t.read_once() {
+                Ok(ReadStatus::Read(_)) => {
+                    Counters::add(&node.counters.reads, 1);
+                    None
+                }
+                Ok(ReadStatus::WouldBlock | ReadStatus::RingFull) => break,
+                Ok(ReadStatus::Eof) => Some(Loss::Eof),
+                Err(e) => Some(Loss::Io(e.to_string())),
+            };
+            if let Some(loss) = loss {
+                self.com.channel_lost(id, loss, Instant::now());
+                return false;
+            }
+            if !self
+                .com
+                .handle_input(id, Instant::now(), &mut live.t.inb, &mut deliver)
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    pub(super) fn attach(&mut self, id: ChannelId, t: TransObject, ctx: &mut Context<Self>) {
+        Counters::add(&self.node.counters.channel_buffer_bytes, t.ring_bytes());
+        tracing::debug!(site = ?self.entry.id.get(), peer = %t.peer(), generation = ?self.com.session().channel().map(|c| c.generation), "channel working");
+        if let Some(p) = self.com.session().peer_max_message() {
+            self.entry
+                .peer_max
+                .store(p, std::sync::atomic::Ordering::Release);
+        }
+        self.live = Some(Live {
+            id,
+            t,
+            read: None,
+            write: None,
+        });
+        Counters::add(&self.node.counters.channels_opened, 1);
+        self.node.changed.notify_waiters();
+        self.node.acked.notify_waiters();
+        self.on_readable(ctx);
+    }
+
+    pub(super) fn drop_live(&mut self, ctx: &mut Context<Self>) {
+        let Some(live) = self.live.take() else {
+            return;
+        };
+        self.node
+            .counters
+            .channel_buffer_bytes
+            .fetch_sub(live.t.ring_bytes(), std::sync::atomic::Ordering::Relaxed);
+        for h in [live.read, live.write].into_iter().flatten() {
+            ctx.cancel_future(h);
+        }
+        Counters::add(&self.node.counters.channels_closed, 1);
+        self.node.changed.notify_waiters();
+    }
+}

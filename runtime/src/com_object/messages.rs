@@ -1,0 +1,151 @@
+//! The messages a ComObject actor handles, and its handlers: each feeds
+//! the machine and drives.
+
+use std::time::Instant;
+
+use actix::fut;
+use actix::prelude::*;
+
+use sitenet_protocols::handshake::write_answer;
+use sitenet_protocols::{AcceptOutcome, Negotiate, NegotiateAns};
+
+use super::ComObject;
+use crate::channel_io::flush_and_close;
+use crate::trans_object::TransObject;
+
+/// Wakes the ComObject: its outbox went from empty to non-empty.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Wake;
+
+/// An accepted channel whose initiator identified itself as this site.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Adopt {
+    pub(crate) trans: TransObject,
+    pub(crate) neg: Negotiate,
+}
+
+/// Stop: the node is shutting down.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Stop;
+
+/// Kill: fail the site permanently on purpose.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Kill;
+
+/// Close the channel with CLOSE_HARD (the fd-slot controller's preemption,
+/// and tests). The site reconnects when it needs to; nothing is lost.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct CloseHard;
+
+/// Test hook: block the actor (and its thread) until released.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct HoldBusy {
+    pub(crate) release: parking_lot::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    pub(crate) started: std::sync::mpsc::Sender<()>,
+}
+
+impl Handler<Wake> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        self.take_outbox(true);
+        self.drive(ctx);
+    }
+}
+
+impl Handler<Adopt> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, msg: Adopt, ctx: &mut Context<Self>) {
+        let Adopt { mut trans, neg } = msg;
+        if let Some(other) = &self.merged {
+            if let Some(a) = other.addr.get() {
+                a.do_send(Adopt { trans, neg });
+            }
+            return;
+        }
+        if self.entry.id.get() != Some(&neg.site) {
+            // Routed here by a listen address; the id must agree.
+            if let Err(other) = self.node.bind_site_id(&self.entry, neg.site) {
+                if let Some(a) = other.addr.get() {
+                    a.do_send(Adopt { trans, neg });
+                }
+                return;
+            }
+        }
+        match self.com.accepted(&neg, Instant::now()) {
+            AcceptOutcome::Refuse(reason) => {
+                tracing::debug!(site = %neg.site, ?reason, "refusing accepted channel");
+                write_answer(&mut trans.outb, &NegotiateAns::Refuse(reason));
+                let limit = self.node.cfg.handshake_timeout;
+                ctx.spawn(fut::wrap_future(flush_and_close(trans, limit)));
+            }
+            AcceptOutcome::Protocol(e) => {
+                tracing::warn!(site = %neg.site, error = %e, "closing accepted channel");
+                // The fault is reported by the ReportFault action.
+                drop(trans);
+            }
+            AcceptOutcome::Accept { id, answer } => {
+                // Full-size rings only now that the channel is accepted.
+                trans.resize(self.node.cfg.buffer_size as usize);
+                write_answer(&mut trans.outb, &answer);
+                self.act(ctx);
+                self.attach(id, trans, ctx);
+                return;
+            }
+        }
+        self.drive(ctx);
+    }
+}
+
+impl Handler<Stop> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+        // A final ack and whatever can be written now; the socket closes
+        // with the actor.
+        self.com.shutdown(Instant::now());
+        self.act(ctx);
+        self.drop_live(ctx);
+        ctx.stop();
+    }
+}
+
+impl Handler<Kill> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, _: Kill, ctx: &mut Context<Self>) {
+        // CLOSE_HARD if a channel exists (written now if the socket takes
+        // it), then the site fails at once.
+        self.take_outbox(false);
+        self.com.kill(Instant::now());
+        self.drive(ctx);
+    }
+}
+
+impl Handler<CloseHard> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, _: CloseHard, ctx: &mut Context<Self>) {
+        if self.com.close_hard(Instant::now()) {
+            self.drive(ctx);
+        }
+    }
+}
+
+impl Handler<HoldBusy> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, msg: HoldBusy, _ctx: &mut Context<Self>) {
+        let _ = msg.started.send(());
+        if let Some(rx) = msg.release.lock().take() {
+            let _ = rx.recv();
+        }
+    }
+}
