@@ -647,11 +647,34 @@ fn link_decision_rules() {
 // ---------------------------------------------------------------------------
 
 mod model {
+    //! Two sites, each a shipped [`ComObject`] (the link decision, opening,
+    //! backoff and channel bookkeeping that run in the runtime), joined by
+    //! channels whose ends run the real handshake machines. Every event is a
+    //! choice: an open begins, or the head of a channel's queue is delivered.
+
     use super::*;
+    use std::collections::HashMap;
+    use std::sync::OnceLock;
+    use std::time::Instant;
+
+    use sitenet_protocols::{
+        AcceptOutcome, Action, ChannelId, ComConfig, ComObject, ComState, Loss, OpenFailure,
+    };
 
     pub type DecideFn = fn(LinkView, &Negotiate) -> Decision;
 
     const BUF: usize = MIN_BUFFER as usize;
+
+    /// The first attempt number of each site's ComObject; stale attempts
+    /// made before the scenario are numbered from 1.
+    const FIRST_ATTEMPT: u64 = 1_000;
+
+    /// One fixed origin of virtual time for every replay, so that two
+    /// replays of the same path have the same fingerprint.
+    fn base() -> Instant {
+        static BASE: OnceLock<Instant> = OnceLock::new();
+        *BASE.get_or_init(Instant::now)
+    }
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Ev {
@@ -699,53 +722,136 @@ mod model {
         }
     }
 
-    #[derive(Debug, Clone, Copy)]
+    #[derive(Debug)]
     pub struct Site {
         pub id: SiteId,
-        /// (generation, channel) of the working channel.
-        pub working: Option<(u64, usize)>,
-        pub last_generation: u64,
-        pub opening: Option<usize>,
+        /// The shipped connection logic of this site's ComObject for the peer.
+        pub com: ComObject,
+        /// This site's virtual clock.
+        pub now: Instant,
+        /// Model channel of each ComObject channel id.
+        pub chan_of: HashMap<ChannelId, usize>,
+        /// (model channel, attempt) of the open in progress.
+        pub opening: Option<(usize, u64)>,
         /// How many opens this site may still begin (when it has no channel).
         pub opens_left: u32,
-        /// This site's opener id and the number of its last attempt.
-        pub opener: u64,
-        pub attempts: u64,
-        /// The peer's attempt that opened the working channel, if this site
-        /// accepted it.
-        pub working_from: Option<Attempt>,
+    }
+
+    impl Site {
+        fn working(&self) -> Option<(u64, usize)> {
+            let id = self.com.working_channel()?;
+            let g = self.com.session().channel()?.generation;
+            Some((g, *self.chan_of.get(&id)?))
+        }
     }
 
     pub struct World {
         pub sites: [Site; 2],
         pub chans: Vec<Chan>,
         pub violations: Vec<String>,
-        decide: DecideFn,
         /// Backoff retry rounds still allowed.
         pub retry_rounds: u32,
         /// Retry rounds used on this path.
         pub retries_used: u32,
+        /// Stale attempts made so far (each numbered after the last).
+        stale_attempts: u64,
     }
 
-    fn local(site: &Site) -> LocalInfo {
+    fn local(id: SiteId) -> LocalInfo {
         LocalInfo {
-            site: site.id,
+            site: id,
             listen: vec![],
             buffer_size: 65_536,
             max_message: 1 << 20,
         }
     }
 
+    /// A site with `opens_left` opens, whose ComObject (opener `opener`)
+    /// uses the link decision `decide` and has a message queued (so it needs
+    /// a channel).
+    pub fn site(id: u128, opens_left: u32, decide: DecideFn) -> Site {
+        let id = SiteId(id);
+        let mut com = ComObject::new(
+            ComConfig::default(),
+            ReassemblyBudget::new(1 << 20),
+            id,
+            true,
+            // Distinct per site; attempts are numbered from 1.
+            1 + (id.0 & 0xff) as u64,
+            id.0 as u64,
+            base(),
+        )
+        .with_decide(decide)
+        // Attempts the scenario puts in flight before are numbered below.
+        .with_first_attempt(FIRST_ATTEMPT);
+        com.queue(OutMessage::new(Priority::Medium, 1, Bytes::new(), vec![]))
+            .expect("queued");
+        while com.poll_action().is_some() {}
+        Site {
+            id,
+            com,
+            now: base(),
+            chan_of: HashMap::new(),
+            opening: None,
+            opens_left,
+        }
+    }
+
     impl World {
-        pub fn new(sites: [Site; 2], decide: DecideFn) -> Self {
+        pub fn new(sites: [Site; 2]) -> Self {
             Self {
                 sites,
                 chans: Vec::new(),
                 violations: Vec::new(),
-                decide,
                 retry_rounds: 2,
                 retries_used: 0,
+                stale_attempts: 0,
             }
+        }
+
+        /// Makes site `s` work on model channel `c` at generation `g`, as the
+        /// acceptor of a NEGOTIATE from the peer that saw `g - 1`.
+        fn work_at(&mut self, s: usize, c: usize, g: u64) {
+            let peer = self.sites[1 - s].id;
+            let neg = Negotiate {
+                version: sitenet_protocols::PROTOCOL_VERSION,
+                site: peer,
+                listen: vec![],
+                buffer_size: 65_536,
+                max_message: 1 << 20,
+                last_received: 0,
+                last_generation: g - 1,
+                attempt: Attempt::UNKNOWN,
+            };
+            let site = &mut self.sites[s];
+            match site.com.accepted(&neg, site.now) {
+                AcceptOutcome::Accept { id, .. } => {
+                    site.chan_of.insert(id, c);
+                }
+                other => panic!("priming site {s}: {other:?}"),
+            }
+            self.apply_actions(s);
+        }
+
+        /// Both sites saw generation `g` working on a channel since lost by
+        /// both (their ComObjects back off and may open again).
+        pub fn both_saw(mut self, g: u64) -> Self {
+            let c = self.old_working(g, &[]);
+            for s in 0..2 {
+                self.lose(s, c);
+            }
+            self.chans[c].ends = [End::Closed, End::Closed];
+            self.chans[c].queue = [VecDeque::new(), VecDeque::new()];
+            self
+        }
+
+        /// Site `s` learns that channel `c` is gone.
+        fn lose(&mut self, s: usize, c: usize) {
+            let site = &mut self.sites[s];
+            if let Some((&id, _)) = site.chan_of.iter().find(|(_, &v)| v == c) {
+                site.com.channel_lost(id, Loss::Eof, site.now);
+            }
+            self.apply_actions(s);
         }
 
         /// A channel that was working (generation `g`) before the scenario;
@@ -760,14 +866,20 @@ mod model {
             ch.ends = [End::Working, End::Working];
             self.chans.push(ch);
             for s in 0..2 {
-                self.sites[s].working = Some((g, c));
-                self.sites[s].last_generation = self.sites[s].last_generation.max(g);
+                self.work_at(s, c, g);
             }
             for &s in lost_by {
-                self.sites[s].working = None;
+                self.lose(s, c);
                 self.close(c, s);
             }
             c
+        }
+
+        /// Site `silent` lost channel `c` without the peer noticing (a
+        /// half-open connection: no EOF ever arrives).
+        pub fn drop_silently(&mut self, silent: usize, c: usize) {
+            self.lose(silent, c);
+            self.chans[c].ends[silent] = End::Closed;
         }
 
         /// A stale handshake: `init` once started an open with
@@ -777,14 +889,20 @@ mod model {
             let acc = 1 - init;
             let c = self.chans.len();
             let mut ch = Chan::new();
-            let acceptor = Acceptor::new(&local(&self.sites[acc]), &mut ch.output[acc]);
+            let acceptor = Acceptor::new(&local(self.sites[acc].id), &mut ch.output[acc]);
+            // An attempt older than any the ComObject makes.
+            self.stale_attempts += 1;
+            assert!(self.stale_attempts < FIRST_ATTEMPT);
             let mut ini = Initiator::new(
-                local(&self.sites[init]),
+                local(self.sites[init].id),
                 Some(self.sites[acc].id),
                 0,
                 last_generation,
             )
-            .with_attempt(self.next_attempt(init));
+            .with_attempt(Attempt {
+                opener: 1 + (self.sites[init].id.0 & 0xff) as u64,
+                seq: self.stale_attempts,
+            });
             let (x, y) = ch.output[acc].chunks();
             let present = [x, y].concat();
             ch.output[acc].clear();
@@ -804,11 +922,19 @@ mod model {
             c
         }
 
+        fn can_begin(&self, s: usize) -> bool {
+            let site = &self.sites[s];
+            site.opens_left > 0
+                && matches!(
+                    site.com.state(),
+                    ComState::WaitingForSlot | ComState::Backoff
+                )
+        }
+
         pub fn enabled(&self) -> Vec<Ev> {
             let mut v = Vec::new();
             for s in 0..2 {
-                let site = &self.sites[s];
-                if site.opens_left > 0 && site.working.is_none() && site.opening.is_none() {
+                if self.can_begin(s) {
                     v.push(Ev::Begin(s));
                 }
             }
@@ -819,7 +945,7 @@ mod model {
                     }
                 }
             }
-            let idle = |s: &Site| s.working.is_none() && s.opening.is_none();
+            let idle = |s: &Site| s.working().is_none() && s.opening.is_none();
             if v.is_empty() && self.retry_rounds > 0 && self.sites.iter().any(idle) {
                 v.push(Ev::Retry);
             }
@@ -857,33 +983,78 @@ mod model {
             }
         }
 
-        /// Numbers a new attempt of site `s` (one opener per site).
-        fn next_attempt(&mut self, s: usize) -> Attempt {
-            let site = &mut self.sites[s];
-            site.attempts += 1;
-            Attempt {
-                opener: site.opener,
-                seq: site.attempts,
+        /// Carries out what site `s`'s ComObject asks for, as the runtime's
+        /// driver does.
+        fn apply_actions(&mut self, s: usize) {
+            while let Some(a) = self.sites[s].com.poll_action() {
+                match a {
+                    Action::RequestSlot | Action::Fault { .. } => {}
+                    Action::Open(_) => self
+                        .violations
+                        .push(format!("site {s}: an open outside a slot grant")),
+                    Action::AbandonOpen => {
+                        if let Some((c, _)) = self.sites[s].opening.take() {
+                            self.close(c, s);
+                        }
+                    }
+                    Action::CloseChannel { id, .. } => {
+                        if let Some(c) = self.sites[s].chan_of.remove(&id) {
+                            self.close(c, s);
+                        }
+                        self.sites[s].com.channel_closed(id);
+                    }
+                    other => self
+                        .violations
+                        .push(format!("site {s}: unexpected action {other:?}")),
+                }
             }
         }
 
         fn begin(&mut self, s: usize) {
             let peer = 1 - s;
+            let site = &mut self.sites[s];
+            // The backoff (if any) runs out first.
+            while site.com.state() == ComState::Backoff {
+                let at = site.com.poll_timeout().expect("a backoff deadline");
+                site.now = site.now.max(at);
+                site.com.handle_timeout(site.now);
+            }
+            let mut req = None;
+            while let Some(a) = site.com.poll_action() {
+                if !matches!(a, Action::RequestSlot) {
+                    self.violations
+                        .push(format!("site {s}: unexpected action {a:?} before an open"));
+                }
+            }
+            site.com.slot_granted();
+            while let Some(a) = site.com.poll_action() {
+                match a {
+                    Action::Open(r) => req = Some(r),
+                    other => self
+                        .violations
+                        .push(format!("site {s}: unexpected action {other:?} on a grant")),
+                }
+            }
+            let Some(req) = req else {
+                self.violations
+                    .push(format!("site {s}: no open on a grant"));
+                return;
+            };
             let c = self.chans.len();
             let mut ch = Chan::new();
-            let acc = Acceptor::new(&local(&self.sites[peer]), &mut ch.output[peer]);
+            let acc = Acceptor::new(&local(self.sites[peer].id), &mut ch.output[peer]);
             let ini = Initiator::new(
-                local(&self.sites[s]),
+                local(self.sites[s].id),
                 Some(self.sites[peer].id),
-                0,
-                self.sites[s].last_generation,
+                req.last_received,
+                req.last_generation,
             )
-            .with_attempt(self.next_attempt(s));
+            .with_attempt(req.attempt);
             ch.ends[peer] = End::Acc(acc);
             ch.ends[s] = End::Init(Box::new(ini));
             self.chans.push(ch);
             self.flush(c, peer);
-            self.sites[s].opening = Some(c);
+            self.sites[s].opening = Some((c, req.attempt.seq));
             self.sites[s].opens_left -= 1;
         }
 
@@ -893,7 +1064,7 @@ mod model {
                 Ev::Deliver { chan, from } => self.deliver(chan, from),
                 Ev::Retry => {
                     for s in &mut self.sites {
-                        if s.working.is_none() && s.opening.is_none() {
+                        if s.working().is_none() && s.opening.is_none() {
                             s.opens_left += 1;
                         }
                     }
@@ -913,10 +1084,19 @@ mod model {
                     ch.queue[r].clear();
                     let site = &mut self.sites[r];
                     match was {
-                        End::Init(_) if site.opening == Some(c) => site.opening = None,
-                        End::Working if site.working.map(|w| w.1) == Some(c) => site.working = None,
+                        End::Init(_) if site.opening.map(|o| o.0) == Some(c) => {
+                            let (_, attempt) = site.opening.take().expect("checked");
+                            let f = OpenFailure::Transport("closed during the handshake".into());
+                            site.com.open_failed(attempt, f, site.now);
+                        }
+                        End::Working => {
+                            if let Some((&id, _)) = site.chan_of.iter().find(|(_, &v)| v == c) {
+                                site.com.channel_lost(id, Loss::Eof, site.now);
+                            }
+                        }
                         _ => {}
                     }
+                    self.apply_actions(r);
                 }
                 Wire::Frame(bytes) => {
                     self.chans[c].input[r].push(&bytes);
@@ -945,45 +1125,49 @@ mod model {
         }
 
         fn on_initiator(&mut self, c: usize, s: usize, res: Result<Option<Opened>, OpenError>) {
+            let attempt = match self.sites[s].opening {
+                Some((oc, a)) if oc == c => Some(a),
+                _ => None,
+            };
             match res {
                 Ok(None) => self.flush(c, s),
                 Ok(Some(o)) => {
                     if o.present.site != self.sites[1 - s].id {
                         self.violations.push("opened with the wrong site".into());
                     }
-                    if self.sites[s].opening != Some(c) {
-                        self.violations.push(format!(
-                            "site {s}: open on channel {c} completed but was not in progress"
-                        ));
-                    }
                     self.sites[s].opening = None;
-                    if let Some((g, w)) = self.sites[s].working {
-                        // The rule should make this impossible: the initiator
-                        // is already working on another channel.
-                        self.violations.push(format!(
-                            "site {s}: ANS accept (gen {}) on channel {c} while working on channel {w} (gen {g})",
-                            o.generation
-                        ));
-                        self.close(c, s);
-                    } else {
-                        self.chans[c].ends[s] = End::Working;
-                        self.sites[s].working = Some((o.generation, c));
-                        self.sites[s].working_from = None;
-                        self.sites[s].last_generation =
-                            self.sites[s].last_generation.max(o.generation);
+                    let site = &mut self.sites[s];
+                    let id = attempt.and_then(|a| site.com.open_succeeded(a, &o, site.now));
+                    match id {
+                        Some(id) => {
+                            self.chans[c].ends[s] = End::Working;
+                            self.sites[s].chan_of.insert(id, c);
+                        }
+                        None => {
+                            // The ComObject is not opening on this channel
+                            // (the rule should make this impossible).
+                            self.violations.push(format!(
+                                "site {s}: ANS accept (gen {}) on channel {c} while in {:?}",
+                                o.generation,
+                                self.sites[s].com.state()
+                            ));
+                            self.close(c, s);
+                        }
                     }
-                }
-                Err(OpenError::Refused(_)) => {
-                    self.sites[s].opening = None;
-                    self.close(c, s);
+                    self.apply_actions(s);
                 }
                 Err(e) => {
-                    self.violations
-                        .push(format!("site {s}: initiator error on channel {c}: {e}"));
-                    if self.sites[s].opening == Some(c) {
+                    if !matches!(e, OpenError::Refused(_)) {
+                        self.violations
+                            .push(format!("site {s}: initiator error on channel {c}: {e}"));
+                    }
+                    if let Some(a) = attempt {
                         self.sites[s].opening = None;
+                        let site = &mut self.sites[s];
+                        site.com.open_failed(a, OpenFailure::Open(e), site.now);
                     }
                     self.close(c, s);
+                    self.apply_actions(s);
                 }
             }
         }
@@ -999,58 +1183,29 @@ mod model {
                     return;
                 }
             };
-            let site = self.sites[s];
-            let view = LinkView {
-                local: site.id,
-                working: site.working.map(|w| w.0),
-                working_from: site.working.and(site.working_from),
-                last_generation: site.last_generation,
-                opening: site.opening.is_some(),
-                closing: false,
-            };
-            match (self.decide)(view, &neg) {
-                Decision::Accept {
-                    generation,
-                    replaces_working,
-                    abandon_opening,
-                } => {
-                    if site.working.is_some() != replaces_working {
-                        self.violations.push(format!(
-                            "site {s}: accept with replaces_working={replaces_working}"
-                        ));
-                    }
-                    if let Some((_, old)) = site.working {
-                        self.close(old, s);
-                    }
-                    if site.opening.is_some() && !abandon_opening {
-                        self.violations.push(format!(
-                            "site {s}: accepted while opening without abandoning it"
-                        ));
-                    }
-                    if let Some(o) = site.opening {
-                        // Abandon our own open: drop its Initiator, close it.
-                        self.close(o, s);
-                        self.sites[s].opening = None;
-                    }
-                    let ans = NegotiateAns::Accept {
-                        buffer_size: neg.buffer_size.min(65_536),
-                        max_message: 1 << 20,
-                        last_received: 0,
-                        generation,
-                    };
-                    assert!(write_answer(&mut self.chans[c].output[s], &ans));
+            let site = &mut self.sites[s];
+            let out = site.com.accepted(&neg, site.now);
+            // Abandoning our own open and closing a replaced channel come
+            // first, as in the driver.
+            self.apply_actions(s);
+            match out {
+                AcceptOutcome::Accept { id, answer } => {
+                    assert!(write_answer(&mut self.chans[c].output[s], &answer));
                     self.flush(c, s);
                     self.chans[c].ends[s] = End::Working;
-                    self.sites[s].working = Some((generation, c));
-                    self.sites[s].working_from = Some(neg.attempt);
-                    self.sites[s].last_generation = site.last_generation.max(generation);
+                    self.sites[s].chan_of.insert(id, c);
                 }
-                Decision::Refuse(reason) => {
+                AcceptOutcome::Refuse(reason) => {
                     assert!(write_answer(
                         &mut self.chans[c].output[s],
                         &NegotiateAns::Refuse(reason)
                     ));
                     self.flush(c, s);
+                    self.close(c, s);
+                }
+                AcceptOutcome::Protocol(e) => {
+                    self.violations
+                        .push(format!("site {s}: accept on channel {c} failed: {e}"));
                     self.close(c, s);
                 }
             }
@@ -1061,11 +1216,13 @@ mod model {
             if !self.violations.is_empty() {
                 return Err(self.violations.join("; "));
             }
-            let [a, b] = self.sites;
-            let (Some(wa), Some(wb)) = (a.working, b.working) else {
+            let (Some(wa), Some(wb)) = (self.sites[0].working(), self.sites[1].working()) else {
                 return Err(format!(
-                    "no agreed working channel: S {:?}, L {:?}",
-                    a.working, b.working
+                    "no agreed working channel: S {:?} {:?}, L {:?} {:?}",
+                    self.sites[0].com.state(),
+                    self.sites[0].working(),
+                    self.sites[1].com.state(),
+                    self.sites[1].working()
                 ));
             };
             if wa != wb {
@@ -1087,11 +1244,9 @@ mod model {
             {
                 return Err("the agreed channel is not working at both ends".into());
             }
-            if a.last_generation != wa.0 || b.last_generation != wa.0 {
-                return Err(format!(
-                    "last generations {} / {} vs working {}",
-                    a.last_generation, b.last_generation, wa.0
-                ));
+            let lg = [0, 1].map(|s| self.sites[s].com.session().last_generation());
+            if lg != [wa.0, wa.0] {
+                return Err(format!("last generations {lg:?} vs working {}", wa.0));
             }
             Ok(())
         }
@@ -1117,9 +1272,10 @@ mod model {
     }
 
     impl World {
-        /// A fingerprint of the whole state (sites, every channel's ends with
-        /// their state machines, bytes in flight, violations): two worlds
-        /// with the same fingerprint have the same futures.
+        /// A fingerprint of the whole state (sites with their ComObjects,
+        /// every channel's ends with their state machines, bytes in flight,
+        /// violations): two worlds with the same fingerprint have the same
+        /// futures.
         fn fingerprint(&self) -> String {
             format!(
                 "{:?}|{:?}|{:?}|{}|{}",
@@ -1130,13 +1286,13 @@ mod model {
 
     /// Explores every interleaving of the world `make` builds, by depth-first
     /// search over event choices. Each path is replayed from the start
-    /// (the handshake machines are not `Clone`); states already explored are
-    /// memoised by fingerprint, and their interleavings counted exactly.
+    /// (the machines are not `Clone`); states already explored are memoised
+    /// by fingerprint, and their interleavings counted exactly.
     pub fn explore(make: &dyn Fn() -> World) -> Outcome {
         fn go(
             make: &dyn Fn() -> World,
             prefix: &mut Vec<usize>,
-            memo: &mut std::collections::HashMap<String, Outcome>,
+            memo: &mut HashMap<String, Outcome>,
         ) -> Outcome {
             let mut w = make();
             let mut trace = Vec::new();
@@ -1194,21 +1350,7 @@ mod model {
             );
             out
         }
-        go(make, &mut Vec::new(), &mut std::collections::HashMap::new())
-    }
-
-    pub fn site(id: u128, opens_left: u32, last_generation: u64) -> Site {
-        Site {
-            id: SiteId(id),
-            working: None,
-            last_generation,
-            opening: None,
-            opens_left,
-            // Distinct per site; attempts are numbered from 1.
-            opener: 1 + (id & 0xff) as u64,
-            attempts: 0,
-            working_from: None,
-        }
+        go(make, &mut Vec::new(), &mut HashMap::new())
     }
 }
 
@@ -1232,11 +1374,16 @@ fn scenario(name: &'static str, make: impl Fn(model::DecideFn) -> World + 'stati
     }
 }
 
+/// Both sites, each with `opens` opens, deciding with `d`.
+fn sites(opens: [u32; 2], d: model::DecideFn) -> [model::Site; 2] {
+    [site(S_ID, opens[S], d), site(L_ID, opens[L], d)]
+}
+
 /// Two sites that were working on generation `g` (channel 0), after `lost`
 /// dropped that channel (their EOF in flight to the other); each may open
 /// `opens` times while it has no channel.
 fn after_working(g: u64, lost: &'static [usize], opens: [u32; 2], d: model::DecideFn) -> World {
-    let mut w = World::new([site(S_ID, opens[S], 0), site(L_ID, opens[L], 0)], d);
+    let mut w = World::new(sites(opens, d));
     w.old_working(g, lost);
     w
 }
@@ -1244,10 +1391,9 @@ fn after_working(g: u64, lost: &'static [usize], opens: [u32; 2], d: model::Deci
 /// As [`after_working`], but `silent` dropped it without the other noticing
 /// (a half-open connection: no EOF ever arrives).
 fn half_open(silent: usize, opens: [u32; 2], d: model::DecideFn) -> World {
-    let mut w = World::new([site(S_ID, opens[S], 0), site(L_ID, opens[L], 0)], d);
-    w.old_working(1, &[]);
-    w.sites[silent].working = None;
-    w.chans[0].ends[silent] = model::End::Closed;
+    let mut w = World::new(sites(opens, d));
+    let c = w.old_working(1, &[]);
+    w.drop_silently(silent, c);
     w
 }
 
@@ -1263,16 +1409,16 @@ fn with_stale(mut w: World, stale: &[(usize, u64)]) -> World {
 fn scenarios() -> Vec<Scenario> {
     vec![
         scenario("simultaneous open, never worked", |d| {
-            World::new([site(S_ID, 1, 0), site(L_ID, 1, 0)], d)
+            World::new(sites([1, 1], d))
         }),
         scenario("simultaneous reopen, both saw generation 3", |d| {
-            World::new([site(S_ID, 1, 3), site(L_ID, 1, 3)], d)
+            World::new(sites([1, 1], d)).both_saw(3)
         }),
         scenario("one opens, the other may open later", |d| {
-            World::new([site(S_ID, 1, 0), site(L_ID, 0, 0)], d)
+            World::new(sites([1, 0], d))
         }),
         scenario("simultaneous, two attempts each", |d| {
-            World::new([site(S_ID, 2, 0), site(L_ID, 2, 0)], d)
+            World::new(sites([2, 2], d))
         }),
         scenario(
             "L lost the channel silently and reopens; S still working",
@@ -1314,16 +1460,10 @@ fn scenarios() -> Vec<Scenario> {
             with_stale(after_working(2, &[S, L], [1, 1], d), &[(L, 1), (S, 0)])
         }),
         scenario("stale NEGOTIATE from S, never worked, both open", |d| {
-            with_stale(
-                World::new([site(S_ID, 1, 0), site(L_ID, 1, 0)], d),
-                &[(S, 0)],
-            )
+            with_stale(World::new(sites([1, 1], d)), &[(S, 0)])
         }),
         scenario("stale NEGOTIATE from L, never worked, both open", |d| {
-            with_stale(
-                World::new([site(S_ID, 1, 0), site(L_ID, 1, 0)], d),
-                &[(L, 0)],
-            )
+            with_stale(World::new(sites([1, 1], d)), &[(L, 0)])
         }),
         scenario(
             "two stale NEGOTIATEs from S while S lost the channel and reopens",

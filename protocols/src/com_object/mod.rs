@@ -228,6 +228,14 @@ impl ComObject {
         self
     }
 
+    /// Numbers this ComObject's open attempts from `seq` (tests that put
+    /// older attempts of the same opener in flight before it starts).
+    #[doc(hidden)]
+    pub fn with_first_attempt(mut self, seq: u64) -> Self {
+        self.attempt_seq = seq.saturating_sub(1);
+        self
+    }
+
     // ------------------------------------------------------------------
     // Queries
     // ------------------------------------------------------------------
