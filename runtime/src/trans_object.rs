@@ -128,7 +128,11 @@ impl TransObject {
             blocked: false,
         };
         while !self.outb.is_empty() && st.written < budget {
+            // At most what is left of the budget in this call.
+            let left = budget - st.written;
             let (a, b) = self.outb.chunks();
+            let a = &a[..a.len().min(left)];
+            let b = &b[..b.len().min(left - a.len())];
             match self.ch.try_write2(a, b) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
@@ -166,5 +170,67 @@ impl TransObject {
                 ReadStatus::WouldBlock => continue,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connected loopback pair: our channel and the peer's socket.
+    async fn pair() -> (Channel, tokio::net::TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (c, s) = tokio::join!(tokio::net::TcpStream::connect(addr), l.accept());
+        (Channel::Tcp(c.unwrap()), s.unwrap().0)
+    }
+
+    /// Issue 6: one write turn could write a whole 256 MiB message to a fast
+    /// peer without yielding. A turn now writes at most its budget, however
+    /// much the socket would take.
+    #[tokio::test]
+    async fn a_write_turn_stops_at_its_budget() {
+        let (ch, mut peer) = pair().await;
+        let mut t = TransObject::new(ch, 1 << 20);
+        let data = vec![7u8; (1 << 20) - 1];
+        t.outb.push(&data);
+        let budget = 64 * 1024;
+        let mut turns = 0;
+        let mut total = 0;
+        let reader = tokio::spawn(async move {
+            let mut got = 0;
+            let mut buf = vec![0u8; 1 << 16];
+            while got < (1 << 20) - 1 {
+                use tokio::io::AsyncReadExt;
+                got += peer.read(&mut buf).await.unwrap();
+            }
+            got
+        });
+        while !t.outb.is_empty() {
+            t.ch.writable().await.unwrap();
+            let st = t.write_some(budget).unwrap();
+            assert!(st.written <= budget, "turn wrote {} > {budget}", st.written);
+            total += st.written;
+            turns += 1;
+        }
+        assert_eq!(total, data.len());
+        assert!(turns >= data.len() / budget, "{turns} turns");
+        assert_eq!(reader.await.unwrap(), data.len());
+    }
+
+    #[tokio::test]
+    async fn resize_keeps_what_the_rings_hold() {
+        let (ch, _peer) = pair().await;
+        let mut t = TransObject::new(ch, 4096);
+        t.inb.push(b"left over from the handshake");
+        t.outb.push(b"answer");
+        t.resize(65_536);
+        assert_eq!(t.inb.capacity(), 65_536);
+        assert_eq!(t.outb.capacity(), 65_536);
+        let (a, b) = t.inb.chunks();
+        assert_eq!([a, b].concat(), b"left over from the handshake");
+        let (a, b) = t.outb.chunks();
+        assert_eq!([a, b].concat(), b"answer");
+        assert_eq!(t.ring_bytes(), 2 * 65_536);
     }
 }
