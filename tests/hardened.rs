@@ -162,3 +162,27 @@ fn a_send_racing_with_kill_is_handed_back_not_lost() {
     assert!(back.maybe_delivered.is_empty());
     assert_eq!(site.pending_bytes(), 0);
 }
+
+/// Issue 6: our own PRESENT or NEGOTIATE reached `unreachable!` (a panic on
+/// every handshake) when the listen list was too long for the handshake.
+/// The node now refuses to start, saying what to change.
+#[test]
+fn a_listen_list_too_long_for_the_handshake_is_refused_at_start() {
+    let mut b = Node::builder();
+    for _ in 0..17 {
+        b = b.listen("tcp:127.0.0.1:0");
+    }
+    match b.start() {
+        Err(sitenet::NodeError::Config(reason)) => {
+            assert!(reason.contains("listen"), "{reason}")
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    // Sixteen short addresses are fine.
+    let mut b = Node::builder();
+    for _ in 0..16 {
+        b = b.listen("tcp:127.0.0.1:0");
+    }
+    let n = b.start().expect("16 listen addresses fit");
+    assert_eq!(n.listen_addresses().len(), 16);
+}

@@ -171,6 +171,11 @@ pub enum OpenError {
     /// The handshake did not finish in time.
     #[error("the handshake did not finish within the handshake timeout")]
     Timeout,
+    /// This node's own handshake frame cannot be written: its listen list
+    /// does not fit the handshake payload limit. A configuration error
+    /// (`LocalInfo::validate` reports it when the node starts).
+    #[error("this node's handshake does not fit: {0}")]
+    LocalConfig(String),
 }
 
 impl OpenError {

@@ -37,6 +37,13 @@ pub const MIN_BUFFER: u32 = 4 * 1024;
 /// Longest listen-address list carried (bounds the handshake size).
 pub const MAX_LISTEN: usize = 16;
 
+/// Highest channel generation (2^63 - 1). A site pair counts its channels
+/// from 1; honest peers never come near this, so a NEGOTIATE claiming a last
+/// generation at or beyond it is malformed, and an answer beyond it is
+/// refused: no arithmetic on a peer's generation can overflow, and no peer
+/// can push a pair to a generation that has no successor.
+pub const MAX_GENERATION: u64 = u64::MAX / 2;
+
 /// The acceptor's presentation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Present {
@@ -137,8 +144,8 @@ pub enum NegotiateAns {
 /// Encodes a control frame with an rmp-serde payload into `out`.
 pub fn write_control<T: Serialize>(out: &mut ByteBuffer, kind: FrameKind, body: &T) -> bool {
     let payload = rmp_serde::to_vec(body).expect("handshake messages always serialise");
-    debug_assert!(payload.len() <= MAX_HANDSHAKE_PAYLOAD);
-    if out.free() < HEADER_LEN + payload.len() {
+    // The peer refuses a larger handshake frame: never write one.
+    if payload.len() > MAX_HANDSHAKE_PAYLOAD || out.free() < HEADER_LEN + payload.len() {
         return false;
     }
     let mut hb = [0u8; HEADER_LEN];
@@ -200,6 +207,45 @@ pub struct LocalInfo {
     pub buffer_size: u32,
     /// Largest message it accepts.
     pub max_message: u64,
+}
+
+impl LocalInfo {
+    /// Checks that this node's own PRESENT and NEGOTIATE fit the handshake
+    /// payload limit (at most [`MAX_LISTEN`] listen addresses, and short
+    /// enough), with the largest numbers NEGOTIATE can carry. A node calls
+    /// it when it starts: a list that does not fit would make every
+    /// handshake fail.
+    pub fn validate(&self) -> Result<(), OpenError> {
+        if self.listen.len() > MAX_LISTEN {
+            return Err(OpenError::LocalConfig(format!(
+                "{} listen addresses, at most {MAX_LISTEN}; listen on fewer addresses",
+                self.listen.len()
+            )));
+        }
+        let worst = Negotiate {
+            version: PROTOCOL_VERSION,
+            site: self.site,
+            listen: self.listen.clone(),
+            buffer_size: u32::MAX,
+            max_message: u64::MAX,
+            last_received: u64::MAX,
+            last_generation: u64::MAX,
+            attempt: Attempt {
+                opener: u64::MAX,
+                seq: u64::MAX,
+            },
+        };
+        let len = rmp_serde::to_vec(&worst)
+            .expect("handshake messages always serialise")
+            .len();
+        if len > MAX_HANDSHAKE_PAYLOAD {
+            return Err(OpenError::LocalConfig(format!(
+                "the listen addresses take {len} bytes of NEGOTIATE, more than the \
+                 {MAX_HANDSHAKE_PAYLOAD}-byte handshake limit; listen on fewer or shorter addresses"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The initiator's side of the open protocol.
@@ -353,7 +399,11 @@ impl Initiator {
                         attempt,
                     };
                     if !write_control(output, FrameKind::Negotiate, &proposed) {
-                        unreachable!("a fresh channel's output buffer holds a handshake frame");
+                        return Err(OpenError::LocalConfig(
+                            "NEGOTIATE does not fit the handshake payload limit or the output \
+                             ring; check LocalInfo::validate"
+                                .into(),
+                        ));
                     }
                     *self = Self::ExpectAnswer { present, proposed };
                 }
@@ -393,12 +443,15 @@ impl Initiator {
                                 }
                                 .into());
                             }
-                            if generation <= proposed.last_generation {
+                            // An honest acceptor answers max(its last, ours) + 1:
+                            // after ours, and never beyond MAX_GENERATION.
+                            if generation <= proposed.last_generation || generation > MAX_GENERATION
+                            {
                                 return Err(ProtocolError::Malformed {
                                     what: "NEGOTIATE_ANS",
                                     reason: format!(
-                                        "generation {generation} not after {}",
-                                        proposed.last_generation
+                                        "generation {generation} not in {}..={MAX_GENERATION}",
+                                        proposed.last_generation.saturating_add(1)
                                     ),
                                 }
                                 .into());
@@ -435,6 +488,8 @@ impl OpenError {
 pub struct Acceptor {
     local_site: SiteId,
     done: bool,
+    /// PRESENT could not be written (this node's listen list does not fit).
+    unwritable: bool,
 }
 
 impl Acceptor {
@@ -445,12 +500,13 @@ impl Acceptor {
             site: local.site,
             listen: local.listen.clone(),
         };
-        if !write_control(output, FrameKind::Present, &present) {
-            unreachable!("a fresh channel's output buffer holds a handshake frame");
-        }
+        // If PRESENT cannot be written, the first call to `handle_input`
+        // says so (`LocalInfo::validate` catches it when the node starts).
+        let unwritable = !write_control(output, FrameKind::Present, &present);
         Self {
             local_site: local.site,
             done: false,
+            unwritable,
         }
     }
 
@@ -459,6 +515,14 @@ impl Acceptor {
     pub fn handle_input(&mut self, input: &mut ByteBuffer) -> Result<Option<Negotiate>, OpenError> {
         if self.done {
             return Ok(None);
+        }
+        if self.unwritable {
+            self.done = true;
+            return Err(OpenError::LocalConfig(
+                "PRESENT does not fit the handshake payload limit or the output ring; \
+                 check LocalInfo::validate"
+                    .into(),
+            ));
         }
         let Some((h, payload)) =
             read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)?
@@ -490,6 +554,17 @@ impl Acceptor {
                     "buffer size {} below {MIN_BUFFER} or {} listen addresses",
                     n.buffer_size,
                     n.listen.len()
+                ),
+            }
+            .into());
+        }
+        // Its successor must exist: last_generation + 1 <= MAX_GENERATION.
+        if n.last_generation >= MAX_GENERATION {
+            return Err(ProtocolError::Malformed {
+                what: "NEGOTIATE",
+                reason: format!(
+                    "last generation {} at or beyond {MAX_GENERATION}",
+                    n.last_generation
                 ),
             }
             .into());

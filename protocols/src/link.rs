@@ -17,11 +17,18 @@
 //!   big-endian bytes). Both sides apply the same rule, so they agree.
 //! * Otherwise: accept.
 //!
+//! Generations are checked: a NEGOTIATE whose last generation has no
+//! successor below [`MAX_GENERATION`] is malformed, a decision that would
+//! pass it refuses, and an initiator refuses an answer outside
+//! `last_generation + 1 ..= MAX_GENERATION` — no peer can make the
+//! arithmetic overflow (a debug panic, or a wrap to 0 in release) or lock a
+//! site pair out with a generation that has no successor.
+//!
 //! A side that becomes working by one channel abandons its own handshake in
 //! progress (so a NEGOTIATE it sends always states the generation it saw), and
 //! session state always stays with the existing ComObject.
 
-use crate::handshake::{Attempt, Negotiate, RefuseReason};
+use crate::handshake::{Attempt, Negotiate, RefuseReason, MAX_GENERATION};
 use crate::site::SiteId;
 
 /// The acceptor ComObject's view of its link with the initiating site.
@@ -64,7 +71,17 @@ pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
     if view.closing {
         return Decision::Refuse(RefuseReason::Closing);
     }
-    let generation = view.last_generation.max(neg.last_generation) + 1;
+    // Checked: a peer's number never overflows (NEGOTIATE's decoder already
+    // refuses a last generation without a successor; this holds even if a
+    // caller skipped it).
+    let Some(generation) = view
+        .last_generation
+        .max(neg.last_generation)
+        .checked_add(1)
+        .filter(|&g| g <= MAX_GENERATION)
+    else {
+        return Decision::Refuse(RefuseReason::Stale);
+    };
     if let Some(g) = view.working {
         let peer_lost_it = neg.last_generation >= g;
         let peer_abandoned_it = view

@@ -1803,3 +1803,156 @@ fn handshake_payloads_are_encoded_as_documented() {
     assert_eq!(&hb[..16], &[1, 1, 5, 3, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(&hb[16..], &[0; 16]);
 }
+
+// ---------------------------------------------------------------------------
+// (e) holes from the review of issue 6: hostile generations, long listen lists
+// ---------------------------------------------------------------------------
+
+fn negotiate_with_generation(site: u128, last_generation: u64) -> Negotiate {
+    Negotiate {
+        version: 1,
+        site: SiteId(site),
+        listen: vec![],
+        buffer_size: 65_536,
+        max_message: 1,
+        last_received: 0,
+        last_generation,
+        attempt: Attempt::UNKNOWN,
+    }
+}
+
+/// `link::decide` computed `max(..) + 1` on the peer's u64: a NEGOTIATE with
+/// `last_generation = 2^64 - 1` panicked in a debug build and was accepted
+/// with generation 0 in release.
+#[test]
+fn decide_never_overflows_on_a_hostile_generation() {
+    for g in [u64::MAX, u64::MAX - 1, handshake::MAX_GENERATION] {
+        for mut v in [view(0xB), {
+            let mut w = view(0xB);
+            w.working = Some(5);
+            w.last_generation = 5;
+            w
+        }] {
+            assert_eq!(
+                decide(v, &negotiate_with_generation(0xA, g)),
+                Decision::Refuse(RefuseReason::Stale),
+                "last_generation {g}"
+            );
+            v.opening = true;
+            assert!(matches!(
+                decide(v, &negotiate_with_generation(0xA, g)),
+                Decision::Refuse(_)
+            ));
+        }
+    }
+    // The highest generation with a successor is still accepted.
+    assert_eq!(
+        decide(
+            view(0xB),
+            &negotiate_with_generation(0xA, handshake::MAX_GENERATION - 1)
+        ),
+        Decision::Accept {
+            generation: handshake::MAX_GENERATION,
+            replaces_working: false,
+            abandon_opening: false,
+        }
+    );
+}
+
+/// The acceptor's decoder refuses a NEGOTIATE whose last generation has no
+/// successor: a protocol error, never a panic.
+#[test]
+fn a_negotiate_without_a_successor_generation_is_malformed() {
+    for g in [u64::MAX, handshake::MAX_GENERATION] {
+        let bytes = control(FrameKind::Negotiate, &negotiate_with_generation(0xA, g));
+        let e = acceptor_on(&bytes, 0xB).unwrap_err();
+        assert!(
+            matches!(e, OpenError::Protocol(ProtocolError::Malformed { .. })),
+            "{e:?}"
+        );
+        assert!(!e.is_permanent());
+    }
+    let ok = control(
+        FrameKind::Negotiate,
+        &negotiate_with_generation(0xA, handshake::MAX_GENERATION - 1),
+    );
+    assert!(acceptor_on(&ok, 0xB).unwrap().is_some());
+}
+
+/// An Accept carrying `2^64 - 1` locked the site pair out for good (the next
+/// NEGOTIATE could not be answered). The initiator checks the answer's
+/// generation: after its own last generation, at most MAX_GENERATION.
+#[test]
+fn the_initiator_refuses_an_answer_generation_without_a_successor() {
+    let accept = |generation| NegotiateAns::Accept {
+        buffer_size: 65_536,
+        max_message: 1 << 20,
+        last_received: 0,
+        generation,
+    };
+    for (g, last) in [
+        (u64::MAX, 0),
+        (handshake::MAX_GENERATION + 1, 0),
+        (7, 7),
+        (6, 7),
+    ] {
+        let e = initiator_gets(&accept(g), last).unwrap_err();
+        assert!(
+            matches!(e, OpenError::Protocol(ProtocolError::Malformed { .. })),
+            "generation {g} after {last}: {e:?}"
+        );
+    }
+    let o = initiator_gets(&accept(handshake::MAX_GENERATION), 3)
+        .unwrap()
+        .expect("opened");
+    assert_eq!(o.generation, handshake::MAX_GENERATION);
+}
+
+/// Our own PRESENT or NEGOTIATE reached `unreachable!` when the configured
+/// listen list did not fit the handshake payload. `LocalInfo::validate` says
+/// so when a node starts, and the machines fail the handshake with a typed
+/// error instead of panicking.
+#[test]
+fn a_listen_list_too_long_for_the_handshake_is_an_error_not_a_panic() {
+    let long = |n: usize| LocalInfo {
+        site: SiteId(0xA),
+        listen: (0..n)
+            .map(|i| format!("tcp:{}-{i}.example:7000", "h".repeat(240)))
+            .collect(),
+        buffer_size: 65_536,
+        max_message: 1 << 20,
+    };
+    for n in [MAX_LISTEN, MAX_LISTEN + 1, 100] {
+        let local = long(n);
+        assert!(
+            matches!(local.validate(), Err(OpenError::LocalConfig(_))),
+            "{n} addresses"
+        );
+        // The acceptor cannot present itself: its first input says so.
+        let mut out = ByteBuffer::new(65_536);
+        let mut acc = Acceptor::new(&local, &mut out);
+        assert!(out.is_empty(), "no oversized PRESENT is written");
+        let e = acc
+            .handle_input(&mut buffer_with(&negotiate(0xB, 1)))
+            .unwrap_err();
+        assert!(matches!(e, OpenError::LocalConfig(_)), "{e:?}");
+        // The initiator cannot negotiate.
+        let mut ini = Initiator::new(local, None, 0, 0);
+        let mut out = ByteBuffer::new(65_536);
+        let e = ini
+            .handle_input(&mut buffer_with(&present_bytes(0xB)), &mut out)
+            .unwrap_err();
+        assert!(matches!(e, OpenError::LocalConfig(_)), "{e:?}");
+        assert!(out.is_empty(), "no oversized NEGOTIATE is written");
+    }
+    // A list that fits validates, and works.
+    let fits = LocalInfo {
+        site: SiteId(0xA),
+        listen: (0..MAX_LISTEN)
+            .map(|i| format!("tcp:127.0.0.1:{}", 7000 + i))
+            .collect(),
+        buffer_size: 65_536,
+        max_message: 1 << 20,
+    };
+    fits.validate().unwrap();
+}

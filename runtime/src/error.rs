@@ -30,6 +30,10 @@ pub enum NodeError {
     /// The node has been shut down.
     #[error("the node has been shut down")]
     Shutdown,
+    /// The configuration cannot work (for example a listen list too long
+    /// for the handshake); the message says what to change.
+    #[error("invalid node configuration: {0}")]
+    Config(String),
 }
 
 /// A message could not be queued. Nothing was sent.

@@ -419,6 +419,16 @@ impl NodeBuilder {
             bound.push(b);
         }
         let id = SiteId(rand::random::<u128>());
+        // Every handshake this node makes carries its listen list: check it
+        // fits once, here, rather than failing every open later.
+        LocalInfo {
+            site: id,
+            listen: listen.iter().map(ToString::to_string).collect(),
+            buffer_size: cfg.buffer_size,
+            max_message: cfg.max_message_size,
+        }
+        .validate()
+        .map_err(|e| NodeError::Config(e.to_string()))?;
         let inner = Arc::new(NodeInner {
             id,
             budget: ReassemblyBudget::new(cfg.reassembly_budget),
