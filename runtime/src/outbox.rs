@@ -17,10 +17,32 @@ use tokio::sync::Notify;
 
 use sitenet_protocols::OutMessage;
 
+/// The queue behind the outbox's lock.
+#[derive(Debug, Default)]
+struct Queue {
+    msgs: Vec<OutMessage>,
+    /// The site merged into another entry: pushes are refused, and the
+    /// sender re-resolves its entry (see [`Outbox::seal_into`]).
+    sealed: bool,
+}
+
+/// What [`Outbox::push`] did.
+#[derive(Debug)]
+pub(crate) enum Pushed {
+    /// Queued; `wake` tells whether the caller must wake the actor.
+    Queued {
+        /// The outbox went from empty to non-empty.
+        wake: bool,
+    },
+    /// The outbox was sealed by a merge: push the message to the entry this
+    /// one now redirects to.
+    Sealed(OutMessage),
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct Outbox {
-    queue: Mutex<Vec<OutMessage>>,
+    queue: Mutex<Queue>,
     wake_pending: AtomicBool,
     bytes: AtomicU64,
     bound: u64,
@@ -30,7 +52,7 @@ pub(crate) struct Outbox {
 impl Outbox {
     pub(crate) fn new(bound: u64) -> Self {
         Self {
-            queue: Mutex::new(Vec::new()),
+            queue: Mutex::new(Queue::default()),
             wake_pending: AtomicBool::new(false),
             bytes: AtomicU64::new(0),
             bound,
@@ -100,10 +122,51 @@ impl Outbox {
     /// before it takes the queue lock to drain, and this load follows this
     /// push's unlock, so if the drain missed the message, the load
     /// happens after the clear and sees it.
-    pub(crate) fn push(&self, m: OutMessage) -> bool {
-        self.queue.lock().push(m);
-        !self.wake_pending.load(Ordering::Acquire)
-            && !self.wake_pending.swap(true, Ordering::AcqRel)
+    pub(crate) fn push(&self, m: OutMessage) -> Pushed {
+        {
+            let mut q = self.queue.lock();
+            if q.sealed {
+                return Pushed::Sealed(m);
+            }
+            q.msgs.push(m);
+        }
+        let wake = !self.wake_pending.load(Ordering::Acquire)
+            && !self.wake_pending.swap(true, Ordering::AcqRel);
+        Pushed::Queued { wake }
+    }
+
+    /// Merges this outbox into `other`, keeping every sender's order: under
+    /// both locks, this outbox is sealed (a later push is refused and the
+    /// sender re-resolves to `other`), and `older` (what the merging
+    /// ComObject held, older than anything queued here) followed by what is
+    /// queued here goes to the front of `other`, before anything a sender
+    /// that already follows the redirect can push there. `redirect` runs
+    /// under the locks (it points the entry at `other`). The bytes move
+    /// with the messages. Returns true if `other`'s actor must be woken.
+    pub(crate) fn seal_into(
+        &self,
+        other: &Outbox,
+        older: Vec<OutMessage>,
+        redirect: impl FnOnce(),
+    ) -> bool {
+        let mut mine = self.queue.lock();
+        let mut theirs = other.queue.lock();
+        mine.sealed = true;
+        redirect();
+        let mut moved = older;
+        moved.append(&mut mine.msgs);
+        let n: u64 = moved.iter().map(OutMessage::wire_len).sum();
+        if moved.is_empty() {
+            return false;
+        }
+        moved.append(&mut theirs.msgs);
+        theirs.msgs = moved;
+        drop(theirs);
+        drop(mine);
+        self.release(n);
+        other.force_reserve(n);
+        !other.wake_pending.load(Ordering::Acquire)
+            && !other.wake_pending.swap(true, Ordering::AcqRel)
     }
 
     /// Called by the actor on a wake: clears the flag, then takes everything.
@@ -116,9 +179,9 @@ impl Outbox {
     pub(crate) fn drain(&self, into: &mut Vec<OutMessage>) {
         let mut q = self.queue.lock();
         if into.is_empty() {
-            std::mem::swap(&mut *q, into);
+            std::mem::swap(&mut q.msgs, into);
         } else {
-            into.append(&mut q);
+            into.append(&mut q.msgs);
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::error::{RequestError, SendError};
 use crate::message::{Message, Reply, SendOptions};
 use crate::metrics::Counters;
 use crate::node::NodeInner;
-use crate::outbox::Outbox;
+use crate::outbox::{Outbox, Pushed};
 
 /// A site's fault state, as `Node::monitor` reports it (decided by the
 /// ComObject state machine in `sitenet-protocols`).
@@ -291,10 +291,28 @@ impl SiteRef {
         Ok(())
     }
 
-    fn push(&self, entry: &SiteEntry, m: OutMessage) {
+    fn push(&self, entry: &Arc<SiteEntry>, mut m: OutMessage) {
         Counters::add(&self.node.counters.messages_queued, 1);
-        if entry.outbox.push(m) {
-            entry.wake(&self.node.counters);
+        let mut entry = entry;
+        loop {
+            match entry.outbox.push(m) {
+                Pushed::Queued { wake } => {
+                    if wake {
+                        entry.wake(&self.node.counters);
+                    }
+                    return;
+                }
+                // The entry merged into another while this send ran: follow
+                // it, with the bytes reserved here (the merge moved what was
+                // queued before, so this message still comes after them).
+                Pushed::Sealed(back) => {
+                    m = back;
+                    let n = m.wire_len();
+                    entry.outbox.release(n);
+                    entry = entry.resolved();
+                    entry.outbox.force_reserve(n);
+                }
+            }
         }
     }
 

@@ -132,11 +132,6 @@ impl ComObject {
         } else {
             self.entry.outbox.drain(&mut batch);
         }
-        if let Some(other) = self.merged.clone() {
-            for m in batch.drain(..) {
-                self.forward(&other, m);
-            }
-        }
         for m in batch.drain(..) {
             if let Err(refused) = self.com.queue(m) {
                 let (e, m) = *refused;
@@ -144,17 +139,6 @@ impl ComObject {
             }
         }
         self.scratch = batch;
-    }
-
-    /// Moves a message accepted under this entry's bound to `other`: it must
-    /// not be lost, so it is moved even if `other` is at its bound.
-    pub(super) fn forward(&self, other: &Arc<SiteEntry>, m: OutMessage) {
-        let n = m.wire_len();
-        self.entry.outbox.release(n);
-        other.outbox.force_reserve(n);
-        if other.outbox.push(m) {
-            other.wake(&self.node.counters);
-        }
     }
 
     /// A message that can never be sent to this site goes back to the user.
@@ -348,22 +332,29 @@ impl ComObject {
         self.drive(ctx);
     }
 
-    /// This entry was contacted under an address the peer did not list, and
-    /// the peer is already known under its id: hand every message to that
-    /// entry, let `SiteRef`s follow it, and keep forwarding what still
-    /// reaches this actor (a sender that resolved the entry before the
-    /// redirect, an accepted channel routed here).
+    /// This entry was contacted under an address the peer did not list (or
+    /// a peer it was opening to connected first under its id): the peer is
+    /// known under another entry. Every message this one holds moves there,
+    /// in order, and `SiteRef`s follow the redirect; a send racing with the
+    /// merge finds the outbox sealed and follows it too, after the moved
+    /// messages (`Outbox::seal_into`). The actor stays alive to pass on an
+    /// accepted channel still routed here.
     pub(super) fn merge_into(&mut self, other: Arc<SiteEntry>, ctx: &mut Context<Self>) {
         tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
-        let _ = self.entry.redirect.set(other.clone());
         self.merged = Some(other.clone());
-        for m in self.com.merge_out() {
-            self.forward(&other, m);
+        // What the machine holds is older than what is still in the outbox;
+        // `seal_into` moves both, in that order.
+        let older = self.com.merge_out();
+        let entry = self.entry.clone();
+        let wake = self.entry.outbox.seal_into(&other.outbox, older, || {
+            let _ = entry.redirect.set(other.clone());
+        });
+        if wake {
+            other.wake(&self.node.counters);
         }
         // The machine's actions (abandon the open, close a channel) are
         // carried out; it does nothing more after that.
         self.act(ctx);
-        self.take_outbox(false);
         if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
         }
