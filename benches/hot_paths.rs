@@ -40,7 +40,8 @@ impl Pair {
         };
         let session = || {
             let mut s = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 30));
-            s.channel_up(params).expect("fresh channel");
+            s.channel_up(params, std::time::Instant::now())
+                .expect("fresh channel");
             s
         };
         Self {

@@ -65,6 +65,75 @@ fn lying_initiator(target: &str, listen: Vec<String>) -> TcpStream {
     }
 }
 
+/// Sends what `f` writes into a ring to the socket.
+fn send_frames(s: &mut TcpStream, f: impl FnOnce(&mut Vec<u8>)) {
+    let mut v = Vec::new();
+    f(&mut v);
+    s.write_all(&v).unwrap();
+}
+
+/// Issue 6, "Reassembly budget", as a hostile peer reproduced it on a
+/// release build: four first fragments announcing the maximum message, then
+/// nothing, held the node's whole reassembly budget, and a healthy peer's
+/// 300 kB messages then failed as protocol errors (its channel was closed
+/// 3,486 times in 40 s). A peer now holds budget only for bytes it sent.
+#[test]
+fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
+    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST};
+    use sitenet::protocols::{MessageKind, Prelude};
+    const MAX: u64 = 1 << 20;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            c.max_message_size = MAX;
+            c.reassembly_budget = 4 * MAX;
+        })
+        .start()
+        .unwrap();
+    let sink = Sink::install(&server, 20, Some(300_000));
+    let mut hostile = lying_initiator(&addr(&server), vec![]);
+    send_frames(&mut hostile, |v| {
+        for lane in 1..=4u8 {
+            let p = Prelude {
+                type_id: Numbered::ID,
+                kind: MessageKind::OneWay,
+                header_len: 0,
+                body_len: MAX - sitenet::protocols::PRELUDE_LEN as u64,
+                corr: 0,
+            }
+            .encode();
+            let h = FrameHeader {
+                kind: FrameKind::Data,
+                lane,
+                flags: FLAG_FIRST,
+                payload_len: p.len() as u32,
+                ack: 0,
+                msg_number: 0,
+                frag_offset: 0,
+            };
+            let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
+            h.encode(&mut hb);
+            v.extend_from_slice(&hb);
+            v.extend_from_slice(&p);
+        }
+    });
+    assert!(server.wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE));
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    for seq in 0..20 {
+        site.send_blocking(
+            &Numbered { stream: 1, seq },
+            SendOptions::default().body(vec![5u8; 300_000]),
+        )
+        .unwrap();
+    }
+    sink.wait_blocking();
+    let m = server.metrics();
+    assert_eq!(m.protocol_errors, 0, "the healthy peer was never cut off");
+    assert_eq!(client.metrics().channels_opened, 1);
+    drop(hostile);
+}
+
 /// Issue 6, "the site table": `learn_listen` bound an address to whoever
 /// claimed it first, so an unauthenticated peer that listed the address of
 /// another site took over the traffic meant for that site. An address is

@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
         peer_max_message: 1 << 20,
         peer_last_received: 0,
         generation: 1,
-    })
+    }, std::time::Instant::now())
     .unwrap();
     // Send three messages so that acks 1..=3 are valid.
     for i in 0..3 {

@@ -126,6 +126,13 @@ pub enum ProtocolError {
         /// Highest number sent.
         sent: u64,
     },
+    /// A partly received message got no fragment for the reassembly idle
+    /// time: the peer holds reassembly budget without using it.
+    #[error("a partly received message made no progress for {idle:?}")]
+    ReassemblyStalled {
+        /// The reassembly idle time.
+        idle: std::time::Duration,
+    },
     /// A fragment offset that does not match the bytes received so far.
     #[error("fragment offset {got} on lane {lane}, expected {expected}")]
     FragmentOffset {

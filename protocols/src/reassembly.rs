@@ -2,16 +2,45 @@
 //! limits and the node's reassembly budget.
 //!
 //! The first fragment carries the prelude, so the receiver knows the whole
-//! message's size before it allocates anything: it checks the maximum message
-//! size and reserves the size from the budget, then allocates the header and
-//! the body once each, exactly. Nothing beyond the one message is held.
+//! message's size before it allocates anything and checks it against the
+//! maximum message size. It does **not** reserve that size: a peer holds
+//! budget only for bytes it has actually sent. Each fragment's bytes are
+//! taken from the session's [`BudgetShare`] as the fragment arrives, and the
+//! header and body grow with them (geometrically, never beyond the announced
+//! size), so four first fragments announcing the maximum message cost four
+//! fragments, not 1 GiB.
 //!
 //! Header and body are separate allocations, each handed over as a `Bytes`
-//! built from an exactly sized `Vec` (no shared control block, no reference
-//! counting until a handler clones it). A message that fits in one frame
-//! never needs this type: the session copies it out of the ring at once
-//! (see [`split_whole`]), and it is never "partly received", so it takes
+//! built from its `Vec` (no shared control block). A message that fits in
+//! one frame never needs this type: the session copies it out of the ring at
+//! once (see [`split_whole`]), and it is never "partly received", so it takes
 //! nothing from the budget.
+//!
+//! # The budget's sharing rule
+//!
+//! The node's budget is shared by every session. A session that wants `n`
+//! more bytes gets them if they are available **and** it would then hold at
+//! most its fair share — the limit divided by the number of sessions that
+//! hold budget (itself included), and never less than one maximum frame —
+//! or it is the *oldest holder* (the session holding budget the longest,
+//! which may finish what it started). Otherwise it is *blocked*: the
+//! session stops consuming input (the frame stays in the ring, so the
+//! peer's sending is slowed by TCP), and the driver stops reading that
+//! channel until budget is released
+//! ([`ReassemblyBudget::set_release_hook`]). An exhausted budget therefore
+//! pauses peers; it never fails one.
+//!
+//! Partial messages that together need more than the budget cannot all
+//! finish: if a holder other than the oldest stays blocked for the
+//! reassembly idle time, it gives way — its partial messages are abandoned
+//! and its channel closed, not as a fault: the peer reconnects and resends
+//! them from their first fragment — which frees budget for the oldest. The
+//! oldest never gives way, so some message always completes. A partial
+//! message that makes no progress because its *peer* stopped sending is
+//! abandoned after the same idle time, as a protocol fault. (A peer that
+//! trickles bytes just fast enough keeps its partial message alive; what it
+//! holds is still only what it sent, within its share unless it is the
+//! oldest holder.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,50 +48,206 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::error::ProtocolError;
+use crate::frame::MAX_FRAME_LEN;
 use crate::message::{Prelude, PRELUDE_LEN};
+
+/// A share below one maximum frame could block a session for ever.
+const MIN_SHARE: u64 = MAX_FRAME_LEN as u64;
+
+/// The release hook (see [`ReassemblyBudget::set_release_hook`]).
+type Hook = Arc<dyn Fn() + Send + Sync>;
+
+/// Where the release hook lives; taken out of the lock before it is called.
+#[derive(Default)]
+struct HookSlot(std::sync::Mutex<Option<Hook>>);
+
+impl HookSlot {
+    fn set(&self, hook: Hook) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+    }
+
+    fn call(&self) {
+        let hook = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(h) = hook {
+            h();
+        }
+    }
+}
+
+struct Inner {
+    available: AtomicU64,
+    /// Sessions holding budget now.
+    holders: AtomicU64,
+    /// The tickets of the sessions holding budget, oldest first.
+    order: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+    next_ticket: AtomicU64,
+    /// Times budget was given back (lets a driver see progress).
+    releases: AtomicU64,
+    limit: u64,
+    hook: HookSlot,
+}
 
 /// The per-node budget of bytes held by partly received messages, shared by
 /// every session of a node so that many peers together cannot make it
-/// allocate without limit.
-#[derive(Debug, Clone)]
+/// allocate without limit (see the module documentation for how it is
+/// shared).
+#[derive(Clone)]
 pub struct ReassemblyBudget {
-    available: Arc<AtomicU64>,
-    limit: u64,
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ReassemblyBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReassemblyBudget")
+            .field("available", &self.available())
+            .field("holders", &self.holders())
+            .field("limit", &self.inner.limit)
+            .finish()
+    }
 }
 
 impl ReassemblyBudget {
     /// A budget of `limit` bytes.
     pub fn new(limit: u64) -> Self {
         Self {
-            available: Arc::new(AtomicU64::new(limit)),
-            limit,
+            inner: Arc::new(Inner {
+                available: AtomicU64::new(limit),
+                holders: AtomicU64::new(0),
+                order: Default::default(),
+                next_ticket: AtomicU64::new(0),
+                releases: AtomicU64::new(0),
+                limit,
+                hook: HookSlot::default(),
+            }),
         }
-    }
-
-    /// Takes `n` bytes from the budget, or fails leaving it unchanged.
-    pub fn try_reserve(&self, n: u64) -> Result<(), ProtocolError> {
-        self.available
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| a.checked_sub(n))
-            .map(|_| ())
-            .map_err(|a| ProtocolError::ReassemblyBudget {
-                needed: n,
-                available: a,
-            })
-    }
-
-    /// Returns `n` bytes to the budget.
-    pub fn release(&self, n: u64) {
-        self.available.fetch_add(n, Ordering::AcqRel);
     }
 
     /// Bytes currently available.
     pub fn available(&self) -> u64 {
-        self.available.load(Ordering::Acquire)
+        self.inner.available.load(Ordering::Acquire)
     }
 
     /// The configured limit.
     pub fn limit(&self) -> u64 {
-        self.limit
+        self.inner.limit
+    }
+
+    /// Sessions holding budget now.
+    pub fn holders(&self) -> u64 {
+        self.inner.holders.load(Ordering::Acquire)
+    }
+
+    /// How many times budget was given back so far.
+    pub fn releases(&self) -> u64 {
+        self.inner.releases.load(Ordering::Acquire)
+    }
+
+    /// Calls `hook` whenever budget is given back, so a driver that stopped
+    /// reading a blocked channel can resume it. Replaces any earlier hook.
+    pub fn set_release_hook(&self, hook: Hook) {
+        self.inner.hook.set(hook);
+    }
+
+    /// A session's handle on the budget.
+    pub fn share(&self) -> BudgetShare {
+        BudgetShare {
+            budget: self.clone(),
+            held: 0,
+            ticket: None,
+        }
+    }
+
+    fn order(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<u64>> {
+        self.inner.order.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fair_share(&self, holders: u64) -> u64 {
+        (self.inner.limit / holders.max(1)).max(MIN_SHARE)
+    }
+}
+
+/// Why a session could not take budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocked {
+    /// The session would hold more than its fair share while others hold
+    /// budget: it must wait, and gives way if that lasts.
+    OverShare,
+    /// The budget is exhausted by others: wait until they give some back.
+    Exhausted,
+}
+
+/// One session's part of the node's [`ReassemblyBudget`]: what it holds.
+/// Dropping it gives everything back.
+#[derive(Debug)]
+pub struct BudgetShare {
+    budget: ReassemblyBudget,
+    held: u64,
+    /// This session's place in the holders' order, while it holds budget.
+    ticket: Option<u64>,
+}
+
+impl BudgetShare {
+    /// Bytes this session holds.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// True if this session is the oldest holder (or no one holds budget):
+    /// it may take beyond its share, and never has to give way.
+    pub fn is_oldest(&self) -> bool {
+        match self.ticket {
+            Some(t) => self.budget.order().first() == Some(&t),
+            None => self.budget.holders() == 0,
+        }
+    }
+
+    /// Takes `n` more bytes, or says why not (leaving everything unchanged).
+    pub fn try_take(&mut self, n: u64) -> Result<(), Blocked> {
+        if n == 0 {
+            return Ok(());
+        }
+        let b = &self.budget.inner;
+        let others = b.holders.load(Ordering::Acquire) - u64::from(self.held > 0);
+        let share = self.budget.fair_share(others + 1);
+        if others > 0 && self.held.saturating_add(n) > share && !self.is_oldest() {
+            return Err(Blocked::OverShare);
+        }
+        b.available
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| a.checked_sub(n))
+            .map_err(|_| Blocked::Exhausted)?;
+        if self.held == 0 {
+            let t = b.next_ticket.fetch_add(1, Ordering::AcqRel);
+            self.budget.order().insert(t);
+            self.ticket = Some(t);
+            b.holders.fetch_add(1, Ordering::AcqRel);
+        }
+        self.held += n;
+        Ok(())
+    }
+
+    /// Gives `n` bytes back (a message completed or was abandoned).
+    pub fn give_back(&mut self, n: u64) {
+        let n = n.min(self.held);
+        if n == 0 {
+            return;
+        }
+        let b = &self.budget.inner;
+        self.held -= n;
+        if self.held == 0 {
+            if let Some(t) = self.ticket.take() {
+                self.budget.order().remove(&t);
+            }
+            b.holders.fetch_sub(1, Ordering::AcqRel);
+        }
+        b.available.fetch_add(n, Ordering::AcqRel);
+        b.releases.fetch_add(1, Ordering::AcqRel);
+        b.hook.call();
+    }
+}
+
+impl Drop for BudgetShare {
+    fn drop(&mut self) {
+        self.give_back(self.held);
     }
 }
 
@@ -70,43 +255,26 @@ impl ReassemblyBudget {
 #[derive(Debug)]
 pub struct Reassembly {
     prelude: Prelude,
-    /// Header and body, each allocated once at its exact size and filled in
-    /// that order.
     header: Vec<u8>,
     body: Vec<u8>,
     /// Wire bytes received so far (prelude included).
     received: u64,
+    /// Budget bytes taken for it (its header and body bytes so far).
     reserved: u64,
-    budget: ReassemblyBudget,
-}
-
-impl Drop for Reassembly {
-    fn drop(&mut self) {
-        self.budget.release(self.reserved);
-    }
 }
 
 impl Reassembly {
-    /// Starts a message from its first fragment's payload, split in the
-    /// ring's two slices `a` and `b`.
-    pub fn start(
-        lane: u8,
-        a: &[u8],
-        b: &[u8],
-        max_message: u64,
-        budget: &ReassemblyBudget,
-    ) -> Result<Self, ProtocolError> {
+    /// Starts a message from its first fragment's payload (split in the
+    /// ring's two slices `a` and `b`), once the caller has taken budget for
+    /// its content bytes ([`first_content_len`]).
+    pub fn start(lane: u8, a: &[u8], b: &[u8], max_message: u64) -> Result<Self, ProtocolError> {
         let prelude = first_prelude(lane, a, b, max_message)?;
-        let total = prelude.total_len();
-        let content = total - PRELUDE_LEN as u64;
-        budget.try_reserve(content)?;
         let mut r = Self {
             prelude,
-            header: Vec::with_capacity(prelude.header_len as usize),
-            body: Vec::with_capacity(prelude.body_len as usize),
+            header: Vec::new(),
+            body: Vec::new(),
             received: PRELUDE_LEN as u64,
-            reserved: content,
-            budget: budget.clone(),
+            reserved: 0,
         };
         let k = a.len().min(PRELUDE_LEN);
         r.extend(lane, &a[k..])?;
@@ -124,20 +292,35 @@ impl Reassembly {
         self.received
     }
 
-    /// Appends a fragment's payload.
-    pub fn extend(&mut self, lane: u8, payload: &[u8]) -> Result<(), ProtocolError> {
+    /// Budget bytes taken for this message so far.
+    pub fn reserved(&self) -> u64 {
+        self.reserved
+    }
+
+    /// Checks that `len` more payload bytes fit the announced size.
+    pub fn check_room(&self, lane: u8, len: u64) -> Result<(), ProtocolError> {
         let total = self.prelude.total_len();
-        if self.received + payload.len() as u64 > total {
+        if self.received + len > total {
             return Err(ProtocolError::MessageLength {
                 lane,
-                got: self.received + payload.len() as u64,
+                got: self.received + len,
                 announced: total,
             });
         }
+        Ok(())
+    }
+
+    /// Appends a fragment's payload (whose budget the caller took).
+    pub fn extend(&mut self, lane: u8, payload: &[u8]) -> Result<(), ProtocolError> {
+        self.check_room(lane, payload.len() as u64)?;
         let to_header = (self.prelude.header_len as usize - self.header.len()).min(payload.len());
+        grow(&mut self.header, to_header, self.prelude.header_len as u64);
         self.header.extend_from_slice(&payload[..to_header]);
-        self.body.extend_from_slice(&payload[to_header..]);
+        let rest = &payload[to_header..];
+        grow(&mut self.body, rest.len(), self.prelude.body_len);
+        self.body.extend_from_slice(rest);
         self.received += payload.len() as u64;
+        self.reserved += payload.len() as u64;
         Ok(())
     }
 
@@ -146,13 +329,28 @@ impl Reassembly {
         self.received == self.prelude.total_len()
     }
 
-    /// Splits the finished message into its header and body. The budget is
-    /// returned: the bytes now belong to the handler.
-    pub fn finish(mut self) -> (Prelude, Bytes, Bytes) {
-        let header = std::mem::take(&mut self.header);
-        let body = std::mem::take(&mut self.body);
-        (self.prelude, header.into(), body.into())
+    /// Splits the finished message into its header and body. The caller
+    /// gives its budget back: the bytes now belong to the handler.
+    pub fn finish(self) -> (Prelude, Bytes, Bytes) {
+        (self.prelude, self.header.into(), self.body.into())
     }
+}
+
+/// Makes room for `n` more bytes in `v`, growing geometrically but never
+/// beyond `total` (the announced size): memory follows the bytes received.
+fn grow(v: &mut Vec<u8>, n: usize, total: u64) {
+    let need = v.len() + n;
+    if need <= v.capacity() {
+        return;
+    }
+    let target = (v.capacity() * 2).max(need).min(total as usize).max(need);
+    v.reserve_exact(target - v.len());
+}
+
+/// The content bytes (header and body) a first fragment's payload of
+/// `len` bytes carries, after the prelude.
+pub fn first_content_len(len: usize) -> u64 {
+    len.saturating_sub(PRELUDE_LEN) as u64
 }
 
 /// Checks a message that arrived whole in one frame (its payload split in
@@ -185,7 +383,12 @@ pub fn split_whole(
 /// Decodes the prelude at the start of a first fragment's payload (split in
 /// `a` and `b`) and checks the announced size against `max_message`, before
 /// anything is allocated for the message.
-fn first_prelude(lane: u8, a: &[u8], b: &[u8], max_message: u64) -> Result<Prelude, ProtocolError> {
+pub fn first_prelude(
+    lane: u8,
+    a: &[u8],
+    b: &[u8],
+    max_message: u64,
+) -> Result<Prelude, ProtocolError> {
     if a.len() + b.len() < PRELUDE_LEN {
         return Err(ProtocolError::FragmentSequence {
             lane,

@@ -91,8 +91,14 @@ impl Scheduler {
         }
         if ready[0] {
             let since = *self.bg_waiting_since.get_or_insert(now);
-            if now.saturating_duration_since(since) >= self.cfg.promote_after {
+            if !self.bg_promoted && now.saturating_duration_since(since) >= self.cfg.promote_after {
                 self.bg_promoted = true;
+                // Promoted level 1 competes from the current virtual clock,
+                // like a lane that just became ready: its virtual time went
+                // stale while it waited, and it would otherwise send alone
+                // until it caught up (up to a promotion interval's worth of
+                // the channel's bytes) while higher levels wait.
+                self.vtime[0] = self.vtime[0].max(self.vclock);
             }
         } else {
             self.bg_waiting_since = None;

@@ -333,12 +333,15 @@ fn a_close_whose_answer_never_comes_ends_by_its_timer() {
             cfg.clone(),
             sitenet_protocols::ReassemblyBudget::new(1 << 20),
         );
-        s.channel_up(sitenet_protocols::ChannelParams {
-            buffer_size: 65536,
-            peer_max_message: 1 << 20,
-            peer_last_received: 0,
-            generation: 1,
-        })
+        s.channel_up(
+            sitenet_protocols::ChannelParams {
+                buffer_size: 65536,
+                peer_max_message: 1 << 20,
+                peer_last_received: 0,
+                generation: 1,
+            },
+            t0,
+        )
         .unwrap();
         s.set_local_need(false);
         match start {

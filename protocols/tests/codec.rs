@@ -184,9 +184,11 @@ fn delayed_ack_frees_the_senders_ledger() {
     );
     assert!(!pair.b.session.wants_to_send(pair.now));
     // 20 ms after the first unacknowledged message, the ack is due.
+    // (Time reaches the session through handle_timeout: the ack delay is
+    // a timer, consumed when it fires.)
     pair.now = t0 + Duration::from_millis(20);
-    assert!(pair.b.session.wants_to_send(pair.now));
     pair.b.session.handle_timeout(pair.now);
+    assert!(pair.b.session.wants_to_send(pair.now));
     assert_eq!(
         pair.b.session.poll_transmit(pair.now, &mut pair.b.out),
         HEADER_LEN
@@ -214,6 +216,7 @@ fn delayed_ack_frees_the_senders_ledger() {
     pair.advance(Duration::from_millis(500));
     assert_eq!(pair.b.session.poll_transmit(pair.now, &mut pair.b.out), 0);
     pair.advance(Duration::from_millis(500));
+    pair.b.session.handle_timeout(pair.now);
     assert_eq!(
         pair.b.session.poll_transmit(pair.now, &mut pair.b.out),
         HEADER_LEN

@@ -360,21 +360,27 @@ fn opened_parameters_drive_the_sessions() {
         generation,
     };
     write_answer(&mut b_out, &ans);
-    sb.channel_up(ChannelParams {
-        buffer_size: size,
-        peer_max_message: neg.max_message,
-        peer_last_received: neg.last_received,
-        generation,
-    })
+    sb.channel_up(
+        ChannelParams {
+            buffer_size: size,
+            peer_max_message: neg.max_message,
+            peer_last_received: neg.last_received,
+            generation,
+        },
+        std::time::Instant::now(),
+    )
     .unwrap();
     mv(&mut b_out, &mut a_in, usize::MAX, |_| ());
     let o = ini.handle_input(&mut a_in, &mut a_out).unwrap().unwrap();
-    sa.channel_up(ChannelParams {
-        buffer_size: o.buffer_size,
-        peer_max_message: o.peer_max_message,
-        peer_last_received: o.peer_last_received,
-        generation: o.generation,
-    })
+    sa.channel_up(
+        ChannelParams {
+            buffer_size: o.buffer_size,
+            peer_max_message: o.peer_max_message,
+            peer_last_received: o.peer_last_received,
+            generation: o.generation,
+        },
+        std::time::Instant::now(),
+    )
     .unwrap();
     assert_eq!(sa.last_generation(), 1);
     assert_eq!(sb.last_generation(), 1);
@@ -1694,11 +1700,11 @@ fn replacement_channel_resumes_from_last_received() {
     };
     pair.a
         .session
-        .channel_up(up(pair.b.session.last_received()))
+        .channel_up(up(pair.b.session.last_received()), pair.now)
         .unwrap();
     pair.b
         .session
-        .channel_up(up(pair.a.session.last_received()))
+        .channel_up(up(pair.a.session.last_received()), pair.now)
         .unwrap();
     assert_eq!(
         pair.a.session.take_freed().0,

@@ -100,8 +100,8 @@ impl Net {
             peer_last_received: self.a.s.last_received(),
             ..pa
         };
-        self.a.s.channel_up(pa).unwrap();
-        self.b.s.channel_up(pb).unwrap();
+        self.a.s.channel_up(pa, self.now).unwrap();
+        self.b.s.channel_up(pb, self.now).unwrap();
         for side in [&mut self.a, &mut self.b] {
             side.out.clear();
             side.inb.clear();

@@ -47,6 +47,11 @@ pub struct NodeConfig {
     pub silence_timeout: Duration,
     /// Bound on every wait of the close protocol.
     pub close_timeout: Duration,
+    /// A partly received message that gets no fragment for this long is
+    /// abandoned and its channel closed; a channel that holds reassembly
+    /// budget while waiting this long for more gives way to the oldest
+    /// holder (its peer resends from the first fragment).
+    pub reassembly_idle: Duration,
     /// When no `SiteRef` to a site is left, nothing is pending and the channel
     /// has been idle this long, it is closed weakly; after the peer rejects a
     /// weak close, none is tried again for this long.
@@ -81,6 +86,7 @@ impl Default for NodeConfig {
             heartbeat_interval: Duration::from_secs(1),
             silence_timeout: Duration::from_secs(5),
             close_timeout: Duration::from_secs(5),
+            reassembly_idle: Duration::from_secs(30),
             linger: Duration::from_secs(10),
             reopen_after_peer_hard_close: Duration::from_secs(5),
             give_up_after: None,
@@ -129,6 +135,7 @@ impl NodeConfig {
             heartbeat_interval: self.heartbeat_interval,
             silence_timeout: self.silence_timeout,
             close_timeout: self.close_timeout,
+            reassembly_idle: self.reassembly_idle,
         }
     }
 }

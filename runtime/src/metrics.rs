@@ -65,6 +65,9 @@ counters! {
     temp_failures,
     /// Sites declared permanently failed.
     perm_failures,
+    /// Times a channel stopped reading because the reassembly budget was
+    /// short (it resumes when budget is given back).
+    budget_pauses,
     /// Messages handed back as never sendable (larger than the peer's
     /// maximum learned after they were queued, or queued as the site failed).
     handed_back,

@@ -80,6 +80,9 @@ pub(crate) struct NodeInner {
     next_corr: AtomicU64,
     pub(crate) counters: Counters,
     pub(crate) budget: ReassemblyBudget,
+    /// Notified whenever reassembly budget is given back: channels whose
+    /// input waits for budget resume reading.
+    pub(crate) budget_released: Arc<Notify>,
     shut_down: AtomicBool,
     stop_listeners: Notify,
     /// Notified whenever acknowledgements free bytes or a site fails.
@@ -429,9 +432,14 @@ impl NodeBuilder {
         }
         .validate()
         .map_err(|e| NodeError::Config(e.to_string()))?;
+        let budget = ReassemblyBudget::new(cfg.reassembly_budget);
+        let budget_released = Arc::new(Notify::new());
+        let released = budget_released.clone();
+        budget.set_release_hook(Arc::new(move || released.notify_waiters()));
         let inner = Arc::new(NodeInner {
             id,
-            budget: ReassemblyBudget::new(cfg.reassembly_budget),
+            budget,
+            budget_released,
             cfg,
             rt: rt.clone(),
             listen,

@@ -40,7 +40,10 @@ impl ComObject {
             id,
             end: ChannelEnd::Lost,
         });
-        self.set_fault(FaultState::TempFailed, loss.to_string(), now);
+        // Giving way in a budget contention is no failure of the site.
+        if loss != Loss::BudgetContention {
+            self.set_fault(FaultState::TempFailed, loss.to_string(), now);
+        }
         self.schedule_backoff(now);
         self.update();
     }

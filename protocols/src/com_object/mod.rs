@@ -379,6 +379,13 @@ impl ComObject {
         self.session.wants_to_send(now)
     }
 
+    /// True if the last input left a frame unconsumed because the
+    /// reassembly budget is short: stop reading the channel until the
+    /// budget's release hook fires, then feed input again.
+    pub fn input_blocked(&self) -> bool {
+        self.session.input_blocked()
+    }
+
     /// True if a standalone ack is waiting, held or not.
     pub fn ack_waiting(&self) -> bool {
         self.session.ack_waiting()
@@ -500,6 +507,16 @@ impl ComObject {
                 SessionEvent::Silent => {
                     if let Some(id) = self.working_channel() {
                         self.channel_lost(id, Loss::Silent, now);
+                    }
+                }
+                SessionEvent::Stalled(e) => {
+                    if let Some(id) = self.working_channel() {
+                        self.channel_lost(id, Loss::Protocol(e), now);
+                    }
+                }
+                SessionEvent::BudgetContention => {
+                    if let Some(id) = self.working_channel() {
+                        self.channel_lost(id, Loss::BudgetContention, now);
                     }
                 }
             }

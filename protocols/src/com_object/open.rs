@@ -61,7 +61,7 @@ impl ComObject {
             peer_last_received: opened.peer_last_received,
             generation: opened.generation,
         };
-        if let Err(e) = self.session.channel_up(params) {
+        if let Err(e) = self.session.channel_up(params, now) {
             self.protocol_fault(&e);
             self.set_fault(FaultState::TempFailed, e.to_string(), now);
             self.schedule_backoff(now);
@@ -147,7 +147,7 @@ impl ComObject {
             generation,
         };
         self.session
-            .channel_up(params)
+            .channel_up(params, now)
             .expect("last_received checked above");
         let id = self.now_working(Some(neg.attempt), now);
         AcceptOutcome::Accept { id, answer }

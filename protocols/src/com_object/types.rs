@@ -56,6 +56,11 @@ pub enum Loss {
     /// Nothing was heard for the silence timeout.
     #[error("nothing heard for the silence timeout")]
     Silent,
+    /// The channel held more than its fair share of the reassembly budget
+    /// while blocked for the reassembly idle time; it gives way so other
+    /// peers progress (the peer resends its partial messages).
+    #[error("gave way in a contention for the reassembly budget")]
+    BudgetContention,
 }
 
 /// Why an open attempt failed, as the driver saw it.

@@ -60,8 +60,19 @@ pub fn params(buffer_size: u32) -> ChannelParams {
 
 /// A session with a working channel of `buffer_size`.
 pub fn working_session(cfg: SessionConfig, budget: ReassemblyBudget, buffer_size: u32) -> Session {
+    working_session_at(cfg, budget, buffer_size, Instant::now())
+}
+
+/// A session whose channel came up at `now`.
+pub fn working_session_at(
+    cfg: SessionConfig,
+    budget: ReassemblyBudget,
+    buffer_size: u32,
+    now: Instant,
+) -> Session {
     let mut s = Session::new(cfg, budget);
-    s.channel_up(params(buffer_size)).expect("fresh channel_up");
+    s.channel_up(params(buffer_size), now)
+        .expect("fresh channel_up");
     s
 }
 
@@ -273,12 +284,13 @@ impl Pair {
         bb: ReassemblyBudget,
     ) -> Self {
         assert!(a_buf >= negotiated && b_buf >= negotiated);
-        let a = working_session(cfg.clone(), ba, negotiated as u32);
-        let b = working_session(cfg, bb, negotiated as u32);
+        let now = Instant::now();
+        let a = working_session_at(cfg.clone(), ba, negotiated as u32, now);
+        let b = working_session_at(cfg, bb, negotiated as u32, now);
         Self {
             a: Side::new(a, a_buf, negotiated),
             b: Side::new(b, b_buf, negotiated),
-            now: Instant::now(),
+            now,
             chunks: vec![usize::MAX],
             chunk_idx: 0,
             tapping: true,
@@ -304,6 +316,10 @@ impl Pair {
     ) -> Result<usize, ProtocolError> {
         let mut moved = 0;
         while moved < limit {
+            // As a driver does: fire what is due before transmitting.
+            if from.session.poll_timeout().is_some_and(|t| t <= now) {
+                from.session.handle_timeout(now);
+            }
             if from.out.is_empty() || from.out.free() >= from.out.capacity() / 4 {
                 from.session.poll_transmit(now, &mut from.out);
             }

@@ -21,6 +21,17 @@ pub(super) struct Live {
     pub(super) write: Option<SpawnHandle>,
 }
 
+/// How a read turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadTurn {
+    /// Keep reading when the socket is readable.
+    Up,
+    /// Input waits for reassembly budget: stop reading until it is released.
+    Blocked,
+    /// The channel ended.
+    Ended,
+}
+
 /// Which readiness of the live channel a spawned future waits for.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Readiness {
@@ -138,19 +149,46 @@ impl ComObject {
             return;
         };
         self.com.set_has_refs(self.has_refs());
-        let up = self.read_and_process(id);
-        if up {
-            self.arm(Readiness::Read, ctx);
-            // A reply queued by a handler or a task woken by these messages
-            // can carry the ack: hold a threshold ack until the next turn of
-            // the event loop.
-            self.com.hold_acks(true);
-            self.drive(ctx);
-            self.com.hold_acks(false);
-            self.defer_ack(ctx);
-        } else {
-            self.drive(ctx);
+        let epoch = self.node.budget.releases();
+        match self.read_and_process(id) {
+            ReadTurn::Ended => return self.drive(ctx),
+            ReadTurn::Up => self.arm(Readiness::Read, ctx),
+            // Reading stops until the reassembly budget is given back.
+            ReadTurn::Blocked => self.wait_for_budget(id, epoch, ctx),
         }
+        // A reply queued by a handler or a task woken by these messages can
+        // carry the ack: hold a threshold ack until the next turn of the
+        // event loop.
+        self.com.hold_acks(true);
+        self.drive(ctx);
+        self.com.hold_acks(false);
+        self.defer_ack(ctx);
+    }
+
+    /// Resumes reading channel `id` once the node's reassembly budget was
+    /// given back since `epoch` (the release count when input blocked, so a
+    /// release in between is not missed).
+    fn wait_for_budget(&mut self, id: ChannelId, epoch: u64, ctx: &mut Context<Self>) {
+        Counters::add(&self.node.counters.budget_pauses, 1);
+        let node = self.node.clone();
+        let released = async move {
+            loop {
+                let n = node.budget_released.notified();
+                tokio::pin!(n);
+                n.as_mut().enable();
+                if node.budget.releases() != epoch {
+                    return;
+                }
+                n.await;
+            }
+        };
+        ctx.spawn(
+            fut::wrap_future::<_, Self>(released).map(move |(), act, ctx| {
+                if act.live.as_ref().is_some_and(|l| l.id == id) {
+                    act.on_readable(ctx);
+                }
+            }),
+        );
     }
 
     /// Transmits a held ack one event-loop turn later, unless data queued
@@ -169,22 +207,25 @@ impl ComObject {
     }
 
     /// Feeds what the ring holds, then reads and feeds up to
-    /// [`READS_PER_TURN`] times. Returns false if the channel ended.
-    pub(super) fn read_and_process(&mut self, id: ChannelId) -> bool {
+    /// [`READS_PER_TURN`] times.
+    pub(super) fn read_and_process(&mut self, id: ChannelId) -> ReadTurn {
         let node = self.node.clone();
         let entry = self.entry.clone();
         let mut deliver = |m| dispatch(&node, &entry, m);
         let Some(live) = self.live.as_mut() else {
-            return false;
+            return ReadTurn::Ended;
         };
-        // Bytes left over from the handshake come first.
+        // Bytes left over from the handshake (or from a blocked turn) first.
         if !self
             .com
             .handle_input(id, Instant::now(), &mut live.t.inb, &mut deliver)
         {
-            return false;
+            return ReadTurn::Ended;
         }
         for _ in 0..READS_PER_TURN {
+            if self.com.input_blocked() {
+                return ReadTurn::Blocked;
+            }
             let loss = match live.t.read_once() {
                 Ok(ReadStatus::Read(_)) => {
                     Counters::add(&node.counters.reads, 1);
@@ -196,16 +237,20 @@ impl ComObject {
             };
             if let Some(loss) = loss {
                 self.com.channel_lost(id, loss, Instant::now());
-                return false;
+                return ReadTurn::Ended;
             }
             if !self
                 .com
                 .handle_input(id, Instant::now(), &mut live.t.inb, &mut deliver)
             {
-                return false;
+                return ReadTurn::Ended;
             }
         }
-        true
+        if self.com.input_blocked() {
+            ReadTurn::Blocked
+        } else {
+            ReadTurn::Up
+        }
     }
 
     pub(super) fn attach(&mut self, id: ChannelId, t: TransObject, ctx: &mut Context<Self>) {

@@ -1,0 +1,717 @@
+//! [`Session`]: the protocol state of one remote site, independent of any
+//! channel. It composes the sending half ([`send`]: queues, scheduler,
+//! numbering, ledger, resend), the receiving half ([`receive`]: lanes,
+//! reassembly, dedupe, the reassembly budget), the ack policy ([`ack`]) and
+//! the close protocol ([`close`]), and keeps every wait in one
+//! [`TimerTable`]. It survives channels: when a channel is lost the driver
+//! calls [`Session::channel_down`], and when a new one opens
+//! [`Session::channel_up`] with the peer's last-received number, after which
+//! the unacknowledged messages are resent first, in number order, under
+//! their original numbers.
+//!
+//! # Call-order contract (sans-IO, like quinn-proto)
+//!
+//! The driver owns the socket and the two [`ByteBuffer`]s and repeats, in
+//! this order, whenever anything happens:
+//!
+//! 1. feed input: after reading from the socket into the input buffer, call
+//!    [`handle_input`](Session::handle_input), which consumes every complete
+//!    frame and calls `deliver` for each complete message, in order; if it
+//!    leaves input unconsumed because the reassembly budget is short,
+//!    [`input_blocked`](Session::input_blocked) says so: stop reading until
+//!    the budget's release hook fires;
+//! 2. feed time: if the deadline from [`poll_timeout`](Session::poll_timeout)
+//!    has passed, call [`handle_timeout`](Session::handle_timeout);
+//! 3. flush: call [`poll_transmit`](Session::poll_transmit) to fill the output
+//!    buffer, write it to the socket, repeat while both make progress;
+//! 4. re-arm one timer to [`poll_timeout`](Session::poll_timeout);
+//! 5. collect acknowledged bytes with [`take_freed`](Session::take_freed)
+//!    and events with [`poll_event`](Session::poll_event).
+//!
+//! No method reads a clock: time is always an argument. A deadline is
+//! consumed when it fires, so `poll_timeout` never returns the same past
+//! deadline twice: a heartbeat or ack that cannot be written because the
+//! output is full stays due without a deadline, and is written by the next
+//! `poll_transmit` that finds room.
+
+mod ack;
+mod close;
+mod receive;
+mod send;
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::byte_buffer::ByteBuffer;
+use crate::error::{ProtocolError, SendError};
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
+use crate::message::{InMessage, OutMessage};
+use crate::reassembly::{Blocked, ReassemblyBudget};
+use crate::scheduler::SchedulerConfig;
+use crate::timer::{Timer, TimerTable};
+
+pub use close::{ClosePhase, CloseReason};
+
+use ack::AckPolicy;
+use close::{CloseState, CloseStep};
+use receive::{DataOutcome, Receiver};
+use send::Sender;
+
+/// Tunables of a session (DESIGN.md "Defaults").
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Largest incoming message accepted (prelude, header and body).
+    pub max_message: u64,
+    /// Send an explicit ack once this many bytes were received unacknowledged.
+    pub ack_bytes: u64,
+    /// … or this many messages …
+    pub ack_messages: u32,
+    /// … or this long after the first unacknowledged message.
+    pub ack_delay: Duration,
+    /// Lane weights and level-1 promotion.
+    pub scheduler: SchedulerConfig,
+    /// Send a heartbeat when nothing was sent for this long.
+    pub heartbeat_interval: Duration,
+    /// Presume the channel dead when nothing was heard for this long.
+    pub silence_timeout: Duration,
+    /// Bound on every wait of the close protocol.
+    pub close_timeout: Duration,
+    /// A partly received message that gets no fragment for this long is
+    /// abandoned and its channel closed (its budget goes back to the
+    /// others); a session that holds reassembly budget and is blocked this
+    /// long gives way unless it is the oldest holder.
+    pub reassembly_idle: Duration,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            max_message: 256 * 1024 * 1024,
+            ack_bytes: 64 * 1024,
+            ack_messages: 100,
+            ack_delay: Duration::from_millis(20),
+            scheduler: SchedulerConfig::default(),
+            heartbeat_interval: Duration::from_secs(1),
+            silence_timeout: Duration::from_secs(5),
+            close_timeout: Duration::from_secs(5),
+            reassembly_idle: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Something the driver must act on (see [`Session::poll_event`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// Close the channel now.
+    CloseChannel(CloseReason),
+    /// The peer rejected our weak close: it still needs the channel. Do not
+    /// try again for a while.
+    WeakCloseRejected,
+    /// The peer told us it holds no more references to us.
+    PeerClearedReference,
+    /// Nothing was heard for the silence timeout: presume the channel dead.
+    Silent,
+    /// A partly received message got no fragment for the reassembly idle
+    /// time: the peer broke the protocol; close the channel.
+    Stalled(ProtocolError),
+    /// This session held reassembly budget while blocked for the reassembly
+    /// idle time, and is not the oldest holder: it gives way — close the
+    /// channel (not a fault; the peer resends its partial messages from the
+    /// start).
+    BudgetContention,
+}
+
+/// What the open protocol settled for a new channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelParams {
+    /// Negotiated ByteBuffer size: frames are at most this (and 64 KiB).
+    pub buffer_size: u32,
+    /// Largest message the peer accepts.
+    pub peer_max_message: u64,
+    /// Last message number the peer received from us.
+    pub peer_last_received: u64,
+    /// The channel's generation.
+    pub generation: u64,
+}
+
+/// Counters of one session (for metrics and tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Messages completely sent for the first time.
+    pub sent: u64,
+    /// Messages resent after a reconnect.
+    pub retransmitted: u64,
+    /// Messages delivered to the handler.
+    pub delivered: u64,
+    /// Messages received again after delivery, and discarded.
+    pub duplicates: u64,
+    /// Frames written.
+    pub frames_out: u64,
+    /// Explicit ack frames written.
+    pub acks_out: u64,
+    /// Heartbeat frames written.
+    pub heartbeats_out: u64,
+    /// Frames consumed.
+    pub frames_in: u64,
+}
+
+/// The state of one remote site. See the module documentation.
+#[derive(Debug)]
+pub struct Session {
+    cfg: SessionConfig,
+    send: Sender,
+    recv: Receiver,
+    ack: AckPolicy,
+    close: CloseState,
+    timers: TimerTable,
+    /// Parameters of the working channel, if any.
+    channel: Option<ChannelParams>,
+    /// Highest generation seen working.
+    last_generation: u64,
+    stats: SessionStats,
+    events: VecDeque<SessionEvent>,
+    /// Whether the local side still needs the channel (references held).
+    local_need: bool,
+    /// A heartbeat is due (its timer fired); written when there is room.
+    heartbeat_due: bool,
+    /// Why input is not consumed now, if it is not.
+    blocked: Option<Blocked>,
+}
+
+impl Session {
+    /// A session with no channel yet.
+    pub fn new(cfg: SessionConfig, budget: ReassemblyBudget) -> Self {
+        Self {
+            send: Sender::new(cfg.scheduler.clone()),
+            recv: Receiver::new(&budget, cfg.max_message),
+            cfg,
+            ack: AckPolicy::default(),
+            close: CloseState::default(),
+            timers: TimerTable::default(),
+            channel: None,
+            last_generation: 0,
+            stats: SessionStats::default(),
+            events: VecDeque::new(),
+            local_need: true,
+            heartbeat_due: false,
+            blocked: None,
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Channels
+    // ------------------------------------------------------------------
+
+    /// A new channel is working since `now`. Frees what the peer says it
+    /// received, hands back queued messages larger than the peer accepts
+    /// ([`take_refused`](Self::take_refused)), and schedules everything else
+    /// in the ledger for resending, first and in number order. Silence and
+    /// heartbeats are measured from `now`.
+    pub fn channel_up(&mut self, params: ChannelParams, now: Instant) -> Result<(), ProtocolError> {
+        if params.peer_last_received > self.send.last_sent {
+            return Err(ProtocolError::AckBeyondSent {
+                ack: params.peer_last_received,
+                sent: self.send.last_sent,
+            });
+        }
+        self.channel_down();
+        self.send
+            .channel_up(params.peer_last_received, params.peer_max_message)?;
+        self.last_generation = self.last_generation.max(params.generation);
+        self.channel = Some(params);
+        // The peer learned our last_received in the handshake.
+        self.ack.reset(self.recv.last_received);
+        self.timers
+            .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
+        self.timers
+            .set(Timer::Silence, now + self.cfg.silence_timeout);
+        Ok(())
+    }
+
+    /// The channel is gone. Partly sent messages restart from their first
+    /// fragment on the next channel; partly received ones are discarded
+    /// (their budget is given back).
+    pub fn channel_down(&mut self) {
+        self.channel = None;
+        self.close = CloseState::default();
+        self.send.channel_down();
+        self.recv.abandon_partials();
+        self.timers.clear();
+        self.heartbeat_due = false;
+        self.blocked = None;
+    }
+
+    /// True if a channel is working.
+    pub fn is_working(&self) -> bool {
+        self.channel.is_some()
+    }
+
+    /// The working channel's parameters.
+    pub fn channel(&self) -> Option<&ChannelParams> {
+        self.channel.as_ref()
+    }
+
+    fn max_payload(&self) -> usize {
+        let buf = self
+            .channel
+            .map_or(MAX_FRAME_LEN, |c| c.buffer_size as usize);
+        buf.min(MAX_FRAME_LEN) - HEADER_LEN
+    }
+
+    // ------------------------------------------------------------------
+    // Sending
+    // ------------------------------------------------------------------
+
+    /// Queues a message. Fails if it exceeds what the peer accepts (known
+    /// once a channel has worked): such a message would be refused for ever.
+    /// On failure the message comes back with the reason (boxed: the error
+    /// path is rare, and a large `Err` would slow every call).
+    pub fn queue(&mut self, msg: OutMessage) -> Result<(), Box<(SendError, OutMessage)>> {
+        self.send.queue(msg)
+    }
+
+    /// Takes the queued messages found unsendable when a channel came up
+    /// (larger than the peer's maximum, learned after they were queued).
+    /// They were never sent.
+    pub fn take_refused(&mut self) -> Vec<(SendError, OutMessage)> {
+        self.send.take_refused()
+    }
+
+    /// True if a frame is waiting to be written (data, or a due ack).
+    pub fn wants_to_send(&self, _now: Instant) -> bool {
+        if !self.is_working() {
+            return false;
+        }
+        // While closing, only close frames and acks go out.
+        let data = self.close.phase == ClosePhase::Open && self.send.has_data();
+        data || !self.close.control.is_empty() || self.ack_due() || self.heartbeat_due
+    }
+
+    fn ack_due(&self) -> bool {
+        self.ack.due(
+            self.recv.last_received,
+            self.cfg.ack_messages,
+            self.cfg.ack_bytes,
+        )
+    }
+
+    /// Writes a control frame of `kind` carrying the current ack, if it fits.
+    fn write_control(&mut self, kind: FrameKind, out: &mut ByteBuffer) -> bool {
+        if out.free() < HEADER_LEN {
+            return false;
+        }
+        let mut hb = [0u8; HEADER_LEN];
+        FrameHeader::control(kind, 0, self.recv.last_received).encode(&mut hb);
+        out.push(&hb);
+        self.carried_ack();
+        true
+    }
+
+    /// A frame carrying our current ack was written.
+    fn carried_ack(&mut self) {
+        self.ack.carried(self.recv.last_received);
+        self.timers.stop(Timer::AckDelay);
+        self.stats.frames_out += 1;
+    }
+
+    /// Fills `out` with as many frames as fit (a no-op without a working
+    /// channel). Returns the bytes written.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut ByteBuffer) -> usize {
+        if !self.is_working() {
+            return 0;
+        }
+        let start = out.len();
+        let max_payload = self.max_payload();
+        // Close frames first; they carry the current ack like any frame.
+        while let Some(kind) = self.close.control.next() {
+            if !self.write_control(kind, out) {
+                break;
+            }
+            self.close.control.clear(kind);
+        }
+        // While closing, no new application message goes out.
+        if self.close.phase == ClosePhase::Open {
+            while self.send.write_one_data_frame(
+                now,
+                out,
+                max_payload,
+                self.recv.last_received,
+                &mut self.stats,
+            ) {
+                self.carried_ack();
+            }
+        }
+        if self.ack_due() && self.write_control(FrameKind::Ack, out) {
+            self.stats.acks_out += 1;
+        }
+        let mut written = out.len() - start;
+        if written == 0 && self.heartbeat_due && self.write_control(FrameKind::Heartbeat, out) {
+            self.stats.heartbeats_out += 1;
+            written = out.len() - start;
+        }
+        if written > 0 {
+            self.heartbeat_due = false;
+            self.timers
+                .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
+        }
+        written
+    }
+
+    // ------------------------------------------------------------------
+    // Receiving
+    // ------------------------------------------------------------------
+
+    /// Consumes every complete frame in `input`, calling `deliver` for each
+    /// complete new message, in order. The ack advances only after `deliver`
+    /// returns. An error means the peer broke the protocol: close the
+    /// channel. A frame whose bytes get no reassembly budget now stays in
+    /// `input` ([`input_blocked`](Self::input_blocked)).
+    pub fn handle_input(
+        &mut self,
+        now: Instant,
+        input: &mut ByteBuffer,
+        deliver: &mut dyn FnMut(InMessage),
+    ) -> Result<(), ProtocolError> {
+        let max_payload = self.max_payload();
+        let mut hb = [0u8; HEADER_LEN];
+        if !input.is_empty() && self.is_working() {
+            self.timers
+                .set(Timer::Silence, now + self.cfg.silence_timeout);
+        }
+        self.blocked = None;
+        let mut progress = false;
+        let result = (|| {
+            while input.peek(0, &mut hb) {
+                let h = FrameHeader::decode(&hb, max_payload)?;
+                // The ack is processed as soon as the header is there.
+                self.send.apply_ack(h.ack)?;
+                let len = HEADER_LEN + h.payload_len as usize;
+                if input.len() < len {
+                    break;
+                }
+                match h.kind {
+                    FrameKind::Data => {
+                        let (a, b) = input.slices(HEADER_LEN, h.payload_len as usize);
+                        match self.recv.on_data(
+                            &h,
+                            a,
+                            b,
+                            deliver,
+                            &mut self.ack,
+                            &mut self.stats,
+                        )? {
+                            DataOutcome::Consumed { progress: p } => progress |= p,
+                            DataOutcome::Blocked(why) => {
+                                self.blocked = Some(why);
+                                break;
+                            }
+                        }
+                    }
+                    FrameKind::Ack | FrameKind::Heartbeat => {}
+                    kind @ (FrameKind::CloseWeak
+                    | FrameKind::CloseHard
+                    | FrameKind::CloseAccept
+                    | FrameKind::CloseReject
+                    | FrameKind::ClearReference) => {
+                        if h.payload_len != 0 {
+                            return Err(ProtocolError::Malformed {
+                                what: "close frame",
+                                reason: "non-empty payload".into(),
+                            });
+                        }
+                        self.on_close_frame(now, kind)?;
+                    }
+                    kind => {
+                        return Err(ProtocolError::Unexpected {
+                            kind,
+                            state: "working",
+                        })
+                    }
+                }
+                self.stats.frames_in += 1;
+                input.consume(len);
+            }
+            Ok(())
+        })();
+        self.after_input(now, progress);
+        result
+    }
+
+    /// Re-arms the receive-side timers after input.
+    fn after_input(&mut self, now: Instant, progress: bool) {
+        if self.recv.last_received > self.ack.ack_sent {
+            self.timers
+                .set_if_unset(Timer::AckDelay, now + self.cfg.ack_delay);
+        }
+        let idle = now + self.cfg.reassembly_idle;
+        match (self.recv.has_partial(), self.blocked) {
+            (false, _) => self.timers.stop(Timer::ReassemblyIdle),
+            // The oldest holder waits for the others to give way; it never
+            // does itself, so some message always completes.
+            (true, Some(_)) if self.recv.is_oldest_holder() => {
+                self.timers.stop(Timer::ReassemblyIdle)
+            }
+            // Another holder, blocked: it gives way if that lasts.
+            (true, Some(_)) => self.timers.set_if_unset(Timer::ReassemblyIdle, idle),
+            (true, None) if progress => self.timers.set(Timer::ReassemblyIdle, idle),
+            (true, None) => self.timers.set_if_unset(Timer::ReassemblyIdle, idle),
+        }
+    }
+
+    /// True if the last [`handle_input`](Self::handle_input) left a frame
+    /// unconsumed because the reassembly budget is short: stop reading the
+    /// channel until the budget's release hook fires, then feed input again.
+    pub fn input_blocked(&self) -> bool {
+        self.blocked.is_some()
+    }
+
+    /// Reassembly budget bytes this session holds.
+    pub fn budget_held(&self) -> u64 {
+        self.recv.held()
+    }
+
+    // ------------------------------------------------------------------
+    // Acknowledgements
+    // ------------------------------------------------------------------
+
+    /// Makes an explicit ack due at once (before a graceful close, so the
+    /// peer is not left waiting for acknowledgements it will never get).
+    pub fn ack_now(&mut self) {
+        self.ack.force();
+    }
+
+    /// Holds back a standalone ACK frame that is due only because the
+    /// message or byte threshold was reached, while `hold` is set; data
+    /// frames still carry the ack. A driver that has just delivered messages
+    /// holds acks for its first transmit, so that a reply its handlers or
+    /// tasks queue next can carry the ack instead of a frame (and a wake-up of
+    /// the peer) of its own; it releases the hold and transmits again one
+    /// turn of its event loop later. A forced ack ([`ack_now`](Self::ack_now))
+    /// and the ack delay are never held.
+    pub fn hold_acks(&mut self, hold: bool) {
+        self.ack.hold = hold;
+    }
+
+    /// True if a standalone ack is waiting, held or not.
+    pub fn ack_waiting(&self) -> bool {
+        self.ack.waiting(
+            self.recv.last_received,
+            self.cfg.ack_messages,
+            self.cfg.ack_bytes,
+        )
+    }
+
+    /// Takes the (message count, bytes) acknowledged since the last call.
+    pub fn take_freed(&mut self) -> (u64, u64) {
+        self.send.take_freed()
+    }
+
+    // ------------------------------------------------------------------
+    // The close protocol
+    // ------------------------------------------------------------------
+
+    /// Where the working channel stands in the close protocol.
+    pub fn close_phase(&self) -> ClosePhase {
+        self.close.phase
+    }
+
+    /// Close frames owed to the peer and not yet written (at most five:
+    /// they are flags, whatever the peer sends).
+    pub fn pending_control_frames(&self) -> usize {
+        self.close.control.len()
+    }
+
+    /// Tells the session whether the local side still holds references to
+    /// the peer (a weak close from the peer is then rejected).
+    pub fn set_local_need(&mut self, need: bool) {
+        self.local_need = need;
+    }
+
+    fn has_need(&self) -> bool {
+        self.local_need || self.pending_messages() > 0
+    }
+
+    fn begin_close(&mut self, now: Instant) -> Instant {
+        let deadline = now + self.cfg.close_timeout;
+        self.timers.set(Timer::Close, deadline);
+        deadline
+    }
+
+    /// Starts a weak close ("no longer needed"). Refused (false) without a
+    /// working channel, while another close runs, or while messages are
+    /// queued or unacknowledged.
+    pub fn begin_close_weak(&mut self, now: Instant) -> bool {
+        if !self.is_working() || self.close.phase != ClosePhase::Open || self.pending_messages() > 0
+        {
+            return false;
+        }
+        self.close.control.set(FrameKind::ClearReference);
+        self.close.control.set(FrameKind::CloseWeak);
+        let deadline = self.begin_close(now);
+        self.close.phase = ClosePhase::ClosingWeak { deadline };
+        true
+    }
+
+    /// Starts a hard close ("resources are short"), which the peer must grant.
+    /// Queued and unacknowledged messages stay for the next channel.
+    pub fn begin_close_hard(&mut self, now: Instant) -> bool {
+        // From working or a weak close only: a channel the peer is already
+        // closing, or whose close is done, is going away anyway.
+        if !self.is_working()
+            || !matches!(
+                self.close.phase,
+                ClosePhase::Open | ClosePhase::ClosingWeak { .. }
+            )
+        {
+            return false;
+        }
+        self.close.control.set(FrameKind::CloseHard);
+        let deadline = self.begin_close(now);
+        self.close.phase = ClosePhase::ClosingHard { deadline };
+        true
+    }
+
+    fn on_close_frame(&mut self, now: Instant, kind: FrameKind) -> Result<(), ProtocolError> {
+        let need = self.has_need();
+        let before = self.close.phase;
+        let step = self
+            .close
+            .on_frame(kind, need, now + self.cfg.close_timeout)?;
+        if let (ClosePhase::Open, ClosePhase::PeerClosing { deadline, .. })
+        | (
+            ClosePhase::PeerClosing { hard: false, .. },
+            ClosePhase::PeerClosing { deadline, .. },
+        ) = (before, self.close.phase)
+        {
+            if before != self.close.phase {
+                self.timers.set(Timer::Close, deadline);
+            }
+        }
+        match step {
+            CloseStep::None => {}
+            CloseStep::Finish(reason) => self.finish_close(reason),
+            CloseStep::Rejected => {
+                self.timers.stop(Timer::Close);
+                self.events.push_back(SessionEvent::WeakCloseRejected);
+            }
+            CloseStep::ClearedReference => {
+                if self.events.back() != Some(&SessionEvent::PeerClearedReference) {
+                    self.events.push_back(SessionEvent::PeerClearedReference);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_close(&mut self, reason: CloseReason) {
+        self.close.phase = ClosePhase::Done;
+        self.timers.stop(Timer::Close);
+        self.events.push_back(SessionEvent::CloseChannel(reason));
+    }
+
+    // ------------------------------------------------------------------
+    // Time and events
+    // ------------------------------------------------------------------
+
+    /// Advances timers to `now`, consuming each expired one: a delayed ack
+    /// or a heartbeat becomes due (the next
+    /// [`poll_transmit`](Self::poll_transmit) writes it); a close wait that
+    /// ran out, silence past the silence timeout, or a stalled partial
+    /// message produces an event.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if !self.is_working() {
+            return;
+        }
+        // A close wait that ran out ends the channel: nothing else about it
+        // matters any more (its silence, its partial messages).
+        if self.timers.take_expired(Timer::Close, now) && self.close.phase.deadline().is_some() {
+            self.finish_close(CloseReason::Timeout);
+        }
+        let closed = self.close.phase == ClosePhase::Done;
+        for t in self.timers.expire(now).collect::<Vec<_>>() {
+            match t {
+                Timer::AckDelay => self.ack.delay_expired(),
+                Timer::Heartbeat => self.heartbeat_due = true,
+                Timer::Close => {}
+                Timer::Silence | Timer::ReassemblyIdle if closed => {}
+                Timer::Silence => self.events.push_back(SessionEvent::Silent),
+                Timer::ReassemblyIdle => {
+                    if self.blocked.is_some() {
+                        self.events.push_back(SessionEvent::BudgetContention);
+                    } else if self.recv.has_partial() {
+                        self.events.push_back(SessionEvent::Stalled(
+                            ProtocolError::ReassemblyStalled {
+                                idle: self.cfg.reassembly_idle,
+                            },
+                        ));
+                    }
+                }
+                other => debug_assert!(false, "timer {} is not the session's", other.name()),
+            }
+        }
+    }
+
+    /// The next instant at which [`handle_timeout`](Self::handle_timeout) must
+    /// be called, if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if !self.is_working() {
+            return None;
+        }
+        self.timers.next_deadline()
+    }
+
+    /// The next event for the driver, if any.
+    pub fn poll_event(&mut self) -> Option<SessionEvent> {
+        self.events.pop_front()
+    }
+
+    // ------------------------------------------------------------------
+    // Queries
+    // ------------------------------------------------------------------
+
+    /// Highest generation seen working (for NEGOTIATE and the link decision).
+    pub fn last_generation(&self) -> u64 {
+        self.last_generation
+    }
+
+    /// Highest message number received (for NEGOTIATE / NEGOTIATE_ANS).
+    pub fn last_received(&self) -> u64 {
+        self.recv.last_received
+    }
+
+    /// Highest message number assigned.
+    pub fn last_sent(&self) -> u64 {
+        self.send.last_sent
+    }
+
+    /// Largest message the peer accepts, once known.
+    pub fn peer_max_message(&self) -> Option<u64> {
+        self.send.peer_max_message
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SessionStats {
+        self.stats
+    }
+
+    /// Messages held: queued, partly sent, or awaiting acknowledgement.
+    pub fn pending_messages(&self) -> usize {
+        self.send.pending_messages()
+    }
+
+    /// Messages completely sent and not yet acknowledged.
+    pub fn unacked(&self) -> usize {
+        self.send.unacked()
+    }
+
+    /// Bytes queued and not yet completely sent.
+    pub fn queued_bytes(&self) -> u64 {
+        self.send.queued_bytes()
+    }
+
+    /// Takes every message out (the site failed for good): `not_sent` were
+    /// never completely sent, `maybe_delivered` were sent and not acknowledged.
+    pub fn take_all(&mut self) -> (Vec<OutMessage>, Vec<(u64, OutMessage)>) {
+        self.send.take_all()
+    }
+}

@@ -1,0 +1,457 @@
+//! Regression tests for the session holes found by the review of issue 6:
+//! the reassembly budget a hostile peer could hold with a few hundred bytes,
+//! the unbounded close-frame queue, timers that fired again on every call,
+//! silence measured from the wrong moment, resends of acknowledged
+//! messages, and a promoted background lane with a stale virtual time.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{frame_bytes, slice, working_session_at, Pair};
+use sitenet_protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST, HEADER_LEN};
+use sitenet_protocols::scheduler::SchedulerConfig;
+use sitenet_protocols::{
+    ByteBuffer, ChannelParams, InMessage, MessageKind, OutMessage, Prelude, Priority,
+    ReassemblyBudget, Session, SessionConfig, SessionEvent, PRELUDE_LEN,
+};
+
+const RING: usize = 65_536;
+
+fn data(lane: u8, flags: u8, payload: &[u8], number: u64, offset: u64) -> Vec<u8> {
+    let h = FrameHeader {
+        kind: FrameKind::Data,
+        lane,
+        flags,
+        payload_len: payload.len() as u32,
+        ack: 0,
+        msg_number: number,
+        frag_offset: offset,
+    };
+    frame_bytes(&h, payload)
+}
+
+fn prelude(body_len: u64) -> [u8; PRELUDE_LEN] {
+    Prelude {
+        type_id: 9,
+        kind: MessageKind::OneWay,
+        header_len: 0,
+        body_len,
+        corr: 0,
+    }
+    .encode()
+}
+
+/// The frames of one message of `body` bytes on `lane`, numbered `number`,
+/// in fragments of at most `frag` payload bytes.
+fn fragments(lane: u8, number: u64, body: &[u8], frag: usize) -> Vec<Vec<u8>> {
+    let mut wire = prelude(body.len() as u64).to_vec();
+    wire.extend_from_slice(body);
+    let n = wire.len().div_ceil(frag);
+    (0..n)
+        .map(|i| {
+            let part = &wire[i * frag..((i + 1) * frag).min(wire.len())];
+            let mut flags = 0;
+            if i == 0 {
+                flags |= FLAG_FIRST;
+            }
+            if i == n - 1 {
+                flags |= FLAG_LAST;
+            }
+            let num = if i == n - 1 { number } else { 0 };
+            data(lane, flags, part, num, (i * frag) as u64)
+        })
+        .collect()
+}
+
+/// A session receiving on its own input ring.
+struct Rx {
+    s: Session,
+    input: ByteBuffer,
+    delivered: Vec<InMessage>,
+}
+
+impl Rx {
+    fn new(cfg: SessionConfig, budget: &ReassemblyBudget, now: Instant) -> Self {
+        Self {
+            s: working_session_at(cfg, budget.clone(), RING as u32, now),
+            input: ByteBuffer::new(RING),
+            delivered: Vec::new(),
+        }
+    }
+
+    /// Feeds `frame` (it must fit the ring) and processes input.
+    fn push(&mut self, frame: &[u8], now: Instant) {
+        assert!(self.input.free() >= frame.len(), "ring full");
+        self.input.push(frame);
+        self.process(now);
+    }
+
+    fn process(&mut self, now: Instant) {
+        let d = &mut self.delivered;
+        self.s
+            .handle_input(now, &mut self.input, &mut |m| d.push(m))
+            .expect("no protocol error");
+    }
+
+    fn events(&mut self) -> Vec<SessionEvent> {
+        std::iter::from_fn(|| self.s.poll_event()).collect()
+    }
+}
+
+/// Issue 6, "Reassembly budget" — the hole a hostile peer reproduced: four
+/// first fragments announcing the maximum message held the node's whole
+/// budget with a few hundred bytes, and every other peer's multi-frame
+/// message then failed as a protocol error. A peer now holds budget only
+/// for bytes it has sent.
+#[test]
+fn announcing_the_maximum_message_on_every_lane_holds_no_budget() {
+    let cfg = SessionConfig {
+        max_message: 256 * 1024,
+        ..SessionConfig::default()
+    };
+    let budget = ReassemblyBudget::new(4 * 256 * 1024);
+    let now = Instant::now();
+    let mut hostile = Rx::new(cfg.clone(), &budget, now);
+    for lane in 1..=4u8 {
+        let p = prelude(256 * 1024 - PRELUDE_LEN as u64);
+        hostile.push(&data(lane, FLAG_FIRST, &p, 0, 0), now);
+    }
+    assert_eq!(
+        budget.available(),
+        budget.limit(),
+        "nothing sent, nothing held"
+    );
+    // An innocent peer's 200 KiB message in 16 KiB fragments is delivered.
+    let mut innocent = Rx::new(cfg, &budget, now);
+    let body = slice(3, 200 * 1024);
+    for f in fragments(2, 1, &body, 16 * 1024) {
+        innocent.push(&f, now);
+    }
+    assert_eq!(innocent.delivered.len(), 1);
+    assert_eq!(&innocent.delivered[0].body[..], &body[..]);
+    assert!(!innocent.s.input_blocked());
+}
+
+/// An exhausted budget pauses reading and never fails a peer that did
+/// nothing wrong; the paused session resumes when budget is given back.
+#[test]
+fn an_exhausted_budget_pauses_a_session_and_it_resumes_when_budget_frees() {
+    let budget = ReassemblyBudget::new(128 * 1024);
+    let releases = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let r = releases.clone();
+    budget.set_release_hook(std::sync::Arc::new(move || {
+        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }));
+    let now = Instant::now();
+    // S1 receives most of a 120 KiB message.
+    let mut s1 = Rx::new(SessionConfig::default(), &budget, now);
+    let f1 = fragments(3, 1, &slice(1, 120 * 1024), 16 * 1024);
+    for f in &f1[..6] {
+        s1.push(f, now);
+    }
+    assert!(s1.s.budget_held() > 90 * 1024);
+    // S2's first fragment does not fit what is left: it pauses, holding
+    // nothing, with no error.
+    let mut s2 = Rx::new(SessionConfig::default(), &budget, now);
+    let body2 = slice(2, 60 * 1024);
+    let f2 = fragments(2, 1, &body2, 40 * 1024);
+    s2.push(&f2[0], now);
+    assert!(s2.s.input_blocked(), "the budget ran out");
+    assert_eq!(s2.s.budget_held(), 0);
+    assert!(s2.delivered.is_empty());
+    // Holding nothing, it has no reason to give way: no deadline fires.
+    s2.s.handle_timeout(now + Duration::from_secs(3600));
+    assert!(!s2
+        .events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::Stalled(_) | SessionEvent::BudgetContention)));
+    // S1 completes and gives its budget back: the hook fires, S2 resumes.
+    let before = releases.load(std::sync::atomic::Ordering::Relaxed);
+    for f in &f1[6..] {
+        s1.push(f, now);
+    }
+    assert_eq!(s1.delivered.len(), 1);
+    assert!(releases.load(std::sync::atomic::Ordering::Relaxed) > before);
+    s2.process(now);
+    assert!(!s2.s.input_blocked());
+    for f in &f2[1..] {
+        s2.push(f, now);
+    }
+    assert_eq!(s2.delivered.len(), 1);
+    assert_eq!(&s2.delivered[0].body[..], &body2[..]);
+    assert_eq!(budget.available(), budget.limit());
+}
+
+/// Partial messages that together need more than the budget cannot all
+/// finish: the holder that is not the oldest gives way after the
+/// reassembly idle time (not a protocol fault: its peer resends from the
+/// first fragment), and the oldest then completes.
+#[test]
+fn in_a_budget_contention_the_younger_holder_gives_way_and_the_oldest_completes() {
+    let cfg = SessionConfig {
+        reassembly_idle: Duration::from_secs(30),
+        ..SessionConfig::default()
+    };
+    let budget = ReassemblyBudget::new(256 * 1024);
+    let t0 = Instant::now();
+    let mut s1 = Rx::new(cfg.clone(), &budget, t0);
+    let big = fragments(3, 1, &slice(1, 250 * 1024), 16 * 1024);
+    for f in &big[..10] {
+        s1.push(f, t0);
+    }
+    let mut s2 = Rx::new(cfg, &budget, t0);
+    let f2 = fragments(2, 1, &slice(2, 200 * 1024), 16 * 1024);
+    let mut i = 0;
+    while !s2.s.input_blocked() {
+        s2.push(&f2[i], t0);
+        i += 1;
+    }
+    assert!(s2.s.budget_held() > 0);
+    // S1, the oldest holder, needs what S2 holds: both wait.
+    let mut j = 10;
+    while !s1.s.input_blocked() {
+        s1.push(&big[j], t0);
+        j += 1;
+    }
+    let t1 = t0 + Duration::from_secs(30);
+    s1.s.handle_timeout(t1);
+    s2.s.handle_timeout(t1);
+    let contention = |e: &Vec<SessionEvent>| e.contains(&SessionEvent::BudgetContention);
+    assert!(!contention(&s1.events()), "the oldest never gives way");
+    assert!(contention(&s2.events()), "the younger gives way");
+    // S2's channel closes (its peer will resend): S1 completes.
+    s2.s.channel_down();
+    s1.process(t1);
+    for f in &big[j..] {
+        s1.push(f, t1);
+    }
+    assert_eq!(s1.delivered.len(), 1);
+    assert_eq!(budget.available(), budget.limit());
+}
+
+/// A partial message whose peer stops sending is abandoned after the
+/// reassembly idle time, as a protocol fault.
+#[test]
+fn a_partial_message_that_makes_no_progress_is_abandoned() {
+    let cfg = SessionConfig {
+        reassembly_idle: Duration::from_secs(30),
+        ..SessionConfig::default()
+    };
+    let budget = ReassemblyBudget::new(1 << 20);
+    let t0 = Instant::now();
+    let mut rx = Rx::new(cfg, &budget, t0);
+    let f = fragments(2, 1, &slice(0, 100_000), 16 * 1024);
+    rx.push(&f[0], t0);
+    rx.push(&f[1], t0 + Duration::from_secs(20));
+    // Progress moved the deadline: nothing at t0 + 30 s …
+    rx.s.handle_timeout(t0 + Duration::from_secs(30));
+    assert!(!rx
+        .events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::Stalled(_))));
+    // … but 30 s after the last fragment the message is abandoned.
+    rx.s.handle_timeout(t0 + Duration::from_secs(50));
+    let ev = rx.events();
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            SessionEvent::Stalled(sitenet_protocols::ProtocolError::ReassemblyStalled { .. })
+        )),
+        "{ev:?}"
+    );
+}
+
+/// Issue 6, "Control frames": each CLOSE_WEAK received while we still need
+/// the channel queued one more CLOSE_REJECT, so a peer that streams them and
+/// never reads grew that queue without bound. Owed close frames are flags.
+#[test]
+fn a_stream_of_close_weak_frames_owes_one_reject() {
+    let now = Instant::now();
+    let budget = ReassemblyBudget::new(1 << 20);
+    let mut rx = Rx::new(SessionConfig::default(), &budget, now);
+    rx.s.set_local_need(true);
+    let mut hb = [0u8; HEADER_LEN];
+    FrameHeader::control(FrameKind::CloseWeak, 0, 0).encode(&mut hb);
+    for _ in 0..100_000 {
+        rx.input.push(&hb);
+        if rx.input.free() < HEADER_LEN {
+            rx.process(now);
+        }
+    }
+    rx.process(now);
+    assert_eq!(rx.s.pending_control_frames(), 1);
+    let mut out = ByteBuffer::new(16 << 20);
+    let n = rx.s.poll_transmit(now, &mut out);
+    assert_eq!(n, HEADER_LEN, "one CLOSE_REJECT, not 100,000");
+}
+
+/// Issue 6, "One Timer enum": a heartbeat that could not be written because
+/// the output was full, and the Silent event, were due again on every call:
+/// a driver re-arming its timer to `poll_timeout` spun. A fired deadline is
+/// now consumed.
+#[test]
+fn a_fired_deadline_is_never_returned_again() {
+    let t0 = Instant::now();
+    let budget = ReassemblyBudget::new(1 << 20);
+    let mut s = working_session_at(SessionConfig::default(), budget, RING as u32, t0);
+    // Output full: the heartbeat cannot be written.
+    let mut full = ByteBuffer::new(64);
+    full.push(&[0u8; 64]);
+    let mut now = t0;
+    let mut silent = 0;
+    for _ in 0..20 {
+        let Some(at) = s.poll_timeout() else { break };
+        assert!(at > now || at == t0, "a past deadline came back: {at:?}");
+        now = now.max(at);
+        s.handle_timeout(now);
+        assert_eq!(s.poll_transmit(now, &mut full), 0);
+        silent += std::iter::from_fn(|| s.poll_event())
+            .filter(|e| *e == SessionEvent::Silent)
+            .count();
+        if let Some(next) = s.poll_timeout() {
+            assert!(next > now, "deadline {next:?} not consumed at {now:?}");
+        }
+    }
+    assert_eq!(silent, 1, "the Silent event is reported once");
+    // The heartbeat still owed is written as soon as there is room.
+    let mut out = ByteBuffer::new(RING);
+    assert_eq!(s.poll_transmit(now, &mut out), HEADER_LEN);
+}
+
+/// Issue 6: silence is measured from the moment the channel comes up
+/// (`channel_up` takes `now`), not from the first timer call.
+#[test]
+fn silence_is_measured_from_channel_up() {
+    let cfg = SessionConfig::default();
+    let t0 = Instant::now();
+    let mut s = Session::new(cfg.clone(), ReassemblyBudget::new(1 << 20));
+    s.channel_up(
+        ChannelParams {
+            buffer_size: RING as u32,
+            peer_max_message: 1 << 20,
+            peer_last_received: 0,
+            generation: 1,
+        },
+        t0,
+    )
+    .unwrap();
+    // The driver's first timer call comes late: silence still dates from t0.
+    let late = t0 + Duration::from_secs(4);
+    s.handle_timeout(late);
+    assert_eq!(s.poll_event(), None);
+    assert_eq!(s.poll_timeout(), Some(t0 + cfg.silence_timeout));
+    s.handle_timeout(t0 + cfg.silence_timeout);
+    let ev: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert_eq!(ev, vec![SessionEvent::Silent]);
+}
+
+/// Issue 6: messages acknowledged while a resend is in progress were still
+/// resent (the resend list was a snapshot taken at `channel_up`).
+#[test]
+fn a_message_acknowledged_during_the_resend_is_not_resent() {
+    let mut p = Pair::new(RING, SessionConfig::default());
+    for i in 0..10u32 {
+        p.a.send(OutMessage::new(
+            Priority::Medium,
+            i,
+            Bytes::new(),
+            vec![slice(i as usize, 1000)],
+        ));
+    }
+    // A sends all ten; B never sees them (the channel is lost).
+    p.a.session.poll_transmit(p.now, &mut p.a.out);
+    assert_eq!(p.a.session.unacked(), 10);
+    p.a.out.clear();
+    let up = |peer_last_received| ChannelParams {
+        buffer_size: RING as u32,
+        peer_max_message: 1 << 28,
+        peer_last_received,
+        generation: 2,
+    };
+    p.a.session.channel_up(up(0), p.now).unwrap();
+    // Room for the first resent message only.
+    let mut small = ByteBuffer::new(HEADER_LEN + PRELUDE_LEN + 1000);
+    p.a.session.poll_transmit(p.now, &mut small);
+    assert_eq!(p.a.session.stats().retransmitted, 1);
+    // The peer acknowledges up to 6 (it had them after all, say from the old
+    // channel's last bytes): 2..=6 must not go out again.
+    let mut hb = [0u8; HEADER_LEN];
+    FrameHeader::control(FrameKind::Ack, 0, 6).encode(&mut hb);
+    let mut input = ByteBuffer::new(RING);
+    input.push(&hb);
+    p.a.session
+        .handle_input(p.now, &mut input, &mut |_| {})
+        .unwrap();
+    let mut out = ByteBuffer::new(RING);
+    p.a.session.poll_transmit(p.now, &mut out);
+    assert_eq!(
+        p.a.session.stats().retransmitted,
+        1 + 4,
+        "only 7..=10 are resent after the first"
+    );
+}
+
+/// Issue 6: a promoted level-1 lane competed with a stale virtual time and
+/// sent alone until it caught up — up to about 100 ms of the channel's
+/// bytes — while a small level-4 message waited. Level 4 queued at the
+/// moment of promotion goes out within a frame or two.
+#[test]
+fn level_four_is_not_held_behind_a_promoted_background_lane() {
+    let cfg = SessionConfig {
+        scheduler: SchedulerConfig {
+            weights: [1, 2, 4],
+            promote_after: Duration::from_millis(100),
+        },
+        ..SessionConfig::default()
+    };
+    let mut p = Pair::new(RING, cfg);
+    p.tapping = false;
+    // Level 2 keeps the channel busy; level 1 waits behind it.
+    for i in 0..400u32 {
+        p.a.send(OutMessage::new(
+            Priority::Low,
+            i,
+            Bytes::new(),
+            vec![slice(i as usize, 60_000)],
+        ));
+    }
+    for i in 0..400u32 {
+        p.a.send(OutMessage::new(
+            Priority::Background,
+            1000 + i,
+            Bytes::new(),
+            vec![slice(i as usize, 60_000)],
+        ));
+    }
+    // 150 ms of traffic, in 1 ms steps: level 1 is promoted at 100 ms.
+    for _ in 0..100 {
+        p.a.out.clear();
+        p.a.session.poll_transmit(p.now, &mut p.a.out);
+        p.advance(Duration::from_millis(1));
+    }
+    // The moment of promotion: a small level-4 message is queued.
+    p.a.send(OutMessage::new(
+        Priority::High,
+        9999,
+        Bytes::new(),
+        vec![Bytes::from_static(b"urgent")],
+    ));
+    // It goes out within two frames.
+    let mut lanes = Vec::new();
+    for _ in 0..3 {
+        let mut out = ByteBuffer::new(HEADER_LEN + 16 * 1024);
+        p.a.session.poll_transmit(p.now, &mut out);
+        let mut hb = [0u8; HEADER_LEN];
+        if out.peek(0, &mut hb) {
+            let h = FrameHeader::decode(&hb, RING).unwrap();
+            lanes.push(h.lane);
+        }
+        p.advance(Duration::from_millis(1));
+    }
+    assert!(
+        lanes[..2].contains(&4),
+        "level 4 waited behind the promoted lane: lanes {lanes:?}"
+    );
+}
