@@ -7,6 +7,9 @@ use std::time::Instant;
 
 use crate::error::ProtocolError;
 use crate::frame::FrameKind;
+use crate::timer::Timer;
+
+use super::SessionEvent;
 
 /// Where the working channel stands in the close protocol.
 ///
@@ -245,6 +248,111 @@ impl CloseState {
                 });
             }
         })
+    }
+}
+
+impl super::Session {
+    /// Where the working channel stands in the close protocol.
+    pub fn close_phase(&self) -> ClosePhase {
+        self.close.phase
+    }
+
+    /// Close frames owed to the peer and not yet written (at most five:
+    /// they are flags, whatever the peer sends).
+    pub fn pending_control_frames(&self) -> usize {
+        self.close.control.len()
+    }
+
+    /// Tells the session whether the local side still holds references to
+    /// the peer (a weak close from the peer is then rejected).
+    pub fn set_local_need(&mut self, need: bool) {
+        self.local_need = need;
+    }
+
+    pub(super) fn has_need(&self) -> bool {
+        self.local_need || self.pending_messages() > 0
+    }
+
+    pub(super) fn begin_close(&mut self, now: Instant) -> Instant {
+        let deadline = now + self.cfg.close_timeout;
+        self.timers.set(Timer::Close, deadline);
+        deadline
+    }
+
+    /// Starts a weak close ("no longer needed"). Refused (false) without a
+    /// working channel, while another close runs, or while messages are
+    /// queued or unacknowledged.
+    pub fn begin_close_weak(&mut self, now: Instant) -> bool {
+        if !self.is_working() || self.close.phase != ClosePhase::Open || self.pending_messages() > 0
+        {
+            return false;
+        }
+        self.close.control.set(FrameKind::ClearReference);
+        self.close.control.set(FrameKind::CloseWeak);
+        let deadline = self.begin_close(now);
+        self.close.phase = ClosePhase::ClosingWeak { deadline };
+        true
+    }
+
+    /// Starts a hard close ("resources are short"), which the peer must grant.
+    /// Queued and unacknowledged messages stay for the next channel.
+    pub fn begin_close_hard(&mut self, now: Instant) -> bool {
+        // From working or a weak close only: a channel the peer is already
+        // closing, or whose close is done, is going away anyway.
+        if !self.is_working()
+            || !matches!(
+                self.close.phase,
+                ClosePhase::Open | ClosePhase::ClosingWeak { .. }
+            )
+        {
+            return false;
+        }
+        self.close.control.set(FrameKind::CloseHard);
+        let deadline = self.begin_close(now);
+        self.close.phase = ClosePhase::ClosingHard { deadline };
+        true
+    }
+
+    pub(super) fn on_close_frame(
+        &mut self,
+        now: Instant,
+        kind: FrameKind,
+    ) -> Result<(), ProtocolError> {
+        let need = self.has_need();
+        let before = self.close.phase;
+        let step = self
+            .close
+            .on_frame(kind, need, now + self.cfg.close_timeout)?;
+        if let (ClosePhase::Open, ClosePhase::PeerClosing { deadline, .. })
+        | (
+            ClosePhase::PeerClosing { hard: false, .. },
+            ClosePhase::PeerClosing { deadline, .. },
+        ) = (before, self.close.phase)
+        {
+            if before != self.close.phase {
+                self.timers.set(Timer::Close, deadline);
+            }
+        }
+        match step {
+            CloseStep::None => {}
+            CloseStep::Finish(reason) => self.finish_close(reason),
+            CloseStep::Rejected => {
+                self.timers.stop(Timer::Close);
+                self.events.push_back(SessionEvent::WeakCloseRejected);
+            }
+            CloseStep::ClearedReference => {
+                if self.events.back() != Some(&SessionEvent::PeerClearedReference) {
+                    self.events.push_back(SessionEvent::PeerClearedReference);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn finish_close(&mut self, reason: CloseReason) {
+        self.close.phase = ClosePhase::Done;
+        self.timers.stop(Timer::Close);
+        self.events.push_back(SessionEvent::CloseChannel(reason));
     }
 }
 

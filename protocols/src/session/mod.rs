@@ -38,122 +38,25 @@ mod ack;
 mod close;
 mod receive;
 mod send;
+mod types;
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{ProtocolError, SendError};
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
 use crate::message::{InMessage, OutMessage};
 use crate::reassembly::{Blocked, ReassemblyBudget};
-use crate::scheduler::SchedulerConfig;
 use crate::timer::{Timer, TimerTable};
 
 pub use close::{ClosePhase, CloseReason};
+pub use types::{ChannelParams, SessionConfig, SessionEvent, SessionStats};
 
 use ack::AckPolicy;
-use close::{CloseState, CloseStep};
+use close::CloseState;
 use receive::{DataOutcome, Receiver};
 use send::Sender;
-
-/// Tunables of a session (DESIGN.md "Defaults").
-#[derive(Debug, Clone)]
-pub struct SessionConfig {
-    /// Largest incoming message accepted (prelude, header and body).
-    pub max_message: u64,
-    /// Send an explicit ack once this many bytes were received unacknowledged.
-    pub ack_bytes: u64,
-    /// … or this many messages …
-    pub ack_messages: u32,
-    /// … or this long after the first unacknowledged message.
-    pub ack_delay: Duration,
-    /// Lane weights and level-1 promotion.
-    pub scheduler: SchedulerConfig,
-    /// Send a heartbeat when nothing was sent for this long.
-    pub heartbeat_interval: Duration,
-    /// Presume the channel dead when nothing was heard for this long.
-    pub silence_timeout: Duration,
-    /// Bound on every wait of the close protocol.
-    pub close_timeout: Duration,
-    /// A partly received message that gets no fragment for this long is
-    /// abandoned and its channel closed (its budget goes back to the
-    /// others); a session that holds reassembly budget and is blocked this
-    /// long gives way unless it is the oldest holder.
-    pub reassembly_idle: Duration,
-}
-
-impl Default for SessionConfig {
-    fn default() -> Self {
-        Self {
-            max_message: 256 * 1024 * 1024,
-            ack_bytes: 64 * 1024,
-            ack_messages: 100,
-            ack_delay: Duration::from_millis(20),
-            scheduler: SchedulerConfig::default(),
-            heartbeat_interval: Duration::from_secs(1),
-            silence_timeout: Duration::from_secs(5),
-            close_timeout: Duration::from_secs(5),
-            reassembly_idle: Duration::from_secs(30),
-        }
-    }
-}
-
-/// Something the driver must act on (see [`Session::poll_event`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionEvent {
-    /// Close the channel now.
-    CloseChannel(CloseReason),
-    /// The peer rejected our weak close: it still needs the channel. Do not
-    /// try again for a while.
-    WeakCloseRejected,
-    /// The peer told us it holds no more references to us.
-    PeerClearedReference,
-    /// Nothing was heard for the silence timeout: presume the channel dead.
-    Silent,
-    /// A partly received message got no fragment for the reassembly idle
-    /// time: the peer broke the protocol; close the channel.
-    Stalled(ProtocolError),
-    /// This session held reassembly budget while blocked for the reassembly
-    /// idle time, and is not the oldest holder: it gives way — close the
-    /// channel (not a fault; the peer resends its partial messages from the
-    /// start).
-    BudgetContention,
-}
-
-/// What the open protocol settled for a new channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChannelParams {
-    /// Negotiated ByteBuffer size: frames are at most this (and 64 KiB).
-    pub buffer_size: u32,
-    /// Largest message the peer accepts.
-    pub peer_max_message: u64,
-    /// Last message number the peer received from us.
-    pub peer_last_received: u64,
-    /// The channel's generation.
-    pub generation: u64,
-}
-
-/// Counters of one session (for metrics and tests).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SessionStats {
-    /// Messages completely sent for the first time.
-    pub sent: u64,
-    /// Messages resent after a reconnect.
-    pub retransmitted: u64,
-    /// Messages delivered to the handler.
-    pub delivered: u64,
-    /// Messages received again after delivery, and discarded.
-    pub duplicates: u64,
-    /// Frames written.
-    pub frames_out: u64,
-    /// Explicit ack frames written.
-    pub acks_out: u64,
-    /// Heartbeat frames written.
-    pub heartbeats_out: u64,
-    /// Frames consumed.
-    pub frames_in: u64,
-}
 
 /// The state of one remote site. See the module documentation.
 #[derive(Debug)]
@@ -504,109 +407,6 @@ impl Session {
     /// Takes the (message count, bytes) acknowledged since the last call.
     pub fn take_freed(&mut self) -> (u64, u64) {
         self.send.take_freed()
-    }
-
-    // ------------------------------------------------------------------
-    // The close protocol
-    // ------------------------------------------------------------------
-
-    /// Where the working channel stands in the close protocol.
-    pub fn close_phase(&self) -> ClosePhase {
-        self.close.phase
-    }
-
-    /// Close frames owed to the peer and not yet written (at most five:
-    /// they are flags, whatever the peer sends).
-    pub fn pending_control_frames(&self) -> usize {
-        self.close.control.len()
-    }
-
-    /// Tells the session whether the local side still holds references to
-    /// the peer (a weak close from the peer is then rejected).
-    pub fn set_local_need(&mut self, need: bool) {
-        self.local_need = need;
-    }
-
-    fn has_need(&self) -> bool {
-        self.local_need || self.pending_messages() > 0
-    }
-
-    fn begin_close(&mut self, now: Instant) -> Instant {
-        let deadline = now + self.cfg.close_timeout;
-        self.timers.set(Timer::Close, deadline);
-        deadline
-    }
-
-    /// Starts a weak close ("no longer needed"). Refused (false) without a
-    /// working channel, while another close runs, or while messages are
-    /// queued or unacknowledged.
-    pub fn begin_close_weak(&mut self, now: Instant) -> bool {
-        if !self.is_working() || self.close.phase != ClosePhase::Open || self.pending_messages() > 0
-        {
-            return false;
-        }
-        self.close.control.set(FrameKind::ClearReference);
-        self.close.control.set(FrameKind::CloseWeak);
-        let deadline = self.begin_close(now);
-        self.close.phase = ClosePhase::ClosingWeak { deadline };
-        true
-    }
-
-    /// Starts a hard close ("resources are short"), which the peer must grant.
-    /// Queued and unacknowledged messages stay for the next channel.
-    pub fn begin_close_hard(&mut self, now: Instant) -> bool {
-        // From working or a weak close only: a channel the peer is already
-        // closing, or whose close is done, is going away anyway.
-        if !self.is_working()
-            || !matches!(
-                self.close.phase,
-                ClosePhase::Open | ClosePhase::ClosingWeak { .. }
-            )
-        {
-            return false;
-        }
-        self.close.control.set(FrameKind::CloseHard);
-        let deadline = self.begin_close(now);
-        self.close.phase = ClosePhase::ClosingHard { deadline };
-        true
-    }
-
-    fn on_close_frame(&mut self, now: Instant, kind: FrameKind) -> Result<(), ProtocolError> {
-        let need = self.has_need();
-        let before = self.close.phase;
-        let step = self
-            .close
-            .on_frame(kind, need, now + self.cfg.close_timeout)?;
-        if let (ClosePhase::Open, ClosePhase::PeerClosing { deadline, .. })
-        | (
-            ClosePhase::PeerClosing { hard: false, .. },
-            ClosePhase::PeerClosing { deadline, .. },
-        ) = (before, self.close.phase)
-        {
-            if before != self.close.phase {
-                self.timers.set(Timer::Close, deadline);
-            }
-        }
-        match step {
-            CloseStep::None => {}
-            CloseStep::Finish(reason) => self.finish_close(reason),
-            CloseStep::Rejected => {
-                self.timers.stop(Timer::Close);
-                self.events.push_back(SessionEvent::WeakCloseRejected);
-            }
-            CloseStep::ClearedReference => {
-                if self.events.back() != Some(&SessionEvent::PeerClearedReference) {
-                    self.events.push_back(SessionEvent::PeerClearedReference);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn finish_close(&mut self, reason: CloseReason) {
-        self.close.phase = ClosePhase::Done;
-        self.timers.stop(Timer::Close);
-        self.events.push_back(SessionEvent::CloseChannel(reason));
     }
 
     // ------------------------------------------------------------------

@@ -1,0 +1,106 @@
+//! The session's configuration, events, channel parameters and counters.
+
+use std::time::Duration;
+
+use crate::error::ProtocolError;
+use crate::scheduler::SchedulerConfig;
+
+use super::CloseReason;
+
+/// Tunables of a session (DESIGN.md "Defaults").
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Largest incoming message accepted (prelude, header and body).
+    pub max_message: u64,
+    /// Send an explicit ack once this many bytes were received unacknowledged.
+    pub ack_bytes: u64,
+    /// … or this many messages …
+    pub ack_messages: u32,
+    /// … or this long after the first unacknowledged message.
+    pub ack_delay: Duration,
+    /// Lane weights and level-1 promotion.
+    pub scheduler: SchedulerConfig,
+    /// Send a heartbeat when nothing was sent for this long.
+    pub heartbeat_interval: Duration,
+    /// Presume the channel dead when nothing was heard for this long.
+    pub silence_timeout: Duration,
+    /// Bound on every wait of the close protocol.
+    pub close_timeout: Duration,
+    /// A partly received message that gets no fragment for this long is
+    /// abandoned and its channel closed (its budget goes back to the
+    /// others); a session that holds reassembly budget and is blocked this
+    /// long gives way unless it is the oldest holder.
+    pub reassembly_idle: Duration,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            max_message: 256 * 1024 * 1024,
+            ack_bytes: 64 * 1024,
+            ack_messages: 100,
+            ack_delay: Duration::from_millis(20),
+            scheduler: SchedulerConfig::default(),
+            heartbeat_interval: Duration::from_secs(1),
+            silence_timeout: Duration::from_secs(5),
+            close_timeout: Duration::from_secs(5),
+            reassembly_idle: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Something the driver must act on (see [`Session::poll_event`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// Close the channel now.
+    CloseChannel(CloseReason),
+    /// The peer rejected our weak close: it still needs the channel. Do not
+    /// try again for a while.
+    WeakCloseRejected,
+    /// The peer told us it holds no more references to us.
+    PeerClearedReference,
+    /// Nothing was heard for the silence timeout: presume the channel dead.
+    Silent,
+    /// A partly received message got no fragment for the reassembly idle
+    /// time: the peer broke the protocol; close the channel.
+    Stalled(ProtocolError),
+    /// This session held reassembly budget while blocked for the reassembly
+    /// idle time, and is not the oldest holder: it gives way — close the
+    /// channel (not a fault; the peer resends its partial messages from the
+    /// start).
+    BudgetContention,
+}
+
+/// What the open protocol settled for a new channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelParams {
+    /// Negotiated ByteBuffer size: frames are at most this (and 64 KiB).
+    pub buffer_size: u32,
+    /// Largest message the peer accepts.
+    pub peer_max_message: u64,
+    /// Last message number the peer received from us.
+    pub peer_last_received: u64,
+    /// The channel's generation.
+    pub generation: u64,
+}
+
+/// Counters of one session (for metrics and tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Messages completely sent for the first time.
+    pub sent: u64,
+    /// Messages resent after a reconnect.
+    pub retransmitted: u64,
+    /// Messages delivered to the handler.
+    pub delivered: u64,
+    /// Messages received again after delivery, and discarded.
+    pub duplicates: u64,
+    /// Frames written.
+    pub frames_out: u64,
+    /// Explicit ack frames written.
+    pub acks_out: u64,
+    /// Heartbeat frames written.
+    pub heartbeats_out: u64,
+    /// Frames consumed.
+    pub frames_in: u64,
+}
