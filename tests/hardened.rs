@@ -292,3 +292,71 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
     let report = client.shutdown_blocking(PATIENCE);
     assert_eq!(report.unacknowledged_bytes, 0);
 }
+
+/// Issue 6, "Replies": correlation ids counted up from 1 and a reply
+/// completed a pending request whoever sent it, so a third site could
+/// answer (or forge an answer to) a request sent elsewhere. A reply now
+/// completes only a request sent to its own site, and ids are unpredictable.
+#[test]
+fn a_reply_from_another_site_does_not_complete_a_request() {
+    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST};
+    use sitenet::protocols::{MessageKind, Prelude};
+    let server = listening_node();
+    let (corr_tx, corr_rx) = std::sync::mpsc::channel();
+    // The server takes the request and never answers; it tells the test
+    // the correlation id, as a third site that guessed it would know it.
+    server
+        .handle(move |ctx, _: WhoAreYou| {
+            let _ = corr_tx.send(ctx.correlation_id());
+        })
+        .unwrap();
+    let victim = listening_node();
+    let site = victim.site(&addr(&server)).unwrap();
+    let asking = std::thread::spawn(move || {
+        site.request_blocking::<WhoAreYou, IAm>(
+            &WhoAreYou,
+            SendOptions::default(),
+            Duration::from_secs(3),
+        )
+    });
+    let corr = corr_rx
+        .recv_timeout(PATIENCE)
+        .expect("request reached the server");
+    // A third site answers with that id.
+    let mut forger = lying_initiator(&addr(&victim), vec![]);
+    let header = rmp_serde::to_vec(&IAm {
+        id: "forged".into(),
+    })
+    .unwrap();
+    send_frames(&mut forger, |v| {
+        let mut payload = Prelude {
+            type_id: IAm::ID,
+            kind: MessageKind::Reply,
+            header_len: header.len() as u32,
+            body_len: 0,
+            corr,
+        }
+        .encode()
+        .to_vec();
+        payload.extend_from_slice(&header);
+        let h = FrameHeader {
+            kind: FrameKind::Data,
+            lane: 3,
+            flags: FLAG_FIRST | FLAG_LAST,
+            payload_len: payload.len() as u32,
+            ack: 0,
+            msg_number: 1,
+            frag_offset: 0,
+        };
+        let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
+        h.encode(&mut hb);
+        v.extend_from_slice(&hb);
+        v.extend_from_slice(&payload);
+    });
+    match asking.join().unwrap() {
+        Err(sitenet::RequestError::Timeout(_)) => {}
+        other => panic!("the forged reply completed the request: {other:?}"),
+    }
+    assert!(victim.metrics().replies_discarded >= 1);
+    drop(forger);
+}

@@ -107,7 +107,14 @@ impl Ctx<'_> {
         self.priority
     }
 
-    /// True if the message is a request awaiting a reply.
+    /// The request's correlation id (0 for a one-way message): the number
+    /// its reply carries, for tracing a request across sites. Only a reply
+    /// from the site the request was sent to completes it.
+    pub fn correlation_id(&self) -> u64 {
+        self.corr
+    }
+
+    /// True if the sender awaits a reply (`SiteRef::request`).
     pub fn is_request(&self) -> bool {
         self.kind == MessageKind::Request
     }
@@ -187,7 +194,7 @@ pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
 pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
     Counters::add(&node.counters.messages_delivered, 1);
     if m.prelude.kind == MessageKind::Reply {
-        node.complete_request(m);
+        node.complete_request(from, m);
         return;
     }
     let mut ctx = Ctx {

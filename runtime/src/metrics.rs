@@ -68,6 +68,9 @@ counters! {
     /// Times a channel stopped reading because the reassembly budget was
     /// short (it resumes when budget is given back).
     budget_pauses,
+    /// Replies that completed no request: late (after a timeout or a
+    /// cancel), unknown, or from a site the request was not sent to.
+    replies_discarded,
     /// Messages handed back as never sendable (larger than the peer's
     /// maximum learned after they were queued, or queued as the site failed).
     handed_back,

@@ -54,6 +54,8 @@ pub struct ShutdownReport {
 
 struct Pending {
     site: usize,
+    /// The site the request was sent to: only its reply completes it.
+    entry: Arc<SiteEntry>,
     tx: oneshot::Sender<Result<InMessage, RequestError>>,
     /// Dropping it ends the request's timeout task at once.
     _cancel_timer: oneshot::Sender<()>,
@@ -206,7 +208,7 @@ impl NodeInner {
     pub(crate) fn register_request(
         self: &Arc<Self>,
         corr: u64,
-        site: usize,
+        entry: &Arc<SiteEntry>,
         timeout: Duration,
     ) -> oneshot::Receiver<Result<InMessage, RequestError>> {
         let (tx, rx) = oneshot::channel();
@@ -214,7 +216,8 @@ impl NodeInner {
         self.pending.lock().insert(
             corr,
             Pending {
-                site,
+                site: entry.key,
+                entry: entry.clone(),
                 tx,
                 _cancel_timer: cancel,
             },
@@ -243,8 +246,26 @@ impl NodeInner {
         self.pending.lock().remove(&corr);
     }
 
-    pub(crate) fn complete_request(&self, m: InMessage) {
-        let Some(p) = self.pending.lock().remove(&m.prelude.corr) else {
+    /// Completes the request `m` replies to — only if `from` is the site
+    /// the request was sent to: another site cannot complete (or forge a
+    /// reply to) a request it never received.
+    pub(crate) fn complete_request(&self, from: &Arc<SiteEntry>, m: InMessage) {
+        let p = {
+            let mut pending = self.pending.lock();
+            match pending.get(&m.prelude.corr) {
+                Some(p) if Arc::ptr_eq(p.entry.resolved(), from.resolved()) => {
+                    pending.remove(&m.prelude.corr)
+                }
+                Some(_) => {
+                    Counters::add(&self.counters.replies_discarded, 1);
+                    tracing::warn!(corr = m.prelude.corr, site = ?from.id.get(), "reply from a site the request was not sent to; discarded");
+                    return;
+                }
+                None => None,
+            }
+        };
+        let Some(p) = p else {
+            Counters::add(&self.counters.replies_discarded, 1);
             tracing::debug!(corr = m.prelude.corr, "late or unknown reply discarded");
             return;
         };
@@ -446,7 +467,8 @@ impl NodeBuilder {
             handlers: Handlers::default(),
             sites: Mutex::new(SiteTable::default()),
             pending: Mutex::new(HashMap::default()),
-            next_corr: AtomicU64::new(1),
+            // Unpredictable: a third site cannot guess the ids in flight.
+            next_corr: AtomicU64::new(rand::random::<u64>() >> 1 | 1),
             counters: Counters::default(),
             shut_down: AtomicBool::new(false),
             stop_listeners: Notify::new(),

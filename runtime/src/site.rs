@@ -390,7 +390,7 @@ impl SiteRef {
         let m = self.encode(req, opts, MessageKind::Request, corr)?;
         let rx = self
             .node
-            .register_request(corr, self.entry.resolved().key, timeout);
+            .register_request(corr, self.entry.resolved(), timeout);
         if let Err(e) = self.post(m).await {
             self.node.cancel_request(corr);
             return Err(e.into());
