@@ -113,7 +113,10 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
         .runtime(Runtime::dedicated("bad-server"))
-        .configure(|c| c.max_pending_handshakes = 32)
+        .configure(|c| {
+            c.max_pending_handshakes = 32;
+            services(c);
+        })
         .start()
         .unwrap();
     let a = addr(&server);

@@ -66,7 +66,10 @@ async fn weak_close_after_the_last_reference_is_dropped() {
 async fn weak_close_rejected_by_a_peer_that_still_needs_the_channel() {
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
-        .configure(|c| c.linger = Duration::from_millis(300))
+        .configure(|c| {
+            c.linger = Duration::from_millis(300);
+            services(c);
+        })
         .start()
         .unwrap();
     let client = listening_node();

@@ -360,3 +360,35 @@ fn a_reply_from_another_site_does_not_complete_a_request() {
     assert!(victim.metrics().replies_discarded >= 1);
     drop(forger);
 }
+
+/// Issue 6, "Built-in services": echo and sink were registered on every
+/// node, so any peer could make any node answer echoes and hold sink
+/// streams. They are opt-in: a default node answers only its user's types.
+#[test]
+fn a_default_node_serves_no_builtin_services() {
+    use sitenet::services::{Echo, EchoReply};
+    let plain = Node::builder().listen("tcp:127.0.0.1:0").start().unwrap();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&plain)).unwrap();
+    let r = site.request_blocking::<Echo, EchoReply>(
+        &Echo { seq: 1 },
+        SendOptions::default(),
+        Duration::from_secs(20),
+    );
+    assert!(
+        matches!(r, Err(sitenet::RequestError::Remote(_))),
+        "a default node answered an echo: {r:?}"
+    );
+    assert_eq!(plain.metrics().unhandled, 1);
+    // Opted in, it answers.
+    let served = listening_node();
+    let site = client.site(&addr(&served)).unwrap();
+    let r = site
+        .request_blocking::<Echo, EchoReply>(
+            &Echo { seq: 2 },
+            SendOptions::default(),
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    assert_eq!(r.msg.seq, 2);
+}

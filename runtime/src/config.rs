@@ -64,6 +64,16 @@ pub struct NodeConfig {
     pub give_up_after: Option<Duration>,
     /// Wraps every channel (tests and fault drills: cuts, delays, partitions).
     pub fault_injector: Option<sitenet_transport::FaultInjector>,
+    /// Serve sitenet's own services on their reserved type ids: echo (for
+    /// `sitenet ping`) and the sequence-checking sink (for `sitenet send`).
+    /// Off by default, so a node answers only the message types its user
+    /// registers; `sitenet node` turns them on.
+    pub builtin_services: bool,
+    /// Sink streams one sender may have open at once (each tracks up to
+    /// 2^27 sequence numbers in at most 16 MiB); a stream is freed when its
+    /// verdict is asked. Data for a stream beyond the cap is refused and
+    /// counted (`Metrics::sink_refused`).
+    pub sink_streams_per_sender: usize,
 }
 
 impl Default for NodeConfig {
@@ -91,6 +101,8 @@ impl Default for NodeConfig {
             reopen_after_peer_hard_close: Duration::from_secs(5),
             give_up_after: None,
             fault_injector: None,
+            builtin_services: false,
+            sink_streams_per_sender: 4,
         }
     }
 }

@@ -71,6 +71,9 @@ counters! {
     /// Replies that completed no request: late (after a timeout or a
     /// cancel), unknown, or from a site the request was not sent to.
     replies_discarded,
+    /// Sink messages refused because their sender had
+    /// `sink_streams_per_sender` streams open already.
+    sink_refused,
     /// Messages handed back as never sendable (larger than the peer's
     /// maximum learned after they were queued, or queued as the site failed).
     handed_back,

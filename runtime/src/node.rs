@@ -479,7 +479,9 @@ impl NodeBuilder {
             changed: Notify::new(),
             listeners_done: Mutex::new(Vec::new()),
         });
-        crate::services::register(&inner)?;
+        if inner.cfg.builtin_services {
+            crate::services::register(&inner)?;
+        }
         for b in bound {
             let node = inner.clone();
             let (done_tx, done_rx) = oneshot::channel();

@@ -1,5 +1,9 @@
 //! sitenet's own services, on reserved type ids: echo (for `sitenet ping`)
-//! and the sequence-checking sink (for `sitenet send`).
+//! and the sequence-checking sink (for `sitenet send`). Opt-in
+//! (`NodeConfig::builtin_services`): a node answers only the types its user
+//! registers unless asked to serve these. The sink bounds what one sender
+//! can make it hold (`NodeConfig::sink_streams_per_sender`) and frees a
+//! stream when its verdict is asked.
 
 use std::sync::Arc;
 
@@ -83,6 +87,11 @@ pub struct SinkVerdict {
     pub out_of_order: u64,
     /// Expected sequence numbers never received.
     pub missing: u64,
+    /// The sink refused the stream: its sender had the maximum number of
+    /// streams open (`NodeConfig::sink_streams_per_sender`). Absent in a
+    /// verdict from an earlier build.
+    #[serde(default)]
+    pub refused: bool,
 }
 
 impl Message for SinkVerdict {
@@ -139,11 +148,57 @@ impl SinkStream {
     }
 }
 
-/// Streams by (sender site, stream id). Looked up once per message, so hashed
-/// with foldhash (seeded per map: peers choose the keys).
-pub(crate) type Sinks = parking_lot::Mutex<
-    std::collections::HashMap<(u128, u64), SinkStream, foldhash::fast::RandomState>,
->;
+/// The sink's streams by (sender site, stream id), and how many each sender
+/// has open. Looked up once per message, so hashed with foldhash (seeded per
+/// map: peers choose the keys).
+#[derive(Debug, Default)]
+pub(crate) struct SinkTable {
+    streams: std::collections::HashMap<(u128, u64), SinkStream, foldhash::fast::RandomState>,
+    per_sender: std::collections::HashMap<u128, usize, foldhash::fast::RandomState>,
+}
+
+impl SinkTable {
+    /// Records `seq` of `stream` from `sender`; false if the stream is new
+    /// and the sender already has `cap` streams open (refused).
+    fn record(&mut self, sender: u128, stream: u64, seq: u64, cap: usize) -> bool {
+        if let Some(s) = self.streams.get_mut(&(sender, stream)) {
+            s.record(seq);
+            return true;
+        }
+        let open = self.per_sender.entry(sender).or_default();
+        if *open >= cap {
+            return false;
+        }
+        *open += 1;
+        let mut s = SinkStream::default();
+        s.record(seq);
+        self.streams.insert((sender, stream), s);
+        true
+    }
+
+    /// The verdict on `stream` of `expected` messages; the stream is freed.
+    fn finish(&mut self, sender: u128, stream: u64, expected: u64, cap: usize) -> SinkVerdict {
+        match self.streams.remove(&(sender, stream)) {
+            Some(s) => {
+                if let Some(open) = self.per_sender.get_mut(&sender) {
+                    *open -= 1;
+                    if *open == 0 {
+                        self.per_sender.remove(&sender);
+                    }
+                }
+                s.verdict(expected)
+            }
+            None => SinkVerdict {
+                missing: expected,
+                refused: self.per_sender.get(&sender).is_some_and(|&n| n >= cap),
+                ..SinkVerdict::default()
+            },
+        }
+    }
+}
+
+/// The node's sink.
+pub(crate) type Sinks = parking_lot::Mutex<SinkTable>;
 
 fn sender_key(ctx: &crate::handlers::Ctx<'_>) -> u128 {
     ctx.sender_id()
@@ -155,24 +210,27 @@ pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     node.handlers.insert(
         SinkData::ID,
         erase(|ctx, m: SinkData| {
-            let key = (sender_key(ctx), m.stream);
-            ctx.node.sinks.lock().entry(key).or_default().record(m.seq);
+            let cap = ctx.node.cfg.sink_streams_per_sender;
+            let sender = sender_key(ctx);
+            if !ctx.node.sinks.lock().record(sender, m.stream, m.seq, cap) {
+                crate::metrics::Counters::add(&ctx.node.counters.sink_refused, 1);
+                tracing::debug!(
+                    stream = m.stream,
+                    cap,
+                    "sink stream refused: too many open for this sender"
+                );
+            }
         }),
     )?;
     node.handlers.insert(
         SinkQuery::ID,
         erase(|ctx, q: SinkQuery| {
-            let key = (sender_key(ctx), q.stream);
+            let cap = ctx.node.cfg.sink_streams_per_sender;
             let v = ctx
                 .node
                 .sinks
                 .lock()
-                .get(&key)
-                .map(|s| s.verdict(q.expected))
-                .unwrap_or(SinkVerdict {
-                    missing: q.expected,
-                    ..SinkVerdict::default()
-                });
+                .finish(sender_key(ctx), q.stream, q.expected, cap);
             if let Err(e) = ctx.reply(&v) {
                 tracing::debug!(error = %e, "sink verdict not sent");
             }
@@ -196,7 +254,8 @@ mod tests {
                 delivered: 1000,
                 duplicates: 0,
                 out_of_order: 0,
-                missing: 0
+                missing: 0,
+                refused: false,
             }
         );
     }
@@ -212,6 +271,25 @@ mod tests {
         assert_eq!(v.duplicates, 1);
         assert_eq!(v.out_of_order, 1, "1 arrived after 2");
         assert_eq!(v.missing, 2, "4 and 6 never came");
+    }
+
+    /// Issue 6: a peer chose sink stream ids (16 MiB each, never freed). A
+    /// sender has at most `cap` streams open; asking a verdict frees one.
+    #[test]
+    fn a_sender_has_a_bounded_number_of_streams_and_a_verdict_frees_one() {
+        let mut t = SinkTable::default();
+        for stream in 0..4 {
+            assert!(t.record(7, stream, 0, 4));
+        }
+        assert!(!t.record(7, 99, 0, 4), "a fifth stream is refused");
+        assert!(t.record(8, 99, 0, 4), "another sender is unaffected");
+        let v = t.finish(7, 99, 1, 4);
+        assert!(v.refused);
+        assert_eq!(v.missing, 1);
+        let v = t.finish(7, 0, 1, 4);
+        assert_eq!((v.delivered, v.refused), (1, false));
+        assert!(t.record(7, 99, 0, 4), "the freed slot is usable");
+        assert_eq!(t.streams.len(), 5);
     }
 
     #[test]

@@ -133,7 +133,8 @@ fn run_node(listen: Vec<String>) -> ExitCode {
             return usage(e);
         }
     }
-    let mut b = Node::builder();
+    // The CLI's node serves echo (`sitenet ping`) and the sink (`sitenet send`).
+    let mut b = Node::builder().configure(|c| c.builtin_services = true);
     for a in listen {
         b = b.listen(a);
     }

@@ -21,9 +21,11 @@ impl Message for Numbered {
     const ID: u32 = 100;
 }
 
+/// A node listening on a free loopback port, serving echo and the sink.
 pub fn listening_node() -> Node {
     Node::builder()
         .listen("tcp:127.0.0.1:0")
+        .configure(services)
         .start()
         .expect("node starts")
 }
@@ -31,9 +33,15 @@ pub fn listening_node() -> Node {
 pub fn listening_node_on(rt: Runtime) -> Node {
     Node::builder()
         .listen("tcp:127.0.0.1:0")
+        .configure(services)
         .runtime(rt)
         .start()
         .expect("node starts")
+}
+
+/// Turns on sitenet's own services (echo, sink): off by default.
+pub fn services(c: &mut sitenet::NodeConfig) {
+    c.builtin_services = true;
 }
 
 pub fn addr(n: &Node) -> String {
