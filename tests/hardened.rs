@@ -392,3 +392,46 @@ fn a_default_node_serves_no_builtin_services() {
         .unwrap();
     assert_eq!(r.msg.seq, 2);
 }
+
+/// Issue 6, "Shutdown": a sender waiting for outbox space hung for ever
+/// after shutdown. Shutdown fails every waiter with a typed error.
+#[test]
+fn a_sender_waiting_for_room_fails_at_shutdown_instead_of_hanging() {
+    // A peer that accepts and never answers: nothing is ever acknowledged.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = format!("tcp:{}", silent.local_addr().unwrap());
+    let client = Node::builder()
+        .configure(|c| {
+            c.max_message_size = 4096;
+            c.output_bound = 8192;
+        })
+        .start()
+        .unwrap();
+    let site = client.site(&target).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sender = std::thread::spawn(move || {
+        for seq in 0.. {
+            let r = site.send_blocking(
+                &Numbered { stream: 0, seq },
+                SendOptions::default().body(vec![0u8; 1000]),
+            );
+            if r.is_err() {
+                let _ = tx.send(r);
+                return;
+            }
+        }
+    });
+    // The bound is reached within a few sends; then the sender waits.
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the sender should be waiting for room"
+    );
+    let report = client.shutdown_blocking(Duration::from_millis(10));
+    assert!(report.unacknowledged_bytes > 0);
+    let r = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the waiting sender returned after shutdown");
+    assert_eq!(r, Err(sitenet::SendError::Shutdown));
+    sender.join().unwrap();
+    drop(silent);
+}

@@ -26,6 +26,19 @@ use crate::metrics::{Counters, Metrics};
 use crate::runtime::Runtime;
 use crate::site::{SiteEntry, SiteRef};
 
+/// Completes once the stop signal is set (at once if it already is).
+async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let set = *rx.borrow_and_update();
+        if set || rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// How long `shutdown` waits for its listeners to close.
+const LISTENER_STOP_LIMIT: Duration = Duration::from_secs(5);
+
 /// How many fault reports a node keeps for [`Node::faults`].
 const FAULT_HISTORY: usize = 256;
 
@@ -86,7 +99,9 @@ pub(crate) struct NodeInner {
     /// input waits for budget resume reading.
     pub(crate) budget_released: Arc<Notify>,
     shut_down: AtomicBool,
-    stop_listeners: Notify,
+    /// Level-triggered stop signal of the accept loops: a loop between two
+    /// accepts cannot miss it (a `Notify` could be missed there).
+    stop_listeners: tokio::sync::watch::Sender<bool>,
     /// Notified whenever acknowledgements free bytes or a site fails.
     pub(crate) acked: Notify,
     faults: Mutex<VecDeque<FaultReport>>,
@@ -308,9 +323,9 @@ impl NodeInner {
         if self.shut_down.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.stop_listeners.notify_waiters();
+        self.stop_listeners.send_replace(true);
         for e in self.all_entries() {
-            e.outbox.notify_all();
+            e.outbox.close();
             if let Some(a) = e.addr.get() {
                 a.do_send(Stop);
             }
@@ -322,10 +337,10 @@ impl NodeInner {
     }
 
     async fn accept_loop(self: Arc<Self>, listener: Listener) {
+        let mut stop = self.stop_listeners.subscribe();
         loop {
-            let stop = self.stop_listeners.notified();
             tokio::select! {
-                _ = stop => return,
+                _ = stopped(&mut stop) => return,
                 r = listener.accept() => match r {
                     Ok(ch) => self.clone().on_accepted(ch),
                     Err(e) => {
@@ -471,7 +486,7 @@ impl NodeBuilder {
             next_corr: AtomicU64::new(rand::random::<u64>() >> 1 | 1),
             counters: Counters::default(),
             shut_down: AtomicBool::new(false),
-            stop_listeners: Notify::new(),
+            stop_listeners: tokio::sync::watch::Sender::new(false),
             acked: Notify::new(),
             faults: Mutex::new(VecDeque::new()),
             pending_handshakes: AtomicUsize::new(0),
@@ -680,10 +695,16 @@ impl Node {
         }
         let report = self.pending_report();
         self.inner.stop_now();
-        // Listeners are closed when this returns: the port can be bound again.
+        // Listeners are closed when this returns (the port can be bound
+        // again) — within a bound: a runtime that no longer runs them must
+        // not hang the caller.
         let done: Vec<_> = self.inner.listeners_done.lock().drain(..).collect();
-        for d in done {
-            let _ = d.await;
+        let all = futures::future::join_all(done);
+        let limit = self.inner.rt.delay(LISTENER_STOP_LIMIT);
+        futures::pin_mut!(all);
+        futures::pin_mut!(limit);
+        if let futures::future::Either::Right(_) = futures::future::select(all, limit).await {
+            tracing::warn!("listeners did not stop within {LISTENER_STOP_LIMIT:?}");
         }
         report
     }

@@ -9,6 +9,12 @@
 //! The byte bound counts the outbox, the session's queues and its
 //! unacknowledged ledger together: bytes are reserved at `send` and returned
 //! when the peer acknowledges (or the message is handed back).
+//!
+//! Senders that wait for room are served in the order they started waiting
+//! (a ticket each): a large send at the head is not overtaken by small ones
+//! that would fit first, so it cannot starve; a sender that stops waiting
+//! (its future dropped) gives up its turn. When the site fails or the node
+//! shuts down the outbox is closed and every waiter returns at once.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -26,6 +32,29 @@ struct Queue {
     sealed: bool,
 }
 
+/// A waiting sender's place in line; dropping it unserved gives the turn up.
+struct Turn<'a> {
+    outbox: &'a Outbox,
+    ticket: u64,
+    done: bool,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut t = self.outbox.turns.lock();
+        if t.head == self.ticket {
+            t.advance();
+            drop(t);
+            self.outbox.space.notify_waiters();
+        } else {
+            t.abandoned.insert(self.ticket);
+        }
+    }
+}
+
 /// What [`Outbox::push`] did.
 #[derive(Debug)]
 pub(crate) enum Pushed {
@@ -39,10 +68,41 @@ pub(crate) enum Pushed {
     Sealed(OutMessage),
 }
 
+/// The waiting senders' turns.
+#[derive(Debug, Default)]
+struct Turns {
+    /// The next ticket to hand out.
+    next: u64,
+    /// The ticket being served.
+    head: u64,
+    /// Tickets of waiters that stopped waiting before their turn.
+    abandoned: std::collections::BTreeSet<u64>,
+}
+
+impl Turns {
+    fn waiting(&self) -> bool {
+        self.head != self.next
+    }
+
+    /// Moves past the head and any abandoned tickets after it.
+    fn advance(&mut self) {
+        self.head += 1;
+        while self.abandoned.remove(&self.head) {
+            self.head += 1;
+        }
+    }
+}
+
+/// Why a wait for room ended without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Closed;
+
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct Outbox {
     queue: Mutex<Queue>,
+    turns: Mutex<Turns>,
+    closed: AtomicBool,
     wake_pending: AtomicBool,
     bytes: AtomicU64,
     bound: u64,
@@ -53,6 +113,8 @@ impl Outbox {
     pub(crate) fn new(bound: u64) -> Self {
         Self {
             queue: Mutex::new(Queue::default()),
+            turns: Mutex::new(Turns::default()),
+            closed: AtomicBool::new(false),
             wake_pending: AtomicBool::new(false),
             bytes: AtomicU64::new(0),
             bound,
@@ -69,9 +131,14 @@ impl Outbox {
         self.bytes.load(Ordering::Acquire)
     }
 
-    /// Reserves `n` bytes under the bound. A message always fits into an
-    /// empty outbox (the bound is at least twice the maximum message).
+    /// Reserves `n` bytes under the bound, unless senders are waiting for
+    /// room (they go first). A message always fits into an empty outbox (the
+    /// bound is at least twice the maximum message).
     pub(crate) fn try_reserve(&self, n: u64) -> bool {
+        !self.turns.lock().waiting() && self.reserve_now(n)
+    }
+
+    fn reserve_now(&self, n: u64) -> bool {
         self.bytes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
                 (cur == 0 || cur + n <= self.bound).then_some(cur + n)
@@ -85,21 +152,52 @@ impl Outbox {
         self.bytes.fetch_add(n, Ordering::AcqRel);
     }
 
-    /// Reserves `n` bytes, waiting for acknowledgements to free space.
-    pub(crate) async fn reserve(&self, n: u64) {
+    /// Reserves `n` bytes, waiting in turn for acknowledgements to free
+    /// space. Fails at once if the outbox is closed (the site failed or the
+    /// node shut down).
+    pub(crate) async fn reserve(&self, n: u64) -> Result<(), Closed> {
         // Fast path: no notification is set up while there is room.
         if self.try_reserve(n) {
-            return;
+            return Ok(());
         }
+        let ticket = {
+            let mut t = self.turns.lock();
+            t.next += 1;
+            t.next - 1
+        };
+        // Gives the turn up if this future is dropped before it is served.
+        let mut turn = Turn {
+            outbox: self,
+            ticket,
+            done: false,
+        };
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.try_reserve(n) {
-                return;
+            if self.closed.load(Ordering::Acquire) {
+                return Err(Closed);
+            }
+            {
+                let mut t = self.turns.lock();
+                if t.head == ticket && self.reserve_now(n) {
+                    t.advance();
+                    turn.done = true;
+                    drop(t);
+                    // The next in line may fit too.
+                    self.space.notify_waiters();
+                    return Ok(());
+                }
             }
             notified.await;
         }
+    }
+
+    /// Closes the outbox: every sender waiting for room, and every later
+    /// one, fails at once.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.space.notify_waiters();
     }
 
     /// Returns bytes (acknowledged, handed back, or never queued).
@@ -108,11 +206,6 @@ impl Outbox {
             self.bytes.fetch_sub(n, Ordering::AcqRel);
             self.space.notify_waiters();
         }
-    }
-
-    /// Wakes every waiter (shutdown, failure).
-    pub(crate) fn notify_all(&self) {
-        self.space.notify_waiters();
     }
 
     /// Pushes a message; returns true if the caller must wake the actor.
@@ -183,5 +276,64 @@ impl Outbox {
         } else {
             into.append(&mut q.msgs);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    /// Issue 6: waiters for room were all woken at once in no order, so a
+    /// large send could starve behind small ones that kept fitting first.
+    /// They are served in the order they started waiting.
+    #[test]
+    fn waiters_are_served_in_order_so_a_large_send_cannot_starve() {
+        let o = Outbox::new(100);
+        assert!(o.try_reserve(100));
+        let mut large = Box::pin(o.reserve(60));
+        assert!(large.as_mut().now_or_never().is_none(), "no room yet");
+        let mut small = Box::pin(o.reserve(10));
+        assert!(small.as_mut().now_or_never().is_none());
+        // 50 bytes free: enough for the small send, not the large one —
+        // which waited first, so the small one waits behind it.
+        o.release(50);
+        assert!(
+            small.as_mut().now_or_never().is_none(),
+            "small overtook large"
+        );
+        assert!(
+            !o.try_reserve(1),
+            "a non-waiting send does not jump the line"
+        );
+        o.release(20);
+        assert_eq!(large.as_mut().now_or_never(), Some(Ok(())));
+        assert_eq!(small.as_mut().now_or_never(), Some(Ok(())));
+        assert_eq!(o.bytes(), 30 + 60 + 10);
+    }
+
+    #[test]
+    fn a_waiter_that_gives_up_gives_its_turn_to_the_next() {
+        let o = Outbox::new(100);
+        assert!(o.try_reserve(100));
+        let mut first = Box::pin(o.reserve(90));
+        assert!(first.as_mut().now_or_never().is_none());
+        let mut second = Box::pin(o.reserve(10));
+        assert!(second.as_mut().now_or_never().is_none());
+        drop(first);
+        o.release(10);
+        assert_eq!(second.as_mut().now_or_never(), Some(Ok(())));
+    }
+
+    /// Issue 6: a sender waiting for room hung for ever after shutdown.
+    #[test]
+    fn closing_fails_every_waiter_at_once() {
+        let o = Outbox::new(100);
+        assert!(o.try_reserve(100));
+        let mut w = Box::pin(o.reserve(10));
+        assert!(w.as_mut().now_or_never().is_none());
+        o.close();
+        assert_eq!(w.as_mut().now_or_never(), Some(Err(Closed)));
+        assert_eq!(o.reserve(1).now_or_never(), Some(Err(Closed)));
     }
 }

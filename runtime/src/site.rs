@@ -333,8 +333,11 @@ impl SiteRef {
         self.check(entry, &m)?;
         let n = m.wire_len();
         if !entry.outbox.try_reserve(n) {
-            // Waited for acknowledgements: the site may have failed meanwhile.
-            entry.outbox.reserve(n).await;
+            // Waited for acknowledgements: the site may have failed, or the
+            // node shut down, meanwhile (the outbox is then closed).
+            if entry.outbox.reserve(n).await.is_err() {
+                return Err(self.check(entry, &m).err().unwrap_or(SendError::Shutdown));
+            }
             if let Err(e) = self.check(entry, &m) {
                 entry.outbox.release(n);
                 return Err(e);

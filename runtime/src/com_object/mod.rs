@@ -207,7 +207,7 @@ impl ComObject {
                     self.entry
                         .has_failed
                         .store(true, std::sync::atomic::Ordering::Release);
-                    self.entry.outbox.notify_all();
+                    self.entry.outbox.close();
                     self.node.fail_requests(self.entry.key, &reason);
                     self.node.acked.notify_waiters();
                 }
