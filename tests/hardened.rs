@@ -435,3 +435,85 @@ fn a_sender_waiting_for_room_fails_at_shutdown_instead_of_hanging() {
     sender.join().unwrap();
     drop(silent);
 }
+
+/// Issue 6, "Threads": a `*_blocking` call on the node's own runtime thread
+/// deadlocked silently (it waits for work only that thread can do). It now
+/// fails at once with a typed error saying what to do instead.
+#[test]
+fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
+    let server = listening_node();
+    let node = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(sitenet::Runtime::dedicated("blocking-handler"))
+        .start()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let target = addr(&server);
+    node.handle(move |ctx, _: WhoAreYou| {
+        let site = ctx.node().site(&target).unwrap();
+        let sent = site.send_blocking(&Numbered { stream: 0, seq: 0 }, SendOptions::default());
+        let asked = site.request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
+            &sitenet::services::Echo { seq: 1 },
+            SendOptions::default(),
+            Duration::from_secs(5),
+        );
+        let _ = tx.send((sent, asked.map(|_| ())));
+    })
+    .unwrap();
+    let client = Node::builder().start().unwrap();
+    client
+        .site(&addr(&node))
+        .unwrap()
+        .send_blocking(&WhoAreYou, SendOptions::default())
+        .unwrap();
+    let (sent, asked) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the handler returned: no deadlock");
+    assert_eq!(sent, Err(sitenet::SendError::WouldDeadlock));
+    assert_eq!(
+        asked,
+        Err(sitenet::RequestError::Send(
+            sitenet::SendError::WouldDeadlock
+        ))
+    );
+}
+
+/// Issue 6, "Threads": a node started on a borrowed actix arbiter kept
+/// working-looking handles after that system ended, with request timers
+/// never armed (a request waited for ever). Sends and requests now fail
+/// with a typed error.
+#[test]
+fn a_node_whose_borrowed_runtime_stopped_fails_sends_and_requests() {
+    let server = listening_node();
+    let target = addr(&server);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let sys = actix_rt::System::new();
+        let node = sys.block_on(async move {
+            Node::builder()
+                .runtime(sitenet::Runtime::from_arbiter(actix_rt::Arbiter::current()))
+                .start()
+                .unwrap()
+        });
+        // The system ends here, without running again.
+        drop(sys);
+        tx.send(node).unwrap();
+    });
+    let node = rx.recv_timeout(PATIENCE).unwrap();
+    let site = node.site(&target).unwrap();
+    let sent = site.send_blocking(&Numbered { stream: 0, seq: 0 }, SendOptions::default());
+    assert_eq!(sent, Err(sitenet::SendError::RuntimeStopped));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = site.request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
+            &sitenet::services::Echo { seq: 1 },
+            SendOptions::default(),
+            Duration::from_secs(1),
+        );
+        let _ = tx.send(r.map(|_| ()));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the request returned");
+    assert!(r.is_err(), "{r:?}");
+}

@@ -70,6 +70,17 @@ pub enum SendError {
     /// The node has been shut down.
     #[error("the node has been shut down")]
     Shutdown,
+    /// A blocking call was made on the node's own runtime thread, where it
+    /// would wait for ever for work only that thread can do. Use the async
+    /// variant (or `try_send`) there, e.g. from a handler or `Ctx::spawn`.
+    #[error("a blocking call on the node's own runtime thread would deadlock; use the async variant or try_send there")]
+    WouldDeadlock,
+    /// The node's runtime no longer runs (an actix system it was started on
+    /// has stopped): nothing can be sent. Start the node on a live runtime.
+    #[error(
+        "the node's runtime has stopped; nothing can be sent (start the node on a running runtime)"
+    )]
+    RuntimeStopped,
 }
 
 /// A request did not produce a reply.
@@ -113,4 +124,8 @@ pub enum FlushError {
     /// handed back.
     #[error("site failed permanently: {0}")]
     SiteFailed(String),
+    /// `flush_blocking` was called on the node's own runtime thread, where
+    /// it would wait for ever; use `flush` there.
+    #[error("a blocking call on the node's own runtime thread would deadlock; use flush there")]
+    WouldDeadlock,
 }

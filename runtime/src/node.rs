@@ -238,7 +238,7 @@ impl NodeInner {
             },
         );
         let node = Arc::downgrade(self);
-        self.rt.spawn(async move {
+        let armed = self.rt.spawn(async move {
             // The reply (or a failure) drops the Pending entry, which ends
             // this task at once instead of keeping it for the whole timeout.
             let sleep = actix_rt::time::sleep(timeout);
@@ -254,6 +254,14 @@ impl NodeInner {
                 }
             }
         });
+        if !armed {
+            // The runtime stopped: no timer would ever end this request.
+            if let Some(p) = self.pending.lock().remove(&corr) {
+                let _ = p.tx.send(Err(RequestError::Send(
+                    crate::error::SendError::RuntimeStopped,
+                )));
+            }
+        }
         rx
     }
 
@@ -737,12 +745,33 @@ impl Node {
     }
 
     /// Blocking variant of [`wait_until`](Self::wait_until).
+    ///
+    /// # Panics
+    ///
+    /// On the node's own runtime thread, where it would deadlock: await
+    /// `wait_until` there.
     pub fn wait_until_blocking(&self, pred: impl Fn(&Metrics) -> bool, timeout: Duration) -> bool {
+        assert!(
+            !self.inner.rt.is_current_thread(),
+            "Node::wait_until_blocking called on the node's own runtime thread, where it would \
+             deadlock; await Node::wait_until there"
+        );
         futures::executor::block_on(self.wait_until(pred, timeout))
     }
 
     /// Blocking variant of [`shutdown`](Self::shutdown), for a plain `main`.
+    ///
+    /// # Panics
+    ///
+    /// On the node's own runtime thread, where it would deadlock (it waits
+    /// for acknowledgements only that thread can process): use `shutdown`
+    /// there, or drop the node (which stops it without blocking).
     pub fn shutdown_blocking(&self, deadline: Duration) -> ShutdownReport {
+        assert!(
+            !self.inner.rt.is_current_thread(),
+            "Node::shutdown_blocking called on the node's own runtime thread, where it would \
+             deadlock; await Node::shutdown there, or drop the node"
+        );
         futures::executor::block_on(self.shutdown(deadline))
     }
 

@@ -8,7 +8,8 @@
 //! executor, a plain `main` included.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use actix_rt::ArbiterHandle;
@@ -17,6 +18,9 @@ use actix_rt::ArbiterHandle;
 #[derive(Clone, Debug)]
 pub struct Runtime {
     arbiter: ArbiterHandle,
+    /// The runtime's thread, once known: a blocking call made on it would
+    /// wait for work only that thread can do, for ever.
+    thread: Arc<OnceLock<ThreadId>>,
 }
 
 static SHARED: OnceLock<Runtime> = OnceLock::new();
@@ -28,7 +32,9 @@ impl Runtime {
     pub fn current_or_shared() -> Self {
         if actix_rt::System::try_current().is_some() {
             if let Some(a) = actix_rt::Arbiter::try_current() {
-                return Self { arbiter: a };
+                let thread = Arc::new(OnceLock::new());
+                let _ = thread.set(std::thread::current().id());
+                return Self { arbiter: a, thread };
             }
         }
         Self::shared()
@@ -49,20 +55,40 @@ impl Runtime {
             .spawn(move || {
                 let sys = actix_rt::System::new();
                 sys.block_on(async move {
-                    tx.send(actix_rt::Arbiter::current())
+                    tx.send((actix_rt::Arbiter::current(), std::thread::current().id()))
                         .expect("runtime handle receiver lives");
                 });
                 let _ = sys.run();
             })
             .expect("spawning a sitenet runtime thread");
-        Self {
-            arbiter: rx.recv().expect("the sitenet runtime thread started"),
-        }
+        let (arbiter, id) = rx.recv().expect("the sitenet runtime thread started");
+        let thread = Arc::new(OnceLock::new());
+        let _ = thread.set(id);
+        Self { arbiter, thread }
     }
 
-    /// A runtime on a given actix arbiter (a builder option names it).
+    /// A runtime on a given actix arbiter (a builder option names it). Its
+    /// thread is learned as soon as the arbiter runs a first task.
     pub fn from_arbiter(arbiter: ArbiterHandle) -> Self {
-        Self { arbiter }
+        let thread = Arc::new(OnceLock::new());
+        let t = thread.clone();
+        arbiter.spawn(async move {
+            let _ = t.set(std::thread::current().id());
+        });
+        Self { arbiter, thread }
+    }
+
+    /// True if the caller runs on this runtime's thread: a blocking call
+    /// there would deadlock (it waits for work only this thread can do).
+    pub fn is_current_thread(&self) -> bool {
+        self.thread.get() == Some(&std::thread::current().id())
+    }
+
+    /// True while the runtime still runs tasks. A runtime borrowed from an
+    /// actix system that has since stopped does not: nodes on it fail their
+    /// sends and requests instead of waiting for ever.
+    pub fn is_running(&self) -> bool {
+        self.arbiter.spawn(async {})
     }
 
     /// The arbiter.

@@ -215,6 +215,9 @@ impl SiteRef {
         &self,
         timeout: std::time::Duration,
     ) -> Result<(), crate::error::FlushError> {
+        if self.node.rt.is_current_thread() {
+            return Err(crate::error::FlushError::WouldDeadlock);
+        }
         futures::executor::block_on(self.flush(timeout))
     }
 
@@ -274,6 +277,10 @@ impl SiteRef {
     fn check(&self, entry: &SiteEntry, m: &OutMessage) -> Result<(), SendError> {
         if self.node.is_shut_down() {
             return Err(SendError::Shutdown);
+        }
+        // The site's actor is gone only if its runtime stopped under it.
+        if entry.addr.get().is_some_and(|a| !a.connected()) {
+            return Err(SendError::RuntimeStopped);
         }
         if let Some(reason) = entry.failure() {
             return Err(SendError::SiteFailed {
@@ -377,7 +384,13 @@ impl SiteRef {
 
     /// Blocking variant of [`send_with`](Self::send_with) for a plain `main`
     /// (never call it on the node's own runtime thread).
+    ///
+    /// On the node's own runtime thread (a handler, a task spawned there) it
+    /// fails with [`SendError::WouldDeadlock`] rather than hang.
     pub fn send_blocking<M: Message>(&self, msg: &M, opts: SendOptions) -> Result<(), SendError> {
+        if self.node.rt.is_current_thread() {
+            return Err(SendError::WouldDeadlock);
+        }
         futures::executor::block_on(self.send_with(msg, opts))
     }
 
@@ -417,13 +430,19 @@ impl SiteRef {
         })
     }
 
-    /// Blocking variant of [`request`](Self::request).
+    /// Blocking variant of [`request`](Self::request). On the node's own
+    /// runtime thread it fails with [`SendError::WouldDeadlock`] rather than
+    /// hang (a handler replies with `Ctx::reply`, or awaits `request` in
+    /// `Ctx::spawn`).
     pub fn request_blocking<Q: Message, R: Message>(
         &self,
         req: &Q,
         opts: SendOptions,
         timeout: std::time::Duration,
     ) -> Result<Reply<R>, RequestError> {
+        if self.node.rt.is_current_thread() {
+            return Err(SendError::WouldDeadlock.into());
+        }
         futures::executor::block_on(self.request(req, opts, timeout))
     }
 
