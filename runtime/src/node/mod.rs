@@ -2,39 +2,33 @@
 //! addresses to [`SiteRef`]s, registers handlers, reports faults and metrics,
 //! and shuts down gracefully.
 
+mod accept;
+mod requests;
+mod site_table;
+
+use requests::Pending;
+use site_table::SiteTable;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Actor;
 use parking_lot::Mutex;
 use serde::Serialize;
-use slab::Slab;
 use tokio::sync::{oneshot, Notify};
 
-use sitenet_protocols::{InMessage, LocalInfo, ReassemblyBudget, SiteId};
-use sitenet_transport::{Address, BoundListener, Channel, Listener};
+use sitenet_protocols::{LocalInfo, ReassemblyBudget, SiteId};
+use sitenet_transport::{Address, BoundListener};
 
-use crate::channel_io::accept_until_negotiate;
-use crate::com_object::{Adopt, CloseHard, ComObject, Kill, Stop};
+use crate::com_object::{CloseHard, Kill, Stop};
 use crate::config::NodeConfig;
 use crate::error::{NodeError, RequestError};
-use crate::handlers::{check_user_id, erase, Ctx, Handlers, RemoteError};
+use crate::handlers::{check_user_id, erase, Ctx, Handlers};
 use crate::message::Message;
 use crate::metrics::{Counters, Metrics};
 use crate::runtime::Runtime;
 use crate::site::{SiteEntry, SiteRef};
-
-/// Completes once the stop signal is set (at once if it already is).
-async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
-    loop {
-        let set = *rx.borrow_and_update();
-        if set || rx.changed().await.is_err() {
-            return;
-        }
-    }
-}
 
 /// How long `shutdown` waits for its listeners to close.
 const LISTENER_STOP_LIMIT: Duration = Duration::from_secs(5);
@@ -63,22 +57,6 @@ pub struct ShutdownReport {
     pub unacknowledged_bytes: u64,
     /// Sites that still held such messages.
     pub sites_with_pending: usize,
-}
-
-struct Pending {
-    site: usize,
-    /// The site the request was sent to: only its reply completes it.
-    entry: Arc<SiteEntry>,
-    tx: oneshot::Sender<Result<InMessage, RequestError>>,
-    /// Dropping it ends the request's timeout task at once.
-    _cancel_timer: oneshot::Sender<()>,
-}
-
-#[derive(Default)]
-struct SiteTable {
-    entries: Slab<Arc<SiteEntry>>,
-    by_id: HashMap<SiteId, usize>,
-    by_address: HashMap<String, usize>,
 }
 
 /// State shared by the node's handles and actors.
@@ -147,185 +125,6 @@ impl NodeInner {
         q.push_back(f);
     }
 
-    fn new_entry(self: &Arc<Self>, t: &mut SiteTable, address: Option<Address>) -> Arc<SiteEntry> {
-        let slot = t.entries.vacant_entry();
-        let entry = Arc::new(SiteEntry::new(
-            slot.key(),
-            address.clone(),
-            self.cfg.output_bound,
-        ));
-        slot.insert(entry.clone());
-        let (node, e) = (self.clone(), entry.clone());
-        let addr = ComObject::start_in_arbiter(self.rt.arbiter(), move |_| ComObject::new(node, e));
-        let _ = entry.addr.set(addr);
-        entry
-    }
-
-    /// The entry for an address, created (with its ComObject) if new.
-    /// A permanently failed site stays failed; the address then names a new
-    /// site (for example the restarted process, a new incarnation).
-    fn entry_for_address(self: &Arc<Self>, a: Address) -> Arc<SiteEntry> {
-        let mut t = self.sites.lock();
-        if let Some(&k) = t.by_address.get(&a.to_string()) {
-            let e = t.entries[k].clone();
-            if e.failure().is_none() {
-                return e;
-            }
-        }
-        let e = self.new_entry(&mut t, Some(a.clone()));
-        t.by_address.insert(a.to_string(), e.key);
-        e
-    }
-
-    /// The entry for a site that connected to us: by id, else a new one.
-    /// The listen addresses the peer claims are not trusted: the new entry
-    /// may call the first back (the open protocol then checks who answers),
-    /// but no address is bound to a site until we connect there ourselves
-    /// and find it (`bind_site_id`), so a peer cannot take over traffic
-    /// meant for the site at an address it lists.
-    fn entry_for_accept(self: &Arc<Self>, id: SiteId, listen: &[String]) -> Arc<SiteEntry> {
-        let mut t = self.sites.lock();
-        if let Some(&k) = t.by_id.get(&id) {
-            return t.entries[k].clone();
-        }
-        let address = listen.iter().find_map(|l| l.parse::<Address>().ok());
-        let e = self.new_entry(&mut t, address);
-        let _ = e.id.set(id);
-        t.by_id.insert(id, e.key);
-        e
-    }
-
-    /// Records that `entry` is site `id`; if another entry already is, returns
-    /// that one (the caller merges into it).
-    pub(crate) fn bind_site_id(
-        &self,
-        entry: &Arc<SiteEntry>,
-        id: SiteId,
-    ) -> Result<(), Arc<SiteEntry>> {
-        let mut t = self.sites.lock();
-        match t.by_id.get(&id) {
-            Some(&k) if k == entry.key => Ok(()),
-            Some(&k) => {
-                let other = t.entries[k].clone();
-                if let Some(a) = &entry.address {
-                    t.by_address.insert(a.to_string(), k);
-                }
-                Err(other)
-            }
-            None => {
-                let _ = entry.id.set(id);
-                t.by_id.insert(id, entry.key);
-                Ok(())
-            }
-        }
-    }
-
-    pub(crate) fn register_request(
-        self: &Arc<Self>,
-        corr: u64,
-        entry: &Arc<SiteEntry>,
-        timeout: Duration,
-    ) -> oneshot::Receiver<Result<InMessage, RequestError>> {
-        let (tx, rx) = oneshot::channel();
-        let (cancel, cancelled) = oneshot::channel::<()>();
-        self.pending.lock().insert(
-            corr,
-            Pending {
-                site: entry.key,
-                entry: entry.clone(),
-                tx,
-                _cancel_timer: cancel,
-            },
-        );
-        let node = Arc::downgrade(self);
-        let armed = self.rt.spawn(async move {
-            // The reply (or a failure) drops the Pending entry, which ends
-            // this task at once instead of keeping it for the whole timeout.
-            let sleep = actix_rt::time::sleep(timeout);
-            futures::pin_mut!(sleep);
-            if let futures::future::Either::Right(_) =
-                futures::future::select(sleep, cancelled).await
-            {
-                return;
-            }
-            if let Some(node) = node.upgrade() {
-                if let Some(p) = node.pending.lock().remove(&corr) {
-                    let _ = p.tx.send(Err(RequestError::Timeout(timeout)));
-                }
-            }
-        });
-        if !armed {
-            // The runtime stopped: no timer would ever end this request.
-            if let Some(p) = self.pending.lock().remove(&corr) {
-                let _ = p.tx.send(Err(RequestError::Send(
-                    crate::error::SendError::RuntimeStopped,
-                )));
-            }
-        }
-        rx
-    }
-
-    pub(crate) fn cancel_request(&self, corr: u64) {
-        self.pending.lock().remove(&corr);
-    }
-
-    /// Completes the request `m` replies to — only if `from` is the site
-    /// the request was sent to: another site cannot complete (or forge a
-    /// reply to) a request it never received.
-    pub(crate) fn complete_request(&self, from: &Arc<SiteEntry>, m: InMessage) {
-        let p = {
-            let mut pending = self.pending.lock();
-            match pending.get(&m.prelude.corr) {
-                Some(p) if Arc::ptr_eq(p.entry.resolved(), from.resolved()) => {
-                    pending.remove(&m.prelude.corr)
-                }
-                Some(_) => {
-                    Counters::add(&self.counters.replies_discarded, 1);
-                    tracing::warn!(corr = m.prelude.corr, site = ?from.id.get(), "reply from a site the request was not sent to; discarded");
-                    return;
-                }
-                None => None,
-            }
-        };
-        let Some(p) = p else {
-            Counters::add(&self.counters.replies_discarded, 1);
-            tracing::debug!(corr = m.prelude.corr, "late or unknown reply discarded");
-            return;
-        };
-        let r = if m.prelude.type_id == RemoteError::ID {
-            let reason = rmp_serde::from_slice::<RemoteError>(&m.header)
-                .map(|e| e.reason)
-                .unwrap_or_else(|e| format!("undecodable error reply: {e}"));
-            Err(RequestError::Remote(reason))
-        } else {
-            Ok(m)
-        };
-        let _ = p.tx.send(r);
-    }
-
-    pub(crate) fn fail_requests(&self, site: usize, reason: &str) {
-        let mut pending = self.pending.lock();
-        let keys: Vec<u64> = pending
-            .iter()
-            .filter(|(_, p)| p.site == site)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in keys {
-            if let Some(p) = pending.remove(&k) {
-                let _ = p.tx.send(Err(RequestError::SiteFailed(reason.to_string())));
-            }
-        }
-    }
-
-    fn all_entries(&self) -> Vec<Arc<SiteEntry>> {
-        self.sites
-            .lock()
-            .entries
-            .iter()
-            .map(|(_, e)| e.clone())
-            .collect()
-    }
-
     /// Stops listeners and actors; never blocks.
     fn stop_now(&self) {
         if self.shut_down.swap(true, Ordering::AcqRel) {
@@ -342,72 +141,6 @@ impl NodeInner {
         for p in pending {
             let _ = p.tx.send(Err(RequestError::Shutdown));
         }
-    }
-
-    async fn accept_loop(self: Arc<Self>, listener: Listener) {
-        let mut stop = self.stop_listeners.subscribe();
-        loop {
-            tokio::select! {
-                _ = stopped(&mut stop) => return,
-                r = listener.accept() => match r {
-                    Ok(ch) => self.clone().on_accepted(ch),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        // e.g. out of file descriptors: back off a little.
-                        actix_rt::time::sleep(Duration::from_millis(10)).await;
-                    }
-                },
-            }
-            if self.is_shut_down() {
-                return;
-            }
-        }
-    }
-
-    fn on_accepted(self: Arc<Self>, ch: Channel) {
-        if self.pending_handshakes.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_pending_handshakes
-        {
-            self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
-            Counters::add(&self.counters.handshakes_refused, 1);
-            tracing::warn!(peer = %ch.peer(), "too many pending handshakes; refusing connection");
-            return;
-        }
-        let peer = ch.peer();
-        let ch = match &self.cfg.fault_injector {
-            Some(f) => f.wrap(ch),
-            None => ch,
-        };
-        actix_rt::spawn(async move {
-            let r = accept_until_negotiate(ch, self.local_info(), self.cfg.handshake_timeout).await;
-            self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
-            match r {
-                Ok((trans, neg)) => {
-                    if self.is_shut_down() {
-                        return;
-                    }
-                    let e = self.entry_for_accept(neg.site, &neg.listen);
-                    if let Some(a) = e.addr.get() {
-                        a.do_send(Adopt { trans, neg });
-                    }
-                }
-                Err((ch, e)) => {
-                    tracing::info!(%peer, error = %e, "accepted channel closed during the handshake");
-                    if let crate::channel_io::OpenFailure::Open(oe) = &e {
-                        if !matches!(oe, sitenet_protocols::OpenError::Timeout) {
-                            Counters::add(&self.counters.protocol_errors, 1);
-                        }
-                    }
-                    self.record_fault(FaultReport {
-                        site: None,
-                        peer,
-                        reason: e.to_string(),
-                        permanent: false,
-                    });
-                    // Closed only now: the fault is on record before the peer sees the close.
-                    drop(ch);
-                }
-            }
-        });
     }
 }
 
