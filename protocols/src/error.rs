@@ -216,4 +216,15 @@ pub enum SendError {
     /// is handed back with the messages the failure returned (`not_sent`).
     #[error("the site failed permanently; the message was never sent")]
     SiteFailed,
+    /// The peer forgot this node's session (it reclaimed the site's entry
+    /// after the linger time, having nothing of its own pending) before
+    /// acknowledging message `number`. The message may or may not have been
+    /// delivered; it is not resent, because the peer can no longer tell a
+    /// resend from a new message — exactly once is never traded for
+    /// at-least-once.
+    #[error("the peer forgot the session before acknowledging message {number}; it may or may not have been delivered")]
+    PeerForgot {
+        /// The message's number in the forgotten session.
+        number: u64,
+    },
 }

@@ -136,6 +136,14 @@ pub enum NegotiateAns {
         last_received: u64,
         /// Generation number of this channel.
         generation: u64,
+        /// The acceptor has no session state for the initiator: it has
+        /// never worked with it, or it forgot it (it reclaimed the site's
+        /// entry after the linger time). An initiator that remembers a
+        /// session then starts its numbering afresh and hands back what was
+        /// unacknowledged (see `Session::forget_peer`). Absent on the wire
+        /// (an earlier build) it decodes as `false`.
+        #[serde(default)]
+        fresh: bool,
     },
     /// The channel is refused.
     Refuse(RefuseReason),
@@ -293,6 +301,9 @@ pub struct Opened {
     pub peer_last_received: u64,
     /// This channel's generation.
     pub generation: u64,
+    /// The acceptor has no session state for us (never worked with us, or
+    /// forgot us): see [`NegotiateAns::Accept`]'s `fresh`.
+    pub peer_fresh: bool,
 }
 
 impl Initiator {
@@ -431,7 +442,18 @@ impl Initiator {
                             max_message,
                             last_received,
                             generation,
+                            fresh,
                         } => {
+                            // A fresh acceptor has received nothing.
+                            if fresh && last_received != 0 {
+                                return Err(ProtocolError::Malformed {
+                                    what: "NEGOTIATE_ANS",
+                                    reason: format!(
+                                        "fresh acceptor claims to have received {last_received}"
+                                    ),
+                                }
+                                .into());
+                            }
                             // "the acceptor may lower it, never raise it"
                             if buffer_size > proposed.buffer_size || buffer_size < MIN_BUFFER {
                                 return Err(ProtocolError::Malformed {
@@ -462,6 +484,7 @@ impl Initiator {
                                 peer_max_message: max_message,
                                 peer_last_received: last_received,
                                 generation,
+                                peer_fresh: fresh,
                             }))
                         }
                     };

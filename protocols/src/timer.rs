@@ -43,11 +43,14 @@ pub enum Timer {
     GiveUp = 8,
     /// Level 1 waited unserved for the promotion interval: promote it.
     BackgroundPromotion = 9,
+    /// No references, nothing pending and no channel for the linger time:
+    /// the site's entry may be forgotten (its memory returned).
+    Reclaim = 10,
 }
 
 impl Timer {
     /// Every timer, in table order.
-    pub const ALL: [Timer; 10] = [
+    pub const ALL: [Timer; 11] = [
         Timer::AckDelay,
         Timer::Heartbeat,
         Timer::Silence,
@@ -58,6 +61,7 @@ impl Timer {
         Timer::Linger,
         Timer::GiveUp,
         Timer::BackgroundPromotion,
+        Timer::Reclaim,
     ];
 
     /// Number of timers (the table's size).
@@ -76,6 +80,7 @@ impl Timer {
             Timer::Linger => "linger",
             Timer::GiveUp => "give_up",
             Timer::BackgroundPromotion => "background_promotion",
+            Timer::Reclaim => "reclaim",
         }
     }
 }

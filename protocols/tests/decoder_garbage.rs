@@ -228,6 +228,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                     max_message,
                     last_received,
                     generation,
+                    fresh: false,
                 };
                 control(FrameKind::NegotiateAns, &ser(&a))
             }),

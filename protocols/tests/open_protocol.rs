@@ -162,6 +162,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
         max_message: b.max_message,
         last_received: 9,
         generation,
+        fresh: false,
     };
     assert!(write_answer(&mut b_out, &ans));
     // Session bytes may follow the answer in the same read.
@@ -184,6 +185,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
             peer_max_message: 1 << 20,
             peer_last_received: 9,
             generation: 4,
+            peer_fresh: false,
         }
     );
     assert_eq!(
@@ -205,6 +207,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
             max_message: 1,
             last_received: 0,
             generation: 1,
+            fresh: false,
         };
         assert_eq!(initiator_gets(&ans, 0).unwrap().unwrap().buffer_size, size);
     }
@@ -215,6 +218,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
             max_message: 1,
             last_received: 0,
             generation: 1,
+            fresh: false,
         };
         let e = initiator_gets(&ans, 0).unwrap_err();
         assert!(
@@ -235,12 +239,34 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         max_message: 1,
         last_received: 0,
         generation: 3,
+        fresh: false,
     };
     assert!(matches!(
         initiator_gets(&ans, 3),
         Err(OpenError::Protocol(ProtocolError::Malformed { .. }))
     ));
     assert_eq!(initiator_gets(&ans, 2).unwrap().unwrap().generation, 3);
+    // A fresh acceptor has received nothing: an answer saying both is
+    // malformed; a fresh answer with 0 tells the initiator so.
+    let fresh_but_received = NegotiateAns::Accept {
+        buffer_size: 65_536,
+        max_message: 1,
+        last_received: 4,
+        generation: 3,
+        fresh: true,
+    };
+    assert!(matches!(
+        initiator_gets(&fresh_but_received, 2),
+        Err(OpenError::Protocol(ProtocolError::Malformed { .. }))
+    ));
+    let fresh = NegotiateAns::Accept {
+        buffer_size: 65_536,
+        max_message: 1,
+        last_received: 0,
+        generation: 3,
+        fresh: true,
+    };
+    assert!(initiator_gets(&fresh, 2).unwrap().unwrap().peer_fresh);
     // The acceptor refuses a proposal below the minimum, or too many addresses.
     let mut n = Negotiate {
         version: 1,
@@ -358,6 +384,7 @@ fn opened_parameters_drive_the_sessions() {
         max_message: b.max_message,
         last_received: sb.last_received(),
         generation,
+        fresh: false,
     };
     write_answer(&mut b_out, &ans);
     sb.channel_up(
@@ -1007,7 +1034,7 @@ mod model {
                         if let Some(c) = self.sites[s].chan_of.remove(&id) {
                             self.close(c, s);
                         }
-                        self.sites[s].com.channel_closed(id);
+                        self.sites[s].com.channel_closed(id, self.sites[s].now);
                     }
                     other => self
                         .violations
@@ -1792,11 +1819,19 @@ fn handshake_payloads_are_encoded_as_documented() {
         max_message: 1 << 20,
         last_received: 9,
         generation: 3,
+        fresh: false,
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&a).unwrap()),
-        "81 a6 41 63 63 65 70 74 94 cd 40 00 ce 00 10 00 00 09 03"
+        "81 a6 41 63 63 65 70 74 95 cd 40 00 ce 00 10 00 00 09 03 c2"
     );
+    // An answer without `fresh` (an earlier build of version 1) decodes as
+    // not fresh.
+    let old = [
+        0x81, 0xa6, 0x41, 0x63, 0x63, 0x65, 0x70, 0x74, 0x94, 0xcd, 0x40, 0x00, 0xce, 0x00, 0x10,
+        0x00, 0x00, 0x09, 0x03,
+    ];
+    assert_eq!(rmp_serde::from_slice::<NegotiateAns>(&old).unwrap(), a);
     let r = NegotiateAns::Refuse(RefuseReason::Stale);
     assert_eq!(
         hex(&rmp_serde::to_vec(&r).unwrap()),
@@ -1895,6 +1930,7 @@ fn the_initiator_refuses_an_answer_generation_without_a_successor() {
         max_message: 1 << 20,
         last_received: 0,
         generation,
+        fresh: false,
     };
     for (g, last) in [
         (u64::MAX, 0),

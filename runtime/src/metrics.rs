@@ -75,8 +75,15 @@ counters! {
     /// `sink_streams_per_sender` streams open already.
     sink_refused,
     /// Messages handed back as never sendable (larger than the peer's
-    /// maximum learned after they were queued, or queued as the site failed).
+    /// maximum learned after they were queued, or queued as the site failed)
+    /// or as maybe delivered (the peer forgot the session).
     handed_back,
+    /// Site entries forgotten by the reclaim rule (no `SiteRef`, nothing
+    /// pending, no channel for the linger time): their memory is returned.
+    sites_reclaimed,
+    /// Times a peer turned out to have forgotten this node's session (it
+    /// reclaimed its entry); numbering started again.
+    peers_forgot,
     /// Gauge: bytes of ByteBuffers held by working channels (two fixed
     /// buffers per channel; it never grows with traffic).
     channel_buffer_bytes,

@@ -60,8 +60,18 @@ pub(crate) struct SiteEntry {
     pub(crate) redirect: OnceLock<Arc<SiteEntry>>,
     /// Largest message the peer accepts (0 until a handshake told it).
     pub(crate) peer_max: std::sync::atomic::AtomicU64,
-    /// Live `SiteRef`s (a weak close is considered only when none is left).
+    /// Live `SiteRef`s (a weak close is considered only when none is left,
+    /// and the entry is reclaimed only then). Changed only with `SeqCst`
+    /// when it may reach 0 (see `poke_on_unref`).
     pub(crate) refs: std::sync::atomic::AtomicUsize,
+    /// Accepted channels routed to this entry and not yet taken by its
+    /// ComObject (incremented under the site table's lock): the entry is
+    /// not reclaimed while one is on its way.
+    pub(crate) adopting: std::sync::atomic::AtomicUsize,
+    /// Set by the ComObject while only references keep the site (no
+    /// channel, nothing pending): the last `SiteRef` to go then wakes it, so
+    /// the reclaim rule starts at once instead of at the next timer.
+    pub(crate) poke_on_unref: std::sync::atomic::AtomicBool,
     /// Current fault state and the monitors watching it.
     pub(crate) fault: Mutex<(
         FaultState,
@@ -83,6 +93,8 @@ impl SiteEntry {
             redirect: OnceLock::new(),
             peer_max: std::sync::atomic::AtomicU64::new(0),
             refs: std::sync::atomic::AtomicUsize::new(0),
+            adopting: std::sync::atomic::AtomicUsize::new(0),
+            poke_on_unref: std::sync::atomic::AtomicBool::new(false),
             fault: Mutex::new((FaultState::Ok, Vec::new())),
         }
     }
@@ -146,9 +158,15 @@ impl Clone for SiteRef {
 
 impl Drop for SiteRef {
     fn drop(&mut self) {
-        self.entry
-            .refs
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        use std::sync::atomic::Ordering::SeqCst;
+        // SeqCst pairs with the ComObject's store of `poke_on_unref` and its
+        // re-read of `refs`: one of the two sees the other, so the last
+        // reference going is never missed.
+        if self.entry.refs.fetch_sub(1, SeqCst) == 1 && self.entry.poke_on_unref.load(SeqCst) {
+            if let Some(a) = self.entry.addr.get() {
+                a.do_send(crate::com_object::Poke);
+            }
+        }
     }
 }
 

@@ -16,6 +16,7 @@ impl ComObject {
     /// ours); otherwise the site is temporarily failed and reconnects after
     /// the backoff. Reports about channels no longer working are ignored.
     pub fn channel_lost(&mut self, id: ChannelId, loss: Loss, now: Instant) {
+        self.tick(now);
         if self.working_channel() != Some(id) {
             return;
         }
@@ -107,6 +108,7 @@ impl ComObject {
     /// site reconnects when it needs to. False if there is no working
     /// channel or a close already runs.
     pub fn close_hard(&mut self, now: Instant) -> bool {
+        self.tick(now);
         if self.working_channel().is_none() || !self.session.begin_close_hard(now) {
             return false;
         }
@@ -119,6 +121,7 @@ impl ComObject {
     /// driver writes it if the socket takes it now), then the permanent
     /// failure.
     pub fn kill(&mut self, now: Instant) {
+        self.tick(now);
         if self.working_channel().is_some() && self.session.begin_close_hard(now) {
             self.stats.hard_closes_started += 1;
         }
@@ -128,6 +131,7 @@ impl ComObject {
     /// Fails the site permanently: every message not acknowledged is handed
     /// back ([`Action::Failed`]), and nothing is opened or accepted again.
     pub fn fail(&mut self, why: SiteFailure, now: Instant) {
+        self.tick(now);
         if self.phase == Phase::Failed {
             return;
         }
@@ -142,6 +146,7 @@ impl ComObject {
             maybe_delivered: maybe.into_iter().map(|(_, m)| m).collect(),
         });
         self.set_fault(FaultState::PermFailed, reason, now);
+        self.update();
     }
 
     /// This ComObject's site turned out to be known under another entry (it
@@ -162,6 +167,7 @@ impl ComObject {
     /// The node shuts down: a final ack becomes due (the driver writes what
     /// it can), nothing new is opened or accepted, and the channel ends.
     pub fn shutdown(&mut self, now: Instant) {
+        self.tick(now);
         self.closing = true;
         self.session.ack_now();
         if let Some(id) = self.working_channel() {
@@ -197,9 +203,55 @@ impl ComObject {
 
     /// The driver closed channel `id` (after writing what the session had
     /// left for it, for an orderly or final end). The session leaves it.
-    pub fn channel_closed(&mut self, id: ChannelId) {
+    pub fn channel_closed(&mut self, id: ChannelId, now: Instant) {
+        self.tick(now);
         if self.session_channel == Some(id) {
             self.session_down();
+            self.update();
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // The reclaim rule
+    // ------------------------------------------------------------------
+
+    /// True if nothing but (possibly) references ties the site to this
+    /// node: nothing queued, partly sent or unacknowledged, no channel and
+    /// no open attempt, and the node is not shutting down. A driver that
+    /// sees this with references held should make sure it hears when the
+    /// last one goes (the reclaim rule waits for it).
+    pub fn idle_without_channel(&self) -> bool {
+        !self.has_need()
+            && self.session_channel.is_none()
+            && matches!(self.phase, Phase::Closed | Phase::Failed)
+            && !self.closing
+    }
+
+    /// True if the site may be forgotten once the linger time has passed.
+    fn unneeded(&self) -> bool {
+        !self.has_refs && self.idle_without_channel()
+    }
+
+    /// Keeps the reclaim timer: set `linger` after the site became
+    /// unneeded, stopped as soon as it is needed again.
+    pub(super) fn update_reclaim(&mut self) {
+        if self.unneeded() {
+            let since = *self.unneeded_since.get_or_insert(self.clock);
+            self.timers.set(Timer::Reclaim, since + self.cfg.linger);
+        } else {
+            self.unneeded_since = None;
+            self.timers.stop(Timer::Reclaim);
+        }
+    }
+
+    /// The reclaim timer fired: ask the driver to forget the site. If it
+    /// cannot (a reference or a channel appeared under its table's lock),
+    /// the rule's clock restarts, so the question comes again only after
+    /// another linger time.
+    pub(super) fn reclaim_expired(&mut self, now: Instant) {
+        if self.unneeded() {
+            self.actions.push_back(Action::Reclaim);
+            self.unneeded_since = Some(now);
         }
     }
 

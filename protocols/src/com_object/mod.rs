@@ -168,6 +168,12 @@ pub struct ComObject {
     idle_since: Instant,
     /// When the peer last rejected our weak close.
     weak_rejected_at: Option<Instant>,
+    /// The latest time any input told us (for transitions whose input
+    /// carries no time, such as a message being queued).
+    clock: Instant,
+    /// Since when nothing ties the site to this node (no references,
+    /// nothing pending, no channel): the reclaim rule's clock.
+    unneeded_since: Option<Instant>,
     /// No new channel is accepted or opened (the node shuts down).
     closing: bool,
     actions: VecDeque<Action>,
@@ -210,6 +216,8 @@ impl ComObject {
             has_refs: true,
             idle_since: now,
             weak_rejected_at: None,
+            clock: now,
+            unneeded_since: None,
             closing: false,
             actions: VecDeque::new(),
             stats: ComStats::default(),
@@ -319,8 +327,9 @@ impl ComObject {
 
     /// Tells whether the local side still holds references to the peer (a
     /// weak close is considered only without, and the peer's weak close is
-    /// rejected with).
-    pub fn set_has_refs(&mut self, has_refs: bool) {
+    /// rejected with; the site is reclaimed only without).
+    pub fn set_has_refs(&mut self, has_refs: bool, now: Instant) {
+        self.tick(now);
         if self.has_refs != has_refs {
             self.has_refs = has_refs;
             self.session.set_local_need(has_refs);
@@ -393,6 +402,7 @@ impl ComObject {
 
     /// Takes the (message count, bytes) acknowledged since the last call.
     pub fn take_freed(&mut self, now: Instant) -> (u64, u64) {
+        self.tick(now);
         let freed = self.session.take_freed();
         if freed.0 > 0 {
             self.idle_since = now;
@@ -409,7 +419,8 @@ impl ComObject {
     /// must be called, if any.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.phase == Phase::Failed {
-            return None;
+            // Only the reclaim rule still applies.
+            return self.timers.get(Timer::Reclaim);
         }
         [self.timers.next_deadline(), self.session.poll_timeout()]
             .into_iter()
@@ -419,10 +430,11 @@ impl ComObject {
 
     /// Advances to `now`: fires every expired timer once.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.phase == Phase::Failed {
-            return;
-        }
+        self.tick(now);
         for t in self.timers.expire(now).collect::<Vec<_>>() {
+            if self.phase == Phase::Failed && t != Timer::Reclaim {
+                continue;
+            }
             match t {
                 Timer::GiveUp => {
                     let limit = self.cfg.give_up_after.unwrap_or_default();
@@ -435,8 +447,12 @@ impl ComObject {
                     }
                 }
                 Timer::Linger => self.linger_expired(now),
+                Timer::Reclaim => self.reclaim_expired(now),
                 other => debug_assert!(false, "timer {} is not the ComObject's", other.name()),
             }
+        }
+        if self.phase == Phase::Failed {
+            return self.update();
         }
         self.session.handle_timeout(now);
         self.process_session_events(now);
@@ -457,8 +473,9 @@ impl ComObject {
     // ------------------------------------------------------------------
 
     /// Re-evaluates what to do next after any input: open if there is need,
-    /// keep the linger timer.
+    /// keep the linger and reclaim timers.
     fn update(&mut self) {
+        self.update_reclaim();
         if self.phase == Phase::Failed {
             return;
         }
@@ -481,9 +498,15 @@ impl ComObject {
         }
     }
 
+    /// Moves the machine's notion of the latest time forward.
+    fn tick(&mut self, now: Instant) {
+        self.clock = self.clock.max(now);
+    }
+
     /// Notes sends, deliveries and acknowledgements (the linger rule's idle
     /// clock).
     fn note_activity(&mut self, now: Instant) {
+        self.tick(now);
         let s = self.session.stats();
         if s.sent != self.seen.sent || s.delivered != self.seen.delivered {
             self.idle_since = now;

@@ -52,8 +52,15 @@ impl ComObject {
         opened: &Opened,
         now: Instant,
     ) -> Option<ChannelId> {
+        self.tick(now);
         if self.opening() != Some(attempt) {
             return None;
+        }
+        if opened.peer_fresh && !self.session.is_fresh() {
+            // The peer forgot our session (it reclaimed our entry): number
+            // afresh, and hand back what it never acknowledged.
+            tracing::info!("the peer forgot the session; numbering starts again");
+            self.session.forget_peer();
         }
         let params = ChannelParams {
             buffer_size: opened.buffer_size,
@@ -76,6 +83,7 @@ impl ComObject {
     /// identity) fails the site; anything else is a temporary failure,
     /// retried after the backoff.
     pub fn open_failed(&mut self, attempt: u64, failure: OpenFailure, now: Instant) {
+        self.tick(now);
         if self.opening() != Some(attempt) {
             return;
         }
@@ -103,6 +111,7 @@ impl ComObject {
     /// answer. Accepting may abandon our own open attempt and replace a
     /// working channel (actions for both come first).
     pub fn accepted(&mut self, neg: &Negotiate, now: Instant) -> AcceptOutcome {
+        self.tick(now);
         let decision = (self.decide)(self.link_view(), neg);
         let (generation, replaces_working, abandon_opening) = match decision {
             Decision::Refuse(reason) => return AcceptOutcome::Refuse(reason),
@@ -112,10 +121,28 @@ impl ComObject {
                 abandon_opening,
             } => (generation, replaces_working, abandon_opening),
         };
-        if neg.last_received > self.session.last_sent() {
+        // Session state on each side: a side that never worked with the
+        // other, or forgot it (reclaimed), is fresh. A fresh peer (its last
+        // generation is 0) while we remember a session means it forgot us:
+        // we number afresh. If we are the fresh one, what the peer says it
+        // received belongs to the session we forgot; the answer tells it
+        // we are fresh, and it numbers afresh too.
+        let fresh = self.session.is_fresh();
+        let peer_forgot = neg.last_generation == 0 && !fresh;
+        let peer_last_received = if fresh && neg.last_generation > 0 {
+            0
+        } else {
+            neg.last_received
+        };
+        let sent = if peer_forgot {
+            0
+        } else {
+            self.session.last_sent()
+        };
+        if peer_last_received > sent {
             let e = ProtocolError::AckBeyondSent {
-                ack: neg.last_received,
-                sent: self.session.last_sent(),
+                ack: peer_last_received,
+                sent,
             };
             self.protocol_fault(&e);
             return AcceptOutcome::Protocol(e);
@@ -132,6 +159,10 @@ impl ComObject {
                 });
             }
         }
+        if peer_forgot {
+            tracing::info!(site = %neg.site, "the peer forgot the session; numbering starts again");
+            self.session.forget_peer();
+        }
         // The acceptor may lower the buffer size, never raise it.
         let buffer_size = self.cfg.buffer_size.min(neg.buffer_size);
         let answer = NegotiateAns::Accept {
@@ -139,11 +170,12 @@ impl ComObject {
             max_message: self.cfg.max_message,
             last_received: self.session.last_received(),
             generation,
+            fresh,
         };
         let params = ChannelParams {
             buffer_size,
             peer_max_message: neg.max_message,
-            peer_last_received: neg.last_received,
+            peer_last_received,
             generation,
         };
         self.session

@@ -47,6 +47,7 @@ fn opened(generation: u64, peer_max_message: u64) -> Opened {
         peer_max_message,
         peer_last_received: 0,
         generation,
+        peer_fresh: false,
     }
 }
 
@@ -314,7 +315,7 @@ fn an_eof_after_the_peers_hard_close_waits_for_the_peer_to_call_back() {
         ),
         "{a:?}"
     );
-    h.com.channel_closed(id);
+    h.com.channel_closed(id, h.now);
     assert_eq!(h.com.state(), ComState::WaitingForCallback);
     assert_eq!(h.com.fault_state(), FaultState::Ok);
     // The peer does not call back: we reopen after the wait.
@@ -463,7 +464,7 @@ fn without_references_an_idle_channel_closes_weakly_and_a_reject_holds_off() {
     h.com.take_freed(h.now);
     assert!(!h.com.has_need());
     let t_idle = h.now;
-    h.com.set_has_refs(false);
+    h.com.set_has_refs(false, h.now);
     // The linger deadline is the next (only) ComObject timer before heartbeats matter.
     let mut fired_at = None;
     for _ in 0..100 {
@@ -549,7 +550,7 @@ fn kill_writes_close_hard_before_the_channel_closes_then_hands_back() {
     assert!(out.peek(0, &mut hb));
     let fh = crate::frame::FrameHeader::decode(&hb, 65_536).unwrap();
     assert_eq!(fh.kind, crate::frame::FrameKind::CloseHard);
-    h.com.channel_closed(id);
+    h.com.channel_closed(id, h.now);
     out.clear();
     assert_eq!(h.com.poll_transmit(h.now, &mut out), 0);
 }

@@ -135,6 +135,15 @@ pub enum Action {
         /// The message.
         message: OutMessage,
     },
+    /// Nothing ties the site to this node any more: no references, nothing
+    /// queued or unacknowledged, no channel, for the linger time. The driver
+    /// forgets it — removes its entry from the site table and stops —
+    /// unless, checked atomically with the table, a reference or an accepted
+    /// channel for it appeared meanwhile; then it carries on, and the
+    /// machine asks again after another linger time. A peer that later
+    /// contacts a forgotten site finds a fresh session (see
+    /// `Session::forget_peer`).
+    Reclaim,
     /// The site failed permanently. Nothing is silently dropped: `not_sent`
     /// were never completely sent (never delivered), `maybe_delivered` were
     /// sent and never acknowledged.

@@ -131,6 +131,32 @@ impl Session {
         Ok(())
     }
 
+    /// The peer has no session state for us any more (its handshake said it
+    /// is fresh, while we have worked with it before): it reclaimed our
+    /// entry, which it does only with nothing of its own pending and no
+    /// channel. Both sides then number from 1 again. What we sent and the
+    /// peer never acknowledged is handed back as maybe delivered
+    /// ([`take_refused`](Self::take_refused), `SendError::PeerForgot`) — the
+    /// peer can no longer recognise a resend, so resending could deliver it
+    /// twice. Call it before [`channel_up`](Self::channel_up) of the channel
+    /// that told us; without a channel only.
+    pub fn forget_peer(&mut self) {
+        debug_assert!(self.channel.is_none(), "forget_peer on a working session");
+        let handed_back = self.send.forget_peer();
+        self.recv.last_received = 0;
+        self.ack.reset(0);
+        self.stats.peer_forgot += 1;
+        self.stats.forgotten_unacked += handed_back as u64;
+    }
+
+    /// True if this session has never had a working channel: it holds no
+    /// numbering a peer could depend on (a site's handshake tells the peer
+    /// so, and a peer that remembers a session then calls
+    /// [`forget_peer`](Self::forget_peer)).
+    pub fn is_fresh(&self) -> bool {
+        self.last_generation == 0
+    }
+
     /// The channel is gone. Partly sent messages restart from their first
     /// fragment on the next channel; partly received ones are discarded
     /// (their budget is given back).

@@ -189,6 +189,24 @@ impl Sender {
         Ok(())
     }
 
+    /// The peer forgot the session: numbering starts again from 1, and
+    /// every unacknowledged message is handed back as maybe delivered
+    /// (`SendError::PeerForgot`) instead of resent. Partly sent messages
+    /// have no number yet and simply go out on the next channel. Returns how
+    /// many were handed back.
+    pub(crate) fn forget_peer(&mut self) -> usize {
+        self.resend.clear();
+        self.resend_current = None;
+        let lost = self.ledger.drain();
+        let n = lost.len();
+        for (number, m) in lost {
+            self.refused.push((SendError::PeerForgot { number }, m));
+        }
+        self.last_sent = 0;
+        self.acked = 0;
+        n
+    }
+
     /// The channel is gone: partly sent messages restart from their first
     /// fragment on the next one.
     pub(crate) fn channel_down(&mut self) {

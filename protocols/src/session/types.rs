@@ -103,4 +103,10 @@ pub struct SessionStats {
     pub heartbeats_out: u64,
     /// Frames consumed.
     pub frames_in: u64,
+    /// Times the peer turned out to have forgotten this session (its
+    /// numbering started again; see `Session::forget_peer`).
+    pub peer_forgot: u64,
+    /// Unacknowledged messages handed back because the peer forgot the
+    /// session (maybe delivered).
+    pub forgotten_unacked: u64,
 }

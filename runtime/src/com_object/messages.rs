@@ -26,6 +26,11 @@ pub(crate) struct Adopt {
     pub(crate) neg: Negotiate,
 }
 
+/// Wakes the ComObject to re-evaluate its site (the last `SiteRef` went).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Poke;
+
 /// Stop: the node is shutting down.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -59,25 +64,32 @@ impl Handler<Wake> for ComObject {
     }
 }
 
+impl Handler<Poke> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, _: Poke, ctx: &mut Context<Self>) {
+        self.drive(ctx);
+    }
+}
+
 impl Handler<Adopt> for ComObject {
     type Result = ();
 
     fn handle(&mut self, msg: Adopt, ctx: &mut Context<Self>) {
+        // Taken: the entry may be reclaimed again once the machine agrees.
+        self.entry
+            .adopting
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         let Adopt { mut trans, neg } = msg;
-        if let Some(other) = &self.merged {
-            if let Some(a) = other.addr.get() {
-                a.do_send(Adopt { trans, neg });
-            }
+        if self.merged.is_some()
+            || (self.entry.id.get() != Some(&neg.site)
+                && self.node.bind_site_id(&self.entry, neg.site).is_err())
+        {
+            // The site is known under another entry (this one merged into
+            // it, or was routed here by a listen address the id contradicts):
+            // route the channel by id, counted on its way there.
+            self.node.route_accepted(Adopt { trans, neg });
             return;
-        }
-        if self.entry.id.get() != Some(&neg.site) {
-            // Routed here by a listen address; the id must agree.
-            if let Err(other) = self.node.bind_site_id(&self.entry, neg.site) {
-                if let Some(a) = other.addr.get() {
-                    a.do_send(Adopt { trans, neg });
-                }
-                return;
-            }
         }
         match self.com.accepted(&neg, Instant::now()) {
             AcceptOutcome::Refuse(reason) => {

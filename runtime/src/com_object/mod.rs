@@ -19,7 +19,7 @@ mod io;
 mod messages;
 
 use io::Live;
-pub(crate) use messages::{Adopt, CloseHard, HoldBusy, Kill, Stop, Wake};
+pub(crate) use messages::{Adopt, CloseHard, HoldBusy, Kill, Poke, Stop, Wake};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,7 +35,7 @@ use sitenet_protocols::{
 use crate::channel_io::{connect_and_open, OpenFailure};
 use crate::metrics::Counters;
 use crate::node::{FaultReport, NodeInner};
-use crate::site::{HandedBack, SiteEntry};
+use crate::site::{HandedBack, SiteEntry, SiteRef};
 use crate::trans_object::TransObject;
 
 /// Reads per readiness event before yielding to other actors on the thread
@@ -65,8 +65,10 @@ pub(crate) struct ComObject {
     /// A write turn ran out of budget; the next is scheduled.
     write_deferred: bool,
     /// Set when this entry turned out to be another entry's site: the actor
-    /// stays alive and forwards what still reaches it there.
-    merged: Option<Arc<SiteEntry>>,
+    /// stays alive and forwards what still reaches it there. A counted
+    /// reference: `SiteRef`s to this entry follow the redirect, so the other
+    /// entry is not reclaimed while this one is referenced.
+    merged: Option<SiteRef>,
 }
 
 impl Actor for ComObject {
@@ -158,12 +160,47 @@ impl ComObject {
     /// re-arm the timer.
     pub(super) fn drive(&mut self, ctx: &mut Context<Self>) {
         self.take_outbox(false);
-        self.com.set_has_refs(self.has_refs());
+        self.com.set_has_refs(self.has_refs(), Instant::now());
         self.act(ctx);
         self.flush(ctx);
         self.act(ctx);
         self.account();
         self.rearm_timer(ctx);
+        self.watch_unref(ctx);
+    }
+
+    /// While only references keep the site (no channel, nothing pending),
+    /// asks to be woken when the last one goes, then re-reads the count: a
+    /// reference dropped in between is seen by one side or the other
+    /// (both use `SeqCst`), so the reclaim rule never waits for a wake that
+    /// does not come.
+    fn watch_unref(&mut self, ctx: &mut Context<Self>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let watch = self.com.idle_without_channel();
+        self.entry.poke_on_unref.store(watch, SeqCst);
+        if watch && self.entry.refs.load(SeqCst) == 0 {
+            self.com.set_has_refs(false, Instant::now());
+            self.rearm_timer(ctx);
+        }
+    }
+
+    /// The machine's reclaim rule fired: forget the site if the node's
+    /// table agrees nothing refers to it (checked under its lock), and stop.
+    fn reclaim(&mut self, ctx: &mut Context<Self>) {
+        if !self.node.reclaim(&self.entry) {
+            tracing::debug!(site = ?self.entry.id.get(), "not reclaimed: referenced again");
+            return;
+        }
+        tracing::debug!(site = ?self.entry.id.get(), "site reclaimed");
+        Counters::add(&self.node.counters.sites_reclaimed, 1);
+        self.node.changed.notify_waiters();
+        // Dropping the reference to the entry this one merged into lets
+        // that one be reclaimed in turn.
+        self.merged = None;
+        if let Some((_, h)) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        ctx.stop();
     }
 
     /// Carries out every action of the machine, in order.
@@ -186,6 +223,7 @@ impl ComObject {
                     self.report_fault(self.peer_string(), reason, false);
                 }
                 Action::HandBack { error, message } => self.hand_back(error, message),
+                Action::Reclaim => self.reclaim(ctx),
                 Action::Failed {
                     failure,
                     not_sent,
@@ -208,7 +246,7 @@ impl ComObject {
                         .has_failed
                         .store(true, std::sync::atomic::Ordering::Release);
                     self.entry.outbox.close();
-                    self.node.fail_requests(self.entry.key, &reason);
+                    self.node.fail_requests(&self.entry, &reason);
                     self.node.acked.notify_waiters();
                 }
             }
@@ -245,7 +283,7 @@ impl ComObject {
         ctx: &mut Context<Self>,
     ) {
         if self.live.as_ref().map(|l| l.id) != Some(id) {
-            self.com.channel_closed(id);
+            self.com.channel_closed(id, Instant::now());
             return;
         }
         if matches!(end, ChannelEnd::Orderly(_) | ChannelEnd::Final) {
@@ -260,7 +298,7 @@ impl ComObject {
             tracing::debug!(site = ?self.entry.id.get(), ?reason, "channel closed by the close protocol");
         }
         self.drop_live(ctx);
-        self.com.channel_closed(id);
+        self.com.channel_closed(id, Instant::now());
     }
 
     pub(super) fn start_open(&mut self, req: OpenRequest, ctx: &mut Context<Self>) {
@@ -341,7 +379,7 @@ impl ComObject {
     /// accepted channel still routed here.
     pub(super) fn merge_into(&mut self, other: Arc<SiteEntry>, ctx: &mut Context<Self>) {
         tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
-        self.merged = Some(other.clone());
+        self.merged = Some(SiteRef::counted(other.clone(), self.node.clone()));
         // What the machine holds is older than what is still in the outbox;
         // `seal_into` moves both, in that order.
         let older = self.com.merge_out();
@@ -401,6 +439,7 @@ impl ComObject {
             s.retransmitted - rs.retransmitted,
         );
         Counters::add(&c.duplicates, s.duplicates - rs.duplicates);
+        Counters::add(&c.peers_forgot, s.peer_forgot - rs.peer_forgot);
         Counters::add(
             &c.weak_closes_started,
             k.weak_closes_started - rk.weak_closes_started,

@@ -65,10 +65,7 @@ impl NodeInner {
                     if self.is_shut_down() {
                         return;
                     }
-                    let e = self.entry_for_accept(neg.site, &neg.listen);
-                    if let Some(a) = e.addr.get() {
-                        a.do_send(Adopt { trans, neg });
-                    }
+                    self.route_accepted(Adopt { trans, neg });
                 }
                 Err((ch, e)) => {
                     tracing::info!(%peer, error = %e, "accepted channel closed during the handshake");

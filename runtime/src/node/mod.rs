@@ -331,18 +331,13 @@ impl Node {
             return Err(NodeError::Shutdown);
         }
         let a: Address = addr.parse()?;
-        Ok(SiteRef::counted(
-            self.inner.entry_for_address(a),
-            self.inner.clone(),
-        ))
+        Ok(self.inner.site_at(a))
     }
 
     /// The site with this id, if the node knows it (it connected to us, or
     /// we to it).
     pub fn site_by_id(&self, id: SiteId) -> Option<SiteRef> {
-        let t = self.inner.sites.lock();
-        let k = *t.by_id.get(&id)?;
-        Some(SiteRef::counted(t.entries[k].clone(), self.inner.clone()))
+        self.inner.site_with_id(id)
     }
 
     /// Registers the handler for message type `M`. Registering a type id twice
@@ -409,7 +404,9 @@ impl Node {
         self.inner.faults.lock().iter().cloned().collect()
     }
 
-    /// Number of remote sites in the site table.
+    /// Number of remote sites in the site table. An entry with no
+    /// `SiteRef`, nothing queued or unacknowledged and no channel leaves it
+    /// after the linger time (`Metrics::sites_reclaimed` counts them).
     pub fn site_count(&self) -> usize {
         self.inner.sites.lock().entries.len()
     }

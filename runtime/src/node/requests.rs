@@ -17,7 +17,6 @@ use crate::metrics::Counters;
 use crate::site::SiteEntry;
 
 pub(crate) struct Pending {
-    pub(super) site: usize,
     /// The site the request was sent to: only its reply completes it.
     pub(super) entry: Arc<SiteEntry>,
     pub(super) tx: oneshot::Sender<Result<InMessage, RequestError>>,
@@ -37,7 +36,6 @@ impl NodeInner {
         self.pending.lock().insert(
             corr,
             Pending {
-                site: entry.key,
                 entry: entry.clone(),
                 tx,
                 _cancel_timer: cancel,
@@ -109,11 +107,11 @@ impl NodeInner {
         let _ = p.tx.send(r);
     }
 
-    pub(crate) fn fail_requests(&self, site: usize, reason: &str) {
+    pub(crate) fn fail_requests(&self, site: &Arc<SiteEntry>, reason: &str) {
         let mut pending = self.pending.lock();
         let keys: Vec<u64> = pending
             .iter()
-            .filter(|(_, p)| p.site == site)
+            .filter(|(_, p)| Arc::ptr_eq(&p.entry, site))
             .map(|(k, _)| *k)
             .collect();
         for k in keys {

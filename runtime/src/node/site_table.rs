@@ -2,8 +2,16 @@
 //! address this node contacts it at. An address is bound to a site only when
 //! this node connects there itself and finds that site (`bind_site_id`);
 //! the listen addresses a peer claims are used only to call it back.
+//!
+//! An entry leaves the table by the reclaim rule (its ComObject decides, see
+//! `sitenet_protocols::Action::Reclaim`): no `SiteRef`, nothing queued or
+//! unacknowledged, no channel, for the linger time. Everything that hands
+//! out a new reference or routes a channel to an entry does so under the
+//! table's lock, and [`NodeInner::reclaim`] re-checks under the same lock,
+//! so an entry is never forgotten while someone is about to use it.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use actix::Actor;
@@ -13,14 +21,17 @@ use sitenet_protocols::SiteId;
 use sitenet_transport::Address;
 
 use super::NodeInner;
-use crate::com_object::ComObject;
-use crate::site::SiteEntry;
+use crate::com_object::{Adopt, ComObject};
+use crate::site::{SiteEntry, SiteRef};
 
 #[derive(Default)]
 pub(crate) struct SiteTable {
     pub(crate) entries: Slab<Arc<SiteEntry>>,
     pub(crate) by_id: HashMap<SiteId, usize>,
     pub(crate) by_address: HashMap<String, usize>,
+    /// Alias addresses bound to an entry by a merge (another entry
+    /// contacted the same site there), removed with it.
+    pub(crate) aliases: HashMap<usize, Vec<String>>,
 }
 
 impl NodeInner {
@@ -42,42 +53,96 @@ impl NodeInner {
         entry
     }
 
-    /// The entry for an address, created (with its ComObject) if new.
-    /// A permanently failed site stays failed; the address then names a new
-    /// site (for example the restarted process, a new incarnation).
-    pub(super) fn entry_for_address(self: &Arc<Self>, a: Address) -> Arc<SiteEntry> {
+    /// A reference to the site at an address, its entry created (with its
+    /// ComObject) if new. A permanently failed site stays failed; the
+    /// address then names a new site (for example the restarted process, a
+    /// new incarnation). Counted under the table's lock (see the module
+    /// documentation).
+    pub(super) fn site_at(self: &Arc<Self>, a: Address) -> SiteRef {
         let mut t = self.sites.lock();
         if let Some(&k) = t.by_address.get(&a.to_string()) {
             let e = t.entries[k].clone();
             if e.failure().is_none() {
-                return e;
+                return SiteRef::counted(e, self.clone());
             }
         }
         let e = self.new_entry(&mut t, Some(a.clone()));
         t.by_address.insert(a.to_string(), e.key);
-        e
+        SiteRef::counted(e, self.clone())
     }
 
-    /// The entry for a site that connected to us: by id, else a new one.
-    /// The listen addresses the peer claims are not trusted: the new entry
-    /// may call the first back (the open protocol then checks who answers),
-    /// but no address is bound to a site until we connect there ourselves
-    /// and find it (`bind_site_id`), so a peer cannot take over traffic
-    /// meant for the site at an address it lists.
-    pub(super) fn entry_for_accept(
-        self: &Arc<Self>,
-        id: SiteId,
-        listen: &[String],
-    ) -> Arc<SiteEntry> {
-        let mut t = self.sites.lock();
-        if let Some(&k) = t.by_id.get(&id) {
-            return t.entries[k].clone();
+    /// A reference to the site with this id, if the table has it.
+    pub(super) fn site_with_id(self: &Arc<Self>, id: SiteId) -> Option<SiteRef> {
+        let t = self.sites.lock();
+        let k = *t.by_id.get(&id)?;
+        Some(SiteRef::counted(t.entries[k].clone(), self.clone()))
+    }
+
+    /// Hands an accepted channel whose NEGOTIATE names site `id` to that
+    /// site's ComObject: the entry by id, else a new one. The listen
+    /// addresses the peer claims are not trusted: the new entry may call the
+    /// first back (the open protocol then checks who answers), but no
+    /// address is bound to a site until we connect there ourselves and find
+    /// it (`bind_site_id`), so a peer cannot take over traffic meant for the
+    /// site at an address it lists. The entry counts the channel as on its
+    /// way (`adopting`) from inside the lock, so it cannot be reclaimed
+    /// before its ComObject takes it.
+    pub(crate) fn route_accepted(self: &Arc<Self>, adopt: Adopt) {
+        let entry = {
+            let mut t = self.sites.lock();
+            let e = match t.by_id.get(&adopt.neg.site) {
+                Some(&k) => t.entries[k].clone(),
+                None => {
+                    let address = adopt
+                        .neg
+                        .listen
+                        .iter()
+                        .find_map(|l| l.parse::<Address>().ok());
+                    let e = self.new_entry(&mut t, address);
+                    let _ = e.id.set(adopt.neg.site);
+                    t.by_id.insert(adopt.neg.site, e.key);
+                    e
+                }
+            };
+            e.adopting.fetch_add(1, Ordering::SeqCst);
+            e
+        };
+        if let Some(a) = entry.addr.get() {
+            a.do_send(adopt);
         }
-        let address = listen.iter().find_map(|l| l.parse::<Address>().ok());
-        let e = self.new_entry(&mut t, address);
-        let _ = e.id.set(id);
-        t.by_id.insert(id, e.key);
-        e
+    }
+
+    /// Forgets `entry` if, checked under the table's lock, nothing refers
+    /// to it: no `SiteRef`, no accepted channel on its way, nothing queued.
+    /// Its ids and addresses leave the table with it. True if it was
+    /// removed (its ComObject then stops).
+    pub(crate) fn reclaim(&self, entry: &Arc<SiteEntry>) -> bool {
+        let mut t = self.sites.lock();
+        if entry.refs.load(Ordering::SeqCst) > 0
+            || entry.adopting.load(Ordering::SeqCst) > 0
+            || entry.outbox.bytes() > 0
+            || !t
+                .entries
+                .get(entry.key)
+                .is_some_and(|e| Arc::ptr_eq(e, entry))
+        {
+            return false;
+        }
+        let key = entry.key;
+        t.entries.remove(key);
+        if let Some(id) = entry.id.get() {
+            if t.by_id.get(id) == Some(&key) {
+                t.by_id.remove(id);
+            }
+        }
+        let own = entry.address.iter().map(ToString::to_string);
+        let aliases = t.aliases.remove(&key).unwrap_or_default();
+        for a in own.chain(aliases) {
+            if t.by_address.get(&a) == Some(&key) {
+                t.by_address.remove(&a);
+            }
+        }
+        true
     }
 
     /// Records that `entry` is site `id`; if another entry already is, returns
@@ -94,6 +159,7 @@ impl NodeInner {
                 let other = t.entries[k].clone();
                 if let Some(a) = &entry.address {
                     t.by_address.insert(a.to_string(), k);
+                    t.aliases.entry(k).or_default().push(a.to_string());
                 }
                 Err(other)
             }

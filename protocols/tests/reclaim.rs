@@ -1,0 +1,314 @@
+//! The reclaim rule of the ComObject, and the open protocol with a site
+//! that forgot its peer — deterministic, with a virtual clock
+//! (docs/protocol.md §3.3 and §4.4, "Forgotten sessions").
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use sitenet_protocols::handshake::{Attempt, Negotiate, NegotiateAns, Opened, Present};
+use sitenet_protocols::{
+    AcceptOutcome, Action, ByteBuffer, ComConfig, ComObject, ComState, Loss, OutMessage, Priority,
+    ReassemblyBudget, SendError, SiteId, PROTOCOL_VERSION,
+};
+
+const LOCAL: SiteId = SiteId(0x10);
+const PEER: SiteId = SiteId(0x20);
+const LINGER: Duration = Duration::from_secs(10);
+
+struct H {
+    com: ComObject,
+    now: Instant,
+}
+
+impl H {
+    fn new(can_open: bool) -> Self {
+        let now = Instant::now();
+        let cfg = ComConfig {
+            linger: LINGER,
+            ..ComConfig::default()
+        };
+        Self {
+            com: ComObject::new(
+                cfg,
+                ReassemblyBudget::new(1 << 30),
+                LOCAL,
+                can_open,
+                1,
+                7,
+                now,
+            ),
+            now,
+        }
+    }
+
+    fn actions(&mut self) -> Vec<Action> {
+        std::iter::from_fn(|| self.com.poll_action()).collect()
+    }
+
+    fn advance_to(&mut self, at: Instant) {
+        self.now = at;
+        self.com.handle_timeout(at);
+    }
+
+    fn reclaims(&mut self) -> bool {
+        self.actions().iter().any(|a| matches!(a, Action::Reclaim))
+    }
+
+    /// Opens a channel as initiator; the answer says whether the peer is
+    /// fresh.
+    fn open(&mut self, generation: u64, peer_fresh: bool) -> sitenet_protocols::ChannelId {
+        let acts = self.actions();
+        assert!(
+            acts.iter().any(|a| matches!(a, Action::RequestSlot)),
+            "{acts:?}"
+        );
+        self.com.slot_granted();
+        let acts = self.actions();
+        let Some(Action::Open(req)) = acts.into_iter().find(|a| matches!(a, Action::Open(_)))
+        else {
+            panic!("no open");
+        };
+        let opened = Opened {
+            present: Present {
+                version: PROTOCOL_VERSION,
+                site: PEER,
+                listen: vec![],
+            },
+            buffer_size: 65_536,
+            peer_max_message: 1 << 20,
+            peer_last_received: 0,
+            generation,
+            peer_fresh,
+        };
+        self.com
+            .open_succeeded(req.attempt.seq, &opened, self.now)
+            .expect("working")
+    }
+
+    /// Writes what the session has and returns the frames' bytes.
+    fn transmit(&mut self) -> ByteBuffer {
+        let mut out = ByteBuffer::new(65_536);
+        self.com.poll_transmit(self.now, &mut out);
+        out
+    }
+
+    /// Feeds the peer's ack of everything up to `n`.
+    fn ack(&mut self, id: sitenet_protocols::ChannelId, n: u64) {
+        let mut input = ByteBuffer::new(4096);
+        let mut hb = [0u8; sitenet_protocols::frame::HEADER_LEN];
+        sitenet_protocols::frame::FrameHeader::control(
+            sitenet_protocols::frame::FrameKind::Ack,
+            0,
+            n,
+        )
+        .encode(&mut hb);
+        input.push(&hb);
+        assert!(self.com.handle_input(id, self.now, &mut input, &mut |_| {}));
+        self.com.take_freed(self.now);
+    }
+}
+
+fn msg() -> OutMessage {
+    OutMessage::new(
+        Priority::Medium,
+        1,
+        Bytes::new(),
+        vec![Bytes::from_static(b"ten bytes!")],
+    )
+}
+
+fn negotiate(last_generation: u64, last_received: u64) -> Negotiate {
+    Negotiate {
+        version: PROTOCOL_VERSION,
+        site: PEER,
+        listen: vec![],
+        buffer_size: 65_536,
+        max_message: 1 << 20,
+        last_received,
+        last_generation,
+        attempt: Attempt { opener: 5, seq: 1 },
+    }
+}
+
+#[test]
+fn an_unneeded_site_is_reclaimed_after_the_linger_time_and_asked_again_if_declined() {
+    let mut h = H::new(true);
+    // Referenced: no reclaim timer at all.
+    assert_eq!(h.com.poll_timeout(), None);
+    let t0 = h.now;
+    h.com.set_has_refs(false, t0);
+    assert!(h.com.idle_without_channel());
+    assert_eq!(h.com.poll_timeout(), Some(t0 + LINGER));
+    h.advance_to(t0 + LINGER - Duration::from_millis(1));
+    assert!(!h.reclaims(), "not before the linger time");
+    h.advance_to(t0 + LINGER);
+    assert!(h.reclaims());
+    // The driver declined (a reference appeared and went again under its
+    // lock): the question comes again only after another linger time.
+    assert_eq!(h.com.poll_timeout(), Some(t0 + 2 * LINGER));
+    h.advance_to(t0 + 2 * LINGER);
+    assert!(h.reclaims());
+}
+
+#[test]
+fn a_reference_a_queued_message_or_a_channel_keeps_the_site() {
+    let mut h = H::new(true);
+    let t0 = h.now;
+    h.com.set_has_refs(false, t0);
+    h.advance_to(t0 + LINGER / 2);
+    // A message queued: needed again, the clock stops.
+    h.com.queue(msg()).unwrap();
+    assert!(!h.com.idle_without_channel());
+    let id = h.open(1, true);
+    assert_eq!(h.com.state(), ComState::Working);
+    h.transmit();
+    h.ack(id, 1);
+    // Acknowledged, unreferenced, but a channel works: the linger rule
+    // closes it weakly first; reclaiming waits for the channel to go.
+    for _ in 0..200 {
+        let Some(at) = h.com.poll_timeout() else {
+            break;
+        };
+        if at > t0 + 10 * LINGER {
+            break;
+        }
+        h.advance_to(at);
+        assert!(!h.reclaims(), "reclaimed with a channel");
+        h.transmit();
+        if h.com.state() == ComState::ClosingWeak {
+            break;
+        }
+        // Keep the channel alive (the peer's heartbeat).
+        h.ack(id, 1);
+    }
+    assert_eq!(h.com.state(), ComState::ClosingWeak);
+    // The channel ends (the weak close's EOF): the rule's clock starts now.
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    for a in h.actions() {
+        if let Action::CloseChannel { id, .. } = a {
+            h.com.channel_closed(id, h.now);
+        }
+    }
+    assert!(h.com.idle_without_channel(), "{:?}", h.com.state());
+    let closed_at = h.now;
+    // A reference again: nothing to reclaim.
+    h.com.set_has_refs(true, h.now);
+    assert!(h.com.poll_timeout().is_none_or(|t| t >= closed_at + LINGER));
+    h.com
+        .set_has_refs(false, closed_at + Duration::from_secs(1));
+    let at = h.com.poll_timeout().expect("reclaim timer");
+    assert_eq!(at, closed_at + Duration::from_secs(1) + LINGER);
+    h.advance_to(at);
+    assert!(h.reclaims());
+}
+
+#[test]
+fn a_failed_site_is_reclaimed_once_unreferenced() {
+    let mut h = H::new(true);
+    h.com.kill(h.now);
+    let acts = h.actions();
+    assert!(acts.iter().any(|a| matches!(a, Action::Failed { .. })));
+    assert_eq!(h.com.poll_timeout(), None, "referenced: kept");
+    let t = h.now + Duration::from_secs(3);
+    h.com.set_has_refs(false, t);
+    assert_eq!(h.com.poll_timeout(), Some(t + LINGER));
+    h.advance_to(t + LINGER);
+    assert!(h.reclaims());
+}
+
+#[test]
+fn an_initiator_whose_peer_answers_fresh_numbers_afresh_and_hands_back_the_unacked() {
+    let mut h = H::new(true);
+    h.com.queue(msg()).unwrap();
+    let id = h.open(1, true);
+    h.transmit();
+    assert_eq!(h.com.session().last_sent(), 1);
+    // Lost before the ack came back; the peer then forgot us.
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    h.actions();
+    h.com.channel_closed(id, h.now);
+    h.com.queue(msg()).unwrap();
+    let at = h.com.poll_timeout().expect("backoff");
+    h.advance_to(at);
+    let _ = h.open(2, true);
+    let acts = h.actions();
+    let back: Vec<_> = acts
+        .iter()
+        .filter_map(|a| match a {
+            Action::HandBack { error, .. } => Some(error.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(back, vec![SendError::PeerForgot { number: 1 }], "{acts:?}");
+    assert_eq!(h.com.session().stats().peer_forgot, 1);
+    // The new message is number 1 of the new session.
+    h.transmit();
+    assert_eq!(h.com.session().last_sent(), 1);
+    assert_eq!(h.com.session().stats().retransmitted, 0);
+}
+
+#[test]
+fn an_acceptor_that_remembers_numbers_afresh_when_the_initiator_is_fresh() {
+    let mut h = H::new(true);
+    h.com.queue(msg()).unwrap();
+    let id = h.open(1, true);
+    h.transmit();
+    h.ack(id, 1);
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    h.actions();
+    h.com.channel_closed(id, h.now);
+    // The peer forgot us and calls: NEGOTIATE with last generation 0.
+    let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&negotiate(0, 0), h.now) else {
+        panic!("refused");
+    };
+    let NegotiateAns::Accept {
+        last_received,
+        generation,
+        fresh,
+        ..
+    } = answer
+    else {
+        panic!()
+    };
+    assert_eq!((last_received, generation, fresh), (0, 2, false));
+    assert_eq!(h.com.session().last_sent(), 0);
+    assert_eq!(h.com.session().stats().peer_forgot, 1);
+    // Nothing was unacknowledged: nothing handed back.
+    assert!(!h
+        .actions()
+        .iter()
+        .any(|a| matches!(a, Action::HandBack { .. })));
+}
+
+#[test]
+fn a_fresh_acceptor_ignores_what_the_initiator_received_from_the_forgotten_session() {
+    let mut h = H::new(false);
+    // The peer remembers a session we forgot: generation 5, it received 7.
+    let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&negotiate(5, 7), h.now) else {
+        panic!("refused or protocol error");
+    };
+    let NegotiateAns::Accept {
+        last_received,
+        generation,
+        fresh,
+        ..
+    } = answer
+    else {
+        panic!()
+    };
+    assert_eq!((last_received, generation, fresh), (0, 6, true));
+    assert!(!h
+        .actions()
+        .iter()
+        .any(|a| matches!(a, Action::ReportFault { .. })));
+}
+
+#[test]
+fn a_fresh_initiator_claiming_to_have_received_messages_is_a_protocol_fault() {
+    // Both fresh: the initiator cannot have received anything.
+    let mut h = H::new(false);
+    assert!(matches!(
+        h.com.accepted(&negotiate(0, 3), h.now),
+        AcceptOutcome::Protocol(_)
+    ));
+}

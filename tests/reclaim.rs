@@ -1,0 +1,142 @@
+//! What a site that left costs is returned: an entry with no `SiteRef`,
+//! nothing queued or unacknowledged and no channel is reclaimed after the
+//! linger time, and a site that comes back to a node that forgot it is
+//! talked to afresh (docs/protocol.md §3.3, §4.4 "Forgotten sessions").
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use sitenet::services::{Echo, EchoReply};
+use sitenet::{Node, NodeConfig, SendOptions};
+
+fn fast_linger(c: &mut NodeConfig) {
+    c.linger = Duration::from_millis(100);
+    services(c);
+}
+
+async fn echo(site: &sitenet::SiteRef, seq: u64) {
+    let r = site
+        .request::<Echo, EchoReply>(&Echo { seq }, SendOptions::default(), PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(r.msg.seq, seq);
+}
+
+/// Issue 6, "The site table": every fresh site id that completed a
+/// handshake left a permanent entry (5,000 ids grew a node by 21 MB, never
+/// returned). Here 200 client sites, each a new incarnation, talk to a
+/// server and leave; the server's table empties.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sites_that_left_are_reclaimed_after_the_linger_time() {
+    const CLIENTS: u64 = 200;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(fast_linger)
+        .start()
+        .unwrap();
+    for i in 0..CLIENTS {
+        let client = Node::builder().start().unwrap();
+        let site = client.site(&addr(&server)).unwrap();
+        echo(&site, i).await;
+        drop(site);
+        let report = client.shutdown(PATIENCE).await;
+        assert_eq!(report.unacknowledged_bytes, 0);
+    }
+    assert!(
+        server
+            .wait_until(|m| m.sites_reclaimed == CLIENTS, PATIENCE)
+            .await,
+        "{:?}",
+        server.metrics()
+    );
+    assert_eq!(server.site_count(), 0, "every entry returned");
+    // The server still serves a newcomer.
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    echo(&site, 1).await;
+    assert_eq!(server.site_count(), 1);
+}
+
+/// A site referenced by a `SiteRef` is never reclaimed: the node that holds
+/// it rejects the peer's weak close and keeps its entry, and so does the
+/// peer (its channel stays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_referenced_site_is_kept() {
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(fast_linger)
+        .start()
+        .unwrap();
+    let client = Node::builder().configure(fast_linger).start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    echo(&site, 1).await;
+    // The server, holding no reference, tries to close weakly; the client
+    // rejects. Several linger times pass meanwhile.
+    assert!(
+        server
+            .wait_until(|m| m.weak_closes_rejected >= 2, PATIENCE)
+            .await,
+        "{:?}",
+        server.metrics()
+    );
+    assert_eq!(client.site_count(), 1);
+    assert_eq!(server.site_count(), 1);
+    assert_eq!(client.metrics().sites_reclaimed, 0);
+    assert_eq!(server.metrics().sites_reclaimed, 0);
+    echo(&site, 2).await;
+}
+
+/// The server forgets a client that still remembers it; the client comes
+/// back through the same entry, learns in the handshake that the server is
+/// fresh, numbers afresh, and a numbered stream arrives whole and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_that_forgot_us_is_talked_to_afresh() {
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(fast_linger)
+        .start()
+        .unwrap();
+    const N: u64 = 2_000;
+    let sink = Sink::install(&server, N, None);
+    // The client lingers long: it keeps its entry and session.
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    for seq in 0..N / 2 {
+        site.send(&Numbered { stream: 1, seq }).await.unwrap();
+    }
+    echo(&site, 1).await;
+    drop(site);
+    // The server closes weakly (the client, unreferenced, accepts) and
+    // then forgets the client.
+    assert!(
+        server
+            .wait_until(|m| m.sites_reclaimed == 1, PATIENCE)
+            .await,
+        "{:?}",
+        server.metrics()
+    );
+    assert_eq!(server.site_count(), 0);
+    assert_eq!(client.site_count(), 1, "the client remembers");
+    let site = client.site(&addr(&server)).unwrap();
+    for seq in N / 2..N {
+        site.send(&Numbered { stream: 1, seq }).await.unwrap();
+    }
+    sink.wait().await;
+    echo(&site, 2).await;
+    let (mc, ms) = (client.metrics(), server.metrics());
+    assert_eq!(mc.peers_forgot, 1, "{mc:?}");
+    assert_eq!(mc.handed_back, 0, "everything was acknowledged: {mc:?}");
+    assert_eq!(
+        sink.out_of_order.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    assert_eq!(
+        sink.total.load(std::sync::atomic::Ordering::Relaxed),
+        N,
+        "exactly once"
+    );
+    assert_eq!(ms.duplicates, 0);
+    assert_eq!(ms.protocol_errors + mc.protocol_errors, 0);
+}
