@@ -1,0 +1,206 @@
+//! Give-up, the linger rule and weak closes, kill, hand-back, timers and shutdown.
+
+use super::*;
+
+#[test]
+fn temporarily_failed_for_the_give_up_time_fails_permanently() {
+    let mut h = H::new(cfg(), true);
+    let a = h.queue_and_request_open();
+    h.com
+        .open_failed(a, OpenFailure::Transport("refused".into()), h.now);
+    let t0 = h.now;
+    // Keep failing: the give-up deadline does not move.
+    loop {
+        h.run_to_next_deadline();
+        let acts = h.actions();
+        if let Some(Action::Failed {
+            failure, not_sent, ..
+        }) = acts.iter().find(|a| matches!(a, Action::Failed { .. }))
+        {
+            assert_eq!(failure, &SiteFailure::GaveUp(Duration::from_secs(60)));
+            assert_eq!(not_sent.len(), 1);
+            break;
+        }
+        if acts.iter().any(|a| matches!(a, Action::RequestSlot)) {
+            let a = h.grant();
+            h.com
+                .open_failed(a, OpenFailure::Transport("refused".into()), h.now);
+        }
+        assert!(h.now - t0 <= Duration::from_secs(61), "never gave up");
+    }
+    assert_eq!(h.now - t0, Duration::from_secs(60));
+}
+
+#[test]
+fn without_references_an_idle_channel_closes_weakly_and_a_reject_holds_off() {
+    let mut c = cfg();
+    c.linger = Duration::from_secs(10);
+    let mut h = H::new(c, true);
+    let id = h.working();
+    // Deliver the ack so nothing is pending.
+    let mut out = ByteBuffer::new(65_536);
+    h.com.poll_transmit(h.now, &mut out);
+    let mut input = ByteBuffer::new(4096);
+    let mut hb = [0u8; crate::frame::HEADER_LEN];
+    crate::frame::FrameHeader::control(crate::frame::FrameKind::Ack, 0, 1).encode(&mut hb);
+    input.push(&hb);
+    assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
+    h.com.take_freed(h.now);
+    assert!(!h.com.has_need());
+    let t_idle = h.now;
+    h.com.set_has_refs(false, h.now);
+    // The linger deadline is the next (only) ComObject timer before heartbeats matter.
+    let mut fired_at = None;
+    for _ in 0..100 {
+        h.run_to_next_deadline();
+        // Heartbeats keep the channel alive; answer them with our own input.
+        input.push(&{
+            let mut hb = [0u8; crate::frame::HEADER_LEN];
+            crate::frame::FrameHeader::control(crate::frame::FrameKind::Heartbeat, 0, 1)
+                .encode(&mut hb);
+            hb
+        });
+        assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
+        out.clear();
+        h.com.poll_transmit(h.now, &mut out);
+        if h.com.state() == ComState::ClosingWeak {
+            fired_at = Some(h.now);
+            break;
+        }
+    }
+    assert_eq!(fired_at, Some(t_idle + Duration::from_secs(10)));
+    assert_eq!(h.com.stats().weak_closes_started, 1);
+    // The peer rejects: no new weak close for the linger time.
+    crate::frame::FrameHeader::control(crate::frame::FrameKind::CloseReject, 0, 1).encode(&mut hb);
+    input.push(&hb);
+    assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
+    assert_eq!(h.com.state(), ComState::Working);
+    let rejected_at = h.now;
+    for _ in 0..100 {
+        h.run_to_next_deadline();
+        if h.com.state() == ComState::ClosingWeak {
+            break;
+        }
+        // Keep the channel from going silent.
+        crate::frame::FrameHeader::control(crate::frame::FrameKind::Heartbeat, 0, 1)
+            .encode(&mut hb);
+        input.push(&hb);
+        assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
+        out.clear();
+        h.com.poll_transmit(h.now, &mut out);
+    }
+    assert_eq!(h.com.state(), ComState::ClosingWeak);
+    assert!(h.now >= rejected_at + Duration::from_secs(10));
+}
+
+#[test]
+fn kill_writes_close_hard_before_the_channel_closes_then_hands_back() {
+    let mut h = H::new(cfg(), true);
+    let id = h.working();
+    let mut out = ByteBuffer::new(65_536);
+    h.com.poll_transmit(h.now, &mut out);
+    out.clear();
+    h.com.kill(h.now);
+    let a = h.actions();
+    assert!(
+        matches!(
+            &a[..],
+            [
+                Action::CloseChannel {
+                    end: ChannelEnd::Final,
+                    ..
+                },
+                Action::Failed {
+                    failure: SiteFailure::Killed,
+                    ..
+                },
+                Action::Fault {
+                    state: FaultState::PermFailed,
+                    ..
+                }
+            ]
+        ),
+        "{a:?}"
+    );
+    if let Action::Failed {
+        maybe_delivered, ..
+    } = &a[1]
+    {
+        assert_eq!(maybe_delivered.len(), 1, "sent, never acknowledged");
+    }
+    // The driver flushes before closing: CLOSE_HARD goes out.
+    assert!(h.com.poll_transmit(h.now, &mut out) >= crate::frame::HEADER_LEN);
+    let mut hb = [0u8; crate::frame::HEADER_LEN];
+    assert!(out.peek(0, &mut hb));
+    let fh = crate::frame::FrameHeader::decode(&hb, 65_536).unwrap();
+    assert_eq!(fh.kind, crate::frame::FrameKind::CloseHard);
+    h.com.channel_closed(id, h.now);
+    out.clear();
+    assert_eq!(h.com.poll_transmit(h.now, &mut out), 0);
+}
+
+#[test]
+fn a_message_too_large_for_the_peer_queued_before_the_handshake_is_handed_back() {
+    let mut h = H::new(cfg(), true);
+    let a = h.queue_and_request_open();
+    h.com.queue(msg(5_000)).unwrap();
+    h.com.queue(msg(20)).unwrap();
+    let id = h.com.open_succeeded(a, &opened(1, 1_000), h.now);
+    assert!(id.is_some());
+    let acts = h.actions();
+    let back: Vec<_> = acts
+        .iter()
+        .filter_map(|a| match a {
+            Action::HandBack { error, message } => Some((error.clone(), message.body_len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(back.len(), 1, "{acts:?}");
+    assert!(matches!(back[0].0, SendError::TooLarge { max: 1_000, .. }));
+    assert_eq!(back[0].1, 5_000);
+    assert_eq!(h.com.session().pending_messages(), 2);
+}
+
+#[test]
+fn handle_timeout_never_leaves_the_same_past_deadline_behind() {
+    let mut h = H::new(cfg(), true);
+    let a = h.queue_and_request_open();
+    h.com
+        .open_failed(a, OpenFailure::Transport("refused".into()), h.now);
+    let mut last = None;
+    for _ in 0..50 {
+        let Some(at) = h.com.poll_timeout() else {
+            break;
+        };
+        assert!(Some(at) != last || at > h.now, "same past deadline again");
+        h.advance(at.saturating_duration_since(h.now));
+        assert!(
+            h.com.poll_timeout().is_none_or(|t| t > at),
+            "deadline {at:?} not consumed"
+        );
+        last = Some(at);
+        for act in h.actions() {
+            if matches!(act, Action::RequestSlot) {
+                let a = h.grant();
+                h.com
+                    .open_failed(a, OpenFailure::Transport("refused".into()), h.now);
+            }
+        }
+    }
+}
+
+#[test]
+fn shutdown_refuses_new_channels_and_ends_the_working_one() {
+    let mut h = H::new(cfg(), true);
+    let id = h.working();
+    h.com.shutdown(h.now);
+    let a = h.actions();
+    assert!(
+        matches!(&a[..], [Action::CloseChannel { id: c, end: ChannelEnd::Final }] if *c == id),
+        "{a:?}"
+    );
+    let out = h
+        .com
+        .accepted(&negotiate(1, Attempt { opener: 9, seq: 1 }), h.now);
+    assert!(matches!(out, AcceptOutcome::Refuse(RefuseReason::Closing)));
+}

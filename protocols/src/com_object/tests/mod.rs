@@ -1,0 +1,128 @@
+//! Deterministic tests of the ComObject's connection logic, with a virtual
+//! clock and a seeded RNG.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::*;
+use crate::error::OpenError;
+use crate::handshake::{Negotiate, NegotiateAns, Opened, Present, RefuseReason};
+use crate::priority::Priority;
+use crate::session::CloseReason;
+use crate::PROTOCOL_VERSION;
+
+const LOCAL: SiteId = SiteId(0x10);
+const PEER: SiteId = SiteId(0x20);
+
+struct H {
+    com: ComObject,
+    now: Instant,
+}
+
+fn cfg() -> ComConfig {
+    ComConfig {
+        give_up_after: Some(Duration::from_secs(60)),
+        ..ComConfig::default()
+    }
+}
+
+fn msg(len: usize) -> OutMessage {
+    OutMessage::new(
+        Priority::Medium,
+        1,
+        Bytes::new(),
+        vec![Bytes::from(vec![7u8; len])],
+    )
+}
+
+fn opened(generation: u64, peer_max_message: u64) -> Opened {
+    Opened {
+        present: Present {
+            version: PROTOCOL_VERSION,
+            site: PEER,
+            listen: vec![],
+        },
+        buffer_size: 65_536,
+        peer_max_message,
+        peer_last_received: 0,
+        generation,
+        peer_fresh: false,
+    }
+}
+
+fn negotiate(last_generation: u64, attempt: Attempt) -> Negotiate {
+    Negotiate {
+        version: PROTOCOL_VERSION,
+        site: PEER,
+        listen: vec![],
+        buffer_size: 16_384,
+        max_message: 1 << 20,
+        last_received: 0,
+        last_generation,
+        attempt,
+    }
+}
+
+impl H {
+    fn new(cfg: ComConfig, can_open: bool) -> Self {
+        let now = Instant::now();
+        let budget = ReassemblyBudget::new(1 << 30);
+        Self {
+            com: ComObject::new(cfg, budget, LOCAL, can_open, 1, 42, now),
+            now,
+        }
+    }
+
+    fn actions(&mut self) -> Vec<Action> {
+        std::iter::from_fn(|| self.com.poll_action()).collect()
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+        self.com.handle_timeout(self.now);
+    }
+
+    /// Runs to the next deadline.
+    fn run_to_next_deadline(&mut self) -> Instant {
+        let at = self.com.poll_timeout().expect("a deadline");
+        assert!(at >= self.now, "deadline in the past");
+        self.now = at;
+        self.com.handle_timeout(at);
+        at
+    }
+
+    /// Queues a message and opens: returns the attempt's sequence number.
+    fn queue_and_request_open(&mut self) -> u64 {
+        self.com.queue(msg(10)).unwrap();
+        let a = self.actions();
+        assert!(matches!(a[..], [Action::RequestSlot]), "{a:?}");
+        assert_eq!(self.com.state(), ComState::WaitingForSlot);
+        self.grant()
+    }
+
+    fn grant(&mut self) -> u64 {
+        self.com.slot_granted();
+        let a = self.actions();
+        let [Action::Open(req)] = a[..] else {
+            panic!("expected an open: {a:?}")
+        };
+        assert_eq!(req.attempt.opener, 1);
+        assert_eq!(self.com.state(), ComState::Opening);
+        req.attempt.seq
+    }
+
+    fn working(&mut self) -> ChannelId {
+        let attempt = self.queue_and_request_open();
+        let id = self
+            .com
+            .open_succeeded(attempt, &opened(1, 1 << 20), self.now)
+            .expect("working");
+        assert_eq!(self.com.state(), ComState::Working);
+        self.actions();
+        id
+    }
+}
+
+mod close;
+mod open;

@@ -1,0 +1,256 @@
+//! The initiator's machine: PRESENT in, NEGOTIATE out, NEGOTIATE_ANS in.
+
+use super::*;
+use crate::byte_buffer::ByteBuffer;
+use crate::error::{FrameError, OpenError, ProtocolError};
+use crate::frame::{FrameKind, PROTOCOL_VERSION};
+use crate::site::SiteId;
+
+/// The initiator's side of the open protocol.
+#[derive(Debug)]
+pub enum Initiator {
+    /// Waiting for the acceptor's PRESENT.
+    ExpectPresent {
+        /// Who we are.
+        local: LocalInfo,
+        /// The id the `SiteRef` already holds, if any.
+        expected: Option<SiteId>,
+        /// Session numbers to put in NEGOTIATE.
+        last_received: u64,
+        /// Last generation seen working.
+        last_generation: u64,
+        /// This attempt, sent in NEGOTIATE.
+        attempt: Attempt,
+    },
+    /// NEGOTIATE sent; waiting for the answer.
+    ExpectAnswer {
+        /// The acceptor's presentation.
+        present: Present,
+        /// What we proposed.
+        proposed: Negotiate,
+    },
+    /// The acceptor refused the channel after presenting itself as `site`.
+    Refused {
+        /// Who the acceptor is.
+        site: SiteId,
+    },
+    /// The handshake finished (successfully or not).
+    Done,
+}
+
+/// A successful open, from the initiator's side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opened {
+    /// The acceptor's presentation.
+    pub present: Present,
+    /// Settled buffer size.
+    pub buffer_size: u32,
+    /// Largest message the peer accepts.
+    pub peer_max_message: u64,
+    /// Last message number the peer received from us: resume after it.
+    pub peer_last_received: u64,
+    /// This channel's generation.
+    pub generation: u64,
+    /// The acceptor has no session state for us (never worked with us, or
+    /// forgot us): see [`NegotiateAns::Accept`]'s `fresh`.
+    pub peer_fresh: bool,
+}
+
+impl Initiator {
+    /// The site the acceptor presented itself as, once PRESENT was accepted
+    /// (still known after the acceptor refuses the channel: a refusal from a
+    /// site already known under another name tells the driver who it is).
+    pub fn presented(&self) -> Option<SiteId> {
+        match self {
+            Self::ExpectAnswer { present, .. } => Some(present.site),
+            Self::Refused { site } => Some(*site),
+            _ => None,
+        }
+    }
+
+    /// Starts an open as initiator.
+    pub fn new(
+        local: LocalInfo,
+        expected: Option<SiteId>,
+        last_received: u64,
+        last_generation: u64,
+    ) -> Self {
+        Self::ExpectPresent {
+            local,
+            expected,
+            last_received,
+            last_generation,
+            attempt: Attempt::UNKNOWN,
+        }
+    }
+
+    /// Names this open attempt in NEGOTIATE. A driver that may open a
+    /// channel to the same site more than once should number its attempts:
+    /// the acceptor then recognises a channel left behind by an abandoned
+    /// attempt (see [`Attempt`]). Has no effect once PRESENT was handled.
+    pub fn with_attempt(mut self, a: Attempt) -> Self {
+        if let Self::ExpectPresent { attempt, .. } = &mut self {
+            *attempt = a;
+        }
+        self
+    }
+
+    /// Feeds received bytes. Returns `Ok(Some(opened))` when the channel is
+    /// working, `Ok(None)` while more bytes are needed. NEGOTIATE is written to
+    /// `output` when PRESENT arrives.
+    pub fn handle_input(
+        &mut self,
+        input: &mut ByteBuffer,
+        output: &mut ByteBuffer,
+    ) -> Result<Option<Opened>, OpenError> {
+        loop {
+            match std::mem::replace(self, Self::Done) {
+                Self::ExpectPresent {
+                    local,
+                    expected,
+                    last_received,
+                    last_generation,
+                    attempt,
+                } => {
+                    let Some((h, payload)) =
+                        read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)?
+                    else {
+                        *self = Self::ExpectPresent {
+                            local,
+                            expected,
+                            last_received,
+                            last_generation,
+                            attempt,
+                        };
+                        return Ok(None);
+                    };
+                    if h.kind != FrameKind::Present {
+                        return Err(ProtocolError::Unexpected {
+                            kind: h.kind,
+                            state: "expecting PRESENT",
+                        }
+                        .into());
+                    }
+                    let present: Present = decode("PRESENT", &payload)?;
+                    if present.version != PROTOCOL_VERSION {
+                        return Err(OpenError::VersionMismatch {
+                            local: PROTOCOL_VERSION,
+                            peer: present.version,
+                        });
+                    }
+                    if present.site == local.site {
+                        return Err(OpenError::SelfConnection(present.site));
+                    }
+                    if let Some(e) = expected {
+                        if e != present.site {
+                            return Err(OpenError::WrongIdentity {
+                                expected: e,
+                                got: present.site,
+                            });
+                        }
+                    }
+                    let proposed = Negotiate {
+                        version: PROTOCOL_VERSION,
+                        site: local.site,
+                        listen: local.listen,
+                        buffer_size: local.buffer_size,
+                        max_message: local.max_message,
+                        last_received,
+                        last_generation,
+                        attempt,
+                    };
+                    if !write_control(output, FrameKind::Negotiate, &proposed) {
+                        return Err(OpenError::LocalConfig(
+                            "NEGOTIATE does not fit the handshake payload limit or the output \
+                             ring; check LocalInfo::validate"
+                                .into(),
+                        ));
+                    }
+                    *self = Self::ExpectAnswer { present, proposed };
+                }
+                Self::ExpectAnswer { present, proposed } => {
+                    let Some((h, payload)) =
+                        read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(OpenError::from_frame)?
+                    else {
+                        *self = Self::ExpectAnswer { present, proposed };
+                        return Ok(None);
+                    };
+                    if h.kind != FrameKind::NegotiateAns {
+                        return Err(ProtocolError::Unexpected {
+                            kind: h.kind,
+                            state: "expecting NEGOTIATE_ANS",
+                        }
+                        .into());
+                    }
+                    return match decode::<NegotiateAns>("NEGOTIATE_ANS", &payload)? {
+                        NegotiateAns::Refuse(r) => {
+                            *self = Self::Refused { site: present.site };
+                            Err(OpenError::Refused(r))
+                        }
+                        NegotiateAns::Accept {
+                            buffer_size,
+                            max_message,
+                            last_received,
+                            generation,
+                            fresh,
+                        } => {
+                            // A fresh acceptor has received nothing.
+                            if fresh && last_received != 0 {
+                                return Err(ProtocolError::Malformed {
+                                    what: "NEGOTIATE_ANS",
+                                    reason: format!(
+                                        "fresh acceptor claims to have received {last_received}"
+                                    ),
+                                }
+                                .into());
+                            }
+                            // "the acceptor may lower it, never raise it"
+                            if buffer_size > proposed.buffer_size || buffer_size < MIN_BUFFER {
+                                return Err(ProtocolError::Malformed {
+                                    what: "NEGOTIATE_ANS",
+                                    reason: format!(
+                                        "buffer size {buffer_size} outside {MIN_BUFFER}..={}",
+                                        proposed.buffer_size
+                                    ),
+                                }
+                                .into());
+                            }
+                            // An honest acceptor answers max(its last, ours) + 1:
+                            // after ours, and never beyond MAX_GENERATION.
+                            if generation <= proposed.last_generation || generation > MAX_GENERATION
+                            {
+                                return Err(ProtocolError::Malformed {
+                                    what: "NEGOTIATE_ANS",
+                                    reason: format!(
+                                        "generation {generation} not in {}..={MAX_GENERATION}",
+                                        proposed.last_generation.saturating_add(1)
+                                    ),
+                                }
+                                .into());
+                            }
+                            Ok(Some(Opened {
+                                present,
+                                buffer_size,
+                                peer_max_message: max_message,
+                                peer_last_received: last_received,
+                                generation,
+                                peer_fresh: fresh,
+                            }))
+                        }
+                    };
+                }
+                Self::Done => return Ok(None),
+                refused @ Self::Refused { .. } => {
+                    *self = refused;
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+impl OpenError {
+    fn from_frame(e: FrameError) -> Self {
+        Self::Protocol(e.into())
+    }
+}

@@ -1,0 +1,111 @@
+//! The open protocol's wire messages: PRESENT, NEGOTIATE and its attempt,
+//! NEGOTIATE_ANS (encoded with rmp-serde; docs/protocol.md §4).
+
+use serde::{Deserialize, Serialize};
+
+use crate::site::SiteId;
+
+/// The acceptor's presentation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Present {
+    /// Protocol version spoken.
+    pub version: u8,
+    /// The acceptor's site id (its incarnation).
+    pub site: SiteId,
+    /// Addresses the acceptor listens on.
+    pub listen: Vec<String>,
+}
+
+/// The initiator's identity and proposal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Negotiate {
+    /// Protocol version spoken.
+    pub version: u8,
+    /// The initiator's site id.
+    pub site: SiteId,
+    /// Addresses the initiator listens on (empty for a client-only node).
+    pub listen: Vec<String>,
+    /// Proposed ByteBuffer size; the acceptor may lower it, never raise it.
+    pub buffer_size: u32,
+    /// Largest message the initiator accepts.
+    pub max_message: u64,
+    /// Last message number the initiator received from the acceptor.
+    pub last_received: u64,
+    /// Generation of the last channel the initiator saw working with the
+    /// acceptor (0: never).
+    pub last_generation: u64,
+    /// Which open attempt this is. A newer attempt from the same opener
+    /// proves that the opener abandoned every older one, so the acceptor can
+    /// drop a channel it accepted from an older attempt (see
+    /// [`crate::link`]). Absent on the wire (an earlier build) it decodes as
+    /// [`Attempt::UNKNOWN`], and only generations decide.
+    #[serde(default)]
+    pub attempt: Attempt,
+}
+
+/// Names one open attempt: the opener (one per remote site an initiating
+/// node contacts) and the attempt's number among that opener's attempts.
+///
+/// An opener runs one attempt at a time and numbers them upwards, so a
+/// NEGOTIATE from attempt `n` tells the acceptor that attempts `< n` of the
+/// same opener are over — even one whose NEGOTIATE the acceptor accepted
+/// after the opener had already closed that channel. Without this, such a
+/// stale NEGOTIATE looks live and the pair can lose a backoff round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Attempt {
+    /// The opener, unique within the initiating node's incarnation; 0 means
+    /// unknown.
+    pub opener: u64,
+    /// The attempt's number, increasing with each attempt of the opener.
+    pub seq: u64,
+}
+
+impl Attempt {
+    /// No attempt information (a peer that does not send it).
+    pub const UNKNOWN: Attempt = Attempt { opener: 0, seq: 0 };
+
+    /// True if `self` is a later attempt of the same (known) opener as
+    /// `older`: the opener has then given up on `older`.
+    pub fn supersedes(&self, older: &Attempt) -> bool {
+        self.opener != 0 && self.opener == older.opener && self.seq > older.seq
+    }
+}
+
+/// Why an acceptor refused a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RefuseReason {
+    /// Simultaneous connect: the other channel (initiated by the smaller site
+    /// id) is kept.
+    LostTie,
+    /// The acceptor has a working channel that the initiator has not seen lost.
+    Stale,
+    /// The acceptor's site has been declared permanently failed or is
+    /// shutting down.
+    Closing,
+}
+
+/// The acceptor's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NegotiateAns {
+    /// The channel is working with these parameters.
+    Accept {
+        /// Settled buffer size (≤ the proposal, ≥ [`MIN_BUFFER`]).
+        buffer_size: u32,
+        /// Largest message the acceptor accepts.
+        max_message: u64,
+        /// Last message number the acceptor received from the initiator.
+        last_received: u64,
+        /// Generation number of this channel.
+        generation: u64,
+        /// The acceptor has no session state for the initiator: it has
+        /// never worked with it, or it forgot it (it reclaimed the site's
+        /// entry after the linger time). An initiator that remembers a
+        /// session then starts its numbering afresh and hands back what was
+        /// unacknowledged (see `Session::forget_peer`). Absent on the wire
+        /// (an earlier build) it decodes as `false`.
+        #[serde(default)]
+        fresh: bool,
+    },
+    /// The channel is refused.
+    Refuse(RefuseReason),
+}

@@ -1,0 +1,165 @@
+//! The open protocol, per channel: PRESENT from the acceptor, NEGOTIATE from
+//! the initiator, an answer (NEGOTIATE_ANS) from the acceptor.
+//!
+//! ```text
+//!  initiator                                  acceptor (anonymous until step 2)
+//!  ExpectPresent   <──────── PRESENT ───────  (sent on accept)
+//!    check version, identity
+//!  ExpectAnswer    ──────── NEGOTIATE ──────> ExpectNegotiate
+//!                                               check version; the site's ComObject
+//!                                               decides (see [`crate::link`])
+//!  Done            <────── NEGOTIATE_ANS ───  Done (accept) / closed (refuse)
+//! ```
+//!
+//! Both machines consume exactly their own frames from the input buffer; any
+//! bytes after the last handshake frame belong to the session. Every wait is
+//! bounded by the handshake timeout, which the driver enforces (the deadline
+//! is given by [`HANDSHAKE_TIMEOUT`] unless configured).
+
+mod acceptor;
+mod initiator;
+mod messages;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use acceptor::Acceptor;
+pub use initiator::{Initiator, Opened};
+pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason};
+
+use crate::byte_buffer::ByteBuffer;
+use crate::error::{FrameError, OpenError, ProtocolError};
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, PROTOCOL_VERSION};
+use crate::site::SiteId;
+
+/// Default bound on the whole open protocol.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Handshake payloads are small; a larger one is refused before allocating.
+pub const MAX_HANDSHAKE_PAYLOAD: usize = 4000;
+
+/// The smallest ByteBuffer a channel may negotiate.
+pub const MIN_BUFFER: u32 = 4 * 1024;
+
+/// Longest listen-address list carried (bounds the handshake size).
+pub const MAX_LISTEN: usize = 16;
+
+/// Highest channel generation (2^63 - 1). A site pair counts its channels
+/// from 1; honest peers never come near this, so a NEGOTIATE claiming a last
+/// generation at or beyond it is malformed, and an answer beyond it is
+/// refused: no arithmetic on a peer's generation can overflow, and no peer
+/// can push a pair to a generation that has no successor.
+pub const MAX_GENERATION: u64 = u64::MAX / 2;
+
+/// Encodes a control frame with an rmp-serde payload into `out`.
+pub fn write_control<T: Serialize>(out: &mut ByteBuffer, kind: FrameKind, body: &T) -> bool {
+    let payload = rmp_serde::to_vec(body).expect("handshake messages always serialise");
+    // The peer refuses a larger handshake frame: never write one.
+    if payload.len() > MAX_HANDSHAKE_PAYLOAD || out.free() < HEADER_LEN + payload.len() {
+        return false;
+    }
+    let mut hb = [0u8; HEADER_LEN];
+    FrameHeader::control(kind, payload.len() as u32, 0).encode(&mut hb);
+    out.push(&hb);
+    out.push(&payload);
+    true
+}
+
+/// Reads one whole frame of at most `max_payload` bytes from `input`, if one
+/// is there: `Ok(None)` means "need more bytes".
+pub fn read_frame(
+    input: &mut ByteBuffer,
+    max_payload: usize,
+) -> Result<Option<(FrameHeader, Vec<u8>)>, FrameError> {
+    let mut hb = [0u8; HEADER_LEN];
+    if !input.peek(0, &mut hb) {
+        return Ok(None);
+    }
+    let h = FrameHeader::decode(&hb, max_payload)?;
+    let mut payload = vec![0u8; h.payload_len as usize];
+    if !input.peek(HEADER_LEN, &mut payload) {
+        return Ok(None);
+    }
+    input.consume(HEADER_LEN + payload.len());
+    Ok(Some((h, payload)))
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(
+    what: &'static str,
+    payload: &[u8],
+) -> Result<T, ProtocolError> {
+    rmp_serde::from_slice(payload).map_err(|e| ProtocolError::Malformed {
+        what,
+        reason: e.to_string(),
+    })
+}
+
+/// Maps a header error in the first frame to a version mismatch if that is
+/// what it is: a peer of another version fails the open protocol permanently.
+fn first_frame_error(e: FrameError) -> OpenError {
+    match e {
+        FrameError::Version(v) => OpenError::VersionMismatch {
+            local: PROTOCOL_VERSION,
+            peer: v,
+        },
+        e => OpenError::Protocol(e.into()),
+    }
+}
+
+/// What this side says about itself in a handshake.
+#[derive(Debug, Clone)]
+pub struct LocalInfo {
+    /// This node's site id.
+    pub site: SiteId,
+    /// Addresses it listens on.
+    pub listen: Vec<String>,
+    /// Its ByteBuffer size (the proposal, or the acceptor's ceiling).
+    pub buffer_size: u32,
+    /// Largest message it accepts.
+    pub max_message: u64,
+}
+
+impl LocalInfo {
+    /// Checks that this node's own PRESENT and NEGOTIATE fit the handshake
+    /// payload limit (at most [`MAX_LISTEN`] listen addresses, and short
+    /// enough), with the largest numbers NEGOTIATE can carry. A node calls
+    /// it when it starts: a list that does not fit would make every
+    /// handshake fail.
+    pub fn validate(&self) -> Result<(), OpenError> {
+        if self.listen.len() > MAX_LISTEN {
+            return Err(OpenError::LocalConfig(format!(
+                "{} listen addresses, at most {MAX_LISTEN}; listen on fewer addresses",
+                self.listen.len()
+            )));
+        }
+        let worst = Negotiate {
+            version: PROTOCOL_VERSION,
+            site: self.site,
+            listen: self.listen.clone(),
+            buffer_size: u32::MAX,
+            max_message: u64::MAX,
+            last_received: u64::MAX,
+            last_generation: u64::MAX,
+            attempt: Attempt {
+                opener: u64::MAX,
+                seq: u64::MAX,
+            },
+        };
+        let len = rmp_serde::to_vec(&worst)
+            .expect("handshake messages always serialise")
+            .len();
+        if len > MAX_HANDSHAKE_PAYLOAD {
+            return Err(OpenError::LocalConfig(format!(
+                "the listen addresses take {len} bytes of NEGOTIATE, more than the \
+                 {MAX_HANDSHAKE_PAYLOAD}-byte handshake limit; listen on fewer or shorter addresses"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Writes the acceptor's answer.
+pub fn write_answer(output: &mut ByteBuffer, ans: &NegotiateAns) -> bool {
+    write_control(output, FrameKind::NegotiateAns, ans)
+}
