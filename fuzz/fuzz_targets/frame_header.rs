@@ -1,31 +1,13 @@
 //! Frame header decoding: never panics; every accepted header re-encodes to
 //! exactly the 32 bytes it was decoded from, and satisfies the header rules.
+//!
+//! The check itself lives in `fuzz/checks/frame_header.rs`, shared with the
+//! workspace test that replays every committed input
+//! (`protocols/tests/fuzz_corpus.rs`).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_PAYLOAD};
+#[path = "../checks/mod.rs"]
+#[allow(dead_code)]
+mod checks;
 
-fuzz_target!(|data: &[u8]| {
-    if data.len() < HEADER_LEN + 2 {
-        return;
-    }
-    let (limit, rest) = data.split_at(2);
-    // The payload limit a side would pass: from 0 to beyond the frame bound.
-    let max_payload =
-        (u16::from_le_bytes([limit[0], limit[1]]) as usize).min(MAX_FRAME_PAYLOAD + 1);
-    let b: &[u8; HEADER_LEN] = rest[..HEADER_LEN].try_into().unwrap();
-    if let Ok(h) = FrameHeader::decode(b, max_payload) {
-        let mut again = [0u8; HEADER_LEN];
-        h.encode(&mut again);
-        assert_eq!(&again, b, "decode/encode round trip changed the header");
-        assert!(h.payload_len as usize <= max_payload);
-        if h.kind == FrameKind::Data {
-            assert!((1..=4).contains(&h.lane));
-            assert_eq!(h.is_last(), h.msg_number != 0);
-            assert!(!h.is_first() || h.frag_offset == 0);
-        } else {
-            assert_eq!((h.lane, h.msg_number, h.frag_offset), (5, 0, 0));
-            assert!(h.is_first() && h.is_last());
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::frame_header::check(data));

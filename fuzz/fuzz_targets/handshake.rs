@@ -1,78 +1,14 @@
 //! Arbitrary bytes into both open-protocol machines (Initiator and
 //! Acceptor), in chunks: never panics, never stalls, and what they accept
 //! passed every check.
+//!
+//! The check itself lives in `fuzz/checks/handshake.rs`, shared with the
+//! workspace test that replays every committed input
+//! (`protocols/tests/fuzz_corpus.rs`).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use sitenet_protocols::handshake::{LocalInfo, MIN_BUFFER};
-use sitenet_protocols::{Acceptor, ByteBuffer, Initiator, SiteId, PROTOCOL_VERSION};
+#[path = "../checks/mod.rs"]
+#[allow(dead_code)]
+mod checks;
 
-fn local(site: u128) -> LocalInfo {
-    LocalInfo {
-        site: SiteId(site),
-        listen: vec!["tcp:127.0.0.1:7000".into()],
-        buffer_size: 65_536,
-        max_message: 1 << 28,
-    }
-}
-
-fuzz_target!(|data: &[u8]| {
-    if data.is_empty() {
-        return;
-    }
-    let (ctl, stream) = data.split_at(1);
-    let chunk = 1 + ctl[0] as usize * 8;
-    let expected = if ctl[0] & 1 == 0 {
-        None
-    } else {
-        Some(SiteId(1))
-    };
-
-    // Initiator (local site 2), expecting PRESENT then NEGOTIATE_ANS.
-    let mut ini = Initiator::new(local(2), expected, 0, 0);
-    let mut input = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut output = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut off = 0;
-    while off < stream.len() {
-        assert!(input.free() > 0, "initiator stalled");
-        let n = chunk.min(input.free()).min(stream.len() - off);
-        input.push(&stream[off..off + n]);
-        off += n;
-        match ini.handle_input(&mut input, &mut output) {
-            Ok(Some(o)) => {
-                assert!(o.buffer_size >= MIN_BUFFER && o.buffer_size <= 65_536);
-                assert!(o.generation > 0);
-                assert_eq!(o.present.version, PROTOCOL_VERSION);
-                assert_ne!(o.present.site, SiteId(2));
-                if let Some(e) = expected {
-                    assert_eq!(o.present.site, e);
-                }
-                break;
-            }
-            Ok(None) => {}
-            Err(_) => break,
-        }
-    }
-
-    // Acceptor (local site 1), expecting NEGOTIATE.
-    let mut output = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(&local(1), &mut output);
-    let mut input = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut off = 0;
-    while off < stream.len() {
-        assert!(input.free() > 0, "acceptor stalled");
-        let n = chunk.min(input.free()).min(stream.len() - off);
-        input.push(&stream[off..off + n]);
-        off += n;
-        match acc.handle_input(&mut input) {
-            Ok(Some(n)) => {
-                assert_eq!(n.version, PROTOCOL_VERSION);
-                assert_ne!(n.site, SiteId(1));
-                assert!(n.buffer_size >= MIN_BUFFER);
-                break;
-            }
-            Ok(None) => {}
-            Err(_) => break,
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::handshake::check(data));
