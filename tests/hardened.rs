@@ -517,3 +517,63 @@ fn a_node_whose_borrowed_runtime_stopped_fails_sends_and_requests() {
         .expect("the request returned");
     assert!(r.is_err(), "{r:?}");
 }
+
+/// Issue 6, "The accept loop can miss the stop signal": the loop was told
+/// to stop by a one-shot notification that was lost when it arrived while
+/// the loop was busy with an accept, so the listener stayed open and
+/// `shutdown` waited for the loop with no deadline. Here connections pour
+/// in while each node shuts down: every shutdown returns, and the port
+/// refuses connections afterwards.
+#[test]
+fn shutdown_closes_the_listener_even_while_it_accepts() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    for _ in 0..8 {
+        let node = listening_node();
+        let hostport = addr(&node).strip_prefix("tcp:").unwrap().to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let connects = Arc::new(AtomicU64::new(0));
+        let hammer = {
+            let (stop, connects, hostport) = (stop.clone(), connects.clone(), hostport.clone());
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(s) = TcpStream::connect(&hostport) {
+                        held.push(s);
+                        connects.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if held.len() > 64 {
+                        held.clear();
+                    }
+                }
+            })
+        };
+        // The loop is busy accepting when the stop arrives.
+        while connects.load(Ordering::Relaxed) < 10 {
+            std::thread::yield_now();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let n = node.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(n.shutdown_blocking(Duration::from_secs(1)));
+        });
+        rx.recv_timeout(PATIENCE)
+            .expect("shutdown returned while connections poured in");
+        stop.store(true, Ordering::Relaxed);
+        hammer.join().unwrap();
+        drop(node);
+        // The listener is gone: a connect is refused (retried briefly, as
+        // the socket closes when the loop's task ends).
+        let refused = (0..200).any(|_| {
+            let r = TcpStream::connect(&hostport).is_err();
+            if !r {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r
+        });
+        assert!(
+            refused,
+            "the listener at {hostport} still accepts after shutdown"
+        );
+    }
+}
