@@ -47,6 +47,7 @@ impl Drop for Turn<'_> {
         let mut t = self.outbox.turns.lock();
         if t.head == self.ticket {
             t.advance();
+            self.outbox.publish_waiters(&t);
             drop(t);
             self.outbox.space.notify_waiters();
         } else {
@@ -102,6 +103,10 @@ pub(crate) struct Closed;
 pub(crate) struct Outbox {
     queue: Mutex<Queue>,
     turns: Mutex<Turns>,
+    /// `turns.waiting()`, readable without the lock: the fast path of
+    /// every send checks it, so it must not take a lock (written under the
+    /// `turns` lock whenever the line changes).
+    waiters: AtomicBool,
     closed: AtomicBool,
     wake_pending: AtomicBool,
     bytes: AtomicU64,
@@ -114,6 +119,7 @@ impl Outbox {
         Self {
             queue: Mutex::new(Queue::default()),
             turns: Mutex::new(Turns::default()),
+            waiters: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             wake_pending: AtomicBool::new(false),
             bytes: AtomicU64::new(0),
@@ -135,7 +141,12 @@ impl Outbox {
     /// room (they go first). A message always fits into an empty outbox (the
     /// bound is at least twice the maximum message).
     pub(crate) fn try_reserve(&self, n: u64) -> bool {
-        !self.turns.lock().waiting() && self.reserve_now(n)
+        !self.waiters.load(Ordering::Acquire) && self.reserve_now(n)
+    }
+
+    /// Publishes whether senders wait in line (under the `turns` lock).
+    fn publish_waiters(&self, t: &Turns) {
+        self.waiters.store(t.waiting(), Ordering::Release);
     }
 
     fn reserve_now(&self, n: u64) -> bool {
@@ -163,6 +174,7 @@ impl Outbox {
         let ticket = {
             let mut t = self.turns.lock();
             t.next += 1;
+            self.publish_waiters(&t);
             t.next - 1
         };
         // Gives the turn up if this future is dropped before it is served.
@@ -182,6 +194,7 @@ impl Outbox {
                 let mut t = self.turns.lock();
                 if t.head == ticket && self.reserve_now(n) {
                     t.advance();
+                    self.publish_waiters(&t);
                     turn.done = true;
                     drop(t);
                     // The next in line may fit too.

@@ -82,12 +82,13 @@ impl ComObject {
     /// When the linger rule would allow a weak close, if it applies at all:
     /// no references, nothing pending, a working channel with no close
     /// running, idle for the linger time, and no weak close rejected within
-    /// it.
+    /// it. (The cheap conditions are tested first: this runs on every
+    /// acknowledgement.)
     pub(super) fn linger_deadline(&self) -> Option<Instant> {
         if self.has_refs
-            || self.has_need()
             || self.working_channel().is_none()
             || self.session.close_phase() != ClosePhase::Open
+            || self.has_need()
         {
             return None;
         }
@@ -96,10 +97,24 @@ impl ComObject {
         Some(self.weak_rejected_at.map_or(idle, |t| idle.max(t + linger)))
     }
 
+    /// Keeps the linger timer. It is lazy: activity only moves
+    /// `idle_since`, and a timer that fires early is moved to the real
+    /// deadline then, so traffic never touches the timer.
+    pub(super) fn update_linger(&mut self) {
+        match self.linger_deadline() {
+            Some(at) => self.timers.set_if_unset(Timer::Linger, at),
+            None => self.timers.stop(Timer::Linger),
+        }
+    }
+
     pub(super) fn linger_expired(&mut self, now: Instant) {
-        if self.linger_deadline().is_some_and(|t| t <= now) && self.session.begin_close_weak(now) {
-            tracing::debug!("no references and idle: closing weakly");
-            self.stats.weak_closes_started += 1;
+        match self.linger_deadline() {
+            Some(at) if at > now => self.timers.set(Timer::Linger, at),
+            Some(_) if self.session.begin_close_weak(now) => {
+                tracing::debug!("no references and idle: closing weakly");
+                self.stats.weak_closes_started += 1;
+            }
+            _ => {}
         }
     }
 
@@ -221,10 +236,10 @@ impl ComObject {
     /// sees this with references held should make sure it hears when the
     /// last one goes (the reclaim rule waits for it).
     pub fn idle_without_channel(&self) -> bool {
-        !self.has_need()
-            && self.session_channel.is_none()
+        self.session_channel.is_none()
             && matches!(self.phase, Phase::Closed | Phase::Failed)
             && !self.closing
+            && !self.has_need()
     }
 
     /// True if the site may be forgotten once the linger time has passed.

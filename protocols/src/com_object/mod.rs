@@ -325,6 +325,41 @@ impl ComObject {
         Ok(())
     }
 
+    /// Queues every message of `batch` (leaving it empty), as
+    /// [`queue`](Self::queue) does one by one; a message that can never be
+    /// sent goes to `refused` with the reason. What happens next is
+    /// re-evaluated once for the whole batch, not per message: this is the
+    /// driver's path for what senders queued in bulk.
+    pub fn queue_all(
+        &mut self,
+        batch: &mut Vec<OutMessage>,
+        mut refused: impl FnMut(SendError, OutMessage),
+    ) {
+        if self.phase == Phase::Failed {
+            for m in batch.drain(..) {
+                refused(SendError::SiteFailed, m);
+            }
+            return;
+        }
+        // Only a need appearing changes what happens next (open; stop the
+        // linger and reclaim clocks): a batch queued behind others does not.
+        let had_need = self.has_need();
+        for m in batch.drain(..) {
+            if let Err(r) = self.session.queue(m) {
+                let (e, m) = *r;
+                refused(e, m);
+            }
+        }
+        if !had_need {
+            self.update();
+        }
+    }
+
+    /// What [`set_has_refs`](Self::set_has_refs) last said.
+    pub fn has_refs(&self) -> bool {
+        self.has_refs
+    }
+
     /// Tells whether the local side still holds references to the peer (a
     /// weak close is considered only without, and the peer's weak close is
     /// rejected with; the site is reclaimed only without).
@@ -406,7 +441,10 @@ impl ComObject {
         let freed = self.session.take_freed();
         if freed.0 > 0 {
             self.idle_since = now;
-            self.update();
+            // Only the need going away changes what happens next.
+            if !self.has_need() {
+                self.update();
+            }
         }
         freed
     }
@@ -475,19 +513,29 @@ impl ComObject {
     /// Re-evaluates what to do next after any input: open if there is need,
     /// keep the linger and reclaim timers.
     fn update(&mut self) {
+        if self.session.has_refused() {
+            self.take_refused();
+        }
+        // The common case, on every batch sent or received: the site is
+        // referenced and not waiting to open, and neither the linger nor the
+        // reclaim clock runs (both need no references), so nothing can
+        // change. Said once here instead of recomputing it all.
+        if self.has_refs
+            && self.phase != Phase::Closed
+            && self.unneeded_since.is_none()
+            && !self.timers.is_set(Timer::Linger)
+        {
+            return;
+        }
         self.update_reclaim();
         if self.phase == Phase::Failed {
             return;
         }
-        self.take_refused();
         if self.phase == Phase::Closed && self.has_need() && self.can_open && !self.closing {
             self.phase = Phase::WaitingForSlot;
             self.actions.push_back(Action::RequestSlot);
         }
-        match self.linger_deadline() {
-            Some(at) => self.timers.set(Timer::Linger, at),
-            None => self.timers.stop(Timer::Linger),
-        }
+        self.update_linger();
     }
 
     /// Hands back queued messages the session found the peer can never take.
@@ -503,15 +551,14 @@ impl ComObject {
         self.clock = self.clock.max(now);
     }
 
-    /// Notes sends, deliveries and acknowledgements (the linger rule's idle
-    /// clock).
+    /// Notes sends and deliveries (the linger rule's idle clock; its timer
+    /// is lazy, see `update_linger`, so nothing else is re-evaluated).
     fn note_activity(&mut self, now: Instant) {
         self.tick(now);
         let s = self.session.stats();
         if s.sent != self.seen.sent || s.delivered != self.seen.delivered {
             self.idle_since = now;
             self.seen = s;
-            self.update();
         }
     }
 

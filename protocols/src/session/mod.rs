@@ -206,6 +206,11 @@ impl Session {
         self.send.take_refused()
     }
 
+    /// True if [`take_refused`](Self::take_refused) has something.
+    pub fn has_refused(&self) -> bool {
+        self.send.has_refused()
+    }
+
     /// True if a frame is waiting to be written (data, or a due ack).
     pub fn wants_to_send(&self, _now: Instant) -> bool {
         if !self.is_working() {
@@ -260,13 +265,15 @@ impl Session {
         }
         // While closing, no new application message goes out.
         if self.close.phase == ClosePhase::Open {
-            while self.send.write_one_data_frame(
-                now,
-                out,
-                max_payload,
-                self.recv.last_received,
-                &mut self.stats,
-            ) {
+            while self.send.has_data()
+                && self.send.write_one_data_frame(
+                    now,
+                    out,
+                    max_payload,
+                    self.recv.last_received,
+                    &mut self.stats,
+                )
+            {
                 self.carried_ack();
             }
         }

@@ -251,6 +251,10 @@ impl Sender {
         self.refused.push((e, m));
     }
 
+    pub(crate) fn has_refused(&self) -> bool {
+        !self.refused.is_empty()
+    }
+
     pub(crate) fn take_refused(&mut self) -> Vec<(SendError, OutMessage)> {
         std::mem::take(&mut self.refused)
     }

@@ -148,7 +148,7 @@ impl ComObject {
         let Some(id) = self.live.as_ref().map(|l| l.id) else {
             return;
         };
-        self.com.set_has_refs(self.has_refs(), Instant::now());
+        self.sync_refs();
         let epoch = self.node.budget.releases();
         match self.read_and_process(id) {
             ReadTurn::Ended => return self.drive(ctx),

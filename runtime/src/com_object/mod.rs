@@ -125,6 +125,15 @@ impl ComObject {
         self.entry.refs.load(std::sync::atomic::Ordering::Acquire) > 0
     }
 
+    /// Tells the machine whether `SiteRef`s are held, if that changed (the
+    /// clock is read only then: this runs on every event).
+    pub(super) fn sync_refs(&mut self) {
+        let refs = self.has_refs();
+        if refs != self.com.has_refs() {
+            self.com.set_has_refs(refs, Instant::now());
+        }
+    }
+
     /// Moves what `SiteRef`s queued into the machine. A message it refuses
     /// (the site failed meanwhile) joins what the failure handed back.
     pub(super) fn take_outbox(&mut self, on_wake: bool) {
@@ -134,9 +143,10 @@ impl ComObject {
         } else {
             self.entry.outbox.drain(&mut batch);
         }
-        for m in batch.drain(..) {
-            if let Err(refused) = self.com.queue(m) {
-                let (e, m) = *refused;
+        let mut refused = Vec::new();
+        self.com.queue_all(&mut batch, |e, m| refused.push((e, m)));
+        if !refused.is_empty() {
+            for (e, m) in refused {
                 self.hand_back(e, m);
             }
         }
@@ -160,7 +170,7 @@ impl ComObject {
     /// re-arm the timer.
     pub(super) fn drive(&mut self, ctx: &mut Context<Self>) {
         self.take_outbox(false);
-        self.com.set_has_refs(self.has_refs(), Instant::now());
+        self.sync_refs();
         self.act(ctx);
         self.flush(ctx);
         self.act(ctx);
