@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::*;
+use crate::byte_buffer::ByteBuffer;
 use crate::error::OpenError;
 use crate::handshake::{Negotiate, NegotiateAns, Opened, Present, RefuseReason};
 use crate::priority::Priority;

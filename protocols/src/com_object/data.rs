@@ -1,0 +1,72 @@
+//! The working channel's data path: input, transmits, and what the peer
+//! acknowledged.
+
+use std::time::Instant;
+
+use super::{ChannelId, ComObject, Loss};
+use crate::byte_buffer::ByteBuffer;
+use crate::message::InMessage;
+
+impl ComObject {
+    /// Consumes every complete frame of channel `id` in `input`, calling
+    /// `deliver` for each complete new message. Returns false if the channel
+    /// ended (the peer broke the protocol, or the close protocol finished):
+    /// stop reading it and act on [`poll_action`](Self::poll_action).
+    pub fn handle_input(
+        &mut self,
+        id: ChannelId,
+        now: Instant,
+        input: &mut ByteBuffer,
+        deliver: &mut dyn FnMut(InMessage),
+    ) -> bool {
+        if self.working_channel() != Some(id) {
+            return false;
+        }
+        let r = self.session.handle_input(now, input, deliver);
+        self.note_activity(now);
+        match r {
+            Err(e) => self.channel_lost(id, Loss::Protocol(e), now),
+            Ok(()) => self.process_session_events(now),
+        }
+        self.working_channel() == Some(id)
+    }
+
+    /// Fills `out` with frames for the working channel (a no-op without
+    /// one). Returns the bytes written.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut ByteBuffer) -> usize {
+        let n = self.session.poll_transmit(now, out);
+        self.note_activity(now);
+        n
+    }
+
+    /// True if a frame is waiting to be written.
+    pub fn wants_to_send(&self, now: Instant) -> bool {
+        self.session.wants_to_send(now)
+    }
+
+    /// True if the last input left a frame unconsumed because the
+    /// reassembly budget is short: stop reading the channel until the
+    /// budget's release hook fires, then feed input again.
+    pub fn input_blocked(&self) -> bool {
+        self.session.input_blocked()
+    }
+
+    /// True if a standalone ack is waiting, held or not.
+    pub fn ack_waiting(&self) -> bool {
+        self.session.ack_waiting()
+    }
+
+    /// Takes the (message count, bytes) acknowledged since the last call.
+    pub fn take_freed(&mut self, now: Instant) -> (u64, u64) {
+        self.tick(now);
+        let freed = self.session.take_freed();
+        if freed.0 > 0 {
+            self.idle_since = now;
+            // Only the need going away changes what happens next.
+            if !self.has_need() {
+                self.update();
+            }
+        }
+        freed
+    }
+}
