@@ -19,6 +19,9 @@
 //! * [`com_object`] — the connection logic of one remote site around its
 //!   session: opening and backoff, the link decision, linger and weak close,
 //!   give-up, permanent failure and what it hands back.
+//! * [`slots`] — the TransController's decisions: channel slots under a
+//!   weak and a hard limit, a fair line of waiters, and the preemption
+//!   policies.
 //! * [`timer`] — every wait as a variant of one [`Timer`] enum, and the table of
 //!   deadlines that consumes a timer when it fires.
 
@@ -38,6 +41,7 @@ pub mod reassembly;
 pub mod scheduler;
 pub mod session;
 pub mod site;
+pub mod slots;
 pub mod timer;
 
 pub use byte_buffer::ByteBuffer;

@@ -46,11 +46,14 @@ pub enum Timer {
     /// No references, nothing pending and no channel for the linger time:
     /// the site's entry may be forgotten (its memory returned).
     Reclaim = 10,
+    /// The slot controller is past its weak limit (or at it, with sites
+    /// waiting): preempt one channel slot.
+    Preemption = 11,
 }
 
 impl Timer {
     /// Every timer, in table order.
-    pub const ALL: [Timer; 11] = [
+    pub const ALL: [Timer; 12] = [
         Timer::AckDelay,
         Timer::Heartbeat,
         Timer::Silence,
@@ -62,6 +65,7 @@ impl Timer {
         Timer::GiveUp,
         Timer::BackgroundPromotion,
         Timer::Reclaim,
+        Timer::Preemption,
     ];
 
     /// Number of timers (the table's size).
@@ -81,6 +85,7 @@ impl Timer {
             Timer::GiveUp => "give_up",
             Timer::BackgroundPromotion => "background_promotion",
             Timer::Reclaim => "reclaim",
+            Timer::Preemption => "preemption",
         }
     }
 }

@@ -1,0 +1,319 @@
+//! The TransController's decisions, sans-IO: how many channels (file
+//! descriptors, in practice) a process may hold, who gets the next one, and
+//! which channel gives its slot back when they run short.
+//!
+//! * A **weak** and a **hard** limit. A ComObject that wants to connect
+//!   ([`request`](SlotTable::request)) gets a slot at once only below the
+//!   weak limit and when nobody waits; otherwise it waits in a FIFO line, so
+//!   every waiter is served eventually and in order. An accepted connection
+//!   ([`accept`](SlotTable::accept)) may take the slots between the weak and
+//!   the hard limit for a while; past the hard limit it is refused, and the
+//!   driver closes it at once rather than leave it hanging.
+//! * A slot given back ([`release`](SlotTable::release)) goes to the head of
+//!   the line first: a site whose channel was just preempted and that asks
+//!   again queues behind the sites that waited, instead of taking its slot
+//!   straight back.
+//! * **Preemption.** While the slots in use exceed the weak limit (or reach
+//!   it with sites waiting), the [`Timer::Preemption`] tick asks the
+//!   [`PreemptionPolicy`] for one victim per tick; the driver closes that
+//!   channel with CLOSE_HARD, and its slot comes back when the channel is
+//!   gone. Slots already being preempted do not count, so one shortage does
+//!   not preempt twice.
+//!
+//! Time is an argument and nothing here does I/O: the runtime's
+//! TransController drives it, and tests drive it with a virtual clock.
+
+mod policy;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+pub use policy::{by_name, Candidate, DefaultPolicy, Naive, PreemptReason, PreemptionPolicy};
+
+use crate::timer::{Timer, TimerTable};
+
+/// File descriptors a process keeps outside its channel slots (listeners,
+/// the runtime's own, stdio, files the application opens).
+pub const RESERVED_FDS: u64 = 64;
+
+/// Largest hard limit derived from the descriptor limit: beyond it the
+/// transport memory (two buffers per slot) matters more than descriptors.
+pub const MAX_DERIVED_HARD: usize = 16_384;
+
+/// The limits and the preemption tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotConfig {
+    /// Slots a ComObject may take to connect (the stable size). At most
+    /// `hard - 1`: one slot is always left for accepts.
+    pub weak: usize,
+    /// Slots never exceeded, accepts included.
+    pub hard: usize,
+    /// Time between two preemptions while slots are short.
+    pub preempt_interval: Duration,
+}
+
+/// A limit that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotConfigError {
+    /// The hard limit leaves no slot to connect and one to accept.
+    #[error("hard slot limit {0} is below 2: one slot to connect and one to accept are needed")]
+    HardTooSmall(usize),
+    /// The weak limit is zero: no site could ever connect.
+    #[error("weak slot limit is 0: no site could connect; use at least 1")]
+    WeakZero,
+}
+
+impl SlotConfig {
+    /// Limits as given; the weak limit is lowered to `hard - 1` if needed
+    /// (as in Mozart: one slot is always kept for accepts).
+    pub fn new(weak: usize, hard: usize) -> Result<Self, SlotConfigError> {
+        if hard < 2 {
+            return Err(SlotConfigError::HardTooSmall(hard));
+        }
+        if weak == 0 {
+            return Err(SlotConfigError::WeakZero);
+        }
+        Ok(Self {
+            weak: weak.min(hard - 1),
+            hard,
+            preempt_interval: Duration::from_millis(20),
+        })
+    }
+
+    /// Limits derived from the process's descriptor limit (RLIMIT_NOFILE's
+    /// soft value): the hard limit leaves [`RESERVED_FDS`] descriptors for
+    /// everything else (at most [`MAX_DERIVED_HARD`]); the weak limit is
+    /// three quarters of it, the rest kept for accepts.
+    pub fn from_fd_limit(nofile: u64) -> Self {
+        let hard = (nofile.saturating_sub(RESERVED_FDS) as usize).clamp(2, MAX_DERIVED_HARD);
+        let weak = (hard * 3 / 4).max(1);
+        Self::new(weak, hard).expect("derived limits are valid")
+    }
+}
+
+/// What [`SlotTable::request`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// A slot now: the holder id to release it with.
+    Now(u64),
+    /// No slot yet: the waiter's ticket (it is served by a later
+    /// [`release`](SlotTable::release), or withdrawn with
+    /// [`cancel`](SlotTable::cancel)).
+    Queued(u64),
+}
+
+/// Counters of a slot table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotStats {
+    /// Slots granted (connects and accepts).
+    pub granted: u64,
+    /// Requests that had to wait.
+    pub queued: u64,
+    /// Accepts refused at the hard limit.
+    pub accepts_refused: u64,
+    /// Preemptions, by [`PreemptReason`] (index = reason as u8).
+    pub preemptions: [u64; PreemptReason::ALL.len()],
+    /// Most slots in use at once.
+    pub peak_in_use: usize,
+    /// Most sites waiting at once.
+    pub peak_waiting: usize,
+}
+
+impl SlotStats {
+    /// All preemptions, whatever the reason.
+    pub fn total_preemptions(&self) -> u64 {
+        self.preemptions.iter().sum()
+    }
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct SlotTable {
+    cfg: SlotConfig,
+    policy: Box<dyn PreemptionPolicy>,
+    /// Holder id → when granted. Ids increase, so this is grant order.
+    holders: BTreeMap<u64, Instant>,
+    /// Waiters' tickets, first come first served.
+    waiting: VecDeque<u64>,
+    /// Holders asked to give their slot back.
+    preempting: BTreeSet<u64>,
+    next_id: u64,
+    timers: TimerTable,
+    stats: SlotStats,
+}
+
+impl SlotTable {
+    /// An empty table.
+    pub fn new(cfg: SlotConfig, policy: Box<dyn PreemptionPolicy>) -> Self {
+        Self {
+            cfg,
+            policy,
+            holders: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            preempting: BTreeSet::new(),
+            next_id: 1,
+            timers: TimerTable::default(),
+            stats: SlotStats::default(),
+        }
+    }
+
+    /// The limits.
+    pub fn config(&self) -> SlotConfig {
+        self.cfg
+    }
+
+    /// The policy's name.
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// Slots in use.
+    pub fn in_use(&self) -> usize {
+        self.holders.len()
+    }
+
+    /// Sites waiting for a slot.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SlotStats {
+        self.stats
+    }
+
+    /// The holders, in grant order (oldest first): what the driver describes
+    /// to [`handle_timeout`](Self::handle_timeout).
+    pub fn holders(&self) -> impl Iterator<Item = u64> + '_ {
+        self.holders.keys().copied()
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id - 1
+    }
+
+    fn grant(&mut self, now: Instant) -> u64 {
+        let h = self.id();
+        self.holders.insert(h, now);
+        self.stats.granted += 1;
+        self.stats.peak_in_use = self.stats.peak_in_use.max(self.holders.len());
+        h
+    }
+
+    /// A ComObject wants a slot to connect.
+    pub fn request(&mut self, now: Instant) -> Grant {
+        if self.waiting.is_empty() && self.in_use() < self.cfg.weak {
+            return Grant::Now(self.grant(now));
+        }
+        let w = self.id();
+        self.waiting.push_back(w);
+        self.stats.queued += 1;
+        self.stats.peak_waiting = self.stats.peak_waiting.max(self.waiting.len());
+        self.arm(now);
+        Grant::Queued(w)
+    }
+
+    /// A waiter no longer wants its slot (its need went away). False if it
+    /// was not waiting (already served: release that slot instead).
+    pub fn cancel(&mut self, waiter: u64) -> bool {
+        let before = self.waiting.len();
+        self.waiting.retain(|&w| w != waiter);
+        before != self.waiting.len()
+    }
+
+    /// A connection was accepted: a slot if below the hard limit, else
+    /// `None` (close it at once).
+    pub fn accept(&mut self, now: Instant) -> Option<u64> {
+        if self.in_use() >= self.cfg.hard {
+            self.stats.accepts_refused += 1;
+            return None;
+        }
+        let h = self.grant(now);
+        self.arm(now);
+        Some(h)
+    }
+
+    /// Slot `holder` is free again (its channel is gone). If a site waits
+    /// and the slots are below the weak limit, the head of the line gets a
+    /// slot now: returned as (its ticket, its new holder id).
+    pub fn release(&mut self, holder: u64, now: Instant) -> Option<(u64, u64)> {
+        self.holders.remove(&holder)?;
+        self.preempting.remove(&holder);
+        if self.in_use() < self.cfg.weak {
+            if let Some(w) = self.waiting.pop_front() {
+                let h = self.grant(now);
+                self.arm(now);
+                return Some((w, h));
+            }
+        }
+        self.arm(now);
+        None
+    }
+
+    /// Slots in use, not counting those already being preempted.
+    fn effective(&self) -> usize {
+        self.in_use() - self.preempting.len()
+    }
+
+    /// True while a preemption is due: past the weak limit, or at it with
+    /// sites waiting.
+    pub fn short(&self) -> bool {
+        let e = self.effective();
+        e > self.cfg.weak || (e >= self.cfg.weak && !self.waiting.is_empty())
+    }
+
+    fn arm(&mut self, now: Instant) {
+        if self.short() {
+            self.timers
+                .set_if_unset(Timer::Preemption, now + self.cfg.preempt_interval);
+        } else {
+            self.timers.stop(Timer::Preemption);
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next_deadline()
+    }
+
+    /// The preemption tick: if slots are still short, asks the policy for a
+    /// victim among the holders that `describe` knows (a holder it returns
+    /// `None` for — a channel still in its handshake — is not a candidate;
+    /// `granted_at` is filled in here). Returns the holder to close with
+    /// CLOSE_HARD and why. The tick re-arms while slots stay short.
+    pub fn handle_timeout(
+        &mut self,
+        now: Instant,
+        mut describe: impl FnMut(u64) -> Option<Candidate>,
+    ) -> Option<(u64, PreemptReason)> {
+        if !self.timers.take_expired(Timer::Preemption, now) || !self.short() {
+            self.arm(now);
+            return None;
+        }
+        let candidates: Vec<Candidate> = self
+            .holders
+            .iter()
+            .filter(|(h, _)| !self.preempting.contains(h))
+            .filter_map(|(&h, &granted_at)| {
+                describe(h).map(|c| Candidate {
+                    holder: h,
+                    granted_at,
+                    ..c
+                })
+            })
+            .collect();
+        let choice = self.policy.choose(now, &candidates);
+        if let Some((h, reason)) = choice {
+            self.preempting.insert(h);
+            self.stats.preemptions[reason as usize] += 1;
+        }
+        self.timers
+            .set(Timer::Preemption, now + self.cfg.preempt_interval);
+        self.arm(now);
+        choice
+    }
+}
+
+#[cfg(test)]
+mod tests;

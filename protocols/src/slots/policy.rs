@@ -1,0 +1,182 @@
+//! Which channel gives its slot up when the controller must preempt one.
+//!
+//! A policy sees every channel holding a slot as a [`Candidate`] — what its
+//! ComObject last reported about it — and names one victim and the reason
+//! it was chosen (counted in metrics, so a run shows which rule decided).
+//! Two ship: [`Naive`], the Mozart paper's, and [`DefaultPolicy`], which
+//! fixes what the paper lists as its faults.
+
+use std::time::{Duration, Instant};
+
+/// What a slot holder looks like to a policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// The slot (lease) it holds.
+    pub holder: u64,
+    /// When the slot was granted, in grant order.
+    pub granted_at: Instant,
+    /// A working channel whose close protocol has not started: only such a
+    /// channel can be closed with CLOSE_HARD.
+    pub closeable: bool,
+    /// Last time an application message was sent or received on it.
+    pub last_active: Instant,
+    /// A message is partly sent or partly received on it.
+    pub mid_message: bool,
+    /// Requests sent to the peer still await their replies.
+    pub replies_expected: bool,
+    /// Its input and output buffers are empty.
+    pub buffers_empty: bool,
+    /// Nothing is queued for it.
+    pub queues_empty: bool,
+    /// The peer listens, so it can be called back (an accept-only client
+    /// cannot: preempting it leaves the reconnect to the client).
+    pub callable: bool,
+}
+
+/// Why a policy chose its victim (one counter each in metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum PreemptReason {
+    /// `naive`: the first closeable channel with empty buffers and queues.
+    NaiveIdle = 0,
+    /// `naive`: the first closeable channel with empty buffers (but queued
+    /// messages).
+    NaiveBuffersEmpty = 1,
+    /// `naive`: the first closeable channel.
+    NaiveFirst = 2,
+    /// `default`: the least recently active quiet channel to a peer that can
+    /// be called back.
+    LeastRecentlyActive = 3,
+    /// `default`: the least recently active quiet channel; no quiet one
+    /// leads to a callable peer.
+    NotCallable = 4,
+    /// `default`, as a last resort: every channel held long enough is in
+    /// the middle of a message or awaits replies.
+    Busy = 5,
+}
+
+impl PreemptReason {
+    /// Every reason, in counter order.
+    pub const ALL: [PreemptReason; 6] = [
+        PreemptReason::NaiveIdle,
+        PreemptReason::NaiveBuffersEmpty,
+        PreemptReason::NaiveFirst,
+        PreemptReason::LeastRecentlyActive,
+        PreemptReason::NotCallable,
+        PreemptReason::Busy,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            PreemptReason::NaiveIdle => "naive_idle",
+            PreemptReason::NaiveBuffersEmpty => "naive_buffers_empty",
+            PreemptReason::NaiveFirst => "naive_first",
+            PreemptReason::LeastRecentlyActive => "least_recently_active",
+            PreemptReason::NotCallable => "not_callable",
+            PreemptReason::Busy => "busy",
+        }
+    }
+}
+
+/// Chooses the channel to preempt. Implement it to try another rule; the
+/// controller calls it once per preemption tick.
+pub trait PreemptionPolicy: Send + std::fmt::Debug {
+    /// The policy's name (`naive`, `default`, …).
+    fn name(&self) -> &'static str;
+
+    /// The victim among `candidates` (in grant order, oldest first) and
+    /// why, or `None` if none may be preempted now.
+    fn choose(&self, now: Instant, candidates: &[Candidate]) -> Option<(u64, PreemptReason)>;
+}
+
+/// The Mozart paper's policy: scan the channels in the order they got their
+/// slot and take the first closeable one with empty buffers and queues, else
+/// the first with empty buffers, else the first closeable one. It ignores
+/// how recently a channel was used, replies in flight and messages half
+/// sent, and may preempt a channel that has just opened — the faults
+/// [`DefaultPolicy`] fixes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Naive;
+
+impl PreemptionPolicy for Naive {
+    fn name(&self) -> &'static str {
+        "naive"
+    }
+
+    fn choose(&self, _now: Instant, candidates: &[Candidate]) -> Option<(u64, PreemptReason)> {
+        let closeable = || candidates.iter().filter(|c| c.closeable);
+        closeable()
+            .find(|c| c.buffers_empty && c.queues_empty)
+            .map(|c| (c.holder, PreemptReason::NaiveIdle))
+            .or_else(|| {
+                closeable()
+                    .find(|c| c.buffers_empty)
+                    .map(|c| (c.holder, PreemptReason::NaiveBuffersEmpty))
+            })
+            .or_else(|| {
+                closeable()
+                    .next()
+                    .map(|c| (c.holder, PreemptReason::NaiveFirst))
+            })
+    }
+}
+
+/// sitenet's policy:
+///
+/// * never a channel held for less than `min_hold` (it just opened: taking
+///   it back at once wastes the handshake and can ping-pong);
+/// * among the rest, a quiet channel — no message half sent or received, no
+///   reply awaited — before a busy one; a busy one only if nothing else can
+///   be freed;
+/// * among quiet ones, a peer that can be called back before an accept-only
+///   client (the peer that preempted can reopen the channel itself);
+/// * within a group, the least recently active.
+#[derive(Debug, Clone, Copy)]
+pub struct DefaultPolicy {
+    /// A channel is not preempted until it has held its slot this long.
+    pub min_hold: Duration,
+}
+
+impl Default for DefaultPolicy {
+    fn default() -> Self {
+        Self {
+            min_hold: Duration::from_millis(100),
+        }
+    }
+}
+
+impl PreemptionPolicy for DefaultPolicy {
+    fn name(&self) -> &'static str {
+        "default"
+    }
+
+    fn choose(&self, now: Instant, candidates: &[Candidate]) -> Option<(u64, PreemptReason)> {
+        let eligible = || {
+            candidates.iter().filter(|c| {
+                c.closeable && now.saturating_duration_since(c.granted_at) >= self.min_hold
+            })
+        };
+        let quiet = |c: &&Candidate| !c.mid_message && !c.replies_expected;
+        let lra = |it: &mut dyn Iterator<Item = &Candidate>| {
+            it.min_by_key(|c| (c.last_active, c.granted_at))
+                .map(|c| c.holder)
+        };
+        if let Some(h) = lra(&mut eligible().filter(quiet).filter(|c| c.callable)) {
+            return Some((h, PreemptReason::LeastRecentlyActive));
+        }
+        if let Some(h) = lra(&mut eligible().filter(quiet)) {
+            return Some((h, PreemptReason::NotCallable));
+        }
+        lra(&mut eligible()).map(|h| (h, PreemptReason::Busy))
+    }
+}
+
+/// A policy by name, for configuration and the CLI: `naive` or `default`.
+pub fn by_name(name: &str, min_hold: Duration) -> Option<Box<dyn PreemptionPolicy>> {
+    match name {
+        "naive" => Some(Box::new(Naive)),
+        "default" => Some(Box::new(DefaultPolicy { min_hold })),
+        _ => None,
+    }
+}
