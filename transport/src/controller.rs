@@ -1,0 +1,439 @@
+//! The [`TransController`]: the channel slots (file descriptors, in
+//! practice) that the nodes of a process share, under a weak and a hard
+//! limit, with a fair line of waiting sites and preemption.
+//!
+//! Its decisions are `sitenet_protocols::slots` ([`SlotTable`] and the
+//! [`PreemptionPolicy`]); this type owns the shared state, hands out
+//! [`SlotLease`]s, calls back the sites that waited, and runs the
+//! preemption tick on a thread of its own (one per controller, so a process
+//! with thousands of nodes sharing one controller has one tick thread).
+//!
+//! A lease is the slot: the [`TransObject`](crate) that owns a channel holds
+//! one, and dropping it gives the slot back — to the first site in line.
+//! Its owner reports what its channel is doing through a [`SlotInfo`]
+//! (plain atomics, written on the owner's thread, read by the tick), which
+//! the policy sees as a [`Candidate`]; the victim is told through the
+//! preempt callback its owner attached, and closes with CLOSE_HARD.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use sitenet_protocols::slots::{
+    Candidate, DefaultPolicy, Grant, PreemptReason, PreemptionPolicy, SlotConfig, SlotStats,
+    SlotTable,
+};
+
+/// Called with the lease when a waiting site's turn comes.
+pub type GrantFn = Box<dyn FnOnce(SlotLease) + Send>;
+
+/// Called (on the tick thread) when the policy chose this slot's channel:
+/// its owner must close it with CLOSE_HARD.
+pub type PreemptFn = Arc<dyn Fn(PreemptReason) + Send + Sync>;
+
+/// What the owner of a slot reports about its channel, for the policy.
+/// Atomics: the owner stores, the tick thread loads, nobody waits.
+#[derive(Debug, Default)]
+pub struct SlotInfo {
+    closeable: AtomicBool,
+    last_active_us: AtomicU64,
+    mid_message: AtomicBool,
+    replies_expected: AtomicBool,
+    buffers_empty: AtomicBool,
+    queues_empty: AtomicBool,
+    callable: AtomicBool,
+}
+
+/// One report of a channel's state (see [`Candidate`] for each field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotReport {
+    /// Working, no close running.
+    pub closeable: bool,
+    /// Last application traffic.
+    pub last_active: Instant,
+    /// A message partly sent or received.
+    pub mid_message: bool,
+    /// Replies awaited.
+    pub replies_expected: bool,
+    /// Both rings empty.
+    pub buffers_empty: bool,
+    /// Nothing queued.
+    pub queues_empty: bool,
+    /// The peer can be called back.
+    pub callable: bool,
+}
+
+impl SlotInfo {
+    fn store(&self, epoch: Instant, r: &SlotReport) {
+        let us = r.last_active.saturating_duration_since(epoch).as_micros() as u64;
+        self.closeable.store(r.closeable, Ordering::Relaxed);
+        self.last_active_us.store(us, Ordering::Relaxed);
+        self.mid_message.store(r.mid_message, Ordering::Relaxed);
+        self.replies_expected
+            .store(r.replies_expected, Ordering::Relaxed);
+        self.buffers_empty.store(r.buffers_empty, Ordering::Relaxed);
+        self.queues_empty.store(r.queues_empty, Ordering::Relaxed);
+        self.callable.store(r.callable, Ordering::Relaxed);
+    }
+
+    fn candidate(&self, holder: u64, epoch: Instant) -> Candidate {
+        let last = epoch + Duration::from_micros(self.last_active_us.load(Ordering::Relaxed));
+        Candidate {
+            holder,
+            // Filled in by the table.
+            granted_at: epoch,
+            closeable: self.closeable.load(Ordering::Relaxed),
+            last_active: last,
+            mid_message: self.mid_message.load(Ordering::Relaxed),
+            replies_expected: self.replies_expected.load(Ordering::Relaxed),
+            buffers_empty: self.buffers_empty.load(Ordering::Relaxed),
+            queues_empty: self.queues_empty.load(Ordering::Relaxed),
+            callable: self.callable.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A place in the line for a slot, to withdraw with
+/// [`TransController::cancel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WaitTicket(u64);
+
+/// What [`TransController::request`] did.
+pub enum Requested {
+    /// A slot now.
+    Granted(SlotLease),
+    /// In line: the grant callback runs with the lease when its turn comes.
+    Queued(WaitTicket),
+}
+
+/// A snapshot of a controller, for `Node::stats` and reports.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SlotSnapshot {
+    /// The policy's name.
+    pub policy: &'static str,
+    /// Weak limit.
+    pub weak: usize,
+    /// Hard limit.
+    pub hard: usize,
+    /// Slots in use.
+    pub in_use: usize,
+    /// Sites waiting for one.
+    pub waiting: usize,
+    /// Most slots in use at once.
+    pub peak_in_use: usize,
+    /// Most sites waiting at once.
+    pub peak_waiting: usize,
+    /// Slots granted.
+    pub granted: u64,
+    /// Requests that had to wait.
+    pub queued: u64,
+    /// Accepts refused at the hard limit.
+    pub accepts_refused: u64,
+    /// Preemptions by reason (`naive_idle`, `least_recently_active`, …).
+    pub preemptions: Vec<(&'static str, u64)>,
+}
+
+impl SlotSnapshot {
+    /// All preemptions.
+    pub fn total_preemptions(&self) -> u64 {
+        self.preemptions.iter().map(|p| p.1).sum()
+    }
+}
+
+struct Holder {
+    info: Option<Arc<SlotInfo>>,
+    preempt: Option<PreemptFn>,
+}
+
+struct State {
+    table: SlotTable,
+    waiters: HashMap<u64, GrantFn>,
+    holders: HashMap<u64, Holder>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    /// Wakes the tick thread when a deadline may have moved earlier.
+    tick: Condvar,
+    /// Time origin of [`SlotInfo`]'s timestamps.
+    epoch: Instant,
+}
+
+/// See the module documentation. Cheap to clone; all clones are one
+/// controller.
+#[derive(Clone)]
+pub struct TransController {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for TransController {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.stats();
+        f.debug_struct("TransController")
+            .field("policy", &s.policy)
+            .field("weak", &s.weak)
+            .field("hard", &s.hard)
+            .field("in_use", &s.in_use)
+            .field("waiting", &s.waiting)
+            .finish()
+    }
+}
+
+/// The soft RLIMIT_NOFILE of this process (1024 if it cannot be read).
+pub fn fd_limit() -> u64 {
+    rlimit::getrlimit(rlimit::Resource::NOFILE)
+        .map(|(soft, _)| soft)
+        .unwrap_or(1024)
+}
+
+impl TransController {
+    /// A controller of its own, with these limits and policy. Nodes given
+    /// the same controller share its slots.
+    pub fn new(cfg: SlotConfig, policy: Box<dyn PreemptionPolicy>) -> Self {
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State {
+                table: SlotTable::new(cfg, policy),
+                waiters: HashMap::new(),
+                holders: HashMap::new(),
+            }),
+            tick: Condvar::new(),
+            epoch: Instant::now(),
+        });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("sitenet-slots".into())
+            .spawn(move || tick_loop(weak))
+            .expect("spawn the slot controller's tick thread");
+        Self { inner }
+    }
+
+    /// The process's controller, shared by every node not given another:
+    /// descriptors are a process resource. Limits from RLIMIT_NOFILE
+    /// ([`SlotConfig::from_fd_limit`]), the default policy.
+    pub fn process() -> Self {
+        static PROCESS: OnceLock<TransController> = OnceLock::new();
+        PROCESS
+            .get_or_init(|| {
+                TransController::new(
+                    SlotConfig::from_fd_limit(fd_limit()),
+                    Box::new(DefaultPolicy::default()),
+                )
+            })
+            .clone()
+    }
+
+    /// True if `self` and `other` are the same controller.
+    pub fn same(&self, other: &TransController) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    fn lease(&self, holder: u64) -> SlotLease {
+        SlotLease {
+            ctrl: self.clone(),
+            holder,
+        }
+    }
+
+    /// A site wants a slot to connect: now, or in line (then `on_grant`
+    /// runs with the lease, on whichever thread frees a slot).
+    pub fn request(&self, on_grant: impl FnOnce(SlotLease) + Send + 'static) -> Requested {
+        let mut st = self.inner.state.lock();
+        let r = match st.table.request(Instant::now()) {
+            Grant::Now(h) => {
+                st.holders.insert(
+                    h,
+                    Holder {
+                        info: None,
+                        preempt: None,
+                    },
+                );
+                Requested::Granted(self.lease(h))
+            }
+            Grant::Queued(w) => {
+                st.waiters.insert(w, Box::new(on_grant));
+                Requested::Queued(WaitTicket(w))
+            }
+        };
+        drop(st);
+        self.inner.tick.notify_one();
+        r
+    }
+
+    /// Leaves the line (the site no longer needs a channel). A grant that
+    /// raced with this arrives anyway; dropping that lease gives it back.
+    pub fn cancel(&self, ticket: WaitTicket) {
+        let mut st = self.inner.state.lock();
+        st.table.cancel(ticket.0);
+        let f = st.waiters.remove(&ticket.0);
+        drop(st);
+        drop(f);
+    }
+
+    /// A connection was accepted: its slot, or `None` past the hard limit
+    /// (close the connection at once).
+    pub fn accept(&self) -> Option<SlotLease> {
+        let mut st = self.inner.state.lock();
+        let h = st.table.accept(Instant::now())?;
+        st.holders.insert(
+            h,
+            Holder {
+                info: None,
+                preempt: None,
+            },
+        );
+        drop(st);
+        self.inner.tick.notify_one();
+        Some(self.lease(h))
+    }
+
+    fn release(&self, holder: u64) {
+        let mut st = self.inner.state.lock();
+        st.holders.remove(&holder);
+        let now = Instant::now();
+        let mut granted = st.table.release(holder, now);
+        let mut call = None;
+        while let Some((w, h)) = granted {
+            if let Some(f) = st.waiters.remove(&w) {
+                st.holders.insert(
+                    h,
+                    Holder {
+                        info: None,
+                        preempt: None,
+                    },
+                );
+                call = Some((f, h));
+                break;
+            }
+            // No callback for that ticket (never expected): pass it on.
+            granted = st.table.release(h, now);
+        }
+        drop(st);
+        self.inner.tick.notify_one();
+        // Outside the lock: the callback may drop the lease at once.
+        if let Some((f, h)) = call {
+            f(self.lease(h));
+        }
+    }
+
+    fn attach(&self, holder: u64, info: Arc<SlotInfo>, preempt: PreemptFn) {
+        if let Some(h) = self.inner.state.lock().holders.get_mut(&holder) {
+            h.info = Some(info);
+            h.preempt = Some(preempt);
+        }
+    }
+
+    /// Records a report of a channel's state (see [`SlotInfo`]).
+    pub fn report(&self, info: &SlotInfo, report: &SlotReport) {
+        info.store(self.inner.epoch, report);
+    }
+
+    /// Counters and limits, now.
+    pub fn stats(&self) -> SlotSnapshot {
+        let st = self.inner.state.lock();
+        let cfg = st.table.config();
+        let s: SlotStats = st.table.stats();
+        SlotSnapshot {
+            policy: st.table.policy_name(),
+            weak: cfg.weak,
+            hard: cfg.hard,
+            in_use: st.table.in_use(),
+            waiting: st.table.waiting(),
+            peak_in_use: s.peak_in_use,
+            peak_waiting: s.peak_waiting,
+            granted: s.granted,
+            queued: s.queued,
+            accepts_refused: s.accepts_refused,
+            preemptions: PreemptReason::ALL
+                .iter()
+                .map(|r| (r.name(), s.preemptions[*r as usize]))
+                .collect(),
+        }
+    }
+}
+
+/// A channel slot. The channel's owner holds it; dropping it gives the slot
+/// back.
+pub struct SlotLease {
+    ctrl: TransController,
+    holder: u64,
+}
+
+impl fmt::Debug for SlotLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlotLease")
+            .field("holder", &self.holder)
+            .finish()
+    }
+}
+
+impl SlotLease {
+    /// The owner of the channel says how to describe it to the policy and
+    /// how to ask it to give the slot back. Until then the channel is not a
+    /// candidate for preemption (it is still in its handshake).
+    pub fn attach(&self, info: Arc<SlotInfo>, preempt: PreemptFn) {
+        self.ctrl.attach(self.holder, info, preempt);
+    }
+
+    /// The controller this slot belongs to.
+    pub fn controller(&self) -> &TransController {
+        &self.ctrl
+    }
+}
+
+impl Drop for SlotLease {
+    fn drop(&mut self) {
+        self.ctrl.release(self.holder);
+    }
+}
+
+/// The preemption tick: sleeps until the table's next deadline (or a
+/// change), asks it for a victim, and calls the victim's preempt callback
+/// outside the lock. Ends when the controller is gone.
+fn tick_loop(weak: Weak<Inner>) {
+    const RECHECK: Duration = Duration::from_millis(500);
+    loop {
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        let mut st = inner.state.lock();
+        let now = Instant::now();
+        match st.table.poll_timeout() {
+            None => {
+                inner.tick.wait_for(&mut st, RECHECK);
+                continue;
+            }
+            Some(at) if at > now => {
+                inner.tick.wait_for(&mut st, (at - now).min(RECHECK));
+                continue;
+            }
+            Some(_) => {}
+        }
+        let State { table, holders, .. } = &mut *st;
+        let epoch = inner.epoch;
+        let victim = table.handle_timeout(now, |h| {
+            holders
+                .get(&h)
+                .and_then(|x| x.info.as_ref())
+                .map(|i| i.candidate(h, epoch))
+        });
+        let call = victim.and_then(|(h, reason)| {
+            holders
+                .get(&h)
+                .and_then(|x| x.preempt.clone())
+                .map(|f| (f, reason))
+        });
+        drop(st);
+        drop(inner);
+        if let Some((f, reason)) = call {
+            tracing::debug!(reason = reason.name(), "preempting a channel slot");
+            f(reason);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
