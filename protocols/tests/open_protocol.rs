@@ -1021,7 +1021,7 @@ mod model {
         fn apply_actions(&mut self, s: usize) {
             while let Some(a) = self.sites[s].com.poll_action() {
                 match a {
-                    Action::RequestSlot | Action::Fault { .. } => {}
+                    Action::RequestSlot | Action::CancelSlot | Action::Fault { .. } => {}
                     Action::Open(_) => self
                         .violations
                         .push(format!("site {s}: an open outside a slot grant")),

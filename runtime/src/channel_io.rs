@@ -11,7 +11,7 @@ use thiserror::Error;
 
 use sitenet_protocols::handshake::MIN_BUFFER;
 use sitenet_protocols::{Acceptor, Initiator, LocalInfo, Negotiate, OpenError, Opened, SiteId};
-use sitenet_transport::{Address, Channel};
+use sitenet_transport::{Address, Channel, SlotLease};
 
 use crate::trans_object::TransObject;
 
@@ -40,9 +40,11 @@ impl From<OpenFailure> for sitenet_protocols::OpenFailure {
 }
 
 /// Connects to `addr` and runs the initiator's side of the open protocol
-/// (`hs`, already told what to propose) over rings of `buffer_size`.
+/// (`hs`, already told what to propose) over rings of `buffer_size`, in the
+/// channel slot `lease` (given back if the open fails).
 pub(crate) async fn connect_and_open(
     addr: Address,
+    lease: Option<SlotLease>,
     fault: Option<sitenet_transport::FaultInjector>,
     buffer_size: u32,
     mut hs: Initiator,
@@ -65,7 +67,7 @@ pub(crate) async fn connect_and_open(
             None => ch,
         },
     };
-    let mut t = TransObject::new(ch, buffer_size as usize);
+    let mut t = TransObject::new(ch, buffer_size as usize, lease);
     let run = async {
         loop {
             if !t.fill().await? {
@@ -94,10 +96,11 @@ pub(crate) async fn connect_and_open(
 /// close.
 pub(crate) async fn accept_until_negotiate(
     ch: Channel,
+    lease: SlotLease,
     local: LocalInfo,
     handshake_timeout: Duration,
 ) -> Result<(TransObject, Negotiate), (TransObject, OpenFailure)> {
-    let mut t = TransObject::new(ch, MIN_BUFFER as usize);
+    let mut t = TransObject::new(ch, MIN_BUFFER as usize, Some(lease));
     let mut acc = Acceptor::new(&local, &mut t.outb);
     let run = async {
         t.flush().await?;

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use sitenet_protocols::scheduler::SchedulerConfig;
 use sitenet_protocols::SessionConfig;
+use sitenet_transport::TransController;
 
 /// Everything tunable about a node. `Default` gives DESIGN.md's defaults.
 #[derive(Debug, Clone)]
@@ -64,6 +65,12 @@ pub struct NodeConfig {
     pub give_up_after: Option<Duration>,
     /// Wraps every channel (tests and fault drills: cuts, delays, partitions).
     pub fault_injector: Option<sitenet_transport::FaultInjector>,
+    /// The channel slots this node's channels take. `None` (the default):
+    /// the process's controller, shared by every node in the process,
+    /// with limits from RLIMIT_NOFILE — descriptors are a process resource.
+    /// Give a node a [`TransController`] of its own to bound it alone (a
+    /// server with 30 descriptors among thousands of in-process clients).
+    pub trans_controller: Option<TransController>,
     /// Serve sitenet's own services on their reserved type ids: echo (for
     /// `sitenet ping`) and the sequence-checking sink (for `sitenet send`).
     /// Off by default, so a node answers only the message types its user
@@ -101,6 +108,7 @@ impl Default for NodeConfig {
             reopen_after_peer_hard_close: Duration::from_secs(5),
             give_up_after: None,
             fault_injector: None,
+            trans_controller: None,
             builtin_services: false,
             sink_streams_per_sender: 4,
         }

@@ -84,6 +84,14 @@ counters! {
     /// Times a peer turned out to have forgotten this node's session (it
     /// reclaimed its entry); numbering started again.
     peers_forgot,
+    /// Channels this node closed with CLOSE_HARD because the slot
+    /// controller preempted them.
+    preemptions,
+    /// Accepted connections closed at once: the slot controller was at its
+    /// hard limit.
+    accepts_refused,
+    /// Times a site had to wait in line for a channel slot.
+    slot_waits,
     /// Gauge: bytes of ByteBuffers held by working channels (two fixed
     /// buffers per channel; it never grows with traffic).
     channel_buffer_bytes,

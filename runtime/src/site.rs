@@ -72,6 +72,9 @@ pub(crate) struct SiteEntry {
     /// channel, nothing pending): the last `SiteRef` to go then wakes it, so
     /// the reclaim rule starts at once instead of at the next timer.
     pub(crate) poke_on_unref: std::sync::atomic::AtomicBool,
+    /// Requests sent to this site whose replies are awaited (the slot
+    /// policy avoids preempting a channel that replies will come back on).
+    pub(crate) pending_requests: std::sync::atomic::AtomicUsize,
     /// Current fault state and the monitors watching it.
     pub(crate) fault: Mutex<(
         FaultState,
@@ -95,6 +98,7 @@ impl SiteEntry {
             refs: std::sync::atomic::AtomicUsize::new(0),
             adopting: std::sync::atomic::AtomicUsize::new(0),
             poke_on_unref: std::sync::atomic::AtomicBool::new(false),
+            pending_requests: std::sync::atomic::AtomicUsize::new(0),
             fault: Mutex::new((FaultState::Ok, Vec::new())),
         }
     }

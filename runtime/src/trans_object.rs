@@ -12,7 +12,7 @@ use std::io;
 use std::sync::Arc;
 
 use sitenet_protocols::ByteBuffer;
-use sitenet_transport::Channel;
+use sitenet_transport::{Channel, SlotLease};
 
 /// What one non-blocking read did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,9 @@ pub(crate) struct TransObject {
     /// Frames marshaled by the session, not yet written.
     pub(crate) outb: ByteBuffer,
     peer: String,
+    /// The channel slot this channel occupies (given back when the
+    /// TransObject is dropped, i.e. when the channel closes).
+    pub(crate) lease: Option<SlotLease>,
 }
 
 impl std::fmt::Debug for TransObject {
@@ -60,14 +63,15 @@ impl std::fmt::Debug for TransObject {
 }
 
 impl TransObject {
-    /// A channel with rings of `size` bytes each way.
-    pub(crate) fn new(ch: Channel, size: usize) -> Self {
+    /// A channel with rings of `size` bytes each way, in the slot `lease`.
+    pub(crate) fn new(ch: Channel, size: usize, lease: Option<SlotLease>) -> Self {
         let peer = ch.peer();
         Self {
             ch: Arc::new(ch),
             inb: ByteBuffer::new(size),
             outb: ByteBuffer::new(size),
             peer,
+            lease,
         }
     }
 
@@ -191,7 +195,7 @@ mod tests {
     #[tokio::test]
     async fn a_write_turn_stops_at_its_budget() {
         let (ch, mut peer) = pair().await;
-        let mut t = TransObject::new(ch, 1 << 20);
+        let mut t = TransObject::new(ch, 1 << 20, None);
         let data = vec![7u8; (1 << 20) - 1];
         t.outb.push(&data);
         let budget = 64 * 1024;
@@ -221,7 +225,7 @@ mod tests {
     #[tokio::test]
     async fn resize_keeps_what_the_rings_hold() {
         let (ch, _peer) = pair().await;
-        let mut t = TransObject::new(ch, 4096);
+        let mut t = TransObject::new(ch, 4096, None);
         t.inb.push(b"left over from the handshake");
         t.outb.push(b"answer");
         t.resize(65_536);

@@ -195,6 +195,7 @@ impl ComObject {
             self.actions.push_back(Action::AbandonOpen);
         }
         self.timers.clear();
+        self.leave_slot_line();
         if self.phase != Phase::Failed {
             self.phase = Phase::Closed;
         }
@@ -213,6 +214,7 @@ impl ComObject {
             });
         }
         self.timers.clear();
+        self.leave_slot_line();
         self.phase = Phase::Failed;
     }
 

@@ -355,6 +355,13 @@ impl ComObject {
         }
     }
 
+    /// The last time an application message was sent, delivered or
+    /// acknowledged (the linger rule's idle clock; the slot policy's
+    /// "least recently active").
+    pub fn last_activity(&self) -> Instant {
+        self.idle_since
+    }
+
     /// What [`set_has_refs`](Self::set_has_refs) last said.
     pub fn has_refs(&self) -> bool {
         self.has_refs

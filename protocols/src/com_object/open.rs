@@ -15,6 +15,14 @@ use crate::timer::Timer;
 use super::{ChannelId, SiteFailure};
 
 impl ComObject {
+    /// Leaving `WaitingForSlot` other than by a grant: the driver withdraws
+    /// the request.
+    pub(super) fn leave_slot_line(&mut self) {
+        if self.phase == Phase::WaitingForSlot {
+            self.actions.push_back(Action::CancelSlot);
+        }
+    }
+
     /// The slot controller granted a channel slot: start an open attempt
     /// (an [`Action::Open`]). Ignored unless waiting for one.
     pub fn slot_granted(&mut self) {
@@ -188,6 +196,7 @@ impl ComObject {
     /// The session is up on a new channel: the site is reachable again.
     fn now_working(&mut self, from: Option<Attempt>, now: Instant) -> ChannelId {
         let id = self.next_channel_id();
+        self.leave_slot_line();
         self.phase = Phase::Working { id, from };
         self.session_channel = Some(id);
         self.backoff = self.cfg.reconnect_min;

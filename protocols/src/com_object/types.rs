@@ -100,6 +100,10 @@ pub enum Action {
     /// [`slot_granted`](super::ComObject::slot_granted) when a slot is free.
     /// (Without a controller, grant it at once.)
     RequestSlot,
+    /// The site no longer waits for the slot it asked for (a channel from
+    /// the peer came first, or the site failed or shuts down): leave the
+    /// slot controller's line. A grant that raced with this is given back.
+    CancelSlot,
     /// Connect to the peer and run the initiator's open protocol with these
     /// values; report with `open_succeeded` or `open_failed`.
     Open(OpenRequest),

@@ -206,6 +206,13 @@ impl Session {
         self.send.take_refused()
     }
 
+    /// True if a message is partly sent or partly received: closing the
+    /// channel now wastes what has crossed (the slot controller's policy
+    /// avoids preempting such a channel).
+    pub fn mid_message(&self) -> bool {
+        self.send.partly_sent() || self.recv.has_partial()
+    }
+
     /// True if [`take_refused`](Self::take_refused) has something.
     pub fn has_refused(&self) -> bool {
         self.send.has_refused()

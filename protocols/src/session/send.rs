@@ -251,6 +251,15 @@ impl Sender {
         self.refused.push((e, m));
     }
 
+    /// A message is partly sent (some of its frames are out).
+    pub(crate) fn partly_sent(&self) -> bool {
+        self.current
+            .iter()
+            .chain(std::iter::once(&self.resend_current))
+            .flatten()
+            .any(|ip| !ip.is_fresh())
+    }
+
     pub(crate) fn has_refused(&self) -> bool {
         !self.refused.is_empty()
     }

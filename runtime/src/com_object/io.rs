@@ -261,6 +261,15 @@ impl ComObject {
                 .peer_max
                 .store(p, std::sync::atomic::Ordering::Release);
         }
+        // A new channel: the next account reports its state.
+        self.slot_reported = None;
+        if let Some(lease) = &t.lease {
+            let addr = ctx.address();
+            lease.attach(
+                self.slot_info.clone(),
+                std::sync::Arc::new(move |reason| addr.do_send(super::Preempt(reason))),
+            );
+        }
         self.live = Some(Live {
             id,
             t,

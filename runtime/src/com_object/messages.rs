@@ -31,6 +31,17 @@ pub(crate) struct Adopt {
 #[rtype(result = "()")]
 pub(crate) struct Poke;
 
+/// The slot controller's grant of a channel slot this site waited for.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct SlotGranted(pub(crate) sitenet_transport::SlotLease);
+
+/// The slot controller preempts this site's channel: close it with
+/// CLOSE_HARD (nothing is lost; the site reconnects when it has a slot).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Preempt(pub(crate) sitenet_protocols::slots::PreemptReason);
+
 /// Stop: the node is shutting down.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -61,6 +72,29 @@ impl Handler<Wake> for ComObject {
     fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
         self.take_outbox(true);
         self.drive(ctx);
+    }
+}
+
+impl Handler<SlotGranted> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, SlotGranted(lease): SlotGranted, ctx: &mut Context<Self>) {
+        self.slot_ticket = None;
+        self.granted = Some(lease);
+        self.com.slot_granted();
+        self.drive(ctx);
+    }
+}
+
+impl Handler<Preempt> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, Preempt(reason): Preempt, ctx: &mut Context<Self>) {
+        tracing::debug!(site = ?self.entry.id.get(), reason = reason.name(), "channel slot preempted");
+        if self.com.close_hard(Instant::now()) {
+            crate::metrics::Counters::add(&self.node.counters.preemptions, 1);
+            self.drive(ctx);
+        }
     }
 }
 

@@ -19,7 +19,9 @@ mod io;
 mod messages;
 
 use io::Live;
-pub(crate) use messages::{Adopt, CloseHard, HoldBusy, Kill, Poke, Stop, Wake};
+pub(crate) use messages::{
+    Adopt, CloseHard, HoldBusy, Kill, Poke, Preempt, SlotGranted, Stop, Wake,
+};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,6 +48,9 @@ pub(super) const READS_PER_TURN: usize = 16;
 /// fast peer taking a 256 MiB message cannot stall every node on it).
 pub(super) const WRITE_BYTES_PER_TURN: usize = 1 << 20;
 
+/// How often a ComObject tells the slot controller what its channel does.
+const SLOT_REPORT_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Opener ids: unique in the process, so unique per node incarnation; 0 is
 /// reserved for "unknown".
 static NEXT_OPENER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -69,6 +74,14 @@ pub(crate) struct ComObject {
     /// reference: `SiteRef`s to this entry follow the redirect, so the other
     /// entry is not reclaimed while this one is referenced.
     merged: Option<SiteRef>,
+    /// Our place in the slot controller's line, while waiting for a slot.
+    slot_ticket: Option<sitenet_transport::WaitTicket>,
+    /// A slot just granted, for the open attempt it is about to start.
+    granted: Option<sitenet_transport::SlotLease>,
+    /// What the slot controller's policy sees of our channel.
+    slot_info: Arc<sitenet_transport::SlotInfo>,
+    /// When `slot_info` was last written.
+    slot_reported: Option<Instant>,
 }
 
 impl Actor for ComObject {
@@ -102,6 +115,10 @@ impl ComObject {
             ack_deferred: false,
             write_deferred: false,
             merged: None,
+            slot_ticket: None,
+            granted: None,
+            slot_info: Arc::default(),
+            slot_reported: None,
         }
     }
 
@@ -213,12 +230,42 @@ impl ComObject {
         ctx.stop();
     }
 
-    /// Carries out every action of the machine, in order.
+    /// Asks the slot controller for a channel slot: granted now (the open
+    /// starts at once), or later through [`SlotGranted`], in line.
+    fn request_slot(&mut self, ctx: &mut Context<Self>) {
+        let addr = ctx.address();
+        match self
+            .node
+            .slots
+            .request(move |lease| addr.do_send(SlotGranted(lease)))
+        {
+            sitenet_transport::controller::Requested::Granted(lease) => {
+                self.granted = Some(lease);
+                self.com.slot_granted();
+            }
+            sitenet_transport::controller::Requested::Queued(t) => {
+                Counters::add(&self.node.counters.slot_waits, 1);
+                self.slot_ticket = Some(t);
+            }
+        }
+    }
+
+    /// Carries out every action of the machine, in order. A slot granted
+    /// for an open that did not start (the need went away) is given back.
     pub(super) fn act(&mut self, ctx: &mut Context<Self>) {
+        self.act_all(ctx);
+        self.granted = None;
+    }
+
+    fn act_all(&mut self, ctx: &mut Context<Self>) {
         while let Some(a) = self.com.poll_action() {
             match a {
-                // No slot controller yet: a slot is granted at once.
-                Action::RequestSlot => self.com.slot_granted(),
+                Action::RequestSlot => self.request_slot(ctx),
+                Action::CancelSlot => {
+                    if let Some(t) = self.slot_ticket.take() {
+                        self.node.slots.cancel(t);
+                    }
+                }
                 Action::Open(req) => self.start_open(req, ctx),
                 Action::AbandonOpen => {
                     if let Some((_, h)) = self.opening.take() {
@@ -325,6 +372,7 @@ impl ComObject {
         .with_attempt(req.attempt);
         let f = connect_and_open(
             addr,
+            self.granted.take(),
             cfg.fault_injector.clone(),
             cfg.buffer_size,
             hs,
@@ -432,8 +480,40 @@ impl ComObject {
         self.timer = Some((at, h));
     }
 
+    /// Tells the slot controller what the live channel is doing (at most
+    /// every [`SLOT_REPORT_EVERY`]: the policy needs a recent picture, not
+    /// one per event).
+    fn report_slot(&mut self, now: Instant) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        if self
+            .slot_reported
+            .is_some_and(|t| now.saturating_duration_since(t) < SLOT_REPORT_EVERY)
+        {
+            return;
+        }
+        self.slot_reported = Some(now);
+        let session = self.com.session();
+        let report = sitenet_transport::SlotReport {
+            closeable: self.com.state() == sitenet_protocols::ComState::Working,
+            last_active: self.com.last_activity(),
+            mid_message: session.mid_message(),
+            replies_expected: self
+                .entry
+                .pending_requests
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0,
+            buffers_empty: live.t.inb.is_empty() && live.t.outb.is_empty(),
+            queues_empty: session.queued_bytes() == 0,
+            callable: self.entry.address.is_some(),
+        };
+        self.node.slots.report(&self.slot_info, &report);
+    }
+
     pub(super) fn account(&mut self) {
         let now = Instant::now();
+        self.report_slot(now);
         let (_, bytes) = self.com.take_freed(now);
         self.entry.outbox.release(bytes);
         if bytes > 0 {

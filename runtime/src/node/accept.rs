@@ -53,12 +53,22 @@ impl NodeInner {
             return;
         }
         let peer = ch.peer();
+        // Past the hard slot limit the connection is closed at once, not
+        // left hanging: the peer retries after its backoff.
+        let Some(lease) = self.slots.accept() else {
+            self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
+            Counters::add(&self.counters.accepts_refused, 1);
+            tracing::debug!(%peer, "no channel slot: connection closed");
+            return;
+        };
         let ch = match &self.cfg.fault_injector {
             Some(f) => f.wrap(ch),
             None => ch,
         };
         actix_rt::spawn(async move {
-            let r = accept_until_negotiate(ch, self.local_info(), self.cfg.handshake_timeout).await;
+            let r =
+                accept_until_negotiate(ch, lease, self.local_info(), self.cfg.handshake_timeout)
+                    .await;
             self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
             match r {
                 Ok((trans, neg)) => {

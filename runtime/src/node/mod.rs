@@ -72,6 +72,9 @@ pub(crate) struct NodeInner {
     pending: Mutex<HashMap<u64, Pending, foldhash::fast::RandomState>>,
     next_corr: AtomicU64,
     pub(crate) counters: Counters,
+    /// The channel slots (shared with the other nodes of the process unless
+    /// configured otherwise).
+    pub(crate) slots: sitenet_transport::TransController,
     pub(crate) budget: ReassemblyBudget,
     /// Notified whenever reassembly budget is given back: channels whose
     /// input waits for budget resume reading.
@@ -213,6 +216,10 @@ impl NodeBuilder {
         let budget_released = Arc::new(Notify::new());
         let released = budget_released.clone();
         budget.set_release_hook(Arc::new(move || released.notify_waiters()));
+        let slots = cfg
+            .trans_controller
+            .clone()
+            .unwrap_or_else(sitenet_transport::TransController::process);
         let inner = Arc::new(NodeInner {
             id,
             budget,
@@ -226,6 +233,7 @@ impl NodeBuilder {
             // Unpredictable: a third site cannot guess the ids in flight.
             next_corr: AtomicU64::new(rand::random::<u64>() >> 1 | 1),
             counters: Counters::default(),
+            slots,
             shut_down: AtomicBool::new(false),
             stop_listeners: tokio::sync::watch::Sender::new(false),
             acked: Notify::new(),

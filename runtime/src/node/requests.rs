@@ -22,6 +22,28 @@ pub(crate) struct Pending {
     pub(super) tx: oneshot::Sender<Result<InMessage, RequestError>>,
     /// Dropping it ends the request's timeout task at once.
     pub(super) _cancel_timer: oneshot::Sender<()>,
+    pub(super) _awaited: Awaited,
+}
+
+/// Counts a request in its site's `pending_requests` while it lives,
+/// however it ends (reply, timeout, failure, shutdown).
+pub(crate) struct Awaited(Arc<SiteEntry>);
+
+impl Awaited {
+    fn new(entry: &Arc<SiteEntry>) -> Self {
+        entry
+            .pending_requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(entry.clone())
+    }
+}
+
+impl Drop for Awaited {
+    fn drop(&mut self) {
+        self.0
+            .pending_requests
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl NodeInner {
@@ -39,6 +61,7 @@ impl NodeInner {
                 entry: entry.clone(),
                 tx,
                 _cancel_timer: cancel,
+                _awaited: Awaited::new(entry),
             },
         );
         let node = Arc::downgrade(self);
