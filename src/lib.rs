@@ -31,6 +31,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod stress;
+
 pub use sitenet_protocols as protocols;
 pub use sitenet_runtime::*;
 pub use sitenet_transport as transport;

@@ -209,3 +209,69 @@ fn send_exits_1_on_a_new_incarnation_or_after_give_up() {
         }
     }
 }
+
+/// `sitenet stress --json`: one JSON object with the documented keys, a run
+/// that loses nothing and keeps its bounds, exit code 0; bad options exit 2.
+#[test]
+fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
+    let out = Command::new(BIN)
+        .args([
+            "stress",
+            "--clients",
+            "12",
+            "--slots",
+            "4",
+            "--duration",
+            "1.5",
+            "--cut-rate",
+            "4",
+            "--seed",
+            "42",
+            "--json",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .expect("sitenet stress runs");
+    assert!(out.status.success(), "exit {:?}", out.status);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    for key in [
+        "sent",
+        "delivered",
+        "lost",
+        "duplicated",
+        "reordered",
+        "preemptions",
+        "reconnects",
+        "retransmitted",
+        "peak_slots",
+        "slot_limit",
+        "peak_transport_bytes",
+        "transport_bytes_bound",
+        "rtt_p50_us",
+        "rtt_p99_us",
+        "idle_site_bytes",
+    ] {
+        assert!(v.get(key).is_some_and(|x| x.is_u64()), "key {key}: {v}");
+    }
+    assert_eq!(v["lost"], 0);
+    assert_eq!(v["sent"], v["delivered"]);
+    assert_eq!(v["slot_limit"], 4);
+    assert!(v["peak_slots"].as_u64().unwrap() <= 4);
+    assert!(v["sent"].as_u64().unwrap() > 0);
+    assert_eq!(v["seed"], 42);
+
+    for bad in [
+        vec!["stress", "--policy", "lru"],
+        vec!["stress", "--duration", "0"],
+        vec!["stress", "--slots", "1"],
+        vec!["stress", "--transport", "carrier-pigeon"],
+    ] {
+        let s = Command::new(BIN)
+            .args(&bad)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(s.code(), Some(2), "{bad:?}");
+    }
+}

@@ -34,6 +34,7 @@ mod outbox;
 pub mod runtime;
 pub mod services;
 mod site;
+mod stats;
 mod trans_object;
 
 pub use config::NodeConfig;
@@ -45,3 +46,4 @@ pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
 pub use runtime::Runtime;
 pub use site::{BusyGuard, FaultEvent, FaultState, HandedBack, SiteRef};
 pub use sitenet_protocols::{Priority, SiteId};
+pub use stats::NodeStats;

@@ -95,6 +95,8 @@ counters! {
     /// Gauge: bytes of ByteBuffers held by working channels (two fixed
     /// buffers per channel; it never grows with traffic).
     channel_buffer_bytes,
+    /// The most `channel_buffer_bytes` has been.
+    channel_buffer_bytes_peak,
 }
 
 impl Counters {

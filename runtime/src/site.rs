@@ -75,6 +75,8 @@ pub(crate) struct SiteEntry {
     /// Requests sent to this site whose replies are awaited (the slot
     /// policy avoids preempting a channel that replies will come back on).
     pub(crate) pending_requests: std::sync::atomic::AtomicUsize,
+    /// A channel works for this site (for `Node::stats`).
+    pub(crate) connected: std::sync::atomic::AtomicBool,
     /// Current fault state and the monitors watching it.
     pub(crate) fault: Mutex<(
         FaultState,
@@ -99,6 +101,7 @@ impl SiteEntry {
             adopting: std::sync::atomic::AtomicUsize::new(0),
             poke_on_unref: std::sync::atomic::AtomicBool::new(false),
             pending_requests: std::sync::atomic::AtomicUsize::new(0),
+            connected: std::sync::atomic::AtomicBool::new(false),
             fault: Mutex::new((FaultState::Ok, Vec::new())),
         }
     }

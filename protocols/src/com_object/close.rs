@@ -68,6 +68,7 @@ impl ComObject {
             CloseReason::PeerHard => {
                 // The peer is short of resources and will call back; only if
                 // it does not do we reconnect, later.
+                self.owed_reopen = true;
                 self.phase = Phase::WaitingForCallback;
                 self.timers.set(
                     Timer::ReconnectBackoff,

@@ -164,6 +164,13 @@ pub struct ComObject {
     fault: FaultState,
     /// Whether the local side holds references to the peer.
     has_refs: bool,
+    /// Requests sent to the peer still await their replies: a channel is
+    /// needed to receive them, even with nothing left to send.
+    awaiting_replies: bool,
+    /// The peer closed our channel hard (it was short of slots) and may
+    /// hold messages for us; if it does not call back, we reopen while we
+    /// reference it — it may be unable to call us (we do not listen).
+    owed_reopen: bool,
     /// Last time an application message was sent, delivered or acknowledged.
     idle_since: Instant,
     /// When the peer last rejected our weak close.
@@ -214,6 +221,8 @@ impl ComObject {
             session_channel: None,
             fault: FaultState::Ok,
             has_refs: true,
+            awaiting_replies: false,
+            owed_reopen: false,
             idle_since: now,
             weak_rejected_at: None,
             clock: now,
@@ -302,9 +311,31 @@ impl ComObject {
         self.stats
     }
 
-    /// True if messages are queued, partly sent or unacknowledged.
+    /// True if messages are queued, partly sent or unacknowledged, or
+    /// replies are awaited.
     pub fn has_need(&self) -> bool {
-        self.session.pending_messages() > 0
+        self.awaiting_replies || self.session.pending_messages() > 0
+    }
+
+    /// True if the site should have a channel: it has need of one, or the
+    /// peer closed ours hard and we still reference it (see `owed_reopen`).
+    fn wants_channel(&self) -> bool {
+        self.has_need() || (self.owed_reopen && self.has_refs)
+    }
+
+    /// What [`set_awaiting_replies`](Self::set_awaiting_replies) last said.
+    pub fn awaiting_replies(&self) -> bool {
+        self.awaiting_replies
+    }
+
+    /// Tells whether requests sent to the peer still await replies (they
+    /// need a channel to arrive on: a site waiting for a reply reconnects
+    /// after a lost channel even with nothing to send).
+    pub fn set_awaiting_replies(&mut self, awaiting: bool) {
+        if self.awaiting_replies != awaiting {
+            self.awaiting_replies = awaiting;
+            self.update();
+        }
     }
 
     // ------------------------------------------------------------------
@@ -472,7 +503,7 @@ impl ComObject {
         if self.phase == Phase::Failed {
             return;
         }
-        if self.phase == Phase::Closed && self.has_need() && self.can_open && !self.closing {
+        if self.phase == Phase::Closed && self.wants_channel() && self.can_open && !self.closing {
             self.phase = Phase::WaitingForSlot;
             self.actions.push_back(Action::RequestSlot);
         }

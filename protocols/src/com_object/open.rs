@@ -29,7 +29,7 @@ impl ComObject {
         if self.phase != Phase::WaitingForSlot {
             return;
         }
-        if !self.has_need() || self.closing || !self.can_open {
+        if !self.wants_channel() || self.closing || !self.can_open {
             // The need went away while waiting (merged, acknowledged, …).
             self.phase = Phase::Closed;
             self.update();
@@ -197,6 +197,7 @@ impl ComObject {
     fn now_working(&mut self, from: Option<Attempt>, now: Instant) -> ChannelId {
         let id = self.next_channel_id();
         self.leave_slot_line();
+        self.owed_reopen = false;
         self.phase = Phase::Working { id, from };
         self.session_channel = Some(id);
         self.backoff = self.cfg.reconnect_min;

@@ -254,7 +254,13 @@ impl ComObject {
     }
 
     pub(super) fn attach(&mut self, id: ChannelId, t: TransObject, ctx: &mut Context<Self>) {
-        Counters::add(&self.node.counters.channel_buffer_bytes, t.ring_bytes());
+        let c = &self.node.counters;
+        let now_held = c
+            .channel_buffer_bytes
+            .fetch_add(t.ring_bytes(), std::sync::atomic::Ordering::Relaxed)
+            + t.ring_bytes();
+        c.channel_buffer_bytes_peak
+            .fetch_max(now_held, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(site = ?self.entry.id.get(), peer = %t.peer(), generation = ?self.com.session().channel().map(|c| c.generation), "channel working");
         if let Some(p) = self.com.session().peer_max_message() {
             self.entry
@@ -270,6 +276,9 @@ impl ComObject {
                 std::sync::Arc::new(move |reason| addr.do_send(super::Preempt(reason))),
             );
         }
+        self.entry
+            .connected
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.live = Some(Live {
             id,
             t,
@@ -286,6 +295,9 @@ impl ComObject {
         let Some(live) = self.live.take() else {
             return;
         };
+        self.entry
+            .connected
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         self.node
             .counters
             .channel_buffer_bytes

@@ -142,12 +142,21 @@ impl ComObject {
         self.entry.refs.load(std::sync::atomic::Ordering::Acquire) > 0
     }
 
-    /// Tells the machine whether `SiteRef`s are held, if that changed (the
-    /// clock is read only then: this runs on every event).
+    /// Tells the machine whether `SiteRef`s are held and whether replies
+    /// are awaited, if that changed (the clock is read only then: this runs
+    /// on every event).
     pub(super) fn sync_refs(&mut self) {
         let refs = self.has_refs();
         if refs != self.com.has_refs() {
             self.com.set_has_refs(refs, Instant::now());
+        }
+        let awaiting = self
+            .entry
+            .pending_requests
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0;
+        if awaiting != self.com.awaiting_replies() {
+            self.com.set_awaiting_replies(awaiting);
         }
     }
 

@@ -261,7 +261,15 @@ impl NodeBuilder {
                 let _ = done_tx.send(());
             });
         }
-        tracing::info!(site = %id, listen = ?inner.listen.iter().map(ToString::to_string).collect::<Vec<_>>(), "node started");
+        let slots = inner.slots.stats();
+        tracing::info!(
+            site = %id,
+            listen = ?inner.listen.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            slots_weak = slots.weak,
+            slots_hard = slots.hard,
+            transport_bytes_bound = slots.hard as u64 * 2 * inner.cfg.buffer_size as u64,
+            "node started"
+        );
         Ok(Node {
             _stopper: Some(Arc::new(StopOnDrop(inner.clone()))),
             inner,
@@ -410,6 +418,31 @@ impl Node {
     /// Recent fault reports (at most 256), oldest first.
     pub fn faults(&self) -> Vec<FaultReport> {
         self.inner.faults.lock().iter().cloned().collect()
+    }
+
+    /// What the node holds against its bounds: channel slots, transport
+    /// memory, sites. Cheap enough to poll (it walks the site table once).
+    pub fn stats(&self) -> crate::NodeStats {
+        let slots = self.inner.slots.stats();
+        let (live, idle) = {
+            let t = self.inner.sites.lock();
+            let idle = t
+                .entries
+                .iter()
+                .filter(|(_, e)| !e.connected.load(Ordering::Relaxed))
+                .count();
+            (t.entries.len(), idle)
+        };
+        let m = self.metrics();
+        crate::NodeStats {
+            transport_bytes_bound: slots.hard as u64 * 2 * self.inner.cfg.buffer_size as u64,
+            slots,
+            transport_bytes: m.channel_buffer_bytes,
+            transport_bytes_peak: m.channel_buffer_bytes_peak,
+            sites_live: live,
+            sites_idle: idle,
+            sites_reclaimed: m.sites_reclaimed,
+        }
     }
 
     /// Number of remote sites in the site table. An entry with no

@@ -126,6 +126,10 @@ impl Injector {
         let hi = mean.max(1).saturating_mul(2);
         lock(&self.rng).gen_range(1..=hi)
     }
+
+    fn pick(&self, n: usize) -> usize {
+        lock(&self.rng).gen_range(0..n)
+    }
 }
 
 impl FaultInjector {
@@ -257,6 +261,26 @@ impl FaultInjector {
             let ws = lock(&ch.write);
             ch.cut_locked(&ws, "cut_all");
         }
+    }
+
+    /// A number uniform in `[0, 1)` from the seeded RNG, for drills that
+    /// space their faults randomly but replayably.
+    pub fn unit_draw(&self) -> f64 {
+        lock(&self.inner.rng).gen_range(0.0..1.0)
+    }
+
+    /// Cuts one live channel, chosen by the seeded RNG, at its current write
+    /// offset (as [`cut_all`](Self::cut_all) does to every one): the drill
+    /// of `sitenet stress --cut-rate`. False if no channel is live.
+    pub fn cut_one(&self) -> bool {
+        let live: Vec<_> = self.live().into_iter().filter(|c| !c.is_cut()).collect();
+        if live.is_empty() {
+            return false;
+        }
+        let ch = &live[self.inner.pick(live.len())];
+        let ws = lock(&ch.write);
+        ch.cut_locked(&ws, "cut_one");
+        true
     }
 
     /// Arms every live channel with a cut `bytes` past its current write

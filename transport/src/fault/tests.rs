@@ -426,3 +426,18 @@ async fn cut_all_wakes_pending_writable() {
         io::ErrorKind::BrokenPipe
     );
 }
+
+#[tokio::test]
+async fn cut_one_cuts_one_live_channel_at_a_time() {
+    let inj = FaultInjector::new(7);
+    let (a1, _b1) = pair().await;
+    let (a2, _b2) = pair().await;
+    let (a1, a2) = (inj.wrap(a1), inj.wrap(a2));
+    assert!(inj.cut_one());
+    assert_eq!(inj.cuts(), 1);
+    assert!(inj.cut_one());
+    assert_eq!(inj.cuts(), 2);
+    // Both are cut now: nothing left to cut.
+    assert!(!inj.cut_one());
+    drop((a1, a2));
+}

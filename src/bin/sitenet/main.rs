@@ -1,4 +1,4 @@
-//! The `sitenet` command line: `node`, `ping`, `demo`.
+//! The `sitenet` command line: `node`, `ping`, `send`, `stress`, `demo`.
 //!
 //! Results go to stdout (one JSON object with `--json`), logs to stderr
 //! (`RUST_LOG` filters them). Exit codes: 0 success, 1 failure (unreachable,
@@ -85,7 +85,13 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Many client sites against one server with few channel slots, in this
+    /// process: mixed priorities and sizes, random channel cuts, every
+    /// message checked. Exits 1 if anything was lost or a bound exceeded.
+    Stress(stress::Args),
 }
+
+mod stress;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -114,15 +120,16 @@ fn main() -> ExitCode {
             give_up,
         } => run_send(&addr, count, size, priority, json, timeout, give_up),
         Cmd::Demo { json } => run_demo(json),
+        Cmd::Stress(args) => stress::run(args),
     }
 }
 
-fn usage(msg: impl std::fmt::Display) -> ExitCode {
+pub(crate) fn usage(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("sitenet: {msg}");
     ExitCode::from(2)
 }
 
-fn failure(msg: impl std::fmt::Display) -> ExitCode {
+pub(crate) fn failure(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("sitenet: {msg}");
     ExitCode::from(1)
 }

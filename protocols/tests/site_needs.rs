@@ -1,6 +1,8 @@
-//! The reclaim rule of the ComObject, and the open protocol with a site
-//! that forgot its peer — deterministic, with a virtual clock
-//! (docs/protocol.md §3.3 and §4.4, "Forgotten sessions").
+//! When a site needs a channel, and when it needs nothing at all — the
+//! ComObject's rules, deterministic, with a virtual clock: the reclaim rule
+//! and the open protocol with a site that forgot its peer (docs/protocol.md
+//! §3.3 and §4.4, "Forgotten sessions"), and the reopen rules that keep
+//! replies and a preempting peer's messages from being stranded.
 
 use std::time::{Duration, Instant};
 
@@ -311,4 +313,83 @@ fn a_fresh_initiator_claiming_to_have_received_messages_is_a_protocol_fault() {
         h.com.accepted(&negotiate(0, 3), h.now),
         AcceptOutcome::Protocol(_)
     ));
+}
+
+/// Found by `sitenet stress`: a client whose request was acknowledged but
+/// not yet answered lost its channel (a cut); with nothing left to send it
+/// never reconnected, and the server — unable to call a client that does
+/// not listen — held the reply for ever. Awaited replies are a need.
+#[test]
+fn a_site_awaiting_replies_reconnects_after_a_lost_channel() {
+    let mut h = H::new(true);
+    h.com.queue(msg()).unwrap();
+    let id = h.open(1, false);
+    h.transmit();
+    h.ack(id, 1);
+    h.com.set_awaiting_replies(true);
+    assert!(h.com.has_need());
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    for a in h.actions() {
+        if let Action::CloseChannel { id, .. } = a {
+            h.com.channel_closed(id, h.now);
+        }
+    }
+    let at = h.com.poll_timeout().expect("a backoff");
+    h.advance_to(at);
+    assert!(
+        h.actions().iter().any(|a| matches!(a, Action::RequestSlot)),
+        "a reply is awaited: the site must reconnect"
+    );
+    // Once the reply came, nothing is owed: no reconnect after a loss.
+    let mut h = H::new(true);
+    h.com.queue(msg()).unwrap();
+    let id = h.open(1, false);
+    h.transmit();
+    h.ack(id, 1);
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    h.actions();
+    h.com.channel_closed(id, h.now);
+    let at = h.com.poll_timeout().expect("a backoff");
+    h.advance_to(at);
+    assert!(!h.actions().iter().any(|a| matches!(a, Action::RequestSlot)));
+}
+
+/// Found by `sitenet stress`: a server short of slots preempted a client's
+/// channel (CLOSE_HARD) while it had replies queued for it; the client,
+/// with nothing to send, waited to be called back — but a client that does
+/// not listen cannot be. A referenced peer that closed hard is reopened
+/// when it does not call back.
+#[test]
+fn after_the_peers_hard_close_a_referenced_site_reopens_if_not_called_back() {
+    let mut h = H::new(true);
+    h.com.queue(msg()).unwrap();
+    let id = h.open(1, false);
+    h.transmit();
+    h.ack(id, 1);
+    assert!(!h.com.has_need());
+    // The peer's CLOSE_HARD, then its EOF after our accept.
+    let mut input = ByteBuffer::new(4096);
+    let mut hb = [0u8; sitenet_protocols::frame::HEADER_LEN];
+    sitenet_protocols::frame::FrameHeader::control(
+        sitenet_protocols::frame::FrameKind::CloseHard,
+        0,
+        1,
+    )
+    .encode(&mut hb);
+    input.push(&hb);
+    h.com.handle_input(id, h.now, &mut input, &mut |_| {});
+    h.transmit();
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    for a in h.actions() {
+        if let Action::CloseChannel { id, .. } = a {
+            h.com.channel_closed(id, h.now);
+        }
+    }
+    assert_eq!(h.com.state(), ComState::WaitingForCallback);
+    let at = h.com.poll_timeout().expect("the reopen wait");
+    h.advance_to(at);
+    assert!(
+        h.actions().iter().any(|a| matches!(a, Action::RequestSlot)),
+        "referenced and not called back: reopen"
+    );
 }

@@ -1,0 +1,158 @@
+//! One client site of a stress run: bursts of numbered messages of mixed
+//! priorities and sizes, a round-trip probe after each burst, and, when the
+//! run stops sending, a flush until the server acknowledged everything.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{StressData, StressPing, StressPong};
+use crate::{FlushError, Priority, SendOptions, SiteRef};
+
+/// Messages per burst, before each probe.
+const BURST: usize = 8;
+
+/// Largest message of a run (several MiB, as the issue asks).
+const BIG_MAX: usize = 4 << 20;
+
+/// State shared by the run and its clients.
+pub(crate) struct Shared {
+    pub(crate) start: Instant,
+    stop: AtomicBool,
+    /// Messages queued by all clients.
+    pub(crate) sent: AtomicU64,
+    /// Every probe's round trip, µs.
+    pub(crate) rtt: Mutex<Histogram<u64>>,
+    /// The probes since the last timeline sample.
+    window: Mutex<Histogram<u64>>,
+    /// Message bodies are slices of this (no copy per message).
+    pattern: Bytes,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds")
+}
+
+impl Shared {
+    pub(crate) fn new(_duration: Duration) -> Self {
+        Self {
+            start: Instant::now(),
+            stop: AtomicBool::new(false),
+            sent: AtomicU64::new(0),
+            rtt: Mutex::new(histogram()),
+            window: Mutex::new(histogram()),
+            pattern: Bytes::from((0..BIG_MAX).map(|i| (i % 251) as u8).collect::<Vec<u8>>()),
+        }
+    }
+
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    fn record_rtt(&self, d: Duration) {
+        let us = (d.as_micros() as u64).clamp(1, 600_000_000);
+        let _ = self.rtt.lock().record(us);
+        let _ = self.window.lock().record(us);
+    }
+
+    /// The median of the probes since the last call (0 if none), and a new
+    /// window.
+    pub(crate) fn take_window_p50(&self) -> u64 {
+        let mut w = self.window.lock();
+        let p = if w.is_empty() {
+            0
+        } else {
+            w.value_at_quantile(0.5)
+        };
+        w.reset();
+        p
+    }
+}
+
+/// A level: mostly medium and high, some low, a little background.
+fn level(rng: &mut StdRng) -> u8 {
+    match rng.gen_range(0..100) {
+        0..=4 => 1,
+        5..=29 => 2,
+        30..=69 => 3,
+        _ => 4,
+    }
+}
+
+/// A size: mostly small, some of a frame or more, rarely several MiB.
+fn size(rng: &mut StdRng, big_allowed: bool) -> usize {
+    match rng.gen_range(0..1000) {
+        0..=1 if big_allowed => rng.gen_range(2 << 20..=BIG_MAX),
+        0..=849 => 64,
+        850..=989 => rng.gen_range(1024..=16 * 1024),
+        _ => rng.gen_range(64 * 1024..=256 * 1024),
+    }
+}
+
+/// The client's loop (see the module documentation).
+pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Shared>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut seq = [0u64; 5];
+    let mut last_big: Option<Instant> = None;
+    'run: while !shared.stopped() {
+        for _ in 0..BURST {
+            // At most one multi-MiB message per client every few seconds.
+            let big_allowed = last_big.is_none_or(|t| t.elapsed() > Duration::from_secs(3));
+            let level = level(&mut rng);
+            let n = size(&mut rng, big_allowed);
+            if n > 1 << 20 {
+                last_big = Some(Instant::now());
+            }
+            let m = StressData {
+                client,
+                level,
+                seq: seq[level as usize],
+            };
+            let prio = Priority::from_lane(level).expect("levels 1 to 4");
+            let body = shared.pattern.slice(..n);
+            if let Err(e) = site
+                .send_with(&m, SendOptions::priority(prio).body(body))
+                .await
+            {
+                tracing::warn!(client, error = %e, "stress client cannot send");
+                break 'run;
+            }
+            seq[level as usize] += 1;
+            shared.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        let t = Instant::now();
+        match site
+            .request::<StressPing, StressPong>(
+                &StressPing { client },
+                SendOptions::priority(Priority::High),
+                Duration::from_secs(60),
+            )
+            .await
+        {
+            Ok(_) => shared.record_rtt(t.elapsed()),
+            Err(e) => tracing::warn!(client, error = %e, "stress probe failed"),
+        }
+    }
+    // Everything queued must be acknowledged: the run then checks that the
+    // server delivered exactly what was sent.
+    loop {
+        match site.flush(Duration::from_secs(30)).await {
+            Ok(()) => return,
+            Err(FlushError::Timeout { .. }) => continue,
+            Err(e) => {
+                tracing::warn!(client, error = %e, "stress client cannot flush");
+                return;
+            }
+        }
+    }
+}

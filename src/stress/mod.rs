@@ -1,0 +1,386 @@
+//! `sitenet stress`, as a library: one server site and many client sites in
+//! one process, the server with a handful of channel slots, mixed priorities
+//! and sizes (several-MiB messages included), random channel cuts — and a
+//! verdict: was anything lost, duplicated or reordered, and did the slot and
+//! transport-memory bounds hold.
+//!
+//! The Mozart paper's server served 170 clients on 30 descriptors; this is
+//! that experiment, repeatable (seeded) and checked message by message.
+
+mod check;
+mod client;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+pub use check::{Checker, StressData, StressPing, StressPong};
+
+use crate::protocols::slots::{by_name, SlotConfig};
+use crate::transport::{FaultInjector, TransController};
+use crate::{Node, NodeConfig};
+
+/// How a stress run is set up. `Default` is the CLI's default run.
+#[derive(Debug, Clone)]
+pub struct StressConfig {
+    /// Client sites, each a node of its own in this process.
+    pub clients: usize,
+    /// The server's hard slot limit (its weak limit is four fifths of it).
+    pub slots: usize,
+    /// The server's preemption policy: `naive` or `default`.
+    pub policy: String,
+    /// How long the clients send.
+    pub duration: Duration,
+    /// Channels cut per second, on average (0: none).
+    pub cut_rate: f64,
+    /// Seeds the workload and the cuts: a run can be replayed.
+    pub seed: u64,
+}
+
+impl Default for StressConfig {
+    fn default() -> Self {
+        Self {
+            clients: 200,
+            slots: 30,
+            policy: "default".into(),
+            duration: Duration::from_secs(20),
+            cut_rate: 2.0,
+            seed: 1,
+        }
+    }
+}
+
+/// Why a run could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum StressError {
+    /// The options cannot work.
+    #[error("{0}")]
+    Config(String),
+    /// A node would not start.
+    #[error("a node would not start: {0}")]
+    Node(#[from] crate::NodeError),
+}
+
+/// Where a run stands, for a progress display.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Time since the clients started.
+    pub elapsed: Duration,
+    /// How long they send.
+    pub duration: Duration,
+    /// True once sending stopped and the run waits for the last messages.
+    pub draining: bool,
+    /// Messages sent so far.
+    pub sent: u64,
+    /// Messages the server delivered so far.
+    pub delivered: u64,
+    /// The server's slots in use now.
+    pub slots_in_use: usize,
+    /// Preemptions so far.
+    pub preemptions: u64,
+}
+
+/// One point of the run's timeline (every 100 ms), for plots.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sample {
+    /// Seconds since the clients started.
+    pub t_s: f64,
+    /// Median round trip of the probes answered in this interval (µs; 0
+    /// if none).
+    pub rtt_p50_us: u64,
+    /// The server's slots in use.
+    pub slots_in_use: usize,
+    /// Preemptions so far.
+    pub preemptions: u64,
+}
+
+/// The outcome of a run. The JSON keys are a contract (`sitenet stress
+/// --json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct StressReport {
+    /// Client sites.
+    pub clients: usize,
+    /// Messages the clients queued (and the server must deliver).
+    pub sent: u64,
+    /// Messages the server delivered.
+    pub delivered: u64,
+    /// Sent and never delivered.
+    pub lost: u64,
+    /// Delivered twice.
+    pub duplicated: u64,
+    /// Delivered ahead of an earlier message of the same client and level.
+    pub reordered: u64,
+    /// Body bytes delivered.
+    pub bytes: u64,
+    /// Channels the server preempted.
+    pub preemptions: u64,
+    /// The same, by the reason that decided.
+    pub preemptions_by_reason: BTreeMap<String, u64>,
+    /// Accepts the server closed at once (at its hard limit).
+    pub accepts_refused: u64,
+    /// Channels the clients opened beyond their first.
+    pub reconnects: u64,
+    /// Messages resent after a lost channel.
+    pub retransmitted: u64,
+    /// Channels cut on purpose.
+    pub cuts: u64,
+    /// Most server slots in use at once.
+    pub peak_slots: usize,
+    /// The server's hard slot limit.
+    pub slot_limit: usize,
+    /// Most bytes of channel buffers the server held at once.
+    pub peak_transport_bytes: u64,
+    /// What they may never exceed: slot limit × 2 × buffer size.
+    pub transport_bytes_bound: u64,
+    /// Median round trip of the clients' probes, µs.
+    pub rtt_p50_us: u64,
+    /// 99th percentile, µs.
+    pub rtt_p99_us: u64,
+    /// Probes answered.
+    pub round_trips: u64,
+    /// Memory one idle remote site costs (entry, ComObject, session),
+    /// measured in this run: resident memory grown by creating idle sites,
+    /// divided by their number.
+    pub idle_site_bytes: u64,
+    /// The preemption policy.
+    pub policy: String,
+    /// The seed (replays the workload and the cuts).
+    pub seed: u64,
+    /// Seconds the clients sent.
+    pub duration_s: f64,
+    /// Seconds the whole run took, draining included.
+    pub elapsed_s: f64,
+    /// The timeline, every 100 ms.
+    pub timeline: Vec<Sample>,
+}
+
+impl StressReport {
+    /// What went wrong, if anything: each entry makes `sitenet stress` exit
+    /// with 1.
+    pub fn failures(&self) -> Vec<String> {
+        let mut f = Vec::new();
+        if self.lost > 0 {
+            f.push(format!("{} messages lost", self.lost));
+        }
+        if self.duplicated > 0 {
+            f.push(format!("{} messages delivered twice", self.duplicated));
+        }
+        if self.reordered > 0 {
+            f.push(format!("{} messages out of order", self.reordered));
+        }
+        if self.peak_slots > self.slot_limit {
+            f.push(format!(
+                "{} slots in use, beyond the limit of {}",
+                self.peak_slots, self.slot_limit
+            ));
+        }
+        if self.peak_transport_bytes > self.transport_bytes_bound {
+            f.push(format!(
+                "{} bytes of transport buffers, beyond the bound of {}",
+                self.peak_transport_bytes, self.transport_bytes_bound
+            ));
+        }
+        f
+    }
+}
+
+/// Resident memory of this process, in bytes (0 where it cannot be read).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Measures what an idle remote site costs: a node creates `n` site entries
+/// (never contacted: no channel, no traffic) and the resident memory it grew
+/// by is divided among them.
+fn measure_idle_site_bytes(n: u64) -> Result<u64, StressError> {
+    let node = Node::builder().start()?;
+    let before = resident_bytes();
+    let sites: Vec<_> = (0..n)
+        .map(|i| node.site(&format!("tcp:127.0.0.1:{}", 1 + i)))
+        .collect::<Result<_, _>>()?;
+    // The ComObjects start on the runtime: wait until they all answer.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while node.stats().sites_live < n as usize && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let after = resident_bytes();
+    drop(sites);
+    node.shutdown_blocking(Duration::from_millis(100));
+    Ok(after.saturating_sub(before) / n)
+}
+
+/// Timers short enough for a run of seconds (the defaults suit
+/// long-lived deployments).
+fn quick(c: &mut NodeConfig) {
+    c.reconnect_min = Duration::from_millis(10);
+    c.reconnect_max = Duration::from_millis(300);
+    c.reopen_after_peer_hard_close = Duration::from_millis(30);
+}
+
+/// Runs the stress test, calling `progress` every 100 ms.
+pub fn run(
+    cfg: &StressConfig,
+    mut progress: impl FnMut(&Progress),
+) -> Result<StressReport, StressError> {
+    if cfg.clients == 0 {
+        return Err(StressError::Config("--clients must be at least 1".into()));
+    }
+    let min_hold = Duration::from_millis(50);
+    let policy = by_name(&cfg.policy, min_hold).ok_or_else(|| {
+        StressError::Config(format!(
+            "unknown policy {:?}: use naive or default",
+            cfg.policy
+        ))
+    })?;
+    let mut slot_cfg = SlotConfig::new((cfg.slots * 4 / 5).max(1), cfg.slots)
+        .map_err(|e| StressError::Config(format!("--slots: {e}")))?;
+    slot_cfg.preempt_interval = Duration::from_millis(5);
+    let idle_site_bytes = measure_idle_site_bytes(5_000)?;
+
+    let slots = TransController::new(slot_cfg, policy);
+    let injector = FaultInjector::new(cfg.seed);
+    let checker = Arc::new(Checker::default());
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            quick(c);
+            c.trans_controller = Some(slots.clone());
+            c.fault_injector = Some(injector.clone());
+        })
+        .start()?;
+    let ck = checker.clone();
+    server
+        .handle(move |ctx, m: StressData| ck.record(&m, ctx.body().len()))
+        .map_err(StressError::Node)?;
+    server
+        .handle(|ctx, _: StressPing| {
+            let _ = ctx.reply(&StressPong);
+        })
+        .map_err(StressError::Node)?;
+    let target = server.listen_addresses()[0].clone();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| StressError::Config(format!("cannot start a runtime: {e}")))?;
+    let shared = Arc::new(client::Shared::new(cfg.duration));
+    let mut clients = Vec::with_capacity(cfg.clients);
+    let mut tasks = Vec::with_capacity(cfg.clients);
+    for i in 0..cfg.clients {
+        let node = Node::builder().configure(quick).start()?;
+        let site = node.site(&target)?;
+        let seed = cfg.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        tasks.push(rt.spawn(client::run(i as u32, site, seed, shared.clone())));
+        clients.push(node);
+    }
+    let cuts = (cfg.cut_rate > 0.0).then(|| {
+        let inj = injector.clone();
+        let mean = Duration::from_secs_f64(1.0 / cfg.cut_rate);
+        let stop = shared.clone();
+        rt.spawn(async move {
+            while !stop.stopped() {
+                // Uniform in [0.5, 1.5] × the mean gap, from the seed's RNG.
+                tokio::time::sleep(mean.mul_f64(0.5 + inj.unit_draw())).await;
+                inj.cut_one();
+            }
+        })
+    });
+
+    // Watch the run: progress, timeline, then the end of sending.
+    let start = shared.start;
+    let mut timeline = Vec::new();
+    let sample = |draining: bool, timeline: &mut Vec<Sample>| {
+        let s = slots.stats();
+        let p = Progress {
+            elapsed: start.elapsed(),
+            duration: cfg.duration,
+            draining,
+            sent: shared.sent.load(Ordering::Relaxed),
+            delivered: checker.delivered.load(Ordering::Relaxed),
+            slots_in_use: s.in_use,
+            preemptions: s.total_preemptions(),
+        };
+        timeline.push(Sample {
+            t_s: p.elapsed.as_secs_f64(),
+            rtt_p50_us: shared.take_window_p50(),
+            slots_in_use: s.in_use,
+            preemptions: p.preemptions,
+        });
+        p
+    };
+    while start.elapsed() < cfg.duration {
+        std::thread::sleep(Duration::from_millis(100));
+        progress(&sample(false, &mut timeline));
+    }
+    shared.stop();
+    if let Some(c) = cuts {
+        let _ = rt.block_on(c);
+    }
+    injector.disarm_cuts();
+    // Every client has flushed (everything it sent acknowledged) when its
+    // task ends; then the server has delivered everything.
+    let drain_deadline = Instant::now() + Duration::from_secs(180);
+    for t in tasks {
+        let left = drain_deadline.saturating_duration_since(Instant::now());
+        let _ = rt.block_on(async { tokio::time::timeout(left, t).await });
+        progress(&sample(true, &mut timeline));
+    }
+    let elapsed = start.elapsed();
+
+    let s = slots.stats();
+    let server_stats = server.stats();
+    let (mut opened, mut retransmitted) = (0, server.metrics().messages_retransmitted);
+    for c in &clients {
+        let m = c.metrics();
+        opened += m.channels_opened.saturating_sub(1);
+        retransmitted += m.messages_retransmitted;
+    }
+    let rtt = shared.rtt.lock().clone();
+    let sent = shared.sent.load(Ordering::Relaxed);
+    let delivered = checker.delivered.load(Ordering::Relaxed);
+    let report = StressReport {
+        clients: cfg.clients,
+        sent,
+        delivered,
+        lost: sent.saturating_sub(delivered),
+        duplicated: checker.duplicated.load(Ordering::Relaxed),
+        reordered: checker.reordered.load(Ordering::Relaxed),
+        bytes: checker.bytes.load(Ordering::Relaxed),
+        preemptions: s.total_preemptions(),
+        preemptions_by_reason: s
+            .preemptions
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| (r.to_string(), *n))
+            .collect(),
+        accepts_refused: s.accepts_refused,
+        reconnects: opened,
+        retransmitted,
+        cuts: injector.cuts(),
+        peak_slots: s.peak_in_use,
+        slot_limit: s.hard,
+        peak_transport_bytes: server_stats.transport_bytes_peak,
+        transport_bytes_bound: server_stats.transport_bytes_bound,
+        rtt_p50_us: rtt.value_at_quantile(0.5),
+        rtt_p99_us: rtt.value_at_quantile(0.99),
+        round_trips: rtt.len(),
+        idle_site_bytes,
+        policy: cfg.policy.clone(),
+        seed: cfg.seed,
+        duration_s: cfg.duration.as_secs_f64(),
+        elapsed_s: elapsed.as_secs_f64(),
+        timeline,
+    };
+    for c in clients {
+        c.shutdown_blocking(Duration::from_millis(200));
+    }
+    server.shutdown_blocking(Duration::from_millis(200));
+    Ok(report)
+}
