@@ -275,3 +275,35 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
         assert_eq!(s.code(), Some(2), "{bad:?}");
     }
 }
+
+/// `sitenet stats ADDR --json` asks a running node for its resources.
+#[test]
+fn stats_asks_a_running_node_for_its_resources() {
+    let (_node, first) = start_node();
+    let listen = first["listen"][0].as_str().unwrap().to_string();
+    let out = Command::new(BIN)
+        .args(["stats", &listen, "--json"])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert!(v["slots"]["hard"].as_u64().unwrap() >= 2);
+    assert!(v["transport_bytes_bound"].as_u64().unwrap() > 0);
+    assert!(v["transport_bytes"].as_u64().unwrap() <= v["transport_bytes_bound"].as_u64().unwrap());
+    assert!(
+        v["sites_live"].as_u64().unwrap() >= 1,
+        "the asking site: {v}"
+    );
+    assert!(v["per_site"].is_array());
+    // Text form, and the usual exit codes.
+    let out = Command::new(BIN).args(["stats", &listen]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("slots:"));
+    let bad = Command::new(BIN)
+        .args(["stats", "nowhere"])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(bad.code(), Some(2));
+}

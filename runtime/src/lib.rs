@@ -46,4 +46,4 @@ pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
 pub use runtime::Runtime;
 pub use site::{BusyGuard, FaultEvent, FaultState, HandedBack, SiteRef};
 pub use sitenet_protocols::{Priority, SiteId};
-pub use stats::NodeStats;
+pub use stats::{NodeStats, SiteStats};

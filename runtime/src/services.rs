@@ -1,5 +1,6 @@
-//! sitenet's own services, on reserved type ids: echo (for `sitenet ping`)
-//! and the sequence-checking sink (for `sitenet send`). Opt-in
+//! sitenet's own services, on reserved type ids: echo (for `sitenet ping`),
+//! the sequence-checking sink (for `sitenet send`) and the node's stats
+//! (for `sitenet stats`). Opt-in
 //! (`NodeConfig::builtin_services`): a node answers only the types its user
 //! registers unless asked to serve these. The sink bounds what one sender
 //! can make it hold (`NodeConfig::sink_streams_per_sender`) and frees a
@@ -36,8 +37,38 @@ impl Message for EchoReply {
     const ID: u32 = RESERVED_IDS + 2;
 }
 
+/// Asks a node for its [`NodeStats`](crate::NodeStats) (`sitenet stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsQuery;
+
+impl Message for StatsQuery {
+    const ID: u32 = RESERVED_IDS + 6;
+}
+
+/// The answer to [`StatsQuery`]: the stats as JSON text (the serialisation
+/// of [`NodeStats`](crate::NodeStats)), so a newer node's extra fields reach
+/// an older client intact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsReply {
+    /// `NodeStats` as JSON.
+    pub json: String,
+}
+
+impl Message for StatsReply {
+    const ID: u32 = RESERVED_IDS + 7;
+}
+
 pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     register_sink(node)?;
+    node.handlers.insert(
+        StatsQuery::ID,
+        erase(|ctx, _: StatsQuery| {
+            let json = serde_json::to_string(&ctx.node().stats()).expect("stats serialise");
+            if let Err(e) = ctx.reply(&StatsReply { json }) {
+                tracing::debug!(error = %e, "stats reply not sent");
+            }
+        }),
+    )?;
     node.handlers.insert(
         Echo::ID,
         erase(|ctx, m: Echo| {

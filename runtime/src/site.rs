@@ -77,6 +77,8 @@ pub(crate) struct SiteEntry {
     pub(crate) pending_requests: std::sync::atomic::AtomicUsize,
     /// A channel works for this site (for `Node::stats`).
     pub(crate) connected: std::sync::atomic::AtomicBool,
+    /// The counters its ComObject last published (for `Node::stats`).
+    pub(crate) stats: Mutex<crate::stats::SiteStats>,
     /// Current fault state and the monitors watching it.
     pub(crate) fault: Mutex<(
         FaultState,
@@ -102,6 +104,7 @@ impl SiteEntry {
             poke_on_unref: std::sync::atomic::AtomicBool::new(false),
             pending_requests: std::sync::atomic::AtomicUsize::new(0),
             connected: std::sync::atomic::AtomicBool::new(false),
+            stats: Mutex::new(crate::stats::SiteStats::default()),
             fault: Mutex::new((FaultState::Ok, Vec::new())),
         }
     }

@@ -23,4 +23,33 @@ pub struct NodeStats {
     pub sites_idle: usize,
     /// Sites forgotten by the reclaim rule since the node started.
     pub sites_reclaimed: u64,
+    /// Each site's counters.
+    pub per_site: Vec<SiteStats>,
+}
+
+/// One remote site's counters, as its ComObject last published them (at
+/// most every few milliseconds while it is active).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SiteStats {
+    /// The site's id, once a handshake told it.
+    pub site: Option<String>,
+    /// The address it is contacted at, if known.
+    pub address: Option<String>,
+    /// A channel works now.
+    pub connected: bool,
+    /// Messages sent for the first time, by level 1 to 4.
+    pub messages_sent: [u64; 4],
+    /// Frame bytes written for application messages, by level (resends
+    /// included).
+    pub bytes_sent: [u64; 4],
+    /// Messages delivered from the site, by level.
+    pub messages_received: [u64; 4],
+    /// Messages resent after a lost channel.
+    pub retransmitted: u64,
+    /// Channels opened to or accepted from the site beyond the first.
+    pub reconnects: u64,
+    /// Channels closed because the slot controller preempted them.
+    pub preemptions: u64,
+    /// Messages queued, partly sent or unacknowledged.
+    pub queue_depth: u64,
 }

@@ -204,11 +204,13 @@ fn measure_idle_site_bytes(n: u64) -> Result<u64, StressError> {
     let sites: Vec<_> = (0..n)
         .map(|i| node.site(&format!("tcp:127.0.0.1:{}", 1 + i)))
         .collect::<Result<_, _>>()?;
-    // The ComObjects start on the runtime: wait until they all answer.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while node.stats().sites_live < n as usize && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
+    // The ComObjects start on the node's runtime, in order: once a task
+    // spawned after them has run, they all exist.
+    let (tx, rx) = std::sync::mpsc::channel();
+    node.runtime().spawn(async move {
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(Duration::from_secs(60));
     let after = resident_bytes();
     drop(sites);
     node.shutdown_blocking(Duration::from_millis(100));

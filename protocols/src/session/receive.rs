@@ -190,6 +190,7 @@ impl Receiver {
         // The ack advances only after the handler returned.
         self.last_received = n;
         stats.delivered += 1;
+        stats.delivered_by_level[h.lane as usize - 1] += 1;
         ack.on_delivered(size);
         Ok(())
     }

@@ -138,6 +138,7 @@ impl Sender {
             }) else {
                 return false;
             };
+            stats.bytes_by_level[ip.msg.priority.index()] += w.frame_len as u64;
             if w.done {
                 self.resend_current = None;
                 stats.retransmitted += 1;
@@ -163,12 +164,14 @@ impl Sender {
             return false;
         };
         self.sched.charge(p, w.frame_len, w.done, now);
+        stats.bytes_by_level[i] += w.frame_len as u64;
         if w.done {
             let ip = self.current[i].take().expect("in progress");
             let n = ip.number.expect("numbered on its last fragment");
             self.queued_bytes -= ip.msg.wire_len();
             self.ledger.record(n, ip.msg);
             stats.sent += 1;
+            stats.sent_by_level[i] += 1;
         }
         true
     }

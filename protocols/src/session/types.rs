@@ -109,4 +109,12 @@ pub struct SessionStats {
     /// Unacknowledged messages handed back because the peer forgot the
     /// session (maybe delivered).
     pub forgotten_unacked: u64,
+    /// Messages completely sent for the first time, by level (index =
+    /// level - 1).
+    pub sent_by_level: [u64; 4],
+    /// Frame bytes written for application messages, by level (resends
+    /// included: what the level cost on the wire).
+    pub bytes_by_level: [u64; 4],
+    /// Messages delivered, by level.
+    pub delivered_by_level: [u64; 4],
 }

@@ -269,6 +269,7 @@ impl ComObject {
         }
         // A new channel: the next account reports its state.
         self.slot_reported = None;
+        self.channels_opened += 1;
         if let Some(lease) = &t.lease {
             let addr = ctx.address();
             lease.attach(

@@ -80,8 +80,14 @@ pub(crate) struct ComObject {
     granted: Option<sitenet_transport::SlotLease>,
     /// What the slot controller's policy sees of our channel.
     slot_info: Arc<sitenet_transport::SlotInfo>,
-    /// When `slot_info` was last written.
+    /// When `slot_info` and the site's stats were last written.
     slot_reported: Option<Instant>,
+    /// A report is scheduled for the end of the current interval.
+    report_deferred: bool,
+    /// Channels that came up for this site.
+    channels_opened: u64,
+    /// Channels closed because the slot controller preempted them.
+    preempted: u64,
 }
 
 impl Actor for ComObject {
@@ -119,6 +125,9 @@ impl ComObject {
             granted: None,
             slot_info: Arc::default(),
             slot_reported: None,
+            report_deferred: false,
+            channels_opened: 0,
+            preempted: 0,
         }
     }
 
@@ -200,7 +209,7 @@ impl ComObject {
         self.act(ctx);
         self.flush(ctx);
         self.act(ctx);
-        self.account();
+        self.account(ctx);
         self.rearm_timer(ctx);
         self.watch_unref(ctx);
     }
@@ -489,20 +498,35 @@ impl ComObject {
         self.timer = Some((at, h));
     }
 
-    /// Tells the slot controller what the live channel is doing (at most
-    /// every [`SLOT_REPORT_EVERY`]: the policy needs a recent picture, not
-    /// one per event).
-    fn report_slot(&mut self, now: Instant) {
-        let Some(live) = &self.live else {
-            return;
-        };
+    /// Tells the slot controller what the live channel is doing, and
+    /// publishes the site's counters (at most every [`SLOT_REPORT_EVERY`]:
+    /// the policy and `Node::stats` need a recent picture, not one per
+    /// event).
+    fn report(&mut self, now: Instant, ctx: &mut Context<Self>) {
         if self
             .slot_reported
             .is_some_and(|t| now.saturating_duration_since(t) < SLOT_REPORT_EVERY)
         {
+            // Reported moments ago: report again once the interval is
+            // over, so the last changes before a quiet spell are not lost.
+            if !self.report_deferred {
+                self.report_deferred = true;
+                ctx.run_later(SLOT_REPORT_EVERY, |act, ctx| {
+                    act.report_deferred = false;
+                    act.report(Instant::now(), ctx);
+                });
+            }
             return;
         }
         self.slot_reported = Some(now);
+        self.publish_stats();
+        self.report_slot();
+    }
+
+    fn report_slot(&self) {
+        let Some(live) = &self.live else {
+            return;
+        };
         let session = self.com.session();
         let report = sitenet_transport::SlotReport {
             closeable: self.com.state() == sitenet_protocols::ComState::Working,
@@ -520,9 +544,25 @@ impl ComObject {
         self.node.slots.report(&self.slot_info, &report);
     }
 
-    pub(super) fn account(&mut self) {
+    /// Publishes the site's counters for `Node::stats`.
+    fn publish_stats(&self) {
+        let s = self.com.session().stats();
+        let mut st = self.entry.stats.lock();
+        st.site = self.entry.id.get().map(ToString::to_string);
+        st.address = self.entry.address.as_ref().map(ToString::to_string);
+        st.connected = self.live.is_some();
+        st.messages_sent = s.sent_by_level;
+        st.bytes_sent = s.bytes_by_level;
+        st.messages_received = s.delivered_by_level;
+        st.retransmitted = s.retransmitted;
+        st.reconnects = self.channels_opened.saturating_sub(1);
+        st.preemptions = self.preempted;
+        st.queue_depth = self.com.session().pending_messages() as u64;
+    }
+
+    pub(super) fn account(&mut self, ctx: &mut Context<Self>) {
         let now = Instant::now();
-        self.report_slot(now);
+        self.report(now, ctx);
         let (_, bytes) = self.com.take_freed(now);
         self.entry.outbox.release(bytes);
         if bytes > 0 {

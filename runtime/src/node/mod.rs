@@ -424,24 +424,22 @@ impl Node {
     /// memory, sites. Cheap enough to poll (it walks the site table once).
     pub fn stats(&self) -> crate::NodeStats {
         let slots = self.inner.slots.stats();
-        let (live, idle) = {
-            let t = self.inner.sites.lock();
-            let idle = t
-                .entries
-                .iter()
-                .filter(|(_, e)| !e.connected.load(Ordering::Relaxed))
-                .count();
-            (t.entries.len(), idle)
-        };
+        let entries = self.inner.all_entries();
+        let idle = entries
+            .iter()
+            .filter(|e| !e.connected.load(Ordering::Relaxed))
+            .count();
+        let per_site = entries.iter().map(|e| e.stats.lock().clone()).collect();
         let m = self.metrics();
         crate::NodeStats {
             transport_bytes_bound: slots.hard as u64 * 2 * self.inner.cfg.buffer_size as u64,
             slots,
             transport_bytes: m.channel_buffer_bytes,
             transport_bytes_peak: m.channel_buffer_bytes_peak,
-            sites_live: live,
+            sites_live: entries.len(),
             sites_idle: idle,
             sites_reclaimed: m.sites_reclaimed,
+            per_site,
         }
     }
 

@@ -1,4 +1,5 @@
-//! The `sitenet` command line: `node`, `ping`, `send`, `stress`, `demo`.
+//! The `sitenet` command line: `node`, `ping`, `send`, `stress`, `stats`,
+//! `demo`.
 //!
 //! Results go to stdout (one JSON object with `--json`), logs to stderr
 //! (`RUST_LOG` filters them). Exit codes: 0 success, 1 failure (unreachable,
@@ -89,6 +90,18 @@ enum Cmd {
     /// process: mixed priorities and sizes, random channel cuts, every
     /// message checked. Exits 1 if anything was lost or a bound exceeded.
     Stress(stress::Args),
+    /// Ask a running `sitenet node` for its resources: channel slots,
+    /// transport memory against its bound, sites, and per-site counters.
+    Stats {
+        /// The node's address, e.g. tcp:127.0.0.1:7000.
+        addr: String,
+        /// Print the node's answer as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Seconds to wait for the node.
+        #[arg(long, default_value_t = 5.0)]
+        timeout: f64,
+    },
 }
 
 mod stress;
@@ -121,6 +134,11 @@ fn main() -> ExitCode {
         } => run_send(&addr, count, size, priority, json, timeout, give_up),
         Cmd::Demo { json } => run_demo(json),
         Cmd::Stress(args) => stress::run(args),
+        Cmd::Stats {
+            addr,
+            json,
+            timeout,
+        } => run_stats(&addr, json, timeout),
     }
 }
 
@@ -555,4 +573,70 @@ fn run_demo(json: bool) -> ExitCode {
         }
         Err(e) => failure(e),
     }
+}
+
+fn run_stats(addr: &str, json: bool, timeout: f64) -> ExitCode {
+    use sitenet::services::{StatsQuery, StatsReply};
+    if let Err(e) = addr.parse::<Address>() {
+        return usage(e);
+    }
+    let timeout = match seconds("timeout", timeout) {
+        Ok(t) => t,
+        Err(e) => return usage(e),
+    };
+    let (_node, site) = match client(addr, |c| c.connect_timeout = timeout) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let reply = site.request_blocking::<StatsQuery, StatsReply>(
+        &StatsQuery,
+        SendOptions::priority(sitenet::Priority::High),
+        timeout,
+    );
+    let json_text = match reply {
+        Ok(r) => r.msg.json,
+        Err(e) => return failure(format!("{addr} did not answer: {e}")),
+    };
+    if json {
+        println!("{json_text}");
+        return ExitCode::SUCCESS;
+    }
+    let v: serde_json::Value = match serde_json::from_str(&json_text) {
+        Ok(v) => v,
+        Err(e) => return failure(format!("{addr} answered with malformed stats: {e}")),
+    };
+    let s = &v["slots"];
+    println!(
+        "slots: {} in use of {} (weak {}), {} waiting, peak {}; policy {}; {} accepts refused",
+        s["in_use"],
+        s["hard"],
+        s["weak"],
+        s["waiting"],
+        s["peak_in_use"],
+        s["policy"],
+        s["accepts_refused"]
+    );
+    println!(
+        "transport: {} bytes of buffers (peak {}), bound {}",
+        v["transport_bytes"], v["transport_bytes_peak"], v["transport_bytes_bound"]
+    );
+    println!(
+        "sites: {} live, {} idle, {} reclaimed",
+        v["sites_live"], v["sites_idle"], v["sites_reclaimed"]
+    );
+    for site in v["per_site"].as_array().into_iter().flatten() {
+        println!(
+            "  {} {}: sent {} msgs ({} bytes) by level 1-4, received {}, retransmitted {}, reconnects {}, preemptions {}, queue {}",
+            site["site"].as_str().unwrap_or("?"),
+            if site["connected"] == true { "connected" } else { "idle" },
+            site["messages_sent"],
+            site["bytes_sent"],
+            site["messages_received"],
+            site["retransmitted"],
+            site["reconnects"],
+            site["preemptions"],
+            site["queue_depth"],
+        );
+    }
+    ExitCode::SUCCESS
 }

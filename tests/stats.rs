@@ -1,0 +1,55 @@
+//! `Node::stats`: slots, transport memory against its bound, sites, and
+//! per-site counters that follow the traffic.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use sitenet::{Node, Priority, SendOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_follow_the_traffic_by_level_and_keep_their_bounds() {
+    let server = listening_node();
+    let sink = Sink::install(&server, 30, None);
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    for seq in 0..10 {
+        for (stream, p) in [
+            (0, Priority::Low),
+            (1, Priority::Medium),
+            (2, Priority::High),
+        ] {
+            site.send_with(
+                &Numbered { stream, seq },
+                SendOptions::priority(p).body(vec![0u8; 100]),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    sink.wait().await;
+    site.flush(PATIENCE).await.unwrap();
+    // Counters are published within a few milliseconds of the last event.
+    let deadline = Instant::now() + PATIENCE;
+    let per_site = loop {
+        let s = client.stats();
+        let p = s.per_site.into_iter().next().expect("one site");
+        if p.messages_sent == [0, 10, 10, 10] || Instant::now() > deadline {
+            break p;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(per_site.messages_sent, [0, 10, 10, 10], "{per_site:?}");
+    assert!(per_site.bytes_sent[1] >= 10 * 100);
+    assert_eq!(per_site.queue_depth, 0);
+    assert!(per_site.connected);
+    let s = client.stats();
+    assert_eq!((s.sites_live, s.sites_idle), (1, 0));
+    assert!(s.transport_bytes > 0 && s.transport_bytes <= s.transport_bytes_bound);
+    assert!(s.transport_bytes_peak >= s.transport_bytes);
+    assert!(s.slots.in_use >= 1);
+    let srv = server.stats();
+    let from_client = &srv.per_site[0];
+    assert_eq!(from_client.messages_received, [0, 10, 10, 10]);
+}
