@@ -307,3 +307,38 @@ fn stats_asks_a_running_node_for_its_resources() {
         .unwrap();
     assert_eq!(bad.code(), Some(2));
 }
+
+/// `--plot` draws a run and `--sweep` runs several sizes and draws them.
+#[test]
+fn stress_draws_a_run_and_a_sweep_as_svg() {
+    let dir = std::env::temp_dir().join(format!("sitenet-plot-{}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run_svg = dir.join("run.svg");
+    let status = Command::new(BIN)
+        .args(["stress", "--clients", "6", "--slots", "3", "--duration", "1"])
+        .arg("--plot")
+        .arg(&run_svg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(std::fs::read_to_string(&run_svg).unwrap().starts_with("<svg"));
+
+    let sweep_svg = dir.join("sweep.svg");
+    let out = Command::new(BIN)
+        .args(["stress", "--sweep", "2,5", "--slots", "3", "--rounds", "3", "--json"])
+        .arg("--plot")
+        .arg(&sweep_svg)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = v["sweep"].as_array().expect("a sweep array");
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[1]["clients"], 5);
+    assert_eq!(runs[1]["lost"], 0);
+    assert!(std::fs::read_to_string(&sweep_svg).unwrap().starts_with("<svg"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,6 +14,7 @@ fn small(policy: &str, seed: u64) -> StressConfig {
         duration: Duration::from_millis(1500),
         cut_rate: 5.0,
         seed,
+        rounds: None,
     }
 }
 
@@ -50,4 +51,20 @@ fn options_that_cannot_work_are_refused() {
     c.slots = 5;
     c.clients = 0;
     assert!(run(&c, |_| {}).is_err());
+}
+
+#[test]
+fn a_run_with_fixed_rounds_ends_when_every_client_is_done() {
+    let cfg = StressConfig {
+        rounds: Some(5),
+        duration: Duration::from_secs(120),
+        cut_rate: 0.0,
+        ..small("default", 3)
+    };
+    let r = run(&cfg, |_| {}).expect("the run starts");
+    assert!(r.failures().is_empty(), "{:?}", r.failures());
+    // 16 clients x 5 bursts of 8 messages and one probe each.
+    assert_eq!(r.sent, 16 * 5 * 8);
+    assert_eq!(r.round_trips, 16 * 5);
+    assert!(r.duration_s < 120.0, "ended with the work, not the clock");
 }

@@ -25,6 +25,10 @@ const BIG_MAX: usize = 4 << 20;
 pub(crate) struct Shared {
     pub(crate) start: Instant,
     stop: AtomicBool,
+    /// Bursts per client, if the run has a fixed amount of work.
+    rounds: Option<u64>,
+    /// Clients that finished their rounds.
+    finished: AtomicU64,
     /// Messages queued by all clients.
     pub(crate) sent: AtomicU64,
     /// Every probe's round trip, µs.
@@ -40,10 +44,12 @@ fn histogram() -> Histogram<u64> {
 }
 
 impl Shared {
-    pub(crate) fn new(_duration: Duration) -> Self {
+    pub(crate) fn new(rounds: Option<u64>) -> Self {
         Self {
             start: Instant::now(),
             stop: AtomicBool::new(false),
+            rounds,
+            finished: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             rtt: Mutex::new(histogram()),
             window: Mutex::new(histogram()),
@@ -57,6 +63,11 @@ impl Shared {
 
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Clients that finished their rounds.
+    pub(crate) fn done(&self) -> usize {
+        self.finished.load(Ordering::Relaxed) as usize
     }
 
     fn record_rtt(&self, d: Duration) {
@@ -104,7 +115,9 @@ pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Share
     let mut rng = StdRng::seed_from_u64(seed);
     let mut seq = [0u64; 5];
     let mut last_big: Option<Instant> = None;
-    'run: while !shared.stopped() {
+    let mut rounds = 0u64;
+    'run: while !shared.stopped() && shared.rounds.is_none_or(|r| rounds < r) {
+        rounds += 1;
         for _ in 0..BURST {
             // At most one multi-MiB message per client every few seconds.
             let big_allowed = last_big.is_none_or(|t| t.elapsed() > Duration::from_secs(3));
@@ -143,6 +156,7 @@ pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Share
             Err(e) => tracing::warn!(client, error = %e, "stress probe failed"),
         }
     }
+    shared.finished.fetch_add(1, Ordering::Relaxed);
     // Everything queued must be acknowledged: the run then checks that the
     // server delivered exactly what was sent.
     loop {

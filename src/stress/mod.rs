@@ -38,6 +38,10 @@ pub struct StressConfig {
     pub cut_rate: f64,
     /// Seeds the workload and the cuts: a run can be replayed.
     pub seed: u64,
+    /// If set, each client stops after this many bursts (a fixed amount of
+    /// work, for comparing runs of different sizes: `--sweep`); the run
+    /// ends when every client is done, or at `duration`.
+    pub rounds: Option<u64>,
 }
 
 impl Default for StressConfig {
@@ -49,6 +53,7 @@ impl Default for StressConfig {
             duration: Duration::from_secs(20),
             cut_rate: 2.0,
             seed: 1,
+            rounds: None,
         }
     }
 }
@@ -149,7 +154,8 @@ pub struct StressReport {
     pub policy: String,
     /// The seed (replays the workload and the cuts).
     pub seed: u64,
-    /// Seconds the clients sent.
+    /// Seconds the clients sent (the configured duration, or less when
+    /// every client finished its rounds first).
     pub duration_s: f64,
     /// Seconds the whole run took, draining included.
     pub elapsed_s: f64,
@@ -272,7 +278,7 @@ pub fn run(
         .enable_all()
         .build()
         .map_err(|e| StressError::Config(format!("cannot start a runtime: {e}")))?;
-    let shared = Arc::new(client::Shared::new(cfg.duration));
+    let shared = Arc::new(client::Shared::new(cfg.rounds));
     let mut clients = Vec::with_capacity(cfg.clients);
     let mut tasks = Vec::with_capacity(cfg.clients);
     for i in 0..cfg.clients {
@@ -317,10 +323,11 @@ pub fn run(
         });
         p
     };
-    while start.elapsed() < cfg.duration {
+    while start.elapsed() < cfg.duration && shared.done() < cfg.clients {
         std::thread::sleep(Duration::from_millis(100));
         progress(&sample(false, &mut timeline));
     }
+    let sending = start.elapsed().min(cfg.duration);
     shared.stop();
     if let Some(c) = cuts {
         let _ = rt.block_on(c);
@@ -376,7 +383,7 @@ pub fn run(
         idle_site_bytes,
         policy: cfg.policy.clone(),
         seed: cfg.seed,
-        duration_s: cfg.duration.as_secs_f64(),
+        duration_s: sending.as_secs_f64(),
         elapsed_s: elapsed.as_secs_f64(),
         timeline,
     };

@@ -104,6 +104,7 @@ enum Cmd {
     },
 }
 
+mod plot;
 mod stress;
 
 fn main() -> ExitCode {

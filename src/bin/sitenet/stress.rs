@@ -32,9 +32,23 @@ pub(crate) struct Args {
     /// Seed of the workload and the cuts (random if not given; printed).
     #[arg(long)]
     seed: Option<u64>,
-    /// Print the report as one JSON object.
+    /// Each client stops after this many bursts of 8 messages and a probe
+    /// (a fixed amount of work); the run ends when all are done or at
+    /// --duration. --sweep uses 20 unless given.
+    #[arg(long)]
+    rounds: Option<u64>,
+    /// Print the report as one JSON object (with --sweep: {"sweep": [...]}).
     #[arg(long)]
     json: bool,
+    /// Draw the run as an SVG: round trip over time, slots in use,
+    /// preemptions (with --sweep: round trip and total time against the
+    /// number of clients).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
+    /// Run once per number of clients in this list (e.g. 10,50,200,1000),
+    /// each client doing the same work, and report them together.
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    sweep: Vec<usize>,
 }
 
 pub(crate) fn run(a: Args) -> ExitCode {
@@ -57,18 +71,49 @@ pub(crate) fn run(a: Args) -> ExitCode {
         duration: Duration::from_secs_f64(a.duration),
         cut_rate: a.cut_rate,
         seed: a.seed.unwrap_or_else(rand::random),
+        rounds: a.rounds,
     };
+    if !a.sweep.is_empty() {
+        return run_sweep(cfg, &a.sweep, a.json, a.plot.as_deref());
+    }
     eprintln!(
         "sitenet stress: {} clients, server slot limit {}, policy {}, {} s over {}, {} cuts/s, seed {}",
         cfg.clients, cfg.slots, cfg.policy, a.duration, a.transport, cfg.cut_rate, cfg.seed
     );
+    let r = run_with_bar(&cfg);
+    let report = match r {
+        Ok(r) => r,
+        Err(stress::StressError::Config(e)) => return crate::usage(e),
+        Err(e) => return crate::failure(e),
+    };
+    if let Some(path) = &a.plot {
+        if let Err(e) = crate::plot::run(&report, path) {
+            return crate::failure(e);
+        }
+        eprintln!("sitenet stress: plot written to {}", path.display());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&report).expect("serialisable"));
+    } else {
+        print_report(&report);
+    }
+    let failures = report.failures();
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        crate::failure(format!("stress failed: {}", failures.join("; ")))
+    }
+}
+
+/// One run with a progress bar (shown on a terminal only).
+fn run_with_bar(cfg: &StressConfig) -> Result<StressReport, stress::StressError> {
     let bar = ProgressBar::new(cfg.duration.as_millis() as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {msg}")
             .expect("valid template")
             .progress_chars("=> "),
     );
-    let r = stress::run(&cfg, |p| {
+    let r = stress::run(cfg, |p| {
         bar.set_position(p.elapsed.as_millis().min(p.duration.as_millis()) as u64);
         bar.set_message(format!(
             "{}delivered {}/{}, slots {}, preemptions {}",
@@ -80,17 +125,54 @@ pub(crate) fn run(a: Args) -> ExitCode {
         ));
     });
     bar.finish_and_clear();
-    let report = match r {
-        Ok(r) => r,
-        Err(stress::StressError::Config(e)) => return crate::usage(e),
-        Err(e) => return crate::failure(e),
-    };
-    if a.json {
-        println!("{}", serde_json::to_string(&report).expect("serialisable"));
-    } else {
-        print_report(&report);
+    r
+}
+
+fn run_sweep(
+    mut cfg: StressConfig,
+    clients: &[usize],
+    json: bool,
+    plot: Option<&std::path::Path>,
+) -> ExitCode {
+    cfg.rounds = cfg.rounds.or(Some(20));
+    let mut reports = Vec::new();
+    for &n in clients {
+        cfg.clients = n;
+        eprintln!("sitenet stress: sweep, {n} clients");
+        match run_with_bar(&cfg) {
+            Ok(r) => reports.push(r),
+            Err(stress::StressError::Config(e)) => return crate::usage(e),
+            Err(e) => return crate::failure(e),
+        }
     }
-    let failures = report.failures();
+    if let Some(path) = plot {
+        if let Err(e) = crate::plot::sweep(&reports, path) {
+            return crate::failure(e);
+        }
+        eprintln!("sitenet stress: plot written to {}", path.display());
+    }
+    if json {
+        let v = serde_json::json!({ "sweep": reports });
+        println!("{v}");
+    } else {
+        println!("clients  rtt_p50_ms  rtt_p99_ms  total_s  sent  lost  preemptions");
+        for r in &reports {
+            println!(
+                "{:>7}  {:>10.2}  {:>10.2}  {:>7.2}  {:>4}  {:>4}  {:>11}",
+                r.clients,
+                r.rtt_p50_us as f64 / 1000.0,
+                r.rtt_p99_us as f64 / 1000.0,
+                r.elapsed_s,
+                r.sent,
+                r.lost,
+                r.preemptions
+            );
+        }
+    }
+    let failures: Vec<String> = reports
+        .iter()
+        .flat_map(|r| r.failures().into_iter().map(move |f| format!("{} clients: {f}", r.clients)))
+        .collect();
     if failures.is_empty() {
         ExitCode::SUCCESS
     } else {
