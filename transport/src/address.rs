@@ -1,7 +1,22 @@
-//! Addresses: `tcp:HOST:PORT` (and later `unix:PATH`, `mem:NAME`).
+//! Addresses: where a site can be reached, in one text form used on the
+//! command line, in logs and in the listen lists peers exchange.
+//!
+//! - `tcp:HOST:PORT` — TCP (`tcp:127.0.0.1:7000`, `tcp:[::1]:7000`; port 0
+//!   picks a free port when listening).
+//! - `unix:PATH` — a Unix domain socket at `PATH` (`unix:/run/sitenet.sock`):
+//!   sites on one machine without the TCP stack or a port to allocate.
+//! - `mem:NAME` — an in-process channel registered under `NAME`
+//!   (`mem:node-a`): many sites in one process with no file descriptor at
+//!   all (see [`crate::mem`]). Names are process-wide; tests take fresh ones
+//!   from [`Address::unique_mem`].
+//!
+//! Parsing never guesses: an unknown or missing scheme, or an empty path or
+//! name, is an [`AddressError`] whose message shows the expected forms.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use thiserror::Error;
 
@@ -10,7 +25,11 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AddressError {
     /// No `scheme:` prefix, or one sitenet does not know.
-    #[error("address {0:?} has no known scheme: expected tcp:HOST:PORT (for example tcp:127.0.0.1:7000)")]
+    #[error(
+        "address {0:?} has no known scheme: expected tcp:HOST:PORT (for example tcp:127.0.0.1:7000), \
+         unix:PATH (a Unix socket, for example unix:/tmp/sitenet.sock) \
+         or mem:NAME (an in-process channel, for example mem:node-a)"
+    )]
     Scheme(String),
     /// The part after `tcp:` is not `HOST:PORT`.
     #[error("address {0:?} is not tcp:HOST:PORT (IPv6 hosts go in brackets: tcp:[::1]:7000)")]
@@ -26,6 +45,14 @@ pub enum AddressError {
     /// The host is empty.
     #[error("address {0:?} has an empty host")]
     EmptyHost(String),
+    /// `unix:` with nothing after it: a socket needs a file path.
+    #[error(
+        "address {0:?} has an empty path: expected unix:PATH (for example unix:/tmp/sitenet.sock)"
+    )]
+    EmptyPath(String),
+    /// `mem:` with nothing after it: an in-process listener is found by name.
+    #[error("address {0:?} has an empty name: expected mem:NAME (for example mem:node-a)")]
+    EmptyName(String),
 }
 
 /// Where a site can be reached. Canonical text form via `Display`, which is
@@ -39,6 +66,19 @@ pub enum Address {
         /// Port.
         port: u16,
     },
+    /// A Unix domain socket: the path of the socket file. Binding replaces
+    /// a stale socket file that no one listens on, never a live one.
+    Unix {
+        /// The socket file (relative paths are relative to the working
+        /// directory of the process that binds or connects).
+        path: PathBuf,
+    },
+    /// An in-process channel: the name a [`MemListener`](crate::mem::MemListener)
+    /// is registered under in this process. Meaningless to other processes.
+    Mem {
+        /// The registered name (not empty once parsed).
+        name: String,
+    },
 }
 
 impl Address {
@@ -50,19 +90,55 @@ impl Address {
         }
     }
 
-    /// The `host:port` string for socket APIs.
+    /// A Unix socket address. Not checked here: binding or connecting an
+    /// empty path fails with `InvalidInput`.
+    pub fn unix(path: impl Into<PathBuf>) -> Self {
+        Self::Unix { path: path.into() }
+    }
+
+    /// An in-process address. Not checked here: binding or connecting an
+    /// empty name fails with `InvalidInput`.
+    pub fn mem(name: impl Into<String>) -> Self {
+        Self::Mem { name: name.into() }
+    }
+
+    /// A `mem:` address whose name no listener has now and that this
+    /// function never returned before in this process: `mem:PREFIX#N`.
+    /// The `mem:` counterpart of port 0, for tests and for nodes that only
+    /// need *some* in-process address. Hand-picked names of the form
+    /// `PREFIX#N` could still collide with a later call; avoid them.
+    pub fn unique_mem(prefix: &str) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        loop {
+            let name = format!("{prefix}#{}", NEXT.fetch_add(1, Ordering::Relaxed));
+            if !crate::mem::MemListener::is_bound(&name) {
+                return Self::Mem { name };
+            }
+        }
+    }
+
+    /// The string a socket API takes: `host:port` for TCP (IPv6 hosts in
+    /// brackets), the path for Unix (lossily converted if it is not UTF-8),
+    /// the name for mem.
     pub fn socket_string(&self) -> String {
         match self {
             Self::Tcp { host, port } if host.contains(':') => format!("[{host}]:{port}"),
             Self::Tcp { host, port } => format!("{host}:{port}"),
+            Self::Unix { path } => path.display().to_string(),
+            Self::Mem { name } => name.clone(),
         }
     }
 }
 
 impl fmt::Display for Address {
+    /// The canonical text form, `tcp:HOST:PORT`, `unix:PATH` or `mem:NAME`,
+    /// which parses back to the same address (a non-UTF-8 Unix path is
+    /// shown lossily and does not).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Tcp { .. } => write!(f, "tcp:{}", self.socket_string()),
+            Self::Unix { path } => write!(f, "unix:{}", path.display()),
+            Self::Mem { name } => write!(f, "mem:{name}"),
         }
     }
 }
@@ -70,7 +146,23 @@ impl fmt::Display for Address {
 impl FromStr for Address {
     type Err = AddressError;
 
+    /// Parses `tcp:HOST:PORT`, `unix:PATH` (everything after `unix:` is the
+    /// path, taken literally) or `mem:NAME` (everything after `mem:`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(AddressError::EmptyPath(s.to_string()));
+            }
+            return Ok(Self::Unix { path: path.into() });
+        }
+        if let Some(name) = s.strip_prefix("mem:") {
+            if name.is_empty() {
+                return Err(AddressError::EmptyName(s.to_string()));
+            }
+            return Ok(Self::Mem {
+                name: name.to_string(),
+            });
+        }
         let Some(rest) = s.strip_prefix("tcp:") else {
             return Err(AddressError::Scheme(s.to_string()));
         };
@@ -155,5 +247,60 @@ mod tests {
         ));
         let msg = "bogus".parse::<Address>().unwrap_err().to_string();
         assert!(msg.contains("tcp:HOST:PORT"), "{msg}");
+        assert!(msg.contains("unix:PATH"), "{msg}");
+        assert!(msg.contains("mem:NAME"), "{msg}");
+    }
+
+    #[test]
+    fn unix_and_mem_round_trip() {
+        let u: Address = "unix:/tmp/sitenet test.sock".parse().unwrap();
+        assert_eq!(u, Address::unix("/tmp/sitenet test.sock"));
+        assert_eq!(u.to_string(), "unix:/tmp/sitenet test.sock");
+        assert_eq!(u.socket_string(), "/tmp/sitenet test.sock");
+        let r: Address = "unix:relative/s".parse().unwrap();
+        assert_eq!(r.to_string().parse::<Address>().unwrap(), r);
+
+        let m: Address = "mem:node-a".parse().unwrap();
+        assert_eq!(m, Address::mem("node-a"));
+        assert_eq!(m.to_string(), "mem:node-a");
+        // Everything after the scheme is the name, colons included.
+        let m2: Address = "mem:a:b".parse().unwrap();
+        assert_eq!(m2, Address::mem("a:b"));
+        assert_eq!(m2.to_string().parse::<Address>().unwrap(), m2);
+
+        let x = Address::unique_mem("t");
+        let y = Address::unique_mem("t");
+        assert_ne!(x, y);
+        assert_eq!(x.to_string().parse::<Address>().unwrap(), x);
+    }
+
+    #[test]
+    fn unix_and_mem_clear_errors() {
+        let e = "unix:".parse::<Address>().unwrap_err();
+        assert_eq!(e, AddressError::EmptyPath("unix:".into()));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("empty path") && msg.contains("unix:PATH"),
+            "{msg}"
+        );
+
+        let e = "mem:".parse::<Address>().unwrap_err();
+        assert_eq!(e, AddressError::EmptyName("mem:".into()));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("empty name") && msg.contains("mem:NAME"),
+            "{msg}"
+        );
+
+        // Scheme names are exact: no case folding, no URL forms.
+        for bad in ["UNIX:/x", "mem", "memory:x", "file:/x", ""] {
+            let msg = bad.parse::<Address>().unwrap_err().to_string();
+            assert!(
+                msg.contains("tcp:HOST:PORT")
+                    && msg.contains("unix:PATH")
+                    && msg.contains("mem:NAME"),
+                "{bad:?}: {msg}"
+            );
+        }
     }
 }

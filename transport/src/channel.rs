@@ -1,17 +1,38 @@
 //! [`Channel`]: one reliable ordered byte channel, used through readiness
-//! (`readable`/`writable`) and non-blocking `try_read`/`try_write`.
+//! (`readable`/`writable`) and non-blocking `try_read`/`try_write2`, and the
+//! [`Listener`]s that accept them.
 //!
 //! The channel driver owns the two ByteBuffers and moves bytes between them
 //! and the channel with the `try_*` calls, so reads and writes are independent
 //! (reads never wait behind writes) and no buffer grows.
+//!
+//! Three kinds, one behaviour — the driver and the fault injector never ask
+//! which kind they hold:
+//!
+//! - TCP ([`Channel::Tcp`], `tcp:HOST:PORT`), with TCP_NODELAY;
+//! - Unix domain sockets ([`Channel::Unix`], `unix:PATH`), for sites on one
+//!   machine;
+//! - in-process pipes ([`Channel::Mem`], `mem:NAME`), for many sites in one
+//!   process without file descriptors (see [`crate::mem`]).
+//!
+//! In each, `try_read` returning `Ok(0)` is the end of the stream and
+//! `WouldBlock` means "await readiness"; a write after the peer is gone fails
+//! (`BrokenPipe` or a reset).
+//!
+//! [`BoundListener`] binds synchronously (so a node can report its real
+//! address before any runtime runs) and becomes a [`Listener`] on the runtime
+//! thread.
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 use crate::address::Address;
 use crate::fault::FaultyChannel;
+use crate::mem::{MemChannel, MemListener};
 
 /// A connected byte channel. Cheap readiness futures take `&self`, so the
 /// driver can await readability and writability concurrently.
@@ -19,13 +40,21 @@ use crate::fault::FaultyChannel;
 pub enum Channel {
     /// A TCP connection (TCP_NODELAY set).
     Tcp(TcpStream),
+    /// A Unix domain socket connection: like TCP, without the network stack,
+    /// for sites on one machine.
+    Unix(UnixStream),
+    /// An in-process channel (two bounded byte pipes, no file descriptor),
+    /// for many sites in one process.
+    Mem(MemChannel),
     /// Another channel wrapped by a [`FaultInjector`](crate::FaultInjector),
     /// for tests: cuts, delay and black holes on command.
     Faulty(FaultyChannel),
 }
 
 impl Channel {
-    /// Connects to `addr`.
+    /// Connects to `addr`. A `mem:` address connects to a listener of this
+    /// process (`ConnectionRefused` if there is none by that name); an empty
+    /// Unix path or mem name is `InvalidInput`.
     pub async fn connect(addr: &Address) -> io::Result<Self> {
         match addr {
             Address::Tcp { .. } => {
@@ -33,6 +62,11 @@ impl Channel {
                 s.set_nodelay(true)?;
                 Ok(Self::Tcp(s))
             }
+            Address::Unix { path } => {
+                check_path(path)?;
+                Ok(Self::Unix(UnixStream::connect(path).await?))
+            }
+            Address::Mem { name } => Ok(Self::Mem(MemChannel::connect(name)?)),
         }
     }
 
@@ -40,6 +74,8 @@ impl Channel {
     pub async fn readable(&self) -> io::Result<()> {
         match self {
             Self::Tcp(s) => s.readable().await,
+            Self::Unix(s) => s.readable().await,
+            Self::Mem(m) => m.readable().await,
             // Boxed: a faulty channel wraps a `Channel`, so the futures nest.
             Self::Faulty(f) => Box::pin(f.readable()).await,
         }
@@ -49,6 +85,8 @@ impl Channel {
     pub async fn writable(&self) -> io::Result<()> {
         match self {
             Self::Tcp(s) => s.writable().await,
+            Self::Unix(s) => s.writable().await,
+            Self::Mem(m) => m.writable().await,
             Self::Faulty(f) => Box::pin(f.writable()).await,
         }
     }
@@ -58,6 +96,8 @@ impl Channel {
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Self::Tcp(s) => s.try_read(buf),
+            Self::Unix(s) => s.try_read(buf),
+            Self::Mem(m) => m.try_read(buf),
             Self::Faulty(f) => f.try_read(buf),
         }
     }
@@ -72,17 +112,36 @@ impl Channel {
                     s.try_write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
                 }
             }
+            Self::Unix(s) => {
+                if b.is_empty() {
+                    s.try_write(a)
+                } else {
+                    s.try_write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
+                }
+            }
+            Self::Mem(m) => m.try_write2(a, b),
             Self::Faulty(f) => f.try_write2(a, b),
         }
     }
 
-    /// The peer's address, for logs.
+    /// The peer's address, for logs: `tcp:IP:PORT`; `unix:PATH` on the
+    /// connecting side of a Unix socket and `unix:(client)` on the accepting
+    /// side (clients have no name); `mem:NAME` on the connecting side of a
+    /// mem channel and `mem:(client N)` on the accepting side.
     pub fn peer(&self) -> String {
         match self {
             Self::Tcp(s) => s
                 .peer_addr()
                 .map(|a| format!("tcp:{a}"))
                 .unwrap_or_else(|_| "tcp:?".into()),
+            Self::Unix(s) => match s.peer_addr() {
+                Ok(a) => match a.as_pathname() {
+                    Some(p) => format!("unix:{}", p.display()),
+                    None => "unix:(client)".into(),
+                },
+                Err(_) => "unix:?".into(),
+            },
+            Self::Mem(m) => m.peer(),
             Self::Faulty(f) => f.peer(),
         }
     }
@@ -93,14 +152,28 @@ impl Channel {
 pub enum Listener {
     /// A TCP listener.
     Tcp(TcpListener),
+    /// A Unix domain socket listener. The socket file stays after the
+    /// listener is dropped (as with any Unix socket); the next bind at that
+    /// path replaces it because no one listens there any more.
+    Unix(UnixListener),
+    /// A registered in-process name; dropping it frees the name.
+    Mem(MemListener),
 }
 
 impl Listener {
     /// Binds `addr` (port 0 picks a free port; [`local_address`](Self::local_address)
-    /// tells which).
+    /// tells which). For Unix sockets, a stale socket file at the path (one
+    /// no one listens on) is replaced; a live one is `AddrInUse` (found by
+    /// connecting to it, so the live listener accepts one connection that
+    /// ends at once). A mem name already bound in this process is
+    /// `AddrInUse`.
     pub async fn bind(addr: &Address) -> io::Result<Self> {
         match addr {
             Address::Tcp { .. } => Ok(Self::Tcp(TcpListener::bind(addr.socket_string()).await?)),
+            // Sync binds, then registration with this task's runtime.
+            Address::Unix { .. } | Address::Mem { .. } => {
+                BoundListener::bind(addr)?.into_listener()
+            }
         }
     }
 
@@ -111,6 +184,8 @@ impl Listener {
                 let a: SocketAddr = l.local_addr()?;
                 Ok(Address::tcp(a.ip().to_string(), a.port()))
             }
+            Self::Unix(l) => unix_address(l.local_addr()?.as_pathname()),
+            Self::Mem(l) => Ok(Address::mem(l.name())),
         }
     }
 
@@ -122,6 +197,8 @@ impl Listener {
                 s.set_nodelay(true)?;
                 Ok(Channel::Tcp(s))
             }
+            Self::Unix(l) => Ok(Channel::Unix(l.accept().await?.0)),
+            Self::Mem(l) => Ok(Channel::Mem(l.accept().await?)),
         }
     }
 }
@@ -131,29 +208,136 @@ impl Listener {
 /// runtime thread.
 #[derive(Debug)]
 pub struct BoundListener {
-    inner: std::net::TcpListener,
+    inner: Bound,
+}
+
+#[derive(Debug)]
+enum Bound {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+    /// Registered already: needs no runtime at all.
+    Mem(MemListener),
 }
 
 impl BoundListener {
-    /// Binds `addr` now (port 0 picks a free port).
+    /// Binds `addr` now (port 0 picks a free port; a stale Unix socket file
+    /// is replaced, a live one is `AddrInUse`; a mem name is registered at
+    /// once, `AddrInUse` if taken).
     pub fn bind(addr: &Address) -> io::Result<Self> {
-        match addr {
+        let inner = match addr {
             Address::Tcp { .. } => {
                 let l = std::net::TcpListener::bind(addr.socket_string())?;
                 l.set_nonblocking(true)?;
-                Ok(Self { inner: l })
+                Bound::Tcp(l)
             }
-        }
+            Address::Unix { path } => {
+                let l = bind_unix(path)?;
+                l.set_nonblocking(true)?;
+                Bound::Unix(l)
+            }
+            Address::Mem { name } => Bound::Mem(MemListener::bind(name)?),
+        };
+        Ok(Self { inner })
     }
 
     /// The address actually bound, with the real port.
     pub fn local_address(&self) -> io::Result<Address> {
-        let a = self.inner.local_addr()?;
-        Ok(Address::tcp(a.ip().to_string(), a.port()))
+        match &self.inner {
+            Bound::Tcp(l) => {
+                let a = l.local_addr()?;
+                Ok(Address::tcp(a.ip().to_string(), a.port()))
+            }
+            Bound::Unix(l) => unix_address(l.local_addr()?.as_pathname()),
+            Bound::Mem(l) => Ok(Address::mem(l.name())),
+        }
     }
 
     /// Registers the socket with the calling thread's tokio runtime.
     pub fn into_listener(self) -> io::Result<Listener> {
-        Ok(Listener::Tcp(TcpListener::from_std(self.inner)?))
+        Ok(match self.inner {
+            Bound::Tcp(l) => Listener::Tcp(TcpListener::from_std(l)?),
+            Bound::Unix(l) => Listener::Unix(UnixListener::from_std(l)?),
+            Bound::Mem(l) => Listener::Mem(l),
+        })
     }
+}
+
+fn check_path(path: &Path) -> io::Result<()> {
+    if path.as_os_str().is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a unix: address needs a path (unix:PATH)",
+        ));
+    }
+    Ok(())
+}
+
+fn unix_address(path: Option<&Path>) -> io::Result<Address> {
+    path.map(Address::unix).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            "the Unix socket has no path (unnamed)",
+        )
+    })
+}
+
+/// Binds a Unix socket at `path`. A socket file already there is removed
+/// and the bind retried only if connecting to it is refused (a stale file
+/// left by a listener that died); if someone listens there, or the file is
+/// not a socket, the bind fails with `AddrInUse` and the file is left alone.
+/// A live listener sees that probe as a connection closed before sending
+/// a byte (an anonymous channel that ends at once).
+///
+/// Two processes replacing the same stale file at the same instant could
+/// both succeed, the second unlinking the first's fresh socket; sites that
+/// share a path must not start at the same time.
+fn bind_unix(path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::net::UnixListener;
+    check_path(path)?;
+    let in_use = match UnixListener::bind(path) {
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => e,
+        other => return other,
+    };
+    let busy = |why: &str| {
+        io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("cannot bind unix:{}: {why} ({in_use})", path.display()),
+        )
+    };
+    let is_socket = std::fs::symlink_metadata(path)
+        .map(|m| m.file_type().is_socket())
+        .unwrap_or(false);
+    if !is_socket {
+        return Err(busy("the path exists and is not a socket"));
+    }
+    match probe_unix(path) {
+        Ok(()) => Err(busy("another listener is live there")),
+        // A listener whose backlog is full: live, just busy.
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            Err(busy("another listener is live there"))
+        }
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            tracing::debug!(path = %path.display(), "replacing a stale Unix socket file");
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            UnixListener::bind(path)
+        }
+        // Removed between the bind and the probe: the path is free now.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => UnixListener::bind(path),
+        Err(e) => Err(busy(&format!("probing it failed: {e}"))),
+    }
+}
+
+/// Connects to the Unix socket at `path` without blocking (a plain connect
+/// would block while a live listener's backlog is full): `Ok` if a listener
+/// took the connection, `WouldBlock` if one is live but its backlog is
+/// full, `ConnectionRefused` if no one listens there.
+fn probe_unix(path: &Path) -> io::Result<()> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let s = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    s.set_nonblocking(true)?;
+    s.connect(&SockAddr::unix(path)?)
 }

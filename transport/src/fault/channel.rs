@@ -65,14 +65,20 @@ impl WriteSide {
     }
 }
 
-/// already closed is as cut as it gets.
 /// Shuts a channel down in both directions (the peer sees end of stream,
-/// after the bytes already sent). Errors are ignored: a socket the peer
+/// after the bytes already sent, and its later writes fail), whatever kind
+/// it is. Errors are ignored: a socket the peer already closed is as cut as
+/// it gets.
 pub(super) fn shutdown_both(ch: &Channel) {
     match ch {
+        // socket2: tokio's streams cannot shut down their read half.
         Channel::Tcp(s) => {
             let _ = socket2::SockRef::from(s).shutdown(Shutdown::Both);
         }
+        Channel::Unix(s) => {
+            let _ = socket2::SockRef::from(s).shutdown(Shutdown::Both);
+        }
+        Channel::Mem(m) => m.shutdown(),
         Channel::Faulty(f) => {
             let ws = lock(&f.shared.write);
             f.shared.cut_locked(&ws, "outer channel cut");

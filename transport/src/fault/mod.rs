@@ -12,7 +12,9 @@
 //!
 //! How it plugs in: [`FaultInjector::wrap`] turns any [`Channel`] into a
 //! [`Channel::Faulty`], which the channel driver uses exactly like any other
-//! channel (`readable`/`try_read`/`writable`/`try_write2`/`peer`). The
+//! channel (`readable`/`try_read`/`writable`/`try_write2`/`peer`), whatever
+//! it wraps: TCP, Unix socket or mem channel (a cut shuts a socket down in
+//! both directions, and closes both pipes of a mem channel). The
 //! injector keeps a weak handle to every channel it wrapped, so its controls
 //! ([`cut_all`](FaultInjector::cut_all), [`cut_after`](FaultInjector::cut_after),
 //! [`random_cuts`](FaultInjector::random_cuts),
