@@ -315,7 +315,15 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
     std::fs::create_dir_all(&dir).unwrap();
     let run_svg = dir.join("run.svg");
     let status = Command::new(BIN)
-        .args(["stress", "--clients", "6", "--slots", "3", "--duration", "1"])
+        .args([
+            "stress",
+            "--clients",
+            "6",
+            "--slots",
+            "3",
+            "--duration",
+            "1",
+        ])
         .arg("--plot")
         .arg(&run_svg)
         .stdout(Stdio::null())
@@ -323,11 +331,15 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
         .status()
         .unwrap();
     assert!(status.success());
-    assert!(std::fs::read_to_string(&run_svg).unwrap().starts_with("<svg"));
+    assert!(std::fs::read_to_string(&run_svg)
+        .unwrap()
+        .starts_with("<svg"));
 
     let sweep_svg = dir.join("sweep.svg");
     let out = Command::new(BIN)
-        .args(["stress", "--sweep", "2,5", "--slots", "3", "--rounds", "3", "--json"])
+        .args([
+            "stress", "--sweep", "2,5", "--slots", "3", "--rounds", "3", "--json",
+        ])
         .arg("--plot")
         .arg(&sweep_svg)
         .stderr(Stdio::null())
@@ -339,6 +351,8 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[1]["clients"], 5);
     assert_eq!(runs[1]["lost"], 0);
-    assert!(std::fs::read_to_string(&sweep_svg).unwrap().starts_with("<svg"));
+    assert!(std::fs::read_to_string(&sweep_svg)
+        .unwrap()
+        .starts_with("<svg"));
     let _ = std::fs::remove_dir_all(&dir);
 }

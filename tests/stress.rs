@@ -14,6 +14,7 @@ fn small(policy: &str, seed: u64) -> StressConfig {
         duration: Duration::from_millis(1500),
         cut_rate: 5.0,
         seed,
+        transport: "tcp".into(),
         rounds: None,
     }
 }
@@ -67,4 +68,28 @@ fn a_run_with_fixed_rounds_ends_when_every_client_is_done() {
     assert_eq!(r.sent, 16 * 5 * 8);
     assert_eq!(r.round_trips, 16 * 5);
     assert!(r.duration_s < 120.0, "ended with the work, not the clock");
+}
+
+#[test]
+fn the_stress_runs_over_unix_sockets_and_mem_channels_too() {
+    for transport in ["unix", "mem"] {
+        let cfg = StressConfig {
+            transport: transport.into(),
+            duration: Duration::from_millis(800),
+            ..small("default", 4)
+        };
+        let r = run(&cfg, |_| {}).expect("the run starts");
+        assert!(r.failures().is_empty(), "{transport}: {:?}", r.failures());
+        assert!(r.sent > 0 && r.delivered == r.sent, "{transport}: {r:?}");
+        assert_eq!(r.transport, transport);
+        assert!(
+            r.cuts > 0,
+            "{transport}: the fault injector cuts these channels too"
+        );
+    }
+    let bad = StressConfig {
+        transport: "carrier-pigeon".into(),
+        ..small("default", 4)
+    };
+    assert!(run(&bad, |_| {}).is_err());
 }

@@ -38,6 +38,9 @@ pub struct StressConfig {
     pub cut_rate: f64,
     /// Seeds the workload and the cuts: a run can be replayed.
     pub seed: u64,
+    /// The byte channels: `tcp` (loopback), `unix` (a socket file in the
+    /// temp directory) or `mem` (in-process, no descriptor).
+    pub transport: String,
     /// If set, each client stops after this many bursts (a fixed amount of
     /// work, for comparing runs of different sizes: `--sweep`); the run
     /// ends when every client is done, or at `duration`.
@@ -53,6 +56,7 @@ impl Default for StressConfig {
             duration: Duration::from_secs(20),
             cut_rate: 2.0,
             seed: 1,
+            transport: "tcp".into(),
             rounds: None,
         }
     }
@@ -152,6 +156,8 @@ pub struct StressReport {
     pub idle_site_bytes: u64,
     /// The preemption policy.
     pub policy: String,
+    /// The byte channels used.
+    pub transport: String,
     /// The seed (replays the workload and the cuts).
     pub seed: u64,
     /// Seconds the clients sent (the configured duration, or less when
@@ -251,11 +257,30 @@ pub fn run(
     slot_cfg.preempt_interval = Duration::from_millis(5);
     let idle_site_bytes = measure_idle_site_bytes(5_000)?;
 
+    let listen = match cfg.transport.as_str() {
+        "tcp" => "tcp:127.0.0.1:0".to_string(),
+        "unix" => format!(
+            "unix:{}",
+            std::env::temp_dir()
+                .join(format!(
+                    "sitenet-stress-{}-{:x}.sock",
+                    std::process::id(),
+                    cfg.seed
+                ))
+                .display()
+        ),
+        "mem" => crate::transport::Address::unique_mem("sitenet-stress").to_string(),
+        other => {
+            return Err(StressError::Config(format!(
+                "unknown transport {other:?}: use tcp, unix or mem"
+            )))
+        }
+    };
     let slots = TransController::new(slot_cfg, policy);
     let injector = FaultInjector::new(cfg.seed);
     let checker = Arc::new(Checker::default());
     let server = Node::builder()
-        .listen("tcp:127.0.0.1:0")
+        .listen(listen.clone())
         .configure(|c| {
             quick(c);
             c.trans_controller = Some(slots.clone());
@@ -382,6 +407,7 @@ pub fn run(
         round_trips: rtt.len(),
         idle_site_bytes,
         policy: cfg.policy.clone(),
+        transport: cfg.transport.clone(),
         seed: cfg.seed,
         duration_s: sending.as_secs_f64(),
         elapsed_s: elapsed.as_secs_f64(),
@@ -391,5 +417,8 @@ pub fn run(
         c.shutdown_blocking(Duration::from_millis(200));
     }
     server.shutdown_blocking(Duration::from_millis(200));
+    if let Some(path) = listen.strip_prefix("unix:") {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(report)
 }

@@ -122,7 +122,10 @@ pub(crate) fn sweep(rs: &[StressReport], path: &Path) -> Result<()> {
         .draw()
         .map_err(err)?;
     for (f, color) in [
-        (&(|r: &StressReport| ms(r.rtt_p50_us)) as &dyn Fn(&StressReport) -> f64, BLUE),
+        (
+            &(|r: &StressReport| ms(r.rtt_p50_us)) as &dyn Fn(&StressReport) -> f64,
+            BLUE,
+        ),
         (&|r: &StressReport| ms(r.rtt_p99_us), RED),
     ] {
         c.draw_series(LineSeries::new(
@@ -138,7 +141,10 @@ pub(crate) fn sweep(rs: &[StressReport], path: &Path) -> Result<()> {
     }
     let t_max = rs.iter().map(|r| r.elapsed_s).fold(0.1, f64::max) * 1.1;
     let mut c = ChartBuilder::on(&panels[1])
-        .caption("total time against clients (same work per client)", ("sans-serif", 16))
+        .caption(
+            "total time against clients (same work per client)",
+            ("sans-serif", 16),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(55)

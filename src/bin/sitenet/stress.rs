@@ -17,8 +17,9 @@ pub(crate) struct Args {
     /// fifths of it): the Mozart paper's server had 30.
     #[arg(long, default_value_t = 30)]
     slots: usize,
-    /// The byte channels used.
-    #[arg(long, default_value = "tcp", value_parser = ["tcp"])]
+    /// The byte channels used: TCP loopback, a Unix socket, or in-process
+    /// mem channels (no descriptors).
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "unix", "mem"])]
     transport: String,
     /// The server's preemption policy.
     #[arg(long, default_value = "default", value_parser = ["naive", "default"])]
@@ -71,6 +72,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         duration: Duration::from_secs_f64(a.duration),
         cut_rate: a.cut_rate,
         seed: a.seed.unwrap_or_else(rand::random),
+        transport: a.transport.clone(),
         rounds: a.rounds,
     };
     if !a.sweep.is_empty() {
@@ -171,7 +173,11 @@ fn run_sweep(
     }
     let failures: Vec<String> = reports
         .iter()
-        .flat_map(|r| r.failures().into_iter().map(move |f| format!("{} clients: {f}", r.clients)))
+        .flat_map(|r| {
+            r.failures()
+                .into_iter()
+                .map(move |f| format!("{} clients: {f}", r.clients))
+        })
         .collect();
     if failures.is_empty() {
         ExitCode::SUCCESS
@@ -183,8 +189,8 @@ fn run_sweep(
 fn print_report(r: &StressReport) {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
-        "{} clients, {:.1} s sending ({:.1} s in all), policy {}, seed {}",
-        r.clients, r.duration_s, r.elapsed_s, r.policy, r.seed
+        "{} clients over {}, {:.1} s sending ({:.1} s in all), policy {}, seed {}",
+        r.clients, r.transport, r.duration_s, r.elapsed_s, r.policy, r.seed
     );
     println!(
         "messages: sent {}, delivered {}, lost {}, duplicated {}, reordered {} ({:.1} MiB of bodies)",
