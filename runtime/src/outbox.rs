@@ -206,6 +206,14 @@ impl Outbox {
         }
     }
 
+    /// Completes after bytes are given back (acknowledged, handed back) or
+    /// the outbox closes: what a flush of this one site waits for. Per
+    /// site, so an acknowledgement wakes only that site's waiters — never
+    /// every flusher of the node.
+    pub(crate) fn released(&self) -> tokio::sync::futures::Notified<'_> {
+        self.space.notified()
+    }
+
     /// Closes the outbox: every sender waiting for room, and every later
     /// one, fails at once.
     pub(crate) fn close(&self) {

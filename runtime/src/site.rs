@@ -215,7 +215,7 @@ impl SiteRef {
         let timer = self.node.rt.delay(timeout);
         futures::pin_mut!(timer);
         loop {
-            let notified = self.node.acked.notified();
+            let notified = entry.outbox.released();
             futures::pin_mut!(notified);
             notified.as_mut().enable();
             if let Some(reason) = entry.failure() {
