@@ -32,6 +32,7 @@ pub mod com_object;
 pub mod error;
 pub mod frame;
 pub mod handshake;
+pub mod lane_slots;
 pub mod ledger;
 pub mod link;
 pub mod marshal;

@@ -130,7 +130,7 @@ impl NodeConfig {
 
     pub(crate) fn com(&self) -> sitenet_protocols::ComConfig {
         sitenet_protocols::ComConfig {
-            session: self.session(),
+            session: std::sync::Arc::new(self.session()),
             buffer_size: self.buffer_size,
             max_message: self.max_message_size,
             reconnect_min: self.reconnect_min,

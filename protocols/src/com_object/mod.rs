@@ -61,9 +61,10 @@ mod open;
 mod types;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::rngs::StdRng;
+use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use crate::error::SendError;
@@ -71,7 +72,7 @@ use crate::handshake::Attempt;
 use crate::link::{decide, Decision, LinkView};
 use crate::message::OutMessage;
 use crate::reassembly::ReassemblyBudget;
-use crate::session::{ClosePhase, Session, SessionConfig, SessionEvent, SessionStats};
+use crate::session::{ClosePhase, Session, SessionConfig, SessionEvent};
 use crate::site::SiteId;
 use crate::timer::{Timer, TimerTable};
 
@@ -84,8 +85,9 @@ pub use types::{
 /// [`SessionConfig`].
 #[derive(Debug, Clone)]
 pub struct ComConfig {
-    /// The session's tunables.
-    pub session: SessionConfig,
+    /// The session's tunables (shared: every ComObject of a node points at
+    /// one copy).
+    pub session: Arc<SessionConfig>,
     /// This node's ByteBuffer size: an acceptor answers with the smaller of
     /// it and the initiator's proposal (it may lower, never raise).
     pub buffer_size: u32,
@@ -110,7 +112,7 @@ pub struct ComConfig {
 impl Default for ComConfig {
     fn default() -> Self {
         Self {
-            session: SessionConfig::default(),
+            session: Arc::default(),
             buffer_size: 64 * 1024,
             max_message: 256 * 1024 * 1024,
             reconnect_min: Duration::from_millis(10),
@@ -144,11 +146,14 @@ enum Phase {
 /// The connection logic of one remote site. See the module documentation.
 #[derive(Debug)]
 pub struct ComObject {
-    cfg: ComConfig,
+    /// Shared by the node's ComObjects (an idle site should not carry its
+    /// own copy).
+    cfg: Arc<ComConfig>,
     session: Session,
     phase: Phase,
     timers: TimerTable,
-    rng: StdRng,
+    /// Backoff jitter (a small RNG: a few bytes per site, seeded).
+    rng: SmallRng,
     /// This node's id (the link decision's tie-break).
     local: SiteId,
     /// True if an address of the peer is known, so this side can open.
@@ -186,7 +191,8 @@ pub struct ComObject {
     actions: VecDeque<Action>,
     stats: ComStats,
     /// Session counters at the last activity check.
-    seen: SessionStats,
+    /// (sent, delivered) at the last activity check.
+    seen: (u64, u64),
     /// The link decision (replaceable only by tests that break it on purpose).
     decide: fn(LinkView, &crate::handshake::Negotiate) -> Decision,
 }
@@ -198,7 +204,7 @@ impl ComObject {
     /// `seed` seeds the backoff jitter.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        cfg: ComConfig,
+        cfg: impl Into<Arc<ComConfig>>,
         budget: ReassemblyBudget,
         local: SiteId,
         can_open: bool,
@@ -206,13 +212,14 @@ impl ComObject {
         seed: u64,
         now: Instant,
     ) -> Self {
+        let cfg: Arc<ComConfig> = cfg.into();
         Self {
             session: Session::new(cfg.session.clone(), budget),
             backoff: cfg.reconnect_min,
             cfg,
             phase: Phase::Closed,
             timers: TimerTable::default(),
-            rng: StdRng::seed_from_u64(seed),
+            rng: SmallRng::seed_from_u64(seed),
             local,
             can_open,
             opener,
@@ -230,7 +237,7 @@ impl ComObject {
             closing: false,
             actions: VecDeque::new(),
             stats: ComStats::default(),
-            seen: SessionStats::default(),
+            seen: (0, 0),
             decide,
         }
     }
@@ -528,9 +535,9 @@ impl ComObject {
     fn note_activity(&mut self, now: Instant) {
         self.tick(now);
         let s = self.session.stats();
-        if s.sent != self.seen.sent || s.delivered != self.seen.delivered {
+        if (s.sent, s.delivered) != self.seen {
             self.idle_since = now;
-            self.seen = s;
+            self.seen = (s.sent, s.delivered);
         }
     }
 

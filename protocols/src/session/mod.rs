@@ -61,7 +61,7 @@ use send::Sender;
 /// The state of one remote site. See the module documentation.
 #[derive(Debug)]
 pub struct Session {
-    cfg: SessionConfig,
+    cfg: std::sync::Arc<SessionConfig>,
     send: Sender,
     recv: Receiver,
     ack: AckPolicy,
@@ -83,7 +83,8 @@ pub struct Session {
 
 impl Session {
     /// A session with no channel yet.
-    pub fn new(cfg: SessionConfig, budget: ReassemblyBudget) -> Self {
+    pub fn new(cfg: impl Into<std::sync::Arc<SessionConfig>>, budget: ReassemblyBudget) -> Self {
+        let cfg = cfg.into();
         Self {
             send: Sender::new(cfg.scheduler.clone()),
             recv: Receiver::new(&budget, cfg.max_message),

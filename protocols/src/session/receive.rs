@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use crate::error::ProtocolError;
 use crate::frame::FrameHeader;
+use crate::lane_slots::LaneSlots;
 use crate::message::{InMessage, Prelude};
 use crate::priority::Priority;
 use crate::reassembly::{
@@ -39,7 +40,7 @@ pub(crate) enum DataOutcome {
 pub(crate) struct Receiver {
     /// Highest number received and delivered.
     pub(crate) last_received: u64,
-    reassembly: [Option<Reassembly>; 4],
+    reassembly: LaneSlots<Reassembly>,
     share: BudgetShare,
     max_message: u64,
 }
@@ -56,7 +57,7 @@ impl Receiver {
 
     /// True if a message is partly received on some lane.
     pub(crate) fn has_partial(&self) -> bool {
-        self.reassembly.iter().any(Option::is_some)
+        !self.reassembly.is_empty()
     }
 
     /// Budget bytes this session holds.
@@ -74,9 +75,12 @@ impl Receiver {
     /// senders restart them from the first fragment) and gives their budget
     /// back.
     pub(crate) fn abandon_partials(&mut self) {
-        for r in self.reassembly.iter_mut().filter_map(Option::take) {
-            self.share.give_back(r.reserved());
+        for i in 0..4 {
+            if let Some(r) = self.reassembly.take(i) {
+                self.share.give_back(r.reserved());
+            }
         }
+        self.reassembly.shed();
     }
 
     /// Handles one data frame whose payload is split in `a` and `b`.
@@ -93,7 +97,7 @@ impl Receiver {
         let idx = lane as usize - 1;
         let len = (a.len() + b.len()) as u64;
         if h.is_first() {
-            if self.reassembly[idx].is_some() {
+            if self.reassembly.is_some(idx) {
                 return Err(ProtocolError::FragmentSequence {
                     lane,
                     reason: "new message while one is incomplete",
@@ -116,15 +120,16 @@ impl Receiver {
                 return Ok(DataOutcome::Blocked(blocked));
             }
             match Reassembly::start(lane, a, b, self.max_message) {
-                Ok(r) => self.reassembly[idx] = Some(r),
+                Ok(r) => self.reassembly.set(idx, r),
                 Err(e) => {
                     self.share.give_back(content);
                     return Err(e);
                 }
             }
         } else {
-            let r = self.reassembly[idx]
-                .as_mut()
+            let r = self
+                .reassembly
+                .get_mut(idx)
                 .ok_or(ProtocolError::FragmentSequence {
                     lane,
                     reason: "continuation without a first fragment",
@@ -146,7 +151,7 @@ impl Receiver {
         if !h.is_last() {
             return Ok(DataOutcome::Consumed { progress: true });
         }
-        let r = self.reassembly[idx].take().expect("set above");
+        let r = self.reassembly.take(idx).expect("set above");
         self.share.give_back(r.reserved());
         if !r.is_complete() {
             return Err(ProtocolError::MessageLength {

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{ProtocolError, SendError};
+use crate::lane_slots::LaneSlots;
 use crate::ledger::Ledger;
 use crate::marshal::InProgress;
 use crate::message::OutMessage;
@@ -26,11 +27,11 @@ pub(crate) struct Sender {
     /// Queued, never sent, per level (index = level - 1).
     queues: [VecDeque<OutMessage>; 4],
     /// The partly sent message of each lane (at most one per lane).
-    current: [Option<InProgress>; 4],
+    current: LaneSlots<InProgress>,
     /// Unacknowledged messages to resend before any new traffic, in number order.
     resend: VecDeque<(u64, OutMessage)>,
     /// The resent message being marshaled.
-    resend_current: Option<InProgress>,
+    resend_current: Option<Box<InProgress>>,
     sched: Scheduler,
     /// Highest number assigned (numbers start at 1).
     pub(crate) last_sent: u64,
@@ -83,7 +84,7 @@ impl Sender {
     pub(crate) fn has_data(&self) -> bool {
         self.resend_current.is_some()
             || !self.resend.is_empty()
-            || self.current.iter().any(Option::is_some)
+            || !self.current.is_empty()
             || self.queues.iter().any(|q| !q.is_empty())
     }
 
@@ -128,7 +129,7 @@ impl Sender {
             }
             match self.resend.pop_front() {
                 Some((n, _)) if n <= self.acked => continue,
-                Some((n, m)) => self.resend_current = Some(InProgress::new(m, Some(n))),
+                Some((n, m)) => self.resend_current = Some(Box::new(InProgress::new(m, Some(n)))),
                 None => break,
             }
         }
@@ -145,17 +146,16 @@ impl Sender {
             }
             return true;
         }
-        let ready =
-            std::array::from_fn(|i| self.current[i].is_some() || !self.queues[i].is_empty());
+        let ready = std::array::from_fn(|i| self.current.is_some(i) || !self.queues[i].is_empty());
         let Some(p) = self.sched.pick(ready, now) else {
             return false;
         };
         let i = p.index();
-        if self.current[i].is_none() {
+        if !self.current.is_some(i) {
             let m = self.queues[i].pop_front().expect("lane is ready");
-            self.current[i] = Some(InProgress::new(m, None));
+            self.current.set(i, InProgress::new(m, None));
         }
-        let ip = self.current[i].as_mut().expect("set above");
+        let ip = self.current.get_mut(i).expect("set above");
         let last_sent = &mut self.last_sent;
         let Some(w) = ip.write_frame(out, max_payload, ack, || {
             *last_sent += 1;
@@ -166,7 +166,7 @@ impl Sender {
         self.sched.charge(p, w.frame_len, w.done, now);
         stats.bytes_by_level[i] += w.frame_len as u64;
         if w.done {
-            let ip = self.current[i].take().expect("in progress");
+            let ip = self.current.take(i).expect("in progress");
             let n = ip.number.expect("numbered on its last fragment");
             self.queued_bytes -= ip.msg.wire_len();
             self.ledger.record(n, ip.msg);
@@ -213,10 +213,13 @@ impl Sender {
     /// The channel is gone: partly sent messages restart from their first
     /// fragment on the next one.
     pub(crate) fn channel_down(&mut self) {
-        for c in self.current.iter_mut().flatten() {
+        for c in self.current.iter_mut() {
             c.rewind();
         }
-        self.resend.clear();
+        // No channel: a site with nothing partly sent gives its lane slots
+        // back (an idle site stays small).
+        self.current.shed();
+        self.resend = VecDeque::new();
         self.resend_current = None;
     }
 
@@ -225,11 +228,12 @@ impl Sender {
     /// would be refused for ever.
     fn refuse_oversized(&mut self, max: u64) {
         for i in 0..4 {
-            if self.current[i]
-                .as_ref()
+            if self
+                .current
+                .get(i)
                 .is_some_and(|ip| ip.msg.wire_len() > max)
             {
-                let ip = self.current[i].take().expect("checked");
+                let ip = self.current.take(i).expect("checked");
                 self.refuse(ip.msg, max);
             }
             if self.queues[i].iter().any(|m| m.wire_len() > max) {
@@ -258,8 +262,7 @@ impl Sender {
     pub(crate) fn partly_sent(&self) -> bool {
         self.current
             .iter()
-            .chain(std::iter::once(&self.resend_current))
-            .flatten()
+            .chain(self.resend_current.as_deref())
             .any(|ip| !ip.is_fresh())
     }
 
@@ -282,7 +285,7 @@ impl Sender {
     /// Messages held: queued, partly sent, or awaiting acknowledgement.
     pub(crate) fn pending_messages(&self) -> usize {
         self.queues.iter().map(VecDeque::len).sum::<usize>()
-            + self.current.iter().filter(|c| c.is_some()).count()
+            + self.current.count()
             + self.ledger.len()
     }
 
@@ -295,12 +298,13 @@ impl Sender {
     pub(crate) fn take_all(&mut self) -> (Vec<OutMessage>, Vec<(u64, OutMessage)>) {
         let mut not_sent = Vec::new();
         for i in 0..4 {
-            if let Some(ip) = self.current[i].take() {
+            if let Some(ip) = self.current.take(i) {
                 not_sent.push(ip.msg);
             }
             not_sent.extend(self.queues[i].drain(..));
         }
         self.queued_bytes = 0;
+        self.current.shed();
         self.resend.clear();
         self.resend_current = None;
         (not_sent, self.ledger.drain())

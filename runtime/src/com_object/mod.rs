@@ -101,7 +101,7 @@ impl Actor for ComObject {
 impl ComObject {
     pub(crate) fn new(node: Arc<NodeInner>, entry: Arc<SiteEntry>) -> Self {
         let com = ComLogic::new(
-            node.cfg.com(),
+            node.com_cfg.clone(),
             node.budget.clone(),
             node.id,
             entry.address.is_some(),

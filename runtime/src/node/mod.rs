@@ -75,6 +75,8 @@ pub(crate) struct NodeInner {
     /// The channel slots (shared with the other nodes of the process unless
     /// configured otherwise).
     pub(crate) slots: sitenet_transport::TransController,
+    /// The ComObjects' tunables, one copy for all of them.
+    pub(crate) com_cfg: Arc<sitenet_protocols::ComConfig>,
     pub(crate) budget: ReassemblyBudget,
     /// Notified whenever reassembly budget is given back: channels whose
     /// input waits for budget resume reading.
@@ -220,6 +222,7 @@ impl NodeBuilder {
             .trans_controller
             .clone()
             .unwrap_or_else(sitenet_transport::TransController::process);
+        let com_cfg = Arc::new(cfg.com());
         let inner = Arc::new(NodeInner {
             id,
             budget,
@@ -234,6 +237,7 @@ impl NodeBuilder {
             next_corr: AtomicU64::new(rand::random::<u64>() >> 1 | 1),
             counters: Counters::default(),
             slots,
+            com_cfg,
             shut_down: AtomicBool::new(false),
             stop_listeners: tokio::sync::watch::Sender::new(false),
             acked: Notify::new(),
