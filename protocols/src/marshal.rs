@@ -44,6 +44,7 @@ pub struct Written {
 
 impl InProgress {
     /// Starts marshaling `msg` (a resend passes its original number).
+    #[inline]
     pub fn new(msg: OutMessage, number: Option<u64>) -> Self {
         let prelude = msg.prelude().encode();
         let total = msg.wire_len();

@@ -373,6 +373,9 @@ impl ComObject {
         batch: &mut Vec<OutMessage>,
         mut refused: impl FnMut(SendError, OutMessage),
     ) {
+        if batch.is_empty() {
+            return;
+        }
         if self.phase == Phase::Failed {
             for m in batch.drain(..) {
                 refused(SendError::SiteFailed, m);
@@ -534,10 +537,11 @@ impl ComObject {
     /// is lazy, see `update_linger`, so nothing else is re-evaluated).
     fn note_activity(&mut self, now: Instant) {
         self.tick(now);
-        let s = self.session.stats();
-        if (s.sent, s.delivered) != self.seen {
+        let s = self.session.stats_ref();
+        let seen = (s.sent, s.delivered);
+        if seen != self.seen {
             self.idle_since = now;
-            self.seen = (s.sent, s.delivered);
+            self.seen = seen;
         }
     }
 

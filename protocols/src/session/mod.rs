@@ -530,7 +530,12 @@ impl Session {
         self.send.peer_max_message
     }
 
-    /// Counters.
+    /// Counters, without copying them (they are read on every event).
+    pub fn stats_ref(&self) -> &SessionStats {
+        &self.stats
+    }
+
+    /// Counters (a copy).
     pub fn stats(&self) -> SessionStats {
         self.stats
     }

@@ -151,11 +151,10 @@ impl Sender {
             return false;
         };
         let i = p.index();
-        if !self.current.is_some(i) {
-            let m = self.queues[i].pop_front().expect("lane is ready");
-            self.current.set(i, InProgress::new(m, None));
-        }
-        let ip = self.current.get_mut(i).expect("set above");
+        let queue = &mut self.queues[i];
+        let ip = self.current.get_or_insert_with(i, || {
+            InProgress::new(queue.pop_front().expect("lane is ready"), None)
+        });
         let last_sent = &mut self.last_sent;
         let Some(w) = ip.write_frame(out, max_payload, ack, || {
             *last_sent += 1;

@@ -268,7 +268,7 @@ impl ComObject {
                 .store(p, std::sync::atomic::Ordering::Release);
         }
         // A new channel: the next account reports its state.
-        self.slot_reported = None;
+        self.report_next = None;
         self.channels_opened += 1;
         if let Some(lease) = &t.lease {
             let addr = ctx.address();

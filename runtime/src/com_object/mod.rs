@@ -80,10 +80,12 @@ pub(crate) struct ComObject {
     granted: Option<sitenet_transport::SlotLease>,
     /// What the slot controller's policy sees of our channel.
     slot_info: Arc<sitenet_transport::SlotInfo>,
-    /// When `slot_info` and the site's stats were last written.
-    slot_reported: Option<Instant>,
-    /// A report is scheduled for the end of the current interval.
-    report_deferred: bool,
+    /// When `slot_info` and the site's stats may be written next (an
+    /// instant compared on every event: cheaper than a duration).
+    report_next: Option<Instant>,
+    /// A report skipped within the interval is due then (the one timer is
+    /// armed to it).
+    report_due: Option<Instant>,
     /// Channels that came up for this site.
     channels_opened: u64,
     /// Channels closed because the slot controller preempted them.
@@ -124,8 +126,8 @@ impl ComObject {
             slot_ticket: None,
             granted: None,
             slot_info: Arc::default(),
-            slot_reported: None,
-            report_deferred: false,
+            report_next: None,
+            report_due: None,
             channels_opened: 0,
             preempted: 0,
         }
@@ -209,7 +211,7 @@ impl ComObject {
         self.act(ctx);
         self.flush(ctx);
         self.act(ctx);
-        self.account(ctx);
+        self.account();
         self.rearm_timer(ctx);
         self.watch_unref(ctx);
     }
@@ -480,7 +482,11 @@ impl ComObject {
     /// heartbeat deadline moves later on every frame sent, and re-creating
     /// the timer for each would cost more than the frame.
     pub(super) fn rearm_timer(&mut self, ctx: &mut Context<Self>) {
-        let Some(at) = self.com.poll_timeout() else {
+        let Some(at) = [self.com.poll_timeout(), self.report_due]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
             return;
         };
         if self.timer.as_ref().is_some_and(|t| t.0 <= at) {
@@ -502,23 +508,17 @@ impl ComObject {
     /// publishes the site's counters (at most every [`SLOT_REPORT_EVERY`]:
     /// the policy and `Node::stats` need a recent picture, not one per
     /// event).
-    fn report(&mut self, now: Instant, ctx: &mut Context<Self>) {
-        if self
-            .slot_reported
-            .is_some_and(|t| now.saturating_duration_since(t) < SLOT_REPORT_EVERY)
-        {
+    fn report(&mut self, now: Instant) {
+        if let Some(next) = self.report_next.filter(|&t| now < t) {
             // Reported moments ago: report again once the interval is
             // over, so the last changes before a quiet spell are not lost.
-            if !self.report_deferred {
-                self.report_deferred = true;
-                ctx.run_later(SLOT_REPORT_EVERY, |act, ctx| {
-                    act.report_deferred = false;
-                    act.report(Instant::now(), ctx);
-                });
-            }
+            // The actor's one timer is re-armed to it (a second timer would
+            // be polled on every event).
+            self.report_due = Some(next);
             return;
         }
-        self.slot_reported = Some(now);
+        self.report_due = None;
+        self.report_next = Some(now + SLOT_REPORT_EVERY);
         self.publish_stats();
         self.report_slot();
     }
@@ -560,9 +560,9 @@ impl ComObject {
         st.queue_depth = self.com.session().pending_messages() as u64;
     }
 
-    pub(super) fn account(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn account(&mut self) {
         let now = Instant::now();
-        self.report(now, ctx);
+        self.report(now);
         let (_, bytes) = self.com.take_freed(now);
         self.entry.outbox.release(bytes);
         if bytes > 0 {
