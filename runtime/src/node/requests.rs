@@ -17,17 +17,26 @@ use crate::metrics::Counters;
 use crate::site::SiteEntry;
 
 pub(crate) struct Pending {
-    /// The site the request was sent to: only its reply completes it.
-    pub(super) entry: Arc<SiteEntry>,
+    /// The site the request was sent to: only its reply completes it. The
+    /// request counts in that site's `pending_requests` while it lives.
+    pub(super) entry: Awaited,
     pub(super) tx: oneshot::Sender<Result<InMessage, RequestError>>,
     /// Dropping it ends the request's timeout task at once.
     pub(super) _cancel_timer: oneshot::Sender<()>,
-    pub(super) _awaited: Awaited,
 }
 
-/// Counts a request in its site's `pending_requests` while it lives,
-/// however it ends (reply, timeout, failure, shutdown).
+/// The site a request was sent to, counting the request in its
+/// `pending_requests` however the request ends (reply, timeout, failure,
+/// shutdown).
 pub(crate) struct Awaited(Arc<SiteEntry>);
+
+impl std::ops::Deref for Awaited {
+    type Target = Arc<SiteEntry>;
+
+    fn deref(&self) -> &Arc<SiteEntry> {
+        &self.0
+    }
+}
 
 impl Awaited {
     fn new(entry: &Arc<SiteEntry>) -> Self {
@@ -58,10 +67,9 @@ impl NodeInner {
         self.pending.lock().insert(
             corr,
             Pending {
-                entry: entry.clone(),
+                entry: Awaited::new(entry),
                 tx,
                 _cancel_timer: cancel,
-                _awaited: Awaited::new(entry),
             },
         );
         let node = Arc::downgrade(self);
