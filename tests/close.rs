@@ -8,22 +8,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use sitenet::services::{Echo, EchoReply};
 use sitenet::transport::fault::{FaultInjector, SEED_ENV};
-use sitenet::{Node, NodeConfig, Runtime, SendOptions};
+use sitenet::{Node, NodeConfig, Runtime};
 
 fn fast_linger(c: &mut NodeConfig) {
     c.linger = Duration::from_millis(100);
     c.reopen_after_peer_hard_close = Duration::from_millis(20);
     c.reconnect_max = Duration::from_millis(50);
-}
-
-async fn echo(site: &sitenet::SiteRef, seq: u64) {
-    let r = site
-        .request::<Echo, EchoReply>(&Echo { seq }, SendOptions::default(), PATIENCE)
-        .await
-        .unwrap();
-    assert_eq!(r.msg.seq, seq);
 }
 
 /// When the last SiteRef is dropped and the channel idles for the linger

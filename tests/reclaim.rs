@@ -8,20 +8,11 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use sitenet::services::{Echo, EchoReply};
-use sitenet::{Node, NodeConfig, SendOptions};
+use sitenet::{Node, NodeConfig};
 
 fn fast_linger(c: &mut NodeConfig) {
     c.linger = Duration::from_millis(100);
     services(c);
-}
-
-async fn echo(site: &sitenet::SiteRef, seq: u64) {
-    let r = site
-        .request::<Echo, EchoReply>(&Echo { seq }, SendOptions::default(), PATIENCE)
-        .await
-        .unwrap();
-    assert_eq!(r.msg.seq, seq);
 }
 
 /// Issue 6, "The site table": every fresh site id that completed a

@@ -87,6 +87,25 @@ impl H {
             .expect("working")
     }
 
+    /// A message queued, sent on a new channel and acknowledged.
+    fn working_and_acked(&mut self, peer_fresh: bool) -> sitenet_protocols::ChannelId {
+        self.com.queue(msg()).unwrap();
+        let id = self.open(1, peer_fresh);
+        self.transmit();
+        self.ack(id, 1);
+        id
+    }
+
+    /// The channel ends (EOF) and the driver closes it.
+    fn lose(&mut self, id: sitenet_protocols::ChannelId) {
+        self.com.channel_lost(id, Loss::Eof, self.now);
+        for a in self.actions() {
+            if let Action::CloseChannel { id, .. } = a {
+                self.com.channel_closed(id, self.now);
+            }
+        }
+    }
+
     /// Writes what the session has and returns the frames' bytes.
     fn transmit(&mut self) -> ByteBuffer {
         let mut out = ByteBuffer::new(65_536);
@@ -117,6 +136,24 @@ fn msg() -> OutMessage {
         Bytes::new(),
         vec![Bytes::from_static(b"ten bytes!")],
     )
+}
+
+/// (last received, generation, fresh) of an accepting answer.
+fn accept_fields(outcome: AcceptOutcome) -> (u64, u64, bool) {
+    let AcceptOutcome::Accept {
+        answer:
+            NegotiateAns::Accept {
+                last_received,
+                generation,
+                fresh,
+                ..
+            },
+        ..
+    } = outcome
+    else {
+        panic!("not accepted: {outcome:?}")
+    };
+    (last_received, generation, fresh)
 }
 
 fn negotiate(last_generation: u64, last_received: u64) -> Negotiate {
@@ -252,27 +289,11 @@ fn an_initiator_whose_peer_answers_fresh_numbers_afresh_and_hands_back_the_unack
 #[test]
 fn an_acceptor_that_remembers_numbers_afresh_when_the_initiator_is_fresh() {
     let mut h = H::new(true);
-    h.com.queue(msg()).unwrap();
-    let id = h.open(1, true);
-    h.transmit();
-    h.ack(id, 1);
-    h.com.channel_lost(id, Loss::Eof, h.now);
-    h.actions();
-    h.com.channel_closed(id, h.now);
+    let id = h.working_and_acked(true);
+    h.lose(id);
     // The peer forgot us and calls: NEGOTIATE with last generation 0.
-    let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&negotiate(0, 0), h.now) else {
-        panic!("refused");
-    };
-    let NegotiateAns::Accept {
-        last_received,
-        generation,
-        fresh,
-        ..
-    } = answer
-    else {
-        panic!()
-    };
-    assert_eq!((last_received, generation, fresh), (0, 2, false));
+    let answer = accept_fields(h.com.accepted(&negotiate(0, 0), h.now));
+    assert_eq!(answer, (0, 2, false));
     assert_eq!(h.com.session().last_sent(), 0);
     assert_eq!(h.com.session().stats().peer_forgot, 1);
     // Nothing was unacknowledged: nothing handed back.
@@ -286,19 +307,8 @@ fn an_acceptor_that_remembers_numbers_afresh_when_the_initiator_is_fresh() {
 fn a_fresh_acceptor_ignores_what_the_initiator_received_from_the_forgotten_session() {
     let mut h = H::new(false);
     // The peer remembers a session we forgot: generation 5, it received 7.
-    let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&negotiate(5, 7), h.now) else {
-        panic!("refused or protocol error");
-    };
-    let NegotiateAns::Accept {
-        last_received,
-        generation,
-        fresh,
-        ..
-    } = answer
-    else {
-        panic!()
-    };
-    assert_eq!((last_received, generation, fresh), (0, 6, true));
+    let answer = accept_fields(h.com.accepted(&negotiate(5, 7), h.now));
+    assert_eq!(answer, (0, 6, true));
     assert!(!h
         .actions()
         .iter()
@@ -322,18 +332,10 @@ fn a_fresh_initiator_claiming_to_have_received_messages_is_a_protocol_fault() {
 #[test]
 fn a_site_awaiting_replies_reconnects_after_a_lost_channel() {
     let mut h = H::new(true);
-    h.com.queue(msg()).unwrap();
-    let id = h.open(1, false);
-    h.transmit();
-    h.ack(id, 1);
+    let id = h.working_and_acked(false);
     h.com.set_awaiting_replies(true);
     assert!(h.com.has_need());
-    h.com.channel_lost(id, Loss::Eof, h.now);
-    for a in h.actions() {
-        if let Action::CloseChannel { id, .. } = a {
-            h.com.channel_closed(id, h.now);
-        }
-    }
+    h.lose(id);
     let at = h.com.poll_timeout().expect("a backoff");
     h.advance_to(at);
     assert!(
@@ -342,13 +344,8 @@ fn a_site_awaiting_replies_reconnects_after_a_lost_channel() {
     );
     // Once the reply came, nothing is owed: no reconnect after a loss.
     let mut h = H::new(true);
-    h.com.queue(msg()).unwrap();
-    let id = h.open(1, false);
-    h.transmit();
-    h.ack(id, 1);
-    h.com.channel_lost(id, Loss::Eof, h.now);
-    h.actions();
-    h.com.channel_closed(id, h.now);
+    let id = h.working_and_acked(false);
+    h.lose(id);
     let at = h.com.poll_timeout().expect("a backoff");
     h.advance_to(at);
     assert!(!h.actions().iter().any(|a| matches!(a, Action::RequestSlot)));
@@ -362,10 +359,7 @@ fn a_site_awaiting_replies_reconnects_after_a_lost_channel() {
 #[test]
 fn after_the_peers_hard_close_a_referenced_site_reopens_if_not_called_back() {
     let mut h = H::new(true);
-    h.com.queue(msg()).unwrap();
-    let id = h.open(1, false);
-    h.transmit();
-    h.ack(id, 1);
+    let id = h.working_and_acked(false);
     assert!(!h.com.has_need());
     // The peer's CLOSE_HARD, then its EOF after our accept.
     let mut input = ByteBuffer::new(4096);

@@ -21,6 +21,19 @@ impl Message for Numbered {
     const ID: u32 = 100;
 }
 
+/// One echo round trip through sitenet's built-in echo service.
+pub async fn echo(site: &sitenet::SiteRef, seq: u64) {
+    let r = site
+        .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
+            &sitenet::services::Echo { seq },
+            sitenet::SendOptions::default(),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.msg.seq, seq);
+}
+
 /// A node listening on a free loopback port, serving echo and the sink.
 pub fn listening_node() -> Node {
     Node::builder()

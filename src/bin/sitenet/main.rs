@@ -105,6 +105,7 @@ enum Cmd {
 }
 
 mod plot;
+mod stats;
 mod stress;
 
 fn main() -> ExitCode {
@@ -139,7 +140,7 @@ fn main() -> ExitCode {
             addr,
             json,
             timeout,
-        } => run_stats(&addr, json, timeout),
+        } => stats::run(&addr, json, timeout),
     }
 }
 
@@ -308,7 +309,7 @@ struct SendResult {
 }
 
 /// A client-only node and the site at `addr` (exit codes as documented).
-fn client(
+pub(crate) fn client(
     addr: &str,
     configure: impl FnOnce(&mut sitenet::NodeConfig),
 ) -> Result<(Node, sitenet::SiteRef), ExitCode> {
@@ -320,7 +321,7 @@ fn client(
     Ok((node, site))
 }
 
-fn seconds(name: &str, v: f64) -> Result<Duration, String> {
+pub(crate) fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     if v.is_finite() && v > 0.0 {
         Ok(Duration::from_secs_f64(v))
     } else {
@@ -574,70 +575,4 @@ fn run_demo(json: bool) -> ExitCode {
         }
         Err(e) => failure(e),
     }
-}
-
-fn run_stats(addr: &str, json: bool, timeout: f64) -> ExitCode {
-    use sitenet::services::{StatsQuery, StatsReply};
-    if let Err(e) = addr.parse::<Address>() {
-        return usage(e);
-    }
-    let timeout = match seconds("timeout", timeout) {
-        Ok(t) => t,
-        Err(e) => return usage(e),
-    };
-    let (_node, site) = match client(addr, |c| c.connect_timeout = timeout) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    let reply = site.request_blocking::<StatsQuery, StatsReply>(
-        &StatsQuery,
-        SendOptions::priority(sitenet::Priority::High),
-        timeout,
-    );
-    let json_text = match reply {
-        Ok(r) => r.msg.json,
-        Err(e) => return failure(format!("{addr} did not answer: {e}")),
-    };
-    if json {
-        println!("{json_text}");
-        return ExitCode::SUCCESS;
-    }
-    let v: serde_json::Value = match serde_json::from_str(&json_text) {
-        Ok(v) => v,
-        Err(e) => return failure(format!("{addr} answered with malformed stats: {e}")),
-    };
-    let s = &v["slots"];
-    println!(
-        "slots: {} in use of {} (weak {}), {} waiting, peak {}; policy {}; {} accepts refused",
-        s["in_use"],
-        s["hard"],
-        s["weak"],
-        s["waiting"],
-        s["peak_in_use"],
-        s["policy"],
-        s["accepts_refused"]
-    );
-    println!(
-        "transport: {} bytes of buffers (peak {}), bound {}",
-        v["transport_bytes"], v["transport_bytes_peak"], v["transport_bytes_bound"]
-    );
-    println!(
-        "sites: {} live, {} idle, {} reclaimed",
-        v["sites_live"], v["sites_idle"], v["sites_reclaimed"]
-    );
-    for site in v["per_site"].as_array().into_iter().flatten() {
-        println!(
-            "  {} {}: sent {} msgs ({} bytes) by level 1-4, received {}, retransmitted {}, reconnects {}, preemptions {}, queue {}",
-            site["site"].as_str().unwrap_or("?"),
-            if site["connected"] == true { "connected" } else { "idle" },
-            site["messages_sent"],
-            site["bytes_sent"],
-            site["messages_received"],
-            site["retransmitted"],
-            site["reconnects"],
-            site["preemptions"],
-            site["queue_depth"],
-        );
-    }
-    ExitCode::SUCCESS
 }

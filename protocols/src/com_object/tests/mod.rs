@@ -7,8 +7,9 @@ use bytes::Bytes;
 
 use super::*;
 use crate::byte_buffer::ByteBuffer;
-use crate::error::OpenError;
+use crate::error::{OpenError, SendError};
 use crate::handshake::{Negotiate, NegotiateAns, Opened, Present, RefuseReason};
+use crate::message::OutMessage;
 use crate::priority::Priority;
 use crate::session::CloseReason;
 use crate::PROTOCOL_VERSION;

@@ -1,0 +1,92 @@
+//! Inputs from the user side: messages queued, references held, replies
+//! awaited, and acknowledgement hints from the driver.
+
+use std::time::Instant;
+
+use super::{ComObject, Phase};
+use crate::error::SendError;
+use crate::message::OutMessage;
+
+impl ComObject {
+    /// Queues a message. It comes back with the reason if it can never be
+    /// sent: the site failed permanently (`SiteFailed`; the caller adds it to
+    /// what the failure handed back, so nothing is lost) or it exceeds what
+    /// the peer accepts (`TooLarge`).
+    /// (The error is boxed: it is rare, and a large `Err` slows every call.)
+    pub fn queue(&mut self, msg: OutMessage) -> Result<(), Box<(SendError, OutMessage)>> {
+        if self.phase == Phase::Failed {
+            return Err(Box::new((SendError::SiteFailed, msg)));
+        }
+        self.session.queue(msg)?;
+        self.update();
+        Ok(())
+    }
+
+    /// Queues every message of `batch` (leaving it empty), as
+    /// [`queue`](Self::queue) does one by one; a message that can never be
+    /// sent goes to `refused` with the reason. What happens next is
+    /// re-evaluated once for the whole batch, not per message: this is the
+    /// driver's path for what senders queued in bulk.
+    pub fn queue_all(
+        &mut self,
+        batch: &mut Vec<OutMessage>,
+        mut refused: impl FnMut(SendError, OutMessage),
+    ) {
+        if batch.is_empty() {
+            return;
+        }
+        if self.phase == Phase::Failed {
+            for m in batch.drain(..) {
+                refused(SendError::SiteFailed, m);
+            }
+            return;
+        }
+        // Only a need appearing changes what happens next (open; stop the
+        // linger and reclaim clocks): a batch queued behind others does not.
+        let had_need = self.has_need();
+        for m in batch.drain(..) {
+            if let Err(r) = self.session.queue(m) {
+                let (e, m) = *r;
+                refused(e, m);
+            }
+        }
+        if !had_need {
+            self.update();
+        }
+    }
+
+    /// The last time an application message was sent, delivered or
+    /// acknowledged (the linger rule's idle clock; the slot policy's
+    /// "least recently active").
+    pub fn last_activity(&self) -> Instant {
+        self.idle_since
+    }
+
+    /// What [`set_has_refs`](Self::set_has_refs) last said.
+    pub fn has_refs(&self) -> bool {
+        self.has_refs
+    }
+
+    /// Tells whether the local side still holds references to the peer (a
+    /// weak close is considered only without, and the peer's weak close is
+    /// rejected with; the site is reclaimed only without).
+    pub fn set_has_refs(&mut self, has_refs: bool, now: Instant) {
+        self.tick(now);
+        if self.has_refs != has_refs {
+            self.has_refs = has_refs;
+            self.session.set_local_need(has_refs);
+            self.update();
+        }
+    }
+
+    /// Holds a standalone threshold ack for one turn of the driver's event
+    /// loop (see [`Session::hold_acks`]).
+    pub fn hold_acks(&mut self, hold: bool) {
+        self.session.hold_acks(hold);
+    }
+
+    /// Makes an explicit ack due at once (before the node shuts down).
+    pub fn ack_now(&mut self) {
+        self.session.ack_now();
+    }
+}

@@ -1,0 +1,65 @@
+//! What a ComObject tells others about its site, at most every
+//! [`SLOT_REPORT_EVERY`]: the slot controller's picture of its channel (for
+//! the preemption policy) and the site's counters (for `Node::stats`).
+
+use std::time::Instant;
+
+use super::{ComObject, SLOT_REPORT_EVERY};
+
+impl ComObject {
+    /// Tells the slot controller what the live channel is doing, and
+    /// publishes the site's counters (at most every [`SLOT_REPORT_EVERY`]:
+    /// the policy and `Node::stats` need a recent picture, not one per
+    /// event).
+    pub(super) fn report(&mut self, now: Instant) {
+        if let Some(next) = self.report_next.filter(|&t| now < t) {
+            // Reported moments ago: report again once the interval is
+            // over, so the last changes before a quiet spell are not lost.
+            // The actor's one timer is re-armed to it (a second timer would
+            // be polled on every event).
+            self.report_due = Some(next);
+            return;
+        }
+        self.report_due = None;
+        self.report_next = Some(now + SLOT_REPORT_EVERY);
+        self.publish_stats();
+        self.report_slot();
+    }
+
+    fn report_slot(&self) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let session = self.com.session();
+        let report = sitenet_transport::SlotReport {
+            closeable: self.com.state() == sitenet_protocols::ComState::Working,
+            last_active: self.com.last_activity(),
+            mid_message: session.mid_message(),
+            replies_expected: self
+                .entry
+                .pending_requests
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0,
+            buffers_empty: live.t.inb.is_empty() && live.t.outb.is_empty(),
+            queues_empty: session.queued_bytes() == 0,
+            callable: self.entry.address.is_some(),
+        };
+        self.node.slots.report(&self.slot_info, &report);
+    }
+
+    /// Publishes the site's counters for `Node::stats`.
+    fn publish_stats(&self) {
+        let s = self.com.session().stats();
+        let mut st = self.entry.stats.lock();
+        st.site = self.entry.id.get().map(ToString::to_string);
+        st.address = self.entry.address.as_ref().map(ToString::to_string);
+        st.connected = self.live.is_some();
+        st.messages_sent = s.sent_by_level;
+        st.bytes_sent = s.bytes_by_level;
+        st.messages_received = s.delivered_by_level;
+        st.retransmitted = s.retransmitted;
+        st.reconnects = self.channels_opened.saturating_sub(1);
+        st.preemptions = self.preempted;
+        st.queue_depth = self.com.session().pending_messages() as u64;
+    }
+}
