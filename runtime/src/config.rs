@@ -57,6 +57,10 @@ pub struct NodeConfig {
     /// has been idle this long, it is closed weakly; after the peer rejects a
     /// weak close, none is tried again for this long.
     pub linger: Duration,
+    /// A channel that carried no application message for this long, with
+    /// nothing pending, shrinks its two ByteBuffers to the minimum (4 KiB);
+    /// they grow back to `buffer_size` as soon as traffic needs them.
+    pub ring_idle: Duration,
     /// After the peer closed hard (it is short of resources and will come
     /// back), wait this long before reconnecting ourselves.
     pub reopen_after_peer_hard_close: Duration,
@@ -105,6 +109,7 @@ impl Default for NodeConfig {
             close_timeout: Duration::from_secs(5),
             reassembly_idle: Duration::from_secs(30),
             linger: Duration::from_secs(10),
+            ring_idle: Duration::from_secs(2),
             reopen_after_peer_hard_close: Duration::from_secs(5),
             give_up_after: None,
             fault_injector: None,
@@ -137,6 +142,7 @@ impl NodeConfig {
             reconnect_max: self.reconnect_max,
             reconnect_jitter: 0.2,
             linger: self.linger,
+            ring_idle: self.ring_idle,
             reopen_after_peer_hard_close: self.reopen_after_peer_hard_close,
             give_up_after: self.give_up_after,
         }

@@ -38,6 +38,22 @@ pub(crate) struct WriteStatus {
     pub(crate) blocked: bool,
 }
 
+/// Replaces `ring` by one of `size` bytes (at least what it holds), keeping
+/// its contents; returns the change in bytes.
+fn resize_ring(ring: &mut ByteBuffer, size: usize) -> i64 {
+    let size = size.max(ring.len());
+    if ring.capacity() == size {
+        return 0;
+    }
+    let before = ring.capacity() as i64;
+    let mut new = ByteBuffer::new(size);
+    let (a, b) = ring.chunks();
+    new.push(a);
+    new.push(b);
+    *ring = new;
+    size as i64 - before
+}
+
 /// A channel and its two rings.
 pub(crate) struct TransObject {
     /// Shared with the readiness futures spawned for it.
@@ -94,16 +110,19 @@ impl TransObject {
     /// acceptor's handshake runs on small rings; full-size ones are
     /// allocated only once the link decision accepted the channel).
     pub(crate) fn resize(&mut self, size: usize) {
-        if self.inb.capacity() == size && self.outb.capacity() == size {
-            return;
-        }
-        for ring in [&mut self.inb, &mut self.outb] {
-            let mut new = ByteBuffer::new(size.max(ring.len()));
-            let (a, b) = ring.chunks();
-            new.push(a);
-            new.push(b);
-            *ring = new;
-        }
+        self.resize_in(size);
+        self.resize_out(size);
+    }
+
+    /// Replaces the input ring by one of `size` bytes (at least what it
+    /// holds), keeping its contents. Returns the change in ring bytes.
+    pub(crate) fn resize_in(&mut self, size: usize) -> i64 {
+        resize_ring(&mut self.inb, size)
+    }
+
+    /// The same for the output ring.
+    pub(crate) fn resize_out(&mut self, size: usize) -> i64 {
+        resize_ring(&mut self.outb, size)
     }
 
     /// One non-blocking read into the input ring.

@@ -69,4 +69,14 @@ impl ComObject {
         }
         freed
     }
+
+    /// True if the working channel's rings may shrink to the minimum now:
+    /// no application message sent, delivered or acknowledged for
+    /// `ring_idle`, and nothing queued, partly sent or unacknowledged. The
+    /// driver grows them back as soon as traffic needs them.
+    pub fn rings_idle(&self, now: Instant) -> bool {
+        self.working_channel().is_some()
+            && self.session.pending_messages() == 0
+            && now.saturating_duration_since(self.idle_since) >= self.cfg.ring_idle
+    }
 }

@@ -101,6 +101,11 @@ pub struct ComConfig {
     /// No references, nothing pending and idle this long: close weakly;
     /// after a rejected weak close, none is tried again for this long.
     pub linger: Duration,
+    /// A working channel that carried no application message for this
+    /// long, with nothing pending, may shrink its rings to the minimum (they
+    /// grow back on demand): an idle channel does not keep two full-size
+    /// buffers for ever.
+    pub ring_idle: Duration,
     /// After the peer's hard close, wait this long for it to call back
     /// before reconnecting ourselves.
     pub reopen_after_peer_hard_close: Duration,
@@ -118,6 +123,7 @@ impl Default for ComConfig {
             reconnect_max: Duration::from_secs(5),
             reconnect_jitter: 0.2,
             linger: Duration::from_secs(10),
+            ring_idle: Duration::from_secs(2),
             reopen_after_peer_hard_close: Duration::from_secs(5),
             give_up_after: None,
         }

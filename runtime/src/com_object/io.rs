@@ -48,12 +48,48 @@ impl Live {
     }
 }
 
+/// Accounts a change of a live channel's ring sizes in the node's gauge
+/// (and its peak).
+pub(super) fn ring_bytes_changed(node: &crate::node::NodeInner, delta: i64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = &node.counters;
+    if delta > 0 {
+        let now = c.channel_buffer_bytes.fetch_add(delta as u64, Relaxed) + delta as u64;
+        c.channel_buffer_bytes_peak.fetch_max(now, Relaxed);
+    } else if delta < 0 {
+        c.channel_buffer_bytes.fetch_sub((-delta) as u64, Relaxed);
+    }
+}
+
 impl ComObject {
+    /// Shrinks the live channel's rings to the minimum when the machine
+    /// says the channel idles and both are empty.
+    pub(super) fn shrink_idle_rings(&mut self, now: Instant) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        let min = sitenet_protocols::handshake::MIN_BUFFER as usize;
+        if live.t.ring_bytes() > 2 * min as u64
+            && live.t.inb.is_empty()
+            && live.t.outb.is_empty()
+            && self.com.rings_idle(now)
+        {
+            let delta = live.t.resize_in(min) + live.t.resize_out(min);
+            ring_bytes_changed(&self.node, delta);
+            tracing::debug!(site = ?self.entry.id.get(), "idle channel: rings shrunk");
+        }
+    }
+
     /// Writes the machine's frames to the live channel, at most `budget`
     /// bytes; a write error ends the channel.
     pub(super) fn write_turn(&mut self, budget: usize) -> Option<bool> {
         let now = Instant::now();
         let live = self.live.as_mut()?;
+        let full = self.node.cfg.buffer_size as usize;
+        if live.t.outb.capacity() < full && self.com.session().queued_bytes() > 0 {
+            // Messages to send on a channel whose rings shrank while idle.
+            ring_bytes_changed(&self.node, live.t.resize_out(full));
+        }
         let mut written = 0;
         let result = loop {
             self.com.poll_transmit(now, &mut live.t.outb);
@@ -231,7 +267,17 @@ impl ComObject {
                     Counters::add(&node.counters.reads, 1);
                     None
                 }
-                Ok(ReadStatus::WouldBlock | ReadStatus::RingFull) => break,
+                Ok(ReadStatus::RingFull) => {
+                    // A ring shrunk while the channel idled grows back
+                    // (a frame may be larger than the small ring).
+                    let full = node.cfg.buffer_size as usize;
+                    if live.t.inb.capacity() >= full {
+                        break;
+                    }
+                    ring_bytes_changed(&node, live.t.resize_in(full));
+                    None
+                }
+                Ok(ReadStatus::WouldBlock) => break,
                 Ok(ReadStatus::Eof) => Some(Loss::Eof),
                 Err(e) => Some(Loss::Io(e.to_string())),
             };

@@ -499,7 +499,11 @@ impl ComObject {
         let d = at.saturating_duration_since(Instant::now());
         let h = ctx.run_later(d, |act, ctx| {
             act.timer = None;
-            act.com.handle_timeout(Instant::now());
+            let now = Instant::now();
+            act.com.handle_timeout(now);
+            // An idle channel is driven only by its timer (heartbeats): the
+            // place to give its ring memory back, off the per-event path.
+            act.shrink_idle_rings(now);
             act.drive(ctx);
         });
         self.timer = Some((at, h));
