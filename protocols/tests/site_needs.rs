@@ -387,3 +387,25 @@ fn after_the_peers_hard_close_a_referenced_site_reopens_if_not_called_back() {
         "referenced and not called back: reopen"
     );
 }
+
+/// An idle channel may give its ring memory back: only with nothing
+/// pending and no application traffic for `ring_idle`.
+#[test]
+fn a_channel_idles_for_its_rings_only_with_nothing_pending() {
+    let mut h = H::new(true);
+    let t0 = h.now;
+    h.com.queue(msg()).unwrap();
+    let id = h.open(1, true);
+    let ring_idle = ComConfig::default().ring_idle;
+    assert!(
+        !h.com.rings_idle(t0 + 2 * ring_idle),
+        "a message is pending"
+    );
+    h.transmit();
+    h.ack(id, 1);
+    assert!(!h.com.rings_idle(h.now), "traffic just now");
+    assert!(!h.com.rings_idle(h.now + ring_idle / 2));
+    assert!(h.com.rings_idle(h.now + ring_idle));
+    h.com.queue(msg()).unwrap();
+    assert!(!h.com.rings_idle(h.now + 2 * ring_idle), "queued again");
+}
