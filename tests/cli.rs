@@ -356,3 +356,23 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
         .starts_with("<svg"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `sitenet node` prints its transport-memory bound at start, on stderr
+/// (stdout's first line stays the documented identity line).
+#[test]
+fn node_prints_its_transport_bound_on_stderr() {
+    let mut child = Command::new(BIN)
+        .args(["node", "--listen", "tcp:127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _k = Killed(child);
+    let line = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("transport buffers at most"))
+        .expect("the bound is printed");
+    assert!(line.contains("channel slots weak"), "{line}");
+}

@@ -179,6 +179,12 @@ fn run_node(listen: Vec<String>) -> ExitCode {
         sitenet::protocols::PROTOCOL_VERSION
     );
     let _ = std::io::stdout().flush();
+    // The memory bound, on stderr (stdout's first line is a contract).
+    let stats = node.stats();
+    eprintln!(
+        "sitenet node: channel slots weak {} hard {} (policy {}); transport buffers at most {} bytes",
+        stats.slots.weak, stats.slots.hard, stats.slots.policy, stats.transport_bytes_bound
+    );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
