@@ -51,8 +51,9 @@ fn an_idle_remote_site_costs_a_bounded_few_kib() {
     eprintln!("an idle remote site costs {per_site} bytes");
     assert!(per_site > 0);
     // Measured 5,843 bytes before the session's lane slots were allocated
-    // on first use, the RNG made small and the configuration shared; about
-    // 3,700 after. (Issue 7's target is 2 KiB.)
-    assert!(per_site <= 4 * 1024, "an idle site costs {per_site} bytes");
+    // on first use, the RNG made small, the configuration shared and the
+    // published counters boxed on first use; about 3,350 after. (Issue 7's
+    // target is 2 KiB.)
+    assert!(per_site <= 3584, "an idle site costs {per_site} bytes");
     drop(sites);
 }

@@ -77,8 +77,10 @@ pub(crate) struct SiteEntry {
     pub(crate) pending_requests: std::sync::atomic::AtomicUsize,
     /// A channel works for this site (for `Node::stats`).
     pub(crate) connected: std::sync::atomic::AtomicBool,
-    /// The counters its ComObject last published (for `Node::stats`).
-    pub(crate) stats: Mutex<crate::stats::SiteStats>,
+    /// The counters its ComObject last published (for `Node::stats`);
+    /// allocated at the first publication, so a site never used costs a
+    /// pointer.
+    pub(crate) stats: Mutex<Option<Box<crate::stats::SiteStats>>>,
     /// Current fault state and the monitors watching it.
     pub(crate) fault: Mutex<(
         FaultState,
@@ -104,7 +106,7 @@ impl SiteEntry {
             poke_on_unref: std::sync::atomic::AtomicBool::new(false),
             pending_requests: std::sync::atomic::AtomicUsize::new(0),
             connected: std::sync::atomic::AtomicBool::new(false),
-            stats: Mutex::new(crate::stats::SiteStats::default()),
+            stats: Mutex::new(None),
             fault: Mutex::new((FaultState::Ok, Vec::new())),
         }
     }

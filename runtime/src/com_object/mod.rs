@@ -31,8 +31,8 @@ use actix::fut;
 use actix::prelude::*;
 
 use sitenet_protocols::{
-    Action, ChannelEnd, ChannelId, ComObject as ComLogic, ComStats, FaultState, Initiator,
-    OpenRequest, Opened, OutMessage, SessionStats,
+    Action, ChannelEnd, ChannelId, ComObject as ComLogic, FaultState, Initiator, OpenRequest,
+    Opened, OutMessage,
 };
 
 use crate::channel_io::{connect_and_open, OpenFailure};
@@ -48,6 +48,20 @@ pub(super) const READS_PER_TURN: usize = 16;
 /// Bytes written per turn before yielding to other actors on the thread (a
 /// fast peer taking a 256 MiB message cannot stall every node on it).
 pub(super) const WRITE_BYTES_PER_TURN: usize = 1 << 20;
+
+/// The session and ComObject counters a ComObject last added to the
+/// node's metrics (the node adds differences).
+#[derive(Debug, Default, Clone, Copy)]
+struct Reported {
+    sent: u64,
+    delivered: u64,
+    retransmitted: u64,
+    duplicates: u64,
+    peer_forgot: u64,
+    weak_started: u64,
+    weak_rejected: u64,
+    hard_started: u64,
+}
 
 /// How often a ComObject tells the slot controller what its channel does.
 pub(super) const SLOT_REPORT_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
@@ -65,7 +79,8 @@ pub(crate) struct ComObject {
     opening: Option<(u64, SpawnHandle)>,
     timer: Option<(Instant, SpawnHandle)>,
     scratch: Vec<OutMessage>,
-    reported: (SessionStats, ComStats),
+    /// The counters last added to the node's metrics (only those).
+    reported: Reported,
     /// A held ack's transmit is scheduled for the next turn.
     ack_deferred: bool,
     /// A write turn ran out of budget; the next is scheduled.
@@ -517,37 +532,32 @@ impl ComObject {
         if bytes > 0 {
             self.node.acked.notify_waiters();
         }
-        let s = self.com.session().stats();
+        let s = self.com.session().stats_ref();
         let k = self.com.stats();
-        let (rs, rk) = self.reported;
+        let now_seen = Reported {
+            sent: s.sent,
+            delivered: s.delivered,
+            retransmitted: s.retransmitted,
+            duplicates: s.duplicates,
+            peer_forgot: s.peer_forgot,
+            weak_started: k.weak_closes_started,
+            weak_rejected: k.weak_closes_rejected,
+            hard_started: k.hard_closes_started,
+        };
+        let r = std::mem::replace(&mut self.reported, now_seen);
+        let n = &self.reported;
         let c = &self.node.counters;
-        Counters::add(&c.messages_sent, s.sent - rs.sent);
-        Counters::add(
-            &c.messages_retransmitted,
-            s.retransmitted - rs.retransmitted,
-        );
-        Counters::add(&c.duplicates, s.duplicates - rs.duplicates);
-        Counters::add(&c.peers_forgot, s.peer_forgot - rs.peer_forgot);
-        Counters::add(
-            &c.weak_closes_started,
-            k.weak_closes_started - rk.weak_closes_started,
-        );
-        Counters::add(
-            &c.weak_closes_rejected,
-            k.weak_closes_rejected - rk.weak_closes_rejected,
-        );
-        Counters::add(
-            &c.hard_closes_started,
-            k.hard_closes_started - rk.hard_closes_started,
-        );
-        if s.delivered != rs.delivered
-            || s.sent != rs.sent
-            || k.weak_closes_rejected != rk.weak_closes_rejected
-        {
+        Counters::add(&c.messages_sent, n.sent - r.sent);
+        Counters::add(&c.messages_retransmitted, n.retransmitted - r.retransmitted);
+        Counters::add(&c.duplicates, n.duplicates - r.duplicates);
+        Counters::add(&c.peers_forgot, n.peer_forgot - r.peer_forgot);
+        Counters::add(&c.weak_closes_started, n.weak_started - r.weak_started);
+        Counters::add(&c.weak_closes_rejected, n.weak_rejected - r.weak_rejected);
+        Counters::add(&c.hard_closes_started, n.hard_started - r.hard_started);
+        if n.delivered != r.delivered || n.sent != r.sent || n.weak_rejected != r.weak_rejected {
             // Once per batch (a read, a flush), not per message: whoever
             // waits on the node's metrics re-checks.
             self.node.changed.notify_waiters();
         }
-        self.reported = (s, k);
     }
 }

@@ -50,7 +50,8 @@ impl ComObject {
     /// Publishes the site's counters for `Node::stats`.
     fn publish_stats(&self) {
         let s = self.com.session().stats();
-        let mut st = self.entry.stats.lock();
+        let mut published = self.entry.stats.lock();
+        let st = published.get_or_insert_with(Box::default);
         st.site = self.entry.id.get().map(ToString::to_string);
         st.address = self.entry.address.as_ref().map(ToString::to_string);
         st.connected = self.live.is_some();

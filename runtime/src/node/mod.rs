@@ -433,7 +433,10 @@ impl Node {
             .iter()
             .filter(|e| !e.connected.load(Ordering::Relaxed))
             .count();
-        let per_site = entries.iter().map(|e| e.stats.lock().clone()).collect();
+        let per_site = entries
+            .iter()
+            .map(|e| e.stats.lock().as_deref().cloned().unwrap_or_default())
+            .collect();
         let m = self.metrics();
         crate::NodeStats {
             transport_bytes_bound: slots.hard as u64 * 2 * self.inner.cfg.buffer_size as u64,
