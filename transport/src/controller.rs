@@ -12,7 +12,7 @@
 //! one, and dropping it gives the slot back — to the first site in line.
 //! Its owner reports what its channel is doing through a [`SlotInfo`]
 //! (plain atomics, written on the owner's thread, read by the tick), which
-//! the policy sees as a [`Candidate`]; the victim is told through the
+//! the policy sees as a `Candidate`; the victim is told through the
 //! preempt callback its owner attached, and closes with CLOSE_HARD.
 
 use std::collections::HashMap;
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use sitenet_protocols::slots::{
-    Candidate, DefaultPolicy, Grant, PreemptReason, PreemptionPolicy, SlotConfig, SlotStats,
+    ChannelReport, DefaultPolicy, Grant, PreemptReason, PreemptionPolicy, SlotConfig, SlotStats,
     SlotTable,
 };
 
@@ -48,24 +48,9 @@ pub struct SlotInfo {
     callable: AtomicBool,
 }
 
-/// One report of a channel's state (see [`Candidate`] for each field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotReport {
-    /// Working, no close running.
-    pub closeable: bool,
-    /// Last application traffic.
-    pub last_active: Instant,
-    /// A message partly sent or received.
-    pub mid_message: bool,
-    /// Replies awaited.
-    pub replies_expected: bool,
-    /// Both rings empty.
-    pub buffers_empty: bool,
-    /// Nothing queued.
-    pub queues_empty: bool,
-    /// The peer can be called back.
-    pub callable: bool,
-}
+/// One report of a channel's state: the policy's own
+/// [`ChannelReport`], under the name owners know it by.
+pub type SlotReport = ChannelReport;
 
 impl SlotInfo {
     fn store(&self, epoch: Instant, r: &SlotReport) {
@@ -80,14 +65,10 @@ impl SlotInfo {
         self.callable.store(r.callable, Ordering::Relaxed);
     }
 
-    fn candidate(&self, holder: u64, epoch: Instant) -> Candidate {
-        let last = epoch + Duration::from_micros(self.last_active_us.load(Ordering::Relaxed));
-        Candidate {
-            holder,
-            // Filled in by the table.
-            granted_at: epoch,
+    fn load(&self, epoch: Instant) -> ChannelReport {
+        ChannelReport {
             closeable: self.closeable.load(Ordering::Relaxed),
-            last_active: last,
+            last_active: epoch + Duration::from_micros(self.last_active_us.load(Ordering::Relaxed)),
             mid_message: self.mid_message.load(Ordering::Relaxed),
             replies_expected: self.replies_expected.load(Ordering::Relaxed),
             buffers_empty: self.buffers_empty.load(Ordering::Relaxed),
@@ -418,7 +399,7 @@ fn tick_loop(weak: Weak<Inner>) {
             holders
                 .get(&h)
                 .and_then(|x| x.info.as_ref())
-                .map(|i| i.candidate(h, epoch))
+                .map(|i| i.load(epoch))
         });
         let call = victim.and_then(|(h, reason)| {
             holders

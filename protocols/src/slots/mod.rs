@@ -28,7 +28,9 @@ mod policy;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-pub use policy::{by_name, Candidate, DefaultPolicy, Naive, PreemptReason, PreemptionPolicy};
+pub use policy::{
+    by_name, Candidate, ChannelReport, DefaultPolicy, Naive, PreemptReason, PreemptionPolicy,
+};
 
 use crate::timer::{Timer, TimerTable};
 
@@ -278,14 +280,14 @@ impl SlotTable {
     }
 
     /// The preemption tick: if slots are still short, asks the policy for a
-    /// victim among the holders that `describe` knows (a holder it returns
-    /// `None` for — a channel still in its handshake — is not a candidate;
-    /// `granted_at` is filled in here). Returns the holder to close with
+    /// victim among the holders whose channel `describe` reports (a holder
+    /// it returns `None` for — a channel still in its handshake — is not a
+    /// candidate). Returns the holder to close with
     /// CLOSE_HARD and why. The tick re-arms while slots stay short.
     pub fn handle_timeout(
         &mut self,
         now: Instant,
-        mut describe: impl FnMut(u64) -> Option<Candidate>,
+        mut describe: impl FnMut(u64) -> Option<ChannelReport>,
     ) -> Option<(u64, PreemptReason)> {
         if !self.timers.take_expired(Timer::Preemption, now) || !self.short() {
             self.arm(now);
@@ -296,10 +298,10 @@ impl SlotTable {
             .iter()
             .filter(|(h, _)| !self.preempting.contains(h))
             .filter_map(|(&h, &granted_at)| {
-                describe(h).map(|c| Candidate {
+                describe(h).map(|channel| Candidate {
                     holder: h,
                     granted_at,
-                    ..c
+                    channel,
                 })
             })
             .collect();

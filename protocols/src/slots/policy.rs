@@ -8,13 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-/// What a slot holder looks like to a policy.
+/// What the owner of a slot reports about its channel (the runtime's
+/// ComObject, every few milliseconds): everything a policy needs beyond the
+/// slot itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Candidate {
-    /// The slot (lease) it holds.
-    pub holder: u64,
-    /// When the slot was granted, in grant order.
-    pub granted_at: Instant,
+pub struct ChannelReport {
     /// A working channel whose close protocol has not started: only such a
     /// channel can be closed with CLOSE_HARD.
     pub closeable: bool,
@@ -31,6 +29,18 @@ pub struct Candidate {
     /// The peer listens, so it can be called back (an accept-only client
     /// cannot: preempting it leaves the reconnect to the client).
     pub callable: bool,
+}
+
+/// What a slot holder looks like to a policy: its slot, and what its owner
+/// last reported about the channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// The slot (lease) it holds.
+    pub holder: u64,
+    /// When the slot was granted, in grant order.
+    pub granted_at: Instant,
+    /// The channel, as its owner reported it.
+    pub channel: ChannelReport,
 }
 
 /// Why a policy chose its victim (one counter each in metrics).
@@ -105,13 +115,13 @@ impl PreemptionPolicy for Naive {
     }
 
     fn choose(&self, _now: Instant, candidates: &[Candidate]) -> Option<(u64, PreemptReason)> {
-        let closeable = || candidates.iter().filter(|c| c.closeable);
+        let closeable = || candidates.iter().filter(|c| c.channel.closeable);
         closeable()
-            .find(|c| c.buffers_empty && c.queues_empty)
+            .find(|c| c.channel.buffers_empty && c.channel.queues_empty)
             .map(|c| (c.holder, PreemptReason::NaiveIdle))
             .or_else(|| {
                 closeable()
-                    .find(|c| c.buffers_empty)
+                    .find(|c| c.channel.buffers_empty)
                     .map(|c| (c.holder, PreemptReason::NaiveBuffersEmpty))
             })
             .or_else(|| {
@@ -154,15 +164,15 @@ impl PreemptionPolicy for DefaultPolicy {
     fn choose(&self, now: Instant, candidates: &[Candidate]) -> Option<(u64, PreemptReason)> {
         let eligible = || {
             candidates.iter().filter(|c| {
-                c.closeable && now.saturating_duration_since(c.granted_at) >= self.min_hold
+                c.channel.closeable && now.saturating_duration_since(c.granted_at) >= self.min_hold
             })
         };
-        let quiet = |c: &&Candidate| !c.mid_message && !c.replies_expected;
+        let quiet = |c: &&Candidate| !c.channel.mid_message && !c.channel.replies_expected;
         let lra = |it: &mut dyn Iterator<Item = &Candidate>| {
-            it.min_by_key(|c| (c.last_active, c.granted_at))
+            it.min_by_key(|c| (c.channel.last_active, c.granted_at))
                 .map(|c| c.holder)
         };
-        if let Some(h) = lra(&mut eligible().filter(quiet).filter(|c| c.callable)) {
+        if let Some(h) = lra(&mut eligible().filter(quiet).filter(|c| c.channel.callable)) {
             return Some((h, PreemptReason::LeastRecentlyActive));
         }
         if let Some(h) = lra(&mut eligible().filter(quiet)) {

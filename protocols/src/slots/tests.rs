@@ -16,10 +16,8 @@ fn table(weak: usize, hard: usize) -> SlotTable {
     )
 }
 
-fn quiet(now: Instant) -> Candidate {
-    Candidate {
-        holder: 0,
-        granted_at: now,
+fn quiet(now: Instant) -> ChannelReport {
+    ChannelReport {
         closeable: true,
         last_active: now,
         mid_message: false,
@@ -27,6 +25,14 @@ fn quiet(now: Instant) -> Candidate {
         buffers_empty: true,
         queues_empty: true,
         callable: true,
+    }
+}
+
+fn candidate(holder: u64, granted_at: Instant, channel: ChannelReport) -> Candidate {
+    Candidate {
+        holder,
+        granted_at,
+        channel,
     }
 }
 
@@ -143,12 +149,17 @@ fn a_holder_the_driver_cannot_describe_is_not_a_candidate() {
 #[test]
 fn naive_takes_the_first_closeable_preferring_empty_buffers_and_queues() {
     let now = Instant::now();
-    let mk = |holder, closeable, buffers_empty, queues_empty| Candidate {
-        holder,
-        closeable,
-        buffers_empty,
-        queues_empty,
-        ..quiet(now)
+    let mk = |holder, closeable, buffers_empty, queues_empty| {
+        candidate(
+            holder,
+            now,
+            ChannelReport {
+                closeable,
+                buffers_empty,
+                queues_empty,
+                ..quiet(now)
+            },
+        )
     };
     let p = Naive;
     let c = [
@@ -174,13 +185,17 @@ fn default_prefers_quiet_callable_least_recently_active_and_spares_young_channel
         min_hold: Duration::from_secs(1),
     };
     let at = |s: u64| t0 + Duration::from_secs(s);
-    let c = |holder, last, callable, busy, granted: u64| Candidate {
-        holder,
-        granted_at: at(granted),
-        last_active: at(last),
-        callable,
-        mid_message: busy,
-        ..quiet(t0)
+    let c = |holder, last, callable, busy, granted: u64| {
+        candidate(
+            holder,
+            at(granted),
+            ChannelReport {
+                last_active: at(last),
+                callable,
+                mid_message: busy,
+                ..quiet(t0)
+            },
+        )
     };
     // Least recently active among quiet callable ones.
     let set = [
