@@ -14,8 +14,16 @@ impl Drop for Killed {
 }
 
 fn start_node() -> (Killed, serde_json::Value) {
+    start_node_on(&["tcp:127.0.0.1:0"])
+}
+
+fn start_node_on(listen: &[&str]) -> (Killed, serde_json::Value) {
+    let mut args = vec!["node"];
+    for l in listen {
+        args.extend(["--listen", l]);
+    }
     let mut child = Command::new(BIN)
-        .args(["node", "--listen", "tcp:127.0.0.1:0"])
+        .args(&args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -89,6 +97,71 @@ fn node_prints_its_identity_and_ping_measures_round_trips() {
             "{v}"
         );
     }
+}
+
+#[test]
+fn ping_takes_a_descriptor_and_uses_the_unix_socket_it_lists() {
+    let sock = std::env::temp_dir().join(format!("sitenet-cli-{}.sock", std::process::id()));
+    let unix = format!("unix:{}", sock.display());
+    let (_node, first) = start_node_on(&["tcp:127.0.0.1:0", &unix]);
+    let site_id = first["site_id"].as_str().unwrap();
+    let listen: Vec<&str> = first["listen"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(listen.len(), 2, "{first}");
+    // The descriptor is the identity line's id and listen list joined.
+    let descriptor = format!("{site_id}@{}", listen.join(","));
+    let out = Command::new(BIN)
+        .args([
+            "ping",
+            &descriptor,
+            "--count",
+            "20",
+            "--json",
+            "--timeout",
+            "60",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ping failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["site_id"], site_id);
+    // Which transport: the node's own statistics say who connected how.
+    let out = Command::new(BIN)
+        .args(["stats", &descriptor, "--json", "--timeout", "60"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let channels: Vec<&str> = s["per_site"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["channel"].as_str())
+        .collect();
+    assert!(
+        !channels.is_empty() && channels.iter().all(|c| c.starts_with("unix:")),
+        "clients on this host came over the unix socket: {channels:?}"
+    );
+    // A malformed descriptor is a usage error.
+    let out = Command::new(BIN)
+        .args(["ping", "xyz@tcp:127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("site id"));
+    let _ = std::fs::remove_file(&sock);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use sitenet::{Node, NodeConfig, SendOptions};
@@ -12,19 +12,6 @@ use sitenet::{Node, NodeConfig, SendOptions};
 fn quick_idle(c: &mut NodeConfig) {
     c.ring_idle = Duration::from_millis(50);
     c.heartbeat_interval = Duration::from_millis(20);
-}
-
-/// Waits (bounded) until `f` holds, re-checking every few milliseconds:
-/// the gauge has no notification of its own.
-async fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + PATIENCE;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    f()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

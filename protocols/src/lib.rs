@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod address_book;
 pub mod byte_buffer;
 pub mod com_object;
 pub mod error;
@@ -45,6 +46,7 @@ pub mod site;
 pub mod slots;
 pub mod timer;
 
+pub use address_book::{AddressBook, Fallback, TransportKind};
 pub use byte_buffer::ByteBuffer;
 pub use com_object::{
     AcceptOutcome, Action, ChannelEnd, ChannelId, ComConfig, ComObject, ComState, ComStats,
@@ -62,5 +64,5 @@ pub use reassembly::ReassemblyBudget;
 pub use session::{
     ChannelParams, ClosePhase, CloseReason, Session, SessionConfig, SessionEvent, SessionStats,
 };
-pub use site::SiteId;
+pub use site::{DescriptorError, SiteDescriptor, SiteId};
 pub use timer::{Timer, TimerTable};

@@ -37,9 +37,99 @@ impl std::fmt::Debug for SiteId {
     }
 }
 
+/// A site's identity and every address it listens on: what one site hands
+/// another so that it can be reached by the best transport the two share
+/// (`mem:` in one process, `unix:` on one host, `tcp:` otherwise; see
+/// [`AddressBook`](crate::AddressBook)). The id makes the addresses safe to
+/// try: whoever answers at one of them must prove it is this site, so a
+/// stale or wrong address is skipped, never mistaken for the site.
+///
+/// Text form (`Display`, `FromStr`): the id's 32 hex digits, `@`, and the
+/// addresses separated by commas —
+/// `0123…cdef@mem:a,unix:/tmp/a.sock,tcp:127.0.0.1:7000`. (A Unix path with
+/// a comma in it cannot be written this way; build the struct instead.)
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SiteDescriptor {
+    /// The site's id (its incarnation).
+    pub id: SiteId,
+    /// The addresses it listens on (empty: it can only call others).
+    pub addresses: Vec<String>,
+}
+
+/// Why a text is not a [`SiteDescriptor`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptorError {
+    /// No `@` between the id and the addresses.
+    #[error("site descriptor {0:?} has no '@': expected ID@ADDRESS[,ADDRESS…], the form `sitenet node` prints")]
+    NoAt(String),
+    /// The part before `@` is not 32 hex digits.
+    #[error("site descriptor {0:?} does not start with a site id (32 hex digits)")]
+    Id(String),
+    /// An empty address between commas.
+    #[error("site descriptor {0:?} has an empty address")]
+    EmptyAddress(String),
+}
+
+impl std::fmt::Display for SiteDescriptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.id, self.addresses.join(","))
+    }
+}
+
+impl std::str::FromStr for SiteDescriptor {
+    type Err = DescriptorError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (id, rest) = s
+            .split_once('@')
+            .ok_or_else(|| DescriptorError::NoAt(s.into()))?;
+        let id = SiteId::parse_hex(id).ok_or_else(|| DescriptorError::Id(s.into()))?;
+        let addresses = if rest.is_empty() {
+            Vec::new()
+        } else {
+            rest.split(',')
+                .map(|a| {
+                    if a.is_empty() {
+                        Err(DescriptorError::EmptyAddress(s.into()))
+                    } else {
+                        Ok(a.to_owned())
+                    }
+                })
+                .collect::<Result<_, _>>()?
+        };
+        Ok(Self { id, addresses })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_descriptor_round_trips_through_its_text_form() {
+        let d = SiteDescriptor {
+            id: SiteId(0xabc),
+            addresses: vec!["mem:a".into(), "tcp:127.0.0.1:7".into()],
+        };
+        let text = d.to_string();
+        assert_eq!(text, format!("{}@mem:a,tcp:127.0.0.1:7", SiteId(0xabc)));
+        assert_eq!(text.parse::<SiteDescriptor>(), Ok(d));
+        let none: SiteDescriptor = format!("{}@", SiteId(1)).parse().unwrap();
+        assert!(none.addresses.is_empty());
+        assert!(matches!(
+            "mem:a".parse::<SiteDescriptor>(),
+            Err(DescriptorError::NoAt(_))
+        ));
+        assert!(matches!(
+            "12@mem:a".parse::<SiteDescriptor>(),
+            Err(DescriptorError::Id(_))
+        ));
+        let gap = format!("{}@mem:a,,tcp:h:1", SiteId(1));
+        assert!(matches!(
+            gap.parse::<SiteDescriptor>(),
+            Err(DescriptorError::EmptyAddress(_))
+        ));
+    }
 
     #[test]
     fn hex_round_trip_and_order() {

@@ -808,7 +808,7 @@ mod model {
             ComConfig::default(),
             ReassemblyBudget::new(1 << 20),
             id,
-            true,
+            sitenet_protocols::AddressBook::given("tcp:peer:1"),
             // Distinct per site; attempts are numbered from 1.
             1 + (id.0 & 0xff) as u64,
             id.0 as u64,

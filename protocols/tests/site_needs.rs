@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sitenet_protocols::handshake::{Attempt, Negotiate, NegotiateAns, Opened, Present};
 use sitenet_protocols::{
-    AcceptOutcome, Action, ByteBuffer, ComConfig, ComObject, ComState, Loss, OutMessage, Priority,
-    ReassemblyBudget, SendError, SiteId, PROTOCOL_VERSION,
+    AcceptOutcome, Action, AddressBook, ByteBuffer, ComConfig, ComObject, ComState, Loss,
+    OutMessage, Priority, ReassemblyBudget, SendError, SiteId, PROTOCOL_VERSION,
 };
 
 const LOCAL: SiteId = SiteId(0x10);
@@ -34,7 +34,11 @@ impl H {
                 cfg,
                 ReassemblyBudget::new(1 << 30),
                 LOCAL,
-                can_open,
+                if can_open {
+                    AddressBook::given("tcp:peer:1")
+                } else {
+                    AddressBook::default()
+                },
                 1,
                 7,
                 now,

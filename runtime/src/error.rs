@@ -30,6 +30,10 @@ pub enum NodeError {
     /// The node has been shut down.
     #[error("the node has been shut down")]
     Shutdown,
+    /// A descriptor names this node itself: a site does not talk to itself
+    /// through the network.
+    #[error("the descriptor names this node's own site {0}; handle the message locally instead")]
+    OwnSite(sitenet_protocols::SiteId),
     /// The configuration cannot work (for example a listen list too long
     /// for the handshake); the message says what to change.
     #[error("invalid node configuration: {0}")]

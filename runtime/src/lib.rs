@@ -45,5 +45,5 @@ pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
 pub use runtime::Runtime;
 pub use site::{BusyGuard, FaultEvent, FaultState, HandedBack, SiteRef};
-pub use sitenet_protocols::{Priority, SiteId};
+pub use sitenet_protocols::{DescriptorError, Priority, SiteDescriptor, SiteId};
 pub use stats::{NodeStats, SiteStats};

@@ -33,8 +33,15 @@ pub struct NodeStats {
 pub struct SiteStats {
     /// The site's id, once a handshake told it.
     pub site: Option<String>,
-    /// The address it is contacted at, if known.
+    /// The address it was asked for (`Node::site`), if any.
     pub address: Option<String>,
+    /// Every address it can be called at, in the order opens try them
+    /// (mem, unix, tcp): the one asked for and those the site listed in
+    /// its handshakes. Empty for a site that only connects to us.
+    pub addresses: Vec<String>,
+    /// The peer's end of the working channel (`tcp:…`, `unix:…`,
+    /// `mem:…`): which transport the two sites use now.
+    pub channel: Option<String>,
     /// A channel works now.
     pub connected: bool,
     /// Messages sent for the first time, by level 1 to 4.

@@ -34,6 +34,20 @@ pub async fn echo(site: &sitenet::SiteRef, seq: u64) {
     assert_eq!(r.msg.seq, seq);
 }
 
+/// Waits (bounded by [`PATIENCE`]) until `f` holds, re-checking every few
+/// milliseconds: for gauges and published statistics, which have no
+/// notification of their own.
+pub async fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    f()
+}
+
 /// A node listening on a free loopback port, serving echo and the sink.
 pub fn listening_node() -> Node {
     Node::builder()

@@ -8,6 +8,16 @@ use crate::error::SendError;
 use crate::message::OutMessage;
 
 impl ComObject {
+    /// Addresses claimed for the site by someone else (a descriptor, a
+    /// third site): kept as fallbacks in preference order (see
+    /// [`AddressBook`](crate::AddressBook)). A site that could not be
+    /// called before may open now if it needs a channel.
+    pub fn learn_addresses<'a>(&mut self, addresses: impl IntoIterator<Item = &'a str>) {
+        if self.book.learn(addresses) > 0 && self.phase != Phase::Failed {
+            self.update();
+        }
+    }
+
     /// Queues a message. It comes back with the reason if it can never be
     /// sent: the site failed permanently (`SiteFailed`; the caller adds it to
     /// what the failure handed back, so nothing is lost) or it exceeds what

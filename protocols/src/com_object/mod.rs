@@ -68,6 +68,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
+use crate::address_book::AddressBook;
 use crate::handshake::Attempt;
 use crate::link::{decide, Decision, LinkView};
 use crate::reassembly::ReassemblyBudget;
@@ -161,8 +162,9 @@ pub struct ComObject {
     rng: SmallRng,
     /// This node's id (the link decision's tie-break).
     local: SiteId,
-    /// True if an address of the peer is known, so this side can open.
-    can_open: bool,
+    /// Where the peer can be called (empty: it only connects to us), and
+    /// which address the next open attempt uses.
+    book: AddressBook,
     /// This ComObject's opener id, and the number of its last attempt.
     opener: u64,
     attempt_seq: u64,
@@ -203,8 +205,9 @@ pub struct ComObject {
 }
 
 impl ComObject {
-    /// A ComObject for a remote site, with no channel yet. `can_open` says
-    /// whether an address of the peer is known; `opener` must be unique among
+    /// A ComObject for a remote site, with no channel yet. `book` holds
+    /// the addresses it can be called at (empty: it only connects to us;
+    /// handshakes add the addresses the peer lists); `opener` must be unique among
     /// this node's ComObjects for the same peer (it names our open attempts);
     /// `seed` seeds the backoff jitter.
     #[allow(clippy::too_many_arguments)]
@@ -212,7 +215,7 @@ impl ComObject {
         cfg: impl Into<Arc<ComConfig>>,
         budget: ReassemblyBudget,
         local: SiteId,
-        can_open: bool,
+        book: AddressBook,
         opener: u64,
         seed: u64,
         now: Instant,
@@ -226,7 +229,7 @@ impl ComObject {
             timers: TimerTable::default(),
             rng: SmallRng::seed_from_u64(seed),
             local,
-            can_open,
+            book,
             opener,
             attempt_seq: 0,
             channel_seq: 0,
@@ -285,6 +288,12 @@ impl ComObject {
             Phase::Backoff => ComState::Backoff,
             Phase::Failed => ComState::Failed,
         }
+    }
+
+    /// The addresses the peer can be called at, best first (empty: it
+    /// only connects to us).
+    pub fn addresses(&self) -> &AddressBook {
+        &self.book
     }
 
     /// The working channel, if any.
@@ -432,7 +441,11 @@ impl ComObject {
         if self.phase == Phase::Failed {
             return;
         }
-        if self.phase == Phase::Closed && self.wants_channel() && self.can_open && !self.closing {
+        if self.phase == Phase::Closed
+            && self.wants_channel()
+            && self.book.can_open()
+            && !self.closing
+        {
             self.phase = Phase::WaitingForSlot;
             self.actions.push_back(Action::RequestSlot);
         }

@@ -6,6 +6,7 @@ use std::time::Instant;
 use rand::Rng;
 
 use super::{AcceptOutcome, Action, ComObject, FaultState, OpenFailure, OpenRequest, Phase};
+use crate::address_book::Fallback;
 use crate::error::{OpenError, ProtocolError};
 use crate::handshake::{Attempt, Negotiate, NegotiateAns, Opened};
 use crate::link::Decision;
@@ -29,18 +30,22 @@ impl ComObject {
         if self.phase != Phase::WaitingForSlot {
             return;
         }
-        if !self.wants_channel() || self.closing || !self.can_open {
-            // The need went away while waiting (merged, acknowledged, …).
-            self.phase = Phase::Closed;
-            self.update();
-            return;
-        }
+        let address = match self.book.current() {
+            Some(a) if self.wants_channel() && !self.closing => a.to_owned(),
+            _ => {
+                // The need went away while waiting (merged, acknowledged, …).
+                self.phase = Phase::Closed;
+                self.update();
+                return;
+            }
+        };
         self.attempt_seq += 1;
         self.stats.opens += 1;
         self.phase = Phase::Opening {
             attempt: self.attempt_seq,
         };
         self.actions.push_back(Action::Open(OpenRequest {
+            address,
             attempt: Attempt {
                 opener: self.opener,
                 seq: self.attempt_seq,
@@ -64,6 +69,11 @@ impl ComObject {
         if self.opening() != Some(attempt) {
             return None;
         }
+        // The peer lists every address it listens on: later opens use the
+        // best transport the two sites share.
+        self.book.succeeded();
+        self.book
+            .learn(opened.present.listen.iter().map(String::as_str));
         if opened.peer_fresh && !self.session.is_fresh() {
             // The peer forgot our session (it reclaimed our entry): number
             // afresh, and hand back what it never acknowledged.
@@ -86,10 +96,14 @@ impl ComObject {
         Some(self.now_working(None, now))
     }
 
-    /// Our open attempt `attempt` failed. A refusal is no fault (another
-    /// channel wins the link decision); a permanent failure (version,
-    /// identity) fails the site; anything else is a temporary failure,
-    /// retried after the backoff.
+    /// Our open attempt `attempt` failed. While the site has addresses
+    /// not yet tried in this round, the next one is tried at once (through
+    /// the slot line: the failed attempt gave its slot back), with no fault
+    /// reported — see [`AddressBook`](crate::AddressBook) for which failures fall back. After
+    /// the last address: a refusal is no fault (another channel wins the
+    /// link decision); a permanent failure (version, identity) fails the
+    /// site; anything else is a temporary failure, retried after the
+    /// backoff.
     pub fn open_failed(&mut self, attempt: u64, failure: OpenFailure, now: Instant) {
         self.tick(now);
         if self.opening() != Some(attempt) {
@@ -97,8 +111,15 @@ impl ComObject {
         }
         // The attempt is over, whatever follows.
         self.phase = Phase::Closed;
+        let fallback = self.book.failed(&failure);
+        if fallback == Fallback::TryNext && !self.closing {
+            tracing::debug!(error = %failure, next = ?self.book.current(), "open failed; trying the next address");
+            self.stats.fallbacks += 1;
+            // Closed with the need still there: `update` asks for a slot.
+            return self.update();
+        }
         match failure {
-            OpenFailure::Open(e) if e.is_permanent() => {
+            OpenFailure::Open(e) if e.is_permanent() && fallback == Fallback::Permanent => {
                 return self.fail(SiteFailure::Open(e), now);
             }
             OpenFailure::Open(OpenError::Refused(reason)) => {
@@ -167,6 +188,8 @@ impl ComObject {
                 });
             }
         }
+        // Claimed, not proven: a call there must still meet this site.
+        self.book.learn(neg.listen.iter().map(String::as_str));
         if peer_forgot {
             tracing::info!(site = %neg.site, "the peer forgot the session; numbering starts again");
             self.session.forget_peer();
@@ -212,7 +235,7 @@ impl ComObject {
     /// its maximum, each delay jittered. A site that cannot be called (no
     /// address) or that shuts down just waits to be called.
     pub(super) fn schedule_backoff(&mut self, now: Instant) {
-        if !self.can_open || self.closing {
+        if !self.book.can_open() || self.closing {
             self.phase = super::Phase::Closed;
             return;
         }

@@ -162,8 +162,11 @@ pub enum Action {
 }
 
 /// What the initiator's handshake must propose (NEGOTIATE's variable part).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenRequest {
+    /// Where to connect: the best address not yet tried in this round
+    /// (see [`AddressBook`](crate::AddressBook)).
+    pub address: String,
     /// Names this attempt (opener and sequence number).
     pub attempt: Attempt,
     /// The last message number received from the peer.
@@ -208,6 +211,9 @@ pub struct ComStats {
     pub protocol_errors: u64,
     /// Open attempts started.
     pub opens: u64,
+    /// Failed open attempts followed at once by one at the site's next
+    /// address (see [`AddressBook`](crate::AddressBook)).
+    pub fallbacks: u64,
     /// Transitions into the temporarily failed state.
     pub temp_failures: u64,
     /// Messages handed back as never sendable.

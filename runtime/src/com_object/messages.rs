@@ -26,6 +26,20 @@ pub(crate) struct Adopt {
     pub(crate) neg: Negotiate,
 }
 
+/// Addresses a descriptor claims for this site.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Learn(pub(crate) Vec<String>);
+
+impl Handler<Learn> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, msg: Learn, ctx: &mut Context<Self>) {
+        self.com.learn_addresses(msg.0.iter().map(String::as_str));
+        self.drive(ctx);
+    }
+}
+
 /// Wakes the ComObject to re-evaluate its site (the last `SiteRef` went).
 #[derive(Message)]
 #[rtype(result = "()")]

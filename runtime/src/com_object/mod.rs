@@ -21,7 +21,7 @@ mod report;
 
 use io::Live;
 pub(crate) use messages::{
-    Adopt, CloseHard, HoldBusy, Kill, Poke, Preempt, SlotGranted, Stop, Wake,
+    Adopt, CloseHard, HoldBusy, Kill, Learn, Poke, Preempt, SlotGranted, Stop, Wake,
 };
 
 use std::sync::Arc;
@@ -31,9 +31,10 @@ use actix::fut;
 use actix::prelude::*;
 
 use sitenet_protocols::{
-    Action, ChannelEnd, ChannelId, ComObject as ComLogic, FaultState, Initiator, OpenRequest,
-    Opened, OutMessage,
+    Action, AddressBook, ChannelEnd, ChannelId, ComObject as ComLogic, FaultState, Initiator,
+    OpenRequest, Opened, OutMessage,
 };
+use sitenet_transport::Address;
 
 use crate::channel_io::{connect_and_open, OpenFailure};
 use crate::metrics::Counters;
@@ -117,12 +118,12 @@ impl Actor for ComObject {
 }
 
 impl ComObject {
-    pub(crate) fn new(node: Arc<NodeInner>, entry: Arc<SiteEntry>) -> Self {
+    pub(crate) fn new(node: Arc<NodeInner>, entry: Arc<SiteEntry>, book: AddressBook) -> Self {
         let com = ComLogic::new(
             node.com_cfg.clone(),
             node.budget.clone(),
             node.id,
-            entry.address.is_some(),
+            book,
             NEXT_OPENER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             rand::random(),
             Instant::now(),
@@ -149,12 +150,13 @@ impl ComObject {
         }
     }
 
-    /// The address this site is contacted at, for reports ("" if none).
+    /// The address this site is contacted at next, for reports ("" if
+    /// none).
     pub(super) fn address_string(&self) -> String {
-        self.entry
-            .address
-            .as_ref()
-            .map(ToString::to_string)
+        self.com
+            .addresses()
+            .current()
+            .map(str::to_owned)
             .unwrap_or_default()
     }
 
@@ -395,8 +397,17 @@ impl ComObject {
     }
 
     pub(super) fn start_open(&mut self, req: OpenRequest, ctx: &mut Context<Self>) {
-        let Some(addr) = self.entry.address.clone() else {
-            return;
+        let addr = match req.address.parse::<Address>() {
+            Ok(a) => a,
+            Err(e) => {
+                // A peer listed an address this build cannot parse: that
+                // address fails, the next one is tried. The slot goes back.
+                self.granted = None;
+                let failure = sitenet_protocols::OpenFailure::Transport(e.to_string());
+                self.com
+                    .open_failed(req.attempt.seq, failure, Instant::now());
+                return;
+            }
         };
         let cfg = &self.node.cfg;
         let hs = Initiator::new(

@@ -42,7 +42,7 @@ impl ComObject {
                 > 0,
             buffers_empty: live.t.inb.is_empty() && live.t.outb.is_empty(),
             queues_empty: session.queued_bytes() == 0,
-            callable: self.entry.address.is_some(),
+            callable: self.com.addresses().can_open(),
         };
         self.node.slots.report(&self.slot_info, &report);
     }
@@ -54,6 +54,14 @@ impl ComObject {
         let st = published.get_or_insert_with(Box::default);
         st.site = self.entry.id.get().map(ToString::to_string);
         st.address = self.entry.address.as_ref().map(ToString::to_string);
+        let book = self.com.addresses();
+        if !st.addresses.iter().map(String::as_str).eq(book.addresses()) {
+            st.addresses = book.addresses().map(str::to_owned).collect();
+        }
+        let peer = self.live.as_ref().map(|l| l.t.peer());
+        if st.channel.as_deref() != peer {
+            st.channel = peer.map(str::to_owned);
+        }
         st.connected = self.live.is_some();
         st.messages_sent = s.sent_by_level;
         st.bytes_sent = s.bytes_by_level;

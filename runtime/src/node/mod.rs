@@ -3,6 +3,7 @@
 //! and shuts down gracefully.
 
 mod accept;
+mod descriptor;
 mod requests;
 mod site_table;
 

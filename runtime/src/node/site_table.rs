@@ -17,11 +17,11 @@ use std::sync::Arc;
 use actix::Actor;
 use slab::Slab;
 
-use sitenet_protocols::SiteId;
+use sitenet_protocols::{AddressBook, SiteDescriptor, SiteId};
 use sitenet_transport::Address;
 
 use super::NodeInner;
-use crate::com_object::{Adopt, ComObject};
+use crate::com_object::{Adopt, ComObject, Learn};
 use crate::site::{SiteEntry, SiteRef};
 
 #[derive(Default)]
@@ -35,10 +35,14 @@ pub(crate) struct SiteTable {
 }
 
 impl NodeInner {
+    /// A new entry and its ComObject. `address` is the one the user asked
+    /// for (bound to the site found there); `book` every address the site
+    /// can be called at, that one included.
     pub(super) fn new_entry(
         self: &Arc<Self>,
         t: &mut SiteTable,
         address: Option<Address>,
+        book: AddressBook,
     ) -> Arc<SiteEntry> {
         let slot = t.entries.vacant_entry();
         let entry = Arc::new(SiteEntry::new(
@@ -48,7 +52,8 @@ impl NodeInner {
         ));
         slot.insert(entry.clone());
         let (node, e) = (self.clone(), entry.clone());
-        let addr = ComObject::start_in_arbiter(self.rt.arbiter(), move |_| ComObject::new(node, e));
+        let addr =
+            ComObject::start_in_arbiter(self.rt.arbiter(), move |_| ComObject::new(node, e, book));
         let _ = entry.addr.set(addr);
         entry
     }
@@ -66,8 +71,30 @@ impl NodeInner {
                 return SiteRef::counted(e, self.clone());
             }
         }
-        let e = self.new_entry(&mut t, Some(a.clone()));
-        t.by_address.insert(a.to_string(), e.key);
+        let text = a.to_string();
+        let e = self.new_entry(&mut t, Some(a), AddressBook::given(&text));
+        t.by_address.insert(text, e.key);
+        SiteRef::counted(e, self.clone())
+    }
+
+    /// A reference to the site a descriptor names: the entry with its id
+    /// (told the descriptor's addresses), else a new one that calls it at
+    /// those addresses, best transport first. The addresses are claims: they
+    /// are not bound to the site in the table, and whoever answers there
+    /// must prove the id. Counted under the table's lock.
+    pub(super) fn site_described(self: &Arc<Self>, d: &SiteDescriptor) -> SiteRef {
+        let mut t = self.sites.lock();
+        if let Some(&k) = t.by_id.get(&d.id) {
+            let e = t.entries[k].clone();
+            if let Some(a) = e.addr.get() {
+                a.do_send(Learn(d.addresses.clone()));
+            }
+            return SiteRef::counted(e, self.clone());
+        }
+        let book = AddressBook::claimed(d.addresses.iter().map(String::as_str));
+        let e = self.new_entry(&mut t, None, book);
+        let _ = e.id.set(d.id);
+        t.by_id.insert(d.id, e.key);
         SiteRef::counted(e, self.clone())
     }
 
@@ -80,8 +107,8 @@ impl NodeInner {
 
     /// Hands an accepted channel whose NEGOTIATE names site `id` to that
     /// site's ComObject: the entry by id, else a new one. The listen
-    /// addresses the peer claims are not trusted: the new entry may call the
-    /// first back (the open protocol then checks who answers), but no
+    /// addresses the peer claims are not trusted: the new entry may call
+    /// them back (the open protocol then checks who answers), but no
     /// address is bound to a site until we connect there ourselves and find
     /// it (`bind_site_id`), so a peer cannot take over traffic meant for the
     /// site at an address it lists. The entry counts the channel as on its
@@ -93,12 +120,8 @@ impl NodeInner {
             let e = match t.by_id.get(&adopt.neg.site) {
                 Some(&k) => t.entries[k].clone(),
                 None => {
-                    let address = adopt
-                        .neg
-                        .listen
-                        .iter()
-                        .find_map(|l| l.parse::<Address>().ok());
-                    let e = self.new_entry(&mut t, address);
+                    let book = AddressBook::claimed(adopt.neg.listen.iter().map(String::as_str));
+                    let e = self.new_entry(&mut t, None, book);
                     let _ = e.id.set(adopt.neg.site);
                     t.by_id.insert(adopt.neg.site, e.key);
                     e

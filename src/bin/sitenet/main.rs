@@ -39,7 +39,9 @@ enum Cmd {
     },
     /// Measure round trips to a node's echo service.
     Ping {
-        /// The node's address, e.g. tcp:127.0.0.1:7000.
+        /// The node's address (e.g. tcp:127.0.0.1:7000, unix:/tmp/n.sock) or its
+        /// descriptor ID@ADDR,ADDR,… (its site id and listen list: the best
+        /// transport on this host is used).
         addr: String,
         /// Number of round trips.
         #[arg(long, default_value_t = 1000)]
@@ -57,7 +59,9 @@ enum Cmd {
     /// Stream numbered messages to a node's sink, wait until every one is
     /// acknowledged, and report the sink's verdict (loss, duplicates, order).
     Send {
-        /// The node's address, e.g. tcp:127.0.0.1:7000.
+        /// The node's address (e.g. tcp:127.0.0.1:7000, unix:/tmp/n.sock) or its
+        /// descriptor ID@ADDR,ADDR,… (its site id and listen list: the best
+        /// transport on this host is used).
         addr: String,
         /// Number of messages.
         #[arg(long, default_value_t = 100_000)]
@@ -93,7 +97,9 @@ enum Cmd {
     /// Ask a running `sitenet node` for its resources: channel slots,
     /// transport memory against its bound, sites, and per-site counters.
     Stats {
-        /// The node's address, e.g. tcp:127.0.0.1:7000.
+        /// The node's address (e.g. tcp:127.0.0.1:7000, unix:/tmp/n.sock) or its
+        /// descriptor ID@ADDR,ADDR,… (its site id and listen list: the best
+        /// transport on this host is used).
         addr: String,
         /// Print the node's answer as one JSON object.
         #[arg(long)]
@@ -107,6 +113,9 @@ enum Cmd {
 mod plot;
 mod stats;
 mod stress;
+mod target;
+
+use target::{check_target, client};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -211,7 +220,7 @@ struct PingResult {
 }
 
 fn run_ping(addr: &str, count: u64, size: usize, json: bool, timeout: f64) -> ExitCode {
-    if let Err(e) = addr.parse::<Address>() {
+    if let Err(e) = check_target(addr) {
         return usage(e);
     }
     let timeout = match seconds("timeout", timeout) {
@@ -314,19 +323,6 @@ struct SendResult {
     site_id: String,
 }
 
-/// A client-only node and the site at `addr` (exit codes as documented).
-pub(crate) fn client(
-    addr: &str,
-    configure: impl FnOnce(&mut sitenet::NodeConfig),
-) -> Result<(Node, sitenet::SiteRef), ExitCode> {
-    let node = Node::builder()
-        .configure(configure)
-        .start()
-        .map_err(failure)?;
-    let site = node.site(addr).map_err(usage)?;
-    Ok((node, site))
-}
-
 pub(crate) fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     if v.is_finite() && v > 0.0 {
         Ok(Duration::from_secs_f64(v))
@@ -347,7 +343,7 @@ fn run_send(
     give_up: f64,
 ) -> ExitCode {
     use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
-    if let Err(e) = addr.parse::<Address>() {
+    if let Err(e) = check_target(addr) {
         return usage(e);
     }
     let (timeout, give_up) = match (seconds("timeout", timeout), seconds("give-up", give_up)) {

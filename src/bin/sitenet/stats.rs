@@ -4,11 +4,11 @@
 
 use std::process::ExitCode;
 
-use sitenet::{Address, SendOptions};
+use sitenet::SendOptions;
 
 pub(crate) fn run(addr: &str, json: bool, timeout: f64) -> ExitCode {
     use sitenet::services::{StatsQuery, StatsReply};
-    if let Err(e) = addr.parse::<Address>() {
+    if let Err(e) = crate::check_target(addr) {
         return crate::usage(e);
     }
     let timeout = match crate::seconds("timeout", timeout) {

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::*;
+use crate::address_book::AddressBook;
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{OpenError, SendError};
 use crate::handshake::{Negotiate, NegotiateAns, Opened, Present, RefuseReason};
@@ -66,12 +67,22 @@ fn negotiate(last_generation: u64, attempt: Attempt) -> Negotiate {
     }
 }
 
+/// The address book of a site that can be called (at a given address) or
+/// not.
+fn book(can_open: bool) -> AddressBook {
+    if can_open {
+        AddressBook::given("tcp:peer:1")
+    } else {
+        AddressBook::default()
+    }
+}
+
 impl H {
     fn new(cfg: ComConfig, can_open: bool) -> Self {
         let now = Instant::now();
         let budget = ReassemblyBudget::new(1 << 30);
         Self {
-            com: ComObject::new(cfg, budget, LOCAL, can_open, 1, 42, now),
+            com: ComObject::new(cfg, budget, LOCAL, book(can_open), 1, 42, now),
             now,
         }
     }
@@ -104,14 +115,19 @@ impl H {
     }
 
     fn grant(&mut self) -> u64 {
+        self.grant_at().0
+    }
+
+    /// Grants the slot asked for: the attempt's number and address.
+    fn grant_at(&mut self) -> (u64, String) {
         self.com.slot_granted();
         let a = self.actions();
-        let [Action::Open(req)] = a[..] else {
+        let [Action::Open(req)] = &a[..] else {
             panic!("expected an open: {a:?}")
         };
         assert_eq!(req.attempt.opener, 1);
         assert_eq!(self.com.state(), ComState::Opening);
-        req.attempt.seq
+        (req.attempt.seq, req.address.clone())
     }
 
     fn working(&mut self) -> ChannelId {
@@ -126,5 +142,6 @@ impl H {
     }
 }
 
+mod addresses;
 mod close;
 mod open;

@@ -272,7 +272,7 @@ fn accepting_replaces_a_channel_the_peer_lost_and_abandons_our_open() {
         cfg(),
         ReassemblyBudget::new(1 << 20),
         SiteId(0xFF),
-        true,
+        super::book(true),
         1,
         1,
         h.now,

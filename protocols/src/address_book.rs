@@ -1,0 +1,371 @@
+//! Where a remote site can be reached: every address it is known at, best
+//! transport first, and what a failed open at one of them means.
+//!
+//! A site may listen on several transports at once (`mem:` for sites in
+//! its process, `unix:` for its host, `tcp:` for everyone). Each side lists
+//! them in the handshake (PRESENT, NEGOTIATE), so after one channel a site
+//! knows all of its peer's addresses. Opens then try them in the order
+//! mem, unix, tcp: a `mem:` name resolves only inside the process that
+//! registered it and a `unix:` path only on its host, so the first that
+//! connects is the cheapest transport the two sites share, and the others
+//! are the fallback.
+//!
+//! The rule for failures ([`AddressBook::failed`]):
+//!
+//! - the transport could not connect, timed out, or the handshake broke:
+//!   try the next address; when none is left, the attempt is over and the
+//!   ComObject backs off as for any failed open (the next attempt starts
+//!   again from the best address);
+//! - the site at an address is not the one expected (wrong identity,
+//!   another version, ourselves): at an address the user gave, the site
+//!   there is a new incarnation and the old one failed for good (as with a
+//!   single address); at an address only *claimed* for it (learned from a
+//!   handshake or a descriptor) it proves nothing about the site, so that
+//!   address is forgotten and the next one tried — the site fails only when
+//!   no address is left;
+//! - a refusal (another channel wins the link decision) ends the attempt:
+//!   the site answered, there is nothing to fall back from.
+//!
+//! Learned addresses are never bound to the site in the site table: whoever
+//! answers there must still prove the expected identity, so a peer cannot
+//! divert another site's traffic by listing its address.
+
+use crate::com_object::OpenFailure;
+use crate::error::OpenError;
+use crate::handshake::MAX_LISTEN;
+
+/// The transports sitenet knows, in the order they are preferred.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TransportKind {
+    /// An in-process channel (`mem:NAME`): no descriptor, no kernel.
+    Mem,
+    /// A Unix domain socket (`unix:PATH`): same host, no TCP stack.
+    Unix,
+    /// TCP (`tcp:HOST:PORT`).
+    Tcp,
+}
+
+impl TransportKind {
+    /// The transport an address's scheme names, or `None` for a scheme
+    /// this build does not know or an address with nothing after its
+    /// scheme. A peer's listen list may name a transport of a newer build:
+    /// such addresses are skipped, not an error.
+    pub fn of(address: &str) -> Option<Self> {
+        let (scheme, rest) = address.split_once(':')?;
+        if rest.is_empty() {
+            return None;
+        }
+        match scheme {
+            "mem" => Some(Self::Mem),
+            "unix" => Some(Self::Unix),
+            "tcp" => Some(Self::Tcp),
+            _ => None,
+        }
+    }
+}
+
+/// What the ComObject does after an open attempt failed at the current
+/// address (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// Try [`AddressBook::current`] now, without a backoff.
+    TryNext,
+    /// Every address was tried (or the site answered and refused): back off
+    /// and start again from the best address.
+    RoundOver,
+    /// The site is gone for good.
+    Permanent,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Known {
+    address: Box<str>,
+    kind: TransportKind,
+    /// Given by the local user (`Node::site`): the site found there first
+    /// is the site this entry names, so another one there later means it
+    /// failed. Claimed addresses (learned) prove nothing.
+    given: bool,
+}
+
+/// The addresses of one remote site, best transport first, with the cursor
+/// of the open attempt in progress. An empty book means the site cannot be
+/// called (it only connects to us).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AddressBook {
+    known: Vec<Known>,
+    /// Index of the address the current (or next) attempt uses.
+    cursor: usize,
+}
+
+/// At most this many addresses are kept: a peer's whole listen list and the
+/// address the user gave.
+pub const MAX_ADDRESSES: usize = MAX_LISTEN + 1;
+
+impl AddressBook {
+    /// A book holding the address the user gave for the site, if it names
+    /// a known transport (else the book is empty: the driver rejected such
+    /// an address before creating a site).
+    pub fn given(address: &str) -> Self {
+        let mut b = Self::default();
+        b.insert(address, true);
+        b
+    }
+
+    /// A book of claimed addresses only (a descriptor, a peer's listen
+    /// list), in preference order; unknown schemes are skipped.
+    pub fn claimed<'a>(addresses: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut b = Self::default();
+        b.learn(addresses);
+        b
+    }
+
+    /// Adds the addresses a handshake or a descriptor claims for the site
+    /// (skipping unknown schemes, duplicates, and any beyond
+    /// [`MAX_ADDRESSES`]). Returns how many were new.
+    pub fn learn<'a>(&mut self, addresses: impl IntoIterator<Item = &'a str>) -> usize {
+        addresses
+            .into_iter()
+            .filter(|a| self.insert(a, false))
+            .count()
+    }
+
+    fn insert(&mut self, address: &str, given: bool) -> bool {
+        let Some(kind) = TransportKind::of(address) else {
+            return false;
+        };
+        if self.known.len() >= MAX_ADDRESSES || self.known.iter().any(|k| &*k.address == address) {
+            return false;
+        }
+        // After every address of the same or a better transport: the order
+        // within a transport is the order they were listed in.
+        let at = self.known.partition_point(|k| k.kind <= kind);
+        self.known.insert(
+            at,
+            Known {
+                address: address.into(),
+                kind,
+                given,
+            },
+        );
+        if at < self.cursor {
+            self.cursor += 1;
+        }
+        true
+    }
+
+    /// True if the site can be called at some address.
+    pub fn can_open(&self) -> bool {
+        !self.known.is_empty()
+    }
+
+    /// The address the next open attempt uses (the best one unless a
+    /// fallback is in progress).
+    pub fn current(&self) -> Option<&str> {
+        self.known
+            .get(self.cursor)
+            .or_else(|| self.known.first())
+            .map(|k| &*k.address)
+    }
+
+    /// The kind of transport [`current`](Self::current) uses.
+    pub fn current_kind(&self) -> Option<TransportKind> {
+        self.known
+            .get(self.cursor)
+            .or_else(|| self.known.first())
+            .map(|k| k.kind)
+    }
+
+    /// Every known address, best first.
+    pub fn addresses(&self) -> impl Iterator<Item = &str> {
+        self.known.iter().map(|k| &*k.address)
+    }
+
+    /// The attempt at [`current`](Self::current) worked: the next attempt
+    /// (after this channel ends) starts again from the best address, which
+    /// may have come up meanwhile.
+    pub fn succeeded(&mut self) {
+        self.cursor = 0;
+    }
+
+    /// The attempt at [`current`](Self::current) failed with `failure`:
+    /// what now (see the module documentation).
+    pub fn failed(&mut self, failure: &OpenFailure) -> Fallback {
+        if self.cursor >= self.known.len() {
+            self.cursor = 0;
+            return Fallback::RoundOver;
+        }
+        match failure {
+            OpenFailure::Open(OpenError::Refused(_)) => {
+                self.cursor = 0;
+                Fallback::RoundOver
+            }
+            OpenFailure::Open(e) if e.is_permanent() => {
+                if self.known[self.cursor].given {
+                    return Fallback::Permanent;
+                }
+                // Someone else answers there: not this site's address.
+                self.known.remove(self.cursor);
+                if self.known.is_empty() {
+                    Fallback::Permanent
+                } else {
+                    self.next_or_round_over()
+                }
+            }
+            _ => {
+                self.cursor += 1;
+                self.next_or_round_over()
+            }
+        }
+    }
+
+    fn next_or_round_over(&mut self) -> Fallback {
+        if self.cursor < self.known.len() {
+            Fallback::TryNext
+        } else {
+            self.cursor = 0;
+            Fallback::RoundOver
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handshake::RefuseReason;
+    use crate::site::SiteId;
+
+    fn transport() -> OpenFailure {
+        OpenFailure::Transport("connection refused".into())
+    }
+
+    fn wrong_identity() -> OpenFailure {
+        OpenFailure::Open(OpenError::WrongIdentity {
+            expected: SiteId(1),
+            got: SiteId(2),
+        })
+    }
+
+    fn list(b: &AddressBook) -> Vec<&str> {
+        b.addresses().collect()
+    }
+
+    #[test]
+    fn addresses_are_ordered_mem_unix_tcp_and_stable_within_a_transport() {
+        let b = AddressBook::claimed([
+            "tcp:10.0.0.1:1",
+            "unix:/a",
+            "tcp:10.0.0.2:2",
+            "mem:x",
+            "unix:/b",
+        ]);
+        assert_eq!(
+            list(&b),
+            [
+                "mem:x",
+                "unix:/a",
+                "unix:/b",
+                "tcp:10.0.0.1:1",
+                "tcp:10.0.0.2:2"
+            ]
+        );
+        assert_eq!(b.current(), Some("mem:x"));
+        assert_eq!(b.current_kind(), Some(TransportKind::Mem));
+    }
+
+    #[test]
+    fn unknown_schemes_duplicates_and_excess_are_skipped() {
+        let mut b = AddressBook::given("tcp:h:1");
+        assert_eq!(
+            b.learn(["quic:h:1", "tcp:h:1", "nothing", "mem:", "mem:a"]),
+            1
+        );
+        assert_eq!(list(&b), ["mem:a", "tcp:h:1"]);
+        let many: Vec<String> = (0..40).map(|i| format!("tcp:h:{}", 100 + i)).collect();
+        b.learn(many.iter().map(String::as_str));
+        assert_eq!(b.addresses().count(), MAX_ADDRESSES);
+        assert!(TransportKind::of("tcp").is_none());
+    }
+
+    #[test]
+    fn transport_failures_fall_back_in_order_then_the_round_is_over() {
+        let mut b = AddressBook::claimed(["tcp:h:1", "unix:/s", "mem:m"]);
+        assert_eq!(b.current(), Some("mem:m"));
+        assert_eq!(b.failed(&transport()), Fallback::TryNext);
+        assert_eq!(b.current(), Some("unix:/s"));
+        assert_eq!(b.failed(&transport()), Fallback::TryNext);
+        assert_eq!(b.current(), Some("tcp:h:1"));
+        assert_eq!(b.failed(&transport()), Fallback::RoundOver);
+        // The next round starts from the best address again.
+        assert_eq!(b.current(), Some("mem:m"));
+        assert_eq!(
+            list(&b).len(),
+            3,
+            "nothing is forgotten for a transport failure"
+        );
+    }
+
+    #[test]
+    fn a_wrong_identity_at_a_claimed_address_forgets_it_and_tries_the_next() {
+        let mut b = AddressBook::claimed(["mem:other", "tcp:h:1"]);
+        assert_eq!(b.failed(&wrong_identity()), Fallback::TryNext);
+        assert_eq!(b.current(), Some("tcp:h:1"));
+        assert_eq!(list(&b), ["tcp:h:1"]);
+        // The last claimed address lying too: no address is left.
+        assert_eq!(b.failed(&wrong_identity()), Fallback::Permanent);
+        assert!(!b.can_open());
+    }
+
+    #[test]
+    fn a_wrong_identity_at_the_given_address_is_permanent() {
+        let mut b = AddressBook::given("tcp:h:1");
+        b.learn(["mem:m"]);
+        // The claimed mem address lies: forgotten, the given one is next.
+        assert_eq!(b.failed(&wrong_identity()), Fallback::TryNext);
+        assert_eq!(b.current(), Some("tcp:h:1"));
+        // The given address answers with another site: a new incarnation.
+        assert_eq!(b.failed(&wrong_identity()), Fallback::Permanent);
+        assert_eq!(list(&b), ["tcp:h:1"]);
+    }
+
+    #[test]
+    fn every_permanent_open_error_at_a_claimed_address_means_try_the_next() {
+        for e in [
+            OpenError::VersionMismatch { local: 1, peer: 9 },
+            OpenError::SelfConnection(SiteId(3)),
+        ] {
+            let mut b = AddressBook::claimed(["mem:m", "tcp:h:1"]);
+            assert_eq!(b.failed(&OpenFailure::Open(e)), Fallback::TryNext);
+            assert_eq!(list(&b), ["tcp:h:1"]);
+        }
+    }
+
+    #[test]
+    fn a_refusal_ends_the_round_without_forgetting() {
+        let mut b = AddressBook::claimed(["mem:m", "tcp:h:1"]);
+        b.failed(&transport());
+        assert_eq!(b.current(), Some("tcp:h:1"));
+        let refused = OpenFailure::Open(OpenError::Refused(RefuseReason::LostTie));
+        assert_eq!(b.failed(&refused), Fallback::RoundOver);
+        assert_eq!(b.current(), Some("mem:m"));
+        assert_eq!(list(&b).len(), 2);
+    }
+
+    #[test]
+    fn learning_during_a_fallback_keeps_the_cursor_on_its_address() {
+        let mut b = AddressBook::claimed(["unix:/s", "tcp:h:1"]);
+        b.failed(&transport());
+        assert_eq!(b.current(), Some("tcp:h:1"));
+        b.learn(["mem:m"]);
+        assert_eq!(b.current(), Some("tcp:h:1"));
+        b.succeeded();
+        assert_eq!(b.current(), Some("mem:m"));
+    }
+
+    #[test]
+    fn an_empty_book_cannot_open_and_a_failure_there_is_a_round_over() {
+        let mut b = AddressBook::default();
+        assert!(!b.can_open());
+        assert_eq!(b.current(), None);
+        assert_eq!(b.failed(&transport()), Fallback::RoundOver);
+    }
+}

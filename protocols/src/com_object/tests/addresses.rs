@@ -1,0 +1,133 @@
+//! Several addresses per site: opens try the best transport first, fall
+//! back at once on a failure, and learn the peer's addresses from each
+//! handshake (the rule itself is `AddressBook`'s; these tests show the
+//! ComObject follows it).
+
+use super::*;
+
+fn with_book(book: AddressBook) -> H {
+    let mut h = H::new(cfg(), false);
+    h.com = ComObject::new(
+        cfg(),
+        ReassemblyBudget::new(1 << 20),
+        LOCAL,
+        book,
+        1,
+        42,
+        h.now,
+    );
+    h
+}
+
+fn wrong_identity() -> OpenFailure {
+    OpenFailure::Open(OpenError::WrongIdentity {
+        expected: PEER,
+        got: SiteId(0x77),
+    })
+}
+
+#[test]
+fn an_open_that_fails_at_one_address_tries_the_next_at_once_without_a_fault() {
+    let mut h = with_book(AddressBook::claimed(["tcp:h:1", "mem:m"]));
+    h.com.queue(msg(10)).unwrap();
+    assert!(matches!(h.actions()[..], [Action::RequestSlot]));
+    let (a1, addr) = h.grant_at();
+    assert_eq!(addr, "mem:m", "the best transport first");
+    h.com
+        .open_failed(a1, OpenFailure::Transport("no such name".into()), h.now);
+    // Straight back to the slot line: no backoff, no fault reported.
+    let a = h.actions();
+    assert!(matches!(a[..], [Action::RequestSlot]), "{a:?}");
+    assert_eq!(h.com.state(), ComState::WaitingForSlot);
+    assert_eq!(h.com.poll_timeout(), None, "no backoff timer");
+    let (a2, addr) = h.grant_at();
+    assert_eq!(addr, "tcp:h:1");
+    assert!(a2 > a1);
+    assert_eq!(h.com.stats().fallbacks, 1);
+    // The last address failing too ends the round: a temporary failure and
+    // a backoff, and the next round starts from the best address again.
+    h.com
+        .open_failed(a2, OpenFailure::Transport("refused".into()), h.now);
+    let a = h.actions();
+    assert!(
+        matches!(
+            &a[..],
+            [Action::Fault {
+                state: FaultState::TempFailed,
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    assert_eq!(h.com.state(), ComState::Backoff);
+    h.run_to_next_deadline();
+    assert!(matches!(h.actions()[..], [Action::RequestSlot]));
+    assert_eq!(h.grant_at().1, "mem:m");
+}
+
+#[test]
+fn a_wrong_site_at_a_claimed_address_is_skipped_and_the_site_stays_reachable() {
+    let mut h = with_book(AddressBook::claimed(["mem:someone-else", "tcp:h:1"]));
+    h.com.queue(msg(10)).unwrap();
+    h.actions();
+    let (a1, _) = h.grant_at();
+    h.com.open_failed(a1, wrong_identity(), h.now);
+    assert!(matches!(h.actions()[..], [Action::RequestSlot]));
+    assert_eq!(
+        h.com.addresses().addresses().collect::<Vec<_>>(),
+        ["tcp:h:1"],
+        "the address of another site is forgotten"
+    );
+    let (a2, addr) = h.grant_at();
+    assert_eq!(addr, "tcp:h:1");
+    assert!(h
+        .com
+        .open_succeeded(a2, &opened(1, 1 << 20), h.now)
+        .is_some());
+    assert_eq!(h.com.state(), ComState::Working);
+}
+
+#[test]
+fn a_wrong_site_at_the_given_address_fails_the_site_for_good() {
+    let mut h = H::new(cfg(), true);
+    let a = h.queue_and_request_open();
+    h.com.open_failed(a, wrong_identity(), h.now);
+    assert_eq!(h.com.state(), ComState::Failed);
+}
+
+#[test]
+fn the_peers_listen_list_from_the_handshake_is_used_by_the_next_open() {
+    let mut h = H::new(cfg(), true);
+    let a = h.queue_and_request_open();
+    let mut o = opened(1, 1 << 20);
+    o.present.listen = vec![
+        "tcp:peer:1".into(),
+        "unix:/run/peer.sock".into(),
+        "mem:peer".into(),
+        "carrier-pigeon:coop".into(),
+    ];
+    let id = h.com.open_succeeded(a, &o, h.now).unwrap();
+    h.actions();
+    assert_eq!(
+        h.com.addresses().addresses().collect::<Vec<_>>(),
+        ["mem:peer", "unix:/run/peer.sock", "tcp:peer:1"]
+    );
+    // The channel is lost with a message unacknowledged: the reopen goes
+    // to the in-process address first.
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    h.actions();
+    h.run_to_next_deadline();
+    assert!(matches!(h.actions()[..], [Action::RequestSlot]));
+    assert_eq!(h.grant_at().1, "mem:peer");
+}
+
+#[test]
+fn a_site_that_only_called_us_can_be_called_back_at_the_addresses_it_lists() {
+    let mut h = H::new(cfg(), false);
+    let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
+    neg.listen = vec!["tcp:peer:9".into(), "unix:/p".into()];
+    let out = h.com.accepted(&neg, h.now);
+    assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
+    assert!(h.com.addresses().can_open());
+    assert_eq!(h.com.addresses().current(), Some("unix:/p"));
+}

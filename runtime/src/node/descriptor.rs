@@ -1,0 +1,53 @@
+//! Site descriptors on the [`Node`]: handing out this node's id with every
+//! address it listens on, and reaching a site from its descriptor by the
+//! best transport the two share (see `sitenet_protocols::AddressBook`).
+
+use sitenet_protocols::SiteDescriptor;
+use sitenet_transport::Address;
+
+use super::Node;
+use crate::error::NodeError;
+use crate::site::SiteRef;
+
+impl Node {
+    /// This node's descriptor: its id and every address it listens on (real
+    /// ports). Hand it to other sites — on the command line, in a message —
+    /// and they reach this node in-process over `mem:`, on this host over
+    /// `unix:`, and elsewhere over `tcp:`, whichever of these it listens on.
+    pub fn descriptor(&self) -> SiteDescriptor {
+        SiteDescriptor {
+            id: self.id(),
+            addresses: self.listen_addresses(),
+        }
+    }
+
+    /// A reference to the site `d` describes. Opens try its addresses in
+    /// the order mem, unix, tcp and fall back to the next at once when one
+    /// fails; an address where another site answers is forgotten, and the
+    /// site fails for good only when none is left. A site this node already
+    /// knows by id gives the same `SiteRef` (its ordered queues), and learns
+    /// the addresses it did not know.
+    ///
+    /// Errors: an address that does not parse ([`NodeError::Address`]), a
+    /// descriptor of this node itself ([`NodeError::OwnSite`]), a node shut
+    /// down.
+    ///
+    /// ```no_run
+    /// # fn demo(a: &sitenet_runtime::Node, b: &sitenet_runtime::Node) -> Result<(), sitenet_runtime::NodeError> {
+    /// // `b` listens on mem:, unix: and tcp:; `a` runs in the same process.
+    /// let site_b = a.site_from_descriptor(&b.descriptor())?; // talks over mem:
+    /// # Ok(()) }
+    /// ```
+    pub fn site_from_descriptor(&self, d: &SiteDescriptor) -> Result<SiteRef, NodeError> {
+        if self.inner.is_shut_down() {
+            return Err(NodeError::Shutdown);
+        }
+        if d.id == self.id() {
+            return Err(NodeError::OwnSite(d.id));
+        }
+        for a in &d.addresses {
+            a.parse::<Address>()?;
+        }
+        Ok(self.inner.site_described(d))
+    }
+}
