@@ -139,6 +139,9 @@ impl AddressBook {
         // After every address of the same or a better transport: the order
         // within a transport is the order they were listed in.
         let at = self.known.partition_point(|k| k.kind <= kind);
+        // Grown one address at a time: learning is rare, and most sites
+        // know one or two addresses (a doubling Vec would hold four).
+        self.known.reserve_exact(1);
         self.known.insert(
             at,
             Known {

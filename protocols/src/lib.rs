@@ -65,4 +65,4 @@ pub use session::{
     ChannelParams, ClosePhase, CloseReason, Session, SessionConfig, SessionEvent, SessionStats,
 };
 pub use site::{DescriptorError, SiteDescriptor, SiteId};
-pub use timer::{Timer, TimerTable};
+pub use timer::{ComTimers, SessionTimers, Timer, TimerTable};

@@ -41,11 +41,11 @@ pub enum Timer {
     Linger = 7,
     /// Temporarily failed for the configured give-up time: fail for good.
     GiveUp = 8,
-    /// Level 1 waited unserved for the promotion interval: promote it.
-    BackgroundPromotion = 9,
     /// No references, nothing pending and no channel for the linger time:
     /// the site's entry may be forgotten (its memory returned).
-    Reclaim = 10,
+    Reclaim = 9,
+    /// Level 1 waited unserved for the promotion interval: promote it.
+    BackgroundPromotion = 10,
     /// The slot controller is past its weak limit (or at it, with sites
     /// waiting): preempt one channel slot.
     Preemption = 11,
@@ -63,8 +63,8 @@ impl Timer {
         Timer::ReconnectBackoff,
         Timer::Linger,
         Timer::GiveUp,
-        Timer::BackgroundPromotion,
         Timer::Reclaim,
+        Timer::BackgroundPromotion,
         Timer::Preemption,
     ];
 
@@ -90,22 +90,56 @@ impl Timer {
     }
 }
 
-/// One optional deadline per [`Timer`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TimerTable {
-    data: [Option<Instant>; Timer::COUNT],
+/// One optional deadline per [`Timer`] of the range `FIRST .. FIRST + N`
+/// (by default every timer). A state machine that uses only some timers
+/// holds a table of just their range, so thousands of idle sites do not
+/// each carry deadlines they can never set: the session's are
+/// [`SessionTimers`], the ComObject's [`ComTimers`].
+///
+/// Using a timer outside the table's range is a bug in the machine, caught
+/// by its tests: it panics (an index out of bounds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimerTable<const FIRST: usize = 0, const N: usize = { Timer::COUNT }> {
+    data: [Option<Instant>; N],
 }
 
-impl TimerTable {
+/// The session's timers: ack delay, heartbeat, silence, close, handshake,
+/// reassembly idle.
+pub type SessionTimers = TimerTable<0, 6>;
+
+/// The ComObject's timers: reconnect backoff, linger, give-up, reclaim.
+pub type ComTimers = TimerTable<6, 4>;
+
+impl<const FIRST: usize, const N: usize> Default for TimerTable<FIRST, N> {
+    fn default() -> Self {
+        Self { data: [None; N] }
+    }
+}
+
+impl<const FIRST: usize, const N: usize> TimerTable<FIRST, N> {
+    /// The timers this table holds, in variant order.
+    fn timers() -> &'static [Timer] {
+        &Timer::ALL[FIRST..FIRST + N]
+    }
+
+    fn slot(timer: Timer) -> usize {
+        debug_assert!(
+            (FIRST..FIRST + N).contains(&(timer as usize)),
+            "timer {} is not in this table",
+            timer.name()
+        );
+        timer as usize - FIRST
+    }
+
     /// Sets (or moves) `timer` to fire at `at`.
     pub fn set(&mut self, timer: Timer, at: Instant) {
-        self.data[timer as usize] = Some(at);
+        self.data[Self::slot(timer)] = Some(at);
     }
 
     /// Sets `timer` to `at` unless it is already set to an earlier instant
     /// (for "at the latest" waits such as the ack delay).
     pub fn set_if_earlier(&mut self, timer: Timer, at: Instant) {
-        let slot = &mut self.data[timer as usize];
+        let slot = &mut self.data[Self::slot(timer)];
         if slot.is_none_or(|t| at < t) {
             *slot = Some(at);
         }
@@ -113,32 +147,32 @@ impl TimerTable {
 
     /// Sets `timer` to `at` only if it is not set.
     pub fn set_if_unset(&mut self, timer: Timer, at: Instant) {
-        self.data[timer as usize].get_or_insert(at);
+        self.data[Self::slot(timer)].get_or_insert(at);
     }
 
     /// The deadline of `timer`, if set.
     pub fn get(&self, timer: Timer) -> Option<Instant> {
-        self.data[timer as usize]
+        self.data[Self::slot(timer)]
     }
 
     /// True if `timer` is set.
     pub fn is_set(&self, timer: Timer) -> bool {
-        self.data[timer as usize].is_some()
+        self.data[Self::slot(timer)].is_some()
     }
 
     /// Stops `timer`.
     pub fn stop(&mut self, timer: Timer) {
-        self.data[timer as usize] = None;
+        self.data[Self::slot(timer)] = None;
     }
 
     /// Stops every timer.
     pub fn clear(&mut self) {
-        self.data = Default::default();
+        self.data = [None; N];
     }
 
     /// The earliest deadline and its timer (the lowest variant on a tie).
     pub fn next(&self) -> Option<(Timer, Instant)> {
-        Timer::ALL
+        Self::timers()
             .iter()
             .filter_map(|&t| self.get(t).map(|at| (t, at)))
             .min_by_key(|&(t, at)| (at, t))
@@ -167,7 +201,7 @@ impl TimerTable {
 
     /// Takes every timer expired at `now`, earliest first (each is stopped).
     pub fn expire(&mut self, now: Instant) -> impl Iterator<Item = Timer> {
-        let mut due: Vec<(Instant, Timer)> = Timer::ALL
+        let mut due: Vec<(Instant, Timer)> = Self::timers()
             .iter()
             .filter_map(|&t| self.get(t).filter(|&at| at <= now).map(|at| (at, t)))
             .collect();
@@ -187,7 +221,7 @@ mod tests {
     #[test]
     fn a_fired_timer_is_consumed() {
         let t0 = Instant::now();
-        let mut tt = TimerTable::default();
+        let mut tt: TimerTable = TimerTable::default();
         tt.set(Timer::Heartbeat, t0 + Duration::from_secs(1));
         tt.set(Timer::AckDelay, t0 + Duration::from_millis(20));
         assert_eq!(
@@ -205,7 +239,7 @@ mod tests {
     #[test]
     fn set_if_earlier_keeps_the_earlier_deadline() {
         let t0 = Instant::now();
-        let mut tt = TimerTable::default();
+        let mut tt: TimerTable = TimerTable::default();
         tt.set_if_earlier(Timer::AckDelay, t0 + Duration::from_millis(20));
         tt.set_if_earlier(Timer::AckDelay, t0 + Duration::from_millis(30));
         assert_eq!(
@@ -227,7 +261,7 @@ mod tests {
     #[test]
     fn ties_go_to_the_lower_variant_and_take_expired_is_once() {
         let t0 = Instant::now();
-        let mut tt = TimerTable::default();
+        let mut tt: TimerTable = TimerTable::default();
         tt.set(Timer::Linger, t0);
         tt.set(Timer::Silence, t0);
         assert_eq!(tt.next(), Some((Timer::Silence, t0)));
@@ -238,5 +272,29 @@ mod tests {
         for (i, t) in Timer::ALL.iter().enumerate() {
             assert_eq!(*t as usize, i, "{}", t.name());
         }
+    }
+
+    #[test]
+    fn a_range_table_holds_only_its_timers() {
+        let t0 = Instant::now();
+        let mut com = ComTimers::default();
+        assert_eq!(std::mem::size_of::<ComTimers>(), 4 * 16);
+        com.set(Timer::Reclaim, t0 + Duration::from_secs(2));
+        com.set(Timer::ReconnectBackoff, t0 + Duration::from_secs(1));
+        assert_eq!(
+            com.next(),
+            Some((Timer::ReconnectBackoff, t0 + Duration::from_secs(1)))
+        );
+        let fired: Vec<_> = com.expire(t0 + Duration::from_secs(3)).collect();
+        assert_eq!(fired, [Timer::ReconnectBackoff, Timer::Reclaim]);
+        let mut session = SessionTimers::default();
+        session.set(Timer::ReassemblyIdle, t0);
+        assert_eq!(session.next_deadline(), Some(t0));
+    }
+
+    #[test]
+    #[should_panic]
+    fn a_timer_outside_the_table_is_a_bug() {
+        SessionTimers::default().set(Timer::Reclaim, Instant::now());
     }
 }

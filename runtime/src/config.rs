@@ -133,8 +133,10 @@ impl NodeConfig {
         self
     }
 
-    pub(crate) fn com(&self) -> sitenet_protocols::ComConfig {
+    /// The ComObjects' shared configuration for the node with id `local`.
+    pub(crate) fn com(&self, local: sitenet_protocols::SiteId) -> sitenet_protocols::ComConfig {
         sitenet_protocols::ComConfig {
+            local,
             session: std::sync::Arc::new(self.session()),
             buffer_size: self.buffer_size,
             max_message: self.max_message_size,
@@ -145,6 +147,7 @@ impl NodeConfig {
             ring_idle: self.ring_idle,
             reopen_after_peer_hard_close: self.reopen_after_peer_hard_close,
             give_up_after: self.give_up_after,
+            ..Default::default()
         }
     }
 

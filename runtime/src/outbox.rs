@@ -289,6 +289,15 @@ impl Outbox {
         self.drain(into);
     }
 
+    /// Gives back the queue's room if it is empty (an idle site's outbox
+    /// keeps no capacity; it grows again on the next send).
+    pub(crate) fn shed(&self) {
+        let mut q = self.queue.lock();
+        if q.msgs.is_empty() {
+            q.msgs = Vec::new();
+        }
+    }
+
     /// Takes everything queued (without touching the wake flag).
     pub(crate) fn drain(&self, into: &mut Vec<OutMessage>) {
         let mut q = self.queue.lock();

@@ -48,8 +48,9 @@ pub(crate) struct SiteEntry {
     /// Where to connect, if known (sites that only connected to us have none).
     pub(crate) address: Option<Address>,
     pub(crate) id: OnceLock<SiteId>,
-    /// Set when the site failed permanently.
-    pub(crate) failed: Mutex<Option<(String, HandedBack)>>,
+    /// Set when the site failed permanently (boxed: rare, and every idle
+    /// site would carry its room).
+    pub(crate) failed: Mutex<Option<Box<(String, HandedBack)>>>,
     /// Messages handed back while the site lives: they can never be sent to
     /// it (larger than the peer's maximum, learned after they were queued).
     pub(crate) refused: Mutex<Vec<(sitenet_protocols::SendError, OutMessage)>>,
@@ -123,7 +124,7 @@ impl SiteEntry {
         if !self.has_failed.load(std::sync::atomic::Ordering::Acquire) {
             return None;
         }
-        self.failed.lock().as_ref().map(|(r, _)| r.clone())
+        self.failed.lock().as_deref().map(|(r, _)| r.clone())
     }
 
     /// Moves to `state`, telling every monitor. Returns false if unchanged.
@@ -267,7 +268,7 @@ impl SiteRef {
 
     /// If the site failed permanently: why, and what it handed back.
     pub fn failure(&self) -> Option<(String, HandedBack)> {
-        self.entry.resolved().failed.lock().clone()
+        self.entry.resolved().failed.lock().as_deref().cloned()
     }
 
     /// Takes the messages handed back while the site lives, with why each

@@ -54,7 +54,7 @@ impl ComObject {
         let Some(id) = self.working_channel() else {
             return;
         };
-        self.stats.orderly_closes += 1;
+        self.count().orderly_closes += 1;
         // The session stays on the channel until the driver has written what
         // it has left for the peer (`channel_closed`).
         self.actions.push_back(Action::CloseChannel {
@@ -113,7 +113,7 @@ impl ComObject {
             Some(at) if at > now => self.timers.set(Timer::Linger, at),
             Some(_) if self.session.begin_close_weak(now) => {
                 tracing::debug!("no references and idle: closing weakly");
-                self.stats.weak_closes_started += 1;
+                self.count().weak_closes_started += 1;
             }
             _ => {}
         }
@@ -128,7 +128,7 @@ impl ComObject {
         if self.working_channel().is_none() || !self.session.begin_close_hard(now) {
             return false;
         }
-        self.stats.hard_closes_started += 1;
+        self.count().hard_closes_started += 1;
         self.update();
         true
     }
@@ -139,7 +139,7 @@ impl ComObject {
     pub fn kill(&mut self, now: Instant) {
         self.tick(now);
         if self.working_channel().is_some() && self.session.begin_close_hard(now) {
-            self.stats.hard_closes_started += 1;
+            self.count().hard_closes_started += 1;
         }
         self.fail(SiteFailure::Killed, now);
     }

@@ -65,16 +65,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::rngs::SmallRng;
-use rand::SeedableRng;
-
 use crate::address_book::AddressBook;
 use crate::handshake::Attempt;
 use crate::link::{decide, Decision, LinkView};
 use crate::reassembly::ReassemblyBudget;
 use crate::session::{ClosePhase, Session, SessionConfig, SessionEvent};
 use crate::site::SiteId;
-use crate::timer::{Timer, TimerTable};
+use crate::timer::{ComTimers, Timer};
 
 pub use types::{
     AcceptOutcome, Action, ChannelEnd, ChannelId, ComState, ComStats, FaultState, Loss,
@@ -112,6 +109,14 @@ pub struct ComConfig {
     pub reopen_after_peer_hard_close: Duration,
     /// Temporarily failed this long: fail permanently. `None`: never.
     pub give_up_after: Option<Duration>,
+    /// This node's site id (the link decision's tie-break). Kept here, in
+    /// the configuration every ComObject of the node shares, rather than in
+    /// each of them; `ComObject::new` sets it.
+    pub local: SiteId,
+    /// The link decision (replaced only by tests that break it on purpose,
+    /// through `ComObject::with_decide`).
+    #[doc(hidden)]
+    pub decide: fn(LinkView, &crate::handshake::Negotiate) -> Decision,
 }
 
 impl Default for ComConfig {
@@ -127,6 +132,8 @@ impl Default for ComConfig {
             ring_idle: Duration::from_secs(2),
             reopen_after_peer_hard_close: Duration::from_secs(5),
             give_up_after: None,
+            local: SiteId(0),
+            decide,
         }
     }
 }
@@ -157,11 +164,9 @@ pub struct ComObject {
     cfg: Arc<ComConfig>,
     session: Session,
     phase: Phase,
-    timers: TimerTable,
-    /// Backoff jitter (a small RNG: a few bytes per site, seeded).
-    rng: SmallRng,
-    /// This node's id (the link decision's tie-break).
-    local: SiteId,
+    timers: ComTimers,
+    /// The backoff jitter's state (seeded; see `schedule_backoff`).
+    jitter_state: u64,
     /// Where the peer can be called (empty: it only connects to us), and
     /// which address the next open attempt uses.
     book: AddressBook,
@@ -196,12 +201,10 @@ pub struct ComObject {
     /// No new channel is accepted or opened (the node shuts down).
     closing: bool,
     actions: VecDeque<Action>,
-    stats: ComStats,
+    stats: Option<Box<ComStats>>,
     /// Session counters at the last activity check.
     /// (sent, delivered) at the last activity check.
     seen: (u64, u64),
-    /// The link decision (replaceable only by tests that break it on purpose).
-    decide: fn(LinkView, &crate::handshake::Negotiate) -> Decision,
 }
 
 impl ComObject {
@@ -220,15 +223,19 @@ impl ComObject {
         seed: u64,
         now: Instant,
     ) -> Self {
-        let cfg: Arc<ComConfig> = cfg.into();
+        let mut cfg: Arc<ComConfig> = cfg.into();
+        if cfg.local != local {
+            // A node shares one configuration with its id in it; anything
+            // else (tests of several sites) gets its own copy.
+            Arc::make_mut(&mut cfg).local = local;
+        }
         Self {
             session: Session::new(cfg.session.clone(), budget),
             backoff: cfg.reconnect_min,
             cfg,
             phase: Phase::Closed,
-            timers: TimerTable::default(),
-            rng: SmallRng::seed_from_u64(seed),
-            local,
+            timers: ComTimers::default(),
+            jitter_state: seed,
             book,
             opener,
             attempt_seq: 0,
@@ -244,9 +251,8 @@ impl ComObject {
             unneeded_since: None,
             closing: false,
             actions: VecDeque::new(),
-            stats: ComStats::default(),
+            stats: None,
             seen: (0, 0),
-            decide,
         }
     }
 
@@ -256,7 +262,7 @@ impl ComObject {
         mut self,
         f: fn(LinkView, &crate::handshake::Negotiate) -> Decision,
     ) -> Self {
-        self.decide = f;
+        Arc::make_mut(&mut self.cfg).decide = f;
         self
     }
 
@@ -287,6 +293,15 @@ impl ComObject {
             Phase::WaitingForCallback => ComState::WaitingForCallback,
             Phase::Backoff => ComState::Backoff,
             Phase::Failed => ComState::Failed,
+        }
+    }
+
+    /// Gives back the room an idle site does not need (the action queue's
+    /// capacity, once it is empty). A driver calls it when the channel is
+    /// gone; the queue grows again on demand.
+    pub fn shed(&mut self) {
+        if self.actions.is_empty() {
+            self.actions = VecDeque::new();
         }
     }
 
@@ -329,7 +344,13 @@ impl ComObject {
 
     /// Counters.
     pub fn stats(&self) -> ComStats {
-        self.stats
+        self.stats.as_deref().copied().unwrap_or_default()
+    }
+
+    /// The counters, allocated at the first count (a site that never did
+    /// anything holds no room for them).
+    fn count(&mut self) -> &mut ComStats {
+        self.stats.get_or_insert_with(Box::default)
     }
 
     /// True if messages are queued, partly sent or unacknowledged, or
@@ -455,7 +476,7 @@ impl ComObject {
     /// Hands back queued messages the session found the peer can never take.
     fn take_refused(&mut self) {
         for (error, message) in self.session.take_refused() {
-            self.stats.handed_back += 1;
+            self.count().handed_back += 1;
             self.actions.push_back(Action::HandBack { error, message });
         }
     }
@@ -482,7 +503,7 @@ impl ComObject {
             match ev {
                 SessionEvent::CloseChannel(reason) => self.close_done(reason, now),
                 SessionEvent::WeakCloseRejected => {
-                    self.stats.weak_closes_rejected += 1;
+                    self.count().weak_closes_rejected += 1;
                     self.weak_rejected_at = Some(now);
                     self.update();
                 }
@@ -515,7 +536,7 @@ impl ComObject {
         self.fault = state;
         match state {
             FaultState::TempFailed => {
-                self.stats.temp_failures += 1;
+                self.count().temp_failures += 1;
                 if let Some(limit) = self.cfg.give_up_after {
                     self.timers.set(Timer::GiveUp, now + limit);
                 }
@@ -531,7 +552,7 @@ impl ComObject {
             _ => (None, None),
         };
         LinkView {
-            local: self.local,
+            local: self.cfg.local,
             working,
             working_from,
             last_generation: self.session.last_generation(),

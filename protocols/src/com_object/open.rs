@@ -3,7 +3,8 @@
 
 use std::time::Instant;
 
-use rand::Rng;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 use super::{AcceptOutcome, Action, ComObject, FaultState, OpenFailure, OpenRequest, Phase};
 use crate::address_book::Fallback;
@@ -40,7 +41,7 @@ impl ComObject {
             }
         };
         self.attempt_seq += 1;
-        self.stats.opens += 1;
+        self.count().opens += 1;
         self.phase = Phase::Opening {
             attempt: self.attempt_seq,
         };
@@ -114,7 +115,7 @@ impl ComObject {
         let fallback = self.book.failed(&failure);
         if fallback == Fallback::TryNext && !self.closing {
             tracing::debug!(error = %failure, next = ?self.book.current(), "open failed; trying the next address");
-            self.stats.fallbacks += 1;
+            self.count().fallbacks += 1;
             // Closed with the need still there: `update` asks for a slot.
             return self.update();
         }
@@ -141,7 +142,7 @@ impl ComObject {
     /// working channel (actions for both come first).
     pub fn accepted(&mut self, neg: &Negotiate, now: Instant) -> AcceptOutcome {
         self.tick(now);
-        let decision = (self.decide)(self.link_view(), neg);
+        let decision = (self.cfg.decide)(self.link_view(), neg);
         let (generation, replaces_working, abandon_opening) = match decision {
             Decision::Refuse(reason) => return AcceptOutcome::Refuse(reason),
             Decision::Accept {
@@ -241,7 +242,12 @@ impl ComObject {
         }
         let j = self.cfg.reconnect_jitter.clamp(0.0, 0.99);
         let factor = if j > 0.0 {
-            self.rng.gen_range(1.0 - j..1.0 + j)
+            // The jitter stream: each draw seeds a generator from the state
+            // and leaves the next state behind (8 bytes per site instead of
+            // a generator's 32).
+            let mut rng = SmallRng::seed_from_u64(self.jitter_state);
+            self.jitter_state = rng.gen();
+            rng.gen_range(1.0 - j..1.0 + j)
         } else {
             1.0
         };
@@ -252,7 +258,7 @@ impl ComObject {
     }
 
     pub(super) fn protocol_fault(&mut self, e: &ProtocolError) {
-        self.stats.protocol_errors += 1;
+        self.count().protocol_errors += 1;
         self.actions.push_back(Action::ReportFault {
             reason: e.to_string(),
         });

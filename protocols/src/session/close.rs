@@ -254,13 +254,15 @@ impl CloseState {
 impl super::Session {
     /// Where the working channel stands in the close protocol.
     pub fn close_phase(&self) -> ClosePhase {
-        self.close.phase
+        self.link
+            .as_ref()
+            .map_or(ClosePhase::Open, |l| l.close.phase)
     }
 
     /// Close frames owed to the peer and not yet written (at most five:
     /// they are flags, whatever the peer sends).
     pub fn pending_control_frames(&self) -> usize {
-        self.close.control.len()
+        self.link.as_ref().map_or(0, |l| l.close.control.len())
     }
 
     /// Tells the session whether the local side still holds references to
@@ -273,24 +275,22 @@ impl super::Session {
         self.local_need || self.pending_messages() > 0
     }
 
-    pub(super) fn begin_close(&mut self, now: Instant) -> Instant {
-        let deadline = now + self.cfg.close_timeout;
-        self.timers.set(Timer::Close, deadline);
-        deadline
-    }
-
     /// Starts a weak close ("no longer needed"). Refused (false) without a
     /// working channel, while another close runs, or while messages are
     /// queued or unacknowledged.
     pub fn begin_close_weak(&mut self, now: Instant) -> bool {
-        if !self.is_working() || self.close.phase != ClosePhase::Open || self.pending_messages() > 0
-        {
+        let pending = self.pending_messages() > 0;
+        let deadline = now + self.cfg.close_timeout;
+        let Some(l) = self.link.as_deref_mut() else {
+            return false;
+        };
+        if l.close.phase != ClosePhase::Open || pending {
             return false;
         }
-        self.close.control.set(FrameKind::ClearReference);
-        self.close.control.set(FrameKind::CloseWeak);
-        let deadline = self.begin_close(now);
-        self.close.phase = ClosePhase::ClosingWeak { deadline };
+        l.close.control.set(FrameKind::ClearReference);
+        l.close.control.set(FrameKind::CloseWeak);
+        l.timers.set(Timer::Close, deadline);
+        l.close.phase = ClosePhase::ClosingWeak { deadline };
         true
     }
 
@@ -299,17 +299,19 @@ impl super::Session {
     pub fn begin_close_hard(&mut self, now: Instant) -> bool {
         // From working or a weak close only: a channel the peer is already
         // closing, or whose close is done, is going away anyway.
-        if !self.is_working()
-            || !matches!(
-                self.close.phase,
-                ClosePhase::Open | ClosePhase::ClosingWeak { .. }
-            )
-        {
+        let deadline = now + self.cfg.close_timeout;
+        let Some(l) = self.link.as_deref_mut() else {
+            return false;
+        };
+        if !matches!(
+            l.close.phase,
+            ClosePhase::Open | ClosePhase::ClosingWeak { .. }
+        ) {
             return false;
         }
-        self.close.control.set(FrameKind::CloseHard);
-        let deadline = self.begin_close(now);
-        self.close.phase = ClosePhase::ClosingHard { deadline };
+        l.close.control.set(FrameKind::CloseHard);
+        l.timers.set(Timer::Close, deadline);
+        l.close.phase = ClosePhase::ClosingHard { deadline };
         true
     }
 
@@ -319,25 +321,27 @@ impl super::Session {
         kind: FrameKind,
     ) -> Result<(), ProtocolError> {
         let need = self.has_need();
-        let before = self.close.phase;
-        let step = self
-            .close
-            .on_frame(kind, need, now + self.cfg.close_timeout)?;
+        let deadline = now + self.cfg.close_timeout;
+        let Some(l) = self.link.as_deref_mut() else {
+            return Ok(());
+        };
+        let before = l.close.phase;
+        let step = l.close.on_frame(kind, need, deadline)?;
         if let (ClosePhase::Open, ClosePhase::PeerClosing { deadline, .. })
         | (
             ClosePhase::PeerClosing { hard: false, .. },
             ClosePhase::PeerClosing { deadline, .. },
-        ) = (before, self.close.phase)
+        ) = (before, l.close.phase)
         {
-            if before != self.close.phase {
-                self.timers.set(Timer::Close, deadline);
+            if before != l.close.phase {
+                l.timers.set(Timer::Close, deadline);
             }
         }
         match step {
             CloseStep::None => {}
             CloseStep::Finish(reason) => self.finish_close(reason),
             CloseStep::Rejected => {
-                self.timers.stop(Timer::Close);
+                l.timers.stop(Timer::Close);
                 self.events.push_back(SessionEvent::WeakCloseRejected);
             }
             CloseStep::ClearedReference => {
@@ -350,8 +354,10 @@ impl super::Session {
     }
 
     pub(super) fn finish_close(&mut self, reason: CloseReason) {
-        self.close.phase = ClosePhase::Done;
-        self.timers.stop(Timer::Close);
+        if let Some(l) = &mut self.link {
+            l.close.phase = ClosePhase::Done;
+            l.timers.stop(Timer::Close);
+        }
         self.events.push_back(SessionEvent::CloseChannel(reason));
     }
 }

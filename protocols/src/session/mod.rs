@@ -3,7 +3,7 @@
 //! numbering, ledger, resend), the receiving half ([`receive`]: lanes,
 //! reassembly, dedupe, the reassembly budget), the ack policy ([`ack`]) and
 //! the close protocol ([`close`]), and keeps every wait in one
-//! [`TimerTable`]. It survives channels: when a channel is lost the driver
+//! [`TimerTable`](crate::TimerTable). It survives channels: when a channel is lost the driver
 //! calls [`Session::channel_down`], and when a new one opens
 //! [`Session::channel_up`] with the peer's last-received number, after which
 //! the unacknowledged messages are resent first, in number order, under
@@ -48,7 +48,7 @@ use crate::error::{ProtocolError, SendError};
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
 use crate::message::{InMessage, OutMessage};
 use crate::reassembly::{Blocked, ReassemblyBudget};
-use crate::timer::{Timer, TimerTable};
+use crate::timer::{SessionTimers, Timer};
 
 pub use close::{ClosePhase, CloseReason};
 pub use types::{ChannelParams, SessionConfig, SessionEvent, SessionStats};
@@ -64,21 +64,66 @@ pub struct Session {
     cfg: std::sync::Arc<SessionConfig>,
     send: Sender,
     recv: Receiver,
-    ack: AckPolicy,
-    close: CloseState,
-    timers: TimerTable,
-    /// Parameters of the working channel, if any.
-    channel: Option<ChannelParams>,
+    /// The working channel's state, if a channel works (boxed: a site
+    /// without a channel — thousands of them, idle — holds none of it).
+    link: Option<Box<Link>>,
     /// Highest generation seen working.
     last_generation: u64,
-    stats: SessionStats,
+    /// Counters: allocated with the first channel or message (a site
+    /// that never talked counts nothing and holds no room for it).
+    stats: Option<Box<SessionStats>>,
     events: VecDeque<SessionEvent>,
     /// Whether the local side still needs the channel (references held).
     local_need: bool,
+    /// Threshold acks wait one driver turn (see `hold_acks`); kept here so
+    /// a new channel starts with the driver's setting.
+    ack_hold: bool,
+}
+
+/// What lives only as long as one working channel: its parameters, the ack
+/// policy, the close protocol and every session timer (all of them wait on
+/// the channel). Created by `channel_up`, dropped by `channel_down`.
+#[derive(Debug)]
+struct Link {
+    params: ChannelParams,
+    ack: AckPolicy,
+    close: CloseState,
+    timers: SessionTimers,
     /// A heartbeat is due (its timer fired); written when there is room.
     heartbeat_due: bool,
     /// Why input is not consumed now, if it is not.
     blocked: Option<Blocked>,
+}
+
+impl Link {
+    fn ack_due(&self, last_received: u64, cfg: &SessionConfig) -> bool {
+        self.ack.due(last_received, cfg.ack_messages, cfg.ack_bytes)
+    }
+
+    /// Writes a control frame of `kind` carrying the current ack, if it fits.
+    fn write_control(
+        &mut self,
+        kind: FrameKind,
+        last_received: u64,
+        stats: &mut SessionStats,
+        out: &mut ByteBuffer,
+    ) -> bool {
+        if out.free() < HEADER_LEN {
+            return false;
+        }
+        let mut hb = [0u8; HEADER_LEN];
+        FrameHeader::control(kind, 0, last_received).encode(&mut hb);
+        out.push(&hb);
+        self.carried_ack(last_received, stats);
+        true
+    }
+
+    /// A frame carrying our current ack was written.
+    fn carried_ack(&mut self, last_received: u64, stats: &mut SessionStats) {
+        self.ack.carried(last_received);
+        self.timers.stop(Timer::AckDelay);
+        stats.frames_out += 1;
+    }
 }
 
 impl Session {
@@ -86,19 +131,15 @@ impl Session {
     pub fn new(cfg: impl Into<std::sync::Arc<SessionConfig>>, budget: ReassemblyBudget) -> Self {
         let cfg = cfg.into();
         Self {
-            send: Sender::new(cfg.scheduler.clone()),
+            send: Sender::new(),
             recv: Receiver::new(&budget, cfg.max_message),
             cfg,
-            ack: AckPolicy::default(),
-            close: CloseState::default(),
-            timers: TimerTable::default(),
-            channel: None,
+            link: None,
             last_generation: 0,
-            stats: SessionStats::default(),
+            stats: None,
             events: VecDeque::new(),
             local_need: true,
-            heartbeat_due: false,
-            blocked: None,
+            ack_hold: false,
         }
     }
 
@@ -122,13 +163,21 @@ impl Session {
         self.send
             .channel_up(params.peer_last_received, params.peer_max_message)?;
         self.last_generation = self.last_generation.max(params.generation);
-        self.channel = Some(params);
         // The peer learned our last_received in the handshake.
-        self.ack.reset(self.recv.last_received);
-        self.timers
-            .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
-        self.timers
-            .set(Timer::Silence, now + self.cfg.silence_timeout);
+        let mut ack = AckPolicy::default();
+        ack.reset(self.recv.last_received);
+        ack.hold = self.ack_hold;
+        let mut timers = SessionTimers::default();
+        timers.set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
+        timers.set(Timer::Silence, now + self.cfg.silence_timeout);
+        self.link = Some(Box::new(Link {
+            params,
+            ack,
+            close: CloseState::default(),
+            timers,
+            heartbeat_due: false,
+            blocked: None,
+        }));
         Ok(())
     }
 
@@ -142,12 +191,12 @@ impl Session {
     /// twice. Call it before [`channel_up`](Self::channel_up) of the channel
     /// that told us; without a channel only.
     pub fn forget_peer(&mut self) {
-        debug_assert!(self.channel.is_none(), "forget_peer on a working session");
+        debug_assert!(self.link.is_none(), "forget_peer on a working session");
         let handed_back = self.send.forget_peer();
         self.recv.last_received = 0;
-        self.ack.reset(0);
-        self.stats.peer_forgot += 1;
-        self.stats.forgotten_unacked += handed_back as u64;
+        let stats = self.stats_mut();
+        stats.peer_forgot += 1;
+        stats.forgotten_unacked += handed_back as u64;
     }
 
     /// True if this session has never had a working channel: it holds no
@@ -162,29 +211,30 @@ impl Session {
     /// fragment on the next channel; partly received ones are discarded
     /// (their budget is given back).
     pub fn channel_down(&mut self) {
-        self.channel = None;
-        self.close = CloseState::default();
+        self.link = None;
         self.send.channel_down();
         self.recv.abandon_partials();
-        self.timers.clear();
-        self.heartbeat_due = false;
-        self.blocked = None;
+        // An idle site keeps no room for events it no longer expects.
+        if self.events.is_empty() {
+            self.events = VecDeque::new();
+        }
     }
 
     /// True if a channel is working.
     pub fn is_working(&self) -> bool {
-        self.channel.is_some()
+        self.link.is_some()
     }
 
     /// The working channel's parameters.
     pub fn channel(&self) -> Option<&ChannelParams> {
-        self.channel.as_ref()
+        self.link.as_ref().map(|l| &l.params)
     }
 
     fn max_payload(&self) -> usize {
         let buf = self
-            .channel
-            .map_or(MAX_FRAME_LEN, |c| c.buffer_size as usize);
+            .link
+            .as_ref()
+            .map_or(MAX_FRAME_LEN, |l| l.params.buffer_size as usize);
         buf.min(MAX_FRAME_LEN) - HEADER_LEN
     }
 
@@ -197,7 +247,7 @@ impl Session {
     /// On failure the message comes back with the reason (boxed: the error
     /// path is rare, and a large `Err` would slow every call).
     pub fn queue(&mut self, msg: OutMessage) -> Result<(), Box<(SendError, OutMessage)>> {
-        self.send.queue(msg)
+        self.send.queue(msg, &self.cfg.scheduler)
     }
 
     /// Takes the queued messages found unsendable when a channel came up
@@ -221,81 +271,59 @@ impl Session {
 
     /// True if a frame is waiting to be written (data, or a due ack).
     pub fn wants_to_send(&self, _now: Instant) -> bool {
-        if !self.is_working() {
+        let Some(l) = &self.link else {
             return false;
-        }
+        };
         // While closing, only close frames and acks go out.
-        let data = self.close.phase == ClosePhase::Open && self.send.has_data();
-        data || !self.close.control.is_empty() || self.ack_due() || self.heartbeat_due
-    }
-
-    fn ack_due(&self) -> bool {
-        self.ack.due(
-            self.recv.last_received,
-            self.cfg.ack_messages,
-            self.cfg.ack_bytes,
-        )
-    }
-
-    /// Writes a control frame of `kind` carrying the current ack, if it fits.
-    fn write_control(&mut self, kind: FrameKind, out: &mut ByteBuffer) -> bool {
-        if out.free() < HEADER_LEN {
-            return false;
-        }
-        let mut hb = [0u8; HEADER_LEN];
-        FrameHeader::control(kind, 0, self.recv.last_received).encode(&mut hb);
-        out.push(&hb);
-        self.carried_ack();
-        true
-    }
-
-    /// A frame carrying our current ack was written.
-    fn carried_ack(&mut self) {
-        self.ack.carried(self.recv.last_received);
-        self.timers.stop(Timer::AckDelay);
-        self.stats.frames_out += 1;
+        let data = l.close.phase == ClosePhase::Open && self.send.has_data();
+        data || !l.close.control.is_empty()
+            || l.ack_due(self.recv.last_received, &self.cfg)
+            || l.heartbeat_due
     }
 
     /// Fills `out` with as many frames as fit (a no-op without a working
     /// channel). Returns the bytes written.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut ByteBuffer) -> usize {
-        if !self.is_working() {
-            return 0;
-        }
-        let start = out.len();
         let max_payload = self.max_payload();
+        let Some(l) = self.link.as_deref_mut() else {
+            return 0;
+        };
+        let last_received = self.recv.last_received;
+        let stats = self.stats.get_or_insert_with(Box::default);
+        let start = out.len();
         // Close frames first; they carry the current ack like any frame.
-        while let Some(kind) = self.close.control.next() {
-            if !self.write_control(kind, out) {
+        while let Some(kind) = l.close.control.next() {
+            if !l.write_control(kind, last_received, stats, out) {
                 break;
             }
-            self.close.control.clear(kind);
+            l.close.control.clear(kind);
         }
         // While closing, no new application message goes out.
-        if self.close.phase == ClosePhase::Open {
+        if l.close.phase == ClosePhase::Open {
             while self.send.has_data()
-                && self.send.write_one_data_frame(
-                    now,
-                    out,
-                    max_payload,
-                    self.recv.last_received,
-                    &mut self.stats,
-                )
+                && self
+                    .send
+                    .write_one_data_frame(now, out, max_payload, last_received, stats)
             {
-                self.carried_ack();
+                l.carried_ack(last_received, stats);
             }
         }
-        if self.ack_due() && self.write_control(FrameKind::Ack, out) {
-            self.stats.acks_out += 1;
+        if l.ack_due(last_received, &self.cfg)
+            && l.write_control(FrameKind::Ack, last_received, stats, out)
+        {
+            stats.acks_out += 1;
         }
         let mut written = out.len() - start;
-        if written == 0 && self.heartbeat_due && self.write_control(FrameKind::Heartbeat, out) {
-            self.stats.heartbeats_out += 1;
+        if written == 0
+            && l.heartbeat_due
+            && l.write_control(FrameKind::Heartbeat, last_received, stats, out)
+        {
+            stats.heartbeats_out += 1;
             written = out.len() - start;
         }
         if written > 0 {
-            self.heartbeat_due = false;
-            self.timers
+            l.heartbeat_due = false;
+            l.timers
                 .set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
         }
         written
@@ -317,12 +345,16 @@ impl Session {
         deliver: &mut dyn FnMut(InMessage),
     ) -> Result<(), ProtocolError> {
         let max_payload = self.max_payload();
+        let Some(l) = self.link.as_deref_mut() else {
+            // No channel: nothing can arrive (the driver reads only a
+            // working channel); what is there stays unread.
+            return Ok(());
+        };
         let mut hb = [0u8; HEADER_LEN];
-        if !input.is_empty() && self.is_working() {
-            self.timers
-                .set(Timer::Silence, now + self.cfg.silence_timeout);
+        if !input.is_empty() {
+            l.timers.set(Timer::Silence, now + self.cfg.silence_timeout);
         }
-        self.blocked = None;
+        l.blocked = None;
         let mut progress = false;
         let result = (|| {
             while input.peek(0, &mut hb) {
@@ -336,17 +368,18 @@ impl Session {
                 match h.kind {
                     FrameKind::Data => {
                         let (a, b) = input.slices(HEADER_LEN, h.payload_len as usize);
+                        let l = self.link.as_deref_mut().expect("a working channel");
                         match self.recv.on_data(
                             &h,
                             a,
                             b,
                             deliver,
-                            &mut self.ack,
-                            &mut self.stats,
+                            &mut l.ack,
+                            self.stats.get_or_insert_with(Box::default),
                         )? {
                             DataOutcome::Consumed { progress: p } => progress |= p,
                             DataOutcome::Blocked(why) => {
-                                self.blocked = Some(why);
+                                l.blocked = Some(why);
                                 break;
                             }
                         }
@@ -372,7 +405,7 @@ impl Session {
                         })
                     }
                 }
-                self.stats.frames_in += 1;
+                self.stats_mut().frames_in += 1;
                 input.consume(len);
             }
             Ok(())
@@ -383,22 +416,24 @@ impl Session {
 
     /// Re-arms the receive-side timers after input.
     fn after_input(&mut self, now: Instant, progress: bool) {
-        if self.recv.last_received > self.ack.ack_sent {
-            self.timers
+        let Some(l) = self.link.as_deref_mut() else {
+            return;
+        };
+        if self.recv.last_received > l.ack.ack_sent {
+            l.timers
                 .set_if_unset(Timer::AckDelay, now + self.cfg.ack_delay);
         }
         let idle = now + self.cfg.reassembly_idle;
-        match (self.recv.has_partial(), self.blocked) {
-            (false, _) => self.timers.stop(Timer::ReassemblyIdle),
+        let t = &mut l.timers;
+        match (self.recv.has_partial(), l.blocked) {
+            (false, _) => t.stop(Timer::ReassemblyIdle),
             // The oldest holder waits for the others to give way; it never
             // does itself, so some message always completes.
-            (true, Some(_)) if self.recv.is_oldest_holder() => {
-                self.timers.stop(Timer::ReassemblyIdle)
-            }
+            (true, Some(_)) if self.recv.is_oldest_holder() => t.stop(Timer::ReassemblyIdle),
             // Another holder, blocked: it gives way if that lasts.
-            (true, Some(_)) => self.timers.set_if_unset(Timer::ReassemblyIdle, idle),
-            (true, None) if progress => self.timers.set(Timer::ReassemblyIdle, idle),
-            (true, None) => self.timers.set_if_unset(Timer::ReassemblyIdle, idle),
+            (true, Some(_)) => t.set_if_unset(Timer::ReassemblyIdle, idle),
+            (true, None) if progress => t.set(Timer::ReassemblyIdle, idle),
+            (true, None) => t.set_if_unset(Timer::ReassemblyIdle, idle),
         }
     }
 
@@ -406,7 +441,7 @@ impl Session {
     /// unconsumed because the reassembly budget is short: stop reading the
     /// channel until the budget's release hook fires, then feed input again.
     pub fn input_blocked(&self) -> bool {
-        self.blocked.is_some()
+        self.link.as_ref().is_some_and(|l| l.blocked.is_some())
     }
 
     /// Reassembly budget bytes this session holds.
@@ -421,7 +456,9 @@ impl Session {
     /// Makes an explicit ack due at once (before a graceful close, so the
     /// peer is not left waiting for acknowledgements it will never get).
     pub fn ack_now(&mut self) {
-        self.ack.force();
+        if let Some(l) = &mut self.link {
+            l.ack.force();
+        }
     }
 
     /// Holds back a standalone ACK frame that is due only because the
@@ -433,16 +470,21 @@ impl Session {
     /// turn of its event loop later. A forced ack ([`ack_now`](Self::ack_now))
     /// and the ack delay are never held.
     pub fn hold_acks(&mut self, hold: bool) {
-        self.ack.hold = hold;
+        self.ack_hold = hold;
+        if let Some(l) = &mut self.link {
+            l.ack.hold = hold;
+        }
     }
 
     /// True if a standalone ack is waiting, held or not.
     pub fn ack_waiting(&self) -> bool {
-        self.ack.waiting(
-            self.recv.last_received,
-            self.cfg.ack_messages,
-            self.cfg.ack_bytes,
-        )
+        self.link.as_ref().is_some_and(|l| {
+            l.ack.waiting(
+                self.recv.last_received,
+                self.cfg.ack_messages,
+                self.cfg.ack_bytes,
+            )
+        })
     }
 
     /// Takes the (message count, bytes) acknowledged since the last call.
@@ -460,24 +502,27 @@ impl Session {
     /// ran out, silence past the silence timeout, or a stalled partial
     /// message produces an event.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if !self.is_working() {
+        let Some(l) = self.link.as_deref_mut() else {
             return;
-        }
+        };
         // A close wait that ran out ends the channel: nothing else about it
         // matters any more (its silence, its partial messages).
-        if self.timers.take_expired(Timer::Close, now) && self.close.phase.deadline().is_some() {
+        if l.timers.take_expired(Timer::Close, now) && l.close.phase.deadline().is_some() {
             self.finish_close(CloseReason::Timeout);
         }
-        let closed = self.close.phase == ClosePhase::Done;
-        for t in self.timers.expire(now).collect::<Vec<_>>() {
+        let Some(l) = self.link.as_deref_mut() else {
+            return;
+        };
+        let closed = l.close.phase == ClosePhase::Done;
+        for t in l.timers.expire(now).collect::<Vec<_>>() {
             match t {
-                Timer::AckDelay => self.ack.delay_expired(),
-                Timer::Heartbeat => self.heartbeat_due = true,
+                Timer::AckDelay => l.ack.delay_expired(),
+                Timer::Heartbeat => l.heartbeat_due = true,
                 Timer::Close => {}
                 Timer::Silence | Timer::ReassemblyIdle if closed => {}
                 Timer::Silence => self.events.push_back(SessionEvent::Silent),
                 Timer::ReassemblyIdle => {
-                    if self.blocked.is_some() {
+                    if l.blocked.is_some() {
                         self.events.push_back(SessionEvent::BudgetContention);
                     } else if self.recv.has_partial() {
                         self.events.push_back(SessionEvent::Stalled(
@@ -495,10 +540,7 @@ impl Session {
     /// The next instant at which [`handle_timeout`](Self::handle_timeout) must
     /// be called, if any.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if !self.is_working() {
-            return None;
-        }
-        self.timers.next_deadline()
+        self.link.as_ref()?.timers.next_deadline()
     }
 
     /// The next event for the driver, if any.
@@ -532,12 +574,17 @@ impl Session {
 
     /// Counters, without copying them (they are read on every event).
     pub fn stats_ref(&self) -> &SessionStats {
-        &self.stats
+        static NONE: SessionStats = SessionStats::ZERO;
+        self.stats.as_deref().unwrap_or(&NONE)
+    }
+
+    fn stats_mut(&mut self) -> &mut SessionStats {
+        self.stats.get_or_insert_with(Box::default)
     }
 
     /// Counters (a copy).
     pub fn stats(&self) -> SessionStats {
-        self.stats
+        *self.stats_ref()
     }
 
     /// Messages held: queued, partly sent, or awaiting acknowledgement.

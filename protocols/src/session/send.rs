@@ -24,20 +24,16 @@ use super::SessionStats;
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct Sender {
-    /// Queued, never sent, per level (index = level - 1).
-    queues: [VecDeque<OutMessage>; 4],
     /// The partly sent message of each lane (at most one per lane).
     current: LaneSlots<InProgress>,
-    /// Unacknowledged messages to resend before any new traffic, in number order.
-    resend: VecDeque<(u64, OutMessage)>,
-    /// The resent message being marshaled.
-    resend_current: Option<Box<InProgress>>,
-    sched: Scheduler,
+    /// Queues, resend, scheduler and ledger: allocated when the first
+    /// message is queued and given back when the channel goes with nothing
+    /// left in them, so a site without traffic holds only its numbering.
+    traffic: Option<Box<Traffic>>,
     /// Highest number assigned (numbers start at 1).
     pub(crate) last_sent: u64,
     /// Highest number the peer acknowledged.
     acked: u64,
-    ledger: Ledger,
     /// (messages, bytes) acknowledged since `take_freed`.
     freed: (u64, u64),
     queued_bytes: u64,
@@ -46,17 +42,49 @@ pub(crate) struct Sender {
     refused: Vec<(SendError, OutMessage)>,
 }
 
-impl Sender {
-    pub(crate) fn new(sched: SchedulerConfig) -> Self {
+/// What a [`Sender`] needs only while it has messages.
+#[derive(Debug)]
+struct Traffic {
+    /// Queued, never sent, per level (index = level - 1).
+    queues: [VecDeque<OutMessage>; 4],
+    /// Unacknowledged messages to resend before any new traffic, in number order.
+    resend: VecDeque<(u64, OutMessage)>,
+    /// The resent message being marshaled.
+    resend_current: Option<Box<InProgress>>,
+    /// A new scheduler starts with no lane owed anything, which is what an
+    /// idle sender's would say too: no credit is saved across idleness.
+    sched: Scheduler,
+    /// Sent and not yet acknowledged, in number order.
+    ledger: Ledger,
+}
+
+impl Traffic {
+    fn new(sched: &SchedulerConfig) -> Self {
         Self {
             queues: Default::default(),
-            current: Default::default(),
             resend: VecDeque::new(),
             resend_current: None,
-            sched: Scheduler::new(sched),
+            sched: Scheduler::new(sched.clone()),
+            ledger: Ledger::default(),
+        }
+    }
+
+    /// Holds nothing: no queued, resent or unacknowledged message.
+    fn is_empty(&self) -> bool {
+        self.resend_current.is_none()
+            && self.resend.is_empty()
+            && self.ledger.len() == 0
+            && self.queues.iter().all(VecDeque::is_empty)
+    }
+}
+
+impl Sender {
+    pub(crate) fn new() -> Self {
+        Self {
+            current: Default::default(),
+            traffic: None,
             last_sent: 0,
             acked: 0,
-            ledger: Ledger::default(),
             freed: (0, 0),
             queued_bytes: 0,
             peer_max_message: None,
@@ -65,7 +93,11 @@ impl Sender {
     }
 
     /// Queues a message, or hands it back if the peer can never take it.
-    pub(crate) fn queue(&mut self, msg: OutMessage) -> Result<(), Box<(SendError, OutMessage)>> {
+    pub(crate) fn queue(
+        &mut self,
+        msg: OutMessage,
+        sched: &SchedulerConfig,
+    ) -> Result<(), Box<(SendError, OutMessage)>> {
         if let Some(max) = self.peer_max_message {
             if msg.wire_len() > max {
                 let e = SendError::TooLarge {
@@ -76,16 +108,21 @@ impl Sender {
             }
         }
         self.queued_bytes += msg.wire_len();
-        self.queues[msg.priority.index()].push_back(msg);
+        let t = self
+            .traffic
+            .get_or_insert_with(|| Box::new(Traffic::new(sched)));
+        t.queues[msg.priority.index()].push_back(msg);
         Ok(())
     }
 
     /// True if application data waits to be written.
     pub(crate) fn has_data(&self) -> bool {
-        self.resend_current.is_some()
-            || !self.resend.is_empty()
-            || !self.current.is_empty()
-            || self.queues.iter().any(|q| !q.is_empty())
+        !self.current.is_empty()
+            || self.traffic.as_ref().is_some_and(|t| {
+                t.resend_current.is_some()
+                    || !t.resend.is_empty()
+                    || t.queues.iter().any(|q| !q.is_empty())
+            })
     }
 
     /// Applies the peer's acknowledgement `ack` (checked against what was
@@ -99,9 +136,13 @@ impl Sender {
         }
         if ack > self.acked {
             self.acked = ack;
-            let (n, bytes) = self.ledger.ack(ack);
-            self.freed.0 += n as u64;
-            self.freed.1 += bytes;
+            // Numbered messages are in the ledger until acknowledged, so a
+            // sender without traffic has nothing unacknowledged.
+            if let Some(t) = &mut self.traffic {
+                let (n, bytes) = t.ledger.ack(ack);
+                self.freed.0 += n as u64;
+                self.freed.1 += bytes;
+            }
         }
         Ok(())
     }
@@ -116,24 +157,27 @@ impl Sender {
         ack: u64,
         stats: &mut SessionStats,
     ) -> bool {
+        let Some(t) = self.traffic.as_deref_mut() else {
+            return false;
+        };
         // Resent messages go first, in number order, before any new traffic;
         // those the peer acknowledged meanwhile are not resent.
         loop {
-            if let Some(ip) = &self.resend_current {
+            if let Some(ip) = &t.resend_current {
                 // Not started yet, and acknowledged meanwhile: drop it.
                 if ip.is_fresh() && ip.number.is_some_and(|n| n <= self.acked) {
-                    self.resend_current = None;
+                    t.resend_current = None;
                     continue;
                 }
                 break;
             }
-            match self.resend.pop_front() {
+            match t.resend.pop_front() {
                 Some((n, _)) if n <= self.acked => continue,
-                Some((n, m)) => self.resend_current = Some(Box::new(InProgress::new(m, Some(n)))),
+                Some((n, m)) => t.resend_current = Some(Box::new(InProgress::new(m, Some(n)))),
                 None => break,
             }
         }
-        if let Some(ip) = self.resend_current.as_mut() {
+        if let Some(ip) = t.resend_current.as_mut() {
             let Some(w) = ip.write_frame(out, max_payload, ack, || {
                 unreachable!("resends keep their number")
             }) else {
@@ -141,17 +185,17 @@ impl Sender {
             };
             stats.bytes_by_level[ip.msg.priority.index()] += w.frame_len as u64;
             if w.done {
-                self.resend_current = None;
+                t.resend_current = None;
                 stats.retransmitted += 1;
             }
             return true;
         }
-        let ready = std::array::from_fn(|i| self.current.is_some(i) || !self.queues[i].is_empty());
-        let Some(p) = self.sched.pick(ready, now) else {
+        let ready = std::array::from_fn(|i| self.current.is_some(i) || !t.queues[i].is_empty());
+        let Some(p) = t.sched.pick(ready, now) else {
             return false;
         };
         let i = p.index();
-        let queue = &mut self.queues[i];
+        let queue = &mut t.queues[i];
         let ip = self.current.get_or_insert_with(i, || {
             InProgress::new(queue.pop_front().expect("lane is ready"), None)
         });
@@ -162,13 +206,13 @@ impl Sender {
         }) else {
             return false;
         };
-        self.sched.charge(p, w.frame_len, w.done, now);
+        t.sched.charge(p, w.frame_len, w.done, now);
         stats.bytes_by_level[i] += w.frame_len as u64;
         if w.done {
             let ip = self.current.take(i).expect("in progress");
             let n = ip.number.expect("numbered on its last fragment");
             self.queued_bytes -= ip.msg.wire_len();
-            self.ledger.record(n, ip.msg);
+            t.ledger.record(n, ip.msg);
             stats.sent += 1;
             stats.sent_by_level[i] += 1;
         }
@@ -184,8 +228,10 @@ impl Sender {
         peer_max_message: u64,
     ) -> Result<(), ProtocolError> {
         self.apply_ack(peer_last_received)?;
-        self.resend = self.ledger.iter().cloned().collect();
-        self.resend_current = None;
+        if let Some(t) = &mut self.traffic {
+            t.resend = t.ledger.iter().cloned().collect();
+            t.resend_current = None;
+        }
         self.peer_max_message = Some(peer_max_message);
         self.refuse_oversized(peer_max_message);
         Ok(())
@@ -197,12 +243,15 @@ impl Sender {
     /// have no number yet and simply go out on the next channel. Returns how
     /// many were handed back.
     pub(crate) fn forget_peer(&mut self) -> usize {
-        self.resend.clear();
-        self.resend_current = None;
-        let lost = self.ledger.drain();
-        let n = lost.len();
-        for (number, m) in lost {
-            self.refused.push((SendError::PeerForgot { number }, m));
+        let mut n = 0;
+        if let Some(t) = &mut self.traffic {
+            t.resend.clear();
+            t.resend_current = None;
+            let lost = t.ledger.drain();
+            n = lost.len();
+            for (number, m) in lost {
+                self.refused.push((SendError::PeerForgot { number }, m));
+            }
         }
         self.last_sent = 0;
         self.acked = 0;
@@ -210,22 +259,45 @@ impl Sender {
     }
 
     /// The channel is gone: partly sent messages restart from their first
-    /// fragment on the next one.
+    /// fragment on the next one. A sender left with no message at all
+    /// gives its queues, scheduler and ledger back (an idle site stays
+    /// small).
     pub(crate) fn channel_down(&mut self) {
         for c in self.current.iter_mut() {
             c.rewind();
         }
         // No channel: a site with nothing partly sent gives its lane slots
-        // back (an idle site stays small).
+        // back.
         self.current.shed();
-        self.resend = VecDeque::new();
-        self.resend_current = None;
+        if let Some(t) = &mut self.traffic {
+            t.resend = VecDeque::new();
+            t.resend_current = None;
+            if t.is_empty() && self.current.is_empty() {
+                self.traffic = None;
+            } else {
+                // Kept for what is unacknowledged; empty queues keep no room.
+                for q in &mut t.queues {
+                    q.shrink_to_fit();
+                }
+            }
+        }
     }
 
     /// Removes the queued (and partly sent, so unnumbered) messages larger
     /// than the peer accepts: queued before its maximum was known, they
     /// would be refused for ever.
     fn refuse_oversized(&mut self, max: u64) {
+        let Some(t) = self.traffic.as_deref_mut() else {
+            return;
+        };
+        let mut refuse = |m: OutMessage| {
+            self.queued_bytes -= m.wire_len();
+            let e = SendError::TooLarge {
+                size: m.wire_len(),
+                max,
+            };
+            self.refused.push((e, m));
+        };
         for i in 0..4 {
             if self
                 .current
@@ -233,36 +305,28 @@ impl Sender {
                 .is_some_and(|ip| ip.msg.wire_len() > max)
             {
                 let ip = self.current.take(i).expect("checked");
-                self.refuse(ip.msg, max);
+                refuse(ip.msg);
             }
-            if self.queues[i].iter().any(|m| m.wire_len() > max) {
-                let q = std::mem::take(&mut self.queues[i]);
+            if t.queues[i].iter().any(|m| m.wire_len() > max) {
+                let q = std::mem::take(&mut t.queues[i]);
                 for m in q {
                     if m.wire_len() > max {
-                        self.refuse(m, max);
+                        refuse(m);
                     } else {
-                        self.queues[i].push_back(m);
+                        t.queues[i].push_back(m);
                     }
                 }
             }
         }
     }
 
-    fn refuse(&mut self, m: OutMessage, max: u64) {
-        self.queued_bytes -= m.wire_len();
-        let e = SendError::TooLarge {
-            size: m.wire_len(),
-            max,
-        };
-        self.refused.push((e, m));
-    }
-
     /// A message is partly sent (some of its frames are out).
     pub(crate) fn partly_sent(&self) -> bool {
-        self.current
-            .iter()
-            .chain(self.resend_current.as_deref())
-            .any(|ip| !ip.is_fresh())
+        let resend = self
+            .traffic
+            .as_ref()
+            .and_then(|t| t.resend_current.as_deref());
+        self.current.iter().chain(resend).any(|ip| !ip.is_fresh())
     }
 
     pub(crate) fn has_refused(&self) -> bool {
@@ -283,29 +347,34 @@ impl Sender {
 
     /// Messages held: queued, partly sent, or awaiting acknowledgement.
     pub(crate) fn pending_messages(&self) -> usize {
-        self.queues.iter().map(VecDeque::len).sum::<usize>()
-            + self.current.count()
-            + self.ledger.len()
+        self.current.count()
+            + self.traffic.as_ref().map_or(0, |t| {
+                t.queues.iter().map(VecDeque::len).sum::<usize>() + t.ledger.len()
+            })
     }
 
     pub(crate) fn unacked(&self) -> usize {
-        self.ledger.len()
+        self.traffic.as_ref().map_or(0, |t| t.ledger.len())
     }
 
     /// Takes every message out (the site failed for good): never completely
     /// sent, and sent but not acknowledged.
     pub(crate) fn take_all(&mut self) -> (Vec<OutMessage>, Vec<(u64, OutMessage)>) {
         let mut not_sent = Vec::new();
+        let mut t = self.traffic.take();
         for i in 0..4 {
             if let Some(ip) = self.current.take(i) {
                 not_sent.push(ip.msg);
             }
-            not_sent.extend(self.queues[i].drain(..));
+            if let Some(t) = &mut t {
+                not_sent.extend(t.queues[i].drain(..));
+            }
         }
         self.queued_bytes = 0;
         self.current.shed();
-        self.resend.clear();
-        self.resend_current = None;
-        (not_sent, self.ledger.drain())
+        (
+            not_sent,
+            t.map(|mut t| t.ledger.drain()).unwrap_or_default(),
+        )
     }
 }

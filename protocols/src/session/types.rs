@@ -118,3 +118,22 @@ pub struct SessionStats {
     /// Messages delivered, by level.
     pub delivered_by_level: [u64; 4],
 }
+
+impl SessionStats {
+    /// All counters zero (what a session that never talked reports).
+    pub const ZERO: SessionStats = SessionStats {
+        sent: 0,
+        retransmitted: 0,
+        delivered: 0,
+        duplicates: 0,
+        frames_out: 0,
+        acks_out: 0,
+        heartbeats_out: 0,
+        frames_in: 0,
+        peer_forgot: 0,
+        forgotten_unacked: 0,
+        sent_by_level: [0; 4],
+        bytes_by_level: [0; 4],
+        delivered_by_level: [0; 4],
+    };
+}

@@ -17,6 +17,8 @@ use crate::trans_object::{ReadStatus, TransObject};
 pub(super) struct Live {
     pub(super) id: ChannelId,
     pub(super) t: TransObject,
+    /// What the slot controller's policy sees of this channel.
+    pub(super) slot_info: std::sync::Arc<sitenet_transport::SlotInfo>,
     pub(super) read: Option<SpawnHandle>,
     pub(super) write: Option<SpawnHandle>,
 }
@@ -315,23 +317,25 @@ impl ComObject {
         }
         // A new channel: the next account reports its state.
         self.report_next = None;
-        self.channels_opened += 1;
+        self.channels_opened = self.channels_opened.saturating_add(1);
+        let slot_info = std::sync::Arc::<sitenet_transport::SlotInfo>::default();
         if let Some(lease) = &t.lease {
             let addr = ctx.address();
             lease.attach(
-                self.slot_info.clone(),
+                slot_info.clone(),
                 std::sync::Arc::new(move |reason| addr.do_send(super::Preempt(reason))),
             );
         }
         self.entry
             .connected
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        self.live = Some(Live {
+        self.live = Some(Box::new(Live {
             id,
             t,
+            slot_info,
             read: None,
             write: None,
-        });
+        }));
         Counters::add(&self.node.counters.channels_opened, 1);
         self.node.changed.notify_waiters();
         self.node.acked.notify_waiters();
@@ -342,6 +346,7 @@ impl ComObject {
         let Some(live) = self.live.take() else {
             return;
         };
+        self.shed_pending = true;
         self.entry
             .connected
             .store(false, std::sync::atomic::Ordering::Relaxed);

@@ -107,7 +107,7 @@ impl Handler<Preempt> for ComObject {
         tracing::debug!(site = ?self.entry.id.get(), reason = reason.name(), "channel slot preempted");
         if self.com.close_hard(Instant::now()) {
             crate::metrics::Counters::add(&self.node.counters.preemptions, 1);
-            self.preempted += 1;
+            self.preempted = self.preempted.saturating_add(1);
             self.drive(ctx);
         }
     }

@@ -52,7 +52,7 @@ pub(super) const WRITE_BYTES_PER_TURN: usize = 1 << 20;
 
 /// The session and ComObject counters a ComObject last added to the
 /// node's metrics (the node adds differences).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Reported {
     sent: u64,
     delivered: u64,
@@ -75,15 +75,20 @@ pub(crate) struct ComObject {
     node: Arc<NodeInner>,
     entry: Arc<SiteEntry>,
     com: ComLogic,
-    live: Option<Live>,
+    /// The working channel (boxed: an idle site has none, and thousands of
+    /// idle sites should not each carry its room).
+    live: Option<Box<Live>>,
     /// The open attempt in progress (its number) and its future.
     opening: Option<(u64, SpawnHandle)>,
     timer: Option<(Instant, SpawnHandle)>,
     scratch: Vec<OutMessage>,
-    /// The counters last added to the node's metrics (only those).
-    reported: Reported,
+    /// The counters last added to the node's metrics (only those;
+    /// allocated when the first one moves).
+    reported: Option<Box<Reported>>,
     /// A held ack's transmit is scheduled for the next turn.
     ack_deferred: bool,
+    /// The channel went: give spare room back after acting.
+    shed_pending: bool,
     /// A write turn ran out of budget; the next is scheduled.
     write_deferred: bool,
     /// Set when this entry turned out to be another entry's site: the actor
@@ -95,18 +100,16 @@ pub(crate) struct ComObject {
     slot_ticket: Option<sitenet_transport::WaitTicket>,
     /// A slot just granted, for the open attempt it is about to start.
     granted: Option<sitenet_transport::SlotLease>,
-    /// What the slot controller's policy sees of our channel.
-    slot_info: Arc<sitenet_transport::SlotInfo>,
     /// When `slot_info` and the site's stats may be written next (an
     /// instant compared on every event: cheaper than a duration).
     report_next: Option<Instant>,
-    /// A report skipped within the interval is due then (the one timer is
-    /// armed to it).
-    report_due: Option<Instant>,
+    /// A report was skipped within the interval: it is due at
+    /// `report_next` (the one timer is armed to it).
+    report_pending: bool,
     /// Channels that came up for this site.
-    channels_opened: u64,
+    channels_opened: u32,
     /// Channels closed because the slot controller preempted them.
-    preempted: u64,
+    preempted: u32,
 }
 
 impl Actor for ComObject {
@@ -136,15 +139,15 @@ impl ComObject {
             opening: None,
             timer: None,
             scratch: Vec::new(),
-            reported: Default::default(),
+            reported: None,
             ack_deferred: false,
+            shed_pending: false,
             write_deferred: false,
             merged: None,
             slot_ticket: None,
             granted: None,
-            slot_info: Arc::default(),
             report_next: None,
-            report_due: None,
+            report_pending: false,
             channels_opened: 0,
             preempted: 0,
         }
@@ -212,7 +215,7 @@ impl ComObject {
     pub(super) fn hand_back(&mut self, e: sitenet_protocols::SendError, m: OutMessage) {
         self.entry.outbox.release(m.wire_len());
         Counters::add(&self.node.counters.handed_back, 1);
-        if let Some((_, back)) = self.entry.failed.lock().as_mut() {
+        if let Some((_, back)) = self.entry.failed.lock().as_deref_mut() {
             // The site failed between the sender's check and the queue.
             back.not_sent.push(m);
             return;
@@ -293,6 +296,15 @@ impl ComObject {
     pub(super) fn act(&mut self, ctx: &mut Context<Self>) {
         self.act_all(ctx);
         self.granted = None;
+        if self.shed_pending && self.live.is_none() {
+            // The channel went: an idle site keeps no spare room (the
+            // batch buffer, the outbox's and the machine's queues grow
+            // again on demand).
+            self.shed_pending = false;
+            self.scratch = Vec::new();
+            self.entry.outbox.shed();
+            self.com.shed();
+        }
     }
 
     fn act_all(&mut self, ctx: &mut Context<Self>) {
@@ -336,7 +348,7 @@ impl ComObject {
                     }
                     tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
                     self.report_fault(self.address_string(), reason.clone(), true);
-                    *self.entry.failed.lock() = Some((reason.clone(), back));
+                    *self.entry.failed.lock() = Some(Box::new((reason.clone(), back)));
                     self.entry
                         .has_failed
                         .store(true, std::sync::atomic::Ordering::Release);
@@ -509,7 +521,8 @@ impl ComObject {
     /// heartbeat deadline moves later on every frame sent, and re-creating
     /// the timer for each would cost more than the frame.
     pub(super) fn rearm_timer(&mut self, ctx: &mut Context<Self>) {
-        let Some(at) = [self.com.poll_timeout(), self.report_due]
+        let report_due = self.report_next.filter(|_| self.report_pending);
+        let Some(at) = [self.com.poll_timeout(), report_due]
             .into_iter()
             .flatten()
             .min()
@@ -555,8 +568,16 @@ impl ComObject {
             weak_rejected: k.weak_closes_rejected,
             hard_started: k.hard_closes_started,
         };
-        let r = std::mem::replace(&mut self.reported, now_seen);
-        let n = &self.reported;
+        let r = match &mut self.reported {
+            Some(last) => std::mem::replace(&mut **last, now_seen),
+            // Nothing happened yet: nothing to add, and no room taken.
+            None if now_seen == Reported::default() => return,
+            None => {
+                self.reported = Some(Box::new(now_seen));
+                Reported::default()
+            }
+        };
+        let n = &now_seen;
         let c = &self.node.counters;
         Counters::add(&c.messages_sent, n.sent - r.sent);
         Counters::add(&c.messages_retransmitted, n.retransmitted - r.retransmitted);

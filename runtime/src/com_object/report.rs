@@ -12,15 +12,15 @@ impl ComObject {
     /// the policy and `Node::stats` need a recent picture, not one per
     /// event).
     pub(super) fn report(&mut self, now: Instant) {
-        if let Some(next) = self.report_next.filter(|&t| now < t) {
+        if self.report_next.is_some_and(|t| now < t) {
             // Reported moments ago: report again once the interval is
             // over, so the last changes before a quiet spell are not lost.
             // The actor's one timer is re-armed to it (a second timer would
             // be polled on every event).
-            self.report_due = Some(next);
+            self.report_pending = true;
             return;
         }
-        self.report_due = None;
+        self.report_pending = false;
         self.report_next = Some(now + SLOT_REPORT_EVERY);
         self.publish_stats();
         self.report_slot();
@@ -44,7 +44,7 @@ impl ComObject {
             queues_empty: session.queued_bytes() == 0,
             callable: self.com.addresses().can_open(),
         };
-        self.node.slots.report(&self.slot_info, &report);
+        self.node.slots.report(&live.slot_info, &report);
     }
 
     /// Publishes the site's counters for `Node::stats`.
@@ -67,8 +67,8 @@ impl ComObject {
         st.bytes_sent = s.bytes_by_level;
         st.messages_received = s.delivered_by_level;
         st.retransmitted = s.retransmitted;
-        st.reconnects = self.channels_opened.saturating_sub(1);
-        st.preemptions = self.preempted;
+        st.reconnects = u64::from(self.channels_opened.saturating_sub(1));
+        st.preemptions = u64::from(self.preempted);
         st.queue_depth = self.com.session().pending_messages() as u64;
     }
 }

@@ -223,7 +223,7 @@ impl NodeBuilder {
             .trans_controller
             .clone()
             .unwrap_or_else(sitenet_transport::TransController::process);
-        let com_cfg = Arc::new(cfg.com());
+        let com_cfg = Arc::new(cfg.com(id));
         let inner = Arc::new(NodeInner {
             id,
             budget,
