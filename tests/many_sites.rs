@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
 use sitenet::services::{Echo, EchoReply};
