@@ -153,7 +153,7 @@ impl ReassemblyBudget {
         BudgetShare {
             budget: self.clone(),
             held: 0,
-            ticket: None,
+            ticket: 0,
         }
     }
 
@@ -182,8 +182,9 @@ pub enum Blocked {
 pub struct BudgetShare {
     budget: ReassemblyBudget,
     held: u64,
-    /// This session's place in the holders' order, while it holds budget.
-    ticket: Option<u64>,
+    /// This session's place in the holders' order (meaningful while it
+    /// holds budget: `held > 0`).
+    ticket: u64,
 }
 
 impl BudgetShare {
@@ -195,9 +196,10 @@ impl BudgetShare {
     /// True if this session is the oldest holder (or no one holds budget):
     /// it may take beyond its share, and never has to give way.
     pub fn is_oldest(&self) -> bool {
-        match self.ticket {
-            Some(t) => self.budget.order().first() == Some(&t),
-            None => self.budget.holders() == 0,
+        if self.held > 0 {
+            self.budget.order().first() == Some(&self.ticket)
+        } else {
+            self.budget.holders() == 0
         }
     }
 
@@ -218,7 +220,7 @@ impl BudgetShare {
         if self.held == 0 {
             let t = b.next_ticket.fetch_add(1, Ordering::AcqRel);
             self.budget.order().insert(t);
-            self.ticket = Some(t);
+            self.ticket = t;
             b.holders.fetch_add(1, Ordering::AcqRel);
         }
         self.held += n;
@@ -234,9 +236,7 @@ impl BudgetShare {
         let b = &self.budget.inner;
         self.held -= n;
         if self.held == 0 {
-            if let Some(t) = self.ticket.take() {
-                self.budget.order().remove(&t);
-            }
+            self.budget.order().remove(&self.ticket);
             b.holders.fetch_sub(1, Ordering::AcqRel);
         }
         b.available.fetch_add(n, Ordering::AcqRel);

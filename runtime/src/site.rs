@@ -37,6 +37,10 @@ pub struct HandedBack {
     pub maybe_delivered: Vec<OutMessage>,
 }
 
+/// Messages handed back while a site lives, with why each can never be
+/// sent to it.
+pub(crate) type Refused = Vec<(sitenet_protocols::SendError, OutMessage)>;
+
 /// One remote site as the node's site table knows it. Shared by the site's
 /// ComObject and every `SiteRef`.
 #[derive(Debug)]
@@ -53,7 +57,9 @@ pub(crate) struct SiteEntry {
     pub(crate) failed: Mutex<Option<Box<(String, HandedBack)>>>,
     /// Messages handed back while the site lives: they can never be sent to
     /// it (larger than the peer's maximum, learned after they were queued).
-    pub(crate) refused: Mutex<Vec<(sitenet_protocols::SendError, OutMessage)>>,
+    /// (Boxed when the first one comes: rare, and every idle site would
+    /// carry the room.)
+    pub(crate) refused: Mutex<Option<Box<Refused>>>,
     /// True once `failed` is set: checked on every send without a lock.
     pub(crate) has_failed: std::sync::atomic::AtomicBool,
     /// Set when this entry turned out to be another entry's site (contacted
@@ -98,7 +104,7 @@ impl SiteEntry {
             address,
             id: OnceLock::new(),
             failed: Mutex::new(None),
-            refused: Mutex::new(Vec::new()),
+            refused: Mutex::new(None),
             has_failed: std::sync::atomic::AtomicBool::new(false),
             redirect: OnceLock::new(),
             peer_max: std::sync::atomic::AtomicU64::new(0),
@@ -277,7 +283,13 @@ impl SiteRef {
     /// were never sent (`Metrics::handed_back` counts them); nothing is
     /// resent for ever or dropped silently.
     pub fn take_refused(&self) -> Vec<(sitenet_protocols::SendError, OutMessage)> {
-        std::mem::take(&mut *self.entry.resolved().refused.lock())
+        self.entry
+            .resolved()
+            .refused
+            .lock()
+            .take()
+            .map(|b| *b)
+            .unwrap_or_default()
     }
 
     /// Bytes held for this site (queued and unacknowledged).

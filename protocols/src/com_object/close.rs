@@ -223,7 +223,7 @@ impl ComObject {
     /// left for it, for an orderly or final end). The session leaves it.
     pub fn channel_closed(&mut self, id: ChannelId, now: Instant) {
         self.tick(now);
-        if self.session_channel == Some(id) {
+        if id.0 != 0 && self.session_channel == id.0 {
             self.session_down();
             self.update();
         }
@@ -239,7 +239,7 @@ impl ComObject {
     /// sees this with references held should make sure it hears when the
     /// last one goes (the reclaim rule waits for it).
     pub fn idle_without_channel(&self) -> bool {
-        self.session_channel.is_none()
+        self.session_channel == 0
             && matches!(self.phase, Phase::Closed | Phase::Failed)
             && !self.closing
             && !self.has_need()
@@ -277,6 +277,6 @@ impl ComObject {
     /// their first fragment on the next one.
     pub(super) fn session_down(&mut self) {
         self.session.channel_down();
-        self.session_channel = None;
+        self.session_channel = 0;
     }
 }

@@ -175,8 +175,9 @@ pub struct ComObject {
     attempt_seq: u64,
     channel_seq: u64,
     /// The channel the session is up on: the working one, or one whose
-    /// orderly end the driver has not yet confirmed (`channel_closed`).
-    session_channel: Option<ChannelId>,
+    /// orderly end the driver has not yet confirmed (`channel_closed`):
+    /// its `ChannelId`, or 0 for none (ids count from 1).
+    session_channel: u64,
     backoff: Duration,
     fault: FaultState,
     /// Whether the local side holds references to the peer.
@@ -204,7 +205,7 @@ pub struct ComObject {
     stats: Option<Box<ComStats>>,
     /// Session counters at the last activity check.
     /// (sent, delivered) at the last activity check.
-    seen: (u64, u64),
+    seen: (u32, u32),
 }
 
 impl ComObject {
@@ -240,7 +241,7 @@ impl ComObject {
             opener,
             attempt_seq: 0,
             channel_seq: 0,
-            session_channel: None,
+            session_channel: 0,
             fault: FaultState::Ok,
             has_refs: true,
             awaiting_replies: false,
@@ -491,7 +492,8 @@ impl ComObject {
     fn note_activity(&mut self, now: Instant) {
         self.tick(now);
         let s = self.session.stats_ref();
-        let seen = (s.sent, s.delivered);
+        // Compared for a change only: the low 32 bits tell.
+        let seen = (s.sent as u32, s.delivered as u32);
         if seen != self.seen {
             self.idle_since = now;
             self.seen = seen;

@@ -223,7 +223,7 @@ impl ComObject {
         self.leave_slot_line();
         self.owed_reopen = false;
         self.phase = Phase::Working { id, from };
-        self.session_channel = Some(id);
+        self.session_channel = id.0;
         self.backoff = self.cfg.reconnect_min;
         self.timers.stop(Timer::ReconnectBackoff);
         self.idle_since = now;

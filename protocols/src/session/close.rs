@@ -251,6 +251,8 @@ impl CloseState {
     }
 }
 
+use super::push_event;
+
 impl super::Session {
     /// Where the working channel stands in the close protocol.
     pub fn close_phase(&self) -> ClosePhase {
@@ -342,11 +344,12 @@ impl super::Session {
             CloseStep::Finish(reason) => self.finish_close(reason),
             CloseStep::Rejected => {
                 l.timers.stop(Timer::Close);
-                self.events.push_back(SessionEvent::WeakCloseRejected);
+                push_event(&mut self.events, SessionEvent::WeakCloseRejected);
             }
             CloseStep::ClearedReference => {
-                if self.events.back() != Some(&SessionEvent::PeerClearedReference) {
-                    self.events.push_back(SessionEvent::PeerClearedReference);
+                let last = self.events.as_ref().and_then(|e| e.back());
+                if last != Some(&SessionEvent::PeerClearedReference) {
+                    push_event(&mut self.events, SessionEvent::PeerClearedReference);
                 }
             }
         }
@@ -358,7 +361,7 @@ impl super::Session {
             l.close.phase = ClosePhase::Done;
             l.timers.stop(Timer::Close);
         }
-        self.events.push_back(SessionEvent::CloseChannel(reason));
+        push_event(&mut self.events, SessionEvent::CloseChannel(reason));
     }
 }
 

@@ -58,6 +58,16 @@ use close::CloseState;
 use receive::{DataOutcome, Receiver};
 use send::Sender;
 
+/// The driver's events: rare (closes, silence), so boxed when one happens
+/// — a pointer in every idle session instead of an empty queue's 32 bytes.
+#[allow(clippy::box_collection)]
+type Events = Option<Box<VecDeque<SessionEvent>>>;
+
+/// Queues an event for the driver.
+fn push_event(events: &mut Events, e: SessionEvent) {
+    events.get_or_insert_with(Box::default).push_back(e);
+}
+
 /// The state of one remote site. See the module documentation.
 #[derive(Debug)]
 pub struct Session {
@@ -72,7 +82,8 @@ pub struct Session {
     /// Counters: allocated with the first channel or message (a site
     /// that never talked counts nothing and holds no room for it).
     stats: Option<Box<SessionStats>>,
-    events: VecDeque<SessionEvent>,
+    /// Events for the driver (rare: allocated when one happens).
+    events: Events,
     /// Whether the local side still needs the channel (references held).
     local_need: bool,
     /// Threshold acks wait one driver turn (see `hold_acks`); kept here so
@@ -132,12 +143,12 @@ impl Session {
         let cfg = cfg.into();
         Self {
             send: Sender::new(),
-            recv: Receiver::new(&budget, cfg.max_message),
+            recv: Receiver::new(&budget),
             cfg,
             link: None,
             last_generation: 0,
             stats: None,
-            events: VecDeque::new(),
+            events: None,
             local_need: true,
             ack_hold: false,
         }
@@ -215,8 +226,8 @@ impl Session {
         self.send.channel_down();
         self.recv.abandon_partials();
         // An idle site keeps no room for events it no longer expects.
-        if self.events.is_empty() {
-            self.events = VecDeque::new();
+        if self.events.as_ref().is_some_and(|e| e.is_empty()) {
+            self.events = None;
         }
     }
 
@@ -371,11 +382,11 @@ impl Session {
                         let l = self.link.as_deref_mut().expect("a working channel");
                         match self.recv.on_data(
                             &h,
-                            a,
-                            b,
+                            (a, b),
                             deliver,
                             &mut l.ack,
                             self.stats.get_or_insert_with(Box::default),
+                            self.cfg.max_message,
                         )? {
                             DataOutcome::Consumed { progress: p } => progress |= p,
                             DataOutcome::Blocked(why) => {
@@ -520,16 +531,17 @@ impl Session {
                 Timer::Heartbeat => l.heartbeat_due = true,
                 Timer::Close => {}
                 Timer::Silence | Timer::ReassemblyIdle if closed => {}
-                Timer::Silence => self.events.push_back(SessionEvent::Silent),
+                Timer::Silence => push_event(&mut self.events, SessionEvent::Silent),
                 Timer::ReassemblyIdle => {
                     if l.blocked.is_some() {
-                        self.events.push_back(SessionEvent::BudgetContention);
+                        push_event(&mut self.events, SessionEvent::BudgetContention);
                     } else if self.recv.has_partial() {
-                        self.events.push_back(SessionEvent::Stalled(
-                            ProtocolError::ReassemblyStalled {
+                        push_event(
+                            &mut self.events,
+                            SessionEvent::Stalled(ProtocolError::ReassemblyStalled {
                                 idle: self.cfg.reassembly_idle,
-                            },
-                        ));
+                            }),
+                        );
                     }
                 }
                 other => debug_assert!(false, "timer {} is not the session's", other.name()),
@@ -545,7 +557,7 @@ impl Session {
 
     /// The next event for the driver, if any.
     pub fn poll_event(&mut self) -> Option<SessionEvent> {
-        self.events.pop_front()
+        self.events.as_mut()?.pop_front()
     }
 
     // ------------------------------------------------------------------
@@ -569,7 +581,7 @@ impl Session {
 
     /// Largest message the peer accepts, once known.
     pub fn peer_max_message(&self) -> Option<u64> {
-        self.send.peer_max_message
+        self.send.peer_max_message()
     }
 
     /// Counters, without copying them (they are read on every event).

@@ -42,16 +42,14 @@ pub(crate) struct Receiver {
     pub(crate) last_received: u64,
     reassembly: LaneSlots<Reassembly>,
     share: BudgetShare,
-    max_message: u64,
 }
 
 impl Receiver {
-    pub(crate) fn new(budget: &ReassemblyBudget, max_message: u64) -> Self {
+    pub(crate) fn new(budget: &ReassemblyBudget) -> Self {
         Self {
             last_received: 0,
             reassembly: Default::default(),
             share: budget.share(),
-            max_message,
         }
     }
 
@@ -87,11 +85,11 @@ impl Receiver {
     pub(crate) fn on_data(
         &mut self,
         h: &FrameHeader,
-        a: &[u8],
-        b: &[u8],
+        (a, b): (&[u8], &[u8]),
         deliver: &mut dyn FnMut(InMessage),
         ack: &mut AckPolicy,
         stats: &mut SessionStats,
+        max_message: u64,
     ) -> Result<DataOutcome, ProtocolError> {
         let lane = h.lane;
         let idx = lane as usize - 1;
@@ -106,7 +104,7 @@ impl Receiver {
             if h.is_last() {
                 // The common case for small messages: whole in one frame,
                 // copied straight out of the ring; no budget involved.
-                let parts = split_whole(lane, a, b, self.max_message)?;
+                let parts = split_whole(lane, a, b, max_message)?;
                 let size = parts.0.total_len();
                 self.deliver_numbered(h, size, deliver, ack, stats, |n| {
                     in_message(lane, n, parts)
@@ -114,12 +112,12 @@ impl Receiver {
                 return Ok(DataOutcome::Consumed { progress: false });
             }
             // Checked before any budget is taken or anything allocated.
-            first_prelude(lane, a, b, self.max_message)?;
+            first_prelude(lane, a, b, max_message)?;
             let content = first_content_len(len as usize);
             if let Err(blocked) = self.share.try_take(content) {
                 return Ok(DataOutcome::Blocked(blocked));
             }
-            match Reassembly::start(lane, a, b, self.max_message) {
+            match Reassembly::start(lane, a, b, max_message) {
                 Ok(r) => self.reassembly.set(idx, r),
                 Err(e) => {
                     self.share.give_back(content);

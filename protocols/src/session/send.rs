@@ -9,6 +9,7 @@
 //! peer acknowledges while that resend runs is skipped, not resent.
 
 use std::collections::VecDeque;
+use std::num::NonZeroU64;
 use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
@@ -37,9 +38,9 @@ pub(crate) struct Sender {
     /// (messages, bytes) acknowledged since `take_freed`.
     freed: (u64, u64),
     queued_bytes: u64,
-    pub(crate) peer_max_message: Option<u64>,
-    /// Queued messages the peer can never take (see `take_refused`).
-    refused: Vec<(SendError, OutMessage)>,
+    /// Largest message the peer takes, once a handshake told it (a peer
+    /// claiming 0 takes nothing: 1 byte, below any message).
+    peer_max_message: Option<NonZeroU64>,
 }
 
 /// What a [`Sender`] needs only while it has messages.
@@ -56,6 +57,8 @@ struct Traffic {
     sched: Scheduler,
     /// Sent and not yet acknowledged, in number order.
     ledger: Ledger,
+    /// Queued messages the peer can never take (see `take_refused`).
+    refused: Vec<(SendError, OutMessage)>,
 }
 
 impl Traffic {
@@ -66,12 +69,14 @@ impl Traffic {
             resend_current: None,
             sched: Scheduler::new(sched.clone()),
             ledger: Ledger::default(),
+            refused: Vec::new(),
         }
     }
 
-    /// Holds nothing: no queued, resent or unacknowledged message.
+    /// Holds nothing: no queued, resent, unacknowledged or refused message.
     fn is_empty(&self) -> bool {
-        self.resend_current.is_none()
+        self.refused.is_empty()
+            && self.resend_current.is_none()
             && self.resend.is_empty()
             && self.ledger.len() == 0
             && self.queues.iter().all(VecDeque::is_empty)
@@ -88,7 +93,6 @@ impl Sender {
             freed: (0, 0),
             queued_bytes: 0,
             peer_max_message: None,
-            refused: Vec::new(),
         }
     }
 
@@ -98,7 +102,7 @@ impl Sender {
         msg: OutMessage,
         sched: &SchedulerConfig,
     ) -> Result<(), Box<(SendError, OutMessage)>> {
-        if let Some(max) = self.peer_max_message {
+        if let Some(max) = self.peer_max_message.map(NonZeroU64::get) {
             if msg.wire_len() > max {
                 let e = SendError::TooLarge {
                     size: msg.wire_len(),
@@ -232,7 +236,7 @@ impl Sender {
             t.resend = t.ledger.iter().cloned().collect();
             t.resend_current = None;
         }
-        self.peer_max_message = Some(peer_max_message);
+        self.peer_max_message = Some(NonZeroU64::new(peer_max_message).unwrap_or(NonZeroU64::MIN));
         self.refuse_oversized(peer_max_message);
         Ok(())
     }
@@ -250,7 +254,7 @@ impl Sender {
             let lost = t.ledger.drain();
             n = lost.len();
             for (number, m) in lost {
-                self.refused.push((SendError::PeerForgot { number }, m));
+                t.refused.push((SendError::PeerForgot { number }, m));
             }
         }
         self.last_sent = 0;
@@ -290,13 +294,15 @@ impl Sender {
         let Some(t) = self.traffic.as_deref_mut() else {
             return;
         };
+        let queued_bytes = &mut self.queued_bytes;
+        let refused = &mut t.refused;
         let mut refuse = |m: OutMessage| {
-            self.queued_bytes -= m.wire_len();
+            *queued_bytes -= m.wire_len();
             let e = SendError::TooLarge {
                 size: m.wire_len(),
                 max,
             };
-            self.refused.push((e, m));
+            refused.push((e, m));
         };
         for i in 0..4 {
             if self
@@ -330,11 +336,19 @@ impl Sender {
     }
 
     pub(crate) fn has_refused(&self) -> bool {
-        !self.refused.is_empty()
+        self.traffic.as_ref().is_some_and(|t| !t.refused.is_empty())
     }
 
     pub(crate) fn take_refused(&mut self) -> Vec<(SendError, OutMessage)> {
-        std::mem::take(&mut self.refused)
+        self.traffic
+            .as_mut()
+            .map(|t| std::mem::take(&mut t.refused))
+            .unwrap_or_default()
+    }
+
+    /// Largest message the peer takes, once known.
+    pub(crate) fn peer_max_message(&self) -> Option<u64> {
+        self.peer_max_message.map(NonZeroU64::get)
     }
 
     pub(crate) fn take_freed(&mut self) -> (u64, u64) {
@@ -361,20 +375,26 @@ impl Sender {
     /// sent, and sent but not acknowledged.
     pub(crate) fn take_all(&mut self) -> (Vec<OutMessage>, Vec<(u64, OutMessage)>) {
         let mut not_sent = Vec::new();
-        let mut t = self.traffic.take();
         for i in 0..4 {
             if let Some(ip) = self.current.take(i) {
                 not_sent.push(ip.msg);
             }
-            if let Some(t) = &mut t {
+            if let Some(t) = &mut self.traffic {
                 not_sent.extend(t.queues[i].drain(..));
             }
         }
         self.queued_bytes = 0;
         self.current.shed();
-        (
-            not_sent,
-            t.map(|mut t| t.ledger.drain()).unwrap_or_default(),
-        )
+        let Some(t) = &mut self.traffic else {
+            return (not_sent, Vec::new());
+        };
+        t.resend.clear();
+        t.resend_current = None;
+        let maybe_delivered = t.ledger.drain();
+        // What was refused stays for `take_refused`.
+        if t.is_empty() {
+            self.traffic = None;
+        }
+        (not_sent, maybe_delivered)
     }
 }

@@ -93,8 +93,7 @@ impl Handler<SlotGranted> for ComObject {
     type Result = ();
 
     fn handle(&mut self, SlotGranted(lease): SlotGranted, ctx: &mut Context<Self>) {
-        self.slot_ticket = None;
-        self.granted = Some(lease);
+        self.slot = super::Slot::Granted(lease);
         self.com.slot_granted();
         self.drive(ctx);
     }

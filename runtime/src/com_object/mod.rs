@@ -64,6 +64,46 @@ struct Reported {
     hard_started: u64,
 }
 
+thread_local! {
+    /// The batch buffer a ComObject drains its outbox into, one per runtime
+    /// thread and lent for the drain (a ComObject holding its own would
+    /// cost every idle site a buffer).
+    static BATCH: std::cell::Cell<Vec<OutMessage>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Where a ComObject stands with the slot controller.
+#[derive(Debug, Default)]
+pub(super) enum Slot {
+    #[default]
+    None,
+    /// Its place in the line, while waiting for a slot.
+    Waiting(sitenet_transport::WaitTicket),
+    /// A slot just granted, for the open attempt it is about to start.
+    Granted(sitenet_transport::SlotLease),
+}
+
+impl Slot {
+    fn take_granted(&mut self) -> Option<sitenet_transport::SlotLease> {
+        match std::mem::take(self) {
+            Slot::Granted(l) => Some(l),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+
+    fn take_ticket(&mut self) -> Option<sitenet_transport::WaitTicket> {
+        match std::mem::take(self) {
+            Slot::Waiting(t) => Some(t),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
 /// How often a ComObject tells the slot controller what its channel does.
 pub(super) const SLOT_REPORT_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
 
@@ -81,7 +121,6 @@ pub(crate) struct ComObject {
     /// The open attempt in progress (its number) and its future.
     opening: Option<(u64, SpawnHandle)>,
     timer: Option<(Instant, SpawnHandle)>,
-    scratch: Vec<OutMessage>,
     /// The counters last added to the node's metrics (only those;
     /// allocated when the first one moves).
     reported: Option<Box<Reported>>,
@@ -95,11 +134,9 @@ pub(crate) struct ComObject {
     /// stays alive and forwards what still reaches it there. A counted
     /// reference: `SiteRef`s to this entry follow the redirect, so the other
     /// entry is not reclaimed while this one is referenced.
-    merged: Option<SiteRef>,
-    /// Our place in the slot controller's line, while waiting for a slot.
-    slot_ticket: Option<sitenet_transport::WaitTicket>,
-    /// A slot just granted, for the open attempt it is about to start.
-    granted: Option<sitenet_transport::SlotLease>,
+    merged: Option<Box<SiteRef>>,
+    /// Where the site stands with the slot controller.
+    slot: Slot,
     /// When `slot_info` and the site's stats may be written next (an
     /// instant compared on every event: cheaper than a duration).
     report_next: Option<Instant>,
@@ -138,14 +175,12 @@ impl ComObject {
             live: None,
             opening: None,
             timer: None,
-            scratch: Vec::new(),
             reported: None,
             ack_deferred: false,
             shed_pending: false,
             write_deferred: false,
             merged: None,
-            slot_ticket: None,
-            granted: None,
+            slot: Slot::None,
             report_next: None,
             report_pending: false,
             channels_opened: 0,
@@ -195,7 +230,7 @@ impl ComObject {
     /// Moves what `SiteRef`s queued into the machine. A message it refuses
     /// (the site failed meanwhile) joins what the failure handed back.
     pub(super) fn take_outbox(&mut self, on_wake: bool) {
-        let mut batch = std::mem::take(&mut self.scratch);
+        let mut batch = BATCH.take();
         if on_wake {
             self.entry.outbox.drain_on_wake(&mut batch);
         } else {
@@ -208,7 +243,7 @@ impl ComObject {
                 self.hand_back(e, m);
             }
         }
-        self.scratch = batch;
+        BATCH.set(batch);
     }
 
     /// A message that can never be sent to this site goes back to the user.
@@ -221,7 +256,11 @@ impl ComObject {
             return;
         }
         tracing::warn!(site = ?self.entry.id.get(), error = %e, "message handed back");
-        self.entry.refused.lock().push((e, m));
+        self.entry
+            .refused
+            .lock()
+            .get_or_insert_with(Box::default)
+            .push((e, m));
     }
 
     /// The one place that reacts to anything: queue, act, flush, account,
@@ -281,12 +320,12 @@ impl ComObject {
             .request(move |lease| addr.do_send(SlotGranted(lease)))
         {
             sitenet_transport::controller::Requested::Granted(lease) => {
-                self.granted = Some(lease);
+                self.slot = Slot::Granted(lease);
                 self.com.slot_granted();
             }
             sitenet_transport::controller::Requested::Queued(t) => {
                 Counters::add(&self.node.counters.slot_waits, 1);
-                self.slot_ticket = Some(t);
+                self.slot = Slot::Waiting(t);
             }
         }
     }
@@ -295,13 +334,12 @@ impl ComObject {
     /// for an open that did not start (the need went away) is given back.
     pub(super) fn act(&mut self, ctx: &mut Context<Self>) {
         self.act_all(ctx);
-        self.granted = None;
+        // A grant the machine did not use goes back.
+        self.slot.take_granted();
         if self.shed_pending && self.live.is_none() {
             // The channel went: an idle site keeps no spare room (the
-            // batch buffer, the outbox's and the machine's queues grow
-            // again on demand).
+            // outbox's and the machine's queues grow again on demand).
             self.shed_pending = false;
-            self.scratch = Vec::new();
             self.entry.outbox.shed();
             self.com.shed();
         }
@@ -312,7 +350,7 @@ impl ComObject {
             match a {
                 Action::RequestSlot => self.request_slot(ctx),
                 Action::CancelSlot => {
-                    if let Some(t) = self.slot_ticket.take() {
+                    if let Some(t) = self.slot.take_ticket() {
                         self.node.slots.cancel(t);
                     }
                 }
@@ -414,7 +452,7 @@ impl ComObject {
             Err(e) => {
                 // A peer listed an address this build cannot parse: that
                 // address fails, the next one is tried. The slot goes back.
-                self.granted = None;
+                self.slot.take_granted();
                 let failure = sitenet_protocols::OpenFailure::Transport(e.to_string());
                 self.com
                     .open_failed(req.attempt.seq, failure, Instant::now());
@@ -431,7 +469,7 @@ impl ComObject {
         .with_attempt(req.attempt);
         let f = connect_and_open(
             addr,
-            self.granted.take(),
+            self.slot.take_granted(),
             cfg.fault_injector.clone(),
             cfg.buffer_size,
             hs,
@@ -496,7 +534,7 @@ impl ComObject {
     /// accepted channel still routed here.
     pub(super) fn merge_into(&mut self, other: Arc<SiteEntry>, ctx: &mut Context<Self>) {
         tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
-        self.merged = Some(SiteRef::counted(other.clone(), self.node.clone()));
+        self.merged = Some(Box::new(SiteRef::counted(other.clone(), self.node.clone())));
         // What the machine holds is older than what is still in the outbox;
         // `seal_into` moves both, in that order.
         let older = self.com.merge_out();
