@@ -30,6 +30,8 @@
 //! answers there must still prove the expected identity, so a peer cannot
 //! divert another site's traffic by listing its address.
 
+use std::sync::Arc;
+
 use crate::com_object::OpenFailure;
 use crate::error::OpenError;
 use crate::handshake::MAX_LISTEN;
@@ -79,7 +81,7 @@ pub enum Fallback {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Known {
-    address: Box<str>,
+    address: Arc<str>,
     kind: TransportKind,
     /// Given by the local user (`Node::site`): the site found there first
     /// is the site this entry names, so another one there later means it
@@ -106,8 +108,14 @@ impl AddressBook {
     /// a known transport (else the book is empty: the driver rejected such
     /// an address before creating a site).
     pub fn given(address: &str) -> Self {
+        Self::given_shared(address.into())
+    }
+
+    /// [`given`](Self::given), sharing the caller's copy of the address
+    /// (a site table keeps one text per site for all its uses).
+    pub fn given_shared(address: Arc<str>) -> Self {
         let mut b = Self::default();
-        b.insert(address, true);
+        b.insert_shared(address, true);
         b
     }
 
@@ -130,10 +138,21 @@ impl AddressBook {
     }
 
     fn insert(&mut self, address: &str, given: bool) -> bool {
-        let Some(kind) = TransportKind::of(address) else {
+        // Checked before a copy is made.
+        if TransportKind::of(address).is_none()
+            || self.known.len() >= MAX_ADDRESSES
+            || self.known.iter().any(|k| &*k.address == address)
+        {
+            return false;
+        }
+        self.insert_shared(address.into(), given)
+    }
+
+    fn insert_shared(&mut self, address: Arc<str>, given: bool) -> bool {
+        let Some(kind) = TransportKind::of(&address) else {
             return false;
         };
-        if self.known.len() >= MAX_ADDRESSES || self.known.iter().any(|k| &*k.address == address) {
+        if self.known.len() >= MAX_ADDRESSES || self.known.iter().any(|k| k.address == address) {
             return false;
         }
         // After every address of the same or a better transport: the order
@@ -145,7 +164,7 @@ impl AddressBook {
         self.known.insert(
             at,
             Known {
-                address: address.into(),
+                address,
                 kind,
                 given,
             },

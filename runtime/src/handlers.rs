@@ -94,7 +94,7 @@ impl Ctx<'_> {
 
     /// The sending site's id.
     pub fn sender_id(&self) -> Option<SiteId> {
-        self.from.id.get().copied()
+        self.from.id.get()
     }
 
     /// The message's body (empty if it had none). Cheap to clone.
@@ -266,7 +266,7 @@ fn call_unhandled(
     let hook = node.handlers.unhandled.read().clone();
     if let Some(hook) = hook {
         let u = Unhandled {
-            from: from.id.get().copied(),
+            from: from.id.get(),
             type_id,
             reason,
             header,

@@ -6,7 +6,6 @@ use actix::Addr;
 use parking_lot::Mutex;
 
 use sitenet_protocols::{MessageKind, OutMessage, SiteId};
-use sitenet_transport::Address;
 
 use crate::com_object::{ComObject, Wake};
 use crate::error::{RequestError, SendError};
@@ -41,6 +40,26 @@ pub struct HandedBack {
 /// sent to it.
 pub(crate) type Refused = Vec<(sitenet_protocols::SendError, OutMessage)>;
 
+/// A site id set once, stored as two words: a `u128` would make every
+/// entry 16-aligned and pad it (thousands of entries pay for that).
+#[derive(Debug, Default)]
+pub(crate) struct IdCell(OnceLock<[u64; 2]>);
+
+impl IdCell {
+    pub(crate) fn get(&self) -> Option<SiteId> {
+        self.0
+            .get()
+            .map(|w| SiteId((u128::from(w[0]) << 64) | u128::from(w[1])))
+    }
+
+    /// Sets the id unless one is set already (then it stays).
+    pub(crate) fn set(&self, id: SiteId) -> Result<(), SiteId> {
+        self.0
+            .set([(id.0 >> 64) as u64, id.0 as u64])
+            .map_err(|_| id)
+    }
+}
+
 /// One remote site as the node's site table knows it. Shared by the site's
 /// ComObject and every `SiteRef`.
 #[derive(Debug)]
@@ -49,9 +68,12 @@ pub(crate) struct SiteEntry {
     pub(crate) key: usize,
     pub(crate) outbox: Outbox,
     pub(crate) addr: OnceLock<Addr<ComObject>>,
-    /// Where to connect, if known (sites that only connected to us have none).
-    pub(crate) address: Option<Address>,
-    pub(crate) id: OnceLock<SiteId>,
+    /// The address the user asked for (`Node::site`), in its canonical
+    /// text: one copy shared with the site table's key and the ComObject's
+    /// address book. Sites that only connected to us, or known by a
+    /// descriptor, have none.
+    pub(crate) address: Option<Arc<str>>,
+    pub(crate) id: IdCell,
     /// Set when the site failed permanently (boxed: rare, and every idle
     /// site would carry its room).
     pub(crate) failed: Mutex<Option<Box<(String, HandedBack)>>>,
@@ -96,13 +118,13 @@ pub(crate) struct SiteEntry {
 }
 
 impl SiteEntry {
-    pub(crate) fn new(key: usize, address: Option<Address>, bound: u64) -> Self {
+    pub(crate) fn new(key: usize, address: Option<Arc<str>>, bound: u64) -> Self {
         Self {
             key,
             outbox: Outbox::new(bound),
             addr: OnceLock::new(),
             address,
-            id: OnceLock::new(),
+            id: IdCell::default(),
             failed: Mutex::new(None),
             refused: Mutex::new(None),
             has_failed: std::sync::atomic::AtomicBool::new(false),
@@ -152,11 +174,11 @@ impl SiteEntry {
         self.fault.lock().0
     }
 
-    pub(crate) fn wake(&self, counters: &Counters) {
-        if let Some(a) = self.addr.get() {
-            Counters::add(&counters.wakes, 1);
-            a.do_send(Wake);
-        }
+    /// Wakes the site's ComObject (started now if it was not) to drain
+    /// the outbox.
+    pub(crate) fn wake(self: &Arc<Self>, node: &Arc<NodeInner>) {
+        Counters::add(&node.counters.wakes, 1);
+        node.given_actor(self).do_send(Wake);
     }
 }
 
@@ -181,9 +203,17 @@ impl Drop for SiteRef {
         // SeqCst pairs with the ComObject's store of `poke_on_unref` and its
         // re-read of `refs`: one of the two sees the other, so the last
         // reference going is never missed.
-        if self.entry.refs.fetch_sub(1, SeqCst) == 1 && self.entry.poke_on_unref.load(SeqCst) {
-            if let Some(a) = self.entry.addr.get() {
-                a.do_send(crate::com_object::Poke);
+        if self.entry.refs.fetch_sub(1, SeqCst) == 1 {
+            match self.entry.addr.get() {
+                Some(a) if self.entry.poke_on_unref.load(SeqCst) => {
+                    a.do_send(crate::com_object::Poke)
+                }
+                Some(_) => {}
+                // Never used: nothing to linger for. (The table re-checks
+                // under its lock; a reference handed out meanwhile keeps it.)
+                None => {
+                    self.node.reclaim_unused(&self.entry);
+                }
             }
         }
     }
@@ -193,10 +223,7 @@ impl std::fmt::Debug for SiteRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SiteRef")
             .field("id", &self.id())
-            .field(
-                "address",
-                &self.entry.address.as_ref().map(ToString::to_string),
-            )
+            .field("address", &self.entry.address.as_deref())
             .finish()
     }
 }
@@ -260,7 +287,7 @@ impl SiteRef {
 
     /// The site's id, once a handshake has told it.
     pub fn id(&self) -> Option<SiteId> {
-        self.entry.resolved().id.get().copied()
+        self.entry.resolved().id.get()
     }
 
     /// The address this site is contacted at, if known.
@@ -317,17 +344,18 @@ impl SiteRef {
         Ok(m)
     }
 
-    fn check(&self, entry: &SiteEntry, m: &OutMessage) -> Result<(), SendError> {
+    fn check(&self, entry: &Arc<SiteEntry>, m: &OutMessage) -> Result<(), SendError> {
         if self.node.is_shut_down() {
             return Err(SendError::Shutdown);
         }
-        // The site's actor is gone only if its runtime stopped under it.
-        if entry.addr.get().is_some_and(|a| !a.connected()) {
+        // The site's actor (started by its first message) is gone only if
+        // its runtime stopped under it.
+        if !self.node.given_actor(entry).connected() {
             return Err(SendError::RuntimeStopped);
         }
         if let Some(reason) = entry.failure() {
             return Err(SendError::SiteFailed {
-                site: entry.id.get().copied(),
+                site: entry.id.get(),
                 reason,
             });
         }
@@ -348,7 +376,7 @@ impl SiteRef {
             match entry.outbox.push(m) {
                 Pushed::Queued { wake } => {
                     if wake {
-                        entry.wake(&self.node.counters);
+                        entry.wake(&self.node);
                     }
                     return;
                 }
@@ -496,7 +524,8 @@ impl SiteRef {
     pub fn hold_busy(&self) -> BusyGuard {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
-        if let Some(a) = self.entry.resolved().addr.get() {
+        {
+            let a = self.node.given_actor(self.entry.resolved());
             a.do_send(crate::com_object::HoldBusy {
                 release: Mutex::new(Some(rx)),
                 started: started_tx,

@@ -152,8 +152,12 @@ pub struct StressReport {
     pub round_trips: u64,
     /// Memory one idle remote site costs (entry, ComObject, session),
     /// measured in this run: resident memory grown by creating idle sites,
-    /// divided by their number.
+    /// divided by their number (so it includes the allocator's own
+    /// overhead).
     pub idle_site_bytes: u64,
+    /// The same for a site only referenced, never used: its ComObject is
+    /// not started, so it costs its entry.
+    pub unused_site_bytes: u64,
     /// The preemption policy.
     pub policy: String,
     /// The byte channels used.
@@ -208,25 +212,29 @@ fn resident_bytes() -> u64 {
 }
 
 /// Measures what an idle remote site costs: a node creates `n` site entries
-/// (never contacted: no channel, no traffic) and the resident memory it grew
-/// by is divided among them.
-fn measure_idle_site_bytes(n: u64) -> Result<u64, StressError> {
+/// (no channel, no traffic) and the resident memory it grows by is divided
+/// among them — first while they are only referenced (their ComObjects not
+/// started: they cost their entries), then once each ComObject was started,
+/// as the first message to it would, and left idle. Returns (idle, never
+/// used). Both figures include the allocator's own overhead.
+fn measure_idle_site_bytes(n: u64) -> Result<(u64, u64), StressError> {
     let node = Node::builder().start()?;
     let before = resident_bytes();
     let sites: Vec<_> = (0..n)
         .map(|i| node.site(&format!("tcp:127.0.0.1:{}", 1 + i)))
         .collect::<Result<_, _>>()?;
-    // The ComObjects start on the node's runtime, in order: once a task
-    // spawned after them has run, they all exist.
-    let (tx, rx) = std::sync::mpsc::channel();
-    node.runtime().spawn(async move {
-        let _ = tx.send(());
-    });
-    let _ = rx.recv_timeout(Duration::from_secs(60));
-    let after = resident_bytes();
+    let referenced = resident_bytes();
+    // The hook returns once the ComObject runs; released at once.
+    for s in &sites {
+        drop(s.hold_busy());
+    }
+    let started = resident_bytes();
     drop(sites);
     node.shutdown_blocking(Duration::from_millis(100));
-    Ok(after.saturating_sub(before) / n)
+    Ok((
+        started.saturating_sub(before) / n,
+        referenced.saturating_sub(before) / n,
+    ))
 }
 
 /// Timers short enough for a run of seconds (the defaults suit
@@ -255,7 +263,7 @@ pub fn run(
     let mut slot_cfg = SlotConfig::new((cfg.slots * 4 / 5).max(1), cfg.slots)
         .map_err(|e| StressError::Config(format!("--slots: {e}")))?;
     slot_cfg.preempt_interval = Duration::from_millis(5);
-    let idle_site_bytes = measure_idle_site_bytes(5_000)?;
+    let (idle_site_bytes, unused_site_bytes) = measure_idle_site_bytes(5_000)?;
 
     let listen = match cfg.transport.as_str() {
         "tcp" => "tcp:127.0.0.1:0".to_string(),
@@ -406,6 +414,7 @@ pub fn run(
         rtt_p99_us: rtt.value_at_quantile(0.99),
         round_trips: rtt.len(),
         idle_site_bytes,
+        unused_site_bytes,
         policy: cfg.policy.clone(),
         transport: cfg.transport.clone(),
         seed: cfg.seed,

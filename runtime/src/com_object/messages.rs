@@ -130,7 +130,7 @@ impl Handler<Adopt> for ComObject {
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         let Adopt { mut trans, neg } = msg;
         if self.merged.is_some()
-            || (self.entry.id.get() != Some(&neg.site)
+            || (self.entry.id.get() != Some(neg.site)
                 && self.node.bind_site_id(&self.entry, neg.site).is_err())
         {
             // The site is known under another entry (this one merged into

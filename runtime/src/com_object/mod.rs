@@ -401,7 +401,7 @@ impl ComObject {
     /// Records a fault of this site in the node's fault history.
     pub(super) fn report_fault(&self, peer: String, reason: String, permanent: bool) {
         self.node.record_fault(FaultReport {
-            site: self.entry.id.get().copied(),
+            site: self.entry.id.get(),
             peer,
             reason,
             permanent,
@@ -462,7 +462,7 @@ impl ComObject {
         let cfg = &self.node.cfg;
         let hs = Initiator::new(
             self.node.local_info(),
-            self.entry.id.get().copied(),
+            self.entry.id.get(),
             req.last_received,
             req.last_generation,
         )
@@ -543,7 +543,7 @@ impl ComObject {
             let _ = entry.redirect.set(other.clone());
         });
         if wake {
-            other.wake(&self.node.counters);
+            other.wake(&self.node);
         }
         // The machine's actions (abandon the open, close a channel) are
         // carried out; it does nothing more after that.

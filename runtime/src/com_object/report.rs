@@ -52,8 +52,10 @@ impl ComObject {
         let s = self.com.session().stats();
         let mut published = self.entry.stats.lock();
         let st = published.get_or_insert_with(Box::default);
-        st.site = self.entry.id.get().map(ToString::to_string);
-        st.address = self.entry.address.as_ref().map(ToString::to_string);
+        st.site = self.entry.id.get().map(|id| id.to_string());
+        if st.address.as_deref() != self.entry.address.as_deref() {
+            st.address = self.entry.address.as_deref().map(str::to_owned);
+        }
         let book = self.com.addresses();
         if !st.addresses.iter().map(String::as_str).eq(book.addresses()) {
             st.addresses = book.addresses().map(str::to_owned).collect();

@@ -383,9 +383,7 @@ impl Node {
     /// Fails a site permanently on purpose: its channel is closed, and every
     /// message not acknowledged is handed back (see [`SiteRef::failure`]).
     pub fn kill(&self, site: &SiteRef) {
-        if let Some(a) = site.entry.resolved().addr.get() {
-            a.do_send(Kill);
-        }
+        self.inner.given_actor(site.entry.resolved()).do_send(Kill);
     }
 
     /// A stream of the site's fault-state changes: ok → temporarily failed

@@ -28,34 +28,56 @@ use crate::site::{SiteEntry, SiteRef};
 pub(crate) struct SiteTable {
     pub(crate) entries: Slab<Arc<SiteEntry>>,
     pub(crate) by_id: HashMap<SiteId, usize>,
-    pub(crate) by_address: HashMap<String, usize>,
+    pub(crate) by_address: HashMap<Arc<str>, usize>,
     /// Alias addresses bound to an entry by a merge (another entry
     /// contacted the same site there), removed with it.
-    pub(crate) aliases: HashMap<usize, Vec<String>>,
+    pub(crate) aliases: HashMap<usize, Vec<Arc<str>>>,
 }
 
 impl NodeInner {
-    /// A new entry and its ComObject. `address` is the one the user asked
-    /// for (bound to the site found there); `book` every address the site
-    /// can be called at, that one included.
+    /// A new entry, without its ComObject yet (see [`actor`](Self::actor)).
+    /// `address` is the one the user asked for (bound to the site found
+    /// there).
     pub(super) fn new_entry(
         self: &Arc<Self>,
         t: &mut SiteTable,
-        address: Option<Address>,
-        book: AddressBook,
+        address: Option<Arc<str>>,
     ) -> Arc<SiteEntry> {
         let slot = t.entries.vacant_entry();
-        let entry = Arc::new(SiteEntry::new(
-            slot.key(),
-            address.clone(),
-            self.cfg.output_bound,
-        ));
+        let entry = Arc::new(SiteEntry::new(slot.key(), address, self.cfg.output_bound));
         slot.insert(entry.clone());
-        let (node, e) = (self.clone(), entry.clone());
-        let addr =
-            ComObject::start_in_arbiter(self.rt.arbiter(), move |_| ComObject::new(node, e, book));
-        let _ = entry.addr.set(addr);
         entry
+    }
+
+    /// The site's ComObject, started on first need with the addresses in
+    /// `book`. A site nobody sends to, kills or hears from costs its entry
+    /// only: no actor, no mailbox, no session. Such an entry is forgotten
+    /// as soon as its last `SiteRef` goes (see `SiteRef`'s `Drop`): it
+    /// holds nothing to keep.
+    pub(crate) fn actor<'a>(
+        self: &Arc<Self>,
+        entry: &'a Arc<SiteEntry>,
+        book: impl FnOnce() -> AddressBook,
+    ) -> &'a actix::Addr<ComObject> {
+        entry.addr.get_or_init(|| {
+            let (node, e, book) = (self.clone(), entry.clone(), book());
+            ComObject::start_in_arbiter(self.rt.arbiter(), move |_| ComObject::new(node, e, book))
+        })
+    }
+
+    /// [`actor`](Self::actor) with the address the user asked for (the
+    /// entries started lazily are those `Node::site` made).
+    pub(crate) fn given_actor<'a>(
+        self: &Arc<Self>,
+        entry: &'a Arc<SiteEntry>,
+    ) -> &'a actix::Addr<ComObject> {
+        self.actor(entry, || {
+            entry
+                .address
+                .as_ref()
+                .map(|a| AddressBook::given_shared(a.clone()))
+                .unwrap_or_default()
+        })
     }
 
     /// A reference to the site at an address, its entry created (with its
@@ -65,14 +87,15 @@ impl NodeInner {
     /// documentation).
     pub(super) fn site_at(self: &Arc<Self>, a: Address) -> SiteRef {
         let mut t = self.sites.lock();
-        if let Some(&k) = t.by_address.get(&a.to_string()) {
+        let text = a.to_string();
+        if let Some(&k) = t.by_address.get(text.as_str()) {
             let e = t.entries[k].clone();
             if e.failure().is_none() {
                 return SiteRef::counted(e, self.clone());
             }
         }
-        let text = a.to_string();
-        let e = self.new_entry(&mut t, Some(a), AddressBook::given(&text));
+        let text: Arc<str> = text.into();
+        let e = self.new_entry(&mut t, Some(text.clone()));
         t.by_address.insert(text, e.key);
         SiteRef::counted(e, self.clone())
     }
@@ -91,8 +114,10 @@ impl NodeInner {
             }
             return SiteRef::counted(e, self.clone());
         }
-        let book = AddressBook::claimed(d.addresses.iter().map(String::as_str));
-        let e = self.new_entry(&mut t, None, book);
+        let e = self.new_entry(&mut t, None);
+        self.actor(&e, || {
+            AddressBook::claimed(d.addresses.iter().map(String::as_str))
+        });
         let _ = e.id.set(d.id);
         t.by_id.insert(d.id, e.key);
         SiteRef::counted(e, self.clone())
@@ -120,8 +145,10 @@ impl NodeInner {
             let e = match t.by_id.get(&adopt.neg.site) {
                 Some(&k) => t.entries[k].clone(),
                 None => {
-                    let book = AddressBook::claimed(adopt.neg.listen.iter().map(String::as_str));
-                    let e = self.new_entry(&mut t, None, book);
+                    let e = self.new_entry(&mut t, None);
+                    self.actor(&e, || {
+                        AddressBook::claimed(adopt.neg.listen.iter().map(String::as_str))
+                    });
                     let _ = e.id.set(adopt.neg.site);
                     t.by_id.insert(adopt.neg.site, e.key);
                     e
@@ -130,8 +157,18 @@ impl NodeInner {
             e.adopting.fetch_add(1, Ordering::SeqCst);
             e
         };
-        if let Some(a) = entry.addr.get() {
-            a.do_send(adopt);
+        // An entry found by id has talked: its actor runs already.
+        self.given_actor(&entry).do_send(adopt);
+    }
+
+    /// Forgets an entry whose ComObject never started, once its last
+    /// `SiteRef` went. Nothing can start it any more (that takes a
+    /// `SiteRef`, and an entry without an actor has no id to be found by),
+    /// and `reclaim` re-checks the references under the table's lock, so a
+    /// `SiteRef` handed out meanwhile keeps it.
+    pub(crate) fn reclaim_unused(&self, entry: &Arc<SiteEntry>) {
+        if entry.addr.get().is_none() && self.reclaim(entry) {
+            crate::metrics::Counters::add(&self.counters.sites_reclaimed, 1);
         }
     }
 
@@ -154,11 +191,11 @@ impl NodeInner {
         let key = entry.key;
         t.entries.remove(key);
         if let Some(id) = entry.id.get() {
-            if t.by_id.get(id) == Some(&key) {
-                t.by_id.remove(id);
+            if t.by_id.get(&id) == Some(&key) {
+                t.by_id.remove(&id);
             }
         }
-        let own = entry.address.iter().map(ToString::to_string);
+        let own = entry.address.iter().cloned();
         let aliases = t.aliases.remove(&key).unwrap_or_default();
         for a in own.chain(aliases) {
             if t.by_address.get(&a) == Some(&key) {
@@ -181,8 +218,8 @@ impl NodeInner {
             Some(&k) => {
                 let other = t.entries[k].clone();
                 if let Some(a) = &entry.address {
-                    t.by_address.insert(a.to_string(), k);
-                    t.aliases.entry(k).or_default().push(a.to_string());
+                    t.by_address.insert(a.clone(), k);
+                    t.aliases.entry(k).or_default().push(a.clone());
                 }
                 Err(other)
             }

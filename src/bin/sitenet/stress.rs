@@ -229,9 +229,10 @@ fn print_report(r: &StressReport) {
         r.cuts, r.reconnects, r.retransmitted
     );
     println!(
-        "memory: transport buffers peak {:.1} MiB of a {:.1} MiB bound; an idle site costs {} bytes",
+        "memory: transport buffers peak {:.1} MiB of a {:.1} MiB bound; an idle site costs {} bytes ({} if never used)",
         mib(r.peak_transport_bytes),
         mib(r.transport_bytes_bound),
-        r.idle_site_bytes
+        r.idle_site_bytes,
+        r.unused_site_bytes
     );
 }
