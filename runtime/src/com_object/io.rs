@@ -19,6 +19,8 @@ pub(super) struct Live {
     pub(super) t: TransObject,
     /// What the slot controller's policy sees of this channel.
     pub(super) slot_info: std::sync::Arc<sitenet_transport::SlotInfo>,
+    /// The buffer the outbox is drained into, kept for the next drain.
+    pub(super) batch: Vec<sitenet_protocols::OutMessage>,
     pub(super) read: Option<SpawnHandle>,
     pub(super) write: Option<SpawnHandle>,
 }
@@ -333,6 +335,7 @@ impl ComObject {
             id,
             t,
             slot_info,
+            batch: Vec::new(),
             read: None,
             write: None,
         }));

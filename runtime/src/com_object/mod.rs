@@ -64,13 +64,6 @@ struct Reported {
     hard_started: u64,
 }
 
-thread_local! {
-    /// The batch buffer a ComObject drains its outbox into, one per runtime
-    /// thread and lent for the drain (a ComObject holding its own would
-    /// cost every idle site a buffer).
-    static BATCH: std::cell::Cell<Vec<OutMessage>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
 /// Where a ComObject stands with the slot controller.
 #[derive(Debug, Default)]
 pub(super) enum Slot {
@@ -83,13 +76,15 @@ pub(super) enum Slot {
 }
 
 impl Slot {
+    /// Takes a grant (called after every batch of actions: the common
+    /// case, no grant, only reads the tag).
     fn take_granted(&mut self) -> Option<sitenet_transport::SlotLease> {
+        if !matches!(self, Slot::Granted(_)) {
+            return None;
+        }
         match std::mem::take(self) {
             Slot::Granted(l) => Some(l),
-            other => {
-                *self = other;
-                None
-            }
+            _ => None,
         }
     }
 
@@ -230,7 +225,13 @@ impl ComObject {
     /// Moves what `SiteRef`s queued into the machine. A message it refuses
     /// (the site failed meanwhile) joins what the failure handed back.
     pub(super) fn take_outbox(&mut self, on_wake: bool) {
-        let mut batch = BATCH.take();
+        // The working channel lends its batch buffer (reused: no
+        // allocation per batch); without a channel a fresh one serves.
+        let mut batch = self
+            .live
+            .as_mut()
+            .map(|l| std::mem::take(&mut l.batch))
+            .unwrap_or_default();
         if on_wake {
             self.entry.outbox.drain_on_wake(&mut batch);
         } else {
@@ -243,7 +244,9 @@ impl ComObject {
                 self.hand_back(e, m);
             }
         }
-        BATCH.set(batch);
+        if let Some(l) = self.live.as_mut() {
+            l.batch = batch;
+        }
     }
 
     /// A message that can never be sent to this site goes back to the user.
