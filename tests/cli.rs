@@ -323,9 +323,17 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
         "rtt_p50_us",
         "rtt_p99_us",
         "idle_site_bytes",
+        "unused_site_bytes",
     ] {
         assert!(v.get(key).is_some_and(|x| x.is_u64()), "key {key}: {v}");
     }
+    // Measured, not computed: a site whose ComObject runs costs more than
+    // one only referenced, and both something.
+    let (idle, unused) = (
+        v["idle_site_bytes"].as_u64().unwrap(),
+        v["unused_site_bytes"].as_u64().unwrap(),
+    );
+    assert!(idle > unused && unused > 0, "{v}");
     assert_eq!(v["lost"], 0);
     assert_eq!(v["sent"], v["delivered"]);
     assert_eq!(v["slot_limit"], 4);
