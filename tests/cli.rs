@@ -13,6 +13,17 @@ impl Drop for Killed {
     }
 }
 
+/// Runs the binary with `args`, which must succeed, and parses its JSON.
+fn json_of(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn start_node() -> (Killed, serde_json::Value) {
     start_node_on(&["tcp:127.0.0.1:0"])
 }
@@ -64,26 +75,17 @@ fn node_prints_its_identity_and_ping_measures_round_trips() {
     assert_eq!(site.id().unwrap().to_string(), site_id);
 
     for size in [64usize, 65536] {
-        let out = Command::new(BIN)
-            .args([
-                "ping",
-                listen,
-                "--count",
-                "50",
-                "--size",
-                &size.to_string(),
-                "--json",
-                "--timeout",
-                "60",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "ping failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = json_of(&[
+            "ping",
+            listen,
+            "--count",
+            "50",
+            "--size",
+            &size.to_string(),
+            "--json",
+            "--timeout",
+            "60",
+        ]);
         assert_eq!(v["count"], 50);
         assert_eq!(v["size"], size);
         assert_eq!(v["site_id"], site_id, "ping reached the announced site");
@@ -114,36 +116,18 @@ fn ping_takes_a_descriptor_and_uses_the_unix_socket_it_lists() {
     assert_eq!(listen.len(), 2, "{first}");
     // The descriptor is the identity line's id and listen list joined.
     let descriptor = format!("{site_id}@{}", listen.join(","));
-    let out = Command::new(BIN)
-        .args([
-            "ping",
-            &descriptor,
-            "--count",
-            "20",
-            "--json",
-            "--timeout",
-            "60",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ping failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&[
+        "ping",
+        &descriptor,
+        "--count",
+        "20",
+        "--json",
+        "--timeout",
+        "60",
+    ]);
     assert_eq!(v["site_id"], site_id);
     // Which transport: the node's own statistics say who connected how.
-    let out = Command::new(BIN)
-        .args(["stats", &descriptor, "--json", "--timeout", "60"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = json_of(&["stats", &descriptor, "--json", "--timeout", "60"]);
     let channels: Vec<&str> = s["per_site"]
         .as_array()
         .unwrap()

@@ -14,12 +14,26 @@ use sitenet::transport::TransController;
 use sitenet::{Node, NodeConfig, SendOptions};
 
 fn controller(weak: usize, hard: usize) -> TransController {
+    controller_holding(weak, hard, Duration::from_millis(20))
+}
+
+fn controller_holding(weak: usize, hard: usize, min_hold: Duration) -> TransController {
     TransController::new(
         SlotConfig::new(weak, hard).unwrap(),
-        Box::new(DefaultPolicy {
-            min_hold: Duration::from_millis(20),
-        }),
+        Box::new(DefaultPolicy { min_hold }),
     )
+}
+
+/// A server on a loopback port whose channels take slots of `slots`.
+fn server_on(slots: &TransController) -> Node {
+    Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            quick(c);
+            c.trans_controller = Some(slots.clone());
+        })
+        .start()
+        .unwrap()
 }
 
 fn quick(c: &mut NodeConfig) {
@@ -37,14 +51,7 @@ async fn a_server_with_four_slots_serves_twenty_clients_losing_nothing() {
     const CLIENTS: u32 = 20;
     const PER_CLIENT: u64 = 200;
     let slots = controller(3, 4);
-    let server = Node::builder()
-        .listen("tcp:127.0.0.1:0")
-        .configure(|c| {
-            quick(c);
-            c.trans_controller = Some(slots.clone());
-        })
-        .start()
-        .unwrap();
+    let server = server_on(&slots);
     let sink = Sink::install(&server, CLIENTS as u64 * PER_CLIENT, None);
     let mut clients = Vec::new();
     for stream in 0..CLIENTS {
@@ -140,18 +147,8 @@ async fn a_preemption_in_the_middle_of_a_big_message_loses_nothing() {
     const BIG: usize = 48 << 20;
     const COUNT: u64 = 4;
     const MIN_HOLD: Duration = Duration::from_millis(100);
-    let slots = TransController::new(
-        SlotConfig::new(1, 2).unwrap(),
-        Box::new(DefaultPolicy { min_hold: MIN_HOLD }),
-    );
-    let server = Node::builder()
-        .listen("tcp:127.0.0.1:0")
-        .configure(|c| {
-            quick(c);
-            c.trans_controller = Some(slots.clone());
-        })
-        .start()
-        .unwrap();
+    let slots = controller_holding(1, 2, MIN_HOLD);
+    let server = server_on(&slots);
     let pattern = |i: usize| (i % 251) as u8;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     server
