@@ -344,9 +344,14 @@ impl Node {
         &self.inner.rt
     }
 
-    /// A reference to the site at `addr` (`tcp:HOST:PORT`). Cheap: the
-    /// channel is opened when the first message is sent, and the same address
-    /// always gives the same site.
+    /// A reference to the site at `addr` (`tcp:HOST:PORT`, `unix:PATH`,
+    /// `mem:NAME`). Cheap: the site's ComObject starts and its channel opens
+    /// when the first message is sent (until then the site costs its entry
+    /// in the site table, about half a kilobyte, forgotten when the last
+    /// reference goes), and the same address always gives the same site.
+    /// After the first handshake the site is also reached at the other
+    /// addresses it listens on, the best transport first (see
+    /// [`site_from_descriptor`](Self::site_from_descriptor)).
     pub fn site(&self, addr: &str) -> Result<SiteRef, NodeError> {
         if self.inner.is_shut_down() {
             return Err(NodeError::Shutdown);

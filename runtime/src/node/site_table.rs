@@ -80,8 +80,8 @@ impl NodeInner {
         })
     }
 
-    /// A reference to the site at an address, its entry created (with its
-    /// ComObject) if new. A permanently failed site stays failed; the
+    /// A reference to the site at an address, its entry created if new (its
+    /// ComObject starts with the first message, see [`actor`](Self::actor)). A permanently failed site stays failed; the
     /// address then names a new site (for example the restarted process, a
     /// new incarnation). Counted under the table's lock (see the module
     /// documentation).
