@@ -90,7 +90,7 @@ impl ComObject {
     }
 
     /// Holds a standalone threshold ack for one turn of the driver's event
-    /// loop (see [`Session::hold_acks`]).
+    /// loop (see [`Session::hold_acks`](crate::Session::hold_acks)).
     pub fn hold_acks(&mut self, hold: bool) {
         self.session.hold_acks(hold);
     }

@@ -89,7 +89,7 @@ pub enum RefuseReason {
 pub enum NegotiateAns {
     /// The channel is working with these parameters.
     Accept {
-        /// Settled buffer size (≤ the proposal, ≥ [`MIN_BUFFER`]).
+        /// Settled buffer size (≤ the proposal, ≥ [`MIN_BUFFER`](super::MIN_BUFFER)).
         buffer_size: u32,
         /// Largest message the acceptor accepts.
         max_message: u64,

@@ -1,10 +1,10 @@
 //! [`Session`]: the protocol state of one remote site, independent of any
-//! channel. It composes the sending half ([`send`]: queues, scheduler,
-//! numbering, ledger, resend), the receiving half ([`receive`]: lanes,
-//! reassembly, dedupe, the reassembly budget), the ack policy ([`ack`]) and
-//! the close protocol ([`close`]), and keeps every wait in one
-//! [`TimerTable`](crate::TimerTable). It survives channels: when a channel is lost the driver
-//! calls [`Session::channel_down`], and when a new one opens
+//! channel. It composes the sending half (`send`: queues, scheduler,
+//! numbering, ledger, resend), the receiving half (`receive`: lanes,
+//! reassembly, dedupe, the reassembly budget), the ack policy (`ack`) and
+//! the close protocol (`close`), and keeps the waits of a channel in one
+//! [`TimerTable`](crate::TimerTable). It survives channels: when a channel
+//! is lost the driver calls [`Session::channel_down`], and when a new one opens
 //! [`Session::channel_up`] with the peer's last-received number, after which
 //! the unacknowledged messages are resent first, in number order, under
 //! their original numbers.

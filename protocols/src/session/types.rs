@@ -49,7 +49,7 @@ impl Default for SessionConfig {
     }
 }
 
-/// Something the driver must act on (see [`Session::poll_event`]).
+/// Something the driver must act on (see [`Session::poll_event`](crate::Session::poll_event)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionEvent {
     /// Close the channel now.
