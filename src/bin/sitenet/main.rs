@@ -94,6 +94,11 @@ enum Cmd {
     /// process: mixed priorities and sizes, random channel cuts, every
     /// message checked. Exits 1 if anything was lost or a bound exceeded.
     Stress(stress::Args),
+    /// sitenet against a raw tokio TCP baseline on the same workloads, in
+    /// one run: round trips at 64 B, 4 KiB, 64 KiB, 1 MiB; one-way 64 B
+    /// messages; bulk 8 MiB messages; a small urgent message behind a
+    /// 64 MiB one. Prints each figure and the ratio sitenet/raw.
+    Bench(bench::Args),
     /// Ask a running `sitenet node` for its resources: channel slots,
     /// transport memory against its bound, sites, and per-site counters.
     Stats {
@@ -110,6 +115,7 @@ enum Cmd {
     },
 }
 
+mod bench;
 mod plot;
 mod stats;
 mod stress;
@@ -145,6 +151,7 @@ fn main() -> ExitCode {
         } => run_send(&addr, count, size, priority, json, timeout, give_up),
         Cmd::Demo { json } => run_demo(json),
         Cmd::Stress(args) => stress::run(args),
+        Cmd::Bench(args) => bench::run(args),
         Cmd::Stats {
             addr,
             json,

@@ -1,0 +1,107 @@
+//! `sitenet bench`: sitenet against a raw tokio TCP baseline, every
+//! workload in the same run (see `sitenet::bench`).
+
+use std::process::ExitCode;
+
+use clap::Args as ClapArgs;
+use sitenet::bench::{BenchConfig, Row};
+
+/// The `bench` command's options.
+#[derive(ClapArgs)]
+pub(crate) struct Args {
+    /// Print {"rows": [{"workload", "unit", "sitenet", "raw_tcp", "ratio"}, …]}.
+    #[arg(long)]
+    json: bool,
+    /// Run each server in its own OS process, the way users deploy.
+    #[arg(long)]
+    processes: bool,
+    /// Runs per workload; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Smaller counts: a quick check of the harness, noisier figures.
+    #[arg(long)]
+    quick: bool,
+    /// Seconds any single wait may take before the bench fails.
+    #[arg(long, default_value_t = 120.0)]
+    timeout: f64,
+    /// Serve one side for the processes mode (`sitenet` or `raw`) and print
+    /// its address; used by `--processes` itself.
+    #[arg(long, hide = true)]
+    serve: Option<String>,
+}
+
+pub(crate) fn run(a: Args) -> ExitCode {
+    if let Some(kind) = a.serve {
+        return match sitenet::bench::serve(&kind) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => crate::failure(e),
+        };
+    }
+    if a.rounds == 0 {
+        return crate::usage("--rounds must be at least 1");
+    }
+    let timeout = match crate::seconds("timeout", a.timeout) {
+        Ok(t) => t,
+        Err(e) => return crate::usage(e),
+    };
+    let cfg = BenchConfig {
+        processes: a.processes,
+        rounds: a.rounds,
+        quick: a.quick,
+        server_exe: None,
+        timeout,
+    };
+    let rows = match sitenet::bench::run(&cfg, |w| eprintln!("sitenet bench: {w}…")) {
+        Ok(r) => r,
+        Err(e) => return crate::failure(e),
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({ "rows": rows, "processes": a.processes, "rounds": a.rounds })
+        );
+    } else {
+        print_table(&rows, a.processes, a.rounds);
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_table(rows: &[Row], processes: bool, rounds: usize) {
+    let how = if processes {
+        "servers in their own processes"
+    } else {
+        "servers on threads of this process"
+    };
+    println!("sitenet against raw tokio TCP, {how}, median of {rounds}");
+    println!(
+        "{:<20} {:>6} {:>14} {:>14} {:>7}",
+        "workload", "unit", "sitenet", "raw tcp", "ratio"
+    );
+    for r in rows {
+        println!(
+            "{:<20} {:>6} {:>14} {:>14} {:>6.2}x",
+            r.workload,
+            r.unit,
+            fmt(r.sitenet),
+            fmt(r.raw_tcp),
+            r.ratio
+        );
+    }
+}
+
+/// Figures with thousands separators and a precision that suits them.
+fn fmt(v: f64) -> String {
+    if v >= 1000.0 {
+        let s = format!("{:.0}", v);
+        let mut out = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    } else {
+        format!("{v:.1}")
+    }
+}

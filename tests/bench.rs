@@ -1,0 +1,71 @@
+//! `sitenet bench`: both stacks on every documented workload, the JSON
+//! contract (`rows` of `workload`, `unit`, `sitenet`, `raw_tcp`, `ratio`),
+//! and the processes mode. Figures are not checked against targets here
+//! (a debug build on a busy machine says nothing about speed): only that
+//! each is measured.
+
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sitenet");
+
+fn bench(extra: &[&str]) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["bench", "--quick", "--rounds", "1", "--json"])
+        .args(extra)
+        .stderr(Stdio::null())
+        .output()
+        .expect("sitenet bench runs");
+    assert!(out.status.success(), "exit {:?}", out.status);
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+fn check_rows(v: &serde_json::Value) {
+    let rows = v["rows"].as_array().expect("rows");
+    let expected = [
+        ("rtt_64", "us"),
+        ("rtt_4k", "us"),
+        ("rtt_64k", "us"),
+        ("rtt_1m", "us"),
+        ("throughput_64", "msg/s"),
+        ("bulk_8m", "MB/s"),
+        ("hol_64_behind_64m", "ms"),
+    ];
+    assert_eq!(rows.len(), expected.len(), "{v}");
+    for (row, (workload, unit)) in rows.iter().zip(expected) {
+        assert_eq!(row["workload"], workload, "{row}");
+        assert_eq!(row["unit"], unit, "{row}");
+        let f = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("{k} in {row}"));
+        assert!(f("sitenet") > 0.0 && f("raw_tcp") > 0.0, "{row}");
+        let ratio = f("sitenet") / f("raw_tcp");
+        assert!((f("ratio") - ratio).abs() <= 1e-9 * ratio.max(1.0), "{row}");
+    }
+}
+
+#[test]
+fn bench_measures_every_workload_on_both_stacks() {
+    check_rows(&bench(&[]));
+}
+
+#[test]
+fn bench_runs_each_server_in_its_own_process() {
+    let v = bench(&["--processes"]);
+    assert_eq!(v["processes"], true);
+    check_rows(&v);
+}
+
+#[test]
+fn bench_refuses_a_bad_option_and_an_unknown_server_kind() {
+    for args in [
+        vec!["bench", "--rounds", "0"],
+        vec!["bench", "--timeout", "-1"],
+    ] {
+        let s = Command::new(BIN).args(&args).output().unwrap();
+        assert_eq!(s.status.code(), Some(2), "{args:?}");
+    }
+    let s = Command::new(BIN)
+        .args(["bench", "--serve", "carrier-pigeon"])
+        .output()
+        .unwrap();
+    assert_eq!(s.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&s.stderr).contains("sitenet or raw"));
+}
