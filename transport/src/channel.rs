@@ -51,6 +51,27 @@ pub enum Channel {
     Faulty(FaultyChannel),
 }
 
+/// Unsent bytes a TCP socket may hold before it stops taking more (Linux
+/// `TCP_NOTSENT_LOWAT`). The kernel's send buffer grows to megabytes, and
+/// whatever sits there is beyond the reach of sitenet's scheduler: a
+/// priority-4 message written after a 64 MiB one would wait behind all of
+/// it. With this bound the backlog stays in sitenet's ring, where the
+/// scheduler interleaves lanes, and the kernel holds only enough to keep
+/// the link busy.
+pub const TCP_NOTSENT_LOWAT: u32 = 128 * 1024;
+
+/// Sets up a TCP stream the way channels use it: no Nagle delay, and a
+/// bounded unsent backlog in the kernel ([`TCP_NOTSENT_LOWAT`], where the
+/// system has it).
+fn tune_tcp(s: &TcpStream) -> io::Result<()> {
+    s.set_nodelay(true)?;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Err(e) = socket2::SockRef::from(s).set_tcp_notsent_lowat(TCP_NOTSENT_LOWAT) {
+        tracing::debug!(error = %e, "TCP_NOTSENT_LOWAT not available; the kernel buffers freely");
+    }
+    Ok(())
+}
+
 impl Channel {
     /// Connects to `addr`. A `mem:` address connects to a listener of this
     /// process (`ConnectionRefused` if there is none by that name); an empty
@@ -59,7 +80,7 @@ impl Channel {
         match addr {
             Address::Tcp { .. } => {
                 let s = TcpStream::connect(addr.socket_string()).await?;
-                s.set_nodelay(true)?;
+                tune_tcp(&s)?;
                 Ok(Self::Tcp(s))
             }
             Address::Unix { path } => {
@@ -194,7 +215,7 @@ impl Listener {
         match self {
             Self::Tcp(l) => {
                 let (s, _) = l.accept().await?;
-                s.set_nodelay(true)?;
+                tune_tcp(&s)?;
                 Ok(Channel::Tcp(s))
             }
             Self::Unix(l) => Ok(Channel::Unix(l.accept().await?.0)),
