@@ -45,7 +45,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::error::ProtocolError;
 use crate::frame::MAX_FRAME_LEN;
@@ -358,11 +358,46 @@ pub fn first_content_len(len: usize) -> u64 {
 /// Fails as the fragment path would: a payload shorter than the prelude, a
 /// malformed prelude, a message above `max_message`, or a length other than
 /// the announced one.
+/// Small messages received whole are copied into chunks of this size,
+/// shared by their `Bytes` (no allocation per message); a received message
+/// kept alive keeps at most this much memory alive with it.
+pub const ARENA_CHUNK: usize = 4096;
+
+/// Header and body pieces up to this size go to the arena; larger ones get
+/// an allocation of their own.
+const ARENA_PIECE: usize = 512;
+
+/// Copies `len` bytes at `at` of `a`+`b` out as `Bytes`: small pieces into
+/// `arena` (a new [`ARENA_CHUNK`] when it is full), others on their own.
+fn extract_bytes(a: &[u8], b: &[u8], at: usize, len: usize, arena: &mut BytesMut) -> Bytes {
+    if len == 0 {
+        return Bytes::new();
+    }
+    if len > ARENA_PIECE {
+        return extract(a, b, at, len).into();
+    }
+    if arena.capacity() - arena.len() < len {
+        *arena = BytesMut::with_capacity(ARENA_CHUNK);
+    }
+    if at < a.len() {
+        let n = (a.len() - at).min(len);
+        arena.extend_from_slice(&a[at..at + n]);
+        arena.extend_from_slice(&b[..len - n]);
+    } else {
+        let at = at - a.len();
+        arena.extend_from_slice(&b[at..at + len]);
+    }
+    arena.split().freeze()
+}
+
+/// Splits a message received whole in one frame into its prelude, header
+/// and body; small pieces are copied into `arena` (see [`ARENA_CHUNK`]).
 pub fn split_whole(
     lane: u8,
     a: &[u8],
     b: &[u8],
     max_message: u64,
+    arena: &mut BytesMut,
 ) -> Result<(Prelude, Bytes, Bytes), ProtocolError> {
     let len = a.len() + b.len();
     let prelude = first_prelude(lane, a, b, max_message)?;
@@ -375,9 +410,15 @@ pub fn split_whole(
         });
     }
     let header_len = prelude.header_len as usize;
-    let header = extract(a, b, PRELUDE_LEN, header_len);
-    let body = extract(a, b, PRELUDE_LEN + header_len, prelude.body_len as usize);
-    Ok((prelude, header.into(), body.into()))
+    let header = extract_bytes(a, b, PRELUDE_LEN, header_len, arena);
+    let body = extract_bytes(
+        a,
+        b,
+        PRELUDE_LEN + header_len,
+        prelude.body_len as usize,
+        arena,
+    );
+    Ok((prelude, header, body))
 }
 
 /// Decodes the prelude at the start of a first fragment's payload (split in
@@ -399,7 +440,9 @@ pub fn first_prelude(
     let k = a.len().min(PRELUDE_LEN);
     pb[..k].copy_from_slice(&a[..k]);
     pb[k..].copy_from_slice(&b[..PRELUDE_LEN - k]);
-    let prelude = Prelude::decode(&pb).ok_or(ProtocolError::Malformed {
+    // The error's text is built only on the error path (`ok_or` built it
+    // for every message: an allocation per message received).
+    let prelude = Prelude::decode(&pb).ok_or_else(|| ProtocolError::Malformed {
         what: "message prelude",
         reason: "unknown message kind or non-zero reserved bytes".into(),
     })?;
@@ -445,6 +488,26 @@ mod tests {
     }
 
     #[test]
+    fn small_messages_share_an_arena_chunk_and_big_pieces_do_not() {
+        let mut arena = BytesMut::new();
+        let w1 = wire(b"head", &[1u8; 64]);
+        let w2 = wire(b"h2", &[2u8; 100]);
+        let (_, h1, b1) = split_whole(1, &w1, &[], 1 << 20, &mut arena).unwrap();
+        let (_, h2, b2) = split_whole(1, &w2[..10], &w2[10..], 1 << 20, &mut arena).unwrap();
+        assert_eq!((&h1[..], &b1[..]), (&b"head"[..], &[1u8; 64][..]));
+        assert_eq!((&h2[..], &b2[..]), (&b"h2"[..], &[2u8; 100][..]));
+        // One chunk holds them all, back to back.
+        let end = |b: &Bytes| b.as_ptr() as usize + b.len();
+        assert_eq!(end(&h1), b1.as_ptr() as usize);
+        assert_eq!(end(&b1), h2.as_ptr() as usize);
+        // A big body gets its own allocation: it does not pin the chunk.
+        let big = wire(b"h", &[3u8; ARENA_PIECE + 1]);
+        let (_, _, bb) = split_whole(1, &big, &[], 1 << 20, &mut arena).unwrap();
+        assert_ne!(bb.as_ptr() as usize, end(&b2));
+        assert_eq!(&bb[..], &[3u8; ARENA_PIECE + 1][..]);
+    }
+
+    #[test]
     fn a_whole_message_splits_identically_at_every_ring_wrap() {
         let (header, body) = (
             b"hdr-bytes".as_slice(),
@@ -453,20 +516,21 @@ mod tests {
         let w = wire(header, body);
         for cut in 0..=w.len() {
             let (a, b) = w.split_at(cut);
-            let (p, h, bd) = split_whole(3, a, b, 1 << 20).unwrap();
+            let (p, h, bd) = split_whole(3, a, b, 1 << 20, &mut BytesMut::new()).unwrap();
             assert_eq!((p.type_id, p.corr), (7, 9), "cut {cut}");
             assert_eq!((&h[..], &bd[..]), (header, body), "cut {cut}");
         }
         // An empty header and body allocate nothing and still split.
         let w = wire(b"", b"");
-        let (_, h, bd) = split_whole(3, &w[..5], &w[5..], 1 << 20).unwrap();
+        let (_, h, bd) = split_whole(3, &w[..5], &w[5..], 1 << 20, &mut BytesMut::new()).unwrap();
         assert!(h.is_empty() && bd.is_empty());
     }
 
     #[test]
     fn a_whole_message_is_checked_like_fragments() {
         let w = wire(b"h", b"body");
-        let err = |a: &[u8], b: &[u8], max| split_whole(2, a, b, max).unwrap_err();
+        let err =
+            |a: &[u8], b: &[u8], max| split_whole(2, a, b, max, &mut BytesMut::new()).unwrap_err();
         assert!(matches!(
             err(&w[..10], &[], 1 << 20),
             ProtocolError::FragmentSequence { lane: 2, .. }

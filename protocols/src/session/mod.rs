@@ -41,6 +41,8 @@ mod send;
 mod types;
 
 use std::collections::VecDeque;
+
+use bytes::BytesMut;
 use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
@@ -104,6 +106,9 @@ struct Link {
     heartbeat_due: bool,
     /// Why input is not consumed now, if it is not.
     blocked: Option<Blocked>,
+    /// Where small messages received whole are copied (shared chunks: no
+    /// allocation per message).
+    arena: BytesMut,
 }
 
 impl Link {
@@ -188,6 +193,7 @@ impl Session {
             timers,
             heartbeat_due: false,
             blocked: None,
+            arena: BytesMut::new(),
         }));
         Ok(())
     }
@@ -387,6 +393,7 @@ impl Session {
                             &mut l.ack,
                             self.stats.get_or_insert_with(Box::default),
                             self.cfg.max_message,
+                            &mut l.arena,
                         )? {
                             DataOutcome::Consumed { progress: p } => progress |= p,
                             DataOutcome::Blocked(why) => {

@@ -20,6 +20,8 @@ use crate::reassembly::{
     ReassemblyBudget,
 };
 
+use bytes::BytesMut;
+
 use super::ack::AckPolicy;
 use super::SessionStats;
 
@@ -82,6 +84,7 @@ impl Receiver {
     }
 
     /// Handles one data frame whose payload is split in `a` and `b`.
+    #[allow(clippy::too_many_arguments)] // one frame's whole context
     pub(crate) fn on_data(
         &mut self,
         h: &FrameHeader,
@@ -90,6 +93,7 @@ impl Receiver {
         ack: &mut AckPolicy,
         stats: &mut SessionStats,
         max_message: u64,
+        arena: &mut BytesMut,
     ) -> Result<DataOutcome, ProtocolError> {
         let lane = h.lane;
         let idx = lane as usize - 1;
@@ -104,7 +108,7 @@ impl Receiver {
             if h.is_last() {
                 // The common case for small messages: whole in one frame,
                 // copied straight out of the ring; no budget involved.
-                let parts = split_whole(lane, a, b, max_message)?;
+                let parts = split_whole(lane, a, b, max_message, arena)?;
                 let size = parts.0.total_len();
                 self.deliver_numbered(h, size, deliver, ack, stats, |n| {
                     in_message(lane, n, parts)
