@@ -19,9 +19,12 @@ use bytes::Bytes;
 
 use crate::priority::Priority;
 
-/// A message body: its parts, sent one after another. Up to two parts are
-/// held inline, so the usual one-part body costs no allocation of its own.
-pub type Body = smallvec::SmallVec<[Bytes; 2]>;
+/// A message body: its parts, sent one after another. One part is held
+/// inline, so the usual one-part body costs no allocation of its own (a
+/// body of several parts pays one); an `OutMessage` is 88 bytes, moved
+/// several times on its way (two inline parts made it 120: 2.8% more
+/// instructions per 64 B message on the sender).
+pub type Body = smallvec::SmallVec<[Bytes; 1]>;
 
 /// Length of the message prelude.
 pub const PRELUDE_LEN: usize = 28;
