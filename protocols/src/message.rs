@@ -188,3 +188,13 @@ mod tests {
         assert_eq!(Prelude::decode(&bad), None);
     }
 }
+
+#[cfg(test)]
+mod size {
+    /// Every queued message is moved several times on its way (outbox,
+    /// batch, queue, marshaler, ledger): its size is paid per message.
+    #[test]
+    fn an_out_message_stays_small() {
+        assert!(std::mem::size_of::<super::OutMessage>() <= 88);
+    }
+}
