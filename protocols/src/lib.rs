@@ -58,7 +58,9 @@ pub use handshake::{
     Acceptor, Attempt, Initiator, LocalInfo, Negotiate, NegotiateAns, Opened, Present, RefuseReason,
 };
 pub use link::{decide, Decision, LinkView};
-pub use message::{Body, InMessage, MessageKind, OutMessage, Prelude, PRELUDE_LEN};
+pub use message::{
+    Body, InMessage, MessageKind, OutMessage, Prelude, MESSAGE_OVERHEAD, PRELUDE_LEN,
+};
 pub use priority::Priority;
 pub use reassembly::ReassemblyBudget;
 pub use session::{

@@ -26,6 +26,10 @@ use crate::priority::Priority;
 /// instructions per 64 B message on the sender).
 pub type Body = smallvec::SmallVec<[Bytes; 1]>;
 
+/// The memory a queued message costs beyond its wire bytes: its record in
+/// a queue or in the unacknowledged ledger (see [`OutMessage::footprint`]).
+pub const MESSAGE_OVERHEAD: u64 = std::mem::size_of::<(u64, OutMessage)>() as u64;
+
 /// Length of the message prelude.
 pub const PRELUDE_LEN: usize = 28;
 
@@ -147,6 +151,15 @@ impl OutMessage {
     /// This is what the maximum message size and the output byte bound count.
     pub fn wire_len(&self) -> u64 {
         PRELUDE_LEN as u64 + self.header.len() as u64 + self.body_len()
+    }
+
+    /// What the message occupies in memory while it is queued or awaits
+    /// its acknowledgement, as a sender's byte bound counts it: its bytes
+    /// on the wire and the [`MESSAGE_OVERHEAD`] of the record holding
+    /// them. Counting wire bytes alone let a stream of tiny messages take
+    /// several times its bound.
+    pub fn footprint(&self) -> u64 {
+        self.wire_len() + MESSAGE_OVERHEAD
     }
 }
 

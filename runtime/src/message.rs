@@ -7,15 +7,17 @@ use serde::Serialize;
 use sitenet_protocols::Priority;
 
 /// Serialises a typed header into a per-thread arena: each header is a
-/// `Bytes` slice of a shared 64 KiB chunk, so encoding a message does not
+/// `Bytes` slice of a shared 4 KiB chunk, so encoding a message does not
 /// cost an allocation of its own (the chunk is freed when the last header
-/// cut from it has been acknowledged).
+/// cut from it has been acknowledged). The chunk is small so that one
+/// header kept unacknowledged pins at most 4 KiB (64 KiB chunks made a
+/// single slow message hold 64 KiB).
 pub(crate) fn encode_header<M: Serialize>(
     msg: &M,
 ) -> Result<bytes::Bytes, rmp_serde::encode::Error> {
     use bytes::{BufMut, BytesMut};
     use std::cell::RefCell;
-    const CHUNK: usize = 64 * 1024;
+    const CHUNK: usize = 4 * 1024;
     thread_local! {
         static ARENA: RefCell<BytesMut> = RefCell::new(BytesMut::new());
     }

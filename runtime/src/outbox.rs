@@ -269,7 +269,7 @@ impl Outbox {
         redirect();
         let mut moved = older;
         moved.append(&mut mine.msgs);
-        let n: u64 = moved.iter().map(OutMessage::wire_len).sum();
+        let n: u64 = moved.iter().map(OutMessage::footprint).sum();
         if moved.is_empty() {
             return false;
         }

@@ -385,7 +385,7 @@ impl SiteRef {
                 // queued before, so this message still comes after them).
                 Pushed::Sealed(back) => {
                     m = back;
-                    let n = m.wire_len();
+                    let n = m.footprint();
                     entry.outbox.release(n);
                     entry = entry.resolved();
                     entry.outbox.force_reserve(n);
@@ -397,7 +397,7 @@ impl SiteRef {
     pub(crate) fn try_post(&self, m: OutMessage) -> Result<(), SendError> {
         let entry = self.entry.resolved();
         self.check(entry, &m)?;
-        if !entry.outbox.try_reserve(m.wire_len()) {
+        if !entry.outbox.try_reserve(m.footprint()) {
             return Err(SendError::QueueFull {
                 bound: entry.outbox.bound(),
             });
@@ -409,7 +409,7 @@ impl SiteRef {
     pub(crate) async fn post(&self, m: OutMessage) -> Result<(), SendError> {
         let entry = self.entry.resolved();
         self.check(entry, &m)?;
-        let n = m.wire_len();
+        let n = m.footprint();
         if !entry.outbox.try_reserve(n) {
             // Waited for acknowledgements: the site may have failed, or the
             // node shut down, meanwhile (the outbox is then closed).

@@ -255,7 +255,7 @@ impl ComObject {
 
     /// A message that can never be sent to this site goes back to the user.
     pub(super) fn hand_back(&mut self, e: sitenet_protocols::SendError, m: OutMessage) {
-        self.entry.outbox.release(m.wire_len());
+        self.entry.outbox.release(m.footprint());
         Counters::add(&self.node.counters.handed_back, 1);
         if let Some((_, back)) = self.entry.failed.lock().as_deref_mut() {
             // The site failed between the sender's check and the queue.
@@ -384,11 +384,11 @@ impl ComObject {
                     let reason = failure.to_string();
                     let mut back = HandedBack::default();
                     for m in not_sent {
-                        self.entry.outbox.release(m.wire_len());
+                        self.entry.outbox.release(m.footprint());
                         back.not_sent.push(m);
                     }
                     for m in maybe_delivered {
-                        self.entry.outbox.release(m.wire_len());
+                        self.entry.outbox.release(m.footprint());
                         back.maybe_delivered.push(m);
                     }
                     tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
@@ -596,7 +596,8 @@ impl ComObject {
     pub(super) fn account(&mut self) {
         let now = Instant::now();
         self.report(now);
-        let (_, bytes) = self.com.take_freed(now);
+        let (messages, bytes) = self.com.take_freed(now);
+        let bytes = bytes + messages * sitenet_protocols::MESSAGE_OVERHEAD;
         self.entry.outbox.release(bytes);
         if bytes > 0 {
             self.node.acked.notify_waiters();
