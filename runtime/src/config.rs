@@ -15,8 +15,9 @@ pub struct NodeConfig {
     /// Largest message accepted or sent (prelude, header and body).
     pub max_message_size: u64,
     /// Bytes one remote site may hold in its outbox, queues and
-    /// unacknowledged ledger together before `send` waits (`try_send` fails).
-    /// Never less than twice `max_message_size`.
+    /// unacknowledged ledger together before `send` waits (`try_send` fails),
+    /// each message counted by what it occupies (its wire bytes and its
+    /// record, about 96 bytes). Never less than twice `max_message_size`.
     pub output_bound: u64,
     /// Bytes all partly received messages of the node may hold.
     pub reassembly_budget: u64,

@@ -8,7 +8,9 @@
 //! pushed concurrently is either seen by that re-check or causes a new wake.
 //! The byte bound counts the outbox, the session's queues and its
 //! unacknowledged ledger together: bytes are reserved at `send` and returned
-//! when the peer acknowledges (or the message is handed back).
+//! when the peer acknowledges (or the message is handed back). A message
+//! counts for what it occupies (`OutMessage::footprint`: its wire bytes and
+//! its record), so tiny messages cannot take several times the bound.
 //!
 //! Senders that wait for room are served in the order they started waiting
 //! (a ticket each): a large send at the head is not overtaken by small ones
