@@ -91,9 +91,21 @@ pub enum BenchError {
 /// What one workload measures.
 #[derive(Debug, Clone, Copy)]
 enum Work {
-    Rtt { size: usize, count: u64 },
-    Stream { size: usize, count: u64 },
-    HeadOfLine { big: usize, small: usize },
+    Rtt {
+        size: usize,
+        count: u64,
+    },
+    /// One-way stream; its figure is messages per second, or MB/s when
+    /// `bytes`.
+    Stream {
+        size: usize,
+        count: u64,
+        bytes: bool,
+    },
+    HeadOfLine {
+        big: usize,
+        small: usize,
+    },
 }
 
 impl Work {
@@ -138,6 +150,7 @@ impl Work {
                 Work::Stream {
                     size: 64,
                     count: q(1_000_000, 20_000),
+                    bytes: false,
                 },
             ),
             (
@@ -146,6 +159,7 @@ impl Work {
                 Work::Stream {
                     size: 8 << 20,
                     count: q(64, 4),
+                    bytes: true,
                 },
             ),
             (
@@ -163,8 +177,14 @@ impl Work {
     fn figure(self, hist: Option<&hdrhistogram::Histogram<u64>>, d: Duration) -> f64 {
         match self {
             Work::Rtt { .. } => hist.map_or(0.0, |h| h.value_at_quantile(0.5) as f64 / 1e3),
-            Work::Stream { size: 64, count } => count as f64 / d.as_secs_f64(),
-            Work::Stream { size, count } => (size as u64 * count) as f64 / d.as_secs_f64() / 1e6,
+            Work::Stream {
+                count,
+                bytes: false,
+                ..
+            } => count as f64 / d.as_secs_f64(),
+            Work::Stream { size, count, .. } => {
+                (size as u64 * count) as f64 / d.as_secs_f64() / 1e6
+            }
             Work::HeadOfLine { .. } => d.as_secs_f64() * 1e3,
         }
     }
@@ -288,7 +308,7 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
                     let zero = Duration::ZERO;
                     (work.figure(Some(&h), zero), work.figure(Some(&r), zero))
                 }
-                Work::Stream { size, count } => {
+                Work::Stream { size, count, .. } => {
                     let d = site::stream(&client, &site, count, size, t)?;
                     let r = raw_rt.block_on(raw::stream(&raw_addr, count, size, t))?;
                     (work.figure(None, d), work.figure(None, r))
