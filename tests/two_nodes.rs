@@ -290,3 +290,43 @@ async fn an_alias_address_merges_into_the_known_site() {
     assert_eq!(a.metrics().channels_opened, 1, "{:?}", a.metrics());
     assert_eq!(b.metrics().channels_opened, 1, "{:?}", b.metrics());
 }
+
+/// BMI's list I/O: a body sent as several parts arrives as one body, the
+/// parts in order, each message whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_sent_in_parts_arrives_whole_and_in_order() {
+    let server = listening_node();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    server
+        .handle(move |ctx, m: Numbered| {
+            let _ = tx.send((m.seq, ctx.body().clone()));
+        })
+        .unwrap();
+    let client = sitenet::Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let big = Bytes::from(vec![9u8; 200_000]);
+    for seq in 0..3u64 {
+        let parts = [
+            Bytes::from(format!("head {seq} ")),
+            big.clone(),
+            Bytes::from_static(b" tail"),
+        ];
+        site.send_parts(&Numbered { stream: 0, seq }, parts)
+            .await
+            .unwrap();
+    }
+    for seq in 0..3u64 {
+        let (got, body) = tokio::time::timeout(PATIENCE, rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, seq);
+        let head = format!("head {seq} ");
+        assert_eq!(body.len(), head.len() + 200_000 + 5);
+        assert_eq!(&body[..head.len()], head.as_bytes());
+        assert!(body[head.len()..head.len() + 200_000]
+            .iter()
+            .all(|&b| b == 9));
+        assert_eq!(&body[body.len() - 5..], b" tail");
+    }
+}

@@ -61,8 +61,8 @@ pub struct SendOptions {
     /// Level (default: medium, 3).
     pub priority: Priority,
     /// The body, as parts sent one after the other without being copied
-    /// before the marshaler writes them into the channel's ring (up to two
-    /// parts are held inline).
+    /// before the marshaler writes them into the channel's ring (one part
+    /// is held inline; more cost an allocation).
     pub body: sitenet_protocols::Body,
 }
 
@@ -78,6 +78,22 @@ impl SendOptions {
     /// Adds a body part.
     pub fn body(mut self, part: impl Into<Bytes>) -> Self {
         self.body.push(part.into());
+        self
+    }
+
+    /// Adds several body parts, sent one after the other (BMI's list I/O):
+    /// a message assembled from pieces the caller already holds — a block
+    /// of records, a payload, a trailer — without concatenating them
+    /// first. The receiver gets one body, the parts in order.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// let opts = sitenet_runtime::SendOptions::default()
+    ///     .parts([Bytes::from_static(b"head "), Bytes::from_static(b"tail")]);
+    /// assert_eq!(opts.body.len(), 2);
+    /// ```
+    pub fn parts(mut self, parts: impl IntoIterator<Item = Bytes>) -> Self {
+        self.body.extend(parts);
         self
     }
 }

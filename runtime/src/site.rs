@@ -441,6 +441,18 @@ impl SiteRef {
         self.post(m).await
     }
 
+    /// Sends `msg` at medium priority with a body made of `parts`, in
+    /// order (see [`SendOptions::parts`]); waits for room as
+    /// [`send_with`](Self::send_with) does.
+    pub async fn send_parts<M: Message>(
+        &self,
+        msg: &M,
+        parts: impl IntoIterator<Item = bytes::Bytes>,
+    ) -> Result<(), SendError> {
+        self.send_with(msg, SendOptions::default().parts(parts))
+            .await
+    }
+
     /// Queues `msg` at medium priority or fails at once with
     /// [`SendError::QueueFull`]; never waits (use it from handlers).
     pub fn try_send<M: Message>(&self, msg: &M) -> Result<(), SendError> {
