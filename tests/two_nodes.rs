@@ -330,3 +330,48 @@ async fn a_body_sent_in_parts_arrives_whole_and_in_order() {
         assert_eq!(&body[body.len() - 5..], b" tail");
     }
 }
+
+/// Requests end at their own deadlines, whatever order they were sent in:
+/// the node's one deadline task is woken by a request with an earlier
+/// deadline than those it waits for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_time_out_in_the_order_of_their_deadlines() {
+    // A server that never answers: echo is not served.
+    let server = sitenet::Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .start()
+        .unwrap();
+    server.handle(|_ctx, _m: Numbered| {}).unwrap();
+    let client = sitenet::Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for (i, ms) in [600u64, 200, 400].into_iter().enumerate() {
+        let (site, tx) = (site.clone(), tx.clone());
+        tokio::spawn(async move {
+            let r = site
+                .request::<Numbered, Numbered>(
+                    &Numbered {
+                        stream: 0,
+                        seq: i as u64,
+                    },
+                    SendOptions::default(),
+                    Duration::from_millis(ms),
+                )
+                .await;
+            let _ = tx.send((ms, r.map(|_| ())));
+        });
+    }
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let (ms, r) = tokio::time::timeout(PATIENCE, rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(r, Err(sitenet::RequestError::Timeout(d)) if d == Duration::from_millis(ms)),
+            "{r:?}"
+        );
+        order.push(ms);
+    }
+    assert_eq!(order, [200, 400, 600]);
+}

@@ -71,6 +71,8 @@ pub(crate) struct NodeInner {
     /// Requests awaiting replies, by correlation id (one insert and one
     /// removal per request: hashed with foldhash).
     pending: Mutex<HashMap<u64, Pending, foldhash::fast::RandomState>>,
+    /// The pending requests' deadlines (see `requests`).
+    deadlines: Arc<requests::Deadlines>,
     next_corr: AtomicU64,
     pub(crate) counters: Counters,
     /// The channel slots (shared with the other nodes of the process unless
@@ -147,6 +149,8 @@ impl NodeInner {
         for p in pending {
             let _ = p.tx.send(Err(RequestError::Shutdown));
         }
+        // The deadline task sees the node stopped, and ends.
+        self.deadlines.poke();
     }
 }
 
@@ -234,6 +238,7 @@ impl NodeBuilder {
             handlers: Handlers::default(),
             sites: Mutex::new(SiteTable::default()),
             pending: Mutex::new(HashMap::default()),
+            deadlines: Arc::default(),
             // Unpredictable: a third site cannot guess the ids in flight.
             next_corr: AtomicU64::new(rand::random::<u64>() >> 1 | 1),
             counters: Counters::default(),
@@ -248,6 +253,7 @@ impl NodeBuilder {
             changed: Notify::new(),
             listeners_done: Mutex::new(Vec::new()),
         });
+        inner.start_request_timer();
         if inner.cfg.builtin_services {
             crate::services::register(&inner)?;
         }

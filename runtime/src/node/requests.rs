@@ -1,11 +1,15 @@
 //! Pending requests: registered when sent, completed by the reply of the
 //! site they were sent to (and only that site), failed with the site, ended
-//! by their timer.
+//! by their deadline. One task per node ends the requests whose deadlines
+//! pass (a task, a timer and two channels per request cost more than the
+//! request's own round trip).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
+use parking_lot::Mutex;
+use tokio::sync::{oneshot, Notify};
 
 use sitenet_protocols::InMessage;
 
@@ -21,8 +25,28 @@ pub(crate) struct Pending {
     /// request counts in that site's `pending_requests` while it lives.
     pub(super) entry: Awaited,
     pub(super) tx: oneshot::Sender<Result<InMessage, RequestError>>,
-    /// Dropping it ends the request's timeout task at once.
-    pub(super) _cancel_timer: oneshot::Sender<()>,
+    /// When it times out (its key in [`Deadlines`]), and after how long.
+    deadline: Instant,
+    timeout: Duration,
+}
+
+/// The deadlines of the pending requests, earliest first, and the wake-up
+/// of the node's one task that ends them.
+#[derive(Default)]
+pub(crate) struct Deadlines {
+    set: Mutex<BTreeSet<(Instant, u64)>>,
+    changed: Notify,
+}
+
+impl Deadlines {
+    /// Wakes the task (an earlier deadline, or the node stops).
+    pub(super) fn poke(&self) {
+        self.changed.notify_one();
+    }
+
+    fn forget(&self, p: &Pending, corr: u64) {
+        self.set.lock().remove(&(p.deadline, corr));
+    }
 }
 
 /// The site a request was sent to, counting the request in its
@@ -63,45 +87,84 @@ impl NodeInner {
         timeout: Duration,
     ) -> oneshot::Receiver<Result<InMessage, RequestError>> {
         let (tx, rx) = oneshot::channel();
-        let (cancel, cancelled) = oneshot::channel::<()>();
+        let deadline = Instant::now() + timeout;
         self.pending.lock().insert(
             corr,
             Pending {
                 entry: Awaited::new(entry),
                 tx,
-                _cancel_timer: cancel,
+                deadline,
+                timeout,
             },
         );
-        let node = Arc::downgrade(self);
-        let armed = self.rt.spawn(async move {
-            // The reply (or a failure) drops the Pending entry, which ends
-            // this task at once instead of keeping it for the whole timeout.
-            let sleep = actix_rt::time::sleep(timeout);
-            futures::pin_mut!(sleep);
-            if let futures::future::Either::Right(_) =
-                futures::future::select(sleep, cancelled).await
-            {
-                return;
-            }
-            if let Some(node) = node.upgrade() {
-                if let Some(p) = node.pending.lock().remove(&corr) {
-                    let _ = p.tx.send(Err(RequestError::Timeout(timeout)));
-                }
-            }
-        });
-        if !armed {
-            // The runtime stopped: no timer would ever end this request.
-            if let Some(p) = self.pending.lock().remove(&corr) {
-                let _ = p.tx.send(Err(RequestError::Send(
-                    crate::error::SendError::RuntimeStopped,
-                )));
-            }
+        let earliest = {
+            let mut set = self.deadlines.set.lock();
+            let before = set.first().map(|d| d.0);
+            set.insert((deadline, corr));
+            before.is_none_or(|b| deadline < b)
+        };
+        if earliest {
+            self.deadlines.poke();
         }
         rx
     }
 
     pub(crate) fn cancel_request(&self, corr: u64) {
-        self.pending.lock().remove(&corr);
+        let p = self.pending.lock().remove(&corr);
+        if let Some(p) = p {
+            self.deadlines.forget(&p, corr);
+        }
+    }
+
+    /// Starts the node's task that ends requests at their deadlines. It
+    /// holds the node weakly, and ends when the node stops.
+    pub(super) fn start_request_timer(self: &Arc<Self>) {
+        let deadlines = self.deadlines.clone();
+        let node: Weak<NodeInner> = Arc::downgrade(self);
+        self.rt.spawn(async move {
+            loop {
+                // Created before the set is read: a poke after the read is
+                // kept (notify_one stores it) and ends this wait at once.
+                let poked = deadlines.changed.notified();
+                let next = deadlines.set.lock().first().map(|d| d.0);
+                match next {
+                    None => poked.await,
+                    Some(at) => {
+                        let sleep = actix_rt::time::sleep_until(at.into());
+                        futures::pin_mut!(sleep, poked);
+                        futures::future::select(sleep, poked).await;
+                    }
+                }
+                let Some(node) = node.upgrade() else {
+                    return;
+                };
+                if node.is_shut_down() {
+                    return;
+                }
+                node.expire_requests(Instant::now());
+            }
+        });
+    }
+
+    /// Ends every request whose deadline is at or before `now`.
+    fn expire_requests(&self, now: Instant) {
+        loop {
+            let corr = {
+                let mut set = self.deadlines.set.lock();
+                match set.first() {
+                    Some(&(at, corr)) if at <= now => {
+                        set.pop_first();
+                        corr
+                    }
+                    _ => return,
+                }
+            };
+            // Completed meanwhile: nothing left to end.
+            let p = self.pending.lock().remove(&corr);
+            if let Some(p) = p {
+                let _ = p.tx.send(Err(RequestError::Timeout(p.timeout)));
+            }
+        }
     }
 
     /// Completes the request `m` replies to — only if `from` is the site
@@ -112,7 +175,11 @@ impl NodeInner {
             let mut pending = self.pending.lock();
             match pending.get(&m.prelude.corr) {
                 Some(p) if Arc::ptr_eq(p.entry.resolved(), from.resolved()) => {
-                    pending.remove(&m.prelude.corr)
+                    let p = pending.remove(&m.prelude.corr);
+                    if let Some(p) = &p {
+                        self.deadlines.forget(p, m.prelude.corr);
+                    }
+                    p
                 }
                 Some(_) => {
                     Counters::add(&self.counters.replies_discarded, 1);
@@ -147,6 +214,7 @@ impl NodeInner {
             .collect();
         for k in keys {
             if let Some(p) = pending.remove(&k) {
+                self.deadlines.forget(&p, k);
                 let _ = p.tx.send(Err(RequestError::SiteFailed(reason.to_string())));
             }
         }
