@@ -34,8 +34,17 @@ pub(crate) struct Pending {
 /// of the node's one task that ends them.
 #[derive(Default)]
 pub(crate) struct Deadlines {
-    set: Mutex<BTreeSet<(Instant, u64)>>,
+    state: Mutex<DeadlineState>,
     changed: Notify,
+}
+
+#[derive(Default)]
+struct DeadlineState {
+    set: BTreeSet<(Instant, u64)>,
+    /// What the task sleeps until (`None`: until poked). A new deadline
+    /// wakes it only if earlier: requests with the usual timeout come later
+    /// than the one it already waits for, and cost it no wake-up.
+    target: Option<Instant>,
 }
 
 impl Deadlines {
@@ -45,7 +54,7 @@ impl Deadlines {
     }
 
     fn forget(&self, p: &Pending, corr: u64) {
-        self.set.lock().remove(&(p.deadline, corr));
+        self.state.lock().set.remove(&(p.deadline, corr));
     }
 }
 
@@ -97,13 +106,12 @@ impl NodeInner {
                 timeout,
             },
         );
-        let earliest = {
-            let mut set = self.deadlines.set.lock();
-            let before = set.first().map(|d| d.0);
-            set.insert((deadline, corr));
-            before.is_none_or(|b| deadline < b)
+        let earlier = {
+            let mut st = self.deadlines.state.lock();
+            st.set.insert((deadline, corr));
+            st.target.is_none_or(|t| deadline < t)
         };
-        if earliest {
+        if earlier {
             self.deadlines.poke();
         }
         rx
@@ -126,7 +134,11 @@ impl NodeInner {
                 // Created before the set is read: a poke after the read is
                 // kept (notify_one stores it) and ends this wait at once.
                 let poked = deadlines.changed.notified();
-                let next = deadlines.set.lock().first().map(|d| d.0);
+                let next = {
+                    let mut st = deadlines.state.lock();
+                    st.target = st.set.first().map(|d| d.0);
+                    st.target
+                };
                 match next {
                     None => poked.await,
                     Some(at) => {
@@ -150,10 +162,10 @@ impl NodeInner {
     fn expire_requests(&self, now: Instant) {
         loop {
             let corr = {
-                let mut set = self.deadlines.set.lock();
-                match set.first() {
+                let mut st = self.deadlines.state.lock();
+                match st.set.first() {
                     Some(&(at, corr)) if at <= now => {
-                        set.pop_first();
+                        st.set.pop_first();
                         corr
                     }
                     _ => return,
