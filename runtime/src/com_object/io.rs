@@ -86,8 +86,7 @@ impl ComObject {
 
     /// Writes the machine's frames to the live channel, at most `budget`
     /// bytes; a write error ends the channel.
-    pub(super) fn write_turn(&mut self, budget: usize) -> Option<bool> {
-        let now = Instant::now();
+    pub(super) fn write_turn(&mut self, budget: usize, now: Instant) -> Option<bool> {
         let live = self.live.as_mut()?;
         let full = self.node.cfg.buffer_size as usize;
         if live.t.outb.capacity() < full && self.com.session().queued_bytes() > 0 {
@@ -124,11 +123,11 @@ impl ComObject {
         }
     }
 
-    pub(super) fn flush(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn flush(&mut self, ctx: &mut Context<Self>, now: Instant) {
         if self.write_deferred {
             return;
         }
-        let Some(more) = self.write_turn(WRITE_BYTES_PER_TURN) else {
+        let Some(more) = self.write_turn(WRITE_BYTES_PER_TURN, now) else {
             return;
         };
         let blocked = self.live.as_ref().is_some_and(|l| !l.t.outb.is_empty());

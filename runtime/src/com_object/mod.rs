@@ -273,14 +273,17 @@ impl ComObject {
     /// The one place that reacts to anything: queue, act, flush, account,
     /// re-arm the timer.
     pub(super) fn drive(&mut self, ctx: &mut Context<Self>) {
+        // One clock read for the whole turn (it takes microseconds): each
+        // read costs as much as a small step of the protocol.
+        let now = Instant::now();
         self.take_outbox(false);
         self.sync_refs();
         self.act(ctx);
-        self.flush(ctx);
+        self.flush(ctx, now);
         self.act(ctx);
-        self.account();
-        self.rearm_timer(ctx);
-        self.watch_unref(ctx);
+        self.account(now);
+        self.rearm_timer(ctx, now);
+        self.watch_unref(ctx, now);
     }
 
     /// While only references keep the site (no channel, nothing pending),
@@ -288,13 +291,13 @@ impl ComObject {
     /// reference dropped in between is seen by one side or the other
     /// (both use `SeqCst`), so the reclaim rule never waits for a wake that
     /// does not come.
-    fn watch_unref(&mut self, ctx: &mut Context<Self>) {
+    fn watch_unref(&mut self, ctx: &mut Context<Self>, now: Instant) {
         use std::sync::atomic::Ordering::SeqCst;
         let watch = self.com.idle_without_channel();
         self.entry.poke_on_unref.store(watch, SeqCst);
         if watch && self.entry.refs.load(SeqCst) == 0 {
-            self.com.set_has_refs(false, Instant::now());
-            self.rearm_timer(ctx);
+            self.com.set_has_refs(false, now);
+            self.rearm_timer(ctx, now);
         }
     }
 
@@ -441,7 +444,7 @@ impl ComObject {
         if matches!(end, ChannelEnd::Orderly(_) | ChannelEnd::Final) {
             // Whatever the session still has for the peer (answers, a
             // CLOSE_HARD, a final ack) is written if the socket takes it now.
-            self.write_turn(usize::MAX);
+            self.write_turn(usize::MAX, Instant::now());
         }
         if let ChannelEnd::Orderly(reason) = end {
             // Counted before the channel goes, so whoever is woken by the
@@ -565,7 +568,7 @@ impl ComObject {
     /// the timer is replaced only when a deadline moves earlier: the
     /// heartbeat deadline moves later on every frame sent, and re-creating
     /// the timer for each would cost more than the frame.
-    pub(super) fn rearm_timer(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn rearm_timer(&mut self, ctx: &mut Context<Self>, now: Instant) {
         let report_due = self.report_next.filter(|_| self.report_pending);
         let Some(at) = [self.com.poll_timeout(), report_due]
             .into_iter()
@@ -580,7 +583,7 @@ impl ComObject {
         if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
         }
-        let d = at.saturating_duration_since(Instant::now());
+        let d = at.saturating_duration_since(now);
         let h = ctx.run_later(d, |act, ctx| {
             act.timer = None;
             let now = Instant::now();
@@ -593,8 +596,7 @@ impl ComObject {
         self.timer = Some((at, h));
     }
 
-    pub(super) fn account(&mut self) {
-        let now = Instant::now();
+    pub(super) fn account(&mut self, now: Instant) {
         self.report(now);
         let (messages, bytes) = self.com.take_freed(now);
         let bytes = bytes + messages * sitenet_protocols::MESSAGE_OVERHEAD;
