@@ -189,6 +189,13 @@ struct SendResult {
 }
 
 fn main() -> ExitCode {
+    // The server reports failed connections as warnings, on stderr.
+    tracing_subscriber::fmt()
+        .with_writer(io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Server { listen } => parse_addr(&listen).and_then(|a| {

@@ -103,12 +103,12 @@ pub async fn accept_loop(l: TcpListener) {
             Ok((s, peer)) => {
                 tokio::spawn(async move {
                     if let Err(e) = serve(s).await {
-                        eprintln!("raw_tcp server: connection from {peer}: {e}");
+                        tracing::warn!(%peer, error = %e, "raw tcp server: connection failed");
                     }
                 });
             }
             Err(e) => {
-                eprintln!("raw_tcp server: accept failed: {e}");
+                tracing::warn!(error = %e, "raw tcp server: accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
