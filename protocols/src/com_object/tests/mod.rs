@@ -67,6 +67,17 @@ fn negotiate(last_generation: u64, attempt: Attempt) -> Negotiate {
     }
 }
 
+/// True if the actions are exactly one report of a temporary failure.
+fn only_temp_failed(a: &[Action]) -> bool {
+    matches!(
+        a,
+        [Action::Fault {
+            state: FaultState::TempFailed,
+            ..
+        }]
+    )
+}
+
 /// The address book of a site that can be called (at a given address) or
 /// not.
 fn book(can_open: bool) -> AddressBook {
