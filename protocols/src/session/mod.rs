@@ -2,8 +2,9 @@
 //! channel. It composes the sending half (`send`: queues, scheduler,
 //! numbering, ledger, resend), the receiving half (`receive`: lanes,
 //! reassembly, dedupe, the reassembly budget), the ack policy (`ack`) and
-//! the close protocol (`close`), and keeps the waits of a channel in one
-//! [`TimerTable`](crate::TimerTable). It survives channels: when a channel
+//! the close protocol (`close`); what lives only with a working channel
+//! (its parameters, ack policy, close state and the waits of its
+//! [`TimerTable`](crate::TimerTable)) is one `link`, boxed per channel. It survives channels: when a channel
 //! is lost the driver calls [`Session::channel_down`], and when a new one opens
 //! [`Session::channel_up`] with the peer's last-received number, after which
 //! the unacknowledged messages are resent first, in number order, under
@@ -36,27 +37,26 @@
 
 mod ack;
 mod close;
+mod link;
 mod receive;
 mod send;
 mod types;
 
 use std::collections::VecDeque;
 
-use bytes::BytesMut;
 use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{ProtocolError, SendError};
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
 use crate::message::{InMessage, OutMessage};
-use crate::reassembly::{Blocked, ReassemblyBudget};
-use crate::timer::{SessionTimers, Timer};
+use crate::reassembly::ReassemblyBudget;
+use crate::timer::Timer;
 
 pub use close::{ClosePhase, CloseReason};
 pub use types::{ChannelParams, SessionConfig, SessionEvent, SessionStats};
 
-use ack::AckPolicy;
-use close::CloseState;
+use link::Link;
 use receive::{DataOutcome, Receiver};
 use send::Sender;
 
@@ -91,55 +91,6 @@ pub struct Session {
     /// Threshold acks wait one driver turn (see `hold_acks`); kept here so
     /// a new channel starts with the driver's setting.
     ack_hold: bool,
-}
-
-/// What lives only as long as one working channel: its parameters, the ack
-/// policy, the close protocol and every session timer (all of them wait on
-/// the channel). Created by `channel_up`, dropped by `channel_down`.
-#[derive(Debug)]
-struct Link {
-    params: ChannelParams,
-    ack: AckPolicy,
-    close: CloseState,
-    timers: SessionTimers,
-    /// A heartbeat is due (its timer fired); written when there is room.
-    heartbeat_due: bool,
-    /// Why input is not consumed now, if it is not.
-    blocked: Option<Blocked>,
-    /// Where small messages received whole are copied (shared chunks: no
-    /// allocation per message).
-    arena: BytesMut,
-}
-
-impl Link {
-    fn ack_due(&self, last_received: u64, cfg: &SessionConfig) -> bool {
-        self.ack.due(last_received, cfg.ack_messages, cfg.ack_bytes)
-    }
-
-    /// Writes a control frame of `kind` carrying the current ack, if it fits.
-    fn write_control(
-        &mut self,
-        kind: FrameKind,
-        last_received: u64,
-        stats: &mut SessionStats,
-        out: &mut ByteBuffer,
-    ) -> bool {
-        if out.free() < HEADER_LEN {
-            return false;
-        }
-        let mut hb = [0u8; HEADER_LEN];
-        FrameHeader::control(kind, 0, last_received).encode(&mut hb);
-        out.push(&hb);
-        self.carried_ack(last_received, stats);
-        true
-    }
-
-    /// A frame carrying our current ack was written.
-    fn carried_ack(&mut self, last_received: u64, stats: &mut SessionStats) {
-        self.ack.carried(last_received);
-        self.timers.stop(Timer::AckDelay);
-        stats.frames_out += 1;
-    }
 }
 
 impl Session {
@@ -180,21 +131,13 @@ impl Session {
             .channel_up(params.peer_last_received, params.peer_max_message)?;
         self.last_generation = self.last_generation.max(params.generation);
         // The peer learned our last_received in the handshake.
-        let mut ack = AckPolicy::default();
-        ack.reset(self.recv.last_received);
-        ack.hold = self.ack_hold;
-        let mut timers = SessionTimers::default();
-        timers.set(Timer::Heartbeat, now + self.cfg.heartbeat_interval);
-        timers.set(Timer::Silence, now + self.cfg.silence_timeout);
-        self.link = Some(Box::new(Link {
+        self.link = Some(Box::new(Link::new(
             params,
-            ack,
-            close: CloseState::default(),
-            timers,
-            heartbeat_due: false,
-            blocked: None,
-            arena: BytesMut::new(),
-        }));
+            self.recv.last_received,
+            self.ack_hold,
+            &self.cfg,
+            now,
+        )));
         Ok(())
     }
 
