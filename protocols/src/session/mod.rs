@@ -4,8 +4,9 @@
 //! reassembly, dedupe, the reassembly budget), the ack policy (`ack`) and
 //! the close protocol (`close`); what lives only with a working channel
 //! (its parameters, ack policy, close state and the waits of its
-//! [`TimerTable`](crate::TimerTable)) is one `link`, boxed per channel. It survives channels: when a channel
-//! is lost the driver calls [`Session::channel_down`], and when a new one opens
+//! [`TimerTable`](crate::TimerTable)) is one `link`, boxed per channel.
+//! The session survives channels: when a channel is lost the driver calls
+//! [`Session::channel_down`], and when a new one opens
 //! [`Session::channel_up`] with the peer's last-received number, after which
 //! the unacknowledged messages are resent first, in number order, under
 //! their original numbers.
