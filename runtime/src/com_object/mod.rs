@@ -17,30 +17,28 @@
 
 mod io;
 mod messages;
+mod open;
 mod report;
 
 use io::Live;
 pub(crate) use messages::{
     Adopt, CloseHard, HoldBusy, Kill, Learn, Poke, Preempt, SlotGranted, Stop, Wake,
 };
+use open::Slot;
+use report::Reported;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::fut;
 use actix::prelude::*;
 
 use sitenet_protocols::{
-    Action, AddressBook, ChannelEnd, ChannelId, ComObject as ComLogic, FaultState, Initiator,
-    OpenRequest, Opened, OutMessage,
+    Action, AddressBook, ChannelEnd, ChannelId, ComObject as ComLogic, FaultState, OutMessage,
 };
-use sitenet_transport::Address;
 
-use crate::channel_io::{connect_and_open, OpenFailure};
 use crate::metrics::Counters;
 use crate::node::{FaultReport, NodeInner};
 use crate::site::{HandedBack, SiteEntry, SiteRef};
-use crate::trans_object::TransObject;
 
 /// Reads per readiness event before yielding to other actors on the thread
 /// (a flooding peer cannot monopolise the runtime). Small, so a message
@@ -53,55 +51,6 @@ pub(super) const READS_PER_TURN: usize = 4;
 /// Bytes written per turn before yielding to other actors on the thread (a
 /// fast peer taking a 256 MiB message cannot stall every node on it).
 pub(super) const WRITE_BYTES_PER_TURN: usize = 256 << 10;
-
-/// The session and ComObject counters a ComObject last added to the
-/// node's metrics (the node adds differences).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Reported {
-    sent: u64,
-    delivered: u64,
-    retransmitted: u64,
-    duplicates: u64,
-    peer_forgot: u64,
-    weak_started: u64,
-    weak_rejected: u64,
-    hard_started: u64,
-}
-
-/// Where a ComObject stands with the slot controller.
-#[derive(Debug, Default)]
-pub(super) enum Slot {
-    #[default]
-    None,
-    /// Its place in the line, while waiting for a slot.
-    Waiting(sitenet_transport::WaitTicket),
-    /// A slot just granted, for the open attempt it is about to start.
-    Granted(sitenet_transport::SlotLease),
-}
-
-impl Slot {
-    /// Takes a grant (called after every batch of actions: the common
-    /// case, no grant, only reads the tag).
-    fn take_granted(&mut self) -> Option<sitenet_transport::SlotLease> {
-        if !matches!(self, Slot::Granted(_)) {
-            return None;
-        }
-        match std::mem::take(self) {
-            Slot::Granted(l) => Some(l),
-            _ => None,
-        }
-    }
-
-    fn take_ticket(&mut self) -> Option<sitenet_transport::WaitTicket> {
-        match std::mem::take(self) {
-            Slot::Waiting(t) => Some(t),
-            other => {
-                *self = other;
-                None
-            }
-        }
-    }
-}
 
 /// How often a ComObject tells the slot controller what its channel does.
 pub(super) const SLOT_REPORT_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
@@ -320,26 +269,6 @@ impl ComObject {
         ctx.stop();
     }
 
-    /// Asks the slot controller for a channel slot: granted now (the open
-    /// starts at once), or later through [`SlotGranted`], in line.
-    fn request_slot(&mut self, ctx: &mut Context<Self>) {
-        let addr = ctx.address();
-        match self
-            .node
-            .slots
-            .request(move |lease| addr.do_send(SlotGranted(lease)))
-        {
-            sitenet_transport::controller::Requested::Granted(lease) => {
-                self.slot = Slot::Granted(lease);
-                self.com.slot_granted();
-            }
-            sitenet_transport::controller::Requested::Queued(t) => {
-                Counters::add(&self.node.counters.slot_waits, 1);
-                self.slot = Slot::Waiting(t);
-            }
-        }
-    }
-
     /// Carries out every action of the machine, in order. A slot granted
     /// for an open that did not start (the need went away) is given back.
     pub(super) fn act(&mut self, ctx: &mut Context<Self>) {
@@ -456,113 +385,6 @@ impl ComObject {
         self.com.channel_closed(id, Instant::now());
     }
 
-    pub(super) fn start_open(&mut self, req: OpenRequest, ctx: &mut Context<Self>) {
-        let addr = match req.address.parse::<Address>() {
-            Ok(a) => a,
-            Err(e) => {
-                // A peer listed an address this build cannot parse: that
-                // address fails, the next one is tried. The slot goes back.
-                self.slot.take_granted();
-                let failure = sitenet_protocols::OpenFailure::Transport(e.to_string());
-                self.com
-                    .open_failed(req.attempt.seq, failure, Instant::now());
-                return;
-            }
-        };
-        let cfg = &self.node.cfg;
-        let hs = Initiator::new(
-            self.node.local_info(),
-            self.entry.id.get(),
-            req.last_received,
-            req.last_generation,
-        )
-        .with_attempt(req.attempt);
-        let f = connect_and_open(
-            addr,
-            self.slot.take_granted(),
-            cfg.fault_injector.clone(),
-            cfg.buffer_size,
-            hs,
-            cfg.connect_timeout,
-            cfg.handshake_timeout,
-        );
-        let attempt = req.attempt.seq;
-        let h = ctx.spawn(
-            fut::wrap_future::<_, Self>(f)
-                .map(move |res, act, ctx| act.on_opened(attempt, res, ctx)),
-        );
-        self.opening = Some((attempt, h));
-    }
-
-    pub(super) fn on_opened(
-        &mut self,
-        attempt: u64,
-        res: Result<(TransObject, Opened), (OpenFailure, Option<sitenet_protocols::SiteId>)>,
-        ctx: &mut Context<Self>,
-    ) {
-        if self.opening.as_ref().map(|o| o.0) != Some(attempt) {
-            return; // abandoned: another channel won
-        }
-        self.opening = None;
-        let now = Instant::now();
-        match res {
-            Ok((t, opened)) => {
-                // We connected to this entry's address and found this site:
-                // the one moment an address is bound to a site id.
-                if let Err(other) = self.node.bind_site_id(&self.entry, opened.present.site) {
-                    return self.merge_into(other, ctx);
-                }
-                if let Some(id) = self.com.open_succeeded(attempt, &opened, now) {
-                    self.act(ctx);
-                    self.attach(id, t, ctx);
-                    return;
-                }
-            }
-            Err((e, presented)) => {
-                // The peer said who it is before the open failed: if it is a
-                // site known under another entry (contacted here by an alias
-                // address), this entry merges into that one.
-                let permanent = matches!(&e, OpenFailure::Open(oe) if oe.is_permanent());
-                if let Some(id) = presented.filter(|_| !permanent) {
-                    if let Err(other) = self.node.bind_site_id(&self.entry, id) {
-                        return self.merge_into(other, ctx);
-                    }
-                }
-                tracing::debug!(address = %self.address_string(), error = %e, "open failed");
-                self.com.open_failed(attempt, e.into(), now);
-            }
-        }
-        self.drive(ctx);
-    }
-
-    /// This entry was contacted under an address the peer did not list (or
-    /// a peer it was opening to connected first under its id): the peer is
-    /// known under another entry. Every message this one holds moves there,
-    /// in order, and `SiteRef`s follow the redirect; a send racing with the
-    /// merge finds the outbox sealed and follows it too, after the moved
-    /// messages (`Outbox::seal_into`). The actor stays alive to pass on an
-    /// accepted channel still routed here.
-    pub(super) fn merge_into(&mut self, other: Arc<SiteEntry>, ctx: &mut Context<Self>) {
-        tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
-        self.merged = Some(Box::new(SiteRef::counted(other.clone(), self.node.clone())));
-        // What the machine holds is older than what is still in the outbox;
-        // `seal_into` moves both, in that order.
-        let older = self.com.merge_out();
-        let entry = self.entry.clone();
-        let wake = self.entry.outbox.seal_into(&other.outbox, older, || {
-            let _ = entry.redirect.set(other.clone());
-        });
-        if wake {
-            other.wake(&self.node);
-        }
-        // The machine's actions (abandon the open, close a channel) are
-        // carried out; it does nothing more after that.
-        self.act(ctx);
-        if let Some((_, h)) = self.timer.take() {
-            ctx.cancel_future(h);
-        }
-    }
-
     /// Keeps one timer armed at or before the next deadline. A timer that
     /// fires early is harmless (`on_timer` finds nothing due and re-arms), so
     /// the timer is replaced only when a deadline moves earlier: the
@@ -594,50 +416,5 @@ impl ComObject {
             act.drive(ctx);
         });
         self.timer = Some((at, h));
-    }
-
-    pub(super) fn account(&mut self, now: Instant) {
-        self.report(now);
-        let (messages, bytes) = self.com.take_freed(now);
-        let bytes = bytes + messages * sitenet_protocols::MESSAGE_OVERHEAD;
-        self.entry.outbox.release(bytes);
-        if bytes > 0 {
-            self.node.acked.notify_waiters();
-        }
-        let s = self.com.session().stats_ref();
-        let k = self.com.stats();
-        let now_seen = Reported {
-            sent: s.sent,
-            delivered: s.delivered,
-            retransmitted: s.retransmitted,
-            duplicates: s.duplicates,
-            peer_forgot: s.peer_forgot,
-            weak_started: k.weak_closes_started,
-            weak_rejected: k.weak_closes_rejected,
-            hard_started: k.hard_closes_started,
-        };
-        let r = match &mut self.reported {
-            Some(last) => std::mem::replace(&mut **last, now_seen),
-            // Nothing happened yet: nothing to add, and no room taken.
-            None if now_seen == Reported::default() => return,
-            None => {
-                self.reported = Some(Box::new(now_seen));
-                Reported::default()
-            }
-        };
-        let n = &now_seen;
-        let c = &self.node.counters;
-        Counters::add(&c.messages_sent, n.sent - r.sent);
-        Counters::add(&c.messages_retransmitted, n.retransmitted - r.retransmitted);
-        Counters::add(&c.duplicates, n.duplicates - r.duplicates);
-        Counters::add(&c.peers_forgot, n.peer_forgot - r.peer_forgot);
-        Counters::add(&c.weak_closes_started, n.weak_started - r.weak_started);
-        Counters::add(&c.weak_closes_rejected, n.weak_rejected - r.weak_rejected);
-        Counters::add(&c.hard_closes_started, n.hard_started - r.hard_started);
-        if n.delivered != r.delivered || n.sent != r.sent || n.weak_rejected != r.weak_rejected {
-            // Once per batch (a read, a flush), not per message: whoever
-            // waits on the node's metrics re-checks.
-            self.node.changed.notify_waiters();
-        }
     }
 }

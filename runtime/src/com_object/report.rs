@@ -1,10 +1,13 @@
-//! What a ComObject tells others about its site, at most every
-//! [`SLOT_REPORT_EVERY`]: the slot controller's picture of its channel (for
-//! the preemption policy) and the site's counters (for `Node::stats`).
+//! What a ComObject tells others about its site: at most every
+//! [`SLOT_REPORT_EVERY`], the slot controller's picture of its channel (for
+//! the preemption policy) and the site's counters (for `Node::stats`); on
+//! every turn, the acknowledged bytes its outbox gets back and the
+//! counters it adds to the node's metrics (`account`).
 
 use std::time::Instant;
 
 use super::{ComObject, SLOT_REPORT_EVERY};
+use crate::metrics::Counters;
 
 impl ComObject {
     /// Tells the slot controller what the live channel is doing, and
@@ -73,4 +76,63 @@ impl ComObject {
         st.preemptions = u64::from(self.preempted);
         st.queue_depth = self.com.session().pending_messages() as u64;
     }
+
+    pub(super) fn account(&mut self, now: Instant) {
+        self.report(now);
+        let (messages, bytes) = self.com.take_freed(now);
+        let bytes = bytes + messages * sitenet_protocols::MESSAGE_OVERHEAD;
+        self.entry.outbox.release(bytes);
+        if bytes > 0 {
+            self.node.acked.notify_waiters();
+        }
+        let s = self.com.session().stats_ref();
+        let k = self.com.stats();
+        let now_seen = Reported {
+            sent: s.sent,
+            delivered: s.delivered,
+            retransmitted: s.retransmitted,
+            duplicates: s.duplicates,
+            peer_forgot: s.peer_forgot,
+            weak_started: k.weak_closes_started,
+            weak_rejected: k.weak_closes_rejected,
+            hard_started: k.hard_closes_started,
+        };
+        let r = match &mut self.reported {
+            Some(last) => std::mem::replace(&mut **last, now_seen),
+            // Nothing happened yet: nothing to add, and no room taken.
+            None if now_seen == Reported::default() => return,
+            None => {
+                self.reported = Some(Box::new(now_seen));
+                Reported::default()
+            }
+        };
+        let n = &now_seen;
+        let c = &self.node.counters;
+        Counters::add(&c.messages_sent, n.sent - r.sent);
+        Counters::add(&c.messages_retransmitted, n.retransmitted - r.retransmitted);
+        Counters::add(&c.duplicates, n.duplicates - r.duplicates);
+        Counters::add(&c.peers_forgot, n.peer_forgot - r.peer_forgot);
+        Counters::add(&c.weak_closes_started, n.weak_started - r.weak_started);
+        Counters::add(&c.weak_closes_rejected, n.weak_rejected - r.weak_rejected);
+        Counters::add(&c.hard_closes_started, n.hard_started - r.hard_started);
+        if n.delivered != r.delivered || n.sent != r.sent || n.weak_rejected != r.weak_rejected {
+            // Once per batch (a read, a flush), not per message: whoever
+            // waits on the node's metrics re-checks.
+            self.node.changed.notify_waiters();
+        }
+    }
+}
+
+/// The session and ComObject counters a ComObject last added to the
+/// node's metrics (the node adds differences).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Reported {
+    sent: u64,
+    delivered: u64,
+    retransmitted: u64,
+    duplicates: u64,
+    peer_forgot: u64,
+    weak_started: u64,
+    weak_rejected: u64,
+    hard_started: u64,
 }

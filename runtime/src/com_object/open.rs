@@ -1,0 +1,182 @@
+//! Opening a channel: the slot line, the open attempt (connect and the
+//! initiator's handshake at the address the machine names), its outcome,
+//! and the merge of an entry that turned out to be a known site.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::fut;
+use actix::prelude::*;
+
+use sitenet_protocols::{Initiator, OpenRequest, Opened};
+use sitenet_transport::Address;
+
+use super::{ComObject, SlotGranted};
+use crate::channel_io::{connect_and_open, OpenFailure};
+use crate::metrics::Counters;
+use crate::site::{SiteEntry, SiteRef};
+use crate::trans_object::TransObject;
+
+/// Where a ComObject stands with the slot controller.
+#[derive(Debug, Default)]
+pub(super) enum Slot {
+    #[default]
+    None,
+    /// Its place in the line, while waiting for a slot.
+    Waiting(sitenet_transport::WaitTicket),
+    /// A slot just granted, for the open attempt it is about to start.
+    Granted(sitenet_transport::SlotLease),
+}
+
+impl Slot {
+    /// Takes a grant (called after every batch of actions: the common
+    /// case, no grant, only reads the tag).
+    pub(super) fn take_granted(&mut self) -> Option<sitenet_transport::SlotLease> {
+        if !matches!(self, Slot::Granted(_)) {
+            return None;
+        }
+        match std::mem::take(self) {
+            Slot::Granted(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    pub(super) fn take_ticket(&mut self) -> Option<sitenet_transport::WaitTicket> {
+        match std::mem::take(self) {
+            Slot::Waiting(t) => Some(t),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
+impl ComObject {
+    /// Asks the slot controller for a channel slot: granted now (the open
+    /// starts at once), or later through [`SlotGranted`], in line.
+    pub(super) fn request_slot(&mut self, ctx: &mut Context<Self>) {
+        let addr = ctx.address();
+        match self
+            .node
+            .slots
+            .request(move |lease| addr.do_send(SlotGranted(lease)))
+        {
+            sitenet_transport::controller::Requested::Granted(lease) => {
+                self.slot = Slot::Granted(lease);
+                self.com.slot_granted();
+            }
+            sitenet_transport::controller::Requested::Queued(t) => {
+                Counters::add(&self.node.counters.slot_waits, 1);
+                self.slot = Slot::Waiting(t);
+            }
+        }
+    }
+
+    pub(super) fn start_open(&mut self, req: OpenRequest, ctx: &mut Context<Self>) {
+        let addr = match req.address.parse::<Address>() {
+            Ok(a) => a,
+            Err(e) => {
+                // A peer listed an address this build cannot parse: that
+                // address fails, the next one is tried. The slot goes back.
+                self.slot.take_granted();
+                let failure = sitenet_protocols::OpenFailure::Transport(e.to_string());
+                self.com
+                    .open_failed(req.attempt.seq, failure, Instant::now());
+                return;
+            }
+        };
+        let cfg = &self.node.cfg;
+        let hs = Initiator::new(
+            self.node.local_info(),
+            self.entry.id.get(),
+            req.last_received,
+            req.last_generation,
+        )
+        .with_attempt(req.attempt);
+        let f = connect_and_open(
+            addr,
+            self.slot.take_granted(),
+            cfg.fault_injector.clone(),
+            cfg.buffer_size,
+            hs,
+            cfg.connect_timeout,
+            cfg.handshake_timeout,
+        );
+        let attempt = req.attempt.seq;
+        let h = ctx.spawn(
+            fut::wrap_future::<_, Self>(f)
+                .map(move |res, act, ctx| act.on_opened(attempt, res, ctx)),
+        );
+        self.opening = Some((attempt, h));
+    }
+
+    pub(super) fn on_opened(
+        &mut self,
+        attempt: u64,
+        res: Result<(TransObject, Opened), (OpenFailure, Option<sitenet_protocols::SiteId>)>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.opening.as_ref().map(|o| o.0) != Some(attempt) {
+            return; // abandoned: another channel won
+        }
+        self.opening = None;
+        let now = Instant::now();
+        match res {
+            Ok((t, opened)) => {
+                // We connected to this entry's address and found this site:
+                // the one moment an address is bound to a site id.
+                if let Err(other) = self.node.bind_site_id(&self.entry, opened.present.site) {
+                    return self.merge_into(other, ctx);
+                }
+                if let Some(id) = self.com.open_succeeded(attempt, &opened, now) {
+                    self.act(ctx);
+                    self.attach(id, t, ctx);
+                    return;
+                }
+            }
+            Err((e, presented)) => {
+                // The peer said who it is before the open failed: if it is a
+                // site known under another entry (contacted here by an alias
+                // address), this entry merges into that one.
+                let permanent = matches!(&e, OpenFailure::Open(oe) if oe.is_permanent());
+                if let Some(id) = presented.filter(|_| !permanent) {
+                    if let Err(other) = self.node.bind_site_id(&self.entry, id) {
+                        return self.merge_into(other, ctx);
+                    }
+                }
+                tracing::debug!(address = %self.address_string(), error = %e, "open failed");
+                self.com.open_failed(attempt, e.into(), now);
+            }
+        }
+        self.drive(ctx);
+    }
+
+    /// This entry was contacted under an address the peer did not list (or
+    /// a peer it was opening to connected first under its id): the peer is
+    /// known under another entry. Every message this one holds moves there,
+    /// in order, and `SiteRef`s follow the redirect; a send racing with the
+    /// merge finds the outbox sealed and follows it too, after the moved
+    /// messages (`Outbox::seal_into`). The actor stays alive to pass on an
+    /// accepted channel still routed here.
+    pub(super) fn merge_into(&mut self, other: Arc<SiteEntry>, ctx: &mut Context<Self>) {
+        tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
+        self.merged = Some(Box::new(SiteRef::counted(other.clone(), self.node.clone())));
+        // What the machine holds is older than what is still in the outbox;
+        // `seal_into` moves both, in that order.
+        let older = self.com.merge_out();
+        let entry = self.entry.clone();
+        let wake = self.entry.outbox.seal_into(&other.outbox, older, || {
+            let _ = entry.redirect.set(other.clone());
+        });
+        if wake {
+            other.wake(&self.node);
+        }
+        // The machine's actions (abandon the open, close a channel) are
+        // carried out; it does nothing more after that.
+        self.act(ctx);
+        if let Some((_, h)) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+    }
+}
