@@ -18,6 +18,8 @@
 pub mod raw;
 mod site;
 
+pub use site::echo_round_trips;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -303,7 +305,7 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
         for _ in 0..cfg.rounds.max(1) {
             let (sf, rf) = match work {
                 Work::Rtt { size, count } => {
-                    let h = site::rtt(&client, &site, count, size, t)?;
+                    let h = site::echo_round_trips(&client, &site, count, size, t)?;
                     let r = raw_rt.block_on(raw::rtt(&raw_addr, count, size, t))?;
                     let zero = Duration::ZERO;
                     (work.figure(Some(&h), zero), work.figure(Some(&r), zero))

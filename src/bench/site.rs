@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 
 use crate::services::{Echo, EchoReply, SinkData, SinkQuery, SinkVerdict};
-use crate::{Node, Priority, SendOptions, SiteRef};
+use crate::{Node, Priority, RequestError, SendOptions, SiteRef};
 
 use super::BenchError;
 
@@ -31,9 +31,12 @@ fn failed(what: &str) -> impl Fn(String) -> BenchError + '_ {
     move |e| BenchError::Failed(format!("{what}: {e}"))
 }
 
-/// `count` echo round trips of `size`-byte bodies, one outstanding at a
-/// time, after one untimed warm-up round trip; their times in nanoseconds.
-pub(super) fn rtt(
+/// `count` echo round trips of `size`-byte bodies to `site`'s echo
+/// service, one outstanding at a time, after one untimed warm-up round trip
+/// (which also opens the channel); their times in nanoseconds. The loop
+/// runs on the client node's own runtime thread. `sitenet ping` and
+/// `sitenet bench` both measure with it.
+pub fn echo_round_trips(
     node: &Node,
     site: &SiteRef,
     count: u64,
@@ -53,7 +56,12 @@ pub(super) fn rtt(
                     timeout,
                 )
                 .await
-                .map_err(|e| failed("echo")(e.to_string()))?;
+                .map_err(|e| match e {
+                    RequestError::Timeout(_) if seq == 0 => {
+                        BenchError::Failed(format!("unreachable: no answer within {timeout:?}"))
+                    }
+                    e => failed("echo")(e.to_string()),
+                })?;
             let elapsed = t.elapsed();
             if r.msg.seq != seq || r.body.len() != size {
                 return Err(BenchError::Failed(format!(

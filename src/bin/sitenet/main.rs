@@ -11,11 +11,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use sitenet::services::{Echo, EchoReply};
-use sitenet::{Address, Message, Node, RequestError, SendOptions};
+use sitenet::{Address, Message, Node, SendOptions};
 
 #[derive(Parser)]
 #[command(
@@ -238,58 +236,10 @@ fn run_ping(addr: &str, count: u64, size: usize, json: bool, timeout: f64) -> Ex
         Ok(x) => x,
         Err(code) => return code,
     };
-    let body = Bytes::from(vec![0xA5u8; size]);
-    let (tx, rx) = std::sync::mpsc::channel();
-    // The loop runs on the node's own runtime thread: a round trip costs what
-    // the network layer costs, not a hand-off between threads.
-    let s = site.clone();
-    let target = addr.to_string();
-    node.runtime().spawn(async move {
-        let addr = target;
-        let mut hist = Histogram::<u64>::new(3).expect("histogram");
-        let mut result = Ok(());
-        // One untimed warm-up round trip opens the channel.
-        for seq in 0..=count {
-            let t = Instant::now();
-            let r = s
-                .request::<Echo, EchoReply>(
-                    &Echo { seq },
-                    SendOptions::default().body(body.clone()),
-                    timeout,
-                )
-                .await;
-            match r {
-                Ok(reply) if reply.msg.seq == seq && reply.body.len() == size => {
-                    if seq > 0 {
-                        hist.record(t.elapsed().as_nanos() as u64)
-                            .expect("in range");
-                    }
-                }
-                Ok(reply) => {
-                    result = Err(format!(
-                        "echo mismatch: sent seq {seq} size {size}, got seq {} size {}",
-                        reply.msg.seq,
-                        reply.body.len()
-                    ));
-                    break;
-                }
-                Err(e) => {
-                    result = Err(match e {
-                        RequestError::Timeout(_) if seq == 0 => {
-                            format!("{addr} unreachable: no answer within {timeout:?}")
-                        }
-                        e => format!("ping {addr}: {e}"),
-                    });
-                    break;
-                }
-            }
-        }
-        let _ = tx.send((hist, result));
-    });
-    let (hist, result) = rx.recv().expect("ping task reports");
-    if let Err(e) = result {
-        return failure(e);
-    }
+    let hist = match sitenet::bench::echo_round_trips(&node, &site, count, size, timeout) {
+        Ok(h) => h,
+        Err(e) => return failure(format!("ping {addr}: {e}")),
+    };
     let us = |ns: u64| ns as f64 / 1000.0;
     let r = PingResult {
         count,
