@@ -2,7 +2,6 @@
 //! report (text, or one JSON object with `--json`).
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -53,12 +52,10 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(a: Args) -> ExitCode {
-    if !(a.duration.is_finite() && a.duration > 0.0) {
-        return crate::usage(format!(
-            "--duration must be a positive number of seconds, got {}",
-            a.duration
-        ));
-    }
+    let duration = match crate::seconds("duration", a.duration) {
+        Ok(d) => d,
+        Err(e) => return crate::usage(e),
+    };
     if !(a.cut_rate.is_finite() && a.cut_rate >= 0.0) {
         return crate::usage(format!(
             "--cut-rate must be a number of cuts per second >= 0, got {}",
@@ -69,7 +66,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         clients: a.clients,
         slots: a.slots,
         policy: a.policy,
-        duration: Duration::from_secs_f64(a.duration),
+        duration,
         cut_rate: a.cut_rate,
         seed: a.seed.unwrap_or_else(rand::random),
         transport: a.transport.clone(),
