@@ -54,7 +54,7 @@ fn node_prints_its_identity_and_ping_measures_round_trips() {
     let site_id = first["site_id"].as_str().unwrap();
     assert_eq!(site_id.len(), 32);
     assert!(site_id.chars().all(|c| c.is_ascii_hexdigit()));
-    assert_eq!(first["protocol"], 1);
+    assert_eq!(first["protocol"], sitenet::protocols::PROTOCOL_VERSION);
     let listen = first["listen"][0].as_str().unwrap();
     assert!(
         listen.starts_with("tcp:127.0.0.1:") && !listen.ends_with(":0"),

@@ -50,6 +50,17 @@ pub enum FrameError {
     /// A control frame with data-frame fields set.
     #[error("{0:?} frame with lane, flags, number or offset of a data frame")]
     ControlFields(crate::frame::FrameKind),
+    /// A packed frame that is not whole messages (both fragment flags),
+    /// numbered (`msg_number` of its first message, not 0), at offset 0.
+    #[error("packed frame with flags {flags:#04x}, number {number}, offset {offset}: it must carry whole numbered messages (flags 0x03, number > 0, offset 0)")]
+    PackedFields {
+        /// The flags it carried.
+        flags: u8,
+        /// The number it carried.
+        number: u64,
+        /// The offset it carried.
+        offset: u64,
+    },
 }
 
 /// The peer violated the protocol on a working or opening channel. Each of

@@ -23,7 +23,11 @@
 use crate::error::FrameError;
 
 /// The wire protocol version carried in every frame and in the handshake.
-pub const PROTOCOL_VERSION: u8 = 1;
+///
+/// Version 2 added `PACKED` frames (several small messages in one frame);
+/// a version-1 peer could not read them, so the two fail each other's
+/// handshake permanently, as DESIGN.md requires of a version mismatch.
+pub const PROTOCOL_VERSION: u8 = 2;
 
 /// Length of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 32;
@@ -67,6 +71,9 @@ pub enum FrameKind {
     CloseReject = 9,
     /// "I hold no more references to you."
     ClearReference = 10,
+    /// Several whole small messages of one lane (lanes 1..=4), each behind
+    /// a compact entry head (`packed.rs`); `msg_number` numbers the first.
+    Packed = 11,
 }
 
 impl FrameKind {
@@ -85,13 +92,14 @@ impl FrameKind {
             8 => Self::CloseAccept,
             9 => Self::CloseReject,
             10 => Self::ClearReference,
+            11 => Self::Packed,
             other => return Err(FrameError::UnknownKind(other)),
         })
     }
 
     /// Protocol frames travel on lane 5 and never carry an application message.
     pub fn is_control(self) -> bool {
-        self != Self::Data
+        !matches!(self, Self::Data | Self::Packed)
     }
 }
 
@@ -201,6 +209,19 @@ impl FrameHeader {
                     return Err(FrameError::Offset(frag_offset));
                 }
             }
+            FrameKind::Packed => {
+                if !(1..=4).contains(&lane) {
+                    return Err(FrameError::Lane(lane));
+                }
+                // Whole messages only, numbered from `msg_number`.
+                if flags != FLAGS_KNOWN || msg_number == 0 || frag_offset != 0 {
+                    return Err(FrameError::PackedFields {
+                        flags,
+                        number: msg_number,
+                        offset: frag_offset,
+                    });
+                }
+            }
             _ => {
                 if lane != 5 || flags != FLAGS_KNOWN || msg_number != 0 || frag_offset != 0 {
                     return Err(FrameError::ControlFields(kind));
@@ -239,9 +260,14 @@ mod tests {
     fn rejects_wrong_version_kind_flags_size() {
         let mut b = [0; HEADER_LEN];
         data(FLAG_FIRST | FLAG_LAST, 1).encode(&mut b);
-        let mut v = b;
-        v[0] = 2;
-        assert_eq!(FrameHeader::decode(&v, 100), Err(FrameError::Version(2)));
+        for other in [0, 1, PROTOCOL_VERSION + 1] {
+            let mut v = b;
+            v[0] = other;
+            assert_eq!(
+                FrameHeader::decode(&v, 100),
+                Err(FrameError::Version(other))
+            );
+        }
         let mut k = b;
         k[1] = 99;
         assert_eq!(
@@ -273,6 +299,39 @@ mod tests {
             FrameHeader::decode(&b, 100),
             Err(FrameError::Numbering { .. })
         ));
+    }
+
+    #[test]
+    fn packed_frames_hold_whole_numbered_messages_on_application_lanes() {
+        let packed = |lane, flags, n, off| FrameHeader {
+            kind: FrameKind::Packed,
+            lane,
+            flags,
+            payload_len: 10,
+            ack: 0,
+            msg_number: n,
+            frag_offset: off,
+        };
+        let decode = |h: FrameHeader| {
+            let mut b = [0; HEADER_LEN];
+            h.encode(&mut b);
+            FrameHeader::decode(&b, 100)
+        };
+        let ok = packed(2, FLAG_FIRST | FLAG_LAST, 5, 0);
+        assert_eq!(decode(ok), Ok(ok));
+        assert!(!FrameKind::Packed.is_control());
+        assert_eq!(decode(packed(5, 3, 5, 0)), Err(FrameError::Lane(5)));
+        assert_eq!(decode(packed(0, 3, 5, 0)), Err(FrameError::Lane(0)));
+        for (flags, n, off) in [(FLAG_FIRST, 5, 0), (FLAG_LAST, 5, 0), (3, 0, 0), (3, 5, 9)] {
+            assert_eq!(
+                decode(packed(2, flags, n, off)),
+                Err(FrameError::PackedFields {
+                    flags,
+                    number: n,
+                    offset: off
+                })
+            );
+        }
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod ledger;
 pub mod link;
 pub mod marshal;
 pub mod message;
+pub mod packed;
 pub mod priority;
 pub mod reassembly;
 pub mod scheduler;

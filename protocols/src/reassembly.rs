@@ -369,7 +369,13 @@ const ARENA_PIECE: usize = 512;
 
 /// Copies `len` bytes at `at` of `a`+`b` out as `Bytes`: small pieces into
 /// `arena` (a new [`ARENA_CHUNK`] when it is full), others on their own.
-fn extract_bytes(a: &[u8], b: &[u8], at: usize, len: usize, arena: &mut BytesMut) -> Bytes {
+pub(crate) fn extract_bytes(
+    a: &[u8],
+    b: &[u8],
+    at: usize,
+    len: usize,
+    arena: &mut BytesMut,
+) -> Bytes {
     if len == 0 {
         return Bytes::new();
     }

@@ -14,6 +14,7 @@ use sitenet_protocols::frame::{
     FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST, HEADER_LEN, MAX_FRAME_PAYLOAD,
 };
 use sitenet_protocols::handshake::{self, LocalInfo, MAX_HANDSHAKE_PAYLOAD, MIN_BUFFER};
+use sitenet_protocols::PROTOCOL_VERSION;
 use sitenet_protocols::{
     Acceptor, ByteBuffer, FrameError, InMessage, Initiator, MessageKind, Negotiate, NegotiateAns,
     OpenError, OutMessage, Prelude, Priority, ProtocolError, ReassemblyBudget, RefuseReason,
@@ -569,10 +570,11 @@ fn oversized_payload_len_is_refused_from_the_header_alone() {
 fn unknown_kind_and_bad_header_fields() {
     let good = whole(3, 1, 10);
     let cases: Vec<(usize, u8, FrameError)> = vec![
-        (1, 11, FrameError::UnknownKind(11)),
+        (1, 12, FrameError::UnknownKind(12)),
         (1, 255, FrameError::UnknownKind(255)),
         (0, 0, FrameError::Version(0)),
-        (0, 2, FrameError::Version(2)),
+        (0, 1, FrameError::Version(1)),
+        (0, 3, FrameError::Version(3)),
         (3, 0x83, FrameError::Flags(0x83)),
         (2, 0, FrameError::Lane(0)),
         (2, 5, FrameError::Lane(5)),
@@ -629,18 +631,19 @@ fn unknown_kind_and_bad_header_fields() {
 
 #[test]
 fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
-    // Initiator: PRESENT with version byte 2 in its frame header.
+    // Initiator: PRESENT with version byte 1 in its frame header (a peer of
+    // the version before PACKED frames).
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
     Acceptor::new(&local(1), &mut out);
     let (x, y) = out.chunks();
     let mut present = [x, y].concat();
-    present[0] = 2;
+    present[0] = 1;
     let e = feed_initiator(&present, &[usize::MAX], None).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 1, peer: 2 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 1 });
     assert!(e.is_permanent());
     // Acceptor: NEGOTIATE with version byte 7.
     let n = Negotiate {
-        version: 1,
+        version: PROTOCOL_VERSION,
         site: SiteId(9),
         listen: vec![],
         buffer_size: 65_536,
@@ -652,7 +655,7 @@ fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
     let mut b = control(FrameKind::Negotiate, &ser(&n));
     b[0] = 7;
     let e = feed_acceptor(&b, &[1]).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 1, peer: 7 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 7 });
     assert!(e.is_permanent());
 }
 

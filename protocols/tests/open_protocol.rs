@@ -12,6 +12,7 @@ use bytes::Bytes;
 use common::{body_equals, slice, Pair};
 use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use sitenet_protocols::handshake::{self, write_answer, LocalInfo, Opened, MAX_LISTEN, MIN_BUFFER};
+use sitenet_protocols::PROTOCOL_VERSION;
 use sitenet_protocols::{
     decide, Acceptor, Attempt, ByteBuffer, ChannelParams, Decision, Initiator, LinkView, Negotiate,
     NegotiateAns, OpenError, OutMessage, Present, Priority, ProtocolError, ReassemblyBudget,
@@ -132,7 +133,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
     assert_eq!(
         neg,
         Negotiate {
-            version: 1,
+            version: PROTOCOL_VERSION,
             site: SiteId(0xA),
             listen: a.listen.clone(),
             buffer_size: 65_536,
@@ -177,7 +178,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
         opened,
         Opened {
             present: Present {
-                version: 1,
+                version: PROTOCOL_VERSION,
                 site: SiteId(0xB),
                 listen: b.listen.clone()
             },
@@ -269,7 +270,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
     assert!(initiator_gets(&fresh, 2).unwrap().unwrap().peer_fresh);
     // The acceptor refuses a proposal below the minimum, or too many addresses.
     let mut n = Negotiate {
-        version: 1,
+        version: PROTOCOL_VERSION,
         site: SiteId(0xA),
         listen: vec![],
         buffer_size: MIN_BUFFER - 1,
@@ -497,38 +498,41 @@ fn acceptor_on(bytes: &[u8], local: u128) -> Result<Option<Negotiate>, OpenError
 
 #[test]
 fn version_mismatch_is_permanent() {
-    // The version byte of PRESENT's frame header.
+    // A version-1 peer (before PACKED frames): the version byte of
+    // PRESENT's frame header.
     let mut p = present_bytes(0xB);
-    p[0] = 2;
+    p[0] = 1;
     let e = initiator_on(&p, 0xA, None).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 1, peer: 2 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 1 });
     assert!(e.is_permanent());
-    // A PRESENT payload saying version 2 (in a version-1 frame).
+    // A PRESENT payload saying version 1 (in a version-2 frame).
     let p = control(
         FrameKind::Present,
         &Present {
-            version: 2,
+            version: 1,
             site: SiteId(0xB),
             listen: vec![],
         },
     );
     let e = initiator_on(&p, 0xA, None).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 1, peer: 2 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 1 });
     assert!(e.is_permanent());
     // The same on the acceptor's side, for NEGOTIATE.
-    let mut n = negotiate(0xA, 1);
-    n[0] = 2;
+    let mut n = negotiate(0xA, 2);
+    n[0] = 1;
     let e = acceptor_on(&n, 0xB).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 1, peer: 2 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 1 });
     assert!(e.is_permanent());
-    let e = acceptor_on(&negotiate(0xA, 2), 0xB).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 1, peer: 2 });
+    let e = acceptor_on(&negotiate(0xA, 1), 0xB).unwrap_err();
+    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 1 });
     assert!(e.is_permanent());
-    // Version 1 in both places: fine.
+    // Version 2 in both places: fine.
     assert!(initiator_on(&present_bytes(0xB), 0xA, None)
         .unwrap()
         .is_none());
-    assert!(acceptor_on(&negotiate(0xA, 1), 0xB).unwrap().is_some());
+    assert!(acceptor_on(&negotiate(0xA, PROTOCOL_VERSION), 0xB)
+        .unwrap()
+        .is_some());
 }
 
 #[test]
@@ -549,7 +553,7 @@ fn wrong_identity_and_self_connection_are_permanent() {
     let e = initiator_on(&present_bytes(0xA), 0xA, None).unwrap_err();
     assert_eq!(e, OpenError::SelfConnection(SiteId(0xA)));
     assert!(e.is_permanent());
-    let e = acceptor_on(&negotiate(0xB, 1), 0xB).unwrap_err();
+    let e = acceptor_on(&negotiate(0xB, PROTOCOL_VERSION), 0xB).unwrap_err();
     assert_eq!(e, OpenError::SelfConnection(SiteId(0xB)));
     assert!(e.is_permanent());
 }
@@ -575,7 +579,7 @@ fn refusal_ends_the_open_without_failing_the_site() {
 #[test]
 fn link_decision_rules() {
     let neg = |site: u128, last_generation: u64| Negotiate {
-        version: 1,
+        version: PROTOCOL_VERSION,
         site: SiteId(site),
         listen: vec![],
         buffer_size: 65_536,
@@ -1671,7 +1675,7 @@ fn replacement_channel_resumes_from_last_received() {
             Priority::Medium,
             i,
             Bytes::new(),
-            vec![slice(i as usize, 100)],
+            vec![slice(i as usize, 5000)],
         ));
     }
     // Three messages arrive; the channel dies with the other two in flight.
@@ -1698,7 +1702,7 @@ fn replacement_channel_resumes_from_last_received() {
     pair.b.session.channel_down();
     // The new channel's handshake says B received 3, with generation 2.
     let neg = Negotiate {
-        version: 1,
+        version: PROTOCOL_VERSION,
         site: SiteId(1),
         listen: vec![],
         buffer_size: 65_536,
@@ -1776,16 +1780,16 @@ fn handshake_payloads_are_encoded_as_documented() {
             .join(" ")
     }
     let p = Present {
-        version: 1,
+        version: PROTOCOL_VERSION,
         site: SiteId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10),
         listen: vec!["tcp:127.0.0.1:7000".into()],
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&p).unwrap()),
-        "93 01 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30"
+        "93 02 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30"
     );
     let n = Negotiate {
-        version: 1,
+        version: PROTOCOL_VERSION,
         site: SiteId(0xAA),
         listen: vec![],
         buffer_size: 65_536,
@@ -1799,7 +1803,7 @@ fn handshake_payloads_are_encoded_as_documented() {
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&n).unwrap()),
-        "98 01 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c"
+        "98 02 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c"
     );
     // A NEGOTIATE without the attempt (an earlier build of version 1)
     // decodes with the attempt unknown.
@@ -1841,7 +1845,7 @@ fn handshake_payloads_are_encoded_as_documented() {
     // length, ack, then zero number and offset.
     let mut hb = [0u8; HEADER_LEN];
     FrameHeader::control(FrameKind::Ack, 0, 7).encode(&mut hb);
-    assert_eq!(&hb[..16], &[1, 1, 5, 3, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&hb[..16], &[2, 1, 5, 3, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(&hb[16..], &[0; 16]);
 }
 
@@ -1851,7 +1855,7 @@ fn handshake_payloads_are_encoded_as_documented() {
 
 fn negotiate_with_generation(site: u128, last_generation: u64) -> Negotiate {
     Negotiate {
-        version: 1,
+        version: PROTOCOL_VERSION,
         site: SiteId(site),
         listen: vec![],
         buffer_size: 65_536,
@@ -1975,7 +1979,7 @@ fn a_listen_list_too_long_for_the_handshake_is_an_error_not_a_panic() {
         let mut acc = Acceptor::new(&local, &mut out);
         assert!(out.is_empty(), "no oversized PRESENT is written");
         let e = acc
-            .handle_input(&mut buffer_with(&negotiate(0xB, 1)))
+            .handle_input(&mut buffer_with(&negotiate(0xB, PROTOCOL_VERSION)))
             .unwrap_err();
         assert!(matches!(e, OpenError::LocalConfig(_)), "{e:?}");
         // The initiator cannot negotiate.

@@ -346,6 +346,19 @@ impl Session {
                             }
                         }
                     }
+                    FrameKind::Packed => {
+                        let payload = input.slices(HEADER_LEN, h.payload_len as usize);
+                        let l = self.link.as_deref_mut().expect("a working channel");
+                        self.recv.on_packed(
+                            &h,
+                            payload,
+                            deliver,
+                            &mut l.ack,
+                            self.stats.get_or_insert_with(Box::default),
+                            self.cfg.max_message,
+                            &mut l.arena,
+                        )?;
+                    }
                     FrameKind::Ack | FrameKind::Heartbeat => {}
                     kind @ (FrameKind::CloseWeak
                     | FrameKind::CloseHard

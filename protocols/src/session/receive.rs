@@ -14,6 +14,7 @@ use crate::error::ProtocolError;
 use crate::frame::FrameHeader;
 use crate::lane_slots::LaneSlots;
 use crate::message::{InMessage, Prelude};
+use crate::packed::Entries;
 use crate::priority::Priority;
 use crate::reassembly::{
     first_content_len, first_prelude, split_whole, Blocked, BudgetShare, Reassembly,
@@ -110,7 +111,7 @@ impl Receiver {
                 // copied straight out of the ring; no budget involved.
                 let parts = split_whole(lane, a, b, max_message, arena)?;
                 let size = parts.0.total_len();
-                self.deliver_numbered(h, size, deliver, ack, stats, |n| {
+                self.deliver_numbered(lane, h.msg_number, size, deliver, ack, stats, |n| {
                     in_message(lane, n, parts)
                 })?;
                 return Ok(DataOutcome::Consumed { progress: false });
@@ -163,25 +164,66 @@ impl Receiver {
             });
         }
         let size = r.received();
-        self.deliver_numbered(h, size, deliver, ack, stats, |n| {
+        self.deliver_numbered(lane, h.msg_number, size, deliver, ack, stats, |n| {
             in_message(lane, n, r.finish())
         })?;
         Ok(DataOutcome::Consumed { progress: true })
     }
 
-    /// Delivers the message that the frame `h` completed (`size` wire bytes,
-    /// built by `make` only if it is new), or drops and counts a duplicate;
-    /// a gap in the numbers is a protocol error.
-    fn deliver_numbered(
+    /// Handles one packed frame (whole messages of lane `h.lane`, numbered
+    /// from `h.msg_number`): each is delivered, or dropped as a duplicate,
+    /// as if it had come alone. Like a new message in a `DATA` frame, it may
+    /// not overtake a partly received message of its lane.
+    #[allow(clippy::too_many_arguments)] // one frame's whole context
+    pub(crate) fn on_packed(
         &mut self,
         h: &FrameHeader,
+        payload: (&[u8], &[u8]),
+        deliver: &mut dyn FnMut(InMessage),
+        ack: &mut AckPolicy,
+        stats: &mut SessionStats,
+        max_message: u64,
+        arena: &mut BytesMut,
+    ) -> Result<(), ProtocolError> {
+        let lane = h.lane;
+        if self.reassembly.is_some(lane as usize - 1) {
+            return Err(ProtocolError::FragmentSequence {
+                lane,
+                reason: "packed messages while one is incomplete",
+            });
+        }
+        let mut entries = Entries::new(lane, payload, max_message);
+        // `None` once the numbers ran past u64::MAX: a further entry is a gap.
+        let mut next = Some(h.msg_number);
+        while let Some(e) = entries.next_entry(arena) {
+            let e = e?;
+            let n = next.ok_or(ProtocolError::NumberGap {
+                last: self.last_received,
+                got: u64::MAX,
+            })?;
+            let size = e.prelude.total_len();
+            self.deliver_numbered(lane, n, size, deliver, ack, stats, |n| {
+                in_message(lane, n, (e.prelude, e.header, e.body))
+            })?;
+            next = n.checked_add(1);
+        }
+        Ok(())
+    }
+
+    /// Delivers message `n` of `lane` (`size` wire bytes, built by `make`
+    /// only if it is new), or drops and counts a duplicate; a gap in the
+    /// numbers is a protocol error.
+    #[allow(clippy::too_many_arguments)] // one message's whole context
+    fn deliver_numbered(
+        &mut self,
+        lane: u8,
+        n: u64,
         size: u64,
         deliver: &mut dyn FnMut(InMessage),
         ack: &mut AckPolicy,
         stats: &mut SessionStats,
         make: impl FnOnce(u64) -> InMessage,
     ) -> Result<(), ProtocolError> {
-        let n = h.msg_number;
         if n <= self.last_received {
             // Exactly once: a message delivered before is dropped and counted.
             stats.duplicates += 1;
@@ -197,7 +239,7 @@ impl Receiver {
         // The ack advances only after the handler returned.
         self.last_received = n;
         stats.delivered += 1;
-        stats.delivered_by_level[h.lane as usize - 1] += 1;
+        stats.delivered_by_level[lane as usize - 1] += 1;
         ack.on_delivered(size);
         Ok(())
     }

@@ -14,10 +14,13 @@ use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{ProtocolError, SendError};
+use crate::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST, HEADER_LEN};
 use crate::lane_slots::LaneSlots;
 use crate::ledger::Ledger;
 use crate::marshal::InProgress;
 use crate::message::OutMessage;
+use crate::packed;
+use crate::priority::Priority;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 
 use super::SessionStats;
@@ -199,6 +202,12 @@ impl Sender {
             return false;
         };
         let i = p.index();
+        if !self.current.is_some(i) {
+            if let Some(written) = self.write_packed(i, now, out, max_payload, ack, stats) {
+                return written;
+            }
+        }
+        let t = self.traffic.as_deref_mut().expect("checked above");
         let queue = &mut t.queues[i];
         let ip = self.current.get_or_insert_with(i, || {
             InProgress::new(queue.pop_front().expect("lane is ready"), None)
@@ -221,6 +230,66 @@ impl Sender {
             stats.sent_by_level[i] += 1;
         }
         true
+    }
+
+    /// Writes the small whole messages at the front of level `i`'s queue
+    /// into one `PACKED` frame (`packed.rs`), as many as fit, numbered one
+    /// after the other. `None` if the front message is not packed (it goes
+    /// alone in `DATA` frames); `Some(false)` if it is, but the buffer has
+    /// no room for it now.
+    fn write_packed(
+        &mut self,
+        i: usize,
+        now: Instant,
+        out: &mut ByteBuffer,
+        max_payload: usize,
+        ack: u64,
+        stats: &mut SessionStats,
+    ) -> Option<bool> {
+        let t = self.traffic.as_deref_mut()?;
+        let queue = &t.queues[i];
+        let first = packed::entry_len(queue.front()?)?;
+        let room = out.free().saturating_sub(HEADER_LEN).min(max_payload);
+        if first > room {
+            return Some(false);
+        }
+        let (mut count, mut payload) = (1u64, first);
+        for m in queue.iter().skip(1) {
+            match packed::entry_len(m) {
+                Some(len) if payload + len <= room => {
+                    count += 1;
+                    payload += len;
+                }
+                _ => break,
+            }
+        }
+        let number = self.last_sent + 1;
+        let p = Priority::from_lane(i as u8 + 1).expect("a level index");
+        let mut hb = [0u8; HEADER_LEN];
+        FrameHeader {
+            kind: FrameKind::Packed,
+            lane: p.lane(),
+            flags: FLAG_FIRST | FLAG_LAST,
+            payload_len: payload as u32,
+            ack,
+            msg_number: number,
+            frag_offset: 0,
+        }
+        .encode(&mut hb);
+        out.push(&hb);
+        for _ in 0..count {
+            let m = t.queues[i].pop_front().expect("counted above");
+            packed::write_entry(&m, out);
+            self.last_sent += 1;
+            self.queued_bytes -= m.wire_len();
+            t.ledger.record(self.last_sent, m);
+        }
+        let frame_len = HEADER_LEN + payload;
+        t.sched.charge(p, frame_len, true, now);
+        stats.bytes_by_level[i] += frame_len as u64;
+        stats.sent += count;
+        stats.sent_by_level[i] += count;
+        Some(true)
     }
 
     /// A new channel: the peer received up to `peer_last_received` and takes

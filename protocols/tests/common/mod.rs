@@ -92,18 +92,54 @@ pub struct Seen {
     pub header: FrameHeader,
 }
 
+/// The numbers of the messages that the whole frames in `bytes` complete,
+/// in wire order: a DATA frame's on its last fragment, and one for each
+/// message of a PACKED frame.
+pub fn completed_numbers(bytes: &[u8]) -> Vec<u64> {
+    let mut numbers = Vec::new();
+    let mut off = 0;
+    while off + HEADER_LEN <= bytes.len() {
+        let h = FrameHeader::decode(bytes[off..off + HEADER_LEN].try_into().unwrap(), 1 << 20)
+            .expect("a valid frame header");
+        let payload = &bytes[off + HEADER_LEN..off + HEADER_LEN + h.payload_len as usize];
+        off += HEADER_LEN + h.payload_len as usize;
+        match h.kind {
+            FrameKind::Data if h.is_last() => numbers.push(h.msg_number),
+            FrameKind::Packed => {
+                let mut arena = bytes::BytesMut::new();
+                let mut entries =
+                    sitenet_protocols::packed::Entries::new(h.lane, (payload, &[]), u64::MAX);
+                let mut n = h.msg_number;
+                while let Some(e) = entries.next_entry(&mut arena) {
+                    e.expect("a valid packed entry");
+                    numbers.push(n);
+                    n += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    numbers
+}
+
 /// Decodes the frames of one direction's byte stream as the bytes pass, and
 /// checks the wire rules a correct sender must follow:
 /// * every header decodes (against the negotiated frame size);
 /// * per lane, a message's FIRST frame only after the previous one's LAST
 ///   (at most one partly sent message per lane), contiguous offsets;
-/// * the LAST frames of first transmissions carry 1, 2, 3, … in wire order.
+/// * the LAST frames of first transmissions carry 1, 2, 3, … in wire order;
+///   a PACKED frame's messages are numbered on from its `msg_number`, and
+///   it comes only between messages of its lane.
 #[derive(Debug)]
 pub struct FrameTap {
     max_payload: usize,
     hdr: [u8; HEADER_LEN],
     hdr_have: usize,
     payload_left: u64,
+    /// The payload of the PACKED frame being read, and its header.
+    packed: Option<(FrameHeader, Vec<u8>)>,
+    /// Messages seen in PACKED frames.
+    pub packed_messages: u64,
     /// Every frame seen, in order.
     pub frames: Vec<Seen>,
     /// Payload bytes per lane (index = lane - 1, lane 5 = control).
@@ -124,6 +160,8 @@ impl FrameTap {
             hdr: [0; HEADER_LEN],
             hdr_have: 0,
             payload_left: 0,
+            packed: None,
+            packed_messages: 0,
             frames: Vec::new(),
             payload_per_lane: [0; 5],
             open: HashMap::new(),
@@ -138,7 +176,15 @@ impl FrameTap {
             if self.payload_left > 0 {
                 let n = (self.payload_left as usize).min(data.len());
                 self.payload_left -= n as u64;
+                if let Some((_, buf)) = &mut self.packed {
+                    buf.extend_from_slice(&data[..n]);
+                }
                 data = &data[n..];
+                if self.payload_left == 0 {
+                    if let Some((h, buf)) = self.packed.take() {
+                        self.on_packed(h, &buf);
+                    }
+                }
                 continue;
             }
             let n = (HEADER_LEN - self.hdr_have).min(data.len());
@@ -151,6 +197,9 @@ impl FrameTap {
                     .unwrap_or_else(|e| panic!("sender wrote an invalid frame header: {e}"));
                 self.on_header(h);
                 self.payload_left = h.payload_len as u64;
+                if h.kind == FrameKind::Packed {
+                    self.packed = Some((h, Vec::new()));
+                }
             }
         }
     }
@@ -194,6 +243,28 @@ impl FrameTap {
             }
         }
         self.frames.push(Seen { header: h });
+    }
+
+    /// A whole PACKED frame: its messages must decode, and be numbered on
+    /// from the last number seen (or be resends of earlier numbers).
+    fn on_packed(&mut self, h: FrameHeader, payload: &[u8]) {
+        assert!(
+            !self.open.contains_key(&h.lane),
+            "lane {}: packed messages while one is partly sent",
+            h.lane
+        );
+        let mut arena = bytes::BytesMut::new();
+        let mut entries = sitenet_protocols::packed::Entries::new(h.lane, (payload, &[]), u64::MAX);
+        let mut n = h.msg_number;
+        while let Some(e) = entries.next_entry(&mut arena) {
+            e.unwrap_or_else(|e| panic!("sender wrote an invalid packed entry: {e}"));
+            if n > self.last_number {
+                assert_eq!(n, self.last_number + 1, "message numbers on the wire skip");
+                self.last_number = n;
+            }
+            self.packed_messages += 1;
+            n += 1;
+        }
     }
 
     /// Frames seen of `kind`.
