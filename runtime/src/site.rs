@@ -369,16 +369,18 @@ impl SiteRef {
         Ok(())
     }
 
-    fn push(&self, entry: &Arc<SiteEntry>, mut m: OutMessage) {
+    /// Queues `m` in the site's outbox, waking its actor if needed; true if
+    /// a batch is now waiting for it (see [`Pushed::Queued`]).
+    fn push(&self, entry: &Arc<SiteEntry>, mut m: OutMessage) -> bool {
         Counters::add(&self.node.counters.messages_queued, 1);
         let mut entry = entry;
         loop {
             match entry.outbox.push(m) {
-                Pushed::Queued { wake } => {
+                Pushed::Queued { wake, batch_full } => {
                     if wake {
                         entry.wake(&self.node);
                     }
-                    return;
+                    return batch_full;
                 }
                 // The entry merged into another while this send ran: follow
                 // it, with the bytes reserved here (the merge moved what was
@@ -402,7 +404,7 @@ impl SiteRef {
                 bound: entry.outbox.bound(),
             });
         }
-        self.push(entry, m);
+        let _ = self.push(entry, m);
         Ok(())
     }
 
@@ -421,11 +423,17 @@ impl SiteRef {
                 return Err(e);
             }
         }
-        self.push(entry, m);
         // A loop of sends that never has to wait (the bound is far) would
-        // otherwise starve a ComObject on the same thread: spend the task's
-        // cooperative budget, yielding now and then (a no-op outside tokio).
-        tokio::task::consume_budget().await;
+        // otherwise starve a ComObject on the same thread: it yields once a
+        // batch is queued for the actor to write. An actor on another
+        // thread drains the outbox before a batch fills, so the task's
+        // cooperative budget is spent too, every few sends, to let the
+        // other tasks of this thread run (a no-op outside tokio).
+        if self.push(entry, m) {
+            tokio::task::yield_now().await;
+        } else if spend_budget_now() {
+            tokio::task::consume_budget().await;
+        }
         Ok(())
     }
 
@@ -552,4 +560,19 @@ impl SiteRef {
 #[doc(hidden)]
 pub struct BusyGuard {
     _release: std::sync::mpsc::Sender<()>,
+}
+
+/// True on every 8th send of this thread: the cooperative budget is spent
+/// then, so a send loop that never waits still yields to the other tasks
+/// of its thread (after 1,024 sends), without making every 128th send
+/// yield to the site's actor with a small batch.
+fn spend_budget_now() -> bool {
+    thread_local! {
+        static SENDS: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+    }
+    SENDS.with(|c| {
+        let n = c.get().wrapping_add(1);
+        c.set(n);
+        n % 8 == 0
+    })
 }
