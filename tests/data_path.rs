@@ -93,3 +93,59 @@ fn no_wake_is_lost_when_many_threads_send() {
         m.messages_queued
     );
 }
+
+/// Small messages share frames on a real socket (PACKED frames, protocol
+/// version 2): 2,000 queued 64 B messages take about their own bytes on the
+/// wire, not a 32 B frame header and a 28 B prelude each.
+#[test]
+fn queued_small_messages_share_frames_on_the_wire() {
+    const N: u64 = 2_000;
+    let server = listening_node_on(Runtime::dedicated("pk-server"));
+    let sink = Sink::install(&server, N + 1, Some(64));
+    let client = Node::builder()
+        .runtime(Runtime::dedicated("pk-client"))
+        .start()
+        .unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let body = bytes::Bytes::from(vec![7u8; 64]);
+    let opts = || SendOptions::default().body(body.clone());
+    site.send_blocking(&Numbered { stream: 0, seq: 0 }, opts())
+        .unwrap();
+    while sink.total.load(std::sync::atomic::Ordering::Acquire) < 1 {
+        std::thread::yield_now();
+    }
+    let sent_bytes = || -> u64 {
+        client
+            .stats()
+            .per_site
+            .iter()
+            .map(|s| s.bytes_sent[2])
+            .sum()
+    };
+    let before = sent_bytes();
+    // Everything is queued before the ComObject writes any of it.
+    let guard = site.hold_busy();
+    for seq in 1..=N {
+        site.try_send_with(&Numbered { stream: 0, seq }, opts())
+            .unwrap();
+    }
+    drop(guard);
+    sink.wait_blocking();
+    site.flush_blocking(PATIENCE).unwrap();
+    // Each message alone would be at least a frame header, a prelude and
+    // its body; packed, an entry head (9 B), its header (at most 13 B of
+    // MessagePack here) and its body, plus a frame header per ~750.
+    let alone = N * (32 + 28 + 64);
+    let packed_at_most = N * (9 + 13 + 64) + 32 * (N / 700 + 1);
+    // The statistics are published by the ComObject's turns.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while sent_bytes() - before < N * 64 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let wire = sent_bytes() - before;
+    assert!(wire >= N * 64, "statistics published: {wire} B");
+    assert!(
+        wire <= packed_at_most,
+        "{N} messages of 64 B took {wire} B of frames (one frame each: {alone} B; packed: at most {packed_at_most} B)"
+    );
+}

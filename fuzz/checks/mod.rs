@@ -5,5 +5,6 @@
 
 pub mod frame_header;
 pub mod handshake;
+pub mod packed;
 pub mod prelude;
 pub mod session_input;

@@ -58,7 +58,7 @@ fn prelude_payload() -> impl Strategy<Value = Vec<u8>> {
 fn loose_frame(kinds: std::ops::RangeInclusive<u8>) -> impl Strategy<Value = Vec<u8>> {
     (
         any::<bool>(),
-        prop_oneof![20 => Just(1u8), 1 => any::<u8>()],
+        prop_oneof![20 => Just(PROTOCOL_VERSION), 1 => any::<u8>()],
         prop_oneof![6 => kinds, 1 => any::<u8>()],
         prop_oneof![10 => 1u8..=5, 1 => any::<u8>()],
         prop_oneof![10 => 0u8..=3, 1 => any::<u8>()],
@@ -66,13 +66,20 @@ fn loose_frame(kinds: std::ops::RangeInclusive<u8>) -> impl Strategy<Value = Vec
         prop_oneof![10 => Just(0u64), 3 => 0u64..=4, 1 => any::<u64>()],
         prop_oneof![5 => 1u64..=4, 1 => any::<u64>()],
         prop_oneof![5 => Just(0u64), 3 => 0u64..=600, 1 => any::<u64>()],
-        prop_oneof![3 => prelude_payload(), 2 => prop::collection::vec(any::<u8>(), 0..300)],
+        prop_oneof![
+            3 => prelude_payload(),
+            2 => packed_payload(),
+            2 => prop::collection::vec(any::<u8>(), 0..300),
+        ],
     )
         .prop_map(
             |(consistent, version, kind, lane, flags, len, ack, number, offset, payload)| {
                 let (mut lane, mut flags, mut number, mut offset) = (lane, flags, number, offset);
                 if consistent {
-                    if kind == 0 {
+                    if kind == FrameKind::Packed as u8 {
+                        lane = 1 + lane % 4;
+                        (flags, number, offset) = (3, number.max(1), 0);
+                    } else if kind == 0 {
                         lane = 1 + lane % 4;
                         flags &= 3;
                         if flags & 2 == 0 {
@@ -98,6 +105,34 @@ fn loose_frame(kinds: std::ops::RangeInclusive<u8>) -> impl Strategy<Value = Vec
                 v
             },
         )
+}
+
+/// A packed frame's payload: entries that are mostly well formed (so the
+/// delivery and numbering rules are reached), now and then with a wrong
+/// kind, lengths past the payload's end, or trailing bytes.
+fn packed_payload() -> impl Strategy<Value = Vec<u8>> {
+    let entry = (
+        prop_oneof![10 => 0u8..=2, 1 => any::<u8>()],
+        0u16..40,
+        prop_oneof![10 => 0u16..300, 1 => any::<u16>()],
+    )
+        .prop_map(|(kind, header_len, body_len)| {
+            let mut v = vec![kind];
+            v.extend_from_slice(&77u32.to_le_bytes());
+            v.extend_from_slice(&header_len.to_le_bytes());
+            v.extend_from_slice(&body_len.to_le_bytes());
+            if kind != 0 {
+                v.extend_from_slice(&9u64.to_le_bytes());
+            }
+            let content = (header_len as usize + body_len as usize).min(400);
+            v.extend_from_slice(&slice(body_len as usize, content));
+            v
+        });
+    (
+        prop::collection::vec(entry, 0..6),
+        prop::collection::vec(any::<u8>(), 0..3),
+    )
+        .prop_map(|(entries, tail)| [entries.concat(), tail].concat())
 }
 
 /// Pieces of a garbage stream: raw bytes or loose frames.
@@ -380,7 +415,7 @@ proptest! {
     /// the reassembly budget is whole again once the session is gone.
     #[test]
     fn session_survives_structured_garbage(
-        data in garbage(0..=10, valid_data()),
+        data in garbage(0..=11, valid_data()),
         chunks in chunk_sizes(),
         buffer_size in MIN_BUFFER..=70_000,
         max_message in prop_oneof![Just(1u64 << 28), 0u64..500],

@@ -59,3 +59,8 @@ fn prelude_inputs_replay() {
 fn session_input_inputs_replay() {
     replay("session_input", checks::session_input::check);
 }
+
+#[test]
+fn packed_inputs_replay() {
+    replay("packed", checks::packed::check);
+}
