@@ -49,5 +49,9 @@ pub fn check(data: &[u8]) {
         write_entry(&m, &mut ring);
     }
     let (x, y) = ring.chunks();
-    assert_eq!([x, y].concat(), payload, "decode/encode round trip changed the payload");
+    assert_eq!(
+        [x, y].concat(),
+        payload,
+        "decode/encode round trip changed the payload"
+    );
 }

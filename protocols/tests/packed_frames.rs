@@ -204,7 +204,10 @@ fn the_documented_example_is_what_is_written() {
     let mut arena = bytes::BytesMut::new();
     let mut entries = packed::Entries::new(3, (&frame[32..], &[]), 1 << 20);
     let first = entries.next_entry(&mut arena).unwrap().unwrap();
-    assert_eq!((&first.header[..], &first.body[..]), (&[0xaa][..], &[1, 2][..]));
+    assert_eq!(
+        (&first.header[..], &first.body[..]),
+        (&[0xaa][..], &[1, 2][..])
+    );
     let second = entries.next_entry(&mut arena).unwrap().unwrap();
     assert_eq!((&second.header[..], &second.body[..]), (&[][..], &[3][..]));
     assert!(entries.next_entry(&mut arena).is_none());
