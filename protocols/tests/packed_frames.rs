@@ -212,3 +212,20 @@ fn the_documented_example_is_what_is_written() {
     assert_eq!((&second.header[..], &second.body[..]), (&[][..], &[3][..]));
     assert!(entries.next_entry(&mut arena).is_none());
 }
+
+/// Regression: on a channel of the smallest buffer (4 KiB), a message
+/// whose packed entry is 4 KiB can never fit a packed frame (4,064
+/// payload bytes at most); the sender waited for room for it for ever.
+/// It now goes in DATA frames.
+#[test]
+fn an_entry_larger_than_any_frame_of_the_channel_goes_in_data_frames() {
+    let mut pair = Pair::new(MIN_BUFFER as usize, SessionConfig::default());
+    let header = 4u32.to_le_bytes().len();
+    let m = small(3, 7, PACK_MAX_ENTRY - packed::ENTRY_HEAD_LEN - header);
+    assert_eq!(packed::entry_len(&m), Some(PACK_MAX_ENTRY));
+    pair.a.send(m);
+    pair.a.send(small(3, 8, 10));
+    pair.a_to_b(usize::MAX).unwrap();
+    assert_eq!(pair.b.delivered.len(), 2, "nothing stalls");
+    assert!(pair.b.tap.count(FrameKind::Data) >= 2);
+}

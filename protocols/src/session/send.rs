@@ -235,8 +235,9 @@ impl Sender {
     /// Writes the small whole messages at the front of level `i`'s queue
     /// into one `PACKED` frame (`packed.rs`), as many as fit, numbered one
     /// after the other. `None` if the front message is not packed (it goes
-    /// alone in `DATA` frames); `Some(false)` if it is, but the buffer has
-    /// no room for it now.
+    /// alone in `DATA` frames: too large, or larger than this channel's
+    /// frames); `Some(false)` if it is, but the buffer has no room for it
+    /// now.
     fn write_packed(
         &mut self,
         i: usize,
@@ -249,6 +250,11 @@ impl Sender {
         let t = self.traffic.as_deref_mut()?;
         let queue = &t.queues[i];
         let first = packed::entry_len(queue.front()?)?;
+        if first > max_payload {
+            // It would never fit this channel's frames (a 4 KiB buffer
+            // takes 4,064 payload bytes): DATA frames carry it.
+            return None;
+        }
         let room = out.free().saturating_sub(HEADER_LEN).min(max_payload);
         if first > room {
             return Some(false);
