@@ -192,12 +192,12 @@ impl FrameHeader {
             msg_number,
             frag_offset,
         };
+        // Application messages use lanes 1..=4; lane 5 is the protocol's.
+        if !kind.is_control() && !(1..=4).contains(&lane) {
+            return Err(FrameError::Lane(lane));
+        }
         match kind {
             FrameKind::Data => {
-                // Application messages use lanes 1..=4; lane 5 is the protocol's.
-                if !(1..=4).contains(&lane) {
-                    return Err(FrameError::Lane(lane));
-                }
                 // The number is carried on the last fragment and only there.
                 if header.is_last() == (msg_number == 0) {
                     return Err(FrameError::Numbering {
@@ -210,9 +210,6 @@ impl FrameHeader {
                 }
             }
             FrameKind::Packed => {
-                if !(1..=4).contains(&lane) {
-                    return Err(FrameError::Lane(lane));
-                }
                 // Whole messages only, numbered from `msg_number`.
                 if flags != FLAGS_KNOWN || msg_number == 0 || frag_offset != 0 {
                     return Err(FrameError::PackedFields {

@@ -45,6 +45,19 @@ pub enum MessageKind {
     Reply = 2,
 }
 
+impl MessageKind {
+    /// Decodes a kind code (in the prelude and in a packed entry's head);
+    /// `None` for an unknown one.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::OneWay),
+            1 => Some(Self::Request),
+            2 => Some(Self::Reply),
+            _ => None,
+        }
+    }
+}
+
 /// The fixed part in front of every message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prelude {
@@ -81,12 +94,7 @@ impl Prelude {
 
     /// Decodes a prelude; `None` if the kind byte or reserved bytes are invalid.
     pub fn decode(b: &[u8; PRELUDE_LEN]) -> Option<Self> {
-        let kind = match b[4] {
-            0 => MessageKind::OneWay,
-            1 => MessageKind::Request,
-            2 => MessageKind::Reply,
-            _ => return None,
-        };
+        let kind = MessageKind::from_u8(b[4])?;
         if b[5..8] != [0, 0, 0] {
             return None;
         }

@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use crate::byte_buffer::ByteBuffer;
 use crate::error::ProtocolError;
 use crate::message::{MessageKind, OutMessage, Prelude};
-use crate::reassembly::extract_bytes;
+use crate::reassembly::{copy_at, extract_bytes};
 
 /// Length of an entry head for a one-way message.
 pub const ENTRY_HEAD_LEN: usize = 9;
@@ -114,20 +114,6 @@ impl<'a> Entries<'a> {
         self.a.len() + self.b.len()
     }
 
-    /// Copies `dst.len()` bytes at `at` of `a` + `b` (the caller checked
-    /// they are there).
-    fn copy(&self, at: usize, dst: &mut [u8]) {
-        let (a, b) = (self.a, self.b);
-        let n = dst.len();
-        if at >= a.len() {
-            dst.copy_from_slice(&b[at - a.len()..at - a.len() + n]);
-        } else {
-            let k = (a.len() - at).min(n);
-            dst[..k].copy_from_slice(&a[at..at + k]);
-            dst[k..].copy_from_slice(&b[..n - k]);
-        }
-    }
-
     /// Decodes the next entry's head and checks its lengths; returns the
     /// prelude and where its header starts.
     fn next_head(&self) -> Result<(Prelude, usize), ProtocolError> {
@@ -139,19 +125,15 @@ impl<'a> Entries<'a> {
         if left < ENTRY_HEAD_LEN {
             return Err(malformed("payload ends inside an entry head"));
         }
+        // The longest head there can be, or what is left of the payload.
         let mut h = [0u8; ENTRY_HEAD_CORR_LEN];
-        self.copy(self.at, &mut h[..ENTRY_HEAD_LEN]);
-        let kind = match h[0] {
-            0 => MessageKind::OneWay,
-            1 => MessageKind::Request,
-            2 => MessageKind::Reply,
-            _ => return Err(malformed("unknown message kind")),
-        };
+        let have = left.min(ENTRY_HEAD_CORR_LEN);
+        copy_at(self.a, self.b, self.at, &mut h[..have]);
+        let kind = MessageKind::from_u8(h[0]).ok_or_else(|| malformed("unknown message kind"))?;
         let head = head_len(kind);
-        if left < head {
+        if have < head {
             return Err(malformed("payload ends inside an entry head"));
         }
-        self.copy(self.at, &mut h[..head]);
         let prelude = Prelude {
             type_id: u32::from_le_bytes([h[1], h[2], h[3], h[4]]),
             kind,

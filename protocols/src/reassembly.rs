@@ -385,14 +385,9 @@ pub(crate) fn extract_bytes(
     if arena.capacity() - arena.len() < len {
         *arena = BytesMut::with_capacity(ARENA_CHUNK);
     }
-    if at < a.len() {
-        let n = (a.len() - at).min(len);
-        arena.extend_from_slice(&a[at..at + n]);
-        arena.extend_from_slice(&b[..len - n]);
-    } else {
-        let at = at - a.len();
-        arena.extend_from_slice(&b[at..at + len]);
-    }
+    let (x, y) = sub_slices(a, b, at, len);
+    arena.extend_from_slice(x);
+    arena.extend_from_slice(y);
     arena.split().freeze()
 }
 
@@ -443,9 +438,7 @@ pub fn first_prelude(
         });
     }
     let mut pb = [0u8; PRELUDE_LEN];
-    let k = a.len().min(PRELUDE_LEN);
-    pb[..k].copy_from_slice(&a[..k]);
-    pb[k..].copy_from_slice(&b[..PRELUDE_LEN - k]);
+    copy_at(a, b, 0, &mut pb);
     // The error's text is built only on the error path (`ok_or` built it
     // for every message: an allocation per message received).
     let prelude = Prelude::decode(&pb).ok_or_else(|| ProtocolError::Malformed {
@@ -462,18 +455,39 @@ pub fn first_prelude(
     Ok(prelude)
 }
 
+/// The `len` bytes at `at` of the concatenation of `a` and `b` (a payload
+/// the ring's wrap split in two), as up to two slices.
+#[inline]
+pub(crate) fn sub_slices<'a>(
+    a: &'a [u8],
+    b: &'a [u8],
+    at: usize,
+    len: usize,
+) -> (&'a [u8], &'a [u8]) {
+    if at < a.len() {
+        let n = (a.len() - at).min(len);
+        (&a[at..at + n], &b[..len - n])
+    } else {
+        let at = at - a.len();
+        (&b[at..at + len], &[])
+    }
+}
+
+/// Copies `dst.len()` bytes at `at` of `a` + `b` into `dst`.
+#[inline]
+pub(crate) fn copy_at(a: &[u8], b: &[u8], at: usize, dst: &mut [u8]) {
+    let (x, y) = sub_slices(a, b, at, dst.len());
+    dst[..x.len()].copy_from_slice(x);
+    dst[x.len()..].copy_from_slice(y);
+}
+
 /// Copies `len` bytes starting at `at` of the concatenation of `a` and `b`
 /// into an exactly sized `Vec`.
 fn extract(a: &[u8], b: &[u8], at: usize, len: usize) -> Vec<u8> {
+    let (x, y) = sub_slices(a, b, at, len);
     let mut v = Vec::with_capacity(len);
-    if at < a.len() {
-        let n = (a.len() - at).min(len);
-        v.extend_from_slice(&a[at..at + n]);
-        v.extend_from_slice(&b[..len - n]);
-    } else {
-        let at = at - a.len();
-        v.extend_from_slice(&b[at..at + len]);
-    }
+    v.extend_from_slice(x);
+    v.extend_from_slice(y);
     v
 }
 

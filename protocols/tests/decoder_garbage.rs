@@ -8,7 +8,7 @@ mod common;
 use std::time::Instant;
 
 use bytes::Bytes;
-use common::{frame_bytes, params, slice, working_session};
+use common::{frame_bytes, fresh, params, slice, working_session};
 use proptest::prelude::*;
 use sitenet_protocols::frame::{
     FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST, HEADER_LEN, MAX_FRAME_PAYLOAD,
@@ -520,14 +520,6 @@ fn whole(lane: u8, number: u64, body: usize) -> Vec<u8> {
     frame_bytes(
         &data_header(lane, FLAG_FIRST | FLAG_LAST, p.len() as u32, number, 0),
         &p,
-    )
-}
-
-fn fresh() -> Session {
-    working_session(
-        SessionConfig::default(),
-        ReassemblyBudget::new(1 << 30),
-        MIN_BUFFER,
     )
 }
 

@@ -10,7 +10,7 @@ mod common;
 use std::time::Instant;
 
 use bytes::Bytes;
-use common::{frame_bytes, slice, working_session, Pair};
+use common::{frame_bytes, fresh, slice, working_session, Pair};
 use sitenet_protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST};
 use sitenet_protocols::handshake::MIN_BUFFER;
 use sitenet_protocols::packed::{self, PACK_MAX_ENTRY};
@@ -18,14 +18,6 @@ use sitenet_protocols::{
     ByteBuffer, InMessage, MessageKind, OutMessage, Prelude, Priority, ProtocolError,
     ReassemblyBudget, Session, SessionConfig,
 };
-
-fn fresh() -> Session {
-    working_session(
-        SessionConfig::default(),
-        ReassemblyBudget::new(1 << 30),
-        MIN_BUFFER,
-    )
-}
 
 fn feed(s: &mut Session, data: &[u8]) -> Result<Vec<InMessage>, ProtocolError> {
     let mut input = ByteBuffer::new(64 * 1024);

@@ -64,6 +64,22 @@ struct Traffic {
     refused: Vec<(SendError, OutMessage)>,
 }
 
+/// A new message, numbered `n`, was completely written (its last fragment,
+/// or its packed entry): it leaves the queued bytes and awaits its
+/// acknowledgement in the ledger.
+fn sent(
+    queued_bytes: &mut u64,
+    ledger: &mut Ledger,
+    stats: &mut SessionStats,
+    n: u64,
+    msg: OutMessage,
+) {
+    *queued_bytes -= msg.wire_len();
+    stats.sent += 1;
+    stats.sent_by_level[msg.priority.index()] += 1;
+    ledger.record(n, msg);
+}
+
 impl Traffic {
     fn new(sched: &SchedulerConfig) -> Self {
         Self {
@@ -224,10 +240,7 @@ impl Sender {
         if w.done {
             let ip = self.current.take(i).expect("in progress");
             let n = ip.number.expect("numbered on its last fragment");
-            self.queued_bytes -= ip.msg.wire_len();
-            t.ledger.record(n, ip.msg);
-            stats.sent += 1;
-            stats.sent_by_level[i] += 1;
+            sent(&mut self.queued_bytes, &mut t.ledger, stats, n, ip.msg);
         }
         true
     }
@@ -259,7 +272,7 @@ impl Sender {
         if first > room {
             return Some(false);
         }
-        let (mut count, mut payload) = (1u64, first);
+        let (mut count, mut payload) = (1, first);
         for m in queue.iter().skip(1) {
             match packed::entry_len(m) {
                 Some(len) if payload + len <= room => {
@@ -287,14 +300,17 @@ impl Sender {
             let m = t.queues[i].pop_front().expect("counted above");
             packed::write_entry(&m, out);
             self.last_sent += 1;
-            self.queued_bytes -= m.wire_len();
-            t.ledger.record(self.last_sent, m);
+            sent(
+                &mut self.queued_bytes,
+                &mut t.ledger,
+                stats,
+                self.last_sent,
+                m,
+            );
         }
         let frame_len = HEADER_LEN + payload;
         t.sched.charge(p, frame_len, true, now);
         stats.bytes_by_level[i] += frame_len as u64;
-        stats.sent += count;
-        stats.sent_by_level[i] += count;
         Some(true)
     }
 

@@ -92,6 +92,29 @@ pub struct Seen {
     pub header: FrameHeader,
 }
 
+/// The numbers of the messages in the packed frame `h` with `payload`,
+/// which must decode (a correct sender wrote it).
+pub fn packed_numbers(h: &FrameHeader, payload: &[u8]) -> Vec<u64> {
+    let mut arena = bytes::BytesMut::new();
+    let mut entries = sitenet_protocols::packed::Entries::new(h.lane, (payload, &[]), u64::MAX);
+    let mut numbers = Vec::new();
+    while let Some(e) = entries.next_entry(&mut arena) {
+        e.unwrap_or_else(|e| panic!("sender wrote an invalid packed entry: {e}"));
+        numbers.push(h.msg_number + numbers.len() as u64);
+    }
+    numbers
+}
+
+/// A working session with default settings, the smallest buffer and a
+/// 1 GiB reassembly budget: the receiver the decoding tests feed.
+pub fn fresh() -> Session {
+    working_session(
+        SessionConfig::default(),
+        ReassemblyBudget::new(1 << 30),
+        sitenet_protocols::handshake::MIN_BUFFER,
+    )
+}
+
 /// The numbers of the messages that the whole frames in `bytes` complete,
 /// in wire order: a DATA frame's on its last fragment, and one for each
 /// message of a PACKED frame.
@@ -105,17 +128,7 @@ pub fn completed_numbers(bytes: &[u8]) -> Vec<u64> {
         off += HEADER_LEN + h.payload_len as usize;
         match h.kind {
             FrameKind::Data if h.is_last() => numbers.push(h.msg_number),
-            FrameKind::Packed => {
-                let mut arena = bytes::BytesMut::new();
-                let mut entries =
-                    sitenet_protocols::packed::Entries::new(h.lane, (payload, &[]), u64::MAX);
-                let mut n = h.msg_number;
-                while let Some(e) = entries.next_entry(&mut arena) {
-                    e.expect("a valid packed entry");
-                    numbers.push(n);
-                    n += 1;
-                }
-            }
+            FrameKind::Packed => numbers.extend(packed_numbers(&h, payload)),
             _ => {}
         }
     }
@@ -253,17 +266,12 @@ impl FrameTap {
             "lane {}: packed messages while one is partly sent",
             h.lane
         );
-        let mut arena = bytes::BytesMut::new();
-        let mut entries = sitenet_protocols::packed::Entries::new(h.lane, (payload, &[]), u64::MAX);
-        let mut n = h.msg_number;
-        while let Some(e) = entries.next_entry(&mut arena) {
-            e.unwrap_or_else(|e| panic!("sender wrote an invalid packed entry: {e}"));
+        for n in packed_numbers(&h, payload) {
             if n > self.last_number {
                 assert_eq!(n, self.last_number + 1, "message numbers on the wire skip");
                 self.last_number = n;
             }
             self.packed_messages += 1;
-            n += 1;
         }
     }
 
