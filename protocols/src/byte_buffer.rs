@@ -6,15 +6,57 @@
 //! not use `FramedRead`/`FramedWrite`, whose buffers grow). The marshaler
 //! writes frames into the output buffer while it has room; the socket drains it.
 //! The socket fills the input buffer; the unmarshaler consumes whole frames.
+//!
+//! # Shared pieces (zero-copy bodies)
+//!
+//! An output buffer may also carry *shared pieces*: slices of message bodies
+//! queued by reference ([`push_shared`](ByteBuffer::push_shared)) between
+//! the ring's bytes, instead of being copied into the ring. The marshaler
+//! puts frame headers and small parts in the ring and large body parts in
+//! shared pieces, and the driver writes both in order with one vectored
+//! write ([`io_slices`](ByteBuffer::io_slices)), so a 64 KiB body goes from
+//! the application's `Bytes` to the socket without a copy (BMI's list I/O).
+//! A shared piece costs no memory of its own (the message holds its body
+//! until acknowledged anyway); the bound [`with_shared`](ByteBuffer::with_shared)
+//! sets limits only how many bytes wait in front of the next frame the
+//! scheduler picks, which is what a high-priority message waits behind.
 
-/// A fixed-capacity ring of bytes.
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes};
+
+/// A slice of a message body queued by reference.
+#[derive(Debug)]
+struct Piece {
+    /// Ring bytes written before it since the buffer was made (it goes out
+    /// once the ring is consumed up to there).
+    at: u64,
+    data: Bytes,
+}
+
+/// The shared pieces of an output buffer.
+#[derive(Debug)]
+struct Shared {
+    limit: usize,
+    pieces: VecDeque<Piece>,
+    /// Bytes the pieces hold.
+    bytes: usize,
+}
+
+/// A fixed-capacity ring of bytes, with shared pieces in between when
+/// enabled (see the module documentation).
 ///
-/// Invariant: `len <= cap`; the data occupies `len` bytes starting at `head`,
-/// wrapping at the end of the storage.
+/// Invariant: `len <= cap`; the ring's data occupies `len` bytes starting at
+/// `head`, wrapping at the end of the storage.
 pub struct ByteBuffer {
     buf: Box<[u8]>,
     head: usize,
     len: usize,
+    /// Ring bytes ever pushed and ever consumed: where shared pieces sit.
+    pushed: u64,
+    consumed: u64,
+    shared: Option<Box<Shared>>,
 }
 
 impl std::fmt::Debug for ByteBuffer {
@@ -22,6 +64,7 @@ impl std::fmt::Debug for ByteBuffer {
         f.debug_struct("ByteBuffer")
             .field("capacity", &self.buf.len())
             .field("len", &self.len)
+            .field("shared", &self.shared_len())
             .finish()
     }
 }
@@ -34,27 +77,68 @@ impl ByteBuffer {
             buf: vec![0; capacity].into_boxed_slice(),
             head: 0,
             len: 0,
+            pushed: 0,
+            consumed: 0,
+            shared: None,
         }
     }
 
-    /// Total capacity.
+    /// An output buffer of `capacity` ring bytes that also takes up to
+    /// `shared_limit` bytes of shared pieces (module documentation).
+    pub fn with_shared(capacity: usize, shared_limit: usize) -> Self {
+        let mut b = Self::new(capacity);
+        b.shared = (shared_limit > 0).then(|| {
+            Box::new(Shared {
+                limit: shared_limit,
+                pieces: VecDeque::new(),
+                bytes: 0,
+            })
+        });
+        b
+    }
+
+    /// Total capacity of the ring.
     pub fn capacity(&self) -> usize {
         self.buf.len()
     }
 
-    /// Bytes stored.
+    /// Bytes stored: the ring's and the shared pieces'.
     pub fn len(&self) -> usize {
-        self.len
+        self.len + self.shared_len()
     }
 
     /// True if nothing is stored.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
-    /// Free bytes.
+    /// Free bytes of the ring.
     pub fn free(&self) -> usize {
         self.buf.len() - self.len
+    }
+
+    /// Bytes held in shared pieces.
+    pub fn shared_len(&self) -> usize {
+        self.shared.as_ref().map_or(0, |s| s.bytes)
+    }
+
+    /// How many more bytes [`push_shared`](Self::push_shared) takes now (0
+    /// on a buffer without shared pieces).
+    pub fn shared_room(&self) -> usize {
+        self.shared.as_ref().map_or(0, |s| s.limit - s.bytes)
+    }
+
+    /// Queues `data` after everything stored, by reference. Panics beyond
+    /// [`shared_room`](Self::shared_room): callers size frames to fit.
+    pub fn push_shared(&mut self, data: Bytes) {
+        let at = self.pushed;
+        let s = self.shared.as_mut().expect("a buffer with shared pieces");
+        assert!(data.len() <= s.limit - s.bytes, "shared pieces overflow");
+        if data.is_empty() {
+            return;
+        }
+        s.bytes += data.len();
+        s.pieces.push_back(Piece { at, data });
     }
 
     /// Wraps a position in `0..2*cap` into the ring (a subtraction, not a
@@ -72,8 +156,9 @@ impl ByteBuffer {
         self.wrap(self.head + self.len)
     }
 
-    /// Appends all of `data`. Panics if it does not fit: callers check
-    /// [`free`](Self::free) first (the marshaler sizes every frame to fit).
+    /// Appends all of `data` to the ring. Panics if it does not fit: callers
+    /// check [`free`](Self::free) first (the marshaler sizes every frame to
+    /// fit).
     pub fn push(&mut self, data: &[u8]) {
         assert!(data.len() <= self.free(), "ByteBuffer overflow");
         let cap = self.buf.len();
@@ -83,6 +168,7 @@ impl ByteBuffer {
         let rest = data.len() - first;
         self.buf[..rest].copy_from_slice(&data[first..]);
         self.len += data.len();
+        self.pushed += data.len() as u64;
     }
 
     /// The largest contiguous free region, to read from a socket into. Call
@@ -103,10 +189,14 @@ impl ByteBuffer {
     pub fn commit(&mut self, n: usize) {
         assert!(n <= self.free(), "commit past capacity");
         self.len += n;
+        self.pushed += n as u64;
     }
 
-    /// The stored data as up to two slices, in order (to write to a socket).
+    /// The ring's data as up to two slices, in order (an input buffer's
+    /// bytes, or an output buffer without shared pieces; an output buffer
+    /// is written with [`io_slices`](Self::io_slices)).
     pub fn chunks(&self) -> (&[u8], &[u8]) {
+        debug_assert_eq!(self.shared_len(), 0, "chunks() misses shared pieces");
         let cap = self.buf.len();
         let first = self.len.min(cap - self.head);
         (
@@ -115,8 +205,53 @@ impl ByteBuffer {
         )
     }
 
-    /// Copies `dst.len()` bytes starting `offset` bytes into the data, without
-    /// consuming them. Returns false if not that many bytes are stored.
+    /// Fills `dst` with the stored bytes in order (ring runs and shared
+    /// pieces), at most `max` bytes; returns how many slices it filled. The
+    /// driver writes them with one vectored write and then
+    /// [`consume`](Self::consume)s what the socket took.
+    pub fn io_slices<'a>(&'a self, dst: &mut [IoSlice<'a>], max: usize) -> usize {
+        let mut n = 0;
+        let mut left = max;
+        // Ring bytes not yet placed: offset into the ring's data.
+        let mut ring_off = 0usize;
+        let mut push = |s: &'a [u8], n: &mut usize, left: &mut usize| -> bool {
+            if *n == dst.len() || *left == 0 {
+                return false;
+            }
+            if !s.is_empty() {
+                let s = &s[..s.len().min(*left)];
+                dst[*n] = IoSlice::new(s);
+                *n += 1;
+                *left -= s.len();
+            }
+            true
+        };
+        let pieces = self.shared.as_ref().map(|s| &s.pieces);
+        for p in pieces.into_iter().flatten() {
+            let upto = (p.at - self.consumed) as usize;
+            if upto > ring_off {
+                let (a, b) = self.slices(ring_off, upto - ring_off);
+                if !push(a, &mut n, &mut left) || !push(b, &mut n, &mut left) {
+                    return n;
+                }
+                ring_off = upto;
+            }
+            if !push(&p.data, &mut n, &mut left) {
+                return n;
+            }
+        }
+        if self.len > ring_off {
+            let (a, b) = self.slices(ring_off, self.len - ring_off);
+            if push(a, &mut n, &mut left) {
+                push(b, &mut n, &mut left);
+            }
+        }
+        n
+    }
+
+    /// Copies `dst.len()` bytes starting `offset` bytes into the ring's
+    /// data, without consuming them. Returns false if not that many bytes
+    /// are stored.
     pub fn peek(&self, offset: usize, dst: &mut [u8]) -> bool {
         if offset + dst.len() > self.len {
             return false;
@@ -130,7 +265,7 @@ impl ByteBuffer {
         true
     }
 
-    /// The `n` stored bytes starting at `offset`, as up to two slices.
+    /// The `n` ring bytes starting at `offset`, as up to two slices.
     pub fn slices(&self, offset: usize, n: usize) -> (&[u8], &[u8]) {
         assert!(offset + n <= self.len, "slice past the stored data");
         let cap = self.buf.len();
@@ -139,10 +274,41 @@ impl ByteBuffer {
         (&self.buf[start..start + first], &self.buf[..n - first])
     }
 
-    /// Drops `n` bytes from the front.
+    /// Drops `n` bytes from the front (ring bytes and shared pieces, in
+    /// their order).
     pub fn consume(&mut self, n: usize) {
+        assert!(n <= self.len(), "consume past the stored data");
+        let mut n = n;
+        while n > 0 {
+            let consumed = self.consumed;
+            let Some(s) = self.shared.as_deref_mut() else {
+                break;
+            };
+            let Some(p) = s.pieces.front_mut() else {
+                break;
+            };
+            let gap = (p.at - consumed) as usize;
+            if gap == 0 {
+                let k = p.data.len().min(n);
+                p.data.advance(k);
+                s.bytes -= k;
+                n -= k;
+                if p.data.is_empty() {
+                    s.pieces.pop_front();
+                }
+            } else {
+                let k = gap.min(n);
+                self.consume_ring(k);
+                n -= k;
+            }
+        }
+        self.consume_ring(n);
+    }
+
+    fn consume_ring(&mut self, n: usize) {
         assert!(n <= self.len, "consume past the stored data");
         self.len -= n;
+        self.consumed += n as u64;
         self.head = if self.len == 0 {
             // Restart at 0 so the next read gets the largest contiguous region.
             0
@@ -153,8 +319,31 @@ impl ByteBuffer {
 
     /// Discards everything (a channel that is closed).
     pub fn clear(&mut self) {
+        self.consumed += self.len as u64;
         self.head = 0;
         self.len = 0;
+        if let Some(s) = &mut self.shared {
+            s.pieces.clear();
+            s.bytes = 0;
+        }
+    }
+
+    /// Replaces the ring by one of `size` bytes (at least what it holds),
+    /// keeping its contents and shared pieces; returns the change in ring
+    /// bytes (a channel's rings shrink while it idles and grow back).
+    pub fn resize(&mut self, size: usize) -> i64 {
+        let size = size.max(self.len);
+        if self.capacity() == size {
+            return 0;
+        }
+        let before = self.capacity() as i64;
+        let mut buf = vec![0; size].into_boxed_slice();
+        let (a, b) = self.slices(0, self.len);
+        buf[..a.len()].copy_from_slice(a);
+        buf[a.len()..a.len() + b.len()].copy_from_slice(b);
+        self.buf = buf;
+        self.head = 0;
+        size as i64 - before
     }
 }
 
@@ -229,6 +418,57 @@ mod tests {
                 let want: Vec<u8> = model.iter().copied().collect();
                 prop_assert_eq!(got, want);
             }
+        }
+
+        /// With shared pieces, the buffer still behaves as one FIFO of
+        /// bytes: ring bytes and pieces come out in the order they were
+        /// queued, whatever the consumes cut, and only the ring's bytes
+        /// count against its capacity.
+        #[test]
+        fn shared_pieces_keep_the_byte_order(cap in 1usize..64, ops in prop::collection::vec((0u8..4, 0usize..100), 0..200)) {
+            let limit = 150;
+            let mut b = ByteBuffer::with_shared(cap, limit);
+            let mut model: std::collections::VecDeque<u8> = Default::default();
+            let mut next = 0u8;
+            let mut gen = |n: usize| -> Vec<u8> { (0..n).map(|_| { next = next.wrapping_add(1); next }).collect() };
+            for (op, n) in ops {
+                match op {
+                    0 => {
+                        let data = gen(n.min(b.free()));
+                        b.push(&data);
+                        model.extend(data);
+                    }
+                    1 => {
+                        let data = gen(n.min(b.shared_room()));
+                        model.extend(&data);
+                        b.push_shared(Bytes::from(data));
+                    }
+                    2 => {
+                        let n = n.min(b.len());
+                        b.consume(n);
+                        model.drain(..n);
+                    }
+                    _ => {
+                        // A bounded gather sees a prefix, in order.
+                        let mut s = [IoSlice::new(&[]); 3];
+                        let k = b.io_slices(&mut s, n);
+                        let got: Vec<u8> = s[..k].iter().flat_map(|x| x.iter().copied()).collect();
+                        prop_assert!(got.len() <= n);
+                        let want: Vec<u8> = model.iter().take(got.len()).copied().collect();
+                        prop_assert_eq!(got, want);
+                    }
+                }
+                prop_assert!(b.len() - b.shared_len() <= cap);
+                prop_assert!(b.shared_len() <= limit);
+                prop_assert_eq!(b.len(), model.len());
+                let mut s = [IoSlice::new(&[]); 512];
+                let k = b.io_slices(&mut s, usize::MAX);
+                let got: Vec<u8> = s[..k].iter().flat_map(|x| x.iter().copied()).collect();
+                let want: Vec<u8> = model.iter().copied().collect();
+                prop_assert_eq!(got, want);
+            }
+            b.clear();
+            prop_assert!(b.is_empty());
         }
     }
 }

@@ -4,7 +4,10 @@
 //! A message's wire bytes are its prelude, header and body parts in sequence.
 //! The marshaler keeps a cursor into them, so a 1 GiB body is copied into the
 //! ring a frame at a time and never needs a 1 GiB transport buffer; the body
-//! parts stay shared `Bytes` (no copy is made except into the ring).
+//! parts stay shared `Bytes`. On an output buffer that takes shared pieces
+//! (see [`ByteBuffer`]), body parts of at least [`SHARE_MIN`] bytes are not
+//! copied at all: the frame's header and small parts go into the ring and
+//! the large parts are queued by reference, for one vectored write.
 
 use bytes::Bytes;
 
@@ -15,6 +18,19 @@ use crate::message::{OutMessage, PRELUDE_LEN};
 /// Below this many free payload bytes a continuation frame is not started:
 /// tiny frames waste header bytes, and the buffer drains soon anyway.
 pub const MIN_FRAGMENT: usize = 256;
+
+/// Body parts with at least this many bytes left go out by reference when
+/// the output buffer takes shared pieces; smaller ones are cheaper to copy
+/// than to give a slot of their own in a vectored write.
+pub const SHARE_MIN: usize = 1024;
+
+/// Where a frame's payload ends in the message: bytes, and the cursor after.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    len: usize,
+    seg: usize,
+    pos: usize,
+}
 
 /// A message being marshaled, with its place.
 #[derive(Debug)]
@@ -77,11 +93,60 @@ impl InProgress {
         }
     }
 
-    /// The frame length this message would write next into `free` bytes, or
-    /// `None` if the space is too small to be worth a frame.
-    pub fn next_frame_len(&self, free: usize, max_payload: usize) -> Option<usize> {
+    /// Walks the payload of a frame from the cursor: at most `limit`
+    /// bytes, copying at most `ring` and sharing at most `shared` of them,
+    /// and calls `emit(segment, position, length, by_reference)` for each
+    /// piece. Whether a piece goes by reference depends only on the
+    /// segment and the shared room, never on `limit`, so a second walk
+    /// limited to the first walk's length takes the same pieces.
+    fn walk(
+        &self,
+        mut ring: usize,
+        mut shared: usize,
+        limit: usize,
+        mut emit: impl FnMut(usize, usize, usize, bool),
+    ) -> Span {
+        let (mut seg, mut pos, mut len) = (self.seg, self.pos, 0);
+        while len < limit {
+            let Some(s) = self.segment(seg) else {
+                break;
+            };
+            let rest = s.len() - pos;
+            if rest == 0 {
+                seg += 1;
+                pos = 0;
+                continue;
+            }
+            let in_frame = rest.min(limit - len);
+            let by_ref = seg >= 2 && rest >= SHARE_MIN && shared >= SHARE_MIN;
+            let room = if by_ref { &mut shared } else { &mut ring };
+            let take = in_frame.min(*room);
+            if take == 0 {
+                break;
+            }
+            *room -= take;
+            emit(seg, pos, take, by_ref);
+            len += take;
+            pos += take;
+            if take < in_frame {
+                break;
+            }
+        }
+        // Skip finished and empty segments so the cursor points at a byte
+        // to send.
+        while self.segment(seg).is_some_and(|s| s.len() == pos) {
+            seg += 1;
+            pos = 0;
+        }
+        Span { len, seg, pos }
+    }
+
+    /// The payload the next frame would carry in `out`, or `None` if the
+    /// room is too small to be worth a frame.
+    fn next_payload(&self, out: &ByteBuffer, max_payload: usize) -> Option<usize> {
         let remaining = (self.total - self.offset) as usize;
-        let room = free.checked_sub(HEADER_LEN)?.min(max_payload);
+        let ring = out.free().checked_sub(HEADER_LEN)?;
+        let span = self.walk(ring, out.shared_room(), max_payload, |_, _, _, _| {});
         let need = if self.offset == 0 {
             // The first fragment carries the whole prelude (the receiver sizes
             // the message from it) — or the whole message if smaller.
@@ -89,7 +154,7 @@ impl InProgress {
         } else {
             remaining.min(MIN_FRAGMENT)
         };
-        (room >= need).then(|| HEADER_LEN + remaining.min(room))
+        (span.len >= need.max(1)).then_some(span.len)
     }
 
     /// Writes the next frame into `out`. `ack` is piggy-backed; `assign`
@@ -102,8 +167,7 @@ impl InProgress {
         ack: u64,
         assign: impl FnOnce() -> u64,
     ) -> Option<Written> {
-        let frame_len = self.next_frame_len(out.free(), max_payload)?;
-        let payload = frame_len - HEADER_LEN;
+        let payload = self.next_payload(out, max_payload)?;
         let done = self.offset + payload as u64 == self.total;
         let mut flags = 0;
         if self.offset == 0 {
@@ -126,27 +190,23 @@ impl InProgress {
         let mut hb = [0u8; HEADER_LEN];
         header.encode(&mut hb);
         out.push(&hb);
-        let mut left = payload;
-        while left > 0 {
-            let (take, seg_len) = {
-                let seg = self.segment(self.seg).expect("cursor within the message");
-                let take = (seg.len() - self.pos).min(left);
-                out.push(&seg[self.pos..self.pos + take]);
-                (take, seg.len())
-            };
-            self.pos += take;
-            left -= take;
-            if self.pos == seg_len {
-                self.seg += 1;
-                self.pos = 0;
+        let (ring, shared) = (out.free(), out.shared_room());
+        let span = self.walk(ring, shared, payload, |seg, pos, len, by_ref| {
+            if by_ref {
+                out.push_shared(self.msg.body[seg - 2].slice(pos..pos + len));
+            } else {
+                let s = self.segment(seg).expect("walked");
+                out.push(&s[pos..pos + len]);
             }
-        }
-        // Skip empty segments so the cursor always points at a byte to send.
-        while self.segment(self.seg).is_some_and(|s| s.is_empty()) {
-            self.seg += 1;
-        }
+        });
+        debug_assert_eq!(span.len, payload, "the second walk takes the same pieces");
+        self.seg = span.seg;
+        self.pos = span.pos;
         self.offset += payload as u64;
-        Some(Written { frame_len, done })
+        Some(Written {
+            frame_len: HEADER_LEN + payload,
+            done,
+        })
     }
 
     /// Rewinds to the first byte (the channel was lost mid-message: it will

@@ -8,7 +8,7 @@ mod common;
 use std::time::Instant;
 
 use bytes::Bytes;
-use common::{frame_bytes, fresh, params, slice, working_session};
+use common::{frame_bytes, fresh, params, slice, take_out, working_session};
 use proptest::prelude::*;
 use sitenet_protocols::frame::{
     FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST, HEADER_LEN, MAX_FRAME_PAYLOAD,
@@ -450,10 +450,7 @@ proptest! {
         let mut stream = Vec::new();
         let now = pair.now;
         while pair.a.session.poll_transmit(now, &mut pair.a.out) > 0 {
-            let (x, y) = pair.a.out.chunks();
-            stream.extend_from_slice(x);
-            stream.extend_from_slice(y);
-            pair.a.out.clear();
+            stream.extend(take_out(&mut pair.a.out));
         }
         for (i, b) in flips {
             let i = i.index(stream.len());

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 mod common;
-use common::completed_numbers;
+use common::{completed_numbers, take_out};
 use sitenet_protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, HEADER_LEN};
 use sitenet_protocols::{
     ByteBuffer, ChannelParams, InMessage, OutMessage, Priority, ReassemblyBudget, Session,
@@ -37,7 +37,8 @@ impl Side {
     fn new() -> Self {
         Self {
             s: session(),
-            out: ByteBuffer::new(BUF as usize),
+            // Large body parts go by reference, as on a real channel.
+            out: ByteBuffer::with_shared(BUF as usize, 4 * BUF as usize),
             inb: ByteBuffer::new(BUF as usize),
             got: Vec::new(),
             written: 0,
@@ -142,11 +143,8 @@ impl Net {
         let mut moved = false;
         // A → wire, honouring the cut.
         self.a.s.poll_transmit(self.now, &mut self.a.out);
-        let (x, y) = self.a.out.chunks();
-        let mut bytes: Vec<u8> = x.to_vec();
-        bytes.extend_from_slice(y);
+        let bytes = take_out(&mut self.a.out);
         let n = bytes.len();
-        self.a.out.consume(n);
         if n > 0 {
             moved = true;
             let start = self.a.written;
@@ -171,9 +169,7 @@ impl Net {
         }
         // B → wire.
         self.b.s.poll_transmit(self.now, &mut self.b.out);
-        let (x, y) = self.b.out.chunks();
-        let bytes: Vec<u8> = x.iter().chain(y).copied().collect();
-        self.b.out.consume(bytes.len());
+        let bytes = take_out(&mut self.b.out);
         moved |= !bytes.is_empty();
         self.ba.extend(bytes);
         moved |= self.deliver_ab();
@@ -365,8 +361,7 @@ fn resent_messages_go_first_in_number_order() {
     while numbers.len() < 60 {
         net.a.out.clear();
         net.a.s.poll_transmit(net.now, &mut net.a.out);
-        let (x, y) = net.a.out.chunks();
-        let bytes: Vec<u8> = x.iter().chain(y).copied().collect();
+        let bytes = take_out(&mut net.a.out);
         numbers.extend(completed_numbers(&bytes));
     }
     assert_eq!(

@@ -38,21 +38,14 @@ pub(crate) struct WriteStatus {
     pub(crate) blocked: bool,
 }
 
-/// Replaces `ring` by one of `size` bytes (at least what it holds), keeping
-/// its contents; returns the change in bytes.
-fn resize_ring(ring: &mut ByteBuffer, size: usize) -> i64 {
-    let size = size.max(ring.len());
-    if ring.capacity() == size {
-        return 0;
-    }
-    let before = ring.capacity() as i64;
-    let mut new = ByteBuffer::new(size);
-    let (a, b) = ring.chunks();
-    new.push(a);
-    new.push(b);
-    *ring = new;
-    size as i64 - before
-}
+/// How many bytes of large bodies the output buffer may queue by reference
+/// (`ByteBuffer::with_shared`): four maximum frames, so a 64 KiB message and
+/// what follows it go out in one vectored write, while a message scheduled
+/// next waits behind at most this much (80 µs at 3 GB/s).
+pub(crate) const OUT_SHARED_LIMIT: usize = 256 << 10;
+
+/// At most this many slices per vectored write (well under any `IOV_MAX`).
+const MAX_IO_SLICES: usize = 64;
 
 /// A channel and its two rings.
 pub(crate) struct TransObject {
@@ -85,7 +78,7 @@ impl TransObject {
         Self {
             ch: Arc::new(ch),
             inb: ByteBuffer::new(size),
-            outb: ByteBuffer::new(size),
+            outb: ByteBuffer::with_shared(size, OUT_SHARED_LIMIT),
             peer,
             lease,
         }
@@ -117,12 +110,12 @@ impl TransObject {
     /// Replaces the input ring by one of `size` bytes (at least what it
     /// holds), keeping its contents. Returns the change in ring bytes.
     pub(crate) fn resize_in(&mut self, size: usize) -> i64 {
-        resize_ring(&mut self.inb, size)
+        self.inb.resize(size)
     }
 
     /// The same for the output ring.
     pub(crate) fn resize_out(&mut self, size: usize) -> i64 {
-        resize_ring(&mut self.outb, size)
+        self.outb.resize(size)
     }
 
     /// One non-blocking read into the input ring.
@@ -142,7 +135,8 @@ impl TransObject {
         }
     }
 
-    /// Writes from the output ring until it is empty, the socket would
+    /// Writes from the output buffer (ring bytes and the large bodies it
+    /// holds by reference, with vectored writes) until it is empty, the socket would
     /// block, or `budget` bytes were written.
     pub(crate) fn write_some(&mut self, budget: usize) -> io::Result<WriteStatus> {
         let mut st = WriteStatus {
@@ -152,11 +146,9 @@ impl TransObject {
         };
         while !self.outb.is_empty() && st.written < budget {
             // At most what is left of the budget in this call.
-            let left = budget - st.written;
-            let (a, b) = self.outb.chunks();
-            let a = &a[..a.len().min(left)];
-            let b = &b[..b.len().min(left - a.len())];
-            match self.ch.try_write2(a, b) {
+            let mut slices = [io::IoSlice::new(&[]); MAX_IO_SLICES];
+            let k = self.outb.io_slices(&mut slices, budget - st.written);
+            match self.ch.try_write_vectored(&slices[..k]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.outb.consume(n);

@@ -125,23 +125,30 @@ impl Channel {
 
     /// Writes without blocking from up to two slices (a ring's two halves).
     pub fn try_write2(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        if b.is_empty() {
+            self.try_write_vectored(&[io::IoSlice::new(a)])
+        } else {
+            self.try_write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
+        }
+    }
+
+    /// Writes without blocking from `bufs` in order, in one system call on
+    /// a socket (`writev`): frame headers from the output ring and large
+    /// bodies straight from the application's buffers. Returns how many
+    /// bytes were taken; `WouldBlock` means wait for
+    /// [`writable`](Self::writable).
+    pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         match self {
-            Self::Tcp(s) => {
-                if b.is_empty() {
-                    s.try_write(a)
-                } else {
-                    s.try_write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
-                }
-            }
-            Self::Unix(s) => {
-                if b.is_empty() {
-                    s.try_write(a)
-                } else {
-                    s.try_write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
-                }
-            }
-            Self::Mem(m) => m.try_write2(a, b),
-            Self::Faulty(f) => f.try_write2(a, b),
+            Self::Tcp(s) => match bufs {
+                [one] => s.try_write(one),
+                _ => s.try_write_vectored(bufs),
+            },
+            Self::Unix(s) => match bufs {
+                [one] => s.try_write(one),
+                _ => s.try_write_vectored(bufs),
+            },
+            Self::Mem(m) => m.try_write_vectored(bufs),
+            Self::Faulty(f) => f.try_write_vectored(bufs),
         }
     }
 

@@ -243,6 +243,12 @@ impl MemChannel {
     /// as many bytes as fit, `WouldBlock` if none fit, `BrokenPipe` if the
     /// peer is gone or this end was shut down.
     pub fn try_write2(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        self.try_write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
+    }
+
+    /// Writes from `bufs` in order, as much as the pipe takes (see
+    /// [`Channel::try_write_vectored`](crate::Channel::try_write_vectored)).
+    pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let p = &*self.tx;
         let n = {
             let mut st = p.state.lock();
@@ -252,19 +258,21 @@ impl MemChannel {
             if st.reader_closed {
                 return Err(broken_pipe("mem channel: the peer closed its end"));
             }
-            let total = a.len() + b.len();
-            if total == 0 {
+            if bufs.iter().all(|b| b.is_empty()) {
                 return Ok(0);
             }
-            let room = MEM_PIPE_CAPACITY - st.buf.len();
+            let mut room = MEM_PIPE_CAPACITY - st.buf.len();
             if room == 0 {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            let from_a = a.len().min(room);
-            let from_b = b.len().min(room - from_a);
-            st.buf.extend(&a[..from_a]);
-            st.buf.extend(&b[..from_b]);
-            from_a + from_b
+            let mut n = 0;
+            for b in bufs {
+                let k = b.len().min(room);
+                st.buf.extend(&b[..k]);
+                room -= k;
+                n += k;
+            }
+            n
         };
         p.readable.notify_waiters();
         Ok(n)

@@ -105,6 +105,22 @@ pub fn packed_numbers(h: &FrameHeader, payload: &[u8]) -> Vec<u64> {
     numbers
 }
 
+/// Everything an output buffer holds, in wire order (its ring bytes and
+/// shared pieces), taken out of it: what a driver's vectored writes send.
+pub fn take_out(out: &mut ByteBuffer) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(out.len());
+    while !out.is_empty() {
+        let mut slices = [std::io::IoSlice::new(&[]); 16];
+        let k = out.io_slices(&mut slices, usize::MAX);
+        let n: usize = slices[..k].iter().map(|s| s.len()).sum();
+        for s in &slices[..k] {
+            bytes.extend_from_slice(s);
+        }
+        out.consume(n);
+    }
+    bytes
+}
+
 /// A working session with default settings, the smallest buffer and a
 /// 1 GiB reassembly budget: the receiver the decoding tests feed.
 pub fn fresh() -> Session {
@@ -301,7 +317,8 @@ impl Side {
     fn new(session: Session, buffer_size: usize, negotiated: usize) -> Self {
         Self {
             session,
-            out: ByteBuffer::new(buffer_size),
+            // Large body parts go by reference, as on a real channel.
+            out: ByteBuffer::with_shared(buffer_size, 4 * buffer_size),
             input: ByteBuffer::new(buffer_size),
             delivered: Vec::new(),
             tap: FrameTap::new(negotiated),
@@ -414,21 +431,18 @@ impl Pair {
             );
             let n = want.min(from.out.len()).min(free).min(limit - moved);
             {
-                let (x, y) = from.out.chunks();
-                let nx = n.min(x.len());
-                to.input.push(&x[..nx]);
-                if tapping {
-                    to.tap.feed(&x[..nx]);
-                }
-                if n > nx {
-                    to.input.push(&y[..n - nx]);
+                let mut slices = [std::io::IoSlice::new(&[]); 64];
+                let k = from.out.io_slices(&mut slices, n);
+                for x in &slices[..k] {
+                    to.input.push(x);
                     if tapping {
-                        to.tap.feed(&y[..n - nx]);
+                        to.tap.feed(x);
                     }
                 }
+                let n = slices[..k].iter().map(|x| x.len()).sum::<usize>();
+                from.out.consume(n);
+                moved += n;
             }
-            from.out.consume(n);
-            moved += n;
             let delivered = &mut to.delivered;
             to.session
                 .handle_input(now, &mut to.input, &mut |m| delivered.push(m))?;

@@ -274,12 +274,18 @@ impl FaultyChannel {
     /// offset are sent — and the channel is cut right after it. In a black
     /// hole the bytes are counted as written and discarded.
     pub fn try_write2(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
+        self.try_write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
+    }
+
+    /// Writes from `bufs` in order, honouring the cut offset as
+    /// [`try_write2`](Self::try_write2) does.
+    pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let s = &*self.shared;
         let mut ws = lock(&s.write);
         if s.is_cut() {
             return Err(s.broken_pipe());
         }
-        let total = a.len() + b.len();
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total == 0 {
             return Ok(0);
         }
@@ -296,10 +302,19 @@ impl FaultyChannel {
         };
         let n = if s.injector.blackhole() {
             allowed
-        } else if allowed <= a.len() {
-            s.inner.try_write2(&a[..allowed], &[])?
         } else {
-            s.inner.try_write2(a, &b[..allowed - a.len()])?
+            // The first `allowed` bytes of `bufs`.
+            let mut left = allowed;
+            let mut upto = Vec::with_capacity(bufs.len());
+            for b in bufs {
+                if left == 0 {
+                    break;
+                }
+                let k = b.len().min(left);
+                upto.push(io::IoSlice::new(&b[..k]));
+                left -= k;
+            }
+            s.inner.try_write_vectored(&upto)?
         };
         ws.written += n as u64;
         if ws.cut_at() == Some(ws.written) {
