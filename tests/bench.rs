@@ -69,3 +69,25 @@ fn bench_refuses_a_bad_option_and_an_unknown_server_kind() {
     assert_eq!(s.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&s.stderr).contains("sitenet or raw"));
 }
+
+#[test]
+fn bench_only_runs_the_named_workloads_and_refuses_an_unknown_one() {
+    let v = bench(&["--only", "rtt_64", "--only", "hol_64_behind_64m"]);
+    let names: Vec<&str> = v["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["rtt_64", "hol_64_behind_64m"]);
+    let s = Command::new(BIN)
+        .args(["bench", "--quick", "--only", "rtt_65"])
+        .output()
+        .unwrap();
+    assert_eq!(s.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&s.stderr);
+    assert!(
+        err.contains("no workload named \"rtt_65\"") && err.contains("rtt_64"),
+        "{err}"
+    );
+}

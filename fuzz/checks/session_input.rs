@@ -1,13 +1,69 @@
 //! Arbitrary bytes into a working session's input ByteBuffer, in chunks
 //! chosen by the input: never panics, never stalls (a full input buffer after
 //! `Ok` would mean a frame that can never complete), and the reassembly
-//! budget is whole again once the session is dropped.
+//! budget is whole again once the session is dropped. Half the inputs
+//! stream every multi-frame message (`Deliver`), checking the stream rules:
+//! a start before any chunk, contiguous chunk offsets from 0, numbers in
+//! order.
 
 use bytes::Bytes;
 use sitenet_protocols::handshake::MIN_BUFFER;
+use sitenet_protocols::message::Prelude;
 use sitenet_protocols::{
-    ByteBuffer, ChannelParams, OutMessage, Priority, ReassemblyBudget, Session, SessionConfig,
+    ByteBuffer, ChannelParams, Deliver, InMessage, OutMessage, Priority, ReassemblyBudget, Session,
+    SessionConfig, StreamAbort,
 };
+
+/// A receiver that checks what it is told.
+struct Checker {
+    stream: bool,
+    last: u64,
+    /// Body bytes of each lane's open stream, if one is open.
+    open: [Option<u64>; 4],
+}
+
+fn lane(p: Priority) -> usize {
+    p.index()
+}
+
+impl Deliver for Checker {
+    fn message(&mut self, m: InMessage) {
+        assert!(
+            self.open[lane(m.priority)].is_none(),
+            "a message inside a stream of its lane"
+        );
+        assert_eq!(m.number, self.last + 1);
+        self.last = m.number;
+    }
+    fn stream(&mut self, _: Priority, _: &Prelude) -> bool {
+        self.stream
+    }
+    fn stream_start(&mut self, p: Priority, _: &Prelude, _: Bytes) {
+        assert!(self.open[lane(p)].is_none(), "a start inside a stream");
+        self.open[lane(p)] = Some(0);
+    }
+    fn stream_chunk(&mut self, p: Priority, offset: u64, data: Bytes) {
+        let got = self.open[lane(p)]
+            .as_mut()
+            .expect("a chunk before its start");
+        assert_eq!(offset, *got, "chunks are contiguous");
+        *got += data.len() as u64;
+    }
+    fn stream_end(&mut self, p: Priority, number: u64) {
+        assert!(
+            self.open[lane(p)].take().is_some(),
+            "an end without a start"
+        );
+        assert_eq!(number, self.last + 1);
+        self.last = number;
+    }
+    fn stream_abort(&mut self, p: Priority, _: StreamAbort) {
+        assert!(
+            self.open[lane(p)].take().is_some(),
+            "an abort without a start"
+        );
+    }
+}
 use std::time::Instant;
 
 /// The check, for one input.
@@ -53,7 +109,11 @@ pub fn check(data: &[u8]) {
 
     let mut input = ByteBuffer::new(buffer_size as usize);
     let mut off = 0;
-    let mut last = 0;
+    let mut checker = Checker {
+        stream: ctl[2] & 2 != 0,
+        last: 0,
+        open: [None; 4],
+    };
     while off < stream.len() {
         if input.free() == 0 && s.input_blocked() {
             // Backpressure: the reassembly budget is short. Not a stall.
@@ -63,10 +123,7 @@ pub fn check(data: &[u8]) {
         let n = chunk.min(input.free()).min(stream.len() - off);
         input.push(&stream[off..off + n]);
         off += n;
-        let r = s.handle_input(now, &mut input, &mut |m| {
-            assert_eq!(m.number, last + 1);
-            last = m.number;
-        });
+        let r = s.handle_input_with(now, &mut input, &mut checker);
         assert!(input.len() <= input.capacity());
         if r.is_err() {
             break;

@@ -30,6 +30,7 @@
 pub mod address_book;
 pub mod byte_buffer;
 pub mod com_object;
+pub mod deliver;
 pub mod error;
 pub mod frame;
 pub mod handshake;
@@ -53,6 +54,7 @@ pub use com_object::{
     AcceptOutcome, Action, ChannelEnd, ChannelId, ComConfig, ComObject, ComState, ComStats,
     FaultState, Loss, OpenFailure, OpenRequest, SiteFailure,
 };
+pub use deliver::{Deliver, StreamAbort};
 pub use error::{FrameError, OpenError, ProtocolError, SendError};
 pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION};
 pub use handshake::{

@@ -43,6 +43,9 @@ pub struct BenchConfig {
     pub server_exe: Option<PathBuf>,
     /// Bound on every wait (connecting, a reply, an acknowledgement).
     pub timeout: Duration,
+    /// Run only these workloads (by name, e.g. `hol_64_behind_64m`); all
+    /// when empty.
+    pub only: Vec<String>,
 }
 
 impl Default for BenchConfig {
@@ -52,6 +55,7 @@ impl Default for BenchConfig {
             rounds: 3,
             quick: false,
             server_exe: None,
+            only: Vec::new(),
             timeout: Duration::from_secs(120),
         }
     }
@@ -85,10 +89,17 @@ pub enum BenchError {
     /// A raw TCP workload failed.
     #[error("raw tcp: {0}")]
     Raw(#[from] std::io::Error),
+    /// `only` named a workload that does not exist.
+    #[error("no workload named {0:?}; the workloads are {WORKLOADS}")]
+    UnknownWorkload(String),
     /// The sitenet client node could not start.
     #[error(transparent)]
     Node(#[from] crate::NodeError),
 }
+
+/// The workloads' names, in the order they run.
+const WORKLOADS: &str =
+    "rtt_64, rtt_4k, rtt_64k, rtt_1m, throughput_64, bulk_8m, hol_64_behind_64m";
 
 /// What one workload measures.
 #[derive(Debug, Clone, Copy)]
@@ -298,7 +309,14 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
         .map_err(BenchError::Raw)?;
     let t = cfg.timeout;
     let mut rows = Vec::new();
-    for (name, unit, work) in Work::all(cfg.quick) {
+    let all = Work::all(cfg.quick);
+    if let Some(bad) = cfg.only.iter().find(|w| !all.iter().any(|(n, ..)| n == w)) {
+        return Err(BenchError::UnknownWorkload(bad.clone()));
+    }
+    for (name, unit, work) in all {
+        if !cfg.only.is_empty() && !cfg.only.iter().any(|w| w == name) {
+            continue;
+        }
         progress(name);
         let mut s_figs = Vec::new();
         let mut r_figs = Vec::new();

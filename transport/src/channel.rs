@@ -60,11 +60,23 @@ pub enum Channel {
 /// the link busy.
 pub const TCP_NOTSENT_LOWAT: u32 = 128 * 1024;
 
-/// Sets up a TCP stream the way channels use it: no Nagle delay, and a
-/// bounded unsent backlog in the kernel ([`TCP_NOTSENT_LOWAT`], where the
-/// system has it).
+/// The kernel's receive buffer of a TCP channel (`SO_RCVBUF`; Linux
+/// doubles it for its bookkeeping). Left to autotuning it grows to tens of
+/// megabytes, and when the reader is briefly slower than a zero-copy
+/// writer the backlog piles up there, where no scheduler reaches: a
+/// priority-4 message sent after a 64 MiB one then waits behind all of it
+/// (`sitenet bench`: 5–12 ms with autotuning, 0.7–1.5 ms with this bound,
+/// on loopback). The price is the window: 256 KiB covers the
+/// bandwidth-delay product of 10 Gbit/s only up to 0.2 ms of round trip,
+/// so a long fat link is slower than with autotuning.
+pub const TCP_RECEIVE_BUFFER: usize = 256 << 10;
+
+/// Sets up a TCP stream the way channels use it: no Nagle delay, a bounded
+/// unsent backlog in the kernel ([`TCP_NOTSENT_LOWAT`], where the system
+/// has it) and a bounded receive buffer ([`TCP_RECEIVE_BUFFER`]).
 fn tune_tcp(s: &TcpStream) -> io::Result<()> {
     s.set_nodelay(true)?;
+    socket2::SockRef::from(s).set_recv_buffer_size(TCP_RECEIVE_BUFFER)?;
     #[cfg(any(target_os = "linux", target_os = "android"))]
     if let Err(e) = socket2::SockRef::from(s).set_tcp_notsent_lowat(TCP_NOTSENT_LOWAT) {
         tracing::debug!(error = %e, "TCP_NOTSENT_LOWAT not available; the kernel buffers freely");

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::{ChannelId, ComObject, Loss};
 use crate::byte_buffer::ByteBuffer;
+use crate::deliver::Deliver;
 use crate::message::InMessage;
 
 impl ComObject {
@@ -19,16 +20,34 @@ impl ComObject {
         input: &mut ByteBuffer,
         deliver: &mut dyn FnMut(InMessage),
     ) -> bool {
+        self.handle_input_with(id, now, input, &mut crate::deliver::Whole(deliver))
+    }
+
+    /// [`handle_input`](Self::handle_input) with a [`Deliver`] that may
+    /// stream messages (see `deliver.rs`).
+    pub fn handle_input_with(
+        &mut self,
+        id: ChannelId,
+        now: Instant,
+        input: &mut ByteBuffer,
+        deliver: &mut dyn Deliver,
+    ) -> bool {
         if self.working_channel() != Some(id) {
             return false;
         }
-        let r = self.session.handle_input(now, input, deliver);
+        let r = self.session.handle_input_with(now, input, deliver);
         self.note_activity(now);
         match r {
             Err(e) => self.channel_lost(id, Loss::Protocol(e), now),
             Ok(()) => self.process_session_events(now),
         }
         self.working_channel() == Some(id)
+    }
+
+    /// Tells `deliver` of the streamed messages a lost channel interrupted
+    /// (see [`Session::report_interrupted`]).
+    pub fn report_interrupted(&mut self, deliver: &mut dyn Deliver) {
+        self.session.report_interrupted(deliver);
     }
 
     /// Fills `out` with frames for the working channel (a no-op without

@@ -48,6 +48,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
+use crate::deliver::{Deliver, Whole};
 use crate::error::{ProtocolError, SendError};
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
 use crate::message::{InMessage, OutMessage};
@@ -181,6 +182,14 @@ impl Session {
         }
     }
 
+    /// Tells `deliver` of the streamed messages whose channel was lost
+    /// ([`StreamAbort::ChannelLost`](crate::StreamAbort)): call it after
+    /// [`channel_down`](Self::channel_down), so a handler does not wait for
+    /// the rest of a body that will come again from its start.
+    pub fn report_interrupted(&mut self, deliver: &mut dyn Deliver) {
+        self.recv.report_interrupted(deliver);
+    }
+
     /// True if a channel is working.
     pub fn is_working(&self) -> bool {
         self.link.is_some()
@@ -305,6 +314,19 @@ impl Session {
         input: &mut ByteBuffer,
         deliver: &mut dyn FnMut(InMessage),
     ) -> Result<(), ProtocolError> {
+        self.handle_input_with(now, input, &mut Whole(deliver))
+    }
+
+    /// [`handle_input`](Self::handle_input) with a [`Deliver`], which may
+    /// stream messages (`deliver.rs`): streams interrupted by a lost
+    /// channel are reported first.
+    pub fn handle_input_with(
+        &mut self,
+        now: Instant,
+        input: &mut ByteBuffer,
+        deliver: &mut dyn Deliver,
+    ) -> Result<(), ProtocolError> {
+        self.recv.report_interrupted(deliver);
         let max_payload = self.max_payload();
         let Some(l) = self.link.as_deref_mut() else {
             // No channel: nothing can arrive (the driver reads only a

@@ -7,18 +7,23 @@
 //! error. A fragment whose bytes cannot be given budget now is left in the
 //! ring (`Blocked`): the session stops consuming input until budget is
 //! released, and the peer is slowed down, never failed.
+//!
+//! A message the driver streams (`deliver.rs`) is not reassembled: its
+//! header is, and then each fragment's body bytes are handed over as they
+//! arrive.
 
 use bytes::Bytes;
 
+use crate::deliver::{Deliver, StreamAbort};
 use crate::error::ProtocolError;
 use crate::frame::FrameHeader;
 use crate::lane_slots::LaneSlots;
-use crate::message::{InMessage, Prelude};
+use crate::message::{InMessage, Prelude, PRELUDE_LEN};
 use crate::packed::Entries;
 use crate::priority::Priority;
 use crate::reassembly::{
-    first_content_len, first_prelude, split_whole, Blocked, BudgetShare, Reassembly,
-    ReassemblyBudget,
+    extract_bytes, first_content_len, first_prelude, split_whole, sub_slices, Blocked, BudgetShare,
+    Reassembly, ReassemblyBudget,
 };
 
 use bytes::BytesMut;
@@ -38,13 +43,90 @@ pub(crate) enum DataOutcome {
     Blocked(Blocked),
 }
 
+/// A message partly received on one lane.
+#[derive(Debug)]
+enum Partial {
+    /// Reassembled, delivered whole.
+    Whole(Reassembly),
+    /// Streamed to the driver as it arrives.
+    Stream(Stream),
+}
+
+/// A streamed message's state.
+#[derive(Debug)]
+struct Stream {
+    lane: u8,
+    prelude: Prelude,
+    /// The typed header, until it is complete and handed over.
+    header: Vec<u8>,
+    started: bool,
+    /// Wire bytes received (prelude included).
+    received: u64,
+    /// Budget taken for its header bytes.
+    reserved: u64,
+}
+
+impl Stream {
+    /// Header bytes still expected.
+    fn header_missing(&self) -> usize {
+        if self.started {
+            0
+        } else {
+            self.prelude.header_len as usize - self.header.len()
+        }
+    }
+
+    /// Body bytes handed over so far.
+    fn body_received(&self) -> u64 {
+        self.received
+            .saturating_sub(PRELUDE_LEN as u64 + self.prelude.header_len as u64)
+    }
+
+    /// Takes in `len` payload bytes at `at` of `a`+`b`: header bytes are
+    /// kept (and the header handed over once complete), body bytes handed
+    /// over at once.
+    #[allow(clippy::too_many_arguments)] // one fragment's whole context
+    fn feed(
+        &mut self,
+        lane: Priority,
+        (a, b): (&[u8], &[u8]),
+        at: usize,
+        len: usize,
+        deliver: &mut dyn Deliver,
+        arena: &mut BytesMut,
+        share: &mut BudgetShare,
+    ) {
+        let to_header = self.header_missing().min(len);
+        let (x, y) = sub_slices(a, b, at, to_header);
+        self.header.extend_from_slice(x);
+        self.header.extend_from_slice(y);
+        self.received += to_header as u64;
+        if !self.started && self.header.len() == self.prelude.header_len as usize {
+            self.started = true;
+            share.give_back(std::mem::take(&mut self.reserved));
+            let header = Bytes::from(std::mem::take(&mut self.header));
+            deliver.stream_start(lane, &self.prelude, header);
+        }
+        let body = len - to_header;
+        if body > 0 {
+            let offset = self.body_received();
+            let data = extract_bytes(a, b, at + to_header, body, arena);
+            self.received += body as u64;
+            deliver.stream_chunk(lane, offset, data);
+        }
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct Receiver {
     /// Highest number received and delivered.
     pub(crate) last_received: u64,
-    reassembly: LaneSlots<Reassembly>,
+    reassembly: LaneSlots<Partial>,
     share: BudgetShare,
+    /// Streams whose channel was lost, not yet told (see
+    /// [`Receiver::report_interrupted`]): lane and body bytes handed over.
+    interrupted: Vec<(Priority, u64)>,
 }
 
 impl Receiver {
@@ -53,6 +135,7 @@ impl Receiver {
             last_received: 0,
             reassembly: Default::default(),
             share: budget.share(),
+            interrupted: Vec::new(),
         }
     }
 
@@ -74,14 +157,33 @@ impl Receiver {
 
     /// Drops every partly received message (the channel is gone: their
     /// senders restart them from the first fragment) and gives their budget
-    /// back.
+    /// back. Streams already started are told at the next
+    /// [`report_interrupted`](Self::report_interrupted).
     pub(crate) fn abandon_partials(&mut self) {
         for i in 0..4 {
-            if let Some(r) = self.reassembly.take(i) {
-                self.share.give_back(r.reserved());
+            match self.reassembly.take(i) {
+                None => {}
+                Some(Partial::Whole(r)) => self.share.give_back(r.reserved()),
+                Some(Partial::Stream(st)) => self.interrupt(st),
             }
         }
         self.reassembly.shed();
+    }
+
+    /// A stream ends without its end (its channel is lost).
+    fn interrupt(&mut self, st: Stream) {
+        self.share.give_back(st.reserved);
+        if st.started {
+            let lane = Priority::from_lane(st.lane).expect("validated lane");
+            self.interrupted.push((lane, st.body_received()));
+        }
+    }
+
+    /// Tells `deliver` of the streams whose channel was lost.
+    pub(crate) fn report_interrupted(&mut self, deliver: &mut dyn Deliver) {
+        for (lane, received) in self.interrupted.drain(..) {
+            deliver.stream_abort(lane, StreamAbort::ChannelLost { received });
+        }
     }
 
     /// Handles one data frame whose payload is split in `a` and `b`.
@@ -90,13 +192,14 @@ impl Receiver {
         &mut self,
         h: &FrameHeader,
         (a, b): (&[u8], &[u8]),
-        deliver: &mut dyn FnMut(InMessage),
+        deliver: &mut dyn Deliver,
         ack: &mut AckPolicy,
         stats: &mut SessionStats,
         max_message: u64,
         arena: &mut BytesMut,
     ) -> Result<DataOutcome, ProtocolError> {
         let lane = h.lane;
+        let priority = Priority::from_lane(lane).expect("validated lane");
         let idx = lane as usize - 1;
         let len = (a.len() + b.len()) as u64;
         if h.is_first() {
@@ -111,62 +214,150 @@ impl Receiver {
                 // copied straight out of the ring; no budget involved.
                 let parts = split_whole(lane, a, b, max_message, arena)?;
                 let size = parts.0.total_len();
-                self.deliver_numbered(lane, h.msg_number, size, deliver, ack, stats, |n| {
-                    in_message(lane, n, parts)
-                })?;
+                if self.check_number(h.msg_number, stats)? {
+                    deliver.message(in_message(lane, h.msg_number, parts));
+                    self.delivered(lane, h.msg_number, size, ack, stats);
+                }
                 return Ok(DataOutcome::Consumed { progress: false });
             }
             // Checked before any budget is taken or anything allocated.
-            first_prelude(lane, a, b, max_message)?;
-            let content = first_content_len(len as usize);
-            if let Err(blocked) = self.share.try_take(content) {
-                return Ok(DataOutcome::Blocked(blocked));
-            }
-            match Reassembly::start(lane, a, b, max_message) {
-                Ok(r) => self.reassembly.set(idx, r),
-                Err(e) => {
-                    self.share.give_back(content);
-                    return Err(e);
+            let prelude = first_prelude(lane, a, b, max_message)?;
+            if deliver.stream(priority, &prelude) {
+                let total = prelude.total_len();
+                if len > total {
+                    return Err(ProtocolError::MessageLength {
+                        lane,
+                        got: len,
+                        announced: total,
+                    });
+                }
+                let header = (prelude.header_len as u64).min(first_content_len(len as usize));
+                if let Err(blocked) = self.share.try_take(header) {
+                    return Ok(DataOutcome::Blocked(blocked));
+                }
+                let mut st = Stream {
+                    lane,
+                    prelude,
+                    header: Vec::with_capacity(header as usize),
+                    started: false,
+                    received: PRELUDE_LEN as u64,
+                    reserved: header,
+                };
+                let body = (a, b);
+                st.feed(
+                    priority,
+                    body,
+                    PRELUDE_LEN,
+                    len as usize - PRELUDE_LEN,
+                    deliver,
+                    arena,
+                    &mut self.share,
+                );
+                self.reassembly.set(idx, Partial::Stream(st));
+            } else {
+                let content = first_content_len(len as usize);
+                if let Err(blocked) = self.share.try_take(content) {
+                    return Ok(DataOutcome::Blocked(blocked));
+                }
+                match Reassembly::start(lane, a, b, max_message) {
+                    Ok(r) => self.reassembly.set(idx, Partial::Whole(r)),
+                    Err(e) => {
+                        self.share.give_back(content);
+                        return Err(e);
+                    }
                 }
             }
         } else {
-            let r = self
+            let partial = self
                 .reassembly
                 .get_mut(idx)
                 .ok_or(ProtocolError::FragmentSequence {
                     lane,
                     reason: "continuation without a first fragment",
                 })?;
-            if h.frag_offset != r.received() {
+            let (received, total) = match partial {
+                Partial::Whole(r) => (r.received(), r.prelude().total_len()),
+                Partial::Stream(st) => (st.received, st.prelude.total_len()),
+            };
+            if h.frag_offset != received {
                 return Err(ProtocolError::FragmentOffset {
                     lane,
                     got: h.frag_offset,
-                    expected: r.received(),
+                    expected: received,
                 });
             }
-            r.check_room(lane, len)?;
-            if let Err(blocked) = self.share.try_take(len) {
-                return Ok(DataOutcome::Blocked(blocked));
+            if received + len > total {
+                return Err(ProtocolError::MessageLength {
+                    lane,
+                    got: received + len,
+                    announced: total,
+                });
             }
-            r.extend(lane, a)?;
-            r.extend(lane, b)?;
+            match partial {
+                Partial::Whole(r) => {
+                    if let Err(blocked) = self.share.try_take(len) {
+                        return Ok(DataOutcome::Blocked(blocked));
+                    }
+                    r.extend(lane, a)?;
+                    r.extend(lane, b)?;
+                }
+                Partial::Stream(st) => {
+                    let header = st.header_missing().min(len as usize) as u64;
+                    if let Err(blocked) = self.share.try_take(header) {
+                        return Ok(DataOutcome::Blocked(blocked));
+                    }
+                    st.reserved += header;
+                    st.feed(
+                        priority,
+                        (a, b),
+                        0,
+                        len as usize,
+                        deliver,
+                        arena,
+                        &mut self.share,
+                    );
+                }
+            }
         }
         if !h.is_last() {
             return Ok(DataOutcome::Consumed { progress: true });
         }
-        let r = self.reassembly.take(idx).expect("set above");
-        self.share.give_back(r.reserved());
-        if !r.is_complete() {
+        let (received, total) = match self.reassembly.get(idx).expect("set above") {
+            Partial::Whole(r) => (r.received(), r.prelude().total_len()),
+            Partial::Stream(st) => (st.received, st.prelude.total_len()),
+        };
+        if received != total {
+            // The channel closes on this error: the partial goes with it.
             return Err(ProtocolError::MessageLength {
                 lane,
-                got: r.received(),
-                announced: r.prelude().total_len(),
+                got: received,
+                announced: total,
             });
         }
-        let size = r.received();
-        self.deliver_numbered(lane, h.msg_number, size, deliver, ack, stats, |n| {
-            in_message(lane, n, r.finish())
-        })?;
+        let n = h.msg_number;
+        match self.reassembly.take(idx).expect("set above") {
+            Partial::Whole(r) => {
+                self.share.give_back(r.reserved());
+                if self.check_number(n, stats)? {
+                    deliver.message(in_message(lane, n, r.finish()));
+                    self.delivered(lane, n, received, ack, stats);
+                }
+            }
+            Partial::Stream(st) => {
+                self.share.give_back(st.reserved);
+                match self.check_number(n, stats) {
+                    Ok(true) => {
+                        deliver.stream_end(priority, n);
+                        self.delivered(lane, n, received, ack, stats);
+                    }
+                    Ok(false) => deliver.stream_abort(priority, StreamAbort::Duplicate),
+                    Err(e) => {
+                        self.interrupt(st);
+                        return Err(e);
+                    }
+                }
+            }
+        }
         Ok(DataOutcome::Consumed { progress: true })
     }
 
@@ -179,7 +370,7 @@ impl Receiver {
         &mut self,
         h: &FrameHeader,
         payload: (&[u8], &[u8]),
-        deliver: &mut dyn FnMut(InMessage),
+        deliver: &mut dyn Deliver,
         ack: &mut AckPolicy,
         stats: &mut SessionStats,
         max_message: u64,
@@ -202,32 +393,23 @@ impl Receiver {
                 got: u64::MAX,
             })?;
             let size = e.prelude.total_len();
-            self.deliver_numbered(lane, n, size, deliver, ack, stats, |n| {
-                in_message(lane, n, (e.prelude, e.header, e.body))
-            })?;
+            if self.check_number(n, stats)? {
+                deliver.message(in_message(lane, n, (e.prelude, e.header, e.body)));
+                self.delivered(lane, n, size, ack, stats);
+            }
             next = n.checked_add(1);
         }
         Ok(())
     }
 
-    /// Delivers message `n` of `lane` (`size` wire bytes, built by `make`
-    /// only if it is new), or drops and counts a duplicate; a gap in the
-    /// numbers is a protocol error.
-    #[allow(clippy::too_many_arguments)] // one message's whole context
-    fn deliver_numbered(
-        &mut self,
-        lane: u8,
-        n: u64,
-        size: u64,
-        deliver: &mut dyn FnMut(InMessage),
-        ack: &mut AckPolicy,
-        stats: &mut SessionStats,
-        make: impl FnOnce(u64) -> InMessage,
-    ) -> Result<(), ProtocolError> {
+    /// Checks the number `n` of a complete message: true if it is the next
+    /// one (deliver it, then call [`delivered`](Self::delivered)), false if
+    /// it was delivered before (dropped and counted: exactly once); a gap
+    /// in the numbers is a protocol error.
+    fn check_number(&self, n: u64, stats: &mut SessionStats) -> Result<bool, ProtocolError> {
         if n <= self.last_received {
-            // Exactly once: a message delivered before is dropped and counted.
             stats.duplicates += 1;
-            return Ok(());
+            return Ok(false);
         }
         if n != self.last_received + 1 {
             return Err(ProtocolError::NumberGap {
@@ -235,13 +417,23 @@ impl Receiver {
                 got: n,
             });
         }
-        deliver(make(n));
-        // The ack advances only after the handler returned.
+        Ok(true)
+    }
+
+    /// Message `n` of `lane` (`size` wire bytes) was handed over: the ack
+    /// advances only now, after the handler returned.
+    fn delivered(
+        &mut self,
+        lane: u8,
+        n: u64,
+        size: u64,
+        ack: &mut AckPolicy,
+        stats: &mut SessionStats,
+    ) {
         self.last_received = n;
         stats.delivered += 1;
         stats.delivered_by_level[lane as usize - 1] += 1;
         ack.on_delivered(size);
-        Ok(())
     }
 }
 

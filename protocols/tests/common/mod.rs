@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
+use sitenet_protocols::message::Prelude;
 use sitenet_protocols::{
-    ByteBuffer, ChannelParams, InMessage, OutMessage, ProtocolError, ReassemblyBudget, Session,
-    SessionConfig,
+    ByteBuffer, ChannelParams, Deliver, InMessage, OutMessage, Priority, ProtocolError,
+    ReassemblyBudget, Session, SessionConfig, StreamAbort,
 };
 
 /// Maximum message size used by the tests (the default, 256 MiB).
@@ -311,6 +312,68 @@ pub struct Side {
     pub delivered: Vec<InMessage>,
     /// Frames received by this end.
     pub tap: FrameTap,
+    /// Whether this end streams every message that spans several frames
+    /// (its stream events go to `events`).
+    pub streaming: bool,
+    /// What this end's streams showed, in order.
+    pub events: Vec<StreamEvent>,
+}
+
+/// What a streaming receiver was told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// The typed header of a streamed message of type `type_id`.
+    Start {
+        lane: Priority,
+        type_id: u32,
+        header: Bytes,
+    },
+    /// Body bytes at `offset`.
+    Chunk {
+        lane: Priority,
+        offset: u64,
+        data: Bytes,
+    },
+    /// Complete, numbered `number`.
+    End { lane: Priority, number: u64 },
+    /// Ended without its end.
+    Abort { lane: Priority, why: StreamAbort },
+}
+
+/// A [`Deliver`] that records: whole messages to `delivered`, streams to
+/// `events`.
+pub struct Recorder<'a> {
+    /// Stream every message asked about.
+    pub stream: bool,
+    /// Whole messages.
+    pub delivered: &'a mut Vec<InMessage>,
+    /// Stream events.
+    pub events: &'a mut Vec<StreamEvent>,
+}
+
+impl Deliver for Recorder<'_> {
+    fn message(&mut self, m: InMessage) {
+        self.delivered.push(m);
+    }
+    fn stream(&mut self, _lane: Priority, _prelude: &Prelude) -> bool {
+        self.stream
+    }
+    fn stream_start(&mut self, lane: Priority, prelude: &Prelude, header: Bytes) {
+        self.events.push(StreamEvent::Start {
+            lane,
+            type_id: prelude.type_id,
+            header,
+        });
+    }
+    fn stream_chunk(&mut self, lane: Priority, offset: u64, data: Bytes) {
+        self.events.push(StreamEvent::Chunk { lane, offset, data });
+    }
+    fn stream_end(&mut self, lane: Priority, number: u64) {
+        self.events.push(StreamEvent::End { lane, number });
+    }
+    fn stream_abort(&mut self, lane: Priority, why: StreamAbort) {
+        self.events.push(StreamEvent::Abort { lane, why });
+    }
 }
 
 impl Side {
@@ -322,6 +385,8 @@ impl Side {
             input: ByteBuffer::new(buffer_size),
             delivered: Vec::new(),
             tap: FrameTap::new(negotiated),
+            streaming: false,
+            events: Vec::new(),
         }
     }
 
@@ -443,9 +508,13 @@ impl Pair {
                 from.out.consume(n);
                 moved += n;
             }
-            let delivered = &mut to.delivered;
+            let mut recorder = Recorder {
+                stream: to.streaming,
+                delivered: &mut to.delivered,
+                events: &mut to.events,
+            };
             to.session
-                .handle_input(now, &mut to.input, &mut |m| delivered.push(m))?;
+                .handle_input_with(now, &mut to.input, &mut recorder)?;
             assert!(to.input.len() <= to.input.capacity());
         }
         Ok(moved)

@@ -24,6 +24,10 @@ pub(crate) struct Args {
     /// Seconds any single wait may take before the bench fails.
     #[arg(long, default_value_t = 120.0)]
     timeout: f64,
+    /// Run only this workload (repeat for several), e.g. `--only
+    /// hol_64_behind_64m`; every workload when absent.
+    #[arg(long, value_name = "WORKLOAD")]
+    only: Vec<String>,
     /// Serve one side for the processes mode (`sitenet` or `raw`) and print
     /// its address; used by `--processes` itself.
     #[arg(long, hide = true)]
@@ -49,6 +53,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         rounds: a.rounds,
         quick: a.quick,
         server_exe: None,
+        only: a.only,
         timeout,
     };
     let rows = match sitenet::bench::run(&cfg, |w| eprintln!("sitenet bench: {w}…")) {

@@ -1,0 +1,86 @@
+//! [`Deliver`]: where a session hands what it received — whole messages,
+//! or, for the types the driver chooses, Madeleine's deferred receive: the
+//! typed header as soon as it has arrived, then the body as chunks as their
+//! frames arrive, so a handler can consume a 1 GiB body with bounded memory
+//! instead of waiting for it whole.
+//!
+//! # The rules of a streamed message
+//!
+//! * Only a message that spans several frames is asked about
+//!   ([`Deliver::stream`]); a message that arrives whole in one frame (or in
+//!   a packed frame) is always a [`Deliver::message`].
+//! * [`stream_start`](Deliver::stream_start) comes once the whole typed
+//!   header has arrived, before any chunk. Chunks follow in order, with
+//!   their offset in the body: the first is at 0 and each starts where the
+//!   previous ended.
+//! * [`stream_end`](Deliver::stream_end) says the last byte arrived and the
+//!   message took its number: it counts as delivered exactly once, like a
+//!   whole message, and is acknowledged after `stream_end` returns.
+//! * [`stream_abort`](Deliver::stream_abort) ends a stream without its end:
+//!   its channel was lost (the sender restarts the message from its first
+//!   fragment on the next channel, so it arrives again as a new stream
+//!   whose chunks start at offset 0 again), or the complete message turned
+//!   out a duplicate of one delivered before.
+//! * The body of a streamed message takes no reassembly budget: its bytes
+//!   belong to the handler as soon as they are handed over. Its header
+//!   does, until `stream_start`.
+
+use bytes::Bytes;
+
+use crate::message::{InMessage, Prelude};
+use crate::priority::Priority;
+
+/// Why a stream ended without its [`stream_end`](Deliver::stream_end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamAbort {
+    /// The channel was lost after `received` body bytes: the message will
+    /// come again from its start on the next channel.
+    ChannelLost {
+        /// Body bytes handed over before the loss.
+        received: u64,
+    },
+    /// The complete message was a duplicate of one delivered before: drop
+    /// what was received.
+    Duplicate,
+}
+
+/// What a driver gives a session to receive messages. Any `FnMut(InMessage)`
+/// is one that never streams.
+pub trait Deliver {
+    /// A complete message.
+    fn message(&mut self, m: InMessage);
+
+    /// Whether the message announced by `prelude` on `lane` (which spans
+    /// several frames) is streamed. The default never streams.
+    fn stream(&mut self, _lane: Priority, _prelude: &Prelude) -> bool {
+        false
+    }
+
+    /// A streamed message's typed header has arrived.
+    fn stream_start(&mut self, _lane: Priority, _prelude: &Prelude, _header: Bytes) {}
+
+    /// `data` is the streamed message's body from `offset` on.
+    fn stream_chunk(&mut self, _lane: Priority, _offset: u64, _data: Bytes) {}
+
+    /// The streamed message is complete and numbered `number`.
+    fn stream_end(&mut self, _lane: Priority, _number: u64) {}
+
+    /// The streamed message on `lane` ends here without its end.
+    fn stream_abort(&mut self, _lane: Priority, _why: StreamAbort) {}
+}
+
+impl<F: FnMut(InMessage)> Deliver for F {
+    fn message(&mut self, m: InMessage) {
+        self(m)
+    }
+}
+
+/// A `&mut dyn FnMut` as a [`Deliver`] (the closure form of the input
+/// calls).
+pub(crate) struct Whole<'a>(pub(crate) &'a mut dyn FnMut(InMessage));
+
+impl Deliver for Whole<'_> {
+    fn message(&mut self, m: InMessage) {
+        (self.0)(m)
+    }
+}
