@@ -20,6 +20,7 @@ use crate::message::{Message, SendOptions, RESERVED_IDS};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeInner};
 use crate::site::{SiteEntry, SiteRef};
+use crate::streams::ErasedStream;
 
 /// The reply sent when a request cannot be handled (no handler, undecodable
 /// header, handler panicked without replying).
@@ -56,17 +57,44 @@ pub(crate) type UnhandledHook = Arc<dyn Fn(Unhandled) + Send + Sync>;
 pub(crate) struct Handlers {
     /// Looked up once per delivered message: hashed with foldhash.
     map: parking_lot::RwLock<HashMap<u32, Erased, foldhash::fast::RandomState>>,
+    /// Streaming handlers (`streams.rs`); a type is in one map or the other.
+    streams: parking_lot::RwLock<HashMap<u32, ErasedStream, foldhash::fast::RandomState>>,
+    /// Whether `streams` has any: a node without streaming handlers looks
+    /// nothing up for them.
+    any_streams: std::sync::atomic::AtomicBool,
     pub(crate) unhandled: parking_lot::RwLock<Option<UnhandledHook>>,
 }
 
 impl Handlers {
     pub(crate) fn insert(&self, id: u32, f: Erased) -> Result<(), NodeError> {
         let mut m = self.map.write();
-        if m.contains_key(&id) {
+        if m.contains_key(&id) || self.streams.read().contains_key(&id) {
             return Err(NodeError::DuplicateHandler(id));
         }
         m.insert(id, f);
         Ok(())
+    }
+
+    pub(crate) fn insert_stream(&self, id: u32, f: ErasedStream) -> Result<(), NodeError> {
+        let m = self.map.read();
+        let mut s = self.streams.write();
+        if m.contains_key(&id) || s.contains_key(&id) {
+            return Err(NodeError::DuplicateHandler(id));
+        }
+        s.insert(id, f);
+        self.any_streams
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// True if type `id` has a streaming handler.
+    pub(crate) fn is_stream(&self, id: u32) -> bool {
+        self.any_streams.load(std::sync::atomic::Ordering::Acquire)
+            && self.streams.read().contains_key(&id)
+    }
+
+    pub(crate) fn get_stream(&self, id: u32) -> Option<ErasedStream> {
+        self.streams.read().get(&id).cloned()
     }
 
     pub(crate) fn get(&self, id: u32) -> Option<Erased> {
@@ -255,7 +283,7 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
 
 /// Passes a message nobody handled to the user's hook, if one is set (a
 /// panicking hook is caught like a panicking handler).
-fn call_unhandled(
+pub(crate) fn call_unhandled(
     node: &Arc<NodeInner>,
     from: &Arc<SiteEntry>,
     type_id: u32,

@@ -35,6 +35,7 @@ pub mod runtime;
 pub mod services;
 mod site;
 mod stats;
+mod streams;
 mod trans_object;
 
 pub use config::NodeConfig;
@@ -45,5 +46,7 @@ pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
 pub use runtime::Runtime;
 pub use site::{BusyGuard, FaultEvent, FaultState, HandedBack, SiteRef};
+pub use sitenet_protocols::StreamAbort;
 pub use sitenet_protocols::{DescriptorError, Priority, SiteDescriptor, SiteId};
 pub use stats::{NodeStats, SiteStats};
+pub use streams::BodySink;

@@ -9,8 +9,8 @@ use actix::prelude::*;
 use sitenet_protocols::{ChannelId, Loss};
 
 use super::{ComObject, READS_PER_TURN, WRITE_BYTES_PER_TURN};
-use crate::handlers::dispatch;
 use crate::metrics::Counters;
+use crate::streams::Delivery;
 use crate::trans_object::{ReadStatus, TransObject};
 
 /// The live channel: the TransObject and its readiness futures.
@@ -250,14 +250,18 @@ impl ComObject {
     pub(super) fn read_and_process(&mut self, id: ChannelId) -> ReadTurn {
         let node = self.node.clone();
         let entry = self.entry.clone();
-        let mut deliver = |m| dispatch(&node, &entry, m);
+        let mut deliver = Delivery {
+            node: &node,
+            from: &entry,
+            streams: &mut self.streams,
+        };
         let Some(live) = self.live.as_mut() else {
             return ReadTurn::Ended;
         };
         // Bytes left over from the handshake (or from a blocked turn) first.
         if !self
             .com
-            .handle_input(id, Instant::now(), &mut live.t.inb, &mut deliver)
+            .handle_input_with(id, Instant::now(), &mut live.t.inb, &mut deliver)
         {
             return ReadTurn::Ended;
         }
@@ -290,7 +294,7 @@ impl ComObject {
             }
             if !self
                 .com
-                .handle_input(id, Instant::now(), &mut live.t.inb, &mut deliver)
+                .handle_input_with(id, Instant::now(), &mut live.t.inb, &mut deliver)
             {
                 return ReadTurn::Ended;
             }
@@ -348,6 +352,14 @@ impl ComObject {
         let Some(live) = self.live.take() else {
             return;
         };
+        // Streams the lost channel interrupted are told now, not when
+        // their message comes again.
+        let mut deliver = Delivery {
+            node: &self.node,
+            from: &self.entry,
+            streams: &mut self.streams,
+        };
+        self.com.report_interrupted(&mut deliver);
         self.shed_pending = true;
         self.entry
             .connected

@@ -95,12 +95,16 @@ pub(crate) struct ComObject {
     channels_opened: u32,
     /// Channels closed because the slot controller preempted them.
     preempted: u32,
+    /// The streamed messages being received, by lane.
+    streams: crate::streams::LaneStreams,
 }
 
 impl Actor for ComObject {
     type Context = Context<Self>;
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
+        // Nothing more comes on the streams still open.
+        self.streams.abort_all();
         tracing::debug!(site = ?self.entry.id.get(), "ComObject stopped");
     }
 }
@@ -133,6 +137,7 @@ impl ComObject {
             report_pending: false,
             channels_opened: 0,
             preempted: 0,
+            streams: Default::default(),
         }
     }
 

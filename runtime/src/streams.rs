@@ -1,0 +1,235 @@
+//! Streaming handlers: Madeleine's deferred receive at the API. A type
+//! registered with [`Node::handle_stream`](crate::Node::handle_stream) is
+//! handed over as soon as its typed header has arrived; the handler returns
+//! a [`BodySink`] that takes the body as chunks, in order, as their frames
+//! arrive — a 1 GiB body never has to fit in memory. The rules (when a
+//! stream starts, ends, or is aborted and comes again from offset 0) are
+//! the protocol's, in `sitenet_protocols::deliver`; this module only routes
+//! them to the handler and its sink.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use sitenet_protocols::{Deliver, InMessage, MessageKind, Prelude, Priority, StreamAbort};
+
+use crate::handlers::{call_unhandled, dispatch, Ctx, RemoteError};
+use crate::message::Message;
+use crate::metrics::Counters;
+use crate::node::NodeInner;
+use crate::site::SiteEntry;
+
+/// Takes the body of one streamed message (see
+/// [`Node::handle_stream`](crate::Node::handle_stream)). Its methods run on
+/// the node's I/O thread, like handlers: they must not block.
+pub trait BodySink: Send {
+    /// `data` is the body from `offset` on. The first chunk is at offset 0
+    /// and each starts where the previous one ended; a message whose body is
+    /// empty gets no chunk.
+    fn chunk(&mut self, offset: u64, data: Bytes);
+
+    /// The whole body has arrived: the message is delivered, and
+    /// acknowledged once this returns. `ctx` replies to a request.
+    fn end(self: Box<Self>, ctx: &mut Ctx<'_>);
+
+    /// The stream ends without its end: its channel was lost after
+    /// `received` body bytes (the sender restarts the message on the next
+    /// channel, so it comes again as a new stream from offset 0), or it
+    /// turned out a duplicate. Drop what was received; the default does
+    /// just that.
+    fn abort(self: Box<Self>, why: StreamAbort) {
+        let _ = why;
+    }
+}
+
+/// A streaming handler, type-erased: decodes the header and returns the
+/// sink, or says why the header did not decode.
+pub(crate) type ErasedStream =
+    Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<Box<dyn BodySink>, String> + Send + Sync>;
+
+pub(crate) fn erase_stream<M, F>(f: F) -> ErasedStream
+where
+    M: Message,
+    F: Fn(&mut Ctx<'_>, M) -> Box<dyn BodySink> + Send + Sync + 'static,
+{
+    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
+        let m: M = rmp_serde::from_slice(header)
+            .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))?;
+        Ok(f(ctx, m))
+    })
+}
+
+/// One lane's open stream.
+enum Open {
+    /// Its sink, and what its end's context needs.
+    Sink {
+        sink: Box<dyn BodySink>,
+        kind: MessageKind,
+        corr: u64,
+        received: u64,
+    },
+    /// Its header did not decode, or its sink panicked: the rest is
+    /// dropped.
+    Discard,
+}
+
+/// The open streams of one site, by lane (allocated with the first).
+#[derive(Default)]
+pub(crate) struct LaneStreams(Option<Box<[Option<Open>; 4]>>);
+
+impl LaneStreams {
+    fn slot(&mut self, lane: Priority) -> &mut Option<Open> {
+        &mut self.0.get_or_insert_with(Default::default)[lane.index()]
+    }
+
+    /// Aborts every open stream (the site's actor stops: nothing more will
+    /// come on them).
+    pub(crate) fn abort_all(&mut self) {
+        for open in self.0.take().into_iter().flat_map(|b| *b) {
+            if let Some(Open::Sink { sink, received, .. }) = open {
+                abort(sink, StreamAbort::ChannelLost { received });
+            }
+        }
+    }
+}
+
+/// What a ComObject hands its session: whole messages go to their
+/// handlers, streamed ones to their sinks.
+pub(crate) struct Delivery<'a> {
+    pub(crate) node: &'a Arc<NodeInner>,
+    pub(crate) from: &'a Arc<SiteEntry>,
+    pub(crate) streams: &'a mut LaneStreams,
+}
+
+impl Delivery<'_> {
+    fn ctx(&self, kind: MessageKind, corr: u64, priority: Priority) -> Ctx<'_> {
+        Ctx {
+            node: self.node,
+            from: self.from,
+            kind,
+            corr,
+            priority,
+            body: Bytes::new(),
+            replied: false,
+        }
+    }
+
+    /// Starts a stream of `prelude`'s type with `header`: its sink, or
+    /// `Discard` (the failure reported as for a whole message).
+    fn start(&mut self, lane: Priority, prelude: &Prelude, header: Bytes) -> Open {
+        let Some(h) = self.node.handlers.get_stream(prelude.type_id) else {
+            return Open::Discard;
+        };
+        let mut ctx = self.ctx(prelude.kind, prelude.corr, lane);
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &header)));
+        let failure = match r {
+            Ok(Ok(sink)) => {
+                return Open::Sink {
+                    sink,
+                    kind: prelude.kind,
+                    corr: prelude.corr,
+                    received: 0,
+                }
+            }
+            Ok(Err(reason)) => {
+                Counters::add(&self.node.counters.unhandled, 1);
+                tracing::warn!(type_id = prelude.type_id, %reason, "stream not handled");
+                call_unhandled(
+                    self.node,
+                    self.from,
+                    prelude.type_id,
+                    reason.clone(),
+                    header,
+                    Bytes::new(),
+                );
+                reason
+            }
+            Err(_) => {
+                Counters::add(&self.node.counters.handler_panics, 1);
+                tracing::error!(type_id = prelude.type_id, "stream handler panicked");
+                format!("stream handler for type {:#x} panicked", prelude.type_id)
+            }
+        };
+        if ctx.is_request() {
+            let _ = ctx.reply(&RemoteError { reason: failure });
+        }
+        Open::Discard
+    }
+
+    /// The stream on `lane` is complete: its sink's end.
+    fn finish(&mut self, lane: Priority) {
+        Counters::add(&self.node.counters.messages_delivered, 1);
+        let Some(Open::Sink {
+            sink, kind, corr, ..
+        }) = self.streams.slot(lane).take()
+        else {
+            return;
+        };
+        let mut ctx = self.ctx(kind, corr, lane);
+        if std::panic::catch_unwind(AssertUnwindSafe(|| sink.end(&mut ctx))).is_err() {
+            Counters::add(&self.node.counters.handler_panics, 1);
+            tracing::error!("stream sink panicked at its end; the message counts as delivered");
+            if ctx.is_request() && !ctx.replied {
+                let _ = ctx.reply(&RemoteError {
+                    reason: "stream sink panicked".into(),
+                });
+            }
+        }
+    }
+}
+
+fn abort(sink: Box<dyn BodySink>, why: StreamAbort) {
+    if std::panic::catch_unwind(AssertUnwindSafe(|| sink.abort(why))).is_err() {
+        tracing::error!("stream sink panicked in abort");
+    }
+}
+
+impl Deliver for Delivery<'_> {
+    fn message(&mut self, m: InMessage) {
+        if m.prelude.kind == MessageKind::Reply || !self.node.handlers.is_stream(m.prelude.type_id)
+        {
+            return dispatch(self.node, self.from, m);
+        }
+        // A streamed type whose message came whole: the same calls, at once.
+        let lane = m.priority;
+        let open = self.start(lane, &m.prelude, m.header);
+        *self.streams.slot(lane) = Some(open);
+        if !m.body.is_empty() {
+            self.stream_chunk(lane, 0, m.body);
+        }
+        self.finish(lane);
+    }
+
+    fn stream(&mut self, _lane: Priority, prelude: &Prelude) -> bool {
+        prelude.kind != MessageKind::Reply && self.node.handlers.is_stream(prelude.type_id)
+    }
+
+    fn stream_start(&mut self, lane: Priority, prelude: &Prelude, header: Bytes) {
+        let open = self.start(lane, prelude, header);
+        *self.streams.slot(lane) = Some(open);
+    }
+
+    fn stream_chunk(&mut self, lane: Priority, offset: u64, data: Bytes) {
+        let slot = self.streams.slot(lane);
+        let Some(Open::Sink { sink, received, .. }) = slot else {
+            return;
+        };
+        *received += data.len() as u64;
+        if std::panic::catch_unwind(AssertUnwindSafe(|| sink.chunk(offset, data))).is_err() {
+            Counters::add(&self.node.counters.handler_panics, 1);
+            tracing::error!("stream sink panicked; the rest of its body is dropped");
+            *slot = Some(Open::Discard);
+        }
+    }
+
+    fn stream_end(&mut self, lane: Priority, _number: u64) {
+        self.finish(lane);
+    }
+
+    fn stream_abort(&mut self, lane: Priority, why: StreamAbort) {
+        if let Some(Open::Sink { sink, .. }) = self.streams.slot(lane).take() {
+            abort(sink, why);
+        }
+    }
+}
