@@ -397,7 +397,7 @@ impl Node {
     /// ```
     /// use bytes::Bytes;
     /// use serde::{Deserialize, Serialize};
-    /// use sitenet::{BodySink, Ctx, Message, Node};
+    /// use sitenet_runtime::{BodySink, Ctx, Message, Node};
     ///
     /// #[derive(Serialize, Deserialize)]
     /// struct Upload { name: String }
@@ -410,14 +410,12 @@ impl Node {
     ///     fn end(self: Box<Self>, _ctx: &mut Ctx<'_>) { println!("{} bytes", self.0); }
     /// }
     ///
-    /// # sitenet::Runtime::new().unwrap().block_on(async {
-    /// let node = Node::builder().listen("tcp:127.0.0.1:0").start().unwrap();
+    /// let node = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     /// node.handle_stream(|_ctx: &mut Ctx<'_>, u: Upload| -> Box<dyn BodySink> {
     ///     println!("receiving {}", u.name);
     ///     Box::new(Count(0))
-    /// })
-    /// .unwrap();
-    /// # });
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn handle_stream<M, F>(&self, f: F) -> Result<(), NodeError>
     where
