@@ -4,7 +4,7 @@
 //! budget is whole again once the session is dropped. Half the inputs
 //! stream every multi-frame message (`Deliver`), checking the stream rules:
 //! a start before any chunk, contiguous chunk offsets from 0, numbers in
-//! order.
+//! order. Half read a large fragment's rest in place when offered.
 
 use bytes::Bytes;
 use sitenet_protocols::handshake::MIN_BUFFER;
@@ -119,10 +119,22 @@ pub fn check(data: &[u8]) {
             // Backpressure: the reassembly budget is short. Not a stall.
             break;
         }
-        assert!(input.free() > 0, "input full after Ok: the session stalled");
-        let n = chunk.min(input.free()).min(stream.len() - off);
-        input.push(&stream[off..off + n]);
-        off += n;
+        // Half the inputs read a large fragment's rest in place when the
+        // session offers it (zero-copy receive), the others into the ring.
+        match s.direct_input().filter(|_| ctl[2] & 4 != 0) {
+            Some(t) => {
+                let n = chunk.min(t.len()).min(stream.len() - off);
+                t[..n].copy_from_slice(&stream[off..off + n]);
+                s.direct_commit(n);
+                off += n;
+            }
+            None => {
+                assert!(input.free() > 0, "input full after Ok: the session stalled");
+                let n = chunk.min(input.free()).min(stream.len() - off);
+                input.push(&stream[off..off + n]);
+                off += n;
+            }
+        }
         let r = s.handle_input_with(now, &mut input, &mut checker);
         assert!(input.len() <= input.capacity());
         if r.is_err() {

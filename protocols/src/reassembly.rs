@@ -261,6 +261,9 @@ pub struct Reassembly {
     received: u64,
     /// Budget bytes taken for it (its header and body bytes so far).
     reserved: u64,
+    /// The last bytes of `body`, opened for writing in place and not yet
+    /// written (see [`Reassembly::open_in_place`]).
+    in_place: usize,
 }
 
 impl Reassembly {
@@ -275,6 +278,7 @@ impl Reassembly {
             body: Vec::new(),
             received: PRELUDE_LEN as u64,
             reserved: 0,
+            in_place: 0,
         };
         let k = a.len().min(PRELUDE_LEN);
         r.extend(lane, &a[k..])?;
@@ -312,6 +316,7 @@ impl Reassembly {
 
     /// Appends a fragment's payload (whose budget the caller took).
     pub fn extend(&mut self, lane: u8, payload: &[u8]) -> Result<(), ProtocolError> {
+        debug_assert_eq!(self.in_place, 0, "bytes opened in place come first");
         self.check_room(lane, payload.len() as u64)?;
         let to_header = (self.prelude.header_len as usize - self.header.len()).min(payload.len());
         grow(&mut self.header, to_header, self.prelude.header_len as u64);
@@ -322,6 +327,45 @@ impl Reassembly {
         self.received += payload.len() as u64;
         self.reserved += payload.len() as u64;
         Ok(())
+    }
+
+    /// True if the whole typed header has arrived (the rest is body).
+    pub fn header_complete(&self) -> bool {
+        self.header.len() == self.prelude.header_len as usize
+    }
+
+    /// Makes room for the next `n` body bytes to be written in place — a
+    /// fragment read from the socket straight into the message, with no
+    /// copy through the ring — and counts them as reserved (the caller took
+    /// their budget). They count as received once [`commit`](Self::commit)ted;
+    /// [`in_place`](Self::in_place) is where they go.
+    pub fn open_in_place(&mut self, lane: u8, n: usize) -> Result<(), ProtocolError> {
+        debug_assert!(self.header_complete() && self.in_place == 0);
+        self.check_room(lane, n as u64)?;
+        grow(&mut self.body, n, self.prelude.body_len);
+        self.body.resize(self.body.len() + n, 0);
+        self.in_place = n;
+        self.reserved += n as u64;
+        Ok(())
+    }
+
+    /// The room opened by [`open_in_place`](Self::open_in_place) not yet
+    /// filled.
+    pub fn in_place(&mut self) -> &mut [u8] {
+        let end = self.body.len();
+        &mut self.body[end - self.in_place..]
+    }
+
+    /// `n` bytes were written at the start of [`in_place`](Self::in_place).
+    pub fn commit(&mut self, n: usize) {
+        assert!(n <= self.in_place, "commit past the room opened");
+        self.in_place -= n;
+        self.received += n as u64;
+    }
+
+    /// Bytes opened in place and not yet written.
+    pub fn in_place_left(&self) -> usize {
+        self.in_place
     }
 
     /// True once every announced byte has arrived.

@@ -130,3 +130,106 @@ proptest! {
         }
     }
 }
+
+/// The wire bytes of `msg` sent alone on a fresh channel of `buffer`.
+fn wire_of(msg: OutMessage, buffer: u32) -> Vec<u8> {
+    let mut s = fresh_with(buffer);
+    s.queue(msg).unwrap();
+    let mut out = ByteBuffer::with_shared(buffer as usize, 4 * buffer as usize);
+    let mut wire = Vec::new();
+    while s.poll_transmit(Instant::now(), &mut out) > 0 {
+        wire.extend(take_out(&mut out));
+    }
+    wire
+}
+
+/// Zero-copy receive: once a continuation fragment's header is in the
+/// ring, the session offers the rest of its payload as a place in the
+/// message; bytes read there never pass through the ring, and the message
+/// is delivered whole. Read into the ring instead, they still land right.
+#[test]
+fn a_large_fragment_is_read_in_place_or_through_the_ring_alike() {
+    let body = slice(11, 300_000);
+    let wire = wire_of(
+        OutMessage::new(
+            Priority::default(),
+            3,
+            Bytes::from_static(b"h"),
+            vec![body.clone()],
+        ),
+        64 * 1024,
+    );
+    let frames = headers(&wire);
+    let first = HEADER_LEN + frames[0].payload_len as usize;
+    for through_ring in [false, true] {
+        let budget = ReassemblyBudget::new(1 << 30);
+        let mut r = working_session(SessionConfig::default(), budget.clone(), 64 * 1024);
+        let mut input = ByteBuffer::new(64 * 1024);
+        let mut got = Vec::new();
+        // The first fragment whole, then the second's header and 100 bytes.
+        input.push(&wire[..first]);
+        r.handle_input(Instant::now(), &mut input, &mut |m| got.push(m))
+            .unwrap();
+        let mut at = first + HEADER_LEN + 100;
+        input.push(&wire[first..at]);
+        r.handle_input(Instant::now(), &mut input, &mut |m| got.push(m))
+            .unwrap();
+        assert!(input.is_empty(), "the fragment was adopted");
+        let rest = frames[1].payload_len as usize - 100;
+        assert_eq!(r.direct_input().map(|t| t.len()), Some(rest));
+        let held = budget.limit() - budget.available();
+        assert!(held >= frames[1].payload_len as u64, "its budget is taken");
+        // The rest, in odd pieces, in place or through the ring.
+        while at < wire.len() {
+            let n = 7_777.min(wire.len() - at);
+            match r.direct_input().filter(|_| !through_ring) {
+                Some(t) => {
+                    let n = n.min(t.len());
+                    t[..n].copy_from_slice(&wire[at..at + n]);
+                    r.direct_commit(n);
+                    at += n;
+                }
+                None => {
+                    let n = n.min(input.free());
+                    input.push(&wire[at..at + n]);
+                    at += n;
+                }
+            }
+            r.handle_input(Instant::now(), &mut input, &mut |m| got.push(m))
+                .unwrap();
+        }
+        assert_eq!(got.len(), 1, "through the ring: {through_ring}");
+        assert_eq!(got[0].body, body);
+        assert_eq!(budget.available(), budget.limit(), "all budget back");
+        assert_eq!(r.stats().frames_in, frames.len() as u64);
+    }
+}
+
+#[test]
+fn a_lost_channel_gives_an_adopted_fragments_budget_back() {
+    let wire = wire_of(
+        OutMessage::new(
+            Priority::default(),
+            3,
+            Bytes::new(),
+            vec![slice(1, 200_000)],
+        ),
+        64 * 1024,
+    );
+    let frames = headers(&wire);
+    let budget = ReassemblyBudget::new(1 << 30);
+    let mut r = working_session(SessionConfig::default(), budget.clone(), 64 * 1024);
+    let mut input = ByteBuffer::new(64 * 1024);
+    let first = HEADER_LEN + frames[0].payload_len as usize;
+    input.push(&wire[..first]);
+    r.handle_input(Instant::now(), &mut input, &mut |_| {})
+        .unwrap();
+    input.push(&wire[first..first + HEADER_LEN + 10]);
+    r.handle_input(Instant::now(), &mut input, &mut |_| {})
+        .unwrap();
+    assert!(r.direct_input().is_some());
+    assert!(budget.available() < budget.limit());
+    r.channel_down();
+    assert!(r.direct_input().is_none());
+    assert_eq!(budget.available(), budget.limit());
+}

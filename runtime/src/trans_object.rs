@@ -137,6 +137,17 @@ impl TransObject {
         }
     }
 
+    /// One non-blocking read into `target` (a fragment's place in its
+    /// message, for zero-copy receive) instead of the input ring.
+    pub(crate) fn read_into(&mut self, target: &mut [u8]) -> io::Result<ReadStatus> {
+        match self.ch.try_read(target) {
+            Ok(0) => Ok(ReadStatus::Eof),
+            Ok(n) => Ok(ReadStatus::Read(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(ReadStatus::WouldBlock),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Writes from the output buffer (ring bytes and the large bodies it
     /// holds by reference, with vectored writes) until it is empty, the socket would
     /// block, or `budget` bytes were written.

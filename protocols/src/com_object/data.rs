@@ -44,6 +44,17 @@ impl ComObject {
         self.working_channel() == Some(id)
     }
 
+    /// Zero-copy receive: where the working channel's next bytes go instead
+    /// of the input ring (see [`Session::direct_input`]).
+    pub fn direct_input(&mut self) -> Option<&mut [u8]> {
+        self.session.direct_input()
+    }
+
+    /// `n` bytes were read into [`direct_input`](Self::direct_input)'s slice.
+    pub fn direct_commit(&mut self, n: usize) {
+        self.session.direct_commit(n);
+    }
+
     /// Tells `deliver` of the streamed messages a lost channel interrupted
     /// (see [`Session::report_interrupted`]).
     pub fn report_interrupted(&mut self, deliver: &mut dyn Deliver) {

@@ -93,6 +93,8 @@ pub struct Session {
     /// Threshold acks wait one driver turn (see `hold_acks`); kept here so
     /// a new channel starts with the driver's setting.
     ack_hold: bool,
+    /// Bytes were read in place since the last input call.
+    read_in_place: bool,
 }
 
 impl Session {
@@ -109,6 +111,7 @@ impl Session {
             events: None,
             local_need: true,
             ack_hold: false,
+            read_in_place: false,
         }
     }
 
@@ -179,6 +182,27 @@ impl Session {
         // An idle site keeps no room for events it no longer expects.
         if self.events.as_ref().is_some_and(|e| e.is_empty()) {
             self.events = None;
+        }
+    }
+
+    /// Zero-copy receive: where the driver reads the next bytes of the
+    /// channel instead of the input ring, when a large fragment is being
+    /// received (the rest of its payload goes straight into its message,
+    /// with no copy through the ring). Read at most this slice, call
+    /// [`direct_commit`](Self::direct_commit) with what was read, then
+    /// [`handle_input`](Self::handle_input) as after any read. `None`: read
+    /// into the ring as usual.
+    pub fn direct_input(&mut self) -> Option<&mut [u8]> {
+        self.link.as_ref()?;
+        self.recv.direct_target()
+    }
+
+    /// `n` bytes were read into the slice [`direct_input`](Self::direct_input)
+    /// gave.
+    pub fn direct_commit(&mut self, n: usize) {
+        if n > 0 {
+            self.recv.direct_commit(n);
+            self.read_in_place = true;
         }
     }
 
@@ -334,18 +358,37 @@ impl Session {
             return Ok(());
         };
         let mut hb = [0u8; HEADER_LEN];
-        if !input.is_empty() {
+        let read_in_place = std::mem::take(&mut self.read_in_place);
+        if !input.is_empty() || read_in_place {
             l.timers.set(Timer::Silence, now + self.cfg.silence_timeout);
         }
         l.blocked = None;
-        let mut progress = false;
+        let mut progress = read_in_place;
         let result = (|| {
+            // A fragment read in place (zero-copy receive) first: it came
+            // before everything in the ring.
+            // A driver that read into the ring anyway (in-place reads are
+            // an optimisation, never required): its bytes go in place.
+            progress |= self.recv.direct_from_ring(input);
+            let l = self.link.as_deref_mut().expect("a working channel");
+            let stats = self.stats.get_or_insert_with(Box::default);
+            if let Some(done) = self.recv.finish_direct(deliver, &mut l.ack, stats) {
+                done?;
+                stats.frames_in += 1;
+            }
+            if self.recv.direct_pending() {
+                // The ring held less than the fragment's rest: it is empty.
+                return Ok(());
+            }
             while input.peek(0, &mut hb) {
                 let h = FrameHeader::decode(&hb, max_payload)?;
                 // The ack is processed as soon as the header is there.
                 self.send.apply_ack(h.ack)?;
                 let len = HEADER_LEN + h.payload_len as usize;
                 if input.len() < len {
+                    // A large fragment's rest may be read straight into its
+                    // message (see `direct_input`).
+                    progress |= self.recv.adopt(&h, input);
                     break;
                 }
                 match h.kind {

@@ -14,9 +14,10 @@
 
 use bytes::Bytes;
 
+use crate::byte_buffer::ByteBuffer;
 use crate::deliver::{Deliver, StreamAbort};
 use crate::error::ProtocolError;
-use crate::frame::FrameHeader;
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::lane_slots::LaneSlots;
 use crate::message::{InMessage, Prelude, PRELUDE_LEN};
 use crate::packed::Entries;
@@ -127,7 +128,15 @@ pub(crate) struct Receiver {
     /// Streams whose channel was lost, not yet told (see
     /// [`Receiver::report_interrupted`]): lane and body bytes handed over.
     interrupted: Vec<(Priority, u64)>,
+    /// The fragment being read straight into its message, if one is (see
+    /// [`Receiver::adopt`]): its header.
+    direct: Option<FrameHeader>,
 }
+
+/// A fragment is read straight into its message, past the ring, when at
+/// least this many of its payload bytes are still to come: below it, the
+/// extra read call costs more than the copy it saves.
+pub(crate) const DIRECT_MIN: usize = 8 * 1024;
 
 impl Receiver {
     pub(crate) fn new(budget: &ReassemblyBudget) -> Self {
@@ -136,6 +145,7 @@ impl Receiver {
             reassembly: Default::default(),
             share: budget.share(),
             interrupted: Vec::new(),
+            direct: None,
         }
     }
 
@@ -160,6 +170,7 @@ impl Receiver {
     /// back. Streams already started are told at the next
     /// [`report_interrupted`](Self::report_interrupted).
     pub(crate) fn abandon_partials(&mut self) {
+        self.direct = None;
         for i in 0..4 {
             match self.reassembly.take(i) {
                 None => {}
@@ -319,10 +330,25 @@ impl Receiver {
                 }
             }
         }
+        self.complete_fragment(h, deliver, ack, stats)
+    }
+
+    /// A fragment of a partly received message was taken in whole (from the
+    /// ring, or read in place): the message is delivered if it was its last.
+    fn complete_fragment(
+        &mut self,
+        h: &FrameHeader,
+        deliver: &mut dyn Deliver,
+        ack: &mut AckPolicy,
+        stats: &mut SessionStats,
+    ) -> Result<DataOutcome, ProtocolError> {
         if !h.is_last() {
             return Ok(DataOutcome::Consumed { progress: true });
         }
-        let (received, total) = match self.reassembly.get(idx).expect("set above") {
+        let lane = h.lane;
+        let priority = Priority::from_lane(lane).expect("validated lane");
+        let idx = lane as usize - 1;
+        let (received, total) = match self.reassembly.get(idx).expect("a partial message") {
             Partial::Whole(r) => (r.received(), r.prelude().total_len()),
             Partial::Stream(st) => (st.received, st.prelude.total_len()),
         };
@@ -335,7 +361,7 @@ impl Receiver {
             });
         }
         let n = h.msg_number;
-        match self.reassembly.take(idx).expect("set above") {
+        match self.reassembly.take(idx).expect("a partial message") {
             Partial::Whole(r) => {
                 self.share.give_back(r.reserved());
                 if self.check_number(n, stats)? {
@@ -359,6 +385,108 @@ impl Receiver {
             }
         }
         Ok(DataOutcome::Consumed { progress: true })
+    }
+
+    /// Zero-copy receive: the continuation fragment `h` is at the front of
+    /// `input`, incomplete, with at least [`DIRECT_MIN`] payload bytes still
+    /// to come. If its message is reassembled whole and budget is there
+    /// for the whole payload, the fragment is adopted: its header and the
+    /// payload bytes already in the ring are consumed, and the rest is read
+    /// by the driver straight into the message ([`direct_target`](Self::direct_target)).
+    /// Returns whether it was adopted; a fragment that is not stays in the
+    /// ring and takes the usual path (which also reports its errors).
+    pub(crate) fn adopt(&mut self, h: &FrameHeader, input: &mut ByteBuffer) -> bool {
+        let in_ring = input.len() - HEADER_LEN;
+        let payload = h.payload_len as usize;
+        if self.direct.is_some()
+            || h.kind != FrameKind::Data
+            || h.is_first()
+            || payload < in_ring + DIRECT_MIN
+        {
+            return false;
+        }
+        let lane = h.lane;
+        let Some(Partial::Whole(r)) = self.reassembly.get_mut(lane as usize - 1) else {
+            return false;
+        };
+        if h.frag_offset != r.received()
+            || !r.header_complete()
+            || r.check_room(lane, payload as u64).is_err()
+            || self.share.try_take(payload as u64).is_err()
+        {
+            return false;
+        }
+        let (a, b) = input.slices(HEADER_LEN, in_ring);
+        let opened = r
+            .extend(lane, a)
+            .and_then(|()| r.extend(lane, b))
+            .and_then(|()| r.open_in_place(lane, payload - in_ring));
+        debug_assert!(opened.is_ok(), "checked above");
+        input.consume(HEADER_LEN + in_ring);
+        self.direct = Some(*h);
+        true
+    }
+
+    /// Where the adopted fragment's next bytes go, if one is adopted and
+    /// incomplete.
+    pub(crate) fn direct_target(&mut self) -> Option<&mut [u8]> {
+        let h = self.direct.as_ref()?;
+        let Some(Partial::Whole(r)) = self.reassembly.get_mut(h.lane as usize - 1) else {
+            unreachable!("an adopted fragment's message is reassembled");
+        };
+        Some(r.in_place()).filter(|t| !t.is_empty())
+    }
+
+    /// `n` bytes were read into [`direct_target`](Self::direct_target).
+    pub(crate) fn direct_commit(&mut self, n: usize) {
+        let h = self.direct.as_ref().expect("an adopted fragment");
+        let Some(Partial::Whole(r)) = self.reassembly.get_mut(h.lane as usize - 1) else {
+            unreachable!("an adopted fragment's message is reassembled");
+        };
+        r.commit(n);
+    }
+
+    /// Moves the bytes a driver read into the ring while a fragment was
+    /// adopted into the fragment's place (they are its next bytes); true
+    /// if there were any.
+    pub(crate) fn direct_from_ring(&mut self, input: &mut ByteBuffer) -> bool {
+        if input.is_empty() {
+            return false;
+        }
+        let Some(target) = self.direct_target() else {
+            return false;
+        };
+        let k = target.len().min(input.len());
+        input.peek(0, &mut target[..k]);
+        input.consume(k);
+        self.direct_commit(k);
+        true
+    }
+
+    /// True while an adopted fragment still waits for bytes: the input
+    /// ring holds nothing of the stream until it is complete.
+    pub(crate) fn direct_pending(&self) -> bool {
+        self.direct.is_some_and(|h| {
+            matches!(
+                self.reassembly.get(h.lane as usize - 1),
+                Some(Partial::Whole(r)) if r.in_place_left() > 0
+            )
+        })
+    }
+
+    /// Completes the adopted fragment once all its bytes were read in
+    /// place (`None` if there is none, or it is incomplete).
+    pub(crate) fn finish_direct(
+        &mut self,
+        deliver: &mut dyn Deliver,
+        ack: &mut AckPolicy,
+        stats: &mut SessionStats,
+    ) -> Option<Result<DataOutcome, ProtocolError>> {
+        if self.direct_pending() {
+            return None;
+        }
+        let h = self.direct.take()?;
+        Some(self.complete_fragment(&h, deliver, ack, stats))
     }
 
     /// Handles one packed frame (whole messages of lane `h.lane`, numbered

@@ -106,6 +106,22 @@ pub fn packed_numbers(h: &FrameHeader, payload: &[u8]) -> Vec<u64> {
     numbers
 }
 
+/// The first `n` bytes an output buffer holds (ring bytes and shared
+/// pieces, in wire order), taken out of it.
+pub fn take_some(out: &mut ByteBuffer, n: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(n);
+    while bytes.len() < n && !out.is_empty() {
+        let mut slices = [std::io::IoSlice::new(&[]); 16];
+        let k = out.io_slices(&mut slices, n - bytes.len());
+        let got: usize = slices[..k].iter().map(|s| s.len()).sum();
+        for s in &slices[..k] {
+            bytes.extend_from_slice(s);
+        }
+        out.consume(got);
+    }
+    bytes
+}
+
 /// Everything an output buffer holds, in wire order (its ring bytes and
 /// shared pieces), taken out of it: what a driver's vectored writes send.
 pub fn take_out(out: &mut ByteBuffer) -> Vec<u8> {
@@ -489,25 +505,31 @@ impl Pair {
             }
             let want = chunks[*chunk_idx % chunks.len()].max(1);
             *chunk_idx += 1;
-            let free = to.input.free();
+            // As a driver does: a large fragment's rest is read in place
+            // (zero-copy receive) when the session asks for it.
+            let in_place = to.session.direct_input().map_or(0, |t| t.len());
+            let free = if in_place > 0 {
+                in_place
+            } else {
+                to.input.free()
+            };
             assert!(
                 free > 0,
                 "receiver input buffer full with no complete frame: deadlock"
             );
             let n = want.min(from.out.len()).min(free).min(limit - moved);
-            {
-                let mut slices = [std::io::IoSlice::new(&[]); 64];
-                let k = from.out.io_slices(&mut slices, n);
-                for x in &slices[..k] {
-                    to.input.push(x);
-                    if tapping {
-                        to.tap.feed(x);
-                    }
-                }
-                let n = slices[..k].iter().map(|x| x.len()).sum::<usize>();
-                from.out.consume(n);
-                moved += n;
+            let bytes = take_some(&mut from.out, n);
+            if tapping {
+                to.tap.feed(&bytes);
             }
+            if in_place > 0 {
+                let target = to.session.direct_input().expect("asked above");
+                target[..bytes.len()].copy_from_slice(&bytes);
+                to.session.direct_commit(bytes.len());
+            } else {
+                to.input.push(&bytes);
+            }
+            moved += bytes.len();
             let mut recorder = Recorder {
                 stream: to.streaming,
                 delivered: &mut to.delivered,

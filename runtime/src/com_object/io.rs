@@ -269,7 +269,16 @@ impl ComObject {
             if self.com.input_blocked() {
                 return ReadTurn::Blocked;
             }
-            let loss = match live.t.read_once() {
+            // A large fragment's rest goes straight into its message.
+            let read = match self.com.direct_input() {
+                Some(target) => live.t.read_into(target).inspect(|st| {
+                    if let ReadStatus::Read(n) = *st {
+                        self.com.direct_commit(n);
+                    }
+                }),
+                None => live.t.read_once(),
+            };
+            let loss = match read {
                 Ok(ReadStatus::Read(_)) => {
                     Counters::add(&node.counters.reads, 1);
                     None
