@@ -219,6 +219,7 @@ pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
 
 /// Delivers one complete message: replies complete their request; other
 /// messages go to their type's handler.
+#[inline] // its one caller is `Delivery::message`: no second move of the message
 pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
     Counters::add(&node.counters.messages_delivered, 1);
     if m.prelude.kind == MessageKind::Reply {
