@@ -64,11 +64,13 @@ pub const TCP_NOTSENT_LOWAT: u32 = 128 * 1024;
 /// doubles it for its bookkeeping). Left to autotuning it grows to tens of
 /// megabytes, and when the reader is briefly slower than a zero-copy
 /// writer the backlog piles up there, where no scheduler reaches: a
-/// priority-4 message sent after a 64 MiB one then waits behind all of it
-/// (`sitenet bench`: 5–12 ms with autotuning, 0.7–1.5 ms with this bound,
-/// on loopback). The price is the window: 256 KiB covers the
-/// bandwidth-delay product of 10 Gbit/s only up to 0.2 ms of round trip,
-/// so a long fat link is slower than with autotuning.
+/// priority-4 message sent after a 64 MiB one then waits behind all of it.
+/// `sitenet bench --processes` (bulk, 1 MiB round trips, then that case;
+/// six runs each): autotuned 2.8–31 ms; 256 KiB 0.78–1.07 ms; 128 KiB
+/// 0.65–0.78 ms, but bulk 10% and 1 MiB round trips 18% slower. The price
+/// of 256 KiB is the window: it covers the bandwidth-delay product of
+/// 10 Gbit/s only up to 0.2 ms of round trip, so a long fat link is slower
+/// than with autotuning.
 pub const TCP_RECEIVE_BUFFER: usize = 256 << 10;
 
 /// Sets up a TCP stream the way channels use it: no Nagle delay, a bounded
