@@ -111,6 +111,17 @@ async fn one_stream(rx: &mut mpsc::UnboundedReceiver<Seen>) -> (String, BytesMut
     }
 }
 
+/// Sends one small upload and waits for its acknowledgement: the channel
+/// is then live.
+async fn warm_up(site: &sitenet::SiteRef) {
+    site.send(&Upload {
+        name: "warm".into(),
+    })
+    .await
+    .unwrap();
+    site.flush(PATIENCE).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_handler_sees_the_header_first_and_the_body_in_chunks() {
     let (server, mut rx) = recording_server(|_| {});
@@ -205,12 +216,7 @@ async fn a_stream_cut_by_a_lost_channel_is_aborted_and_comes_again_from_offset_0
         .start()
         .unwrap();
     let site = client.site(&addr(&server)).unwrap();
-    site.send(&Upload {
-        name: "warm".into(),
-    })
-    .await
-    .unwrap();
-    site.flush(PATIENCE).await.unwrap();
+    warm_up(&site).await;
     assert_eq!(one_stream(&mut rx).await.0, "warm");
     // Cut the channel (now live) 1 MiB into the 4 MiB message.
     faults.cut_after(1 << 20);
@@ -286,12 +292,7 @@ async fn a_1_gib_message_is_received_with_bounded_memory_by_a_streaming_handler(
         .unwrap();
     let client = Node::builder().configure(big).start().unwrap();
     let site = client.site(&addr(&server)).unwrap();
-    site.send(&Upload {
-        name: "warm".into(),
-    })
-    .await
-    .unwrap();
-    site.flush(PATIENCE).await.unwrap();
+    warm_up(&site).await;
     *received.lock().unwrap() = None;
 
     counting::reset_peak();

@@ -203,11 +203,16 @@ where
     F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
 {
     Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
-        let m: M = rmp_serde::from_slice(header)
-            .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))?;
-        f(ctx, m);
+        f(ctx, decode_header(header)?);
         Ok(())
     })
+}
+
+/// Decodes a received typed header as `M`, or says why it does not (what
+/// the `unhandled` hook and a request's error reply carry).
+pub(crate) fn decode_header<M: Message>(header: &Bytes) -> Result<M, String> {
+    rmp_serde::from_slice(header)
+        .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))
 }
 
 pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use sitenet_protocols::{Deliver, InMessage, MessageKind, Prelude, Priority, StreamAbort};
 
-use crate::handlers::{call_unhandled, dispatch, Ctx, RemoteError};
+use crate::handlers::{call_unhandled, decode_header, dispatch, Ctx, RemoteError};
 use crate::message::Message;
 use crate::metrics::Counters;
 use crate::node::NodeInner;
@@ -53,11 +53,7 @@ where
     M: Message,
     F: Fn(&mut Ctx<'_>, M) -> Box<dyn BodySink> + Send + Sync + 'static,
 {
-    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
-        let m: M = rmp_serde::from_slice(header)
-            .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))?;
-        Ok(f(ctx, m))
-    })
+    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| Ok(f(ctx, decode_header(header)?)))
 }
 
 /// One lane's open stream.
