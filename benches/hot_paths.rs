@@ -108,6 +108,7 @@ fn messages(n: usize, size: usize) -> Vec<OutMessage> {
             corr: 0,
             header: header.clone(),
             body: vec![body.clone()].into(),
+            tracked: false,
         })
         .collect()
 }

@@ -27,8 +27,10 @@ impl Ledger {
     }
 
     /// Frees every message numbered `<= ack`; returns the count and the bytes
-    /// freed (the byte bound on output is decreased by that much).
-    pub fn ack(&mut self, ack: u64) -> (usize, u64) {
+    /// freed (the byte bound on output is decreased by that much). The
+    /// `corr` of each freed message that is [`tracked`](OutMessage::tracked)
+    /// is appended to `delivered`: the peer has it.
+    pub fn ack(&mut self, ack: u64, delivered: &mut Vec<u64>) -> (usize, u64) {
         let mut n = 0;
         let mut freed = 0;
         while let Some((num, _)) = self.entries.front() {
@@ -37,6 +39,9 @@ impl Ledger {
             }
             let (_, m) = self.entries.pop_front().expect("front exists");
             freed += m.wire_len();
+            if m.tracked {
+                delivered.push(m.corr);
+            }
             n += 1;
         }
         self.bytes -= freed;
@@ -87,19 +92,42 @@ mod tests {
         )
     }
 
+    /// Acks `ack`, ignoring which tracked messages it delivered.
+    fn ack(l: &mut Ledger, ack: u64) -> (usize, u64) {
+        l.ack(ack, &mut Vec::new())
+    }
+
+    #[test]
+    fn an_ack_reports_exactly_the_tracked_messages_it_frees() {
+        let mut l = Ledger::default();
+        for n in 1..=6 {
+            let mut m = msg();
+            m.corr = 100 + n;
+            m.tracked = n % 2 == 0;
+            l.record(n, m);
+        }
+        let mut delivered = Vec::new();
+        l.ack(3, &mut delivered);
+        assert_eq!(delivered, [102]);
+        l.ack(3, &mut delivered);
+        assert_eq!(delivered, [102], "a repeated ack reports nothing more");
+        l.ack(6, &mut delivered);
+        assert_eq!(delivered, [102, 104, 106]);
+    }
+
     #[test]
     fn repeated_ack_frees_nothing_more() {
         let mut l = Ledger::default();
         for n in 1..=5 {
             l.record(n, msg());
         }
-        assert_eq!(l.ack(2).0, 2);
+        assert_eq!(ack(&mut l, 2).0, 2);
         // Mozart's msgAcked freed one more entry on every call: not here.
-        assert_eq!(l.ack(2).0, 0);
-        assert_eq!(l.ack(2).0, 0);
+        assert_eq!(ack(&mut l, 2).0, 0);
+        assert_eq!(ack(&mut l, 2).0, 0);
         assert_eq!(l.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![3, 4, 5]);
-        assert_eq!(l.ack(1).0, 0, "an older ack frees nothing");
-        assert_eq!(l.ack(5).0, 3);
+        assert_eq!(ack(&mut l, 1).0, 0, "an older ack frees nothing");
+        assert_eq!(ack(&mut l, 5).0, 3);
         assert!(l.is_empty());
         assert_eq!(l.bytes(), 0);
     }
@@ -120,7 +148,7 @@ mod tests {
                 } else {
                     let before = model.len();
                     model.retain(|n| *n > a);
-                    prop_assert_eq!(l.ack(a).0, before - model.len());
+                    prop_assert_eq!(ack(&mut l, a).0, before - model.len());
                 }
                 prop_assert_eq!(l.iter().map(|(n, _)| *n).collect::<Vec<_>>(), model.iter().copied().collect::<Vec<_>>());
                 prop_assert_eq!(l.bytes(), model.len() as u64 * msg().wire_len());

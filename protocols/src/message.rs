@@ -124,6 +124,12 @@ pub struct OutMessage {
     pub header: Bytes,
     /// The body, as parts sent one after another.
     pub body: Body,
+    /// The sender wants to know when the peer acknowledges it: its `corr`
+    /// (a request id, or for a one-way message a token of the same
+    /// series, never sent on the wire) is then reported by
+    /// `Session::take_delivered` (BMI's test for a posted send). Fits in
+    /// the struct's padding: an `OutMessage` stays 88 bytes.
+    pub tracked: bool,
 }
 
 impl OutMessage {
@@ -136,6 +142,7 @@ impl OutMessage {
             corr: 0,
             header,
             body: body.into(),
+            tracked: false,
         }
     }
 
@@ -151,7 +158,12 @@ impl OutMessage {
             kind: self.kind,
             header_len: self.header.len() as u32,
             body_len: self.body_len(),
-            corr: self.corr,
+            // A one-way message's corr is a local delivery token at most.
+            corr: if self.kind == MessageKind::OneWay {
+                0
+            } else {
+                self.corr
+            },
         }
     }
 

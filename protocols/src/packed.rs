@@ -216,6 +216,7 @@ mod tests {
             corr: if kind == MessageKind::OneWay { 0 } else { 77 },
             header: Bytes::copy_from_slice(header),
             body: b,
+            tracked: false,
         }
     }
 

@@ -87,6 +87,31 @@ pub enum SendError {
     RuntimeStopped,
 }
 
+/// Why a tracked message (`SiteRef::send_tracked`) will never be
+/// acknowledged. The two site failures differ in what a runtime may do: a
+/// message `NotSent` can be sent elsewhere as it is; one `MaybeDelivered`
+/// may have been handled, so resending it could apply it twice.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DeliveryError {
+    /// The message never completely left this node: the site failed
+    /// permanently first, or the peer can never take it (too large).
+    #[error("not sent: {reason}")]
+    NotSent {
+        /// Why.
+        reason: String,
+    },
+    /// The message was sent, and the site failed (or forgot this node)
+    /// before acknowledging it: it may or may not have been delivered.
+    #[error("maybe delivered: {reason}")]
+    MaybeDelivered {
+        /// Why.
+        reason: String,
+    },
+    /// The node was shut down before the outcome was known.
+    #[error("the node was shut down before the message was acknowledged")]
+    Shutdown,
+}
+
 /// A request did not produce a reply.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum RequestError {

@@ -168,6 +168,7 @@ impl Ctx<'_> {
             corr: self.corr,
             header: header.into(),
             body: body.into(),
+            tracked: false,
         };
         self.sender().try_post(m)?;
         self.replied = true;

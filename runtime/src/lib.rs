@@ -25,6 +25,7 @@
 mod channel_io;
 mod com_object;
 pub mod config;
+mod delivery;
 pub mod error;
 mod handlers;
 pub mod message;
@@ -39,7 +40,8 @@ mod streams;
 mod trans_object;
 
 pub use config::NodeConfig;
-pub use error::{FlushError, NodeError, RequestError, SendError, SiteFailure};
+pub use delivery::Delivery;
+pub use error::{DeliveryError, FlushError, NodeError, RequestError, SendError, SiteFailure};
 pub use handlers::{Ctx, Unhandled};
 pub use message::{Message, Reply, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;

@@ -340,6 +340,7 @@ impl SiteRef {
             corr,
             header,
             body: opts.body,
+            tracked: false,
         };
         Ok(m)
     }
@@ -459,6 +460,69 @@ impl SiteRef {
     ) -> Result<(), SendError> {
         self.send_with(msg, SendOptions::default().parts(parts))
             .await
+    }
+
+    /// Queues `msg` like [`send_with`](Self::send_with), and returns a
+    /// [`Delivery`](crate::Delivery) that completes when the peer has
+    /// acknowledged this message — it was delivered to the peer's handler —
+    /// or fails with the site's permanent failure, telling whether the
+    /// message was never sent or may have been delivered (BMI's post and
+    /// test). Many can be in flight at once.
+    ///
+    /// ```no_run
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// # #[derive(Serialize, Deserialize)] struct Put { key: u32 }
+    /// # impl Message for Put { const ID: u32 = 7; }
+    /// # async fn demo(node: Node) -> Result<(), Box<dyn std::error::Error>> {
+    /// let site = node.site("tcp:127.0.0.1:7000")?;
+    /// let mut d = site.send_tracked(&Put { key: 1 }, SendOptions::default()).await?;
+    /// if d.test().is_none() {
+    ///     // Still on its way: do other work, then wait.
+    ///     d.await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_tracked<M: Message>(
+        &self,
+        msg: &M,
+        opts: SendOptions,
+    ) -> Result<crate::Delivery, SendError> {
+        let (m, delivery) = self.tracked(msg, opts)?;
+        let corr = m.corr;
+        if let Err(e) = self.post(m).await {
+            self.node.deliveries.forget(corr);
+            return Err(e);
+        }
+        Ok(delivery)
+    }
+
+    /// [`send_tracked`](Self::send_tracked) that never waits: fails with
+    /// [`SendError::QueueFull`] at the bound (use it from handlers).
+    pub fn try_send_tracked<M: Message>(
+        &self,
+        msg: &M,
+        opts: SendOptions,
+    ) -> Result<crate::Delivery, SendError> {
+        let (m, delivery) = self.tracked(msg, opts)?;
+        let corr = m.corr;
+        if let Err(e) = self.try_post(m) {
+            self.node.deliveries.forget(corr);
+            return Err(e);
+        }
+        Ok(delivery)
+    }
+
+    /// A one-way message tracked under a fresh token, and its handle.
+    fn tracked<M: Message>(
+        &self,
+        msg: &M,
+        opts: SendOptions,
+    ) -> Result<(OutMessage, crate::Delivery), SendError> {
+        let corr = self.node.next_corr();
+        let mut m = self.encode(msg, opts, MessageKind::OneWay, corr)?;
+        m.tracked = true;
+        Ok((m, self.node.deliveries.track(corr)))
     }
 
     /// Queues `msg` at medium priority or fails at once with

@@ -55,6 +55,12 @@ impl ComObject {
         self.session.direct_commit(n);
     }
 
+    /// The `corr` of the tracked messages the peer acknowledged since the
+    /// last call (see [`Session::take_delivered`]).
+    pub fn take_delivered(&mut self) -> Vec<u64> {
+        self.session.take_delivered()
+    }
+
     /// Tells `deliver` of the streamed messages a lost channel interrupted
     /// (see [`Session::report_interrupted`]).
     pub fn report_interrupted(&mut self, deliver: &mut dyn Deliver) {

@@ -206,6 +206,14 @@ impl Session {
         }
     }
 
+    /// The `corr` of the [`tracked`](OutMessage::tracked) messages the peer
+    /// acknowledged since the last call, in number order: their delivery
+    /// futures complete. (A tracked message that never will is handed back
+    /// with the rest, by `take_refused` or `take_all`.)
+    pub fn take_delivered(&mut self) -> Vec<u64> {
+        self.send.take_delivered()
+    }
+
     /// Tells `deliver` of the streamed messages whose channel was lost
     /// ([`StreamAbort::ChannelLost`](crate::StreamAbort)): call it after
     /// [`channel_down`](Self::channel_down), so a handler does not wait for

@@ -62,6 +62,9 @@ struct Traffic {
     ledger: Ledger,
     /// Queued messages the peer can never take (see `take_refused`).
     refused: Vec<(SendError, OutMessage)>,
+    /// The `corr` of tracked messages the peer acknowledged, not yet taken
+    /// (see `take_delivered`).
+    delivered: Vec<u64>,
 }
 
 /// A new message, numbered `n`, was completely written (its last fragment,
@@ -89,12 +92,14 @@ impl Traffic {
             sched: Scheduler::new(sched.clone()),
             ledger: Ledger::default(),
             refused: Vec::new(),
+            delivered: Vec::new(),
         }
     }
 
     /// Holds nothing: no queued, resent, unacknowledged or refused message.
     fn is_empty(&self) -> bool {
         self.refused.is_empty()
+            && self.delivered.is_empty()
             && self.resend_current.is_none()
             && self.resend.is_empty()
             && self.ledger.len() == 0
@@ -162,7 +167,7 @@ impl Sender {
             // Numbered messages are in the ledger until acknowledged, so a
             // sender without traffic has nothing unacknowledged.
             if let Some(t) = &mut self.traffic {
-                let (n, bytes) = t.ledger.ack(ack);
+                let (n, bytes) = t.ledger.ack(ack, &mut t.delivered);
                 self.freed.0 += n as u64;
                 self.freed.1 += bytes;
             }
@@ -440,6 +445,15 @@ impl Sender {
     /// Largest message the peer takes, once known.
     pub(crate) fn peer_max_message(&self) -> Option<u64> {
         self.peer_max_message.map(NonZeroU64::get)
+    }
+
+    /// The `corr` of the tracked messages acknowledged since the last call.
+    pub(crate) fn take_delivered(&mut self) -> Vec<u64> {
+        self.traffic
+            .as_mut()
+            .filter(|t| !t.delivered.is_empty())
+            .map(|t| std::mem::take(&mut t.delivered))
+            .unwrap_or_default()
     }
 
     pub(crate) fn take_freed(&mut self) -> (u64, u64) {

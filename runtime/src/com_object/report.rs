@@ -79,6 +79,9 @@ impl ComObject {
 
     pub(super) fn account(&mut self, now: Instant) {
         self.report(now);
+        for corr in self.com.take_delivered() {
+            self.node.deliveries.complete(corr, Ok(()));
+        }
         let (messages, bytes) = self.com.take_freed(now);
         let bytes = bytes + messages * sitenet_protocols::MESSAGE_OVERHEAD;
         self.entry.outbox.release(bytes);

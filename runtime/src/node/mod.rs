@@ -74,6 +74,8 @@ pub(crate) struct NodeInner {
     /// The pending requests' deadlines (see `requests`).
     deadlines: Arc<requests::Deadlines>,
     next_corr: AtomicU64,
+    /// The completions of tracked messages (`SiteRef::send_tracked`).
+    pub(crate) deliveries: crate::delivery::Deliveries,
     pub(crate) counters: Counters,
     /// The channel slots (shared with the other nodes of the process unless
     /// configured otherwise).
@@ -239,6 +241,7 @@ impl NodeBuilder {
             sites: Mutex::new(SiteTable::default()),
             pending: Mutex::new(HashMap::default()),
             deadlines: Arc::default(),
+            deliveries: Default::default(),
             // Unpredictable: a third site cannot guess the ids in flight.
             next_corr: AtomicU64::new(rand::random::<u64>() >> 1 | 1),
             counters: Counters::default(),
@@ -537,6 +540,10 @@ impl Node {
         }
         let report = self.pending_report();
         self.inner.stop_now();
+        // What was not acknowledged by now never will be.
+        self.inner
+            .deliveries
+            .fail_all(crate::error::DeliveryError::Shutdown);
         // Listeners are closed when this returns (the port can be bound
         // again) — within a bound: a runtime that no longer runs them must
         // not hang the caller.
