@@ -11,12 +11,17 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::{addr, Numbered, PATIENCE};
-use sitenet::{DeliveryError, Node, SendOptions};
+use sitenet::{DeliveryError, Node, Runtime, SendOptions};
 
 /// A server whose handler for `Numbered` waits, for the first message,
 /// until the test lets it go.
 fn held_server() -> (Node, mpsc::Sender<()>) {
-    let server = Node::builder().listen("tcp:127.0.0.1:0").start().unwrap();
+    // A thread of its own: the held handler holds only its node's thread.
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(Runtime::dedicated("held-server"))
+        .start()
+        .unwrap();
     let (go, wait) = mpsc::channel::<()>();
     let wait = Mutex::new(Some(wait));
     server

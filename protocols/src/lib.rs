@@ -30,6 +30,7 @@
 pub mod address_book;
 pub mod byte_buffer;
 pub mod com_object;
+pub mod cooperation;
 pub mod deliver;
 pub mod error;
 pub mod frame;

@@ -25,6 +25,7 @@
 mod channel_io;
 mod com_object;
 pub mod config;
+mod cooperation;
 mod delivery;
 pub mod error;
 mod handlers;
@@ -40,6 +41,7 @@ mod streams;
 mod trans_object;
 
 pub use config::NodeConfig;
+pub use cooperation::{Answer, CoopError, Cooperation, Expect};
 pub use delivery::Delivery;
 pub use error::{DeliveryError, FlushError, NodeError, RequestError, SendError, SiteFailure};
 pub use handlers::{Ctx, Unhandled};

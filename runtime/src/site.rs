@@ -324,7 +324,7 @@ impl SiteRef {
         self.entry.resolved().outbox.bytes()
     }
 
-    fn encode<M: Message>(
+    pub(crate) fn encode<M: Message>(
         &self,
         msg: &M,
         opts: SendOptions,

@@ -149,7 +149,12 @@ impl NodeInner {
         }
         let pending: Vec<Pending> = self.pending.lock().drain().map(|(_, p)| p).collect();
         for p in pending {
-            let _ = p.tx.send(Err(RequestError::Shutdown));
+            match p.waiter {
+                requests::Waiter::Request(tx) => {
+                    let _ = tx.send(Err(RequestError::Shutdown));
+                }
+                requests::Waiter::Coop(c) => c.shut_down(),
+            }
         }
         // The deadline task sees the node stopped, and ends.
         self.deadlines.poke();
@@ -429,6 +434,31 @@ impl Node {
         self.inner
             .handlers
             .insert_stream(M::ID, crate::streams::erase_stream(f))
+    }
+
+    /// A new cooperation (Paradis-Net): expected replies described by
+    /// receive descriptors, filled by the replies to the requests sent
+    /// through it; see [`Cooperation`](crate::Cooperation). Scatter/gather:
+    ///
+    /// ```no_run
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Expect, Message, Node, SendOptions, SiteRef};
+    /// # #[derive(Serialize, Deserialize)] struct Count;
+    /// # impl Message for Count { const ID: u32 = 8; }
+    /// # #[derive(Serialize, Deserialize)] struct Total(u64);
+    /// # impl Message for Total { const ID: u32 = 9; }
+    /// # async fn demo(node: Node, sites: Vec<SiteRef>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let coop = node.cooperation();
+    /// for s in &sites {
+    ///     coop.expect(Expect::from(s).of::<Total>());
+    ///     coop.request(s, &Count, SendOptions::default()).await?;
+    /// }
+    /// let answers = coop.wait(std::time::Duration::from_secs(1)).await?;
+    /// let sum: u64 = answers.iter().map(|a| a.decode::<Total>().unwrap().0).sum();
+    /// # Ok(()) }
+    /// ```
+    pub fn cooperation(&self) -> crate::Cooperation {
+        crate::Cooperation::new(self.inner.clone())
     }
 
     /// Sets the hook that sees every message no handler took (no handler for

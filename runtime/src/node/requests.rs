@@ -24,10 +24,18 @@ pub(crate) struct Pending {
     /// The site the request was sent to: only its reply completes it. The
     /// request counts in that site's `pending_requests` while it lives.
     pub(super) entry: Awaited,
-    pub(super) tx: oneshot::Sender<Result<InMessage, RequestError>>,
-    /// When it times out (its key in [`Deadlines`]), and after how long.
-    deadline: Instant,
-    timeout: Duration,
+    pub(super) waiter: Waiter,
+    /// When it times out (its key in [`Deadlines`]), and after how long; a
+    /// cooperation's request has its cooperation's wait instead.
+    deadline: Option<(Instant, Duration)>,
+}
+
+/// Who awaits a request's reply.
+pub(crate) enum Waiter {
+    /// `SiteRef::request`'s future.
+    Request(oneshot::Sender<Result<InMessage, RequestError>>),
+    /// A cooperation: the reply fills one of its descriptors.
+    Coop(Arc<crate::cooperation::CoopState>),
 }
 
 /// The deadlines of the pending requests, earliest first, and the wake-up
@@ -54,7 +62,9 @@ impl Deadlines {
     }
 
     fn forget(&self, p: &Pending, corr: u64) {
-        self.state.lock().set.remove(&(p.deadline, corr));
+        if let Some((at, _)) = p.deadline {
+            self.state.lock().set.remove(&(at, corr));
+        }
     }
 }
 
@@ -101,9 +111,8 @@ impl NodeInner {
             corr,
             Pending {
                 entry: Awaited::new(entry),
-                tx,
-                deadline,
-                timeout,
+                waiter: Waiter::Request(tx),
+                deadline: Some((deadline, timeout)),
             },
         );
         let earlier = {
@@ -115,6 +124,23 @@ impl NodeInner {
             self.deadlines.poke();
         }
         rx
+    }
+
+    /// Registers a request of a cooperation: its reply goes to `coop`.
+    pub(crate) fn register_coop_request(
+        &self,
+        corr: u64,
+        entry: &Arc<SiteEntry>,
+        coop: &Arc<crate::cooperation::CoopState>,
+    ) {
+        self.pending.lock().insert(
+            corr,
+            Pending {
+                entry: Awaited::new(entry),
+                waiter: Waiter::Coop(coop.clone()),
+                deadline: None,
+            },
+        );
     }
 
     pub(crate) fn cancel_request(&self, corr: u64) {
@@ -173,8 +199,13 @@ impl NodeInner {
             };
             // Completed meanwhile: nothing left to end.
             let p = self.pending.lock().remove(&corr);
-            if let Some(p) = p {
-                let _ = p.tx.send(Err(RequestError::Timeout(p.timeout)));
+            if let Some(Pending {
+                waiter: Waiter::Request(tx),
+                deadline: Some((_, timeout)),
+                ..
+            }) = p
+            {
+                let _ = tx.send(Err(RequestError::Timeout(timeout)));
             }
         }
     }
@@ -206,15 +237,23 @@ impl NodeInner {
             tracing::debug!(corr = m.prelude.corr, "late or unknown reply discarded");
             return;
         };
-        let r = if m.prelude.type_id == RemoteError::ID {
-            let reason = rmp_serde::from_slice::<RemoteError>(&m.header)
+        let remote = (m.prelude.type_id == RemoteError::ID).then(|| {
+            rmp_serde::from_slice::<RemoteError>(&m.header)
                 .map(|e| e.reason)
-                .unwrap_or_else(|e| format!("undecodable error reply: {e}"));
-            Err(RequestError::Remote(reason))
-        } else {
-            Ok(m)
-        };
-        let _ = p.tx.send(r);
+                .unwrap_or_else(|e| format!("undecodable error reply: {e}"))
+        });
+        match p.waiter {
+            Waiter::Request(tx) => {
+                let _ = tx.send(match remote {
+                    Some(reason) => Err(RequestError::Remote(reason)),
+                    None => Ok(m),
+                });
+            }
+            Waiter::Coop(coop) => match remote {
+                Some(reason) => coop.site_failed(self, from, &reason),
+                None => coop.offer(self, from, m),
+            },
+        }
     }
 
     pub(crate) fn fail_requests(&self, site: &Arc<SiteEntry>, reason: &str) {
@@ -224,11 +263,30 @@ impl NodeInner {
             .filter(|(_, p)| Arc::ptr_eq(&p.entry, site))
             .map(|(k, _)| *k)
             .collect();
+        let mut coops = Vec::new();
         for k in keys {
             if let Some(p) = pending.remove(&k) {
                 self.deadlines.forget(&p, k);
-                let _ = p.tx.send(Err(RequestError::SiteFailed(reason.to_string())));
+                match p.waiter {
+                    Waiter::Request(tx) => {
+                        let _ = tx.send(Err(RequestError::SiteFailed(reason.to_string())));
+                    }
+                    Waiter::Coop(c) => coops.push(c),
+                }
             }
+        }
+        drop(pending);
+        for c in coops {
+            c.site_failed(self, site, reason);
+        }
+    }
+
+    /// Removes the requests `corrs` of an ended cooperation: a reply that
+    /// comes later finds nothing, and is discarded and counted.
+    pub(crate) fn forget_requests(&self, corrs: &[u64]) {
+        let mut pending = self.pending.lock();
+        for c in corrs {
+            pending.remove(c);
         }
     }
 }

@@ -1,0 +1,359 @@
+//! Cooperations at the API (Paradis-Net): [`Node::cooperation`] makes a
+//! [`Cooperation`], a set of expected replies described by receive
+//! descriptors ([`Expect`]); requests sent through it ([`Cooperation::request`])
+//! have their replies fill the descriptors, and it completes when every
+//! descriptor is filled. Wait for it with a timeout, check it without
+//! blocking, or cancel it (every waiter wakes). Replies that arrive after it
+//! ended — completed, cancelled, timed out, failed — are discarded and
+//! counted (`Metrics::replies_discarded`), as are replies that match no
+//! descriptor. The matching rules are the protocol's, in
+//! `sitenet_protocols::cooperation`; this module routes replies to them.
+//!
+//! [`Node::cooperation`]: crate::Node::cooperation
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use thiserror::Error;
+use tokio::sync::Notify;
+
+use sitenet_protocols::cooperation::{self as machine, End, Offered};
+use sitenet_protocols::{InMessage, MessageKind, SiteId};
+
+use crate::error::SendError;
+use crate::message::{Message, SendOptions};
+use crate::metrics::Counters;
+use crate::node::NodeInner;
+use crate::site::{SiteEntry, SiteRef};
+
+/// A site as the cooperation machine compares it: the entry it resolves
+/// to (two references to one site are the same site).
+#[derive(Clone)]
+pub(crate) struct SiteKey(Arc<SiteEntry>);
+
+impl PartialEq for SiteKey {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(self.0.resolved(), other.0.resolved())
+    }
+}
+
+/// A receive descriptor (see the module documentation): from one site or
+/// any, of one type or any, with a body limit.
+#[derive(Clone)]
+pub struct Expect(machine::Expect<SiteKey>);
+
+impl Expect {
+    /// A reply from any site the cooperation asked, of any type, whole.
+    pub fn any() -> Self {
+        Self(machine::Expect::any())
+    }
+
+    /// A reply from `site`.
+    pub fn from(site: &SiteRef) -> Self {
+        Self::any().and_from(site)
+    }
+
+    /// ... from `site` only.
+    pub fn and_from(mut self, site: &SiteRef) -> Self {
+        self.0.from = Some(SiteKey(site.entry.clone()));
+        self
+    }
+
+    /// ... of type `R` only.
+    pub fn of<R: Message>(mut self) -> Self {
+        self.0.type_id = Some(R::ID);
+        self
+    }
+
+    /// ... keeping at most `n` body bytes: a longer body is truncated and
+    /// its real size reported ([`Answer::size`]); a shorter one is fine.
+    pub fn max_body(mut self, n: usize) -> Self {
+        self.0.max_body = Some(n);
+        self
+    }
+}
+
+/// A reply that filled a descriptor.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The site that sent it.
+    pub from: SiteRef,
+    /// Its message type's wire id.
+    pub type_id: u32,
+    /// Its typed header, still serialised ([`decode`](Self::decode)).
+    pub header: Bytes,
+    /// Its body, truncated to the descriptor's limit.
+    pub body: Bytes,
+    /// The body's real size.
+    pub size: u64,
+}
+
+impl Answer {
+    /// Decodes the typed header as `R`.
+    pub fn decode<R: Message>(&self) -> Result<R, String> {
+        if self.type_id != R::ID {
+            return Err(format!(
+                "the reply is of type {:#x}, not {:#x}",
+                self.type_id,
+                R::ID
+            ));
+        }
+        crate::handlers::decode_header(&self.header)
+    }
+
+    /// True if the body was longer than the descriptor allowed.
+    pub fn truncated(&self) -> bool {
+        self.size > self.body.len() as u64
+    }
+}
+
+/// Why a cooperation ended without every descriptor filled.
+#[derive(Debug, Clone, Error)]
+pub enum CoopError {
+    /// The wait timed out; `answers` has each descriptor's reply, if it
+    /// came (in the order the descriptors were added).
+    #[error("the cooperation timed out with {missing} of its replies missing")]
+    TimedOut {
+        /// Each descriptor's reply so far.
+        answers: Vec<Option<Answer>>,
+        /// How many are missing.
+        missing: usize,
+    },
+    /// It was cancelled.
+    #[error("the cooperation was cancelled")]
+    Cancelled,
+    /// A site a descriptor waits for failed, or answered with an error.
+    #[error("site {site:?} failed: {reason}")]
+    Failed {
+        /// The site, if its id is known.
+        site: Option<SiteId>,
+        /// Why.
+        reason: String,
+    },
+    /// The node was shut down.
+    #[error("the node was shut down")]
+    Shutdown,
+}
+
+/// A cooperation's state, shared by its handles and its pending requests.
+pub(crate) struct CoopState {
+    machine: Mutex<machine::Cooperation<SiteKey>>,
+    /// Its requests still awaiting a reply (removed from the node's table
+    /// when it ends).
+    corrs: Mutex<Vec<u64>>,
+    changed: Notify,
+    shut_down: std::sync::atomic::AtomicBool,
+    /// Live `Cooperation` handles (the node's table holds the state too).
+    handles: std::sync::atomic::AtomicUsize,
+}
+
+impl CoopState {
+    /// A reply to one of its requests, from `from`.
+    pub(crate) fn offer(&self, node: &NodeInner, from: &Arc<SiteEntry>, m: InMessage) {
+        let key = SiteKey(from.clone());
+        let r = self
+            .machine
+            .lock()
+            .offer(key, m.prelude.type_id, m.header, m.body);
+        match r {
+            Offered::Filled { complete, .. } => {
+                if complete {
+                    self.ended(node);
+                } else {
+                    self.changed.notify_waiters();
+                }
+            }
+            Offered::Unexpected | Offered::Ended => {
+                Counters::add(&node.counters.replies_discarded, 1);
+                tracing::debug!(site = ?from.id.get(), "reply matches no descriptor of its cooperation; discarded");
+            }
+        }
+    }
+
+    /// `site` failed, or answered one of its requests with an error.
+    pub(crate) fn site_failed(&self, node: &NodeInner, site: &Arc<SiteEntry>, reason: &str) {
+        if self
+            .machine
+            .lock()
+            .site_failed(&SiteKey(site.clone()), reason)
+        {
+            self.ended(node);
+        }
+    }
+
+    /// The node stopped: it ends at once.
+    pub(crate) fn shut_down(&self) {
+        self.shut_down
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.machine.lock().cancel();
+        self.changed.notify_waiters();
+    }
+
+    /// It ended: its other requests are forgotten (their replies will be
+    /// discarded and counted) and every waiter wakes.
+    fn ended(&self, node: &NodeInner) {
+        let corrs = std::mem::take(&mut *self.corrs.lock());
+        node.forget_requests(&corrs);
+        self.changed.notify_waiters();
+    }
+}
+
+/// See the module documentation. Cheap to clone: clones share the
+/// cooperation (several tasks may wait for it; a cancel wakes them all).
+/// When the last handle is dropped it is cancelled.
+pub struct Cooperation {
+    node: Arc<NodeInner>,
+    state: Arc<CoopState>,
+}
+
+impl std::fmt::Debug for Cooperation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = self.state.machine.lock();
+        f.debug_struct("Cooperation")
+            .field("missing", &m.missing())
+            .field("ended", &m.end().is_some())
+            .finish()
+    }
+}
+
+impl Cooperation {
+    pub(crate) fn new(node: Arc<NodeInner>) -> Self {
+        Self {
+            node,
+            state: Arc::new(CoopState {
+                machine: Mutex::new(machine::Cooperation::new()),
+                corrs: Mutex::new(Vec::new()),
+                changed: Notify::new(),
+                shut_down: Default::default(),
+                handles: std::sync::atomic::AtomicUsize::new(1),
+            }),
+        }
+    }
+
+    /// Adds a receive descriptor (before the replies it should take are
+    /// sent for); returns its index in the answers.
+    pub fn expect(&self, e: Expect) -> usize {
+        self.state.machine.lock().expect(e.0)
+    }
+
+    /// Sends `req` to `site` as a request of this cooperation: its reply
+    /// fills the first unfilled descriptor it matches (or is discarded and
+    /// counted if none does). Waits for room like `SiteRef::send`.
+    pub async fn request<Q: Message>(
+        &self,
+        site: &SiteRef,
+        req: &Q,
+        opts: SendOptions,
+    ) -> Result<(), SendError> {
+        let corr = self.node.next_corr();
+        let m = site.encode(req, opts, MessageKind::Request, corr)?;
+        self.node
+            .register_coop_request(corr, site.entry.resolved(), &self.state);
+        self.state.corrs.lock().push(corr);
+        if let Err(e) = site.post(m).await {
+            self.node.cancel_request(corr);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The outcome if it is known now, without waiting: `Some(Ok(answers))`
+    /// once every descriptor is filled, `Some(Err(_))` once it ended
+    /// otherwise, `None` while replies are missing.
+    pub fn check(&self) -> Option<Result<Vec<Answer>, CoopError>> {
+        let m = self.state.machine.lock();
+        let answers = || {
+            m.filled()
+                .map(|f| {
+                    f.map(|f| Answer {
+                        from: SiteRef::counted(f.from.0.clone(), self.node.clone()),
+                        type_id: f.type_id,
+                        header: f.header.clone(),
+                        body: f.body.clone(),
+                        size: f.size,
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        Some(match m.end()? {
+            End::Complete => Ok(answers().into_iter().flatten().collect()),
+            _ if self
+                .state
+                .shut_down
+                .load(std::sync::atomic::Ordering::Acquire) =>
+            {
+                Err(CoopError::Shutdown)
+            }
+            End::Cancelled => Err(CoopError::Cancelled),
+            End::TimedOut => Err(CoopError::TimedOut {
+                answers: answers(),
+                missing: m.missing(),
+            }),
+            End::Failed { site, reason } => Err(CoopError::Failed {
+                site: site.0.id.get(),
+                reason: reason.clone(),
+            }),
+        })
+    }
+
+    /// Waits until every descriptor is filled, at most `timeout`; a timeout
+    /// ends the cooperation ([`CoopError::TimedOut`] has the replies that
+    /// came).
+    pub async fn wait(&self, timeout: Duration) -> Result<Vec<Answer>, CoopError> {
+        let timer = self.node.rt.delay(timeout);
+        futures::pin_mut!(timer);
+        loop {
+            let changed = self.state.changed.notified();
+            futures::pin_mut!(changed);
+            changed.as_mut().enable();
+            if let Some(r) = self.check() {
+                return r;
+            }
+            if let futures::future::Either::Right(_) =
+                futures::future::select(changed, timer.as_mut()).await
+            {
+                if self.state.machine.lock().time_out() {
+                    self.state.ended(&self.node);
+                }
+                return self.check().expect("ended");
+            }
+        }
+    }
+
+    /// Cancels it: every waiter wakes with [`CoopError::Cancelled`], and
+    /// replies that come later are discarded and counted. No effect once it
+    /// ended.
+    pub fn cancel(&self) {
+        if self.state.machine.lock().cancel() {
+            self.state.ended(&self.node);
+        }
+    }
+}
+
+impl Clone for Cooperation {
+    fn clone(&self) -> Self {
+        self.state
+            .handles
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self {
+            node: self.node.clone(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl Drop for Cooperation {
+    fn drop(&mut self) {
+        // The last handle gone: no one will read its replies.
+        if self
+            .state
+            .handles
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            self.cancel();
+        }
+    }
+}

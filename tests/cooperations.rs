@@ -1,0 +1,200 @@
+//! Cooperations end to end (`Node::cooperation`, Paradis-Net): scatter/
+//! gather to several sites, request/reply with a body limit, a timeout with
+//! the replies that came, cancel waking every waiter, a failed site, and
+//! late replies discarded and counted.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{addr, PATIENCE};
+use serde::{Deserialize, Serialize};
+use sitenet::{CoopError, Expect, Message, Node, Runtime, SendOptions};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Count {
+    /// How long the server takes before it answers, in ms.
+    delay_ms: u64,
+}
+impl Message for Count {
+    const ID: u32 = 400;
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Total(u64);
+impl Message for Total {
+    const ID: u32 = 401;
+}
+
+/// A server answering `Count` with `Total(n)` and a body of `body` bytes.
+fn server(n: u64, body: usize) -> Node {
+    // A thread of its own: a slow handler holds only its node's thread.
+    let node = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(Runtime::dedicated("coop-server"))
+        .start()
+        .unwrap();
+    node.handle(move |ctx, c: Count| {
+        // A slow server, on purpose (the scenario, not a wait).
+        std::thread::sleep(Duration::from_millis(c.delay_ms));
+        let _ = ctx.reply_with(&Total(n), vec![Bytes::from(vec![n as u8; body])]);
+    })
+    .unwrap();
+    node
+}
+
+fn now() -> SendOptions {
+    SendOptions::default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scatter_gather_completes_when_every_site_answered() {
+    let servers: Vec<Node> = (1..=3).map(|n| server(n, 4)).collect();
+    let client = Node::builder().start().unwrap();
+    let sites: Vec<_> = servers
+        .iter()
+        .map(|s| client.site(&addr(s)).unwrap())
+        .collect();
+    let coop = client.cooperation();
+    assert!(coop.check().is_none());
+    for s in &sites {
+        coop.expect(Expect::from(s).of::<Total>());
+        coop.request(s, &Count { delay_ms: 0 }, now())
+            .await
+            .unwrap();
+    }
+    let answers = coop.wait(PATIENCE).await.unwrap();
+    let totals: Vec<u64> = answers
+        .iter()
+        .map(|a| a.decode::<Total>().unwrap().0)
+        .collect();
+    assert_eq!(totals, [1, 2, 3], "in descriptor order");
+    for (a, s) in answers.iter().zip(&sites) {
+        assert_eq!(a.from.id(), s.id());
+    }
+    assert!(coop.check().unwrap().is_ok(), "check agrees");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_reply_is_truncated_to_its_descriptor_and_its_size_reported() {
+    let (long, short) = (server(1, 100), server(2, 3));
+    let client = Node::builder().start().unwrap();
+    let coop = client.cooperation();
+    for s in [&long, &short] {
+        let site = client.site(&addr(s)).unwrap();
+        coop.expect(Expect::from(&site).max_body(10));
+        coop.request(&site, &Count { delay_ms: 0 }, now())
+            .await
+            .unwrap();
+    }
+    let a = coop.wait(PATIENCE).await.unwrap();
+    assert_eq!(
+        (a[0].body.len(), a[0].size, a[0].truncated()),
+        (10, 100, true)
+    );
+    assert_eq!(
+        (a[1].body.len(), a[1].size, a[1].truncated()),
+        (3, 3, false)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_returns_the_replies_that_came_and_a_late_one_is_discarded_and_counted() {
+    let quick = server(1, 0);
+    // The slow server answers when the test lets it (on a thread of its
+    // own: a handler that blocks holds its node's I/O thread).
+    let slow = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(Runtime::dedicated("slow-server"))
+        .start()
+        .unwrap();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let wait = std::sync::Mutex::new(wait);
+    slow.handle(move |ctx, _c: Count| {
+        let _ = wait.lock().unwrap().recv_timeout(PATIENCE);
+        let _ = ctx.reply(&Total(2));
+    })
+    .unwrap();
+    let client = Node::builder().start().unwrap();
+    let coop = client.cooperation();
+    let q = client.site(&addr(&quick)).unwrap();
+    let s = client.site(&addr(&slow)).unwrap();
+    coop.expect(Expect::from(&q));
+    coop.expect(Expect::from(&s));
+    coop.request(&q, &Count { delay_ms: 0 }, now())
+        .await
+        .unwrap();
+    coop.request(&s, &Count { delay_ms: 0 }, now())
+        .await
+        .unwrap();
+    // The quick reply is in.
+    assert!(
+        client
+            .wait_until(|m| m.messages_delivered >= 1, PATIENCE)
+            .await
+    );
+    match coop.wait(Duration::from_millis(100)).await {
+        Err(CoopError::TimedOut { answers, missing }) => {
+            assert_eq!(missing, 1);
+            assert_eq!(answers[0].as_ref().unwrap().decode::<Total>().unwrap().0, 1);
+            assert!(answers[1].is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+    let before = client.metrics().replies_discarded;
+    go.send(()).unwrap();
+    assert!(
+        client
+            .wait_until(|m| m.replies_discarded > before, PATIENCE)
+            .await,
+        "the late reply is discarded and counted"
+    );
+    assert!(matches!(
+        coop.check(),
+        Some(Err(CoopError::TimedOut { .. }))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_wakes_every_waiter_and_later_replies_are_discarded() {
+    let slow = server(1, 0);
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&slow)).unwrap();
+    let coop = client.cooperation();
+    coop.expect(Expect::from(&site));
+    coop.request(&site, &Count { delay_ms: 300 }, now())
+        .await
+        .unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let c = coop.clone();
+            tokio::spawn(async move { c.wait(PATIENCE).await })
+        })
+        .collect();
+    coop.cancel();
+    for w in waiters {
+        let r = tokio::time::timeout(PATIENCE, w).await.unwrap().unwrap();
+        assert!(matches!(r, Err(CoopError::Cancelled)), "{r:?}");
+    }
+    assert!(
+        client
+            .wait_until(|m| m.replies_discarded >= 1, PATIENCE)
+            .await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_site_fails_the_cooperation_waiting_for_it() {
+    let s = server(1, 0);
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&s)).unwrap();
+    let coop = client.cooperation();
+    coop.expect(Expect::from(&site));
+    coop.request(&site, &Count { delay_ms: 300 }, now())
+        .await
+        .unwrap();
+    client.kill(&site);
+    let r = coop.wait(PATIENCE).await;
+    assert!(matches!(r, Err(CoopError::Failed { .. })), "{r:?}");
+}
