@@ -141,3 +141,34 @@ fn a_tracked_send_that_cannot_be_queued_fails_at_once() {
         "{r:?}"
     );
 }
+
+/// Regression (found by the batch retry test): a reference made after a
+/// kill, at the killed site's address, reaches the same incarnation; its
+/// entry merged into the failed one and its request waited for ever in the
+/// failed entry's closed outbox. The killed incarnation stays failed, and
+/// the new reference fails at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_made_after_a_kill_fails_at_once_instead_of_waiting() {
+    let server = common::listening_node();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    common::echo(&site, 1).await;
+    client.kill(&site);
+    assert!(
+        client
+            .wait_until(|_| site.failure().is_some(), PATIENCE)
+            .await
+    );
+    let again = client.site(&addr(&server)).unwrap();
+    let r = again
+        .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
+            &sitenet::services::Echo { seq: 2 },
+            SendOptions::default(),
+            PATIENCE,
+        )
+        .await;
+    assert!(
+        matches!(r, Err(sitenet::RequestError::SiteFailed(_))),
+        "{r:?}"
+    );
+}

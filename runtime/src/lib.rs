@@ -22,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod batch;
 mod channel_io;
 mod com_object;
 pub mod config;

@@ -559,17 +559,7 @@ impl SiteRef {
     ) -> Result<Reply<R>, RequestError> {
         let corr = self.node.next_corr();
         let m = self.encode(req, opts, MessageKind::Request, corr)?;
-        let rx = self
-            .node
-            .register_request(corr, self.entry.resolved(), timeout);
-        if let Err(e) = self.post(m).await {
-            self.node.cancel_request(corr);
-            return Err(e.into());
-        }
-        let incoming = match rx.await {
-            Ok(r) => r?,
-            Err(_) => return Err(RequestError::Shutdown),
-        };
+        let incoming = self.request_message(m, timeout).await?;
         let msg = rmp_serde::from_slice::<R>(&incoming.header)
             .map_err(|e| RequestError::Decode(e.to_string()))?;
         if incoming.prelude.type_id != R::ID {
@@ -583,6 +573,27 @@ impl SiteRef {
             msg,
             body: incoming.body,
         })
+    }
+
+    /// Sends the encoded request `m` (its `corr` set) and waits for its
+    /// reply, at most `timeout`.
+    pub(crate) async fn request_message(
+        &self,
+        m: OutMessage,
+        timeout: std::time::Duration,
+    ) -> Result<sitenet_protocols::InMessage, RequestError> {
+        let corr = m.corr;
+        let rx = self
+            .node
+            .register_request(corr, self.entry.resolved(), timeout);
+        if let Err(e) = self.post(m).await {
+            self.node.cancel_request(corr);
+            return Err(e.into());
+        }
+        match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(RequestError::Shutdown),
+        }
     }
 
     /// Blocking variant of [`request`](Self::request). On the node's own

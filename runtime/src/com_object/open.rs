@@ -160,6 +160,17 @@ impl ComObject {
     /// messages (`Outbox::seal_into`). The actor stays alive to pass on an
     /// accepted channel still routed here.
     pub(super) fn merge_into(&mut self, other: Arc<SiteEntry>, ctx: &mut Context<Self>) {
+        if other.failure().is_some() {
+            // That incarnation failed permanently here (killed, or found
+            // dead): it stays failed, and so does this reference to it —
+            // its messages and requests fail now instead of waiting in the
+            // failed entry's closed outbox for ever.
+            tracing::debug!(site = ?other.id.get(), "address belongs to a permanently failed site");
+            self.take_outbox(false);
+            self.com.kill(Instant::now());
+            self.drive(ctx);
+            return;
+        }
         tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
         self.merged = Some(Box::new(SiteRef::counted(other.clone(), self.node.clone())));
         // What the machine holds is older than what is still in the outbox;

@@ -85,7 +85,7 @@ impl NodeInner {
     /// address then names a new site (for example the restarted process, a
     /// new incarnation). Counted under the table's lock (see the module
     /// documentation).
-    pub(super) fn site_at(self: &Arc<Self>, a: Address) -> SiteRef {
+    pub(crate) fn site_at(self: &Arc<Self>, a: Address) -> SiteRef {
         let mut t = self.sites.lock();
         let text = a.to_string();
         if let Some(&k) = t.by_address.get(text.as_str()) {

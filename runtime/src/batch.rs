@@ -1,0 +1,324 @@
+//! Batches (the IBP asynchronous client's operation lists): build a
+//! [`Batch`] of operations to any number of sites — one-way sends that
+//! complete when acknowledged, requests that complete with their reply —
+//! and submit it: every operation is in flight at once (many pipelined on
+//! one channel, not one round trip each). Wait for all or for the next one,
+//! get a callback per completion, and read the number and list of failures
+//! with their errors. An operation whose site failed is retried, on the
+//! site now at its address (a restarted process), up to `max_retry` times.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+use tokio::sync::mpsc;
+
+use sitenet_protocols::OutMessage;
+
+use crate::error::{DeliveryError, RequestError, SendError};
+use crate::message::{Message, SendOptions};
+use crate::node::NodeInner;
+use crate::site::SiteRef;
+
+/// What a successful operation produced.
+#[derive(Debug, Clone)]
+pub enum Done {
+    /// A one-way send the peer acknowledged.
+    Sent,
+    /// A request's reply.
+    Reply {
+        /// The reply's type id.
+        type_id: u32,
+        /// Its typed header, still serialised ([`Done::decode`]).
+        header: Bytes,
+        /// Its body.
+        body: Bytes,
+    },
+}
+
+impl Done {
+    /// Decodes a reply's typed header as `R` (an error for a send, or a
+    /// reply of another type).
+    pub fn decode<R: Message>(&self) -> Result<R, String> {
+        match self {
+            Done::Reply {
+                type_id, header, ..
+            } if *type_id == R::ID => crate::handlers::decode_header(header),
+            Done::Reply { type_id, .. } => Err(format!(
+                "the reply is of type {type_id:#x}, not {:#x}",
+                R::ID
+            )),
+            Done::Sent => Err("a send has no reply".into()),
+        }
+    }
+}
+
+/// Why an operation failed (after its retries).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum OpError {
+    /// It could not be queued.
+    #[error("not queued: {0}")]
+    Send(#[from] SendError),
+    /// A send was not acknowledged.
+    #[error("{0}")]
+    Delivery(#[from] DeliveryError),
+    /// A request got no reply.
+    #[error("{0}")]
+    Request(#[from] RequestError),
+}
+
+impl OpError {
+    /// True if the operation may be tried again on the site now at its
+    /// address: its site failed and the operation cannot have been applied
+    /// there (a one-way send that may have been delivered is not retried:
+    /// it could be applied twice; a request may be, as its reply was not
+    /// seen).
+    fn retryable(&self) -> bool {
+        matches!(
+            self,
+            OpError::Send(SendError::SiteFailed { .. })
+                | OpError::Delivery(DeliveryError::NotSent { .. })
+                | OpError::Request(RequestError::SiteFailed(_))
+        )
+    }
+}
+
+/// The outcome of one operation.
+pub type OpResult = Result<Done, OpError>;
+
+/// One operation, ready to be (re)issued.
+#[derive(Clone)]
+struct Op {
+    site: SiteRef,
+    /// The encoded message; a request's has `kind` Request.
+    msg: OutMessage,
+    /// A request's reply timeout; `None` for a send.
+    timeout: Option<Duration>,
+}
+
+type Callback = Arc<dyn Fn(usize, &OpResult) + Send + Sync>;
+
+/// See the module documentation. Operations are numbered in the order they
+/// were added, from 0.
+pub struct Batch {
+    node: Arc<NodeInner>,
+    ops: Vec<Op>,
+    max_retry: u32,
+    on_complete: Option<Callback>,
+}
+
+impl Batch {
+    pub(crate) fn new(node: Arc<NodeInner>) -> Self {
+        Self {
+            node,
+            ops: Vec::new(),
+            max_retry: 0,
+            on_complete: None,
+        }
+    }
+
+    /// Retries an operation whose site failed up to `n` times (default 0).
+    pub fn max_retry(mut self, n: u32) -> Self {
+        self.max_retry = n;
+        self
+    }
+
+    /// Calls `f(index, outcome)` as each operation completes (on the node's
+    /// runtime: it must not block).
+    pub fn on_complete(mut self, f: impl Fn(usize, &OpResult) + Send + Sync + 'static) -> Self {
+        self.on_complete = Some(Arc::new(f));
+        self
+    }
+
+    /// Adds a one-way send, done when the peer acknowledged it. Returns its
+    /// index.
+    pub fn send<M: Message>(
+        &mut self,
+        site: &SiteRef,
+        msg: &M,
+        opts: SendOptions,
+    ) -> Result<usize, SendError> {
+        let msg = site.encode(msg, opts, sitenet_protocols::MessageKind::OneWay, 0)?;
+        self.push(site, msg, None)
+    }
+
+    /// Adds a request, done with its reply (or failed after `timeout`).
+    /// Returns its index.
+    pub fn request<Q: Message>(
+        &mut self,
+        site: &SiteRef,
+        req: &Q,
+        opts: SendOptions,
+        timeout: Duration,
+    ) -> Result<usize, SendError> {
+        let msg = site.encode(req, opts, sitenet_protocols::MessageKind::Request, 0)?;
+        self.push(site, msg, Some(timeout))
+    }
+
+    fn push(
+        &mut self,
+        site: &SiteRef,
+        msg: OutMessage,
+        timeout: Option<Duration>,
+    ) -> Result<usize, SendError> {
+        self.ops.push(Op {
+            site: site.clone(),
+            msg,
+            timeout,
+        });
+        Ok(self.ops.len() - 1)
+    }
+
+    /// Starts every operation at once and returns the handle to their
+    /// outcomes.
+    pub fn submit(self) -> Submitted {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let n = self.ops.len();
+        for (i, op) in self.ops.into_iter().enumerate() {
+            let tx = tx.clone();
+            let node = self.node.clone();
+            let cb = self.on_complete.clone();
+            let max_retry = self.max_retry;
+            self.node.rt.spawn(async move {
+                let r = run(&node, op, max_retry).await;
+                if let Some(cb) = cb {
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(i, &r))).is_err()
+                    {
+                        tracing::error!(op = i, "batch callback panicked");
+                    }
+                }
+                let _ = tx.send((i, r));
+            });
+        }
+        Submitted {
+            node: self.node,
+            rx,
+            results: vec![None; n],
+            left: n,
+        }
+    }
+}
+
+/// Runs one operation, retrying it on the site now at its address while
+/// its failure allows and retries are left.
+async fn run(node: &Arc<NodeInner>, mut op: Op, max_retry: u32) -> OpResult {
+    let mut tries = 0;
+    loop {
+        let r = attempt(node, &op).await;
+        match r {
+            Err(e) if e.retryable() && tries < max_retry => {
+                tries += 1;
+                tracing::debug!(error = %e, tries, "batch operation retried");
+                let at = op.site.address().and_then(|a| a.parse().ok());
+                if let Some(a) = at.filter(|_| !node.is_shut_down()) {
+                    op.site = node.site_at(a);
+                }
+            }
+            r => return r,
+        }
+    }
+}
+
+async fn attempt(node: &NodeInner, op: &Op) -> OpResult {
+    let mut m = op.msg.clone();
+    m.corr = node.next_corr();
+    match op.timeout {
+        None => {
+            m.tracked = true;
+            let d = node.deliveries.track(m.corr);
+            if let Err(e) = op.site.post(m.clone()).await {
+                node.deliveries.forget(m.corr);
+                return Err(e.into());
+            }
+            d.await?;
+            Ok(Done::Sent)
+        }
+        Some(timeout) => {
+            let r = op.site.request_message(m, timeout).await?;
+            Ok(Done::Reply {
+                type_id: r.prelude.type_id,
+                header: r.header,
+                body: r.body,
+            })
+        }
+    }
+}
+
+/// A submitted batch: its outcomes as they come.
+pub struct Submitted {
+    node: Arc<NodeInner>,
+    rx: mpsc::UnboundedReceiver<(usize, OpResult)>,
+    results: Vec<Option<OpResult>>,
+    left: usize,
+}
+
+/// What [`Submitted::wait_all`] found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Each operation's outcome, by index (`None`: not done by the
+    /// deadline).
+    pub results: Vec<Option<OpResult>>,
+}
+
+impl Report {
+    /// The failed operations with their errors, by index.
+    pub fn failures(&self) -> Vec<(usize, &OpError)> {
+        self.results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Err(e)) => Some((i, e)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// True if every operation is done and none failed.
+    pub fn all_ok(&self) -> bool {
+        self.results.iter().all(|r| matches!(r, Some(Ok(_))))
+    }
+}
+
+impl Submitted {
+    /// Operations not done yet.
+    pub fn pending(&self) -> usize {
+        self.left
+    }
+
+    /// The next operation to complete: its index and outcome (`None` once
+    /// all are done, or if none completes within `timeout`).
+    pub async fn wait_any(&mut self, timeout: Duration) -> Option<(usize, OpResult)> {
+        if self.left == 0 {
+            return None;
+        }
+        let timer = self.node.rt.delay(timeout);
+        futures::pin_mut!(timer);
+        let next = self.rx.recv();
+        futures::pin_mut!(next);
+        match futures::future::select(next, timer).await {
+            futures::future::Either::Left((Some((i, r)), _)) => {
+                self.left -= 1;
+                self.results[i] = Some(r.clone());
+                Some((i, r))
+            }
+            _ => None,
+        }
+    }
+
+    /// Waits until every operation is done, at most `timeout`; the report
+    /// has every outcome known by then (those already taken by
+    /// [`wait_any`](Self::wait_any) included).
+    pub async fn wait_all(mut self, timeout: Duration) -> Report {
+        let deadline = std::time::Instant::now() + timeout;
+        while self.left > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if self.wait_any(left).await.is_none() {
+                break;
+            }
+        }
+        Report {
+            results: self.results,
+        }
+    }
+}
