@@ -25,9 +25,10 @@ use crate::error::FrameError;
 /// The wire protocol version carried in every frame and in the handshake.
 ///
 /// Version 2 added `PACKED` frames (several small messages in one frame);
-/// a version-1 peer could not read them, so the two fail each other's
+/// version 3 the message kinds `Forward` and `DelegatedReply` (delegation).
+/// An older peer could not read them, so the two fail each other's
 /// handshake permanently, as DESIGN.md requires of a version mismatch.
-pub const PROTOCOL_VERSION: u8 = 2;
+pub const PROTOCOL_VERSION: u8 = 3;
 
 /// Length of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 32;

@@ -43,6 +43,15 @@ pub enum MessageKind {
     Request = 1,
     /// The reply to the request with the same `corr`.
     Reply = 2,
+    /// A request delegated by the site it was sent to (version 3): its
+    /// typed header is preceded by the origin's descriptor (see
+    /// [`wrap_origin`]), `corr` is the origin's request id, and the final
+    /// handler answers the origin directly.
+    Forward = 3,
+    /// The answer to a forwarded request, sent to the origin by the final
+    /// site (version 3). The origin takes it from any site: only sites the
+    /// request went through know its `corr`, which is unguessable.
+    DelegatedReply = 4,
 }
 
 impl MessageKind {
@@ -53,9 +62,31 @@ impl MessageKind {
             0 => Some(Self::OneWay),
             1 => Some(Self::Request),
             2 => Some(Self::Reply),
+            3 => Some(Self::Forward),
+            4 => Some(Self::DelegatedReply),
             _ => None,
         }
     }
+}
+
+/// The origin block in front of a forwarded request's typed header: the
+/// origin site's descriptor (`ID@ADDR,…`, UTF-8) behind its u16 length.
+/// Returns the header to send.
+pub fn wrap_origin(origin: &str, header: &[u8]) -> Bytes {
+    let len = u16::try_from(origin.len()).expect("a site descriptor is short");
+    let mut v = Vec::with_capacity(2 + origin.len() + header.len());
+    v.extend_from_slice(&len.to_le_bytes());
+    v.extend_from_slice(origin.as_bytes());
+    v.extend_from_slice(header);
+    v.into()
+}
+
+/// Splits a forwarded request's header into the origin's descriptor text
+/// and the typed header; `None` if the block is malformed.
+pub fn unwrap_origin(header: &Bytes) -> Option<(&str, Bytes)> {
+    let len = u16::from_le_bytes(header.get(..2)?.try_into().ok()?) as usize;
+    let origin = std::str::from_utf8(header.get(2..2 + len)?).ok()?;
+    Some((origin, header.slice(2 + len..)))
 }
 
 /// The fixed part in front of every message.
@@ -214,7 +245,7 @@ mod tests {
         let b = p.encode();
         assert_eq!(Prelude::decode(&b), Some(p));
         let mut bad = b;
-        bad[4] = 3;
+        bad[4] = 5;
         assert_eq!(Prelude::decode(&bad), None);
         let mut bad = b;
         bad[6] = 1;

@@ -10,7 +10,7 @@
 //!  1..5   type_id     u32
 //!  5..7   header_len  u16
 //!  7..9   body_len    u16
-//!  9..17  corr        u64  only when kind is request or reply
+//!  9..17  corr        u64  only when kind is not one-way
 //! ```
 //!
 //! followed by the header and the body. The frame header's `msg_number`
@@ -28,7 +28,7 @@ use crate::reassembly::{copy_at, extract_bytes};
 
 /// Length of an entry head for a one-way message.
 pub const ENTRY_HEAD_LEN: usize = 9;
-/// Length of an entry head for a request or a reply (with its `corr`).
+/// Length of an entry head for any kind but one-way (with its `corr`).
 pub const ENTRY_HEAD_CORR_LEN: usize = 17;
 
 /// Messages whose packed entry is at most this long are packed; larger
@@ -49,7 +49,7 @@ pub fn entry_len(msg: &OutMessage) -> Option<usize> {
 fn head_len(kind: MessageKind) -> usize {
     match kind {
         MessageKind::OneWay => ENTRY_HEAD_LEN,
-        MessageKind::Request | MessageKind::Reply => ENTRY_HEAD_CORR_LEN,
+        _ => ENTRY_HEAD_CORR_LEN,
     }
 }
 
@@ -280,7 +280,7 @@ mod tests {
         }
         let mut bytes = vec![0u8; full];
         ring.peek(0, &mut bytes);
-        bytes[0] = 3;
+        bytes[0] = 5;
         let mut r = ByteBuffer::new(256);
         r.push(&bytes);
         assert!(matches!(

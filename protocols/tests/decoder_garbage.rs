@@ -598,7 +598,8 @@ fn unknown_kind_and_bad_header_fields() {
         (1, 255, FrameError::UnknownKind(255)),
         (0, 0, FrameError::Version(0)),
         (0, 1, FrameError::Version(1)),
-        (0, 3, FrameError::Version(3)),
+        (0, 2, FrameError::Version(2)),
+        (0, 4, FrameError::Version(4)),
         (3, 0x83, FrameError::Flags(0x83)),
         (2, 0, FrameError::Lane(0)),
         (2, 5, FrameError::Lane(5)),
@@ -663,7 +664,7 @@ fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
     let mut present = [x, y].concat();
     present[0] = 1;
     let e = feed_initiator(&present, &[usize::MAX], None).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 1 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 1 });
     assert!(e.is_permanent());
     // Acceptor: NEGOTIATE with version byte 7.
     let n = Negotiate {
@@ -679,7 +680,7 @@ fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
     let mut b = control(FrameKind::Negotiate, &ser(&n));
     b[0] = 7;
     let e = feed_acceptor(&b, &[1]).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 7 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 7 });
     assert!(e.is_permanent());
 }
 

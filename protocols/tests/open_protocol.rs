@@ -503,7 +503,7 @@ fn version_mismatch_is_permanent() {
     let mut p = present_bytes(0xB);
     p[0] = 1;
     let e = initiator_on(&p, 0xA, None).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 1 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 1 });
     assert!(e.is_permanent());
     // A PRESENT payload saying version 1 (in a version-2 frame).
     let p = control(
@@ -515,16 +515,16 @@ fn version_mismatch_is_permanent() {
         },
     );
     let e = initiator_on(&p, 0xA, None).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 1 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 1 });
     assert!(e.is_permanent());
     // The same on the acceptor's side, for NEGOTIATE.
     let mut n = negotiate(0xA, 2);
     n[0] = 1;
     let e = acceptor_on(&n, 0xB).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 1 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 1 });
     assert!(e.is_permanent());
     let e = acceptor_on(&negotiate(0xA, 1), 0xB).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 2, peer: 1 });
+    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 1 });
     assert!(e.is_permanent());
     // Version 2 in both places: fine.
     assert!(initiator_on(&present_bytes(0xB), 0xA, None)
@@ -1786,7 +1786,7 @@ fn handshake_payloads_are_encoded_as_documented() {
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&p).unwrap()),
-        "93 02 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30"
+        "93 03 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30"
     );
     let n = Negotiate {
         version: PROTOCOL_VERSION,
@@ -1803,7 +1803,7 @@ fn handshake_payloads_are_encoded_as_documented() {
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&n).unwrap()),
-        "98 02 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c"
+        "98 03 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c"
     );
     // A NEGOTIATE without the attempt (an earlier build of version 1)
     // decodes with the attempt unknown.
@@ -1841,11 +1841,31 @@ fn handshake_payloads_are_encoded_as_documented() {
         hex(&rmp_serde::to_vec(&r).unwrap()),
         "81 a6 52 65 66 75 73 65 a5 53 74 61 6c 65"
     );
-    // A control frame header: version 1, kind, lane 5, flags 3, payload
+    // A control frame header: the version, kind, lane 5, flags 3, payload
     // length, ack, then zero number and offset.
     let mut hb = [0u8; HEADER_LEN];
     FrameHeader::control(FrameKind::Ack, 0, 7).encode(&mut hb);
-    assert_eq!(&hb[..16], &[2, 1, 5, 3, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(
+        &hb[..16],
+        &[
+            PROTOCOL_VERSION,
+            1,
+            5,
+            3,
+            0,
+            0,
+            0,
+            0,
+            7,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0
+        ]
+    );
     assert_eq!(&hb[16..], &[0; 16]);
 }
 

@@ -112,6 +112,9 @@ pub struct Ctx<'a> {
     pub(crate) priority: Priority,
     pub(crate) body: Bytes,
     pub(crate) replied: bool,
+    /// A forwarded request's origin, as its descriptor came (forwarded
+    /// again as it is: this node may not know the origin's addresses).
+    pub(crate) origin: Option<String>,
 }
 
 impl Ctx<'_> {
@@ -144,7 +147,7 @@ impl Ctx<'_> {
 
     /// True if the sender awaits a reply (`SiteRef::request`).
     pub fn is_request(&self) -> bool {
-        self.kind == MessageKind::Request
+        matches!(self.kind, MessageKind::Request | MessageKind::Forward)
     }
 
     /// The node, to reach other sites from a handler.
@@ -155,7 +158,7 @@ impl Ctx<'_> {
     /// Replies to the request being handled (at its priority), with a body.
     /// Never waits; fails with `QueueFull` if the output bound is reached.
     pub fn reply_with<R: Message>(&mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
-        if self.kind != MessageKind::Request || self.replied {
+        if !self.is_request() || self.replied {
             return Err(SendError::Encode(
                 "reply to a message that is not an unanswered request".into(),
             ));
@@ -164,7 +167,12 @@ impl Ctx<'_> {
         let m = OutMessage {
             priority: self.priority,
             type_id: R::ID,
-            kind: MessageKind::Reply,
+            // A forwarded request is answered to its origin directly.
+            kind: if self.kind == MessageKind::Forward {
+                MessageKind::DelegatedReply
+            } else {
+                MessageKind::Reply
+            },
             corr: self.corr,
             header: header.into(),
             body: body.into(),
@@ -178,6 +186,80 @@ impl Ctx<'_> {
     /// Replies without a body.
     pub fn reply<R: Message>(&mut self, reply: &R) -> Result<(), SendError> {
         self.reply_with(reply, Vec::new())
+    }
+
+    /// Delegates the request being handled to `to` (Paradis-Net's
+    /// forward), as `msg` with the request's priority: `to`'s handler sees
+    /// the original sender as its sender and answers it directly — three
+    /// messages for the delegation, not four or six (docs/protocol.md
+    /// §2.6). The origin must be reachable from `to` (it listens, or
+    /// already has a channel to it). The request counts as answered here.
+    ///
+    /// ```no_run
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SiteRef};
+    /// # #[derive(Serialize, Deserialize)] struct Lookup { key: String }
+    /// # impl Message for Lookup { const ID: u32 = 11; }
+    /// # fn demo(node: Node, owner_of: impl Fn(&str) -> SiteRef + Send + Sync + 'static) {
+    /// // A directory: requests go to the site owning the key, which
+    /// // answers the client itself.
+    /// node.handle(move |ctx, l: Lookup| {
+    ///     let owner = owner_of(&l.key);
+    ///     let _ = ctx.forward(&owner, &l);
+    /// })
+    /// .unwrap();
+    /// # }
+    /// ```
+    pub fn forward<M: Message>(&mut self, to: &SiteRef, msg: &M) -> Result<(), SendError> {
+        self.forward_with(to, msg, SendOptions::priority(self.priority))
+    }
+
+    /// [`forward`](Self::forward) with a priority and body.
+    pub fn forward_with<M: Message>(
+        &mut self,
+        to: &SiteRef,
+        msg: &M,
+        opts: SendOptions,
+    ) -> Result<(), SendError> {
+        if !self.is_request() || self.replied {
+            return Err(SendError::Encode(
+                "forward of a message that is not an unanswered request".into(),
+            ));
+        }
+        let origin = self
+            .origin_descriptor()
+            .ok_or_else(|| SendError::Encode("the requesting site's id is not known yet".into()))?;
+        let header =
+            crate::message::encode_header(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let m = OutMessage {
+            priority: opts.priority,
+            type_id: M::ID,
+            kind: MessageKind::Forward,
+            corr: self.corr,
+            header: sitenet_protocols::message::wrap_origin(&origin, &header),
+            body: opts.body,
+            tracked: false,
+        };
+        to.try_post(m)?;
+        self.replied = true;
+        Ok(())
+    }
+
+    /// The requesting site as a descriptor: its id and the addresses it
+    /// listens on, as this node learned them.
+    fn origin_descriptor(&self) -> Option<String> {
+        if let Some(o) = &self.origin {
+            return Some(o.clone());
+        }
+        let id = self.from.id.get()?;
+        let addresses = self
+            .from
+            .stats
+            .lock()
+            .as_ref()
+            .map(|s| s.addresses.clone())
+            .unwrap_or_default();
+        Some(sitenet_protocols::SiteDescriptor { id, addresses }.to_string())
     }
 
     /// Runs async work started by a handler on the node's runtime. The work
@@ -228,10 +310,34 @@ pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
 #[inline] // its one caller is `Delivery::message`: no second move of the message
 pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
     Counters::add(&node.counters.messages_delivered, 1);
-    if m.prelude.kind == MessageKind::Reply {
+    if matches!(
+        m.prelude.kind,
+        MessageKind::Reply | MessageKind::DelegatedReply
+    ) {
         node.complete_request(from, m);
         return;
     }
+    // A forwarded request is handled as if its origin had sent it.
+    let mut m = m;
+    let origin = if m.prelude.kind == MessageKind::Forward {
+        let unwrapped = sitenet_protocols::message::unwrap_origin(&m.header).and_then(|(o, h)| {
+            let d: sitenet_protocols::SiteDescriptor = o.parse().ok()?;
+            Some((d, h))
+        });
+        let Some((d, header)) = unwrapped else {
+            Counters::add(&node.counters.unhandled, 1);
+            let reason = "forwarded request with a malformed origin block".to_string();
+            tracing::warn!(type_id = m.prelude.type_id, "{reason}");
+            call_unhandled(node, from, m.prelude.type_id, reason, m.header, m.body);
+            return;
+        };
+        m.header = header;
+        Some((node.site_described(&d), d.to_string()))
+    } else {
+        None
+    };
+    let (origin, origin_text) = origin.unzip();
+    let from = origin.as_ref().map_or(from, |o| &o.entry);
     let mut ctx = Ctx {
         node,
         from,
@@ -240,6 +346,7 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
         priority: m.priority,
         body: m.body,
         replied: false,
+        origin: origin_text,
     };
     let Some(h) = node.handlers.get(m.prelude.type_id) else {
         Counters::add(&node.counters.unhandled, 1);

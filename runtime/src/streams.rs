@@ -108,6 +108,7 @@ impl Delivery<'_> {
             priority,
             body: Bytes::new(),
             replied: false,
+            origin: None,
         }
     }
 
@@ -175,6 +176,13 @@ impl Delivery<'_> {
     }
 }
 
+/// Streaming handlers take one-way messages and requests (replies complete
+/// requests; a forwarded request carries its origin in front of its
+/// header, and goes to the type's handler whole).
+fn streamable(kind: MessageKind) -> bool {
+    matches!(kind, MessageKind::OneWay | MessageKind::Request)
+}
+
 fn abort(sink: Box<dyn BodySink>, why: StreamAbort) {
     if std::panic::catch_unwind(AssertUnwindSafe(|| sink.abort(why))).is_err() {
         tracing::error!("stream sink panicked in abort");
@@ -183,8 +191,7 @@ fn abort(sink: Box<dyn BodySink>, why: StreamAbort) {
 
 impl Deliver for Delivery<'_> {
     fn message(&mut self, m: InMessage) {
-        if m.prelude.kind == MessageKind::Reply || !self.node.handlers.is_stream(m.prelude.type_id)
-        {
+        if !streamable(m.prelude.kind) || !self.node.handlers.is_stream(m.prelude.type_id) {
             return dispatch(self.node, self.from, m);
         }
         // A streamed type whose message came whole: the same calls, at once.
@@ -198,7 +205,7 @@ impl Deliver for Delivery<'_> {
     }
 
     fn stream(&mut self, _lane: Priority, prelude: &Prelude) -> bool {
-        prelude.kind != MessageKind::Reply && self.node.handlers.is_stream(prelude.type_id)
+        streamable(prelude.kind) && self.node.handlers.is_stream(prelude.type_id)
     }
 
     fn stream_start(&mut self, lane: Priority, prelude: &Prelude, header: Bytes) {

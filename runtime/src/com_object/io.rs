@@ -352,6 +352,10 @@ impl ComObject {
             write: None,
         }));
         Counters::add(&self.node.counters.channels_opened, 1);
+        // The peer's addresses, learned in the handshake, are published
+        // before its first message is handled (a handler that forwards a
+        // request names the origin by them).
+        self.publish_stats();
         self.node.changed.notify_waiters();
         self.node.acked.notify_waiters();
         self.on_readable(ctx);

@@ -51,7 +51,7 @@ impl ComObject {
     }
 
     /// Publishes the site's counters for `Node::stats`.
-    fn publish_stats(&self) {
+    pub(super) fn publish_stats(&self) {
         let s = self.com.session().stats();
         let mut published = self.entry.stats.lock();
         let st = published.get_or_insert_with(Box::default);

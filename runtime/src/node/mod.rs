@@ -11,7 +11,7 @@ use requests::Pending;
 use site_table::SiteTable;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,7 +73,6 @@ pub(crate) struct NodeInner {
     pending: Mutex<HashMap<u64, Pending, foldhash::fast::RandomState>>,
     /// The pending requests' deadlines (see `requests`).
     deadlines: Arc<requests::Deadlines>,
-    next_corr: AtomicU64,
     /// The completions of tracked messages (`SiteRef::send_tracked`).
     pub(crate) deliveries: crate::delivery::Deliveries,
     pub(crate) counters: Counters,
@@ -123,8 +122,18 @@ impl NodeInner {
         }
     }
 
+    /// A fresh request id: 64 random bits (a CSPRNG), so that only the
+    /// sites a request went through know it — what lets the origin accept
+    /// a delegated reply from a site it never asked (docs/protocol.md
+    /// §2.6). Two pending requests share one with probability 2^-64 per
+    /// pair.
     pub(crate) fn next_corr(&self) -> u64 {
-        self.next_corr.fetch_add(1, Ordering::Relaxed)
+        loop {
+            let c: u64 = rand::random();
+            if c != 0 {
+                return c;
+            }
+        }
     }
 
     pub(crate) fn record_fault(&self, f: FaultReport) {
@@ -248,7 +257,6 @@ impl NodeBuilder {
             deadlines: Arc::default(),
             deliveries: Default::default(),
             // Unpredictable: a third site cannot guess the ids in flight.
-            next_corr: AtomicU64::new(rand::random::<u64>() >> 1 | 1),
             counters: Counters::default(),
             slots,
             com_cfg,

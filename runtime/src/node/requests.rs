@@ -216,8 +216,11 @@ impl NodeInner {
     pub(crate) fn complete_request(&self, from: &Arc<SiteEntry>, m: InMessage) {
         let p = {
             let mut pending = self.pending.lock();
+            // A delegated reply may come from any site: its unguessable
+            // corr proves the request went through it (docs/protocol.md §2.6).
+            let delegated = m.prelude.kind == sitenet_protocols::MessageKind::DelegatedReply;
             match pending.get(&m.prelude.corr) {
-                Some(p) if Arc::ptr_eq(p.entry.resolved(), from.resolved()) => {
+                Some(p) if delegated || Arc::ptr_eq(p.entry.resolved(), from.resolved()) => {
                     let p = pending.remove(&m.prelude.corr);
                     if let Some(p) = &p {
                         self.deadlines.forget(p, m.prelude.corr);

@@ -105,7 +105,7 @@ impl NodeInner {
     /// those addresses, best transport first. The addresses are claims: they
     /// are not bound to the site in the table, and whoever answers there
     /// must prove the id. Counted under the table's lock.
-    pub(super) fn site_described(self: &Arc<Self>, d: &SiteDescriptor) -> SiteRef {
+    pub(crate) fn site_described(self: &Arc<Self>, d: &SiteDescriptor) -> SiteRef {
         let mut t = self.sites.lock();
         if let Some(&k) = t.by_id.get(&d.id) {
             let e = t.entries[k].clone();

@@ -1,0 +1,149 @@
+//! Delegation (`Ctx::forward`, docs/protocol.md §2.6): the site a request
+//! was sent to hands it on; the final handler sees the original sender and
+//! answers it directly — three messages, not four or six; a forwarded
+//! request forwarded again keeps its origin; request ids are unguessable,
+//! which is what keeps a third site from forging the answer.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::{addr, PATIENCE};
+use serde::{Deserialize, Serialize};
+use sitenet::{Message, Node, SendOptions};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Lookup {
+    key: String,
+}
+impl Message for Lookup {
+    const ID: u32 = 600;
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Found {
+    value: String,
+    /// Who the final handler saw as the sender.
+    asker: Option<String>,
+}
+impl Message for Found {
+    const ID: u32 = 601;
+}
+
+fn node() -> Node {
+    Node::builder().listen("tcp:127.0.0.1:0").start().unwrap()
+}
+
+/// A site that forwards every `Lookup` to `next`.
+fn relay(next: &Node) -> Node {
+    let n = node();
+    let to = n.site(&addr(next)).unwrap();
+    n.handle(move |ctx, l: Lookup| {
+        ctx.forward(&to, &l).unwrap();
+    })
+    .unwrap();
+    n
+}
+
+/// The site that owns the keys: answers whoever it sees as the sender.
+fn owner() -> Node {
+    let n = node();
+    n.handle(|ctx, l: Lookup| {
+        let _ = ctx.reply(&Found {
+            value: format!("value of {}", l.key),
+            asker: ctx.sender_id().map(|id| id.to_string()),
+        });
+    })
+    .unwrap();
+    n
+}
+
+fn sent(nodes: &[&Node]) -> u64 {
+    nodes.iter().map(|n| n.metrics().messages_sent).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_final_handler_answers_the_origin_directly_in_three_messages() {
+    let c = owner();
+    let b = relay(&c);
+    let a = node();
+    let site = a.site(&addr(&b)).unwrap();
+    let r = site
+        .request::<Lookup, Found>(
+            &Lookup { key: "k".into() },
+            SendOptions::default(),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.msg.value, "value of k");
+    assert_eq!(
+        r.msg.asker,
+        Some(a.id().to_string()),
+        "C saw A as the sender"
+    );
+    // Request, forward, reply: three messages in all (acks aside).
+    assert!(
+        a.wait_until(|_| sent(&[&a, &b, &c]) >= 3, PATIENCE).await,
+        "{}",
+        sent(&[&a, &b, &c])
+    );
+    assert_eq!(sent(&[&a, &b, &c]), 3);
+    assert_eq!(b.metrics().messages_sent, 1, "B only forwarded");
+    assert_eq!(c.metrics().messages_sent, 1, "C answered A, not B");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_request_forwarded_again_keeps_its_origin() {
+    let d = owner();
+    let c = relay(&d);
+    let b = relay(&c);
+    let a = node();
+    let site = a.site(&addr(&b)).unwrap();
+    let r = site
+        .request::<Lookup, Found>(
+            &Lookup { key: "x".into() },
+            SendOptions::default(),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.msg.asker, Some(a.id().to_string()));
+    assert_eq!(d.metrics().messages_sent, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_are_unguessable() {
+    let server = node();
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let s = seen.clone();
+    server
+        .handle(move |ctx, l: Lookup| {
+            s.lock().unwrap().push(ctx.correlation_id());
+            let _ = ctx.reply(&Found {
+                value: l.key,
+                asker: None,
+            });
+        })
+        .unwrap();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    for i in 0..200 {
+        site.request::<Lookup, Found>(
+            &Lookup { key: i.to_string() },
+            SendOptions::default(),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    }
+    let mut ids = seen.lock().unwrap().clone();
+    assert_eq!(ids.len(), 200);
+    // No id follows from the one before (a counter would), and none repeats.
+    assert!(ids
+        .windows(2)
+        .all(|w| w[1].wrapping_sub(w[0]) > 1 << 20 || w[0].wrapping_sub(w[1]) > 1 << 20));
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 200);
+}
