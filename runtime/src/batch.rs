@@ -28,6 +28,8 @@ pub enum Done {
     Sent,
     /// A request's reply.
     Reply {
+        /// The site the request was sent to.
+        from: SiteRef,
         /// The reply's type id.
         type_id: u32,
         /// Its typed header, still serialised ([`Done::decode`]).
@@ -43,8 +45,11 @@ impl Done {
     pub fn decode<R: Message>(&self) -> Result<R, String> {
         match self {
             Done::Reply {
-                type_id, header, ..
-            } if *type_id == R::ID => crate::handlers::decode_header(header),
+                from,
+                type_id,
+                header,
+                ..
+            } if *type_id == R::ID => crate::handlers::decode_header(&from.node, header),
             Done::Reply { type_id, .. } => Err(format!(
                 "the reply is of type {type_id:#x}, not {:#x}",
                 R::ID
@@ -237,6 +242,7 @@ async fn attempt(node: &NodeInner, op: &Op) -> OpResult {
         Some(timeout) => {
             let r = op.site.request_message(m, timeout).await?;
             Ok(Done::Reply {
+                from: op.site.clone(),
                 type_id: r.prelude.type_id,
                 header: r.header,
                 body: r.body,

@@ -100,7 +100,7 @@ impl Answer {
                 R::ID
             ));
         }
-        crate::handlers::decode_header(&self.header)
+        crate::handlers::decode_header(&self.from.node, &self.header)
     }
 
     /// True if the body was longer than the descriptor allowed.

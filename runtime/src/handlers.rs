@@ -286,15 +286,19 @@ where
     F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
 {
     Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
-        f(ctx, decode_header(header)?);
+        f(ctx, decode_header(ctx.node, header)?);
         Ok(())
     })
 }
 
 /// Decodes a received typed header as `M`, or says why it does not (what
 /// the `unhandled` hook and a request's error reply carry).
-pub(crate) fn decode_header<M: Message>(header: &Bytes) -> Result<M, String> {
-    rmp_serde::from_slice(header)
+/// `SiteRef`s in it decode on `node` (see `site_serde`).
+pub(crate) fn decode_header<M: Message>(
+    node: &Arc<NodeInner>,
+    header: &Bytes,
+) -> Result<M, String> {
+    crate::site_serde::decoding_on(node, || rmp_serde::from_slice(header))
         .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))
 }
 

@@ -37,6 +37,7 @@ mod outbox;
 pub mod runtime;
 pub mod services;
 mod site;
+mod site_serde;
 mod stats;
 mod streams;
 mod trans_object;

@@ -560,8 +560,10 @@ impl SiteRef {
         let corr = self.node.next_corr();
         let m = self.encode(req, opts, MessageKind::Request, corr)?;
         let incoming = self.request_message(m, timeout).await?;
-        let msg = rmp_serde::from_slice::<R>(&incoming.header)
-            .map_err(|e| RequestError::Decode(e.to_string()))?;
+        let msg = crate::site_serde::decoding_on(&self.node, || {
+            rmp_serde::from_slice::<R>(&incoming.header)
+        })
+        .map_err(|e| RequestError::Decode(e.to_string()))?;
         if incoming.prelude.type_id != R::ID {
             return Err(RequestError::Decode(format!(
                 "reply has type id {:#x}, expected {:#x}",

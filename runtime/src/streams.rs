@@ -53,7 +53,7 @@ where
     M: Message,
     F: Fn(&mut Ctx<'_>, M) -> Box<dyn BodySink> + Send + Sync + 'static,
 {
-    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| Ok(f(ctx, decode_header(header)?)))
+    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| Ok(f(ctx, decode_header(ctx.node, header)?)))
 }
 
 /// One lane's open stream.

@@ -1,0 +1,97 @@
+//! `SiteRef`s inside messages: a reference serialises as its site's
+//! descriptor (`ID@ADDR,…`: its id and the addresses it listens on), and
+//! decodes, on the receiving node, into a usable `SiteRef` from that node's
+//! site table — the same entry (and ordered queues) as any other reference
+//! to that site, found by id, or a new one that calls the site at its
+//! addresses. Like any `SiteRef`, one decoded and dropped takes part in the
+//! reference counting that lets an idle channel close.
+//!
+//! Decoding needs the receiving node, which serde cannot pass: sitenet
+//! decodes every typed header (handlers, replies, cooperations, batches)
+//! inside [`decoding_on`], which lends the node to this thread for the
+//! call. A `SiteRef` decoded anywhere else is an error, never a panic.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use serde::de::Error as _;
+use serde::ser::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use sitenet_protocols::SiteDescriptor;
+
+use crate::node::NodeInner;
+use crate::site::SiteRef;
+
+thread_local! {
+    /// The node decoding a typed header on this thread, if one is.
+    static DECODING: RefCell<Option<Arc<NodeInner>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (which decodes a typed header) with `node` lent to the
+/// `SiteRef`s it may decode.
+pub(crate) fn decoding_on<T>(node: &Arc<NodeInner>, f: impl FnOnce() -> T) -> T {
+    let before = DECODING.with(|d| d.replace(Some(node.clone())));
+    // Restored even if `f` panics (a handler's decode is caught).
+    struct Restore(Option<Arc<NodeInner>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let before = self.0.take();
+            DECODING.with(|d| *d.borrow_mut() = before);
+        }
+    }
+    let _restore = Restore(before);
+    f()
+}
+
+impl SiteRef {
+    /// The site's descriptor as this node knows it: its id (known once a
+    /// channel opened, or from a descriptor) and the addresses it listens
+    /// on (learned in the handshake, or given).
+    pub fn descriptor(&self) -> Option<SiteDescriptor> {
+        let entry = self.entry.resolved();
+        let id = entry.id.get()?;
+        let mut addresses = entry
+            .stats
+            .lock()
+            .as_ref()
+            .map(|s| s.addresses.clone())
+            .unwrap_or_default();
+        if addresses.is_empty() {
+            addresses.extend(entry.address.as_deref().map(str::to_owned));
+        }
+        Some(SiteDescriptor { id, addresses })
+    }
+}
+
+impl Serialize for SiteRef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let d = self.descriptor().ok_or_else(|| {
+            S::Error::custom(
+                "a SiteRef whose id is not known yet cannot be sent: talk to the site first",
+            )
+        })?;
+        s.serialize_str(&d.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for SiteRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let desc: SiteDescriptor = text
+            .parse()
+            .map_err(|e| D::Error::custom(format!("bad site descriptor {text:?}: {e}")))?;
+        DECODING.with(|n| {
+            let node = n.borrow();
+            let node = node.as_ref().ok_or_else(|| {
+                D::Error::custom("a SiteRef decodes only in a message sitenet delivers")
+            })?;
+            if desc.id == node.id {
+                return Err(D::Error::custom(
+                    "a SiteRef to the receiving node itself names no remote site",
+                ));
+            }
+            Ok(node.site_described(&desc))
+        })
+    }
+}

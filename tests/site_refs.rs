@@ -1,0 +1,89 @@
+//! Site references inside messages: a `SiteRef` serialises as its site's
+//! descriptor; the receiver gets a usable `SiteRef` from its own site
+//! table, the same one as any other reference to that site, and can talk
+//! to that third site; a `SiteRef` decoded outside a delivered message is
+//! an error, not a panic.
+
+mod common;
+
+use std::sync::Mutex;
+
+use common::{addr, Numbered, PATIENCE};
+use serde::{Deserialize, Serialize};
+use sitenet::{Message, Node, SiteRef};
+use tokio::sync::mpsc;
+
+/// "Talk to this site": carries a reference to a third one.
+#[derive(Debug, Serialize, Deserialize)]
+struct Introduce {
+    peer: SiteRef,
+}
+impl Message for Introduce {
+    const ID: u32 = 700;
+}
+
+fn listening() -> Node {
+    Node::builder().listen("tcp:127.0.0.1:0").start().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_passed_along_is_usable_and_is_the_same_site() {
+    let c = common::listening_node();
+    let sink = common::Sink::install(&c, 1, None);
+    let b = listening();
+    // B learns of C only through the message; it sends C a message.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let tx = Mutex::new(tx);
+    b.handle(move |_ctx, i: Introduce| {
+        i.peer.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
+        let _ = tx.lock().unwrap().send(i.peer);
+    })
+    .unwrap();
+    let a = Node::builder().start().unwrap();
+    let to_c = a.site(&addr(&c)).unwrap();
+    common::echo(&to_c, 1).await; // A knows C's id now
+    let to_b = a.site(&addr(&b)).unwrap();
+    to_b.send(&Introduce { peer: to_c.clone() }).await.unwrap();
+    sink.wait().await;
+    let got = tokio::time::timeout(PATIENCE, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.id(), Some(c.id()));
+    // Sent again, it resolves to the same entry at B: one site, one queue.
+    let sites_before = b.site_count();
+    to_b.send(&Introduce { peer: to_c.clone() }).await.unwrap();
+    let again = tokio::time::timeout(PATIENCE, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.id(), got.id());
+    assert_eq!(b.site_count(), sites_before, "no second entry for C");
+    // And a reference B makes itself by C's address is that site too, once
+    // its handshake proved who answers there (its messages follow it to the
+    // one entry, in order).
+    let by_address = b.site(&addr(&c)).unwrap();
+    common::echo(&by_address, 2).await;
+    assert_eq!(by_address.id(), Some(c.id()));
+}
+
+#[test]
+fn a_site_ref_decoded_outside_a_delivered_message_is_an_error() {
+    let a = Node::builder().start().unwrap();
+    let d = format!("{}@tcp:127.0.0.1:9", a.id());
+    let bytes = rmp_serde::to_vec(&d).unwrap();
+    let r = rmp_serde::from_slice::<SiteRef>(&bytes);
+    assert!(r
+        .unwrap_err()
+        .to_string()
+        .contains("only in a message sitenet delivers"));
+}
+
+#[test]
+fn a_site_ref_whose_id_is_unknown_cannot_be_sent() {
+    let a = Node::builder().start().unwrap();
+    let never = a.site("tcp:127.0.0.1:9").unwrap();
+    assert!(never.descriptor().is_none());
+    let e = rmp_serde::to_vec(&Introduce { peer: never }).unwrap_err();
+    assert!(e.to_string().contains("not known yet"), "{e}");
+}
