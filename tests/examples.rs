@@ -1,0 +1,98 @@
+//! Every example runs, and says what it should: each is started (the debug
+//! build the test command made, with small arguments) and its output
+//! checked. `cargo run --release --example NAME` runs them for real.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The example binary `name`, built beside this test's binary.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary");
+    // target/<profile>/deps/examples-HASH → target/<profile>/examples/NAME
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    dir.join("examples").join(name)
+}
+
+/// Runs `name` with `args`; returns its standard output (it must succeed).
+fn run(name: &str, args: &[&str]) -> String {
+    let path = example(name);
+    assert!(path.exists(), "{} was not built", path.display());
+    let out = Command::new(&path).args(args).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name} failed: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn pingpong_round_trips_with_madeleine_headers_and_bodies() {
+    let out = run("pingpong", &["--sizes", "64,4096", "--count", "50"]);
+    assert!(out.contains("64") && out.contains("4096"), "{out}");
+}
+
+#[test]
+fn delegation_answers_the_client_directly_in_three_messages() {
+    let out = run("delegation", &["--keys", "4"]);
+    assert_eq!(
+        out.matches("answered the client directly: true").count(),
+        4,
+        "{out}"
+    );
+    assert!(out.contains("3 per lookup"), "{out}");
+}
+
+#[test]
+fn scatter_gather_gathers_truncates_and_times_out() {
+    let out = run("scatter_gather", &["--sites", "3"]);
+    assert!(out.contains("gathered 3 answers, sum 60"), "{out}");
+    assert!(out.contains("(truncated)"), "{out}");
+    assert!(
+        out.contains("timed out: 2 answers came, 1 missing"),
+        "{out}"
+    );
+    assert!(out.contains("late answers discarded: 1"), "{out}");
+}
+
+#[test]
+fn batch_completes_every_operation_and_retries_the_dead_site() {
+    let out = run("batch", &["--ops", "60"]);
+    assert!(out.contains("60 operations done (60 callbacks)"), "{out}");
+    assert!(out.contains("retried on the restarted site: 42"), "{out}");
+    assert!(out.contains("failures: 0"), "{out}");
+}
+
+#[test]
+fn third_party_uses_a_reference_it_received() {
+    let out = run("third_party", &[]);
+    assert_eq!(
+        out.matches("known only from the message").count(),
+        3,
+        "{out}"
+    );
+    assert!(
+        out.contains("storage got the 3 results straight from the worker"),
+        "{out}"
+    );
+}
+
+#[test]
+fn upload_streams_a_body_larger_than_what_it_keeps() {
+    let out = run("upload", &["--mib", "16"]);
+    assert!(
+        out.contains("16 MiB stored") && out.contains("as sent"),
+        "{out}"
+    );
+}
+
+#[test]
+fn transports_picks_the_best_transport() {
+    let out = run("transports", &["--rounds", "20"]);
+    assert!(
+        out.contains("mem") && out.contains("unix") && out.contains("tcp"),
+        "{out}"
+    );
+}
