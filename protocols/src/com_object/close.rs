@@ -2,7 +2,7 @@
 //! reason, the linger rule and the weak close, hard closes, permanent
 //! failure, merging, and shutdown.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Action, ChannelEnd, ChannelId, ComObject, FaultState, Loss, Phase, SiteFailure};
 use crate::message::OutMessage;
@@ -82,8 +82,8 @@ impl ComObject {
 
     /// When the linger rule would allow a weak close, if it applies at all:
     /// no references, nothing pending, a working channel with no close
-    /// running, idle for the linger time, and no weak close rejected within
-    /// it. (The cheap conditions are tested first: this runs on every
+    /// running, idle for the linger time (not at all once the peer cleared
+    /// its reference too), and no weak close rejected within it. (The cheap conditions are tested first: this runs on every
     /// acknowledgement.)
     pub(super) fn linger_deadline(&self) -> Option<Instant> {
         if self.has_refs
@@ -94,7 +94,14 @@ impl ComObject {
             return None;
         }
         let linger = self.cfg.linger;
-        let idle = self.idle_since + linger;
+        // The peer holds no reference either: nobody needs the channel, no
+        // need to wait for the linger time (a reject still holds off).
+        let wait = if self.peer_cleared {
+            Duration::ZERO
+        } else {
+            linger
+        };
+        let idle = self.idle_since + wait;
         Some(self.weak_rejected_at.map_or(idle, |t| idle.max(t + linger)))
     }
 
@@ -103,7 +110,10 @@ impl ComObject {
     /// deadline then, so traffic never touches the timer.
     pub(super) fn update_linger(&mut self) {
         match self.linger_deadline() {
-            Some(at) => self.timers.set_if_unset(Timer::Linger, at),
+            // Earlier only: a later deadline is found when the timer fires
+            // early; an earlier one (the peer cleared its reference) must
+            // not wait for the old one.
+            Some(at) => self.timers.set_if_earlier(Timer::Linger, at),
             None => self.timers.stop(Timer::Linger),
         }
     }

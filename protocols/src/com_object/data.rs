@@ -45,7 +45,7 @@ impl ComObject {
     }
 
     /// Zero-copy receive: where the working channel's next bytes go instead
-    /// of the input ring (see [`Session::direct_input`]).
+    /// of the input ring (see [`Session::direct_input`](crate::Session::direct_input)).
     pub fn direct_input(&mut self) -> Option<&mut [u8]> {
         self.session.direct_input()
     }
@@ -56,13 +56,13 @@ impl ComObject {
     }
 
     /// The `corr` of the tracked messages the peer acknowledged since the
-    /// last call (see [`Session::take_delivered`]).
+    /// last call (see [`Session::take_delivered`](crate::Session::take_delivered)).
     pub fn take_delivered(&mut self) -> Vec<u64> {
         self.session.take_delivered()
     }
 
     /// Tells `deliver` of the streamed messages a lost channel interrupted
-    /// (see [`Session::report_interrupted`]).
+    /// (see [`Session::report_interrupted`](crate::Session::report_interrupted)).
     pub fn report_interrupted(&mut self, deliver: &mut dyn Deliver) {
         self.session.report_interrupted(deliver);
     }

@@ -182,6 +182,10 @@ pub struct ComObject {
     fault: FaultState,
     /// Whether the local side holds references to the peer.
     has_refs: bool,
+    /// The peer said (CLEAR_REFERENCE) that it holds no reference to us,
+    /// and has not used the channel since: with none on our side either,
+    /// neither needs the channel, and the linger rule does not wait.
+    peer_cleared: bool,
     /// Requests sent to the peer still await their replies: a channel is
     /// needed to receive them, even with nothing left to send.
     awaiting_replies: bool,
@@ -244,6 +248,7 @@ impl ComObject {
             session_channel: 0,
             fault: FaultState::Ok,
             has_refs: true,
+            peer_cleared: false,
             awaiting_replies: false,
             owed_reopen: false,
             idle_since: now,
@@ -495,6 +500,10 @@ impl ComObject {
         // Compared for a change only: the low 32 bits tell.
         let seen = (s.sent as u32, s.delivered as u32);
         if seen != self.seen {
+            // A message from the peer means it uses the channel again.
+            if seen.1 != self.seen.1 {
+                self.peer_cleared = false;
+            }
             self.idle_since = now;
             self.seen = seen;
         }
@@ -511,6 +520,8 @@ impl ComObject {
                 }
                 SessionEvent::PeerClearedReference => {
                     tracing::debug!("peer cleared its reference");
+                    self.peer_cleared = true;
+                    self.update();
                 }
                 SessionEvent::Silent => {
                     if let Some(id) = self.working_channel() {

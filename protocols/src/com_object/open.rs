@@ -222,6 +222,9 @@ impl ComObject {
         let id = self.next_channel_id();
         self.leave_slot_line();
         self.owed_reopen = false;
+        // A new channel: whatever the peer said of its references was
+        // about the old one's time.
+        self.peer_cleared = false;
         self.phase = Phase::Working { id, from };
         self.session_channel = id.0;
         self.backoff = self.cfg.reconnect_min;

@@ -93,6 +93,43 @@ fn without_references_an_idle_channel_closes_weakly_and_a_reject_holds_off() {
     assert!(h.now >= rejected_at + Duration::from_secs(10));
 }
 
+/// CLEAR_REFERENCE is acted on: once the peer said it holds no reference
+/// to us, and we hold none either, the idle channel closes weakly at once
+/// instead of after the linger time; a message from the peer (it uses the
+/// channel again) brings the linger back.
+#[test]
+fn a_peer_that_cleared_its_reference_lets_an_unreferenced_channel_close_at_once() {
+    let mut c = cfg();
+    c.linger = Duration::from_secs(10);
+    let mut h = H::new(c, true);
+    let id = h.working();
+    let mut out = ByteBuffer::new(65_536);
+    h.com.poll_transmit(h.now, &mut out);
+    let control = |kind| {
+        let mut hb = [0u8; crate::frame::HEADER_LEN];
+        crate::frame::FrameHeader::control(kind, 0, 1).encode(&mut hb);
+        hb
+    };
+    let mut input = ByteBuffer::new(4096);
+    input.push(&control(crate::frame::FrameKind::Ack));
+    assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
+    h.com.take_freed(h.now);
+    h.com.set_has_refs(false, h.now);
+    assert_eq!(h.com.state(), ComState::Working, "lingering");
+    let t = h.now;
+    input.push(&control(crate::frame::FrameKind::ClearReference));
+    assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
+    h.run_to_next_deadline();
+    out.clear();
+    h.com.poll_transmit(h.now, &mut out);
+    assert_eq!(h.com.state(), ComState::ClosingWeak);
+    assert!(
+        h.now - t < Duration::from_secs(1),
+        "no linger: {:?}",
+        h.now - t
+    );
+}
+
 #[test]
 fn kill_writes_close_hard_before_the_channel_closes_then_hands_back() {
     let mut h = H::new(cfg(), true);
