@@ -31,13 +31,11 @@ fn temporarily_failed_for_the_give_up_time_fails_permanently() {
     assert_eq!(h.now - t0, Duration::from_secs(60));
 }
 
-#[test]
-fn without_references_an_idle_channel_closes_weakly_and_a_reject_holds_off() {
-    let mut c = cfg();
-    c.linger = Duration::from_secs(10);
-    let mut h = H::new(c, true);
+/// A working channel with its one message acknowledged (nothing pending)
+/// and no reference left on our side: its channel id, an output and an
+/// input buffer.
+fn unreferenced_and_idle(h: &mut H) -> (ChannelId, ByteBuffer, ByteBuffer) {
     let id = h.working();
-    // Deliver the ack so nothing is pending.
     let mut out = ByteBuffer::new(65_536);
     h.com.poll_transmit(h.now, &mut out);
     let mut input = ByteBuffer::new(4096);
@@ -47,8 +45,18 @@ fn without_references_an_idle_channel_closes_weakly_and_a_reject_holds_off() {
     assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
     h.com.take_freed(h.now);
     assert!(!h.com.has_need());
-    let t_idle = h.now;
     h.com.set_has_refs(false, h.now);
+    (id, out, input)
+}
+
+#[test]
+fn without_references_an_idle_channel_closes_weakly_and_a_reject_holds_off() {
+    let mut c = cfg();
+    c.linger = Duration::from_secs(10);
+    let mut h = H::new(c, true);
+    let (id, mut out, mut input) = unreferenced_and_idle(&mut h);
+    let mut hb = [0u8; crate::frame::HEADER_LEN];
+    let t_idle = h.now;
     // The linger deadline is the next (only) ComObject timer before heartbeats matter.
     let mut fired_at = None;
     for _ in 0..100 {
@@ -95,29 +103,19 @@ fn without_references_an_idle_channel_closes_weakly_and_a_reject_holds_off() {
 
 /// CLEAR_REFERENCE is acted on: once the peer said it holds no reference
 /// to us, and we hold none either, the idle channel closes weakly at once
-/// instead of after the linger time; a message from the peer (it uses the
-/// channel again) brings the linger back.
+/// instead of after the linger time.
 #[test]
 fn a_peer_that_cleared_its_reference_lets_an_unreferenced_channel_close_at_once() {
     let mut c = cfg();
     c.linger = Duration::from_secs(10);
     let mut h = H::new(c, true);
-    let id = h.working();
-    let mut out = ByteBuffer::new(65_536);
-    h.com.poll_transmit(h.now, &mut out);
-    let control = |kind| {
-        let mut hb = [0u8; crate::frame::HEADER_LEN];
-        crate::frame::FrameHeader::control(kind, 0, 1).encode(&mut hb);
-        hb
-    };
-    let mut input = ByteBuffer::new(4096);
-    input.push(&control(crate::frame::FrameKind::Ack));
-    assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
-    h.com.take_freed(h.now);
-    h.com.set_has_refs(false, h.now);
+    let (id, mut out, mut input) = unreferenced_and_idle(&mut h);
     assert_eq!(h.com.state(), ComState::Working, "lingering");
     let t = h.now;
-    input.push(&control(crate::frame::FrameKind::ClearReference));
+    let mut hb = [0u8; crate::frame::HEADER_LEN];
+    crate::frame::FrameHeader::control(crate::frame::FrameKind::ClearReference, 0, 1)
+        .encode(&mut hb);
+    input.push(&hb);
     assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
     h.run_to_next_deadline();
     out.clear();
