@@ -96,3 +96,20 @@ fn transports_picks_the_best_transport() {
         "{out}"
     );
 }
+
+#[test]
+fn counter_applies_every_increment_exactly_once_across_shards() {
+    let out = run("counter", &["--adds", "2000", "--shards", "3"]);
+    assert!(
+        out.contains("2000 increments acknowledged, 0 failed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("read through the front, answered by shard"),
+        "{out}"
+    );
+    assert!(
+        out.contains("total over 3 shards = 2000 (every increment applied exactly once)"),
+        "{out}"
+    );
+}

@@ -1,0 +1,205 @@
+//! # counter — a small piece of a distributed runtime on sitenet
+//!
+//! A sharded counter service, the kind of thing a language runtime builds
+//! on its network layer (a distributed dictionary, an actor registry):
+//!
+//! * **shards** own the counters of the keys that hash to them;
+//! * a **front** site is the only address clients know: it answers
+//!   `Layout` with the shards — `SiteRef`s inside a message, which the
+//!   client uses as its own — and delegates `Read`s to the owning shard
+//!   (`ctx.forward`), which answers the client directly;
+//! * the **client** applies thousands of increments as one batch of
+//!   acknowledged sends to the shards (all in flight at once), reads one
+//!   counter through the front, and sums every shard with a cooperation
+//!   (scatter/gather) to check that no increment was lost or applied twice.
+//!
+//! ```text
+//! cargo run --release --example counter [-- --adds 10000 --shards 4]
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use sitenet::{Expect, Message, Node, SendOptions, SiteRef};
+
+#[derive(Parser)]
+#[command(about = "A sharded counter: batch, delegation, site references, scatter/gather")]
+struct Cli {
+    /// Increments applied.
+    #[arg(long, default_value_t = 10_000)]
+    adds: u64,
+    /// Shard sites.
+    #[arg(long, default_value_t = 4)]
+    shards: usize,
+}
+
+/// Increment `key` by `by` (one-way).
+#[derive(Serialize, Deserialize)]
+struct Add {
+    key: u64,
+    by: u64,
+}
+impl Message for Add {
+    const ID: u32 = 1;
+}
+
+/// Request: a counter's value.
+#[derive(Serialize, Deserialize)]
+struct Read {
+    key: u64,
+}
+impl Message for Read {
+    const ID: u32 = 2;
+}
+
+#[derive(Serialize, Deserialize)]
+struct Value {
+    key: u64,
+    value: u64,
+    shard: usize,
+}
+impl Message for Value {
+    const ID: u32 = 3;
+}
+
+/// Request: the sum of every counter of a shard.
+#[derive(Serialize, Deserialize)]
+struct Sum;
+impl Message for Sum {
+    const ID: u32 = 4;
+}
+
+#[derive(Serialize, Deserialize)]
+struct Partial(u64);
+impl Message for Partial {
+    const ID: u32 = 5;
+}
+
+/// Request: where the shards are.
+#[derive(Serialize, Deserialize)]
+struct Layout;
+impl Message for Layout {
+    const ID: u32 = 6;
+}
+
+/// The shards, as references the receiver can use.
+#[derive(Serialize, Deserialize)]
+struct Shards(Vec<SiteRef>);
+impl Message for Shards {
+    const ID: u32 = 7;
+}
+
+fn shard(i: usize) -> Result<Node, Box<dyn std::error::Error>> {
+    let n = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    let counters: Arc<Mutex<HashMap<u64, u64>>> = Arc::default();
+    let c = counters.clone();
+    n.handle(move |_ctx, a: Add| {
+        let counters = &c;
+        *counters.lock().unwrap().entry(a.key).or_default() += a.by;
+    })?;
+    let c = counters.clone();
+    n.handle(move |ctx, r: Read| {
+        let counters = &c;
+        let value = counters.lock().unwrap().get(&r.key).copied().unwrap_or(0);
+        let _ = ctx.reply(&Value {
+            key: r.key,
+            value,
+            shard: i,
+        });
+    })?;
+    n.handle(move |ctx, _s: Sum| {
+        let _ = ctx.reply(&Partial(counters.lock().unwrap().values().sum()));
+    })?;
+    Ok(n)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let cli = Cli::parse();
+    let shards = (0..cli.shards).map(shard).collect::<Result<Vec<_>, _>>()?;
+    let front = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    let routes: Vec<SiteRef> = shards
+        .iter()
+        .map(|s| front.site(&s.listen_addresses()[0]))
+        .collect::<Result<_, _>>()?;
+    // The front talks to each shard once, so it knows their ids and can
+    // hand references to them out.
+    for r in &routes {
+        r.request::<Sum, Partial>(&Sum, SendOptions::default(), Duration::from_secs(10))
+            .await?;
+    }
+    let for_layout = routes.clone();
+    front.handle(move |ctx, _l: Layout| {
+        let _ = ctx.reply(&Shards(for_layout.clone()));
+    })?;
+    front.handle(move |ctx, r: Read| {
+        let owner = &routes[(r.key % routes.len() as u64) as usize];
+        let _ = ctx.forward(owner, &r);
+    })?;
+
+    // The client knows only the front, and listens (a shard answers it
+    // directly when the front delegates a read).
+    let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    let front_ref = client.site(&front.listen_addresses()[0])?;
+    let layout = front_ref
+        .request::<Layout, Shards>(&Layout, SendOptions::default(), Duration::from_secs(10))
+        .await?;
+    let shards_here = layout.msg.0;
+    println!(
+        "client: {} shards, learned from the front",
+        shards_here.len()
+    );
+
+    let mut batch = client.batch();
+    for i in 0..cli.adds {
+        let key = i % 100;
+        let owner = &shards_here[(key % shards_here.len() as u64) as usize];
+        batch.send(owner, &Add { key, by: 1 }, SendOptions::default())?;
+    }
+    let report = batch.submit().wait_all(Duration::from_secs(60)).await;
+    println!(
+        "client: {} increments acknowledged, {} failed",
+        report
+            .results
+            .iter()
+            .filter(|r| matches!(r, Some(Ok(_))))
+            .count(),
+        report.failures().len()
+    );
+
+    let v = front_ref
+        .request::<Read, Value>(
+            &Read { key: 7 },
+            SendOptions::default(),
+            Duration::from_secs(10),
+        )
+        .await?;
+    println!(
+        "client: key {} = {} (read through the front, answered by shard {})",
+        v.msg.key, v.msg.value, v.msg.shard
+    );
+
+    let coop = client.cooperation();
+    for s in &shards_here {
+        coop.expect(Expect::from(s).of::<Partial>());
+        coop.request(s, &Sum, SendOptions::default()).await?;
+    }
+    let parts = coop.wait(Duration::from_secs(10)).await?;
+    let total: u64 = parts
+        .iter()
+        .map(|p| p.decode::<Partial>().map_or(0, |p| p.0))
+        .sum();
+    println!(
+        "client: total over {} shards = {total} ({})",
+        parts.len(),
+        if total == cli.adds {
+            "every increment applied exactly once"
+        } else {
+            "MISMATCH"
+        }
+    );
+    Ok(())
+}
