@@ -113,3 +113,19 @@ fn counter_applies_every_increment_exactly_once_across_shards() {
         "{out}"
     );
 }
+
+#[test]
+fn echo_clients_share_few_server_descriptors_and_lose_nothing() {
+    let out = run(
+        "echo_clients",
+        &["--clients", "16", "--fds", "4", "--rounds", "10"],
+    );
+    assert!(out.contains("= 160 done"), "{out}");
+    let peak: usize = out
+        .split("at most ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the peak");
+    assert!(peak <= 4, "{out}");
+}
