@@ -4,9 +4,10 @@
 //! clients each doing round trips to it, and a server allowed only a few
 //! file descriptors. The server's channels take slots of a controller of
 //! its own (`NodeConfig::trans_controller`) with a hard limit far below
-//! the number of clients, so clients take turns: an idle channel is closed
-//! (preempted) to let a waiting client in, and its messages are neither
-//! lost nor duplicated — every round trip completes.
+//! the number of clients, so clients take turns for the server's channels
+//! (a channel over the limit is not accepted; the client calls again, and
+//! an idle channel may be preempted for a waiting one), and no message is
+//! lost or duplicated — every round trip completes.
 //!
 //! It prints the round trips done, their median, the server's peak number
 //! of channels against its limit, and the preemptions.
