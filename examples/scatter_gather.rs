@@ -89,11 +89,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let coop = client.cooperation();
     for (i, s) in sites.iter().enumerate() {
         coop.expect(Expect::from(s));
-        let slow_ms = if i + 1 == sites.len() { 500 } else { 0 };
+        let slow_ms = if i + 1 == sites.len() { 1500 } else { 0 };
         coop.request(s, &Count { slow_ms }, SendOptions::default())
             .await?;
     }
-    match coop.wait(Duration::from_millis(200)).await {
+    match coop.wait(Duration::from_millis(700)).await {
         Err(CoopError::TimedOut { answers, missing }) => {
             let came = answers.iter().filter(|a| a.is_some()).count();
             println!("timed out: {came} answers came, {missing} missing");

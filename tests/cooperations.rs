@@ -198,3 +198,39 @@ async fn a_failed_site_fails_the_cooperation_waiting_for_it() {
     let r = coop.wait(PATIENCE).await;
     assert!(matches!(r, Err(CoopError::Failed { .. })), "{r:?}");
 }
+
+/// Regression (found reading the diff): a request sent through a
+/// cooperation that had already ended stayed in the node's table of
+/// pending requests for ever when no reply came, and a site with a pending
+/// request keeps its channel: the idle channel never closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_of_an_ended_cooperation_does_not_keep_its_channel_open() {
+    // The server never closes the channel itself (its linger is long).
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| c.linger = Duration::from_secs(600))
+        .start()
+        .unwrap();
+    server.handle(|_ctx, _c: Count| {}).unwrap(); // never answers
+    let client = Node::builder()
+        .configure(|c| c.linger = Duration::from_millis(50))
+        .start()
+        .unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let coop = client.cooperation();
+    coop.expect(Expect::from(&site));
+    coop.cancel();
+    coop.request(&site, &Count { delay_ms: 0 }, now())
+        .await
+        .unwrap();
+    site.flush(PATIENCE).await.unwrap();
+    drop((coop, site));
+    // Unreferenced and idle: the channel closes after the linger time (a
+    // generous bound for 50 ms).
+    assert!(
+        client
+            .wait_until(|m| m.channels_closed >= 1, Duration::from_secs(30))
+            .await,
+        "the channel stayed open"
+    );
+}

@@ -84,12 +84,12 @@ async fn a_killed_site_fails_tracked_messages_as_maybe_delivered_or_not_sent() {
         .send_tracked(&Numbered { stream: 0, seq: 0 }, SendOptions::default())
         .await
         .unwrap();
+    // (Its handler may have started already: it holds the ack either way.
+    // Waiting for "not delivered yet" made this test wait out its patience
+    // on a loaded machine.)
     assert!(
         server
-            .wait_until(
-                |m| m.messages_delivered == 0 && m.channels_opened >= 1,
-                PATIENCE
-            )
+            .wait_until(|m| m.channels_opened >= 1, PATIENCE)
             .await
     );
     // Never sent: a site nobody listens at.

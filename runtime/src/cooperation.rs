@@ -256,6 +256,10 @@ impl Cooperation {
             self.node.cancel_request(corr);
             return Err(e);
         }
+        // Ended meanwhile (or before): its reply will find nothing.
+        if self.state.machine.lock().end().is_some() {
+            self.node.forget_requests(&[corr]);
+        }
         Ok(())
     }
 
