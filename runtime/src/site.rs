@@ -490,11 +490,8 @@ impl SiteRef {
     ) -> Result<crate::Delivery, SendError> {
         let (m, delivery) = self.tracked(msg, opts)?;
         let corr = m.corr;
-        if let Err(e) = self.post(m).await {
-            self.node.deliveries.forget(corr);
-            return Err(e);
-        }
-        Ok(delivery)
+        let queued = self.post(m).await;
+        self.settle(corr, queued, delivery)
     }
 
     /// [`send_tracked`](Self::send_tracked) that never waits: fails with
@@ -506,11 +503,22 @@ impl SiteRef {
     ) -> Result<crate::Delivery, SendError> {
         let (m, delivery) = self.tracked(msg, opts)?;
         let corr = m.corr;
-        if let Err(e) = self.try_post(m) {
+        let queued = self.try_post(m);
+        self.settle(corr, queued, delivery)
+    }
+
+    /// The handle of a tracked message, once queued; if it was not, its
+    /// completion is dropped and the caller gets the error.
+    fn settle(
+        &self,
+        corr: u64,
+        queued: Result<(), SendError>,
+        delivery: crate::Delivery,
+    ) -> Result<crate::Delivery, SendError> {
+        if queued.is_err() {
             self.node.deliveries.forget(corr);
-            return Err(e);
         }
-        Ok(delivery)
+        queued.map(|()| delivery)
     }
 
     /// A one-way message tracked under a fresh token, and its handle.
