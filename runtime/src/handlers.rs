@@ -294,6 +294,7 @@ where
 /// Decodes a received typed header as `M`, or says why it does not (what
 /// the `unhandled` hook and a request's error reply carry).
 /// `SiteRef`s in it decode on `node` (see `site_serde`).
+#[inline]
 pub(crate) fn decode_header<M: Message>(
     node: &Arc<NodeInner>,
     header: &Bytes,

@@ -11,7 +11,7 @@
 //! inside [`decoding_on`], which lends the node to this thread for the
 //! call. A `SiteRef` decoded anywhere else is an error, never a panic.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::sync::Arc;
 
 use serde::de::Error as _;
@@ -24,24 +24,36 @@ use crate::node::NodeInner;
 use crate::site::SiteRef;
 
 thread_local! {
-    /// The node decoding a typed header on this thread, if one is.
-    static DECODING: RefCell<Option<Arc<NodeInner>>> = const { RefCell::new(None) };
+    /// The node decoding a typed header on this thread, if one is: a
+    /// pointer to the caller's `Arc`, valid while [`decoding_on`] runs
+    /// (this runs for every message delivered: no reference count is
+    /// touched, no allocation made).
+    static DECODING: Cell<*const Arc<NodeInner>> = const { Cell::new(std::ptr::null()) };
 }
 
 /// Runs `f` (which decodes a typed header) with `node` lent to the
 /// `SiteRef`s it may decode.
+#[inline]
 pub(crate) fn decoding_on<T>(node: &Arc<NodeInner>, f: impl FnOnce() -> T) -> T {
-    let before = DECODING.with(|d| d.replace(Some(node.clone())));
+    let before = DECODING.with(|d| d.replace(node));
     // Restored even if `f` panics (a handler's decode is caught).
-    struct Restore(Option<Arc<NodeInner>>);
+    struct Restore(*const Arc<NodeInner>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            let before = self.0.take();
-            DECODING.with(|d| *d.borrow_mut() = before);
+            DECODING.with(|d| d.set(self.0));
         }
     }
     let _restore = Restore(before);
     f()
+}
+
+/// The node lent by [`decoding_on`] on this thread, if any.
+fn with_decoding_node<T>(f: impl FnOnce(Option<&Arc<NodeInner>>) -> T) -> T {
+    let p = DECODING.with(Cell::get);
+    // SAFETY: a non-null pointer was set by `decoding_on` from a reference
+    // that outlives its call, and is reset before that call returns
+    // (`Restore`, also on unwinding); this runs inside it, on its thread.
+    f(unsafe { p.as_ref() })
 }
 
 impl SiteRef {
@@ -81,9 +93,8 @@ impl<'de> Deserialize<'de> for SiteRef {
         let desc: SiteDescriptor = text
             .parse()
             .map_err(|e| D::Error::custom(format!("bad site descriptor {text:?}: {e}")))?;
-        DECODING.with(|n| {
-            let node = n.borrow();
-            let node = node.as_ref().ok_or_else(|| {
+        with_decoding_node(|node| {
+            let node = node.ok_or_else(|| {
                 D::Error::custom("a SiteRef decodes only in a message sitenet delivers")
             })?;
             if desc.id == node.id {
