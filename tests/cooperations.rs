@@ -234,3 +234,48 @@ async fn a_request_of_an_ended_cooperation_does_not_keep_its_channel_open() {
         "the channel stayed open"
     );
 }
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Vote(bool);
+impl Message for Vote {
+    const ID: u32 = 402;
+}
+
+/// A type declared a cooperation reply (`Node::cooperation_reply`): one-way
+/// messages of it, from sites that were never asked anything, fill the
+/// open cooperation; one that no cooperation waits for is discarded and
+/// counted; the type cannot also have a handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_reply_types_fill_a_cooperation_from_sites_never_asked() {
+    let coordinator = Node::builder().listen("tcp:127.0.0.1:0").start().unwrap();
+    coordinator.cooperation_reply::<Vote>().unwrap();
+    assert!(
+        coordinator.handle(|_ctx, _v: Vote| {}).is_err(),
+        "one role per type"
+    );
+    let voters: Vec<Node> = (0..3).map(|_| Node::builder().start().unwrap()).collect();
+    let to: Vec<_> = voters
+        .iter()
+        .map(|v| v.site(&addr(&coordinator)).unwrap())
+        .collect();
+    // Nobody waits yet: discarded and counted.
+    to[0].send(&Vote(false)).await.unwrap();
+    assert!(
+        coordinator
+            .wait_until(|m| m.replies_discarded >= 1, PATIENCE)
+            .await
+    );
+    let coop = coordinator.cooperation();
+    for _ in 0..3 {
+        coop.expect(Expect::any().of::<Vote>());
+    }
+    for s in &to {
+        s.send(&Vote(true)).await.unwrap();
+    }
+    let votes = coop.wait(PATIENCE).await.unwrap();
+    assert!(votes.iter().all(|v| v.decode::<Vote>().unwrap().0));
+    let mut from: Vec<_> = votes.iter().map(|v| v.from.id()).collect();
+    from.sort();
+    from.dedup();
+    assert_eq!(from.len(), 3, "one vote from each site");
+}

@@ -6,7 +6,10 @@
 //! blocking, or cancel it (every waiter wakes). Replies that arrive after it
 //! ended — completed, cancelled, timed out, failed — are discarded and
 //! counted (`Metrics::replies_discarded`), as are replies that match no
-//! descriptor. The matching rules are the protocol's, in
+//! descriptor. Besides the replies to its requests, a cooperation takes the
+//! one-way messages of the types declared cooperation replies
+//! (`Node::cooperation_reply`): answers a site sends on its own, such as a
+//! vote, fill the first open cooperation with a matching descriptor. The matching rules are the protocol's, in
 //! `sitenet_protocols::cooperation`; this module routes replies to them.
 //!
 //! [`Node::cooperation`]: crate::Node::cooperation
@@ -45,7 +48,7 @@ impl PartialEq for SiteKey {
 pub struct Expect(machine::Expect<SiteKey>);
 
 impl Expect {
-    /// A reply from any site the cooperation asked, of any type, whole.
+    /// A reply from any site, of any type, whole.
     pub fn any() -> Self {
         Self(machine::Expect::any())
     }
@@ -152,11 +155,25 @@ pub(crate) struct CoopState {
 impl CoopState {
     /// A reply to one of its requests, from `from`.
     pub(crate) fn offer(&self, node: &NodeInner, from: &Arc<SiteEntry>, m: InMessage) {
-        let key = SiteKey(from.clone());
+        if !self.take(node, from, m.prelude.type_id, m.header, m.body) {
+            Counters::add(&node.counters.replies_discarded, 1);
+            tracing::debug!(site = ?from.id.get(), "reply matches no descriptor of its cooperation; discarded");
+        }
+    }
+
+    /// Offers a message to its descriptors; true if it filled one.
+    fn take(
+        &self,
+        node: &NodeInner,
+        from: &Arc<SiteEntry>,
+        type_id: u32,
+        header: Bytes,
+        body: Bytes,
+    ) -> bool {
         let r = self
             .machine
             .lock()
-            .offer(key, m.prelude.type_id, m.header, m.body);
+            .offer(SiteKey(from.clone()), type_id, header, body);
         match r {
             Offered::Filled { complete, .. } => {
                 if complete {
@@ -164,11 +181,9 @@ impl CoopState {
                 } else {
                     self.changed.notify_waiters();
                 }
+                true
             }
-            Offered::Unexpected | Offered::Ended => {
-                Counters::add(&node.counters.replies_discarded, 1);
-                tracing::debug!(site = ?from.id.get(), "reply matches no descriptor of its cooperation; discarded");
-            }
+            Offered::Unexpected | Offered::Ended => false,
         }
     }
 
@@ -200,6 +215,38 @@ impl CoopState {
     }
 }
 
+/// The node's open cooperations, oldest first: a message of a type
+/// declared a cooperation reply (`Node::cooperation_reply`) fills the first
+/// one with a matching unfilled descriptor.
+#[derive(Default)]
+pub(crate) struct OpenCooperations(Mutex<Vec<std::sync::Weak<CoopState>>>);
+
+impl OpenCooperations {
+    fn add(&self, c: &Arc<CoopState>) {
+        let mut v = self.0.lock();
+        v.retain(|w| {
+            w.upgrade()
+                .is_some_and(|c| c.machine.lock().end().is_none())
+        });
+        v.push(Arc::downgrade(c));
+    }
+
+    /// Offers a one-way message of a declared reply type; true if a
+    /// cooperation took it.
+    pub(crate) fn offer(
+        &self,
+        node: &NodeInner,
+        from: &Arc<SiteEntry>,
+        type_id: u32,
+        header: &Bytes,
+        body: &Bytes,
+    ) -> bool {
+        let open: Vec<Arc<CoopState>> = self.0.lock().iter().filter_map(|w| w.upgrade()).collect();
+        open.iter()
+            .any(|c| c.take(node, from, type_id, header.clone(), body.clone()))
+    }
+}
+
 /// See the module documentation. Cheap to clone: clones share the
 /// cooperation (several tasks may wait for it; a cancel wakes them all).
 /// When the last handle is dropped it is cancelled.
@@ -220,16 +267,15 @@ impl std::fmt::Debug for Cooperation {
 
 impl Cooperation {
     pub(crate) fn new(node: Arc<NodeInner>) -> Self {
-        Self {
-            node,
-            state: Arc::new(CoopState {
-                machine: Mutex::new(machine::Cooperation::new()),
-                corrs: Mutex::new(Vec::new()),
-                changed: Notify::new(),
-                shut_down: Default::default(),
-                handles: std::sync::atomic::AtomicUsize::new(1),
-            }),
-        }
+        let state = Arc::new(CoopState {
+            machine: Mutex::new(machine::Cooperation::new()),
+            corrs: Mutex::new(Vec::new()),
+            changed: Notify::new(),
+            shut_down: Default::default(),
+            handles: std::sync::atomic::AtomicUsize::new(1),
+        });
+        node.cooperations.add(&state);
+        Self { node, state }
     }
 
     /// Adds a receive descriptor (before the replies it should take are

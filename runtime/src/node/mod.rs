@@ -75,6 +75,8 @@ pub(crate) struct NodeInner {
     deadlines: Arc<requests::Deadlines>,
     /// The completions of tracked messages (`SiteRef::send_tracked`).
     pub(crate) deliveries: crate::delivery::Deliveries,
+    /// The open cooperations, for the declared reply types.
+    pub(crate) cooperations: crate::cooperation::OpenCooperations,
     pub(crate) counters: Counters,
     /// The channel slots (shared with the other nodes of the process unless
     /// configured otherwise).
@@ -256,6 +258,7 @@ impl NodeBuilder {
             pending: Mutex::new(HashMap::default()),
             deadlines: Arc::default(),
             deliveries: Default::default(),
+            cooperations: Default::default(),
             // Unpredictable: a third site cannot guess the ids in flight.
             counters: Counters::default(),
             slots,
@@ -463,6 +466,34 @@ impl Node {
     /// ```
     pub fn batch(&self) -> crate::batch::Batch {
         crate::batch::Batch::new(self.inner.clone())
+    }
+
+    /// Declares `M` a cooperation reply: a one-way message of type `M` is
+    /// not handled by a handler but fills the first open cooperation with
+    /// an unfilled descriptor it matches (its sender, its type) — answers
+    /// a site sends on its own, not as a reply to a request (a vote, a
+    /// notification a cooperation waits for). One that no cooperation
+    /// takes is discarded and counted (`Metrics::replies_discarded`). A
+    /// type has one role: handler, streaming handler, or cooperation reply.
+    pub fn cooperation_reply<M: Message>(&self) -> Result<(), NodeError> {
+        check_user_id(M::ID)?;
+        self.inner.handlers.insert(
+            M::ID,
+            Arc::new(|ctx: &mut Ctx<'_>, header: &bytes::Bytes| {
+                let node = ctx.node;
+                if !node
+                    .cooperations
+                    .offer(node, ctx.from, M::ID, header, &ctx.body)
+                {
+                    Counters::add(&node.counters.replies_discarded, 1);
+                    tracing::debug!(
+                        type_id = M::ID,
+                        "cooperation reply no cooperation took; discarded"
+                    );
+                }
+                Ok(())
+            }),
+        )
     }
 
     /// A new cooperation (Paradis-Net): expected replies described by
