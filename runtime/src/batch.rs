@@ -225,21 +225,16 @@ async fn run(node: &Arc<NodeInner>, mut op: Op, max_retry: u32) -> OpResult {
     }
 }
 
+/// One try of an operation: under a fresh token or request id each time.
 async fn attempt(node: &NodeInner, op: &Op) -> OpResult {
     let mut m = op.msg.clone();
-    m.corr = node.next_corr();
     match op.timeout {
         None => {
-            m.tracked = true;
-            let d = node.deliveries.track(m.corr);
-            if let Err(e) = op.site.post(m.clone()).await {
-                node.deliveries.forget(m.corr);
-                return Err(e.into());
-            }
-            d.await?;
+            op.site.post_tracked(m).await?.await?;
             Ok(Done::Sent)
         }
         Some(timeout) => {
+            m.corr = node.next_corr();
             let r = op.site.request_message(m, timeout).await?;
             Ok(Done::Reply {
                 from: op.site.clone(),

@@ -20,7 +20,11 @@ use std::task::{Context, Poll};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use crate::error::DeliveryError;
+use sitenet_protocols::{MessageKind, OutMessage};
+
+use crate::error::{DeliveryError, SendError};
+use crate::message::{Message, SendOptions};
+use crate::site::SiteRef;
 
 type Done = oneshot::Sender<Result<(), DeliveryError>>;
 
@@ -55,6 +59,82 @@ impl Deliveries {
         for (_, tx) in self.0.lock().drain() {
             let _ = tx.send(Err(e.clone()));
         }
+    }
+}
+
+impl SiteRef {
+    /// Queues `msg` like [`send_with`](Self::send_with), and returns a
+    /// [`Delivery`](Delivery) that completes when the peer has
+    /// acknowledged this message — it was delivered to the peer's handler —
+    /// or fails with the site's permanent failure, telling whether the
+    /// message was never sent or may have been delivered (BMI's post and
+    /// test). Many can be in flight at once.
+    ///
+    /// ```no_run
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// # #[derive(Serialize, Deserialize)] struct Put { key: u32 }
+    /// # impl Message for Put { const ID: u32 = 7; }
+    /// # async fn demo(node: Node) -> Result<(), Box<dyn std::error::Error>> {
+    /// let site = node.site("tcp:127.0.0.1:7000")?;
+    /// let mut d = site.send_tracked(&Put { key: 1 }, SendOptions::default()).await?;
+    /// if d.test().is_none() {
+    ///     // Still on its way: do other work, then wait.
+    ///     d.await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_tracked<M: Message>(
+        &self,
+        msg: &M,
+        opts: SendOptions,
+    ) -> Result<Delivery, SendError> {
+        let m = self.encode(msg, opts, MessageKind::OneWay, 0)?;
+        self.post_tracked(m).await
+    }
+
+    /// [`send_tracked`](Self::send_tracked) that never waits: fails with
+    /// [`SendError::QueueFull`] at the bound (use it from handlers).
+    pub fn try_send_tracked<M: Message>(
+        &self,
+        msg: &M,
+        opts: SendOptions,
+    ) -> Result<Delivery, SendError> {
+        let mut m = self.encode(msg, opts, MessageKind::OneWay, 0)?;
+        let delivery = self.track(&mut m);
+        let corr = m.corr;
+        let queued = self.try_post(m);
+        self.settle(corr, queued, delivery)
+    }
+
+    /// Queues the encoded one-way message `m`, tracked (waiting for room
+    /// like `send`): the common part of `send_tracked` and a batch's sends.
+    pub(crate) async fn post_tracked(&self, mut m: OutMessage) -> Result<Delivery, SendError> {
+        let delivery = self.track(&mut m);
+        let corr = m.corr;
+        let queued = self.post(m).await;
+        self.settle(corr, queued, delivery)
+    }
+
+    /// The handle of a tracked message, once queued; if it was not, its
+    /// completion is dropped and the caller gets the error.
+    fn settle(
+        &self,
+        corr: u64,
+        queued: Result<(), SendError>,
+        delivery: Delivery,
+    ) -> Result<Delivery, SendError> {
+        if queued.is_err() {
+            self.node.deliveries.forget(corr);
+        }
+        queued.map(|()| delivery)
+    }
+
+    /// Marks `m` tracked under a fresh token; its handle.
+    fn track(&self, m: &mut OutMessage) -> Delivery {
+        m.corr = self.node.next_corr();
+        m.tracked = true;
+        self.node.deliveries.track(m.corr)
     }
 }
 

@@ -251,15 +251,7 @@ impl Ctx<'_> {
         if let Some(o) = &self.origin {
             return Some(o.clone());
         }
-        let id = self.from.id.get()?;
-        let addresses = self
-            .from
-            .stats
-            .lock()
-            .as_ref()
-            .map(|s| s.addresses.clone())
-            .unwrap_or_default();
-        Some(sitenet_protocols::SiteDescriptor { id, addresses }.to_string())
+        Some(self.from.learned_descriptor()?.to_string())
     }
 
     /// Runs async work started by a handler on the node's runtime. The work

@@ -62,16 +62,26 @@ impl SiteRef {
     /// on (learned in the handshake, or given).
     pub fn descriptor(&self) -> Option<SiteDescriptor> {
         let entry = self.entry.resolved();
-        let id = entry.id.get()?;
-        let mut addresses = entry
+        let mut d = entry.learned_descriptor()?;
+        if d.addresses.is_empty() {
+            d.addresses
+                .extend(entry.address.as_deref().map(str::to_owned));
+        }
+        Some(d)
+    }
+}
+
+impl crate::site::SiteEntry {
+    /// Its id and the addresses its handshake taught (published when its
+    /// channel came up); `None` before its id is known.
+    pub(crate) fn learned_descriptor(&self) -> Option<SiteDescriptor> {
+        let id = self.id.get()?;
+        let addresses = self
             .stats
             .lock()
             .as_ref()
             .map(|s| s.addresses.clone())
             .unwrap_or_default();
-        if addresses.is_empty() {
-            addresses.extend(entry.address.as_deref().map(str::to_owned));
-        }
         Some(SiteDescriptor { id, addresses })
     }
 }

@@ -126,21 +126,22 @@ impl TransObject {
         if spare.is_empty() {
             return Ok(ReadStatus::RingFull);
         }
-        match self.ch.try_read(spare) {
-            Ok(0) => Ok(ReadStatus::Eof),
-            Ok(n) => {
-                self.inb.commit(n);
-                Ok(ReadStatus::Read(n))
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(ReadStatus::WouldBlock),
-            Err(e) => Err(e),
+        let st = Self::read(&self.ch, spare)?;
+        if let ReadStatus::Read(n) = st {
+            self.inb.commit(n);
         }
+        Ok(st)
     }
 
     /// One non-blocking read into `target` (a fragment's place in its
     /// message, for zero-copy receive) instead of the input ring.
     pub(crate) fn read_into(&mut self, target: &mut [u8]) -> io::Result<ReadStatus> {
-        match self.ch.try_read(target) {
+        Self::read(&self.ch, target)
+    }
+
+    /// One non-blocking read into `buf`, as a status.
+    fn read(ch: &Channel, buf: &mut [u8]) -> io::Result<ReadStatus> {
+        match ch.try_read(buf) {
             Ok(0) => Ok(ReadStatus::Eof),
             Ok(n) => Ok(ReadStatus::Read(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(ReadStatus::WouldBlock),

@@ -430,20 +430,21 @@ impl Receiver {
     /// Where the adopted fragment's next bytes go, if one is adopted and
     /// incomplete.
     pub(crate) fn direct_target(&mut self) -> Option<&mut [u8]> {
-        let h = self.direct.as_ref()?;
-        let Some(Partial::Whole(r)) = self.reassembly.get_mut(h.lane as usize - 1) else {
-            unreachable!("an adopted fragment's message is reassembled");
-        };
-        Some(r.in_place()).filter(|t| !t.is_empty())
+        Some(self.adopted()?.in_place()).filter(|t| !t.is_empty())
     }
 
     /// `n` bytes were read into [`direct_target`](Self::direct_target).
     pub(crate) fn direct_commit(&mut self, n: usize) {
-        let h = self.direct.as_ref().expect("an adopted fragment");
-        let Some(Partial::Whole(r)) = self.reassembly.get_mut(h.lane as usize - 1) else {
-            unreachable!("an adopted fragment's message is reassembled");
-        };
-        r.commit(n);
+        self.adopted().expect("an adopted fragment").commit(n);
+    }
+
+    /// The message of the adopted fragment, if one is adopted.
+    fn adopted(&mut self) -> Option<&mut Reassembly> {
+        let h = self.direct.as_ref()?;
+        match self.reassembly.get_mut(h.lane as usize - 1) {
+            Some(Partial::Whole(r)) => Some(r),
+            _ => unreachable!("an adopted fragment's message is reassembled"),
+        }
     }
 
     /// Moves the bytes a driver read into the ring while a fragment was
