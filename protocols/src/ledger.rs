@@ -28,7 +28,7 @@ impl Ledger {
 
     /// Frees every message numbered `<= ack`; returns the count and the bytes
     /// freed (the byte bound on output is decreased by that much). The
-    /// `corr` of each freed message that is [`tracked`](OutMessage::tracked)
+    /// `corr` of each freed message that is [`tracked`](crate::OutMessage::tracked)
     /// is appended to `delivered`: the peer has it.
     pub fn ack(&mut self, ack: u64, delivered: &mut Vec<u64>) -> (usize, u64) {
         let mut n = 0;

@@ -323,3 +323,27 @@ impl Submitted {
         }
     }
 }
+
+/// Making a batch.
+impl crate::Node {
+    /// A new batch of operations (IBP's operation lists): see
+    /// [`batch`](crate::batch).
+    ///
+    /// ```no_run
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions, SiteRef};
+    /// # #[derive(Serialize, Deserialize)] struct Put(u32);
+    /// # impl Message for Put { const ID: u32 = 10; }
+    /// # async fn demo(node: Node, sites: Vec<SiteRef>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut b = node.batch().max_retry(2);
+    /// for (i, s) in sites.iter().enumerate() {
+    ///     b.send(s, &Put(i as u32), SendOptions::default())?;
+    /// }
+    /// let report = b.submit().wait_all(std::time::Duration::from_secs(5)).await;
+    /// println!("{} failed", report.failures().len());
+    /// # Ok(()) }
+    /// ```
+    pub fn batch(&self) -> crate::batch::Batch {
+        crate::batch::Batch::new(self.inner.clone())
+    }
+}

@@ -407,3 +407,59 @@ impl Drop for Cooperation {
         }
     }
 }
+
+/// Cooperations, and the types declared their replies.
+impl crate::Node {
+    /// Declares `M` a cooperation reply: a one-way message of type `M` is
+    /// not handled by a handler but fills the first open cooperation with
+    /// an unfilled descriptor it matches (its sender, its type) — answers
+    /// a site sends on its own, not as a reply to a request (a vote, a
+    /// notification a cooperation waits for). One that no cooperation
+    /// takes is discarded and counted (`Metrics::replies_discarded`). A
+    /// type has one role: handler, streaming handler, or cooperation reply.
+    pub fn cooperation_reply<M: Message>(&self) -> Result<(), crate::NodeError> {
+        crate::handlers::check_user_id(M::ID)?;
+        self.inner.handlers.insert(
+            M::ID,
+            Arc::new(|ctx: &mut crate::Ctx<'_>, header: &bytes::Bytes| {
+                let node = ctx.node;
+                if !node
+                    .cooperations
+                    .offer(node, ctx.from, M::ID, header, &ctx.body)
+                {
+                    Counters::add(&node.counters.replies_discarded, 1);
+                    tracing::debug!(
+                        type_id = M::ID,
+                        "cooperation reply no cooperation took; discarded"
+                    );
+                }
+                Ok(())
+            }),
+        )
+    }
+
+    /// A new cooperation (Paradis-Net): expected replies described by
+    /// receive descriptors, filled by the replies to the requests sent
+    /// through it; see [`Cooperation`](crate::Cooperation). Scatter/gather:
+    ///
+    /// ```no_run
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Expect, Message, Node, SendOptions, SiteRef};
+    /// # #[derive(Serialize, Deserialize)] struct Count;
+    /// # impl Message for Count { const ID: u32 = 8; }
+    /// # #[derive(Serialize, Deserialize)] struct Total(u64);
+    /// # impl Message for Total { const ID: u32 = 9; }
+    /// # async fn demo(node: Node, sites: Vec<SiteRef>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let coop = node.cooperation();
+    /// for s in &sites {
+    ///     coop.expect(Expect::from(s).of::<Total>());
+    ///     coop.request(s, &Count, SendOptions::default()).await?;
+    /// }
+    /// let answers = coop.wait(std::time::Duration::from_secs(1)).await?;
+    /// let sum: u64 = answers.iter().map(|a| a.decode::<Total>().unwrap().0).sum();
+    /// # Ok(()) }
+    /// ```
+    pub fn cooperation(&self) -> crate::Cooperation {
+        crate::Cooperation::new(self.inner.clone())
+    }
+}

@@ -236,3 +236,51 @@ impl Deliver for Delivery<'_> {
         }
     }
 }
+
+/// Registering a streaming handler.
+impl crate::Node {
+    /// Registers a streaming handler for message type `M` (Madeleine's
+    /// deferred receive): `f` runs as soon as the typed header has arrived
+    /// and returns the [`BodySink`](crate::BodySink) that takes the body as
+    /// chunks, in order, as they arrive — a handler can consume a body far
+    /// larger than memory. The sink's `end` delivers the message (a request
+    /// is answered there); its `abort` says the channel was lost (the
+    /// message comes again, as a new stream from offset 0) or it was a
+    /// duplicate. A message of the type that fits one frame is handed over
+    /// the same way, at once. Registering a type id twice (with `handle`
+    /// or `handle_stream`) is an error.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use serde::{Deserialize, Serialize};
+    /// use sitenet_runtime::{BodySink, Ctx, Message, Node};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Upload { name: String }
+    /// impl Message for Upload { const ID: u32 = 40; }
+    ///
+    /// /// Counts the bytes of one upload without keeping them.
+    /// struct Count(u64);
+    /// impl BodySink for Count {
+    ///     fn chunk(&mut self, _offset: u64, data: Bytes) { self.0 += data.len() as u64; }
+    ///     fn end(self: Box<Self>, _ctx: &mut Ctx<'_>) { println!("{} bytes", self.0); }
+    /// }
+    ///
+    /// let node = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// node.handle_stream(|_ctx: &mut Ctx<'_>, u: Upload| -> Box<dyn BodySink> {
+    ///     println!("receiving {}", u.name);
+    ///     Box::new(Count(0))
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn handle_stream<M, F>(&self, f: F) -> Result<(), crate::NodeError>
+    where
+        M: Message,
+        F: Fn(&mut Ctx<'_>, M) -> Box<dyn crate::BodySink> + Send + Sync + 'static,
+    {
+        crate::handlers::check_user_id(M::ID)?;
+        self.inner
+            .handlers
+            .insert_stream(M::ID, crate::streams::erase_stream(f))
+    }
+}

@@ -2,7 +2,8 @@
 //! channel. It composes the sending half (`send`: queues, scheduler,
 //! numbering, ledger, resend), the receiving half (`receive`: lanes,
 //! reassembly, dedupe, the reassembly budget), the ack policy (`ack`) and
-//! the close protocol (`close`); what lives only with a working channel
+//! the close protocol (`close`); `input` is the driver's input side
+//! (frames, in-place reads, interrupted streams); what lives only with a working channel
 //! (its parameters, ack policy, close state and the waits of its
 //! [`TimerTable`](crate::TimerTable)) is one `link`, boxed per channel.
 //! The session survives channels: when a channel is lost the driver calls
@@ -38,6 +39,7 @@
 
 mod ack;
 mod close;
+mod input;
 mod link;
 mod receive;
 mod send;
@@ -48,10 +50,9 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
-use crate::deliver::{Deliver, Whole};
 use crate::error::{ProtocolError, SendError};
-use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
-use crate::message::{InMessage, OutMessage};
+use crate::frame::{FrameKind, HEADER_LEN, MAX_FRAME_LEN};
+use crate::message::OutMessage;
 use crate::reassembly::ReassemblyBudget;
 use crate::timer::Timer;
 
@@ -59,7 +60,7 @@ pub use close::{ClosePhase, CloseReason};
 pub use types::{ChannelParams, SessionConfig, SessionEvent, SessionStats};
 
 use link::Link;
-use receive::{DataOutcome, Receiver};
+use receive::Receiver;
 use send::Sender;
 
 /// The driver's events: rare (closes, silence), so boxed when one happens
@@ -185,43 +186,6 @@ impl Session {
         }
     }
 
-    /// Zero-copy receive: where the driver reads the next bytes of the
-    /// channel instead of the input ring, when a large fragment is being
-    /// received (the rest of its payload goes straight into its message,
-    /// with no copy through the ring). Read at most this slice, call
-    /// [`direct_commit`](Self::direct_commit) with what was read, then
-    /// [`handle_input`](Self::handle_input) as after any read. `None`: read
-    /// into the ring as usual.
-    pub fn direct_input(&mut self) -> Option<&mut [u8]> {
-        self.link.as_ref()?;
-        self.recv.direct_target()
-    }
-
-    /// `n` bytes were read into the slice [`direct_input`](Self::direct_input)
-    /// gave.
-    pub fn direct_commit(&mut self, n: usize) {
-        if n > 0 {
-            self.recv.direct_commit(n);
-            self.read_in_place = true;
-        }
-    }
-
-    /// The `corr` of the [`tracked`](OutMessage::tracked) messages the peer
-    /// acknowledged since the last call, in number order: their delivery
-    /// futures complete. (A tracked message that never will is handed back
-    /// with the rest, by `take_refused` or `take_all`.)
-    pub fn take_delivered(&mut self) -> Vec<u64> {
-        self.send.take_delivered()
-    }
-
-    /// Tells `deliver` of the streamed messages whose channel was lost
-    /// ([`StreamAbort::ChannelLost`](crate::StreamAbort)): call it after
-    /// [`channel_down`](Self::channel_down), so a handler does not wait for
-    /// the rest of a body that will come again from its start.
-    pub fn report_interrupted(&mut self, deliver: &mut dyn Deliver) {
-        self.recv.report_interrupted(deliver);
-    }
-
     /// True if a channel is working.
     pub fn is_working(&self) -> bool {
         self.link.is_some()
@@ -332,172 +296,6 @@ impl Session {
     }
 
     // ------------------------------------------------------------------
-    // Receiving
-    // ------------------------------------------------------------------
-
-    /// Consumes every complete frame in `input`, calling `deliver` for each
-    /// complete new message, in order. The ack advances only after `deliver`
-    /// returns. An error means the peer broke the protocol: close the
-    /// channel. A frame whose bytes get no reassembly budget now stays in
-    /// `input` ([`input_blocked`](Self::input_blocked)).
-    pub fn handle_input(
-        &mut self,
-        now: Instant,
-        input: &mut ByteBuffer,
-        deliver: &mut dyn FnMut(InMessage),
-    ) -> Result<(), ProtocolError> {
-        self.handle_input_with(now, input, &mut Whole(deliver))
-    }
-
-    /// [`handle_input`](Self::handle_input) with a [`Deliver`], which may
-    /// stream messages (`deliver.rs`): streams interrupted by a lost
-    /// channel are reported first.
-    pub fn handle_input_with(
-        &mut self,
-        now: Instant,
-        input: &mut ByteBuffer,
-        deliver: &mut dyn Deliver,
-    ) -> Result<(), ProtocolError> {
-        self.recv.report_interrupted(deliver);
-        let max_payload = self.max_payload();
-        let Some(l) = self.link.as_deref_mut() else {
-            // No channel: nothing can arrive (the driver reads only a
-            // working channel); what is there stays unread.
-            return Ok(());
-        };
-        let mut hb = [0u8; HEADER_LEN];
-        let read_in_place = std::mem::take(&mut self.read_in_place);
-        if !input.is_empty() || read_in_place {
-            l.timers.set(Timer::Silence, now + self.cfg.silence_timeout);
-        }
-        l.blocked = None;
-        let mut progress = read_in_place;
-        let result = (|| {
-            // A fragment read in place (zero-copy receive) first: it came
-            // before everything in the ring.
-            // A driver that read into the ring anyway (in-place reads are
-            // an optimisation, never required): its bytes go in place.
-            progress |= self.recv.direct_from_ring(input);
-            let l = self.link.as_deref_mut().expect("a working channel");
-            let stats = self.stats.get_or_insert_with(Box::default);
-            if let Some(done) = self.recv.finish_direct(deliver, &mut l.ack, stats) {
-                done?;
-                stats.frames_in += 1;
-            }
-            if self.recv.direct_pending() {
-                // The ring held less than the fragment's rest: it is empty.
-                return Ok(());
-            }
-            while input.peek(0, &mut hb) {
-                let h = FrameHeader::decode(&hb, max_payload)?;
-                // The ack is processed as soon as the header is there.
-                self.send.apply_ack(h.ack)?;
-                let len = HEADER_LEN + h.payload_len as usize;
-                if input.len() < len {
-                    // A large fragment's rest may be read straight into its
-                    // message (see `direct_input`).
-                    progress |= self.recv.adopt(&h, input);
-                    break;
-                }
-                match h.kind {
-                    FrameKind::Data => {
-                        let (a, b) = input.slices(HEADER_LEN, h.payload_len as usize);
-                        let l = self.link.as_deref_mut().expect("a working channel");
-                        match self.recv.on_data(
-                            &h,
-                            (a, b),
-                            deliver,
-                            &mut l.ack,
-                            self.stats.get_or_insert_with(Box::default),
-                            self.cfg.max_message,
-                            &mut l.arena,
-                        )? {
-                            DataOutcome::Consumed { progress: p } => progress |= p,
-                            DataOutcome::Blocked(why) => {
-                                l.blocked = Some(why);
-                                break;
-                            }
-                        }
-                    }
-                    FrameKind::Packed => {
-                        let payload = input.slices(HEADER_LEN, h.payload_len as usize);
-                        let l = self.link.as_deref_mut().expect("a working channel");
-                        self.recv.on_packed(
-                            &h,
-                            payload,
-                            deliver,
-                            &mut l.ack,
-                            self.stats.get_or_insert_with(Box::default),
-                            self.cfg.max_message,
-                            &mut l.arena,
-                        )?;
-                    }
-                    FrameKind::Ack | FrameKind::Heartbeat => {}
-                    kind @ (FrameKind::CloseWeak
-                    | FrameKind::CloseHard
-                    | FrameKind::CloseAccept
-                    | FrameKind::CloseReject
-                    | FrameKind::ClearReference) => {
-                        if h.payload_len != 0 {
-                            return Err(ProtocolError::Malformed {
-                                what: "close frame",
-                                reason: "non-empty payload".into(),
-                            });
-                        }
-                        self.on_close_frame(now, kind)?;
-                    }
-                    kind => {
-                        return Err(ProtocolError::Unexpected {
-                            kind,
-                            state: "working",
-                        })
-                    }
-                }
-                self.stats_mut().frames_in += 1;
-                input.consume(len);
-            }
-            Ok(())
-        })();
-        self.after_input(now, progress);
-        result
-    }
-
-    /// Re-arms the receive-side timers after input.
-    fn after_input(&mut self, now: Instant, progress: bool) {
-        let Some(l) = self.link.as_deref_mut() else {
-            return;
-        };
-        if self.recv.last_received > l.ack.ack_sent {
-            l.timers
-                .set_if_unset(Timer::AckDelay, now + self.cfg.ack_delay);
-        }
-        let idle = now + self.cfg.reassembly_idle;
-        let t = &mut l.timers;
-        match (self.recv.has_partial(), l.blocked) {
-            (false, _) => t.stop(Timer::ReassemblyIdle),
-            // The oldest holder waits for the others to give way; it never
-            // does itself, so some message always completes.
-            (true, Some(_)) if self.recv.is_oldest_holder() => t.stop(Timer::ReassemblyIdle),
-            // Another holder, blocked: it gives way if that lasts.
-            (true, Some(_)) => t.set_if_unset(Timer::ReassemblyIdle, idle),
-            (true, None) if progress => t.set(Timer::ReassemblyIdle, idle),
-            (true, None) => t.set_if_unset(Timer::ReassemblyIdle, idle),
-        }
-    }
-
-    /// True if the last [`handle_input`](Self::handle_input) left a frame
-    /// unconsumed because the reassembly budget is short: stop reading the
-    /// channel until the budget's release hook fires, then feed input again.
-    pub fn input_blocked(&self) -> bool {
-        self.link.as_ref().is_some_and(|l| l.blocked.is_some())
-    }
-
-    /// Reassembly budget bytes this session holds.
-    pub fn budget_held(&self) -> u64 {
-        self.recv.held()
-    }
-
-    // ------------------------------------------------------------------
     // Acknowledgements
     // ------------------------------------------------------------------
 
@@ -533,6 +331,14 @@ impl Session {
                 self.cfg.ack_bytes,
             )
         })
+    }
+
+    /// The `corr` of the [`tracked`](crate::OutMessage::tracked) messages the peer
+    /// acknowledged since the last call, in number order: their delivery
+    /// futures complete. (A tracked message that never will is handed back
+    /// with the rest, by `take_refused` or `take_all`.)
+    pub fn take_delivered(&mut self) -> Vec<u64> {
+        self.send.take_delivered()
     }
 
     /// Takes the (message count, bytes) acknowledged since the last call.
