@@ -14,8 +14,9 @@
 //! 2. the descriptor without the mem address (as another process on this
 //!    host would see it — mem names mean nothing there): `unix:`;
 //! 3. only the tcp address, then the same client again after its channel
-//!    was closed: the first handshake listed every address, so the
-//!    reopened channel is `mem:`.
+//!    was preempted (it shares one descriptor slot, which another tcp site
+//!    took): the first handshake listed every address, so the reopened
+//!    channel is `mem:`, which takes no slot.
 //!
 //! For each it prints the transport of the channel and the median of a few
 //! hundred echo round trips.
@@ -27,7 +28,9 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
 use sitenet::services::{Echo, EchoReply};
+use sitenet::transport::TransController;
 use sitenet::{Address, Node, SendOptions, SiteDescriptor, SiteRef};
 
 #[derive(Parser)]
@@ -132,8 +135,19 @@ fn run(cli: &Cli) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     report("without mem (same host)", &b, &server, &site, cli.rounds)?;
 
-    // 3. Only the tcp address; the handshake teaches the rest.
-    let c = client()?;
+    // 3. Only the tcp address; the handshake teaches the rest. This client
+    //    shares one descriptor slot (a weak limit of 1): its channel to the
+    //    server is preempted as soon as it talks to another site over tcp.
+    let slots = TransController::new(
+        SlotConfig::new(1, 2).map_err(|e| e.to_string())?,
+        Box::new(DefaultPolicy {
+            min_hold: Duration::from_millis(1),
+        }),
+    );
+    let c = Node::builder()
+        .configure(|cfg| cfg.trans_controller = Some(slots.clone()))
+        .start()
+        .map_err(|e| format!("cannot start a client: {e}"))?;
     let tcp = d
         .addresses
         .iter()
@@ -141,11 +155,24 @@ fn run(cli: &Cli) -> Result<(), String> {
         .expect("listens on tcp");
     let site = c.site(tcp).map_err(|e| e.to_string())?;
     report("tcp address only", &c, &server, &site, cli.rounds)?;
+    let other = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|cfg| cfg.builtin_services = true)
+        .start()
+        .map_err(|e| format!("cannot start the other site: {e}"))?;
     let closed = c.metrics().channels_closed;
-    c.close_hard(&site);
+    let to_other = c
+        .site(&other.listen_addresses()[0])
+        .map_err(|e| e.to_string())?;
+    median_rtt(&to_other, 1)?;
     if !c.wait_until_blocking(|m| m.channels_closed > closed, PATIENCE) {
-        return Err("the tcp channel did not close".into());
+        return Err("the channel to the server was not preempted".into());
     }
+    println!(
+        "{:<44} {} preemption(s)",
+        "the slot went to another tcp site",
+        slots.stats().total_preemptions()
+    );
     report(
         "same client, channel reopened",
         &c,
@@ -154,7 +181,7 @@ fn run(cli: &Cli) -> Result<(), String> {
         cli.rounds,
     )?;
 
-    for n in [a, b, c, server] {
+    for n in [a, b, c, other, server] {
         n.shutdown_blocking(PATIENCE);
     }
     let _ = std::fs::remove_file(&sock);

@@ -40,6 +40,8 @@ mod site;
 mod site_serde;
 mod stats;
 mod streams;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 mod trans_object;
 
 pub use config::NodeConfig;
@@ -51,8 +53,10 @@ pub use message::{Message, Reply, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
 pub use runtime::Runtime;
-pub use site::{BusyGuard, FaultEvent, FaultState, HandedBack, SiteRef};
+pub use site::{FaultEvent, FaultState, HandedBack, SiteRef};
 pub use sitenet_protocols::StreamAbort;
 pub use sitenet_protocols::{DescriptorError, Priority, SiteDescriptor, SiteId};
 pub use stats::{NodeStats, SiteStats};
 pub use streams::BodySink;
+#[cfg(feature = "test-hooks")]
+pub use test_hooks::BusyGuard;

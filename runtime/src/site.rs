@@ -285,6 +285,23 @@ impl SiteRef {
         futures::executor::block_on(self.flush(timeout))
     }
 
+    /// Starts the site's ComObject now rather than with the first message
+    /// (its actor, session and address book), without opening a channel:
+    /// a runtime that knows it will talk to the site soon takes the actor's
+    /// start off its first message's path, and a measure of what an idle
+    /// site costs (`sitenet stress`) starts many. Idempotent; the site stays
+    /// idle and is reclaimed as any other once its references go.
+    ///
+    /// ```no_run
+    /// # fn demo(node: &sitenet_runtime::Node) -> Result<(), sitenet_runtime::NodeError> {
+    /// let worker = node.site("tcp:127.0.0.1:7000")?;
+    /// worker.prepare(); // the first send to it only queues and opens
+    /// # Ok(()) }
+    /// ```
+    pub fn prepare(&self) {
+        self.node.given_actor(self.entry.resolved());
+    }
+
     /// The site's id, once a handshake has told it.
     pub fn id(&self) -> Option<SiteId> {
         self.entry.resolved().id.get()
@@ -550,30 +567,6 @@ impl SiteRef {
         }
         futures::executor::block_on(self.request(req, opts, timeout))
     }
-
-    /// Test hook: blocks this site's ComObject (and the runtime thread it runs
-    /// on) until the returned guard is dropped, to observe the data path while
-    /// the actor is busy. Not for production use.
-    #[doc(hidden)]
-    pub fn hold_busy(&self) -> BusyGuard {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
-        {
-            let a = self.node.given_actor(self.entry.resolved());
-            a.do_send(crate::com_object::HoldBusy {
-                release: Mutex::new(Some(rx)),
-                started: started_tx,
-            });
-            let _ = started_rx.recv();
-        }
-        BusyGuard { _release: tx }
-    }
-}
-
-/// Releases a [`SiteRef::hold_busy`] when dropped.
-#[doc(hidden)]
-pub struct BusyGuard {
-    _release: std::sync::mpsc::Sender<()>,
 }
 
 /// True on every 8th send of this thread: the cooperative budget is spent

@@ -224,10 +224,10 @@ fn measure_idle_site_bytes(n: u64) -> Result<(u64, u64), StressError> {
         .map(|i| node.site(&format!("tcp:127.0.0.1:{}", 1 + i)))
         .collect::<Result<_, _>>()?;
     let referenced = resident_bytes();
-    // The hook returns once the ComObject runs; released at once.
     for s in &sites {
-        drop(s.hold_busy());
+        s.prepare();
     }
+    settle(&node);
     let started = resident_bytes();
     drop(sites);
     node.shutdown_blocking(Duration::from_millis(100));
@@ -235,6 +235,16 @@ fn measure_idle_site_bytes(n: u64) -> Result<(u64, u64), StressError> {
         started.saturating_sub(before) / n,
         referenced.saturating_sub(before) / n,
     ))
+}
+
+/// Returns once every actor the node's runtime was asked to start before
+/// now has started (they start in order on its thread).
+fn settle(node: &Node) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    node.runtime().spawn(async move {
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(Duration::from_secs(60));
 }
 
 /// Timers short enough for a run of seconds (the defaults suit

@@ -66,13 +66,15 @@ pub(crate) struct Stop;
 #[rtype(result = "()")]
 pub(crate) struct Kill;
 
-/// Close the channel with CLOSE_HARD (the fd-slot controller's preemption,
-/// and tests). The site reconnects when it needs to; nothing is lost.
+/// Test hook: close the channel with CLOSE_HARD, as a preemption does. The
+/// site reconnects when it needs to; nothing is lost.
+#[cfg(feature = "test-hooks")]
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct CloseHard;
 
 /// Test hook: block the actor (and its thread) until released.
+#[cfg(feature = "test-hooks")]
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct HoldBusy {
@@ -189,6 +191,7 @@ impl Handler<Kill> for ComObject {
     }
 }
 
+#[cfg(feature = "test-hooks")]
 impl Handler<CloseHard> for ComObject {
     type Result = ();
 
@@ -199,6 +202,7 @@ impl Handler<CloseHard> for ComObject {
     }
 }
 
+#[cfg(feature = "test-hooks")]
 impl Handler<HoldBusy> for ComObject {
     type Result = ();
 

@@ -21,9 +21,9 @@ mod open;
 mod report;
 
 use io::Live;
-pub(crate) use messages::{
-    Adopt, CloseHard, HoldBusy, Kill, Learn, Poke, Preempt, SlotGranted, Stop, Wake,
-};
+pub(crate) use messages::{Adopt, Kill, Learn, Poke, Preempt, SlotGranted, Stop, Wake};
+#[cfg(feature = "test-hooks")]
+pub(crate) use messages::{CloseHard, HoldBusy};
 use open::Slot;
 use report::Reported;
 

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, Notify};
 use sitenet_protocols::{LocalInfo, ReassemblyBudget, SiteId};
 use sitenet_transport::{Address, BoundListener};
 
-use crate::com_object::{CloseHard, Kill, Stop};
+use crate::com_object::{Kill, Stop};
 use crate::config::NodeConfig;
 use crate::error::{NodeError, RequestError};
 use crate::handlers::{check_user_id, erase, Ctx, Handlers};
@@ -431,16 +431,6 @@ impl Node {
         });
         f.1.push(tx);
         rx
-    }
-
-    /// Closes the site's channel with CLOSE_HARD, which the peer must grant;
-    /// the site reconnects when it needs to, and nothing is lost. This is
-    /// the preemption the fd-slot controller uses; tests use it directly.
-    #[doc(hidden)]
-    pub fn close_hard(&self, site: &SiteRef) {
-        if let Some(a) = site.entry.resolved().addr.get() {
-            a.do_send(CloseHard);
-        }
     }
 
     /// A snapshot of the node's counters.

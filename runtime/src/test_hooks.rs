@@ -1,0 +1,44 @@
+//! Hooks for sitenet's own tests, compiled only with the `test-hooks`
+//! feature (sitenet's test suite and examples turn it on; a runtime built on
+//! sitenet never sees them). Each reaches into one site's ComObject to put
+//! it in a state a test must observe and no public call produces on demand.
+
+use parking_lot::Mutex;
+
+use crate::com_object::{CloseHard, HoldBusy};
+use crate::node::Node;
+use crate::site::SiteRef;
+
+impl SiteRef {
+    /// Blocks this site's ComObject (and the runtime thread it runs on)
+    /// until the returned guard is dropped, to observe the data path while
+    /// the actor is busy. Returns once the actor is blocked.
+    pub fn hold_busy(&self) -> BusyGuard {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let a = self.node.given_actor(self.entry.resolved());
+        a.do_send(HoldBusy {
+            release: Mutex::new(Some(rx)),
+            started: started_tx,
+        });
+        let _ = started_rx.recv();
+        BusyGuard { _release: tx }
+    }
+}
+
+/// Releases a [`SiteRef::hold_busy`] when dropped.
+pub struct BusyGuard {
+    _release: std::sync::mpsc::Sender<()>,
+}
+
+impl Node {
+    /// Closes the site's channel now with CLOSE_HARD, which the peer must
+    /// grant, as the fd-slot controller's preemption does; the site
+    /// reconnects when it needs to, and nothing is lost. Does nothing to a
+    /// site whose ComObject never started.
+    pub fn close_hard(&self, site: &SiteRef) {
+        if let Some(a) = site.entry.resolved().addr.get() {
+            a.do_send(CloseHard);
+        }
+    }
+}
