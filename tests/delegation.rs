@@ -112,6 +112,32 @@ async fn a_forwarded_request_forwarded_again_keeps_its_origin() {
     assert_eq!(d.metrics().messages_sent, 1);
 }
 
+/// A request B makes of itself (`Node::local_site`), forwarded by B's own
+/// handler: its origin is B's descriptor, by which C answers B directly.
+/// Two messages cross the network: the forward and the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_the_local_site_forwarded_is_answered_by_the_final_site() {
+    let c = owner();
+    let b = relay(&c);
+    let r = b
+        .local_site()
+        .request::<Lookup, Found>(
+            &Lookup { key: "own".into() },
+            SendOptions::default(),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.msg.value, "value of own");
+    assert_eq!(
+        r.msg.asker,
+        Some(b.id().to_string()),
+        "C saw B as the sender"
+    );
+    assert_eq!(b.metrics().messages_sent, 1, "B sent only the forward");
+    assert_eq!(c.metrics().messages_sent, 1, "C answered B");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_ids_are_unguessable() {
     let server = node();

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use common::{addr, Numbered, PATIENCE};
@@ -58,12 +59,86 @@ async fn a_reference_passed_along_is_usable_and_is_the_same_site() {
         .unwrap()
         .unwrap();
     assert_eq!(again.id(), got.id());
+    assert_eq!(again, got, "the same SiteRef");
     assert_eq!(b.site_count(), sites_before, "no second entry for C");
     // And a reference B makes itself by C's address is that site too, once
     // its handshake proved who answers there (its messages follow it to the
     // one entry, in order).
     let by_address = b.site(&addr(&c)).unwrap();
     common::echo(&by_address, 2).await;
+    assert_eq!(by_address.id(), Some(c.id()));
+    assert_eq!(by_address, got, "one site, one queue");
+}
+
+/// A site the receiver already talked to by address is known by id: a
+/// reference to it arriving later is that same `SiteRef` at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_to_a_site_known_by_address_is_that_site() {
+    let c = common::listening_node();
+    let b = listening();
+    let by_address = b.site(&addr(&c)).unwrap();
+    common::echo(&by_address, 1).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let tx = Mutex::new(tx);
+    b.handle(move |_ctx, i: Introduce| {
+        let _ = tx.lock().unwrap().send(i.peer);
+    })
+    .unwrap();
+    let sites_before = b.site_count();
+    let a = Node::builder().start().unwrap();
+    let to_c = a.site(&addr(&c)).unwrap();
+    common::echo(&to_c, 1).await;
+    let to_b = a.site(&addr(&b)).unwrap();
+    to_b.send(&Introduce { peer: to_c }).await.unwrap();
+    let got = tokio::time::timeout(PATIENCE, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, by_address, "the same site, the same queues");
+    assert_eq!(b.site_count(), sites_before + 1, "only A is new at B");
+}
+
+/// A reference that arrives for a site the receiver knows only by an
+/// address it never reached is not bound to that address on the sender's
+/// word (it may be stale, or a lie): it gets an entry of its own until a
+/// handshake proves who answers at the address; from then on the two
+/// references are one site, one queue, and what each queued is delivered
+/// in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_to_a_site_known_only_by_an_unproven_address_joins_it_once_proven() {
+    let c = common::listening_node();
+    let sink = common::Sink::install(&c, 200, None);
+    let b = listening();
+    let by_address = b.site(&addr(&c)).unwrap(); // never used yet
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let tx = Mutex::new(tx);
+    b.handle(move |_ctx, i: Introduce| {
+        let _ = tx.lock().unwrap().send(i.peer);
+    })
+    .unwrap();
+    let a = Node::builder().start().unwrap();
+    let to_c = a.site(&addr(&c)).unwrap();
+    common::echo(&to_c, 1).await;
+    a.site(&addr(&b))
+        .unwrap()
+        .send(&Introduce { peer: to_c })
+        .await
+        .unwrap();
+    let by_reference = tokio::time::timeout(PATIENCE, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    // Both queue at once; each stream arrives whole and in order.
+    for seq in 0..100 {
+        by_address.send(&Numbered { stream: 1, seq }).await.unwrap();
+        by_reference
+            .send(&Numbered { stream: 2, seq })
+            .await
+            .unwrap();
+    }
+    sink.wait().await;
+    assert_eq!(sink.out_of_order.load(Ordering::Relaxed), 0);
+    assert!(common::eventually(|| by_address == by_reference).await);
     assert_eq!(by_address.id(), Some(c.id()));
 }
 

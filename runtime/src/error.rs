@@ -30,8 +30,9 @@ pub enum NodeError {
     /// The node has been shut down.
     #[error("the node has been shut down")]
     Shutdown,
-    /// A descriptor names this node itself: a site does not talk to itself
-    /// through the network.
+    /// A descriptor names this node itself. No longer returned: such a
+    /// descriptor gives `Node::local_site`, which delivers without the
+    /// network (kept so that matches on this enum still compile).
     #[error("the descriptor names this node's own site {0}; handle the message locally instead")]
     OwnSite(sitenet_protocols::SiteId),
     /// The configuration cannot work (for example a listen list too long

@@ -251,7 +251,7 @@ impl Ctx<'_> {
         if let Some(o) = &self.origin {
             return Some(o.clone());
         }
-        Some(self.from.learned_descriptor()?.to_string())
+        Some(self.node.describe(self.from)?.to_string())
     }
 
     /// Runs async work started by a handler on the node's runtime. The work

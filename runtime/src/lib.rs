@@ -30,6 +30,7 @@ mod cooperation;
 mod delivery;
 pub mod error;
 mod handlers;
+mod local;
 pub mod message;
 pub mod metrics;
 mod node;

@@ -118,6 +118,11 @@ pub(crate) struct SiteEntry {
 }
 
 impl SiteEntry {
+    /// This node itself (see `Node::local_site`).
+    pub(crate) fn is_local(&self) -> bool {
+        self.key == crate::local::LOCAL_KEY
+    }
+
     pub(crate) fn new(key: usize, address: Option<Arc<str>>, bound: u64) -> Self {
         Self {
             key,
@@ -178,6 +183,9 @@ impl SiteEntry {
     /// the outbox.
     pub(crate) fn wake(self: &Arc<Self>, node: &Arc<NodeInner>) {
         Counters::add(&node.counters.wakes, 1);
+        if self.is_local() {
+            return node.wake_local(self);
+        }
         node.given_actor(self).do_send(Wake);
     }
 }
@@ -218,6 +226,19 @@ impl Drop for SiteRef {
         }
     }
 }
+
+/// Two references are equal when they reach the same site: the same entry
+/// of the site table, so the same ordered queues. References made apart
+/// become equal once the table learns they are one site — for example a
+/// reference by address, whose handshake then proves the id of a site
+/// another reference named by descriptor (the two entries merge).
+impl PartialEq for SiteRef {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(self.entry.resolved(), other.entry.resolved())
+    }
+}
+
+impl Eq for SiteRef {}
 
 impl std::fmt::Debug for SiteRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -299,7 +320,14 @@ impl SiteRef {
     /// # Ok(()) }
     /// ```
     pub fn prepare(&self) {
-        self.node.given_actor(self.entry.resolved());
+        if !self.is_local() {
+            self.node.given_actor(self.entry.resolved());
+        }
+    }
+
+    /// True for [`Node::local_site`]: this node itself.
+    pub fn is_local(&self) -> bool {
+        self.entry.is_local()
     }
 
     /// The site's id, once a handshake has told it.
@@ -367,8 +395,8 @@ impl SiteRef {
             return Err(SendError::Shutdown);
         }
         // The site's actor (started by its first message) is gone only if
-        // its runtime stopped under it.
-        if !self.node.given_actor(entry).connected() {
+        // its runtime stopped under it. (The local site has none.)
+        if !entry.is_local() && !self.node.given_actor(entry).connected() {
             return Err(SendError::RuntimeStopped);
         }
         if let Some(reason) = entry.failure() {

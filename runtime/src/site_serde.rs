@@ -59,9 +59,23 @@ fn with_decoding_node<T>(f: impl FnOnce(Option<&Arc<NodeInner>>) -> T) -> T {
 impl SiteRef {
     /// The site's descriptor as this node knows it: its id (known once a
     /// channel opened, or from a descriptor) and the addresses it listens
-    /// on (learned in the handshake, or given).
+    /// on (learned in the handshake, or given). The local site's is the
+    /// node's own ([`Node::descriptor`](crate::Node::descriptor)).
     pub fn descriptor(&self) -> Option<SiteDescriptor> {
-        let entry = self.entry.resolved();
+        self.node.describe(self.entry.resolved())
+    }
+}
+
+impl NodeInner {
+    /// What [`SiteRef::descriptor`] says of `entry`: what a reference to it
+    /// in a message, or the origin of a request forwarded from it, carries.
+    pub(crate) fn describe(&self, entry: &crate::site::SiteEntry) -> Option<SiteDescriptor> {
+        if entry.is_local() {
+            return Some(SiteDescriptor {
+                id: self.id,
+                addresses: self.listen_addresses(),
+            });
+        }
         let mut d = entry.learned_descriptor()?;
         if d.addresses.is_empty() {
             d.addresses
@@ -74,7 +88,7 @@ impl SiteRef {
 impl crate::site::SiteEntry {
     /// Its id and the addresses its handshake taught (published when its
     /// channel came up); `None` before its id is known.
-    pub(crate) fn learned_descriptor(&self) -> Option<SiteDescriptor> {
+    fn learned_descriptor(&self) -> Option<SiteDescriptor> {
         let id = self.id.get()?;
         let addresses = self
             .stats
@@ -107,11 +121,7 @@ impl<'de> Deserialize<'de> for SiteRef {
             let node = node.ok_or_else(|| {
                 D::Error::custom("a SiteRef decodes only in a message sitenet delivers")
             })?;
-            if desc.id == node.id {
-                return Err(D::Error::custom(
-                    "a SiteRef to the receiving node itself names no remote site",
-                ));
-            }
+            // (The receiving node's own id gives its local site.)
             Ok(node.site_described(&desc))
         })
     }

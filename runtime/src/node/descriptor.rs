@@ -26,11 +26,11 @@ impl Node {
     /// fails; an address where another site answers is forgotten, and the
     /// site fails for good only when none is left. A site this node already
     /// knows by id gives the same `SiteRef` (its ordered queues), and learns
-    /// the addresses it did not know.
+    /// the addresses it did not know. A descriptor of this node itself gives
+    /// [`Node::local_site`].
     ///
     /// Errors: an address that does not parse ([`NodeError::Address`]), a
-    /// descriptor of this node itself ([`NodeError::OwnSite`]), a node shut
-    /// down.
+    /// node shut down.
     ///
     /// ```no_run
     /// # fn demo(a: &sitenet_runtime::Node, b: &sitenet_runtime::Node) -> Result<(), sitenet_runtime::NodeError> {
@@ -41,9 +41,6 @@ impl Node {
     pub fn site_from_descriptor(&self, d: &SiteDescriptor) -> Result<SiteRef, NodeError> {
         if self.inner.is_shut_down() {
             return Err(NodeError::Shutdown);
-        }
-        if d.id == self.id() {
-            return Err(NodeError::OwnSite(d.id));
         }
         for a in &d.addresses {
             a.parse::<Address>()?;

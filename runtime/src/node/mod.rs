@@ -101,6 +101,8 @@ pub(crate) struct NodeInner {
     /// One receiver per listener, completed when its accept loop has ended
     /// and the socket is closed.
     listeners_done: Mutex<Vec<oneshot::Receiver<()>>>,
+    /// This node as a site (`Node::local_site`), made on first need.
+    pub(crate) local: std::sync::OnceLock<Arc<crate::site::SiteEntry>>,
 }
 
 impl NodeInner {
@@ -115,6 +117,10 @@ impl NodeInner {
             buffer_size: self.cfg.buffer_size,
             max_message: self.cfg.max_message_size,
         }
+    }
+
+    pub(crate) fn listen_addresses(&self) -> Vec<String> {
+        self.listen.iter().map(ToString::to_string).collect()
     }
 
     pub(crate) fn max_message_to(&self, e: &SiteEntry) -> u64 {
@@ -152,7 +158,11 @@ impl NodeInner {
             return;
         }
         self.stop_listeners.send_replace(true);
-        for e in self.all_entries() {
+        for e in self
+            .all_entries()
+            .into_iter()
+            .chain(self.local.get().cloned())
+        {
             e.outbox.close();
             if let Some(a) = e.addr.get() {
                 a.do_send(Stop);
@@ -271,6 +281,7 @@ impl NodeBuilder {
             sinks: Default::default(),
             changed: Notify::new(),
             listeners_done: Mutex::new(Vec::new()),
+            local: std::sync::OnceLock::new(),
         });
         inner.start_request_timer();
         if inner.cfg.builtin_services {
@@ -356,7 +367,7 @@ impl Node {
 
     /// The addresses this node listens on, with real ports.
     pub fn listen_addresses(&self) -> Vec<String> {
-        self.inner.listen.iter().map(ToString::to_string).collect()
+        self.inner.listen_addresses()
     }
 
     /// The configuration in force (after clamping).
@@ -386,9 +397,44 @@ impl Node {
     }
 
     /// The site with this id, if the node knows it (it connected to us, or
-    /// we to it).
+    /// we to it); this node's own id gives [`local_site`](Self::local_site).
     pub fn site_by_id(&self, id: SiteId) -> Option<SiteRef> {
+        if id == self.id() {
+            return Some(self.local_site());
+        }
         self.inner.site_with_id(id)
+    }
+
+    /// This node as a site: messages sent to it go to this node's own
+    /// handlers, without touching the network, and everything else works
+    /// as with any site — requests and their replies, tracked deliveries,
+    /// cooperations, forwarding, a reference in a message. A runtime keeps
+    /// lists of sites (the members of a group, the shards of a table) that
+    /// include itself; the same code then serves all of them. A reference
+    /// received for this node's id, and a descriptor of it, give this site.
+    ///
+    /// Messages are delivered on the node's runtime, in the order sent,
+    /// after the sending call returned; one counts as delivered once its
+    /// handler returned. The local site never fails.
+    ///
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, Runtime, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Add(u64);
+    /// impl Message for Add { const ID: u32 = 1; }
+    ///
+    /// let node = Node::builder().runtime(Runtime::dedicated("local-doc")).start()?;
+    /// node.handle(|ctx, Add(n): Add| { let _ = ctx.reply(&Add(n + 1)); })?;
+    /// let me = node.local_site();
+    /// assert_eq!(me.id(), Some(node.id()));
+    /// let r = me.request_blocking::<Add, Add>(&Add(41), SendOptions::default(),
+    ///     std::time::Duration::from_secs(30))?;
+    /// assert_eq!(r.msg.0, 42);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn local_site(&self) -> SiteRef {
+        self.inner.local_site()
     }
 
     /// Registers the handler for message type `M`. Registering a type id twice
@@ -412,7 +458,12 @@ impl Node {
 
     /// Fails a site permanently on purpose: its channel is closed, and every
     /// message not acknowledged is handed back (see [`SiteRef::failure`]).
+    /// The local site (see [`local_site`](Self::local_site)) cannot fail:
+    /// killing it does nothing.
     pub fn kill(&self, site: &SiteRef) {
+        if site.is_local() {
+            return;
+        }
         self.inner.given_actor(site.entry.resolved()).do_send(Kill);
     }
 

@@ -106,6 +106,9 @@ impl NodeInner {
     /// are not bound to the site in the table, and whoever answers there
     /// must prove the id. Counted under the table's lock.
     pub(crate) fn site_described(self: &Arc<Self>, d: &SiteDescriptor) -> SiteRef {
+        if d.id == self.id {
+            return self.local_site();
+        }
         let mut t = self.sites.lock();
         if let Some(&k) = t.by_id.get(&d.id) {
             let e = t.entries[k].clone();

@@ -1,0 +1,105 @@
+//! The local site: this node as a site of its own. A runtime keeps lists
+//! of sites (the members of a group, the shards of a counter, the origin
+//! of a forwarded request) and one of them is often the node itself; a
+//! reference to it must work as any other, not fail to decode or send.
+//!
+//! Its messages never touch the network: a send queues in the entry's
+//! bounded outbox as usual, and the first one queued to an empty outbox
+//! schedules a drain on the node's runtime, which hands each message to
+//! the node's own handlers, in the order queued (so each lane's order
+//! holds), with this site as their origin. A message counts as delivered
+//! (its tracked delivery completes, its bytes are released) once its
+//! handler returned, as a peer's acknowledgement would say. The local
+//! site never fails; it has no ComObject, no session, no channel.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use sitenet_protocols::{Deliver, InMessage, MessageKind, OutMessage, Prelude};
+
+use crate::node::NodeInner;
+use crate::site::{SiteEntry, SiteRef};
+use crate::streams::{Delivery, LaneStreams};
+
+/// The key of the local entry: it is not in the site table's slab (the
+/// table's lookups and reclaims never find it).
+pub(crate) const LOCAL_KEY: usize = usize::MAX;
+
+impl NodeInner {
+    /// A reference to this node as a site, its entry made on first need.
+    pub(crate) fn local_site(self: &Arc<Self>) -> SiteRef {
+        let entry = self.local.get_or_init(|| {
+            let e = SiteEntry::new(LOCAL_KEY, None, self.cfg.output_bound);
+            let _ = e.id.set(self.id);
+            Arc::new(e)
+        });
+        SiteRef::counted(entry.clone(), self.clone())
+    }
+
+    /// Schedules a drain of the local entry's outbox on the node's runtime
+    /// (its first message after it was empty was just queued).
+    pub(crate) fn wake_local(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
+        let (node, entry) = (self.clone(), entry.clone());
+        self.rt.spawn(async move { drain(&node, &entry) });
+    }
+}
+
+/// Delivers everything queued to the local site, in order.
+fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
+    let mut batch = Vec::new();
+    entry.outbox.drain_on_wake(&mut batch);
+    if batch.is_empty() {
+        return;
+    }
+    let mut streams = LaneStreams::default();
+    let mut delivery = Delivery {
+        node,
+        from: entry,
+        streams: &mut streams,
+    };
+    for m in batch {
+        let footprint = m.footprint();
+        let token = m.tracked.then_some(m.corr);
+        delivery.message(received(m));
+        entry.outbox.release(footprint);
+        if let Some(token) = token {
+            node.deliveries.complete(token, Ok(()));
+        }
+    }
+    node.acked.notify_waiters();
+}
+
+/// The message as a peer's session would hand it over: one body, and the
+/// token of a tracked one-way message left out (it never goes on the
+/// wire).
+fn received(m: OutMessage) -> InMessage {
+    let body_len = m.body_len();
+    let body = match m.body.len() {
+        0 => Bytes::new(),
+        1 => m.body.into_iter().next().unwrap_or_default(),
+        _ => {
+            let mut b = BytesMut::with_capacity(body_len as usize);
+            for part in &m.body {
+                b.extend_from_slice(part);
+            }
+            b.freeze()
+        }
+    };
+    InMessage {
+        priority: m.priority,
+        number: 0,
+        prelude: Prelude {
+            type_id: m.type_id,
+            kind: m.kind,
+            header_len: m.header.len() as u32,
+            body_len,
+            corr: if m.kind == MessageKind::OneWay {
+                0
+            } else {
+                m.corr
+            },
+        },
+        header: m.header,
+        body,
+    }
+}

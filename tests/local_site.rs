@@ -1,0 +1,167 @@
+//! The local site (`Node::local_site`): this node as a site of its own.
+//! Messages to it reach the node's own handlers, in order, with the node as
+//! their origin; requests are answered, tracked deliveries complete after
+//! the handler returned, streamed types stream, and a reference to the
+//! receiving node inside a message resolves to it instead of failing the
+//! message.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use common::{addr, Numbered, PATIENCE};
+use serde::{Deserialize, Serialize};
+use sitenet::{BodySink, Ctx, Message, Node, SendError, SendOptions, SiteRef};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Add(u64);
+impl Message for Add {
+    const ID: u32 = 720;
+}
+
+/// "Talk to this site": carries a reference.
+#[derive(Debug, Serialize, Deserialize)]
+struct Introduce {
+    peer: SiteRef,
+}
+impl Message for Introduce {
+    const ID: u32 = 721;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_to_the_local_site_reach_its_handlers_in_order_from_itself() {
+    let node = Node::builder().start().unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let tx = Mutex::new(tx);
+    node.handle(move |ctx, m: Numbered| {
+        let _ = tx
+            .lock()
+            .unwrap()
+            .send((m.seq, ctx.sender_id(), ctx.sender()));
+    })
+    .unwrap();
+    let me = node.local_site();
+    assert!(me.is_local());
+    assert_eq!(me.id(), Some(node.id()));
+    for seq in 0..1_000 {
+        me.send(&Numbered { stream: 0, seq }).await.unwrap();
+    }
+    for seq in 0..1_000 {
+        let (got, from, sender) = tokio::time::timeout(PATIENCE, rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, seq, "in the order sent");
+        assert_eq!(from, Some(node.id()), "the node is the origin");
+        assert!(sender.is_local());
+    }
+    me.flush(PATIENCE).await.unwrap();
+    assert_eq!(me.pending_bytes(), 0, "delivered bytes are released");
+    assert_eq!(node.site_count(), 0, "the local site is not a remote entry");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_the_local_site_is_answered_and_a_tracked_send_completes() {
+    let node = Node::builder().start().unwrap();
+    let handled = Arc::new(Mutex::new(0u64));
+    let h = handled.clone();
+    node.handle(move |ctx, Add(n): Add| {
+        *h.lock().unwrap() += 1;
+        if ctx.is_request() {
+            let _ = ctx.reply(&Add(n + 1));
+        }
+    })
+    .unwrap();
+    let me = node.site_by_id(node.id()).expect("its own id is known");
+    assert!(me.is_local());
+    let r = me
+        .request::<Add, Add>(&Add(41), SendOptions::default(), PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(r.msg.0, 42);
+    let d = me
+        .send_tracked(&Add(1), SendOptions::default())
+        .await
+        .unwrap();
+    tokio::time::timeout(PATIENCE, d).await.unwrap().unwrap();
+    assert_eq!(*handled.lock().unwrap(), 2, "complete once handled");
+    node.kill(&me);
+    assert!(me.failure().is_none(), "the local site never fails");
+}
+
+/// Before the local site, a reference to the receiving node made the whole
+/// message fail to decode ("the descriptor names this node's own site"):
+/// it was dropped. It now resolves to the local site.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_to_the_receiver_itself_resolves_to_its_local_site() {
+    let b = common::listening_node();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let tx = Mutex::new(tx);
+    b.handle(move |_ctx, i: Introduce| {
+        // Talks to the site it was introduced to: itself.
+        i.peer.try_send(&Numbered { stream: 0, seq: 7 }).unwrap();
+        let _ = tx.lock().unwrap().send(i.peer.is_local());
+    })
+    .unwrap();
+    let (got_tx, mut got) = mpsc::unbounded_channel();
+    let got_tx = Mutex::new(got_tx);
+    b.handle(move |ctx, m: Numbered| {
+        let _ = got_tx.lock().unwrap().send((m.seq, ctx.sender_id()));
+    })
+    .unwrap();
+    let a = Node::builder().start().unwrap();
+    let to_b = a.site(&addr(&b)).unwrap();
+    common::echo(&to_b, 1).await; // A knows B's id now
+    to_b.send(&Introduce { peer: to_b.clone() }).await.unwrap();
+    let local = tokio::time::timeout(PATIENCE, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(local, "B's reference to itself is its local site");
+    let (seq, from) = tokio::time::timeout(PATIENCE, got.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((seq, from), (7, Some(b.id())));
+    assert_eq!(b.metrics().unhandled, 0);
+    // A descriptor of the node itself gives the same site.
+    assert!(b.site_from_descriptor(&b.descriptor()).unwrap().is_local());
+    // And its reference serialises as the node's own descriptor.
+    assert_eq!(b.local_site().descriptor(), Some(b.descriptor()));
+}
+
+/// Counts a streamed body and answers with its length.
+struct Count(u64);
+impl BodySink for Count {
+    fn chunk(&mut self, _offset: u64, data: Bytes) {
+        self.0 += data.len() as u64;
+    }
+    fn end(self: Box<Self>, ctx: &mut Ctx<'_>) {
+        let _ = ctx.reply(&Add(self.0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_type_streams_to_the_local_site_and_a_body_of_parts_arrives_whole() {
+    let node = Node::builder().start().unwrap();
+    node.handle_stream(|_ctx: &mut Ctx<'_>, _: Add| -> Box<dyn BodySink> { Box::new(Count(0)) })
+        .unwrap();
+    let parts = vec![Bytes::from(vec![1u8; 3_000]), Bytes::from(vec![2u8; 5_000])];
+    let r = node
+        .local_site()
+        .request::<Add, Add>(&Add(0), SendOptions::default().parts(parts), PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(r.msg.0, 8_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_shutdown_the_local_site_refuses_sends() {
+    let node = Node::builder().start().unwrap();
+    let me = node.local_site();
+    node.shutdown(PATIENCE).await;
+    let e = me.try_send(&Add(1)).unwrap_err();
+    assert!(matches!(e, SendError::Shutdown), "{e}");
+}
