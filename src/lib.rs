@@ -6,7 +6,7 @@
 //! lanes, fragmentation of big messages, acknowledgements, and the sharing of
 //! channels among many sites. See `README.md` and `docs/`.
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
 //! use serde::{Deserialize, Serialize};
 //! use sitenet::{Message, Node, SendOptions};
@@ -38,3 +38,9 @@ pub use sitenet_protocols as protocols;
 pub use sitenet_runtime::*;
 pub use sitenet_transport as transport;
 pub use sitenet_transport::{Address, AddressError};
+
+/// The README's Rust examples, compiled and run with the doc tests (its
+/// fragments are marked `ignore`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -92,6 +92,35 @@ struct Known {
 /// The addresses of one remote site, best transport first, with the cursor
 /// of the open attempt in progress. An empty book means the site cannot be
 /// called (it only connects to us).
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::{AddressBook, Fallback, OpenError, OpenFailure, SiteId, TransportKind};
+///
+/// // A site's descriptor lists its addresses in any order; a scheme this
+/// // build does not know is skipped.
+/// let mut book =
+///     AddressBook::claimed(["tcp:10.0.0.2:7000", "quic:10.0.0.2:7001", "unix:/tmp/b", "mem:b"]);
+/// let best_first: Vec<&str> = book.addresses().collect();
+/// assert_eq!(best_first, ["mem:b", "unix:/tmp/b", "tcp:10.0.0.2:7000"]);
+/// assert_eq!(book.current_kind(), Some(TransportKind::Mem));
+///
+/// // `mem:b` is not registered in this process: try the next address now.
+/// let no_listener = OpenFailure::Transport("no mem listener named b".into());
+/// assert_eq!(book.failed(&no_listener), Fallback::TryNext);
+/// assert_eq!(book.current(), Some("unix:/tmp/b"));
+///
+/// // Another site answers at the Unix path: a claimed address proves
+/// // nothing, so it is forgotten and TCP is tried.
+/// let other = OpenError::WrongIdentity { expected: SiteId(0xB), got: SiteId(0xC) };
+/// assert_eq!(book.failed(&OpenFailure::Open(other)), Fallback::TryNext);
+/// assert_eq!(book.addresses().count(), 2);
+///
+/// // TCP fails too: the round is over, back off and start from the best again.
+/// assert_eq!(book.failed(&no_listener), Fallback::RoundOver);
+/// assert_eq!(book.current(), Some("mem:b"));
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AddressBook {
     known: Vec<Known>,

@@ -49,6 +49,29 @@ struct Shared {
 ///
 /// Invariant: `len <= cap`; the ring's data occupies `len` bytes starting at
 /// `head`, wrapping at the end of the storage.
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::ByteBuffer;
+///
+/// let mut out = ByteBuffer::new(8); // 8 bytes for life
+/// out.push(b"abcdef");
+/// assert_eq!(out.free(), 2);
+/// out.consume(4); // the socket took 4 bytes
+/// out.push(b"ghij"); // wraps around the end of the storage
+/// let (first, second) = out.chunks();
+/// assert_eq!((first, second), (&b"efgh"[..], &b"ij"[..]));
+///
+/// // An input buffer: read from the socket straight into its free space.
+/// let mut input = ByteBuffer::new(16);
+/// let spare = input.spare_mut();
+/// spare[..5].copy_from_slice(b"hello"); // as `read(spare)` would
+/// input.commit(5);
+/// let mut word = [0u8; 5];
+/// assert!(input.peek(0, &mut word)); // look without consuming
+/// assert_eq!(&word, b"hello");
+/// ```
 pub struct ByteBuffer {
     buf: Box<[u8]>,
     head: usize,
@@ -209,6 +232,30 @@ impl ByteBuffer {
     /// pieces), at most `max` bytes; returns how many slices it filled. The
     /// driver writes them with one vectored write and then
     /// [`consume`](Self::consume)s what the socket took.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::io::IoSlice;
+    ///
+    /// use bytes::Bytes;
+    /// use sitenet_protocols::ByteBuffer;
+    ///
+    /// // 64 ring bytes, and up to 4 KiB of body slices queued by reference.
+    /// let mut out = ByteBuffer::with_shared(64, 4096);
+    /// out.push(b"head:");
+    /// out.push_shared(Bytes::from_static(b"a large body, not copied"));
+    /// out.push(b":tail");
+    /// assert_eq!((out.len(), out.shared_len(), out.free()), (34, 24, 54));
+    ///
+    /// let mut slices = [IoSlice::new(&[]); 4];
+    /// let n = out.io_slices(&mut slices, usize::MAX);
+    /// assert_eq!(n, 3); // ring bytes, the shared piece, ring bytes
+    /// let wire: Vec<u8> = slices[..n].iter().flat_map(|s| s.iter().copied()).collect();
+    /// assert_eq!(wire, b"head:a large body, not copied:tail");
+    /// out.consume(wire.len()); // what the vectored write took
+    /// assert!(out.is_empty());
+    /// ```
     pub fn io_slices<'a>(&'a self, dst: &mut [IoSlice<'a>], max: usize) -> usize {
         let mut n = 0;
         let mut left = max;

@@ -108,6 +108,35 @@ pub enum Offered {
 }
 
 /// See the module documentation.
+///
+/// # Example
+///
+/// A scatter/gather to sites `"a"` and `"b"` (any `PartialEq + Clone` type
+/// names a site: the runtime uses its site handles):
+///
+/// ```
+/// use bytes::Bytes;
+/// use sitenet_protocols::cooperation::{Cooperation, End, Expect, Offered};
+///
+/// let mut c = Cooperation::new();
+/// for site in ["a", "b"] {
+///     // A reply of type 7 from `site`, its body kept to 4 bytes at most.
+///     c.expect(Expect { from: Some(site), type_id: Some(7), max_body: Some(4) });
+/// }
+/// let (h, body) = (Bytes::new(), Bytes::from);
+/// let filled = |index, complete| Offered::Filled { index, complete };
+/// assert_eq!(c.offer("b", 7, h.clone(), body("yes")), filled(1, false));
+/// assert_eq!(c.offer("c", 7, h.clone(), body("no")), Offered::Unexpected); // not asked
+/// assert_eq!(c.offer("a", 7, h.clone(), body("maybe")), filled(0, true));
+/// assert_eq!(c.end(), Some(&End::Complete));
+/// assert_eq!(c.offer("a", 7, h, body("late")), Offered::Ended);
+///
+/// // The replies in the order the descriptors were added, truncated to their limit.
+/// let replies: Vec<_> = c.filled().map(|f| f.expect("filled").clone()).collect();
+/// assert_eq!((replies[0].from, &replies[0].body[..]), ("a", &b"mayb"[..]));
+/// assert!(replies[0].truncated() && replies[0].size == 5);
+/// assert_eq!((replies[1].from, &replies[1].body[..]), ("b", &b"yes"[..]));
+/// ```
 #[derive(Debug, Clone)]
 pub struct Cooperation<S> {
     descriptors: Vec<(Expect<S>, Option<Filled<S>>)>,

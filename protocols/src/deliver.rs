@@ -46,6 +46,79 @@ pub enum StreamAbort {
 
 /// What a driver gives a session to receive messages. Any `FnMut(InMessage)`
 /// is one that never streams.
+///
+/// # Examples
+///
+/// A closure is a `Deliver` that takes every message whole:
+///
+/// ```
+/// use bytes::Bytes;
+/// use sitenet_protocols::{Deliver, InMessage, MessageKind, Prelude, Priority};
+///
+/// let mut bodies = Vec::new();
+/// let mut deliver = |m: InMessage| bodies.push(m.body);
+/// let prelude =
+///     Prelude { type_id: 7, kind: MessageKind::OneWay, header_len: 0, body_len: 2, corr: 0 };
+/// assert!(!deliver.stream(Priority::High, &prelude)); // never streams
+/// let header = Bytes::new();
+/// let body = Bytes::from("hi");
+/// deliver.message(InMessage { priority: Priority::High, number: 1, prelude, header, body });
+/// assert_eq!(bodies, ["hi"]);
+/// ```
+///
+/// A receiver that streams large bodies as their frames arrive, given to
+/// [`Session::handle_input_with`](crate::Session::handle_input_with):
+///
+/// ```
+/// use bytes::Bytes;
+/// use sitenet_protocols::{Deliver, InMessage, Prelude, Priority};
+/// # use std::time::Instant;
+/// # use sitenet_protocols::{
+/// #     ByteBuffer, ChannelParams, OutMessage, ReassemblyBudget, Session, SessionConfig,
+/// # };
+///
+/// #[derive(Default)]
+/// struct Streamer {
+///     whole: usize,
+///     streamed: u64,
+///     ended: Vec<u64>,
+/// }
+///
+/// impl Deliver for Streamer {
+///     fn message(&mut self, _m: InMessage) {
+///         self.whole += 1;
+///     }
+///     fn stream(&mut self, _lane: Priority, prelude: &Prelude) -> bool {
+///         prelude.body_len >= 64 * 1024 // large bodies, a chunk at a time
+///     }
+///     fn stream_chunk(&mut self, _lane: Priority, offset: u64, data: Bytes) {
+///         assert_eq!(offset, self.streamed); // in order, without gaps
+///         self.streamed += data.len() as u64;
+///     }
+///     fn stream_end(&mut self, _lane: Priority, number: u64) {
+///         self.ended.push(number);
+///     }
+/// }
+///
+/// # let now = Instant::now();
+/// # let params = ChannelParams {
+/// #     buffer_size: 16384, peer_max_message: 1 << 30, peer_last_received: 0, generation: 1,
+/// # };
+/// # let mut a = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
+/// # let mut b = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
+/// # a.channel_up(params, now)?;
+/// # b.channel_up(params, now)?;
+/// # let mut wire = ByteBuffer::new(16384);
+/// let big = Bytes::from(vec![0u8; 1 << 20]);
+/// a.queue(OutMessage::new(Priority::Low, 1, Bytes::new(), vec![big])).unwrap();
+/// a.queue(OutMessage::new(Priority::Low, 2, Bytes::new(), vec![Bytes::from("small")])).unwrap();
+/// let mut receiver = Streamer::default();
+/// while a.poll_transmit(now, &mut wire) > 0 {
+///     b.handle_input_with(now, &mut wire, &mut receiver)?;
+/// }
+/// assert_eq!((receiver.streamed, &receiver.ended[..], receiver.whole), (1 << 20, &[1][..], 1));
+/// # Ok::<(), sitenet_protocols::ProtocolError>(())
+/// ```
 pub trait Deliver {
     /// A complete message.
     fn message(&mut self, m: InMessage);

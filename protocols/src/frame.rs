@@ -47,6 +47,19 @@ pub const FLAG_LAST: u8 = 0x02;
 const FLAGS_KNOWN: u8 = FLAG_FIRST | FLAG_LAST;
 
 /// What a frame carries. The codes are part of the wire format.
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::{FrameError, FrameKind};
+///
+/// assert_eq!(FrameKind::from_u8(5), Ok(FrameKind::Heartbeat));
+/// assert_eq!(FrameKind::Heartbeat as u8, 5);
+/// // Protocol frames travel on lane 5; only DATA and PACKED carry messages.
+/// assert!(FrameKind::Heartbeat.is_control());
+/// assert!(!FrameKind::Data.is_control());
+/// assert_eq!(FrameKind::from_u8(99), Err(FrameError::UnknownKind(99)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum FrameKind {
@@ -105,6 +118,36 @@ impl FrameKind {
 }
 
 /// A decoded frame header. See the module documentation for the layout.
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::frame::{FLAG_FIRST, FLAG_LAST};
+/// use sitenet_protocols::{FrameError, FrameHeader, FrameKind, HEADER_LEN};
+///
+/// // The only fragment of message 1 on lane 3, acknowledging the peer's message 7.
+/// let header = FrameHeader {
+///     kind: FrameKind::Data,
+///     lane: 3,
+///     flags: FLAG_FIRST | FLAG_LAST,
+///     payload_len: 100,
+///     ack: 7,
+///     msg_number: 1,
+///     frag_offset: 0,
+/// };
+/// let mut wire = [0u8; HEADER_LEN];
+/// header.encode(&mut wire);
+/// assert_eq!(FrameHeader::decode(&wire, 1024), Ok(header));
+/// // The payload's size is checked before anything is allocated for it.
+/// assert_eq!(
+///     FrameHeader::decode(&wire, 64),
+///     Err(FrameError::TooLarge { len: 100, max: 64 })
+/// );
+///
+/// // A control frame: lane 5, one fragment, no message number.
+/// let heartbeat = FrameHeader::control(FrameKind::Heartbeat, 0, 7);
+/// assert_eq!((heartbeat.lane, heartbeat.is_first(), heartbeat.is_last()), (5, true, true));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
     /// What the frame carries.

@@ -24,6 +24,49 @@
 //!   policies.
 //! * [`timer`] — every wait as a variant of one [`Timer`] enum, and the table of
 //!   deadlines that consumes a timer when it fires.
+//!
+//! # Example
+//!
+//! Two [`Session`]s with a working channel, joined by one [`ByteBuffer`]
+//! that stands in for the socket: A queues a message and marshals it into
+//! frames, B consumes the frames and delivers the message. A driver does the
+//! same with a real socket between two output and input buffers, and real
+//! time.
+//!
+//! ```
+//! use std::time::Instant;
+//!
+//! use bytes::Bytes;
+//! use sitenet_protocols::{
+//!     ByteBuffer, ChannelParams, OutMessage, Priority, ReassemblyBudget, Session, SessionConfig,
+//! };
+//!
+//! let now = Instant::now(); // the virtual clock: no method reads one
+//! // What the open protocol settled for the channel (see `handshake`).
+//! let params = ChannelParams {
+//!     buffer_size: 64 * 1024,
+//!     peer_max_message: 1 << 20,
+//!     peer_last_received: 0,
+//!     generation: 1,
+//! };
+//! let mut a = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
+//! let mut b = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
+//! a.channel_up(params, now)?;
+//! b.channel_up(params, now)?;
+//!
+//! let msg = OutMessage::new(Priority::High, 7, Bytes::from("hdr"), vec![Bytes::from("hi")]);
+//! a.queue(msg).expect("within the peer's maximum message size");
+//! let mut wire = ByteBuffer::new(64 * 1024); // A's output is B's input
+//! a.poll_transmit(now, &mut wire);
+//! let mut delivered = Vec::new();
+//! b.handle_input(now, &mut wire, &mut |m| delivered.push(m))?;
+//!
+//! assert_eq!(delivered.len(), 1);
+//! assert_eq!(delivered[0].prelude.type_id, 7);
+//! assert_eq!((&delivered[0].header[..], &delivered[0].body[..]), (&b"hdr"[..], &b"hi"[..]));
+//! assert!(wire.is_empty(), "B consumed every frame");
+//! # Ok::<(), sitenet_protocols::ProtocolError>(())
+//! ```
 
 #![warn(missing_docs)]
 

@@ -67,6 +67,43 @@ pub enum Decision {
 }
 
 /// Decides on an incoming NEGOTIATE (see the module documentation).
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::{decide, Decision, LinkView, RefuseReason};
+/// # use sitenet_protocols::{Attempt, Negotiate, SiteId, PROTOCOL_VERSION};
+/// # fn negotiate(from: u128, last_generation: u64) -> Negotiate {
+/// #     Negotiate {
+/// #         version: PROTOCOL_VERSION, site: SiteId(from), listen: vec![],
+/// #         buffer_size: 65536, max_message: 1 << 20, last_received: 0,
+/// #         last_generation, attempt: Attempt::UNKNOWN,
+/// #     }
+/// # }
+///
+/// // `negotiate(from, last_generation)` builds site `from`'s NEGOTIATE.
+/// let view = |local, working| LinkView {
+///     local: SiteId(local),
+///     working,
+///     working_from: None,
+///     last_generation: working.unwrap_or(0),
+///     opening: working.is_none(),
+///     closing: false,
+/// };
+/// // Sites 1 and 2 call each other at once. Site 2 keeps the channel that
+/// // site 1 (the smaller id) initiated; site 1 refuses the other one.
+/// let at_2 = decide(view(2, None), &negotiate(1, 0));
+/// assert!(matches!(at_2, Decision::Accept { generation: 1, abandon_opening: true, .. }));
+/// let at_1 = decide(view(1, None), &negotiate(2, 0));
+/// assert_eq!(at_1, Decision::Refuse(RefuseReason::LostTie));
+///
+/// // Channel 3 works: a NEGOTIATE that has not seen it is stale; one that
+/// // saw it (the peer lost it) replaces it.
+/// let stale = decide(view(2, Some(3)), &negotiate(1, 2));
+/// assert_eq!(stale, Decision::Refuse(RefuseReason::Stale));
+/// let again = decide(view(2, Some(3)), &negotiate(1, 3));
+/// assert!(matches!(again, Decision::Accept { generation: 4, replaces_working: true, .. }));
+/// ```
 pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
     if view.closing {
         return Decision::Refuse(RefuseReason::Closing);

@@ -33,6 +33,39 @@ struct Span {
 }
 
 /// A message being marshaled, with its place.
+///
+/// # Example
+///
+/// ```
+/// use bytes::Bytes;
+/// use sitenet_protocols::marshal::InProgress;
+/// use sitenet_protocols::{ByteBuffer, FrameHeader, OutMessage, Priority, HEADER_LEN};
+///
+/// let body = Bytes::from(vec![0u8; 2500]);
+/// let msg = OutMessage::new(Priority::Medium, 7, Bytes::from("hd"), vec![body]);
+/// // A first transmission (no number yet): numbered when its last frame is written.
+/// let mut m = InProgress::new(msg, None);
+/// assert_eq!(m.total(), 28 + 2 + 2500); // prelude, header, body
+/// let mut out = ByteBuffer::new(64 * 1024);
+/// let mut frames = 0;
+/// loop {
+///     // Payloads of at most 1000 bytes, piggy-backing ack 0; the message gets number 1.
+///     let written = m.write_frame(&mut out, 1000, 0, || 1).expect("room in `out`");
+///     frames += 1;
+///     if written.done {
+///         break;
+///     }
+/// }
+/// assert_eq!(frames, 3); // payloads of 1000, 1000 and 530 bytes
+/// assert_eq!(out.len(), 3 * HEADER_LEN + 2530);
+///
+/// let mut first = [0u8; HEADER_LEN];
+/// assert!(out.peek(0, &mut first));
+/// let h = FrameHeader::decode(&first, 1000)?;
+/// assert_eq!((h.lane, h.payload_len, h.msg_number), (3, 1000, 0));
+/// assert!(h.is_first() && !h.is_last());
+/// # Ok::<(), sitenet_protocols::FrameError>(())
+/// ```
 #[derive(Debug)]
 pub struct InProgress {
     /// The message.

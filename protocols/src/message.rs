@@ -83,6 +83,24 @@ pub fn wrap_origin(origin: &str, header: &[u8]) -> Bytes {
 
 /// Splits a forwarded request's header into the origin's descriptor text
 /// and the typed header; `None` if the block is malformed.
+///
+/// # Example
+///
+/// ```
+/// use bytes::Bytes;
+/// use sitenet_protocols::message::{unwrap_origin, wrap_origin};
+/// use sitenet_protocols::SiteId;
+///
+/// // The site a request is delegated by puts the origin in front of its header.
+/// let origin = format!("{}@tcp:10.0.0.1:7000", SiteId(0xA));
+/// let header = wrap_origin(&origin, b"typed header");
+/// // The final site takes it off again, and answers the origin directly.
+/// let (from, typed) = unwrap_origin(&header).expect("a well-formed origin block");
+/// assert_eq!(from, origin);
+/// assert_eq!(typed, &b"typed header"[..]);
+/// // A length running past the end is malformed.
+/// assert_eq!(unwrap_origin(&Bytes::from_static(b"\x09\x00short")), None);
+/// ```
 pub fn unwrap_origin(header: &Bytes) -> Option<(&str, Bytes)> {
     let len = u16::from_le_bytes(header.get(..2)?.try_into().ok()?) as usize;
     let origin = std::str::from_utf8(header.get(2..2 + len)?).ok()?;
@@ -90,6 +108,27 @@ pub fn unwrap_origin(header: &Bytes) -> Option<(&str, Bytes)> {
 }
 
 /// The fixed part in front of every message.
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::{MessageKind, Prelude, PRELUDE_LEN};
+///
+/// let prelude = Prelude {
+///     type_id: 42,
+///     kind: MessageKind::Request,
+///     header_len: 3,
+///     body_len: 1000,
+///     corr: 9, // the request id its reply carries back
+/// };
+/// let bytes: [u8; PRELUDE_LEN] = prelude.encode();
+/// assert_eq!(Prelude::decode(&bytes), Some(prelude));
+/// assert_eq!(prelude.total_len(), (PRELUDE_LEN + 3 + 1000) as u64);
+///
+/// let mut bad = bytes;
+/// bad[4] = 9; // no such message kind
+/// assert_eq!(Prelude::decode(&bad), None);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prelude {
     /// Stable wire id of the message type.
@@ -141,6 +180,27 @@ impl Prelude {
 
 /// A message queued for sending. Cheap to clone: the header and body are
 /// shared `Bytes`, so the unacknowledged ledger and the marshaler share them.
+///
+/// # Example
+///
+/// ```
+/// use bytes::Bytes;
+/// use sitenet_protocols::{MessageKind, OutMessage, Priority, PRELUDE_LEN};
+///
+/// // Type 7: a 2-byte typed header (already serialised) and a body of two
+/// // parts, sent one after the other.
+/// let body = vec![Bytes::from("hello, "), Bytes::from("world")];
+/// let msg = OutMessage::new(Priority::High, 7, Bytes::from("hd"), body);
+/// assert_eq!(msg.kind, MessageKind::OneWay);
+/// assert_eq!(msg.body_len(), 12);
+/// assert_eq!(msg.wire_len(), (PRELUDE_LEN + 2 + 12) as u64);
+///
+/// // A request is the same message with a kind and a request id.
+/// let request = OutMessage { kind: MessageKind::Request, corr: 5, ..msg };
+/// let prelude = request.prelude();
+/// assert_eq!((prelude.type_id, prelude.header_len, prelude.body_len), (7, 2, 12));
+/// assert_eq!((prelude.kind, prelude.corr), (MessageKind::Request, 5));
+/// ```
 #[derive(Debug, Clone)]
 pub struct OutMessage {
     /// Level and lane.
@@ -215,6 +275,36 @@ impl OutMessage {
 }
 
 /// A message received whole.
+///
+/// # Example
+///
+/// What a session hands its [`Deliver`](crate::Deliver) (here a closure)
+/// for a message queued on the other side:
+///
+/// ```
+/// # use std::time::Instant;
+/// # use bytes::Bytes;
+/// # use sitenet_protocols::*;
+/// # let now = Instant::now();
+/// # let params = ChannelParams {
+/// #     buffer_size: 65536, peer_max_message: 1 << 20, peer_last_received: 0, generation: 1,
+/// # };
+/// # let mut a = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
+/// # let mut b = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
+/// # a.channel_up(params, now)?;
+/// # b.channel_up(params, now)?;
+/// # let mut wire = ByteBuffer::new(65536);
+/// let msg = OutMessage::new(Priority::Low, 7, Bytes::from("hd"), vec![Bytes::from("body")]);
+/// a.queue(msg).unwrap();
+/// a.poll_transmit(now, &mut wire);
+/// b.handle_input(now, &mut wire, &mut |m: InMessage| {
+///     // The handler of `m.prelude.type_id` decodes the typed header.
+///     assert_eq!((m.prelude.type_id, m.number, m.priority), (7, 1, Priority::Low));
+///     assert_eq!((&m.header[..], &m.body[..]), (&b"hd"[..], &b"body"[..]));
+/// })?;
+/// # assert_eq!(b.stats().delivered, 1);
+/// # Ok::<(), ProtocolError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct InMessage {
     /// The lane it arrived on.

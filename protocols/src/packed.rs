@@ -86,6 +86,34 @@ pub struct Entry {
 /// `arena` (see [`crate::reassembly::ARENA_CHUNK`]). Every error closes the
 /// channel: the payload must be whole entries, at least one, each a message
 /// of at most `max_message` bytes.
+///
+/// # Example
+///
+/// ```
+/// use bytes::{Bytes, BytesMut};
+/// use sitenet_protocols::packed::{entry_len, write_entry, Entries, ENTRY_HEAD_LEN};
+/// use sitenet_protocols::{ByteBuffer, OutMessage, Priority, ProtocolError};
+///
+/// // Three small one-way messages of lane 2 packed into one frame's payload.
+/// let mut payload = ByteBuffer::new(1024);
+/// for i in 1..=3u8 {
+///     let body = Bytes::from(vec![i; 10]);
+///     let msg = OutMessage::new(Priority::Low, 7, Bytes::from("h"), vec![body]);
+///     assert_eq!(entry_len(&msg), Some(ENTRY_HEAD_LEN + 1 + 10));
+///     write_entry(&msg, &mut payload);
+/// }
+///
+/// let mut entries = Entries::new(Priority::Low.lane(), payload.chunks(), 1 << 20);
+/// let mut arena = BytesMut::new(); // small pieces share its chunks
+/// let mut bodies = Vec::new();
+/// while let Some(entry) = entries.next_entry(&mut arena) {
+///     let entry = entry?;
+///     assert_eq!((entry.prelude.type_id, &entry.header[..]), (7, &b"h"[..]));
+///     bodies.push(entry.body);
+/// }
+/// assert_eq!(bodies, [vec![1u8; 10], vec![2u8; 10], vec![3u8; 10]]);
+/// # Ok::<(), ProtocolError>(())
+/// ```
 #[derive(Debug)]
 pub struct Entries<'a> {
     a: &'a [u8],

@@ -10,6 +10,22 @@ use serde::{Deserialize, Serialize};
 /// The level is also the message's *lane* on the wire: at most one message per
 /// lane is partly sent at a time, which keeps each level FIFO while levels
 /// interleave.
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::Priority;
+///
+/// assert_eq!(Priority::default(), Priority::Medium);
+/// assert!(Priority::High > Priority::Low);
+/// assert_eq!(Priority::High.lane(), 4);
+/// assert_eq!(Priority::from_lane(1), Some(Priority::Background));
+/// assert_eq!(Priority::from_lane(5), None); // lane 5 is the protocol's own
+/// // Per-lane arrays are indexed 0..4, lowest level first.
+/// let mut sent = [0u64; 4];
+/// sent[Priority::High.index()] += 1;
+/// assert_eq!(sent, [0, 0, 0, 1]);
+/// ```
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]

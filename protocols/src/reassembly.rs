@@ -92,6 +92,28 @@ struct Inner {
 /// every session of a node so that many peers together cannot make it
 /// allocate without limit (see the module documentation for how it is
 /// shared).
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::reassembly::Blocked;
+/// use sitenet_protocols::ReassemblyBudget;
+///
+/// const K: u64 = 1024;
+/// let budget = ReassemblyBudget::new(200 * K); // one per node
+/// let mut a = budget.share(); // one per session
+/// let mut b = budget.share();
+/// assert_eq!(a.try_take(150 * K), Ok(())); // alone, a may take beyond a fair share
+/// assert_eq!(b.try_take(40 * K), Ok(()));
+/// // With two holders a fair share is 100 KiB, and only the oldest holder may
+/// // go beyond it: b must wait (its driver stops reading its channel).
+/// assert_eq!(b.try_take(70 * K), Err(Blocked::OverShare));
+/// assert!(a.is_oldest() && !b.is_oldest());
+///
+/// drop(a); // a's messages completed: its bytes come back
+/// assert_eq!(budget.available(), 160 * K);
+/// assert_eq!(b.try_take(70 * K), Ok(()));
+/// ```
 #[derive(Clone)]
 pub struct ReassemblyBudget {
     inner: Arc<Inner>,
@@ -253,6 +275,32 @@ impl Drop for BudgetShare {
 }
 
 /// A message partly received on one lane.
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::reassembly::Reassembly;
+/// use sitenet_protocols::{MessageKind, Prelude, ProtocolError};
+///
+/// // A message's wire bytes: prelude, typed header, body.
+/// let prelude =
+///     Prelude { type_id: 7, kind: MessageKind::OneWay, header_len: 2, body_len: 600, corr: 0 };
+/// let wire = [&prelude.encode()[..], &b"hd"[..], &[1u8; 600][..]].concat();
+/// // Two fragments on lane 3: the first announces the size, which is checked
+/// // against the largest message accepted before anything is allocated.
+/// let (first, rest) = wire.split_at(300);
+/// let too_large = Reassembly::start(3, first, &[], 100);
+/// assert!(matches!(too_large, Err(ProtocolError::MessageTooLarge { size: 630, max: 100 })));
+///
+/// let mut r = Reassembly::start(3, first, &[], 1 << 20)?;
+/// assert!(r.header_complete() && !r.is_complete());
+/// r.extend(3, rest)?;
+/// assert!(r.is_complete());
+/// assert_eq!(r.reserved(), 602); // header and body bytes: the budget it took
+/// let (p, header, body) = r.finish();
+/// assert_eq!((p.type_id, &header[..], body.len()), (7, &b"hd"[..], 600));
+/// # Ok::<(), ProtocolError>(())
+/// ```
 #[derive(Debug)]
 pub struct Reassembly {
     prelude: Prelude,
@@ -415,11 +463,6 @@ pub fn first_content_len(len: usize) -> u64 {
     len.saturating_sub(PRELUDE_LEN) as u64
 }
 
-/// Checks a message that arrived whole in one frame (its payload split in
-/// the ring's two slices `a` and `b`) and copies its header and body out.
-/// Fails as the fragment path would: a payload shorter than the prelude, a
-/// malformed prelude, a message above `max_message`, or a length other than
-/// the announced one.
 /// Small messages received whole are copied into chunks of this size,
 /// shared by their `Bytes` (no allocation per message); a received message
 /// kept alive keeps at most this much memory alive with it.
@@ -453,8 +496,12 @@ pub(crate) fn extract_bytes(
     arena.split().freeze()
 }
 
-/// Splits a message received whole in one frame into its prelude, header
-/// and body; small pieces are copied into `arena` (see [`ARENA_CHUNK`]).
+/// Splits a message received whole in one frame (its payload split in the
+/// ring's two slices `a` and `b`) into its prelude, header and body; small
+/// pieces are copied into `arena` (see [`ARENA_CHUNK`]). Fails as the
+/// fragment path would: a payload shorter than the prelude, a malformed
+/// prelude, a message above `max_message`, or a length other than the
+/// announced one.
 pub fn split_whole(
     lane: u8,
     a: &[u8],

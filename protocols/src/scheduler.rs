@@ -40,6 +40,29 @@ impl Default for SchedulerConfig {
 const VT_SCALE: u128 = 1 << 20;
 
 /// Per-channel scheduler state. Survives reconnects with its session.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Instant;
+///
+/// use sitenet_protocols::scheduler::{Scheduler, SchedulerConfig};
+/// use sitenet_protocols::Priority;
+///
+/// let now = Instant::now();
+/// let mut s = Scheduler::new(SchedulerConfig::default()); // levels 2, 3, 4 weigh 1:2:4
+/// // Levels 2, 3 and 4 (`ready[level - 1]`) always have frames of 1000 bytes.
+/// let ready = [false, true, true, true];
+/// let mut frames = [0; 4];
+/// for _ in 0..70 {
+///     let level = s.pick(ready, now).expect("a lane is ready");
+///     s.charge(level, 1000, false, now);
+///     frames[level.index()] += 1;
+/// }
+/// assert_eq!(frames, [0, 10, 20, 40]); // the channel's bytes shared by weight
+/// // Level 1 is sent only when nothing else waits (or after `promote_after`).
+/// assert_eq!(s.pick([true, false, false, false], now), Some(Priority::Background));
+/// ```
 #[derive(Debug)]
 pub struct Scheduler {
     cfg: SchedulerConfig,

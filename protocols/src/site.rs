@@ -7,6 +7,21 @@ use serde::{Deserialize, Serialize};
 /// the same address is a different site, and the old one can be declared
 /// permanently failed. Ids compare as big-endian byte strings (the
 /// simultaneous-connect tie-break uses this order).
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::SiteId;
+///
+/// let id = SiteId(0xabc);
+/// let text = id.to_string(); // always 32 hex digits
+/// assert_eq!(text, "00000000000000000000000000000abc");
+/// assert_eq!(SiteId::parse_hex(&text), Some(id));
+/// assert_eq!(SiteId::parse_hex("abc"), None);
+/// // The order of the numbers is the order of the big-endian bytes.
+/// assert!(SiteId(1) < SiteId(1 << 120));
+/// assert!(SiteId(1).to_bytes() < SiteId(1 << 120).to_bytes());
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SiteId(pub u128);
 
@@ -48,6 +63,22 @@ impl std::fmt::Debug for SiteId {
 /// addresses separated by commas —
 /// `0123…cdef@mem:a,unix:/tmp/a.sock,tcp:127.0.0.1:7000`. (A Unix path with
 /// a comma in it cannot be written this way; build the struct instead.)
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::{DescriptorError, SiteDescriptor, SiteId};
+///
+/// let text = "00000000000000000000000000000abc@mem:a,tcp:127.0.0.1:7000";
+/// let site: SiteDescriptor = text.parse()?;
+/// assert_eq!(site.id, SiteId(0xabc));
+/// assert_eq!(site.addresses, ["mem:a", "tcp:127.0.0.1:7000"]);
+/// assert_eq!(site.to_string(), text);
+///
+/// let no_id = "tcp:127.0.0.1:7000".parse::<SiteDescriptor>();
+/// assert!(matches!(no_id, Err(DescriptorError::NoAt(_))));
+/// # Ok::<(), DescriptorError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SiteDescriptor {
     /// The site's id (its incarnation).

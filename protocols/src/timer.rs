@@ -98,6 +98,27 @@ impl Timer {
 ///
 /// Using a timer outside the table's range is a bug in the machine, caught
 /// by its tests: it panics (an index out of bounds).
+///
+/// # Example
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// use sitenet_protocols::{SessionTimers, Timer};
+///
+/// let t0 = Instant::now(); // a virtual clock: the table never reads one
+/// let ms = Duration::from_millis;
+/// let mut timers = SessionTimers::default();
+/// timers.set(Timer::Heartbeat, t0 + ms(1000));
+/// timers.set_if_earlier(Timer::AckDelay, t0 + ms(20));
+/// timers.set_if_earlier(Timer::AckDelay, t0 + ms(50)); // later: ignored
+/// assert_eq!(timers.next(), Some((Timer::AckDelay, t0 + ms(20))));
+///
+/// // At 2 s both are due, earliest first; taking them stops them.
+/// let fired: Vec<Timer> = timers.expire(t0 + ms(2000)).collect();
+/// assert_eq!(fired, [Timer::AckDelay, Timer::Heartbeat]);
+/// assert_eq!(timers.next_deadline(), None); // never the same past deadline twice
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimerTable<const FIRST: usize = 0, const N: usize = { Timer::COUNT }> {
     data: [Option<Instant>; N],

@@ -329,19 +329,45 @@ impl crate::Node {
     /// A new batch of operations (IBP's operation lists): see
     /// [`batch`](crate::batch).
     ///
-    /// ```no_run
+    /// ```
+    /// # use std::time::Duration;
     /// # use serde::{Deserialize, Serialize};
-    /// # use sitenet_runtime::{Message, Node, SendOptions, SiteRef};
-    /// # #[derive(Serialize, Deserialize)] struct Put(u32);
-    /// # impl Message for Put { const ID: u32 = 10; }
-    /// # async fn demo(node: Node, sites: Vec<SiteRef>) -> Result<(), Box<dyn std::error::Error>> {
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Put(u32);
+    /// impl Message for Put { const ID: u32 = 10; }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Get;
+    /// impl Message for Get { const ID: u32 = 11; }
+    ///
+    /// // Three servers that store a number and give it back.
+    /// let servers: Vec<Node> = (0..3)
+    ///     .map(|_| {
+    ///         let n = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    ///         let stored = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    ///         let s = stored.clone();
+    ///         n.handle(move |_ctx, Put(v): Put| s.store(v, std::sync::atomic::Ordering::SeqCst))?;
+    ///         n.handle(move |ctx, _: Get| {
+    ///             let _ = ctx.reply(&Put(stored.load(std::sync::atomic::Ordering::SeqCst)));
+    ///         })?;
+    ///         Ok(n)
+    ///     })
+    ///     .collect::<Result<_, sitenet_runtime::NodeError>>()?;
+    /// let node = Node::builder().start()?;
+    /// let sites = servers
+    ///     .iter()
+    ///     .map(|s| node.site(&s.listen_addresses()[0]))
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    ///
+    /// // All in flight at once; a failed site's operation is retried twice.
     /// let mut b = node.batch().max_retry(2);
     /// for (i, s) in sites.iter().enumerate() {
-    ///     b.send(s, &Put(i as u32), SendOptions::default())?;
+    ///     b.send(s, &Put(i as u32 + 1), SendOptions::default())?;
+    ///     b.request(s, &Get, SendOptions::default(), Duration::from_secs(30))?;
     /// }
-    /// let report = b.submit().wait_all(std::time::Duration::from_secs(5)).await;
-    /// println!("{} failed", report.failures().len());
-    /// # Ok(()) }
+    /// let report = futures::executor::block_on(b.submit().wait_all(Duration::from_secs(30)));
+    /// assert!(report.all_ok(), "{:?}", report.failures());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn batch(&self) -> crate::batch::Batch {
         crate::batch::Batch::new(self.inner.clone())

@@ -417,6 +417,30 @@ impl crate::Node {
     /// notification a cooperation waits for). One that no cooperation
     /// takes is discarded and counted (`Metrics::replies_discarded`). A
     /// type has one role: handler, streaming handler, or cooperation reply.
+    ///
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Expect, Message, Node};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Vote(bool);
+    /// impl Message for Vote { const ID: u32 = 12; }
+    ///
+    /// let coordinator = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// coordinator.cooperation_reply::<Vote>()?;
+    /// let round = coordinator.cooperation();
+    /// round.expect(Expect::any().of::<Vote>());
+    /// round.expect(Expect::any().of::<Vote>());
+    /// // Two voters send on their own: nobody asked them.
+    /// let mut voters = Vec::new();
+    /// for yes in [true, false] {
+    ///     let voter = Node::builder().start()?;
+    ///     voter.site(&coordinator.listen_addresses()[0])?.try_send(&Vote(yes))?;
+    ///     voters.push(voter); // (a node dropped shuts down)
+    /// }
+    /// let votes = futures::executor::block_on(round.wait(std::time::Duration::from_secs(30)))?;
+    /// assert_eq!(votes.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn cooperation_reply<M: Message>(&self) -> Result<(), crate::NodeError> {
         crate::handlers::check_user_id(M::ID)?;
         self.inner.handlers.insert(
@@ -442,22 +466,38 @@ impl crate::Node {
     /// receive descriptors, filled by the replies to the requests sent
     /// through it; see [`Cooperation`](crate::Cooperation). Scatter/gather:
     ///
-    /// ```no_run
+    /// ```
     /// # use serde::{Deserialize, Serialize};
-    /// # use sitenet_runtime::{Expect, Message, Node, SendOptions, SiteRef};
-    /// # #[derive(Serialize, Deserialize)] struct Count;
-    /// # impl Message for Count { const ID: u32 = 8; }
-    /// # #[derive(Serialize, Deserialize)] struct Total(u64);
-    /// # impl Message for Total { const ID: u32 = 9; }
-    /// # async fn demo(node: Node, sites: Vec<SiteRef>) -> Result<(), Box<dyn std::error::Error>> {
-    /// let coop = node.cooperation();
-    /// for s in &sites {
-    ///     coop.expect(Expect::from(s).of::<Total>());
-    ///     coop.request(s, &Count, SendOptions::default()).await?;
-    /// }
-    /// let answers = coop.wait(std::time::Duration::from_secs(1)).await?;
-    /// let sum: u64 = answers.iter().map(|a| a.decode::<Total>().unwrap().0).sum();
-    /// # Ok(()) }
+    /// # use sitenet_runtime::{Expect, Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Count;
+    /// impl Message for Count { const ID: u32 = 8; }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Total(u64);
+    /// impl Message for Total { const ID: u32 = 9; }
+    ///
+    /// // Three sites, each holding 10 things.
+    /// let servers: Vec<Node> = (0..3)
+    ///     .map(|_| {
+    ///         let n = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    ///         n.handle(|ctx, _: Count| { let _ = ctx.reply(&Total(10)); })?;
+    ///         Ok(n)
+    ///     })
+    ///     .collect::<Result<_, sitenet_runtime::NodeError>>()?;
+    /// let node = Node::builder().start()?;
+    /// let sum = futures::executor::block_on(async {
+    ///     let coop = node.cooperation();
+    ///     for s in &servers {
+    ///         let site = node.site(&s.listen_addresses()[0])?;
+    ///         coop.expect(Expect::from(&site).of::<Total>());
+    ///         coop.request(&site, &Count, SendOptions::default()).await?;
+    ///     }
+    ///     let answers = coop.wait(std::time::Duration::from_secs(30)).await?;
+    ///     let sum: u64 = answers.iter().map(|a| a.decode::<Total>().unwrap().0).sum();
+    ///     Ok::<_, Box<dyn std::error::Error>>(sum)
+    /// })?;
+    /// assert_eq!(sum, 30);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cooperation(&self) -> crate::Cooperation {
         crate::Cooperation::new(self.inner.clone())

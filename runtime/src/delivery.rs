@@ -70,19 +70,27 @@ impl SiteRef {
     /// message was never sent or may have been delivered (BMI's post and
     /// test). Many can be in flight at once.
     ///
-    /// ```no_run
+    /// ```
     /// # use serde::{Deserialize, Serialize};
     /// # use sitenet_runtime::{Message, Node, SendOptions};
-    /// # #[derive(Serialize, Deserialize)] struct Put { key: u32 }
-    /// # impl Message for Put { const ID: u32 = 7; }
-    /// # async fn demo(node: Node) -> Result<(), Box<dyn std::error::Error>> {
-    /// let site = node.site("tcp:127.0.0.1:7000")?;
-    /// let mut d = site.send_tracked(&Put { key: 1 }, SendOptions::default()).await?;
-    /// if d.test().is_none() {
-    ///     // Still on its way: do other work, then wait.
-    ///     d.await?;
-    /// }
-    /// # Ok(()) }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Put { key: u32 }
+    /// impl Message for Put { const ID: u32 = 7; }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// server.handle(|_ctx, p: Put| println!("stored {}", p.key))?;
+    /// let node = Node::builder().start()?;
+    /// let site = node.site(&server.listen_addresses()[0])?;
+    /// futures::executor::block_on(async {
+    ///     let mut d = site.send_tracked(&Put { key: 1 }, SendOptions::default()).await?;
+    ///     if d.test().is_none() {
+    ///         // Still on its way: do other work, then wait. Once it
+    ///         // completes, the server's handler has returned.
+    ///         d.await?;
+    ///     }
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn send_tracked<M: Message>(
         &self,

@@ -157,6 +157,31 @@ impl Ctx<'_> {
 
     /// Replies to the request being handled (at its priority), with a body.
     /// Never waits; fails with `QueueFull` if the output bound is reached.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use bytes::Bytes;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Read { len: usize }
+    /// impl Message for Read { const ID: u32 = 4; }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Data;
+    /// impl Message for Data { const ID: u32 = 5; }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// server.handle(|ctx, r: Read| {
+    ///     // The body goes as it is: a `Bytes` is shared, not copied.
+    ///     let _ = ctx.reply_with(&Data, vec![Bytes::from(vec![7u8; r.len])]);
+    /// })?;
+    /// let client = Node::builder().start()?; // (dropping its last handle shuts a node down)
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// let r = site.request_blocking::<Read, Data>(&Read { len: 100_000 }, SendOptions::default(),
+    ///     Duration::from_secs(30))?;
+    /// assert_eq!(r.body.len(), 100_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn reply_with<R: Message>(&mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
         if !self.is_request() || self.replied {
             return Err(SendError::Encode(
@@ -195,20 +220,34 @@ impl Ctx<'_> {
     /// §2.6). The origin must be reachable from `to` (it listens, or
     /// already has a channel to it). The request counts as answered here.
     ///
-    /// ```no_run
+    /// ```
+    /// # use std::time::Duration;
     /// # use serde::{Deserialize, Serialize};
-    /// # use sitenet_runtime::{Message, Node, SiteRef};
-    /// # #[derive(Serialize, Deserialize)] struct Lookup { key: String }
-    /// # impl Message for Lookup { const ID: u32 = 11; }
-    /// # fn demo(node: Node, owner_of: impl Fn(&str) -> SiteRef + Send + Sync + 'static) {
-    /// // A directory: requests go to the site owning the key, which
-    /// // answers the client itself.
-    /// node.handle(move |ctx, l: Lookup| {
-    ///     let owner = owner_of(&l.key);
-    ///     let _ = ctx.forward(&owner, &l);
-    /// })
-    /// .unwrap();
-    /// # }
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Lookup { key: String }
+    /// impl Message for Lookup { const ID: u32 = 11; }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Found { value: String }
+    /// impl Message for Found { const ID: u32 = 12; }
+    ///
+    /// // The owner of the keys answers whoever it sees as the sender.
+    /// let owner = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// owner.handle(|ctx, l: Lookup| {
+    ///     let _ = ctx.reply(&Found { value: format!("value of {}", l.key) });
+    /// })?;
+    /// // A directory hands every lookup to the owner.
+    /// let directory = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let to_owner = directory.site(&owner.listen_addresses()[0])?;
+    /// directory.handle(move |ctx, l: Lookup| {
+    ///     let _ = ctx.forward(&to_owner, &l);
+    /// })?;
+    /// // The client asks the directory; the owner's answer comes straight back.
+    /// let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let r = client.site(&directory.listen_addresses()[0])?.request_blocking::<Lookup, Found>(
+    ///     &Lookup { key: "k".into() }, SendOptions::default(), Duration::from_secs(30))?;
+    /// assert_eq!(r.msg.value, "value of k");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forward<M: Message>(&mut self, to: &SiteRef, msg: &M) -> Result<(), SendError> {
         self.forward_with(to, msg, SendOptions::priority(self.priority))
@@ -257,6 +296,39 @@ impl Ctx<'_> {
     /// Runs async work started by a handler on the node's runtime. The work
     /// runs after the handler returns, concurrently with later messages:
     /// ordering is given up explicitly.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Sum(u64);
+    /// impl Message for Sum { const ID: u32 = 6; }
+    ///
+    /// // A front end that asks a back end before it answers: the handler may
+    /// // not wait, so it spawns the work and answers from there (`send_to`).
+    /// let back = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// back.handle(|ctx, Sum(n): Sum| { let _ = ctx.reply(&Sum(n + 1)); })?;
+    /// let front = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let to_back = front.site(&back.listen_addresses()[0])?;
+    /// front.handle(move |ctx, Sum(n): Sum| {
+    ///     let (to_back, client) = (to_back.clone(), ctx.sender());
+    ///     ctx.spawn(async move {
+    ///         let r = to_back.request::<Sum, Sum>(&Sum(n), SendOptions::default(),
+    ///             Duration::from_secs(30)).await;
+    ///         if let Ok(r) = r {
+    ///             let _ = client.try_send(&Sum(r.msg.0 * 10));
+    ///         }
+    ///     });
+    /// })?;
+    /// let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let tx = std::sync::Mutex::new(tx);
+    /// client.handle(move |_ctx, Sum(n): Sum| { let _ = tx.lock().unwrap().send(n); })?;
+    /// client.site(&front.listen_addresses()[0])?.try_send(&Sum(1))?;
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(30))?, 20);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
         self.node.rt.spawn(fut);
     }

@@ -4,7 +4,7 @@
 //! per remote site (driving the sans-IO session of `sitenet-protocols`), the
 //! site table, typed handlers, request/reply, metrics and faults.
 //!
-//! ```no_run
+//! ```
 //! use serde::{Deserialize, Serialize};
 //! use sitenet_runtime::{Message, Node, SendOptions};
 //!

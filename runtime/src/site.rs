@@ -175,7 +175,14 @@ impl SiteEntry {
         true
     }
 
+    /// The state monitors were last told — except that a site whose
+    /// failure is on record (`SiteRef::failure`) is PermFailed already:
+    /// the handed-back messages are published before monitors hear of the
+    /// failure, and whoever sees them must not read an older state.
     pub(crate) fn fault_state(&self) -> FaultState {
+        if self.has_failed.load(std::sync::atomic::Ordering::Acquire) {
+            return FaultState::PermFailed;
+        }
         self.fault.lock().0
     }
 
@@ -194,6 +201,30 @@ impl SiteEntry {
 /// it encodes the message on the caller's thread and queues it in the site's
 /// bounded outbox; the site's ComObject is woken only when that outbox goes
 /// from empty to non-empty.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use serde::{Deserialize, Serialize};
+/// # use sitenet_runtime::{Message, Node, Priority, SendOptions};
+/// #[derive(Serialize, Deserialize)]
+/// struct Log(String);
+/// impl Message for Log { const ID: u32 = 2; }
+///
+/// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+/// server.handle(|_ctx, Log(line): Log| println!("{line}"))?;
+/// let client = Node::builder().start()?;
+/// // Cheap: no channel until the first message. Clone it freely.
+/// let site = client.site(&server.listen_addresses()[0])?;
+/// // Non-blocking (fails with `QueueFull` at the site's output bound)...
+/// site.try_send(&Log("hello".into()))?;
+/// // ...waiting for room, from async code...
+/// futures::executor::block_on(site.send(&Log("again".into())))?;
+/// // ...or from a plain thread, with a priority and a body.
+/// site.send_blocking(&Log("urgent".into()), SendOptions::priority(Priority::High).body(vec![0u8; 64]))?;
+/// site.flush_blocking(Duration::from_secs(30))?; // all acknowledged
+/// assert_eq!(site.id(), Some(server.id()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct SiteRef {
     pub(crate) entry: Arc<SiteEntry>,
     pub(crate) node: Arc<NodeInner>,
@@ -313,11 +344,12 @@ impl SiteRef {
     /// site costs (`sitenet stress`) starts many. Idempotent; the site stays
     /// idle and is reclaimed as any other once its references go.
     ///
-    /// ```no_run
-    /// # fn demo(node: &sitenet_runtime::Node) -> Result<(), sitenet_runtime::NodeError> {
-    /// let worker = node.site("tcp:127.0.0.1:7000")?;
+    /// ```
+    /// # let node = sitenet_runtime::Node::builder().start()?;
+    /// let worker = node.site("tcp:127.0.0.1:7000")?; // nothing listens there yet
     /// worker.prepare(); // the first send to it only queues and opens
-    /// # Ok(()) }
+    /// assert!(worker.failure().is_none());
+    /// # Ok::<(), sitenet_runtime::NodeError>(())
     /// ```
     pub fn prepare(&self) {
         if !self.is_local() {
@@ -325,7 +357,7 @@ impl SiteRef {
         }
     }
 
-    /// True for [`Node::local_site`]: this node itself.
+    /// True for [`Node::local_site`](crate::Node::local_site): this node itself.
     pub fn is_local(&self) -> bool {
         self.entry.is_local()
     }
@@ -533,6 +565,25 @@ impl SiteRef {
 
     /// Sends a request and waits for its reply, at most `timeout`. A late
     /// reply is discarded.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, RequestError, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Square(u64);
+    /// impl Message for Square { const ID: u32 = 3; }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// server.handle(|ctx, Square(n): Square| { let _ = ctx.reply(&Square(n * n)); })?;
+    /// let client = Node::builder().start()?; // (dropping its last handle shuts a node down)
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// let r = futures::executor::block_on(
+    ///     site.request::<Square, Square>(&Square(12), SendOptions::default(), Duration::from_secs(30)),
+    /// )?;
+    /// assert_eq!(r.msg.0, 144);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub async fn request<Q: Message, R: Message>(
         &self,
         req: &Q,
@@ -610,4 +661,24 @@ fn spend_budget_now() -> bool {
         c.set(n);
         n % 8 == 0
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found writing the `Node::kill` doc example (which failed 2 runs in
+    /// 3): a ComObject publishes the handed-back messages and wakes
+    /// waiters before monitors hear of the failure (so a monitor always
+    /// finds them), and a waiter woken by the failure read `fault_state()`
+    /// Ok. A site whose failure is on record reads PermFailed.
+    #[test]
+    fn a_site_whose_failure_is_on_record_reads_perm_failed() {
+        let e = SiteEntry::new(0, None, 1 << 20);
+        assert_eq!(e.fault_state(), FaultState::Ok);
+        *e.failed.lock() = Some(Box::new(("killed".into(), HandedBack::default())));
+        e.has_failed
+            .store(true, std::sync::atomic::Ordering::Release);
+        assert_eq!(e.fault_state(), FaultState::PermFailed);
+    }
 }

@@ -22,6 +22,21 @@ use thiserror::Error;
 
 /// Why an address string could not be parsed. The message says what form was
 /// expected, so a user can fix the command line.
+///
+/// # Example
+///
+/// ```
+/// use sitenet_transport::{Address, AddressError};
+///
+/// // No scheme: a bare `HOST:PORT` is not guessed to be TCP.
+/// let e = "127.0.0.1:7000".parse::<Address>().unwrap_err();
+/// assert_eq!(e, AddressError::Scheme("127.0.0.1:7000".into()));
+/// assert!(e.to_string().contains("expected tcp:HOST:PORT"));
+///
+/// assert!(matches!("tcp:h:99999".parse::<Address>(), Err(AddressError::Port { .. })));
+/// assert!(matches!("tcp:::1:80".parse::<Address>(), Err(AddressError::HostPort(_))));
+/// assert_eq!("mem:".parse::<Address>(), Err(AddressError::EmptyName("mem:".into())));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AddressError {
     /// No `scheme:` prefix, or one sitenet does not know.
@@ -57,6 +72,30 @@ pub enum AddressError {
 
 /// Where a site can be reached. Canonical text form via `Display`, which is
 /// also the form compared when a peer lists its listen addresses.
+///
+/// # Example
+///
+/// ```
+/// use sitenet_transport::Address;
+///
+/// let tcp: Address = "tcp:127.0.0.1:7000".parse()?;
+/// assert_eq!(tcp, Address::tcp("127.0.0.1", 7000));
+/// let v6: Address = "tcp:[::1]:7000".parse()?;
+/// assert_eq!(v6, Address::tcp("::1", 7000)); // stored without brackets
+/// assert_eq!(v6.to_string(), "tcp:[::1]:7000");
+/// assert_eq!(v6.socket_string(), "[::1]:7000");
+///
+/// let unix: Address = "unix:/tmp/site.sock".parse()?;
+/// assert_eq!(unix, Address::unix("/tmp/site.sock"));
+/// let mem: Address = "mem:node-a".parse()?;
+/// assert_eq!(mem, Address::mem("node-a"));
+///
+/// // `Display` gives the canonical form, which parses back.
+/// for a in [tcp, v6, unix, mem] {
+///     assert_eq!(a.to_string().parse::<Address>()?, a);
+/// }
+/// # Ok::<(), sitenet_transport::AddressError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Address {
     /// TCP: host name or IP literal, and port (0 = any free port when listening).
@@ -107,6 +146,23 @@ impl Address {
     /// The `mem:` counterpart of port 0, for tests and for nodes that only
     /// need *some* in-process address. Hand-picked names of the form
     /// `PREFIX#N` could still collide with a later call; avoid them.
+    ///
+    /// ```
+    /// use sitenet_transport::{Address, Listener};
+    ///
+    /// let a = Address::unique_mem("test");
+    /// let b = Address::unique_mem("test");
+    /// assert_ne!(a, b);
+    /// assert!(a.to_string().starts_with("mem:test#"));
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// // Free now, so binding it succeeds.
+    /// let listener = Listener::bind(&a).await?;
+    /// assert_eq!(listener.local_address()?, a);
+    /// # Ok::<(), std::io::Error>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn unique_mem(prefix: &str) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         loop {

@@ -36,6 +36,41 @@ use crate::mem::{MemChannel, MemListener};
 
 /// A connected byte channel. Cheap readiness futures take `&self`, so the
 /// driver can await readability and writability concurrently.
+///
+/// # Example
+///
+/// A TCP channel over loopback: await readiness, then read or write without
+/// blocking, retrying on `WouldBlock`.
+///
+/// ```
+/// use std::io::ErrorKind;
+/// use sitenet_transport::{Address, Channel, Listener};
+///
+/// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// # rt.block_on(async {
+/// let listener = Listener::bind(&"tcp:127.0.0.1:0".parse().unwrap()).await?;
+/// let addr = listener.local_address()?; // the real port
+/// let client = Channel::connect(&addr).await?;
+/// let server = listener.accept().await?;
+/// assert_eq!(server.peer().split(':').next(), Some("tcp"));
+///
+/// client.writable().await?;
+/// assert_eq!(client.try_write2(b"ping", &[])?, 4);
+/// let mut got = Vec::new();
+/// let mut buf = [0u8; 16];
+/// while got.len() < 4 {
+///     server.readable().await?;
+///     match server.try_read(&mut buf) {
+///         Ok(n) => got.extend_from_slice(&buf[..n]),
+///         Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
+///         Err(e) => return Err(e),
+///     }
+/// }
+/// assert_eq!(got, b"ping");
+/// # Ok::<(), std::io::Error>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub enum Channel {
     /// A TCP connection (TCP_NODELAY set).
@@ -248,6 +283,35 @@ impl Listener {
 /// A listening socket bound synchronously (so a node can report its real
 /// address before any runtime runs), turned into a [`Listener`] on the
 /// runtime thread.
+///
+/// # Example
+///
+/// A Unix socket in a temporary directory, bound and its address known
+/// before the runtime exists.
+///
+/// ```
+/// use std::io::ErrorKind;
+/// use sitenet_transport::{Address, BoundListener, Channel};
+///
+/// # let dir = std::env::temp_dir().join(format!("sitenet-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let addr = Address::unix(dir.join("site.sock"));
+/// let bound = BoundListener::bind(&addr)?;
+/// assert_eq!(bound.local_address()?, addr);
+///
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+/// rt.block_on(async {
+///     let listener = bound.into_listener()?; // on the runtime thread
+///     let client = Channel::connect(&addr).await?;
+///     let _server = listener.accept().await?;
+///     assert_eq!(client.peer(), addr.to_string());
+///     // The path is live: a second bind is refused.
+///     assert_eq!(BoundListener::bind(&addr).unwrap_err().kind(), ErrorKind::AddrInUse);
+///     Ok::<(), std::io::Error>(())
+/// })?;
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct BoundListener {
     inner: Bound,

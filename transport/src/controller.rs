@@ -8,8 +8,8 @@
 //! preemption tick on a thread of its own (one per controller, so a process
 //! with thousands of nodes sharing one controller has one tick thread).
 //!
-//! A lease is the slot: the [`TransObject`](crate) that owns a channel holds
-//! one, and dropping it gives the slot back — to the first site in line.
+//! A lease is the slot: the TransObject (in `sitenet-runtime`) that owns
+//! a channel holds one, and dropping it gives the slot back — to the first site in line.
 //! Its owner reports what its channel is doing through a [`SlotInfo`]
 //! (plain atomics, written on the owner's thread, read by the tick), which
 //! the policy sees as a `Candidate`; the victim is told through the
@@ -146,6 +146,34 @@ struct Inner {
 
 /// See the module documentation. Cheap to clone; all clones are one
 /// controller.
+///
+/// # Example
+///
+/// One slot to connect (weak limit 1), two in all (hard limit 2): the second
+/// request waits in line and gets the slot the first lease gives back.
+///
+/// ```
+/// use std::{sync::mpsc, time::Duration};
+/// use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+/// use sitenet_transport::{controller::Requested, TransController};
+///
+/// let policy = DefaultPolicy { min_hold: Duration::from_millis(100) };
+/// let ctrl = TransController::new(SlotConfig::new(1, 2)?, Box::new(policy));
+/// let Requested::Granted(first) = ctrl.request(|_| unreachable!()) else { panic!() };
+///
+/// let (tx, rx) = mpsc::channel();
+/// let Requested::Queued(_ticket) = ctrl.request(move |lease| tx.send(lease).unwrap()) else {
+///     panic!("the weak limit is reached")
+/// };
+/// assert_eq!((ctrl.stats().in_use, ctrl.stats().waiting), (1, 1));
+///
+/// drop(first); // the slot goes to the first site in line, at once
+/// let second = rx.recv()?;
+/// assert!(second.controller().same(&ctrl));
+/// let s = ctrl.stats();
+/// assert_eq!((s.policy, s.in_use, s.waiting, s.granted, s.queued), ("default", 1, 0, 2, 1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct TransController {
     inner: Arc<Inner>,
@@ -165,6 +193,15 @@ impl fmt::Debug for TransController {
 }
 
 /// The soft RLIMIT_NOFILE of this process (1024 if it cannot be read).
+///
+/// ```
+/// use sitenet_protocols::slots::SlotConfig;
+/// use sitenet_transport::controller::fd_limit;
+///
+/// // What `TransController::process` derives its limits from.
+/// let cfg = SlotConfig::from_fd_limit(fd_limit());
+/// assert!(cfg.weak >= 1 && cfg.weak < cfg.hard);
+/// ```
 pub fn fd_limit() -> u64 {
     rlimit::getrlimit(rlimit::Resource::NOFILE)
         .map(|(soft, _)| soft)
@@ -256,6 +293,21 @@ impl TransController {
 
     /// A connection was accepted: its slot, or `None` past the hard limit
     /// (close the connection at once).
+    ///
+    /// ```
+    /// use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+    /// use sitenet_transport::TransController;
+    ///
+    /// let ctrl = TransController::new(SlotConfig::new(1, 2)?, Box::new(DefaultPolicy::default()));
+    /// // Accepts may use the slots between the weak and the hard limit.
+    /// let a = ctrl.accept().expect("below the hard limit");
+    /// let b = ctrl.accept().expect("below the hard limit");
+    /// assert!(ctrl.accept().is_none()); // at the hard limit: close it at once
+    /// assert_eq!(ctrl.stats().accepts_refused, 1);
+    /// drop((a, b)); // dropping a lease gives its slot back
+    /// assert_eq!(ctrl.stats().in_use, 0);
+    /// # Ok::<(), sitenet_protocols::slots::SlotConfigError>(())
+    /// ```
     pub fn accept(&self) -> Option<SlotLease> {
         let mut st = self.inner.state.lock();
         let h = st.table.accept(Instant::now())?;

@@ -10,6 +10,36 @@
 //! nodes. Channels are used through readiness and non-blocking reads and
 //! writes so that the channel driver can keep its two fixed ByteBuffers and
 //! never pause reads behind writes.
+//!
+//! # Example
+//!
+//! Two ends of an in-process (`mem:`) channel exchange bytes; with a
+//! `tcp:127.0.0.1:0` or `unix:PATH` address the code is the same.
+//!
+//! ```
+//! use sitenet_transport::{Address, Channel, Listener};
+//!
+//! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! # rt.block_on(async {
+//! let addr = Address::unique_mem("doc");
+//! let listener = Listener::bind(&addr).await?;
+//! let client = Channel::connect(&addr).await?;
+//! let server = listener.accept().await?;
+//!
+//! client.writable().await?;
+//! assert_eq!(client.try_write2(b"hello ", b"site")?, 10);
+//! server.readable().await?;
+//! let mut buf = [0u8; 64];
+//! let n = server.try_read(&mut buf)?;
+//! assert_eq!(&buf[..n], b"hello site");
+//!
+//! drop(client); // the peer reads end of stream (`Ok(0)`)
+//! server.readable().await?;
+//! assert_eq!(server.try_read(&mut buf)?, 0);
+//! # Ok::<(), std::io::Error>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
 

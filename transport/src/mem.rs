@@ -120,6 +120,27 @@ fn broken_pipe(why: &str) -> io::Error {
 /// All methods take `&self`, so one task may await readability while another
 /// awaits writability. Dropping an end closes both directions: the peer reads
 /// the bytes already sent and then end of stream, and its writes fail.
+///
+/// # Example
+///
+/// The `try_*` calls need no runtime:
+///
+/// ```
+/// use std::io::ErrorKind;
+/// use sitenet_transport::MemChannel;
+///
+/// let (a, b) = MemChannel::pair();
+/// let mut buf = [0u8; 16];
+/// assert_eq!(b.try_read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+///
+/// assert_eq!(a.try_write2(b"abc", b"de")?, 5);
+/// drop(a); // closes both directions
+/// assert_eq!(b.try_read(&mut buf)?, 5); // the bytes already sent...
+/// assert_eq!(&buf[..5], b"abcde");
+/// assert_eq!(b.try_read(&mut buf)?, 0); // ...then end of stream
+/// assert_eq!(b.try_write2(b"x", &[]).unwrap_err().kind(), ErrorKind::BrokenPipe);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub struct MemChannel {
     /// Bytes from the peer.
     rx: Arc<Pipe>,
@@ -134,7 +155,8 @@ impl MemChannel {
     /// `b` reads and the other way round. For tests and for wiring two
     /// components of one process without a name.
     pub fn pair() -> (Self, Self) {
-        Self::pair_named("mem:(pair a)".into(), "mem:(pair b)".into())
+        // Each end reports the other as its peer.
+        Self::pair_named("mem:(pair b)".into(), "mem:(pair a)".into())
     }
 
     /// A pair whose ends report `peer_of_a` and `peer_of_b` as their peers.
@@ -341,6 +363,29 @@ struct AcceptQueue {
 /// Binding is synchronous (no runtime needed), so a node can report its
 /// address before any runtime runs. Dropping it frees the name and drops the
 /// connections not yet accepted (their connecting ends see end of stream).
+///
+/// # Example
+///
+/// ```
+/// use std::io::ErrorKind;
+/// use sitenet_transport::{MemChannel, MemListener};
+///
+/// let name = "node-a"; // process-wide: tests take `Address::unique_mem` names
+/// let listener = MemListener::bind(name)?;
+/// assert_eq!(listener.name(), name);
+/// assert_eq!(MemListener::bind(name).unwrap_err().kind(), ErrorKind::AddrInUse);
+///
+/// let client = MemChannel::connect(name)?; // queued for `accept` at once
+/// # let rt = tokio::runtime::Builder::new_current_thread().build()?;
+/// let server = rt.block_on(listener.accept())?;
+/// assert_eq!(client.peer(), format!("mem:{name}"));
+/// assert!(server.peer().starts_with("mem:(client "));
+///
+/// drop(listener); // frees the name
+/// let refused = MemChannel::connect(name).unwrap_err();
+/// assert_eq!(refused.kind(), ErrorKind::ConnectionRefused);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub struct MemListener {
     shared: Arc<ListenerShared>,
 }
@@ -433,6 +478,17 @@ fn check_name(name: &str) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review finding (writing the doc examples): `pair()`'s ends named
+    /// themselves, not their peers.
+    #[test]
+    fn each_end_of_a_pair_reports_the_other_as_its_peer() {
+        let (a, b) = MemChannel::pair();
+        assert_eq!(
+            (a.peer().as_str(), b.peer().as_str()),
+            ("mem:(pair b)", "mem:(pair a)")
+        );
+    }
 
     #[test]
     fn pipe_is_bounded_and_splits_two_slices() {

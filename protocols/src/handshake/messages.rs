@@ -51,6 +51,19 @@ pub struct Negotiate {
 /// same opener are over — even one whose NEGOTIATE the acceptor accepted
 /// after the opener had already closed that channel. Without this, such a
 /// stale NEGOTIATE looks live and the pair can lose a backoff round.
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::Attempt;
+///
+/// let first = Attempt { opener: 3, seq: 1 };
+/// let second = Attempt { opener: 3, seq: 2 };
+/// assert!(second.supersedes(&first)); // opener 3 gave up on its first attempt
+/// assert!(!first.supersedes(&second));
+/// assert!(!Attempt { opener: 4, seq: 9 }.supersedes(&first)); // another opener
+/// assert!(!Attempt::UNKNOWN.supersedes(&first)); // an older build says nothing
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Attempt {
     /// The opener, unique within the initiating node's incarnation; 0 means

@@ -15,6 +15,56 @@
 //! bytes after the last handshake frame belong to the session. Every wait is
 //! bounded by the handshake timeout, which the driver enforces (the deadline
 //! is given by [`HANDSHAKE_TIMEOUT`] unless configured).
+//!
+//! # Example
+//!
+//! Site A calls site B; one [`ByteBuffer`] per direction stands in for the
+//! socket.
+//!
+//! ```
+//! use sitenet_protocols::handshake::{write_answer, MIN_BUFFER};
+//! use sitenet_protocols::link::{decide, Decision, LinkView};
+//! use sitenet_protocols::{Acceptor, ByteBuffer, Initiator, LocalInfo, NegotiateAns, SiteId};
+//!
+//! let info = |id, address: &str| LocalInfo {
+//!     site: SiteId(id),
+//!     listen: vec![address.to_string()],
+//!     buffer_size: 64 * 1024,
+//!     max_message: 1 << 20,
+//! };
+//! let mut to_a = ByteBuffer::new(MIN_BUFFER as usize);
+//! let mut to_b = ByteBuffer::new(MIN_BUFFER as usize);
+//! // B accepts the connection and presents itself at once.
+//! let mut b = Acceptor::new(&info(0xB, "tcp:10.0.0.2:7000"), &mut to_a);
+//! // A expects B's id; it has received nothing from B and seen no channel (0, 0).
+//! let mut a = Initiator::new(info(0xA, "tcp:10.0.0.1:7000"), Some(SiteId(0xB)), 0, 0);
+//! assert_eq!(a.handle_input(&mut to_a, &mut to_b)?, None); // PRESENT in, NEGOTIATE out
+//! let negotiate = b.handle_input(&mut to_b)?.expect("NEGOTIATE arrived");
+//! assert_eq!(negotiate.site, SiteId(0xA));
+//!
+//! // B's ComObject decides (no channel with A yet: accept) and answers.
+//! let view = LinkView {
+//!     local: SiteId(0xB),
+//!     working: None,
+//!     working_from: None,
+//!     last_generation: 0,
+//!     opening: false,
+//!     closing: false,
+//! };
+//! let Decision::Accept { generation, .. } = decide(view, &negotiate) else { unreachable!() };
+//! let answer = NegotiateAns::Accept {
+//!     buffer_size: negotiate.buffer_size.min(64 * 1024), // never above the proposal
+//!     max_message: 1 << 20,
+//!     last_received: 0,
+//!     generation,
+//!     fresh: true,
+//! };
+//! assert!(write_answer(&mut to_a, &answer));
+//! let opened = a.handle_input(&mut to_a, &mut to_b)?.expect("the channel works");
+//! assert_eq!((opened.present.site, opened.generation), (SiteId(0xB), 1));
+//! assert_eq!(opened.present.listen, ["tcp:10.0.0.2:7000"]);
+//! # Ok::<(), sitenet_protocols::OpenError>(())
+//! ```
 
 mod acceptor;
 mod initiator;
@@ -53,6 +103,25 @@ pub const MAX_LISTEN: usize = 16;
 pub const MAX_GENERATION: u64 = u64::MAX / 2;
 
 /// Encodes a control frame with an rmp-serde payload into `out`.
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::handshake::{read_frame, write_control, MAX_HANDSHAKE_PAYLOAD};
+/// use sitenet_protocols::{ByteBuffer, FrameKind, Present, SiteId, PROTOCOL_VERSION};
+///
+/// let present =
+///     Present { version: PROTOCOL_VERSION, site: SiteId(0xB), listen: vec!["mem:b".into()] };
+/// let mut wire = ByteBuffer::new(4096);
+/// assert!(write_control(&mut wire, FrameKind::Present, &present));
+///
+/// let (header, payload) = read_frame(&mut wire, MAX_HANDSHAKE_PAYLOAD)?.expect("a whole frame");
+/// assert_eq!((header.kind, header.lane), (FrameKind::Present, 5));
+/// let decoded: Present = rmp_serde::from_slice(&payload).expect("rmp-serde");
+/// assert_eq!(decoded, present);
+/// assert!(wire.is_empty()); // read_frame consumed exactly that frame
+/// # Ok::<(), sitenet_protocols::FrameError>(())
+/// ```
 pub fn write_control<T: Serialize>(out: &mut ByteBuffer, kind: FrameKind, body: &T) -> bool {
     let payload = rmp_serde::to_vec(body).expect("handshake messages always serialise");
     // The peer refuses a larger handshake frame: never write one.

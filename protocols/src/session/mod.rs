@@ -74,6 +74,47 @@ fn push_event(events: &mut Events, e: SessionEvent) {
 }
 
 /// The state of one remote site. See the module documentation.
+///
+/// # Example
+///
+/// One turn of the driver's loop on each side, with a virtual clock: A sends,
+/// B delivers, and B's delayed ack frees A's copy of the message.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// use bytes::Bytes;
+/// use sitenet_protocols::{
+///     ByteBuffer, ChannelParams, OutMessage, Priority, ReassemblyBudget, Session, SessionConfig,
+/// };
+///
+/// let t0 = Instant::now();
+/// let cfg = SessionConfig { ack_delay: Duration::from_millis(20), ..SessionConfig::default() };
+/// # let params = ChannelParams {
+/// #     buffer_size: 65536, peer_max_message: 1 << 20, peer_last_received: 0, generation: 1,
+/// # };
+/// let mut a = Session::new(cfg.clone(), ReassemblyBudget::new(1 << 20));
+/// let mut b = Session::new(cfg, ReassemblyBudget::new(1 << 20));
+/// a.channel_up(params, t0)?; // `params`: what the handshake settled
+/// b.channel_up(params, t0)?;
+/// let (mut a_to_b, mut b_to_a) = (ByteBuffer::new(65536), ByteBuffer::new(65536));
+///
+/// a.queue(OutMessage::new(Priority::Medium, 1, Bytes::new(), vec![Bytes::from("ping")]))
+///     .unwrap();
+/// a.poll_transmit(t0, &mut a_to_b);
+/// b.handle_input(t0, &mut a_to_b, &mut |m| assert_eq!(m.body, "ping"))?;
+/// assert_eq!((a.unacked(), b.last_received()), (1, 1));
+///
+/// // B acknowledges at the latest after the ack delay (no reply carried it).
+/// let due = b.poll_timeout().expect("the ack delay is armed");
+/// assert_eq!(due, t0 + Duration::from_millis(20));
+/// b.handle_timeout(due);
+/// b.poll_transmit(due, &mut b_to_a);
+/// a.handle_input(due, &mut b_to_a, &mut |_| unreachable!("an ack only"))?;
+/// assert_eq!(a.unacked(), 0);
+/// assert_eq!(a.take_freed().0, 1); // one message's bytes released
+/// # Ok::<(), sitenet_protocols::ProtocolError>(())
+/// ```
 #[derive(Debug)]
 pub struct Session {
     cfg: std::sync::Arc<SessionConfig>,
@@ -125,6 +166,50 @@ impl Session {
     /// ([`take_refused`](Self::take_refused)), and schedules everything else
     /// in the ledger for resending, first and in number order. Silence and
     /// heartbeats are measured from `now`.
+    ///
+    /// # Example
+    ///
+    /// A message sent on a channel that was lost before it arrived is resent
+    /// on the next one, under its original number:
+    ///
+    /// ```
+    /// # use std::time::Instant;
+    /// # use bytes::Bytes;
+    /// # use sitenet_protocols::*;
+    /// # let now = Instant::now();
+    /// # let mut a = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
+    /// # let mut b = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
+    /// # let mut wire = ByteBuffer::new(65536);
+    /// let params = ChannelParams {
+    ///     buffer_size: 65536,
+    ///     peer_max_message: 1 << 20,
+    ///     peer_last_received: 0,
+    ///     generation: 1,
+    /// };
+    /// a.channel_up(params, now)?;
+    /// b.channel_up(params, now)?;
+    /// a.queue(OutMessage::new(Priority::High, 1, Bytes::new(), vec![Bytes::from("x")])).unwrap();
+    /// a.poll_transmit(now, &mut wire);
+    /// wire.clear(); // the bytes are lost with the channel
+    /// a.channel_down();
+    /// b.channel_down();
+    ///
+    /// // The next channel: each side learned in the handshake what the other received.
+    /// let next = |peer: &Session| ChannelParams {
+    ///     peer_last_received: peer.last_received(),
+    ///     generation: 2,
+    ///     ..params
+    /// };
+    /// let (for_a, for_b) = (next(&b), next(&a));
+    /// a.channel_up(for_a, now)?;
+    /// b.channel_up(for_b, now)?;
+    /// a.poll_transmit(now, &mut wire);
+    /// let mut numbers = Vec::new();
+    /// b.handle_input(now, &mut wire, &mut |m| numbers.push(m.number))?;
+    /// assert_eq!(numbers, [1]);
+    /// assert_eq!(a.stats().retransmitted, 1);
+    /// # Ok::<(), ProtocolError>(())
+    /// ```
     pub fn channel_up(&mut self, params: ChannelParams, now: Instant) -> Result<(), ProtocolError> {
         if params.peer_last_received > self.send.last_sent {
             return Err(ProtocolError::AckBeyondSent {

@@ -68,6 +68,22 @@ pub enum SlotConfigError {
 impl SlotConfig {
     /// Limits as given; the weak limit is lowered to `hard - 1` if needed
     /// (as in Mozart: one slot is always kept for accepts).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use sitenet_protocols::slots::{SlotConfig, SlotConfigError};
+    ///
+    /// let cfg = SlotConfig::new(100, 50)?;
+    /// assert_eq!((cfg.weak, cfg.hard), (49, 50)); // one slot kept for accepts
+    /// assert_eq!(SlotConfig::new(1, 1), Err(SlotConfigError::HardTooSmall(1)));
+    /// assert_eq!(SlotConfig::new(0, 10), Err(SlotConfigError::WeakZero));
+    ///
+    /// // Derived from RLIMIT_NOFILE: 64 descriptors kept, 3/4 of the rest to connect.
+    /// let cfg = SlotConfig::from_fd_limit(1024);
+    /// assert_eq!((cfg.weak, cfg.hard), (720, 960));
+    /// # Ok::<(), SlotConfigError>(())
+    /// ```
     pub fn new(weak: usize, hard: usize) -> Result<Self, SlotConfigError> {
         if hard < 2 {
             return Err(SlotConfigError::HardTooSmall(hard));
@@ -129,6 +145,45 @@ impl SlotStats {
 }
 
 /// See the module documentation.
+///
+/// # Example
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// use sitenet_protocols::slots::{
+///     ChannelReport, DefaultPolicy, Grant, PreemptReason, SlotConfig, SlotTable,
+/// };
+///
+/// let t0 = Instant::now(); // the virtual clock
+/// let cfg = SlotConfig::new(2, 3)?;
+/// let mut slots = SlotTable::new(cfg, Box::new(DefaultPolicy::default()));
+/// let Grant::Now(first) = slots.request(t0) else { unreachable!() };
+/// let Grant::Now(_second) = slots.request(t0) else { unreachable!() };
+/// // At the weak limit a third site waits in line, and a preemption is due.
+/// let Grant::Queued(ticket) = slots.request(t0) else { unreachable!() };
+/// assert!(slots.short());
+/// assert_eq!(slots.poll_timeout(), Some(t0 + cfg.preempt_interval));
+///
+/// // The tick: the driver describes each holder's channel (both quiet here).
+/// let now = t0 + Duration::from_secs(1);
+/// let quiet = ChannelReport {
+///     closeable: true,
+///     last_active: t0,
+///     mid_message: false,
+///     replies_expected: false,
+///     buffers_empty: true,
+///     queues_empty: true,
+///     callable: true,
+/// };
+/// let victim = slots.handle_timeout(now, |_holder| Some(quiet));
+/// assert_eq!(victim, Some((first, PreemptReason::LeastRecentlyActive)));
+/// // The driver closed that channel with CLOSE_HARD: its slot goes to the waiter.
+/// let (served, _holder) = slots.release(first, now).expect("the waiter is served");
+/// assert_eq!(served, ticket);
+/// assert_eq!((slots.in_use(), slots.waiting()), (2, 0));
+/// # Ok::<(), sitenet_protocols::slots::SlotConfigError>(())
+/// ```
 #[derive(Debug)]
 pub struct SlotTable {
     cfg: SlotConfig,

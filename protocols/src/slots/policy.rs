@@ -142,6 +142,41 @@ impl PreemptionPolicy for Naive {
 /// * among quiet ones, a peer that can be called back before an accept-only
 ///   client (the peer that preempted can reopen the channel itself);
 /// * within a group, the least recently active.
+///
+/// # Example
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// use sitenet_protocols::slots::{
+///     Candidate, ChannelReport, DefaultPolicy, Naive, PreemptReason, PreemptionPolicy,
+/// };
+///
+/// let t0 = Instant::now();
+/// let now = t0 + Duration::from_secs(10);
+/// let channel = |last_active, mid_message| ChannelReport {
+///     closeable: true,
+///     last_active,
+///     mid_message,
+///     replies_expected: false,
+///     buffers_empty: true,
+///     queues_empty: true,
+///     callable: true,
+/// };
+/// let a_second_ago = now - Duration::from_secs(1);
+/// let candidates = [
+///     // The least recently active, but a message is half received on it.
+///     Candidate { holder: 1, granted_at: t0, channel: channel(t0, true) },
+///     // Quiet, active a second ago.
+///     Candidate { holder: 2, granted_at: t0, channel: channel(a_second_ago, false) },
+///     // Quiet and idle, but it got its slot just now.
+///     Candidate { holder: 3, granted_at: now, channel: channel(t0, false) },
+/// ];
+/// let policy = DefaultPolicy::default(); // min_hold: 100 ms
+/// assert_eq!(policy.choose(now, &candidates), Some((2, PreemptReason::LeastRecentlyActive)));
+/// // The paper's policy takes the first channel with empty buffers and queues.
+/// assert_eq!(Naive.choose(now, &candidates), Some((1, PreemptReason::NaiveIdle)));
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct DefaultPolicy {
     /// A channel is not preempted until it has held its slot this long.

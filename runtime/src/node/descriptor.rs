@@ -32,11 +32,22 @@ impl Node {
     /// Errors: an address that does not parse ([`NodeError::Address`]), a
     /// node shut down.
     ///
-    /// ```no_run
-    /// # fn demo(a: &sitenet_runtime::Node, b: &sitenet_runtime::Node) -> Result<(), sitenet_runtime::NodeError> {
-    /// // `b` listens on mem:, unix: and tcp:; `a` runs in the same process.
-    /// let site_b = a.site_from_descriptor(&b.descriptor())?; // talks over mem:
-    /// # Ok(()) }
+    /// ```
+    /// # use sitenet_runtime::{Node, SendOptions, services::{Echo, EchoReply}};
+    /// // `b` listens on mem: and tcp:; `a` runs in the same process.
+    /// let b = Node::builder()
+    ///     .listen("tcp:127.0.0.1:0")
+    ///     .listen("mem:descriptor-doc")
+    ///     .configure(|c| c.builtin_services = true)
+    ///     .start()?;
+    /// let d = b.descriptor(); // "ID@tcp:127.0.0.1:PORT,mem:descriptor-doc"
+    /// let a = Node::builder().start()?;
+    /// let site_b = a.site_from_descriptor(&d)?; // talks over mem:
+    /// let r = site_b.request_blocking::<Echo, EchoReply>(
+    ///     &Echo { seq: 1 }, SendOptions::default(), std::time::Duration::from_secs(30))?;
+    /// assert_eq!(r.msg.seq, 1);
+    /// assert_eq!(site_b.id(), Some(b.id()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn site_from_descriptor(&self, d: &SiteDescriptor) -> Result<SiteRef, NodeError> {
         if self.inner.is_shut_down() {

@@ -183,6 +183,23 @@ impl NodeInner {
 }
 
 /// Builds a [`Node`].
+///
+/// ```
+/// use std::time::Duration;
+/// use sitenet_runtime::{Node, Runtime};
+///
+/// // Listens on loopback (port 0: the kernel picks one) and in-process,
+/// // with a faster reconnect than the default and a thread of its own.
+/// let node = Node::builder()
+///     .listen("tcp:127.0.0.1:0")
+///     .listen("mem:builder-doc")
+///     .configure(|c| c.reconnect_min = Duration::from_millis(10))
+///     .runtime(Runtime::dedicated("builder-doc"))
+///     .start()?;
+/// assert_eq!(node.listen_addresses().len(), 2);
+/// assert!(node.listen_addresses()[0].starts_with("tcp:127.0.0.1:"));
+/// # Ok::<(), sitenet_runtime::NodeError>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct NodeBuilder {
     listen: Vec<String>,
@@ -439,6 +456,25 @@ impl Node {
 
     /// Registers the handler for message type `M`. Registering a type id twice
     /// is an error, as is an id in sitenet's reserved range.
+    ///
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, NodeError};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Ping(u64);
+    /// impl Message for Ping { const ID: u32 = 1; }
+    ///
+    /// let node = Node::builder().start()?;
+    /// node.handle(|ctx, Ping(n): Ping| {
+    ///     // One-way or request: a request is answered with `reply`.
+    ///     if ctx.is_request() {
+    ///         let _ = ctx.reply(&Ping(n + 1));
+    ///     }
+    /// })?;
+    /// // One handler per type.
+    /// assert!(matches!(node.handle(|_ctx, _: Ping| {}), Err(NodeError::DuplicateHandler(1))));
+    /// # Ok::<(), NodeError>(())
+    /// ```
     pub fn handle<M, F>(&self, f: F) -> Result<(), NodeError>
     where
         M: Message,
@@ -452,6 +488,26 @@ impl Node {
     /// its type, or a header that did not decode). Such messages are still
     /// acknowledged — an application fault never closes a channel — and
     /// counted in `Metrics::unhandled`. Replaces any earlier hook.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Unknown;
+    /// impl Message for Unknown { const ID: u32 = 99; }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let tx = std::sync::Mutex::new(tx);
+    /// server.on_unhandled(move |u| { let _ = tx.lock().unwrap().send((u.type_id, u.reason)); });
+    /// let client = Node::builder().start()?;
+    /// client.site(&server.listen_addresses()[0])?.try_send(&Unknown)?;
+    /// let (type_id, reason) = rx.recv_timeout(Duration::from_secs(30))?;
+    /// assert_eq!(type_id, 99);
+    /// assert!(reason.contains("no handler"), "{reason}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn on_unhandled(&self, f: impl Fn(crate::handlers::Unhandled) + Send + Sync + 'static) {
         *self.inner.handlers.unhandled.write() = Some(Arc::new(f));
     }
@@ -460,6 +516,29 @@ impl Node {
     /// message not acknowledged is handed back (see [`SiteRef::failure`]).
     /// The local site (see [`local_site`](Self::local_site)) cannot fail:
     /// killing it does nothing.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{FaultState, Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Job(u32);
+    /// impl Message for Job { const ID: u32 = 7; }
+    ///
+    /// let node = Node::builder().start()?;
+    /// // Nothing listens there: the messages wait, and are handed back on kill.
+    /// let site = node.site("tcp:127.0.0.1:9")?;
+    /// site.try_send(&Job(1))?;
+    /// site.try_send(&Job(2))?;
+    /// node.kill(&site);
+    /// assert!(node.wait_until_blocking(|_| site.failure().is_some(), Duration::from_secs(30)));
+    /// assert_eq!(site.fault_state(), FaultState::PermFailed);
+    /// let (reason, back) = site.failure().unwrap();
+    /// println!("{reason}");
+    /// assert_eq!(back.not_sent.len() + back.maybe_delivered.len(), 2); // nothing lost
+    /// assert!(site.try_send(&Job(3)).is_err()); // and nothing more accepted
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn kill(&self, site: &SiteRef) {
         if site.is_local() {
             return;
@@ -469,15 +548,37 @@ impl Node {
 
     /// A stream of the site's fault-state changes: ok → temporarily failed
     /// → ok, or permanently failed. The first item is the current state.
+    ///
+    /// ```
+    /// # use sitenet_runtime::{FaultState, Node};
+    /// use futures::StreamExt;
+    ///
+    /// let node = Node::builder().start()?;
+    /// let site = node.site("tcp:127.0.0.1:9")?;
+    /// let mut events = node.monitor(&site);
+    /// futures::executor::block_on(async {
+    ///     assert_eq!(events.next().await.unwrap().state, FaultState::Ok); // now
+    ///     node.kill(&site);
+    ///     // (a site that cannot be reached would report TempFailed first)
+    ///     while let Some(e) = events.next().await {
+    ///         if e.state == FaultState::PermFailed {
+    ///             println!("gone: {}", e.reason);
+    ///             break;
+    ///         }
+    ///     }
+    /// });
+    /// # Ok::<(), sitenet_runtime::NodeError>(())
+    /// ```
     pub fn monitor(
         &self,
         site: &SiteRef,
     ) -> futures::channel::mpsc::UnboundedReceiver<crate::site::FaultEvent> {
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let entry = site.entry.resolved();
+        let state = entry.fault_state();
         let mut f = entry.fault.lock();
         let _ = tx.unbounded_send(crate::site::FaultEvent {
-            state: f.0,
+            state,
             reason: String::new(),
         });
         f.1.push(tx);
@@ -496,6 +597,23 @@ impl Node {
 
     /// What the node holds against its bounds: channel slots, transport
     /// memory, sites. Cheap enough to poll (it walks the site table once).
+    ///
+    /// ```
+    /// # use sitenet_runtime::{Node, SendOptions, services::{Echo, EchoReply}};
+    /// let server = Node::builder()
+    ///     .listen("tcp:127.0.0.1:0")
+    ///     .configure(|c| c.builtin_services = true)
+    ///     .start()?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, SendOptions::default(),
+    ///     std::time::Duration::from_secs(30))?;
+    /// let stats = client.stats();
+    /// println!("{}", serde_json::to_string_pretty(&stats)?);
+    /// assert_eq!(stats.per_site.len(), 1);
+    /// assert_eq!(stats.per_site[0].site, Some(server.id().to_string()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stats(&self) -> crate::NodeStats {
         let slots = self.inner.slots.stats();
         let entries = self.inner.all_entries();
@@ -619,6 +737,28 @@ impl Node {
     /// On the node's own runtime thread, where it would deadlock (it waits
     /// for acknowledgements only that thread can process): use `shutdown`
     /// there, or drop the node (which stops it without blocking).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Save(u32);
+    /// impl Message for Save { const ID: u32 = 8; }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// server.handle(|_ctx, _: Save| {})?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// for i in 0..100 {
+    ///     site.send_blocking(&Save(i), SendOptions::default())?;
+    /// }
+    /// // Waits for every acknowledgement, up to the deadline, then closes.
+    /// let report = client.shutdown_blocking(Duration::from_secs(30));
+    /// assert_eq!(report.unacknowledged_bytes, 0);
+    /// assert!(server.wait_until_blocking(|m| m.messages_delivered >= 100, Duration::from_secs(30)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn shutdown_blocking(&self, deadline: Duration) -> ShutdownReport {
         assert!(
             !self.inner.rt.is_current_thread(),

@@ -75,6 +75,32 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// inside); clones share the seed, the RNG, the controls and the set of
 /// wrapped channels, so a test keeps one clone and hands another to the code
 /// that opens channels.
+///
+/// # Example
+///
+/// Cut a channel 5 bytes into its stream: the write that crosses the offset
+/// is short, the peer receives exactly those bytes and then end of stream.
+///
+/// ```
+/// use std::io::ErrorKind;
+/// use sitenet_transport::{Channel, FaultInjector, MemChannel};
+///
+/// let injector = FaultInjector::new(42);
+/// let (a, b) = MemChannel::pair();
+/// let a = injector.wrap(Channel::Mem(a)); // used like any channel
+/// let b = Channel::Mem(b);
+///
+/// injector.cut_after(5);
+/// assert_eq!(a.try_write2(b"hello, world", &[])?, 5); // short write, then cut
+/// assert_eq!(a.try_write2(b"more", &[]).unwrap_err().kind(), ErrorKind::BrokenPipe);
+/// assert_eq!(injector.cuts(), 1);
+///
+/// let mut buf = [0u8; 32];
+/// assert_eq!(b.try_read(&mut buf)?, 5);
+/// assert_eq!(&buf[..5], b"hello");
+/// assert_eq!(b.try_read(&mut buf)?, 0); // end of stream
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct FaultInjector {
     inner: Arc<Injector>,
@@ -200,6 +226,17 @@ impl FaultInjector {
 
     /// A line to print when a test fails: the seed and how to replay it, for
     /// example `fault injector seed: 1234 (set SITENET_FAULT_SEED=1234 to replay)`.
+    ///
+    /// ```
+    /// use sitenet_transport::FaultInjector;
+    ///
+    /// let injector = FaultInjector::new(1234);
+    /// assert_eq!(injector.seed(), 1234);
+    /// assert_eq!(
+    ///     injector.seed_report(),
+    ///     "fault injector seed: 1234 (set SITENET_FAULT_SEED=1234 to replay)"
+    /// );
+    /// ```
     pub fn seed_report(&self) -> String {
         let seed = self.inner.seed;
         format!(
