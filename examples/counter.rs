@@ -4,10 +4,14 @@
 //! on its network layer (a distributed dictionary, an actor registry):
 //!
 //! * **shards** own the counters of the keys that hash to them;
-//! * a **front** site is the only address clients know: it answers
-//!   `Layout` with the shards — `SiteRef`s inside a message, which the
-//!   client uses as its own — and delegates `Read`s to the owning shard
-//!   (`ctx.forward`), which answers the client directly;
+//! * a **front** site is the only address clients know, and holds shard 0
+//!   itself: its list of shards starts with its own local site
+//!   (`Node::local_site`), so one piece of code routes to every shard,
+//!   near or far. It answers `Layout` with the shards — `SiteRef`s inside
+//!   a message, which the client uses as its own (shard 0 resolves to the
+//!   client's reference to the front: one site, one queue) — and delegates
+//!   `Read`s to the owning shard (`ctx.forward`, to itself included), which
+//!   answers the client directly;
 //! * the **client** applies thousands of increments as one batch of
 //!   acknowledged sends to the shards (all in flight at once), reads one
 //!   counter through the front, and sums every shard with a cooperation
@@ -65,6 +69,15 @@ impl Message for Value {
     const ID: u32 = 3;
 }
 
+/// Request to the front: a counter's value, wherever it lives.
+#[derive(Serialize, Deserialize)]
+struct Lookup {
+    key: u64,
+}
+impl Message for Lookup {
+    const ID: u32 = 8;
+}
+
 /// Request: the sum of every counter of a shard.
 #[derive(Serialize, Deserialize)]
 struct Sum;
@@ -92,8 +105,8 @@ impl Message for Shards {
     const ID: u32 = 7;
 }
 
-fn shard(i: usize) -> Result<Node, Box<dyn std::error::Error>> {
-    let n = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+/// Makes `n` shard `i`: it keeps counters and answers `Read` and `Sum`.
+fn serve_shard(n: &Node, i: usize) -> Result<(), Box<dyn std::error::Error>> {
     let counters: Arc<Mutex<HashMap<u64, u64>>> = Arc::default();
     let c = counters.clone();
     n.handle(move |_ctx, a: Add| {
@@ -113,18 +126,26 @@ fn shard(i: usize) -> Result<Node, Box<dyn std::error::Error>> {
     n.handle(move |ctx, _s: Sum| {
         let _ = ctx.reply(&Partial(counters.lock().unwrap().values().sum()));
     })?;
-    Ok(n)
+    Ok(())
+}
+
+fn listening() -> Result<Node, Box<dyn std::error::Error>> {
+    Ok(Node::builder().listen("tcp:127.0.0.1:0").start()?)
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
-    let shards = (0..cli.shards).map(shard).collect::<Result<Vec<_>, _>>()?;
-    let front = Node::builder().listen("tcp:127.0.0.1:0").start()?;
-    let routes: Vec<SiteRef> = shards
-        .iter()
-        .map(|s| front.site(&s.listen_addresses()[0]))
-        .collect::<Result<_, _>>()?;
+    let front = listening()?;
+    serve_shard(&front, 0)?;
+    let mut routes: Vec<SiteRef> = vec![front.local_site()];
+    let mut shards = Vec::new();
+    for i in 1..cli.shards.max(1) {
+        let n = listening()?;
+        serve_shard(&n, i)?;
+        routes.push(front.site(&n.listen_addresses()[0])?);
+        shards.push(n);
+    }
     // The front talks to each shard once, so it knows their ids and can
     // hand references to them out.
     for r in &routes {
@@ -135,9 +156,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     front.handle(move |ctx, _l: Layout| {
         let _ = ctx.reply(&Shards(for_layout.clone()));
     })?;
-    front.handle(move |ctx, r: Read| {
-        let owner = &routes[(r.key % routes.len() as u64) as usize];
-        let _ = ctx.forward(owner, &r);
+    // Delegated as a `Read` to the owner, which may be the front itself.
+    front.handle(move |ctx, l: Lookup| {
+        let owner = &routes[(l.key % routes.len() as u64) as usize];
+        let _ = ctx.forward(owner, &Read { key: l.key });
     })?;
 
     // The client knows only the front, and listens (a shard answers it
@@ -149,8 +171,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let shards_here = layout.msg.0;
     println!(
-        "client: {} shards, learned from the front",
-        shards_here.len()
+        "client: {} shards, learned from the front (shard 0 is the front itself: {})",
+        shards_here.len(),
+        if shards_here[0] == front_ref {
+            "the same SiteRef"
+        } else {
+            "a SECOND reference"
+        }
     );
 
     let mut batch = client.batch();
@@ -170,17 +197,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         report.failures().len()
     );
 
-    let v = front_ref
-        .request::<Read, Value>(
-            &Read { key: 7 },
-            SendOptions::default(),
-            Duration::from_secs(10),
-        )
-        .await?;
-    println!(
-        "client: key {} = {} (read through the front, answered by shard {})",
-        v.msg.key, v.msg.value, v.msg.shard
-    );
+    for key in [7, 9] {
+        let v = front_ref
+            .request::<Lookup, Value>(
+                &Lookup { key },
+                SendOptions::default(),
+                Duration::from_secs(10),
+            )
+            .await?;
+        println!(
+            "client: key {} = {} (read through the front, answered by shard {})",
+            v.msg.key, v.msg.value, v.msg.shard
+        );
+    }
 
     let coop = client.cooperation();
     for s in &shards_here {

@@ -3,7 +3,8 @@
 //!
 //! Two nodes in one process (each on its own runtime thread); the client
 //! streams numbered messages through a seeded fault injector, which cuts the
-//! channel `--cuts` times. For each cut the time from the cut to the next
+//! channel twice in each of `--cuts` rounds: once idle (everything
+//! acknowledged) and once busy (half a batch in flight). For each cut the time from the cut to the next
 //! message delivered at the server is recorded (reconnect backoff, TCP
 //! connect, open protocol, retransmission of the unacknowledged messages).
 //! At the end the server's sink must have every message exactly once.
@@ -24,7 +25,7 @@ use sitenet::{Message, Node, Runtime, SendOptions};
 
 #[derive(Parser)]
 struct Args {
-    /// Number of cuts.
+    /// Rounds, each cutting the channel once idle and once busy.
     #[arg(long, default_value_t = 50)]
     cuts: u32,
     /// Messages sent between two cuts.

@@ -104,8 +104,12 @@ fn counter_applies_every_increment_exactly_once_across_shards() {
         out.contains("2000 increments acknowledged, 0 failed"),
         "{out}"
     );
+    // Key 9 belongs to shard 0, the front itself (its local site); key 7
+    // to shard 1.
+    assert!(out.contains("answered by shard 0)"), "{out}");
+    assert!(out.contains("answered by shard 1)"), "{out}");
     assert!(
-        out.contains("read through the front, answered by shard"),
+        out.contains("shard 0 is the front itself: the same SiteRef"),
         "{out}"
     );
     assert!(
@@ -128,4 +132,15 @@ fn echo_clients_share_few_server_descriptors_and_lose_nothing() {
         .and_then(|n| n.parse().ok())
         .expect("the peak");
     assert!(peak <= 4, "{out}");
+}
+
+#[test]
+fn cut_recovery_delivers_every_message_once_across_cuts() {
+    let out = run(
+        "cut_recovery",
+        &["--cuts", "3", "--per-cut", "200", "--size", "4096"],
+    );
+    // 3 rounds of one idle message and 200 busy ones.
+    assert!(out.contains("603 messages delivered exactly once"), "{out}");
+    assert!(out.contains("monitor saw"), "{out}");
 }
