@@ -24,7 +24,9 @@ use bytes::Bytes;
 /// A receive descriptor: what one expected reply looks like.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expect<S> {
-    /// The site it must come from (`None`: any site of the cooperation).
+    /// The site it must come from (`None`: any site whose reply reaches the
+    /// cooperation — the replies to its requests, and declared cooperation
+    /// replies from any site).
     pub from: Option<S>,
     /// Its message type (`None`: any type).
     pub type_id: Option<u32>,

@@ -247,6 +247,36 @@ async fn attempt(node: &NodeInner, op: &Op) -> OpResult {
 }
 
 /// A submitted batch: its outcomes as they come.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use serde::{Deserialize, Serialize};
+/// # use sitenet_runtime::{Message, Node, SendOptions};
+/// #[derive(Serialize, Deserialize)]
+/// struct Work(u64);
+/// impl Message for Work { const ID: u32 = 17; }
+///
+/// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+/// server.handle(|ctx, Work(n): Work| { let _ = ctx.reply(&Work(n * 2)); })?;
+/// let client = Node::builder().start()?;
+/// let site = client.site(&server.listen_addresses()[0])?;
+/// let mut b = client.batch();
+/// for n in 0..5 {
+///     b.request(&site, &Work(n), SendOptions::default(), Duration::from_secs(30))?;
+/// }
+/// let mut running = b.submit();
+/// let mut sum = 0;
+/// // Each completion as it comes, in whatever order.
+/// futures::executor::block_on(async {
+///     while let Some((_index, outcome)) = running.wait_any(Duration::from_secs(30)).await {
+///         sum += outcome.expect("answered").decode::<Work>()?.0;
+///     }
+///     Ok::<_, String>(())
+/// })?;
+/// assert_eq!(sum, 2 * (0 + 1 + 2 + 3 + 4));
+/// assert_eq!(running.pending(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Submitted {
     node: Arc<NodeInner>,
     rx: mpsc::UnboundedReceiver<(usize, OpResult)>,

@@ -7,6 +7,23 @@ use sitenet_protocols::SessionConfig;
 use sitenet_transport::TransController;
 
 /// Everything tunable about a node. `Default` gives DESIGN.md's defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// use sitenet_runtime::{Node, NodeConfig};
+///
+/// // Start from the defaults and change what the deployment needs.
+/// let cfg = NodeConfig {
+///     max_message_size: 64 << 20,                     // 64 MiB messages
+///     heartbeat_interval: Duration::from_millis(250), // faster failure detection
+///     silence_timeout: Duration::from_secs(2),
+///     give_up_after: Some(Duration::from_secs(60)),   // then fail for good
+///     ..NodeConfig::default()
+/// };
+/// let node = Node::builder().config(cfg).start()?;
+/// assert_eq!(node.config().max_message_size, 64 << 20);
+/// # Ok::<(), sitenet_runtime::NodeError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     /// ByteBuffer size per channel direction (minimum 4 KiB). The initiator

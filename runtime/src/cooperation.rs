@@ -44,6 +44,34 @@ impl PartialEq for SiteKey {
 
 /// A receive descriptor (see the module documentation): from one site or
 /// any, of one type or any, with a body limit.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use bytes::Bytes;
+/// # use serde::{Deserialize, Serialize};
+/// # use sitenet_runtime::{Expect, Message, Node, SendOptions};
+/// #[derive(Serialize, Deserialize)]
+/// struct Fetch;
+/// impl Message for Fetch { const ID: u32 = 14; }
+/// #[derive(Serialize, Deserialize)]
+/// struct Page;
+/// impl Message for Page { const ID: u32 = 15; }
+///
+/// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+/// server.handle(|ctx, _: Fetch| { let _ = ctx.reply_with(&Page, vec![Bytes::from(vec![1u8; 10_000])]); })?;
+/// let client = Node::builder().start()?;
+/// let site = client.site(&server.listen_addresses()[0])?;
+/// let coop = client.cooperation();
+/// // From this site, of type Page, keeping at most 1 KiB of its body.
+/// coop.expect(Expect::from(&site).of::<Page>().max_body(1024));
+/// let answers = futures::executor::block_on(async {
+///     coop.request(&site, &Fetch, SendOptions::default()).await?;
+///     Ok::<_, Box<dyn std::error::Error>>(coop.wait(Duration::from_secs(30)).await?)
+/// })?;
+/// assert!(answers[0].truncated());
+/// assert_eq!((answers[0].body.len(), answers[0].size), (1024, 10_000));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct Expect(machine::Expect<SiteKey>);
 
@@ -250,6 +278,30 @@ impl OpenCooperations {
 /// See the module documentation. Cheap to clone: clones share the
 /// cooperation (several tasks may wait for it; a cancel wakes them all).
 /// When the last handle is dropped it is cancelled.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use serde::{Deserialize, Serialize};
+/// # use sitenet_runtime::{CoopError, Expect, Message, Node, SendOptions};
+/// #[derive(Serialize, Deserialize)]
+/// struct Ask;
+/// impl Message for Ask { const ID: u32 = 16; }
+///
+/// // A site that never answers: the cooperation is checked without
+/// // blocking, waited for with a timeout, and cancelled.
+/// let silent = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+/// silent.handle(|_ctx, _: Ask| {})?;
+/// let client = Node::builder().start()?;
+/// let site = client.site(&silent.listen_addresses()[0])?;
+/// let coop = client.cooperation();
+/// coop.expect(Expect::from(&site));
+/// futures::executor::block_on(coop.request(&site, &Ask, SendOptions::default()))?;
+/// assert!(coop.check().is_none()); // still open
+/// let waited = futures::executor::block_on(coop.wait(Duration::from_millis(50)));
+/// assert!(matches!(waited, Err(CoopError::TimedOut { missing: 1, .. })));
+/// coop.cancel(); // wakes every waiter; a late reply is discarded and counted
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Cooperation {
     node: Arc<NodeInner>,
     state: Arc<CoopState>,

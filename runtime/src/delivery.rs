@@ -151,6 +151,32 @@ impl SiteRef {
 /// [`test`](Delivery::test) to ask without waiting. Blocking code waits
 /// with `futures::executor::block_on(delivery)` — off the node's own
 /// runtime thread, where the acknowledgement is processed.
+///
+/// ```
+/// # use serde::{Deserialize, Serialize};
+/// # use sitenet_runtime::{DeliveryError, Message, Node, SendOptions};
+/// #[derive(Serialize, Deserialize)]
+/// struct Chunk(u32);
+/// impl Message for Chunk { const ID: u32 = 13; }
+///
+/// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+/// server.handle(|_ctx, _: Chunk| {})?;
+/// let client = Node::builder().start()?;
+/// let site = client.site(&server.listen_addresses()[0])?;
+/// // Post many, then test them in turn (BMI): each completes on its own.
+/// let mut posted: Vec<_> = (0..10)
+///     .map(|i| site.try_send_tracked(&Chunk(i), SendOptions::default()))
+///     .collect::<Result<_, _>>()?;
+/// while !posted.is_empty() {
+///     posted.retain_mut(|d| match d.test() {
+///         None => true, // on its way
+///         Some(outcome) => { outcome.expect("acknowledged"); false }
+///     });
+///     std::thread::yield_now();
+/// }
+/// # let _: Option<DeliveryError> = None;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 #[must_use = "a Delivery does nothing unless awaited or tested"]
 pub struct Delivery {

@@ -94,6 +94,19 @@ pub trait Message: Serialize + DeserializeOwned + Send + 'static {
 }
 
 /// How to send: priority and body parts.
+///
+/// ```
+/// use bytes::Bytes;
+/// use sitenet_runtime::{Priority, SendOptions};
+///
+/// // A control message ahead of bulk traffic, with a small body...
+/// let urgent = SendOptions::priority(Priority::High).body(&b"stop"[..]);
+/// assert_eq!(urgent.priority, Priority::High);
+/// // ...and a bulk one whose body is shared, not copied (a `Bytes` clone).
+/// let block = Bytes::from(vec![0u8; 1 << 20]);
+/// let bulk = SendOptions::priority(Priority::Low).body(block.clone());
+/// assert_eq!(bulk.body[0].as_ptr(), block.as_ptr());
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct SendOptions {
     /// Level (default: medium, 3).

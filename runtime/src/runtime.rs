@@ -15,6 +15,20 @@ use std::time::Duration;
 use actix_rt::ArbiterHandle;
 
 /// A handle to the thread a node's actors run on. Cheap to clone.
+///
+/// ```
+/// use sitenet_runtime::{Node, Runtime};
+///
+/// // Two nodes on a thread of their own, apart from the shared one: a
+/// // handler that blocks one of them holds up nobody else.
+/// let rt = Runtime::dedicated("doc-workers");
+/// let a = Node::builder().runtime(rt.clone()).start()?;
+/// let b = Node::builder().runtime(rt).start()?;
+/// assert!(a.runtime().is_running());
+/// assert!(!a.runtime().is_current_thread()); // this thread is not it
+/// # drop(b);
+/// # Ok::<(), sitenet_runtime::NodeError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Runtime {
     arbiter: ArbiterHandle,

@@ -405,6 +405,15 @@ impl Node {
     /// After the first handshake the site is also reached at the other
     /// addresses it listens on, the best transport first (see
     /// [`site_from_descriptor`](Self::site_from_descriptor)).
+    ///
+    /// ```
+    /// let node = sitenet_runtime::Node::builder().start()?;
+    /// let a = node.site("tcp:127.0.0.1:7000")?; // no channel yet: opened by the first message
+    /// let b = node.site("tcp:127.0.0.1:7000")?;
+    /// assert_eq!(a, b); // one address, one site, one queue
+    /// assert!(node.site("carrier-pigeon:coop").is_err()); // says which forms are valid
+    /// # Ok::<(), sitenet_runtime::NodeError>(())
+    /// ```
     pub fn site(&self, addr: &str) -> Result<SiteRef, NodeError> {
         if self.inner.is_shut_down() {
             return Err(NodeError::Shutdown);
