@@ -91,6 +91,12 @@ async fn the_final_handler_answers_the_origin_directly_in_three_messages() {
     assert_eq!(sent(&[&a, &b, &c]), 3);
     assert_eq!(b.metrics().messages_sent, 1, "B only forwarded");
     assert_eq!(c.metrics().messages_sent, 1, "C answered A, not B");
+    // On the wire: three frames that carry messages, one per hop.
+    let frames: u64 = [&a, &b, &c]
+        .iter()
+        .map(|n| n.metrics().data_frames_sent)
+        .sum();
+    assert_eq!(frames, 3, "data frames");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

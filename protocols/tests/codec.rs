@@ -361,3 +361,30 @@ fn acks_piggy_back_on_data_frames() {
     assert_eq!(pair.b.session.poll_transmit(pair.now, &mut pair.b.out), 0);
     assert_eq!(pair.b.session.stats().acks_out, 0);
 }
+
+/// `SessionStats::data_frames_out` (the frames a communication pattern
+/// costs, what `Metrics::data_frames_sent` publishes) counts exactly the
+/// DATA and PACKED frames on the wire: small messages packed together, a
+/// large one in several frames, explicit acks and heartbeats not at all.
+#[test]
+fn data_frames_out_counts_the_frames_that_carry_messages() {
+    let mut pair = Pair::new(65_536, SessionConfig::default());
+    for i in 1..=20 {
+        pair.a.send(small(i));
+    }
+    let big = OutMessage::new(Priority::Low, 9, Bytes::new(), vec![slice(0, 300_000)]);
+    pair.a.send(big);
+    pair.pump().unwrap();
+    pair.advance(Duration::from_secs(2)); // acks and heartbeats
+    pair.pump().unwrap();
+    // (Each side's tap sees the frames it reads: A's frames are in B's.)
+    let on_wire = pair.b.tap.count(FrameKind::Data) + pair.b.tap.count(FrameKind::Packed);
+    assert!(on_wire > 2, "several frames: {on_wire}");
+    assert_eq!(pair.a.session.stats().data_frames_out, on_wire as u64);
+    assert!(pair.a.tap.count(FrameKind::Ack) > 0, "B acknowledged");
+    assert_eq!(
+        pair.b.session.stats().data_frames_out,
+        0,
+        "acks are not data"
+    );
+}

@@ -97,6 +97,12 @@ counters! {
     channel_buffer_bytes,
     /// The most `channel_buffer_bytes` has been.
     channel_buffer_bytes_peak,
+    /// Frames written that carry application messages (DATA and PACKED,
+    /// resends included): what a communication pattern costs on the wire.
+    data_frames_sent,
+    /// Explicit acknowledgement frames written (most acknowledgements ride
+    /// on data frames and cost none).
+    ack_frames_sent,
 }
 
 impl Counters {

@@ -356,6 +356,7 @@ impl Session {
                     .send
                     .write_one_data_frame(now, out, max_payload, last_received, stats)
             {
+                stats.data_frames_out += 1;
                 l.carried_ack(last_received, stats);
             }
         }

@@ -97,6 +97,10 @@ pub struct SessionStats {
     pub duplicates: u64,
     /// Frames written.
     pub frames_out: u64,
+    /// Frames written that carry application messages (DATA and PACKED;
+    /// resends included): what a communication pattern costs on the wire,
+    /// acknowledgements and heartbeats aside.
+    pub data_frames_out: u64,
     /// Explicit ack frames written.
     pub acks_out: u64,
     /// Heartbeat frames written.
@@ -127,6 +131,7 @@ impl SessionStats {
         delivered: 0,
         duplicates: 0,
         frames_out: 0,
+        data_frames_out: 0,
         acks_out: 0,
         heartbeats_out: 0,
         frames_in: 0,

@@ -99,6 +99,8 @@ impl ComObject {
             weak_started: k.weak_closes_started,
             weak_rejected: k.weak_closes_rejected,
             hard_started: k.hard_closes_started,
+            data_frames: s.data_frames_out,
+            ack_frames: s.acks_out,
         };
         let r = match &mut self.reported {
             Some(last) => std::mem::replace(&mut **last, now_seen),
@@ -118,6 +120,8 @@ impl ComObject {
         Counters::add(&c.weak_closes_started, n.weak_started - r.weak_started);
         Counters::add(&c.weak_closes_rejected, n.weak_rejected - r.weak_rejected);
         Counters::add(&c.hard_closes_started, n.hard_started - r.hard_started);
+        Counters::add(&c.data_frames_sent, n.data_frames - r.data_frames);
+        Counters::add(&c.ack_frames_sent, n.ack_frames - r.ack_frames);
         if n.delivered != r.delivered || n.sent != r.sent || n.weak_rejected != r.weak_rejected {
             // Once per batch (a read, a flush), not per message: whoever
             // waits on the node's metrics re-checks.
@@ -138,4 +142,6 @@ pub(super) struct Reported {
     weak_started: u64,
     weak_rejected: u64,
     hard_started: u64,
+    data_frames: u64,
+    ack_frames: u64,
 }
