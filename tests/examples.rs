@@ -104,7 +104,7 @@ fn counter_applies_every_increment_exactly_once_across_shards() {
         out.contains("2000 increments acknowledged, 0 failed"),
         "{out}"
     );
-    // Key 9 belongs to shard 0, the front itself (its local site); key 7
+    // Key 0 belongs to shard 0, the front itself (its local site); key 7
     // to shard 1.
     assert!(out.contains("answered by shard 0)"), "{out}");
     assert!(out.contains("answered by shard 1)"), "{out}");
