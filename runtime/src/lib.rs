@@ -38,6 +38,7 @@ mod outbox;
 pub mod runtime;
 pub mod services;
 mod site;
+mod site_entry;
 mod site_serde;
 mod stats;
 mod streams;

@@ -1,0 +1,250 @@
+//! The node's reassembly budget, shared by every session. A session that wants `n`
+//! more bytes gets them if they are available **and** it would then hold at
+//! most its fair share — the limit divided by the number of sessions that
+//! hold budget (itself included), and never less than one maximum frame —
+//! or it is the *oldest holder* (the session holding budget the longest,
+//! which may finish what it started). Otherwise it is *blocked*: the
+//! session stops consuming input (the frame stays in the ring, so the
+//! peer's sending is slowed by TCP), and the driver stops reading that
+//! channel until budget is released
+//! ([`ReassemblyBudget::set_release_hook`]). An exhausted budget therefore
+//! pauses peers; it never fails one.
+//!
+//! Partial messages that together need more than the budget cannot all
+//! finish: if a holder other than the oldest stays blocked for the
+//! reassembly idle time, it gives way — its partial messages are abandoned
+//! and its channel closed, not as a fault: the peer reconnects and resends
+//! them from their first fragment — which frees budget for the oldest. The
+//! oldest never gives way, so some message always completes. A partial
+//! message that makes no progress because its *peer* stopped sending is
+//! abandoned after the same idle time, as a protocol fault. (A peer that
+//! trickles bytes just fast enough keeps its partial message alive; what it
+//! holds is still only what it sent, within its share unless it is the
+//! oldest holder.)
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::frame::MAX_FRAME_LEN;
+
+/// A share below one maximum frame could block a session for ever.
+const MIN_SHARE: u64 = MAX_FRAME_LEN as u64;
+
+/// The release hook (see [`ReassemblyBudget::set_release_hook`]).
+type Hook = Arc<dyn Fn() + Send + Sync>;
+
+/// Where the release hook lives; taken out of the lock before it is called.
+#[derive(Default)]
+struct HookSlot(std::sync::Mutex<Option<Hook>>);
+
+impl HookSlot {
+    fn set(&self, hook: Hook) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+    }
+
+    fn call(&self) {
+        let hook = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(h) = hook {
+            h();
+        }
+    }
+}
+
+struct Inner {
+    available: AtomicU64,
+    /// Sessions holding budget now.
+    holders: AtomicU64,
+    /// The tickets of the sessions holding budget, oldest first.
+    order: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+    next_ticket: AtomicU64,
+    /// Times budget was given back (lets a driver see progress).
+    releases: AtomicU64,
+    limit: u64,
+    hook: HookSlot,
+}
+
+/// The per-node budget of bytes held by partly received messages, shared by
+/// every session of a node so that many peers together cannot make it
+/// allocate without limit (see the module documentation for how it is
+/// shared).
+///
+/// # Example
+///
+/// ```
+/// use sitenet_protocols::reassembly::Blocked;
+/// use sitenet_protocols::ReassemblyBudget;
+///
+/// const K: u64 = 1024;
+/// let budget = ReassemblyBudget::new(200 * K); // one per node
+/// let mut a = budget.share(); // one per session
+/// let mut b = budget.share();
+/// assert_eq!(a.try_take(150 * K), Ok(())); // alone, a may take beyond a fair share
+/// assert_eq!(b.try_take(40 * K), Ok(()));
+/// // With two holders a fair share is 100 KiB, and only the oldest holder may
+/// // go beyond it: b must wait (its driver stops reading its channel).
+/// assert_eq!(b.try_take(70 * K), Err(Blocked::OverShare));
+/// assert!(a.is_oldest() && !b.is_oldest());
+///
+/// drop(a); // a's messages completed: its bytes come back
+/// assert_eq!(budget.available(), 160 * K);
+/// assert_eq!(b.try_take(70 * K), Ok(()));
+/// ```
+#[derive(Clone)]
+pub struct ReassemblyBudget {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ReassemblyBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReassemblyBudget")
+            .field("available", &self.available())
+            .field("holders", &self.holders())
+            .field("limit", &self.inner.limit)
+            .finish()
+    }
+}
+
+impl ReassemblyBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: u64) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                available: AtomicU64::new(limit),
+                holders: AtomicU64::new(0),
+                order: Default::default(),
+                next_ticket: AtomicU64::new(0),
+                releases: AtomicU64::new(0),
+                limit,
+                hook: HookSlot::default(),
+            }),
+        }
+    }
+
+    /// Bytes currently available.
+    pub fn available(&self) -> u64 {
+        self.inner.available.load(Ordering::Acquire)
+    }
+
+    /// The configured limit.
+    pub fn limit(&self) -> u64 {
+        self.inner.limit
+    }
+
+    /// Sessions holding budget now.
+    pub fn holders(&self) -> u64 {
+        self.inner.holders.load(Ordering::Acquire)
+    }
+
+    /// How many times budget was given back so far.
+    pub fn releases(&self) -> u64 {
+        self.inner.releases.load(Ordering::Acquire)
+    }
+
+    /// Calls `hook` whenever budget is given back, so a driver that stopped
+    /// reading a blocked channel can resume it. Replaces any earlier hook.
+    pub fn set_release_hook(&self, hook: Hook) {
+        self.inner.hook.set(hook);
+    }
+
+    /// A session's handle on the budget.
+    pub fn share(&self) -> BudgetShare {
+        BudgetShare {
+            budget: self.clone(),
+            held: 0,
+            ticket: 0,
+        }
+    }
+
+    fn order(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<u64>> {
+        self.inner.order.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fair_share(&self, holders: u64) -> u64 {
+        (self.inner.limit / holders.max(1)).max(MIN_SHARE)
+    }
+}
+
+/// Why a session could not take budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocked {
+    /// The session would hold more than its fair share while others hold
+    /// budget: it must wait, and gives way if that lasts.
+    OverShare,
+    /// The budget is exhausted by others: wait until they give some back.
+    Exhausted,
+}
+
+/// One session's part of the node's [`ReassemblyBudget`]: what it holds.
+/// Dropping it gives everything back.
+#[derive(Debug)]
+pub struct BudgetShare {
+    budget: ReassemblyBudget,
+    held: u64,
+    /// This session's place in the holders' order (meaningful while it
+    /// holds budget: `held > 0`).
+    ticket: u64,
+}
+
+impl BudgetShare {
+    /// Bytes this session holds.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// True if this session is the oldest holder (or no one holds budget):
+    /// it may take beyond its share, and never has to give way.
+    pub fn is_oldest(&self) -> bool {
+        if self.held > 0 {
+            self.budget.order().first() == Some(&self.ticket)
+        } else {
+            self.budget.holders() == 0
+        }
+    }
+
+    /// Takes `n` more bytes, or says why not (leaving everything unchanged).
+    pub fn try_take(&mut self, n: u64) -> Result<(), Blocked> {
+        if n == 0 {
+            return Ok(());
+        }
+        let b = &self.budget.inner;
+        let others = b.holders.load(Ordering::Acquire) - u64::from(self.held > 0);
+        let share = self.budget.fair_share(others + 1);
+        if others > 0 && self.held.saturating_add(n) > share && !self.is_oldest() {
+            return Err(Blocked::OverShare);
+        }
+        b.available
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| a.checked_sub(n))
+            .map_err(|_| Blocked::Exhausted)?;
+        if self.held == 0 {
+            let t = b.next_ticket.fetch_add(1, Ordering::AcqRel);
+            self.budget.order().insert(t);
+            self.ticket = t;
+            b.holders.fetch_add(1, Ordering::AcqRel);
+        }
+        self.held += n;
+        Ok(())
+    }
+
+    /// Gives `n` bytes back (a message completed or was abandoned).
+    pub fn give_back(&mut self, n: u64) {
+        let n = n.min(self.held);
+        if n == 0 {
+            return;
+        }
+        let b = &self.budget.inner;
+        self.held -= n;
+        if self.held == 0 {
+            self.budget.order().remove(&self.ticket);
+            b.holders.fetch_sub(1, Ordering::AcqRel);
+        }
+        b.available.fetch_add(n, Ordering::AcqRel);
+        b.releases.fetch_add(1, Ordering::AcqRel);
+        b.hook.call();
+    }
+}
+
+impl Drop for BudgetShare {
+    fn drop(&mut self) {
+        self.give_back(self.held);
+    }
+}

@@ -1,0 +1,167 @@
+//! Building and starting a [`Node`]: its configuration, runtime and
+//! listeners, bound before anything runs so an address in use is an error
+//! of `start`, not a log line later.
+
+use super::*;
+
+/// Builds a [`Node`].
+///
+/// ```
+/// use std::time::Duration;
+/// use sitenet_runtime::{Node, Runtime};
+///
+/// // Listens on loopback (port 0: the kernel picks one) and in-process,
+/// // with a faster reconnect than the default and a thread of its own.
+/// let node = Node::builder()
+///     .listen("tcp:127.0.0.1:0")
+///     .listen("mem:builder-doc")
+///     .configure(|c| c.reconnect_min = Duration::from_millis(10))
+///     .runtime(Runtime::dedicated("builder-doc"))
+///     .start()?;
+/// assert_eq!(node.listen_addresses().len(), 2);
+/// assert!(node.listen_addresses()[0].starts_with("tcp:127.0.0.1:"));
+/// # Ok::<(), sitenet_runtime::NodeError>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct NodeBuilder {
+    listen: Vec<String>,
+    cfg: NodeConfig,
+    runtime: Option<Runtime>,
+}
+
+impl NodeBuilder {
+    /// Listens on `addr` (`tcp:HOST:PORT`; port 0 picks a free port). May be
+    /// called several times. A node without listeners only connects out.
+    pub fn listen(mut self, addr: impl Into<String>) -> Self {
+        self.listen.push(addr.into());
+        self
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, cfg: NodeConfig) -> Self {
+        self.cfg = cfg;
+        self
+    }
+
+    /// Changes the configuration in place.
+    pub fn configure(mut self, f: impl FnOnce(&mut NodeConfig)) -> Self {
+        f(&mut self.cfg);
+        self
+    }
+
+    /// Runs the node's actors on this runtime instead of the default.
+    pub fn runtime(mut self, rt: Runtime) -> Self {
+        self.runtime = Some(rt);
+        self
+    }
+
+    /// Binds the listeners and starts the node. Works inside an actix system,
+    /// inside any tokio runtime, and from a plain `main`; it never blocks on
+    /// the runtime, so it is safe on the runtime's own thread.
+    pub fn start(self) -> Result<Node, NodeError> {
+        let cfg = self.cfg.normalised();
+        let rt = self.runtime.unwrap_or_else(Runtime::current_or_shared);
+        let mut bound = Vec::new();
+        let mut listen = Vec::new();
+        for a in &self.listen {
+            let addr: Address = a.parse()?;
+            let b = BoundListener::bind(&addr).map_err(|source| NodeError::Bind {
+                addr: a.clone(),
+                source,
+            })?;
+            listen.push(b.local_address().map_err(|source| NodeError::Bind {
+                addr: a.clone(),
+                source,
+            })?);
+            bound.push(b);
+        }
+        let id = SiteId(rand::random::<u128>());
+        // Every handshake this node makes carries its listen list: check it
+        // fits once, here, rather than failing every open later.
+        LocalInfo {
+            site: id,
+            listen: listen.iter().map(ToString::to_string).collect(),
+            buffer_size: cfg.buffer_size,
+            max_message: cfg.max_message_size,
+        }
+        .validate()
+        .map_err(|e| NodeError::Config(e.to_string()))?;
+        let budget = ReassemblyBudget::new(cfg.reassembly_budget);
+        let budget_released = Arc::new(Notify::new());
+        let released = budget_released.clone();
+        budget.set_release_hook(Arc::new(move || released.notify_waiters()));
+        let slots = cfg
+            .trans_controller
+            .clone()
+            .unwrap_or_else(sitenet_transport::TransController::process);
+        let com_cfg = Arc::new(cfg.com(id));
+        let inner = Arc::new(NodeInner {
+            id,
+            budget,
+            budget_released,
+            cfg,
+            rt: rt.clone(),
+            listen,
+            handlers: Handlers::default(),
+            sites: Mutex::new(SiteTable::default()),
+            pending: Mutex::new(HashMap::default()),
+            deadlines: Arc::default(),
+            deliveries: Default::default(),
+            cooperations: Default::default(),
+            // Unpredictable: a third site cannot guess the ids in flight.
+            counters: Counters::default(),
+            slots,
+            com_cfg,
+            shut_down: AtomicBool::new(false),
+            stop_listeners: tokio::sync::watch::Sender::new(false),
+            acked: Notify::new(),
+            faults: Mutex::new(VecDeque::new()),
+            pending_handshakes: AtomicUsize::new(0),
+            sinks: Default::default(),
+            changed: Notify::new(),
+            listeners_done: Mutex::new(Vec::new()),
+            local: std::sync::OnceLock::new(),
+        });
+        inner.start_request_timer();
+        if inner.cfg.builtin_services {
+            crate::services::register(&inner)?;
+        }
+        for b in bound {
+            let node = inner.clone();
+            let (done_tx, done_rx) = oneshot::channel();
+            inner.listeners_done.lock().push(done_rx);
+            rt.spawn(async move {
+                match b.into_listener() {
+                    Ok(l) => node.accept_loop(l).await,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot register listener with the runtime")
+                    }
+                }
+                // The listener is dropped (closed) by now.
+                let _ = done_tx.send(());
+            });
+        }
+        let slots = inner.slots.stats();
+        tracing::info!(
+            site = %id,
+            listen = ?inner.listen.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            slots_weak = slots.weak,
+            slots_hard = slots.hard,
+            transport_bytes_bound = slots.hard as u64 * 2 * inner.cfg.buffer_size as u64,
+            "node started"
+        );
+        Ok(Node {
+            _stopper: Some(Arc::new(StopOnDrop(inner.clone()))),
+            inner,
+        })
+    }
+}
+
+/// Stops the node (without blocking) when the last user handle drops.
+pub(super) struct StopOnDrop(pub(super) Arc<NodeInner>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop_now();
+    }
+}

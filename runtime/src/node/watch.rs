@@ -1,0 +1,183 @@
+//! Watching a node and its sites: failing one on purpose, its fault
+//! states, the node's counters, faults and statistics, and waiting until
+//! they say something.
+
+use super::*;
+
+/// Faults, metrics and statistics.
+impl Node {
+    /// Fails a site permanently on purpose: its channel is closed, and every
+    /// message not acknowledged is handed back (see [`SiteRef::failure`]).
+    /// The local site (see [`local_site`](Self::local_site)) cannot fail:
+    /// killing it does nothing.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{FaultState, Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Job(u32);
+    /// impl Message for Job { const ID: u32 = 7; }
+    ///
+    /// let node = Node::builder().start()?;
+    /// // Nothing listens there: the messages wait, and are handed back on kill.
+    /// let site = node.site("tcp:127.0.0.1:9")?;
+    /// site.try_send(&Job(1))?;
+    /// site.try_send(&Job(2))?;
+    /// node.kill(&site);
+    /// assert!(node.wait_until_blocking(|_| site.failure().is_some(), Duration::from_secs(30)));
+    /// assert_eq!(site.fault_state(), FaultState::PermFailed);
+    /// let (reason, back) = site.failure().unwrap();
+    /// println!("{reason}");
+    /// assert_eq!(back.not_sent.len() + back.maybe_delivered.len(), 2); // nothing lost
+    /// assert!(site.try_send(&Job(3)).is_err()); // and nothing more accepted
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn kill(&self, site: &SiteRef) {
+        if site.is_local() {
+            return;
+        }
+        self.inner.given_actor(site.entry.resolved()).do_send(Kill);
+    }
+
+    /// A stream of the site's fault-state changes: ok → temporarily failed
+    /// → ok, or permanently failed. The first item is the current state.
+    ///
+    /// ```
+    /// # use sitenet_runtime::{FaultState, Node};
+    /// use futures::StreamExt;
+    ///
+    /// let node = Node::builder().start()?;
+    /// let site = node.site("tcp:127.0.0.1:9")?;
+    /// let mut events = node.monitor(&site);
+    /// futures::executor::block_on(async {
+    ///     assert_eq!(events.next().await.unwrap().state, FaultState::Ok); // now
+    ///     node.kill(&site);
+    ///     // (a site that cannot be reached would report TempFailed first)
+    ///     while let Some(e) = events.next().await {
+    ///         if e.state == FaultState::PermFailed {
+    ///             println!("gone: {}", e.reason);
+    ///             break;
+    ///         }
+    ///     }
+    /// });
+    /// # Ok::<(), sitenet_runtime::NodeError>(())
+    /// ```
+    pub fn monitor(
+        &self,
+        site: &SiteRef,
+    ) -> futures::channel::mpsc::UnboundedReceiver<crate::site::FaultEvent> {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let entry = site.entry.resolved();
+        let state = entry.fault_state();
+        let mut f = entry.fault.lock();
+        let _ = tx.unbounded_send(crate::site::FaultEvent {
+            state,
+            reason: String::new(),
+        });
+        f.1.push(tx);
+        rx
+    }
+
+    /// A snapshot of the node's counters.
+    pub fn metrics(&self) -> Metrics {
+        self.inner.counters.snapshot()
+    }
+
+    /// Recent fault reports (at most 256), oldest first.
+    pub fn faults(&self) -> Vec<FaultReport> {
+        self.inner.faults.lock().iter().cloned().collect()
+    }
+
+    /// What the node holds against its bounds: channel slots, transport
+    /// memory, sites. Cheap enough to poll (it walks the site table once).
+    ///
+    /// ```
+    /// # use sitenet_runtime::{Node, SendOptions, services::{Echo, EchoReply}};
+    /// let server = Node::builder()
+    ///     .listen("tcp:127.0.0.1:0")
+    ///     .configure(|c| c.builtin_services = true)
+    ///     .start()?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, SendOptions::default(),
+    ///     std::time::Duration::from_secs(30))?;
+    /// let stats = client.stats();
+    /// println!("{}", serde_json::to_string_pretty(&stats)?);
+    /// assert_eq!(stats.per_site.len(), 1);
+    /// assert_eq!(stats.per_site[0].site, Some(server.id().to_string()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> crate::NodeStats {
+        let slots = self.inner.slots.stats();
+        let entries = self.inner.all_entries();
+        let idle = entries
+            .iter()
+            .filter(|e| !e.connected.load(Ordering::Relaxed))
+            .count();
+        let per_site = entries
+            .iter()
+            .map(|e| e.stats.lock().as_deref().cloned().unwrap_or_default())
+            .collect();
+        let m = self.metrics();
+        crate::NodeStats {
+            transport_bytes_bound: slots.hard as u64 * 2 * self.inner.cfg.buffer_size as u64,
+            slots,
+            transport_bytes: m.channel_buffer_bytes,
+            transport_bytes_peak: m.channel_buffer_bytes_peak,
+            sites_live: entries.len(),
+            sites_idle: idle,
+            sites_reclaimed: m.sites_reclaimed,
+            per_site,
+        }
+    }
+
+    /// Number of remote sites in the site table. An entry with no
+    /// `SiteRef`, nothing queued or unacknowledged and no channel leaves it
+    /// after the linger time (`Metrics::sites_reclaimed` counts them).
+    pub fn site_count(&self) -> usize {
+        self.inner.sites.lock().entries.len()
+    }
+
+    /// Waits until `pred` holds for the node's metrics, at most `timeout`;
+    /// returns whether it held. Re-checked whenever a channel opens or closes,
+    /// a fault state changes, a batch of messages is sent or delivered, or
+    /// acknowledgements arrive, so tools and tests await conditions instead of
+    /// polling.
+    pub async fn wait_until(&self, pred: impl Fn(&Metrics) -> bool, timeout: Duration) -> bool {
+        let timer = self.inner.rt.delay(timeout);
+        futures::pin_mut!(timer);
+        loop {
+            let changed = self.inner.changed.notified();
+            let acked = self.inner.acked.notified();
+            futures::pin_mut!(changed);
+            futures::pin_mut!(acked);
+            changed.as_mut().enable();
+            acked.as_mut().enable();
+            if pred(&self.metrics()) {
+                return true;
+            }
+            let either = futures::future::select(changed, acked);
+            if let futures::future::Either::Right(_) =
+                futures::future::select(either, timer.as_mut()).await
+            {
+                return pred(&self.metrics());
+            }
+        }
+    }
+
+    /// Blocking variant of [`wait_until`](Self::wait_until).
+    ///
+    /// # Panics
+    ///
+    /// On the node's own runtime thread, where it would deadlock: await
+    /// `wait_until` there.
+    pub fn wait_until_blocking(&self, pred: impl Fn(&Metrics) -> bool, timeout: Duration) -> bool {
+        assert!(
+            !self.inner.rt.is_current_thread(),
+            "Node::wait_until_blocking called on the node's own runtime thread, where it would \
+             deadlock; await Node::wait_until there"
+        );
+        futures::executor::block_on(self.wait_until(pred, timeout))
+    }
+}
