@@ -165,3 +165,31 @@ async fn after_shutdown_the_local_site_refuses_sends() {
     let e = me.try_send(&Add(1)).unwrap_err();
     assert!(matches!(e, SendError::Shutdown), "{e}");
 }
+
+/// A request A sends B, which B forwards back to A: its origin is A
+/// itself, so A's handler answers through A's local site, and the request
+/// completes with the delegated reply (accepted from any site, its id
+/// unguessable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_forwarded_back_to_its_origin_is_answered_locally() {
+    let a = common::listening_node();
+    a.handle(|ctx, Add(n): Add| {
+        assert!(ctx.sender().is_local(), "A sees itself as the origin");
+        let _ = ctx.reply(&Add(n * 10));
+    })
+    .unwrap();
+    let b = common::listening_node();
+    let back = b.site(&addr(&a)).unwrap();
+    b.handle(move |ctx, m: Add| {
+        let _ = ctx.forward(&back, &m);
+    })
+    .unwrap();
+    let r = a
+        .site(&addr(&b))
+        .unwrap()
+        .request::<Add, Add>(&Add(4), SendOptions::default(), PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(r.msg.0, 40);
+    assert_eq!(a.metrics().replies_discarded, 0);
+}
