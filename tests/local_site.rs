@@ -193,3 +193,34 @@ async fn a_request_forwarded_back_to_its_origin_is_answered_locally() {
     assert_eq!(r.msg.0, 40);
     assert_eq!(a.metrics().replies_discarded, 0);
 }
+
+/// A site at one of the node's own listen addresses is its local site; a
+/// name of the node the site table cannot know (the wildcard it listens
+/// on) is found out by the handshake: a connection to self, a clear
+/// permanent failure, the message handed back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn its_own_listen_address_is_the_local_site_and_another_name_a_clear_failure() {
+    let a = Node::builder().listen("tcp:0.0.0.0:0").start().unwrap();
+    a.handle(|ctx, Add(n): Add| {
+        let _ = ctx.reply(&Add(n * 10));
+    })
+    .unwrap();
+    let listen = a.listen_addresses()[0].clone();
+    let me = a.site(&listen).unwrap();
+    assert!(me.is_local());
+    let r = me
+        .request::<Add, Add>(&Add(4), SendOptions::default(), PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(r.msg.0, 40);
+    let port = listen.rsplit(':').next().unwrap();
+    let other_name = a.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+    assert!(!other_name.is_local());
+    let e = other_name
+        .request::<Add, Add>(&Add(4), SendOptions::default(), PATIENCE)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("connection to self"), "{e}");
+    let (_, back) = other_name.failure().unwrap();
+    assert_eq!(back.not_sent.len(), 1, "handed back, not lost");
+}

@@ -246,7 +246,11 @@ impl Node {
     /// reference goes), and the same address always gives the same site.
     /// After the first handshake the site is also reached at the other
     /// addresses it listens on, the best transport first (see
-    /// [`site_from_descriptor`](Self::site_from_descriptor)).
+    /// [`site_from_descriptor`](Self::site_from_descriptor)). One of this
+    /// node's own listen addresses, as [`listen_addresses`](Self::listen_addresses)
+    /// gives it, is its [`local_site`](Self::local_site); another name for
+    /// this node (a wildcard address it listens on, say) is found out by
+    /// the handshake, and the site fails as a connection to self.
     ///
     /// ```
     /// let node = sitenet_runtime::Node::builder().start()?;
@@ -261,6 +265,9 @@ impl Node {
             return Err(NodeError::Shutdown);
         }
         let a: Address = addr.parse()?;
+        if self.inner.listen.contains(&a) {
+            return Ok(self.local_site());
+        }
         Ok(self.inner.site_at(a))
     }
 
