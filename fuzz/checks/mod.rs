@@ -5,6 +5,7 @@
 
 pub mod frame_header;
 pub mod handshake;
+pub mod origin;
 pub mod packed;
 pub mod prelude;
 pub mod session_input;

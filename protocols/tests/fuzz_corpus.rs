@@ -64,3 +64,8 @@ fn session_input_inputs_replay() {
 fn packed_inputs_replay() {
     replay("packed", checks::packed::check);
 }
+
+#[test]
+fn origin_inputs_replay() {
+    replay("origin", checks::origin::check);
+}
