@@ -375,3 +375,39 @@ async fn requests_time_out_in_the_order_of_their_deadlines() {
     }
     assert_eq!(order, [200, 400, 600]);
 }
+
+/// Nodes that leave their TCP receive buffers to the kernel's autotuning
+/// (`NodeConfig::tcp_receive_buffer = None`, for long fat links) connect,
+/// accept and carry 8 MiB messages both ways like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_with_autotuned_receive_buffers_carry_large_messages() {
+    let autotuned = |c: &mut sitenet::NodeConfig| {
+        services(c);
+        c.tcp_receive_buffer = None;
+    };
+    let a = sitenet::Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(autotuned)
+        .start()
+        .unwrap();
+    let b = sitenet::Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(autotuned)
+        .start()
+        .unwrap();
+    let sink_b = Sink::install(&b, 4, Some(8 << 20));
+    let sink_a = Sink::install(&a, 4, Some(8 << 20));
+    let body = Bytes::from(vec![3u8; 8 << 20]);
+    let (to_b, to_a) = (a.site(&addr(&b)).unwrap(), b.site(&addr(&a)).unwrap());
+    for seq in 0..4 {
+        let m = Numbered { stream: 0, seq };
+        to_b.send_with(&m, SendOptions::default().body(body.clone()))
+            .await
+            .unwrap();
+        to_a.send_with(&m, SendOptions::default().body(body.clone()))
+            .await
+            .unwrap();
+    }
+    sink_b.wait().await;
+    sink_a.wait().await;
+}

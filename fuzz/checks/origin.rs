@@ -33,6 +33,9 @@ fn descriptor(text: &str) {
             Ok(&d),
             "{text:?} printed as {printed:?}, which parses differently"
         );
-        assert!(d.addresses.iter().all(|a| !a.is_empty() && !a.contains(',')));
+        assert!(d
+            .addresses
+            .iter()
+            .all(|a| !a.is_empty() && !a.contains(',')));
     }
 }

@@ -11,6 +11,7 @@ use thiserror::Error;
 
 use sitenet_protocols::handshake::MIN_BUFFER;
 use sitenet_protocols::{Acceptor, Initiator, LocalInfo, Negotiate, OpenError, Opened, SiteId};
+use sitenet_transport::channel::TcpTuning;
 use sitenet_transport::{Address, Channel, SlotLease};
 
 use crate::trans_object::TransObject;
@@ -39,19 +40,46 @@ impl From<OpenFailure> for sitenet_protocols::OpenFailure {
     }
 }
 
+/// How a node dials out: what its configuration says of connecting (an
+/// owned copy, for the future that connects).
+pub(crate) struct Dial {
+    pub(crate) fault: Option<sitenet_transport::FaultInjector>,
+    pub(crate) tcp: TcpTuning,
+    pub(crate) buffer_size: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
+}
+
+impl Dial {
+    pub(crate) fn new(cfg: &crate::NodeConfig) -> Self {
+        Self {
+            fault: cfg.fault_injector.clone(),
+            tcp: cfg.tcp_tuning(),
+            buffer_size: cfg.buffer_size,
+            connect_timeout: cfg.connect_timeout,
+            handshake_timeout: cfg.handshake_timeout,
+        }
+    }
+}
+
 /// Connects to `addr` and runs the initiator's side of the open protocol
-/// (`hs`, already told what to propose) over rings of `buffer_size`, in the
-/// channel slot `lease` (given back if the open fails).
+/// (`hs`, already told what to propose) over rings of the dial's buffer
+/// size, in the channel slot `lease` (given back if the open fails).
 pub(crate) async fn connect_and_open(
     addr: Address,
     lease: Option<SlotLease>,
-    fault: Option<sitenet_transport::FaultInjector>,
-    buffer_size: u32,
+    dial: Dial,
     mut hs: Initiator,
-    connect_timeout: Duration,
-    handshake_timeout: Duration,
 ) -> Result<(TransObject, Opened), (OpenFailure, Option<SiteId>)> {
-    let ch = match actix_rt::time::timeout(connect_timeout, Channel::connect(&addr)).await {
+    let Dial {
+        fault,
+        tcp,
+        buffer_size,
+        connect_timeout,
+        handshake_timeout,
+    } = dial;
+    let connect = Channel::connect_tuned(&addr, tcp);
+    let ch = match actix_rt::time::timeout(connect_timeout, connect).await {
         Err(_) => return Err((OpenFailure::ConnectTimeout(addr.to_string()), None)),
         Ok(Err(source)) => {
             return Err((

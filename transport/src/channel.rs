@@ -108,12 +108,42 @@ pub const TCP_NOTSENT_LOWAT: u32 = 128 * 1024;
 /// than with autotuning.
 pub const TCP_RECEIVE_BUFFER: usize = 256 << 10;
 
+/// How a TCP channel's socket is set up beyond what every channel gets (no
+/// Nagle delay, a bounded unsent backlog: [`TCP_NOTSENT_LOWAT`]).
+///
+/// ```
+/// use sitenet_transport::channel::{TcpTuning, TCP_RECEIVE_BUFFER};
+///
+/// // The default bounds the kernel's receive buffer (see TCP_RECEIVE_BUFFER)...
+/// assert_eq!(TcpTuning::default().receive_buffer, Some(TCP_RECEIVE_BUFFER));
+/// // ...which a long fat link may hand back to the kernel's autotuning.
+/// let wan = TcpTuning { receive_buffer: None };
+/// # let _ = wan;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpTuning {
+    /// The kernel's receive buffer (`SO_RCVBUF`), or `None` to leave it to
+    /// the kernel's autotuning: a window large enough for any link, at the
+    /// price of a backlog no scheduler reaches (see [`TCP_RECEIVE_BUFFER`]).
+    pub receive_buffer: Option<usize>,
+}
+
+impl Default for TcpTuning {
+    fn default() -> Self {
+        Self {
+            receive_buffer: Some(TCP_RECEIVE_BUFFER),
+        }
+    }
+}
+
 /// Sets up a TCP stream the way channels use it: no Nagle delay, a bounded
 /// unsent backlog in the kernel ([`TCP_NOTSENT_LOWAT`], where the system
-/// has it) and a bounded receive buffer ([`TCP_RECEIVE_BUFFER`]).
-fn tune_tcp(s: &TcpStream) -> io::Result<()> {
+/// has it) and the receive buffer `tuning` asks for.
+fn tune_tcp(s: &TcpStream, tuning: TcpTuning) -> io::Result<()> {
     s.set_nodelay(true)?;
-    socket2::SockRef::from(s).set_recv_buffer_size(TCP_RECEIVE_BUFFER)?;
+    if let Some(n) = tuning.receive_buffer {
+        socket2::SockRef::from(s).set_recv_buffer_size(n)?;
+    }
     #[cfg(any(target_os = "linux", target_os = "android"))]
     if let Err(e) = socket2::SockRef::from(s).set_tcp_notsent_lowat(TCP_NOTSENT_LOWAT) {
         tracing::debug!(error = %e, "TCP_NOTSENT_LOWAT not available; the kernel buffers freely");
@@ -126,10 +156,15 @@ impl Channel {
     /// process (`ConnectionRefused` if there is none by that name); an empty
     /// Unix path or mem name is `InvalidInput`.
     pub async fn connect(addr: &Address) -> io::Result<Self> {
+        Self::connect_tuned(addr, TcpTuning::default()).await
+    }
+
+    /// [`connect`](Self::connect), with `tuning` for a TCP channel.
+    pub async fn connect_tuned(addr: &Address, tuning: TcpTuning) -> io::Result<Self> {
         match addr {
             Address::Tcp { .. } => {
                 let s = TcpStream::connect(addr.socket_string()).await?;
-                tune_tcp(&s)?;
+                tune_tcp(&s, tuning)?;
                 Ok(Self::Tcp(s))
             }
             Address::Unix { path } => {
@@ -222,6 +257,16 @@ impl Channel {
             Self::Faulty(f) => f.peer(),
         }
     }
+
+    /// The kernel's receive buffer of a TCP channel (`SO_RCVBUF` as the
+    /// kernel reports it: Linux doubles what was set, for its
+    /// bookkeeping); `None` for other channels. What [`TcpTuning`] did.
+    pub fn tcp_receive_buffer(&self) -> Option<usize> {
+        match self {
+            Self::Tcp(s) => socket2::SockRef::from(s).recv_buffer_size().ok(),
+            _ => None,
+        }
+    }
 }
 
 /// A listening endpoint.
@@ -268,10 +313,15 @@ impl Listener {
 
     /// Accepts the next channel.
     pub async fn accept(&self) -> io::Result<Channel> {
+        self.accept_tuned(TcpTuning::default()).await
+    }
+
+    /// [`accept`](Self::accept), with `tuning` for a TCP channel.
+    pub async fn accept_tuned(&self, tuning: TcpTuning) -> io::Result<Channel> {
         match self {
             Self::Tcp(l) => {
                 let (s, _) = l.accept().await?;
-                tune_tcp(&s)?;
+                tune_tcp(&s, tuning)?;
                 Ok(Channel::Tcp(s))
             }
             Self::Unix(l) => Ok(Channel::Unix(l.accept().await?.0)),

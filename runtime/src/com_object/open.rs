@@ -12,7 +12,7 @@ use sitenet_protocols::{Initiator, OpenRequest, Opened};
 use sitenet_transport::Address;
 
 use super::{ComObject, SlotGranted};
-use crate::channel_io::{connect_and_open, OpenFailure};
+use crate::channel_io::{connect_and_open, Dial, OpenFailure};
 use crate::metrics::Counters;
 use crate::site::{SiteEntry, SiteRef};
 use crate::trans_object::TransObject;
@@ -94,15 +94,7 @@ impl ComObject {
             req.last_generation,
         )
         .with_attempt(req.attempt);
-        let f = connect_and_open(
-            addr,
-            self.slot.take_granted(),
-            cfg.fault_injector.clone(),
-            cfg.buffer_size,
-            hs,
-            cfg.connect_timeout,
-            cfg.handshake_timeout,
-        );
+        let f = connect_and_open(addr, self.slot.take_granted(), Dial::new(cfg), hs);
         let attempt = req.attempt.seq;
         let h = ctx.spawn(
             fut::wrap_future::<_, Self>(f)

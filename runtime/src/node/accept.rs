@@ -29,7 +29,7 @@ impl NodeInner {
         loop {
             tokio::select! {
                 _ = stopped(&mut stop) => return,
-                r = listener.accept() => match r {
+                r = listener.accept_tuned(self.cfg.tcp_tuning()) => match r {
                     Ok(ch) => self.clone().on_accepted(ch),
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
