@@ -324,6 +324,19 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
     assert!(v["peak_slots"].as_u64().unwrap() <= 4);
     assert!(v["sent"].as_u64().unwrap() > 0);
     assert_eq!(v["seed"], 42);
+    // The timeline is a sample every 100 ms (the last one when the run
+    // ends). It once took one per client finishing its drain, microseconds
+    // apart.
+    let t: Vec<f64> = v["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["t_s"].as_f64().unwrap())
+        .collect();
+    assert!(t.len() >= 2, "{v}");
+    for w in t[..t.len() - 1].windows(2) {
+        assert!(w[1] - w[0] >= 0.09, "samples {w:?} too close: {t:?}");
+    }
 
     for bad in [
         vec!["stress", "--policy", "lru"],

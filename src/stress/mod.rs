@@ -13,7 +13,7 @@ mod client;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -378,12 +378,21 @@ pub fn run(
     injector.disarm_cuts();
     // Every client has flushed (everything it sent acknowledged) when its
     // task ends; then the server has delivered everything.
-    let drain_deadline = Instant::now() + Duration::from_secs(180);
-    for t in tasks {
-        let left = drain_deadline.saturating_duration_since(Instant::now());
-        let _ = rt.block_on(async { tokio::time::timeout(left, t).await });
-        progress(&sample(true, &mut timeline));
-    }
+    // Sampled every 100 ms while they drain (not once per client that
+    // finishes), and once more at the end.
+    rt.block_on(async {
+        let all = tokio::time::timeout(Duration::from_secs(180), futures::future::join_all(tasks));
+        tokio::pin!(all);
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.tick().await; // (the first tick is at once)
+        loop {
+            tokio::select! {
+                _ = &mut all => break,
+                _ = tick.tick() => progress(&sample(true, &mut timeline)),
+            }
+        }
+    });
+    progress(&sample(true, &mut timeline));
     let elapsed = start.elapsed();
 
     let s = slots.stats();
