@@ -224,3 +224,24 @@ async fn its_own_listen_address_is_the_local_site_and_another_name_a_clear_failu
     let (_, back) = other_name.failure().unwrap();
     assert_eq!(back.not_sent.len(), 1, "handed back, not lost");
 }
+
+/// A graceful shutdown waits for what was queued to the local site as it
+/// waits for every other site's acknowledgements: every message is
+/// handled before `shutdown` returns, and nothing is reported pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_what_was_queued_to_the_local_site() {
+    let node = Node::builder().start().unwrap();
+    let handled = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let h = handled.clone();
+    node.handle(move |_ctx, _: Numbered| {
+        h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    })
+    .unwrap();
+    let me = node.local_site();
+    for seq in 0..20_000 {
+        me.send(&Numbered { stream: 0, seq }).await.unwrap();
+    }
+    let report = node.shutdown(PATIENCE).await;
+    assert_eq!(handled.load(std::sync::atomic::Ordering::SeqCst), 20_000);
+    assert_eq!(report.unacknowledged_bytes, 0);
+}

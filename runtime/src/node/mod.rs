@@ -162,11 +162,7 @@ impl NodeInner {
             return;
         }
         self.stop_listeners.send_replace(true);
-        for e in self
-            .all_entries()
-            .into_iter()
-            .chain(self.local.get().cloned())
-        {
+        for e in self.entries_and_local() {
             e.outbox.close();
             if let Some(a) = e.addr.get() {
                 a.do_send(Stop);
@@ -377,8 +373,9 @@ impl Node {
         let timer = self.inner.rt.delay(deadline);
         futures::pin_mut!(timer);
         // Site by site, each woken only by its own acknowledgements: linear
-        // in the number of sites, however many acks arrive.
-        'sites: for e in self.inner.all_entries() {
+        // in the number of sites, however many acks arrive. (The local site
+        // too: its messages count once handled.)
+        'sites: for e in self.inner.entries_and_local() {
             loop {
                 let released = e.outbox.released();
                 futures::pin_mut!(released);
@@ -453,7 +450,7 @@ impl Node {
 
     fn pending_report(&self) -> ShutdownReport {
         let mut r = ShutdownReport::default();
-        for e in self.inner.all_entries() {
+        for e in self.inner.entries_and_local() {
             if e.failure().is_some() {
                 continue;
             }

@@ -234,6 +234,14 @@ impl NodeInner {
         }
     }
 
+    /// Every entry, and the local site's if it was made: what a shutdown
+    /// waits for and closes.
+    pub(super) fn entries_and_local(&self) -> Vec<Arc<SiteEntry>> {
+        let mut v = self.all_entries();
+        v.extend(self.local.get().cloned());
+        v
+    }
+
     pub(super) fn all_entries(&self) -> Vec<Arc<SiteEntry>> {
         self.sites
             .lock()
