@@ -109,7 +109,7 @@ pub use message::{
     Body, InMessage, MessageKind, OutMessage, Prelude, MESSAGE_OVERHEAD, PRELUDE_LEN,
 };
 pub use priority::Priority;
-pub use reassembly::ReassemblyBudget;
+pub use reassembly::{Blocked, BudgetShare, ReassemblyBudget};
 pub use session::{
     ChannelParams, ClosePhase, CloseReason, Session, SessionConfig, SessionEvent, SessionStats,
 };

@@ -12,8 +12,13 @@ use crate::site::SiteRef;
 impl SiteRef {
     /// Blocks this site's ComObject (and the runtime thread it runs on)
     /// until the returned guard is dropped, to observe the data path while
-    /// the actor is busy. Returns once the actor is blocked.
+    /// the actor is busy. Returns once the actor is blocked. A remote
+    /// site's: the local site has no ComObject.
     pub fn hold_busy(&self) -> BusyGuard {
+        assert!(
+            !self.is_local(),
+            "hold_busy holds a remote site's ComObject"
+        );
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
         let a = self.node.given_actor(self.entry.resolved());

@@ -84,8 +84,9 @@ impl SlotInfo {
 pub struct WaitTicket(u64);
 
 /// What [`TransController::request`] did.
+#[derive(Debug)]
 pub enum Requested {
-    /// A slot now.
+    /// A slot now (the grant callback is dropped unused).
     Granted(SlotLease),
     /// In line: the grant callback runs with the lease when its turn comes.
     Queued(WaitTicket),
