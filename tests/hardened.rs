@@ -361,6 +361,76 @@ fn a_reply_from_another_site_does_not_complete_a_request() {
     drop(forger);
 }
 
+/// Issue 9, item 2: a delegated reply is accepted from any site (the site
+/// a request was forwarded to answers the origin directly), so the request
+/// id is all that proves it went through that site. A third site that does
+/// not know the id cannot complete the request — not with the ids a
+/// counter would give, nor with random ones — and each forgery is
+/// discarded and counted.
+#[test]
+fn a_delegated_reply_with_a_guessed_id_does_not_complete_a_request() {
+    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST};
+    use sitenet::protocols::{MessageKind, Prelude};
+    let server = listening_node();
+    let (got_tx, got_rx) = std::sync::mpsc::channel();
+    server
+        .handle(move |_ctx, _: WhoAreYou| {
+            let _ = got_tx.send(());
+        })
+        .unwrap();
+    let victim = listening_node();
+    let site = victim.site(&addr(&server)).unwrap();
+    let asking = std::thread::spawn(move || {
+        site.request_blocking::<WhoAreYou, IAm>(
+            &WhoAreYou,
+            SendOptions::default(),
+            Duration::from_secs(3),
+        )
+    });
+    got_rx
+        .recv_timeout(PATIENCE)
+        .expect("request reached the server");
+    let mut forger = lying_initiator(&addr(&victim), vec![]);
+    let header = rmp_serde::to_vec(&IAm {
+        id: "forged".into(),
+    })
+    .unwrap();
+    let guesses: Vec<u64> = (1..=64).chain((0..36).map(|_| rand::random())).collect();
+    send_frames(&mut forger, |v| {
+        for (i, corr) in guesses.iter().enumerate() {
+            let mut payload = Prelude {
+                type_id: IAm::ID,
+                kind: MessageKind::DelegatedReply,
+                header_len: header.len() as u32,
+                body_len: 0,
+                corr: *corr,
+            }
+            .encode()
+            .to_vec();
+            payload.extend_from_slice(&header);
+            let h = FrameHeader {
+                kind: FrameKind::Data,
+                lane: 3,
+                flags: FLAG_FIRST | FLAG_LAST,
+                payload_len: payload.len() as u32,
+                ack: 0,
+                msg_number: i as u64 + 1,
+                frag_offset: 0,
+            };
+            let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
+            h.encode(&mut hb);
+            v.extend_from_slice(&hb);
+            v.extend_from_slice(&payload);
+        }
+    });
+    match asking.join().unwrap() {
+        Err(sitenet::RequestError::Timeout(_)) => {}
+        other => panic!("a forged delegated reply completed the request: {other:?}"),
+    }
+    assert!(victim.wait_until_blocking(|m| m.replies_discarded >= guesses.len() as u64, PATIENCE));
+    drop(forger);
+}
+
 /// Issue 6, "Built-in services": echo and sink were registered on every
 /// node, so any peer could make any node answer echoes and hold sink
 /// streams. They are opt-in: a default node answers only its user's types.
