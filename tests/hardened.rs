@@ -65,6 +65,73 @@ fn lying_initiator(target: &str, listen: Vec<String>) -> TcpStream {
     }
 }
 
+/// A victim node whose request (`WhoAreYou`, a 3 s timeout, in a thread of
+/// its own) reached a server that never answers; returned once it arrived,
+/// with the server, the victim, the waiting thread and the request's id.
+#[allow(clippy::type_complexity)]
+fn a_request_never_answered() -> (
+    Node,
+    Node,
+    std::thread::JoinHandle<Result<sitenet::Reply<IAm>, sitenet::RequestError>>,
+    u64,
+) {
+    let server = listening_node();
+    let (corr_tx, corr_rx) = std::sync::mpsc::channel();
+    server
+        .handle(move |ctx, _: WhoAreYou| {
+            let _ = corr_tx.send(ctx.correlation_id());
+        })
+        .unwrap();
+    let victim = listening_node();
+    let site = victim.site(&addr(&server)).unwrap();
+    let asking = std::thread::spawn(move || {
+        site.request_blocking::<WhoAreYou, IAm>(
+            &WhoAreYou,
+            SendOptions::default(),
+            Duration::from_secs(3),
+        )
+    });
+    let corr = corr_rx
+        .recv_timeout(PATIENCE)
+        .expect("request reached the server");
+    (server, victim, asking, corr)
+}
+
+/// Appends one DATA frame holding a whole `IAm` message of `kind` (a
+/// reply of some sort) with request id `corr`, numbered `msg_number`.
+fn reply_frame(
+    v: &mut Vec<u8>,
+    kind: sitenet::protocols::MessageKind,
+    corr: u64,
+    msg_number: u64,
+    header: &[u8],
+) {
+    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST};
+    let mut payload = sitenet::protocols::Prelude {
+        type_id: IAm::ID,
+        kind,
+        header_len: header.len() as u32,
+        body_len: 0,
+        corr,
+    }
+    .encode()
+    .to_vec();
+    payload.extend_from_slice(header);
+    let h = FrameHeader {
+        kind: FrameKind::Data,
+        lane: 3,
+        flags: FLAG_FIRST | FLAG_LAST,
+        payload_len: payload.len() as u32,
+        ack: 0,
+        msg_number,
+        frag_offset: 0,
+    };
+    let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
+    h.encode(&mut hb);
+    v.extend_from_slice(&hb);
+    v.extend_from_slice(&payload);
+}
+
 /// Sends what `f` writes into a ring to the socket.
 fn send_frames(s: &mut TcpStream, f: impl FnOnce(&mut Vec<u8>)) {
     let mut v = Vec::new();
@@ -299,29 +366,10 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
 /// completes only a request sent to its own site, and ids are unpredictable.
 #[test]
 fn a_reply_from_another_site_does_not_complete_a_request() {
-    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST};
-    use sitenet::protocols::{MessageKind, Prelude};
-    let server = listening_node();
-    let (corr_tx, corr_rx) = std::sync::mpsc::channel();
-    // The server takes the request and never answers; it tells the test
-    // the correlation id, as a third site that guessed it would know it.
-    server
-        .handle(move |ctx, _: WhoAreYou| {
-            let _ = corr_tx.send(ctx.correlation_id());
-        })
-        .unwrap();
-    let victim = listening_node();
-    let site = victim.site(&addr(&server)).unwrap();
-    let asking = std::thread::spawn(move || {
-        site.request_blocking::<WhoAreYou, IAm>(
-            &WhoAreYou,
-            SendOptions::default(),
-            Duration::from_secs(3),
-        )
-    });
-    let corr = corr_rx
-        .recv_timeout(PATIENCE)
-        .expect("request reached the server");
+    use sitenet::protocols::MessageKind;
+    // The server tells the test the request's id, as a third site that
+    // guessed it would know it.
+    let (_server, victim, asking, corr) = a_request_never_answered();
     // A third site answers with that id.
     let mut forger = lying_initiator(&addr(&victim), vec![]);
     let header = rmp_serde::to_vec(&IAm {
@@ -329,29 +377,7 @@ fn a_reply_from_another_site_does_not_complete_a_request() {
     })
     .unwrap();
     send_frames(&mut forger, |v| {
-        let mut payload = Prelude {
-            type_id: IAm::ID,
-            kind: MessageKind::Reply,
-            header_len: header.len() as u32,
-            body_len: 0,
-            corr,
-        }
-        .encode()
-        .to_vec();
-        payload.extend_from_slice(&header);
-        let h = FrameHeader {
-            kind: FrameKind::Data,
-            lane: 3,
-            flags: FLAG_FIRST | FLAG_LAST,
-            payload_len: payload.len() as u32,
-            ack: 0,
-            msg_number: 1,
-            frag_offset: 0,
-        };
-        let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
-        h.encode(&mut hb);
-        v.extend_from_slice(&hb);
-        v.extend_from_slice(&payload);
+        reply_frame(v, MessageKind::Reply, corr, 1, &header);
     });
     match asking.join().unwrap() {
         Err(sitenet::RequestError::Timeout(_)) => {}
@@ -369,27 +395,8 @@ fn a_reply_from_another_site_does_not_complete_a_request() {
 /// discarded and counted.
 #[test]
 fn a_delegated_reply_with_a_guessed_id_does_not_complete_a_request() {
-    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST};
-    use sitenet::protocols::{MessageKind, Prelude};
-    let server = listening_node();
-    let (got_tx, got_rx) = std::sync::mpsc::channel();
-    server
-        .handle(move |_ctx, _: WhoAreYou| {
-            let _ = got_tx.send(());
-        })
-        .unwrap();
-    let victim = listening_node();
-    let site = victim.site(&addr(&server)).unwrap();
-    let asking = std::thread::spawn(move || {
-        site.request_blocking::<WhoAreYou, IAm>(
-            &WhoAreYou,
-            SendOptions::default(),
-            Duration::from_secs(3),
-        )
-    });
-    got_rx
-        .recv_timeout(PATIENCE)
-        .expect("request reached the server");
+    use sitenet::protocols::MessageKind;
+    let (_server, victim, asking, _corr) = a_request_never_answered();
     let mut forger = lying_initiator(&addr(&victim), vec![]);
     let header = rmp_serde::to_vec(&IAm {
         id: "forged".into(),
@@ -398,29 +405,7 @@ fn a_delegated_reply_with_a_guessed_id_does_not_complete_a_request() {
     let guesses: Vec<u64> = (1..=64).chain((0..36).map(|_| rand::random())).collect();
     send_frames(&mut forger, |v| {
         for (i, corr) in guesses.iter().enumerate() {
-            let mut payload = Prelude {
-                type_id: IAm::ID,
-                kind: MessageKind::DelegatedReply,
-                header_len: header.len() as u32,
-                body_len: 0,
-                corr: *corr,
-            }
-            .encode()
-            .to_vec();
-            payload.extend_from_slice(&header);
-            let h = FrameHeader {
-                kind: FrameKind::Data,
-                lane: 3,
-                flags: FLAG_FIRST | FLAG_LAST,
-                payload_len: payload.len() as u32,
-                ack: 0,
-                msg_number: i as u64 + 1,
-                frag_offset: 0,
-            };
-            let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
-            h.encode(&mut hb);
-            v.extend_from_slice(&hb);
-            v.extend_from_slice(&payload);
+            reply_frame(v, MessageKind::DelegatedReply, *corr, i as u64 + 1, &header);
         }
     });
     match asking.join().unwrap() {
