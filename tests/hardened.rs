@@ -106,7 +106,7 @@ fn reply_frame(
     msg_number: u64,
     header: &[u8],
 ) {
-    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST};
+    use sitenet::protocols::frame::{FrameHeader, FrameKind};
     let mut payload = sitenet::protocols::Prelude {
         type_id: IAm::ID,
         kind,
@@ -117,15 +117,7 @@ fn reply_frame(
     .encode()
     .to_vec();
     payload.extend_from_slice(header);
-    let h = FrameHeader {
-        kind: FrameKind::Data,
-        lane: 3,
-        flags: FLAG_FIRST | FLAG_LAST,
-        payload_len: payload.len() as u32,
-        ack: 0,
-        msg_number,
-        frag_offset: 0,
-    };
+    let h = FrameHeader::whole(FrameKind::Data, 3, msg_number, payload.len() as u32, 0);
     let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
     h.encode(&mut hb);
     v.extend_from_slice(&hb);

@@ -147,13 +147,3 @@ impl<F: FnMut(InMessage)> Deliver for F {
         self(m)
     }
 }
-
-/// A `&mut dyn FnMut` as a [`Deliver`] (the closure form of the input
-/// calls).
-pub(crate) struct Whole<'a>(pub(crate) &'a mut dyn FnMut(InMessage));
-
-impl Deliver for Whole<'_> {
-    fn message(&mut self, m: InMessage) {
-        (self.0)(m)
-    }
-}

@@ -169,13 +169,20 @@ pub struct FrameHeader {
 impl FrameHeader {
     /// A control frame header (lane 5, no fragments, no message number).
     pub fn control(kind: FrameKind, payload_len: u32, ack: u64) -> Self {
+        Self::whole(kind, 5, 0, payload_len, ack)
+    }
+
+    /// The header of a frame that holds whole messages (a DATA frame with
+    /// one message, or a PACKED frame) on `lane`, the first numbered
+    /// `msg_number`.
+    pub fn whole(kind: FrameKind, lane: u8, msg_number: u64, payload_len: u32, ack: u64) -> Self {
         Self {
             kind,
-            lane: 5,
+            lane,
             flags: FLAG_FIRST | FLAG_LAST,
             payload_len,
             ack,
-            msg_number: 0,
+            msg_number,
             frag_offset: 0,
         }
     }

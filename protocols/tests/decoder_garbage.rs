@@ -168,15 +168,7 @@ fn valid_data() -> BoxedStrategy<Vec<u8>> {
             );
             let mut p = m.prelude().encode().to_vec();
             p.extend_from_slice(&m.body[0]);
-            let h = FrameHeader {
-                kind: FrameKind::Data,
-                lane,
-                flags: FLAG_FIRST | FLAG_LAST,
-                payload_len: p.len() as u32,
-                ack: 0,
-                msg_number: n,
-                frag_offset: 0,
-            };
+            let h = FrameHeader::whole(FrameKind::Data, lane, n, p.len() as u32, 0);
             frame_bytes(&h, &p)
         })
         .boxed()

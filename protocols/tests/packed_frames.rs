@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use common::{frame_bytes, fresh, slice, working_session, Pair};
-use sitenet_protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST};
+use sitenet_protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST};
 use sitenet_protocols::handshake::MIN_BUFFER;
 use sitenet_protocols::packed::{self, PACK_MAX_ENTRY};
 use sitenet_protocols::{
@@ -44,15 +44,7 @@ fn packed_frame(lane: u8, first: u64, msgs: &[OutMessage]) -> Vec<u8> {
     }
     let (a, b) = ring.chunks();
     let payload = [a, b].concat();
-    let h = FrameHeader {
-        kind: FrameKind::Packed,
-        lane,
-        flags: FLAG_FIRST | FLAG_LAST,
-        payload_len: payload.len() as u32,
-        ack: 0,
-        msg_number: first,
-        frag_offset: 0,
-    };
+    let h = FrameHeader::whole(FrameKind::Packed, lane, first, payload.len() as u32, 0);
     frame_bytes(&h, &payload)
 }
 

@@ -20,7 +20,7 @@ impl ComObject {
         input: &mut ByteBuffer,
         deliver: &mut dyn FnMut(InMessage),
     ) -> bool {
-        self.handle_input_with(id, now, input, &mut crate::deliver::Whole(deliver))
+        self.handle_input_with(id, now, input, &mut &mut *deliver)
     }
 
     /// [`handle_input`](Self::handle_input) with a [`Deliver`] that may

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
-use crate::deliver::{Deliver, Whole};
+use crate::deliver::Deliver;
 use crate::error::ProtocolError;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::message::InMessage;
@@ -26,7 +26,8 @@ impl Session {
         input: &mut ByteBuffer,
         deliver: &mut dyn FnMut(InMessage),
     ) -> Result<(), ProtocolError> {
-        self.handle_input_with(now, input, &mut Whole(deliver))
+        // A `&mut dyn FnMut` is itself a closure, so a `Deliver`.
+        self.handle_input_with(now, input, &mut &mut *deliver)
     }
 
     /// [`handle_input`](Self::handle_input) with a [`Deliver`], which may

@@ -53,6 +53,16 @@ enum Partial {
     Stream(Stream),
 }
 
+impl Partial {
+    /// Wire bytes received so far, and the message's announced total.
+    fn progress(&self) -> (u64, u64) {
+        match self {
+            Partial::Whole(r) => (r.received(), r.prelude().total_len()),
+            Partial::Stream(st) => (st.received, st.prelude.total_len()),
+        }
+    }
+}
+
 /// A streamed message's state.
 #[derive(Debug)]
 struct Stream {
@@ -225,10 +235,7 @@ impl Receiver {
                 // copied straight out of the ring; no budget involved.
                 let parts = split_whole(lane, a, b, max_message, arena)?;
                 let size = parts.0.total_len();
-                if self.check_number(h.msg_number, stats)? {
-                    deliver.message(in_message(lane, h.msg_number, parts));
-                    self.delivered(lane, h.msg_number, size, ack, stats);
-                }
+                self.deliver_whole(lane, h.msg_number, size, || parts, deliver, ack, stats)?;
                 return Ok(DataOutcome::Consumed { progress: false });
             }
             // Checked before any budget is taken or anything allocated.
@@ -286,10 +293,7 @@ impl Receiver {
                     lane,
                     reason: "continuation without a first fragment",
                 })?;
-            let (received, total) = match partial {
-                Partial::Whole(r) => (r.received(), r.prelude().total_len()),
-                Partial::Stream(st) => (st.received, st.prelude.total_len()),
-            };
+            let (received, total) = partial.progress();
             if h.frag_offset != received {
                 return Err(ProtocolError::FragmentOffset {
                     lane,
@@ -348,10 +352,11 @@ impl Receiver {
         let lane = h.lane;
         let priority = Priority::from_lane(lane).expect("validated lane");
         let idx = lane as usize - 1;
-        let (received, total) = match self.reassembly.get(idx).expect("a partial message") {
-            Partial::Whole(r) => (r.received(), r.prelude().total_len()),
-            Partial::Stream(st) => (st.received, st.prelude.total_len()),
-        };
+        let (received, total) = self
+            .reassembly
+            .get(idx)
+            .expect("a partial message")
+            .progress();
         if received != total {
             // The channel closes on this error: the partial goes with it.
             return Err(ProtocolError::MessageLength {
@@ -364,10 +369,7 @@ impl Receiver {
         match self.reassembly.take(idx).expect("a partial message") {
             Partial::Whole(r) => {
                 self.share.give_back(r.reserved());
-                if self.check_number(n, stats)? {
-                    deliver.message(in_message(lane, n, r.finish()));
-                    self.delivered(lane, n, received, ack, stats);
-                }
+                self.deliver_whole(lane, n, received, || r.finish(), deliver, ack, stats)?;
             }
             Partial::Stream(st) => {
                 self.share.give_back(st.reserved);
@@ -522,11 +524,31 @@ impl Receiver {
                 got: u64::MAX,
             })?;
             let size = e.prelude.total_len();
-            if self.check_number(n, stats)? {
-                deliver.message(in_message(lane, n, (e.prelude, e.header, e.body)));
-                self.delivered(lane, n, size, ack, stats);
-            }
+            let parts = || (e.prelude, e.header, e.body);
+            self.deliver_whole(lane, n, size, parts, deliver, ack, stats)?;
             next = n.checked_add(1);
+        }
+        Ok(())
+    }
+
+    /// Hands the whole message `n` of `lane` (`size` wire bytes; `parts`
+    /// makes it) to `deliver` if it is the next one: exactly once, the ack
+    /// advancing after the handler returned (see
+    /// [`check_number`](Self::check_number)).
+    #[allow(clippy::too_many_arguments)] // one message's whole context
+    fn deliver_whole(
+        &mut self,
+        lane: u8,
+        n: u64,
+        size: u64,
+        parts: impl FnOnce() -> (Prelude, Bytes, Bytes),
+        deliver: &mut dyn Deliver,
+        ack: &mut AckPolicy,
+        stats: &mut SessionStats,
+    ) -> Result<(), ProtocolError> {
+        if self.check_number(n, stats)? {
+            deliver.message(in_message(lane, n, parts()));
+            self.delivered(lane, n, size, ack, stats);
         }
         Ok(())
     }

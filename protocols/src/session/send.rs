@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{ProtocolError, SendError};
-use crate::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST, HEADER_LEN};
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::lane_slots::LaneSlots;
 use crate::ledger::Ledger;
 use crate::marshal::InProgress;
@@ -290,16 +290,8 @@ impl Sender {
         let number = self.last_sent + 1;
         let p = Priority::from_lane(i as u8 + 1).expect("a level index");
         let mut hb = [0u8; HEADER_LEN];
-        FrameHeader {
-            kind: FrameKind::Packed,
-            lane: p.lane(),
-            flags: FLAG_FIRST | FLAG_LAST,
-            payload_len: payload as u32,
-            ack,
-            msg_number: number,
-            frag_offset: 0,
-        }
-        .encode(&mut hb);
+        FrameHeader::whole(FrameKind::Packed, p.lane(), number, payload as u32, ack)
+            .encode(&mut hb);
         out.push(&hb);
         for _ in 0..count {
             let m = t.queues[i].pop_front().expect("counted above");
