@@ -49,11 +49,7 @@ impl Done {
                 type_id,
                 header,
                 ..
-            } if *type_id == R::ID => crate::handlers::decode_header(&from.node, header),
-            Done::Reply { type_id, .. } => Err(format!(
-                "the reply is of type {type_id:#x}, not {:#x}",
-                R::ID
-            )),
+            } => crate::handlers::decode_reply(&from.node, *type_id, header),
             Done::Sent => Err("a send has no reply".into()),
         }
     }
@@ -145,7 +141,7 @@ impl Batch {
         opts: SendOptions,
     ) -> Result<usize, SendError> {
         let msg = site.encode(msg, opts, sitenet_protocols::MessageKind::OneWay, 0)?;
-        self.push(site, msg, None)
+        Ok(self.push(site, msg, None))
     }
 
     /// Adds a request, done with its reply (or failed after `timeout`).
@@ -158,21 +154,16 @@ impl Batch {
         timeout: Duration,
     ) -> Result<usize, SendError> {
         let msg = site.encode(req, opts, sitenet_protocols::MessageKind::Request, 0)?;
-        self.push(site, msg, Some(timeout))
+        Ok(self.push(site, msg, Some(timeout)))
     }
 
-    fn push(
-        &mut self,
-        site: &SiteRef,
-        msg: OutMessage,
-        timeout: Option<Duration>,
-    ) -> Result<usize, SendError> {
+    fn push(&mut self, site: &SiteRef, msg: OutMessage, timeout: Option<Duration>) -> usize {
         self.ops.push(Op {
             site: site.clone(),
             msg,
             timeout,
         });
-        Ok(self.ops.len() - 1)
+        self.ops.len() - 1
     }
 
     /// Starts every operation at once and returns the handle to their

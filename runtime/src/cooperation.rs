@@ -38,7 +38,7 @@ pub(crate) struct SiteKey(Arc<SiteEntry>);
 
 impl PartialEq for SiteKey {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(self.0.resolved(), other.0.resolved())
+        self.0.same_site(&other.0)
     }
 }
 
@@ -124,14 +124,7 @@ pub struct Answer {
 impl Answer {
     /// Decodes the typed header as `R`.
     pub fn decode<R: Message>(&self) -> Result<R, String> {
-        if self.type_id != R::ID {
-            return Err(format!(
-                "the reply is of type {:#x}, not {:#x}",
-                self.type_id,
-                R::ID
-            ));
-        }
-        crate::handlers::decode_header(&self.from.node, &self.header)
+        crate::handlers::decode_reply(&self.from.node, self.type_id, &self.header)
     }
 
     /// True if the body was longer than the descriptor allowed.

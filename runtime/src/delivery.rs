@@ -50,6 +50,14 @@ impl Deliveries {
 
     /// Drops the completion of `corr` (its message was not queued after
     /// all: the caller got the error).
+    /// Fails `m`'s delivery with `e` if `m` is tracked (`e` is made only
+    /// then).
+    pub(crate) fn fail(&self, m: &OutMessage, e: impl FnOnce() -> DeliveryError) {
+        if m.tracked {
+            self.complete(m.corr, Err(e()));
+        }
+    }
+
     pub(crate) fn forget(&self, corr: u64) {
         self.0.lock().remove(&corr);
     }

@@ -208,6 +208,14 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Answers the request being handled with the error `reason`, unless
+    /// it was answered already (a one-way message gets nothing).
+    pub(crate) fn fail_request(&mut self, reason: String) {
+        if self.is_request() && !self.replied {
+            let _ = self.reply(&RemoteError { reason });
+        }
+    }
+
     /// Replies without a body.
     pub fn reply<R: Message>(&mut self, reply: &R) -> Result<(), SendError> {
         self.reply_with(reply, Vec::new())
@@ -367,6 +375,22 @@ pub(crate) fn decode_header<M: Message>(
         .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))
 }
 
+/// Decodes a reply of type `type_id` as `R`, or says why not (another
+/// type, or a header that does not decode).
+pub(crate) fn decode_reply<R: Message>(
+    node: &Arc<NodeInner>,
+    type_id: u32,
+    header: &Bytes,
+) -> Result<R, String> {
+    if type_id != R::ID {
+        return Err(format!(
+            "the reply is of type {type_id:#x}, not {:#x}",
+            R::ID
+        ));
+    }
+    decode_header(node, header)
+}
+
 pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
     if id >= RESERVED_IDS {
         return Err(NodeError::ReservedId(id));
@@ -421,45 +445,58 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
         Counters::add(&node.counters.unhandled, 1);
         tracing::debug!(type_id = m.prelude.type_id, "no handler for message type");
         let reason = format!("no handler for message type {:#x}", m.prelude.type_id);
-        if ctx.is_request() {
-            let _ = ctx.reply(&RemoteError {
-                reason: reason.clone(),
-            });
-        }
+        ctx.fail_request(reason.clone());
         call_unhandled(node, from, m.prelude.type_id, reason, m.header, ctx.body);
         return;
     };
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &m.header)));
-    let failure = match result {
-        Ok(Ok(())) => None,
+    let outcome = handler_outcome(
+        "handler",
+        node,
+        from,
+        &m.header,
+        &ctx.body,
+        m.prelude.type_id,
+        result,
+    );
+    if let Err(reason) = outcome {
+        ctx.fail_request(reason);
+    }
+}
+
+/// What a handler's call (`result`, caught) came to: what it returned, or
+/// why it failed — a header that did not decode (counted unhandled and
+/// passed to the unhandled hook) or a panic (counted; the message counts
+/// as delivered). `what` names the kind of handler.
+#[inline]
+pub(crate) fn handler_outcome<T>(
+    what: &str,
+    node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
+    header: &Bytes,
+    body: &Bytes,
+    type_id: u32,
+    result: std::thread::Result<Result<T, String>>,
+) -> Result<T, String> {
+    match result {
+        Ok(Ok(v)) => Ok(v),
         Ok(Err(reason)) => {
             Counters::add(&node.counters.unhandled, 1);
-            tracing::warn!(type_id = m.prelude.type_id, %reason, "message not handled");
+            tracing::warn!(type_id, %reason, "{what}: message not handled");
             call_unhandled(
                 node,
                 from,
-                m.prelude.type_id,
+                type_id,
                 reason.clone(),
-                m.header.clone(),
-                ctx.body.clone(),
+                header.clone(),
+                body.clone(),
             );
-            Some(reason)
+            Err(reason)
         }
         Err(_) => {
             Counters::add(&node.counters.handler_panics, 1);
-            tracing::error!(
-                type_id = m.prelude.type_id,
-                "handler panicked; the message counts as delivered"
-            );
-            Some(format!(
-                "handler for type {:#x} panicked",
-                m.prelude.type_id
-            ))
-        }
-    };
-    if let Some(reason) = failure {
-        if ctx.is_request() && !ctx.replied {
-            let _ = ctx.reply(&RemoteError { reason });
+            tracing::error!(type_id, "{what} panicked; the message counts as delivered");
+            Err(format!("{what} for type {type_id:#x} panicked"))
         }
     }
 }

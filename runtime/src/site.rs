@@ -103,7 +103,7 @@ impl Drop for SiteRef {
 /// another reference named by descriptor (the two entries merge).
 impl PartialEq for SiteRef {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(self.entry.resolved(), other.entry.resolved())
+        self.entry.same_site(&other.entry)
     }
 }
 

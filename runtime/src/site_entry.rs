@@ -133,6 +133,12 @@ impl SiteEntry {
         e
     }
 
+    /// True if `self` and `other` are one site: the same entry once
+    /// merges are followed (what `SiteRef`s and cooperations compare).
+    pub(crate) fn same_site(self: &Arc<Self>, other: &Arc<Self>) -> bool {
+        Arc::ptr_eq(self.resolved(), other.resolved())
+    }
+
     pub(crate) fn failure(&self) -> Option<String> {
         if !self.has_failed.load(std::sync::atomic::Ordering::Acquire) {
             return None;

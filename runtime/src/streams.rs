@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use sitenet_protocols::{Deliver, InMessage, MessageKind, Prelude, Priority, StreamAbort};
 
-use crate::handlers::{call_unhandled, decode_header, dispatch, Ctx, RemoteError};
+use crate::handlers::{decode_header, dispatch, handler_outcome, Ctx};
 use crate::message::Message;
 use crate::metrics::Counters;
 use crate::node::NodeInner;
@@ -120,38 +120,27 @@ impl Delivery<'_> {
         };
         let mut ctx = self.ctx(prelude.kind, prelude.corr, lane);
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &header)));
-        let failure = match r {
-            Ok(Ok(sink)) => {
-                return Open::Sink {
-                    sink,
-                    kind: prelude.kind,
-                    corr: prelude.corr,
-                    received: 0,
-                }
+        let (node, from, none) = (self.node, self.from, Bytes::new());
+        match handler_outcome(
+            "stream handler",
+            node,
+            from,
+            &header,
+            &none,
+            prelude.type_id,
+            r,
+        ) {
+            Ok(sink) => Open::Sink {
+                sink,
+                kind: prelude.kind,
+                corr: prelude.corr,
+                received: 0,
+            },
+            Err(reason) => {
+                ctx.fail_request(reason);
+                Open::Discard
             }
-            Ok(Err(reason)) => {
-                Counters::add(&self.node.counters.unhandled, 1);
-                tracing::warn!(type_id = prelude.type_id, %reason, "stream not handled");
-                call_unhandled(
-                    self.node,
-                    self.from,
-                    prelude.type_id,
-                    reason.clone(),
-                    header,
-                    Bytes::new(),
-                );
-                reason
-            }
-            Err(_) => {
-                Counters::add(&self.node.counters.handler_panics, 1);
-                tracing::error!(type_id = prelude.type_id, "stream handler panicked");
-                format!("stream handler for type {:#x} panicked", prelude.type_id)
-            }
-        };
-        if ctx.is_request() {
-            let _ = ctx.reply(&RemoteError { reason: failure });
         }
-        Open::Discard
     }
 
     /// The stream on `lane` is complete: its sink's end.
@@ -167,11 +156,7 @@ impl Delivery<'_> {
         if std::panic::catch_unwind(AssertUnwindSafe(|| sink.end(&mut ctx))).is_err() {
             Counters::add(&self.node.counters.handler_panics, 1);
             tracing::error!("stream sink panicked at its end; the message counts as delivered");
-            if ctx.is_request() && !ctx.replied {
-                let _ = ctx.reply(&RemoteError {
-                    reason: "stream sink panicked".into(),
-                });
-            }
+            ctx.fail_request("stream sink panicked".into());
         }
     }
 }
@@ -191,7 +176,7 @@ fn abort(sink: Box<dyn BodySink>, why: StreamAbort) {
 
 impl Deliver for Delivery<'_> {
     fn message(&mut self, m: InMessage) {
-        if !streamable(m.prelude.kind) || !self.node.handlers.is_stream(m.prelude.type_id) {
+        if !self.stream(m.priority, &m.prelude) {
             return dispatch(self.node, self.from, m);
         }
         // A streamed type whose message came whole: the same calls, at once.

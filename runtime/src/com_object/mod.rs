@@ -211,16 +211,15 @@ impl ComObject {
     pub(super) fn hand_back(&mut self, e: sitenet_protocols::SendError, m: OutMessage) {
         self.entry.outbox.release(m.footprint());
         Counters::add(&self.node.counters.handed_back, 1);
-        if m.tracked {
+        self.node.deliveries.fail(&m, || {
             let reason = e.to_string();
-            let outcome = match e {
+            match e {
                 sitenet_protocols::SendError::PeerForgot { .. } => {
                     crate::error::DeliveryError::MaybeDelivered { reason }
                 }
                 _ => crate::error::DeliveryError::NotSent { reason },
-            };
-            self.node.deliveries.complete(m.corr, Err(outcome));
-        }
+            }
+        });
         if let Some((_, back)) = self.entry.failed.lock().as_deref_mut() {
             // The site failed between the sender's check and the queue.
             back.not_sent.push(m);
@@ -330,21 +329,19 @@ impl ComObject {
                 } => {
                     let reason = failure.to_string();
                     let mut back = HandedBack::default();
-                    let fail = |m: &OutMessage, e: crate::error::DeliveryError| {
-                        if m.tracked {
-                            self.node.deliveries.complete(m.corr, Err(e));
-                        }
-                    };
+                    let deliveries = &self.node.deliveries;
                     for m in not_sent {
                         self.entry.outbox.release(m.footprint());
-                        let reason = reason.clone();
-                        fail(&m, crate::error::DeliveryError::NotSent { reason });
+                        deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
+                            reason: reason.clone(),
+                        });
                         back.not_sent.push(m);
                     }
                     for m in maybe_delivered {
                         self.entry.outbox.release(m.footprint());
-                        let reason = reason.clone();
-                        fail(&m, crate::error::DeliveryError::MaybeDelivered { reason });
+                        deliveries.fail(&m, || crate::error::DeliveryError::MaybeDelivered {
+                            reason: reason.clone(),
+                        });
                         back.maybe_delivered.push(m);
                     }
                     tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");

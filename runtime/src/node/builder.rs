@@ -108,7 +108,6 @@ impl NodeBuilder {
             deadlines: Arc::default(),
             deliveries: Default::default(),
             cooperations: Default::default(),
-            // Unpredictable: a third site cannot guess the ids in flight.
             counters: Counters::default(),
             slots,
             com_cfg,
@@ -144,7 +143,7 @@ impl NodeBuilder {
         let slots = inner.slots.stats();
         tracing::info!(
             site = %id,
-            listen = ?inner.listen.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            listen = ?inner.listen_addresses(),
             slots_weak = slots.weak,
             slots_hard = slots.hard,
             transport_bytes_bound = slots.hard as u64 * 2 * inner.cfg.buffer_size as u64,

@@ -270,9 +270,6 @@ impl Node {
     /// The site with this id, if the node knows it (it connected to us, or
     /// we to it); this node's own id gives [`local_site`](Self::local_site).
     pub fn site_by_id(&self, id: SiteId) -> Option<SiteRef> {
-        if id == self.id() {
-            return Some(self.local_site());
-        }
         self.inner.site_with_id(id)
     }
 

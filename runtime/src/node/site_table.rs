@@ -128,6 +128,9 @@ impl NodeInner {
 
     /// A reference to the site with this id, if the table has it.
     pub(super) fn site_with_id(self: &Arc<Self>, id: SiteId) -> Option<SiteRef> {
+        if id == self.id {
+            return Some(self.local_site());
+        }
         let t = self.sites.lock();
         let k = *t.by_id.get(&id)?;
         Some(SiteRef::counted(t.entries[k].clone(), self.clone()))
