@@ -166,10 +166,30 @@ impl SiteEntry {
     /// the handed-back messages are published before monitors hear of the
     /// failure, and whoever sees them must not read an older state.
     pub(crate) fn fault_state(&self) -> FaultState {
+        self.state_given(self.fault.lock().0)
+    }
+
+    /// A monitor of this site's fault state: its first event is the state
+    /// now, and no transition after it is missed (both under the lock the
+    /// transitions take).
+    pub(crate) fn monitor(&self) -> futures::channel::mpsc::UnboundedReceiver<FaultEvent> {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let mut f = self.fault.lock();
+        let _ = tx.unbounded_send(FaultEvent {
+            state: self.state_given(f.0),
+            reason: String::new(),
+        });
+        f.1.push(tx);
+        rx
+    }
+
+    /// The state, given the one monitors were last told.
+    fn state_given(&self, told: FaultState) -> FaultState {
         if self.has_failed.load(std::sync::atomic::Ordering::Acquire) {
-            return FaultState::PermFailed;
+            FaultState::PermFailed
+        } else {
+            told
         }
-        self.fault.lock().0
     }
 
     /// Wakes the site's ComObject (started now if it was not) to drain

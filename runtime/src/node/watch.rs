@@ -67,16 +67,7 @@ impl Node {
         &self,
         site: &SiteRef,
     ) -> futures::channel::mpsc::UnboundedReceiver<crate::site::FaultEvent> {
-        let (tx, rx) = futures::channel::mpsc::unbounded();
-        let entry = site.entry.resolved();
-        let state = entry.fault_state();
-        let mut f = entry.fault.lock();
-        let _ = tx.unbounded_send(crate::site::FaultEvent {
-            state,
-            reason: String::new(),
-        });
-        f.1.push(tx);
-        rx
+        site.entry.resolved().monitor()
     }
 
     /// A snapshot of the node's counters.
