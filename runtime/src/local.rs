@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use sitenet_protocols::{Deliver, InMessage, MessageKind, OutMessage, Prelude};
+use sitenet_protocols::{Deliver, InMessage, OutMessage};
 
 use crate::node::NodeInner;
 use crate::site::{SiteEntry, SiteRef};
@@ -73,12 +73,12 @@ fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
 /// token of a tracked one-way message left out (it never goes on the
 /// wire).
 fn received(m: OutMessage) -> InMessage {
-    let body_len = m.body_len();
+    let prelude = m.prelude();
     let body = match m.body.len() {
         0 => Bytes::new(),
         1 => m.body.into_iter().next().unwrap_or_default(),
         _ => {
-            let mut b = BytesMut::with_capacity(body_len as usize);
+            let mut b = BytesMut::with_capacity(prelude.body_len as usize);
             for part in &m.body {
                 b.extend_from_slice(part);
             }
@@ -88,17 +88,7 @@ fn received(m: OutMessage) -> InMessage {
     InMessage {
         priority: m.priority,
         number: 0,
-        prelude: Prelude {
-            type_id: m.type_id,
-            kind: m.kind,
-            header_len: m.header.len() as u32,
-            body_len,
-            corr: if m.kind == MessageKind::OneWay {
-                0
-            } else {
-                m.corr
-            },
-        },
+        prelude,
         header: m.header,
         body,
     }
