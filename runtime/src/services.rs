@@ -14,6 +14,7 @@ use crate::error::NodeError;
 use crate::handlers::erase;
 use crate::message::{Message, RESERVED_IDS};
 use crate::node::NodeInner;
+use crate::site_entry::SiteEntry;
 
 /// Echo request: the reply carries the same sequence number and body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,14 +130,22 @@ impl Message for SinkVerdict {
     const ID: u32 = RESERVED_IDS + 5;
 }
 
-/// Highest sequence number the sink tracks (a bitset of 16 MiB at most, so a
-/// peer cannot make it allocate without limit).
-const SINK_MAX_SEQ: u64 = 1 << 27;
+/// Most sequence numbers one stream may hold beyond its contiguous prefix
+/// (received ahead of a gap). An honest stream arrives in order (one
+/// priority is FIFO, across reconnects), so this fills only with a peer's
+/// invented numbers: one beyond it is counted out of order and not kept.
+/// A stream costs O(what it received), at most this many entries.
+pub(crate) const SINK_MAX_AHEAD: usize = 64 * 1024;
 
-/// What the sink knows of one stream.
+/// What the sink knows of one stream: every number below `prefix` arrived,
+/// and `ahead` holds those received above it. Memory and the verdict's
+/// cost are O(received), whatever numbers the peer picks (a bitset sized
+/// by the highest number let one message pin 16 MiB, and one verdict scan
+/// 2^27 bits on the I/O thread).
 #[derive(Debug, Default)]
 pub(crate) struct SinkStream {
-    seen: Vec<u64>,
+    prefix: u64,
+    ahead: std::collections::BTreeSet<u64>,
     /// One past the highest sequence number received.
     high: u64,
     verdict: SinkVerdict,
@@ -144,84 +153,159 @@ pub(crate) struct SinkStream {
 
 impl SinkStream {
     pub(crate) fn record(&mut self, seq: u64) {
-        if seq >= SINK_MAX_SEQ {
-            self.verdict.out_of_order += 1;
-            return;
-        }
-        let (w, b) = ((seq / 64) as usize, seq % 64);
-        if self.seen.len() <= w {
-            self.seen.resize(w + 1, 0);
-        }
-        if self.seen[w] & (1 << b) != 0 {
+        if seq < self.prefix || self.ahead.contains(&seq) {
             self.verdict.duplicates += 1;
             return;
         }
-        self.seen[w] |= 1 << b;
+        if seq == self.prefix {
+            self.prefix += 1;
+            while self.ahead.first() == Some(&self.prefix) {
+                self.ahead.pop_first();
+                self.prefix += 1;
+            }
+        } else if self.ahead.len() < SINK_MAX_AHEAD {
+            self.ahead.insert(seq);
+        } else {
+            self.verdict.out_of_order += 1;
+            return;
+        }
         self.verdict.delivered += 1;
-        if seq + 1 < self.high {
+        if seq.saturating_add(1) < self.high {
             self.verdict.out_of_order += 1;
         }
-        self.high = self.high.max(seq + 1);
+        self.high = self.high.max(seq.saturating_add(1));
     }
 
+    /// The verdict on a stream of `expected` messages: O(received).
     pub(crate) fn verdict(&self, expected: u64) -> SinkVerdict {
-        let below = (0..expected.min(SINK_MAX_SEQ))
-            .filter(|s| {
-                self.seen
-                    .get((s / 64) as usize)
-                    .is_some_and(|w| w & (1 << (s % 64)) != 0)
-            })
-            .count() as u64;
+        let below =
+            self.prefix.min(expected) + self.ahead.range(self.prefix..expected).count() as u64;
         SinkVerdict {
             missing: expected - below,
             ..self.verdict
         }
     }
+
+    /// Entries kept beyond the contiguous prefix (what the stream costs).
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        self.ahead.len()
+    }
 }
 
-/// The sink's streams by (sender site, stream id), and how many each sender
-/// has open. Looked up once per message, so hashed with foldhash (seeded per
-/// map: peers choose the keys).
+/// One sender's open streams. A sender is the site whose channel delivered
+/// the message (its entry), never an id the message names: a forwarded
+/// request's origin is only a claim. `entry` tells a live sender from a
+/// freed entry whose address was reused.
+#[derive(Debug)]
+struct Sender {
+    entry: std::sync::Weak<SiteEntry>,
+    open: usize,
+}
+
+/// The sink's streams by (sender, stream id), and how many each sender has
+/// open. Looked up once per message, so hashed with foldhash (seeded per
+/// map: peers choose the stream ids). A sender whose entry was reclaimed
+/// loses its streams at the next sweep, so the table holds at most `cap`
+/// streams per live site.
 #[derive(Debug, Default)]
 pub(crate) struct SinkTable {
-    streams: std::collections::HashMap<(u128, u64), SinkStream, foldhash::fast::RandomState>,
-    per_sender: std::collections::HashMap<u128, usize, foldhash::fast::RandomState>,
+    streams: std::collections::HashMap<(usize, u64), SinkStream, foldhash::fast::RandomState>,
+    per_sender: std::collections::HashMap<usize, Sender, foldhash::fast::RandomState>,
+    /// `per_sender.len()` after the last sweep: the next sweep runs when
+    /// the table has doubled, so sweeping costs O(1) per new sender.
+    swept_at: usize,
 }
 
 impl SinkTable {
     /// Records `seq` of `stream` from `sender`; false if the stream is new
     /// and the sender already has `cap` streams open (refused).
-    fn record(&mut self, sender: u128, stream: u64, seq: u64, cap: usize) -> bool {
-        if let Some(s) = self.streams.get_mut(&(sender, stream)) {
+    fn record(&mut self, sender: &Arc<SiteEntry>, stream: u64, seq: u64, cap: usize) -> bool {
+        let key = self.sender_key(sender);
+        if let Some(s) = self.streams.get_mut(&(key, stream)) {
             s.record(seq);
             return true;
         }
-        let open = self.per_sender.entry(sender).or_default();
+        let open = &mut self
+            .per_sender
+            .get_mut(&key)
+            .expect("sender_key made it")
+            .open;
         if *open >= cap {
             return false;
         }
         *open += 1;
         let mut s = SinkStream::default();
         s.record(seq);
-        self.streams.insert((sender, stream), s);
+        self.streams.insert((key, stream), s);
         true
     }
 
+    /// The sender's key, its record made (or remade, if the entry that had
+    /// this address is gone) if needed.
+    fn sender_key(&mut self, sender: &Arc<SiteEntry>) -> usize {
+        let key = Arc::as_ptr(sender) as usize;
+        let live = self
+            .per_sender
+            .get(&key)
+            .is_some_and(|s| s.entry.strong_count() > 0);
+        if !live {
+            self.forget(key);
+            self.sweep();
+            self.per_sender.insert(
+                key,
+                Sender {
+                    entry: Arc::downgrade(sender),
+                    open: 0,
+                },
+            );
+        }
+        key
+    }
+
+    /// Drops the streams of senders whose entry is gone, once the table has
+    /// doubled since the last sweep.
+    fn sweep(&mut self) {
+        if self.per_sender.len() < 2 * self.swept_at.max(16) {
+            return;
+        }
+        let dead: Vec<usize> = self
+            .per_sender
+            .iter()
+            .filter(|(_, s)| s.entry.strong_count() == 0)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in dead {
+            self.forget(k);
+        }
+        self.swept_at = self.per_sender.len();
+    }
+
+    fn forget(&mut self, key: usize) {
+        if self.per_sender.remove(&key).is_some_and(|s| s.open > 0) {
+            self.streams.retain(|&(k, _), _| k != key);
+        }
+    }
+
     /// The verdict on `stream` of `expected` messages; the stream is freed.
-    fn finish(&mut self, sender: u128, stream: u64, expected: u64, cap: usize) -> SinkVerdict {
-        match self.streams.remove(&(sender, stream)) {
+    fn finish(
+        &mut self,
+        sender: &Arc<SiteEntry>,
+        stream: u64,
+        expected: u64,
+        cap: usize,
+    ) -> SinkVerdict {
+        let key = self.sender_key(sender);
+        match self.streams.remove(&(key, stream)) {
             Some(s) => {
-                if let Some(open) = self.per_sender.get_mut(&sender) {
-                    *open -= 1;
-                    if *open == 0 {
-                        self.per_sender.remove(&sender);
-                    }
+                if let Some(r) = self.per_sender.get_mut(&key) {
+                    r.open -= 1;
                 }
                 s.verdict(expected)
             }
             None => SinkVerdict {
                 missing: expected,
-                refused: self.per_sender.get(&sender).is_some_and(|&n| n >= cap),
+                refused: self.per_sender.get(&key).is_some_and(|r| r.open >= cap),
                 ..SinkVerdict::default()
             },
         }
@@ -231,19 +315,26 @@ impl SinkTable {
 /// The node's sink.
 pub(crate) type Sinks = parking_lot::Mutex<SinkTable>;
 
-fn sender_key(ctx: &crate::handlers::Ctx<'_>) -> u128 {
-    ctx.sender_id()
-        .map(|i| i.0)
-        .unwrap_or(u128::MAX - ctx.from.key as u128)
+/// The sink serves what a site sends it over its own channel: a forwarded
+/// request naming an origin is refused (counted), or a stranger could
+/// fill another site's streams in its name.
+fn forwarded(ctx: &crate::handlers::Ctx<'_>) -> bool {
+    if ctx.origin.is_some() {
+        crate::metrics::Counters::add(&ctx.node.counters.sink_refused, 1);
+        return true;
+    }
+    false
 }
 
 pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     node.handlers.insert(
         SinkData::ID,
         erase(|ctx, m: SinkData| {
+            if forwarded(ctx) {
+                return;
+            }
             let cap = ctx.node.cfg.sink_streams_per_sender;
-            let sender = sender_key(ctx);
-            if !ctx.node.sinks.lock().record(sender, m.stream, m.seq, cap) {
+            if !ctx.node.sinks.lock().record(ctx.from, m.stream, m.seq, cap) {
                 crate::metrics::Counters::add(&ctx.node.counters.sink_refused, 1);
                 tracing::debug!(
                     stream = m.stream,
@@ -256,12 +347,15 @@ pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     node.handlers.insert(
         SinkQuery::ID,
         erase(|ctx, q: SinkQuery| {
+            if forwarded(ctx) {
+                return;
+            }
             let cap = ctx.node.cfg.sink_streams_per_sender;
             let v = ctx
                 .node
                 .sinks
                 .lock()
-                .finish(sender_key(ctx), q.stream, q.expected, cap);
+                .finish(ctx.from, q.stream, q.expected, cap);
             if let Err(e) = ctx.reply(&v) {
                 tracing::debug!(error = %e, "sink verdict not sent");
             }
@@ -304,30 +398,77 @@ mod tests {
         assert_eq!(v.missing, 2, "4 and 6 never came");
     }
 
+    fn entry() -> Arc<SiteEntry> {
+        Arc::new(SiteEntry::new(0, None, 1 << 20))
+    }
+
     /// Issue 6: a peer chose sink stream ids (16 MiB each, never freed). A
     /// sender has at most `cap` streams open; asking a verdict frees one.
     #[test]
     fn a_sender_has_a_bounded_number_of_streams_and_a_verdict_frees_one() {
         let mut t = SinkTable::default();
+        let (seven, eight) = (entry(), entry());
         for stream in 0..4 {
-            assert!(t.record(7, stream, 0, 4));
+            assert!(t.record(&seven, stream, 0, 4));
         }
-        assert!(!t.record(7, 99, 0, 4), "a fifth stream is refused");
-        assert!(t.record(8, 99, 0, 4), "another sender is unaffected");
-        let v = t.finish(7, 99, 1, 4);
+        assert!(!t.record(&seven, 99, 0, 4), "a fifth stream is refused");
+        assert!(t.record(&eight, 99, 0, 4), "another sender is unaffected");
+        let v = t.finish(&seven, 99, 1, 4);
         assert!(v.refused);
         assert_eq!(v.missing, 1);
-        let v = t.finish(7, 0, 1, 4);
+        let v = t.finish(&seven, 0, 1, 4);
         assert_eq!((v.delivered, v.refused), (1, false));
-        assert!(t.record(7, 99, 0, 4), "the freed slot is usable");
+        assert!(t.record(&seven, 99, 0, 4), "the freed slot is usable");
         assert_eq!(t.streams.len(), 5);
     }
 
+    /// Issue 17: one `SinkData` with `seq = 2^27 - 1` pinned a 16 MiB
+    /// bitset for ever, and one verdict scanned 2^27 bits. A stream now
+    /// keeps what it received, and far-ahead numbers beyond a bound are
+    /// not kept at all.
     #[test]
-    fn huge_sequence_numbers_do_not_allocate() {
+    fn regression_a_far_sequence_number_pins_no_memory_and_the_verdict_is_cheap() {
         let mut s = SinkStream::default();
+        s.record((1 << 27) - 1);
         s.record(u64::MAX);
-        assert!(s.seen.is_empty());
-        assert_eq!(s.verdict(0).out_of_order, 1);
+        assert_eq!(s.kept(), 2, "two numbers received, two kept");
+        for seq in 0..(SINK_MAX_AHEAD as u64 + 10) {
+            s.record(u64::MAX - 1 - seq);
+        }
+        assert_eq!(s.kept(), SINK_MAX_AHEAD, "what lies ahead is bounded");
+        let v = s.verdict(1 << 27);
+        assert_eq!(v.missing, (1 << 27) - 1);
+        // A verdict over all of u64 costs what was received, not 2^64.
+        let v = s.verdict(u64::MAX);
+        assert_eq!(v.delivered, SINK_MAX_AHEAD as u64);
+    }
+
+    /// Issue 17: the sink was keyed by the id a peer names; it is keyed by
+    /// the entry that delivered, and a reclaimed entry's streams go.
+    #[test]
+    fn regression_streams_of_a_gone_sender_are_swept() {
+        let mut t = SinkTable::default();
+        for _ in 0..100 {
+            let e = entry();
+            assert!(t.record(&e, 1, 0, 4));
+            assert!(t.record(&e, 2, 0, 4));
+        }
+        assert!(
+            t.per_sender.len() <= 64,
+            "dead senders swept: {}",
+            t.per_sender.len()
+        );
+        assert_eq!(t.streams.len(), 2 * t.per_sender.len());
+    }
+
+    #[test]
+    fn gaps_filled_later_join_the_prefix() {
+        let mut s = SinkStream::default();
+        for i in [3, 1, 2, 0, 4] {
+            s.record(i);
+        }
+        assert_eq!(s.kept(), 0);
+        let v = s.verdict(5);
+        assert_eq!((v.delivered, v.missing, v.duplicates), (5, 0, 0));
     }
 }
