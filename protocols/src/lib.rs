@@ -81,6 +81,7 @@ pub mod handshake;
 pub mod lane_slots;
 pub mod ledger;
 pub mod link;
+pub mod log_limit;
 pub mod marshal;
 pub mod message;
 pub mod packed;

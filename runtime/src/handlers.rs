@@ -420,7 +420,9 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
         let Some((d, header)) = unwrapped else {
             Counters::add(&node.counters.unhandled, 1);
             let reason = "forwarded request with a malformed origin block".to_string();
-            tracing::warn!(type_id = m.prelude.type_id, "{reason}");
+            if let Some(suppressed) = node.peer_logs.site(from, &node.counters) {
+                tracing::warn!(type_id = m.prelude.type_id, suppressed, "{reason}");
+            }
             call_unhandled(node, from, m.prelude.type_id, reason, m.header, m.body);
             return;
         };
@@ -482,7 +484,9 @@ pub(crate) fn handler_outcome<T>(
         Ok(Ok(v)) => Ok(v),
         Ok(Err(reason)) => {
             Counters::add(&node.counters.unhandled, 1);
-            tracing::warn!(type_id, %reason, "{what}: message not handled");
+            if let Some(suppressed) = node.peer_logs.site(from, &node.counters) {
+                tracing::warn!(type_id, %reason, suppressed, "{what}: message not handled");
+            }
             call_unhandled(
                 node,
                 from,

@@ -35,6 +35,7 @@ pub mod message;
 pub mod metrics;
 mod node;
 mod outbox;
+mod peer_logs;
 pub mod runtime;
 pub mod services;
 mod site;

@@ -103,6 +103,10 @@ counters! {
     /// Explicit acknowledgement frames written (most acknowledgements ride
     /// on data frames and cost none).
     ack_frames_sent,
+    /// Log lines about a peer's bad input not written: past a few per peer
+    /// every 10 s they are counted here and summarised in the next line
+    /// written (`sitenet_protocols::log_limit`).
+    logs_suppressed,
 }
 
 impl Counters {

@@ -317,7 +317,11 @@ impl ComObject {
                 Action::Fault { state, reason } => self.set_fault(state, &reason),
                 Action::ReportFault { reason } => {
                     Counters::add(&self.node.counters.protocol_errors, 1);
-                    tracing::warn!(site = ?self.entry.id.get(), peer = %self.peer_string(), %reason, "peer broke the protocol");
+                    if let Some(suppressed) =
+                        self.node.peer_logs.site(&self.entry, &self.node.counters)
+                    {
+                        tracing::warn!(site = ?self.entry.id.get(), peer = %self.peer_string(), %reason, suppressed, "peer broke the protocol");
+                    }
                     self.report_fault(self.peer_string(), reason, false);
                 }
                 Action::HandBack { error, message } => self.hand_back(error, message),

@@ -117,6 +117,7 @@ impl NodeBuilder {
             faults: Mutex::new(VecDeque::new()),
             pending_handshakes: AtomicUsize::new(0),
             sinks: Default::default(),
+            peer_logs: Default::default(),
             changed: Notify::new(),
             listeners_done: Mutex::new(Vec::new()),
             local: std::sync::OnceLock::new(),

@@ -100,6 +100,8 @@ pub(crate) struct NodeInner {
     faults: Mutex<VecDeque<FaultReport>>,
     pending_handshakes: AtomicUsize,
     pub(crate) sinks: crate::services::Sinks,
+    /// Per-peer budgets of log lines about bad input.
+    pub(crate) peer_logs: crate::peer_logs::PeerLogs,
     /// Notified when a channel opens or closes or a fault state changes.
     pub(crate) changed: Notify,
     /// One receiver per listener, completed when its accept loop has ended

@@ -229,7 +229,9 @@ impl NodeInner {
                 }
                 Some(_) => {
                     Counters::add(&self.counters.replies_discarded, 1);
-                    tracing::warn!(corr = m.prelude.corr, site = ?from.id.get(), "reply from a site the request was not sent to; discarded");
+                    if let Some(suppressed) = self.peer_logs.site(from, &self.counters) {
+                        tracing::warn!(corr = m.prelude.corr, site = ?from.id.get(), suppressed, "reply from a site the request was not sent to; discarded");
+                    }
                     return;
                 }
                 None => None,
