@@ -82,3 +82,72 @@ async fn regression_malformed_messages_do_not_flood_the_log() {
     );
     assert!(m.logs_suppressed >= N - written, "{m:?}");
 }
+
+/// Issue 17: sites that handshake, send echo requests with large bodies,
+/// never read and then vanish left 7.5 M queued replies (1.15 GiB) held
+/// after they had gone: the output bound was per site, with no bound for
+/// the node and no give-up by default. The node's output is now bounded
+/// across sites with a fair share (a site that reads still gets room), and
+/// what is owed to a site that cannot be called back is released after
+/// `unreachable_give_up`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_replies_owed_to_vanished_readers_are_bounded_and_released() {
+    use sitenet::protocols::MessageKind;
+    use sitenet::services::{Echo, EchoReply};
+    const NODE_BOUND: u64 = 8 << 20;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.max_message_size = 1 << 20;
+            c.output_bound = 2 << 20;
+            c.node_output_bound = NODE_BOUND;
+            c.unreachable_give_up = std::time::Duration::from_secs(1);
+            c.linger = std::time::Duration::from_secs(1);
+        })
+        .start()
+        .unwrap();
+    let target = addr(&server);
+    // Six peers that never read, each asking for 6.4 MB of echoes.
+    let hogs: Vec<_> = (0..6)
+        .map(|_| {
+            let target = target.clone();
+            std::thread::spawn(move || {
+                let mut p = raw::RawPeer::connect(&target);
+                let body = vec![7u8; 32 * 1024];
+                for seq in 0..200u64 {
+                    let header = rmp_serde::to_vec(&Echo { seq }).unwrap();
+                    p.send(Echo::ID, MessageKind::Request, seq + 1, &header, &body);
+                }
+                p
+            })
+        })
+        .collect();
+    let hogs: Vec<_> = hogs.into_iter().map(|h| h.join().unwrap()).collect();
+    // A client that reads is still answered while they hold their share.
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&target).unwrap();
+    for seq in 0..50 {
+        let r = site
+            .request::<Echo, EchoReply>(&Echo { seq }, sitenet::SendOptions::default(), PATIENCE)
+            .await
+            .expect("a reading client is answered beside the hogs");
+        assert_eq!(r.msg.seq, seq);
+    }
+    let held = server.stats().output_bytes;
+    assert!(held > 0 && held <= NODE_BOUND, "held {held}");
+    assert_eq!(server.stats().output_bytes_bound, NODE_BOUND);
+    // They vanish: everything owed to them is returned, and their entries go.
+    drop(hogs);
+    assert!(
+        eventually(|| server.stats().output_bytes == 0).await,
+        "still held: {}",
+        server.stats().output_bytes
+    );
+    assert!(
+        eventually(|| server.site_count() <= 1).await,
+        "{} sites left",
+        server.site_count()
+    );
+    assert!(server.metrics().perm_failures >= 6);
+}

@@ -107,11 +107,28 @@ pub struct NodeConfig {
     /// Off by default, so a node answers only the message types its user
     /// registers; `sitenet node` turns them on.
     pub builtin_services: bool,
-    /// Sink streams one sender may have open at once (each tracks up to
-    /// 2^27 sequence numbers in at most 16 MiB); a stream is freed when its
-    /// verdict is asked. Data for a stream beyond the cap is refused and
-    /// counted (`Metrics::sink_refused`).
+    /// Sink streams one sender may have open at once (each keeps what it
+    /// received beyond its contiguous prefix, at most 64 Ki sequence
+    /// numbers); a stream is freed when its verdict is asked or its sender's
+    /// entry goes. Data for a stream beyond the cap is refused and counted
+    /// (`Metrics::sink_refused`).
     pub sink_streams_per_sender: usize,
+    /// A site whose channel was lost and that cannot be called back (it
+    /// named no address this node can reach: a client that does not
+    /// listen) is declared permanently failed after this long, and what it
+    /// was owed (replies, unacknowledged messages) is handed back and its
+    /// memory returned. Only it could restore the channel; one that went
+    /// for good would pin its queued messages for ever. 15 s by default:
+    /// three silence timeouts, and beyond a live peer's longest reconnect
+    /// backoff (5 s ± 20 %).
+    pub unreachable_give_up: Duration,
+    /// Bytes of output the node holds for all sites together (outboxes,
+    /// queues and unacknowledged messages): `output_bound` limits one site,
+    /// this limits their sum, so sites that never read cannot together
+    /// make the node hold more. At the bound `send` waits and `try_send`
+    /// fails with [`QueueFull`](crate::SendError::QueueFull). 1 GiB by
+    /// default; never less than `output_bound`.
+    pub node_output_bound: u64,
 }
 
 impl Default for NodeConfig {
@@ -144,6 +161,8 @@ impl Default for NodeConfig {
             trans_controller: None,
             builtin_services: false,
             sink_streams_per_sender: 4,
+            unreachable_give_up: Duration::from_secs(15),
+            node_output_bound: 1024 * 1024 * 1024,
         }
     }
 }
@@ -165,6 +184,7 @@ impl NodeConfig {
             .max_message_size
             .max(sitenet_protocols::PRELUDE_LEN as u64);
         self.output_bound = self.output_bound.max(2 * self.max_message_size);
+        self.node_output_bound = self.node_output_bound.max(self.output_bound);
         self
     }
 
@@ -182,6 +202,7 @@ impl NodeConfig {
             ring_idle: self.ring_idle,
             reopen_after_peer_hard_close: self.reopen_after_peer_hard_close,
             give_up_after: self.give_up_after,
+            unreachable_give_up: self.unreachable_give_up,
             ..Default::default()
         }
     }

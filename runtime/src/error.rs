@@ -47,10 +47,11 @@ pub enum SendError {
     /// The site's output bound is reached (`try_send`, or a send from a
     /// handler, which never waits). Retry later or use the async `send`.
     #[error(
-        "the output queue to this site is full ({bound} bytes held); retry later or await `send`"
+        "the output queue is full ({bound} bytes held for this site, or for all sites of the node together); retry later or await `send`"
     )]
     QueueFull {
-        /// The configured bound.
+        /// The bound that was reached: the site's (`output_bound`) or the
+        /// node's (`node_output_bound`).
         bound: u64,
     },
     /// The message exceeds the maximum message size of this node or the peer.

@@ -29,7 +29,7 @@ impl NodeInner {
     /// A reference to this node as a site, its entry made on first need.
     pub(crate) fn local_site(self: &Arc<Self>) -> SiteRef {
         let entry = self.local.get_or_init(|| {
-            let e = SiteEntry::new(LOCAL_KEY, None, self.cfg.output_bound);
+            let e = SiteEntry::new(LOCAL_KEY, None, self.output.clone());
             let _ = e.id.set(self.id);
             Arc::new(e)
         });

@@ -12,13 +12,27 @@
 //! counts for what it occupies (`OutMessage::footprint`: its wire bytes and
 //! its record), so tiny messages cannot take several times the bound.
 //!
+//! The bytes count twice: against the site's bound and against the node's
+//! ([`NodeOutput`]), which bounds the sum over all sites — each site
+//! within its own bound, sites that never read could together make the node
+//! hold any amount. A message always fits an empty outbox under the site's
+//! bound, never under the node's: the node's bound is a hard ceiling. Once
+//! the node is half full, a site may add only while it holds less than a
+//! quarter of the bound divided among the sites holding bytes, so one site
+//! that never reads takes at most half the node and a few cannot starve the
+//! rest: with eight such sites 7 % of the bound is still free for a site
+//! holding little. (About a dozen can fill it, since a share is judged when
+//! the bytes are added; what they hold is returned when they are given up:
+//! the silence timeout, then `NodeConfig::unreachable_give_up`.)
+//!
 //! Senders that wait for room are served in the order they started waiting
 //! (a ticket each): a large send at the head is not overtaken by small ones
 //! that would fit first, so it cannot starve; a sender that stops waiting
 //! (its future dropped) gives up its turn. When the site fails or the node
 //! shuts down the outbox is closed and every waiter returns at once.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -31,6 +45,97 @@ use sitenet_protocols::OutMessage;
 /// messages per system call, and wake the peer as often; batches of 64 KiB
 /// are what the raw TCP baseline writes.
 pub(crate) const SEND_BATCH: u64 = 64 * 1024;
+
+/// The output bytes of a whole node, every site's outbox together.
+#[derive(Debug)]
+pub(crate) struct NodeOutput {
+    bytes: AtomicU64,
+    bound: u64,
+    /// Outboxes holding bytes now (the fair share's divisor).
+    holders: AtomicUsize,
+    /// Senders waiting because the node (not their site) was full: only
+    /// then does a release notify `space`, so the common path costs one
+    /// atomic add.
+    waiting: AtomicUsize,
+    space: Notify,
+}
+
+impl NodeOutput {
+    pub(crate) fn new(bound: u64) -> Arc<Self> {
+        Arc::new(Self {
+            bytes: AtomicU64::new(0),
+            bound,
+            holders: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            space: Notify::new(),
+        })
+    }
+
+    /// Bytes held for all sites.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    /// What `bytes` never exceeds.
+    pub(crate) fn bound(&self) -> u64 {
+        self.bound
+    }
+
+    /// Reserves `n` bytes for a site that held `site_before`: within the
+    /// bound, and within the site's fair share once the node is half full
+    /// (see the module documentation).
+    fn try_reserve(&self, n: u64, site_before: u64) -> bool {
+        let holders = self.holders.load(Ordering::Acquire) + usize::from(site_before == 0);
+        let share = self.bound / (4 * holders.max(1) as u64);
+        let fair = site_before + n <= share;
+        self.bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                let after = cur + n;
+                (after <= self.bound && (fair || after <= self.bound / 2)).then_some(after)
+            })
+            .is_ok()
+    }
+
+    /// A site's bytes went from `before` to `after`: counts the sites
+    /// holding any.
+    fn held(&self, before: u64, after: u64) {
+        match (before == 0, after == 0) {
+            (true, false) => {
+                self.holders.fetch_add(1, Ordering::AcqRel);
+            }
+            (false, true) => {
+                self.holders.fetch_sub(1, Ordering::AcqRel);
+            }
+            _ => {}
+        }
+    }
+
+    fn release(&self, n: u64) {
+        self.bytes.fetch_sub(n, Ordering::AcqRel);
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            self.space.notify_waiters();
+        }
+    }
+}
+
+/// The two bounds an outbox counts against: its site's and its node's.
+#[derive(Debug, Clone)]
+pub(crate) struct OutputBound {
+    /// Bytes one site may hold.
+    pub(crate) site: u64,
+    pub(crate) node: Arc<NodeOutput>,
+}
+
+impl OutputBound {
+    /// A site bound with a node of its own (tests).
+    #[cfg(test)]
+    pub(crate) fn alone(site: u64) -> Self {
+        Self {
+            site,
+            node: NodeOutput::new(u64::MAX / 2),
+        }
+    }
+}
 
 /// The queue behind the outbox's lock.
 #[derive(Debug, Default)]
@@ -64,6 +169,23 @@ impl Drop for Turn<'_> {
         } else {
             t.abandoned.insert(self.ticket);
         }
+    }
+}
+
+/// A sender's place among those waiting for room on the node (see
+/// [`NodeOutput::waiting`]), given up when it stops waiting.
+struct NodeWait<'a>(&'a NodeOutput);
+
+impl<'a> NodeWait<'a> {
+    fn new(node: &'a NodeOutput) -> Self {
+        node.waiting.fetch_add(1, Ordering::AcqRel);
+        Self(node)
+    }
+}
+
+impl Drop for NodeWait<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -126,11 +248,12 @@ pub(crate) struct Outbox {
     wake_pending: AtomicBool,
     bytes: AtomicU64,
     bound: u64,
+    node: Arc<NodeOutput>,
     space: Notify,
 }
 
 impl Outbox {
-    pub(crate) fn new(bound: u64) -> Self {
+    pub(crate) fn new(bound: OutputBound) -> Self {
         Self {
             queue: Mutex::new(Queue::default()),
             turns: Mutex::new(Turns::default()),
@@ -138,13 +261,21 @@ impl Outbox {
             closed: AtomicBool::new(false),
             wake_pending: AtomicBool::new(false),
             bytes: AtomicU64::new(0),
-            bound,
+            bound: bound.site,
+            node: bound.node,
             space: Notify::new(),
         }
     }
 
-    pub(crate) fn bound(&self) -> u64 {
-        self.bound
+    /// The bound that refused `n` bytes: the site's if it is full, else
+    /// the node's (for [`QueueFull`](crate::SendError::QueueFull)).
+    pub(crate) fn full_bound(&self, n: u64) -> u64 {
+        let cur = self.bytes();
+        if cur != 0 && cur + n > self.bound {
+            self.bound
+        } else {
+            self.node.bound
+        }
     }
 
     /// Bytes held (outbox + queues + unacknowledged).
@@ -164,18 +295,30 @@ impl Outbox {
         self.waiters.store(t.waiting(), Ordering::Release);
     }
 
+    /// Reserves `n` bytes under both bounds, or nothing.
     fn reserve_now(&self, n: u64) -> bool {
-        self.bytes
+        let Ok(before) = self
+            .bytes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
                 (cur == 0 || cur + n <= self.bound).then_some(cur + n)
             })
-            .is_ok()
+        else {
+            return false;
+        };
+        if !self.node.try_reserve(n, before) {
+            self.bytes.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        self.node.held(before, before + n);
+        true
     }
 
-    /// Adds `n` bytes regardless of the bound (a message moved from another
-    /// outbox, already accepted once).
+    /// Adds `n` bytes regardless of the bounds (a message moved from
+    /// another outbox of the node, already accepted once).
     pub(crate) fn force_reserve(&self, n: u64) {
-        self.bytes.fetch_add(n, Ordering::AcqRel);
+        let before = self.bytes.fetch_add(n, Ordering::AcqRel);
+        self.node.bytes.fetch_add(n, Ordering::AcqRel);
+        self.node.held(before, before + n);
     }
 
     /// Reserves `n` bytes, waiting in turn for acknowledgements to free
@@ -198,10 +341,16 @@ impl Outbox {
             ticket,
             done: false,
         };
+        // Counted as waiting on the node too: a release anywhere on the
+        // node may make the room this sender lacks.
+        let _node_wait = NodeWait::new(&self.node);
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            let node_notified = self.node.space.notified();
+            tokio::pin!(node_notified);
+            node_notified.as_mut().enable();
             if self.closed.load(Ordering::Acquire) {
                 return Err(Closed);
             }
@@ -217,7 +366,7 @@ impl Outbox {
                     return Ok(());
                 }
             }
-            notified.await;
+            futures::future::select(notified, node_notified).await;
         }
     }
 
@@ -239,7 +388,9 @@ impl Outbox {
     /// Returns bytes (acknowledged, handed back, or never queued).
     pub(crate) fn release(&self, n: u64) {
         if n > 0 {
-            self.bytes.fetch_sub(n, Ordering::AcqRel);
+            let before = self.bytes.fetch_sub(n, Ordering::AcqRel);
+            self.node.held(before, before - n);
+            self.node.release(n);
             self.space.notify_waiters();
         }
     }
@@ -338,7 +489,7 @@ mod tests {
     /// They are served in the order they started waiting.
     #[test]
     fn waiters_are_served_in_order_so_a_large_send_cannot_starve() {
-        let o = Outbox::new(100);
+        let o = Outbox::new(OutputBound::alone(100));
         assert!(o.try_reserve(100));
         let mut large = Box::pin(o.reserve(60));
         assert!(large.as_mut().now_or_never().is_none(), "no room yet");
@@ -363,7 +514,7 @@ mod tests {
 
     #[test]
     fn a_waiter_that_gives_up_gives_its_turn_to_the_next() {
-        let o = Outbox::new(100);
+        let o = Outbox::new(OutputBound::alone(100));
         assert!(o.try_reserve(100));
         let mut first = Box::pin(o.reserve(90));
         assert!(first.as_mut().now_or_never().is_none());
@@ -377,12 +528,67 @@ mod tests {
     /// Issue 6: a sender waiting for room hung for ever after shutdown.
     #[test]
     fn closing_fails_every_waiter_at_once() {
-        let o = Outbox::new(100);
+        let o = Outbox::new(OutputBound::alone(100));
         assert!(o.try_reserve(100));
         let mut w = Box::pin(o.reserve(10));
         assert!(w.as_mut().now_or_never().is_none());
         o.close();
         assert_eq!(w.as_mut().now_or_never(), Some(Err(Closed)));
         assert_eq!(o.reserve(1).now_or_never(), Some(Err(Closed)));
+    }
+
+    /// Issue 17: the output bound was per site only, so sites that never
+    /// read held 1.15 GiB together. The node's bound caps their sum; a
+    /// sender held back by it is woken by a release on any site.
+    #[test]
+    fn regression_the_node_bound_caps_the_sum_of_every_site() {
+        let node = NodeOutput::new(1000);
+        let bound = OutputBound {
+            site: 800,
+            node: node.clone(),
+        };
+        let (a, b) = (Outbox::new(bound.clone()), Outbox::new(bound));
+        assert!(a.try_reserve(500), "below half the node: anyone");
+        assert!(b.try_reserve(100), "within b's share (1000 / 4 / 2)");
+        assert!(!a.try_reserve(200), "a is far beyond its share");
+        assert!(b.try_reserve(25));
+        assert!(!b.try_reserve(1), "b is at its share (125)");
+        assert_eq!(node.bytes(), 625);
+        let mut w = Box::pin(b.reserve(100));
+        assert!(w.as_mut().now_or_never().is_none());
+        a.release(500);
+        assert_eq!(w.as_mut().now_or_never(), Some(Ok(())));
+        assert_eq!((a.bytes(), b.bytes(), node.bytes()), (0, 225, 225));
+    }
+
+    /// Sites that never read cannot take the whole node: once it is half
+    /// full, each adds only within its fair share, so a site holding
+    /// little still finds room.
+    #[test]
+    fn sites_that_never_read_leave_room_for_one_that_does() {
+        let node = NodeOutput::new(1 << 20);
+        let bound = OutputBound {
+            site: 1 << 20,
+            node: node.clone(),
+        };
+        let hogs: Vec<Outbox> = (0..8).map(|_| Outbox::new(bound.clone())).collect();
+        // Each hog sends small messages until refused.
+        for h in &hogs {
+            while h.try_reserve(1024) {}
+        }
+        let free = (1u64 << 20) - node.bytes();
+        assert!(free >= (1 << 20) / 16, "only {free} bytes left free");
+        let honest = Outbox::new(bound);
+        for _ in 0..16 {
+            assert!(honest.try_reserve(1024), "an honest site finds room");
+            honest.release(1024);
+        }
+        // An empty outbox's exemption is the site's, never the node's.
+        let node = NodeOutput::new(100);
+        let bound = OutputBound { site: 100, node };
+        let (one, other) = (Outbox::new(bound.clone()), Outbox::new(bound));
+        assert!(one.try_reserve(50));
+        assert!(!other.try_reserve(60), "empty, but the node has no room");
+        assert_eq!(other.bytes(), 0, "a refused reservation leaves nothing");
     }
 }

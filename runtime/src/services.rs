@@ -399,7 +399,11 @@ mod tests {
     }
 
     fn entry() -> Arc<SiteEntry> {
-        Arc::new(SiteEntry::new(0, None, 1 << 20))
+        Arc::new(SiteEntry::new(
+            0,
+            None,
+            crate::outbox::OutputBound::alone(1 << 20),
+        ))
     }
 
     /// Issue 6: a peer chose sink stream ids (16 MiB each, never freed). A

@@ -317,7 +317,7 @@ impl SiteRef {
         self.check(entry, &m)?;
         if !entry.outbox.try_reserve(m.footprint()) {
             return Err(SendError::QueueFull {
-                bound: entry.outbox.bound(),
+                bound: entry.outbox.full_bound(m.footprint()),
             });
         }
         let _ = self.push(entry, m);

@@ -103,7 +103,11 @@ impl SiteEntry {
         self.key == crate::local::LOCAL_KEY
     }
 
-    pub(crate) fn new(key: usize, address: Option<Arc<str>>, bound: u64) -> Self {
+    pub(crate) fn new(
+        key: usize,
+        address: Option<Arc<str>>,
+        bound: crate::outbox::OutputBound,
+    ) -> Self {
         Self {
             key,
             outbox: Outbox::new(bound),
@@ -214,7 +218,7 @@ mod tests {
     /// Ok. A site whose failure is on record reads PermFailed.
     #[test]
     fn a_site_whose_failure_is_on_record_reads_perm_failed() {
-        let e = SiteEntry::new(0, None, 1 << 20);
+        let e = SiteEntry::new(0, None, crate::outbox::OutputBound::alone(1 << 20));
         assert_eq!(e.fault_state(), FaultState::Ok);
         *e.failed.lock() = Some(Box::new(("killed".into(), HandedBack::default())));
         e.has_failed

@@ -25,6 +25,11 @@ pub struct NodeStats {
     pub sites_reclaimed: u64,
     /// Each site's counters.
     pub per_site: Vec<SiteStats>,
+    /// Bytes of output held for all sites together (queued, being sent,
+    /// unacknowledged) …
+    pub output_bytes: u64,
+    /// … which never exceeds this (`NodeConfig::node_output_bound`).
+    pub output_bytes_bound: u64,
 }
 
 /// One remote site's counters, as its ComObject last published them (at

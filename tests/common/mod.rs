@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod counting;
+pub mod raw;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

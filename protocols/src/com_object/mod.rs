@@ -109,6 +109,13 @@ pub struct ComConfig {
     pub reopen_after_peer_hard_close: Duration,
     /// Temporarily failed this long: fail permanently. `None`: never.
     pub give_up_after: Option<Duration>,
+    /// Temporarily failed this long while the site cannot be called back
+    /// (it named no address this node can reach — a client that does not
+    /// listen): fail permanently, handing back what it was owed. Only the
+    /// site can restore the channel, and a site that went for good would
+    /// otherwise pin its queued replies for ever. Applies even when
+    /// `give_up_after` is `None`; the shorter of the two wins.
+    pub unreachable_give_up: Duration,
     /// This node's site id (the link decision's tie-break). Kept here, in
     /// the configuration every ComObject of the node shares, rather than in
     /// each of them; `ComObject::new` sets it.
@@ -132,6 +139,7 @@ impl Default for ComConfig {
             ring_idle: Duration::from_secs(2),
             reopen_after_peer_hard_close: Duration::from_secs(5),
             give_up_after: None,
+            unreachable_give_up: Duration::from_secs(15),
             local: SiteId(0),
             decide,
         }
@@ -193,6 +201,9 @@ pub struct ComObject {
     /// hold messages for us; if it does not call back, we reopen while we
     /// reference it — it may be unable to call us (we do not listen).
     owed_reopen: bool,
+    /// The give-up timer runs for `unreachable_give_up` (the site could
+    /// not be called back when it failed), not for `give_up_after`.
+    give_up_unreachable: bool,
     /// Last time an application message was sent, delivered or acknowledged.
     idle_since: Instant,
     /// When the peer last rejected our weak close.
@@ -251,6 +262,7 @@ impl ComObject {
             peer_cleared: false,
             awaiting_replies: false,
             owed_reopen: false,
+            give_up_unreachable: false,
             idle_since: now,
             weak_rejected_at: None,
             clock: now,
@@ -412,9 +424,10 @@ impl ComObject {
             }
             match t {
                 Timer::GiveUp => {
-                    let limit = self.cfg.give_up_after.unwrap_or_default();
-                    self.fail(SiteFailure::GaveUp(limit), now);
-                    return;
+                    if let Some(why) = self.give_up_expired(now) {
+                        self.fail(why, now);
+                        return;
+                    }
                 }
                 Timer::ReconnectBackoff => {
                     if matches!(self.phase, Phase::Backoff | Phase::WaitingForCallback) {
@@ -550,13 +563,46 @@ impl ComObject {
         match state {
             FaultState::TempFailed => {
                 self.count().temp_failures += 1;
-                if let Some(limit) = self.cfg.give_up_after {
-                    self.timers.set(Timer::GiveUp, now + limit);
-                }
+                self.arm_give_up(now);
             }
             FaultState::Ok | FaultState::PermFailed => self.timers.stop(Timer::GiveUp),
         }
         self.actions.push_back(Action::Fault { state, reason });
+    }
+
+    /// Arms the give-up timer as the site becomes temporarily failed: the
+    /// configured give-up, or the unreachable one if the site cannot be
+    /// called back (and that is shorter).
+    fn arm_give_up(&mut self, now: Instant) {
+        let unreachable = (!self.book.can_open()).then_some(self.cfg.unreachable_give_up);
+        let limit = match (self.cfg.give_up_after, unreachable) {
+            (Some(g), Some(u)) => Some((g.min(u), u < g)),
+            (g, u) => g.map(|g| (g, false)).or(u.map(|u| (u, true))),
+        };
+        if let Some((limit, is_unreachable)) = limit {
+            self.give_up_unreachable = is_unreachable;
+            self.timers.set(Timer::GiveUp, now + limit);
+        }
+    }
+
+    /// The give-up timer fired: the failure to declare, if any. A site
+    /// armed as unreachable that learned an address meanwhile is given the
+    /// rest of the configured give-up instead (none: it is not given up).
+    fn give_up_expired(&mut self, now: Instant) -> Option<SiteFailure> {
+        if !self.give_up_unreachable {
+            return Some(SiteFailure::GaveUp(
+                self.cfg.give_up_after.unwrap_or_default(),
+            ));
+        }
+        if !self.book.can_open() {
+            return Some(SiteFailure::Unreachable(self.cfg.unreachable_give_up));
+        }
+        self.give_up_unreachable = false;
+        if let Some(g) = self.cfg.give_up_after {
+            let rest = g.saturating_sub(self.cfg.unreachable_give_up);
+            self.timers.set(Timer::GiveUp, now + rest);
+        }
+        None
     }
 
     fn link_view(&self) -> LinkView {

@@ -39,6 +39,11 @@ pub enum SiteFailure {
     /// Temporarily failed for longer than the give-up timeout.
     #[error("temporarily failed for longer than the give-up timeout ({0:?})")]
     GaveUp(Duration),
+    /// The channel was lost and the site cannot be called back (it named
+    /// no address this node can reach), and it did not come back within
+    /// the unreachable give-up time (`ComConfig::unreachable_give_up`).
+    #[error("lost, cannot be called back (no address to reach it at), and not back within {0:?}")]
+    Unreachable(Duration),
 }
 
 /// Why a working channel ended, as the driver saw it.

@@ -60,6 +60,10 @@ impl NodeBuilder {
     /// the runtime, so it is safe on the runtime's own thread.
     pub fn start(self) -> Result<Node, NodeError> {
         let cfg = self.cfg.normalised();
+        let output = crate::outbox::OutputBound {
+            site: cfg.output_bound,
+            node: crate::outbox::NodeOutput::new(cfg.node_output_bound),
+        };
         let rt = self.runtime.unwrap_or_else(Runtime::current_or_shared);
         let mut bound = Vec::new();
         let mut listen = Vec::new();
@@ -118,6 +122,7 @@ impl NodeBuilder {
             pending_handshakes: AtomicUsize::new(0),
             sinks: Default::default(),
             peer_logs: Default::default(),
+            output,
             changed: Notify::new(),
             listeners_done: Mutex::new(Vec::new()),
             local: std::sync::OnceLock::new(),

@@ -100,6 +100,9 @@ pub(crate) struct NodeInner {
     faults: Mutex<VecDeque<FaultReport>>,
     pending_handshakes: AtomicUsize,
     pub(crate) sinks: crate::services::Sinks,
+    /// The output bounds every entry's outbox counts against: the site's
+    /// and the node's (shared by all of them).
+    pub(crate) output: crate::outbox::OutputBound,
     /// Per-peer budgets of log lines about bad input.
     pub(crate) peer_logs: crate::peer_logs::PeerLogs,
     /// Notified when a channel opens or closes or a fault state changes.

@@ -44,7 +44,7 @@ impl NodeInner {
         address: Option<Arc<str>>,
     ) -> Arc<SiteEntry> {
         let slot = t.entries.vacant_entry();
-        let entry = Arc::new(SiteEntry::new(slot.key(), address, self.cfg.output_bound));
+        let entry = Arc::new(SiteEntry::new(slot.key(), address, self.output.clone()));
         slot.insert(entry.clone());
         entry
     }

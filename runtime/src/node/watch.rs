@@ -120,6 +120,8 @@ impl Node {
             sites_idle: idle,
             sites_reclaimed: m.sites_reclaimed,
             per_site,
+            output_bytes: self.inner.output.node.bytes(),
+            output_bytes_bound: self.inner.output.node.bound(),
         }
     }
 

@@ -239,3 +239,103 @@ fn shutdown_refuses_new_channels_and_ends_the_working_one() {
         .accepted(&negotiate(1, Attempt { opener: 9, seq: 1 }), h.now);
     assert!(matches!(out, AcceptOutcome::Refuse(RefuseReason::Closing)));
 }
+
+/// A site that connected to us and named no address we can reach, with a
+/// message queued for it: its channel is lost.
+fn unreachable_site_lost(c: ComConfig) -> H {
+    let mut h = H::new(c, false);
+    let out = h
+        .com
+        .accepted(&negotiate(0, Attempt { opener: 9, seq: 1 }), h.now);
+    let AcceptOutcome::Accept { id, .. } = out else {
+        panic!("{out:?}")
+    };
+    h.com.queue(msg(10)).unwrap();
+    let mut out = ByteBuffer::new(65_536);
+    h.com.poll_transmit(h.now, &mut out);
+    h.actions();
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    assert!(h.actions().iter().any(|a| matches!(
+        a,
+        Action::Fault {
+            state: FaultState::TempFailed,
+            ..
+        }
+    )));
+    h
+}
+
+/// Issue 17: replies owed to sites that can never be called back were
+/// never released (no give-up by default): 7.5 M messages, 1.15 GiB,
+/// held after their sites had gone. Such a site fails after the
+/// unreachable give-up, and what it was owed is handed back.
+#[test]
+fn regression_a_site_that_cannot_be_called_back_is_given_up() {
+    let c = ComConfig {
+        give_up_after: None,
+        unreachable_give_up: Duration::from_secs(15),
+        ..ComConfig::default()
+    };
+    let mut h = unreachable_site_lost(c);
+    let t0 = h.now;
+    let at = h.run_to_next_deadline();
+    assert_eq!(at - t0, Duration::from_secs(15));
+    let acts = h.actions();
+    let Some(Action::Failed {
+        failure,
+        not_sent,
+        maybe_delivered,
+    }) = acts.iter().find(|a| matches!(a, Action::Failed { .. }))
+    else {
+        panic!("not given up: {acts:?}")
+    };
+    assert_eq!(failure, &SiteFailure::Unreachable(Duration::from_secs(15)));
+    assert_eq!(
+        not_sent.len() + maybe_delivered.len(),
+        1,
+        "the message is handed back"
+    );
+    assert_eq!(h.com.state(), ComState::Failed);
+}
+
+/// A shorter configured give-up still wins, and a site that can be called
+/// back is not given up by the unreachable rule.
+#[test]
+fn the_unreachable_give_up_never_lengthens_or_replaces_the_configured_one() {
+    let c = ComConfig {
+        give_up_after: Some(Duration::from_secs(3)),
+        unreachable_give_up: Duration::from_secs(15),
+        ..ComConfig::default()
+    };
+    let mut h = unreachable_site_lost(c);
+    let t0 = h.now;
+    h.run_to_next_deadline();
+    assert_eq!(h.now - t0, Duration::from_secs(3));
+    assert_eq!(h.com.state(), ComState::Failed);
+
+    // Reachable, no give-up configured: retried for ever.
+    let c = ComConfig {
+        give_up_after: None,
+        unreachable_give_up: Duration::from_secs(15),
+        ..ComConfig::default()
+    };
+    let mut h = H::new(c, true);
+    let a = h.queue_and_request_open();
+    h.com
+        .open_failed(a, OpenFailure::Transport("refused".into()), h.now);
+    let t0 = h.now;
+    while h.now - t0 < Duration::from_secs(120) {
+        h.run_to_next_deadline();
+        for act in h.actions() {
+            assert!(
+                !matches!(act, Action::Failed { .. }),
+                "gave up a reachable site"
+            );
+            if matches!(act, Action::RequestSlot) {
+                let a = h.grant();
+                h.com
+                    .open_failed(a, OpenFailure::Transport("refused".into()), h.now);
+            }
+        }
+    }
+}
