@@ -261,7 +261,8 @@ impl SiteRef {
     }
 
     fn check(&self, entry: &Arc<SiteEntry>, m: &OutMessage) -> Result<(), SendError> {
-        if self.node.is_shut_down() {
+        let reply = matches!(m.kind, MessageKind::Reply | MessageKind::DelegatedReply);
+        if self.node.is_shut_down() || (self.node.is_closing() && !reply) {
             return Err(SendError::Shutdown);
         }
         // The site's actor (started by its first message) is gone only if

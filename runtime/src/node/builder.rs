@@ -116,6 +116,7 @@ impl NodeBuilder {
             slots,
             com_cfg,
             shut_down: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             stop_listeners: tokio::sync::watch::Sender::new(false),
             acked: Notify::new(),
             faults: Mutex::new(VecDeque::new()),

@@ -92,6 +92,8 @@ pub(crate) struct NodeInner {
     /// input waits for budget resume reading.
     pub(crate) budget_released: Arc<Notify>,
     shut_down: AtomicBool,
+    /// `shutdown` began (see [`is_closing`](Self::is_closing)).
+    closing: AtomicBool,
     /// Level-triggered stop signal of the accept loops: a loop between two
     /// accepts cannot miss it (a `Notify` could be missed there).
     stop_listeners: tokio::sync::watch::Sender<bool>,
@@ -163,15 +165,22 @@ impl NodeInner {
 
     /// Stops listeners and actors; never blocks.
     fn stop_now(&self) {
+        for a in self.begin_stop() {
+            a.do_send(Stop);
+        }
+    }
+
+    /// Stops everything but the ComObjects, whose addresses it returns for
+    /// the caller to stop (empty if the node was stopped already).
+    fn begin_stop(&self) -> Vec<actix::Addr<crate::com_object::ComObject>> {
         if self.shut_down.swap(true, Ordering::AcqRel) {
-            return;
+            return Vec::new();
         }
         self.stop_listeners.send_replace(true);
+        let mut actors = Vec::new();
         for e in self.entries_and_local() {
             e.outbox.close();
-            if let Some(a) = e.addr.get() {
-                a.do_send(Stop);
-            }
+            actors.extend(e.addr.get().cloned());
         }
         let pending: Vec<Pending> = self.pending.lock().drain().map(|(_, p)| p).collect();
         for p in pending {
@@ -184,6 +193,13 @@ impl NodeInner {
         }
         // The deadline task sees the node stopped, and ends.
         self.deadlines.poke();
+        actors
+    }
+
+    /// True once [`Node::shutdown`] began: new sends are refused (replies
+    /// to requests being handled still go).
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
     }
 }
 
@@ -372,6 +388,7 @@ impl Node {
     /// queued message to be acknowledged, then closes channels and listeners.
     /// Returns what was still unacknowledged.
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
+        self.inner.closing.store(true, Ordering::Release);
         let timer = self.inner.rt.delay(deadline);
         futures::pin_mut!(timer);
         // Site by site, each woken only by its own acknowledgements: linear
@@ -393,7 +410,18 @@ impl Node {
             }
         }
         let report = self.pending_report();
-        self.inner.stop_now();
+        // Each ComObject writes its final acknowledgement and closes its
+        // channel before this returns (within a bound): a process that
+        // exits right after `shutdown` leaves no peer holding a message we
+        // received but never acknowledged.
+        let stops = self.inner.begin_stop();
+        let stopped = futures::future::join_all(stops.iter().map(|a| a.send(Stop)));
+        let limit = self.inner.rt.delay(LISTENER_STOP_LIMIT);
+        futures::pin_mut!(stopped);
+        futures::pin_mut!(limit);
+        if let futures::future::Either::Right(_) = futures::future::select(stopped, limit).await {
+            tracing::warn!("site actors did not stop within {LISTENER_STOP_LIMIT:?}");
+        }
         // What was not acknowledged by now never will be.
         self.inner
             .deliveries
