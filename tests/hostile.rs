@@ -222,3 +222,46 @@ async fn regression_shutdown_refuses_new_sends_while_it_waits() {
     let report = shutting.await.unwrap();
     assert!(report.unacknowledged_bytes > 0);
 }
+
+/// Issue 17: on give-up, messages still in the outbox landed in
+/// `take_refused`, not in `failure().not_sent`. Every message accepted for
+/// a site that is then given up is in its failure's `not_sent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_messages_queued_as_a_site_is_given_up_are_in_not_sent() {
+    for _ in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let client = Node::builder()
+            .configure(|c| c.give_up_after = Some(std::time::Duration::from_millis(100)))
+            .start()
+            .unwrap();
+        let site = client.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+        let sender = site.clone();
+        let accepted = std::thread::spawn(move || {
+            let mut n = 0u64;
+            loop {
+                match sender.try_send(&Expected { n }) {
+                    Ok(()) => n += 1,
+                    Err(sitenet::SendError::QueueFull { .. }) => std::thread::yield_now(),
+                    Err(sitenet::SendError::SiteFailed { .. }) => return n,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        })
+        .join()
+        .unwrap();
+        // Sends that raced with the failure are handed back by the actor's
+        // next turn: once nothing is held, everything is accounted for.
+        assert!(eventually(|| site.pending_bytes() == 0).await);
+        let (_, back) = site.failure().expect("given up");
+        let refused = site.take_refused();
+        assert!(refused.is_empty(), "{} in take_refused", refused.len());
+        assert_eq!(
+            (back.not_sent.len() + back.maybe_delivered.len()) as u64,
+            accepted
+        );
+    }
+}

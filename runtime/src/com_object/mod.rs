@@ -348,6 +348,34 @@ impl ComObject {
                         });
                         back.maybe_delivered.push(m);
                     }
+                    // Messages drained from the outbox after the machine
+                    // failed but before this action ran were refused as
+                    // `SiteFailed`: they belong to this failure's
+                    // `not_sent` (newer than the machine's), not to
+                    // `take_refused`.
+                    if let Some(refused) = self.entry.refused.lock().as_mut() {
+                        let (late, other): (Vec<_>, Vec<_>) = std::mem::take(&mut **refused)
+                            .into_iter()
+                            .partition(|(e, _)| {
+                                matches!(e, sitenet_protocols::SendError::SiteFailed)
+                            });
+                        **refused = other;
+                        back.not_sent.extend(late.into_iter().map(|(_, m)| m));
+                    }
+                    // And what is still in the outbox, never drained: it
+                    // would otherwise be neither sent nor handed back. (The
+                    // wake flag is cleared first, so a sender racing past
+                    // its check wakes this actor, whose drain hands it back
+                    // as `SiteFailed` into the failure set below.)
+                    let mut queued = Vec::new();
+                    self.entry.outbox.drain_on_wake(&mut queued);
+                    for m in queued {
+                        self.entry.outbox.release(m.footprint());
+                        deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
+                            reason: reason.clone(),
+                        });
+                        back.not_sent.push(m);
+                    }
                     tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
                     self.report_fault(self.address_string(), reason.clone(), true);
                     *self.entry.failed.lock() = Some(Box::new((reason.clone(), back)));
