@@ -265,3 +265,45 @@ async fn regression_messages_queued_as_a_site_is_given_up_are_in_not_sent() {
         );
     }
 }
+
+/// Issue 17: tracked deliveries hung for ever once the last `Node` handle
+/// dropped (only `shutdown` failed them): a message sent and not yet
+/// acknowledged stayed in the stopped actor's ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_dropping_the_node_fails_its_tracked_deliveries() {
+    // A server (on a thread of its own) whose handler holds the message,
+    // so it is delivered but not acknowledged.
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let (got_tx, got_rx) = std::sync::mpsc::channel::<()>();
+    let got_tx = std::sync::Mutex::new(got_tx);
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(sitenet::Runtime::dedicated("held-server"))
+        .start()
+        .unwrap();
+    server
+        .handle(move |_ctx, _m: Expected| {
+            let _ = got_tx.lock().unwrap().send(());
+            let _ = release_rx.lock().unwrap().recv_timeout(PATIENCE);
+        })
+        .unwrap();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let delivery = site
+        .try_send_tracked(&Expected { n: 0 }, sitenet::SendOptions::default())
+        .unwrap();
+    tokio::task::spawn_blocking(move || got_rx.recv_timeout(PATIENCE))
+        .await
+        .unwrap()
+        .expect("the server holds the message");
+    // The last `Node` handle goes; a `SiteRef` (which keeps the node's
+    // state, not the node) is still held, as a user's data structure would.
+    drop(client);
+    let r = tokio::time::timeout(PATIENCE, delivery)
+        .await
+        .expect("the delivery ends when the node is dropped");
+    assert!(matches!(r, Err(sitenet::DeliveryError::Shutdown)), "{r:?}");
+    let _ = release_tx.send(());
+    drop(site);
+}

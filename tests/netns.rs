@@ -251,6 +251,33 @@ fn two_hosts_survive_a_cut_link_without_loss() {
         "announced {addr}"
     );
 
+    // Issue 17: the stats service named every connected site's id to
+    // anyone, which a stranger could then claim. From another host it is
+    // refused (exit 1, saying why): the node serves it over loopback only
+    // (tests/stats.rs).
+    let stats = Command::new(&ns.ip)
+        .args([
+            "netns",
+            "exec",
+            &ns.b,
+            BIN,
+            "stats",
+            &addr,
+            "--timeout",
+            "30",
+        ])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("ip netns exec sitenet stats");
+    let said = String::from_utf8_lossy(&stats.stderr);
+    assert_eq!(
+        stats.status.code(),
+        Some(1),
+        "stats from another host: {said}"
+    );
+    assert!(said.contains("only over loopback"), "{said}");
+
     // The sender, in B.
     let t_send = Instant::now();
     let child = Command::new(&ns.ip)

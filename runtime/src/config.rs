@@ -129,6 +129,13 @@ pub struct NodeConfig {
     /// fails with [`QueueFull`](crate::SendError::QueueFull). 1 GiB by
     /// default; never less than `output_bound`.
     pub node_output_bound: u64,
+    /// Serve the built-in stats service (`sitenet stats`) to sites on other
+    /// hosts. Off by default: the stats name every connected site's id and
+    /// addresses, which a stranger could use to impersonate them; only
+    /// loopback channels (loopback TCP, Unix sockets, in-process) are
+    /// answered, others get an error reply (counted in
+    /// `Metrics::stats_refused`).
+    pub stats_from_anywhere: bool,
 }
 
 impl Default for NodeConfig {
@@ -163,6 +170,7 @@ impl Default for NodeConfig {
             sink_streams_per_sender: 4,
             unreachable_give_up: Duration::from_secs(15),
             node_output_bound: 1024 * 1024 * 1024,
+            stats_from_anywhere: false,
         }
     }
 }

@@ -107,6 +107,9 @@ counters! {
     /// every 10 s they are counted here and summarised in the next line
     /// written (`sitenet_protocols::log_limit`).
     logs_suppressed,
+    /// Stats queries refused: from another host (see
+    /// `NodeConfig::stats_from_anywhere`) or naming a forwarded origin.
+    stats_refused,
 }
 
 impl Counters {

@@ -64,6 +64,18 @@ pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     node.handlers.insert(
         StatsQuery::ID,
         erase(|ctx, _: StatsQuery| {
+            if !stats_allowed(ctx) {
+                crate::metrics::Counters::add(&ctx.node.counters.stats_refused, 1);
+                // A forwarded request's origin is not answered: it is only
+                // a claim, and answering it would dial where the peer says.
+                if ctx.origin.is_none() {
+                    ctx.fail_request(
+                        "stats are served only over loopback (NodeConfig::stats_from_anywhere)"
+                            .into(),
+                    );
+                }
+                return;
+            }
             let json = serde_json::to_string(&ctx.node().stats()).expect("stats serialise");
             if let Err(e) = ctx.reply(&StatsReply { json }) {
                 tracing::debug!(error = %e, "stats reply not sent");
@@ -79,6 +91,37 @@ pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
             }
         }),
     )
+}
+
+/// Whether the stats (which name every connected site's id and
+/// addresses) may go to the sender: only over a loopback channel —
+/// loopback TCP, a Unix socket, an in-process pipe — unless
+/// `NodeConfig::stats_from_anywhere`, and never to a forwarded request's
+/// origin, which is only a claim.
+fn stats_allowed(ctx: &crate::handlers::Ctx<'_>) -> bool {
+    if ctx.node.cfg.stats_from_anywhere {
+        return true;
+    }
+    if ctx.origin.is_some() {
+        return false;
+    }
+    let stats = ctx.from.stats.lock();
+    stats
+        .as_ref()
+        .and_then(|s| s.channel.as_deref())
+        .is_some_and(same_host)
+}
+
+/// True if a channel's peer (`tcp:IP:PORT`, `unix:…`, `mem:…`) is on this
+/// host.
+fn same_host(peer: &str) -> bool {
+    match peer.split_once(':') {
+        Some(("unix" | "mem", _)) => true,
+        Some(("tcp", rest)) => rest
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback()),
+        _ => false,
+    }
 }
 
 /// A numbered message of a stream, checked by the sink service (`sitenet
@@ -463,6 +506,27 @@ mod tests {
             t.per_sender.len()
         );
         assert_eq!(t.streams.len(), 2 * t.per_sender.len());
+    }
+
+    #[test]
+    fn only_channels_from_this_host_are_the_same_host() {
+        for p in [
+            "tcp:127.0.0.1:5000",
+            "tcp:[::1]:5000",
+            "unix:(client)",
+            "mem:(client 3)",
+        ] {
+            assert!(same_host(p), "{p}");
+        }
+        for p in [
+            "tcp:10.1.2.3:5000",
+            "tcp:[2001:db8::1]:7",
+            "tcp:?",
+            "",
+            "udp:127.0.0.1:1",
+        ] {
+            assert!(!same_host(p), "{p}");
+        }
     }
 
     #[test]

@@ -193,6 +193,10 @@ impl NodeInner {
         }
         // The deadline task sees the node stopped, and ends.
         self.deadlines.poke();
+        // What was not acknowledged by now never will be (a node dropped
+        // without `shutdown` too: its tracked sends must not wait for ever).
+        self.deliveries
+            .fail_all(crate::error::DeliveryError::Shutdown);
         actors
     }
 
@@ -422,10 +426,6 @@ impl Node {
         if let futures::future::Either::Right(_) = futures::future::select(stopped, limit).await {
             tracing::warn!("site actors did not stop within {LISTENER_STOP_LIMIT:?}");
         }
-        // What was not acknowledged by now never will be.
-        self.inner
-            .deliveries
-            .fail_all(crate::error::DeliveryError::Shutdown);
         // Listeners are closed when this returns (the port can be bound
         // again) — within a bound: a runtime that no longer runs them must
         // not hang the caller.

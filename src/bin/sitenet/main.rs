@@ -34,6 +34,10 @@ enum Cmd {
         /// Address to listen on, e.g. tcp:127.0.0.1:7000 (port 0 picks a free one).
         #[arg(long, default_value = "tcp:127.0.0.1:0")]
         listen: Vec<String>,
+        /// Answer `sitenet stats` from other hosts too (by default only from
+        /// this host: the stats name every connected site).
+        #[arg(long)]
+        stats_from_anywhere: bool,
     },
     /// Measure round trips to a node's echo service.
     Ping {
@@ -130,7 +134,10 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Node { listen } => run_node(listen),
+        Cmd::Node {
+            listen,
+            stats_from_anywhere,
+        } => run_node(listen, stats_from_anywhere),
         Cmd::Ping {
             addr,
             count,
@@ -168,14 +175,17 @@ pub(crate) fn failure(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn run_node(listen: Vec<String>) -> ExitCode {
+fn run_node(listen: Vec<String>, stats_from_anywhere: bool) -> ExitCode {
     for a in &listen {
         if let Err(e) = a.parse::<Address>() {
             return usage(e);
         }
     }
     // The CLI's node serves echo (`sitenet ping`) and the sink (`sitenet send`).
-    let mut b = Node::builder().configure(|c| c.builtin_services = true);
+    let mut b = Node::builder().configure(|c| {
+        c.builtin_services = true;
+        c.stats_from_anywhere = stats_from_anywhere;
+    });
     for a in listen {
         b = b.listen(a);
     }
