@@ -285,3 +285,57 @@ async fn a_node_shut_down_mid_stream_is_a_temporary_failure() {
     assert_eq!(ev, FaultState::TempFailed);
     stream.abort();
 }
+
+/// A request nobody answers: the server holds it.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Held(u64);
+impl sitenet::Message for Held {
+    const ID: u32 = 710;
+}
+
+/// Issue 17: a request sent through a reference whose entry later merged
+/// into the entry of the same site known by id (an alias address) was not
+/// failed when that site failed: the failure looked for requests of the
+/// merged-into entry only, and the request waited out its whole timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_requests_sent_before_a_merge_fail_with_the_site() {
+    let a = listening_node();
+    let b = listening_node();
+    let (held_tx, mut held_rx) = tokio::sync::mpsc::unbounded_channel();
+    b.handle(move |_ctx, Held(n): Held| {
+        let _ = held_tx.send(n); // and never answered
+    })
+    .unwrap();
+    // B contacts A first: A knows B by id.
+    let to_a = b.site(&addr(&a)).unwrap();
+    echo(&to_a, 1).await;
+    let by_id = a.site_by_id(b.id()).expect("A knows B by id");
+    // A contacts B under an alias of its address: that entry merges into
+    // the one known by id, with the request it holds.
+    let alias = addr(&b).replace("127.0.0.1", "localhost");
+    let to_b = a.site(&alias).unwrap();
+    let request = {
+        let to_b = to_b.clone();
+        tokio::spawn(async move {
+            to_b.request::<Held, Held>(&Held(7), SendOptions::default(), PATIENCE)
+                .await
+        })
+    };
+    assert_eq!(
+        tokio::time::timeout(PATIENCE, held_rx.recv())
+            .await
+            .unwrap(),
+        Some(7)
+    );
+    assert!(eventually(|| to_b == by_id).await, "the alias merged");
+    a.kill(&by_id);
+    // Failed with the site, long before its own timeout.
+    let r = tokio::time::timeout(PATIENCE / 4, request)
+        .await
+        .expect("the request failed with its site, not by its timeout")
+        .unwrap();
+    assert!(
+        matches!(r, Err(sitenet::RequestError::SiteFailed(_))),
+        "{r:?}"
+    );
+}

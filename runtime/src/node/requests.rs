@@ -261,11 +261,14 @@ impl NodeInner {
         }
     }
 
+    /// Fails every request awaiting `site`: those sent through an entry
+    /// that has since merged into it too (they were registered with the
+    /// entry they were sent through).
     pub(crate) fn fail_requests(&self, site: &Arc<SiteEntry>, reason: &str) {
         let mut pending = self.pending.lock();
         let keys: Vec<u64> = pending
             .iter()
-            .filter(|(_, p)| Arc::ptr_eq(&p.entry, site))
+            .filter(|(_, p)| p.entry.same_site(site))
             .map(|(k, _)| *k)
             .collect();
         let mut coops = Vec::new();
