@@ -279,3 +279,50 @@ async fn declared_reply_types_fill_a_cooperation_from_sites_never_asked() {
     from.dedup();
     assert_eq!(from.len(), 3, "one vote from each site");
 }
+
+/// Issue 17: an answer's `from` could name a site the node had already
+/// reclaimed (the cooperation kept its entry uncounted): once the answer
+/// was read, a send to it failed with a misleading `RuntimeStopped`. The
+/// site an answer names is held until the answer is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_answer_names_a_site_that_was_not_reclaimed() {
+    let fast = |c: &mut sitenet::NodeConfig| {
+        c.linger = Duration::from_millis(100);
+        common::services(c);
+    };
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(fast)
+        .start()
+        .unwrap();
+    let client = Node::builder().configure(fast).start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let coop = client.cooperation();
+    coop.expect(Expect::any().of::<sitenet::services::EchoReply>());
+    coop.request(
+        &site,
+        &sitenet::services::Echo { seq: 1 },
+        SendOptions::default(),
+    )
+    .await
+    .unwrap();
+    while coop.check().is_none() {
+        tokio::task::yield_now().await;
+    }
+    drop(site);
+    // Several linger times: either the client forgets the site, or it
+    // keeps it and rejects the server's weak closes.
+    assert!(
+        common::eventually(
+            || client.metrics().sites_reclaimed > 0 || server.metrics().weak_closes_rejected >= 2
+        )
+        .await
+    );
+    let answers = coop.wait(PATIENCE).await.unwrap();
+    assert_eq!(
+        client.metrics().sites_reclaimed,
+        0,
+        "the answer's site is kept"
+    );
+    common::echo(&answers[0].from, 2).await;
+}

@@ -32,13 +32,36 @@ use crate::node::NodeInner;
 use crate::site::{SiteEntry, SiteRef};
 
 /// A site as the cooperation machine compares it: the entry it resolves
-/// to (two references to one site are the same site).
+/// to (two references to one site are the same site). The key of a reply
+/// that filled a descriptor holds a counted reference (`held`), so the site
+/// its [`Answer`] names is not reclaimed before the answer is read.
 #[derive(Clone)]
-pub(crate) struct SiteKey(Arc<SiteEntry>);
+pub(crate) struct SiteKey {
+    entry: Arc<SiteEntry>,
+    held: Option<SiteRef>,
+}
+
+impl SiteKey {
+    /// A key to compare with (a descriptor's site, a failed site).
+    fn of(entry: &Arc<SiteEntry>) -> Self {
+        Self {
+            entry: entry.clone(),
+            held: None,
+        }
+    }
+
+    /// The key of a reply from `entry`, holding the site while it is kept.
+    fn holding(entry: &Arc<SiteEntry>, node: &Arc<NodeInner>) -> Self {
+        Self {
+            entry: entry.clone(),
+            held: Some(SiteRef::counted(entry.clone(), node.clone())),
+        }
+    }
+}
 
 impl PartialEq for SiteKey {
     fn eq(&self, other: &Self) -> bool {
-        self.0.same_site(&other.0)
+        self.entry.same_site(&other.entry)
     }
 }
 
@@ -88,7 +111,7 @@ impl Expect {
 
     /// ... from `site` only.
     pub fn and_from(mut self, site: &SiteRef) -> Self {
-        self.0.from = Some(SiteKey(site.entry.clone()));
+        self.0.from = Some(SiteKey::of(&site.entry));
         self
     }
 
@@ -175,7 +198,7 @@ pub(crate) struct CoopState {
 
 impl CoopState {
     /// A reply to one of its requests, from `from`.
-    pub(crate) fn offer(&self, node: &NodeInner, from: &Arc<SiteEntry>, m: InMessage) {
+    pub(crate) fn offer(&self, node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
         if !self.take(node, from, m.prelude.type_id, m.header, m.body) {
             Counters::add(&node.counters.replies_discarded, 1);
             tracing::debug!(site = ?from.id.get(), "reply matches no descriptor of its cooperation; discarded");
@@ -185,7 +208,7 @@ impl CoopState {
     /// Offers a message to its descriptors; true if it filled one.
     fn take(
         &self,
-        node: &NodeInner,
+        node: &Arc<NodeInner>,
         from: &Arc<SiteEntry>,
         type_id: u32,
         header: Bytes,
@@ -194,7 +217,7 @@ impl CoopState {
         let r = self
             .machine
             .lock()
-            .offer(SiteKey(from.clone()), type_id, header, body);
+            .offer(SiteKey::holding(from, node), type_id, header, body);
         match r {
             Offered::Filled { complete, .. } => {
                 if complete {
@@ -210,11 +233,7 @@ impl CoopState {
 
     /// `site` failed, or answered one of its requests with an error.
     pub(crate) fn site_failed(&self, node: &NodeInner, site: &Arc<SiteEntry>, reason: &str) {
-        if self
-            .machine
-            .lock()
-            .site_failed(&SiteKey(site.clone()), reason)
-        {
+        if self.machine.lock().site_failed(&SiteKey::of(site), reason) {
             self.ended(node);
         }
     }
@@ -256,7 +275,7 @@ impl OpenCooperations {
     /// cooperation took it.
     pub(crate) fn offer(
         &self,
-        node: &NodeInner,
+        node: &Arc<NodeInner>,
         from: &Arc<SiteEntry>,
         type_id: u32,
         header: &Bytes,
@@ -363,7 +382,9 @@ impl Cooperation {
             m.filled()
                 .map(|f| {
                     f.map(|f| Answer {
-                        from: SiteRef::counted(f.from.0.clone(), self.node.clone()),
+                        from: f.from.held.clone().unwrap_or_else(|| {
+                            SiteRef::counted(f.from.entry.clone(), self.node.clone())
+                        }),
                         type_id: f.type_id,
                         header: f.header.clone(),
                         body: f.body.clone(),
@@ -387,7 +408,7 @@ impl Cooperation {
                 missing: m.missing(),
             }),
             End::Failed { site, reason } => Err(CoopError::Failed {
-                site: site.0.id.get(),
+                site: site.entry.id.get(),
                 reason: reason.clone(),
             }),
         })

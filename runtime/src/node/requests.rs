@@ -213,7 +213,7 @@ impl NodeInner {
     /// Completes the request `m` replies to — only if `from` is the site
     /// the request was sent to: another site cannot complete (or forge a
     /// reply to) a request it never received.
-    pub(crate) fn complete_request(&self, from: &Arc<SiteEntry>, m: InMessage) {
+    pub(crate) fn complete_request(self: &Arc<Self>, from: &Arc<SiteEntry>, m: InMessage) {
         let p = {
             let mut pending = self.pending.lock();
             // A delegated reply may come from any site: its unguessable
