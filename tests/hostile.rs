@@ -307,3 +307,179 @@ async fn regression_dropping_the_node_fails_its_tracked_deliveries() {
     let _ = release_tx.send(());
     drop(site);
 }
+
+/// Open descriptors of this process (Linux: entries of /proc/self/fd).
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// Connects from `source` (any 127.0.0.0/8 address is loopback on Linux:
+/// distinct sources without leaving the host) to the node at `target`.
+async fn connect_from(
+    source: std::net::IpAddr,
+    target: std::net::SocketAddr,
+) -> std::net::TcpStream {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind(std::net::SocketAddr::new(source, 0)).unwrap();
+    let s = s
+        .connect(target)
+        .await
+        .expect("connect")
+        .into_std()
+        .unwrap();
+    s.set_nonblocking(false).unwrap();
+    s
+}
+
+/// Issue 17: idle sockets cut a node off. An accepted connection took a
+/// channel slot before its handshake and counted as slot pressure, so
+/// ~960 sockets that never speak (the limits derived from the default fd
+/// limit, 1024) refused every inbound peer, blocked every outbound open
+/// and made the default policy preempt working channels every 20 ms.
+///
+/// Here a server whose slots are those of a 1,024-descriptor process is
+/// sent 1,000 connections that never send a byte — 900 from 45 other
+/// loopback addresses, 100 from the honest sites' own — and 50 that send
+/// half a NEGOTIATE and stall, while a site already connected keeps
+/// exchanging echoes and a new one connects. Bounds checked: the pending
+/// handshakes never exceed the node's cap (120, what a 1,024-descriptor
+/// process keeps for them), idle sockets take no channel slot (at most 4 in
+/// use: the two honest sites'), the process's descriptors stay within the
+/// attack's own plus the cap (+16), and no working channel is preempted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_idle_sockets_never_cut_a_node_off() {
+    use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
+    use sitenet::protocols::{ByteBuffer, Initiator, LocalInfo, SiteId};
+    use std::io::{Read, Write};
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::Duration;
+
+    const IDLE_ELSEWHERE: usize = 900;
+    const SOURCES: u8 = 45;
+    const IDLE_HERE: usize = 100;
+    const STALLED: usize = 50;
+    let attack = IDLE_ELSEWHERE + IDLE_HERE + STALLED;
+    const CAP: usize = 120;
+    assert_eq!(sitenet::protocols::admission::handshake_fds(1024), CAP);
+    // Both ends of every socket are in this process.
+    let fds = sitenet::transport::controller::fd_limit() as usize;
+    assert!(
+        2 * attack + 512 < fds,
+        "the attack needs {} descriptors, the limit is {fds}",
+        2 * attack + 512
+    );
+    let slots = sitenet::transport::TransController::new(
+        SlotConfig::from_fd_limit(1024),
+        Box::new(DefaultPolicy::default()),
+    );
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.trans_controller = Some(slots.clone());
+            // The cap of a 1,024-descriptor process, like its slots.
+            c.max_pending_handshakes = CAP;
+            // Long: the caps, not the clock, must keep the node open.
+            c.handshake_timeout = Duration::from_secs(60);
+            c.handshake_silence = Duration::from_secs(60);
+        })
+        .start()
+        .unwrap();
+    let target = addr(&server);
+    let sock: std::net::SocketAddr = target.strip_prefix("tcp:").unwrap().parse().unwrap();
+
+    // An honest site, connected before the attack, keeps echoing through it.
+    let first = Node::builder().start().unwrap();
+    let working = first.site(&target).unwrap();
+    echo(&working, 0).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let echoes = {
+        let (working, stop) = (working.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 1;
+            while !stop.load(Ordering::Relaxed) {
+                echo(&working, n).await;
+                n += 1;
+            }
+            n
+        })
+    };
+
+    let baseline = open_fds();
+    let here = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let mut held = Vec::with_capacity(attack);
+    for i in 0..IDLE_ELSEWHERE {
+        let source = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + (i % SOURCES as usize) as u8));
+        held.push(connect_from(source, sock).await);
+    }
+    for _ in 0..IDLE_HERE {
+        held.push(connect_from(here, sock).await);
+    }
+    // Half a NEGOTIATE each, then nothing.
+    for _ in 0..STALLED {
+        let mut s = connect_from(here, sock).await;
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        let local = LocalInfo {
+            site: SiteId(rand::random::<u128>()),
+            listen: Vec::new(),
+            buffer_size: 65_536,
+            max_message: 1 << 20,
+        };
+        let mut hs = Initiator::new(local, None, 0, 0);
+        let (mut inb, mut outb) = (ByteBuffer::new(65_536), ByteBuffer::new(65_536));
+        let mut buf = [0u8; 4096];
+        while outb.is_empty() {
+            let n = s.read(&mut buf).unwrap_or(0);
+            if n == 0 {
+                break; // closed before PRESENT (counted by the node)
+            }
+            inb.push(&buf[..n]);
+            hs.handle_input(&mut inb, &mut outb).unwrap();
+        }
+        let (a, b) = outb.chunks();
+        let negotiate = [a, b].concat();
+        let _ = s.write_all(&negotiate[..negotiate.len() / 2]);
+        held.push(s);
+    }
+
+    // A new honest site connects from the attacked address, while every
+    // attacking socket is still open.
+    let second = Node::builder().start().unwrap();
+    let newcomer = second.site(&target).unwrap();
+    let joined = tokio::time::timeout(Duration::from_secs(30), echo(&newcomer, 1)).await;
+    let during = open_fds();
+    let s = slots.stats();
+    let m = server.metrics();
+    assert!(
+        joined.is_ok(),
+        "a new site could not connect beside {attack} idle sockets: {s:?} {m:?}"
+    );
+    // Some more echoes of the working site, still beside the attack.
+    stop.store(true, Ordering::Relaxed);
+    let echoed = echoes.await.unwrap();
+    let s = slots.stats();
+    let m = server.metrics();
+    assert_eq!(s.total_preemptions(), 0, "{s:?}");
+    assert_eq!(m.preemptions, 0, "{m:?}");
+    assert!(
+        s.in_use <= 4,
+        "idle sockets hold channel slots: {} in use: {s:?}",
+        s.in_use
+    );
+    // Both ends of the attack are ours; the server holds at most the cap
+    // of them, plus the new honest channel's two ends.
+    assert!(
+        m.handshakes_pending_peak <= CAP as u64,
+        "{} pending handshakes, cap {CAP}",
+        m.handshakes_pending_peak
+    );
+    assert!(m.handshakes_refused > 0, "{m:?}");
+    assert!(
+        during <= baseline + attack + CAP + 16,
+        "{during} descriptors open, {baseline} before {attack} attacking sockets"
+    );
+    eprintln!(
+        "{attack} attacking sockets: {echoed} echoes of the working site; fds {baseline} -> {during}; {s:?}; {m:?}"
+    );
+    drop(held);
+}

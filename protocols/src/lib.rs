@@ -71,6 +71,7 @@
 #![warn(missing_docs)]
 
 pub mod address_book;
+pub mod admission;
 pub mod byte_buffer;
 pub mod com_object;
 pub mod cooperation;

@@ -29,6 +29,11 @@ pub(crate) enum OpenFailure {
     Closed,
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// The admission rules closed the pending handshake.
+    #[error("closed in its handshake: {0}")]
+    Dropped(sitenet_protocols::admission::Dropped),
+    #[error("the node is stopping")]
+    Stopping,
 }
 
 impl From<OpenFailure> for sitenet_protocols::OpenFailure {
@@ -116,35 +121,48 @@ pub(crate) async fn connect_and_open(
     }
 }
 
-/// Runs the acceptor's side up to NEGOTIATE on a freshly accepted channel.
-/// The handshake uses minimum-size rings (a flood of half-open connections
-/// costs little); the ComObject grows them only if the link decision
-/// accepts the channel. On failure the channel is handed back with the
-/// reason, so the caller can report the fault before the peer sees the
-/// close.
+/// Runs the acceptor's side up to NEGOTIATE on a freshly accepted channel,
+/// which holds no channel slot yet (the caller takes one once the peer has
+/// presented itself). The handshake uses minimum-size rings (a flood of
+/// half-open connections costs little); the ComObject grows them only if
+/// the link decision accepts the channel. `spoke` is called once, when the
+/// peer's first bytes arrive; the handshake ends when the admission rules
+/// fire `dropped` (a cap or a deadline: the silence deadline, or the
+/// handshake timeout), or with the node (its sender dropped). On failure
+/// the channel is handed back with the reason, so the caller can report the
+/// fault before the peer sees the close.
 pub(crate) async fn accept_until_negotiate(
     ch: Channel,
-    lease: SlotLease,
     local: LocalInfo,
-    handshake_timeout: Duration,
+    dropped: tokio::sync::oneshot::Receiver<sitenet_protocols::admission::Dropped>,
+    spoke: impl FnOnce(),
 ) -> Result<(TransObject, Negotiate), (TransObject, OpenFailure)> {
-    let mut t = TransObject::new(ch, MIN_BUFFER as usize, Some(lease));
+    let mut t = TransObject::new(ch, MIN_BUFFER as usize, None);
     let mut acc = Acceptor::new(&local, &mut t.outb);
-    let run = async {
-        t.flush().await?;
-        loop {
-            if !t.fill().await? {
-                return Err(OpenFailure::Closed);
+    let outcome = {
+        let run = async {
+            t.flush().await?;
+            let mut spoke = Some(spoke);
+            loop {
+                if !t.fill().await? {
+                    return Err(OpenFailure::Closed);
+                }
+                if let Some(f) = spoke.take() {
+                    f();
+                }
+                if let Some(n) = acc.handle_input(&mut t.inb)? {
+                    return Ok(n);
+                }
             }
-            if let Some(n) = acc.handle_input(&mut t.inb)? {
-                return Ok(n);
-            }
+        };
+        tokio::select! {
+            r = run => r,
+            why = dropped => Err(why.map_or(OpenFailure::Stopping, OpenFailure::Dropped)),
         }
     };
-    match actix_rt::time::timeout(handshake_timeout, run).await {
-        Err(_) => Err((t, OpenFailure::Open(OpenError::Timeout))),
-        Ok(Err(e)) => Err((t, e)),
-        Ok(Ok(n)) => Ok((t, n)),
+    match outcome {
+        Err(e) => Err((t, e)),
+        Ok(n) => Ok((t, n)),
     }
 }
 

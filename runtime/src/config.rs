@@ -65,9 +65,34 @@ pub struct NodeConfig {
     pub reconnect_min: Duration,
     /// … up to this, with ±20% jitter.
     pub reconnect_max: Duration,
-    /// Accepted channels still in their handshake beyond this are refused
-    /// (a flood of connections cannot exhaust memory).
+    /// Accepted connections this node holds in their handshake at most.
+    /// Such a connection holds a file descriptor but no channel slot (the
+    /// slot is taken once its peer has presented itself), so it is no slot
+    /// pressure; this cap bounds its descriptors instead. At the cap a new
+    /// connection is still admitted and the oldest silent pending one (of
+    /// the source holding the most) is closed: see
+    /// `sitenet_protocols::admission` for why the oldest, not the newest.
+    /// The default is [`handshake_fds`](sitenet_protocols::admission::handshake_fds)
+    /// of the process's descriptor limit — an eighth of what the 64
+    /// reserved descriptors leave, 8 to 1,024 (120 at the common limit of
+    /// 1,024) — the room the process's slot limits
+    /// ([`SlotConfig::from_fd_limit`](sitenet_protocols::slots::SlotConfig::from_fd_limit))
+    /// leave out of their hard limit: with every slot in use and every
+    /// pending handshake open, the process still has its descriptors.
+    /// (Several listening nodes in one process share that room.)
     pub max_pending_handshakes: usize,
+    /// Pending handshakes one source address (an IPv6 /64) holds at most
+    /// once the node holds half of `max_pending_handshakes`; beyond, a new
+    /// one from it closes its own oldest. Below half the cap a burst from
+    /// one address (a NAT, a process starting many clients) is not held
+    /// back. 8 by default. Unix-socket and in-process connections have no
+    /// address: only the node's cap bounds them.
+    pub max_pending_handshakes_per_source: usize,
+    /// An accepted connection that has sent nothing for this long is
+    /// closed (an honest initiator answers PRESENT within a round trip);
+    /// one that has spoken has until `handshake_timeout`. 2 s by default;
+    /// never more than `handshake_timeout`.
+    pub handshake_silence: Duration,
     /// Send a heartbeat on a channel idle this long.
     pub heartbeat_interval: Duration,
     /// A channel silent this long is presumed dead: the site is temporarily
@@ -155,7 +180,11 @@ impl Default for NodeConfig {
             tcp_receive_buffer: Some(sitenet_transport::channel::TCP_RECEIVE_BUFFER),
             reconnect_min: Duration::from_millis(10),
             reconnect_max: Duration::from_secs(5),
-            max_pending_handshakes: 1024,
+            max_pending_handshakes: sitenet_protocols::admission::handshake_fds(
+                sitenet_transport::controller::fd_limit(),
+            ),
+            max_pending_handshakes_per_source: 8,
+            handshake_silence: Duration::from_secs(2),
             heartbeat_interval: Duration::from_secs(1),
             silence_timeout: Duration::from_secs(5),
             close_timeout: Duration::from_secs(5),
@@ -193,7 +222,22 @@ impl NodeConfig {
             .max(sitenet_protocols::PRELUDE_LEN as u64);
         self.output_bound = self.output_bound.max(2 * self.max_message_size);
         self.node_output_bound = self.node_output_bound.max(self.output_bound);
+        let a = self.admission();
+        self.max_pending_handshakes = a.max_pending;
+        self.max_pending_handshakes_per_source = a.max_per_source;
+        self.handshake_silence = a.silence;
         self
+    }
+
+    /// The bounds on pending handshakes, for `sitenet_protocols::admission`.
+    pub(crate) fn admission(&self) -> sitenet_protocols::admission::AdmissionConfig {
+        sitenet_protocols::admission::AdmissionConfig {
+            max_pending: self.max_pending_handshakes,
+            max_per_source: self.max_pending_handshakes_per_source,
+            silence: self.handshake_silence,
+            timeout: self.handshake_timeout,
+        }
+        .normalised()
     }
 
     /// The ComObjects' shared configuration for the node with id `local`.

@@ -43,8 +43,18 @@ counters! {
     channels_closed,
     /// Channels closed because the peer broke the protocol.
     protocol_errors,
-    /// Accepted connections refused because too many handshakes were pending.
+    /// Accepted connections closed in their handshake to make room for a
+    /// newer one: the node's pending handshakes, or their source address's,
+    /// were at their cap (`NodeConfig::max_pending_handshakes`, `…_per_source`).
     handshakes_refused,
+    /// Accepted connections closed for sending nothing within
+    /// `NodeConfig::handshake_silence`.
+    handshakes_silent,
+    /// Gauge: accepted connections in their handshake now (they hold a
+    /// descriptor, no channel slot).
+    handshakes_pending,
+    /// The most `handshakes_pending` has been.
+    handshakes_pending_peak,
     /// Messages with no handler for their type (or that failed to decode).
     unhandled,
     /// Handlers that panicked (the message counts as delivered).

@@ -25,6 +25,17 @@ impl PeerLogs {
         self.check(Arc::as_ptr(entry) as usize as u64, counters)
     }
 
+    /// The same, for a connection not yet bound to a site (in its
+    /// handshake): keyed by its source address (`None`: Unix socket or
+    /// in-process channels, which share one budget).
+    pub(crate) fn address(&self, ip: Option<std::net::IpAddr>, counters: &Counters) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        ip.hash(&mut h);
+        // The top bit set: never an entry's address (user-space pointers).
+        self.check(h.finish() | 1 << 63, counters)
+    }
+
     fn check(&self, key: u64, counters: &Counters) -> Option<u64> {
         match self.limits.lock().check(key, Instant::now()) {
             LogVerdict::Log { suppressed } => Some(suppressed),

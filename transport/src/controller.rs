@@ -292,8 +292,9 @@ impl TransController {
         drop(f);
     }
 
-    /// A connection was accepted: its slot, or `None` past the hard limit
-    /// (close the connection at once).
+    /// An accepted channel is adopted (its peer presented itself: a
+    /// connection still in its handshake takes no slot): its slot, or
+    /// `None` past the hard limit (close the connection at once).
     ///
     /// ```
     /// use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};

@@ -5,10 +5,13 @@
 //! * A **weak** and a **hard** limit. A ComObject that wants to connect
 //!   ([`request`](SlotTable::request)) gets a slot at once only below the
 //!   weak limit and when nobody waits; otherwise it waits in a FIFO line, so
-//!   every waiter is served eventually and in order. An accepted connection
-//!   ([`accept`](SlotTable::accept)) may take the slots between the weak and
-//!   the hard limit for a while; past the hard limit it is refused, and the
-//!   driver closes it at once rather than leave it hanging.
+//!   every waiter is served eventually and in order. An accepted channel
+//!   whose peer has presented itself ([`accept`](SlotTable::accept), when
+//!   the channel is adopted after NEGOTIATE) may take the slots between the
+//!   weak and the hard limit for a while; past the hard limit it is
+//!   refused, and the driver closes it at once rather than leave it
+//!   hanging. A connection still in its handshake holds no slot and is no
+//!   slot pressure: it is bounded by [`crate::admission`] instead.
 //! * A slot given back ([`release`](SlotTable::release)) goes to the head of
 //!   the line first: a site whose channel was just preempted and that asks
 //!   again queues behind the sites that waited, instead of taking its slot
@@ -79,9 +82,10 @@ impl SlotConfig {
     /// assert_eq!(SlotConfig::new(1, 1), Err(SlotConfigError::HardTooSmall(1)));
     /// assert_eq!(SlotConfig::new(0, 10), Err(SlotConfigError::WeakZero));
     ///
-    /// // Derived from RLIMIT_NOFILE: 64 descriptors kept, 3/4 of the rest to connect.
+    /// // Derived from RLIMIT_NOFILE: 64 descriptors kept, 120 for pending
+    /// // handshakes, 3/4 of the rest to connect.
     /// let cfg = SlotConfig::from_fd_limit(1024);
-    /// assert_eq!((cfg.weak, cfg.hard), (720, 960));
+    /// assert_eq!((cfg.weak, cfg.hard), (630, 840));
     /// # Ok::<(), SlotConfigError>(())
     /// ```
     pub fn new(weak: usize, hard: usize) -> Result<Self, SlotConfigError> {
@@ -100,10 +104,14 @@ impl SlotConfig {
 
     /// Limits derived from the process's descriptor limit (RLIMIT_NOFILE's
     /// soft value): the hard limit leaves [`RESERVED_FDS`] descriptors for
-    /// everything else (at most [`MAX_DERIVED_HARD`]); the weak limit is
-    /// three quarters of it, the rest kept for accepts.
+    /// everything else and [`handshake_fds`](crate::admission::handshake_fds)
+    /// for pending handshakes, which hold a descriptor but no slot (at most
+    /// [`MAX_DERIVED_HARD`]); the weak limit is three quarters of it, the
+    /// rest kept for accepts.
     pub fn from_fd_limit(nofile: u64) -> Self {
-        let hard = (nofile.saturating_sub(RESERVED_FDS) as usize).clamp(2, MAX_DERIVED_HARD);
+        let pending = crate::admission::handshake_fds(nofile) as u64;
+        let hard =
+            (nofile.saturating_sub(RESERVED_FDS + pending) as usize).clamp(2, MAX_DERIVED_HARD);
         let weak = (hard * 3 / 4).max(1);
         Self::new(weak, hard).expect("derived limits are valid")
     }
@@ -279,8 +287,9 @@ impl SlotTable {
         before != self.waiting.len()
     }
 
-    /// A connection was accepted: a slot if below the hard limit, else
-    /// `None` (close it at once).
+    /// An accepted channel's peer presented itself and the channel is
+    /// adopted: a slot if below the hard limit, else `None` (close it at
+    /// once).
     pub fn accept(&mut self, now: Instant) -> Option<u64> {
         if self.in_use() >= self.cfg.hard {
             self.stats.accepts_refused += 1;

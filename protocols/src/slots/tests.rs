@@ -42,7 +42,7 @@ fn limits_are_checked_and_one_slot_is_kept_for_accepts() {
     assert_eq!(SlotConfig::new(0, 5), Err(SlotConfigError::WeakZero));
     assert_eq!(SlotConfig::new(10, 5).unwrap().weak, 4);
     let d = SlotConfig::from_fd_limit(1024);
-    assert_eq!((d.weak, d.hard), (720, 960));
+    assert_eq!((d.weak, d.hard), (630, 840));
     let small = SlotConfig::from_fd_limit(10);
     assert_eq!((small.weak, small.hard), (1, 2));
     assert_eq!(SlotConfig::from_fd_limit(1 << 20).hard, MAX_DERIVED_HARD);

@@ -1,15 +1,22 @@
-//! The accept loop: accepted channels run the acceptor's handshake (at most
-//! `max_pending_handshakes` at once) and are routed, by the site id their
-//! NEGOTIATE names, to that site's ComObject.
+//! The accept loop: an accepted connection is admitted as a pending
+//! handshake (`sitenet_protocols::admission` decides which pending
+//! handshakes are closed, by count per node and per source address, and by
+//! time), runs the acceptor's handshake holding no channel slot, and only
+//! once its peer has presented itself (NEGOTIATE) takes a slot and is
+//! routed, by the site id it names, to that site's ComObject.
 
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+use sitenet_protocols::admission::{Admission, AdmissionConfig, Dropped, Source};
 use sitenet_transport::{Channel, Listener};
+use tokio::sync::{oneshot, Notify};
 
 use super::{FaultReport, NodeInner};
-use crate::channel_io::accept_until_negotiate;
+use crate::channel_io::{accept_until_negotiate, OpenFailure};
 use crate::com_object::Adopt;
 use crate::metrics::Counters;
 
@@ -21,6 +28,113 @@ async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
             return;
         }
     }
+}
+
+/// The driver of the node's [`Admission`] table: each pending handshake's
+/// task waits on the receiving end of its ticket's sender, which the table's
+/// decisions (a cap, a deadline) fire.
+pub(crate) struct Handshakes {
+    state: Mutex<HandshakesState>,
+    /// Wakes the deadline task: a handshake was admitted (its deadline may
+    /// be the first).
+    wake: Notify,
+}
+
+struct HandshakesState {
+    table: Admission,
+    close: HashMap<u64, oneshot::Sender<Dropped>>,
+}
+
+impl Handshakes {
+    pub(crate) fn new(cfg: AdmissionConfig) -> Self {
+        Self {
+            state: Mutex::new(HandshakesState {
+                table: Admission::new(cfg),
+                close: HashMap::new(),
+            }),
+            wake: Notify::new(),
+        }
+    }
+
+    /// Admits a connection from `ip`; closes the one the table drops for it.
+    fn admit(&self, ip: Option<IpAddr>, c: &Counters) -> (u64, oneshot::Receiver<Dropped>) {
+        let (tx, rx) = oneshot::channel();
+        let mut st = self.state.lock();
+        let a = st.table.admit(Instant::now(), Source::of(ip));
+        st.close.insert(a.ticket, tx);
+        let victim = a
+            .dropped
+            .and_then(|(t, why)| st.close.remove(&t).map(|s| (s, why)));
+        Self::gauge(&st.table, c);
+        drop(st);
+        if let Some((s, why)) = victim {
+            Self::count(why, c);
+            let _ = s.send(why);
+        }
+        self.wake.notify_one();
+        (a.ticket, rx)
+    }
+
+    fn spoke(&self, ticket: u64) {
+        self.state.lock().table.spoke(ticket);
+    }
+
+    fn finish(&self, ticket: u64, c: &Counters) {
+        let mut st = self.state.lock();
+        st.table.finish(ticket);
+        st.close.remove(&ticket);
+        Self::gauge(&st.table, c);
+    }
+
+    /// Closes the handshakes past their deadline; returns the next one.
+    fn expire(&self, c: &Counters) -> Option<Instant> {
+        let mut st = self.state.lock();
+        let due = st.table.handle_timeout(Instant::now());
+        let close: Vec<_> = due
+            .into_iter()
+            .filter_map(|(t, why)| st.close.remove(&t).map(|s| (s, why)))
+            .collect();
+        Self::gauge(&st.table, c);
+        let next = st.table.poll_timeout();
+        drop(st);
+        for (s, why) in close {
+            Self::count(why, c);
+            let _ = s.send(why);
+        }
+        next
+    }
+
+    /// The node stops: every pending handshake ends (its sender dropped).
+    fn close_all(&self) {
+        let close = std::mem::take(&mut self.state.lock().close);
+        drop(close);
+    }
+
+    fn gauge(t: &Admission, c: &Counters) {
+        let n = t.pending() as u64;
+        c.handshakes_pending
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+        c.handshakes_pending_peak
+            .fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn count(why: Dropped, c: &Counters) {
+        match why {
+            Dropped::NodeFull | Dropped::SourceFull => Counters::add(&c.handshakes_refused, 1),
+            Dropped::Silent => Counters::add(&c.handshakes_silent, 1),
+            // Reported as a fault, with the handshake errors.
+            Dropped::TimedOut => {}
+        }
+    }
+}
+
+/// The source address of an accepted channel (`None`: Unix socket or
+/// in-process, which have none).
+fn source_ip(peer: &str) -> Option<IpAddr> {
+    peer.strip_prefix("tcp:")?
+        .parse::<SocketAddr>()
+        .ok()
+        .map(|a| a.ip())
 }
 
 impl NodeInner {
@@ -44,45 +158,76 @@ impl NodeInner {
         }
     }
 
-    fn on_accepted(self: Arc<Self>, ch: Channel) {
-        if self.pending_handshakes.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_pending_handshakes
-        {
-            self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
-            Counters::add(&self.counters.handshakes_refused, 1);
-            tracing::warn!(peer = %ch.peer(), "too many pending handshakes; refusing connection");
-            return;
+    /// Closes pending handshakes at their deadlines, until the node stops
+    /// (then closes them all). One per listening node.
+    pub(super) async fn handshake_deadlines(self: Arc<Self>) {
+        let mut stop = self.stop_listeners.subscribe();
+        let mut next = None;
+        loop {
+            let sleep = async {
+                match next {
+                    Some(at) => {
+                        actix_rt::time::sleep_until(tokio::time::Instant::from_std(at)).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = stopped(&mut stop) => {
+                    self.handshakes.close_all();
+                    return;
+                }
+                _ = self.handshakes.wake.notified() => {}
+                _ = sleep => {}
+            }
+            next = self.handshakes.expire(&self.counters);
         }
+    }
+
+    fn on_accepted(self: Arc<Self>, ch: Channel) {
         let peer = ch.peer();
-        // Past the hard slot limit the connection is closed at once, not
-        // left hanging: the peer retries after its backoff.
-        let Some(lease) = self.slots.accept() else {
-            self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
-            Counters::add(&self.counters.accepts_refused, 1);
-            tracing::debug!(%peer, "no channel slot: connection closed");
-            return;
-        };
+        let ip = source_ip(&peer);
+        let (ticket, dropped) = self.handshakes.admit(ip, &self.counters);
         let ch = match &self.cfg.fault_injector {
             Some(f) => f.wrap(ch),
             None => ch,
         };
         actix_rt::spawn(async move {
-            let r =
-                accept_until_negotiate(ch, lease, self.local_info(), self.cfg.handshake_timeout)
-                    .await;
-            self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
+            let node = self.clone();
+            let r = accept_until_negotiate(ch, self.local_info(), dropped, move || {
+                node.handshakes.spoke(ticket)
+            })
+            .await;
+            self.handshakes.finish(ticket, &self.counters);
             match r {
-                Ok((trans, neg)) => {
+                Ok((mut trans, neg)) => {
                     if self.is_shut_down() {
                         return;
                     }
+                    // The slot is taken only now that the peer presented
+                    // itself; past the hard limit the channel is closed at
+                    // once, not left hanging: the peer retries after its
+                    // backoff.
+                    let Some(lease) = self.slots.accept() else {
+                        Counters::add(&self.counters.accepts_refused, 1);
+                        tracing::debug!(%peer, "no channel slot: connection closed");
+                        return;
+                    };
+                    trans.lease = Some(lease);
                     self.route_accepted(Adopt { trans, neg });
                 }
+                Err((_, OpenFailure::Dropped(why @ (Dropped::NodeFull | Dropped::SourceFull)))) => {
+                    // Closed to make room for a newer one: counted, not a
+                    // fault of this peer's.
+                    tracing::debug!(%peer, reason = %why, "pending handshake closed");
+                }
+                Err((_, OpenFailure::Stopping)) => {}
                 Err((ch, e)) => {
-                    tracing::info!(%peer, error = %e, "accepted channel closed during the handshake");
-                    if let crate::channel_io::OpenFailure::Open(oe) = &e {
-                        if !matches!(oe, sitenet_protocols::OpenError::Timeout) {
-                            Counters::add(&self.counters.protocol_errors, 1);
-                        }
+                    if let Some(suppressed) = self.peer_logs.address(ip, &self.counters) {
+                        tracing::info!(%peer, error = %e, suppressed, "accepted channel closed during the handshake");
+                    }
+                    if matches!(e, OpenFailure::Open(_)) {
+                        Counters::add(&self.counters.protocol_errors, 1);
                     }
                     self.record_fault(FaultReport {
                         site: None,

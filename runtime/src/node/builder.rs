@@ -99,6 +99,7 @@ impl NodeBuilder {
             .clone()
             .unwrap_or_else(sitenet_transport::TransController::process);
         let com_cfg = Arc::new(cfg.com(id));
+        let cfg_admission = cfg.admission();
         let inner = Arc::new(NodeInner {
             id,
             budget,
@@ -120,7 +121,7 @@ impl NodeBuilder {
             stop_listeners: tokio::sync::watch::Sender::new(false),
             acked: Notify::new(),
             faults: Mutex::new(VecDeque::new()),
-            pending_handshakes: AtomicUsize::new(0),
+            handshakes: super::accept::Handshakes::new(cfg_admission),
             sinks: Default::default(),
             peer_logs: Default::default(),
             output,
@@ -131,6 +132,9 @@ impl NodeBuilder {
         inner.start_request_timer();
         if inner.cfg.builtin_services {
             crate::services::register(&inner)?;
+        }
+        if !bound.is_empty() {
+            rt.spawn(inner.clone().handshake_deadlines());
         }
         for b in bound {
             let node = inner.clone();

@@ -15,7 +15,7 @@ use requests::Pending;
 use site_table::SiteTable;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,7 +100,9 @@ pub(crate) struct NodeInner {
     /// Notified whenever acknowledgements free bytes or a site fails.
     pub(crate) acked: Notify,
     faults: Mutex<VecDeque<FaultReport>>,
-    pending_handshakes: AtomicUsize,
+    /// The accepted connections in their handshake, and the rules that
+    /// close them.
+    handshakes: accept::Handshakes,
     pub(crate) sinks: crate::services::Sinks,
     /// The output bounds every entry's outbox counts against: the site's
     /// and the node's (shared by all of them).
