@@ -223,3 +223,42 @@ async fn a_preemption_in_the_middle_of_a_big_message_loses_nothing() {
     assert!(s.peak_in_use <= 2, "{s:?}");
     assert_eq!(server.metrics().duplicates, 0);
 }
+
+/// Issue 17: a `Preempt` named no channel, so a stale one — the slot
+/// controller chose a site's channel, and its call arrived after that
+/// channel had been replaced — closed the new channel. A preemption names
+/// its lease now, and one for a lease the site no longer holds is ignored
+/// (and counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_late_preemption_never_closes_the_channel_that_replaced_its_own() {
+    let server = listening_node();
+    let client = Node::builder().configure(quick).start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    echo(&site, 0).await;
+    let first = client
+        .channel_lease(&site)
+        .await
+        .expect("a working channel in a slot");
+    // The channel is replaced (closed hard, then reopened for the next
+    // request) …
+    client.close_hard(&site);
+    echo(&site, 1).await;
+    assert!(
+        client
+            .wait_until(|m| m.channels_opened == 2, PATIENCE)
+            .await,
+        "{:?}",
+        client.metrics()
+    );
+    let second = client.channel_lease(&site).await.expect("the new channel");
+    assert_ne!(first, second);
+    // … and only then does a preemption of the first arrive.
+    client.deliver_preemption(&site, first);
+    // Answered after the preemption was handled (one mailbox).
+    assert_eq!(client.channel_lease(&site).await, Some(second));
+    let m = client.metrics();
+    assert_eq!(m.preemptions, 0, "the new channel was preempted: {m:?}");
+    assert_eq!(m.preemptions_stale, 1, "{m:?}");
+    echo(&site, 2).await;
+    assert_eq!(client.metrics().channels_opened, 2);
+}

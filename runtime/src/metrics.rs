@@ -97,6 +97,9 @@ counters! {
     /// Channels this node closed with CLOSE_HARD because the slot
     /// controller preempted them.
     preemptions,
+    /// Preemptions that arrived after the channel they meant was replaced
+    /// (their lease given back): ignored, the new channel kept.
+    preemptions_stale,
     /// Accepted connections closed at once: the slot controller was at its
     /// hard limit.
     accepts_refused,

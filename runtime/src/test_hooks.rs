@@ -5,7 +5,7 @@
 
 use parking_lot::Mutex;
 
-use crate::com_object::{CloseHard, HoldBusy};
+use crate::com_object::{ChannelLease, CloseHard, HoldBusy, Preempt};
 use crate::node::Node;
 use crate::site::SiteRef;
 
@@ -44,6 +44,25 @@ impl Node {
     pub fn close_hard(&self, site: &SiteRef) {
         if let Some(a) = site.entry.resolved().addr.get() {
             a.do_send(CloseHard);
+        }
+    }
+
+    /// The slot lease of the site's working channel (`None`: no channel,
+    /// or one that takes no slot).
+    pub async fn channel_lease(&self, site: &SiteRef) -> Option<sitenet_transport::LeaseId> {
+        let a = site.entry.resolved().addr.get()?.clone();
+        a.send(ChannelLease).await.ok().flatten()
+    }
+
+    /// Delivers to the site's ComObject the slot controller's preemption of
+    /// `lease`, as the controller's tick does (a call that may arrive after
+    /// the channel holding that lease was replaced).
+    pub fn deliver_preemption(&self, site: &SiteRef, lease: sitenet_transport::LeaseId) {
+        if let Some(a) = site.entry.resolved().addr.get() {
+            a.do_send(Preempt {
+                lease,
+                reason: sitenet_protocols::slots::PreemptReason::LeastRecentlyActive,
+            });
         }
     }
 }

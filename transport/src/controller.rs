@@ -31,9 +31,13 @@ use sitenet_protocols::slots::{
 /// Called with the lease when a waiting site's turn comes.
 pub type GrantFn = Box<dyn FnOnce(SlotLease) + Send>;
 
-/// Called (on the tick thread) when the policy chose this slot's channel:
-/// its owner must close it with CLOSE_HARD.
-pub type PreemptFn = Arc<dyn Fn(PreemptReason) + Send + Sync>;
+/// Called (on the tick thread) when the policy chose this slot's channel,
+/// with the lease it chose: its owner must close the channel holding that
+/// lease with CLOSE_HARD — and only that one. The call may arrive after
+/// the owner replaced the channel (the tick calls outside its lock, and the
+/// owner may handle it later still): a lease it no longer holds means a
+/// channel that is already gone, and the call is to be ignored.
+pub type PreemptFn = Arc<dyn Fn(LeaseId, PreemptReason) + Send + Sync>;
 
 /// What the owner of a slot reports about its channel, for the policy.
 /// Atomics: the owner stores, the tick thread loads, nobody waits.
@@ -390,6 +394,12 @@ impl TransController {
     }
 }
 
+/// Which lease (slot) a preemption means: unique within its controller, so
+/// the owner of a channel can tell a preemption of the channel it holds now
+/// from one meant for a channel it has since replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseId(u64);
+
 /// A channel slot. The channel's owner holds it; dropping it gives the slot
 /// back.
 pub struct SlotLease {
@@ -411,6 +421,11 @@ impl SlotLease {
     /// candidate for preemption (it is still in its handshake).
     pub fn attach(&self, info: Arc<SlotInfo>, preempt: PreemptFn) {
         self.ctrl.attach(self.holder, info, preempt);
+    }
+
+    /// This lease's id (the one a preemption of it names).
+    pub fn id(&self) -> LeaseId {
+        LeaseId(self.holder)
     }
 
     /// The controller this slot belongs to.
@@ -459,13 +474,13 @@ fn tick_loop(weak: Weak<Inner>) {
             holders
                 .get(&h)
                 .and_then(|x| x.preempt.clone())
-                .map(|f| (f, reason))
+                .map(|f| (f, LeaseId(h), reason))
         });
         drop(st);
         drop(inner);
-        if let Some((f, reason)) = call {
-            tracing::debug!(reason = reason.name(), "preempting a channel slot");
-            f(reason);
+        if let Some((f, lease, reason)) = call {
+            tracing::debug!(reason = reason.name(), ?lease, "preempting a channel slot");
+            f(lease, reason);
         }
     }
 }

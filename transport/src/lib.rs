@@ -52,7 +52,8 @@ pub mod mem;
 pub use address::{Address, AddressError};
 pub use channel::{BoundListener, Channel, Listener};
 pub use controller::{
-    fd_limit, Requested, SlotInfo, SlotLease, SlotReport, SlotSnapshot, TransController, WaitTicket,
+    fd_limit, LeaseId, Requested, SlotInfo, SlotLease, SlotReport, SlotSnapshot, TransController,
+    WaitTicket,
 };
 pub use fault::{FaultInjector, FaultyChannel, SeedReportGuard};
 pub use mem::{MemChannel, MemListener, MEM_BACKLOG, MEM_PIPE_CAPACITY};

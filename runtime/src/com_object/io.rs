@@ -337,7 +337,9 @@ impl ComObject {
             let addr = ctx.address();
             lease.attach(
                 slot_info.clone(),
-                std::sync::Arc::new(move |reason| addr.do_send(super::Preempt(reason))),
+                std::sync::Arc::new(move |lease, reason| {
+                    addr.do_send(super::Preempt { lease, reason })
+                }),
             );
         }
         self.entry

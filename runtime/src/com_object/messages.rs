@@ -50,11 +50,16 @@ pub(crate) struct Poke;
 #[rtype(result = "()")]
 pub(crate) struct SlotGranted(pub(crate) sitenet_transport::SlotLease);
 
-/// The slot controller preempts this site's channel: close it with
-/// CLOSE_HARD (nothing is lost; the site reconnects when it has a slot).
+/// The slot controller preempts the channel holding `lease`: close it with
+/// CLOSE_HARD (nothing is lost; the site reconnects when it has a slot) —
+/// unless that channel was replaced since (the call came late): then
+/// nothing is closed, and the stale call is counted.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct Preempt(pub(crate) sitenet_protocols::slots::PreemptReason);
+pub(crate) struct Preempt {
+    pub(crate) lease: sitenet_transport::LeaseId,
+    pub(crate) reason: sitenet_protocols::slots::PreemptReason,
+}
 
 /// Stop: the node is shutting down.
 #[derive(Message)]
@@ -72,6 +77,12 @@ pub(crate) struct Kill;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct CloseHard;
+
+/// Test hook: the slot lease of the working channel, if any.
+#[cfg(feature = "test-hooks")]
+#[derive(Message)]
+#[rtype(result = "Option<sitenet_transport::LeaseId>")]
+pub(crate) struct ChannelLease;
 
 /// Test hook: block the actor (and its thread) until released.
 #[cfg(feature = "test-hooks")]
@@ -104,7 +115,18 @@ impl Handler<SlotGranted> for ComObject {
 impl Handler<Preempt> for ComObject {
     type Result = ();
 
-    fn handle(&mut self, Preempt(reason): Preempt, ctx: &mut Context<Self>) {
+    fn handle(&mut self, Preempt { lease, reason }: Preempt, ctx: &mut Context<Self>) {
+        let holds = self
+            .live
+            .as_ref()
+            .and_then(|l| l.t.lease.as_ref())
+            .is_some_and(|l| l.id() == lease);
+        if !holds {
+            // Meant for a channel since gone (this lease was given back).
+            tracing::debug!(site = ?self.entry.id.get(), ?lease, "late preemption ignored");
+            crate::metrics::Counters::add(&self.node.counters.preemptions_stale, 1);
+            return;
+        }
         tracing::debug!(site = ?self.entry.id.get(), reason = reason.name(), "channel slot preempted");
         if self.com.close_hard(Instant::now()) {
             crate::metrics::Counters::add(&self.node.counters.preemptions, 1);
@@ -199,6 +221,15 @@ impl Handler<CloseHard> for ComObject {
         if self.com.close_hard(Instant::now()) {
             self.drive(ctx);
         }
+    }
+}
+
+#[cfg(feature = "test-hooks")]
+impl Handler<ChannelLease> for ComObject {
+    type Result = Option<sitenet_transport::LeaseId>;
+
+    fn handle(&mut self, _: ChannelLease, _ctx: &mut Context<Self>) -> Self::Result {
+        self.live.as_ref()?.t.lease.as_ref().map(|l| l.id())
     }
 }
 

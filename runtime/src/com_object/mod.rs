@@ -23,7 +23,7 @@ mod report;
 use io::Live;
 pub(crate) use messages::{Adopt, Kill, Learn, Poke, Preempt, SlotGranted, Stop, Wake};
 #[cfg(feature = "test-hooks")]
-pub(crate) use messages::{CloseHard, HoldBusy};
+pub(crate) use messages::{ChannelLease, CloseHard, HoldBusy};
 use open::Slot;
 use report::Reported;
 

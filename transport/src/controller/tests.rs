@@ -94,7 +94,7 @@ fn past_the_weak_limit_the_tick_preempts_the_policys_choice() {
         let tx = tx.clone();
         lease.attach(
             info,
-            Arc::new(move |why| {
+            Arc::new(move |_lease, why| {
                 let _ = tx.send((i, why));
             }),
         );
@@ -120,4 +120,38 @@ fn the_naive_policy_is_available_and_named() {
     assert_eq!(c.stats().policy, "naive");
     assert!(TransController::process().same(&TransController::process()));
     assert!(!c.same(&TransController::process()));
+}
+
+/// Issue 17: a preemption named no channel, so its owner could not tell
+/// it from one meant for a channel it had since replaced. The call names
+/// the lease the policy chose, and a lease given back and taken again is a
+/// new lease.
+#[test]
+fn a_preemption_names_the_lease_it_chose() {
+    let c = ctrl(1, 3);
+    let (tx, rx) = mpsc::channel();
+    let mut held = Vec::new();
+    for callable in [false, true] {
+        let lease = c.accept().unwrap();
+        let info = Arc::new(SlotInfo::default());
+        c.report(&info, &report(callable));
+        let tx = tx.clone();
+        lease.attach(
+            info,
+            Arc::new(move |lease, why| {
+                let _ = tx.send((lease, why));
+            }),
+        );
+        held.push(lease);
+    }
+    assert_ne!(held[0].id(), held[1].id());
+    // One over the weak limit: the callable peer's lease is named.
+    let (lease, why) = rx.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(
+        (lease, why),
+        (held[1].id(), PreemptReason::LeastRecentlyActive)
+    );
+    let gone = held.pop().unwrap().id();
+    let again = c.accept().unwrap();
+    assert_ne!(again.id(), gone, "a slot taken again is a new lease");
 }
