@@ -248,7 +248,7 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     closed_with_fault(&server, &mut s, "maximum message size");
 
     // 8. A flood of connections that never speak: beyond the pending
-    //    handshake bound they are refused at once.
+    //    handshake bounds the oldest silent ones are closed to make room.
     let idle: Vec<TcpStream> = (0..200).map(|_| tcp(&a)).collect();
     let mut probe = tcp(&a);
     probe.write_all(&[0xffu8; 64]).unwrap();
