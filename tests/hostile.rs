@@ -307,3 +307,77 @@ async fn regression_dropping_the_node_fails_its_tracked_deliveries() {
     let _ = release_tx.send(());
     drop(site);
 }
+
+/// A forwarded request's origin block, built by hand: the descriptor's
+/// length (u16, little-endian), the descriptor, then the typed header.
+#[allow(dead_code)]
+fn origin_block(origin: &str, header: &[u8]) -> Vec<u8> {
+    let mut v = (origin.len() as u16).to_le_bytes().to_vec();
+    v.extend_from_slice(origin.as_bytes());
+    v.extend_from_slice(header);
+    v
+}
+
+/// A listener that counts the connections made to it and never speaks:
+/// a node dialing it waits its whole handshake timeout.
+fn trap() -> (String, Arc<AtomicU64>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = format!("tcp:{}", l.local_addr().unwrap());
+    let dials = Arc::new(AtomicU64::new(0));
+    let d = dials.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming().flatten() {
+            d.fetch_add(1, Ordering::SeqCst);
+            held.push(s);
+        }
+    });
+    (at, dials)
+}
+
+/// A message carrying site references.
+#[derive(Serialize, Deserialize)]
+struct Peers(Vec<sitenet::SiteRef>);
+impl Message for Peers {
+    const ID: u32 = 701;
+}
+
+/// Issue 17: any descriptor naming a known id added its addresses to that
+/// site's book (tried on every reconnect, never forgotten). A peer that
+/// cannot be called back named itself at an address of its choosing; when
+/// its channel went, the node dialed there. Only what the node learned by
+/// connecting itself adds addresses to a known site.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_descriptor_cannot_add_addresses_to_a_known_site() {
+    use sitenet::protocols::{MessageKind, SiteId};
+    use sitenet::services::Echo;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.unreachable_give_up = std::time::Duration::from_secs(1);
+        })
+        .start()
+        .unwrap();
+    server.handle(|_ctx, _p: Peers| {}).unwrap();
+    let (trap_at, dials) = trap();
+    let id = SiteId(rand::random::<u128>());
+    let mut p = raw::RawPeer::connect_as(&addr(&server), id, Vec::new());
+    let poison = rmp_serde::to_vec(&vec![format!("{id}@{trap_at}")]).unwrap();
+    p.send(Peers::ID, MessageKind::OneWay, 0, &poison, b"");
+    // An echo after it: its reply, which the peer never acknowledges, is
+    // what the node then owes the peer.
+    let header = rmp_serde::to_vec(&Echo { seq: 1 }).unwrap();
+    p.send(Echo::ID, MessageKind::Request, 1, &header, b"");
+    p.read_until_data();
+    drop(p);
+    assert!(
+        eventually(|| server.metrics().perm_failures >= 1 || dials.load(Ordering::SeqCst) > 0)
+            .await
+    );
+    assert_eq!(
+        dials.load(Ordering::SeqCst),
+        0,
+        "the node dialed an address a peer's descriptor added to its own entry"
+    );
+}

@@ -132,6 +132,11 @@ pub struct AddressBook {
 /// address the user gave.
 pub const MAX_ADDRESSES: usize = MAX_LISTEN + 1;
 
+/// Longest address kept, in bytes (a peer's words: a `tcp:` host name is
+/// at most 253 bytes and a Unix socket path 108; a longer one is skipped,
+/// never stored, tried or handed on).
+pub const MAX_ADDRESS_LEN: usize = 512;
+
 impl AddressBook {
     /// A book holding the address the user gave for the site, if it names
     /// a known transport (else the book is empty: the driver rejected such
@@ -157,8 +162,9 @@ impl AddressBook {
     }
 
     /// Adds the addresses a handshake or a descriptor claims for the site
-    /// (skipping unknown schemes, duplicates, and any beyond
-    /// [`MAX_ADDRESSES`]). Returns how many were new.
+    /// (skipping unknown schemes, duplicates, addresses longer than
+    /// [`MAX_ADDRESS_LEN`], and any beyond [`MAX_ADDRESSES`]). Returns how
+    /// many were new.
     pub fn learn<'a>(&mut self, addresses: impl IntoIterator<Item = &'a str>) -> usize {
         addresses
             .into_iter()
@@ -168,7 +174,8 @@ impl AddressBook {
 
     fn insert(&mut self, address: &str, given: bool) -> bool {
         // Checked before a copy is made.
-        if TransportKind::of(address).is_none()
+        if address.len() > MAX_ADDRESS_LEN
+            || TransportKind::of(address).is_none()
             || self.known.len() >= MAX_ADDRESSES
             || self.known.iter().any(|k| &*k.address == address)
         {
@@ -178,7 +185,8 @@ impl AddressBook {
     }
 
     fn insert_shared(&mut self, address: Arc<str>, given: bool) -> bool {
-        let Some(kind) = TransportKind::of(&address) else {
+        let Some(kind) = TransportKind::of(&address).filter(|_| address.len() <= MAX_ADDRESS_LEN)
+        else {
             return false;
         };
         if self.known.len() >= MAX_ADDRESSES || self.known.iter().any(|k| k.address == address) {
@@ -335,6 +343,17 @@ mod tests {
         b.learn(many.iter().map(String::as_str));
         assert_eq!(b.addresses().count(), MAX_ADDRESSES);
         assert!(TransportKind::of("tcp").is_none());
+    }
+
+    /// Issue 17: addresses had no length bound: a claimed one of any size
+    /// was kept, tried and handed on.
+    #[test]
+    fn regression_an_overlong_address_is_not_kept() {
+        let long = format!("tcp:{}:1", "h".repeat(100_000));
+        let mut b = AddressBook::claimed([long.as_str()]);
+        assert_eq!(b.addresses().count(), 0);
+        assert_eq!(b.learn([long.as_str()]), 0);
+        assert!(AddressBook::given(&long).addresses().next().is_none());
     }
 
     #[test]

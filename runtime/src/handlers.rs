@@ -278,12 +278,18 @@ impl Ctx<'_> {
             .ok_or_else(|| SendError::Encode("the requesting site's id is not known yet".into()))?;
         let header =
             crate::message::encode_header(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let header =
+            sitenet_protocols::message::wrap_origin(&origin, &header).ok_or_else(|| {
+                SendError::Encode(
+                    "the requesting site's descriptor does not fit an origin block".into(),
+                )
+            })?;
         let m = OutMessage {
             priority: opts.priority,
             type_id: M::ID,
             kind: MessageKind::Forward,
             corr: self.corr,
-            header: sitenet_protocols::message::wrap_origin(&origin, &header),
+            header,
             body: opts.body,
             tracked: false,
         };
@@ -427,7 +433,7 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
             return;
         };
         m.header = header;
-        Some((node.site_described(&d), d.to_string()))
+        Some((node.site_described(&d, false), d.to_string()))
     } else {
         None
     };

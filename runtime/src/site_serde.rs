@@ -122,7 +122,7 @@ impl<'de> Deserialize<'de> for SiteRef {
                 D::Error::custom("a SiteRef decodes only in a message sitenet delivers")
             })?;
             // (The receiving node's own id gives its local site.)
-            Ok(node.site_described(&desc))
+            Ok(node.site_described(&desc, false))
         })
     }
 }

@@ -56,6 +56,6 @@ impl Node {
         for a in &d.addresses {
             a.parse::<Address>()?;
         }
-        Ok(self.inner.site_described(d))
+        Ok(self.inner.site_described(d, true))
     }
 }

@@ -100,19 +100,23 @@ impl NodeInner {
         SiteRef::counted(e, self.clone())
     }
 
-    /// A reference to the site a descriptor names: the entry with its id
-    /// (told the descriptor's addresses), else a new one that calls it at
-    /// those addresses, best transport first. The addresses are claims: they
-    /// are not bound to the site in the table, and whoever answers there
-    /// must prove the id. Counted under the table's lock.
-    pub(crate) fn site_described(self: &Arc<Self>, d: &SiteDescriptor) -> SiteRef {
+    /// A reference to the site a descriptor names: the entry with its id,
+    /// else a new one that calls it at those addresses, best transport
+    /// first. The addresses are claims: they are not bound to the site in
+    /// the table, and whoever answers there must prove the id. Only the
+    /// local user's descriptor (`from_user`, `Node::site_from_descriptor`)
+    /// adds addresses to a site the table knows: a peer's (a `SiteRef` in a
+    /// message, a forwarded origin) could otherwise name a known site at
+    /// addresses of its choosing, tried on every reconnect and handed on
+    /// (issue 17). Counted under the table's lock.
+    pub(crate) fn site_described(self: &Arc<Self>, d: &SiteDescriptor, from_user: bool) -> SiteRef {
         if d.id == self.id {
             return self.local_site();
         }
         let mut t = self.sites.lock();
         if let Some(&k) = t.by_id.get(&d.id) {
             let e = t.entries[k].clone();
-            if let Some(a) = e.addr.get() {
+            if let Some(a) = e.addr.get().filter(|_| from_user) {
                 a.do_send(Learn(d.addresses.clone()));
             }
             return SiteRef::counted(e, self.clone());
