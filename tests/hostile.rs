@@ -310,7 +310,6 @@ async fn regression_dropping_the_node_fails_its_tracked_deliveries() {
 
 /// A forwarded request's origin block, built by hand: the descriptor's
 /// length (u16, little-endian), the descriptor, then the typed header.
-#[allow(dead_code)]
 fn origin_block(origin: &str, header: &[u8]) -> Vec<u8> {
     let mut v = (origin.len() as u16).to_le_bytes().to_vec();
     v.extend_from_slice(origin.as_bytes());
@@ -335,11 +334,185 @@ fn trap() -> (String, Arc<AtomicU64>) {
     (at, dials)
 }
 
+/// Issue 17: a kind-3 frame's origin block created a site entry before any
+/// handler was found, and the node dialed whatever it named, retrying for
+/// ever and never reclaiming the entry (3,000 forwards left 3,087
+/// entries). Entries made on a forwarder's word are now claims it holds:
+/// at most `forward_claims_per_peer` at once, each making one bounded
+/// attempt, reclaimed like any other; the rest are refused and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
+    use sitenet::protocols::{MessageKind, SiteId};
+    use sitenet::services::{Echo, EchoReply};
+    const N: u64 = 3_000;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.handshake_timeout = std::time::Duration::from_secs(1);
+            c.linger = std::time::Duration::from_secs(1);
+        })
+        .start()
+        .unwrap();
+    let target = addr(&server);
+    let (trap_at, dials) = trap();
+    let delivered_before = server.metrics().messages_delivered;
+    let mut p = raw::RawPeer::connect(&target);
+    let mut wire = Vec::new();
+    for i in 0..N {
+        let origin = format!(
+            "{}@mem:nowhere-{i},{trap_at}",
+            SiteId(rand::random::<u128>())
+        );
+        let header = rmp_serde::to_vec(&Echo { seq: i }).unwrap();
+        let block = origin_block(&origin, &header);
+        p.message(
+            &mut wire,
+            Echo::ID,
+            MessageKind::Forward,
+            i + 1,
+            &block,
+            b"",
+        );
+    }
+    // And one naming an origin with no handler for its type: no entry at all.
+    let block = origin_block(&format!("{}@{trap_at}", SiteId(7)), b"\x90");
+    p.message(&mut wire, 0x7777, MessageKind::Forward, N + 1, &block, b"");
+    std::io::Write::write_all(&mut p.socket, &wire).unwrap();
+    // A legitimate client keeps being answered.
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&target).unwrap();
+    for seq in 0..20 {
+        let r = site
+            .request::<Echo, EchoReply>(&Echo { seq }, sitenet::SendOptions::default(), PATIENCE)
+            .await
+            .expect("the legitimate client is answered");
+        assert_eq!(r.msg.seq, seq);
+    }
+    assert!(
+        eventually(|| server.metrics().messages_delivered > delivered_before + N).await,
+        "{:?}",
+        server.metrics()
+    );
+    // The raw peer, the client, and at most the claims' bound.
+    let sites = server.site_count();
+    assert!(sites <= 2 + 16, "{sites} site entries after {N} forwards");
+    let m = server.metrics();
+    assert!(m.claims_refused >= N - 16, "{m:?}");
+    assert!(
+        m.unhandled > N - 16,
+        "refused and handler-less forwards: {m:?}"
+    );
+    // Everything the forwards made goes once the forwarder has gone.
+    drop(p);
+    assert!(
+        eventually(|| server.site_count() <= 1).await,
+        "{} sites left",
+        server.site_count()
+    );
+    let d = dials.load(Ordering::SeqCst);
+    assert!(d <= 16, "{d} dials to addresses the forwarder named");
+    eprintln!(
+        "{N} forwards: at most {sites} entries, {d} dials, {} refused, {} reclaimed",
+        server.metrics().claims_refused,
+        server.metrics().sites_reclaimed
+    );
+    for seq in 0..5 {
+        let r = site
+            .request::<Echo, EchoReply>(&Echo { seq }, sitenet::SendOptions::default(), PATIENCE)
+            .await
+            .unwrap();
+        assert_eq!(r.msg.seq, seq);
+    }
+}
+
 /// A message carrying site references.
 #[derive(Serialize, Deserialize)]
 struct Peers(Vec<sitenet::SiteRef>);
 impl Message for Peers {
     const ID: u32 = 701;
+}
+
+/// Issue 17: a `SiteRef` decoded for a fresh id started a ComObject that
+/// was never driven and never reclaimed — even when the rest of the
+/// header failed to decode — so a message holding a long `Vec<SiteRef>`
+/// left an actor per reference for ever. Every ComObject is now
+/// reclaimable from the moment it exists, and the entries one peer's
+/// messages may create are bounded (`site_ref_claims_per_peer`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
+    use sitenet::protocols::{MessageKind, SiteId};
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum Item {
+        Text(String),
+        Number(u8),
+    }
+    const MESSAGES: u64 = 100;
+    const PER_MESSAGE: usize = 500;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.linger = std::time::Duration::from_secs(1);
+        })
+        .start()
+        .unwrap();
+    let handled = Arc::new(AtomicU64::new(0));
+    let h = handled.clone();
+    server
+        .handle(move |_ctx, p: Peers| {
+            h.fetch_add(p.0.len() as u64, Ordering::Relaxed);
+        })
+        .unwrap();
+    let target = addr(&server);
+    let delivered_before = server.metrics().messages_delivered;
+    let mut p = raw::RawPeer::connect(&target);
+    for m in 0..MESSAGES {
+        let mut items: Vec<Item> = (0..PER_MESSAGE)
+            .map(|_| {
+                Item::Text(format!(
+                    "{}@tcp:127.0.0.1:1",
+                    SiteId(rand::random::<u128>())
+                ))
+            })
+            .collect();
+        // Every other message breaks after its references.
+        if m % 2 == 1 {
+            items.push(Item::Number(5));
+        }
+        let header = rmp_serde::to_vec(&items).unwrap();
+        p.send(Peers::ID, MessageKind::OneWay, 0, &header, b"");
+    }
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&target).unwrap();
+    for seq in 0..20 {
+        echo(&site, seq).await;
+    }
+    assert!(
+        eventually(|| server.metrics().messages_delivered >= delivered_before + MESSAGES).await
+    );
+    let sites = server.site_count();
+    assert!(
+        sites <= 2 + 1024,
+        "{sites} site entries from {} references",
+        MESSAGES as usize * PER_MESSAGE
+    );
+    let m = server.metrics();
+    assert!(m.claims_refused >= 1, "{m:?}");
+    eprintln!(
+        "{} references: at most {sites} entries, {} references handed to the handler, {} refused",
+        MESSAGES as usize * PER_MESSAGE,
+        handled.load(Ordering::Relaxed),
+        m.claims_refused
+    );
+    drop(p);
+    assert!(
+        eventually(|| server.site_count() <= 1).await,
+        "{} sites left",
+        server.site_count()
+    );
+    echo(&site, 99).await;
 }
 
 /// Issue 17: any descriptor naming a known id added its addresses to that

@@ -123,6 +123,11 @@ impl ComObject {
             OpenFailure::Open(e) if e.is_permanent() && fallback == Fallback::Permanent => {
                 return self.fail(SiteFailure::Open(e), now);
             }
+            // A site named on a peer's word was tried once at every
+            // address it was named at (`AddressBook::claimed_once`).
+            _ if fallback == Fallback::Permanent => {
+                return self.fail(SiteFailure::NotReached, now);
+            }
             OpenFailure::Open(OpenError::Refused(reason)) => {
                 tracing::debug!(?reason, "open refused; another channel wins");
             }
@@ -231,6 +236,9 @@ impl ComObject {
         self.timers.stop(Timer::ReconnectBackoff);
         self.idle_since = now;
         self.set_fault(FaultState::Ok, "channel working".into(), now);
+        if self.book.proven() {
+            self.actions.push_back(Action::Proven);
+        }
         self.update();
         id
     }

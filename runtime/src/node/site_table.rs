@@ -17,6 +17,7 @@ use std::sync::Arc;
 use actix::Actor;
 use slab::Slab;
 
+use sitenet_protocols::claims::Claims;
 use sitenet_protocols::{AddressBook, SiteDescriptor, SiteId};
 use sitenet_transport::Address;
 
@@ -32,6 +33,33 @@ pub(crate) struct SiteTable {
     /// Alias addresses bound to an entry by a merge (another entry
     /// contacted the same site there), removed with it.
     pub(crate) aliases: HashMap<usize, Vec<Arc<str>>>,
+    /// Entries made from forwarded origins, claimed by the forwarder
+    /// (`NodeConfig::forward_claims_per_peer`).
+    pub(crate) forward_claims: Claims<usize>,
+    /// Entries made from `SiteRef`s in a peer's messages, claimed by that
+    /// peer (`NodeConfig::site_ref_claims_per_peer`).
+    pub(crate) ref_claims: Claims<usize>,
+}
+
+/// Who names a site by its descriptor (see [`NodeInner::site_described`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Named<'a> {
+    /// The local user (`Node::site_from_descriptor`).
+    ByUser,
+    /// A peer, in a message it delivered: a `SiteRef` it carries
+    /// (`forward` false) or a forwarded request's origin (`forward` true).
+    ByPeer {
+        peer: &'a Arc<SiteEntry>,
+        forward: bool,
+    },
+}
+
+/// A peer named a site the node does not know while holding its bound of
+/// such claims: no entry was made.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the sending site already named {limit} sites this node has not reached; no more until they are reached or forgotten")]
+pub(crate) struct ClaimRefused {
+    pub(crate) limit: u32,
 }
 
 impl NodeInner {
@@ -104,34 +132,80 @@ impl NodeInner {
     /// else a new one that calls it at those addresses, best transport
     /// first. The addresses are claims: they are not bound to the site in
     /// the table, and whoever answers there must prove the id. Only the
-    /// local user's descriptor (`from_user`, `Node::site_from_descriptor`)
+    /// local user's descriptor (`Named::ByUser`, `Node::site_from_descriptor`)
     /// adds addresses to a site the table knows: a peer's (a `SiteRef` in a
     /// message, a forwarded origin) could otherwise name a known site at
     /// addresses of its choosing, tried on every reconnect and handed on
-    /// (issue 17). Counted under the table's lock.
-    pub(crate) fn site_described(self: &Arc<Self>, d: &SiteDescriptor, from_user: bool) -> SiteRef {
+    /// (issue 17).
+    ///
+    /// A new entry on a peer's word is a claim that peer holds (see
+    /// `sitenet_protocols::claims`): refused beyond its bound (counted),
+    /// released when the site's id is proven (`Action::Proven`) or the
+    /// entry leaves. A forwarded origin's entry is tried once at each
+    /// address (`AddressBook::claimed_once`). Counted under the table's
+    /// lock.
+    pub(crate) fn site_described(
+        self: &Arc<Self>,
+        d: &SiteDescriptor,
+        by: Named<'_>,
+    ) -> Result<SiteRef, ClaimRefused> {
         if d.id == self.id {
-            return self.local_site();
+            return Ok(self.local_site());
         }
         let mut t = self.sites.lock();
         if let Some(&k) = t.by_id.get(&d.id) {
             let e = t.entries[k].clone();
-            if let Some(a) = e.addr.get().filter(|_| from_user) {
+            if let Some(a) = e.addr.get().filter(|_| matches!(by, Named::ByUser)) {
                 a.do_send(Learn(d.addresses.clone()));
             }
-            return SiteRef::counted(e, self.clone());
+            return Ok(SiteRef::counted(e, self.clone()));
         }
+        let addresses = d.addresses.iter().map(String::as_str);
+        let book = match by {
+            // The local site's own messages are the user's words.
+            Named::ByPeer { peer, .. } if peer.is_local() => AddressBook::claimed(addresses),
+            Named::ByUser => AddressBook::claimed(addresses),
+            Named::ByPeer { peer, forward } => {
+                let key = t.entries.vacant_key();
+                let (claims, limit, book) = if forward {
+                    let limit = self.cfg.forward_claims_per_peer;
+                    (
+                        &mut t.forward_claims,
+                        limit,
+                        AddressBook::claimed_once(addresses),
+                    )
+                } else {
+                    let limit = self.cfg.site_ref_claims_per_peer;
+                    (
+                        &mut t.ref_claims,
+                        limit,
+                        AddressBook::claimed(addresses).on_claim(),
+                    )
+                };
+                if !claims.try_claim(peer.key, key, limit) {
+                    crate::metrics::Counters::add(&self.counters.claims_refused, 1);
+                    return Err(ClaimRefused { limit });
+                }
+                book
+            }
+        };
         let e = self.new_entry(&mut t, None);
-        self.actor(&e, || {
-            AddressBook::claimed(d.addresses.iter().map(String::as_str))
-        });
+        self.actor(&e, || book);
         let _ = e.id.set(d.id);
         t.by_id.insert(d.id, e.key);
-        SiteRef::counted(e, self.clone())
+        Ok(SiteRef::counted(e, self.clone()))
+    }
+
+    /// The site's id is proven (its first channel works): a claim a peer
+    /// held on its entry ends, and the peer may name another.
+    pub(crate) fn claim_proven(&self, entry: &Arc<SiteEntry>) {
+        let mut t = self.sites.lock();
+        t.forward_claims.release(entry.key);
+        t.ref_claims.release(entry.key);
     }
 
     /// A reference to the site with this id, if the table has it.
-    pub(super) fn site_with_id(self: &Arc<Self>, id: SiteId) -> Option<SiteRef> {
+    pub(crate) fn site_with_id(self: &Arc<Self>, id: SiteId) -> Option<SiteRef> {
         if id == self.id {
             return Some(self.local_site());
         }
@@ -200,6 +274,9 @@ impl NodeInner {
         }
         let key = entry.key;
         t.entries.remove(key);
+        // Before the key can name another entry: its claims end.
+        t.forward_claims.forget(key);
+        t.ref_claims.forget(key);
         if let Some(id) = entry.id.get() {
             if t.by_id.get(&id) == Some(&key) {
                 t.by_id.remove(&id);
