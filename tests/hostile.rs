@@ -436,9 +436,12 @@ impl Message for Peers {
 /// Issue 17: a `SiteRef` decoded for a fresh id started a ComObject that
 /// was never driven and never reclaimed — even when the rest of the
 /// header failed to decode — so a message holding a long `Vec<SiteRef>`
-/// left an actor per reference for ever. Every ComObject is now
-/// reclaimable from the moment it exists, and the entries one peer's
-/// messages may create are bounded (`site_ref_claims_per_peer`).
+/// left an actor per reference for ever. A reference to a site the node
+/// does not know now makes an entry without an actor, forgotten as soon
+/// as the reference goes, and the entries one peer's messages keep alive
+/// at once are bounded (`site_ref_claims_per_peer`, 1,024): a message
+/// naming more, or naming any while the handler keeps that many, does not
+/// decode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
     use sitenet::protocols::{MessageKind, SiteId};
@@ -447,6 +450,11 @@ async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
     enum Item {
         Text(String),
         Number(u8),
+    }
+    fn fresh(n: usize, addresses: &str) -> Vec<Item> {
+        (0..n)
+            .map(|_| Item::Text(format!("{}@{addresses}", SiteId(rand::random::<u128>()))))
+            .collect()
     }
     const MESSAGES: u64 = 100;
     const PER_MESSAGE: usize = 500;
@@ -459,53 +467,71 @@ async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
         .start()
         .unwrap();
     let handled = Arc::new(AtomicU64::new(0));
-    let h = handled.clone();
+    let keep = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (h, k, kv) = (handled.clone(), keep.clone(), kept.clone());
     server
         .handle(move |_ctx, p: Peers| {
             h.fetch_add(p.0.len() as u64, Ordering::Relaxed);
+            if k.load(Ordering::Relaxed) {
+                kv.lock().unwrap().extend(p.0);
+            }
         })
         .unwrap();
     let target = addr(&server);
-    let delivered_before = server.metrics().messages_delivered;
+    let delivered = || server.metrics().messages_delivered;
+    let before = delivered();
     let mut p = raw::RawPeer::connect(&target);
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&target).unwrap();
+    // 50,000 references, every other message breaking after them: each
+    // message's entries go with it.
     for m in 0..MESSAGES {
-        let mut items: Vec<Item> = (0..PER_MESSAGE)
-            .map(|_| {
-                Item::Text(format!(
-                    "{}@tcp:127.0.0.1:1",
-                    SiteId(rand::random::<u128>())
-                ))
-            })
-            .collect();
-        // Every other message breaks after its references.
+        let mut items = fresh(PER_MESSAGE, "tcp:127.0.0.1:1");
         if m % 2 == 1 {
             items.push(Item::Number(5));
         }
         let header = rmp_serde::to_vec(&items).unwrap();
         p.send(Peers::ID, MessageKind::OneWay, 0, &header, b"");
     }
-    let client = Node::builder().start().unwrap();
-    let site = client.site(&target).unwrap();
-    for seq in 0..20 {
+    for seq in 0..10 {
         echo(&site, seq).await;
     }
-    assert!(
-        eventually(|| server.metrics().messages_delivered >= delivered_before + MESSAGES).await
-    );
-    let sites = server.site_count();
-    assert!(
-        sites <= 2 + 1024,
-        "{sites} site entries from {} references",
-        MESSAGES as usize * PER_MESSAGE
-    );
+    assert!(eventually(|| delivered() >= before + MESSAGES).await);
     let m = server.metrics();
-    assert!(m.claims_refused >= 1, "{m:?}");
+    assert_eq!(handled.load(Ordering::Relaxed), 50 * PER_MESSAGE as u64);
+    assert_eq!(m.claims_refused, 0, "{m:?}");
+    assert!(m.sites_reclaimed >= MESSAGES * PER_MESSAGE as u64, "{m:?}");
+    let after_flood = server.site_count();
+    assert!(after_flood <= 2, "{after_flood} entries after the flood");
+    // One message naming more than the bound does not decode.
+    let header = rmp_serde::to_vec(&fresh(1_100, "")).unwrap();
+    p.send(Peers::ID, MessageKind::OneWay, 0, &header, b"");
+    // A handler keeping what it is given: the bound holds across messages.
+    keep.store(true, Ordering::Relaxed);
+    for _ in 0..3 {
+        let header = rmp_serde::to_vec(&fresh(PER_MESSAGE, "tcp:127.0.0.1:1")).unwrap();
+        p.send(Peers::ID, MessageKind::OneWay, 0, &header, b"");
+    }
+    for seq in 0..10 {
+        echo(&site, seq).await;
+    }
+    assert!(eventually(|| delivered() >= before + MESSAGES + 4).await);
+    let m = server.metrics();
+    assert_eq!(m.claims_refused, 2, "{m:?}");
+    assert_eq!(kept.lock().unwrap().len(), 2 * PER_MESSAGE);
+    let sites = server.site_count();
+    assert!(sites <= 2 + 1024, "{sites} site entries");
     eprintln!(
-        "{} references: at most {sites} entries, {} references handed to the handler, {} refused",
-        MESSAGES as usize * PER_MESSAGE,
+        "{} references: {after_flood} entries after the flood, {} handed to the handler, \
+         {sites} entries with {} kept, {} messages refused",
+        MESSAGES as usize * PER_MESSAGE + 1_100 + 3 * PER_MESSAGE,
         handled.load(Ordering::Relaxed),
+        2 * PER_MESSAGE,
         m.claims_refused
     );
+    // Everything goes once the references and the peer go.
+    kept.lock().unwrap().clear();
     drop(p);
     assert!(
         eventually(|| server.site_count() <= 1).await,

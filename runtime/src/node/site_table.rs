@@ -39,6 +39,11 @@ pub(crate) struct SiteTable {
     /// Entries made from `SiteRef`s in a peer's messages, claimed by that
     /// peer (`NodeConfig::site_ref_claims_per_peer`).
     pub(crate) ref_claims: Claims<usize>,
+    /// The address books of entries made from a descriptor whose ComObject
+    /// has not started (it starts with the first need; see
+    /// [`NodeInner::given_actor`]): until then such an entry costs no
+    /// actor, and is forgotten as soon as its last `SiteRef` goes.
+    pub(crate) books: HashMap<usize, AddressBook>,
 }
 
 /// Who names a site by its descriptor (see [`NodeInner::site_described`]).
@@ -93,18 +98,22 @@ impl NodeInner {
         })
     }
 
-    /// [`actor`](Self::actor) with the address the user asked for (the
-    /// entries started lazily are those `Node::site` made).
+    /// [`actor`](Self::actor) with the address the user asked for, or the
+    /// book a descriptor gave (the entries started lazily are those
+    /// `Node::site` and `site_described` made). Never called under the
+    /// table's lock.
     pub(crate) fn given_actor<'a>(
         self: &Arc<Self>,
         entry: &'a Arc<SiteEntry>,
     ) -> &'a actix::Addr<ComObject> {
-        self.actor(entry, || {
-            entry
-                .address
-                .as_ref()
-                .map(|a| AddressBook::given_shared(a.clone()))
-                .unwrap_or_default()
+        self.actor(entry, || match &entry.address {
+            Some(a) => AddressBook::given_shared(a.clone()),
+            None => self
+                .sites
+                .lock()
+                .books
+                .remove(&entry.key)
+                .unwrap_or_default(),
         })
     }
 
@@ -189,8 +198,10 @@ impl NodeInner {
                 book
             }
         };
+        // Its ComObject starts with the first need (`given_actor`): a
+        // reference decoded and dropped unused costs nothing after.
         let e = self.new_entry(&mut t, None);
-        self.actor(&e, || book);
+        t.books.insert(e.key, book);
         let _ = e.id.set(d.id);
         t.by_id.insert(d.id, e.key);
         Ok(SiteRef::counted(e, self.clone()))
@@ -241,15 +252,16 @@ impl NodeInner {
             e.adopting.fetch_add(1, Ordering::SeqCst);
             e
         };
-        // An entry found by id has talked: its actor runs already.
+        // An entry found by id runs its actor already, or (made from a
+        // descriptor and never used) starts it now with its book.
         self.given_actor(&entry).do_send(adopt);
     }
 
     /// Forgets an entry whose ComObject never started, once its last
-    /// `SiteRef` went. Nothing can start it any more (that takes a
-    /// `SiteRef`, and an entry without an actor has no id to be found by),
-    /// and `reclaim` re-checks the references under the table's lock, so a
-    /// `SiteRef` handed out meanwhile keeps it.
+    /// `SiteRef` went. Nothing can start it any more without a new
+    /// `SiteRef` (one found by its id is handed out under the table's lock)
+    /// or an accepted channel (counted in `adopting` under the same lock),
+    /// and `reclaim` re-checks both under that lock, so either keeps it.
     pub(crate) fn reclaim_unused(&self, entry: &Arc<SiteEntry>) {
         if entry.addr.get().is_none() && self.reclaim(entry) {
             crate::metrics::Counters::add(&self.counters.sites_reclaimed, 1);
@@ -274,9 +286,11 @@ impl NodeInner {
         }
         let key = entry.key;
         t.entries.remove(key);
-        // Before the key can name another entry: its claims end.
+        // Before the key can name another entry: its claims and any book
+        // waiting for its ComObject go.
         t.forward_claims.forget(key);
         t.ref_claims.forget(key);
+        t.books.remove(&key);
         if let Some(id) = entry.id.get() {
             if t.by_id.get(&id) == Some(&key) {
                 t.by_id.remove(&id);
