@@ -580,3 +580,42 @@ async fn regression_a_descriptor_cannot_add_addresses_to_a_known_site() {
         "the node dialed an address a peer's descriptor added to its own entry"
     );
 }
+
+/// Issue 17: the listen list of any NEGOTIATE naming a known id was added
+/// to that site's book. A second connection claiming a site that listens
+/// nowhere named a trap; when the channels went, the node dialed it. Only
+/// the NEGOTIATE that makes an entry gives it addresses; later ones add
+/// none (the node adds what it finds by connecting itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_later_handshake_cannot_add_addresses_to_a_known_site() {
+    use sitenet::protocols::{MessageKind, SiteId};
+    use sitenet::services::Echo;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.unreachable_give_up = std::time::Duration::from_secs(1);
+        })
+        .start()
+        .unwrap();
+    let (trap_at, dials) = trap();
+    let id = SiteId(rand::random::<u128>());
+    let first = raw::RawPeer::connect_as(&addr(&server), id, Vec::new());
+    drop(first);
+    assert!(eventually(|| server.metrics().temp_failures >= 1).await);
+    let mut second = raw::RawPeer::connect_as(&addr(&server), id, vec![trap_at]);
+    // A reply the node then owes the site, never acknowledged.
+    let header = rmp_serde::to_vec(&Echo { seq: 1 }).unwrap();
+    second.send(Echo::ID, MessageKind::Request, 1, &header, b"");
+    second.read_until_data();
+    drop(second);
+    assert!(
+        eventually(|| server.metrics().perm_failures >= 1 || dials.load(Ordering::SeqCst) > 0)
+            .await
+    );
+    assert_eq!(
+        dials.load(Ordering::SeqCst),
+        0,
+        "the node dialed an address a later handshake added to a known site"
+    );
+}

@@ -194,8 +194,11 @@ impl ComObject {
                 });
             }
         }
-        // Claimed, not proven: a call there must still meet this site.
-        self.book.learn(neg.listen.iter().map(String::as_str));
+        // The NEGOTIATE's listen list adds nothing to the book (issue 17):
+        // anyone may send one naming this site, and its addresses would be
+        // tried on every reconnect and handed on. The driver gives a site
+        // first met this way the list of the NEGOTIATE that made its
+        // entry; otherwise only our own opens (PRESENT) teach addresses.
         if peer_forgot {
             tracing::info!(site = %neg.site, "the peer forgot the session; numbering starts again");
             self.session.forget_peer();

@@ -114,13 +114,28 @@ fn the_peers_listen_list_from_the_handshake_is_used_by_the_next_open() {
 
 #[test]
 fn a_site_that_only_called_us_can_be_called_back_at_the_addresses_it_lists() {
-    let mut h = H::new(cfg(), false);
+    // The driver makes the entry with the listen list of the NEGOTIATE
+    // that named it (as the runtime's `route_accepted` does).
     let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
     neg.listen = vec!["tcp:peer:9".into(), "unix:/p".into()];
+    let mut h = with_book(AddressBook::claimed(neg.listen.iter().map(String::as_str)));
     let out = h.com.accepted(&neg, h.now);
     assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
     assert!(h.com.addresses().can_open());
     assert_eq!(h.com.addresses().current(), Some("unix:/p"));
+}
+
+/// Issue 17: any NEGOTIATE naming a known site added its listen list to
+/// the site's book (tried on every reconnect, handed on). Only the one
+/// that made the entry gives addresses; a later one adds none.
+#[test]
+fn regression_a_later_negotiate_adds_no_address() {
+    let mut h = H::new(cfg(), false);
+    let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
+    neg.listen = vec!["tcp:trap:9".into()];
+    let out = h.com.accepted(&neg, h.now);
+    assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
+    assert!(!h.com.addresses().can_open(), "no address learned");
 }
 
 /// Issue 17: a site named by a forwarded request's origin was dialed at
