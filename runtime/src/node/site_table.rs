@@ -164,8 +164,16 @@ impl NodeInner {
         let mut t = self.sites.lock();
         if let Some(&k) = t.by_id.get(&d.id) {
             let e = t.entries[k].clone();
-            if let Some(a) = e.addr.get().filter(|_| matches!(by, Named::ByUser)) {
-                a.do_send(Learn(d.addresses.clone()));
+            if matches!(by, Named::ByUser) {
+                match e.addr.get() {
+                    Some(a) => a.do_send(Learn(d.addresses.clone())),
+                    // Its ComObject has not started: its book waits here.
+                    None => {
+                        if let Some(b) = t.books.get_mut(&k) {
+                            b.learn(d.addresses.iter().map(String::as_str));
+                        }
+                    }
+                }
             }
             return Ok(SiteRef::counted(e, self.clone()));
         }
