@@ -159,3 +159,37 @@ async fn bad_descriptors_are_clear_errors() {
     let e = "no-at-sign".parse::<SiteDescriptor>().unwrap_err();
     assert!(e.to_string().contains("ID@ADDRESS"), "{e}");
 }
+
+/// The user's second descriptor of a site adds its addresses, also while
+/// the site's ComObject has not started (its book waits in the site table
+/// since issue 17): a first descriptor naming only a dead address, then
+/// one naming the live one, reach the site.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_second_descriptor_adds_addresses_before_the_first_use() {
+    let server = listening_node();
+    let client = Node::builder().start().unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let first = SiteDescriptor {
+        id: server.id(),
+        addresses: vec![format!("tcp:{dead}")],
+    };
+    let only_dead = client.site_from_descriptor(&first).unwrap();
+    let second = SiteDescriptor {
+        id: server.id(),
+        addresses: vec![addr(&server)],
+    };
+    let site = client.site_from_descriptor(&second).unwrap();
+    assert_eq!(site, only_dead, "one site");
+    let r = site
+        .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
+            &sitenet::services::Echo { seq: 5 },
+            sitenet::SendOptions::default(),
+            std::time::Duration::from_secs(20),
+        )
+        .await
+        .expect("reached at the address the second descriptor gave");
+    assert_eq!(r.msg.seq, 5);
+}

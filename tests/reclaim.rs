@@ -131,3 +131,28 @@ async fn a_site_that_forgot_us_is_talked_to_afresh() {
     assert_eq!(ms.duplicates, 0);
     assert_eq!(ms.protocol_errors + mc.protocol_errors, 0);
 }
+
+/// Issue 17: a ComObject started but never driven was never reclaimed:
+/// `prepare()` on a site then dropped, or a site from a descriptor
+/// prepared and dropped, left its actor for ever. Every ComObject is
+/// reclaimable from the moment it exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_sites_prepared_and_dropped_unused_are_reclaimed() {
+    let node = Node::builder().configure(fast_linger).start().unwrap();
+    for i in 0..50u128 {
+        let site = node.site(&format!("tcp:127.0.0.1:{}", 1000 + i)).unwrap();
+        site.prepare();
+        let d = sitenet::SiteDescriptor {
+            id: sitenet::protocols::SiteId(0xD00 + i),
+            addresses: vec![format!("tcp:127.0.0.1:{}", 2000 + i)],
+        };
+        let described = node.site_from_descriptor(&d).unwrap();
+        described.prepare();
+    }
+    assert!(
+        eventually(|| node.site_count() == 0).await,
+        "{} entries never reclaimed",
+        node.site_count()
+    );
+    assert_eq!(node.metrics().sites_reclaimed, 100);
+}

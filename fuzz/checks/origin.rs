@@ -3,10 +3,14 @@
 //! request is delegated to. Never panics; a block that unwraps wraps back
 //! to the same bytes; a descriptor that parses prints to a text that
 //! parses to the same descriptor (what a site hands on when it forwards
-//! again, or puts in a message as a `SiteRef`).
+//! again, or puts in a message as a `SiteRef`), within the descriptor's
+//! bounds (issue 17: count and length of its addresses); wrapping any
+//! text, however long, is refused or done, never a panic.
 
 use bytes::Bytes;
+use sitenet_protocols::address_book::MAX_ADDRESS_LEN;
 use sitenet_protocols::message::{unwrap_origin, wrap_origin};
+use sitenet_protocols::site::{MAX_DESCRIPTOR_ADDRESSES, MAX_DESCRIPTOR_LEN};
 use sitenet_protocols::SiteDescriptor;
 
 /// The check, for one input.
@@ -14,14 +18,16 @@ pub fn check(data: &[u8]) {
     let header = Bytes::copy_from_slice(data);
     if let Some((origin, typed)) = unwrap_origin(&header) {
         assert_eq!(
-            &wrap_origin(origin, &typed)[..],
-            data,
+            wrap_origin(origin, &typed).as_deref(),
+            Some(data),
             "unwrap/wrap round trip changed the block"
         );
         descriptor(origin);
     }
     if let Ok(text) = std::str::from_utf8(data) {
         descriptor(text);
+        // Any text wraps, or is refused for its length; never a panic.
+        assert_eq!(wrap_origin(text, b"").is_some(), text.len() <= 65_535);
     }
 }
 
@@ -36,6 +42,9 @@ fn descriptor(text: &str) {
         assert!(d
             .addresses
             .iter()
-            .all(|a| !a.is_empty() && !a.contains(',')));
+            .all(|a| !a.is_empty() && !a.contains(',') && a.len() <= MAX_ADDRESS_LEN));
+        assert!(d.addresses.len() <= MAX_DESCRIPTOR_ADDRESSES);
+        assert!(printed.len() <= MAX_DESCRIPTOR_LEN);
+        assert!(wrap_origin(&printed, b"").is_some());
     }
 }

@@ -24,7 +24,10 @@
 //!   address is forgotten and the next one tried — the site fails only when
 //!   no address is left;
 //! - a refusal (another channel wins the link decision) ends the attempt:
-//!   the site answered, there is nothing to fall back from.
+//!   the site answered, there is nothing to fall back from;
+//! - a book made on a peer's word for a site not yet proven
+//!   ([`AddressBook::claimed_once`]) has one round only: when it ends
+//!   without a channel, the site is gone for good.
 //!
 //! Learned addresses are never bound to the site in the site table: whoever
 //! answers there must still prove the expected identity, so a peer cannot
@@ -126,11 +129,24 @@ pub struct AddressBook {
     known: Vec<Known>,
     /// Index of the address the current (or next) attempt uses.
     cursor: usize,
+    /// Made on a peer's word for a site not yet proven (a forwarded
+    /// request's origin, see [`claimed_once`](Self::claimed_once)): one
+    /// round, each address tried once; a round that ends without a
+    /// channel is [`Fallback::Permanent`].
+    once: bool,
+    /// Made on a peer's word: the entry is a claim its holder gives up
+    /// when the site's id is proven (see [`proven`](Self::proven)).
+    on_claim: bool,
 }
 
 /// At most this many addresses are kept: a peer's whole listen list and the
 /// address the user gave.
 pub const MAX_ADDRESSES: usize = MAX_LISTEN + 1;
+
+/// Longest address kept, in bytes (a peer's words: a `tcp:` host name is
+/// at most 253 bytes and a Unix socket path 108; a longer one is skipped,
+/// never stored, tried or handed on).
+pub const MAX_ADDRESS_LEN: usize = 512;
 
 impl AddressBook {
     /// A book holding the address the user gave for the site, if it names
@@ -156,9 +172,55 @@ impl AddressBook {
         b
     }
 
+    /// A book of addresses a peer named for a site this node does not know
+    /// (a forwarded request's origin): each is tried once, and if none
+    /// gives a channel the site fails for good ([`Fallback::Permanent`]
+    /// after the round, [`failed`](Self::failed)) — an unreachable or
+    /// bogus origin costs one bounded attempt, not retries for ever. A
+    /// working channel ends the rule ([`proven`](Self::proven)).
+    ///
+    /// ```
+    /// use sitenet_protocols::{AddressBook, Fallback, OpenFailure};
+    ///
+    /// let mut book = AddressBook::claimed_once(["mem:nowhere", "tcp:10.0.0.9:7000"]);
+    /// let refused = OpenFailure::Transport("connection refused".into());
+    /// assert_eq!(book.failed(&refused), Fallback::TryNext);
+    /// assert_eq!(book.failed(&refused), Fallback::Permanent);
+    /// ```
+    pub fn claimed_once<'a>(addresses: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut b = Self::claimed(addresses).on_claim();
+        b.once = true;
+        b
+    }
+
+    /// Marks the book as made on a peer's word (a `SiteRef` in a message
+    /// naming a site this node did not know): [`proven`](Self::proven)
+    /// then says so once, for the claim to be released. Its rounds are
+    /// ordinary ones.
+    pub fn on_claim(mut self) -> Self {
+        self.on_claim = true;
+        self
+    }
+
+    /// True while the book is one round only (see
+    /// [`claimed_once`](Self::claimed_once)).
+    pub fn is_once(&self) -> bool {
+        self.once
+    }
+
+    /// A channel to the site works: its id is proven, and later rounds
+    /// are ordinary ones. True the first time for a book made on a peer's
+    /// word ([`claimed_once`](Self::claimed_once),
+    /// [`on_claim`](Self::on_claim)): the claim on the site ends.
+    pub fn proven(&mut self) -> bool {
+        self.once = false;
+        std::mem::take(&mut self.on_claim)
+    }
+
     /// Adds the addresses a handshake or a descriptor claims for the site
-    /// (skipping unknown schemes, duplicates, and any beyond
-    /// [`MAX_ADDRESSES`]). Returns how many were new.
+    /// (skipping unknown schemes, duplicates, addresses longer than
+    /// [`MAX_ADDRESS_LEN`], and any beyond [`MAX_ADDRESSES`]). Returns how
+    /// many were new.
     pub fn learn<'a>(&mut self, addresses: impl IntoIterator<Item = &'a str>) -> usize {
         addresses
             .into_iter()
@@ -168,7 +230,8 @@ impl AddressBook {
 
     fn insert(&mut self, address: &str, given: bool) -> bool {
         // Checked before a copy is made.
-        if TransportKind::of(address).is_none()
+        if address.len() > MAX_ADDRESS_LEN
+            || TransportKind::of(address).is_none()
             || self.known.len() >= MAX_ADDRESSES
             || self.known.iter().any(|k| &*k.address == address)
         {
@@ -178,7 +241,8 @@ impl AddressBook {
     }
 
     fn insert_shared(&mut self, address: Arc<str>, given: bool) -> bool {
-        let Some(kind) = TransportKind::of(&address) else {
+        let Some(kind) = TransportKind::of(&address).filter(|_| address.len() <= MAX_ADDRESS_LEN)
+        else {
             return false;
         };
         if self.known.len() >= MAX_ADDRESSES || self.known.iter().any(|k| k.address == address) {
@@ -243,7 +307,7 @@ impl AddressBook {
     pub fn failed(&mut self, failure: &OpenFailure) -> Fallback {
         if self.cursor >= self.known.len() {
             self.cursor = 0;
-            return Fallback::RoundOver;
+            return self.round_over();
         }
         match failure {
             OpenFailure::Open(OpenError::Refused(_)) => {
@@ -274,6 +338,16 @@ impl AddressBook {
             Fallback::TryNext
         } else {
             self.cursor = 0;
+            self.round_over()
+        }
+    }
+
+    /// The end of a round without a channel: another round, unless the
+    /// book was one round only.
+    fn round_over(&self) -> Fallback {
+        if self.once {
+            Fallback::Permanent
+        } else {
             Fallback::RoundOver
         }
     }
@@ -335,6 +409,17 @@ mod tests {
         b.learn(many.iter().map(String::as_str));
         assert_eq!(b.addresses().count(), MAX_ADDRESSES);
         assert!(TransportKind::of("tcp").is_none());
+    }
+
+    /// Issue 17: addresses had no length bound: a claimed one of any size
+    /// was kept, tried and handed on.
+    #[test]
+    fn regression_an_overlong_address_is_not_kept() {
+        let long = format!("tcp:{}:1", "h".repeat(100_000));
+        let mut b = AddressBook::claimed([long.as_str()]);
+        assert_eq!(b.addresses().count(), 0);
+        assert_eq!(b.learn([long.as_str()]), 0);
+        assert!(AddressBook::given(&long).addresses().next().is_none());
     }
 
     #[test]
@@ -410,6 +495,25 @@ mod tests {
         assert_eq!(b.current(), Some("tcp:h:1"));
         b.succeeded();
         assert_eq!(b.current(), Some("mem:m"));
+    }
+
+    #[test]
+    fn a_book_on_a_peers_word_has_one_round_until_proven() {
+        let mut b = AddressBook::claimed_once(["tcp:h:1", "mem:m"]);
+        assert!(b.is_once());
+        assert_eq!(b.failed(&transport()), Fallback::TryNext);
+        assert_eq!(b.failed(&transport()), Fallback::Permanent);
+        // Lying at the last address ends it too.
+        let mut b = AddressBook::claimed_once(["mem:m"]);
+        assert_eq!(b.failed(&wrong_identity()), Fallback::Permanent);
+        // A refusal is an answer: not the end.
+        let mut b = AddressBook::claimed_once(["mem:m"]);
+        let refused = OpenFailure::Open(OpenError::Refused(RefuseReason::LostTie));
+        assert_eq!(b.failed(&refused), Fallback::RoundOver);
+        // Proven: ordinary rounds from then on.
+        assert!(b.proven());
+        assert!(!b.proven());
+        assert_eq!(b.failed(&transport()), Fallback::RoundOver);
     }
 
     #[test]

@@ -73,6 +73,7 @@
 pub mod address_book;
 pub mod admission;
 pub mod byte_buffer;
+pub mod claims;
 pub mod com_object;
 pub mod cooperation;
 pub mod deliver;

@@ -71,14 +71,16 @@ impl MessageKind {
 
 /// The origin block in front of a forwarded request's typed header: the
 /// origin site's descriptor (`ID@ADDR,…`, UTF-8) behind its u16 length.
-/// Returns the header to send.
-pub fn wrap_origin(origin: &str, header: &[u8]) -> Bytes {
-    let len = u16::try_from(origin.len()).expect("a site descriptor is short");
+/// Returns the header to send, or `None` if the descriptor does not fit
+/// the block (over 65,535 bytes; a parsed descriptor is far shorter, see
+/// [`MAX_DESCRIPTOR_LEN`](crate::site::MAX_DESCRIPTOR_LEN)).
+pub fn wrap_origin(origin: &str, header: &[u8]) -> Option<Bytes> {
+    let len = u16::try_from(origin.len()).ok()?;
     let mut v = Vec::with_capacity(2 + origin.len() + header.len());
     v.extend_from_slice(&len.to_le_bytes());
     v.extend_from_slice(origin.as_bytes());
     v.extend_from_slice(header);
-    v.into()
+    Some(v.into())
 }
 
 /// Splits a forwarded request's header into the origin's descriptor text
@@ -93,7 +95,7 @@ pub fn wrap_origin(origin: &str, header: &[u8]) -> Bytes {
 ///
 /// // The site a request is delegated by puts the origin in front of its header.
 /// let origin = format!("{}@tcp:10.0.0.1:7000", SiteId(0xA));
-/// let header = wrap_origin(&origin, b"typed header");
+/// let header = wrap_origin(&origin, b"typed header").expect("a short origin");
 /// // The final site takes it off again, and answers the origin directly.
 /// let (from, typed) = unwrap_origin(&header).expect("a well-formed origin block");
 /// assert_eq!(from, origin);
@@ -322,6 +324,17 @@ pub struct InMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 17: once a learned descriptor passed 64 KiB, every forward of
+    /// that site's requests panicked in `wrap_origin`.
+    #[test]
+    fn regression_an_origin_too_long_for_its_block_is_refused_not_a_panic() {
+        let long = "a".repeat(70_000);
+        let r = std::panic::catch_unwind(|| wrap_origin(&long, b"typed"));
+        assert_eq!(r.ok(), Some(None), "refused, not a panic");
+        let most = "a".repeat(65_535);
+        assert_eq!(wrap_origin(&most, b"").map(|b| b.len()), Some(65_537));
+    }
 
     #[test]
     fn prelude_round_trip_and_rejects() {

@@ -87,6 +87,17 @@ pub struct SiteDescriptor {
     pub addresses: Vec<String>,
 }
 
+/// Most addresses a descriptor may list: as many as an address book keeps
+/// (a site's whole listen list and the address it was given).
+pub const MAX_DESCRIPTOR_ADDRESSES: usize = crate::address_book::MAX_ADDRESSES;
+
+/// Longest descriptor text, in bytes: an id, `@`, and
+/// [`MAX_DESCRIPTOR_ADDRESSES`] addresses of at most
+/// [`MAX_ADDRESS_LEN`](crate::address_book::MAX_ADDRESS_LEN) bytes with
+/// their commas. Well under the 64 KiB an origin block can carry.
+pub const MAX_DESCRIPTOR_LEN: usize =
+    32 + 1 + MAX_DESCRIPTOR_ADDRESSES * (crate::address_book::MAX_ADDRESS_LEN + 1);
+
 /// Why a text is not a [`SiteDescriptor`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DescriptorError {
@@ -99,6 +110,17 @@ pub enum DescriptorError {
     /// An empty address between commas.
     #[error("site descriptor {0:?} has an empty address")]
     EmptyAddress(String),
+    /// Longer than [`MAX_DESCRIPTOR_LEN`] (its length).
+    #[error("site descriptor of {0} bytes, at most {MAX_DESCRIPTOR_LEN}")]
+    TooLong(usize),
+    /// More than [`MAX_DESCRIPTOR_ADDRESSES`] addresses.
+    #[error("site descriptor {0:?} lists more than {MAX_DESCRIPTOR_ADDRESSES} addresses")]
+    TooManyAddresses(String),
+    /// An address longer than
+    /// [`MAX_ADDRESS_LEN`](crate::address_book::MAX_ADDRESS_LEN) (its
+    /// length).
+    #[error("site descriptor with an address of {0} bytes, at most {max}", max = crate::address_book::MAX_ADDRESS_LEN)]
+    AddressTooLong(usize),
 }
 
 impl std::fmt::Display for SiteDescriptor {
@@ -110,7 +132,15 @@ impl std::fmt::Display for SiteDescriptor {
 impl std::str::FromStr for SiteDescriptor {
     type Err = DescriptorError;
 
+    /// Parses the text form within its bounds: at most
+    /// [`MAX_DESCRIPTOR_LEN`] bytes, [`MAX_DESCRIPTOR_ADDRESSES`] addresses
+    /// of at most [`MAX_ADDRESS_LEN`](crate::address_book::MAX_ADDRESS_LEN)
+    /// bytes each (a descriptor from a peer is a claim on this node's
+    /// memory and dials).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.len() > MAX_DESCRIPTOR_LEN {
+            return Err(DescriptorError::TooLong(s.len()));
+        }
         let (id, rest) = s
             .split_once('@')
             .ok_or_else(|| DescriptorError::NoAt(s.into()))?;
@@ -118,10 +148,15 @@ impl std::str::FromStr for SiteDescriptor {
         let addresses = if rest.is_empty() {
             Vec::new()
         } else {
+            if rest.split(',').count() > MAX_DESCRIPTOR_ADDRESSES {
+                return Err(DescriptorError::TooManyAddresses(s.into()));
+            }
             rest.split(',')
                 .map(|a| {
                     if a.is_empty() {
                         Err(DescriptorError::EmptyAddress(s.into()))
+                    } else if a.len() > crate::address_book::MAX_ADDRESS_LEN {
+                        Err(DescriptorError::AddressTooLong(a.len()))
                     } else {
                         Ok(a.to_owned())
                     }
@@ -159,6 +194,44 @@ mod tests {
         assert!(matches!(
             gap.parse::<SiteDescriptor>(),
             Err(DescriptorError::EmptyAddress(_))
+        ));
+    }
+
+    /// Issue 17: a descriptor is a peer's words; it had no bound on its
+    /// addresses' number or length (one learned past 64 KiB made every
+    /// forward of its site's requests panic).
+    #[test]
+    fn regression_descriptors_have_count_and_length_bounds() {
+        let long = format!("{}@tcp:{}:1", SiteId(1), "h".repeat(100_000));
+        assert!(long.parse::<SiteDescriptor>().is_err(), "a 100 kB address");
+        let many: Vec<String> = (0..1000).map(|i| format!("tcp:h:{i}")).collect();
+        let many = format!("{}@{}", SiteId(1), many.join(","));
+        assert!(many.parse::<SiteDescriptor>().is_err(), "1,000 addresses");
+        // The largest descriptor within the bounds parses and prints back.
+        let max = crate::address_book::MAX_ADDRESS_LEN;
+        let widest: Vec<String> = (0..MAX_DESCRIPTOR_ADDRESSES)
+            .map(|i| format!("tcp:{}:{i:05}", "h".repeat(max - 10)))
+            .collect();
+        let widest = format!("{}@{}", SiteId(1), widest.join(","));
+        assert!(widest.len() <= MAX_DESCRIPTOR_LEN);
+        let d: SiteDescriptor = widest.parse().unwrap();
+        assert_eq!(d.to_string(), widest);
+        assert!(matches!(
+            format!("{widest}xx").parse::<SiteDescriptor>(),
+            Err(DescriptorError::TooLong(_))
+        ));
+        let short: Vec<String> = (0..=MAX_DESCRIPTOR_ADDRESSES)
+            .map(|i| format!("tcp:h:{i}"))
+            .collect();
+        let too_many = format!("{}@{}", SiteId(1), short.join(","));
+        assert!(matches!(
+            too_many.parse::<SiteDescriptor>(),
+            Err(DescriptorError::TooManyAddresses(_))
+        ));
+        let one_long = format!("{}@tcp:{}:1", SiteId(1), "h".repeat(max));
+        assert!(matches!(
+            one_long.parse::<SiteDescriptor>(),
+            Err(DescriptorError::AddressTooLong(_))
         ));
     }
 

@@ -49,7 +49,7 @@ impl Done {
                 type_id,
                 header,
                 ..
-            } => crate::handlers::decode_reply(&from.node, *type_id, header),
+            } => crate::handlers::decode_reply(&from.node, &from.entry, *type_id, header),
             Done::Sent => Err("a send has no reply".into()),
         }
     }

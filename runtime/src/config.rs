@@ -161,6 +161,22 @@ pub struct NodeConfig {
     /// answered, others get an error reply (counted in
     /// `Metrics::stats_refused`).
     pub stats_from_anywhere: bool,
+    /// Sites one peer may make this node create by naming them as a
+    /// forwarded request's origin, at once (issue 17). Such an entry is a
+    /// claim the forwarder holds until the origin's id is proven (a
+    /// channel to it works) or the entry is reclaimed; it is tried once
+    /// at each address it was named at (a delegated reply), and fails as
+    /// `SiteFailure::NotReached` if none answers. A forward beyond the
+    /// bound is refused: no entry, no reply, counted in
+    /// `Metrics::claims_refused`.
+    pub forward_claims_per_peer: u32,
+    /// Sites one peer's messages may make this node create through the
+    /// `SiteRef`s they carry, at once: a reference to a site the node did
+    /// not know is a claim the sender holds until that site's id is
+    /// proven or its entry is reclaimed (at the latest `linger` after the
+    /// last reference to it goes). A header whose references go beyond the
+    /// bound does not decode (counted in `Metrics::claims_refused`).
+    pub site_ref_claims_per_peer: u32,
 }
 
 impl Default for NodeConfig {
@@ -200,6 +216,8 @@ impl Default for NodeConfig {
             unreachable_give_up: Duration::from_secs(15),
             node_output_bound: 1024 * 1024 * 1024,
             stats_from_anywhere: false,
+            forward_claims_per_peer: 16,
+            site_ref_claims_per_peer: 1024,
         }
     }
 }

@@ -147,7 +147,12 @@ pub struct Answer {
 impl Answer {
     /// Decodes the typed header as `R`.
     pub fn decode<R: Message>(&self) -> Result<R, String> {
-        crate::handlers::decode_reply(&self.from.node, self.type_id, &self.header)
+        crate::handlers::decode_reply(
+            &self.from.node,
+            &self.from.entry,
+            self.type_id,
+            &self.header,
+        )
     }
 
     /// True if the body was longer than the descriptor allowed.

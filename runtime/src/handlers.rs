@@ -107,6 +107,10 @@ impl Handlers {
 pub struct Ctx<'a> {
     pub(crate) node: &'a Arc<NodeInner>,
     pub(crate) from: &'a Arc<SiteEntry>,
+    /// The site that delivered the message: `from`, or for a forwarded
+    /// request the forwarder (what the `SiteRef`s in its header are
+    /// charged to).
+    pub(crate) via: &'a Arc<SiteEntry>,
     pub(crate) kind: MessageKind,
     pub(crate) corr: u64,
     pub(crate) priority: Priority,
@@ -226,7 +230,10 @@ impl Ctx<'_> {
     /// the original sender as its sender and answers it directly — three
     /// messages for the delegation, not four or six (docs/protocol.md
     /// §2.6). The origin must be reachable from `to` (it listens, or
-    /// already has a channel to it). The request counts as answered here.
+    /// already has a channel to it): `to` tries each address the origin
+    /// listens on once, and gives up if none answers (issue 17: a
+    /// forwarder may not make a node dial for ever). The request counts
+    /// as answered here.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -278,12 +285,18 @@ impl Ctx<'_> {
             .ok_or_else(|| SendError::Encode("the requesting site's id is not known yet".into()))?;
         let header =
             crate::message::encode_header(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let header =
+            sitenet_protocols::message::wrap_origin(&origin, &header).ok_or_else(|| {
+                SendError::Encode(
+                    "the requesting site's descriptor does not fit an origin block".into(),
+                )
+            })?;
         let m = OutMessage {
             priority: opts.priority,
             type_id: M::ID,
             kind: MessageKind::Forward,
             corr: self.corr,
-            header: sitenet_protocols::message::wrap_origin(&origin, &header),
+            header,
             body: opts.body,
             tracked: false,
         };
@@ -358,20 +371,22 @@ where
     F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
 {
     Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
-        f(ctx, decode_header(ctx.node, header)?);
+        f(ctx, decode_header(ctx.node, ctx.via, header)?);
         Ok(())
     })
 }
 
 /// Decodes a received typed header as `M`, or says why it does not (what
 /// the `unhandled` hook and a request's error reply carry).
-/// `SiteRef`s in it decode on `node` (see `site_serde`).
+/// `SiteRef`s in it decode on `node`, as claims of `from`, the site that
+/// delivered it (see `site_serde`).
 #[inline]
 pub(crate) fn decode_header<M: Message>(
     node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
     header: &Bytes,
 ) -> Result<M, String> {
-    crate::site_serde::decoding_on(node, || rmp_serde::from_slice(header))
+    crate::site_serde::decoding_on(node, from, || rmp_serde::from_slice(header))
         .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))
 }
 
@@ -379,6 +394,7 @@ pub(crate) fn decode_header<M: Message>(
 /// type, or a header that does not decode).
 pub(crate) fn decode_reply<R: Message>(
     node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
     type_id: u32,
     header: &Bytes,
 ) -> Result<R, String> {
@@ -388,7 +404,7 @@ pub(crate) fn decode_reply<R: Message>(
             R::ID
         ));
     }
-    decode_header(node, header)
+    decode_header(node, from, header)
 }
 
 pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
@@ -427,15 +443,20 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
             return;
         };
         m.header = header;
-        Some((node.site_described(&d), d.to_string()))
+        match forward_origin(node, from, &d, &m) {
+            Some(o) => Some((o, d.to_string())),
+            None => return,
+        }
     } else {
         None
     };
     let (origin, origin_text) = origin.unzip();
+    let via = from;
     let from = origin.as_ref().map_or(from, |o| &o.entry);
     let mut ctx = Ctx {
         node,
         from,
+        via,
         kind: m.prelude.kind,
         corr: m.prelude.corr,
         priority: m.priority,
@@ -463,6 +484,64 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
     );
     if let Err(reason) = outcome {
         ctx.fail_request(reason);
+    }
+}
+
+/// The origin of a forwarded request `m` that site `via` delivered, as the
+/// site its handler answers, or `None` if the request ends here (issue 17):
+///
+/// - with no handler for its type, no entry is made just to say so: an
+///   origin this node already knows gets the error reply, an unknown one
+///   nothing (its request times out; the unhandled hook and
+///   `Metrics::unhandled` still see it);
+/// - an origin this node does not know is a site `via` names: an entry it
+///   holds a claim on (`NodeConfig::forward_claims_per_peer`), tried once
+///   at each address named; beyond the bound the request is refused —
+///   counted (`Metrics::claims_refused`), logged through the peer's rate
+///   limit, passed to the unhandled hook, and answered to nobody.
+fn forward_origin(
+    node: &Arc<NodeInner>,
+    via: &Arc<SiteEntry>,
+    d: &sitenet_protocols::SiteDescriptor,
+    m: &InMessage,
+) -> Option<SiteRef> {
+    let type_id = m.prelude.type_id;
+    if node.handlers.get(type_id).is_none() {
+        Counters::add(&node.counters.unhandled, 1);
+        let reason = format!("no handler for message type {type_id:#x}");
+        tracing::debug!(type_id, "no handler for a forwarded message type");
+        if let Some(origin) = node.site_with_id(d.id) {
+            let mut ctx = Ctx {
+                node,
+                from: &origin.entry,
+                via,
+                kind: m.prelude.kind,
+                corr: m.prelude.corr,
+                priority: m.priority,
+                body: Bytes::new(),
+                replied: false,
+                origin: None,
+            };
+            ctx.fail_request(reason.clone());
+        }
+        call_unhandled(node, via, type_id, reason, m.header.clone(), m.body.clone());
+        return None;
+    }
+    let by = crate::node::Named::ByPeer {
+        peer: via,
+        forward: true,
+    };
+    match node.site_described(d, by) {
+        Ok(origin) => Some(origin),
+        Err(refused) => {
+            Counters::add(&node.counters.unhandled, 1);
+            let reason = format!("forwarded request naming origin {}: {refused}", d.id);
+            if let Some(suppressed) = node.peer_logs.site(via, &node.counters) {
+                tracing::warn!(type_id, suppressed, "{reason}");
+            }
+            call_unhandled(node, via, type_id, reason, m.header.clone(), m.body.clone());
+            None
+        }
     }
 }
 

@@ -123,6 +123,10 @@ counters! {
     /// Stats queries refused: from another host (see
     /// `NodeConfig::stats_from_anywhere`) or naming a forwarded origin.
     stats_refused,
+    /// Sites a peer named (a forwarded origin, a `SiteRef` in a message)
+    /// that were not created: the peer held its bound of claims
+    /// (`NodeConfig::forward_claims_per_peer`, `site_ref_claims_per_peer`).
+    claims_refused,
 }
 
 impl Counters {

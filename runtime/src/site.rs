@@ -432,7 +432,9 @@ impl SiteRef {
         let corr = self.node.next_corr();
         let m = self.encode(req, opts, MessageKind::Request, corr)?;
         let incoming = self.request_message(m, timeout).await?;
-        let msg = crate::site_serde::decoding_on(&self.node, || {
+        // (A delegated reply comes from another site; its references are
+        // charged to the site asked.)
+        let msg = crate::site_serde::decoding_on(&self.node, self.entry.resolved(), || {
             rmp_serde::from_slice::<R>(&incoming.header)
         })
         .map_err(|e| RequestError::Decode(e.to_string()))?;

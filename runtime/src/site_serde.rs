@@ -20,24 +20,32 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use sitenet_protocols::SiteDescriptor;
 
-use crate::node::NodeInner;
-use crate::site::SiteRef;
+use crate::node::{Named, NodeInner};
+use crate::site::{SiteEntry, SiteRef};
 
 thread_local! {
-    /// The node decoding a typed header on this thread, if one is: a
-    /// pointer to the caller's `Arc`, valid while [`decoding_on`] runs
-    /// (this runs for every message delivered: no reference count is
-    /// touched, no allocation made).
-    static DECODING: Cell<*const Arc<NodeInner>> = const { Cell::new(std::ptr::null()) };
+    /// The node decoding a typed header on this thread, if one is, and the
+    /// entry of the site whose message it is: pointers to the caller's
+    /// `Arc`s, valid while [`decoding_on`] runs (this runs for every
+    /// message delivered: no reference count is touched, no allocation
+    /// made).
+    static DECODING: Cell<(*const Arc<NodeInner>, *const Arc<SiteEntry>)> =
+        const { Cell::new((std::ptr::null(), std::ptr::null())) };
 }
 
-/// Runs `f` (which decodes a typed header) with `node` lent to the
-/// `SiteRef`s it may decode.
+/// Runs `f` (which decodes a typed header that site `from` delivered) with
+/// `node` lent to the `SiteRef`s it may decode. A reference to a site the
+/// node does not know makes an entry `from` holds a claim on (bounded by
+/// `NodeConfig::site_ref_claims_per_peer`; see `Named::ByPeer`).
 #[inline]
-pub(crate) fn decoding_on<T>(node: &Arc<NodeInner>, f: impl FnOnce() -> T) -> T {
-    let before = DECODING.with(|d| d.replace(node));
+pub(crate) fn decoding_on<T>(
+    node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
+    f: impl FnOnce() -> T,
+) -> T {
+    let before = DECODING.with(|d| d.replace((node, from)));
     // Restored even if `f` panics (a handler's decode is caught).
-    struct Restore(*const Arc<NodeInner>);
+    struct Restore((*const Arc<NodeInner>, *const Arc<SiteEntry>));
     impl Drop for Restore {
         fn drop(&mut self) {
             DECODING.with(|d| d.set(self.0));
@@ -47,13 +55,14 @@ pub(crate) fn decoding_on<T>(node: &Arc<NodeInner>, f: impl FnOnce() -> T) -> T 
     f()
 }
 
-/// The node lent by [`decoding_on`] on this thread, if any.
-fn with_decoding_node<T>(f: impl FnOnce(Option<&Arc<NodeInner>>) -> T) -> T {
-    let p = DECODING.with(Cell::get);
-    // SAFETY: a non-null pointer was set by `decoding_on` from a reference
-    // that outlives its call, and is reset before that call returns
+/// The node lent by [`decoding_on`] on this thread, and the site whose
+/// message it decodes, if any.
+fn with_decoding_node<T>(f: impl FnOnce(Option<(&Arc<NodeInner>, &Arc<SiteEntry>)>) -> T) -> T {
+    let (node, from) = DECODING.with(Cell::get);
+    // SAFETY: non-null pointers were set by `decoding_on` from references
+    // that outlive its call, and are reset before that call returns
     // (`Restore`, also on unwinding); this runs inside it, on its thread.
-    f(unsafe { p.as_ref() })
+    f(unsafe { node.as_ref().zip(from.as_ref()) })
 }
 
 impl SiteRef {
@@ -117,12 +126,17 @@ impl<'de> Deserialize<'de> for SiteRef {
         let desc: SiteDescriptor = text
             .parse()
             .map_err(|e| D::Error::custom(format!("bad site descriptor {text:?}: {e}")))?;
-        with_decoding_node(|node| {
-            let node = node.ok_or_else(|| {
+        with_decoding_node(|decoding| {
+            let (node, from) = decoding.ok_or_else(|| {
                 D::Error::custom("a SiteRef decodes only in a message sitenet delivers")
             })?;
             // (The receiving node's own id gives its local site.)
-            Ok(node.site_described(&desc))
+            let by = Named::ByPeer {
+                peer: from,
+                forward: false,
+            };
+            node.site_described(&desc, by)
+                .map_err(|e| D::Error::custom(format!("SiteRef {}: {e}", desc.id)))
         })
     }
 }

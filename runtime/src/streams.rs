@@ -53,7 +53,9 @@ where
     M: Message,
     F: Fn(&mut Ctx<'_>, M) -> Box<dyn BodySink> + Send + Sync + 'static,
 {
-    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| Ok(f(ctx, decode_header(ctx.node, header)?)))
+    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
+        Ok(f(ctx, decode_header(ctx.node, ctx.via, header)?))
+    })
 }
 
 /// One lane's open stream.
@@ -103,6 +105,7 @@ impl Delivery<'_> {
         Ctx {
             node: self.node,
             from: self.from,
+            via: self.from,
             kind,
             corr,
             priority,

@@ -96,4 +96,21 @@ impl RawPeer {
         self.message(&mut v, type_id, kind, corr, header, body);
         self.socket.write_all(&v).unwrap();
     }
+
+    /// Reads frames until a DATA or PACKED frame has come (a message from the node,
+    /// such as a reply: everything the node did before sending it is done).
+    pub fn read_until_data(&mut self) {
+        loop {
+            let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
+            self.socket
+                .read_exact(&mut hb)
+                .expect("a frame from the node");
+            let h = FrameHeader::decode(&hb, 1 << 20).expect("a valid frame header");
+            let mut payload = vec![0u8; h.payload_len as usize];
+            self.socket.read_exact(&mut payload).expect("its payload");
+            if matches!(h.kind, FrameKind::Data | FrameKind::Packed) {
+                return;
+            }
+        }
+    }
 }

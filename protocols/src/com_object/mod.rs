@@ -481,13 +481,15 @@ impl ComObject {
         if self.phase == Phase::Failed {
             return;
         }
-        if self.phase == Phase::Closed
-            && self.wants_channel()
-            && self.book.can_open()
-            && !self.closing
-        {
-            self.phase = Phase::WaitingForSlot;
-            self.actions.push_back(Action::RequestSlot);
+        if self.phase == Phase::Closed && self.wants_channel() && !self.closing {
+            if self.book.can_open() {
+                self.phase = Phase::WaitingForSlot;
+                self.actions.push_back(Action::RequestSlot);
+            } else if self.book.is_once() {
+                // Named on a peer's word at no address this node can try:
+                // its one attempt is over before it starts.
+                return self.fail(SiteFailure::NotReached, self.clock);
+            }
         }
         self.update_linger();
     }

@@ -123,6 +123,11 @@ impl ComObject {
             OpenFailure::Open(e) if e.is_permanent() && fallback == Fallback::Permanent => {
                 return self.fail(SiteFailure::Open(e), now);
             }
+            // A site named on a peer's word was tried once at every
+            // address it was named at (`AddressBook::claimed_once`).
+            _ if fallback == Fallback::Permanent => {
+                return self.fail(SiteFailure::NotReached, now);
+            }
             OpenFailure::Open(OpenError::Refused(reason)) => {
                 tracing::debug!(?reason, "open refused; another channel wins");
             }
@@ -189,8 +194,11 @@ impl ComObject {
                 });
             }
         }
-        // Claimed, not proven: a call there must still meet this site.
-        self.book.learn(neg.listen.iter().map(String::as_str));
+        // The NEGOTIATE's listen list adds nothing to the book (issue 17):
+        // anyone may send one naming this site, and its addresses would be
+        // tried on every reconnect and handed on. The driver gives a site
+        // first met this way the list of the NEGOTIATE that made its
+        // entry; otherwise only our own opens (PRESENT) teach addresses.
         if peer_forgot {
             tracing::info!(site = %neg.site, "the peer forgot the session; numbering starts again");
             self.session.forget_peer();
@@ -231,6 +239,9 @@ impl ComObject {
         self.timers.stop(Timer::ReconnectBackoff);
         self.idle_since = now;
         self.set_fault(FaultState::Ok, "channel working".into(), now);
+        if self.book.proven() {
+            self.actions.push_back(Action::Proven);
+        }
         self.update();
         id
     }

@@ -44,6 +44,12 @@ pub enum SiteFailure {
     /// the unreachable give-up time (`ComConfig::unreachable_give_up`).
     #[error("lost, cannot be called back (no address to reach it at), and not back within {0:?}")]
     Unreachable(Duration),
+    /// Named by a peer (a forwarded request's origin) and not reached at
+    /// any address it was named at, each tried once
+    /// ([`AddressBook::claimed_once`](crate::AddressBook::claimed_once)):
+    /// an unreachable or bogus origin costs one bounded attempt.
+    #[error("named by a peer and not reached at any address it was named at (each tried once)")]
+    NotReached,
 }
 
 /// Why a working channel ended, as the driver saw it.
@@ -153,6 +159,12 @@ pub enum Action {
     /// contacts a forgotten site finds a fresh session (see
     /// `Session::forget_peer`).
     Reclaim,
+    /// The site's id is proven: a channel to it works for the first time
+    /// (our open found it at an address, or it opened one to us). If a
+    /// peer's words made the entry, its claim ends here
+    /// ([`Claims::release`](crate::claims::Claims::release)): it is an
+    /// ordinary site now. Given once per ComObject.
+    Proven,
     /// The site failed permanently. Nothing is silently dropped: `not_sent`
     /// were never completely sent (never delivered), `maybe_delivered` were
     /// sent and never acknowledged.

@@ -102,6 +102,20 @@ pub(crate) struct ComObject {
 impl Actor for ComObject {
     type Context = Context<Self>;
 
+    /// Reclaimable from the moment it exists (issue 17): a ComObject
+    /// started for a site nobody then uses (a `SiteRef` decoded and
+    /// dropped, a forwarded origin whose handler does not answer,
+    /// `prepare`) learns now whether references are held, and asks to be
+    /// woken when the last one goes; with none, the reclaim rule's clock
+    /// starts at once. Nothing else runs: an idle site publishes nothing.
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let now = Instant::now();
+        self.sync_refs();
+        self.act(ctx);
+        self.rearm_timer(ctx, now);
+        self.watch_unref(ctx, now);
+    }
+
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         // Nothing more comes on the streams still open.
         self.streams.abort_all();
@@ -326,6 +340,8 @@ impl ComObject {
                 }
                 Action::HandBack { error, message } => self.hand_back(error, message),
                 Action::Reclaim => self.reclaim(ctx),
+                // A peer's claim on the entry (if one made it) ends.
+                Action::Proven => self.node.claim_proven(&self.entry),
                 Action::Failed {
                     failure,
                     not_sent,

@@ -56,6 +56,9 @@ impl Node {
         for a in &d.addresses {
             a.parse::<Address>()?;
         }
-        Ok(self.inner.site_described(d))
+        Ok(self
+            .inner
+            .site_described(d, super::Named::ByUser)
+            .expect("the user's own descriptors are not claims"))
     }
 }

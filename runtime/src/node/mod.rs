@@ -12,6 +12,7 @@ mod watch;
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
 use requests::Pending;
+pub(crate) use site_table::Named;
 use site_table::SiteTable;
 
 use std::collections::{HashMap, VecDeque};

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use actix::Actor;
 use slab::Slab;
 
+use sitenet_protocols::claims::Claims;
 use sitenet_protocols::{AddressBook, SiteDescriptor, SiteId};
 use sitenet_transport::Address;
 
@@ -32,6 +33,38 @@ pub(crate) struct SiteTable {
     /// Alias addresses bound to an entry by a merge (another entry
     /// contacted the same site there), removed with it.
     pub(crate) aliases: HashMap<usize, Vec<Arc<str>>>,
+    /// Entries made from forwarded origins, claimed by the forwarder
+    /// (`NodeConfig::forward_claims_per_peer`).
+    pub(crate) forward_claims: Claims<usize>,
+    /// Entries made from `SiteRef`s in a peer's messages, claimed by that
+    /// peer (`NodeConfig::site_ref_claims_per_peer`).
+    pub(crate) ref_claims: Claims<usize>,
+    /// The address books of entries made from a descriptor whose ComObject
+    /// has not started (it starts with the first need; see
+    /// [`NodeInner::given_actor`]): until then such an entry costs no
+    /// actor, and is forgotten as soon as its last `SiteRef` goes.
+    pub(crate) books: HashMap<usize, AddressBook>,
+}
+
+/// Who names a site by its descriptor (see [`NodeInner::site_described`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Named<'a> {
+    /// The local user (`Node::site_from_descriptor`).
+    ByUser,
+    /// A peer, in a message it delivered: a `SiteRef` it carries
+    /// (`forward` false) or a forwarded request's origin (`forward` true).
+    ByPeer {
+        peer: &'a Arc<SiteEntry>,
+        forward: bool,
+    },
+}
+
+/// A peer named a site the node does not know while holding its bound of
+/// such claims: no entry was made.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the sending site already named {limit} sites this node has not reached; no more until they are reached or forgotten")]
+pub(crate) struct ClaimRefused {
+    pub(crate) limit: u32,
 }
 
 impl NodeInner {
@@ -65,18 +98,22 @@ impl NodeInner {
         })
     }
 
-    /// [`actor`](Self::actor) with the address the user asked for (the
-    /// entries started lazily are those `Node::site` made).
+    /// [`actor`](Self::actor) with the address the user asked for, or the
+    /// book a descriptor gave (the entries started lazily are those
+    /// `Node::site` and `site_described` made). Never called under the
+    /// table's lock.
     pub(crate) fn given_actor<'a>(
         self: &Arc<Self>,
         entry: &'a Arc<SiteEntry>,
     ) -> &'a actix::Addr<ComObject> {
-        self.actor(entry, || {
-            entry
-                .address
-                .as_ref()
-                .map(|a| AddressBook::given_shared(a.clone()))
-                .unwrap_or_default()
+        self.actor(entry, || match &entry.address {
+            Some(a) => AddressBook::given_shared(a.clone()),
+            None => self
+                .sites
+                .lock()
+                .books
+                .remove(&entry.key)
+                .unwrap_or_default(),
         })
     }
 
@@ -100,34 +137,94 @@ impl NodeInner {
         SiteRef::counted(e, self.clone())
     }
 
-    /// A reference to the site a descriptor names: the entry with its id
-    /// (told the descriptor's addresses), else a new one that calls it at
-    /// those addresses, best transport first. The addresses are claims: they
-    /// are not bound to the site in the table, and whoever answers there
-    /// must prove the id. Counted under the table's lock.
-    pub(crate) fn site_described(self: &Arc<Self>, d: &SiteDescriptor) -> SiteRef {
+    /// A reference to the site a descriptor names: the entry with its id,
+    /// else a new one that calls it at those addresses, best transport
+    /// first. The addresses are claims: they are not bound to the site in
+    /// the table, and whoever answers there must prove the id. Only the
+    /// local user's descriptor (`Named::ByUser`, `Node::site_from_descriptor`)
+    /// adds addresses to a site the table knows: a peer's (a `SiteRef` in a
+    /// message, a forwarded origin) could otherwise name a known site at
+    /// addresses of its choosing, tried on every reconnect and handed on
+    /// (issue 17).
+    ///
+    /// A new entry on a peer's word is a claim that peer holds (see
+    /// `sitenet_protocols::claims`): refused beyond its bound (counted),
+    /// released when the site's id is proven (`Action::Proven`) or the
+    /// entry leaves. A forwarded origin's entry is tried once at each
+    /// address (`AddressBook::claimed_once`). Counted under the table's
+    /// lock.
+    pub(crate) fn site_described(
+        self: &Arc<Self>,
+        d: &SiteDescriptor,
+        by: Named<'_>,
+    ) -> Result<SiteRef, ClaimRefused> {
         if d.id == self.id {
-            return self.local_site();
+            return Ok(self.local_site());
         }
         let mut t = self.sites.lock();
         if let Some(&k) = t.by_id.get(&d.id) {
             let e = t.entries[k].clone();
-            if let Some(a) = e.addr.get() {
-                a.do_send(Learn(d.addresses.clone()));
+            if matches!(by, Named::ByUser) {
+                match e.addr.get() {
+                    Some(a) => a.do_send(Learn(d.addresses.clone())),
+                    // Its ComObject has not started: its book waits here.
+                    None => {
+                        if let Some(b) = t.books.get_mut(&k) {
+                            b.learn(d.addresses.iter().map(String::as_str));
+                        }
+                    }
+                }
             }
-            return SiteRef::counted(e, self.clone());
+            return Ok(SiteRef::counted(e, self.clone()));
         }
+        let addresses = d.addresses.iter().map(String::as_str);
+        let book = match by {
+            // The local site's own messages are the user's words.
+            Named::ByPeer { peer, .. } if peer.is_local() => AddressBook::claimed(addresses),
+            Named::ByUser => AddressBook::claimed(addresses),
+            Named::ByPeer { peer, forward } => {
+                let key = t.entries.vacant_key();
+                let (claims, limit, book) = if forward {
+                    let limit = self.cfg.forward_claims_per_peer;
+                    (
+                        &mut t.forward_claims,
+                        limit,
+                        AddressBook::claimed_once(addresses),
+                    )
+                } else {
+                    let limit = self.cfg.site_ref_claims_per_peer;
+                    (
+                        &mut t.ref_claims,
+                        limit,
+                        AddressBook::claimed(addresses).on_claim(),
+                    )
+                };
+                if !claims.try_claim(peer.key, key, limit) {
+                    crate::metrics::Counters::add(&self.counters.claims_refused, 1);
+                    return Err(ClaimRefused { limit });
+                }
+                book
+            }
+        };
+        // Its ComObject starts with the first need (`given_actor`): a
+        // reference decoded and dropped unused costs nothing after.
         let e = self.new_entry(&mut t, None);
-        self.actor(&e, || {
-            AddressBook::claimed(d.addresses.iter().map(String::as_str))
-        });
+        t.books.insert(e.key, book);
         let _ = e.id.set(d.id);
         t.by_id.insert(d.id, e.key);
-        SiteRef::counted(e, self.clone())
+        Ok(SiteRef::counted(e, self.clone()))
+    }
+
+    /// The site's id is proven (its first channel works): a claim a peer
+    /// held on its entry ends, and the peer may name another.
+    pub(crate) fn claim_proven(&self, entry: &Arc<SiteEntry>) {
+        let mut t = self.sites.lock();
+        t.forward_claims.release(entry.key);
+        t.ref_claims.release(entry.key);
     }
 
     /// A reference to the site with this id, if the table has it.
-    pub(super) fn site_with_id(self: &Arc<Self>, id: SiteId) -> Option<SiteRef> {
+    pub(crate) fn site_with_id(self: &Arc<Self>, id: SiteId) -> Option<SiteRef> {
         if id == self.id {
             return Some(self.local_site());
         }
@@ -163,15 +260,16 @@ impl NodeInner {
             e.adopting.fetch_add(1, Ordering::SeqCst);
             e
         };
-        // An entry found by id has talked: its actor runs already.
+        // An entry found by id runs its actor already, or (made from a
+        // descriptor and never used) starts it now with its book.
         self.given_actor(&entry).do_send(adopt);
     }
 
     /// Forgets an entry whose ComObject never started, once its last
-    /// `SiteRef` went. Nothing can start it any more (that takes a
-    /// `SiteRef`, and an entry without an actor has no id to be found by),
-    /// and `reclaim` re-checks the references under the table's lock, so a
-    /// `SiteRef` handed out meanwhile keeps it.
+    /// `SiteRef` went. Nothing can start it any more without a new
+    /// `SiteRef` (one found by its id is handed out under the table's lock)
+    /// or an accepted channel (counted in `adopting` under the same lock),
+    /// and `reclaim` re-checks both under that lock, so either keeps it.
     pub(crate) fn reclaim_unused(&self, entry: &Arc<SiteEntry>) {
         if entry.addr.get().is_none() && self.reclaim(entry) {
             crate::metrics::Counters::add(&self.counters.sites_reclaimed, 1);
@@ -196,6 +294,11 @@ impl NodeInner {
         }
         let key = entry.key;
         t.entries.remove(key);
+        // Before the key can name another entry: its claims and any book
+        // waiting for its ComObject go.
+        t.forward_claims.forget(key);
+        t.ref_claims.forget(key);
+        t.books.remove(&key);
         if let Some(id) = entry.id.get() {
             if t.by_id.get(&id) == Some(&key) {
                 t.by_id.remove(&id);

@@ -114,11 +114,111 @@ fn the_peers_listen_list_from_the_handshake_is_used_by_the_next_open() {
 
 #[test]
 fn a_site_that_only_called_us_can_be_called_back_at_the_addresses_it_lists() {
-    let mut h = H::new(cfg(), false);
+    // The driver makes the entry with the listen list of the NEGOTIATE
+    // that named it (as the runtime's `route_accepted` does).
     let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
     neg.listen = vec!["tcp:peer:9".into(), "unix:/p".into()];
+    let mut h = with_book(AddressBook::claimed(neg.listen.iter().map(String::as_str)));
     let out = h.com.accepted(&neg, h.now);
     assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
     assert!(h.com.addresses().can_open());
     assert_eq!(h.com.addresses().current(), Some("unix:/p"));
+}
+
+/// Issue 17: any NEGOTIATE naming a known site added its listen list to
+/// the site's book (tried on every reconnect, handed on). Only the one
+/// that made the entry gives addresses; a later one adds none.
+#[test]
+fn regression_a_later_negotiate_adds_no_address() {
+    let mut h = H::new(cfg(), false);
+    let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
+    neg.listen = vec!["tcp:trap:9".into()];
+    let out = h.com.accepted(&neg, h.now);
+    assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
+    assert!(!h.com.addresses().can_open(), "no address learned");
+}
+
+/// Issue 17: a site named by a forwarded request's origin was dialed at
+/// the addresses the forwarder chose, retried every ≤ 5 s for ever. It is
+/// now tried once at each, then fails for good and hands back what it
+/// held (a delegated reply), to be reclaimed like any other site.
+#[test]
+fn a_site_named_on_a_peers_word_gets_one_attempt_per_address() {
+    let mut h = with_book(AddressBook::claimed_once(["tcp:h:1", "mem:m"]));
+    h.com.queue(msg(10)).unwrap();
+    assert!(matches!(h.actions()[..], [Action::RequestSlot]));
+    let (a1, addr) = h.grant_at();
+    assert_eq!(addr, "mem:m");
+    h.com
+        .open_failed(a1, OpenFailure::Transport("no such name".into()), h.now);
+    assert!(matches!(h.actions()[..], [Action::RequestSlot]));
+    let (a2, addr) = h.grant_at();
+    assert_eq!(addr, "tcp:h:1");
+    h.com
+        .open_failed(a2, OpenFailure::Open(OpenError::Timeout), h.now);
+    let a = h.actions();
+    let Some(Action::Failed {
+        failure, not_sent, ..
+    }) = a.iter().find(|a| matches!(a, Action::Failed { .. }))
+    else {
+        panic!("expected a permanent failure: {a:?}")
+    };
+    assert_eq!(*failure, SiteFailure::NotReached);
+    assert_eq!(not_sent.len(), 1, "the reply is handed back");
+    assert!(h.com.is_failed());
+    assert!(!a.iter().any(|a| matches!(a, Action::RequestSlot)));
+    // Nothing ties it any more: the reclaim rule forgets it.
+    h.com.set_has_refs(false, h.now);
+    h.advance(cfg().linger);
+    assert!(h.actions().iter().any(|a| matches!(a, Action::Reclaim)));
+}
+
+#[test]
+fn a_site_named_on_a_peers_word_at_no_usable_address_fails_at_its_first_need() {
+    let mut h = with_book(AddressBook::claimed_once(["quic:h:1"]));
+    h.com.queue(msg(10)).unwrap();
+    let a = h.actions();
+    assert!(
+        a.iter().any(|a| matches!(
+            a,
+            Action::Failed {
+                failure: SiteFailure::NotReached,
+                ..
+            }
+        )),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn a_site_named_on_a_peers_word_that_answers_is_proven_and_ordinary() {
+    let mut h = with_book(AddressBook::claimed_once(["tcp:h:1"]));
+    h.com.queue(msg(10)).unwrap();
+    assert!(matches!(h.actions()[..], [Action::RequestSlot]));
+    let (a1, _) = h.grant_at();
+    assert!(h
+        .com
+        .open_succeeded(a1, &opened(1, 1 << 20), h.now)
+        .is_some());
+    let a = h.actions();
+    assert_eq!(
+        a.iter().filter(|a| matches!(a, Action::Proven)).count(),
+        1,
+        "{a:?}"
+    );
+    // Lost later: an ordinary site, retried after a backoff.
+    let id = h.com.working_channel().unwrap();
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    let a = h.actions();
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Failed { .. })),
+        "{a:?}"
+    );
+    h.run_to_next_deadline();
+    assert!(matches!(h.actions()[..], [Action::RequestSlot]));
+    let (a2, _) = h.grant_at();
+    h.com
+        .open_failed(a2, OpenFailure::Transport("refused".into()), h.now);
+    assert!(!h.com.is_failed());
+    assert_eq!(h.com.state(), ComState::Backoff);
 }
