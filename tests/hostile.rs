@@ -307,3 +307,94 @@ async fn regression_dropping_the_node_fails_its_tracked_deliveries() {
     let _ = release_tx.send(());
     drop(site);
 }
+
+/// What a busy server handles: one small message, 1 ms of work.
+#[derive(Serialize, Deserialize)]
+struct Work {
+    n: u64,
+}
+impl Message for Work {
+    const ID: u32 = 701;
+}
+
+/// Issue 17, "A busy node looks dead": a server whose handler takes 1 ms
+/// per message sent no acknowledgement and no heartbeat until it had
+/// handled everything it read in a turn (4 × 64 KiB of input): 4,000
+/// tracked sends got their first acknowledgement after 4.0 s, all at once,
+/// and with 8,000 the client declared the live server failed after its 5 s
+/// silence timeout and reconnected. Acknowledgements and heartbeats now go
+/// out between handler calls, by the ack policy (100 messages / 20 ms), and
+/// a turn's handler work has a time budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_busy_handler_never_makes_a_live_node_look_dead() {
+    const N: u64 = 8_000;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(sitenet::Runtime::dedicated("busy-server"))
+        .start()
+        .unwrap();
+    server
+        .handle(|_ctx, _m: Work| {
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(1) {
+                std::hint::spin_loop();
+            }
+        })
+        .unwrap();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    // The channel first (one tracked message), so the clock below measures
+    // the busy server, not the connection.
+    site.send_tracked(&Work { n: 0 }, sitenet::SendOptions::default())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut deliveries = Vec::new();
+    for n in 1..=N {
+        deliveries.push(
+            site.send_tracked(&Work { n }, sitenet::SendOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut first = None;
+    for (i, d) in deliveries.into_iter().enumerate() {
+        tokio::time::timeout(PATIENCE, d)
+            .await
+            .expect("every delivery completes")
+            .expect("delivered");
+        if i == 0 {
+            first = Some(start.elapsed());
+        }
+    }
+    let (first, all) = (first.unwrap(), start.elapsed());
+    let m = client.metrics();
+    let s = server.metrics();
+    eprintln!(
+        "busy handler, {N} tracked sends: first acknowledgement after {first:?}, all after \
+         {all:?}; client: temp_failures {}, channels_opened {}, resent {}; server: \
+         delivered {}, duplicates {}, ack frames {}",
+        m.temp_failures,
+        m.channels_opened,
+        m.messages_retransmitted,
+        s.messages_delivered,
+        s.duplicates,
+        s.ack_frames_sent,
+    );
+    assert_eq!(
+        (m.temp_failures, m.channels_opened, m.messages_retransmitted),
+        (0, 1, 0),
+        "the live server was declared failed (temp failures, channels, resends)"
+    );
+    assert_eq!(s.duplicates, 0);
+    // The ack policy says 100 messages or 20 ms: the first acknowledgement
+    // comes after about 100 handler calls (0.1 s). Generous: a shared
+    // machine may be slow, but a tenth of the silence timeout is far below
+    // what holding every ack to the end of the turn cost (seconds).
+    assert!(
+        first < std::time::Duration::from_millis(500),
+        "first acknowledgement after {first:?}"
+    );
+}

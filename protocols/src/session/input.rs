@@ -52,6 +52,10 @@ impl Session {
             l.timers.set(Timer::Silence, now + self.cfg.silence_timeout);
         }
         l.blocked = None;
+        match self.cfg.pace_target() {
+            Some(target) => l.pace.begin_call(now, target),
+            None => l.pace.unpaced(),
+        }
         let mut progress = read_in_place;
         let result = (|| {
             // A fragment read in place (zero-copy receive) first: it came
@@ -70,6 +74,13 @@ impl Session {
                 return Ok(());
             }
             while input.peek(0, &mut hb) {
+                let l = self.link.as_deref_mut().expect("a working channel");
+                if l.pace.spent() {
+                    // The slice is delivered: the driver looks at its clock
+                    // (acks, heartbeats, the turn budget) before the rest.
+                    l.pace.paused = true;
+                    break;
+                }
                 let h = FrameHeader::decode(&hb, max_payload)?;
                 // The ack is processed as soon as the header is there.
                 self.send.apply_ack(h.ack)?;
@@ -93,7 +104,10 @@ impl Session {
                             self.cfg.max_message,
                             &mut l.arena,
                         )? {
-                            DataOutcome::Consumed { progress: p } => progress |= p,
+                            DataOutcome::Consumed { progress: p } => {
+                                progress |= p;
+                                l.pace.spend(1);
+                            }
                             DataOutcome::Blocked(why) => {
                                 l.blocked = Some(why);
                                 break;
@@ -103,7 +117,7 @@ impl Session {
                     FrameKind::Packed => {
                         let payload = input.slices(HEADER_LEN, h.payload_len as usize);
                         let l = self.link.as_deref_mut().expect("a working channel");
-                        self.recv.on_packed(
+                        let (done, finished) = self.recv.on_packed(
                             &h,
                             payload,
                             deliver,
@@ -111,7 +125,16 @@ impl Session {
                             self.stats.get_or_insert_with(Box::default),
                             self.cfg.max_message,
                             &mut l.arena,
+                            (l.pace.packed_done, l.pace.left()),
                         )?;
+                        l.pace.spend(done);
+                        if !finished {
+                            // The rest of the frame after the pause.
+                            l.pace.packed_done += done;
+                            l.pace.paused = true;
+                            break;
+                        }
+                        l.pace.packed_done = 0;
                     }
                     FrameKind::Ack | FrameKind::Heartbeat => {}
                     kind @ (FrameKind::CloseWeak
@@ -171,6 +194,39 @@ impl Session {
     /// channel until the budget's release hook fires, then feed input again.
     pub fn input_blocked(&self) -> bool {
         self.link.as_ref().is_some_and(|l| l.blocked.is_some())
+    }
+
+    /// True if the last [`handle_input`](Self::handle_input) stopped with
+    /// input left because it delivered a slice's worth of messages (see
+    /// `pace.rs`): read the clock, feed [`handle_timeout`](Self::handle_timeout)
+    /// if a deadline passed, transmit what became due, ask
+    /// [`turn_spent`](Self::turn_spent), then call `handle_input` again
+    /// (at once, or after returning to the event loop).
+    pub fn input_paused(&self) -> bool {
+        self.link.as_ref().is_some_and(|l| l.pace.paused)
+    }
+
+    /// A turn of the driver's event loop begins at `now`: the handler time
+    /// of its input is measured from here (see
+    /// [`turn_spent`](Self::turn_spent)).
+    pub fn begin_turn(&mut self, now: Instant) {
+        if let Some(l) = self.link.as_deref_mut() {
+            l.pace.begin_turn(now);
+        }
+    }
+
+    /// True if the turn's handlers have used its time budget
+    /// ([`SessionConfig::turn_budget`](crate::SessionConfig)) by `now`: with
+    /// input [paused](Self::input_paused), return to the event loop (other
+    /// work on the thread runs) and feed the rest in a later turn. Ends the
+    /// turn: the next input call begins another.
+    pub fn turn_spent(&mut self, now: Instant) -> bool {
+        let Some(budget) = self.cfg.turn_budget else {
+            return false;
+        };
+        self.link
+            .as_deref_mut()
+            .is_some_and(|l| l.pace.turn_spent(now, budget))
     }
 
     /// Reassembly budget bytes this session holds.

@@ -8,6 +8,7 @@ use bytes::BytesMut;
 
 use super::ack::AckPolicy;
 use super::close::CloseState;
+use super::pace::Pace;
 use super::{ChannelParams, SessionConfig, SessionStats};
 use crate::byte_buffer::ByteBuffer;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
@@ -30,6 +31,9 @@ pub(super) struct Link {
     /// Where small messages received whole are copied (shared chunks: no
     /// allocation per message).
     pub(super) arena: BytesMut,
+    /// Deliveries in slices, so acks and heartbeats go out between
+    /// handler calls (see `pace.rs`).
+    pub(super) pace: Pace,
 }
 
 impl Link {
@@ -57,6 +61,7 @@ impl Link {
             heartbeat_due: false,
             blocked: None,
             arena: BytesMut::new(),
+            pace: Pace::default(),
         }
     }
 

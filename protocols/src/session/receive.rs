@@ -495,7 +495,10 @@ impl Receiver {
     /// Handles one packed frame (whole messages of lane `h.lane`, numbered
     /// from `h.msg_number`): each is delivered, or dropped as a duplicate,
     /// as if it had come alone. Like a new message in a `DATA` frame, it may
-    /// not overtake a partly received message of its lane.
+    /// not overtake a partly received message of its lane. The first `skip`
+    /// messages were delivered by an earlier call (the turn paused in the
+    /// frame: see `pace.rs`); at most `limit` more are. Returns how many
+    /// were, and whether the frame is finished.
     #[allow(clippy::too_many_arguments)] // one frame's whole context
     pub(crate) fn on_packed(
         &mut self,
@@ -506,7 +509,8 @@ impl Receiver {
         stats: &mut SessionStats,
         max_message: u64,
         arena: &mut BytesMut,
-    ) -> Result<(), ProtocolError> {
+        (skip, limit): (u32, u32),
+    ) -> Result<(u32, bool), ProtocolError> {
         let lane = h.lane;
         if self.reassembly.is_some(lane as usize - 1) {
             return Err(ProtocolError::FragmentSequence {
@@ -517,7 +521,18 @@ impl Receiver {
         let mut entries = Entries::new(lane, payload, max_message);
         // `None` once the numbers ran past u64::MAX: a further entry is a gap.
         let mut next = Some(h.msg_number);
-        while let Some(e) = entries.next_entry(arena) {
+        for _ in 0..skip {
+            match entries.skip_entry() {
+                Some(r) => r?,
+                None => break,
+            }
+            next = next.and_then(|n| n.checked_add(1));
+        }
+        let mut done = 0;
+        while done < limit {
+            let Some(e) = entries.next_entry(arena) else {
+                return Ok((done, true));
+            };
             let e = e?;
             let n = next.ok_or(ProtocolError::NumberGap {
                 last: self.last_received,
@@ -527,8 +542,9 @@ impl Receiver {
             let parts = || (e.prelude, e.header, e.body);
             self.deliver_whole(lane, n, size, parts, deliver, ack, stats)?;
             next = n.checked_add(1);
+            done += 1;
         }
-        Ok(())
+        Ok((done, entries.at_end()))
     }
 
     /// Hands the whole message `n` of `lane` (`size` wire bytes; `parts`

@@ -31,6 +31,23 @@ pub struct SessionConfig {
     /// others); a session that holds reassembly budget and is blocked this
     /// long gives way unless it is the oldest holder.
     pub reassembly_idle: Duration,
+    /// Paced deliveries, for a driver that follows the pause contract
+    /// ([`Session::input_paused`](crate::Session::input_paused)): the
+    /// handler time one turn of a channel's input may take before the
+    /// driver returns to its event loop (other channels on its thread run)
+    /// and feeds the rest later. Deliveries pause about every half of the
+    /// shorter of this and the ack delay, so acknowledgements and
+    /// heartbeats go out between handler calls (`session/pace.rs`). `None`
+    /// (the default): every call delivers all the input it can.
+    pub turn_budget: Option<Duration>,
+}
+
+impl SessionConfig {
+    /// How long a slice of deliveries should take (see `pace.rs`), if
+    /// deliveries are paced.
+    pub(crate) fn pace_target(&self) -> Option<Duration> {
+        Some(self.turn_budget?.min(self.ack_delay) / 2)
+    }
 }
 
 impl Default for SessionConfig {
@@ -45,6 +62,7 @@ impl Default for SessionConfig {
             silence_timeout: Duration::from_secs(5),
             close_timeout: Duration::from_secs(5),
             reassembly_idle: Duration::from_secs(30),
+            turn_budget: None,
         }
     }
 }
