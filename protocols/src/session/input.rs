@@ -175,6 +175,14 @@ impl Session {
             l.timers
                 .set_if_unset(Timer::AckDelay, now + self.cfg.ack_delay);
         }
+        if l.blocked.is_some() {
+            // Paused, not silent: the peer's frames (its heartbeats too)
+            // wait behind the one we may not read, so hearing nothing
+            // says nothing about it. Silence is measured again from the
+            // input call that resumes (our own heartbeats still go out, so
+            // the peer does not take us for dead either).
+            l.timers.stop(Timer::Silence);
+        }
         let idle = now + self.cfg.reassembly_idle;
         let t = &mut l.timers;
         match (self.recv.has_partial(), l.blocked) {
