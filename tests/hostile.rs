@@ -398,3 +398,116 @@ async fn regression_a_busy_handler_never_makes_a_live_node_look_dead() {
         "first acknowledgement after {first:?}"
     );
 }
+
+/// A large message for the reassembly budget test.
+#[derive(Serialize, Deserialize)]
+struct Blob(Vec<u8>);
+impl Message for Blob {
+    const ID: u32 = 702;
+}
+
+/// Issue 17: one peer kept the whole reassembly budget with a trickle (a
+/// zero-byte continuation frame per lane every 29 s counted as progress,
+/// and the oldest holder was exempt from the share): every other peer's
+/// multi-frame message waited for ever. A raw peer takes nearly all of a
+/// 1 MiB budget and then trickles one byte every 200 ms; an honest
+/// client's 300 KiB message waits for budget. The trickler, below the
+/// minimum rate while another waits, gives way; the honest message is
+/// delivered, and the honest client is never taken for dead meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
+    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, HEADER_LEN};
+    use std::io::Write;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            c.reassembly_budget = 1 << 20;
+            c.reassembly_idle = std::time::Duration::from_secs(2);
+        })
+        .start()
+        .unwrap();
+    let got = Arc::new(AtomicU64::new(0));
+    let g = got.clone();
+    server
+        .handle(move |_ctx, b: Blob| {
+            g.fetch_add(b.0.len() as u64, Ordering::Relaxed);
+        })
+        .unwrap();
+    // The trickler: a message announced at 4 MiB, of which it sends all
+    // but ~20 KiB of the budget's worth, then a byte at a time.
+    let mut raw = common::raw::RawPeer::connect(&addr(&server));
+    let announced = 4u64 << 20;
+    let frame = |flags: u8, offset: u64, payload: &[u8]| {
+        let h = FrameHeader {
+            kind: FrameKind::Data,
+            lane: 2,
+            flags,
+            payload_len: payload.len() as u32,
+            ack: 0,
+            msg_number: 0,
+            frag_offset: offset,
+        };
+        let mut hb = [0u8; HEADER_LEN];
+        h.encode(&mut hb);
+        [&hb[..], payload].concat()
+    };
+    let prelude = sitenet::protocols::Prelude {
+        type_id: 702,
+        kind: sitenet::protocols::MessageKind::OneWay,
+        header_len: (announced - sitenet::protocols::PRELUDE_LEN as u64) as u32,
+        body_len: 0,
+        corr: 0,
+    }
+    .encode();
+    let chunk = 60 * 1024;
+    let mut first = prelude.to_vec();
+    first.extend_from_slice(&vec![0u8; chunk - first.len()]);
+    raw.socket.write_all(&frame(FLAG_FIRST, 0, &first)).unwrap();
+    let mut offset = chunk as u64;
+    while offset + (chunk as u64) < (1 << 20) - 20 * 1024 {
+        raw.socket
+            .write_all(&frame(0, offset, &vec![0u8; chunk]))
+            .unwrap();
+        offset += chunk as u64;
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let mut socket = raw.socket.try_clone().unwrap();
+    let trickler = std::thread::spawn(move || {
+        let mut sent = 0u64;
+        while !s.load(Ordering::Relaxed) {
+            if socket.write_all(&frame(0, offset, &[0u8])).is_err() {
+                return (sent, true);
+            }
+            offset += 1;
+            sent += 1;
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        (sent, false)
+    });
+    // The budget is held (the server reads the trickler first).
+    assert!(eventually(|| server.metrics().reads > 0).await);
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let start = std::time::Instant::now();
+    let delivery = site
+        .send_tracked(
+            &Blob(vec![1u8; 300 * 1024]),
+            sitenet::SendOptions::default(),
+        )
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(std::time::Duration::from_secs(30), delivery).await;
+    stop.store(true, Ordering::Relaxed);
+    let (trickled, cut) = trickler.join().unwrap();
+    eprintln!(
+        "trickler: {trickled} bytes trickled, cut off: {cut}; honest message after {:?}: {r:?}; \
+         client temp_failures {}",
+        start.elapsed(),
+        client.metrics().temp_failures
+    );
+    r.expect("the honest message waited 30 s behind a trickle")
+        .expect("delivered");
+    assert_eq!(got.load(Ordering::Relaxed), 300 * 1024);
+    assert_eq!(client.metrics().temp_failures, 0);
+}

@@ -510,3 +510,146 @@ fn level_four_is_not_held_behind_a_promoted_background_lane() {
         "level 4 waited behind the promoted lane: lanes {lanes:?}"
     );
 }
+
+/// Issue 17: one peer kept the whole reassembly budget with one zero-byte
+/// continuation frame per lane every 29 s — a zero-byte frame counted as
+/// progress, and the oldest holder was exempt from the share — while
+/// every other peer waited for ever. Progress now means bytes, and while
+/// another session waits for budget the oldest holder must keep receiving
+/// at least `reassembly_min_rate` (after one `reassembly_idle` of grace) or
+/// give way. Virtual clock: ten minutes of trickling, one frame per 29 s.
+#[test]
+fn regression_a_trickling_oldest_holder_has_a_deadline() {
+    // What the trickle carries: nothing (the attack seen), or one byte.
+    for trickle in [0usize, 1] {
+        let budget = ReassemblyBudget::new(256 * 1024);
+        let cfg = SessionConfig::default();
+        let t0 = Instant::now();
+        let mut hostile = Rx::new(cfg.clone(), &budget, t0);
+        let big = fragments(3, 1, &slice(1, 1 << 20), 16 * 1024);
+        for f in &big[..15] {
+            hostile.push(f, t0);
+        }
+        assert!(hostile.s.budget_held() > 230 * 1024);
+        // An innocent peer's message waits for budget.
+        let mut innocent = Rx::new(cfg.clone(), &budget, t0);
+        let body = slice(2, 100 * 1024);
+        let f2 = fragments(2, 1, &body, 40 * 1024);
+        innocent.push(&f2[0], t0);
+        assert!(innocent.s.input_blocked());
+        let mut offset = 15 * 16 * 1024;
+        let mut now = t0;
+        let mut gave_up = None;
+        while now < t0 + Duration::from_secs(600) {
+            let next = now + Duration::from_secs(29);
+            // Every deadline before the next trickle, as a driver feeds them.
+            while let Some(at) = hostile.s.poll_timeout().filter(|at| *at <= next) {
+                hostile.s.handle_timeout(at);
+                let ev = hostile.events();
+                if ev
+                    .iter()
+                    .any(|e| matches!(e, SessionEvent::BudgetContention | SessionEvent::Stalled(_)))
+                {
+                    gave_up = Some((at - t0, ev));
+                    break;
+                }
+            }
+            if gave_up.is_some() {
+                break;
+            }
+            now = next;
+            let payload = vec![7u8; trickle];
+            hostile.push(&data(3, 0, &payload, 0, offset as u64), now);
+            offset += trickle;
+        }
+        let (at, ev) = gave_up.unwrap_or_else(|| {
+            panic!("a trickle of {trickle} bytes per 29 s kept the budget for 600 s")
+        });
+        assert!(
+            at <= Duration::from_secs(60),
+            "{trickle}: held until {at:?}"
+        );
+        // Its channel closes (an empty trickle is a stalled message, a
+        // protocol fault; a byte is a too-slow holder giving way): the
+        // innocent message is then received.
+        let expected = if trickle == 0 {
+            "Stalled"
+        } else {
+            "BudgetContention"
+        };
+        assert!(format!("{ev:?}").contains(expected), "{trickle}: {ev:?}");
+        hostile.s.channel_down();
+        innocent.process(t0 + at);
+        for f in &f2[1..] {
+            innocent.push(f, t0 + at);
+        }
+        assert_eq!(innocent.delivered.len(), 1);
+        assert_eq!(&innocent.delivered[0].body[..], &body[..]);
+    }
+}
+
+/// The other side of the rule above: an honest large sender holding the
+/// budget beyond its share while another session waits is never made to
+/// give way as long as it keeps at least `reassembly_min_rate` (1 MiB/s),
+/// however long its message takes; below it, it gives way (here with one
+/// second of grace, so the virtual run stays short).
+#[test]
+fn a_slow_but_steady_large_sender_is_never_failed() {
+    // (bytes per second, whether it must give way)
+    for (rate, gives_way) in [(2u64 << 20, false), (512 << 10, true)] {
+        let budget = ReassemblyBudget::new(17 << 20);
+        let t0 = Instant::now();
+        let grace = SessionConfig {
+            reassembly_idle: Duration::from_secs(1),
+            ..SessionConfig::default()
+        };
+        let mut honest = Rx::new(grace, &budget, t0);
+        let frames = fragments(3, 1, &vec![5u8; 8 << 20], 16 * 1024);
+        honest.push(&frames[0], t0);
+        // Another session fills its share (half the budget) and waits for
+        // more; it would give way only after an hour.
+        let patient = SessionConfig {
+            reassembly_idle: Duration::from_secs(3600),
+            ..SessionConfig::default()
+        };
+        let mut waiting = Rx::new(patient, &budget, t0);
+        let other = fragments(2, 1, &vec![6u8; 9 << 20], 64 * 1024 - HEADER_LEN);
+        let mut k = 0;
+        while !waiting.s.input_blocked() {
+            waiting.push(&other[k], t0);
+            k += 1;
+        }
+        assert_eq!(budget.waiting(), 1);
+        let every = Duration::from_nanos(16 * 1024 * 1_000_000_000 / rate);
+        let mut now = t0;
+        let mut gave_way = None;
+        'frames: for f in &frames[1..] {
+            let next = now + every;
+            while let Some(at) = honest.s.poll_timeout().filter(|at| *at <= next) {
+                honest.s.handle_timeout(at);
+                let ev = honest.events();
+                if !ev.is_empty() {
+                    gave_way = Some((at - t0, ev));
+                    break 'frames;
+                }
+            }
+            now = next;
+            honest.push(f, now);
+        }
+        if gives_way {
+            let (at, ev) = gave_way.expect("too slow: it gives way");
+            assert_eq!(ev, vec![SessionEvent::BudgetContention]);
+            // One second of grace, then the deficit of half a second per
+            // second: about two seconds.
+            assert!(
+                at >= Duration::from_millis(1900) && at <= Duration::from_millis(2200),
+                "{at:?}"
+            );
+        } else {
+            assert_eq!(gave_way, None);
+            assert_eq!(honest.delivered.len(), 1);
+            assert_eq!(honest.delivered[0].body.len(), 8 << 20);
+            assert!(now - t0 >= Duration::from_secs(3), "{:?}", now - t0);
+        }
+    }
+}

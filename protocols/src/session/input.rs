@@ -56,13 +56,13 @@ impl Session {
             Some(target) => l.pace.begin_call(now, target),
             None => l.pace.unpaced(),
         }
-        let mut progress = read_in_place;
+        let taken = self.recv.taken;
         let result = (|| {
             // A fragment read in place (zero-copy receive) first: it came
             // before everything in the ring.
             // A driver that read into the ring anyway (in-place reads are
             // an optimisation, never required): its bytes go in place.
-            progress |= self.recv.direct_from_ring(input);
+            self.recv.direct_from_ring(input);
             let l = self.link.as_deref_mut().expect("a working channel");
             let stats = self.stats.get_or_insert_with(Box::default);
             if let Some(done) = self.recv.finish_direct(deliver, &mut l.ack, stats) {
@@ -88,7 +88,7 @@ impl Session {
                 if input.len() < len {
                     // A large fragment's rest may be read straight into its
                     // message (see `direct_input`).
-                    progress |= self.recv.adopt(&h, input);
+                    self.recv.adopt(&h, input);
                     break;
                 }
                 match h.kind {
@@ -104,10 +104,7 @@ impl Session {
                             self.cfg.max_message,
                             &mut l.arena,
                         )? {
-                            DataOutcome::Consumed { progress: p } => {
-                                progress |= p;
-                                l.pace.spend(1);
-                            }
+                            DataOutcome::Consumed => l.pace.spend(1),
                             DataOutcome::Blocked(why) => {
                                 l.blocked = Some(why);
                                 break;
@@ -162,12 +159,15 @@ impl Session {
             }
             Ok(())
         })();
-        self.after_input(now, progress);
+        let bytes = self.recv.taken - taken;
+        self.after_input(now, bytes);
         result
     }
 
-    /// Re-arms the receive-side timers after input.
-    fn after_input(&mut self, now: Instant, progress: bool) {
+    /// Re-arms the receive-side timers after input that added `bytes` to
+    /// partly received messages (progress means bytes: an empty fragment
+    /// moves no deadline). See `reassembly/budget.rs` for the rules.
+    fn after_input(&mut self, now: Instant, bytes: u64) {
         let Some(l) = self.link.as_deref_mut() else {
             return;
         };
@@ -182,18 +182,44 @@ impl Session {
             // input call that resumes (our own heartbeats still go out, so
             // the peer does not take us for dead either).
             l.timers.stop(Timer::Silence);
+        } else {
+            self.recv.stop_waiting();
         }
+        if bytes > 0 {
+            l.last_bytes = now;
+        }
+        let stall = l.last_bytes + self.cfg.reassembly_idle;
+        let partial = self.recv.has_partial();
+        // While another session waits for budget, the oldest holder keeps
+        // its place only at the minimum rate (unless it is itself blocked
+        // by another holder, which gives way in its turn).
+        let rated = partial
+            && self.cfg.reassembly_min_rate > 0
+            && self.recv.others_waiting()
+            && !(l.blocked.is_some() && self.recv.others_holding())
+            && self.recv.is_oldest_holder();
+        let was_rated = l.rate_deadline.is_some();
+        if rated {
+            let credit = credit(bytes, self.cfg.reassembly_min_rate);
+            let d = l
+                .rate_deadline
+                .map_or(stall, |d| d.checked_add(credit).unwrap_or(stall).min(stall));
+            l.rate_deadline = Some(d);
+            l.timers.set(Timer::ReassemblyIdle, d);
+            return;
+        }
+        l.rate_deadline = None;
         let idle = now + self.cfg.reassembly_idle;
         let t = &mut l.timers;
-        match (self.recv.has_partial(), l.blocked) {
+        match (partial, l.blocked) {
             (false, _) => t.stop(Timer::ReassemblyIdle),
             // The oldest holder waits for the others to give way; it never
             // does itself, so some message always completes.
             (true, Some(_)) if self.recv.is_oldest_holder() => t.stop(Timer::ReassemblyIdle),
             // Another holder, blocked: it gives way if that lasts.
             (true, Some(_)) => t.set_if_unset(Timer::ReassemblyIdle, idle),
-            (true, None) if progress => t.set(Timer::ReassemblyIdle, idle),
-            (true, None) => t.set_if_unset(Timer::ReassemblyIdle, idle),
+            (true, None) if bytes > 0 || was_rated => t.set(Timer::ReassemblyIdle, stall),
+            (true, None) => t.set_if_unset(Timer::ReassemblyIdle, stall),
         }
     }
 
@@ -270,4 +296,10 @@ impl Session {
     pub fn report_interrupted(&mut self, deliver: &mut dyn Deliver) {
         self.recv.report_interrupted(deliver);
     }
+}
+
+/// The time `bytes` buy at `rate` bytes per second.
+fn credit(bytes: u64, rate: u64) -> std::time::Duration {
+    let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate.max(1));
+    std::time::Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }

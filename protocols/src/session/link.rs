@@ -31,6 +31,12 @@ pub(super) struct Link {
     /// Where small messages received whole are copied (shared chunks: no
     /// allocation per message).
     pub(super) arena: BytesMut,
+    /// When input last added bytes to a partly received message (or the
+    /// channel came up): a partial message stalls `reassembly_idle` later.
+    pub(super) last_bytes: Instant,
+    /// The oldest budget holder's deadline while others wait for budget
+    /// (see `reassembly/budget.rs`), if that rule applies now.
+    pub(super) rate_deadline: Option<Instant>,
     /// Deliveries in slices, so acks and heartbeats go out between
     /// handler calls (see `pace.rs`).
     pub(super) pace: Pace,
@@ -61,6 +67,8 @@ impl Link {
             heartbeat_due: false,
             blocked: None,
             arena: BytesMut::new(),
+            last_bytes: now,
+            rate_deadline: None,
             pace: Pace::default(),
         }
     }

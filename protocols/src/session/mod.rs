@@ -469,7 +469,11 @@ impl Session {
                 Timer::Silence | Timer::ReassemblyIdle if closed => {}
                 Timer::Silence => push_event(&mut self.events, SessionEvent::Silent),
                 Timer::ReassemblyIdle => {
-                    if l.blocked.is_some() {
+                    let stalled = now >= l.last_bytes + self.cfg.reassembly_idle;
+                    if l.blocked.is_some() || (l.rate_deadline.is_some() && !stalled) {
+                        // A blocked holder, or an oldest holder too slow
+                        // while others wait: it gives way (not a fault).
+                        l.rate_deadline = None;
                         push_event(&mut self.events, SessionEvent::BudgetContention);
                     } else if self.recv.has_partial() {
                         push_event(

@@ -31,6 +31,11 @@ pub struct SessionConfig {
     /// others); a session that holds reassembly budget and is blocked this
     /// long gives way unless it is the oldest holder.
     pub reassembly_idle: Duration,
+    /// While another session waits for reassembly budget, the oldest
+    /// holder keeps its place only if it receives at least this many bytes
+    /// per second (after one `reassembly_idle` of grace); otherwise it
+    /// gives way (see `reassembly/budget.rs`). 0: no such deadline.
+    pub reassembly_min_rate: u64,
     /// Paced deliveries, for a driver that follows the pause contract
     /// ([`Session::input_paused`](crate::Session::input_paused)): the
     /// handler time one turn of a channel's input may take before the
@@ -62,6 +67,7 @@ impl Default for SessionConfig {
             silence_timeout: Duration::from_secs(5),
             close_timeout: Duration::from_secs(5),
             reassembly_idle: Duration::from_secs(30),
+            reassembly_min_rate: 1 << 20,
             turn_budget: None,
         }
     }
