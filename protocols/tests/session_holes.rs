@@ -517,7 +517,8 @@ fn level_four_is_not_held_behind_a_promoted_background_lane() {
 /// every other peer waited for ever. Progress now means bytes, and while
 /// another session waits for budget the oldest holder must keep receiving
 /// at least `reassembly_min_rate` (after one `reassembly_idle` of grace) or
-/// give way. Virtual clock: ten minutes of trickling, one frame per 29 s.
+/// give way (after half an idle time of grace). Virtual clock: ten
+/// minutes of trickling, one frame per 29 s.
 #[test]
 fn regression_a_trickling_oldest_holder_has_a_deadline() {
     // What the trickle carries: nothing (the attack seen), or one byte.
@@ -544,6 +545,7 @@ fn regression_a_trickling_oldest_holder_has_a_deadline() {
             let next = now + Duration::from_secs(29);
             // Every deadline before the next trickle, as a driver feeds them.
             while let Some(at) = hostile.s.poll_timeout().filter(|at| *at <= next) {
+                let at = at.max(now);
                 hostile.s.handle_timeout(at);
                 let ev = hostile.events();
                 if ev
@@ -565,19 +567,14 @@ fn regression_a_trickling_oldest_holder_has_a_deadline() {
         let (at, ev) = gave_up.unwrap_or_else(|| {
             panic!("a trickle of {trickle} bytes per 29 s kept the budget for 600 s")
         });
-        assert!(
-            at <= Duration::from_secs(60),
-            "{trickle}: held until {at:?}"
-        );
-        // Its channel closes (an empty trickle is a stalled message, a
-        // protocol fault; a byte is a too-slow holder giving way): the
-        // innocent message is then received.
-        let expected = if trickle == 0 {
-            "Stalled"
-        } else {
-            "BudgetContention"
-        };
-        assert!(format!("{ev:?}").contains(expected), "{trickle}: {ev:?}");
+        // An empty trickle moves no deadline: the hold ends with the first
+        // trickle seen after the innocent began to wait (29 s). A byte is a
+        // too-slow holder: half an idle time (15 s) later it gives way.
+        let bound = Duration::from_secs(if trickle == 0 { 30 } else { 45 });
+        assert!(at <= bound, "{trickle}: held until {at:?}");
+        if trickle > 0 {
+            assert_eq!(ev, vec![SessionEvent::BudgetContention]);
+        }
         hostile.s.channel_down();
         innocent.process(t0 + at);
         for f in &f2[1..] {
@@ -591,8 +588,9 @@ fn regression_a_trickling_oldest_holder_has_a_deadline() {
 /// The other side of the rule above: an honest large sender holding the
 /// budget beyond its share while another session waits is never made to
 /// give way as long as it keeps at least `reassembly_min_rate` (1 MiB/s),
-/// however long its message takes; below it, it gives way (here with one
-/// second of grace, so the virtual run stays short).
+/// however long its message takes; below it, it gives way (here with a
+/// one-second idle time, half a second of grace, so the virtual run stays
+/// short).
 #[test]
 fn a_slow_but_steady_large_sender_is_never_failed() {
     // (bytes per second, whether it must give way)
@@ -639,10 +637,10 @@ fn a_slow_but_steady_large_sender_is_never_failed() {
         if gives_way {
             let (at, ev) = gave_way.expect("too slow: it gives way");
             assert_eq!(ev, vec![SessionEvent::BudgetContention]);
-            // One second of grace, then the deficit of half a second per
-            // second: about two seconds.
+            // Half a second of grace, then a deficit of half a second
+            // per second: about one second.
             assert!(
-                at >= Duration::from_millis(1900) && at <= Duration::from_millis(2200),
+                at >= Duration::from_millis(900) && at <= Duration::from_millis(1200),
                 "{at:?}"
             );
         } else {

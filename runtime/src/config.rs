@@ -83,7 +83,7 @@ pub struct NodeConfig {
     /// While another channel waits for reassembly budget, the oldest
     /// holder (which may exceed its share and never gives way otherwise)
     /// keeps its place only while it receives at least this many bytes per
-    /// second, after `reassembly_idle` of grace; a slower one gives way
+    /// second, after half a `reassembly_idle` of grace; a slower one gives way
     /// like any other holder (its channel closes, not as a fault, and its
     /// peer resends). A trickle cannot keep the budget; lower it for links
     /// slower than 1 MiB/s. 0: no such deadline.

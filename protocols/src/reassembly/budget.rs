@@ -30,16 +30,19 @@
 //! * **While another session waits for budget, the oldest holder must keep
 //!   a minimum rate** (`reassembly_min_rate`, 1 MiB/s). When a session's
 //!   input blocks it counts as *waiting* ([`ReassemblyBudget::waiting`]).
-//!   While any other session waits, the oldest holder's deadline starts at
-//!   its stall deadline (one `reassembly_idle` of grace after its last
-//!   byte) and each byte received buys `1 / reassembly_min_rate` seconds
-//!   more, never past its stall deadline (no credit is banked). A holder
-//!   receiving at least the minimum rate therefore never reaches it; a
-//!   slower one does — after `reassembly_idle / (1 - rate / min_rate)` —
-//!   and gives way like any other holder (not a fault). An honest large
-//!   sender (250 MB over loopback, or any steady link at 1 MiB/s or more)
-//!   is never made to give way; a trickle holds the budget at most about
-//!   two idle times. The deadline does not run while the oldest holder is
+//!   While any other session waits, the oldest holder's deadline starts
+//!   half a `reassembly_idle` after its last byte (its grace: shorter than
+//!   the idle time after which a younger holder blocked behind it would
+//!   give way) and each byte received buys `1 / reassembly_min_rate`
+//!   seconds more, never past its stall deadline (one `reassembly_idle`
+//!   after its last byte: no credit is banked). A holder receiving at
+//!   least the minimum rate therefore never reaches it; a slower one does
+//!   — about `reassembly_idle / 2 / (1 - rate / min_rate)` after it first
+//!   sees someone wait — and gives way like any other holder (not a
+//!   fault). An honest large sender (250 MB over loopback, or any steady
+//!   link at 1 MiB/s or more) is never made to give way; a trickle keeps
+//!   the budget from a waiting session for at most its trickle period and
+//!   about half an idle time. The deadline does not run while the oldest holder is
 //!   itself blocked by another holder (that one gives way in its turn); it
 //!   does while it is blocked with no other holder (nobody else could ever
 //!   free what it waits for).

@@ -200,10 +200,13 @@ impl Session {
             && self.recv.is_oldest_holder();
         let was_rated = l.rate_deadline.is_some();
         if rated {
+            // Half an idle time of grace: a trickler reaches its deadline
+            // before a younger holder blocked behind it would give way.
+            let grace = l.last_bytes + self.cfg.reassembly_idle / 2;
             let credit = credit(bytes, self.cfg.reassembly_min_rate);
             let d = l
                 .rate_deadline
-                .map_or(stall, |d| d.checked_add(credit).unwrap_or(stall).min(stall));
+                .map_or(grace, |d| d.checked_add(credit).unwrap_or(stall).min(stall));
             l.rate_deadline = Some(d);
             l.timers.set(Timer::ReassemblyIdle, d);
             return;

@@ -33,7 +33,7 @@ pub struct SessionConfig {
     pub reassembly_idle: Duration,
     /// While another session waits for reassembly budget, the oldest
     /// holder keeps its place only if it receives at least this many bytes
-    /// per second (after one `reassembly_idle` of grace); otherwise it
+    /// per second (after half a `reassembly_idle` of grace); otherwise it
     /// gives way (see `reassembly/budget.rs`). 0: no such deadline.
     pub reassembly_min_rate: u64,
     /// Paced deliveries, for a driver that follows the pause contract
@@ -89,9 +89,10 @@ pub enum SessionEvent {
     /// time: the peer broke the protocol; close the channel.
     Stalled(ProtocolError),
     /// This session held reassembly budget while blocked for the reassembly
-    /// idle time, and is not the oldest holder: it gives way — close the
-    /// channel (not a fault; the peer resends its partial messages from the
-    /// start).
+    /// idle time and is not the oldest holder, or it is the oldest holder
+    /// and received less than `reassembly_min_rate` while another session
+    /// waited for budget: it gives way — close the channel (not a fault;
+    /// the peer resends its partial messages from the start).
     BudgetContention,
 }
 
