@@ -511,3 +511,113 @@ async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
     assert_eq!(got.load(Ordering::Relaxed), 300 * 1024);
     assert_eq!(client.metrics().temp_failures, 0);
 }
+
+/// One DATA frame of a message fragment on lane 2, as a raw peer sends it.
+fn fragment_frame(flags: u8, offset: u64, number: u64, payload: &[u8]) -> Vec<u8> {
+    use sitenet::protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
+    let h = FrameHeader {
+        kind: FrameKind::Data,
+        lane: 2,
+        flags,
+        payload_len: payload.len() as u32,
+        ack: 0,
+        msg_number: number,
+        frag_offset: offset,
+    };
+    let mut hb = [0u8; HEADER_LEN];
+    h.encode(&mut hb);
+    [&hb[..], payload].concat()
+}
+
+/// The wire bytes of a one-way `Blob`-typed message whose header is
+/// `header_len` zero bytes (MessagePack would not decode them: the
+/// handler is not the point, the reassembly is).
+fn blob_wire(header_len: usize) -> Vec<u8> {
+    let mut w = sitenet::protocols::Prelude {
+        type_id: 702,
+        kind: sitenet::protocols::MessageKind::OneWay,
+        header_len: header_len as u32,
+        body_len: 0,
+        corr: 0,
+    }
+    .encode()
+    .to_vec();
+    w.resize(w.len() + header_len, 0);
+    w
+}
+
+/// Issue 17: a channel paused for lack of reassembly memory was declared
+/// dead after the silence timeout (its silence timer was re-armed only by
+/// input it was not allowed to read), so two bulk transfers that together
+/// exceeded the budget livelocked: both paused, both "silent", both
+/// closed, to start over. Two raw peers each send most of a 700 KiB
+/// message into a 1 MiB budget, until both are paused; the server's
+/// silence timeout (1 s) is shorter than the time the younger holder waits
+/// before giving way (2 s). The younger gives way (not a fault) and the
+/// oldest's message is received; no paused channel is taken for dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_two_transfers_over_the_budget_do_not_livelock() {
+    use sitenet::protocols::frame::{FLAG_FIRST, FLAG_LAST};
+    use std::io::Write;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            c.reassembly_budget = 1 << 20;
+            c.reassembly_idle = std::time::Duration::from_secs(2);
+            c.heartbeat_interval = std::time::Duration::from_millis(200);
+            c.silence_timeout = std::time::Duration::from_secs(1);
+        })
+        .start()
+        .unwrap();
+    let wire = blob_wire(700 * 1024);
+    let chunk = 60 * 1024;
+    let frames: Vec<Vec<u8>> = wire
+        .chunks(chunk)
+        .enumerate()
+        .map(|(i, part)| {
+            let last = (i + 1) * chunk >= wire.len();
+            let flags = if i == 0 { FLAG_FIRST } else { 0 } | if last { FLAG_LAST } else { 0 };
+            fragment_frame(flags, (i * chunk) as u64, if last { 1 } else { 0 }, part)
+        })
+        .collect();
+    let n = frames.len();
+    // The oldest: all but its last two fragments.
+    let mut oldest = common::raw::RawPeer::connect(&addr(&server));
+    for f in &frames[..n - 2] {
+        oldest.socket.write_all(f).unwrap();
+    }
+    assert!(eventually(|| server.stats().per_site.len() == 1).await);
+    // The younger: as much as it can, until the budget is exhausted (its
+    // writes end up in the socket buffers).
+    let mut younger = common::raw::RawPeer::connect(&addr(&server));
+    for f in &frames[..n - 2] {
+        younger.socket.write_all(f).unwrap();
+    }
+    assert!(eventually(|| server.metrics().budget_pauses > 0).await);
+    let paused = std::time::Instant::now();
+    // The oldest's rest: it needs budget the younger holds.
+    for f in &frames[n - 2..] {
+        oldest.socket.write_all(f).unwrap();
+    }
+    // The oldest's message arrives (its type's handler is not registered:
+    // it counts as unhandled once received whole).
+    let delivered = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while server.metrics().unhandled == 0 && server.metrics().messages_delivered == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let m = server.metrics();
+    eprintln!(
+        "two transfers over the budget: oldest received: {} after {:?}; budget pauses {}, \
+         channels closed {}, protocol errors {}",
+        delivered.is_ok(),
+        paused.elapsed(),
+        m.budget_pauses,
+        m.channels_closed,
+        m.protocol_errors,
+    );
+    assert!(delivered.is_ok(), "the oldest's message never arrived");
+    assert_eq!(m.protocol_errors, 0);
+    drop(younger);
+}
