@@ -194,6 +194,7 @@ impl Session {
         // its place only at the minimum rate (unless it is itself blocked
         // by another holder, which gives way in its turn).
         let rated = partial
+            && self.recv.held() > 0
             && self.cfg.reassembly_min_rate > 0
             && self.recv.others_waiting()
             && !(l.blocked.is_some() && self.recv.others_holding())
