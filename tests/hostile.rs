@@ -825,3 +825,317 @@ async fn regression_a_later_handshake_cannot_add_addresses_to_a_known_site() {
         "the node dialed an address a later handshake added to a known site"
     );
 }
+
+/// What a busy server handles: one small message, 1 ms of work.
+#[derive(Serialize, Deserialize)]
+struct Work {
+    n: u64,
+}
+impl Message for Work {
+    const ID: u32 = 701;
+}
+
+/// Issue 17, "A busy node looks dead": a server whose handler takes 1 ms
+/// per message sent no acknowledgement and no heartbeat until it had
+/// handled everything it read in a turn (4 × 64 KiB of input): 4,000
+/// tracked sends got their first acknowledgement after 4.0 s, all at once,
+/// and with 8,000 the client declared the live server failed after its 5 s
+/// silence timeout and reconnected. Acknowledgements and heartbeats now go
+/// out between handler calls, by the ack policy (100 messages / 20 ms), and
+/// a turn's handler work has a time budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_busy_handler_never_makes_a_live_node_look_dead() {
+    const N: u64 = 8_000;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(sitenet::Runtime::dedicated("busy-server"))
+        .start()
+        .unwrap();
+    server
+        .handle(|_ctx, _m: Work| {
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(1) {
+                std::hint::spin_loop();
+            }
+        })
+        .unwrap();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    // The channel first (one tracked message), so the clock below measures
+    // the busy server, not the connection.
+    site.send_tracked(&Work { n: 0 }, sitenet::SendOptions::default())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut deliveries = Vec::new();
+    for n in 1..=N {
+        deliveries.push(
+            site.send_tracked(&Work { n }, sitenet::SendOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut first = None;
+    for (i, d) in deliveries.into_iter().enumerate() {
+        tokio::time::timeout(PATIENCE, d)
+            .await
+            .expect("every delivery completes")
+            .expect("delivered");
+        if i == 0 {
+            first = Some(start.elapsed());
+        }
+    }
+    let (first, all) = (first.unwrap(), start.elapsed());
+    let m = client.metrics();
+    let s = server.metrics();
+    eprintln!(
+        "busy handler, {N} tracked sends: first acknowledgement after {first:?}, all after \
+         {all:?}; client: temp_failures {}, channels_opened {}, resent {}; server: \
+         delivered {}, duplicates {}, ack frames {}",
+        m.temp_failures,
+        m.channels_opened,
+        m.messages_retransmitted,
+        s.messages_delivered,
+        s.duplicates,
+        s.ack_frames_sent,
+    );
+    assert_eq!(
+        (m.temp_failures, m.channels_opened, m.messages_retransmitted),
+        (0, 1, 0),
+        "the live server was declared failed (temp failures, channels, resends)"
+    );
+    assert_eq!(s.duplicates, 0);
+    // The ack policy says 100 messages or 20 ms: the first acknowledgement
+    // comes after about 100 handler calls (0.1 s). Generous: a shared
+    // machine may be slow, but a tenth of the silence timeout is far below
+    // what holding every ack to the end of the turn cost (seconds).
+    assert!(
+        first < std::time::Duration::from_millis(500),
+        "first acknowledgement after {first:?}"
+    );
+}
+
+/// A large message for the reassembly budget test.
+#[derive(Serialize, Deserialize)]
+struct Blob(Vec<u8>);
+impl Message for Blob {
+    const ID: u32 = 702;
+}
+
+/// Issue 17: one peer kept the whole reassembly budget with a trickle (a
+/// zero-byte continuation frame per lane every 29 s counted as progress,
+/// and the oldest holder was exempt from the share): every other peer's
+/// multi-frame message waited for ever. A raw peer takes nearly all of a
+/// 1 MiB budget and then trickles one byte every 200 ms; an honest
+/// client's 300 KiB message waits for budget. The trickler, below the
+/// minimum rate while another waits, gives way; the honest message is
+/// delivered, and the honest client is never taken for dead meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
+    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, HEADER_LEN};
+    use std::io::Write;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            c.reassembly_budget = 1 << 20;
+            c.reassembly_idle = std::time::Duration::from_secs(2);
+        })
+        .start()
+        .unwrap();
+    let got = Arc::new(AtomicU64::new(0));
+    let g = got.clone();
+    server
+        .handle(move |_ctx, b: Blob| {
+            g.fetch_add(b.0.len() as u64, Ordering::Relaxed);
+        })
+        .unwrap();
+    // The trickler: a message announced at 4 MiB, of which it sends all
+    // but ~20 KiB of the budget's worth, then a byte at a time.
+    let mut raw = common::raw::RawPeer::connect(&addr(&server));
+    let announced = 4u64 << 20;
+    let frame = |flags: u8, offset: u64, payload: &[u8]| {
+        let h = FrameHeader {
+            kind: FrameKind::Data,
+            lane: 2,
+            flags,
+            payload_len: payload.len() as u32,
+            ack: 0,
+            msg_number: 0,
+            frag_offset: offset,
+        };
+        let mut hb = [0u8; HEADER_LEN];
+        h.encode(&mut hb);
+        [&hb[..], payload].concat()
+    };
+    let prelude = sitenet::protocols::Prelude {
+        type_id: 702,
+        kind: sitenet::protocols::MessageKind::OneWay,
+        header_len: (announced - sitenet::protocols::PRELUDE_LEN as u64) as u32,
+        body_len: 0,
+        corr: 0,
+    }
+    .encode();
+    let chunk = 60 * 1024;
+    let mut first = prelude.to_vec();
+    first.extend_from_slice(&vec![0u8; chunk - first.len()]);
+    raw.socket.write_all(&frame(FLAG_FIRST, 0, &first)).unwrap();
+    let mut offset = chunk as u64;
+    while offset + (chunk as u64) < (1 << 20) - 20 * 1024 {
+        raw.socket
+            .write_all(&frame(0, offset, &vec![0u8; chunk]))
+            .unwrap();
+        offset += chunk as u64;
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let mut socket = raw.socket.try_clone().unwrap();
+    let trickler = std::thread::spawn(move || {
+        let mut sent = 0u64;
+        while !s.load(Ordering::Relaxed) {
+            if socket.write_all(&frame(0, offset, &[0u8])).is_err() {
+                return (sent, true);
+            }
+            offset += 1;
+            sent += 1;
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        (sent, false)
+    });
+    // The budget is held (the server reads the trickler first).
+    assert!(eventually(|| server.metrics().reads > 0).await);
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let start = std::time::Instant::now();
+    let delivery = site
+        .send_tracked(
+            &Blob(vec![1u8; 300 * 1024]),
+            sitenet::SendOptions::default(),
+        )
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(std::time::Duration::from_secs(30), delivery).await;
+    stop.store(true, Ordering::Relaxed);
+    let (trickled, cut) = trickler.join().unwrap();
+    eprintln!(
+        "trickler: {trickled} bytes trickled, cut off: {cut}; honest message after {:?}: {r:?}; \
+         client temp_failures {}",
+        start.elapsed(),
+        client.metrics().temp_failures
+    );
+    r.expect("the honest message waited 30 s behind a trickle")
+        .expect("delivered");
+    assert_eq!(got.load(Ordering::Relaxed), 300 * 1024);
+    assert_eq!(client.metrics().temp_failures, 0);
+}
+
+/// One DATA frame of a message fragment on lane 2, as a raw peer sends it.
+fn fragment_frame(flags: u8, offset: u64, number: u64, payload: &[u8]) -> Vec<u8> {
+    use sitenet::protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
+    let h = FrameHeader {
+        kind: FrameKind::Data,
+        lane: 2,
+        flags,
+        payload_len: payload.len() as u32,
+        ack: 0,
+        msg_number: number,
+        frag_offset: offset,
+    };
+    let mut hb = [0u8; HEADER_LEN];
+    h.encode(&mut hb);
+    [&hb[..], payload].concat()
+}
+
+/// The wire bytes of a one-way `Blob`-typed message whose header is
+/// `header_len` zero bytes (MessagePack would not decode them: the
+/// handler is not the point, the reassembly is).
+fn blob_wire(header_len: usize) -> Vec<u8> {
+    let mut w = sitenet::protocols::Prelude {
+        type_id: 702,
+        kind: sitenet::protocols::MessageKind::OneWay,
+        header_len: header_len as u32,
+        body_len: 0,
+        corr: 0,
+    }
+    .encode()
+    .to_vec();
+    w.resize(w.len() + header_len, 0);
+    w
+}
+
+/// Issue 17: a channel paused for lack of reassembly memory was declared
+/// dead after the silence timeout (its silence timer was re-armed only by
+/// input it was not allowed to read), so two bulk transfers that together
+/// exceeded the budget livelocked: both paused, both "silent", both
+/// closed, to start over. Two raw peers each send most of a 700 KiB
+/// message into a 1 MiB budget, until both are paused; the server's
+/// silence timeout (1 s) is shorter than the time the younger holder waits
+/// before giving way (2 s). The younger gives way (not a fault) and the
+/// oldest's message is received; no paused channel is taken for dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_two_transfers_over_the_budget_do_not_livelock() {
+    use sitenet::protocols::frame::{FLAG_FIRST, FLAG_LAST};
+    use std::io::Write;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            c.reassembly_budget = 1 << 20;
+            c.reassembly_idle = std::time::Duration::from_secs(2);
+            c.heartbeat_interval = std::time::Duration::from_millis(200);
+            c.silence_timeout = std::time::Duration::from_secs(1);
+        })
+        .start()
+        .unwrap();
+    let wire = blob_wire(700 * 1024);
+    let chunk = 60 * 1024;
+    let frames: Vec<Vec<u8>> = wire
+        .chunks(chunk)
+        .enumerate()
+        .map(|(i, part)| {
+            let last = (i + 1) * chunk >= wire.len();
+            let flags = if i == 0 { FLAG_FIRST } else { 0 } | if last { FLAG_LAST } else { 0 };
+            fragment_frame(flags, (i * chunk) as u64, if last { 1 } else { 0 }, part)
+        })
+        .collect();
+    let n = frames.len();
+    // The oldest: all but its last two fragments.
+    let mut oldest = common::raw::RawPeer::connect(&addr(&server));
+    for f in &frames[..n - 2] {
+        oldest.socket.write_all(f).unwrap();
+    }
+    assert!(eventually(|| server.stats().per_site.len() == 1).await);
+    // The younger: as much as it can, until the budget is exhausted (its
+    // writes end up in the socket buffers).
+    let mut younger = common::raw::RawPeer::connect(&addr(&server));
+    for f in &frames[..n - 2] {
+        younger.socket.write_all(f).unwrap();
+    }
+    assert!(eventually(|| server.metrics().budget_pauses > 0).await);
+    let paused = std::time::Instant::now();
+    // The oldest's rest: it needs budget the younger holds.
+    for f in &frames[n - 2..] {
+        oldest.socket.write_all(f).unwrap();
+    }
+    // The oldest's message arrives (its type's handler is not registered:
+    // it counts as unhandled once received whole).
+    let delivered = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while server.metrics().unhandled == 0 && server.metrics().messages_delivered == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let m = server.metrics();
+    eprintln!(
+        "two transfers over the budget: oldest received: {} after {:?}; budget pauses {}, \
+         channels closed {}, protocol errors {}",
+        delivered.is_ok(),
+        paused.elapsed(),
+        m.budget_pauses,
+        m.channels_closed,
+        m.protocol_errors,
+    );
+    assert!(delivered.is_ok(), "the oldest's message never arrived");
+    assert_eq!(m.protocol_errors, 0);
+    drop(younger);
+}

@@ -190,6 +190,30 @@ impl<'a> Entries<'a> {
         Ok((prelude, self.at + head))
     }
 
+    /// Steps over the next message without copying it (one delivered
+    /// before a paused turn resumed the frame); `None` at the end.
+    pub fn skip_entry(&mut self) -> Option<Result<(), ProtocolError>> {
+        if self.done || self.at == self.len() {
+            return None;
+        }
+        match self.next_head() {
+            Ok((prelude, at)) => {
+                self.at = at + prelude.header_len as usize + prelude.body_len as usize;
+                Some(Ok(()))
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+
+    /// True once every message of the payload was taken (or an error
+    /// ended it).
+    pub fn at_end(&self) -> bool {
+        self.done || (self.at == self.len() && self.at > 0)
+    }
+
     /// The next message, copied out of the payload; `None` at the end.
     pub fn next_entry(&mut self, arena: &mut BytesMut) -> Option<Result<Entry, ProtocolError>> {
         if self.done {

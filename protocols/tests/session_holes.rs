@@ -161,12 +161,10 @@ fn an_exhausted_budget_pauses_a_session_and_it_resumes_when_budget_frees() {
     assert!(s2.s.input_blocked(), "the budget ran out");
     assert_eq!(s2.s.budget_held(), 0);
     assert!(s2.delivered.is_empty());
-    // Holding nothing, it has no reason to give way: no deadline fires.
+    // Holding nothing, it has no reason to give way, and paused it is not
+    // silent: no event at all.
     s2.s.handle_timeout(now + Duration::from_secs(3600));
-    assert!(!s2
-        .events()
-        .iter()
-        .any(|e| matches!(e, SessionEvent::Stalled(_) | SessionEvent::BudgetContention)));
+    assert_eq!(s2.events(), vec![]);
     // S1 completes and gives its budget back: the hook fires, S2 resumes.
     let before = releases.load(std::sync::atomic::Ordering::Relaxed);
     for f in &f1[6..] {
@@ -182,6 +180,61 @@ fn an_exhausted_budget_pauses_a_session_and_it_resumes_when_budget_frees() {
     assert_eq!(s2.delivered.len(), 1);
     assert_eq!(&s2.delivered[0].body[..], &body2[..]);
     assert_eq!(budget.available(), budget.limit());
+}
+
+/// Issue 17: a channel paused for lack of reassembly memory was declared
+/// dead after the silence timeout — its silence timer was re-armed only by
+/// input it was not allowed to read — so a shortage failed an innocent
+/// peer, and two bulk transfers that together exceeded the budget
+/// livelocked. A paused channel is paused, not silent: no silence deadline
+/// runs while it waits, its own heartbeats still go out (so its peer does
+/// not take it for dead either), and silence is measured again from the
+/// moment it resumes.
+#[test]
+fn regression_a_paused_channel_is_paused_not_silent() {
+    let budget = ReassemblyBudget::new(128 * 1024);
+    let cfg = SessionConfig::default();
+    let t0 = Instant::now();
+    let mut s1 = Rx::new(cfg.clone(), &budget, t0);
+    let f1 = fragments(3, 1, &slice(1, 120 * 1024), 16 * 1024);
+    for f in &f1[..7] {
+        s1.push(f, t0);
+    }
+    let mut s2 = Rx::new(cfg.clone(), &budget, t0);
+    let f2 = fragments(2, 1, &slice(2, 60 * 1024), 40 * 1024);
+    s2.push(&f2[0], t0);
+    assert!(s2.s.input_blocked());
+    // A minute paused: every deadline that comes is fed, as a driver does.
+    let mut out = ByteBuffer::new(RING);
+    let mut heartbeats = 0;
+    while let Some(now) = s2.s.poll_timeout() {
+        if now > t0 + Duration::from_secs(60) {
+            break;
+        }
+        s2.s.handle_timeout(now);
+        if s2.s.poll_transmit(now, &mut out) > 0 {
+            heartbeats += 1;
+            out.clear();
+        }
+        assert_eq!(s2.events(), vec![], "at {:?}", now - t0);
+    }
+    assert!(
+        heartbeats >= 50,
+        "{heartbeats} heartbeats in a minute paused"
+    );
+    // S1 completes (its peer was merely slow): S2 resumes …
+    let resumed = t0 + Duration::from_secs(60);
+    for f in &f1[7..] {
+        s1.push(f, resumed);
+    }
+    s2.process(resumed);
+    assert!(!s2.s.input_blocked());
+    // … and silence is measured from then: quiet for the silence timeout
+    // after it resumed, it is silent.
+    s2.s.handle_timeout(resumed + cfg.silence_timeout - Duration::from_millis(1));
+    assert!(!s2.events().contains(&SessionEvent::Silent));
+    s2.s.handle_timeout(resumed + cfg.silence_timeout);
+    assert!(s2.events().contains(&SessionEvent::Silent));
 }
 
 /// Partial messages that together need more than the budget cannot all
@@ -218,9 +271,13 @@ fn in_a_budget_contention_the_younger_holder_gives_way_and_the_oldest_completes(
     let t1 = t0 + Duration::from_secs(30);
     s1.s.handle_timeout(t1);
     s2.s.handle_timeout(t1);
-    let contention = |e: &Vec<SessionEvent>| e.contains(&SessionEvent::BudgetContention);
-    assert!(!contention(&s1.events()), "the oldest never gives way");
-    assert!(contention(&s2.events()), "the younger gives way");
+    // Neither is silent (both are paused); only the younger gives way.
+    assert_eq!(s1.events(), vec![], "the oldest waits");
+    assert_eq!(
+        s2.events(),
+        vec![SessionEvent::BudgetContention],
+        "the younger gives way"
+    );
     // S2's channel closes (its peer will resend): S1 completes.
     s2.s.channel_down();
     s1.process(t1);
@@ -245,12 +302,10 @@ fn a_partial_message_that_makes_no_progress_is_abandoned() {
     let f = fragments(2, 1, &slice(0, 100_000), 16 * 1024);
     rx.push(&f[0], t0);
     rx.push(&f[1], t0 + Duration::from_secs(20));
-    // Progress moved the deadline: nothing at t0 + 30 s …
+    // Progress moved the deadline: no stall at t0 + 30 s (the peer, not
+    // paused, did go silent: nothing heard since t0 + 20 s) …
     rx.s.handle_timeout(t0 + Duration::from_secs(30));
-    assert!(!rx
-        .events()
-        .iter()
-        .any(|e| matches!(e, SessionEvent::Stalled(_))));
+    assert_eq!(rx.events(), vec![SessionEvent::Silent]);
     // … but 30 s after the last fragment the message is abandoned.
     rx.s.handle_timeout(t0 + Duration::from_secs(50));
     let ev = rx.events();
@@ -454,4 +509,145 @@ fn level_four_is_not_held_behind_a_promoted_background_lane() {
         lanes[..2].contains(&4),
         "level 4 waited behind the promoted lane: lanes {lanes:?}"
     );
+}
+
+/// Issue 17: one peer kept the whole reassembly budget with one zero-byte
+/// continuation frame per lane every 29 s — a zero-byte frame counted as
+/// progress, and the oldest holder was exempt from the share — while
+/// every other peer waited for ever. Progress now means bytes, and while
+/// another session waits for budget the oldest holder must keep receiving
+/// at least `reassembly_min_rate` (after one `reassembly_idle` of grace) or
+/// give way (after half an idle time of grace). Virtual clock: ten
+/// minutes of trickling, one frame per 29 s.
+#[test]
+fn regression_a_trickling_oldest_holder_has_a_deadline() {
+    // What the trickle carries: nothing (the attack seen), or one byte.
+    for trickle in [0usize, 1] {
+        let budget = ReassemblyBudget::new(256 * 1024);
+        let cfg = SessionConfig::default();
+        let t0 = Instant::now();
+        let mut hostile = Rx::new(cfg.clone(), &budget, t0);
+        let big = fragments(3, 1, &slice(1, 1 << 20), 16 * 1024);
+        for f in &big[..15] {
+            hostile.push(f, t0);
+        }
+        assert!(hostile.s.budget_held() > 230 * 1024);
+        // An innocent peer's message waits for budget.
+        let mut innocent = Rx::new(cfg.clone(), &budget, t0);
+        let body = slice(2, 100 * 1024);
+        let f2 = fragments(2, 1, &body, 40 * 1024);
+        innocent.push(&f2[0], t0);
+        assert!(innocent.s.input_blocked());
+        let mut offset = 15 * 16 * 1024;
+        let mut now = t0;
+        let mut gave_up = None;
+        while now < t0 + Duration::from_secs(600) {
+            let next = now + Duration::from_secs(29);
+            // Every deadline before the next trickle, as a driver feeds them.
+            while let Some(at) = hostile.s.poll_timeout().filter(|at| *at <= next) {
+                let at = at.max(now);
+                hostile.s.handle_timeout(at);
+                let ev = hostile.events();
+                if ev
+                    .iter()
+                    .any(|e| matches!(e, SessionEvent::BudgetContention | SessionEvent::Stalled(_)))
+                {
+                    gave_up = Some((at - t0, ev));
+                    break;
+                }
+            }
+            if gave_up.is_some() {
+                break;
+            }
+            now = next;
+            let payload = vec![7u8; trickle];
+            hostile.push(&data(3, 0, &payload, 0, offset as u64), now);
+            offset += trickle;
+        }
+        let (at, ev) = gave_up.unwrap_or_else(|| {
+            panic!("a trickle of {trickle} bytes per 29 s kept the budget for 600 s")
+        });
+        // An empty trickle moves no deadline: the hold ends with the first
+        // trickle seen after the innocent began to wait (29 s). A byte is a
+        // too-slow holder: half an idle time (15 s) later it gives way.
+        let bound = Duration::from_secs(if trickle == 0 { 30 } else { 45 });
+        assert!(at <= bound, "{trickle}: held until {at:?}");
+        if trickle > 0 {
+            assert_eq!(ev, vec![SessionEvent::BudgetContention]);
+        }
+        hostile.s.channel_down();
+        innocent.process(t0 + at);
+        for f in &f2[1..] {
+            innocent.push(f, t0 + at);
+        }
+        assert_eq!(innocent.delivered.len(), 1);
+        assert_eq!(&innocent.delivered[0].body[..], &body[..]);
+    }
+}
+
+/// The other side of the rule above: an honest large sender holding the
+/// budget beyond its share while another session waits is never made to
+/// give way as long as it keeps at least `reassembly_min_rate` (1 MiB/s),
+/// however long its message takes; below it, it gives way (here with a
+/// one-second idle time, half a second of grace, so the virtual run stays
+/// short).
+#[test]
+fn a_slow_but_steady_large_sender_is_never_failed() {
+    // (bytes per second, whether it must give way)
+    for (rate, gives_way) in [(2u64 << 20, false), (512 << 10, true)] {
+        let budget = ReassemblyBudget::new(17 << 20);
+        let t0 = Instant::now();
+        let grace = SessionConfig {
+            reassembly_idle: Duration::from_secs(1),
+            ..SessionConfig::default()
+        };
+        let mut honest = Rx::new(grace, &budget, t0);
+        let frames = fragments(3, 1, &vec![5u8; 8 << 20], 16 * 1024);
+        honest.push(&frames[0], t0);
+        // Another session fills its share (half the budget) and waits for
+        // more; it would give way only after an hour.
+        let patient = SessionConfig {
+            reassembly_idle: Duration::from_secs(3600),
+            ..SessionConfig::default()
+        };
+        let mut waiting = Rx::new(patient, &budget, t0);
+        let other = fragments(2, 1, &vec![6u8; 9 << 20], 64 * 1024 - HEADER_LEN);
+        let mut k = 0;
+        while !waiting.s.input_blocked() {
+            waiting.push(&other[k], t0);
+            k += 1;
+        }
+        assert_eq!(budget.waiting(), 1);
+        let every = Duration::from_nanos(16 * 1024 * 1_000_000_000 / rate);
+        let mut now = t0;
+        let mut gave_way = None;
+        'frames: for f in &frames[1..] {
+            let next = now + every;
+            while let Some(at) = honest.s.poll_timeout().filter(|at| *at <= next) {
+                honest.s.handle_timeout(at);
+                let ev = honest.events();
+                if !ev.is_empty() {
+                    gave_way = Some((at - t0, ev));
+                    break 'frames;
+                }
+            }
+            now = next;
+            honest.push(f, now);
+        }
+        if gives_way {
+            let (at, ev) = gave_way.expect("too slow: it gives way");
+            assert_eq!(ev, vec![SessionEvent::BudgetContention]);
+            // Half a second of grace, then a deficit of half a second
+            // per second: about one second.
+            assert!(
+                at >= Duration::from_millis(900) && at <= Duration::from_millis(1200),
+                "{at:?}"
+            );
+        } else {
+            assert_eq!(gave_way, None);
+            assert_eq!(honest.delivered.len(), 1);
+            assert_eq!(honest.delivered[0].body.len(), 8 << 20);
+            assert!(now - t0 >= Duration::from_secs(3), "{:?}", now - t0);
+        }
+    }
 }

@@ -105,6 +105,21 @@ pub struct NodeConfig {
     /// budget while waiting this long for more gives way to the oldest
     /// holder (its peer resends from the first fragment).
     pub reassembly_idle: Duration,
+    /// While another channel waits for reassembly budget, the oldest
+    /// holder (which may exceed its share and never gives way otherwise)
+    /// keeps its place only while it receives at least this many bytes per
+    /// second, after half a `reassembly_idle` of grace; a slower one gives way
+    /// like any other holder (its channel closes, not as a fault, and its
+    /// peer resends). A trickle cannot keep the budget; lower it for links
+    /// slower than 1 MiB/s. 0: no such deadline.
+    pub reassembly_min_rate: u64,
+    /// Handler time one turn of a channel's input may take before its actor
+    /// lets the other work of its thread run (the rest is handled in the
+    /// next turn). Whatever the handlers cost, deliveries pause about
+    /// every half of the shorter of this and `ack_delay`, so
+    /// acknowledgements and heartbeats go out between handler calls: a
+    /// busy node is never taken for dead.
+    pub turn_budget: Duration,
     /// When no `SiteRef` to a site is left, nothing is pending and the channel
     /// has been idle this long, it is closed weakly; after the peer rejects a
     /// weak close, none is tried again for this long.
@@ -205,6 +220,8 @@ impl Default for NodeConfig {
             silence_timeout: Duration::from_secs(5),
             close_timeout: Duration::from_secs(5),
             reassembly_idle: Duration::from_secs(30),
+            reassembly_min_rate: 1 << 20,
+            turn_budget: Duration::from_millis(10),
             linger: Duration::from_secs(10),
             ring_idle: Duration::from_secs(2),
             reopen_after_peer_hard_close: Duration::from_secs(5),
@@ -291,6 +308,8 @@ impl NodeConfig {
             silence_timeout: self.silence_timeout,
             close_timeout: self.close_timeout,
             reassembly_idle: self.reassembly_idle,
+            reassembly_min_rate: self.reassembly_min_rate,
+            turn_budget: Some(self.turn_budget),
         }
     }
 }

@@ -87,6 +87,24 @@ impl ComObject {
         self.session.input_blocked()
     }
 
+    /// True if the last input stopped after a slice of deliveries with
+    /// input left (see [`Session::input_paused`](crate::Session::input_paused)).
+    pub fn input_paused(&self) -> bool {
+        self.session.input_paused()
+    }
+
+    /// A turn of the driver's event loop begins (see
+    /// [`Session::begin_turn`](crate::Session::begin_turn)).
+    pub fn begin_turn(&mut self, now: Instant) {
+        self.session.begin_turn(now);
+    }
+
+    /// True if the turn's handler time is used up (see
+    /// [`Session::turn_spent`](crate::Session::turn_spent)).
+    pub fn turn_spent(&mut self, now: Instant) -> bool {
+        self.session.turn_spent(now)
+    }
+
     /// True if a standalone ack is waiting, held or not.
     pub fn ack_waiting(&self) -> bool {
         self.session.ack_waiting()

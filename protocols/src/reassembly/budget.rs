@@ -8,19 +8,49 @@
 //! peer's sending is slowed by TCP), and the driver stops reading that
 //! channel until budget is released
 //! ([`ReassemblyBudget::set_release_hook`]). An exhausted budget therefore
-//! pauses peers; it never fails one.
+//! pauses peers; it never fails one: a paused channel is paused, not
+//! silent (no silence deadline runs while its input waits).
 //!
 //! Partial messages that together need more than the budget cannot all
 //! finish: if a holder other than the oldest stays blocked for the
 //! reassembly idle time, it gives way — its partial messages are abandoned
 //! and its channel closed, not as a fault: the peer reconnects and resends
-//! them from their first fragment — which frees budget for the oldest. The
-//! oldest never gives way, so some message always completes. A partial
-//! message that makes no progress because its *peer* stopped sending is
-//! abandoned after the same idle time, as a protocol fault. (A peer that
-//! trickles bytes just fast enough keeps its partial message alive; what it
-//! holds is still only what it sent, within its share unless it is the
-//! oldest holder.)
+//! them from their first fragment — which frees budget for the oldest.
+//!
+//! # Progress means bytes; the oldest holder has a deadline (issue 17)
+//!
+//! Before these rules one peer kept the whole budget with one zero-byte
+//! continuation frame per lane every 29 s: an empty frame counted as
+//! progress, and the oldest holder was exempt from everything.
+//!
+//! * **Progress means bytes.** A partial message's idle deadline
+//!   (`reassembly_idle`, 30 s) is measured from the last fragment that
+//!   *added bytes*; an empty fragment moves nothing. A partial message
+//!   that gets no byte for that long is abandoned as a protocol fault.
+//! * **While another session waits for budget, the oldest holder must keep
+//!   a minimum rate** (`reassembly_min_rate`, 1 MiB/s). When a session's
+//!   input blocks it counts as *waiting* ([`ReassemblyBudget::waiting`]).
+//!   While any other session waits, the oldest holder's deadline starts
+//!   half a `reassembly_idle` after its last byte (its grace: shorter than
+//!   the idle time after which a younger holder blocked behind it would
+//!   give way) and each byte received buys `1 / reassembly_min_rate`
+//!   seconds more, never past its stall deadline (one `reassembly_idle`
+//!   after its last byte: no credit is banked). A holder receiving at
+//!   least the minimum rate therefore never reaches it; a slower one does
+//!   — about `reassembly_idle / 2 / (1 - rate / min_rate)` after it first
+//!   sees someone wait — and gives way like any other holder (not a
+//!   fault). An honest large sender (250 MB over loopback, or any steady
+//!   link at 1 MiB/s or more) is never made to give way; a trickle keeps
+//!   the budget from a waiting session for at most its trickle period and
+//!   about half an idle time. The deadline does not run while the oldest holder is
+//!   itself blocked by another holder (that one gives way in its turn); it
+//!   does while it is blocked with no other holder (nobody else could ever
+//!   free what it waits for).
+//!
+//! Whatever a peer holds is only what it sent, within its share unless it
+//! is the oldest holder, and the oldest holder keeps that exemption only
+//! while it keeps sending at the minimum rate (a peer that does so for
+//! ever keeps it for ever: that is a transfer, not a trickle).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -59,6 +89,8 @@ struct Inner {
     next_ticket: AtomicU64,
     /// Times budget was given back (lets a driver see progress).
     releases: AtomicU64,
+    /// Sessions whose input waits for budget now.
+    waiting: AtomicU64,
     limit: u64,
     hook: HookSlot,
 }
@@ -114,6 +146,7 @@ impl ReassemblyBudget {
                 order: Default::default(),
                 next_ticket: AtomicU64::new(0),
                 releases: AtomicU64::new(0),
+                waiting: AtomicU64::new(0),
                 limit,
                 hook: HookSlot::default(),
             }),
@@ -135,6 +168,11 @@ impl ReassemblyBudget {
         self.inner.holders.load(Ordering::Acquire)
     }
 
+    /// Sessions whose input waits for budget now.
+    pub fn waiting(&self) -> u64 {
+        self.inner.waiting.load(Ordering::Acquire)
+    }
+
     /// How many times budget was given back so far.
     pub fn releases(&self) -> u64 {
         self.inner.releases.load(Ordering::Acquire)
@@ -152,6 +190,7 @@ impl ReassemblyBudget {
             budget: self.clone(),
             held: 0,
             ticket: 0,
+            waiting: false,
         }
     }
 
@@ -183,6 +222,8 @@ pub struct BudgetShare {
     /// This session's place in the holders' order (meaningful while it
     /// holds budget: `held > 0`).
     ticket: u64,
+    /// Its input waits for budget (counted in the budget's `waiting`).
+    waiting: bool,
 }
 
 impl BudgetShare {
@@ -201,7 +242,38 @@ impl BudgetShare {
         }
     }
 
-    /// Takes `n` more bytes, or says why not (leaving everything unchanged).
+    /// True if another session's input waits for budget: the oldest
+    /// holder's deadline runs (see the module documentation).
+    pub fn others_waiting(&self) -> bool {
+        self.budget.waiting() > u64::from(self.waiting)
+    }
+
+    /// True if another session holds budget (one that may give way).
+    pub fn others_holding(&self) -> bool {
+        self.budget.holders() > u64::from(self.held > 0)
+    }
+
+    /// This session's input no longer waits for budget (it was fed without
+    /// blocking, or its channel went).
+    pub fn stop_waiting(&mut self) {
+        self.set_waiting(false);
+    }
+
+    fn set_waiting(&mut self, waiting: bool) {
+        if self.waiting != waiting {
+            self.waiting = waiting;
+            let w = &self.budget.inner.waiting;
+            if waiting {
+                w.fetch_add(1, Ordering::AcqRel);
+            } else {
+                w.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Takes `n` more bytes, or says why not (leaving everything unchanged
+    /// but that the session now counts as waiting for budget, until it
+    /// takes some or [`stop_waiting`](Self::stop_waiting)).
     pub fn try_take(&mut self, n: u64) -> Result<(), Blocked> {
         if n == 0 {
             return Ok(());
@@ -210,11 +282,18 @@ impl BudgetShare {
         let others = b.holders.load(Ordering::Acquire) - u64::from(self.held > 0);
         let share = self.budget.fair_share(others + 1);
         if others > 0 && self.held.saturating_add(n) > share && !self.is_oldest() {
+            self.set_waiting(true);
             return Err(Blocked::OverShare);
         }
-        b.available
+        if b.available
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| a.checked_sub(n))
-            .map_err(|_| Blocked::Exhausted)?;
+            .is_err()
+        {
+            self.set_waiting(true);
+            return Err(Blocked::Exhausted);
+        }
+        self.set_waiting(false);
+        let b = &self.budget.inner;
         if self.held == 0 {
             let t = b.next_ticket.fetch_add(1, Ordering::AcqRel);
             self.budget.order().insert(t);
@@ -245,6 +324,7 @@ impl BudgetShare {
 
 impl Drop for BudgetShare {
     fn drop(&mut self) {
+        self.set_waiting(false);
         self.give_back(self.held);
     }
 }

@@ -52,13 +52,17 @@ impl Session {
             l.timers.set(Timer::Silence, now + self.cfg.silence_timeout);
         }
         l.blocked = None;
-        let mut progress = read_in_place;
+        match self.cfg.pace_target() {
+            Some(target) => l.pace.begin_call(now, target),
+            None => l.pace.unpaced(),
+        }
+        let taken = self.recv.taken;
         let result = (|| {
             // A fragment read in place (zero-copy receive) first: it came
             // before everything in the ring.
             // A driver that read into the ring anyway (in-place reads are
             // an optimisation, never required): its bytes go in place.
-            progress |= self.recv.direct_from_ring(input);
+            self.recv.direct_from_ring(input);
             let l = self.link.as_deref_mut().expect("a working channel");
             let stats = self.stats.get_or_insert_with(Box::default);
             if let Some(done) = self.recv.finish_direct(deliver, &mut l.ack, stats) {
@@ -70,6 +74,13 @@ impl Session {
                 return Ok(());
             }
             while input.peek(0, &mut hb) {
+                let l = self.link.as_deref_mut().expect("a working channel");
+                if l.pace.spent() {
+                    // The slice is delivered: the driver looks at its clock
+                    // (acks, heartbeats, the turn budget) before the rest.
+                    l.pace.paused = true;
+                    break;
+                }
                 let h = FrameHeader::decode(&hb, max_payload)?;
                 // The ack is processed as soon as the header is there.
                 self.send.apply_ack(h.ack)?;
@@ -77,7 +88,7 @@ impl Session {
                 if input.len() < len {
                     // A large fragment's rest may be read straight into its
                     // message (see `direct_input`).
-                    progress |= self.recv.adopt(&h, input);
+                    self.recv.adopt(&h, input);
                     break;
                 }
                 match h.kind {
@@ -93,7 +104,7 @@ impl Session {
                             self.cfg.max_message,
                             &mut l.arena,
                         )? {
-                            DataOutcome::Consumed { progress: p } => progress |= p,
+                            DataOutcome::Consumed => l.pace.spend(1),
                             DataOutcome::Blocked(why) => {
                                 l.blocked = Some(why);
                                 break;
@@ -103,7 +114,7 @@ impl Session {
                     FrameKind::Packed => {
                         let payload = input.slices(HEADER_LEN, h.payload_len as usize);
                         let l = self.link.as_deref_mut().expect("a working channel");
-                        self.recv.on_packed(
+                        let (done, finished) = self.recv.on_packed(
                             &h,
                             payload,
                             deliver,
@@ -111,7 +122,16 @@ impl Session {
                             self.stats.get_or_insert_with(Box::default),
                             self.cfg.max_message,
                             &mut l.arena,
+                            (l.pace.packed_done, l.pace.left()),
                         )?;
+                        l.pace.spend(done);
+                        if !finished {
+                            // The rest of the frame after the pause.
+                            l.pace.packed_done += done;
+                            l.pace.paused = true;
+                            break;
+                        }
+                        l.pace.packed_done = 0;
                     }
                     FrameKind::Ack | FrameKind::Heartbeat => {}
                     kind @ (FrameKind::CloseWeak
@@ -139,12 +159,15 @@ impl Session {
             }
             Ok(())
         })();
-        self.after_input(now, progress);
+        let bytes = self.recv.taken - taken;
+        self.after_input(now, bytes);
         result
     }
 
-    /// Re-arms the receive-side timers after input.
-    fn after_input(&mut self, now: Instant, progress: bool) {
+    /// Re-arms the receive-side timers after input that added `bytes` to
+    /// partly received messages (progress means bytes: an empty fragment
+    /// moves no deadline). See `reassembly/budget.rs` for the rules.
+    fn after_input(&mut self, now: Instant, bytes: u64) {
         let Some(l) = self.link.as_deref_mut() else {
             return;
         };
@@ -152,17 +175,55 @@ impl Session {
             l.timers
                 .set_if_unset(Timer::AckDelay, now + self.cfg.ack_delay);
         }
+        if l.blocked.is_some() {
+            // Paused, not silent: the peer's frames (its heartbeats too)
+            // wait behind the one we may not read, so hearing nothing
+            // says nothing about it. Silence is measured again from the
+            // input call that resumes (our own heartbeats still go out, so
+            // the peer does not take us for dead either).
+            l.timers.stop(Timer::Silence);
+        } else {
+            self.recv.stop_waiting();
+        }
+        if bytes > 0 {
+            l.last_bytes = now;
+        }
+        let stall = l.last_bytes + self.cfg.reassembly_idle;
+        let partial = self.recv.has_partial();
+        // While another session waits for budget, the oldest holder keeps
+        // its place only at the minimum rate (unless it is itself blocked
+        // by another holder, which gives way in its turn).
+        let rated = partial
+            && self.recv.held() > 0
+            && self.cfg.reassembly_min_rate > 0
+            && self.recv.others_waiting()
+            && !(l.blocked.is_some() && self.recv.others_holding())
+            && self.recv.is_oldest_holder();
+        let was_rated = l.rate_deadline.is_some();
+        if rated {
+            // Half an idle time of grace: a trickler reaches its deadline
+            // before a younger holder blocked behind it would give way.
+            let grace = l.last_bytes + self.cfg.reassembly_idle / 2;
+            let credit = credit(bytes, self.cfg.reassembly_min_rate);
+            let d = l
+                .rate_deadline
+                .map_or(grace, |d| d.checked_add(credit).unwrap_or(stall).min(stall));
+            l.rate_deadline = Some(d);
+            l.timers.set(Timer::ReassemblyIdle, d);
+            return;
+        }
+        l.rate_deadline = None;
         let idle = now + self.cfg.reassembly_idle;
         let t = &mut l.timers;
-        match (self.recv.has_partial(), l.blocked) {
+        match (partial, l.blocked) {
             (false, _) => t.stop(Timer::ReassemblyIdle),
             // The oldest holder waits for the others to give way; it never
             // does itself, so some message always completes.
             (true, Some(_)) if self.recv.is_oldest_holder() => t.stop(Timer::ReassemblyIdle),
             // Another holder, blocked: it gives way if that lasts.
             (true, Some(_)) => t.set_if_unset(Timer::ReassemblyIdle, idle),
-            (true, None) if progress => t.set(Timer::ReassemblyIdle, idle),
-            (true, None) => t.set_if_unset(Timer::ReassemblyIdle, idle),
+            (true, None) if bytes > 0 || was_rated => t.set(Timer::ReassemblyIdle, stall),
+            (true, None) => t.set_if_unset(Timer::ReassemblyIdle, stall),
         }
     }
 
@@ -171,6 +232,39 @@ impl Session {
     /// channel until the budget's release hook fires, then feed input again.
     pub fn input_blocked(&self) -> bool {
         self.link.as_ref().is_some_and(|l| l.blocked.is_some())
+    }
+
+    /// True if the last [`handle_input`](Self::handle_input) stopped with
+    /// input left because it delivered a slice's worth of messages (see
+    /// `pace.rs`): read the clock, feed [`handle_timeout`](Self::handle_timeout)
+    /// if a deadline passed, transmit what became due, ask
+    /// [`turn_spent`](Self::turn_spent), then call `handle_input` again
+    /// (at once, or after returning to the event loop).
+    pub fn input_paused(&self) -> bool {
+        self.link.as_ref().is_some_and(|l| l.pace.paused)
+    }
+
+    /// A turn of the driver's event loop begins at `now`: the handler time
+    /// of its input is measured from here (see
+    /// [`turn_spent`](Self::turn_spent)).
+    pub fn begin_turn(&mut self, now: Instant) {
+        if let Some(l) = self.link.as_deref_mut() {
+            l.pace.begin_turn(now);
+        }
+    }
+
+    /// True if the turn's handlers have used its time budget
+    /// ([`SessionConfig::turn_budget`](crate::SessionConfig)) by `now`: with
+    /// input [paused](Self::input_paused), return to the event loop (other
+    /// work on the thread runs) and feed the rest in a later turn. Ends the
+    /// turn: the next input call begins another.
+    pub fn turn_spent(&mut self, now: Instant) -> bool {
+        let Some(budget) = self.cfg.turn_budget else {
+            return false;
+        };
+        self.link
+            .as_deref_mut()
+            .is_some_and(|l| l.pace.turn_spent(now, budget))
     }
 
     /// Reassembly budget bytes this session holds.
@@ -206,4 +300,10 @@ impl Session {
     pub fn report_interrupted(&mut self, deliver: &mut dyn Deliver) {
         self.recv.report_interrupted(deliver);
     }
+}
+
+/// The time `bytes` buy at `rate` bytes per second.
+fn credit(bytes: u64, rate: u64) -> std::time::Duration {
+    let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate.max(1));
+    std::time::Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }

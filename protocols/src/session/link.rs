@@ -8,6 +8,7 @@ use bytes::BytesMut;
 
 use super::ack::AckPolicy;
 use super::close::CloseState;
+use super::pace::Pace;
 use super::{ChannelParams, SessionConfig, SessionStats};
 use crate::byte_buffer::ByteBuffer;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
@@ -30,6 +31,15 @@ pub(super) struct Link {
     /// Where small messages received whole are copied (shared chunks: no
     /// allocation per message).
     pub(super) arena: BytesMut,
+    /// When input last added bytes to a partly received message (or the
+    /// channel came up): a partial message stalls `reassembly_idle` later.
+    pub(super) last_bytes: Instant,
+    /// The oldest budget holder's deadline while others wait for budget
+    /// (see `reassembly/budget.rs`), if that rule applies now.
+    pub(super) rate_deadline: Option<Instant>,
+    /// Deliveries in slices, so acks and heartbeats go out between
+    /// handler calls (see `pace.rs`).
+    pub(super) pace: Pace,
 }
 
 impl Link {
@@ -57,6 +67,9 @@ impl Link {
             heartbeat_due: false,
             blocked: None,
             arena: BytesMut::new(),
+            last_bytes: now,
+            rate_deadline: None,
+            pace: Pace::default(),
         }
     }
 

@@ -22,7 +22,13 @@
 //!    frame and calls `deliver` for each complete message, in order; if it
 //!    leaves input unconsumed because the reassembly budget is short,
 //!    [`input_blocked`](Session::input_blocked) says so: stop reading until
-//!    the budget's release hook fires;
+//!    the budget's release hook fires; a paced session (`turn_budget`) also
+//!    stops after each slice of deliveries
+//!    ([`input_paused`](Session::input_paused)): read the clock, feed time
+//!    (2), write what became due (3), end the turn if
+//!    [`turn_spent`](Session::turn_spent), and feed the rest (call
+//!    [`begin_turn`](Session::begin_turn) when a turn of the event loop
+//!    begins);
 //! 2. feed time: if the deadline from [`poll_timeout`](Session::poll_timeout)
 //!    has passed, call [`handle_timeout`](Session::handle_timeout);
 //! 3. flush: call [`poll_transmit`](Session::poll_transmit) to fill the output
@@ -41,6 +47,7 @@ mod ack;
 mod close;
 mod input;
 mod link;
+mod pace;
 mod receive;
 mod send;
 mod types;
@@ -462,7 +469,11 @@ impl Session {
                 Timer::Silence | Timer::ReassemblyIdle if closed => {}
                 Timer::Silence => push_event(&mut self.events, SessionEvent::Silent),
                 Timer::ReassemblyIdle => {
-                    if l.blocked.is_some() {
+                    let stalled = now >= l.last_bytes + self.cfg.reassembly_idle;
+                    if l.blocked.is_some() || (l.rate_deadline.is_some() && !stalled) {
+                        // A blocked holder, or an oldest holder too slow
+                        // while others wait: it gives way (not a fault).
+                        l.rate_deadline = None;
                         push_event(&mut self.events, SessionEvent::BudgetContention);
                     } else if self.recv.has_partial() {
                         push_event(

@@ -35,11 +35,9 @@ use super::SessionStats;
 /// What one data frame did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DataOutcome {
-    /// Consumed; `progress` if it added to a partly received message.
-    Consumed {
-        /// A partial message grew (or started).
-        progress: bool,
-    },
+    /// Consumed (the bytes it added to a partly received message, if any,
+    /// are counted in `Receiver::taken`).
+    Consumed,
     /// Not consumed: no budget for its bytes now.
     Blocked(Blocked),
 }
@@ -141,6 +139,9 @@ pub(crate) struct Receiver {
     /// The fragment being read straight into its message, if one is (see
     /// [`Receiver::adopt`]): its header.
     direct: Option<FrameHeader>,
+    /// Payload bytes of partly received messages taken in so far (ever):
+    /// progress means bytes (an empty fragment adds none).
+    pub(crate) taken: u64,
 }
 
 /// A fragment is read straight into its message, past the ring, when at
@@ -156,6 +157,7 @@ impl Receiver {
             share: budget.share(),
             interrupted: Vec::new(),
             direct: None,
+            taken: 0,
         }
     }
 
@@ -175,12 +177,28 @@ impl Receiver {
         self.share.is_oldest()
     }
 
+    /// True if another session's input waits for the reassembly budget.
+    pub(crate) fn others_waiting(&self) -> bool {
+        self.share.others_waiting()
+    }
+
+    /// True if another session holds reassembly budget.
+    pub(crate) fn others_holding(&self) -> bool {
+        self.share.others_holding()
+    }
+
+    /// This session's input no longer waits for budget.
+    pub(crate) fn stop_waiting(&mut self) {
+        self.share.stop_waiting();
+    }
+
     /// Drops every partly received message (the channel is gone: their
     /// senders restart them from the first fragment) and gives their budget
     /// back. Streams already started are told at the next
     /// [`report_interrupted`](Self::report_interrupted).
     pub(crate) fn abandon_partials(&mut self) {
         self.direct = None;
+        self.share.stop_waiting();
         for i in 0..4 {
             match self.reassembly.take(i) {
                 None => {}
@@ -236,7 +254,7 @@ impl Receiver {
                 let parts = split_whole(lane, a, b, max_message, arena)?;
                 let size = parts.0.total_len();
                 self.deliver_whole(lane, h.msg_number, size, || parts, deliver, ack, stats)?;
-                return Ok(DataOutcome::Consumed { progress: false });
+                return Ok(DataOutcome::Consumed);
             }
             // Checked before any budget is taken or anything allocated.
             let prelude = first_prelude(lane, a, b, max_message)?;
@@ -334,6 +352,7 @@ impl Receiver {
                 }
             }
         }
+        self.taken += len;
         self.complete_fragment(h, deliver, ack, stats)
     }
 
@@ -347,7 +366,7 @@ impl Receiver {
         stats: &mut SessionStats,
     ) -> Result<DataOutcome, ProtocolError> {
         if !h.is_last() {
-            return Ok(DataOutcome::Consumed { progress: true });
+            return Ok(DataOutcome::Consumed);
         }
         let lane = h.lane;
         let priority = Priority::from_lane(lane).expect("validated lane");
@@ -386,7 +405,7 @@ impl Receiver {
                 }
             }
         }
-        Ok(DataOutcome::Consumed { progress: true })
+        Ok(DataOutcome::Consumed)
     }
 
     /// Zero-copy receive: the continuation fragment `h` is at the front of
@@ -425,6 +444,7 @@ impl Receiver {
             .and_then(|()| r.open_in_place(lane, payload - in_ring));
         debug_assert!(opened.is_ok(), "checked above");
         input.consume(HEADER_LEN + in_ring);
+        self.taken += in_ring as u64;
         self.direct = Some(*h);
         true
     }
@@ -438,6 +458,7 @@ impl Receiver {
     /// `n` bytes were read into [`direct_target`](Self::direct_target).
     pub(crate) fn direct_commit(&mut self, n: usize) {
         self.adopted().expect("an adopted fragment").commit(n);
+        self.taken += n as u64;
     }
 
     /// The message of the adopted fragment, if one is adopted.
@@ -495,7 +516,10 @@ impl Receiver {
     /// Handles one packed frame (whole messages of lane `h.lane`, numbered
     /// from `h.msg_number`): each is delivered, or dropped as a duplicate,
     /// as if it had come alone. Like a new message in a `DATA` frame, it may
-    /// not overtake a partly received message of its lane.
+    /// not overtake a partly received message of its lane. The first `skip`
+    /// messages were delivered by an earlier call (the turn paused in the
+    /// frame: see `pace.rs`); at most `limit` more are. Returns how many
+    /// were, and whether the frame is finished.
     #[allow(clippy::too_many_arguments)] // one frame's whole context
     pub(crate) fn on_packed(
         &mut self,
@@ -506,7 +530,8 @@ impl Receiver {
         stats: &mut SessionStats,
         max_message: u64,
         arena: &mut BytesMut,
-    ) -> Result<(), ProtocolError> {
+        (skip, limit): (u32, u32),
+    ) -> Result<(u32, bool), ProtocolError> {
         let lane = h.lane;
         if self.reassembly.is_some(lane as usize - 1) {
             return Err(ProtocolError::FragmentSequence {
@@ -517,7 +542,18 @@ impl Receiver {
         let mut entries = Entries::new(lane, payload, max_message);
         // `None` once the numbers ran past u64::MAX: a further entry is a gap.
         let mut next = Some(h.msg_number);
-        while let Some(e) = entries.next_entry(arena) {
+        for _ in 0..skip {
+            match entries.skip_entry() {
+                Some(r) => r?,
+                None => break,
+            }
+            next = next.and_then(|n| n.checked_add(1));
+        }
+        let mut done = 0;
+        while done < limit {
+            let Some(e) = entries.next_entry(arena) else {
+                return Ok((done, true));
+            };
             let e = e?;
             let n = next.ok_or(ProtocolError::NumberGap {
                 last: self.last_received,
@@ -527,8 +563,9 @@ impl Receiver {
             let parts = || (e.prelude, e.header, e.body);
             self.deliver_whole(lane, n, size, parts, deliver, ack, stats)?;
             next = n.checked_add(1);
+            done += 1;
         }
-        Ok(())
+        Ok((done, entries.at_end()))
     }
 
     /// Hands the whole message `n` of `lane` (`size` wire bytes; `parts`

@@ -31,6 +31,28 @@ pub struct SessionConfig {
     /// others); a session that holds reassembly budget and is blocked this
     /// long gives way unless it is the oldest holder.
     pub reassembly_idle: Duration,
+    /// While another session waits for reassembly budget, the oldest
+    /// holder keeps its place only if it receives at least this many bytes
+    /// per second (after half a `reassembly_idle` of grace); otherwise it
+    /// gives way (see `reassembly/budget.rs`). 0: no such deadline.
+    pub reassembly_min_rate: u64,
+    /// Paced deliveries, for a driver that follows the pause contract
+    /// ([`Session::input_paused`](crate::Session::input_paused)): the
+    /// handler time one turn of a channel's input may take before the
+    /// driver returns to its event loop (other channels on its thread run)
+    /// and feeds the rest later. Deliveries pause about every half of the
+    /// shorter of this and the ack delay, so acknowledgements and
+    /// heartbeats go out between handler calls (`session/pace.rs`). `None`
+    /// (the default): every call delivers all the input it can.
+    pub turn_budget: Option<Duration>,
+}
+
+impl SessionConfig {
+    /// How long a slice of deliveries should take (see `pace.rs`), if
+    /// deliveries are paced.
+    pub(crate) fn pace_target(&self) -> Option<Duration> {
+        Some(self.turn_budget?.min(self.ack_delay) / 2)
+    }
 }
 
 impl Default for SessionConfig {
@@ -45,6 +67,8 @@ impl Default for SessionConfig {
             silence_timeout: Duration::from_secs(5),
             close_timeout: Duration::from_secs(5),
             reassembly_idle: Duration::from_secs(30),
+            reassembly_min_rate: 1 << 20,
+            turn_budget: None,
         }
     }
 }
@@ -65,9 +89,10 @@ pub enum SessionEvent {
     /// time: the peer broke the protocol; close the channel.
     Stalled(ProtocolError),
     /// This session held reassembly budget while blocked for the reassembly
-    /// idle time, and is not the oldest holder: it gives way — close the
-    /// channel (not a fault; the peer resends its partial messages from the
-    /// start).
+    /// idle time and is not the oldest holder, or it is the oldest holder
+    /// and received less than `reassembly_min_rate` while another session
+    /// waited for budget: it gives way — close the channel (not a fault;
+    /// the peer resends its partial messages from the start).
     BudgetContention,
 }
 

@@ -32,6 +32,9 @@ pub(super) enum ReadTurn {
     Up,
     /// Input waits for reassembly budget: stop reading until it is released.
     Blocked,
+    /// The turn's handler time is spent (`Session::turn_spent`) with input
+    /// left in the ring: let the thread's other work run, then go on.
+    Yield,
     /// The channel ended.
     Ended,
 }
@@ -62,6 +65,54 @@ pub(super) fn ring_bytes_changed(node: &crate::node::NodeInner, delta: i64) {
         c.channel_buffer_bytes_peak.fetch_max(now, Relaxed);
     } else if delta < 0 {
         c.channel_buffer_bytes.fetch_sub((-delta) as u64, Relaxed);
+    }
+}
+
+/// What feeding the input ring did.
+enum Fed {
+    /// Everything it could take was taken (or it waits for budget).
+    Done,
+    /// The turn's handler time is spent; input is left.
+    Yield,
+    /// The channel ended.
+    Ended,
+}
+
+/// Feeds the input ring of channel `id` to the machine (`now`: the time
+/// of the last read). Whenever the session pauses between slices of
+/// deliveries (`Session::input_paused`), the driver's part: read the clock,
+/// fire the timers that are due — the ack delay, a heartbeat — and write
+/// what they made due without waiting for the socket (reads are never held
+/// behind writes), end the turn if its handler time is spent, or go on.
+/// Fast handlers pause once per 64 messages and write nothing mid-turn.
+fn feed(
+    com: &mut sitenet_protocols::ComObject,
+    t: &mut TransObject,
+    deliver: &mut Delivery<'_>,
+    id: ChannelId,
+    mut now: Instant,
+) -> Fed {
+    loop {
+        if !com.handle_input_with(id, now, &mut t.inb, deliver) {
+            return Fed::Ended;
+        }
+        if !com.input_paused() {
+            return Fed::Done;
+        }
+        now = Instant::now();
+        if com.poll_timeout().is_some_and(|at| at <= now) {
+            com.handle_timeout(now);
+            com.poll_transmit(now, &mut t.outb);
+            if !t.outb.is_empty() {
+                if let Err(e) = t.write_some(WRITE_BYTES_PER_TURN) {
+                    com.channel_lost(id, Loss::Io(e.to_string()), now);
+                    return Fed::Ended;
+                }
+            }
+        }
+        if com.turn_spent(now) {
+            return Fed::Yield;
+        }
     }
 }
 
@@ -194,6 +245,16 @@ impl ComObject {
             ReadTurn::Up => self.arm(Readiness::Read, ctx),
             // Reading stops until the reassembly budget is given back.
             ReadTurn::Blocked => self.wait_for_budget(id, epoch, ctx),
+            // The rest of the input, once the thread's other work ran.
+            ReadTurn::Yield => {
+                ctx.spawn(fut::wrap_future::<_, Self>(tokio::task::yield_now()).map(
+                    move |(), act, ctx| {
+                        if act.live.as_ref().is_some_and(|l| l.id == id) {
+                            act.on_readable(ctx);
+                        }
+                    },
+                ));
+            }
         }
         // A reply queued by a handler or a task woken by these messages can
         // carry the ack: hold a threshold ack until the next turn of the
@@ -258,12 +319,14 @@ impl ComObject {
         let Some(live) = self.live.as_mut() else {
             return ReadTurn::Ended;
         };
-        // Bytes left over from the handshake (or from a blocked turn) first.
-        if !self
-            .com
-            .handle_input_with(id, Instant::now(), &mut live.t.inb, &mut deliver)
-        {
-            return ReadTurn::Ended;
+        let now = Instant::now();
+        self.com.begin_turn(now);
+        // Bytes left over from the handshake (or from a blocked or yielded
+        // turn) first.
+        match feed(&mut self.com, &mut live.t, &mut deliver, id, now) {
+            Fed::Done => {}
+            Fed::Ended => return ReadTurn::Ended,
+            Fed::Yield => return ReadTurn::Yield,
         }
         for _ in 0..READS_PER_TURN {
             if self.com.input_blocked() {
@@ -301,11 +364,10 @@ impl ComObject {
                 self.com.channel_lost(id, loss, Instant::now());
                 return ReadTurn::Ended;
             }
-            if !self
-                .com
-                .handle_input_with(id, Instant::now(), &mut live.t.inb, &mut deliver)
-            {
-                return ReadTurn::Ended;
+            match feed(&mut self.com, &mut live.t, &mut deliver, id, Instant::now()) {
+                Fed::Done => {}
+                Fed::Ended => return ReadTurn::Ended,
+                Fed::Yield => return ReadTurn::Yield,
             }
         }
         if self.com.input_blocked() {
