@@ -25,6 +25,8 @@ struct Found {
     value: String,
     /// Who the final handler saw as the sender.
     asker: Option<String>,
+    /// Who it saw forward the request (`Ctx::forwarded_by`).
+    via: Option<String>,
 }
 impl Message for Found {
     const ID: u32 = 601;
@@ -52,6 +54,10 @@ fn owner() -> Node {
         let _ = ctx.reply(&Found {
             value: format!("value of {}", l.key),
             asker: ctx.sender_id().map(|id| id.to_string()),
+            via: ctx
+                .forwarded_by()
+                .and_then(|s| s.id())
+                .map(|id| id.to_string()),
         });
     })
     .unwrap();
@@ -82,6 +88,7 @@ async fn the_final_handler_answers_the_origin_directly_in_three_messages() {
         Some(a.id().to_string()),
         "C saw A as the sender"
     );
+    assert_eq!(r.msg.via, Some(b.id().to_string()), "and B forwarded it");
     // Request, forward, reply: three messages in all (acks aside).
     assert!(
         a.wait_until(|_| sent(&[&a, &b, &c]) >= 3, PATIENCE).await,
@@ -97,6 +104,17 @@ async fn the_final_handler_answers_the_origin_directly_in_three_messages() {
         .map(|n| n.metrics().data_frames_sent)
         .sum();
     assert_eq!(frames, 3, "data frames");
+    let direct = a
+        .site(&addr(&c))
+        .unwrap()
+        .request::<Lookup, Found>(
+            &Lookup { key: "k".into() },
+            SendOptions::default(),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(direct.msg.via, None, "asked directly: no forwarder");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,6 +133,9 @@ async fn a_forwarded_request_forwarded_again_keeps_its_origin() {
         .await
         .unwrap();
     assert_eq!(r.msg.asker, Some(a.id().to_string()));
+    // The origin is what the forwarders claim; the owner also sees who
+    // actually delivered the request: the last forwarder.
+    assert_eq!(r.msg.via, Some(c.id().to_string()));
     assert_eq!(d.metrics().messages_sent, 1);
 }
 
@@ -155,6 +176,7 @@ async fn request_ids_are_unguessable() {
             let _ = ctx.reply(&Found {
                 value: l.key,
                 asker: None,
+                via: None,
             });
         })
         .unwrap();

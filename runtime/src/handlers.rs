@@ -123,8 +123,54 @@ pub struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// The sending site (reply to it, or keep it to talk later).
+    ///
+    /// For a forwarded request this is its *origin*, the site the
+    /// forwarder names: a claim this node has not checked (without
+    /// authentication, any peer can forward a request naming any site).
+    /// Key trust, quotas or per-sender state on
+    /// [`forwarded_by`](Self::forwarded_by) when it is `Some`, the site
+    /// that actually delivered the message; the built-in sink does.
     pub fn sender(&self) -> SiteRef {
         SiteRef::counted(self.from.clone(), self.node.clone())
+    }
+
+    /// For a forwarded request ([`Ctx::forward`] at another site), the site
+    /// that forwarded it to this node — the one whose channel delivered it;
+    /// `None` for a message its sender sent itself. The request's origin,
+    /// [`sender`](Self::sender), is only what this site claims.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Who;
+    /// impl Message for Who { const ID: u32 = 21; }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Seen { via: Option<String> }
+    /// impl Message for Seen { const ID: u32 = 22; }
+    ///
+    /// let owner = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// owner.handle(|ctx, _: Who| {
+    ///     let via = ctx.forwarded_by().and_then(|s| s.id()).map(|id| id.to_string());
+    ///     let _ = ctx.reply(&Seen { via });
+    /// })?;
+    /// let relay = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let to_owner = relay.site(&owner.listen_addresses()[0])?;
+    /// relay.handle(move |ctx, w: Who| { let _ = ctx.forward(&to_owner, &w); })?;
+    /// let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let t = Duration::from_secs(30);
+    /// let r = client.site(&relay.listen_addresses()[0])?
+    ///     .request_blocking::<Who, Seen>(&Who, SendOptions::default(), t)?;
+    /// assert_eq!(r.msg.via, Some(relay.id().to_string()));
+    /// let r = client.site(&owner.listen_addresses()[0])?
+    ///     .request_blocking::<Who, Seen>(&Who, SendOptions::default(), t)?;
+    /// assert_eq!(r.msg.via, None); // asked directly
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forwarded_by(&self) -> Option<SiteRef> {
+        (!Arc::ptr_eq(self.via, self.from))
+            .then(|| SiteRef::counted(self.via.clone(), self.node.clone()))
     }
 
     /// The sending site's id.
