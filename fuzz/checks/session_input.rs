@@ -4,7 +4,10 @@
 //! budget is whole again once the session is dropped. Half the inputs
 //! stream every multi-frame message (`Deliver`), checking the stream rules:
 //! a start before any chunk, contiguous chunk offsets from 0, numbers in
-//! order. Half read a large fragment's rest in place when offered.
+//! order. Half read a large fragment's rest in place when offered. Half
+//! are paced (`turn_budget`, issue 17): a session that stops after a slice
+//! of deliveries with input left is fed again, time passing, and must make
+//! progress each time.
 
 use bytes::Bytes;
 use sitenet_protocols::handshake::MIN_BUFFER;
@@ -78,8 +81,10 @@ pub fn check(data: &[u8]) {
     let max_message = if ctl[2] & 1 == 0 { 1 << 20 } else { 600 };
     let chunk = 1 + ctl[3] as usize * 16;
     let budget = ReassemblyBudget::new(1 << 20);
+    let paced = ctl[2] & 8 != 0;
     let cfg = SessionConfig {
         max_message,
+        turn_budget: paced.then(|| std::time::Duration::from_millis(10)),
         ..SessionConfig::default()
     };
     let mut s = Session::new(cfg, budget.clone());
@@ -109,6 +114,7 @@ pub fn check(data: &[u8]) {
 
     let mut input = ByteBuffer::new(buffer_size as usize);
     let mut off = 0;
+    let mut t = now;
     let mut checker = Checker {
         stream: ctl[2] & 2 != 0,
         last: 0,
@@ -135,14 +141,29 @@ pub fn check(data: &[u8]) {
                 off += n;
             }
         }
-        let r = s.handle_input_with(now, &mut input, &mut checker);
+        let mut r = s.handle_input_with(t, &mut input, &mut checker);
+        // Paced: each call delivers at least one message or frame, so
+        // the rest is taken in at most as many calls as there are bytes.
+        let mut calls = 0;
+        let most = input.len() + 1;
+        while r.is_ok() && s.input_paused() {
+            assert!(paced, "an unpaced session paused");
+            calls += 1;
+            assert!(calls <= most, "a paused session made no progress");
+            t += std::time::Duration::from_micros(100 * (1 + u64::from(ctl[3] & 7)));
+            s.handle_timeout(t);
+            if s.turn_spent(t) {
+                s.begin_turn(t);
+            }
+            r = s.handle_input_with(t, &mut input, &mut checker);
+        }
         assert!(input.len() <= input.capacity());
         if r.is_err() {
             break;
         }
         // The session may answer (acks) at any time.
         sink.clear();
-        s.poll_transmit(now, &mut sink);
+        s.poll_transmit(t, &mut sink);
     }
     drop(s);
     assert_eq!(budget.available(), 1 << 20, "reassembly budget leaked");
