@@ -1,7 +1,9 @@
 //! Packed frame payloads (`packed.rs`, docs/protocol.md §2.5): decoding
 //! arbitrary bytes, split anywhere across the ring's wrap, never panics;
 //! it stops at the first error; a message above the maximum size is
-//! refused; and a payload that decodes whole re-encodes to the same bytes.
+//! refused; a payload that decodes whole re-encodes to the same bytes; and
+//! a decode resumed part-way (`skip_entry` over the first k messages, as a
+//! paced session does after a pause) yields exactly the rest.
 
 use bytes::{Bytes, BytesMut};
 use sitenet_protocols::packed::{write_entry, Entries};
@@ -36,6 +38,20 @@ pub fn check(data: &[u8]) {
         return;
     }
     assert!(!ok.is_empty(), "an empty payload decoded without an error");
+    let k = usize::from(ctl[1] >> 1).min(ok.len());
+    let mut resumed = Entries::new(3, (a, b), max_message);
+    for _ in 0..k {
+        assert!(matches!(resumed.skip_entry(), Some(Ok(()))), "skip failed");
+    }
+    let mut rest = 0;
+    while let Some(e) = resumed.next_entry(&mut arena) {
+        let (e, want) = (e.expect("the rest decodes"), &ok[k + rest]);
+        assert_eq!(e.prelude, want.prelude);
+        assert_eq!((&e.header, &e.body), (&want.header, &want.body));
+        rest += 1;
+    }
+    assert_eq!(k + rest, ok.len(), "resumed decode lost messages");
+    assert!(resumed.at_end());
     let mut ring = ByteBuffer::new(payload.len());
     for e in ok {
         let mut m = OutMessage::new(
