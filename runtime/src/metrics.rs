@@ -110,6 +110,10 @@ counters! {
     /// Stats queries refused: from another host (see
     /// `NodeConfig::stats_from_anywhere`) or naming a forwarded origin.
     stats_refused,
+    /// Channels refused because their NEGOTIATE named a site this node has
+    /// a session with and did not prove the pair's continuity (a stranger
+    /// claiming the site's id; see `sitenet_protocols::handshake::continuity`).
+    claims_refused,
 }
 
 impl Counters {

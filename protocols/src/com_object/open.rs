@@ -9,7 +9,10 @@ use rand::{Rng, SeedableRng};
 use super::{AcceptOutcome, Action, ComObject, FaultState, OpenFailure, OpenRequest, Phase};
 use crate::address_book::Fallback;
 use crate::error::{OpenError, ProtocolError};
-use crate::handshake::{Attempt, Negotiate, NegotiateAns, Opened};
+use crate::handshake::{
+    Attempt, Claim, Continuity, HandshakeNonces, Negotiate, NegotiateAns, Nonce, Opened,
+    RefuseReason,
+};
 use crate::link::Decision;
 use crate::session::ChannelParams;
 use crate::timer::Timer;
@@ -53,6 +56,7 @@ impl ComObject {
             },
             last_received: self.session.last_received(),
             last_generation: self.session.last_generation(),
+            secret: self.continuity.as_deref().map(|c| c.current),
         }));
     }
 
@@ -80,6 +84,14 @@ impl ComObject {
             // afresh, and hand back what it never acknowledged.
             tracing::info!("the peer forgot the session; numbering starts again");
             self.session.forget_peer();
+        }
+        if opened.peer_fresh {
+            // A new session: both sides keep the secret this handshake
+            // agreed (the answer itself shows that the peer holds it).
+            self.continuity = Some(Box::new(Continuity {
+                current: opened.pair_secret,
+                confirmed: true,
+            }));
         }
         let params = ChannelParams {
             buffer_size: opened.buffer_size,
@@ -136,13 +148,47 @@ impl ComObject {
         self.update();
     }
 
-    /// A channel the peer opened reached NEGOTIATE naming this site: decide
-    /// whether to work on it ([`link::decide`](crate::link::decide)), and
+    /// A channel the peer opened reached NEGOTIATE naming this site, after
+    /// a PRESENT that carried `nonce`: decide whether to work on it, and
     /// answer. Accepting may abandon our own open attempt and replace a
     /// working channel (actions for both come first).
-    pub fn accepted(&mut self, neg: &Negotiate, now: Instant) -> AcceptOutcome {
+    ///
+    /// The claim is judged first ([`continuity`](crate::handshake::continuity)):
+    /// a NEGOTIATE that proves the session's secret resumes the session
+    /// ([`link::decide`](crate::link::decide) on its numbers). One that
+    /// does not is a new session — its numbers say nothing of ours — and is
+    /// refused ([`RefuseReason::Unproven`], the session left untouched)
+    /// while the pair has a confirmed secret (kept even across a forgotten
+    /// entry: [`recall`](Self::recall)), or a session with anything to
+    /// lose: a working channel, messages sent and not acknowledged, replies
+    /// awaited. A site we never worked with is the claimant's for the
+    /// asking, and so is a session whose peer never showed it read our
+    /// answer (the answer may have been lost with the channel) while it
+    /// has nothing to lose. The link rules ([`link::decide`](crate::link::decide))
+    /// are applied first, to the claim's numbers if proven, else as if it
+    /// had seen no channel: a stale NEGOTIATE is refused as stale.
+    pub fn accepted(&mut self, neg: &Negotiate, nonce: Nonce, now: Instant) -> AcceptOutcome {
         self.tick(now);
-        let decision = (self.cfg.decide)(self.link_view(), neg);
+        let hs = HandshakeNonces {
+            acceptor: self.cfg.local,
+            acceptor_nonce: nonce,
+            initiator: neg.site,
+            initiator_nonce: neg.nonce,
+        };
+        let claim = Continuity::judge(self.continuity.as_deref(), &hs, neg.proof.as_ref());
+        let proven = claim == Claim::Proven;
+        // An unproven claim starts a new session: its generation says
+        // nothing of ours (no peer picks a generation here). Its attempt
+        // may still show that the working channel's opener abandoned it.
+        let decision = if proven {
+            (self.cfg.decide)(self.link_view(), neg)
+        } else {
+            let mut new = neg.clone();
+            new.last_generation = 0;
+            (self.cfg.decide)(self.link_view(), &new)
+        };
+        // The link rules refuse first (a stale NEGOTIATE of an honest race
+        // is no forgery); one they would accept must prove the session.
         let (generation, replaces_working, abandon_opening) = match decision {
             Decision::Refuse(reason) => return AcceptOutcome::Refuse(reason),
             Decision::Accept {
@@ -151,20 +197,39 @@ impl ComObject {
                 abandon_opening,
             } => (generation, replaces_working, abandon_opening),
         };
-        // Session state on each side: a side that never worked with the
-        // other, or forgot it (reclaimed), is fresh. A fresh peer (its last
-        // generation is 0) while we remember a session means it forgot us:
-        // we number afresh. If we are the fresh one, what the peer says it
-        // received belongs to the session we forgot; the answer tells it
-        // we are fresh, and it numbers afresh too.
-        let fresh = self.session.is_fresh();
-        let peer_forgot = neg.last_generation == 0 && !fresh;
+        if let Claim::Unproven { pair_confirmed } = claim {
+            // What a new session would take from an unconfirmed one: its
+            // channel (unless its opener abandoned it: the attempt rule),
+            // messages sent and not acknowledged (handed back as maybe
+            // delivered), replies awaited. Messages never sent are
+            // not lost: they go on the new session, as on a first contact.
+            let something_to_lose = !self.session.is_fresh()
+                && ((self.working_channel().is_some() && !replaces_working)
+                    || self.session.unacked() > 0
+                    || self.awaiting_replies);
+            if pair_confirmed || something_to_lose {
+                return self.refuse_claim(neg, pair_confirmed);
+            }
+        }
+        if proven {
+            self.confirm_continuity();
+        }
+        // Session state on each side. Unproven, the claim starts a new
+        // session: we number afresh if we had one, and the answer says
+        // fresh (the initiator numbers afresh too, and both keep this
+        // handshake's secret). Proven, the session resumes; a peer that
+        // proves it but says it saw no channel (last generation 0) forgot
+        // its numbering: we number afresh, and the secret stays.
+        let fresh = !proven || self.session.is_fresh();
+        let renumber = !self.session.is_fresh() && (!proven || neg.last_generation == 0);
+        // What the peer says it received belongs to a session we no
+        // longer share when we are fresh and it is not.
         let peer_last_received = if fresh && neg.last_generation > 0 {
             0
         } else {
             neg.last_received
         };
-        let sent = if peer_forgot {
+        let sent = if renumber {
             0
         } else {
             self.session.last_sent()
@@ -191,9 +256,16 @@ impl ComObject {
         }
         // Claimed, not proven: a call there must still meet this site.
         self.book.learn(neg.listen.iter().map(String::as_str));
-        if peer_forgot {
-            tracing::info!(site = %neg.site, "the peer forgot the session; numbering starts again");
+        if renumber {
+            tracing::info!(site = %neg.site, "a new session with the peer; numbering starts again");
             self.session.forget_peer();
+        }
+        if fresh {
+            // Confirmed once the peer sends anything on this channel.
+            self.continuity = Some(Box::new(Continuity {
+                current: hs.pair_secret(),
+                confirmed: false,
+            }));
         }
         // The acceptor may lower the buffer size, never raise it.
         let buffer_size = self.cfg.buffer_size.min(neg.buffer_size);
@@ -215,6 +287,29 @@ impl ComObject {
             .expect("last_received checked above");
         let id = self.now_working(Some(neg.attempt), now);
         AcceptOutcome::Accept { id, answer }
+    }
+
+    /// Refuses a claim on this site that does not prove the pair's
+    /// continuity: put on record, and nothing else changes.
+    fn refuse_claim(&mut self, neg: &Negotiate, pair_confirmed: bool) -> AcceptOutcome {
+        self.count().claims_refused += 1;
+        let why = if neg.proof.is_some() {
+            "a proof that does not hold"
+        } else {
+            "no proof"
+        };
+        let held = if pair_confirmed {
+            "a confirmed session"
+        } else {
+            "a session with something to lose"
+        };
+        self.actions.push_back(Action::ClaimRefused {
+            reason: format!(
+                "a channel claiming site {} with {why} of continuity, while we hold {held} with it",
+                neg.site
+            ),
+        });
+        AcceptOutcome::Refuse(RefuseReason::Unproven)
     }
 
     /// The session is up on a new channel: the site is reachable again.

@@ -315,6 +315,15 @@ impl ComObject {
                 }
                 Action::CloseChannel { id, end } => self.close_channel(id, end, ctx),
                 Action::Fault { state, reason } => self.set_fault(state, &reason),
+                Action::ClaimRefused { reason } => {
+                    Counters::add(&self.node.counters.claims_refused, 1);
+                    if let Some(suppressed) =
+                        self.node.peer_logs.site(&self.entry, &self.node.counters)
+                    {
+                        tracing::warn!(site = ?self.entry.id.get(), %reason, suppressed, "refused a claim on a site's id");
+                    }
+                    self.report_fault("a channel claiming the site".into(), reason, false);
+                }
                 Action::ReportFault { reason } => {
                     Counters::add(&self.node.counters.protocol_errors, 1);
                     if let Some(suppressed) =

@@ -92,8 +92,10 @@ impl ComObject {
             self.entry.id.get(),
             req.last_received,
             req.last_generation,
+            crate::channel_io::fresh_nonce(),
         )
-        .with_attempt(req.attempt);
+        .with_attempt(req.attempt)
+        .with_secret(req.secret);
         let f = connect_and_open(addr, self.slot.take_granted(), Dial::new(cfg), hs);
         let attempt = req.attempt.seq;
         let h = ctx.spawn(

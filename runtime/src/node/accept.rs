@@ -71,11 +71,11 @@ impl NodeInner {
                     .await;
             self.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
             match r {
-                Ok((trans, neg)) => {
+                Ok((trans, neg, nonce)) => {
                     if self.is_shut_down() {
                         return;
                     }
-                    self.route_accepted(Adopt { trans, neg });
+                    self.route_accepted(Adopt { trans, neg, nonce });
                 }
                 Err((ch, e)) => {
                     tracing::info!(%peer, error = %e, "accepted channel closed during the handshake");

@@ -117,7 +117,7 @@ fn a_site_that_only_called_us_can_be_called_back_at_the_addresses_it_lists() {
     let mut h = H::new(cfg(), false);
     let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
     neg.listen = vec!["tcp:peer:9".into(), "unix:/p".into()];
-    let out = h.com.accepted(&neg, h.now);
+    let out = h.com.accepted(&neg, NONCE, h.now);
     assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
     assert!(h.com.addresses().can_open());
     assert_eq!(h.com.addresses().current(), Some("unix:/p"));
