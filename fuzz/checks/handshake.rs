@@ -45,8 +45,8 @@ pub fn check(data: &[u8]) {
                 assert!(o.generation > 0 && o.generation <= MAX_GENERATION);
                 // A fresh acceptor has received nothing.
                 assert!(!o.peer_fresh || o.peer_last_received == 0);
-                // With no secret to prove, only a new session is accepted.
-                assert!(o.peer_fresh);
+                // With no secret to prove, an accepted channel agrees one.
+                assert!(o.pair_secret.is_some());
                 assert_eq!(o.present.version, PROTOCOL_VERSION);
                 assert_ne!(o.present.site, SiteId(2));
                 if let Some(e) = expected {

@@ -260,6 +260,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                     last_received,
                     generation,
                     fresh: false,
+                    rekey: false,
                 };
                 control(FrameKind::NegotiateAns, &ser(&a))
             }),

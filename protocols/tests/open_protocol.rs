@@ -183,6 +183,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
         last_received: 9,
         generation,
         fresh: false,
+        rekey: false,
     };
     assert!(write_answer(&mut b_out, &ans));
     // Session bytes may follow the answer in the same read.
@@ -207,14 +208,8 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
             peer_last_received: 9,
             generation: 4,
             peer_fresh: false,
-            // What this handshake would agree (kept only if fresh).
-            pair_secret: sitenet_protocols::HandshakeNonces {
-                acceptor: SiteId(0xB),
-                acceptor_nonce: [0xAC; 16],
-                initiator: SiteId(0xA),
-                initiator_nonce: [0x1A; 16],
-            }
-            .pair_secret(),
+            // A proven claim agrees no new secret.
+            pair_secret: None,
         }
     );
     assert_eq!(
@@ -237,6 +232,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
             last_received: 0,
             generation: 1,
             fresh: false,
+            rekey: false,
         };
         assert_eq!(initiator_gets(&ans, 0).unwrap().unwrap().buffer_size, size);
     }
@@ -248,6 +244,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
             last_received: 0,
             generation: 1,
             fresh: false,
+            rekey: false,
         };
         let e = initiator_gets(&ans, 0).unwrap_err();
         assert!(
@@ -269,6 +266,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         last_received: 0,
         generation: 3,
         fresh: false,
+        rekey: false,
     };
     assert!(matches!(
         initiator_gets(&ans, 3),
@@ -283,6 +281,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         last_received: 4,
         generation: 3,
         fresh: true,
+        rekey: false,
     };
     assert!(matches!(
         initiator_gets(&fresh_but_received, 2),
@@ -294,6 +293,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         last_received: 0,
         generation: 3,
         fresh: true,
+        rekey: false,
     };
     assert!(initiator_gets(&fresh, 2).unwrap().unwrap().peer_fresh);
     // A fresh answer is the acceptor's own count: any generation from 1.
@@ -303,6 +303,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         last_received: 0,
         generation: 1,
         fresh: true,
+        rekey: false,
     };
     assert_eq!(
         initiator_gets(&fresh_first, 2).unwrap().unwrap().generation,
@@ -325,6 +326,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         last_received: 0,
         generation: 1,
         fresh: false,
+        rekey: false,
     };
     assert!(write_answer(&mut b_out, &resumed));
     mv(&mut b_out, &mut a_in, usize::MAX, |_| ());
@@ -459,6 +461,7 @@ fn opened_parameters_drive_the_sessions() {
         last_received: sb.last_received(),
         generation,
         fresh: true,
+        rekey: true,
     };
     write_answer(&mut b_out, &ans);
     sb.channel_up(
@@ -2027,18 +2030,12 @@ fn handshake_payloads_are_encoded_as_documented() {
         last_received: 9,
         generation: 3,
         fresh: false,
+        rekey: false,
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&a).unwrap()),
-        "81 a6 41 63 63 65 70 74 95 cd 40 00 ce 00 10 00 00 09 03 c2"
+        "81 a6 41 63 63 65 70 74 96 cd 40 00 ce 00 10 00 00 09 03 c2 c2"
     );
-    // An answer without `fresh` (an earlier build of version 1) decodes as
-    // not fresh.
-    let old = [
-        0x81, 0xa6, 0x41, 0x63, 0x63, 0x65, 0x70, 0x74, 0x94, 0xcd, 0x40, 0x00, 0xce, 0x00, 0x10,
-        0x00, 0x00, 0x09, 0x03,
-    ];
-    assert_eq!(rmp_serde::from_slice::<NegotiateAns>(&old).unwrap(), a);
     let r = NegotiateAns::Refuse(RefuseReason::Stale);
     assert_eq!(
         hex(&rmp_serde::to_vec(&r).unwrap()),
@@ -2165,6 +2162,7 @@ fn the_initiator_refuses_an_answer_generation_without_a_successor() {
         last_received: 0,
         generation,
         fresh: false,
+        rekey: false,
     };
     for (g, last) in [
         (u64::MAX, 0),

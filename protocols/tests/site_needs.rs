@@ -92,7 +92,7 @@ impl H {
             peer_last_received: 0,
             generation,
             peer_fresh,
-            pair_secret: PAIR,
+            pair_secret: peer_fresh.then_some(PAIR),
         };
         self.com
             .open_succeeded(req.attempt.seq, &opened, self.now)

@@ -136,6 +136,13 @@ pub struct NodeConfig {
     /// answered, others get an error reply (counted in
     /// `Metrics::stats_refused`).
     pub stats_from_anywhere: bool,
+    /// Secrets of site pairs kept after their entries are forgotten (the
+    /// reclaim rule), so that this node, contacting such a site again,
+    /// still proves the pair's continuity: a peer that kept its entry for
+    /// us refuses a claim on our id without that proof (docs/protocol.md
+    /// §4.7). Each takes about 64 bytes; the oldest go first. 16,384 by
+    /// default; 0 keeps none.
+    pub remembered_pairs: usize,
 }
 
 impl Default for NodeConfig {
@@ -171,6 +178,7 @@ impl Default for NodeConfig {
             unreachable_give_up: Duration::from_secs(15),
             node_output_bound: 1024 * 1024 * 1024,
             stats_from_anywhere: false,
+            remembered_pairs: 16 * 1024,
         }
     }
 }

@@ -85,13 +85,16 @@ impl ComObject {
             tracing::info!("the peer forgot the session; numbering starts again");
             self.session.forget_peer();
         }
-        if opened.peer_fresh {
-            // A new session: both sides keep the secret this handshake
-            // agreed (the answer itself shows that the peer holds it).
+        if let Some(secret) = opened.pair_secret {
+            // Both sides keep the secret this handshake agreed (the answer
+            // itself shows that the peer holds it).
             self.continuity = Some(Box::new(Continuity {
-                current: opened.pair_secret,
+                current: secret,
                 confirmed: true,
             }));
+        } else {
+            // The peer checked our proof: it holds our secret.
+            self.confirm_continuity();
         }
         let params = ChannelParams {
             buffer_size: opened.buffer_size,
@@ -153,20 +156,19 @@ impl ComObject {
     /// answer. Accepting may abandon our own open attempt and replace a
     /// working channel (actions for both come first).
     ///
-    /// The claim is judged first ([`continuity`](crate::handshake::continuity)):
-    /// a NEGOTIATE that proves the session's secret resumes the session
-    /// ([`link::decide`](crate::link::decide) on its numbers). One that
-    /// does not is a new session — its numbers say nothing of ours — and is
-    /// refused ([`RefuseReason::Unproven`], the session left untouched)
-    /// while the pair has a confirmed secret (kept even across a forgotten
-    /// entry: [`recall`](Self::recall)), or a session with anything to
-    /// lose: a working channel, messages sent and not acknowledged, replies
-    /// awaited. A site we never worked with is the claimant's for the
-    /// asking, and so is a session whose peer never showed it read our
-    /// answer (the answer may have been lost with the channel) while it
-    /// has nothing to lose. The link rules ([`link::decide`](crate::link::decide))
-    /// are applied first, to the claim's numbers if proven, else as if it
-    /// had seen no channel: a stale NEGOTIATE is refused as stale.
+    /// The claim is judged ([`continuity`](crate::handshake::continuity)):
+    /// the link rules ([`link::decide`](crate::link::decide)) apply first
+    /// (a stale NEGOTIATE is refused as stale); then a NEGOTIATE that does
+    /// not prove the pair's secret is refused ([`RefuseReason::Unproven`],
+    /// the session left untouched) while this side holds a confirmed
+    /// secret for the site (kept even across a forgotten entry:
+    /// [`recall`](Self::recall)). Otherwise an unproven claim is accepted
+    /// as before continuity existed — a site we never worked with, or a
+    /// session whose peer never showed it read the answer that agreed our
+    /// secret (lost with its channel, or crossed by a simultaneous contact
+    /// by address) — and agrees a new secret (`rekey`); its generation never
+    /// raises ours: claiming more than we ever saw, it starts a new session
+    /// (`fresh`), judged as having seen no channel.
     pub fn accepted(&mut self, neg: &Negotiate, nonce: Nonce, now: Instant) -> AcceptOutcome {
         self.tick(now);
         let hs = HandshakeNonces {
@@ -177,18 +179,20 @@ impl ComObject {
         };
         let claim = Continuity::judge(self.continuity.as_deref(), &hs, neg.proof.as_ref());
         let proven = claim == Claim::Proven;
-        // An unproven claim starts a new session: its generation says
-        // nothing of ours (no peer picks a generation here). Its attempt
-        // may still show that the working channel's opener abandoned it.
-        let decision = if proven {
-            (self.cfg.decide)(self.link_view(), neg)
-        } else {
+        // An unproven claim never raises our generation (no claimant picks
+        // one): claiming more than we ever saw, it starts a new session,
+        // judged as having seen no channel.
+        let beyond = !proven && neg.last_generation > self.session.last_generation();
+        let decision = if beyond {
             let mut new = neg.clone();
             new.last_generation = 0;
             (self.cfg.decide)(self.link_view(), &new)
+        } else {
+            (self.cfg.decide)(self.link_view(), neg)
         };
         // The link rules refuse first (a stale NEGOTIATE of an honest race
-        // is no forgery); one they would accept must prove the session.
+        // is no forgery); one they would accept must prove a confirmed
+        // session.
         let (generation, replaces_working, abandon_opening) = match decision {
             Decision::Refuse(reason) => return AcceptOutcome::Refuse(reason),
             Decision::Accept {
@@ -197,33 +201,25 @@ impl ComObject {
                 abandon_opening,
             } => (generation, replaces_working, abandon_opening),
         };
-        if let Claim::Unproven { pair_confirmed } = claim {
-            // What a new session would take from an unconfirmed one: its
-            // channel (unless its opener abandoned it: the attempt rule),
-            // messages sent and not acknowledged (handed back as maybe
-            // delivered), replies awaited. Messages never sent are
-            // not lost: they go on the new session, as on a first contact.
-            let something_to_lose = !self.session.is_fresh()
-                && ((self.working_channel().is_some() && !replaces_working)
-                    || self.session.unacked() > 0
-                    || self.awaiting_replies);
-            if pair_confirmed || something_to_lose {
-                return self.refuse_claim(neg, pair_confirmed);
-            }
+        if claim
+            == (Claim::Unproven {
+                pair_confirmed: true,
+            })
+        {
+            return self.refuse_claim(neg);
         }
         if proven {
             self.confirm_continuity();
         }
-        // Session state on each side. Unproven, the claim starts a new
-        // session: we number afresh if we had one, and the answer says
-        // fresh (the initiator numbers afresh too, and both keep this
-        // handshake's secret). Proven, the session resumes; a peer that
-        // proves it but says it saw no channel (last generation 0) forgot
-        // its numbering: we number afresh, and the secret stays.
-        let fresh = !proven || self.session.is_fresh();
-        let renumber = !self.session.is_fresh() && (!proven || neg.last_generation == 0);
-        // What the peer says it received belongs to a session we no
-        // longer share when we are fresh and it is not.
+        // Session state on each side: a side that never worked with the
+        // other, or forgot it (reclaimed), is fresh. A fresh peer (its last
+        // generation is 0) while we remember a session means it forgot us:
+        // we number afresh. If we are the fresh one, what the peer says it
+        // received belongs to the session we forgot; the answer tells it
+        // we are fresh, and it numbers afresh too. A claim beyond our
+        // generations starts a new session the same way.
+        let fresh = self.session.is_fresh() || beyond;
+        let renumber = !self.session.is_fresh() && (beyond || neg.last_generation == 0);
         let peer_last_received = if fresh && neg.last_generation > 0 {
             0
         } else {
@@ -257,11 +253,14 @@ impl ComObject {
         // Claimed, not proven: a call there must still meet this site.
         self.book.learn(neg.listen.iter().map(String::as_str));
         if renumber {
-            tracing::info!(site = %neg.site, "a new session with the peer; numbering starts again");
+            tracing::info!(site = %neg.site, "the peer forgot the session; numbering starts again");
             self.session.forget_peer();
         }
-        if fresh {
-            // Confirmed once the peer sends anything on this channel.
+        // Unproven (and no confirmed secret held): this handshake agrees
+        // the pair's secret, confirmed once the peer sends anything on
+        // this channel.
+        let rekey = !proven;
+        if rekey {
             self.continuity = Some(Box::new(Continuity {
                 current: hs.pair_secret(),
                 confirmed: false,
@@ -275,6 +274,7 @@ impl ComObject {
             last_received: self.session.last_received(),
             generation,
             fresh,
+            rekey,
         };
         let params = ChannelParams {
             buffer_size,
@@ -291,21 +291,17 @@ impl ComObject {
 
     /// Refuses a claim on this site that does not prove the pair's
     /// continuity: put on record, and nothing else changes.
-    fn refuse_claim(&mut self, neg: &Negotiate, pair_confirmed: bool) -> AcceptOutcome {
+    fn refuse_claim(&mut self, neg: &Negotiate) -> AcceptOutcome {
         self.count().claims_refused += 1;
         let why = if neg.proof.is_some() {
             "a proof that does not hold"
         } else {
             "no proof"
         };
-        let held = if pair_confirmed {
-            "a confirmed session"
-        } else {
-            "a session with something to lose"
-        };
         self.actions.push_back(Action::ClaimRefused {
             reason: format!(
-                "a channel claiming site {} with {why} of continuity, while we hold {held} with it",
+                "a channel claiming site {} with {why} of continuity, while we hold a \
+                 confirmed session with it",
                 neg.site
             ),
         });

@@ -59,9 +59,9 @@ pub struct Opened {
     /// The acceptor has no session state for us (never worked with us, or
     /// forgot us): see [`NegotiateAns::Accept`]'s `fresh`.
     pub peer_fresh: bool,
-    /// The secret this handshake agrees: the pair's from now on if the
-    /// answer is fresh (see [`continuity`](super::continuity)).
-    pub pair_secret: PairSecret,
+    /// The secret this handshake agreed, if the answer said so (`rekey`):
+    /// the pair's from now on (see [`continuity`](super::continuity)).
+    pub pair_secret: Option<PairSecret>,
 }
 
 impl Initiator {
@@ -228,6 +228,7 @@ impl Initiator {
                             last_received,
                             generation,
                             fresh,
+                            rekey,
                         } => {
                             // A fresh acceptor has received nothing.
                             if fresh && last_received != 0 {
@@ -250,11 +251,12 @@ impl Initiator {
                                 }
                                 .into());
                             }
-                            // A claim without proof starts a new session.
-                            if !fresh && proposed.proof.is_none() {
+                            // A claim without proof agrees a new secret.
+                            if !rekey && proposed.proof.is_none() {
                                 return Err(ProtocolError::Malformed {
                                     what: "NEGOTIATE_ANS",
-                                    reason: "a session resumed without a proof of continuity"
+                                    reason: "accepted without a proof of continuity, and no \
+                                             secret agreed"
                                         .into(),
                                 }
                                 .into());
@@ -277,13 +279,15 @@ impl Initiator {
                                 }
                                 .into());
                             }
-                            let pair_secret = HandshakeNonces {
-                                acceptor: present.site,
-                                acceptor_nonce: present.nonce,
-                                initiator: proposed.site,
-                                initiator_nonce: proposed.nonce,
-                            }
-                            .pair_secret();
+                            let pair_secret = rekey.then(|| {
+                                HandshakeNonces {
+                                    acceptor: present.site,
+                                    acceptor_nonce: present.nonce,
+                                    initiator: proposed.site,
+                                    initiator_nonce: proposed.nonce,
+                                }
+                                .pair_secret()
+                            });
                             Ok(Some(Opened {
                                 present,
                                 buffer_size,

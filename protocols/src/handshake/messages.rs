@@ -138,11 +138,15 @@ pub enum NegotiateAns {
         /// session (then it is a new one, and the acceptor's numbering
         /// restarted). An initiator that remembers a session then starts
         /// its numbering afresh and hands back what was unacknowledged (see
-        /// `Session::forget_peer`). Both sides then keep the secret this
-        /// handshake agrees (see [`continuity`](super::continuity)); the
-        /// generation is the acceptor's own count, whatever the claim.
+        /// `Session::forget_peer`). The generation is then the
+        /// acceptor's own count, whatever the claim said.
         #[serde(default)]
         fresh: bool,
+        /// The NEGOTIATE did not prove the pair's secret and the acceptor
+        /// accepts it all the same (it holds no confirmed secret): both
+        /// sides keep the secret this handshake agrees from now on (see
+        /// [`continuity`](super::continuity)).
+        rekey: bool,
     },
     /// The channel is refused.
     Refuse(RefuseReason),

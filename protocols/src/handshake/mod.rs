@@ -62,6 +62,7 @@
 //!     last_received: 0,
 //!     generation,
 //!     fresh: true,
+//!     rekey: true, // A proved nothing: this handshake agrees the pair's secret
 //! };
 //! assert!(write_answer(&mut to_a, &answer));
 //! let opened = a.handle_input(&mut to_a, &mut to_b)?.expect("the channel works");
@@ -75,7 +76,7 @@
 //!     initiator: SiteId(0xA),
 //!     initiator_nonce: negotiate.nonce,
 //! };
-//! assert_eq!(opened.pair_secret, hs.pair_secret());
+//! assert_eq!(opened.pair_secret, Some(hs.pair_secret()));
 //! # Ok::<(), sitenet_protocols::OpenError>(())
 //! ```
 
@@ -89,7 +90,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use acceptor::Acceptor;
-pub use continuity::{Claim, Continuity, HandshakeNonces, Nonce, PairSecret, Proof};
+pub use continuity::{Claim, Continuity, HandshakeNonces, Nonce, PairMemory, PairSecret, Proof};
 pub use initiator::{Initiator, Opened};
 pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason};
 

@@ -99,6 +99,7 @@ impl Handler<SlotGranted> for ComObject {
 
     fn handle(&mut self, SlotGranted(lease): SlotGranted, ctx: &mut Context<Self>) {
         self.slot = super::Slot::Granted(lease);
+        self.recall_pair();
         self.com.slot_granted();
         self.drive(ctx);
     }
@@ -148,6 +149,7 @@ impl Handler<Adopt> for ComObject {
             self.node.route_accepted(Adopt { trans, neg, nonce });
             return;
         }
+        self.recall_pair();
         match self.com.accepted(&neg, nonce, Instant::now()) {
             AcceptOutcome::Refuse(reason) => {
                 tracing::debug!(site = %neg.site, peer = %trans.peer(), ?reason, "refusing accepted channel");

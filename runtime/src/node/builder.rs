@@ -99,6 +99,7 @@ impl NodeBuilder {
             .clone()
             .unwrap_or_else(sitenet_transport::TransController::process);
         let com_cfg = Arc::new(cfg.com(id));
+        let pairs = Mutex::new(sitenet_protocols::PairMemory::new(cfg.remembered_pairs));
         let inner = Arc::new(NodeInner {
             id,
             budget,
@@ -123,6 +124,7 @@ impl NodeBuilder {
             pending_handshakes: AtomicUsize::new(0),
             sinks: Default::default(),
             peer_logs: Default::default(),
+            pairs,
             output,
             changed: Notify::new(),
             listeners_done: Mutex::new(Vec::new()),

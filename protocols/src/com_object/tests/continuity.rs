@@ -163,24 +163,26 @@ fn regression_a_forged_claim_during_backoff_leaves_the_pair_untouched() {
 fn regression_a_forged_claim_cannot_replace_a_working_channel() {
     let mut h = H::new(cfg(), false);
     let (id, secret) = client_with_three_unacknowledged(&mut h);
-    // It claims to have lost generation 1: its numbers count for nothing,
-    // and a NEGOTIATE that has not seen the working channel is stale.
+    // It claims to have lost generation 1.
     let forged_claim = h.com.accepted(&forged(1), NONCE, h.now);
     assert!(
         !matches!(forged_claim, AcceptOutcome::Accept { .. }),
         "a forged claim replaced the working channel: {forged_claim:?}"
     );
-    assert!(matches!(
-        forged_claim,
-        AcceptOutcome::Refuse(RefuseReason::Stale)
-    ));
+    assert_refused_on_record(&mut h, forged_claim, 1);
     // Claiming an attempt that supersedes the one the channel came from
     // (the opener's rule for an abandoned attempt) does not help either.
-    let mut later_attempt = forged(1);
+    let mut later_attempt = forged(0);
     later_attempt.attempt = Attempt { opener: 5, seq: 9 };
     let out = h.com.accepted(&later_attempt, NONCE, h.now);
-    assert!(!matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
-    h.actions();
+    assert_refused_on_record(&mut h, out, 2);
+    // Nor does a generation beyond ours: judged as having seen no channel,
+    // it is stale.
+    let out = h.com.accepted(&forged(7), NONCE, h.now);
+    assert!(
+        matches!(out, AcceptOutcome::Refuse(RefuseReason::Stale)),
+        "{out:?}"
+    );
     assert_eq!(h.com.working_channel(), Some(id));
     assert_eq!(h.com.session().pending_messages(), 3);
     // The genuine peer, which did lose it, replaces it.
@@ -233,10 +235,11 @@ fn regression_a_claimed_generation_never_leaves_the_pair_without_a_successor() {
 }
 
 #[test]
-fn a_claim_on_an_unconfirmed_pair_with_nothing_to_lose_starts_a_new_session() {
-    // Our fresh answer may never have reached the peer (the channel broke
-    // right after it): its next claim has no proof of the secret we
-    // agreed. With nothing to lose, it starts the session again.
+fn a_claim_on_an_unconfirmed_pair_is_taken_as_before_and_agrees_a_new_secret() {
+    // Our answer may never have reached the peer (the channel broke right
+    // after it): its next claim has no proof of the secret we agreed. With
+    // no confirmed secret held, it is taken on its numbers (here: it saw
+    // no channel, so we number afresh) and agrees a new secret.
     let mut h = H::new(cfg(), false);
     let first = Negotiate {
         proof: None,
@@ -259,7 +262,7 @@ fn a_claim_on_an_unconfirmed_pair_with_nothing_to_lose_starts_a_new_session() {
         matches!(
             answer,
             NegotiateAns::Accept {
-                fresh: true,
+                rekey: true,
                 generation: 2,
                 ..
             }
@@ -274,8 +277,9 @@ fn a_claim_on_an_unconfirmed_pair_with_nothing_to_lose_starts_a_new_session() {
     .pair_secret();
     assert_eq!(h.com.continuity().map(|c| c.current), Some(agreed));
 
-    // Unconfirmed but with something to lose (a message sent and not
-    // acknowledged): refused.
+    // Still unconfirmed, with a message sent and not acknowledged: a
+    // claim that saw no channel is taken the same way, and the message is
+    // handed back as maybe delivered (the peer cannot tell a resend).
     let AcceptOutcome::Accept { id, .. } = out else {
         unreachable!()
     };
@@ -286,10 +290,27 @@ fn a_claim_on_an_unconfirmed_pair_with_nothing_to_lose_starts_a_new_session() {
     h.actions();
     let out = h.com.accepted(&forged(0), NONCE, h.now);
     assert!(
-        matches!(out, AcceptOutcome::Refuse(RefuseReason::Unproven)),
+        matches!(
+            out,
+            AcceptOutcome::Accept {
+                answer: NegotiateAns::Accept { rekey: true, .. },
+                ..
+            }
+        ),
         "{out:?}"
     );
-    assert_eq!(h.com.session().pending_messages(), 1);
+    let a = h.actions();
+    assert!(
+        a.iter().any(|a| matches!(
+            a,
+            Action::HandBack {
+                error: SendError::PeerForgot { .. },
+                ..
+            }
+        )),
+        "{a:?}"
+    );
+    assert_eq!(h.com.session().pending_messages(), 0);
 }
 
 #[test]
@@ -359,10 +380,11 @@ fn a_secret_kept_across_a_forgotten_entry_still_protects_the_pair() {
         ),
         "{answer:?}"
     );
-    // A fresh answer agrees this handshake's secret.
+    // Proven: the secret stays (no rekey), confirmed.
+    assert!(matches!(answer, NegotiateAns::Accept { rekey: false, .. }));
     assert_eq!(
-        h.com.continuity().map(|c| c.current),
-        Some(from_peer().pair_secret())
+        h.com.continuity().map(|c| (c.current, c.confirmed)),
+        Some((PAIR, true))
     );
 }
 

@@ -74,7 +74,7 @@ fn opened(generation: u64, peer_max_message: u64) -> Opened {
         // The first channel of a session: the peer answers fresh, and the
         // pair keeps `PAIR`.
         peer_fresh: generation == 1,
-        pair_secret: PAIR,
+        pair_secret: (generation == 1).then_some(PAIR),
     }
 }
 
