@@ -48,7 +48,7 @@ fn handshaken(addr: &str) -> TcpStream {
         buffer_size: 65536,
         max_message: 1 << 20,
     };
-    let mut hs = Initiator::new(local, None, 0, 0);
+    let mut hs = Initiator::new(local, None, 0, 0, rand::random());
     loop {
         let n = s.read(inb.spare_mut()).unwrap();
         assert!(n > 0, "node closed during a valid handshake");

@@ -46,7 +46,7 @@ fn lying_initiator(target: &str, listen: Vec<String>) -> TcpStream {
         buffer_size: 65_536,
         max_message: 1 << 20,
     };
-    let mut hs = Initiator::new(local, None, 0, 0);
+    let mut hs = Initiator::new(local, None, 0, 0, rand::random());
     let mut inb = ByteBuffer::new(65_536);
     let mut outb = ByteBuffer::new(65_536);
     let mut buf = [0u8; 4096];

@@ -426,7 +426,7 @@ async fn regression_idle_sockets_never_cut_a_node_off() {
             buffer_size: 65_536,
             max_message: 1 << 20,
         };
-        let mut hs = Initiator::new(local, None, 0, 0);
+        let mut hs = Initiator::new(local, None, 0, 0, rand::random());
         let (mut inb, mut outb) = (ByteBuffer::new(65_536), ByteBuffer::new(65_536));
         let mut buf = [0u8; 4096];
         while outb.is_empty() {
@@ -1138,4 +1138,104 @@ async fn regression_two_transfers_over_the_budget_do_not_livelock() {
     assert!(delivered.is_ok(), "the oldest's message never arrived");
     assert_eq!(m.protocol_errors, 0);
     drop(younger);
+}
+
+/// A request the forgery test's server answers.
+#[derive(Serialize, Deserialize)]
+struct Ask {
+    seq: u64,
+}
+impl Message for Ask {
+    const ID: u32 = 710;
+}
+
+/// Its reply.
+#[derive(Serialize, Deserialize)]
+struct Answer {
+    seq: u64,
+}
+impl Message for Answer {
+    const ID: u32 = 711;
+}
+
+/// Issue 17: a forged claim on a site's id broke that pair for good. A
+/// stranger that read a client's id claimed it (as a site that never
+/// worked with the server) while the client was cut off: the server reset
+/// the pair's numbering and sent the client's reply to the stranger, and
+/// the real client got no reply. The claim must prove the pair's
+/// continuity; refused, it changes nothing, and the client, back, gets
+/// every reply once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_forged_claim_on_a_client_in_backoff_breaks_nothing() {
+    use std::time::Duration;
+    let server = listening_node();
+    // Counts every request handled (a resend delivered twice would show).
+    let handled = Arc::new(AtomicU64::new(0));
+    let h = handled.clone();
+    server
+        .handle(move |ctx, a: Ask| {
+            h.fetch_add(1, Ordering::SeqCst);
+            let _ = ctx.reply(&Answer { seq: a.seq });
+        })
+        .unwrap();
+    let relay = common::raw::Relay::to(&addr(&server));
+    // A client that does not listen (only it can restore the channel),
+    // reaching the server through the relay. Its handshakes wait as long as
+    // the relay holds them: it does not try the server's own address
+    // before the relay is released.
+    let client = Node::builder()
+        .configure(|c| c.handshake_timeout = Duration::from_secs(60))
+        .start()
+        .unwrap();
+    let site = client.site(&relay.address).unwrap();
+    let ask = |seq: u64| {
+        let site = site.clone();
+        async move {
+            site.request::<Ask, Answer>(
+                &Ask { seq },
+                sitenet::SendOptions::default(),
+                Duration::from_secs(30),
+            )
+            .await
+            .map(|r| r.msg.seq)
+        }
+    };
+    assert_eq!(ask(0).await.unwrap(), 0);
+    // Request 1 is answered, and the answer lost on the way: the server
+    // holds it, unacknowledged, when the client is cut off.
+    relay.lose_from_target();
+    let sent = server.metrics().messages_sent;
+    let pending = tokio::spawn(ask(1));
+    assert!(eventually(|| server.metrics().messages_sent > sent).await);
+    let closed = server.metrics().channels_closed;
+    relay.cut_and_hold();
+    assert!(eventually(|| server.metrics().channels_closed > closed).await);
+    // A stranger claims the client's id, as a site that never worked with
+    // the server, and keeps its channel if it gets one.
+    let target = addr(&server);
+    let victim = client.id();
+    let forger = tokio::task::spawn_blocking(move || {
+        common::raw::RawPeer::try_connect_as(&target, victim, Vec::new())
+    })
+    .await
+    .unwrap();
+    relay.release();
+    let reply = pending.await.unwrap();
+    assert_eq!(
+        reply.as_ref().ok(),
+        Some(&1),
+        "request 1: {reply:?}; the forger got {:?}",
+        forger.as_ref().map(|_| "a channel")
+    );
+    assert_eq!(ask(2).await.unwrap(), 2);
+    assert_eq!(
+        handled.load(Ordering::SeqCst),
+        3,
+        "a request was handled twice"
+    );
+    assert!(
+        matches!(forger, Err(sitenet::protocols::OpenError::Refused(_))),
+        "the forged claim was accepted"
+    );
+    assert_eq!(server.metrics().unproven_claims_refused, 1);
 }

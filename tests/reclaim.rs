@@ -156,3 +156,65 @@ async fn regression_sites_prepared_and_dropped_unused_are_reclaimed() {
     );
     assert_eq!(node.metrics().sites_reclaimed, 100);
 }
+
+/// A request of the test below.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Hello(u64);
+impl sitenet::Message for Hello {
+    const ID: u32 = 720;
+}
+
+/// Issue 17: a claim on a site's id must prove the pair's continuity to a
+/// node that holds a confirmed secret for it. A client that forgot the
+/// server (its channel was lost, then its entry reclaimed) while the server
+/// kept its entry for the client (it holds the client's `SiteRef`) comes
+/// back with the secret it kept (`NodeConfig::remembered_pairs`) and is
+/// answered: it is not taken for a stranger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_forgot_a_site_still_proves_the_pair() {
+    use std::sync::{Arc, Mutex};
+    let server = listening_node();
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let k = kept.clone();
+    server
+        .handle(move |ctx, h: Hello| {
+            k.lock().unwrap().push(ctx.sender());
+            let _ = ctx.reply(&Hello(h.0));
+        })
+        .unwrap();
+    let relay = common::raw::Relay::to(&addr(&server));
+    let client = Node::builder().configure(fast_linger).start().unwrap();
+    let hello = |site: sitenet::SiteRef, n: u64| async move {
+        site.request::<Hello, Hello>(
+            &Hello(n),
+            sitenet::SendOptions::default(),
+            Duration::from_secs(10),
+        )
+        .await
+        .map(|r| r.msg.0)
+    };
+    let site = client.site(&relay.address).unwrap();
+    assert_eq!(hello(site.clone(), 1).await.unwrap(), 1);
+    // The channel is lost; the client, holding no reference any more,
+    // forgets the server.
+    drop(site);
+    relay.cut_and_hold();
+    assert!(
+        client
+            .wait_until(|m| m.sites_reclaimed == 1, PATIENCE)
+            .await,
+        "{:?}",
+        client.metrics()
+    );
+    relay.release();
+    let site = client.site(&relay.address).unwrap();
+    assert_eq!(hello(site, 2).await.unwrap(), 2);
+    assert_eq!(kept.lock().unwrap().len(), 2);
+    // At most its first attempt, made before it knew whom the address
+    // reaches, was refused.
+    assert!(
+        server.metrics().unproven_claims_refused <= 1,
+        "{:?}",
+        server.metrics()
+    );
+}

@@ -30,7 +30,7 @@ pub fn check(data: &[u8]) {
     };
 
     // Initiator (local site 2), expecting PRESENT then NEGOTIATE_ANS.
-    let mut ini = Initiator::new(local(2), expected, 0, 0);
+    let mut ini = Initiator::new(local(2), expected, 0, 0, [0x1A; 16]);
     let mut input = ByteBuffer::new(MIN_BUFFER as usize);
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
     let mut off = 0;
@@ -45,6 +45,8 @@ pub fn check(data: &[u8]) {
                 assert!(o.generation > 0 && o.generation <= MAX_GENERATION);
                 // A fresh acceptor has received nothing.
                 assert!(!o.peer_fresh || o.peer_last_received == 0);
+                // With no secret to prove, an accepted channel agrees one.
+                assert!(o.pair_secret.is_some());
                 assert_eq!(o.present.version, PROTOCOL_VERSION);
                 assert_ne!(o.present.site, SiteId(2));
                 if let Some(e) = expected {
@@ -59,7 +61,7 @@ pub fn check(data: &[u8]) {
 
     // Acceptor (local site 1), expecting NEGOTIATE.
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(&local(1), &mut output);
+    let mut acc = Acceptor::new(&local(1), [0xAC; 16], &mut output);
     let mut input = ByteBuffer::new(MIN_BUFFER as usize);
     let mut off = 0;
     while off < stream.len() {

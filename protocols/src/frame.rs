@@ -25,10 +25,11 @@ use crate::error::FrameError;
 /// The wire protocol version carried in every frame and in the handshake.
 ///
 /// Version 2 added `PACKED` frames (several small messages in one frame);
-/// version 3 the message kinds `Forward` and `DelegatedReply` (delegation).
-/// An older peer could not read them, so the two fail each other's
+/// version 3 the message kinds `Forward` and `DelegatedReply` (delegation);
+/// version 4 the handshake's nonces and NEGOTIATE's proof of continuity
+/// (`handshake::continuity`, issue 17). An older peer could not read them, so the two fail each other's
 /// handshake permanently, as DESIGN.md requires of a version mismatch.
-pub const PROTOCOL_VERSION: u8 = 3;
+pub const PROTOCOL_VERSION: u8 = 4;
 
 /// Length of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 32;

@@ -105,7 +105,8 @@ pub use deliver::{Deliver, StreamAbort};
 pub use error::{FrameError, OpenError, ProtocolError, SendError};
 pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION};
 pub use handshake::{
-    Acceptor, Attempt, Initiator, LocalInfo, Negotiate, NegotiateAns, Opened, Present, RefuseReason,
+    Acceptor, Attempt, Claim, Continuity, HandshakeNonces, Initiator, LocalInfo, Negotiate,
+    NegotiateAns, Nonce, Opened, PairMemory, PairSecret, Present, Proof, RefuseReason,
 };
 pub use link::{decide, Decision, LinkView};
 pub use message::{

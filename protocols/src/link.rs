@@ -24,6 +24,11 @@
 //! arithmetic overflow (a debug panic, or a wrap to 0 in release) or lock a
 //! site pair out with a generation that has no successor.
 //!
+//! The numbers judged here are those of a claim that proved the pair's
+//! continuity; the ComObject judges one that did not as having seen no
+//! channel (see [`continuity`](crate::handshake::continuity)), so no
+//! stranger's claim can pick a generation.
+//!
 //! A side that becomes working by one channel abandons its own handshake in
 //! progress (so a NEGOTIATE it sends always states the generation it saw), and
 //! session state always stays with the existing ComObject.
@@ -77,7 +82,7 @@ pub enum Decision {
 /// #     Negotiate {
 /// #         version: PROTOCOL_VERSION, site: SiteId(from), listen: vec![],
 /// #         buffer_size: 65536, max_message: 1 << 20, last_received: 0,
-/// #         last_generation, attempt: Attempt::UNKNOWN,
+/// #         last_generation, attempt: Attempt::UNKNOWN, nonce: [0; 16], proof: None,
 /// #     }
 /// # }
 ///

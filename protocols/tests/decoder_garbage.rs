@@ -206,6 +206,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                     version,
                     site,
                     listen,
+                    nonce: [0xAC; 16],
                 }),
             )
         }),
@@ -240,6 +241,8 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                         last_received,
                         last_generation,
                         attempt: sitenet_protocols::Attempt { opener, seq },
+                        nonce: [0x1A; 16],
+                        proof: None,
                     };
                     control(FrameKind::Negotiate, &ser(&n))
                 }
@@ -257,14 +260,16 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                     last_received,
                     generation,
                     fresh: false,
+                    rekey: false,
                 };
                 control(FrameKind::NegotiateAns, &ser(&a))
             }),
-        (0usize..3).prop_map(|r| {
+        (0usize..4).prop_map(|r| {
             let r = [
                 RefuseReason::LostTie,
                 RefuseReason::Stale,
                 RefuseReason::Closing,
+                RefuseReason::Unproven,
             ][r];
             control(FrameKind::NegotiateAns, &ser(&NegotiateAns::Refuse(r)))
         }),
@@ -374,7 +379,7 @@ fn feed_initiator(
     chunks: &[usize],
     expected: Option<SiteId>,
 ) -> Result<Option<handshake::Opened>, OpenError> {
-    let mut ini = Initiator::new(local(2), expected, 0, 0);
+    let mut ini = Initiator::new(local(2), expected, 0, 0, [0x1A; 16]);
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
     feed_chunks(data, chunks, "initiator", |input| {
         ini.handle_input(input, &mut output)
@@ -384,7 +389,7 @@ fn feed_initiator(
 /// Feeds `data` into a fresh Acceptor in chunks; returns its outcome.
 fn feed_acceptor(data: &[u8], chunks: &[usize]) -> Result<Option<Negotiate>, OpenError> {
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(&local(1), &mut output);
+    let mut acc = Acceptor::new(&local(1), [0xAC; 16], &mut output);
     feed_chunks(data, chunks, "acceptor", |input| acc.handle_input(input))
 }
 
@@ -591,7 +596,8 @@ fn unknown_kind_and_bad_header_fields() {
         (0, 0, FrameError::Version(0)),
         (0, 1, FrameError::Version(1)),
         (0, 2, FrameError::Version(2)),
-        (0, 4, FrameError::Version(4)),
+        (0, 3, FrameError::Version(3)),
+        (0, 5, FrameError::Version(5)),
         (3, 0x83, FrameError::Flags(0x83)),
         (2, 0, FrameError::Lane(0)),
         (2, 5, FrameError::Lane(5)),
@@ -651,12 +657,18 @@ fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
     // Initiator: PRESENT with version byte 1 in its frame header (a peer of
     // the version before PACKED frames).
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
-    Acceptor::new(&local(1), &mut out);
+    Acceptor::new(&local(1), [0xAC; 16], &mut out);
     let (x, y) = out.chunks();
     let mut present = [x, y].concat();
     present[0] = 1;
     let e = feed_initiator(&present, &[usize::MAX], None).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 1 });
+    assert_eq!(
+        e,
+        OpenError::VersionMismatch {
+            local: PROTOCOL_VERSION,
+            peer: 1
+        }
+    );
     assert!(e.is_permanent());
     // Acceptor: NEGOTIATE with version byte 7.
     let n = Negotiate {
@@ -668,11 +680,19 @@ fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
         last_received: 0,
         last_generation: 0,
         attempt: sitenet_protocols::Attempt::UNKNOWN,
+        nonce: [0x1A; 16],
+        proof: None,
     };
     let mut b = control(FrameKind::Negotiate, &ser(&n));
     b[0] = 7;
     let e = feed_acceptor(&b, &[1]).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 7 });
+    assert_eq!(
+        e,
+        OpenError::VersionMismatch {
+            local: PROTOCOL_VERSION,
+            peer: 7
+        }
+    );
     assert!(e.is_permanent());
 }
 

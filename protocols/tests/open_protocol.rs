@@ -15,8 +15,8 @@ use sitenet_protocols::handshake::{self, write_answer, LocalInfo, Opened, MAX_LI
 use sitenet_protocols::PROTOCOL_VERSION;
 use sitenet_protocols::{
     decide, Acceptor, Attempt, ByteBuffer, ChannelParams, Decision, Initiator, LinkView, Negotiate,
-    NegotiateAns, OpenError, OutMessage, Present, Priority, ProtocolError, ReassemblyBudget,
-    RefuseReason, SendError, Session, SessionConfig, SiteId,
+    NegotiateAns, OpenError, OutMessage, PairSecret, Present, Priority, ProtocolError,
+    ReassemblyBudget, RefuseReason, SendError, Session, SessionConfig, SiteId,
 };
 
 fn info(site: u128, buffer_size: u32, max_message: u64) -> LocalInfo {
@@ -81,8 +81,15 @@ fn initiator_gets(
     last_generation: u64,
 ) -> Result<Option<Opened>, OpenError> {
     let mut b_out = ByteBuffer::new(MIN_BUFFER as usize);
-    let _acc = Acceptor::new(&info(0xB, 65_536, 1 << 20), &mut b_out);
-    let mut ini = Initiator::new(info(0xA, 65_536, 1 << 20), None, 0, last_generation);
+    let _acc = Acceptor::new(&info(0xB, 65_536, 1 << 20), [0xAC; 16], &mut b_out);
+    let mut ini = Initiator::new(
+        info(0xA, 65_536, 1 << 20),
+        None,
+        0,
+        last_generation,
+        [0x1A; 16],
+    )
+    .with_secret(Some(PairSecret([0x5E; 16])));
     let mut a_in = ByteBuffer::new(MIN_BUFFER as usize);
     let mut a_out = ByteBuffer::new(MIN_BUFFER as usize);
     mv(&mut b_out, &mut a_in, usize::MAX, |_| ());
@@ -105,9 +112,10 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
     let (mut b_in, mut b_out) = (ByteBuffer::new(16_384), ByteBuffer::new(16_384));
 
     // The acceptor presents itself as soon as it accepts.
-    let mut acc = Acceptor::new(&b, &mut b_out);
+    let mut acc = Acceptor::new(&b, [0xAC; 16], &mut b_out);
     assert!(!b_out.is_empty());
-    let mut ini = Initiator::new(a.clone(), Some(SiteId(0xB)), 5, 3)
+    let mut ini = Initiator::new(a.clone(), Some(SiteId(0xB)), 5, 3, [0x1A; 16])
+        .with_secret(Some(PairSecret([0x5E; 16])))
         .with_attempt(Attempt { opener: 7, seq: 2 });
     // PRESENT arrives one byte at a time: NEGOTIATE goes out once it is whole.
     let steps = mv(&mut b_out, &mut a_in, 1, |inp| {
@@ -141,6 +149,17 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
             last_received: 5,
             last_generation: 3,
             attempt: Attempt { opener: 7, seq: 2 },
+            nonce: [0x1A; 16],
+            // The proof of the pair's secret, bound to both nonces.
+            proof: Some(
+                sitenet_protocols::HandshakeNonces {
+                    acceptor: SiteId(0xB),
+                    acceptor_nonce: [0xAC; 16],
+                    initiator: SiteId(0xA),
+                    initiator_nonce: [0x1A; 16],
+                }
+                .proof(&PairSecret([0x5E; 16]))
+            ),
         }
     );
     // The acceptor's ComObject decides: neither side working → accept, with
@@ -164,6 +183,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
         last_received: 9,
         generation,
         fresh: false,
+        rekey: false,
     };
     assert!(write_answer(&mut b_out, &ans));
     // Session bytes may follow the answer in the same read.
@@ -180,13 +200,16 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
             present: Present {
                 version: PROTOCOL_VERSION,
                 site: SiteId(0xB),
-                listen: b.listen.clone()
+                listen: b.listen.clone(),
+                nonce: [0xAC; 16],
             },
             buffer_size: 16_384,
             peer_max_message: 1 << 20,
             peer_last_received: 9,
             generation: 4,
             peer_fresh: false,
+            // A proven claim agrees no new secret.
+            pair_secret: None,
         }
     );
     assert_eq!(
@@ -209,6 +232,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
             last_received: 0,
             generation: 1,
             fresh: false,
+            rekey: false,
         };
         assert_eq!(initiator_gets(&ans, 0).unwrap().unwrap().buffer_size, size);
     }
@@ -220,6 +244,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
             last_received: 0,
             generation: 1,
             fresh: false,
+            rekey: false,
         };
         let e = initiator_gets(&ans, 0).unwrap_err();
         assert!(
@@ -241,6 +266,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         last_received: 0,
         generation: 3,
         fresh: false,
+        rekey: false,
     };
     assert!(matches!(
         initiator_gets(&ans, 3),
@@ -255,6 +281,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         last_received: 4,
         generation: 3,
         fresh: true,
+        rekey: false,
     };
     assert!(matches!(
         initiator_gets(&fresh_but_received, 2),
@@ -266,8 +293,47 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         last_received: 0,
         generation: 3,
         fresh: true,
+        rekey: false,
     };
     assert!(initiator_gets(&fresh, 2).unwrap().unwrap().peer_fresh);
+    // A fresh answer is the acceptor's own count: any generation from 1.
+    let fresh_first = NegotiateAns::Accept {
+        buffer_size: 65_536,
+        max_message: 1,
+        last_received: 0,
+        generation: 1,
+        fresh: true,
+        rekey: false,
+    };
+    assert_eq!(
+        initiator_gets(&fresh_first, 2).unwrap().unwrap().generation,
+        1
+    );
+    // An initiator with no secret to prove is only ever answered with a new
+    // session: an answer resuming one is malformed.
+    let mut b_out = ByteBuffer::new(MIN_BUFFER as usize);
+    let _acc = Acceptor::new(&info(0xB, 65_536, 1 << 20), [0xAC; 16], &mut b_out);
+    let mut ini = Initiator::new(info(0xA, 65_536, 1 << 20), None, 0, 0, [0x1A; 16]);
+    let (mut a_in, mut a_out) = (
+        ByteBuffer::new(MIN_BUFFER as usize),
+        ByteBuffer::new(MIN_BUFFER as usize),
+    );
+    mv(&mut b_out, &mut a_in, usize::MAX, |_| ());
+    assert_eq!(ini.handle_input(&mut a_in, &mut a_out).unwrap(), None);
+    let resumed = NegotiateAns::Accept {
+        buffer_size: 65_536,
+        max_message: 1,
+        last_received: 0,
+        generation: 1,
+        fresh: false,
+        rekey: false,
+    };
+    assert!(write_answer(&mut b_out, &resumed));
+    mv(&mut b_out, &mut a_in, usize::MAX, |_| ());
+    assert!(matches!(
+        ini.handle_input(&mut a_in, &mut a_out),
+        Err(OpenError::Protocol(ProtocolError::Malformed { .. }))
+    ));
     // The acceptor refuses a proposal below the minimum, or too many addresses.
     let mut n = Negotiate {
         version: PROTOCOL_VERSION,
@@ -278,9 +344,11 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         last_received: 0,
         last_generation: 0,
         attempt: Attempt::UNKNOWN,
+        nonce: [0x1A; 16],
+        proof: None,
     };
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), &mut out);
+    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 16], &mut out);
     let e = acc
         .handle_input(&mut buffer_with(&control(FrameKind::Negotiate, &n)))
         .unwrap_err();
@@ -296,12 +364,12 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
     );
     n.buffer_size = MIN_BUFFER;
     n.listen = vec!["x".into(); MAX_LISTEN + 1];
-    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), &mut out);
+    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 16], &mut out);
     assert!(acc
         .handle_input(&mut buffer_with(&control(FrameKind::Negotiate, &n)))
         .is_err());
     n.listen.pop();
-    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), &mut out);
+    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 16], &mut out);
     assert_eq!(
         acc.handle_input(&mut buffer_with(&control(FrameKind::Negotiate, &n)))
             .unwrap(),
@@ -370,8 +438,14 @@ fn opened_parameters_drive_the_sessions() {
         ByteBuffer::new(32_768),
         ByteBuffer::new(32_768),
     );
-    let mut acc = Acceptor::new(&b, &mut b_out);
-    let mut ini = Initiator::new(a.clone(), None, sa.last_received(), sa.last_generation());
+    let mut acc = Acceptor::new(&b, [0xAC; 16], &mut b_out);
+    let mut ini = Initiator::new(
+        a.clone(),
+        None,
+        sa.last_received(),
+        sa.last_generation(),
+        [0x1A; 16],
+    );
     mv(&mut b_out, &mut a_in, usize::MAX, |_| ());
     ini.handle_input(&mut a_in, &mut a_out).unwrap();
     mv(&mut a_out, &mut b_in, usize::MAX, |_| ());
@@ -380,12 +454,14 @@ fn opened_parameters_drive_the_sessions() {
         panic!()
     };
     let size = neg.buffer_size.min(b.buffer_size);
+    // Both fresh: a new session (the initiator has nothing to prove).
     let ans = NegotiateAns::Accept {
         buffer_size: size,
         max_message: b.max_message,
         last_received: sb.last_received(),
         generation,
-        fresh: false,
+        fresh: true,
+        rekey: true,
     };
     write_answer(&mut b_out, &ans);
     sb.channel_up(
@@ -461,7 +537,7 @@ fn opened_parameters_drive_the_sessions() {
 
 fn present_bytes(site: u128) -> Vec<u8> {
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
-    Acceptor::new(&info(site, 65_536, 1), &mut out);
+    Acceptor::new(&info(site, 65_536, 1), [0xAC; 16], &mut out);
     let (x, y) = out.chunks();
     [x, y].concat()
 }
@@ -471,7 +547,13 @@ fn initiator_on(
     local: u128,
     expected: Option<u128>,
 ) -> Result<Option<Opened>, OpenError> {
-    let mut ini = Initiator::new(info(local, 65_536, 1), expected.map(SiteId), 0, 0);
+    let mut ini = Initiator::new(
+        info(local, 65_536, 1),
+        expected.map(SiteId),
+        0,
+        0,
+        [0x1A; 16],
+    );
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
     ini.handle_input(&mut buffer_with(bytes), &mut out)
 }
@@ -486,13 +568,15 @@ fn negotiate(site: u128, version: u8) -> Vec<u8> {
         last_received: 0,
         last_generation: 0,
         attempt: Attempt::UNKNOWN,
+        nonce: [0x1A; 16],
+        proof: None,
     };
     control(FrameKind::Negotiate, &n)
 }
 
 fn acceptor_on(bytes: &[u8], local: u128) -> Result<Option<Negotiate>, OpenError> {
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(&info(local, 65_536, 1), &mut out);
+    let mut acc = Acceptor::new(&info(local, 65_536, 1), [0xAC; 16], &mut out);
     acc.handle_input(&mut buffer_with(bytes))
 }
 
@@ -503,7 +587,13 @@ fn version_mismatch_is_permanent() {
     let mut p = present_bytes(0xB);
     p[0] = 1;
     let e = initiator_on(&p, 0xA, None).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 1 });
+    assert_eq!(
+        e,
+        OpenError::VersionMismatch {
+            local: PROTOCOL_VERSION,
+            peer: 1
+        }
+    );
     assert!(e.is_permanent());
     // A PRESENT payload saying version 1 (in a version-2 frame).
     let p = control(
@@ -512,19 +602,38 @@ fn version_mismatch_is_permanent() {
             version: 1,
             site: SiteId(0xB),
             listen: vec![],
+            nonce: [0xAC; 16],
         },
     );
     let e = initiator_on(&p, 0xA, None).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 1 });
+    assert_eq!(
+        e,
+        OpenError::VersionMismatch {
+            local: PROTOCOL_VERSION,
+            peer: 1
+        }
+    );
     assert!(e.is_permanent());
     // The same on the acceptor's side, for NEGOTIATE.
     let mut n = negotiate(0xA, 2);
     n[0] = 1;
     let e = acceptor_on(&n, 0xB).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 1 });
+    assert_eq!(
+        e,
+        OpenError::VersionMismatch {
+            local: PROTOCOL_VERSION,
+            peer: 1
+        }
+    );
     assert!(e.is_permanent());
     let e = acceptor_on(&negotiate(0xA, 1), 0xB).unwrap_err();
-    assert_eq!(e, OpenError::VersionMismatch { local: 3, peer: 1 });
+    assert_eq!(
+        e,
+        OpenError::VersionMismatch {
+            local: PROTOCOL_VERSION,
+            peer: 1
+        }
+    );
     assert!(e.is_permanent());
     // Version 2 in both places: fine.
     assert!(initiator_on(&present_bytes(0xB), 0xA, None)
@@ -587,6 +696,8 @@ fn link_decision_rules() {
         last_received: 0,
         last_generation,
         attempt: Attempt::UNKNOWN,
+        nonce: [0x1A; 16],
+        proof: None,
     };
     let neg_attempt = |site: u128, last_generation: u64, opener: u64, seq: u64| Negotiate {
         attempt: Attempt { opener, seq },
@@ -695,7 +806,15 @@ mod model {
     use std::time::Instant;
 
     use sitenet_protocols::{
-        AcceptOutcome, Action, ChannelId, ComConfig, ComObject, ComState, Loss, OpenFailure,
+        AcceptOutcome, Action, ChannelId, ComConfig, ComObject, ComState, Continuity,
+        HandshakeNonces, Loss, OpenFailure, PairSecret,
+    };
+
+    /// The secret both sites hold for a channel that worked before the
+    /// scenario.
+    const PRIMED: Continuity = Continuity {
+        current: PairSecret([0x5E; 16]),
+        confirmed: true,
     };
 
     pub type DecideFn = fn(LinkView, &Negotiate) -> Decision;
@@ -859,14 +978,30 @@ mod model {
                 last_received: 0,
                 last_generation: g - 1,
                 attempt: Attempt::UNKNOWN,
+                nonce: [0x1A; 16],
+                proof: None,
             };
             let site = &mut self.sites[s];
-            match site.com.accepted(&neg, site.now) {
+            // Proven with the secret both sites hold from before.
+            site.com.prime_continuity(PRIMED);
+            let hs = HandshakeNonces {
+                acceptor: site.id,
+                acceptor_nonce: [0xAC; 16],
+                initiator: peer,
+                initiator_nonce: neg.nonce,
+            };
+            let neg = Negotiate {
+                proof: Some(hs.proof(&PRIMED.current)),
+                ..neg
+            };
+            match site.com.accepted(&neg, [0xAC; 16], site.now) {
                 AcceptOutcome::Accept { id, .. } => {
                     site.chan_of.insert(id, c);
                 }
                 other => panic!("priming site {s}: {other:?}"),
             }
+            // A fresh session renews the secret: both keep the primed one.
+            site.com.prime_continuity(PRIMED);
             self.apply_actions(s);
         }
 
@@ -923,19 +1058,43 @@ mod model {
         /// `last_generation`, sent NEGOTIATE, then dropped that channel; the
         /// NEGOTIATE (and the EOF) are still in flight to the acceptor.
         pub fn stale_negotiate(&mut self, init: usize, last_generation: u64) -> usize {
+            let secret = (last_generation > 0).then_some(PRIMED.current);
+            self.claim(init, last_generation, secret)
+        }
+
+        /// A stranger claims site `init`'s id (no proof of the pair's
+        /// secret) with `last_generation`, as [`stale_negotiate`] sends it.
+        pub fn forged_negotiate(&mut self, init: usize, last_generation: u64) -> usize {
+            self.claim(init, last_generation, None)
+        }
+
+        fn claim(
+            &mut self,
+            init: usize,
+            last_generation: u64,
+            secret: Option<PairSecret>,
+        ) -> usize {
             let acc = 1 - init;
             let c = self.chans.len();
             let mut ch = Chan::new();
-            let acceptor = Acceptor::new(&local(self.sites[acc].id), &mut ch.output[acc]);
+            let acceptor = Acceptor::new(
+                &local(self.sites[acc].id),
+                [c as u8; 16],
+                &mut ch.output[acc],
+            );
             // An attempt older than any the ComObject makes.
             self.stale_attempts += 1;
             assert!(self.stale_attempts < FIRST_ATTEMPT);
+            // A genuine attempt of the site: it proves the secret it held
+            // (none before any channel worked).
             let mut ini = Initiator::new(
                 local(self.sites[init].id),
                 Some(self.sites[acc].id),
                 0,
                 last_generation,
+                [c as u8 ^ 0x55; 16],
             )
+            .with_secret(secret)
             .with_attempt(Attempt {
                 opener: 1 + (self.sites[init].id.0 & 0xff) as u64,
                 seq: self.stale_attempts,
@@ -1025,7 +1184,12 @@ mod model {
         fn apply_actions(&mut self, s: usize) {
             while let Some(a) = self.sites[s].com.poll_action() {
                 match a {
-                    Action::RequestSlot | Action::CancelSlot | Action::Fault { .. } => {}
+                    // A refused claim without proof (a NEGOTIATE from an
+                    // attempt older than the session) is only put on record.
+                    Action::RequestSlot
+                    | Action::CancelSlot
+                    | Action::Fault { .. }
+                    | Action::ClaimRefused { .. } => {}
                     Action::Open(_) => self
                         .violations
                         .push(format!("site {s}: an open outside a slot grant")),
@@ -1079,13 +1243,19 @@ mod model {
             };
             let c = self.chans.len();
             let mut ch = Chan::new();
-            let acc = Acceptor::new(&local(self.sites[peer].id), &mut ch.output[peer]);
+            let acc = Acceptor::new(
+                &local(self.sites[peer].id),
+                [c as u8; 16],
+                &mut ch.output[peer],
+            );
             let ini = Initiator::new(
                 local(self.sites[s].id),
                 Some(self.sites[peer].id),
                 req.last_received,
                 req.last_generation,
+                [c as u8 ^ 0x55; 16],
             )
+            .with_secret(req.secret)
             .with_attempt(req.attempt);
             ch.ends[peer] = End::Acc(acc);
             ch.ends[s] = End::Init(Box::new(ini));
@@ -1220,8 +1390,12 @@ mod model {
                     return;
                 }
             };
+            let nonce = match &self.chans[c].ends[s] {
+                End::Acc(acc) => acc.nonce(),
+                _ => unreachable!("NEGOTIATE from an acceptor's end"),
+            };
             let site = &mut self.sites[s];
-            let out = site.com.accepted(&neg, site.now);
+            let out = site.com.accepted(&neg, nonce, site.now);
             // Abandoning our own open and closing a replaced channel come
             // first, as in the driver.
             self.apply_actions(s);
@@ -1503,6 +1677,27 @@ fn scenarios() -> Vec<Scenario> {
             with_stale(World::new(sites([1, 1], d)), &[(L, 0)])
         }),
         scenario(
+            "a stranger claims L's id (generation 0, no proof) while both reopen",
+            |d| {
+                let mut w = after_working(2, &[S, L], [1, 1], d);
+                w.forged_negotiate(L, 0);
+                w
+            },
+        ),
+        scenario(
+            "a stranger claims S's id (generation 2^63 - 2) while S reopens",
+            |d| {
+                let mut w = after_working(2, &[S], [1, 1], d);
+                w.forged_negotiate(S, sitenet_protocols::handshake::MAX_GENERATION - 1);
+                w
+            },
+        ),
+        scenario("a stranger claims L's id while the pair works", |d| {
+            let mut w = after_working(2, &[], [0, 0], d);
+            w.forged_negotiate(L, 2);
+            w
+        }),
+        scenario(
             "two stale NEGOTIATEs from S while S lost the channel and reopens",
             |d| with_stale(after_working(2, &[S], [1, 1], d), &[(S, 1), (S, 1)]),
         ),
@@ -1710,6 +1905,8 @@ fn replacement_channel_resumes_from_last_received() {
         last_received: pair.a.session.last_received(),
         last_generation: pair.a.session.last_generation(),
         attempt: Attempt::UNKNOWN,
+        nonce: [0x1A; 16],
+        proof: None,
     };
     let mut v = view(2);
     v.working = Some(1);
@@ -1783,10 +1980,12 @@ fn handshake_payloads_are_encoded_as_documented() {
         version: PROTOCOL_VERSION,
         site: SiteId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10),
         listen: vec!["tcp:127.0.0.1:7000".into()],
+        nonce: [0xAC; 16],
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&p).unwrap()),
-        "93 03 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30"
+        "94 04 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 \
+         c4 10 ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac"
     );
     let n = Negotiate {
         version: PROTOCOL_VERSION,
@@ -1800,46 +1999,52 @@ fn handshake_payloads_are_encoded_as_documented() {
             opener: 7,
             seq: 300,
         },
+        nonce: [0x1A; 16],
+        proof: None,
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&n).unwrap()),
-        "98 03 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c"
+        "9a 04 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c \
+         c4 10 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a c0"
     );
-    // A NEGOTIATE without the attempt (an earlier build of version 1)
-    // decodes with the attempt unknown.
-    let old = rmp_serde::to_vec(&n).unwrap();
-    let mut old = old[..old.len() - 4].to_vec();
-    old[0] = 0x97;
-    let decoded: Negotiate = rmp_serde::from_slice(&old).unwrap();
+    // With a proof: 16 bytes as a bin, as the nonce.
+    let proven = Negotiate {
+        proof: Some([0x77; 16]),
+        ..n.clone()
+    };
+    let bytes = rmp_serde::to_vec(&proven).unwrap();
     assert_eq!(
-        decoded,
-        Negotiate {
-            attempt: Attempt::UNKNOWN,
-            ..n.clone()
-        }
+        hex(&bytes[bytes.len() - 18..]),
+        "c4 10 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77"
     );
+    assert_eq!(rmp_serde::from_slice::<Negotiate>(&bytes).unwrap(), proven);
+    // A nonce of another length is malformed.
+    let mut short = rmp_serde::to_vec(&n).unwrap();
+    let at = short.len() - 18;
+    short[at + 1] = 0x0f;
+    short.remove(at + 2);
+    assert!(rmp_serde::from_slice::<Negotiate>(&short).is_err());
     let a = NegotiateAns::Accept {
         buffer_size: 16_384,
         max_message: 1 << 20,
         last_received: 9,
         generation: 3,
         fresh: false,
+        rekey: false,
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&a).unwrap()),
-        "81 a6 41 63 63 65 70 74 95 cd 40 00 ce 00 10 00 00 09 03 c2"
+        "81 a6 41 63 63 65 70 74 96 cd 40 00 ce 00 10 00 00 09 03 c2 c2"
     );
-    // An answer without `fresh` (an earlier build of version 1) decodes as
-    // not fresh.
-    let old = [
-        0x81, 0xa6, 0x41, 0x63, 0x63, 0x65, 0x70, 0x74, 0x94, 0xcd, 0x40, 0x00, 0xce, 0x00, 0x10,
-        0x00, 0x00, 0x09, 0x03,
-    ];
-    assert_eq!(rmp_serde::from_slice::<NegotiateAns>(&old).unwrap(), a);
     let r = NegotiateAns::Refuse(RefuseReason::Stale);
     assert_eq!(
         hex(&rmp_serde::to_vec(&r).unwrap()),
         "81 a6 52 65 66 75 73 65 a5 53 74 61 6c 65"
+    );
+    let r = NegotiateAns::Refuse(RefuseReason::Unproven);
+    assert_eq!(
+        hex(&rmp_serde::to_vec(&r).unwrap()),
+        "81 a6 52 65 66 75 73 65 a8 55 6e 70 72 6f 76 65 6e"
     );
     // A control frame header: the version, kind, lane 5, flags 3, payload
     // length, ack, then zero number and offset.
@@ -1883,6 +2088,8 @@ fn negotiate_with_generation(site: u128, last_generation: u64) -> Negotiate {
         last_received: 0,
         last_generation,
         attempt: Attempt::UNKNOWN,
+        nonce: [0x1A; 16],
+        proof: None,
     }
 }
 
@@ -1955,6 +2162,7 @@ fn the_initiator_refuses_an_answer_generation_without_a_successor() {
         last_received: 0,
         generation,
         fresh: false,
+        rekey: false,
     };
     for (g, last) in [
         (u64::MAX, 0),
@@ -1996,14 +2204,14 @@ fn a_listen_list_too_long_for_the_handshake_is_an_error_not_a_panic() {
         );
         // The acceptor cannot present itself: its first input says so.
         let mut out = ByteBuffer::new(65_536);
-        let mut acc = Acceptor::new(&local, &mut out);
+        let mut acc = Acceptor::new(&local, [0xAC; 16], &mut out);
         assert!(out.is_empty(), "no oversized PRESENT is written");
         let e = acc
             .handle_input(&mut buffer_with(&negotiate(0xB, PROTOCOL_VERSION)))
             .unwrap_err();
         assert!(matches!(e, OpenError::LocalConfig(_)), "{e:?}");
         // The initiator cannot negotiate.
-        let mut ini = Initiator::new(local, None, 0, 0);
+        let mut ini = Initiator::new(local, None, 0, 0, [0x1A; 16]);
         let mut out = ByteBuffer::new(65_536);
         let e = ini
             .handle_input(&mut buffer_with(&present_bytes(0xB)), &mut out)

@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sitenet_protocols::handshake::{Attempt, Negotiate, NegotiateAns, Opened, Present};
+use sitenet_protocols::handshake::{
+    Attempt, HandshakeNonces, Negotiate, NegotiateAns, Nonce, Opened, PairSecret, Present,
+};
 use sitenet_protocols::{
     AcceptOutcome, Action, AddressBook, ByteBuffer, ComConfig, ComObject, ComState, Loss,
     OutMessage, Priority, ReassemblyBudget, SendError, SiteId, PROTOCOL_VERSION,
@@ -16,6 +18,10 @@ use sitenet_protocols::{
 const LOCAL: SiteId = SiteId(0x10);
 const PEER: SiteId = SiteId(0x20);
 const LINGER: Duration = Duration::from_secs(10);
+/// The nonce of our PRESENT in the tests' handshakes.
+const NONCE: Nonce = [0xAC; 16];
+/// The secret the tests' fresh answers agree.
+const PAIR: PairSecret = PairSecret([0x5E; 16]);
 
 struct H {
     com: ComObject,
@@ -79,12 +85,14 @@ impl H {
                 version: PROTOCOL_VERSION,
                 site: PEER,
                 listen: vec![],
+                nonce: NONCE,
             },
             buffer_size: 65_536,
             peer_max_message: 1 << 20,
             peer_last_received: 0,
             generation,
             peer_fresh,
+            pair_secret: peer_fresh.then_some(PAIR),
         };
         self.com
             .open_succeeded(req.attempt.seq, &opened, self.now)
@@ -170,6 +178,23 @@ fn negotiate(last_generation: u64, last_received: u64) -> Negotiate {
         last_received,
         last_generation,
         attempt: Attempt { opener: 5, seq: 1 },
+        nonce: [0x1A; 16],
+        proof: None,
+    }
+}
+
+/// [`negotiate`] from the peer holding `PAIR`.
+fn proving(last_generation: u64, last_received: u64) -> Negotiate {
+    let n = negotiate(last_generation, last_received);
+    let hs = HandshakeNonces {
+        acceptor: LOCAL,
+        acceptor_nonce: NONCE,
+        initiator: PEER,
+        initiator_nonce: n.nonce,
+    };
+    Negotiate {
+        proof: Some(hs.proof(&PAIR)),
+        ..n
     }
 }
 
@@ -295,8 +320,9 @@ fn an_acceptor_that_remembers_numbers_afresh_when_the_initiator_is_fresh() {
     let mut h = H::new(true);
     let id = h.working_and_acked(true);
     h.lose(id);
-    // The peer forgot us and calls: NEGOTIATE with last generation 0.
-    let answer = accept_fields(h.com.accepted(&negotiate(0, 0), h.now));
+    // The peer forgot us and calls: NEGOTIATE with last generation 0,
+    // proving the pair's secret (its node kept it).
+    let answer = accept_fields(h.com.accepted(&proving(0, 0), NONCE, h.now));
     assert_eq!(answer, (0, 2, false));
     assert_eq!(h.com.session().last_sent(), 0);
     assert_eq!(h.com.session().stats().peer_forgot, 1);
@@ -311,8 +337,10 @@ fn an_acceptor_that_remembers_numbers_afresh_when_the_initiator_is_fresh() {
 fn a_fresh_acceptor_ignores_what_the_initiator_received_from_the_forgotten_session() {
     let mut h = H::new(false);
     // The peer remembers a session we forgot: generation 5, it received 7.
-    let answer = accept_fields(h.com.accepted(&negotiate(5, 7), h.now));
-    assert_eq!(answer, (0, 6, true));
+    // We cannot check its proof: a new session, numbered by us (issue 17:
+    // no claim picks a generation here).
+    let answer = accept_fields(h.com.accepted(&proving(5, 7), NONCE, h.now));
+    assert_eq!(answer, (0, 1, true));
     assert!(!h
         .actions()
         .iter()
@@ -324,7 +352,7 @@ fn a_fresh_initiator_claiming_to_have_received_messages_is_a_protocol_fault() {
     // Both fresh: the initiator cannot have received anything.
     let mut h = H::new(false);
     assert!(matches!(
-        h.com.accepted(&negotiate(0, 3), h.now),
+        h.com.accepted(&negotiate(0, 3), NONCE, h.now),
         AcceptOutcome::Protocol(_)
     ));
 }

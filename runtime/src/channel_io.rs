@@ -10,7 +10,9 @@ use std::time::Duration;
 use thiserror::Error;
 
 use sitenet_protocols::handshake::MIN_BUFFER;
-use sitenet_protocols::{Acceptor, Initiator, LocalInfo, Negotiate, OpenError, Opened, SiteId};
+use sitenet_protocols::{
+    Acceptor, Initiator, LocalInfo, Negotiate, Nonce, OpenError, Opened, SiteId,
+};
 use sitenet_transport::channel::TcpTuning;
 use sitenet_transport::{Address, Channel, SlotLease};
 
@@ -136,9 +138,11 @@ pub(crate) async fn accept_until_negotiate(
     local: LocalInfo,
     dropped: tokio::sync::oneshot::Receiver<sitenet_protocols::admission::Dropped>,
     spoke: impl FnOnce(),
-) -> Result<(TransObject, Negotiate), (TransObject, OpenFailure)> {
+) -> Result<(TransObject, Negotiate, Nonce), (TransObject, OpenFailure)> {
     let mut t = TransObject::new(ch, MIN_BUFFER as usize, None);
-    let mut acc = Acceptor::new(&local, &mut t.outb);
+    // A nonce of its own for every handshake: the initiator's proof of
+    // continuity is bound to it.
+    let mut acc = Acceptor::new(&local, fresh_nonce(), &mut t.outb);
     let outcome = {
         let run = async {
             t.flush().await?;
@@ -162,8 +166,14 @@ pub(crate) async fn accept_until_negotiate(
     };
     match outcome {
         Err(e) => Err((t, e)),
-        Ok(n) => Ok((t, n)),
+        Ok(n) => Ok((t, n, acc.nonce())),
     }
+}
+
+/// A handshake nonce (see `sitenet_protocols::handshake::continuity`):
+/// drawn here, by the driver, since the protocol machines never draw one.
+pub(crate) fn fresh_nonce() -> Nonce {
+    rand::random()
 }
 
 /// Writes what is in the output ring (a refusal) and drops the channel,

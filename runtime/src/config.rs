@@ -192,6 +192,13 @@ pub struct NodeConfig {
     /// last reference to it goes). A header whose references go beyond the
     /// bound does not decode (counted in `Metrics::claims_refused`).
     pub site_ref_claims_per_peer: u32,
+    /// Secrets of site pairs kept after their entries are forgotten (the
+    /// reclaim rule), so that this node, contacting such a site again,
+    /// still proves the pair's continuity: a peer that kept its entry for
+    /// us refuses a claim on our id without that proof (docs/protocol.md
+    /// §4.7). Each takes about 64 bytes; the oldest go first. 16,384 by
+    /// default; 0 keeps none.
+    pub remembered_pairs: usize,
 }
 
 impl Default for NodeConfig {
@@ -235,6 +242,7 @@ impl Default for NodeConfig {
             stats_from_anywhere: false,
             forward_claims_per_peer: 16,
             site_ref_claims_per_peer: 1024,
+            remembered_pairs: 16 * 1024,
         }
     }
 }

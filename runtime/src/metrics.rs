@@ -127,6 +127,10 @@ counters! {
     /// that were not created: the peer held its bound of claims
     /// (`NodeConfig::forward_claims_per_peer`, `site_ref_claims_per_peer`).
     claims_refused,
+    /// Channels refused because their NEGOTIATE named a site this node has
+    /// a session with and did not prove the pair's continuity (a stranger
+    /// claiming the site's id; see `sitenet_protocols::handshake::continuity`).
+    unproven_claims_refused,
 }
 
 impl Counters {

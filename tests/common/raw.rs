@@ -6,7 +6,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 
 use sitenet::protocols::frame::{FrameHeader, FrameKind};
-use sitenet::protocols::{ByteBuffer, Initiator, LocalInfo, MessageKind, Prelude, SiteId};
+use sitenet::protocols::{
+    ByteBuffer, Initiator, LocalInfo, MessageKind, OpenError, Prelude, SiteId,
+};
 
 use super::PATIENCE;
 
@@ -23,6 +25,16 @@ impl RawPeer {
     /// open protocol as site `id`, listing `listen` (addresses it may not
     /// own). Panics if the node refuses.
     pub fn connect_as(target: &str, id: SiteId, listen: Vec<String>) -> Self {
+        Self::try_connect_as(target, id, listen).expect("handshake")
+    }
+
+    /// [`connect_as`](Self::connect_as), returning the open protocol's
+    /// error (a refusal among them) instead of panicking.
+    pub fn try_connect_as(
+        target: &str,
+        id: SiteId,
+        listen: Vec<String>,
+    ) -> Result<Self, OpenError> {
         let hostport = target.strip_prefix("tcp:").expect("tcp address");
         let mut s = TcpStream::connect(hostport).expect("connect");
         s.set_read_timeout(Some(PATIENCE)).unwrap();
@@ -32,7 +44,7 @@ impl RawPeer {
             buffer_size: 65_536,
             max_message: 1 << 20,
         };
-        let mut hs = Initiator::new(local, None, 0, 0);
+        let mut hs = Initiator::new(local, None, 0, 0, rand::random());
         let mut inb = ByteBuffer::new(65_536);
         let mut outb = ByteBuffer::new(65_536);
         let mut buf = [0u8; 4096];
@@ -40,16 +52,16 @@ impl RawPeer {
             let n = s.read(&mut buf).expect("read");
             assert!(n > 0, "the node closed the channel during the handshake");
             inb.push(&buf[..n]);
-            let done = hs.handle_input(&mut inb, &mut outb).expect("handshake");
+            let done = hs.handle_input(&mut inb, &mut outb)?;
             let (a, b) = outb.chunks();
             s.write_all(&[a, b].concat()).unwrap();
             outb.clear();
             if done.is_some() {
-                return Self {
+                return Ok(Self {
                     socket: s,
                     id,
                     last_sent: 0,
-                };
+                });
             }
         }
     }
@@ -112,5 +124,115 @@ impl RawPeer {
                 return;
             }
         }
+    }
+}
+
+/// A TCP relay to a node that a test can cut and hold, as a network failure
+/// would: a genuine site behind it loses its channel and, while the relay
+/// holds, cannot reconnect (its attempts wait at the relay, as over a
+/// slow network, and go through once it is released). It can also lose
+/// what the target sends, so that the target holds messages its peer
+/// never received.
+pub struct Relay {
+    /// Where sites connect to reach the target (`tcp:127.0.0.1:PORT`).
+    pub address: String,
+    state: std::sync::Arc<RelayState>,
+}
+
+#[derive(Default)]
+struct RelayState {
+    /// Relaying (true) or holding new connections (false).
+    open: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+    /// Both ends of every relayed connection, to cut them.
+    live: std::sync::Mutex<Vec<TcpStream>>,
+    /// Bytes from the target are dropped, not relayed.
+    lose_from_target: std::sync::atomic::AtomicBool,
+}
+
+impl Relay {
+    /// Relays connections to `target` (`tcp:HOST:PORT`), open at first.
+    pub fn to(target: &str) -> Self {
+        let upstream = target
+            .strip_prefix("tcp:")
+            .expect("tcp address")
+            .to_string();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = format!("tcp:{}", listener.local_addr().unwrap());
+        let state = std::sync::Arc::new(RelayState::default());
+        *state.open.lock().unwrap() = true;
+        let st = state.clone();
+        std::thread::spawn(move || {
+            for down in listener.incoming() {
+                let Ok(down) = down else { return };
+                let st = st.clone();
+                let upstream = upstream.clone();
+                std::thread::spawn(move || {
+                    let open = st.open.lock().unwrap();
+                    let open = st
+                        .opened
+                        .wait_timeout_while(open, PATIENCE, |o| !*o)
+                        .unwrap()
+                        .0;
+                    drop(open);
+                    let Ok(up) = TcpStream::connect(&upstream) else {
+                        return;
+                    };
+                    let mut live = st.live.lock().unwrap();
+                    live.push(down.try_clone().unwrap());
+                    live.push(up.try_clone().unwrap());
+                    drop(live);
+                    let (mut d1, mut u1) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut d1, &mut u1);
+                        let _ = u1.shutdown(std::net::Shutdown::Both);
+                    });
+                    let (mut d2, mut u2) = (down, up);
+                    let mut buf = [0u8; 16 * 1024];
+                    loop {
+                        match u2.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(_)
+                                if st
+                                    .lose_from_target
+                                    .load(std::sync::atomic::Ordering::SeqCst) => {}
+                            Ok(n) => {
+                                if d2.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let _ = d2.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        Self { address, state }
+    }
+
+    /// From now on, loses what the target sends (until
+    /// [`release`](Self::release)).
+    pub fn lose_from_target(&self) {
+        self.state
+            .lose_from_target
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Cuts every relayed connection and holds new ones until
+    /// [`release`](Self::release).
+    pub fn cut_and_hold(&self) {
+        *self.state.open.lock().unwrap() = false;
+        for s in self.state.live.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Relays again (both ways), held connections first.
+    pub fn release(&self) {
+        self.state
+            .lose_from_target
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        *self.state.open.lock().unwrap() = true;
+        self.state.opened.notify_all();
     }
 }

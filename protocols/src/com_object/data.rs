@@ -35,6 +35,11 @@ impl ComObject {
         if self.working_channel() != Some(id) {
             return false;
         }
+        if !input.is_empty() {
+            // Anything from the initiator after the handshake: it read our
+            // answer, so it holds the secret the answer agreed.
+            self.confirm_continuity();
+        }
         let r = self.session.handle_input_with(now, input, deliver);
         self.note_activity(now);
         match r {
@@ -52,6 +57,9 @@ impl ComObject {
 
     /// `n` bytes were read into [`direct_input`](Self::direct_input)'s slice.
     pub fn direct_commit(&mut self, n: usize) {
+        if n > 0 {
+            self.confirm_continuity();
+        }
         self.session.direct_commit(n);
     }
 

@@ -66,7 +66,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::address_book::AddressBook;
-use crate::handshake::Attempt;
+use crate::handshake::{Attempt, Continuity};
 use crate::link::{decide, Decision, LinkView};
 use crate::reassembly::ReassemblyBudget;
 use crate::session::{ClosePhase, Session, SessionConfig, SessionEvent};
@@ -178,6 +178,11 @@ pub struct ComObject {
     /// Where the peer can be called (empty: it only connects to us), and
     /// which address the next open attempt uses.
     book: AddressBook,
+    /// The secret of the session with the peer and whether the peer has
+    /// shown it holds it (boxed: 8 bytes for a site that never worked).
+    /// A NEGOTIATE resuming the session must prove it (see
+    /// [`continuity`](crate::handshake::continuity)).
+    continuity: Option<Box<Continuity>>,
     /// This ComObject's opener id, and the number of its last attempt.
     opener: u64,
     attempt_seq: u64,
@@ -253,6 +258,7 @@ impl ComObject {
             timers: ComTimers::default(),
             jitter_state: seed,
             book,
+            continuity: None,
             opener,
             attempt_seq: 0,
             channel_seq: 0,
@@ -282,6 +288,13 @@ impl ComObject {
     ) -> Self {
         Arc::make_mut(&mut self.cfg).decide = f;
         self
+    }
+
+    /// Sets the pair's secret whatever the ComObject holds (tests that put
+    /// two sites in a state reached before the scenario they model).
+    #[doc(hidden)]
+    pub fn prime_continuity(&mut self, c: Continuity) {
+        self.continuity = Some(Box::new(c));
     }
 
     /// Numbers this ComObject's open attempts from `seq` (tests that put
@@ -375,6 +388,30 @@ impl ComObject {
     /// replies are awaited.
     pub fn has_need(&self) -> bool {
         self.awaiting_replies || self.session.pending_messages() > 0
+    }
+
+    /// The secret of the session with the peer, if one started (see
+    /// [`continuity`](crate::handshake::continuity)): what the driver keeps
+    /// when it forgets the site, to prove the pair if the site comes back.
+    pub fn continuity(&self) -> Option<Continuity> {
+        self.continuity.as_deref().copied()
+    }
+
+    /// A secret this node kept from an earlier session with the site (its
+    /// entry was forgotten since): the next NEGOTIATE proves it, and a
+    /// claim on the site must. Ignored once the ComObject holds one.
+    pub fn recall(&mut self, c: Continuity) {
+        if self.continuity.is_none() {
+            self.continuity = Some(Box::new(c));
+        }
+    }
+
+    /// The peer showed it holds the session's secret (see
+    /// [`Continuity::confirmed`]).
+    fn confirm_continuity(&mut self) {
+        if let Some(c) = self.continuity.as_deref_mut() {
+            c.confirmed = true;
+        }
     }
 
     /// True if the site should have a channel: it has need of one, or the

@@ -9,7 +9,10 @@ use rand::{Rng, SeedableRng};
 use super::{AcceptOutcome, Action, ComObject, FaultState, OpenFailure, OpenRequest, Phase};
 use crate::address_book::Fallback;
 use crate::error::{OpenError, ProtocolError};
-use crate::handshake::{Attempt, Negotiate, NegotiateAns, Opened};
+use crate::handshake::{
+    Attempt, Claim, Continuity, HandshakeNonces, Negotiate, NegotiateAns, Nonce, Opened,
+    RefuseReason,
+};
 use crate::link::Decision;
 use crate::session::ChannelParams;
 use crate::timer::Timer;
@@ -53,6 +56,7 @@ impl ComObject {
             },
             last_received: self.session.last_received(),
             last_generation: self.session.last_generation(),
+            secret: self.continuity.as_deref().map(|c| c.current),
         }));
     }
 
@@ -80,6 +84,17 @@ impl ComObject {
             // afresh, and hand back what it never acknowledged.
             tracing::info!("the peer forgot the session; numbering starts again");
             self.session.forget_peer();
+        }
+        if let Some(secret) = opened.pair_secret {
+            // Both sides keep the secret this handshake agreed (the answer
+            // itself shows that the peer holds it).
+            self.continuity = Some(Box::new(Continuity {
+                current: secret,
+                confirmed: true,
+            }));
+        } else {
+            // The peer checked our proof: it holds our secret.
+            self.confirm_continuity();
         }
         let params = ChannelParams {
             buffer_size: opened.buffer_size,
@@ -141,13 +156,48 @@ impl ComObject {
         self.update();
     }
 
-    /// A channel the peer opened reached NEGOTIATE naming this site: decide
-    /// whether to work on it ([`link::decide`](crate::link::decide)), and
+    /// A channel the peer opened reached NEGOTIATE naming this site, after
+    /// a PRESENT that carried `nonce`: decide whether to work on it, and
     /// answer. Accepting may abandon our own open attempt and replace a
     /// working channel (actions for both come first).
-    pub fn accepted(&mut self, neg: &Negotiate, now: Instant) -> AcceptOutcome {
+    ///
+    /// The claim is judged ([`continuity`](crate::handshake::continuity)):
+    /// the link rules ([`link::decide`](crate::link::decide)) apply first
+    /// (a stale NEGOTIATE is refused as stale); then a NEGOTIATE that does
+    /// not prove the pair's secret is refused ([`RefuseReason::Unproven`],
+    /// the session left untouched) while this side holds a confirmed
+    /// secret for the site (kept even across a forgotten entry:
+    /// [`recall`](Self::recall)). Otherwise an unproven claim is accepted
+    /// as before continuity existed — a site we never worked with, or a
+    /// session whose peer never showed it read the answer that agreed our
+    /// secret (lost with its channel, or crossed by a simultaneous contact
+    /// by address) — and agrees a new secret (`rekey`); its generation never
+    /// raises ours: claiming more than we ever saw, it starts a new session
+    /// (`fresh`), judged as having seen no channel.
+    pub fn accepted(&mut self, neg: &Negotiate, nonce: Nonce, now: Instant) -> AcceptOutcome {
         self.tick(now);
-        let decision = (self.cfg.decide)(self.link_view(), neg);
+        let hs = HandshakeNonces {
+            acceptor: self.cfg.local,
+            acceptor_nonce: nonce,
+            initiator: neg.site,
+            initiator_nonce: neg.nonce,
+        };
+        let claim = Continuity::judge(self.continuity.as_deref(), &hs, neg.proof.as_ref());
+        let proven = claim == Claim::Proven;
+        // An unproven claim never raises our generation (no claimant picks
+        // one): claiming more than we ever saw, it starts a new session,
+        // judged as having seen no channel.
+        let beyond = !proven && neg.last_generation > self.session.last_generation();
+        let decision = if beyond {
+            let mut new = neg.clone();
+            new.last_generation = 0;
+            (self.cfg.decide)(self.link_view(), &new)
+        } else {
+            (self.cfg.decide)(self.link_view(), neg)
+        };
+        // The link rules refuse first (a stale NEGOTIATE of an honest race
+        // is no forgery); one they would accept must prove a confirmed
+        // session.
         let (generation, replaces_working, abandon_opening) = match decision {
             Decision::Refuse(reason) => return AcceptOutcome::Refuse(reason),
             Decision::Accept {
@@ -156,20 +206,31 @@ impl ComObject {
                 abandon_opening,
             } => (generation, replaces_working, abandon_opening),
         };
+        if claim
+            == (Claim::Unproven {
+                pair_confirmed: true,
+            })
+        {
+            return self.refuse_claim(neg);
+        }
+        if proven {
+            self.confirm_continuity();
+        }
         // Session state on each side: a side that never worked with the
         // other, or forgot it (reclaimed), is fresh. A fresh peer (its last
         // generation is 0) while we remember a session means it forgot us:
         // we number afresh. If we are the fresh one, what the peer says it
         // received belongs to the session we forgot; the answer tells it
-        // we are fresh, and it numbers afresh too.
-        let fresh = self.session.is_fresh();
-        let peer_forgot = neg.last_generation == 0 && !fresh;
+        // we are fresh, and it numbers afresh too. A claim beyond our
+        // generations starts a new session the same way.
+        let fresh = self.session.is_fresh() || beyond;
+        let renumber = !self.session.is_fresh() && (beyond || neg.last_generation == 0);
         let peer_last_received = if fresh && neg.last_generation > 0 {
             0
         } else {
             neg.last_received
         };
-        let sent = if peer_forgot {
+        let sent = if renumber {
             0
         } else {
             self.session.last_sent()
@@ -199,9 +260,19 @@ impl ComObject {
         // tried on every reconnect and handed on. The driver gives a site
         // first met this way the list of the NEGOTIATE that made its
         // entry; otherwise only our own opens (PRESENT) teach addresses.
-        if peer_forgot {
+        if renumber {
             tracing::info!(site = %neg.site, "the peer forgot the session; numbering starts again");
             self.session.forget_peer();
+        }
+        // Unproven (and no confirmed secret held): this handshake agrees
+        // the pair's secret, confirmed once the peer sends anything on
+        // this channel.
+        let rekey = !proven;
+        if rekey {
+            self.continuity = Some(Box::new(Continuity {
+                current: hs.pair_secret(),
+                confirmed: false,
+            }));
         }
         // The acceptor may lower the buffer size, never raise it.
         let buffer_size = self.cfg.buffer_size.min(neg.buffer_size);
@@ -211,6 +282,7 @@ impl ComObject {
             last_received: self.session.last_received(),
             generation,
             fresh,
+            rekey,
         };
         let params = ChannelParams {
             buffer_size,
@@ -223,6 +295,25 @@ impl ComObject {
             .expect("last_received checked above");
         let id = self.now_working(Some(neg.attempt), now);
         AcceptOutcome::Accept { id, answer }
+    }
+
+    /// Refuses a claim on this site that does not prove the pair's
+    /// continuity: put on record, and nothing else changes.
+    fn refuse_claim(&mut self, neg: &Negotiate) -> AcceptOutcome {
+        self.count().unproven_claims_refused += 1;
+        let why = if neg.proof.is_some() {
+            "a proof that does not hold"
+        } else {
+            "no proof"
+        };
+        self.actions.push_back(Action::ClaimRefused {
+            reason: format!(
+                "a channel claiming site {} with {why} of continuity, while we hold a \
+                 confirmed session with it",
+                neg.site
+            ),
+        });
+        AcceptOutcome::Refuse(RefuseReason::Unproven)
     }
 
     /// The session is up on a new channel: the site is reachable again.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{OpenError, ProtocolError, SendError};
-use crate::handshake::{Attempt, NegotiateAns, RefuseReason};
+use crate::handshake::{Attempt, NegotiateAns, PairSecret, RefuseReason};
 use crate::message::OutMessage;
 use crate::session::CloseReason;
 
@@ -141,6 +141,14 @@ pub enum Action {
         /// What went wrong.
         reason: String,
     },
+    /// A channel claiming this site was refused: its NEGOTIATE did not
+    /// prove the pair's continuity ([`RefuseReason::Unproven`]). Put on
+    /// record against the channel's peer; the site is not at fault and
+    /// nothing of its session changed.
+    ClaimRefused {
+        /// Why.
+        reason: String,
+    },
     /// A message that can never be sent to this site, handed back to the
     /// user with the reason (for example larger than the peer's maximum,
     /// learned after it was queued). It was never sent.
@@ -190,6 +198,9 @@ pub struct OpenRequest {
     pub last_received: u64,
     /// The generation of the last channel seen working with the peer.
     pub last_generation: u64,
+    /// The secret of the session with the peer, if any: NEGOTIATE proves
+    /// it (see [`continuity`](crate::handshake::continuity)).
+    pub secret: Option<PairSecret>,
 }
 
 /// The answer to a NEGOTIATE that reached this ComObject.
@@ -235,6 +246,9 @@ pub struct ComStats {
     pub temp_failures: u64,
     /// Messages handed back as never sendable.
     pub handed_back: u64,
+    /// Channels claiming this site refused for want of a proof of the
+    /// pair's continuity.
+    pub unproven_claims_refused: u64,
 }
 
 /// The user-visible state of a ComObject, named after what it waits for

@@ -12,27 +12,39 @@ use crate::site::SiteId;
 #[derive(Debug)]
 pub struct Acceptor {
     local_site: SiteId,
+    /// This handshake's nonce, sent in PRESENT.
+    nonce: Nonce,
     done: bool,
     /// PRESENT could not be written (this node's listen list does not fit).
     unwritable: bool,
 }
 
 impl Acceptor {
-    /// Starts an accepted channel: writes PRESENT to `output`.
-    pub fn new(local: &LocalInfo, output: &mut ByteBuffer) -> Self {
+    /// Starts an accepted channel: writes PRESENT to `output`. `nonce`
+    /// must be drawn at random for this handshake (the initiator's proof
+    /// of continuity is bound to it).
+    pub fn new(local: &LocalInfo, nonce: Nonce, output: &mut ByteBuffer) -> Self {
         let present = Present {
             version: PROTOCOL_VERSION,
             site: local.site,
             listen: local.listen.clone(),
+            nonce,
         };
         // If PRESENT cannot be written, the first call to `handle_input`
         // says so (`LocalInfo::validate` catches it when the node starts).
         let unwritable = !write_control(output, FrameKind::Present, &present);
         Self {
             local_site: local.site,
+            nonce,
             done: false,
             unwritable,
         }
+    }
+
+    /// The nonce this acceptor presented: the site's ComObject checks the
+    /// NEGOTIATE's proof against it.
+    pub fn nonce(&self) -> Nonce {
+        self.nonce
     }
 
     /// Feeds received bytes; `Ok(Some(negotiate))` once NEGOTIATE arrived and

@@ -21,6 +21,11 @@ pub enum Initiator {
         last_generation: u64,
         /// This attempt, sent in NEGOTIATE.
         attempt: Attempt,
+        /// This handshake's nonce, sent in NEGOTIATE.
+        nonce: Nonce,
+        /// The secret of our session with the expected site, if any: its
+        /// proof goes in NEGOTIATE.
+        secret: Option<PairSecret>,
     },
     /// NEGOTIATE sent; waiting for the answer.
     ExpectAnswer {
@@ -54,6 +59,9 @@ pub struct Opened {
     /// The acceptor has no session state for us (never worked with us, or
     /// forgot us): see [`NegotiateAns::Accept`]'s `fresh`.
     pub peer_fresh: bool,
+    /// The secret this handshake agreed, if the answer said so (`rekey`):
+    /// the pair's from now on (see [`continuity`](super::continuity)).
+    pub pair_secret: Option<PairSecret>,
 }
 
 impl Initiator {
@@ -68,12 +76,14 @@ impl Initiator {
         }
     }
 
-    /// Starts an open as initiator.
+    /// Starts an open as initiator. `nonce` must be drawn at random for
+    /// this handshake.
     pub fn new(
         local: LocalInfo,
         expected: Option<SiteId>,
         last_received: u64,
         last_generation: u64,
+        nonce: Nonce,
     ) -> Self {
         Self::ExpectPresent {
             local,
@@ -81,7 +91,20 @@ impl Initiator {
             last_received,
             last_generation,
             attempt: Attempt::UNKNOWN,
+            nonce,
+            secret: None,
         }
+    }
+
+    /// The secret of our session with the site (from the ComObject's
+    /// [`OpenRequest`](crate::OpenRequest)): NEGOTIATE proves it. Without
+    /// one the acceptor treats the claim as a new session. Has no effect
+    /// once PRESENT was handled.
+    pub fn with_secret(mut self, s: Option<PairSecret>) -> Self {
+        if let Self::ExpectPresent { secret, .. } = &mut self {
+            *secret = s;
+        }
+        self
     }
 
     /// Names this open attempt in NEGOTIATE. A driver that may open a
@@ -111,6 +134,8 @@ impl Initiator {
                     last_received,
                     last_generation,
                     attempt,
+                    nonce,
+                    secret,
                 } => {
                     let Some((h, payload)) =
                         read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)?
@@ -121,6 +146,8 @@ impl Initiator {
                             last_received,
                             last_generation,
                             attempt,
+                            nonce,
+                            secret,
                         };
                         return Ok(None);
                     };
@@ -149,6 +176,12 @@ impl Initiator {
                             });
                         }
                     }
+                    let hs = HandshakeNonces {
+                        acceptor: present.site,
+                        acceptor_nonce: present.nonce,
+                        initiator: local.site,
+                        initiator_nonce: nonce,
+                    };
                     let proposed = Negotiate {
                         version: PROTOCOL_VERSION,
                         site: local.site,
@@ -158,6 +191,8 @@ impl Initiator {
                         last_received,
                         last_generation,
                         attempt,
+                        nonce,
+                        proof: secret.map(|s| hs.proof(&s)),
                     };
                     if !write_control(output, FrameKind::Negotiate, &proposed) {
                         return Err(OpenError::LocalConfig(
@@ -193,6 +228,7 @@ impl Initiator {
                             last_received,
                             generation,
                             fresh,
+                            rekey,
                         } => {
                             // A fresh acceptor has received nothing.
                             if fresh && last_received != 0 {
@@ -215,19 +251,43 @@ impl Initiator {
                                 }
                                 .into());
                             }
-                            // An honest acceptor answers max(its last, ours) + 1:
-                            // after ours, and never beyond MAX_GENERATION.
-                            if generation <= proposed.last_generation || generation > MAX_GENERATION
-                            {
+                            // A claim without proof agrees a new secret.
+                            if !rekey && proposed.proof.is_none() {
+                                return Err(ProtocolError::Malformed {
+                                    what: "NEGOTIATE_ANS",
+                                    reason: "accepted without a proof of continuity, and no \
+                                             secret agreed"
+                                        .into(),
+                                }
+                                .into());
+                            }
+                            // An honest acceptor answers max(its last, ours) + 1
+                            // when it resumes our session (after ours), its own
+                            // count + 1 when it starts one; never beyond
+                            // MAX_GENERATION.
+                            let lowest = if fresh {
+                                1
+                            } else {
+                                proposed.last_generation.saturating_add(1)
+                            };
+                            if generation < lowest || generation > MAX_GENERATION {
                                 return Err(ProtocolError::Malformed {
                                     what: "NEGOTIATE_ANS",
                                     reason: format!(
-                                        "generation {generation} not in {}..={MAX_GENERATION}",
-                                        proposed.last_generation.saturating_add(1)
+                                        "generation {generation} not in {lowest}..={MAX_GENERATION}"
                                     ),
                                 }
                                 .into());
                             }
+                            let pair_secret = rekey.then(|| {
+                                HandshakeNonces {
+                                    acceptor: present.site,
+                                    acceptor_nonce: present.nonce,
+                                    initiator: proposed.site,
+                                    initiator_nonce: proposed.nonce,
+                                }
+                                .pair_secret()
+                            });
                             Ok(Some(Opened {
                                 present,
                                 buffer_size,
@@ -235,6 +295,7 @@ impl Initiator {
                                 peer_last_received: last_received,
                                 generation,
                                 peer_fresh: fresh,
+                                pair_secret,
                             }))
                         }
                     };

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::continuity::{Nonce, Proof};
 use crate::site::SiteId;
 
 /// The acceptor's presentation.
@@ -14,6 +15,11 @@ pub struct Present {
     pub site: SiteId,
     /// Addresses the acceptor listens on.
     pub listen: Vec<String>,
+    /// This handshake's nonce from the acceptor, drawn for it: the
+    /// initiator's proof is bound to it (and a first handshake's secret
+    /// derives from it; see [`continuity`](super::continuity)).
+    #[serde(with = "super::continuity::bytes16")]
+    pub nonce: Nonce,
 }
 
 /// The initiator's identity and proposal.
@@ -41,6 +47,17 @@ pub struct Negotiate {
     /// [`Attempt::UNKNOWN`], and only generations decide.
     #[serde(default)]
     pub attempt: Attempt,
+    /// This handshake's nonce from the initiator (see
+    /// [`continuity`](super::continuity)).
+    #[serde(with = "super::continuity::bytes16")]
+    pub nonce: Nonce,
+    /// Proof that the initiator holds the secret of its session with the
+    /// acceptor, bound to both nonces; `None` if it has no session (or
+    /// forgot it). An acceptor that holds a confirmed secret for the site
+    /// refuses a claim without a valid proof
+    /// ([`RefuseReason::Unproven`]).
+    #[serde(with = "super::continuity::bytes16::option")]
+    pub proof: Option<Proof>,
 }
 
 /// Names one open attempt: the opener (one per remote site an initiating
@@ -95,6 +112,11 @@ pub enum RefuseReason {
     /// The acceptor's site has been declared permanently failed or is
     /// shutting down.
     Closing,
+    /// The NEGOTIATE names a site the acceptor has a confirmed session
+    /// with, and does not prove that session's secret: a stranger claiming
+    /// the site's id (or a peer that forgot the session while the acceptor
+    /// still owes it something). The session is left untouched.
+    Unproven,
 }
 
 /// The acceptor's answer.
@@ -111,13 +133,20 @@ pub enum NegotiateAns {
         /// Generation number of this channel.
         generation: u64,
         /// The acceptor has no session state for the initiator: it has
-        /// never worked with it, or it forgot it (it reclaimed the site's
-        /// entry after the linger time). An initiator that remembers a
-        /// session then starts its numbering afresh and hands back what was
-        /// unacknowledged (see `Session::forget_peer`). Absent on the wire
-        /// (an earlier build) it decodes as `false`.
+        /// never worked with it, it forgot it (it reclaimed the site's
+        /// entry after the linger time), or the claim did not prove the
+        /// session (then it is a new one, and the acceptor's numbering
+        /// restarted). An initiator that remembers a session then starts
+        /// its numbering afresh and hands back what was unacknowledged (see
+        /// `Session::forget_peer`). The generation is then the
+        /// acceptor's own count, whatever the claim said.
         #[serde(default)]
         fresh: bool,
+        /// The NEGOTIATE did not prove the pair's secret and the acceptor
+        /// accepts it all the same (it holds no confirmed secret): both
+        /// sides keep the secret this handshake agrees from now on (see
+        /// [`continuity`](super::continuity)).
+        rekey: bool,
     },
     /// The channel is refused.
     Refuse(RefuseReason),

@@ -24,7 +24,9 @@
 //! ```
 //! use sitenet_protocols::handshake::{write_answer, MIN_BUFFER};
 //! use sitenet_protocols::link::{decide, Decision, LinkView};
-//! use sitenet_protocols::{Acceptor, ByteBuffer, Initiator, LocalInfo, NegotiateAns, SiteId};
+//! use sitenet_protocols::{
+//!     Acceptor, ByteBuffer, HandshakeNonces, Initiator, LocalInfo, NegotiateAns, SiteId,
+//! };
 //!
 //! let info = |id, address: &str| LocalInfo {
 //!     site: SiteId(id),
@@ -34,13 +36,15 @@
 //! };
 //! let mut to_a = ByteBuffer::new(MIN_BUFFER as usize);
 //! let mut to_b = ByteBuffer::new(MIN_BUFFER as usize);
-//! // B accepts the connection and presents itself at once.
-//! let mut b = Acceptor::new(&info(0xB, "tcp:10.0.0.2:7000"), &mut to_a);
-//! // A expects B's id; it has received nothing from B and seen no channel (0, 0).
-//! let mut a = Initiator::new(info(0xA, "tcp:10.0.0.1:7000"), Some(SiteId(0xB)), 0, 0);
+//! // B accepts the connection and presents itself at once, with a nonce
+//! // drawn for this handshake (random in a real driver).
+//! let mut b = Acceptor::new(&info(0xB, "tcp:10.0.0.2:7000"), [0xB0; 16], &mut to_a);
+//! // A expects B's id; it has received nothing from B and seen no channel
+//! // (0, 0), so it has no secret to prove: a new session.
+//! let mut a = Initiator::new(info(0xA, "tcp:10.0.0.1:7000"), Some(SiteId(0xB)), 0, 0, [0xA0; 16]);
 //! assert_eq!(a.handle_input(&mut to_a, &mut to_b)?, None); // PRESENT in, NEGOTIATE out
 //! let negotiate = b.handle_input(&mut to_b)?.expect("NEGOTIATE arrived");
-//! assert_eq!(negotiate.site, SiteId(0xA));
+//! assert_eq!((negotiate.site, negotiate.proof), (SiteId(0xA), None));
 //!
 //! // B's ComObject decides (no channel with A yet: accept) and answers.
 //! let view = LinkView {
@@ -58,15 +62,26 @@
 //!     last_received: 0,
 //!     generation,
 //!     fresh: true,
+//!     rekey: true, // A proved nothing: this handshake agrees the pair's secret
 //! };
 //! assert!(write_answer(&mut to_a, &answer));
 //! let opened = a.handle_input(&mut to_a, &mut to_b)?.expect("the channel works");
 //! assert_eq!((opened.present.site, opened.generation), (SiteId(0xB), 1));
 //! assert_eq!(opened.present.listen, ["tcp:10.0.0.2:7000"]);
+//! // Both keep the secret this first handshake agreed; A's next NEGOTIATE
+//! // to B proves it.
+//! let hs = HandshakeNonces {
+//!     acceptor: SiteId(0xB),
+//!     acceptor_nonce: b.nonce(),
+//!     initiator: SiteId(0xA),
+//!     initiator_nonce: negotiate.nonce,
+//! };
+//! assert_eq!(opened.pair_secret, Some(hs.pair_secret()));
 //! # Ok::<(), sitenet_protocols::OpenError>(())
 //! ```
 
 mod acceptor;
+pub mod continuity;
 mod initiator;
 mod messages;
 
@@ -75,6 +90,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use acceptor::Acceptor;
+pub use continuity::{Claim, Continuity, HandshakeNonces, Nonce, PairMemory, PairSecret, Proof};
 pub use initiator::{Initiator, Opened};
 pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason};
 
@@ -111,7 +127,12 @@ pub const MAX_GENERATION: u64 = u64::MAX / 2;
 /// use sitenet_protocols::{ByteBuffer, FrameKind, Present, SiteId, PROTOCOL_VERSION};
 ///
 /// let present =
-///     Present { version: PROTOCOL_VERSION, site: SiteId(0xB), listen: vec!["mem:b".into()] };
+///     Present {
+///         version: PROTOCOL_VERSION,
+///         site: SiteId(0xB),
+///         listen: vec!["mem:b".into()],
+///         nonce: [7; 16],
+///     };
 /// let mut wire = ByteBuffer::new(4096);
 /// assert!(write_control(&mut wire, FrameKind::Present, &present));
 ///
@@ -214,6 +235,8 @@ impl LocalInfo {
                 opener: u64::MAX,
                 seq: u64::MAX,
             },
+            nonce: [u8::MAX; 16],
+            proof: Some([u8::MAX; 16]),
         };
         let len = rmp_serde::to_vec(&worst)
             .expect("handshake messages always serialise")

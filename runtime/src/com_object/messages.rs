@@ -7,7 +7,7 @@ use actix::fut;
 use actix::prelude::*;
 
 use sitenet_protocols::handshake::write_answer;
-use sitenet_protocols::{AcceptOutcome, Negotiate, NegotiateAns};
+use sitenet_protocols::{AcceptOutcome, Negotiate, NegotiateAns, Nonce};
 
 use super::ComObject;
 use crate::channel_io::flush_and_close;
@@ -24,6 +24,9 @@ pub(crate) struct Wake;
 pub(crate) struct Adopt {
     pub(crate) trans: TransObject,
     pub(crate) neg: Negotiate,
+    /// The nonce our PRESENT carried on this channel (the NEGOTIATE's
+    /// proof of continuity is bound to it).
+    pub(crate) nonce: Nonce,
 }
 
 /// Addresses a descriptor claims for this site.
@@ -107,6 +110,7 @@ impl Handler<SlotGranted> for ComObject {
 
     fn handle(&mut self, SlotGranted(lease): SlotGranted, ctx: &mut Context<Self>) {
         self.slot = super::Slot::Granted(lease);
+        self.recall_pair();
         self.com.slot_granted();
         self.drive(ctx);
     }
@@ -152,7 +156,11 @@ impl Handler<Adopt> for ComObject {
         self.entry
             .adopting
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        let Adopt { mut trans, neg } = msg;
+        let Adopt {
+            mut trans,
+            neg,
+            nonce,
+        } = msg;
         if self.merged.is_some()
             || (self.entry.id.get() != Some(neg.site)
                 && self.node.bind_site_id(&self.entry, neg.site).is_err())
@@ -160,12 +168,13 @@ impl Handler<Adopt> for ComObject {
             // The site is known under another entry (this one merged into
             // it, or was routed here by a listen address the id contradicts):
             // route the channel by id, counted on its way there.
-            self.node.route_accepted(Adopt { trans, neg });
+            self.node.route_accepted(Adopt { trans, neg, nonce });
             return;
         }
-        match self.com.accepted(&neg, Instant::now()) {
+        self.recall_pair();
+        match self.com.accepted(&neg, nonce, Instant::now()) {
             AcceptOutcome::Refuse(reason) => {
-                tracing::debug!(site = %neg.site, ?reason, "refusing accepted channel");
+                tracing::debug!(site = %neg.site, peer = %trans.peer(), ?reason, "refusing accepted channel");
                 write_answer(&mut trans.outb, &NegotiateAns::Refuse(reason));
                 let limit = self.node.cfg.handshake_timeout;
                 ctx.spawn(fut::wrap_future(flush_and_close(trans, limit)));

@@ -286,6 +286,11 @@ impl ComObject {
             return;
         }
         tracing::debug!(site = ?self.entry.id.get(), "site reclaimed");
+        // The pair's secret outlives the entry: coming back, this node
+        // still proves the pair to a peer that kept its own entry.
+        if let (Some(id), Some(c)) = (self.entry.id.get(), self.com.continuity()) {
+            self.node.pairs.lock().keep(id, c);
+        }
         Counters::add(&self.node.counters.sites_reclaimed, 1);
         self.node.changed.notify_waiters();
         // Dropping the reference to the entry this one merged into lets
@@ -295,6 +300,18 @@ impl ComObject {
             ctx.cancel_future(h);
         }
         ctx.stop();
+    }
+
+    /// Hands the machine the pair's secret this node kept when it forgot an
+    /// earlier entry of the site, if the site's id is known (the machine
+    /// ignores it once it holds one). Before every decision that uses it:
+    /// an open's NEGOTIATE, a claim's judgement.
+    pub(super) fn recall_pair(&mut self) {
+        if let Some(id) = self.entry.id.get() {
+            if let Some(c) = self.node.pairs.lock().take(id) {
+                self.com.recall(c);
+            }
+        }
     }
 
     /// Carries out every action of the machine, in order. A slot granted
@@ -329,6 +346,15 @@ impl ComObject {
                 }
                 Action::CloseChannel { id, end } => self.close_channel(id, end, ctx),
                 Action::Fault { state, reason } => self.set_fault(state, &reason),
+                Action::ClaimRefused { reason } => {
+                    Counters::add(&self.node.counters.unproven_claims_refused, 1);
+                    if let Some(suppressed) =
+                        self.node.peer_logs.site(&self.entry, &self.node.counters)
+                    {
+                        tracing::warn!(site = ?self.entry.id.get(), %reason, suppressed, "refused a claim on a site's id");
+                    }
+                    self.report_fault("a channel claiming the site".into(), reason, false);
+                }
                 Action::ReportFault { reason } => {
                     Counters::add(&self.node.counters.protocol_errors, 1);
                     if let Some(suppressed) =

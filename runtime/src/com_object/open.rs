@@ -64,6 +64,7 @@ impl ComObject {
         {
             sitenet_transport::controller::Requested::Granted(lease) => {
                 self.slot = Slot::Granted(lease);
+                self.recall_pair();
                 self.com.slot_granted();
             }
             sitenet_transport::controller::Requested::Queued(t) => {
@@ -92,8 +93,10 @@ impl ComObject {
             self.entry.id.get(),
             req.last_received,
             req.last_generation,
+            crate::channel_io::fresh_nonce(),
         )
-        .with_attempt(req.attempt);
+        .with_attempt(req.attempt)
+        .with_secret(req.secret);
         let f = connect_and_open(addr, self.slot.take_granted(), Dial::new(cfg), hs);
         let attempt = req.attempt.seq;
         let h = ctx.spawn(
@@ -136,6 +139,9 @@ impl ComObject {
                     if let Err(other) = self.node.bind_site_id(&self.entry, id) {
                         return self.merge_into(other, ctx);
                     }
+                    // Known now: the next attempt proves a pair this node
+                    // kept (a refusal as `Unproven` said it must).
+                    self.recall_pair();
                 }
                 tracing::debug!(address = %self.address_string(), error = %e, "open failed");
                 self.com.open_failed(attempt, e.into(), now);

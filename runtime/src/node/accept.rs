@@ -200,7 +200,7 @@ impl NodeInner {
             .await;
             self.handshakes.finish(ticket, &self.counters);
             match r {
-                Ok((mut trans, neg)) => {
+                Ok((mut trans, neg, nonce)) => {
                     if self.is_shut_down() {
                         return;
                     }
@@ -214,7 +214,7 @@ impl NodeInner {
                         return;
                     };
                     trans.lease = Some(lease);
-                    self.route_accepted(Adopt { trans, neg });
+                    self.route_accepted(Adopt { trans, neg, nonce });
                 }
                 Err((_, OpenFailure::Dropped(why @ (Dropped::NodeFull | Dropped::SourceFull)))) => {
                     // Closed to make room for a newer one: counted, not a

@@ -100,6 +100,7 @@ impl NodeBuilder {
             .unwrap_or_else(sitenet_transport::TransController::process);
         let com_cfg = Arc::new(cfg.com(id));
         let cfg_admission = cfg.admission();
+        let pairs = Mutex::new(sitenet_protocols::PairMemory::new(cfg.remembered_pairs));
         let inner = Arc::new(NodeInner {
             id,
             budget,
@@ -124,6 +125,7 @@ impl NodeBuilder {
             handshakes: super::accept::Handshakes::new(cfg_admission),
             sinks: Default::default(),
             peer_logs: Default::default(),
+            pairs,
             output,
             changed: Notify::new(),
             listeners_done: Mutex::new(Vec::new()),

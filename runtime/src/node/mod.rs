@@ -110,6 +110,9 @@ pub(crate) struct NodeInner {
     pub(crate) output: crate::outbox::OutputBound,
     /// Per-peer budgets of log lines about bad input.
     pub(crate) peer_logs: crate::peer_logs::PeerLogs,
+    /// The pairs' secrets kept when their entries were forgotten
+    /// (`NodeConfig::remembered_pairs`).
+    pub(crate) pairs: Mutex<sitenet_protocols::PairMemory>,
     /// Notified when a channel opens or closes or a fault state changes.
     pub(crate) changed: Notify,
     /// One receiver per listener, completed when its accept loop has ended

@@ -119,7 +119,7 @@ fn a_site_that_only_called_us_can_be_called_back_at_the_addresses_it_lists() {
     let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
     neg.listen = vec!["tcp:peer:9".into(), "unix:/p".into()];
     let mut h = with_book(AddressBook::claimed(neg.listen.iter().map(String::as_str)));
-    let out = h.com.accepted(&neg, h.now);
+    let out = h.com.accepted(&neg, NONCE, h.now);
     assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
     assert!(h.com.addresses().can_open());
     assert_eq!(h.com.addresses().current(), Some("unix:/p"));
@@ -133,7 +133,7 @@ fn regression_a_later_negotiate_adds_no_address() {
     let mut h = H::new(cfg(), false);
     let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
     neg.listen = vec!["tcp:trap:9".into()];
-    let out = h.com.accepted(&neg, h.now);
+    let out = h.com.accepted(&neg, NONCE, h.now);
     assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
     assert!(!h.com.addresses().can_open(), "no address learned");
 }

@@ -236,7 +236,7 @@ fn shutdown_refuses_new_channels_and_ends_the_working_one() {
     );
     let out = h
         .com
-        .accepted(&negotiate(1, Attempt { opener: 9, seq: 1 }), h.now);
+        .accepted(&negotiate(1, Attempt { opener: 9, seq: 1 }), NONCE, h.now);
     assert!(matches!(out, AcceptOutcome::Refuse(RefuseReason::Closing)));
 }
 
@@ -246,7 +246,7 @@ fn unreachable_site_lost(c: ComConfig) -> H {
     let mut h = H::new(c, false);
     let out = h
         .com
-        .accepted(&negotiate(0, Attempt { opener: 9, seq: 1 }), h.now);
+        .accepted(&negotiate(0, Attempt { opener: 9, seq: 1 }), NONCE, h.now);
     let AcceptOutcome::Accept { id, .. } = out else {
         panic!("{out:?}")
     };

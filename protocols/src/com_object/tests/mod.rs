@@ -9,7 +9,10 @@ use super::*;
 use crate::address_book::AddressBook;
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{OpenError, SendError};
-use crate::handshake::{Negotiate, NegotiateAns, Opened, Present, RefuseReason};
+use crate::handshake::{
+    Continuity, HandshakeNonces, Negotiate, NegotiateAns, Nonce, Opened, PairSecret, Present,
+    RefuseReason,
+};
 use crate::message::OutMessage;
 use crate::priority::Priority;
 use crate::session::CloseReason;
@@ -17,6 +20,23 @@ use crate::PROTOCOL_VERSION;
 
 const LOCAL: SiteId = SiteId(0x10);
 const PEER: SiteId = SiteId(0x20);
+
+/// The nonce of our PRESENT in the tests' handshakes.
+const NONCE: Nonce = [0xAC; 16];
+/// The nonce of the peer's NEGOTIATE in the tests' handshakes.
+const PEER_NONCE: Nonce = [0x1A; 16];
+/// The secret the tests' first channel agrees (see `opened`).
+const PAIR: PairSecret = PairSecret([0x5E; 16]);
+
+/// The tests' handshake of a channel the peer opens to us.
+fn from_peer() -> HandshakeNonces {
+    HandshakeNonces {
+        acceptor: LOCAL,
+        acceptor_nonce: NONCE,
+        initiator: PEER,
+        initiator_nonce: PEER_NONCE,
+    }
+}
 
 struct H {
     com: ComObject,
@@ -45,12 +65,16 @@ fn opened(generation: u64, peer_max_message: u64) -> Opened {
             version: PROTOCOL_VERSION,
             site: PEER,
             listen: vec![],
+            nonce: NONCE,
         },
         buffer_size: 65_536,
         peer_max_message,
         peer_last_received: 0,
         generation,
-        peer_fresh: false,
+        // The first channel of a session: the peer answers fresh, and the
+        // pair keeps `PAIR`.
+        peer_fresh: generation == 1,
+        pair_secret: (generation == 1).then_some(PAIR),
     }
 }
 
@@ -64,6 +88,18 @@ fn negotiate(last_generation: u64, attempt: Attempt) -> Negotiate {
         last_received: 0,
         last_generation,
         attempt,
+        nonce: PEER_NONCE,
+        // The peer of the tests holds `PAIR`.
+        proof: Some(from_peer().proof(&PAIR)),
+    }
+}
+
+/// What a stranger claiming the peer's id sends: no proof.
+fn forged(last_generation: u64) -> Negotiate {
+    Negotiate {
+        proof: None,
+        nonce: [0xF0; 16],
+        ..negotiate(last_generation, Attempt::UNKNOWN)
     }
 }
 
@@ -155,4 +191,5 @@ impl H {
 
 mod addresses;
 mod close;
+mod continuity;
 mod open;

@@ -202,7 +202,7 @@ fn the_peer_calling_back_is_adopted_while_waiting_for_it() {
     h.actions();
     let out = h
         .com
-        .accepted(&negotiate(1, Attempt { opener: 9, seq: 1 }), h.now);
+        .accepted(&negotiate(1, Attempt { opener: 9, seq: 1 }), NONCE, h.now);
     let AcceptOutcome::Accept { answer, .. } = out else {
         panic!("{out:?}")
     };
@@ -243,7 +243,7 @@ fn accepting_replaces_a_channel_the_peer_lost_and_abandons_our_open() {
     // The peer saw generation 1 working and lost it: a new channel replaces it.
     let out = h
         .com
-        .accepted(&negotiate(1, Attempt { opener: 9, seq: 1 }), h.now);
+        .accepted(&negotiate(1, Attempt { opener: 9, seq: 1 }), NONCE, h.now);
     assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
     let a = h.actions();
     assert!(
@@ -251,7 +251,9 @@ fn accepting_replaces_a_channel_the_peer_lost_and_abandons_our_open() {
         "{a:?}"
     );
     // A stale NEGOTIATE (older generation, not a later attempt) is refused.
-    let out = h.com.accepted(&negotiate(0, Attempt::UNKNOWN), h.now);
+    let out = h
+        .com
+        .accepted(&negotiate(0, Attempt::UNKNOWN), NONCE, h.now);
     assert!(
         matches!(out, AcceptOutcome::Refuse(RefuseReason::Stale)),
         "{out:?}"
@@ -271,7 +273,7 @@ fn accepting_replaces_a_channel_the_peer_lost_and_abandons_our_open() {
     h.queue_and_request_open();
     let out = h
         .com
-        .accepted(&negotiate(0, Attempt { opener: 9, seq: 1 }), h.now);
+        .accepted(&negotiate(0, Attempt { opener: 9, seq: 1 }), NONCE, h.now);
     assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
     assert!(matches!(h.actions()[..], [Action::AbandonOpen]));
 }
@@ -281,7 +283,7 @@ fn a_negotiate_claiming_unsent_messages_is_a_protocol_fault() {
     let mut h = H::new(cfg(), true);
     let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
     neg.last_received = 5;
-    let out = h.com.accepted(&neg, h.now);
+    let out = h.com.accepted(&neg, NONCE, h.now);
     assert!(matches!(out, AcceptOutcome::Protocol(_)), "{out:?}");
     assert!(matches!(h.actions()[..], [Action::ReportFault { .. }]));
     assert_eq!(h.com.stats().protocol_errors, 1);
