@@ -81,11 +81,12 @@ impl NodeOutput {
         self.bound
     }
 
-    /// Reserves `n` bytes for a site that held `site_before`: within the
-    /// bound, and within the site's fair share once the node is half full
-    /// (see the module documentation).
+    /// Reserves `n` bytes for a site that held `site_before` (and is
+    /// already counted among the holders): within the bound, and within
+    /// the site's fair share once the node is half full (see the module
+    /// documentation).
     fn try_reserve(&self, n: u64, site_before: u64) -> bool {
-        let holders = self.holders.load(Ordering::Acquire) + usize::from(site_before == 0);
+        let holders = self.holders.load(Ordering::Acquire);
         let share = self.bound / (4 * holders.max(1) as u64);
         let fair = site_before + n <= share;
         self.bytes
@@ -305,11 +306,15 @@ impl Outbox {
         else {
             return false;
         };
+        // Every change of `bytes` tells the node what it changed from and
+        // to, the rollback's too: a sender racing this one sees (and
+        // counts on) the bytes reserved here until they are given back.
+        self.node.held(before, before + n);
         if !self.node.try_reserve(n, before) {
-            self.bytes.fetch_sub(n, Ordering::AcqRel);
+            let cur = self.bytes.fetch_sub(n, Ordering::AcqRel);
+            self.node.held(cur, cur - n);
             return false;
         }
-        self.node.held(before, before + n);
         true
     }
 
@@ -590,5 +595,44 @@ mod tests {
         assert!(one.try_reserve(50));
         assert!(!other.try_reserve(60), "empty, but the node has no room");
         assert_eq!(other.bytes(), 0, "a refused reservation leaves nothing");
+    }
+    /// A reservation the node refused was rolled back without its holder
+    /// count: a concurrent sender that saw the refused bytes on the site
+    /// was never counted as holding, and its release later took the node's
+    /// count of holding sites below zero.
+    #[test]
+    fn regression_a_refused_reservation_keeps_the_count_of_holding_sites() {
+        let node = NodeOutput::new(100);
+        let bound = OutputBound {
+            site: 100,
+            node: node.clone(),
+        };
+        let other = Outbox::new(bound.clone());
+        assert!(other.try_reserve(40));
+        let o = Outbox::new(bound);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..200_000 {
+                    // Fits the site, never the node.
+                    assert!(!o.try_reserve(70));
+                }
+            });
+            s.spawn(|| {
+                for _ in 0..200_000 {
+                    if o.try_reserve(5) {
+                        o.release(5);
+                    }
+                }
+            });
+        });
+        assert_eq!(o.bytes(), 0);
+        assert_eq!(
+            node.holders.load(Ordering::Acquire),
+            1,
+            "only `other` holds"
+        );
+        other.release(40);
+        assert_eq!(node.holders.load(Ordering::Acquire), 0);
+        assert_eq!(node.bytes(), 0);
     }
 }
