@@ -12,9 +12,7 @@ use std::sync::Arc;
 
 use common::*;
 use sitenet::protocols::handshake::{read_frame, MAX_HANDSHAKE_PAYLOAD};
-use sitenet::protocols::{
-    ByteBuffer, FrameHeader, FrameKind, Initiator, LocalInfo, SiteId, HEADER_LEN, PROTOCOL_VERSION,
-};
+use sitenet::protocols::{ByteBuffer, FrameHeader, FrameKind, HEADER_LEN, PROTOCOL_VERSION};
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Node, Runtime, SendOptions};
 
@@ -37,32 +35,10 @@ fn until_closed(s: &mut TcpStream) {
     }
 }
 
-/// Completes a real handshake as initiator over a blocking socket.
+/// Completes a real handshake as initiator over a blocking socket (see
+/// `common::raw`).
 fn handshaken(addr: &str) -> TcpStream {
-    let mut s = tcp(addr);
-    let mut inb = ByteBuffer::new(65536);
-    let mut outb = ByteBuffer::new(65536);
-    let local = LocalInfo {
-        site: SiteId(rand::random()),
-        listen: vec![],
-        buffer_size: 65536,
-        max_message: 1 << 20,
-    };
-    let mut hs = Initiator::new(local, None, 0, 0);
-    loop {
-        let n = s.read(inb.spare_mut()).unwrap();
-        assert!(n > 0, "node closed during a valid handshake");
-        inb.commit(n);
-        let done = hs.handle_input(&mut inb, &mut outb).unwrap();
-        let (a, b) = outb.chunks();
-        let mut w = a.to_vec();
-        w.extend_from_slice(b);
-        s.write_all(&w).unwrap();
-        outb.clear();
-        if done.is_some() {
-            return s;
-        }
-    }
+    raw::RawPeer::connect(addr).socket
 }
 
 fn header(
