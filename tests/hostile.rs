@@ -92,7 +92,6 @@ async fn regression_malformed_messages_do_not_flood_the_log() {
 /// `unreachable_give_up`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_replies_owed_to_vanished_readers_are_bounded_and_released() {
-    use sitenet::protocols::MessageKind;
     use sitenet::services::{Echo, EchoReply};
     const NODE_BOUND: u64 = 8 << 20;
     let server = Node::builder()
@@ -112,15 +111,7 @@ async fn regression_replies_owed_to_vanished_readers_are_bounded_and_released() 
     let hogs: Vec<_> = (0..6)
         .map(|_| {
             let target = target.clone();
-            std::thread::spawn(move || {
-                let mut p = raw::RawPeer::connect(&target);
-                let body = vec![7u8; 32 * 1024];
-                for seq in 0..200u64 {
-                    let header = rmp_serde::to_vec(&Echo { seq }).unwrap();
-                    p.send(Echo::ID, MessageKind::Request, seq + 1, &header, &body);
-                }
-                p
-            })
+            std::thread::spawn(move || raw::RawPeer::echo_hog(&target))
         })
         .collect();
     let hogs: Vec<_> = hogs.into_iter().map(|h| h.join().unwrap()).collect();
@@ -502,17 +493,6 @@ fn origin_block(origin: &str, header: &[u8]) -> Vec<u8> {
     v
 }
 
-/// This process's resident memory, in bytes (Linux).
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status");
-    kb * 1024
-}
-
 /// A listener that counts the connections made to it and never speaks:
 /// a node dialing it waits its whole handshake timeout.
 fn trap() -> (String, Arc<AtomicU64>) {
@@ -553,7 +533,7 @@ async fn regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
     let target = addr(&server);
     let (trap_at, dials) = trap();
     let delivered_before = server.metrics().messages_delivered;
-    let rss_before = rss_bytes();
+    let rss_before = proc_status_bytes("VmRSS");
     let mut p = raw::RawPeer::connect(&target);
     let mut wire = Vec::new();
     for i in 0..N {
@@ -593,7 +573,7 @@ async fn regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
     );
     // The raw peer, the client, and at most the claims' bound.
     let sites = server.site_count();
-    let grown = rss_bytes().saturating_sub(rss_before);
+    let grown = proc_status_bytes("VmRSS").saturating_sub(rss_before);
     assert!(sites <= 2 + 16, "{sites} site entries after {N} forwards");
     let m = server.metrics();
     assert!(m.claims_refused >= N - 16, "{m:?}");
@@ -683,7 +663,7 @@ async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
     let target = addr(&server);
     let delivered = || server.metrics().messages_delivered;
     let before = delivered();
-    let rss_before = rss_bytes();
+    let rss_before = proc_status_bytes("VmRSS");
     let mut p = raw::RawPeer::connect(&target);
     let client = Node::builder().start().unwrap();
     let site = client.site(&target).unwrap();
@@ -725,7 +705,7 @@ async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
     assert_eq!(kept.lock().unwrap().len(), 2 * PER_MESSAGE);
     let sites = server.site_count();
     assert!(sites <= 2 + 1024, "{sites} site entries");
-    let grown = rss_bytes().saturating_sub(rss_before);
+    let grown = proc_status_bytes("VmRSS").saturating_sub(rss_before);
     eprintln!(
         "{} references: {after_flood} entries after the flood, {} handed to the handler, \
          {sites} entries with {} kept, {} messages refused, resident memory +{} KiB",

@@ -60,6 +60,22 @@ impl RawPeer {
         Self::connect_as(target, SiteId(rand::random::<u128>()), Vec::new())
     }
 
+    /// A fresh peer (see [`connect`](Self::connect)) that asks the
+    /// node's echo service for 200 echoes of 32 KiB bodies (6.4 MB of
+    /// replies) and never reads: what the node then owes it is held until
+    /// the peer reads, goes, or is given up. Returned to keep the channel.
+    pub fn echo_hog(target: &str) -> Self {
+        use sitenet::services::Echo;
+        use sitenet::Message;
+        let mut p = Self::connect(target);
+        let body = vec![7u8; 32 * 1024];
+        for seq in 0..200u64 {
+            let header = rmp_serde::to_vec(&Echo { seq }).unwrap();
+            p.send(Echo::ID, MessageKind::Request, seq + 1, &header, &body);
+        }
+        p
+    }
+
     /// Appends one DATA frame with one whole message (it must fit a frame)
     /// to `v`, numbered after the last one.
     pub fn message(
