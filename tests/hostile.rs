@@ -566,8 +566,14 @@ async fn regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
             .expect("the legitimate client is answered");
         assert_eq!(r.msg.seq, seq);
     }
+    // N + 1 forwards and the client's 20 echoes, each counted as delivered
+    // before it is handled: the last one's part is awaited too.
     assert!(
-        eventually(|| server.metrics().messages_delivered > delivered_before + N).await,
+        eventually(|| {
+            let m = server.metrics();
+            m.messages_delivered >= delivered_before + N + 1 + 20 && m.unhandled > N - 16
+        })
+        .await,
         "{:?}",
         server.metrics()
     );
@@ -680,7 +686,16 @@ async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
     for seq in 0..10 {
         echo(&site, seq).await;
     }
-    assert!(eventually(|| delivered() >= before + MESSAGES).await);
+    // The client's ten echoes count as delivered too, and a message counts
+    // before its handler runs: what the last ones did is awaited.
+    assert!(
+        eventually(|| {
+            delivered() >= before + MESSAGES + 10
+                && handled.load(Ordering::Relaxed) >= 50 * PER_MESSAGE as u64
+                && server.metrics().sites_reclaimed >= MESSAGES * PER_MESSAGE as u64
+        })
+        .await
+    );
     let m = server.metrics();
     assert_eq!(handled.load(Ordering::Relaxed), 50 * PER_MESSAGE as u64);
     assert_eq!(m.claims_refused, 0, "{m:?}");
@@ -699,7 +714,13 @@ async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
     for seq in 0..10 {
         echo(&site, seq).await;
     }
-    assert!(eventually(|| delivered() >= before + MESSAGES + 4).await);
+    // Twenty echoes by now; the last message is the second refused.
+    assert!(
+        eventually(|| {
+            delivered() >= before + MESSAGES + 4 + 20 && server.metrics().claims_refused >= 2
+        })
+        .await
+    );
     let m = server.metrics();
     assert_eq!(m.claims_refused, 2, "{m:?}");
     assert_eq!(kept.lock().unwrap().len(), 2 * PER_MESSAGE);
