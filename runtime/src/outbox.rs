@@ -318,6 +318,15 @@ impl Outbox {
         true
     }
 
+    /// Moves `n` bytes held here to `other` (their messages moved there):
+    /// added there before they are given back here, so the node's count
+    /// never shows room that is not there — a sender in between could
+    /// otherwise take it, and the node hold more than its bound.
+    pub(crate) fn move_bytes_to(&self, other: &Outbox, n: u64) {
+        other.force_reserve(n);
+        self.release(n);
+    }
+
     /// Adds `n` bytes regardless of the bounds (a message moved from
     /// another outbox of the node, already accepted once).
     pub(crate) fn force_reserve(&self, n: u64) {
@@ -451,8 +460,7 @@ impl Outbox {
         theirs.msgs = moved;
         drop(theirs);
         drop(mine);
-        self.release(n);
-        other.force_reserve(n);
+        self.move_bytes_to(other, n);
         !other.wake_pending.load(Ordering::Acquire)
             && !other.wake_pending.swap(true, Ordering::AcqRel)
     }
@@ -634,5 +642,57 @@ mod tests {
         other.release(40);
         assert_eq!(node.holders.load(Ordering::Acquire), 0);
         assert_eq!(node.bytes(), 0);
+    }
+
+    /// Bytes moved to another outbox of the node (a merge, a send that
+    /// followed it) were given back to the node before they were added
+    /// again: a sender in between took the room, and the node then held
+    /// more than its bound.
+    #[test]
+    fn regression_bytes_moved_by_a_merge_never_take_the_node_past_its_bound() {
+        let m = OutMessage::new(
+            sitenet_protocols::Priority::Low,
+            7,
+            bytes::Bytes::from_static(b"hd"),
+            vec![bytes::Bytes::from_static(&[0u8; 64])],
+        );
+        let n = m.footprint();
+        // Room for the moved bytes and a little: never for 10 more.
+        let bound = n + 5;
+        let node = NodeOutput::new(bound);
+        let site = OutputBound {
+            site: bound,
+            node: node.clone(),
+        };
+        let other = Outbox::new(site.clone());
+        let most = AtomicU64::new(0);
+        let moving = AtomicBool::new(true);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut cur = Outbox::new(site.clone());
+                cur.force_reserve(n);
+                let mut drained = Vec::new();
+                for _ in 0..100_000 {
+                    let next = Outbox::new(site.clone());
+                    cur.seal_into(&next, vec![m.clone()], || {});
+                    next.drain_on_wake(&mut drained);
+                    drained.clear();
+                    most.fetch_max(node.bytes(), Ordering::Relaxed);
+                    cur = next;
+                }
+                cur.release(n);
+                moving.store(false, Ordering::Release);
+            });
+            s.spawn(|| {
+                while moving.load(Ordering::Acquire) {
+                    if other.try_reserve(10) {
+                        most.fetch_max(node.bytes(), Ordering::Relaxed);
+                        other.release(10);
+                    }
+                }
+            });
+        });
+        let most = most.load(Ordering::Relaxed);
+        assert!(most <= bound, "the node held {most} bytes, bound {bound}");
     }
 }
