@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use common::*;
 use sitenet::protocols::handshake::{read_frame, MAX_HANDSHAKE_PAYLOAD};
-use sitenet::protocols::{ByteBuffer, FrameHeader, FrameKind, HEADER_LEN, PROTOCOL_VERSION};
+use sitenet::protocols::{ByteBuffer, FrameKind, PROTOCOL_VERSION};
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Node, Runtime, SendOptions};
 
@@ -39,27 +39,6 @@ fn until_closed(s: &mut TcpStream) {
 /// `common::raw`).
 fn handshaken(addr: &str) -> TcpStream {
     raw::RawPeer::connect(addr).socket
-}
-
-fn header(
-    kind: FrameKind,
-    lane: u8,
-    flags: u8,
-    payload_len: u32,
-    msg_number: u64,
-) -> [u8; HEADER_LEN] {
-    let mut b = [0u8; HEADER_LEN];
-    FrameHeader {
-        kind,
-        lane,
-        flags,
-        payload_len,
-        ack: 0,
-        msg_number,
-        frag_offset: 0,
-    }
-    .encode(&mut b);
-    b
 }
 
 fn fault_count(n: &Node) -> usize {
@@ -147,14 +126,14 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
 
     // 2. A NEGOTIATE from another protocol version.
     let mut s = tcp(&a);
-    let mut h = header(FrameKind::Negotiate, 5, 3, 0, 0);
+    let mut h = raw::frame_header(FrameKind::Negotiate, 5, 3, 0, 0);
     h[0] = PROTOCOL_VERSION + 1;
     s.write_all(&h).unwrap();
     closed_with_fault(&server, &mut s, "version");
 
     // 3. An oversized handshake frame: refused from its header alone.
     let mut s = tcp(&a);
-    s.write_all(&header(FrameKind::Negotiate, 5, 3, u32::MAX, 0))
+    s.write_all(&raw::frame_header(FrameKind::Negotiate, 5, 3, u32::MAX, 0))
         .unwrap();
     closed_with_fault(&server, &mut s, "exceeds");
 
@@ -169,7 +148,7 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
             .unwrap()
             .expect("PRESENT arrives whole");
         assert_eq!(h.kind, FrameKind::Present);
-        s.write_all(&header(FrameKind::Negotiate, 5, 3, 10, 0)[..20])
+        s.write_all(&raw::frame_header(FrameKind::Negotiate, 5, 3, 10, 0)[..20])
             .unwrap();
     }
     // The fault is recorded when the node notices the close. Each probe's
@@ -196,14 +175,14 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
 
     // 5. After a valid handshake: an oversized frame.
     let mut s = handshaken(&a);
-    s.write_all(&header(FrameKind::Data, 3, 3, 1 << 30, 1))
+    s.write_all(&raw::frame_header(FrameKind::Data, 3, 3, 1 << 30, 1))
         .unwrap();
     closed_with_fault(&server, &mut s, "exceeds");
 
     // 6. After a valid handshake: a continuation with no first fragment, then
     //    garbage flooding in.
     let mut s = handshaken(&a);
-    let mut frame = header(FrameKind::Data, 2, 2, 4, 1).to_vec();
+    let mut frame = raw::frame_header(FrameKind::Data, 2, 2, 4, 1).to_vec();
     frame.extend_from_slice(&[1, 2, 3, 4]);
     s.write_all(&frame).unwrap();
     let _ = s.write_all(&vec![0x55u8; 1 << 20]);
@@ -211,7 +190,7 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
 
     // 7. A message announcing more than the maximum message size.
     let mut s = handshaken(&a);
-    let mut frame = header(FrameKind::Data, 3, 1, 28, 0).to_vec();
+    let mut frame = raw::frame_header(FrameKind::Data, 3, 1, 28, 0).to_vec();
     let prelude = sitenet::protocols::Prelude {
         type_id: 1,
         kind: sitenet::protocols::MessageKind::OneWay,

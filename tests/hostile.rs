@@ -935,7 +935,7 @@ impl Message for Blob {
 /// delivered, and the honest client is never taken for dead meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
-    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, HEADER_LEN};
+    use sitenet::protocols::frame::FLAG_FIRST;
     use std::io::Write;
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -956,20 +956,7 @@ async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
     // but ~20 KiB of the budget's worth, then a byte at a time.
     let mut raw = common::raw::RawPeer::connect(&addr(&server));
     let announced = 4u64 << 20;
-    let frame = |flags: u8, offset: u64, payload: &[u8]| {
-        let h = FrameHeader {
-            kind: FrameKind::Data,
-            lane: 2,
-            flags,
-            payload_len: payload.len() as u32,
-            ack: 0,
-            msg_number: 0,
-            frag_offset: offset,
-        };
-        let mut hb = [0u8; HEADER_LEN];
-        h.encode(&mut hb);
-        [&hb[..], payload].concat()
-    };
+    let frame = |flags: u8, offset: u64, payload: &[u8]| fragment_frame(flags, offset, 0, payload);
     let prelude = sitenet::protocols::Prelude {
         type_id: 702,
         kind: sitenet::protocols::MessageKind::OneWay,

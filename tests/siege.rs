@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::*;
 use sitenet::protocols::frame::{FLAG_FIRST, FLAG_LAST};
-use sitenet::protocols::{FrameHeader, FrameKind, MessageKind, HEADER_LEN, PROTOCOL_VERSION};
+use sitenet::protocols::{FrameKind, MessageKind, HEADER_LEN, PROTOCOL_VERSION};
 
 const WHOLE: u8 = FLAG_FIRST | FLAG_LAST;
 use sitenet::services::{Echo, EchoReply};
@@ -58,22 +58,11 @@ fn until_closed(s: &mut TcpStream) {
     }
 }
 
-/// A frame header on lane 3 (`flags`: FLAG_FIRST | FLAG_LAST for a whole
-/// message).
+/// A frame header on lane 3 for data, 5 for the rest (`flags`:
+/// FLAG_FIRST | FLAG_LAST for a whole message).
 fn frame_header(kind: FrameKind, flags: u8, payload_len: u32, msg_number: u64) -> [u8; HEADER_LEN] {
     let lane = if kind == FrameKind::Data { 3 } else { 5 };
-    let mut b = [0u8; HEADER_LEN];
-    FrameHeader {
-        kind,
-        lane,
-        flags,
-        payload_len,
-        ack: 0,
-        msg_number,
-        frag_offset: 0,
-    }
-    .encode(&mut b);
-    b
+    raw::frame_header(kind, lane, flags, payload_len, msg_number)
 }
 
 /// Runs `attack` in a loop on a thread of its own until `stop` is set.

@@ -130,3 +130,26 @@ impl RawPeer {
         }
     }
 }
+
+/// A frame header as a raw peer writes it (no ack, offset 0): what a test
+/// needs to send a frame a `Node` never would.
+pub fn frame_header(
+    kind: FrameKind,
+    lane: u8,
+    flags: u8,
+    payload_len: u32,
+    msg_number: u64,
+) -> [u8; sitenet::protocols::HEADER_LEN] {
+    let mut b = [0u8; sitenet::protocols::HEADER_LEN];
+    FrameHeader {
+        kind,
+        lane,
+        flags,
+        payload_len,
+        ack: 0,
+        msg_number,
+        frag_offset: 0,
+    }
+    .encode(&mut b);
+    b
+}
