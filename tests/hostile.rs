@@ -83,6 +83,62 @@ async fn regression_malformed_messages_do_not_flood_the_log() {
     assert!(m.logs_suppressed >= N - written, "{m:?}");
 }
 
+/// Issue 17 (logs): an accepted channel whose NEGOTIATE breaks the
+/// protocol (here: it claims to have received messages this node never
+/// sent) wrote an unlimited warning line per connection beside the
+/// rate-limited fault line — a peer reconnecting in a loop wrote one line
+/// per handshake. Only the rate-limited line is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_bad_negotiates_do_not_flood_the_log() {
+    use sitenet::protocols::{ByteBuffer, Initiator, LocalInfo, SiteId};
+    use std::io::{Read, Write};
+    let warnings = count_warnings();
+    let server = listening_node();
+    let target = addr(&server);
+    const N: u64 = 200;
+    let id = SiteId(rand::random::<u128>());
+    let peer = std::thread::spawn(move || {
+        for _ in 0..N {
+            let mut s = std::net::TcpStream::connect(target.strip_prefix("tcp:").unwrap()).unwrap();
+            s.set_read_timeout(Some(PATIENCE)).unwrap();
+            let local = LocalInfo {
+                site: id,
+                listen: Vec::new(),
+                buffer_size: 65_536,
+                max_message: 1 << 20,
+            };
+            // Received 5 messages, in generation 1: never sent by the node.
+            let mut hs = Initiator::new(local, None, 5, 1);
+            let (mut inb, mut outb) = (ByteBuffer::new(65_536), ByteBuffer::new(65_536));
+            let mut buf = [0u8; 4096];
+            // Until the node closes the channel.
+            while let Ok(n @ 1..) = s.read(&mut buf) {
+                inb.push(&buf[..n]);
+                if hs.handle_input(&mut inb, &mut outb).is_err() {
+                    break;
+                }
+                let (a, b) = outb.chunks();
+                let _ = s.write_all(&[a, b].concat());
+                outb.clear();
+            }
+        }
+    });
+    // The first makes the site and is accepted (the node is fresh to it,
+    // so the peer's numbering starts again); each later one is refused.
+    assert!(
+        eventually(|| server.metrics().protocol_errors >= N - 1).await,
+        "{:?}",
+        server.metrics()
+    );
+    peer.join().unwrap();
+    let written = warnings.load(Ordering::Relaxed);
+    assert!(
+        written <= 20,
+        "{written} warnings for {N} bad handshakes from one peer"
+    );
+    echo(&server.local_site(), 1).await;
+}
+
 /// Issue 17: sites that handshake, send echo requests with large bodies,
 /// never read and then vanish left 7.5 M queued replies (1.15 GiB) held
 /// after they had gone: the output bound was per site, with no bound for
