@@ -318,21 +318,22 @@ impl Outbox {
         true
     }
 
-    /// Moves `n` bytes held here to `other` (their messages moved there):
-    /// added there before they are given back here, so the node's count
-    /// never shows room that is not there — a sender in between could
-    /// otherwise take it, and the node hold more than its bound.
+    /// Moves `n` bytes held here to `other`, an outbox of the same node
+    /// (their messages moved there: a merge, or a send that followed it).
+    /// Neither bound is asked (they were accepted once), and the node's
+    /// count is left as it is: the node holds the same bytes, so it never
+    /// shows room that is not there (a sender in between could take it and
+    /// the node hold more than its bound) nor counts them twice.
     pub(crate) fn move_bytes_to(&self, other: &Outbox, n: u64) {
-        other.force_reserve(n);
-        self.release(n);
-    }
-
-    /// Adds `n` bytes regardless of the bounds (a message moved from
-    /// another outbox of the node, already accepted once).
-    pub(crate) fn force_reserve(&self, n: u64) {
-        let before = self.bytes.fetch_add(n, Ordering::AcqRel);
-        self.node.bytes.fetch_add(n, Ordering::AcqRel);
-        self.node.held(before, before + n);
+        debug_assert!(Arc::ptr_eq(&self.node, &other.node), "one node");
+        if n == 0 {
+            return;
+        }
+        let before = other.bytes.fetch_add(n, Ordering::AcqRel);
+        other.node.held(before, before + n);
+        let before = self.bytes.fetch_sub(n, Ordering::AcqRel);
+        self.node.held(before, before - n);
+        self.space.notify_waiters();
     }
 
     /// Reserves `n` bytes, waiting in turn for acknowledgements to free
@@ -669,8 +670,11 @@ mod tests {
         let moving = AtomicBool::new(true);
         std::thread::scope(|s| {
             s.spawn(|| {
+                // Held as if accepted when the node had room.
                 let mut cur = Outbox::new(site.clone());
-                cur.force_reserve(n);
+                cur.bytes.fetch_add(n, Ordering::AcqRel);
+                node.bytes.fetch_add(n, Ordering::AcqRel);
+                node.held(0, n);
                 let mut drained = Vec::new();
                 for _ in 0..100_000 {
                     let next = Outbox::new(site.clone());
