@@ -12,9 +12,7 @@ use std::sync::Arc;
 
 use common::*;
 use sitenet::protocols::handshake::{read_frame, MAX_HANDSHAKE_PAYLOAD};
-use sitenet::protocols::{
-    ByteBuffer, FrameHeader, FrameKind, Initiator, LocalInfo, SiteId, HEADER_LEN, PROTOCOL_VERSION,
-};
+use sitenet::protocols::{ByteBuffer, FrameKind, PROTOCOL_VERSION};
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Node, Runtime, SendOptions};
 
@@ -37,53 +35,10 @@ fn until_closed(s: &mut TcpStream) {
     }
 }
 
-/// Completes a real handshake as initiator over a blocking socket.
+/// Completes a real handshake as initiator over a blocking socket (see
+/// `common::raw`).
 fn handshaken(addr: &str) -> TcpStream {
-    let mut s = tcp(addr);
-    let mut inb = ByteBuffer::new(65536);
-    let mut outb = ByteBuffer::new(65536);
-    let local = LocalInfo {
-        site: SiteId(rand::random()),
-        listen: vec![],
-        buffer_size: 65536,
-        max_message: 1 << 20,
-    };
-    let mut hs = Initiator::new(local, None, 0, 0, rand::random());
-    loop {
-        let n = s.read(inb.spare_mut()).unwrap();
-        assert!(n > 0, "node closed during a valid handshake");
-        inb.commit(n);
-        let done = hs.handle_input(&mut inb, &mut outb).unwrap();
-        let (a, b) = outb.chunks();
-        let mut w = a.to_vec();
-        w.extend_from_slice(b);
-        s.write_all(&w).unwrap();
-        outb.clear();
-        if done.is_some() {
-            return s;
-        }
-    }
-}
-
-fn header(
-    kind: FrameKind,
-    lane: u8,
-    flags: u8,
-    payload_len: u32,
-    msg_number: u64,
-) -> [u8; HEADER_LEN] {
-    let mut b = [0u8; HEADER_LEN];
-    FrameHeader {
-        kind,
-        lane,
-        flags,
-        payload_len,
-        ack: 0,
-        msg_number,
-        frag_offset: 0,
-    }
-    .encode(&mut b);
-    b
+    raw::RawPeer::connect(addr).socket
 }
 
 fn fault_count(n: &Node) -> usize {
@@ -171,14 +126,14 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
 
     // 2. A NEGOTIATE from another protocol version.
     let mut s = tcp(&a);
-    let mut h = header(FrameKind::Negotiate, 5, 3, 0, 0);
+    let mut h = raw::frame_header(FrameKind::Negotiate, 5, 3, 0, 0);
     h[0] = PROTOCOL_VERSION + 1;
     s.write_all(&h).unwrap();
     closed_with_fault(&server, &mut s, "version");
 
     // 3. An oversized handshake frame: refused from its header alone.
     let mut s = tcp(&a);
-    s.write_all(&header(FrameKind::Negotiate, 5, 3, u32::MAX, 0))
+    s.write_all(&raw::frame_header(FrameKind::Negotiate, 5, 3, u32::MAX, 0))
         .unwrap();
     closed_with_fault(&server, &mut s, "exceeds");
 
@@ -193,7 +148,7 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
             .unwrap()
             .expect("PRESENT arrives whole");
         assert_eq!(h.kind, FrameKind::Present);
-        s.write_all(&header(FrameKind::Negotiate, 5, 3, 10, 0)[..20])
+        s.write_all(&raw::frame_header(FrameKind::Negotiate, 5, 3, 10, 0)[..20])
             .unwrap();
     }
     // The fault is recorded when the node notices the close. Each probe's
@@ -220,14 +175,14 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
 
     // 5. After a valid handshake: an oversized frame.
     let mut s = handshaken(&a);
-    s.write_all(&header(FrameKind::Data, 3, 3, 1 << 30, 1))
+    s.write_all(&raw::frame_header(FrameKind::Data, 3, 3, 1 << 30, 1))
         .unwrap();
     closed_with_fault(&server, &mut s, "exceeds");
 
     // 6. After a valid handshake: a continuation with no first fragment, then
     //    garbage flooding in.
     let mut s = handshaken(&a);
-    let mut frame = header(FrameKind::Data, 2, 2, 4, 1).to_vec();
+    let mut frame = raw::frame_header(FrameKind::Data, 2, 2, 4, 1).to_vec();
     frame.extend_from_slice(&[1, 2, 3, 4]);
     s.write_all(&frame).unwrap();
     let _ = s.write_all(&vec![0x55u8; 1 << 20]);
@@ -235,7 +190,7 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
 
     // 7. A message announcing more than the maximum message size.
     let mut s = handshaken(&a);
-    let mut frame = header(FrameKind::Data, 3, 1, 28, 0).to_vec();
+    let mut frame = raw::frame_header(FrameKind::Data, 3, 1, 28, 0).to_vec();
     let prelude = sitenet::protocols::Prelude {
         type_id: 1,
         kind: sitenet::protocols::MessageKind::OneWay,

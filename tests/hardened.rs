@@ -3,14 +3,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
 use common::*;
 use serde::{Deserialize, Serialize};
-use sitenet::protocols::handshake::LocalInfo;
-use sitenet::protocols::{ByteBuffer, Initiator, SiteId};
+use sitenet::protocols::SiteId;
 use sitenet::{Message, Node, SendOptions};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -33,36 +32,12 @@ impl Message for Blob {
     const ID: u32 = 602;
 }
 
-/// Runs the initiator's open protocol by hand over a blocking socket, as a
-/// site that lists `listen` (addresses it does not own) and never speaks
-/// again. Returns the socket, kept open so the channel stays working.
+/// Runs the initiator's open protocol by hand over a blocking socket (see
+/// `common::raw`), as a site that lists `listen` (addresses it does not
+/// own) and never speaks again. Returns the socket, kept open so the
+/// channel stays working.
 fn lying_initiator(target: &str, listen: Vec<String>) -> TcpStream {
-    let hostport = target.strip_prefix("tcp:").expect("tcp address");
-    let mut s = TcpStream::connect(hostport).expect("connect");
-    s.set_read_timeout(Some(PATIENCE)).unwrap();
-    let local = LocalInfo {
-        site: SiteId(rand::random::<u128>()),
-        listen,
-        buffer_size: 65_536,
-        max_message: 1 << 20,
-    };
-    let mut hs = Initiator::new(local, None, 0, 0, rand::random());
-    let mut inb = ByteBuffer::new(65_536);
-    let mut outb = ByteBuffer::new(65_536);
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = s.read(&mut buf).expect("read");
-        assert!(n > 0, "the node closed the channel during the handshake");
-        inb.push(&buf[..n]);
-        let done = hs.handle_input(&mut inb, &mut outb).expect("handshake");
-        let (a, b) = outb.chunks();
-        let bytes = [a, b].concat();
-        s.write_all(&bytes).unwrap();
-        outb.clear();
-        if done.is_some() {
-            return s;
-        }
-    }
+    raw::RawPeer::connect_as(target, SiteId(rand::random::<u128>()), listen).socket
 }
 
 /// A victim node whose request (`WhoAreYou`, a 3 s timeout, in a thread of

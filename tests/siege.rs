@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::*;
 use sitenet::protocols::frame::{FLAG_FIRST, FLAG_LAST};
-use sitenet::protocols::{FrameHeader, FrameKind, MessageKind, HEADER_LEN, PROTOCOL_VERSION};
+use sitenet::protocols::{FrameKind, MessageKind, HEADER_LEN, PROTOCOL_VERSION};
 
 const WHOLE: u8 = FLAG_FIRST | FLAG_LAST;
 use sitenet::services::{Echo, EchoReply};
@@ -42,16 +42,6 @@ const REASSEMBLY_BUDGET: u64 = 16 << 20;
 /// hundred channels, and the program itself, with room to spare.
 const RSS_BOUND: u64 = 96 << 20;
 
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 fn tcp(addr: &str) -> TcpStream {
     let s = TcpStream::connect(addr.strip_prefix("tcp:").unwrap()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -68,22 +58,11 @@ fn until_closed(s: &mut TcpStream) {
     }
 }
 
-/// A frame header on lane 3 (`flags`: FLAG_FIRST | FLAG_LAST for a whole
-/// message).
+/// A frame header on lane 3 for data, 5 for the rest (`flags`:
+/// FLAG_FIRST | FLAG_LAST for a whole message).
 fn frame_header(kind: FrameKind, flags: u8, payload_len: u32, msg_number: u64) -> [u8; HEADER_LEN] {
     let lane = if kind == FrameKind::Data { 3 } else { 5 };
-    let mut b = [0u8; HEADER_LEN];
-    FrameHeader {
-        kind,
-        lane,
-        flags,
-        payload_len,
-        ack: 0,
-        msg_number,
-        frag_offset: 0,
-    }
-    .encode(&mut b);
-    b
+    raw::frame_header(kind, lane, flags, payload_len, msg_number)
 }
 
 /// Runs `attack` in a loop on a thread of its own until `stop` is set.
@@ -207,15 +186,7 @@ fn a_node_under_every_attack_at_once_serves_its_legitimate_site() {
     let hogs: Vec<_> = (0..HOGS)
         .map(|_| {
             let t = target.clone();
-            std::thread::spawn(move || {
-                let mut p = raw::RawPeer::connect(&t);
-                let body = vec![7u8; 32 * 1024];
-                for seq in 0..200u64 {
-                    let header = rmp_serde::to_vec(&Echo { seq }).unwrap();
-                    p.send(Echo::ID, MessageKind::Request, seq + 1, &header, &body);
-                }
-                p
-            })
+            std::thread::spawn(move || raw::RawPeer::echo_hog(&t))
         })
         .collect();
 
@@ -256,7 +227,7 @@ fn a_node_under_every_attack_at_once_serves_its_legitimate_site() {
         "the legitimate channel was never disturbed: {m:?}"
     );
     assert!(attacks > 0, "the attackers ran");
-    let peak = peak_rss();
+    let peak = proc_status_bytes("VmHWM");
     eprintln!(
         "siege: {attacks} attack rounds, {IDLE_SOCKETS} idle sockets, {HOGS} hogs; peak RSS {} MiB; server {:?}",
         peak >> 20,

@@ -38,6 +38,15 @@ pub(crate) enum OpenFailure {
     Stopping,
 }
 
+/// The IP address of a channel's peer (`Channel::peer`: `tcp:IP:PORT`);
+/// `None` for Unix-socket and in-process channels, which have none.
+pub(crate) fn peer_ip(peer: &str) -> Option<std::net::IpAddr> {
+    peer.strip_prefix("tcp:")?
+        .parse::<std::net::SocketAddr>()
+        .ok()
+        .map(|a| a.ip())
+}
+
 impl From<OpenFailure> for sitenet_protocols::OpenFailure {
     fn from(e: OpenFailure) -> Self {
         match e {

@@ -81,11 +81,12 @@ impl NodeOutput {
         self.bound
     }
 
-    /// Reserves `n` bytes for a site that held `site_before`: within the
-    /// bound, and within the site's fair share once the node is half full
-    /// (see the module documentation).
+    /// Reserves `n` bytes for a site that held `site_before` (and is
+    /// already counted among the holders): within the bound, and within
+    /// the site's fair share once the node is half full (see the module
+    /// documentation).
     fn try_reserve(&self, n: u64, site_before: u64) -> bool {
-        let holders = self.holders.load(Ordering::Acquire) + usize::from(site_before == 0);
+        let holders = self.holders.load(Ordering::Acquire);
         let share = self.bound / (4 * holders.max(1) as u64);
         let fair = site_before + n <= share;
         self.bytes
@@ -305,20 +306,34 @@ impl Outbox {
         else {
             return false;
         };
+        // Every change of `bytes` tells the node what it changed from and
+        // to, the rollback's too: a sender racing this one sees (and
+        // counts on) the bytes reserved here until they are given back.
+        self.node.held(before, before + n);
         if !self.node.try_reserve(n, before) {
-            self.bytes.fetch_sub(n, Ordering::AcqRel);
+            let cur = self.bytes.fetch_sub(n, Ordering::AcqRel);
+            self.node.held(cur, cur - n);
             return false;
         }
-        self.node.held(before, before + n);
         true
     }
 
-    /// Adds `n` bytes regardless of the bounds (a message moved from
-    /// another outbox of the node, already accepted once).
-    pub(crate) fn force_reserve(&self, n: u64) {
-        let before = self.bytes.fetch_add(n, Ordering::AcqRel);
-        self.node.bytes.fetch_add(n, Ordering::AcqRel);
-        self.node.held(before, before + n);
+    /// Moves `n` bytes held here to `other`, an outbox of the same node
+    /// (their messages moved there: a merge, or a send that followed it).
+    /// Neither bound is asked (they were accepted once), and the node's
+    /// count is left as it is: the node holds the same bytes, so it never
+    /// shows room that is not there (a sender in between could take it and
+    /// the node hold more than its bound) nor counts them twice.
+    pub(crate) fn move_bytes_to(&self, other: &Outbox, n: u64) {
+        debug_assert!(Arc::ptr_eq(&self.node, &other.node), "one node");
+        if n == 0 {
+            return;
+        }
+        let before = other.bytes.fetch_add(n, Ordering::AcqRel);
+        other.node.held(before, before + n);
+        let before = self.bytes.fetch_sub(n, Ordering::AcqRel);
+        self.node.held(before, before - n);
+        self.space.notify_waiters();
     }
 
     /// Reserves `n` bytes, waiting in turn for acknowledgements to free
@@ -446,8 +461,7 @@ impl Outbox {
         theirs.msgs = moved;
         drop(theirs);
         drop(mine);
-        self.release(n);
-        other.force_reserve(n);
+        self.move_bytes_to(other, n);
         !other.wake_pending.load(Ordering::Acquire)
             && !other.wake_pending.swap(true, Ordering::AcqRel)
     }
@@ -590,5 +604,99 @@ mod tests {
         assert!(one.try_reserve(50));
         assert!(!other.try_reserve(60), "empty, but the node has no room");
         assert_eq!(other.bytes(), 0, "a refused reservation leaves nothing");
+    }
+    /// A reservation the node refused was rolled back without its holder
+    /// count: a concurrent sender that saw the refused bytes on the site
+    /// was never counted as holding, and its release later took the node's
+    /// count of holding sites below zero.
+    #[test]
+    fn regression_a_refused_reservation_keeps_the_count_of_holding_sites() {
+        let node = NodeOutput::new(100);
+        let bound = OutputBound {
+            site: 100,
+            node: node.clone(),
+        };
+        let other = Outbox::new(bound.clone());
+        assert!(other.try_reserve(40));
+        let o = Outbox::new(bound);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..200_000 {
+                    // Fits the site, never the node.
+                    assert!(!o.try_reserve(70));
+                }
+            });
+            s.spawn(|| {
+                for _ in 0..200_000 {
+                    if o.try_reserve(5) {
+                        o.release(5);
+                    }
+                }
+            });
+        });
+        assert_eq!(o.bytes(), 0);
+        assert_eq!(
+            node.holders.load(Ordering::Acquire),
+            1,
+            "only `other` holds"
+        );
+        other.release(40);
+        assert_eq!(node.holders.load(Ordering::Acquire), 0);
+        assert_eq!(node.bytes(), 0);
+    }
+
+    /// Bytes moved to another outbox of the node (a merge, a send that
+    /// followed it) were given back to the node before they were added
+    /// again: a sender in between took the room, and the node then held
+    /// more than its bound.
+    #[test]
+    fn regression_bytes_moved_by_a_merge_never_take_the_node_past_its_bound() {
+        let m = OutMessage::new(
+            sitenet_protocols::Priority::Low,
+            7,
+            bytes::Bytes::from_static(b"hd"),
+            vec![bytes::Bytes::from_static(&[0u8; 64])],
+        );
+        let n = m.footprint();
+        // Room for the moved bytes and a little: never for 10 more.
+        let bound = n + 5;
+        let node = NodeOutput::new(bound);
+        let site = OutputBound {
+            site: bound,
+            node: node.clone(),
+        };
+        let other = Outbox::new(site.clone());
+        let most = AtomicU64::new(0);
+        let moving = AtomicBool::new(true);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Held as if accepted when the node had room.
+                let mut cur = Outbox::new(site.clone());
+                cur.bytes.fetch_add(n, Ordering::AcqRel);
+                node.bytes.fetch_add(n, Ordering::AcqRel);
+                node.held(0, n);
+                let mut drained = Vec::new();
+                for _ in 0..100_000 {
+                    let next = Outbox::new(site.clone());
+                    cur.seal_into(&next, vec![m.clone()], || {});
+                    next.drain_on_wake(&mut drained);
+                    drained.clear();
+                    most.fetch_max(node.bytes(), Ordering::Relaxed);
+                    cur = next;
+                }
+                cur.release(n);
+                moving.store(false, Ordering::Release);
+            });
+            s.spawn(|| {
+                while moving.load(Ordering::Acquire) {
+                    if other.try_reserve(10) {
+                        most.fetch_max(node.bytes(), Ordering::Relaxed);
+                        other.release(10);
+                    }
+                }
+            });
+        });
+        let most = most.load(Ordering::Relaxed);
+        assert!(most <= bound, "the node held {most} bytes, bound {bound}");
     }
 }

@@ -26,12 +26,13 @@ impl PeerLogs {
     }
 
     /// The same, for a connection not yet bound to a site (in its
-    /// handshake): keyed by its source address (`None`: Unix socket or
-    /// in-process channels, which share one budget).
+    /// handshake): keyed by its source as the admission rules count one
+    /// (`sitenet_protocols::admission::Source`: an IPv6 address by its /64;
+    /// `None`: Unix socket or in-process channels, which share one budget).
     pub(crate) fn address(&self, ip: Option<std::net::IpAddr>, counters: &Counters) -> Option<u64> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        ip.hash(&mut h);
+        sitenet_protocols::admission::Source::of(ip).hash(&mut h);
         // The top bit set: never an entry's address (user-space pointers).
         self.check(h.finish() | 1 << 63, counters)
     }
@@ -44,5 +45,33 @@ impl PeerLogs {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sitenet_protocols::log_limit::LINES_PER_WINDOW;
+
+    /// Issue 17: a connection in its handshake logged under its exact
+    /// address, while the admission rules charge an IPv6 peer by its /64
+    /// (one host holds the whole prefix): such a peer got a fresh budget
+    /// of lines per address it connected from. The source is what the
+    /// admission rules call one.
+    #[test]
+    fn regression_an_ipv6_prefix_is_one_source_of_log_lines() {
+        let logs = PeerLogs::default();
+        let counters = Counters::default();
+        let at = |i: u16| Some(std::net::IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, i]));
+        for i in 0..LINES_PER_WINDOW as u16 {
+            assert!(logs.address(at(i), &counters).is_some());
+        }
+        assert_eq!(
+            logs.address(at(999), &counters),
+            None,
+            "another address of the same /64 has no budget of its own"
+        );
+        let elsewhere = Some(std::net::IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]));
+        assert!(logs.address(elsewhere, &counters).is_some());
     }
 }

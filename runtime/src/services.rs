@@ -115,12 +115,9 @@ fn stats_allowed(ctx: &crate::handlers::Ctx<'_>) -> bool {
 /// True if a channel's peer (`tcp:IP:PORT`, `unix:…`, `mem:…`) is on this
 /// host.
 fn same_host(peer: &str) -> bool {
-    match peer.split_once(':') {
-        Some(("unix" | "mem", _)) => true,
-        Some(("tcp", rest)) => rest
-            .parse::<std::net::SocketAddr>()
-            .is_ok_and(|a| a.ip().is_loopback()),
-        _ => false,
+    match crate::channel_io::peer_ip(peer) {
+        Some(ip) => ip.is_loopback(),
+        None => peer.starts_with("unix:") || peer.starts_with("mem:"),
     }
 }
 

@@ -304,10 +304,9 @@ impl SiteRef {
                 // queued before, so this message still comes after them).
                 Pushed::Sealed(back) => {
                     m = back;
-                    let n = m.footprint();
-                    entry.outbox.release(n);
-                    entry = entry.resolved();
-                    entry.outbox.force_reserve(n);
+                    let next = entry.resolved();
+                    entry.outbox.move_bytes_to(&next.outbox, m.footprint());
+                    entry = next;
                 }
             }
         }

@@ -78,6 +78,18 @@ pub fn addr(n: &Node) -> String {
     n.listen_addresses()[0].clone()
 }
 
+/// A memory figure of this process from /proc/self/status, in bytes
+/// (Linux): `"VmRSS"` is what is resident now, `"VmHWM"` its peak.
+pub fn proc_status_bytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"));
+    kb * 1024
+}
+
 /// Counts messages per stream and checks they arrive in order; notifies when
 /// `expect` messages in total have arrived.
 pub struct Sink {

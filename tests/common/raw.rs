@@ -72,6 +72,22 @@ impl RawPeer {
         Self::connect_as(target, SiteId(rand::random::<u128>()), Vec::new())
     }
 
+    /// A fresh peer (see [`connect`](Self::connect)) that asks the
+    /// node's echo service for 200 echoes of 32 KiB bodies (6.4 MB of
+    /// replies) and never reads: what the node then owes it is held until
+    /// the peer reads, goes, or is given up. Returned to keep the channel.
+    pub fn echo_hog(target: &str) -> Self {
+        use sitenet::services::Echo;
+        use sitenet::Message;
+        let mut p = Self::connect(target);
+        let body = vec![7u8; 32 * 1024];
+        for seq in 0..200u64 {
+            let header = rmp_serde::to_vec(&Echo { seq }).unwrap();
+            p.send(Echo::ID, MessageKind::Request, seq + 1, &header, &body);
+        }
+        p
+    }
+
     /// Appends one DATA frame with one whole message (it must fit a frame)
     /// to `v`, numbered after the last one.
     pub fn message(
@@ -235,4 +251,27 @@ impl Relay {
         *self.state.open.lock().unwrap() = true;
         self.state.opened.notify_all();
     }
+}
+
+/// A frame header as a raw peer writes it (no ack, offset 0): what a test
+/// needs to send a frame a `Node` never would.
+pub fn frame_header(
+    kind: FrameKind,
+    lane: u8,
+    flags: u8,
+    payload_len: u32,
+    msg_number: u64,
+) -> [u8; sitenet::protocols::HEADER_LEN] {
+    let mut b = [0u8; sitenet::protocols::HEADER_LEN];
+    FrameHeader {
+        kind,
+        lane,
+        flags,
+        payload_len,
+        ack: 0,
+        msg_number,
+        frag_offset: 0,
+    }
+    .encode(&mut b);
+    b
 }

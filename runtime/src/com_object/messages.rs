@@ -180,8 +180,10 @@ impl Handler<Adopt> for ComObject {
                 ctx.spawn(fut::wrap_future(flush_and_close(trans, limit)));
             }
             AcceptOutcome::Protocol(e) => {
-                tracing::warn!(site = %neg.site, error = %e, "closing accepted channel");
-                // The fault is reported by the ReportFault action.
+                // The fault is reported, and logged through the peer's rate
+                // limit, by the ReportFault action (issue 17): a warning
+                // here too was one unlimited line per bad handshake.
+                tracing::debug!(site = %neg.site, error = %e, "closing accepted channel");
                 drop(trans);
             }
             AcceptOutcome::Accept { id, answer } => {

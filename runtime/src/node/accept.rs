@@ -6,7 +6,7 @@
 //! routed, by the site id it names, to that site's ComObject.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -128,15 +128,6 @@ impl Handshakes {
     }
 }
 
-/// The source address of an accepted channel (`None`: Unix socket or
-/// in-process, which have none).
-fn source_ip(peer: &str) -> Option<IpAddr> {
-    peer.strip_prefix("tcp:")?
-        .parse::<SocketAddr>()
-        .ok()
-        .map(|a| a.ip())
-}
-
 impl NodeInner {
     pub(super) async fn accept_loop(self: Arc<Self>, listener: Listener) {
         let mut stop = self.stop_listeners.subscribe();
@@ -186,7 +177,7 @@ impl NodeInner {
 
     fn on_accepted(self: Arc<Self>, ch: Channel) {
         let peer = ch.peer();
-        let ip = source_ip(&peer);
+        let ip = crate::channel_io::peer_ip(&peer);
         let (ticket, dropped) = self.handshakes.admit(ip, &self.counters);
         let ch = match &self.cfg.fault_injector {
             Some(f) => f.wrap(ch),
