@@ -540,15 +540,6 @@ async fn regression_idle_sockets_never_cut_a_node_off() {
     drop(held);
 }
 
-/// A forwarded request's origin block, built by hand: the descriptor's
-/// length (u16, little-endian), the descriptor, then the typed header.
-fn origin_block(origin: &str, header: &[u8]) -> Vec<u8> {
-    let mut v = (origin.len() as u16).to_le_bytes().to_vec();
-    v.extend_from_slice(origin.as_bytes());
-    v.extend_from_slice(header);
-    v
-}
-
 /// A listener that counts the connections made to it and never speaks:
 /// a node dialing it waits its whole handshake timeout.
 fn trap() -> (String, Arc<AtomicU64>) {
@@ -598,7 +589,7 @@ async fn regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
             SiteId(rand::random::<u128>())
         );
         let header = rmp_serde::to_vec(&Echo { seq: i }).unwrap();
-        let block = origin_block(&origin, &header);
+        let block = raw::origin_block(&origin, &header);
         p.message(
             &mut wire,
             Echo::ID,
@@ -609,7 +600,7 @@ async fn regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
         );
     }
     // And one naming an origin with no handler for its type: no entry at all.
-    let block = origin_block(&format!("{}@{trap_at}", SiteId(7)), b"\x90");
+    let block = raw::origin_block(&format!("{}@{trap_at}", SiteId(7)), b"\x90");
     p.message(&mut wire, 0x7777, MessageKind::Forward, N + 1, &block, b"");
     std::io::Write::write_all(&mut p.socket, &wire).unwrap();
     // A legitimate client keeps being answered.

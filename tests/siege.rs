@@ -1,7 +1,9 @@
 //! The hostile-peer suite's siege (issue 17): one node under every attack
 //! at once — sockets that never speak, garbage, oversized and truncated
 //! frames, wrong versions, malformed messages, readers that never read,
-//! partial messages that stall — while a legitimate site streams numbered
+//! partial messages that stall, forwarded requests naming fresh origins,
+//! floods of references to unknown sites, strangers claiming the
+//! legitimate site's id — while a legitimate site streams numbered
 //! messages and request/replies through it. Nothing of the legitimate
 //! site's is lost, reordered or delayed into a failure, its channel is never
 //! closed, the process's resident memory stays under the bound stated
@@ -80,6 +82,14 @@ fn attacker(
     })
 }
 
+/// A message carrying site references (a peer's may name sites nobody
+/// knows).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Peers(Vec<sitenet::SiteRef>);
+impl Message for Peers {
+    const ID: u32 = 731;
+}
+
 #[test]
 fn a_node_under_every_attack_at_once_serves_its_legitimate_site() {
     let server = Node::builder()
@@ -99,6 +109,7 @@ fn a_node_under_every_attack_at_once_serves_its_legitimate_site() {
         .unwrap();
     let target = addr(&server);
     let sink = Sink::install(&server, MESSAGES, None);
+    server.handle(|_ctx, _refs: Peers| {}).unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(AtomicU64::new(0));
@@ -182,6 +193,43 @@ fn a_node_under_every_attack_at_once_serves_its_legitimate_site() {
         let _ = p.socket.write_all(&f);
         until_closed(&mut p.socket);
     }));
+    // Forwarded requests naming fresh origins, at addresses where nothing
+    // answers: each forwarder holds at most a few such claims, each tried
+    // once.
+    let nowhere = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("tcp:{}", l.local_addr().unwrap())
+    }; // (closed again: connections there are refused at once)
+    let t = target.clone();
+    attackers.push(attacker(&stop, &rounds, move || {
+        let mut p = raw::RawPeer::connect(&t);
+        let mut v = Vec::new();
+        for seq in 0..200u64 {
+            let origin = format!(
+                "{}@mem:siege-nowhere-{seq},{nowhere}",
+                sitenet::protocols::SiteId(rand::random::<u128>())
+            );
+            let header = rmp_serde::to_vec(&Echo { seq }).unwrap();
+            let block = raw::origin_block(&origin, &header);
+            p.message(&mut v, Echo::ID, MessageKind::Forward, seq + 1, &block, &[]);
+        }
+        let _ = p.socket.write_all(&v);
+    }));
+    // Messages carrying floods of references to sites nobody knows.
+    let t = target.clone();
+    attackers.push(attacker(&stop, &rounds, move || {
+        let mut p = raw::RawPeer::connect(&t);
+        let refs: Vec<String> = (0..500)
+            .map(|i| {
+                format!(
+                    "{}@mem:siege-ref-{i}",
+                    sitenet::protocols::SiteId(rand::random::<u128>())
+                )
+            })
+            .collect();
+        let header = rmp_serde::to_vec(&refs).unwrap();
+        p.send(Peers::ID, MessageKind::OneWay, 0, &header, &[]);
+    }));
     // Readers that never read, asking for echoes with large bodies.
     let hogs: Vec<_> = (0..HOGS)
         .map(|_| {
@@ -197,6 +245,8 @@ fn a_node_under_every_attack_at_once_serves_its_legitimate_site() {
         .start()
         .unwrap();
     let site = client.site(&target).unwrap();
+    let forgeries_refused = Arc::new(AtomicU64::new(0));
+    let forgeries_accepted = Arc::new(AtomicU64::new(0));
     for seq in 0..MESSAGES {
         site.send_blocking(&Numbered { stream: 0, seq }, SendOptions::default())
             .unwrap();
@@ -209,6 +259,26 @@ fn a_node_under_every_attack_at_once_serves_its_legitimate_site() {
                 )
                 .expect("the legitimate site is answered");
             assert_eq!(r.msg.seq, seq);
+        }
+        if seq == 0 {
+            // Once the legitimate site has talked: strangers claiming its
+            // id, again and again (its id is no secret). Each is refused;
+            // none may touch its session.
+            let (t, id) = (target.clone(), client.id());
+            let (refused, accepted) = (forgeries_refused.clone(), forgeries_accepted.clone());
+            attackers.push(attacker(
+                &stop,
+                &rounds,
+                move || match raw::RawPeer::try_connect_as(&t, id, Vec::new()) {
+                    Err(sitenet::protocols::OpenError::Refused(_)) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => {}
+                    Ok(_) => {
+                        accepted.fetch_add(1, Ordering::Relaxed);
+                    }
+                },
+            ));
         }
     }
     sink.wait_blocking();
@@ -227,9 +297,16 @@ fn a_node_under_every_attack_at_once_serves_its_legitimate_site() {
         "the legitimate channel was never disturbed: {m:?}"
     );
     assert!(attacks > 0, "the attackers ran");
+    let forged = forgeries_refused.load(Ordering::Relaxed);
+    assert!(forged > 0, "no forged claim was refused");
+    assert_eq!(
+        forgeries_accepted.load(Ordering::Relaxed),
+        0,
+        "a stranger was taken for the legitimate site"
+    );
     let peak = proc_status_bytes("VmHWM");
     eprintln!(
-        "siege: {attacks} attack rounds, {IDLE_SOCKETS} idle sockets, {HOGS} hogs; peak RSS {} MiB; server {:?}",
+        "siege: {attacks} attack rounds ({forged} forged claims refused), {IDLE_SOCKETS} idle sockets, {HOGS} hogs; peak RSS {} MiB; server {:?}",
         peak >> 20,
         server.metrics()
     );

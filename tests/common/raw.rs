@@ -275,3 +275,12 @@ pub fn frame_header(
     .encode(&mut b);
     b
 }
+
+/// A forwarded request's origin block, built by hand: the descriptor's
+/// length (u16, little-endian), the descriptor, then the typed header.
+pub fn origin_block(origin: &str, header: &[u8]) -> Vec<u8> {
+    let mut v = (origin.len() as u16).to_le_bytes().to_vec();
+    v.extend_from_slice(origin.as_bytes());
+    v.extend_from_slice(header);
+    v
+}
