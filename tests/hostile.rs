@@ -1274,3 +1274,77 @@ async fn regression_a_forged_claim_on_a_client_in_backoff_breaks_nothing() {
     );
     assert_eq!(server.metrics().unproven_claims_refused, 1);
 }
+
+/// Issue 17: a forwarded request was handled as if its named origin had
+/// sent it: a stranger forwarding `SinkData` that named a connected victim
+/// filled the victim's sink quota, and the victim's next stream was
+/// refused. The sink keys streams by the site that delivered a message and
+/// refuses forwarded data; the victim's streams are its own. (Seen failing
+/// with the forwarded-data refusal taken out: "stream 1 of the victim
+/// refused".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_stranger_cannot_fill_a_victims_sink_quota_by_forwarding() {
+    use sitenet::protocols::MessageKind;
+    use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
+    const CAP: usize = 4;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.sink_streams_per_sender = CAP;
+        })
+        .start()
+        .unwrap();
+    let target = addr(&server);
+    let victim = Node::builder().start().unwrap();
+    let site = victim.site(&target).unwrap();
+    let verdict = |stream: u64| {
+        let site = site.clone();
+        async move {
+            site.request::<SinkQuery, SinkVerdict>(
+                &SinkQuery {
+                    stream,
+                    expected: 1,
+                },
+                sitenet::SendOptions::default(),
+                PATIENCE,
+            )
+            .await
+            .unwrap()
+            .msg
+        }
+    };
+    site.send(&SinkData { stream: 0, seq: 0 }).await.unwrap();
+    assert_eq!(verdict(0).await.delivered, 1);
+    // A stranger forwards data "from" the victim on streams 100..110.
+    let delivered = server.metrics().messages_delivered;
+    let mut x = raw::RawPeer::connect(&target);
+    let origin = format!("{}@mem:victim-claimed", victim.id());
+    let mut wire = Vec::new();
+    for stream in 100..110u64 {
+        let header = rmp_serde::to_vec(&SinkData { stream, seq: 0 }).unwrap();
+        let block = raw::origin_block(&origin, &header);
+        x.message(
+            &mut wire,
+            SinkData::ID,
+            MessageKind::Forward,
+            stream,
+            &block,
+            b"",
+        );
+    }
+    std::io::Write::write_all(&mut x.socket, &wire).unwrap();
+    assert!(eventually(|| server.metrics().messages_delivered >= delivered + 10).await);
+    // The victim's own new streams, up to its quota, are all taken.
+    for stream in 1..CAP as u64 {
+        site.send(&SinkData { stream, seq: 0 }).await.unwrap();
+        let v = verdict(stream).await;
+        assert!(!v.refused, "stream {stream} of the victim refused: {v:?}");
+        assert_eq!(v.delivered, 1);
+    }
+    assert!(
+        server.metrics().sink_refused >= 10,
+        "{:?}",
+        server.metrics()
+    );
+}
