@@ -1,6 +1,8 @@
 //! # pingpong — Madeleine's ping-pong RPC on sitenet
 //!
-//! Madeleine (Bougé, Méhaut, Namyst; see `reference/` beside DESIGN.md)
+//! Madeleine (Bougé, Méhaut, Namyst, "Madeleine: An Efficient and Portable
+//! Communication Interface for RPC-based Multithreaded Environments", INRIA
+//! RR-3845, 1999)
 //! measured its network layer with a ping-pong of one-sided RPCs: the only
 //! argument is an array of bytes, and handling the RPC means receiving the
 //! array and sending it straight back. What makes it Madeleine's and not

@@ -1,6 +1,6 @@
 //! # sitenet-protocols
 //!
-//! The sans-IO core of sitenet: every protocol rule of DESIGN.md as plain
+//! The sans-IO core of sitenet: every protocol rule of the design (docs/architecture.md) as plain
 //! state machines that take events (bytes arrived, time passed, message
 //! queued, channel lost) and return actions (bytes to write, messages to
 //! deliver, deadlines). No tokio, no actix, no sockets, no clock — so every

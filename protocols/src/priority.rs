@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The five priority levels of DESIGN.md. Levels 4, 3 and 2 share the channel
+/// The five priority levels of the design (docs/architecture.md). Levels 4, 3 and 2 share the channel
 /// by bytes sent, with configurable weights; level 1 is sent only when nothing
 /// else waits (and is promoted periodically so it cannot starve); level 5 is
 /// reserved for sitenet's own protocol frames and cannot be chosen by users.

@@ -1,4 +1,4 @@
-//! Node configuration, with DESIGN.md's defaults.
+//! Node configuration, with the design's defaults (docs/architecture.md, "The design").
 
 use std::time::Duration;
 
@@ -6,7 +6,7 @@ use sitenet_protocols::scheduler::SchedulerConfig;
 use sitenet_protocols::SessionConfig;
 use sitenet_transport::TransController;
 
-/// Everything tunable about a node. `Default` gives DESIGN.md's defaults.
+/// Everything tunable about a node. `Default` gives the design's defaults (docs/architecture.md).
 ///
 /// ```
 /// use std::time::Duration;

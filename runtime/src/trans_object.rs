@@ -2,7 +2,7 @@
 //! implementation of moving bytes between the socket and the rings.
 //!
 //! A TransObject is the unit of transport resources: one descriptor and
-//! `2 × buffer size` bytes of rings, known in advance (DESIGN.md: no
+//! `2 × buffer size` bytes of rings, known in advance (docs/architecture.md, "The design": no
 //! FramedRead/FramedWrite, whose buffers grow). The handshake functions own
 //! one by value until the channel belongs to a ComObject; the ComObject then
 //! owns it and can give it up whole — the unit the fd-slot controller will

@@ -78,7 +78,7 @@ pub use types::{
     OpenFailure, OpenRequest, SiteFailure,
 };
 
-/// Tunables of a ComObject (DESIGN.md "Defaults"); the session's own are in
+/// Tunables of a ComObject (docs/architecture.md, "The design": defaults); the session's own are in
 /// [`SessionConfig`].
 #[derive(Debug, Clone)]
 pub struct ComConfig {

@@ -252,7 +252,7 @@ pub struct ComStats {
 }
 
 /// The user-visible state of a ComObject, named after what it waits for
-/// (DESIGN.md's states; see the module documentation for the diagram).
+/// (the design's states, docs/architecture.md; see the module documentation for the diagram).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ComState {
     /// No channel and no need for one.

@@ -1,4 +1,4 @@
-//! The close protocol of a working channel (DESIGN.md "Close protocol"):
+//! The close protocol of a working channel (docs/architecture.md, "The design": close):
 //! where the channel stands, why it ends, and the close frames still owed
 //! to the peer — kept as bounded flags, never a queue, so a peer that
 //! streams close frames and never reads cannot grow our memory.

@@ -7,7 +7,7 @@ use crate::scheduler::SchedulerConfig;
 
 use super::CloseReason;
 
-/// Tunables of a session (DESIGN.md "Defaults").
+/// Tunables of a session (docs/architecture.md, "The design": defaults).
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
     /// Largest incoming message accepted (prelude, header and body).

@@ -193,7 +193,7 @@ fn run_node(listen: Vec<String>, stats_from_anywhere: bool) -> ExitCode {
         Ok(n) => n,
         Err(e) => return failure(e),
     };
-    // Exactly the form DESIGN.md documents (key order and spacing), so a
+    // Exactly the form the README documents (key order and spacing), so a
     // script matching the line textually works as well as a JSON parser.
     let listen = serde_json::to_string(&node.listen_addresses()).expect("strings serialise");
     println!(
