@@ -1,0 +1,351 @@
+//! Typed handlers and their context.
+//!
+//! Handlers are synchronous functions run on the node's I/O thread, called
+//! directly by the ComObject that decoded the message (no actor message per
+//! delivery). A send from a handler never waits: it queues, or fails with
+//! [`SendError::QueueFull`](crate::SendError::QueueFull). A handler that panics is caught and logged, and
+//! the message counts as delivered, so one bad message cannot loop.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use sitenet_protocols::{InMessage, MessageKind, SiteId};
+
+use crate::error::NodeError;
+use crate::message::{Message, RESERVED_IDS};
+use crate::metrics::Counters;
+use crate::node::NodeInner;
+use crate::site::{SiteEntry, SiteRef};
+use crate::streams::ErasedStream;
+
+mod ctx;
+pub use ctx::Ctx;
+
+/// The reply sent when a request cannot be handled (no handler, undecodable
+/// header, handler panicked without replying).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RemoteError {
+    pub(crate) reason: String,
+}
+
+impl Message for RemoteError {
+    const ID: u32 = RESERVED_IDS;
+}
+
+pub(crate) type Erased = Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<(), String> + Send + Sync>;
+
+/// A message that reached no handler: what the `unhandled` hook sees.
+#[derive(Debug, Clone)]
+pub struct Unhandled {
+    /// The sending site, if it identified itself.
+    pub from: Option<SiteId>,
+    /// The message's wire type id.
+    pub type_id: u32,
+    /// Why: no handler for the type, or a header that did not decode.
+    pub reason: String,
+    /// The serialised header.
+    pub header: Bytes,
+    /// The body.
+    pub body: Bytes,
+}
+
+pub(crate) type UnhandledHook = Arc<dyn Fn(Unhandled) + Send + Sync>;
+
+/// The registry of handlers by wire id.
+#[derive(Default)]
+pub(crate) struct Handlers {
+    /// Looked up once per delivered message: hashed with foldhash.
+    map: parking_lot::RwLock<HashMap<u32, Erased, foldhash::fast::RandomState>>,
+    /// Streaming handlers (`streams.rs`); a type is in one map or the other.
+    streams: parking_lot::RwLock<HashMap<u32, ErasedStream, foldhash::fast::RandomState>>,
+    /// Whether `streams` has any: a node without streaming handlers looks
+    /// nothing up for them.
+    any_streams: std::sync::atomic::AtomicBool,
+    pub(crate) unhandled: parking_lot::RwLock<Option<UnhandledHook>>,
+}
+
+impl Handlers {
+    pub(crate) fn insert(&self, id: u32, f: Erased) -> Result<(), NodeError> {
+        let mut m = self.map.write();
+        if m.contains_key(&id) || self.streams.read().contains_key(&id) {
+            return Err(NodeError::DuplicateHandler(id));
+        }
+        m.insert(id, f);
+        Ok(())
+    }
+
+    pub(crate) fn insert_stream(&self, id: u32, f: ErasedStream) -> Result<(), NodeError> {
+        let m = self.map.read();
+        let mut s = self.streams.write();
+        if m.contains_key(&id) || s.contains_key(&id) {
+            return Err(NodeError::DuplicateHandler(id));
+        }
+        s.insert(id, f);
+        self.any_streams
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// True if type `id` has a streaming handler.
+    pub(crate) fn is_stream(&self, id: u32) -> bool {
+        self.any_streams.load(std::sync::atomic::Ordering::Acquire)
+            && self.streams.read().contains_key(&id)
+    }
+
+    pub(crate) fn get_stream(&self, id: u32) -> Option<ErasedStream> {
+        self.streams.read().get(&id).cloned()
+    }
+
+    pub(crate) fn get(&self, id: u32) -> Option<Erased> {
+        self.map.read().get(&id).cloned()
+    }
+}
+
+pub(crate) fn erase<M, F>(f: F) -> Erased
+where
+    M: Message,
+    F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
+{
+    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
+        f(ctx, decode_header(ctx.node, ctx.via, header)?);
+        Ok(())
+    })
+}
+
+/// Decodes a received typed header as `M`, or says why it does not (what
+/// the `unhandled` hook and a request's error reply carry).
+/// `SiteRef`s in it decode on `node`, as claims of `from`, the site that
+/// delivered it (see `site_serde`).
+#[inline]
+pub(crate) fn decode_header<M: Message>(
+    node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
+    header: &Bytes,
+) -> Result<M, String> {
+    crate::site_serde::decoding_on(node, from, || rmp_serde::from_slice(header))
+        .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))
+}
+
+/// Decodes a reply of type `type_id` as `R`, or says why not (another
+/// type, or a header that does not decode).
+pub(crate) fn decode_reply<R: Message>(
+    node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
+    type_id: u32,
+    header: &Bytes,
+) -> Result<R, String> {
+    if type_id != R::ID {
+        return Err(format!(
+            "the reply is of type {type_id:#x}, not {:#x}",
+            R::ID
+        ));
+    }
+    decode_header(node, from, header)
+}
+
+pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
+    if id >= RESERVED_IDS {
+        return Err(NodeError::ReservedId(id));
+    }
+    Ok(())
+}
+
+/// Delivers one complete message: replies complete their request; other
+/// messages go to their type's handler.
+#[inline] // its one caller is `Delivery::message`: no second move of the message
+pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
+    Counters::add(&node.counters.messages_delivered, 1);
+    if matches!(
+        m.prelude.kind,
+        MessageKind::Reply | MessageKind::DelegatedReply
+    ) {
+        node.complete_request(from, m);
+        return;
+    }
+    // A forwarded request is handled as if its origin had sent it.
+    let mut m = m;
+    let origin = if m.prelude.kind == MessageKind::Forward {
+        let unwrapped = sitenet_protocols::message::unwrap_origin(&m.header).and_then(|(o, h)| {
+            let d: sitenet_protocols::SiteDescriptor = o.parse().ok()?;
+            Some((d, h))
+        });
+        let Some((d, header)) = unwrapped else {
+            Counters::add(&node.counters.unhandled, 1);
+            let reason = "forwarded request with a malformed origin block".to_string();
+            if let Some(suppressed) = node.peer_logs.site(from, &node.counters) {
+                tracing::warn!(type_id = m.prelude.type_id, suppressed, "{reason}");
+            }
+            call_unhandled(node, from, m.prelude.type_id, reason, m.header, m.body);
+            return;
+        };
+        m.header = header;
+        match forward_origin(node, from, &d, &m) {
+            Some(o) => Some((o, d.to_string())),
+            None => return,
+        }
+    } else {
+        None
+    };
+    let (origin, origin_text) = origin.unzip();
+    let via = from;
+    let from = origin.as_ref().map_or(from, |o| &o.entry);
+    let mut ctx = Ctx {
+        node,
+        from,
+        via,
+        kind: m.prelude.kind,
+        corr: m.prelude.corr,
+        priority: m.priority,
+        body: m.body,
+        replied: false,
+        origin: origin_text,
+    };
+    let Some(h) = node.handlers.get(m.prelude.type_id) else {
+        Counters::add(&node.counters.unhandled, 1);
+        tracing::debug!(type_id = m.prelude.type_id, "no handler for message type");
+        let reason = format!("no handler for message type {:#x}", m.prelude.type_id);
+        ctx.fail_request(reason.clone());
+        call_unhandled(node, from, m.prelude.type_id, reason, m.header, ctx.body);
+        return;
+    };
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &m.header)));
+    let outcome = handler_outcome(
+        "handler",
+        node,
+        from,
+        &m.header,
+        &ctx.body,
+        m.prelude.type_id,
+        result,
+    );
+    if let Err(reason) = outcome {
+        ctx.fail_request(reason);
+    }
+}
+
+/// The origin of a forwarded request `m` that site `via` delivered, as the
+/// site its handler answers, or `None` if the request ends here (issue 17):
+///
+/// - with no handler for its type, no entry is made just to say so: an
+///   origin this node already knows gets the error reply, an unknown one
+///   nothing (its request times out; the unhandled hook and
+///   `Metrics::unhandled` still see it);
+/// - an origin this node does not know is a site `via` names: an entry it
+///   holds a claim on (`NodeConfig::forward_claims_per_peer`), tried once
+///   at each address named; beyond the bound the request is refused —
+///   counted (`Metrics::claims_refused`), logged through the peer's rate
+///   limit, passed to the unhandled hook, and answered to nobody.
+fn forward_origin(
+    node: &Arc<NodeInner>,
+    via: &Arc<SiteEntry>,
+    d: &sitenet_protocols::SiteDescriptor,
+    m: &InMessage,
+) -> Option<SiteRef> {
+    let type_id = m.prelude.type_id;
+    if node.handlers.get(type_id).is_none() {
+        Counters::add(&node.counters.unhandled, 1);
+        let reason = format!("no handler for message type {type_id:#x}");
+        tracing::debug!(type_id, "no handler for a forwarded message type");
+        if let Some(origin) = node.site_with_id(d.id) {
+            let mut ctx = Ctx {
+                node,
+                from: &origin.entry,
+                via,
+                kind: m.prelude.kind,
+                corr: m.prelude.corr,
+                priority: m.priority,
+                body: Bytes::new(),
+                replied: false,
+                origin: None,
+            };
+            ctx.fail_request(reason.clone());
+        }
+        call_unhandled(node, via, type_id, reason, m.header.clone(), m.body.clone());
+        return None;
+    }
+    let by = crate::node::Named::ByPeer {
+        peer: via,
+        forward: true,
+    };
+    match node.site_described(d, by) {
+        Ok(origin) => Some(origin),
+        Err(refused) => {
+            Counters::add(&node.counters.unhandled, 1);
+            let reason = format!("forwarded request naming origin {}: {refused}", d.id);
+            if let Some(suppressed) = node.peer_logs.site(via, &node.counters) {
+                tracing::warn!(type_id, suppressed, "{reason}");
+            }
+            call_unhandled(node, via, type_id, reason, m.header.clone(), m.body.clone());
+            None
+        }
+    }
+}
+
+/// What a handler's call (`result`, caught) came to: what it returned, or
+/// why it failed — a header that did not decode (counted unhandled and
+/// passed to the unhandled hook) or a panic (counted; the message counts
+/// as delivered). `what` names the kind of handler.
+#[inline]
+pub(crate) fn handler_outcome<T>(
+    what: &str,
+    node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
+    header: &Bytes,
+    body: &Bytes,
+    type_id: u32,
+    result: std::thread::Result<Result<T, String>>,
+) -> Result<T, String> {
+    match result {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(reason)) => {
+            Counters::add(&node.counters.unhandled, 1);
+            if let Some(suppressed) = node.peer_logs.site(from, &node.counters) {
+                tracing::warn!(type_id, %reason, suppressed, "{what}: message not handled");
+            }
+            call_unhandled(
+                node,
+                from,
+                type_id,
+                reason.clone(),
+                header.clone(),
+                body.clone(),
+            );
+            Err(reason)
+        }
+        Err(_) => {
+            Counters::add(&node.counters.handler_panics, 1);
+            tracing::error!(type_id, "{what} panicked; the message counts as delivered");
+            Err(format!("{what} for type {type_id:#x} panicked"))
+        }
+    }
+}
+
+/// Passes a message nobody handled to the user's hook, if one is set (a
+/// panicking hook is caught like a panicking handler).
+pub(crate) fn call_unhandled(
+    node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
+    type_id: u32,
+    reason: String,
+    header: Bytes,
+    body: Bytes,
+) {
+    let hook = node.handlers.unhandled.read().clone();
+    if let Some(hook) = hook {
+        let u = Unhandled {
+            from: from.id.get(),
+            type_id,
+            reason,
+            header,
+            body,
+        };
+        if std::panic::catch_unwind(AssertUnwindSafe(|| hook(u))).is_err() {
+            Counters::add(&node.counters.handler_panics, 1);
+            tracing::error!(type_id, "unhandled hook panicked");
+        }
+    }
+}
