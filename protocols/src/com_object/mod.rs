@@ -56,7 +56,9 @@
 //! `handle_timeout` never leaves the same past deadline behind.
 
 mod close;
+mod config;
 mod data;
+mod faults;
 mod inputs;
 mod open;
 mod types;
@@ -67,84 +69,17 @@ use std::time::{Duration, Instant};
 
 use crate::address_book::AddressBook;
 use crate::handshake::{Attempt, Continuity};
-use crate::link::{decide, Decision, LinkView};
+use crate::link::{Decision, LinkView};
 use crate::reassembly::ReassemblyBudget;
-use crate::session::{ClosePhase, Session, SessionConfig, SessionEvent};
+use crate::session::{ClosePhase, Session, SessionEvent};
 use crate::site::SiteId;
 use crate::timer::{ComTimers, Timer};
 
+pub use config::ComConfig;
 pub use types::{
     AcceptOutcome, Action, ChannelEnd, ChannelId, ComState, ComStats, FaultState, Loss,
     OpenFailure, OpenRequest, SiteFailure,
 };
-
-/// Tunables of a ComObject (docs/architecture.md, "The design": defaults); the session's own are in
-/// [`SessionConfig`].
-#[derive(Debug, Clone)]
-pub struct ComConfig {
-    /// The session's tunables (shared: every ComObject of a node points at
-    /// one copy).
-    pub session: Arc<SessionConfig>,
-    /// This node's ByteBuffer size: an acceptor answers with the smaller of
-    /// it and the initiator's proposal (it may lower, never raise).
-    pub buffer_size: u32,
-    /// Largest message this node accepts (told to the peer in the answer).
-    pub max_message: u64,
-    /// First reconnect delay; doubles per failed attempt …
-    pub reconnect_min: Duration,
-    /// … up to this …
-    pub reconnect_max: Duration,
-    /// … each delay multiplied by a factor drawn from `1 ± jitter`.
-    pub reconnect_jitter: f64,
-    /// No references, nothing pending and idle this long: close weakly;
-    /// after a rejected weak close, none is tried again for this long.
-    pub linger: Duration,
-    /// A working channel that carried no application message for this
-    /// long, with nothing pending, may shrink its rings to the minimum (they
-    /// grow back on demand): an idle channel does not keep two full-size
-    /// buffers for ever.
-    pub ring_idle: Duration,
-    /// After the peer's hard close, wait this long for it to call back
-    /// before reconnecting ourselves.
-    pub reopen_after_peer_hard_close: Duration,
-    /// Temporarily failed this long: fail permanently. `None`: never.
-    pub give_up_after: Option<Duration>,
-    /// Temporarily failed this long while the site cannot be called back
-    /// (it named no address this node can reach — a client that does not
-    /// listen): fail permanently, handing back what it was owed. Only the
-    /// site can restore the channel, and a site that went for good would
-    /// otherwise pin its queued replies for ever. Applies even when
-    /// `give_up_after` is `None`; the shorter of the two wins.
-    pub unreachable_give_up: Duration,
-    /// This node's site id (the link decision's tie-break). Kept here, in
-    /// the configuration every ComObject of the node shares, rather than in
-    /// each of them; `ComObject::new` sets it.
-    pub local: SiteId,
-    /// The link decision (replaced only by tests that break it on purpose,
-    /// through `ComObject::with_decide`).
-    #[doc(hidden)]
-    pub decide: fn(LinkView, &crate::handshake::Negotiate) -> Decision,
-}
-
-impl Default for ComConfig {
-    fn default() -> Self {
-        Self {
-            session: Arc::default(),
-            buffer_size: 64 * 1024,
-            max_message: 256 * 1024 * 1024,
-            reconnect_min: Duration::from_millis(10),
-            reconnect_max: Duration::from_secs(5),
-            reconnect_jitter: 0.2,
-            linger: Duration::from_secs(10),
-            ring_idle: Duration::from_secs(2),
-            reopen_after_peer_hard_close: Duration::from_secs(5),
-            give_up_after: None,
-            unreachable_give_up: Duration::from_secs(15),
-            local: SiteId(0),
-            decide,
-        }
-    }
-}
 
 /// Where the ComObject stands (the states other than the session's close
 /// phases).
@@ -592,56 +527,6 @@ impl ComObject {
                 }
             }
         }
-    }
-
-    fn set_fault(&mut self, state: FaultState, reason: String, now: Instant) {
-        if self.fault == state || self.fault == FaultState::PermFailed {
-            return;
-        }
-        self.fault = state;
-        match state {
-            FaultState::TempFailed => {
-                self.count().temp_failures += 1;
-                self.arm_give_up(now);
-            }
-            FaultState::Ok | FaultState::PermFailed => self.timers.stop(Timer::GiveUp),
-        }
-        self.actions.push_back(Action::Fault { state, reason });
-    }
-
-    /// Arms the give-up timer as the site becomes temporarily failed: the
-    /// configured give-up, or the unreachable one if the site cannot be
-    /// called back (and that is shorter).
-    fn arm_give_up(&mut self, now: Instant) {
-        let unreachable = (!self.book.can_open()).then_some(self.cfg.unreachable_give_up);
-        let limit = match (self.cfg.give_up_after, unreachable) {
-            (Some(g), Some(u)) => Some((g.min(u), u < g)),
-            (g, u) => g.map(|g| (g, false)).or(u.map(|u| (u, true))),
-        };
-        if let Some((limit, is_unreachable)) = limit {
-            self.give_up_unreachable = is_unreachable;
-            self.timers.set(Timer::GiveUp, now + limit);
-        }
-    }
-
-    /// The give-up timer fired: the failure to declare, if any. A site
-    /// armed as unreachable that learned an address meanwhile is given the
-    /// rest of the configured give-up instead (none: it is not given up).
-    fn give_up_expired(&mut self, now: Instant) -> Option<SiteFailure> {
-        if !self.give_up_unreachable {
-            return Some(SiteFailure::GaveUp(
-                self.cfg.give_up_after.unwrap_or_default(),
-            ));
-        }
-        if !self.book.can_open() {
-            return Some(SiteFailure::Unreachable(self.cfg.unreachable_give_up));
-        }
-        self.give_up_unreachable = false;
-        if let Some(g) = self.cfg.give_up_after {
-            let rest = g.saturating_sub(self.cfg.unreachable_give_up);
-            self.timers.set(Timer::GiveUp, now + rest);
-        }
-        None
     }
 
     fn link_view(&self) -> LinkView {
