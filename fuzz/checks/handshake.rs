@@ -30,7 +30,7 @@ pub fn check(data: &[u8]) {
     };
 
     // Initiator (local site 2), expecting PRESENT then NEGOTIATE_ANS.
-    let mut ini = Initiator::new(local(2), expected, 0, 0, [0x1A; 16]);
+    let mut ini = Initiator::new(local(2), expected, 0, 0, [0x1A; 32]);
     let mut input = ByteBuffer::new(MIN_BUFFER as usize);
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
     let mut off = 0;
@@ -61,7 +61,7 @@ pub fn check(data: &[u8]) {
 
     // Acceptor (local site 1), expecting NEGOTIATE.
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(&local(1), [0xAC; 16], &mut output);
+    let mut acc = Acceptor::new(&local(1), [0xAC; 32], &mut output);
     let mut input = ByteBuffer::new(MIN_BUFFER as usize);
     let mut off = 0;
     while off < stream.len() {
@@ -69,7 +69,7 @@ pub fn check(data: &[u8]) {
         let n = chunk.min(input.free()).min(stream.len() - off);
         input.push(&stream[off..off + n]);
         off += n;
-        match acc.handle_input(&mut input) {
+        match acc.handle_input(&mut input, &mut output) {
             Ok(Some(n)) => {
                 assert_eq!(n.version, PROTOCOL_VERSION);
                 assert_ne!(n.site, SiteId(1));

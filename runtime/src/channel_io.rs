@@ -163,7 +163,7 @@ pub(crate) async fn accept_until_negotiate(
                 if let Some(f) = spoke.take() {
                     f();
                 }
-                if let Some(n) = acc.handle_input(&mut t.inb)? {
+                if let Some(n) = acc.handle_input(&mut t.inb, &mut t.outb)? {
                     return Ok(n);
                 }
             }
