@@ -134,6 +134,47 @@ fn node_and_ping_with_the_same_cookie_work_and_with_another_exit_1() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["count"], 20);
+    // send and stats with the same cookie reach it too.
+    let g = good.to_str().unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "send",
+            &listen,
+            "--count",
+            "100",
+            "--json",
+            "--timeout",
+            "60",
+        ])
+        .args(["--cookie-file", g])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["delivered"], 100, "{v}");
+    let out = Command::new(BIN)
+        .args([
+            "stats",
+            &listen,
+            "--json",
+            "--timeout",
+            "60",
+            "--cookie-file",
+            g,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["slots"]["hard"].as_u64().unwrap() >= 2, "{v}");
     for cookie in [Some(bad.as_path()), None] {
         let out = ping(cookie);
         assert_eq!(out.status.code(), Some(1), "{cookie:?}");
