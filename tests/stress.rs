@@ -16,6 +16,7 @@ fn small(policy: &str, seed: u64) -> StressConfig {
         seed,
         transport: "tcp".into(),
         rounds: None,
+        cookies: Vec::new(),
     }
 }
 

@@ -4,7 +4,8 @@
 
 use sitenet_protocols::handshake::{LocalInfo, MAX_GENERATION, MAX_LISTEN, MIN_BUFFER};
 use sitenet_protocols::{
-    decide, Acceptor, ByteBuffer, Decision, Initiator, LinkView, SiteId, PROTOCOL_VERSION,
+    decide, Acceptor, ByteBuffer, Cookie, Decision, Initiator, Keyring, LinkView, OpenError,
+    SiteId, PROTOCOL_VERSION,
 };
 
 fn local(site: u128) -> LocalInfo {
@@ -30,7 +31,7 @@ pub fn check(data: &[u8]) {
     };
 
     // Initiator (local site 2), expecting PRESENT then NEGOTIATE_ANS.
-    let mut ini = Initiator::new(local(2), expected, 0, 0, [0x1A; 16]);
+    let mut ini = Initiator::new(local(2), expected, 0, 0, [0x1A; 32]);
     let mut input = ByteBuffer::new(MIN_BUFFER as usize);
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
     let mut off = 0;
@@ -61,7 +62,7 @@ pub fn check(data: &[u8]) {
 
     // Acceptor (local site 1), expecting NEGOTIATE.
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(&local(1), [0xAC; 16], &mut output);
+    let mut acc = Acceptor::new(&local(1), [0xAC; 32], &mut output);
     let mut input = ByteBuffer::new(MIN_BUFFER as usize);
     let mut off = 0;
     while off < stream.len() {
@@ -69,7 +70,7 @@ pub fn check(data: &[u8]) {
         let n = chunk.min(input.free()).min(stream.len() - off);
         input.push(&stream[off..off + n]);
         off += n;
-        match acc.handle_input(&mut input) {
+        match acc.handle_input(&mut input, &mut output) {
             Ok(Some(n)) => {
                 assert_eq!(n.version, PROTOCOL_VERSION);
                 assert_ne!(n.site, SiteId(1));
@@ -101,6 +102,33 @@ pub fn check(data: &[u8]) {
             }
             Ok(None) => {}
             Err(_) => break,
+        }
+    }
+
+    // The same bytes into an acceptor holding a cookie (issue 18): it never
+    // returns a NEGOTIATE that did not prove the cookie, and never computes
+    // its own proof for one that failed.
+    let mut output = ByteBuffer::new(MIN_BUFFER as usize);
+    let keys = Keyring::new(vec![Cookie::new([0x5C; 32])]);
+    let mut acc = Acceptor::with_keys(&local(1), [0xAC; 32], keys, &mut output);
+    let mut input = ByteBuffer::new(MIN_BUFFER as usize);
+    let mut off = 0;
+    while off < stream.len() {
+        assert!(input.free() > 0, "keyed acceptor stalled");
+        let n = chunk.min(input.free()).min(stream.len() - off);
+        input.push(&stream[off..off + n]);
+        off += n;
+        match acc.handle_input(&mut input, &mut output) {
+            Ok(Some(n)) => {
+                assert!(n.cookie.is_some() && acc.answer_proof().is_some());
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                assert!(acc.answer_proof().is_none());
+                assert!(!matches!(e, OpenError::AuthenticationFailed(_)) || e.is_permanent());
+                break;
+            }
         }
     }
 }

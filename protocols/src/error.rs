@@ -194,6 +194,10 @@ pub enum OpenError {
     /// (`LocalInfo::validate` reports it when the node starts).
     #[error("this node's handshake does not fit: {0}")]
     LocalConfig(String),
+    /// The peer is not a member (issue 18): it proved no cookie, a wrong
+    /// one, or refused this node's. A permanent failure.
+    #[error("authentication failed: {0}")]
+    AuthenticationFailed(crate::handshake::cookie::AuthFailure),
 }
 
 impl OpenError {
@@ -202,7 +206,10 @@ impl OpenError {
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,
-            Self::VersionMismatch { .. } | Self::WrongIdentity { .. } | Self::SelfConnection(_)
+            Self::VersionMismatch { .. }
+                | Self::WrongIdentity { .. }
+                | Self::SelfConnection(_)
+                | Self::AuthenticationFailed(_)
         )
     }
 }

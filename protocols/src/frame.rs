@@ -27,9 +27,11 @@ use crate::error::FrameError;
 /// Version 2 added `PACKED` frames (several small messages in one frame);
 /// version 3 the message kinds `Forward` and `DelegatedReply` (delegation);
 /// version 4 the handshake's nonces and NEGOTIATE's proof of continuity
-/// (`handshake::continuity`, issue 17). An older peer could not read them, so the two fail each other's
+/// (`handshake::continuity`, issue 17); version 5 32-byte nonces and the
+/// cookie proofs in NEGOTIATE and NEGOTIATE_ANS (`handshake::cookie`, issue
+/// 18). An older peer could not read them, so the two fail each other's
 /// handshake permanently, as DESIGN.md requires of a version mismatch.
-pub const PROTOCOL_VERSION: u8 = 4;
+pub const PROTOCOL_VERSION: u8 = 5;
 
 /// Length of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 32;

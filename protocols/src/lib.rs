@@ -105,8 +105,9 @@ pub use deliver::{Deliver, StreamAbort};
 pub use error::{FrameError, OpenError, ProtocolError, SendError};
 pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION};
 pub use handshake::{
-    Acceptor, Attempt, Claim, Continuity, HandshakeNonces, Initiator, LocalInfo, Negotiate,
-    NegotiateAns, Nonce, Opened, PairMemory, PairSecret, Present, Proof, RefuseReason,
+    Acceptor, Attempt, AuthFailure, Claim, Continuity, Cookie, CookieProof, HandshakeNonces,
+    Initiator, Keyring, LocalInfo, Negotiate, NegotiateAns, Nonce, Opened, PairMemory, PairSecret,
+    Present, Proof, RefuseReason,
 };
 pub use link::{decide, Decision, LinkView};
 pub use message::{

@@ -206,7 +206,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                     version,
                     site,
                     listen,
-                    nonce: [0xAC; 16],
+                    nonce: [0xAC; 32],
                 }),
             )
         }),
@@ -241,8 +241,9 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                         last_received,
                         last_generation,
                         attempt: sitenet_protocols::Attempt { opener, seq },
-                        nonce: [0x1A; 16],
+                        nonce: [0x1A; 32],
                         proof: None,
+                        cookie: None,
                     };
                     control(FrameKind::Negotiate, &ser(&n))
                 }
@@ -261,6 +262,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                     generation,
                     fresh: false,
                     rekey: false,
+                    cookie: None,
                 };
                 control(FrameKind::NegotiateAns, &ser(&a))
             }),
@@ -379,7 +381,7 @@ fn feed_initiator(
     chunks: &[usize],
     expected: Option<SiteId>,
 ) -> Result<Option<handshake::Opened>, OpenError> {
-    let mut ini = Initiator::new(local(2), expected, 0, 0, [0x1A; 16]);
+    let mut ini = Initiator::new(local(2), expected, 0, 0, [0x1A; 32]);
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
     feed_chunks(data, chunks, "initiator", |input| {
         ini.handle_input(input, &mut output)
@@ -389,8 +391,10 @@ fn feed_initiator(
 /// Feeds `data` into a fresh Acceptor in chunks; returns its outcome.
 fn feed_acceptor(data: &[u8], chunks: &[usize]) -> Result<Option<Negotiate>, OpenError> {
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(&local(1), [0xAC; 16], &mut output);
-    feed_chunks(data, chunks, "acceptor", |input| acc.handle_input(input))
+    let mut acc = Acceptor::new(&local(1), [0xAC; 32], &mut output);
+    feed_chunks(data, chunks, "acceptor", |input| {
+        acc.handle_input(input, &mut output)
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -597,7 +601,8 @@ fn unknown_kind_and_bad_header_fields() {
         (0, 1, FrameError::Version(1)),
         (0, 2, FrameError::Version(2)),
         (0, 3, FrameError::Version(3)),
-        (0, 5, FrameError::Version(5)),
+        (0, 4, FrameError::Version(4)),
+        (0, 6, FrameError::Version(6)),
         (3, 0x83, FrameError::Flags(0x83)),
         (2, 0, FrameError::Lane(0)),
         (2, 5, FrameError::Lane(5)),
@@ -657,7 +662,7 @@ fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
     // Initiator: PRESENT with version byte 1 in its frame header (a peer of
     // the version before PACKED frames).
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
-    Acceptor::new(&local(1), [0xAC; 16], &mut out);
+    Acceptor::new(&local(1), [0xAC; 32], &mut out);
     let (x, y) = out.chunks();
     let mut present = [x, y].concat();
     present[0] = 1;
@@ -680,8 +685,9 @@ fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
         last_received: 0,
         last_generation: 0,
         attempt: sitenet_protocols::Attempt::UNKNOWN,
-        nonce: [0x1A; 16],
+        nonce: [0x1A; 32],
         proof: None,
+        cookie: None,
     };
     let mut b = control(FrameKind::Negotiate, &ser(&n));
     b[0] = 7;

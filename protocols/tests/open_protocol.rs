@@ -14,9 +14,9 @@ use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use sitenet_protocols::handshake::{self, write_answer, LocalInfo, Opened, MAX_LISTEN, MIN_BUFFER};
 use sitenet_protocols::PROTOCOL_VERSION;
 use sitenet_protocols::{
-    decide, Acceptor, Attempt, ByteBuffer, ChannelParams, Decision, Initiator, LinkView, Negotiate,
-    NegotiateAns, OpenError, OutMessage, PairSecret, Present, Priority, ProtocolError,
-    ReassemblyBudget, RefuseReason, SendError, Session, SessionConfig, SiteId,
+    decide, Acceptor, Attempt, ByteBuffer, ChannelParams, CookieProof, Decision, Initiator,
+    LinkView, Negotiate, NegotiateAns, OpenError, OutMessage, PairSecret, Present, Priority,
+    ProtocolError, ReassemblyBudget, RefuseReason, SendError, Session, SessionConfig, SiteId,
 };
 
 fn info(site: u128, buffer_size: u32, max_message: u64) -> LocalInfo {
@@ -81,13 +81,13 @@ fn initiator_gets(
     last_generation: u64,
 ) -> Result<Option<Opened>, OpenError> {
     let mut b_out = ByteBuffer::new(MIN_BUFFER as usize);
-    let _acc = Acceptor::new(&info(0xB, 65_536, 1 << 20), [0xAC; 16], &mut b_out);
+    let _acc = Acceptor::new(&info(0xB, 65_536, 1 << 20), [0xAC; 32], &mut b_out);
     let mut ini = Initiator::new(
         info(0xA, 65_536, 1 << 20),
         None,
         0,
         last_generation,
-        [0x1A; 16],
+        [0x1A; 32],
     )
     .with_secret(Some(PairSecret([0x5E; 16])));
     let mut a_in = ByteBuffer::new(MIN_BUFFER as usize);
@@ -112,9 +112,9 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
     let (mut b_in, mut b_out) = (ByteBuffer::new(16_384), ByteBuffer::new(16_384));
 
     // The acceptor presents itself as soon as it accepts.
-    let mut acc = Acceptor::new(&b, [0xAC; 16], &mut b_out);
+    let mut acc = Acceptor::new(&b, [0xAC; 32], &mut b_out);
     assert!(!b_out.is_empty());
-    let mut ini = Initiator::new(a.clone(), Some(SiteId(0xB)), 5, 3, [0x1A; 16])
+    let mut ini = Initiator::new(a.clone(), Some(SiteId(0xB)), 5, 3, [0x1A; 32])
         .with_secret(Some(PairSecret([0x5E; 16])))
         .with_attempt(Attempt { opener: 7, seq: 2 });
     // PRESENT arrives one byte at a time: NEGOTIATE goes out once it is whole.
@@ -132,7 +132,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
     // NEGOTIATE arrives one byte at a time.
     let mut neg = None;
     mv(&mut a_out, &mut b_in, 1, |inp| {
-        if let Some(n) = acc.handle_input(inp).unwrap() {
+        if let Some(n) = acc.handle_input(inp, &mut b_out).unwrap() {
             assert!(neg.is_none());
             neg = Some(n);
         }
@@ -149,17 +149,18 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
             last_received: 5,
             last_generation: 3,
             attempt: Attempt { opener: 7, seq: 2 },
-            nonce: [0x1A; 16],
+            nonce: [0x1A; 32],
             // The proof of the pair's secret, bound to both nonces.
             proof: Some(
                 sitenet_protocols::HandshakeNonces {
                     acceptor: SiteId(0xB),
-                    acceptor_nonce: [0xAC; 16],
+                    acceptor_nonce: [0xAC; 32],
                     initiator: SiteId(0xA),
-                    initiator_nonce: [0x1A; 16],
+                    initiator_nonce: [0x1A; 32],
                 }
                 .proof(&PairSecret([0x5E; 16]))
             ),
+            cookie: None,
         }
     );
     // The acceptor's ComObject decides: neither side working → accept, with
@@ -184,6 +185,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
         generation,
         fresh: false,
         rekey: false,
+        cookie: None,
     };
     assert!(write_answer(&mut b_out, &ans));
     // Session bytes may follow the answer in the same read.
@@ -201,7 +203,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
                 version: PROTOCOL_VERSION,
                 site: SiteId(0xB),
                 listen: b.listen.clone(),
-                nonce: [0xAC; 16],
+                nonce: [0xAC; 32],
             },
             buffer_size: 16_384,
             peer_max_message: 1 << 20,
@@ -233,6 +235,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
             generation: 1,
             fresh: false,
             rekey: false,
+            cookie: None,
         };
         assert_eq!(initiator_gets(&ans, 0).unwrap().unwrap().buffer_size, size);
     }
@@ -245,6 +248,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
             generation: 1,
             fresh: false,
             rekey: false,
+            cookie: None,
         };
         let e = initiator_gets(&ans, 0).unwrap_err();
         assert!(
@@ -267,6 +271,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         generation: 3,
         fresh: false,
         rekey: false,
+        cookie: None,
     };
     assert!(matches!(
         initiator_gets(&ans, 3),
@@ -282,6 +287,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         generation: 3,
         fresh: true,
         rekey: false,
+        cookie: None,
     };
     assert!(matches!(
         initiator_gets(&fresh_but_received, 2),
@@ -294,6 +300,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         generation: 3,
         fresh: true,
         rekey: false,
+        cookie: None,
     };
     assert!(initiator_gets(&fresh, 2).unwrap().unwrap().peer_fresh);
     // A fresh answer is the acceptor's own count: any generation from 1.
@@ -304,6 +311,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         generation: 1,
         fresh: true,
         rekey: false,
+        cookie: None,
     };
     assert_eq!(
         initiator_gets(&fresh_first, 2).unwrap().unwrap().generation,
@@ -312,8 +320,8 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
     // An initiator with no secret to prove is only ever answered with a new
     // session: an answer resuming one is malformed.
     let mut b_out = ByteBuffer::new(MIN_BUFFER as usize);
-    let _acc = Acceptor::new(&info(0xB, 65_536, 1 << 20), [0xAC; 16], &mut b_out);
-    let mut ini = Initiator::new(info(0xA, 65_536, 1 << 20), None, 0, 0, [0x1A; 16]);
+    let _acc = Acceptor::new(&info(0xB, 65_536, 1 << 20), [0xAC; 32], &mut b_out);
+    let mut ini = Initiator::new(info(0xA, 65_536, 1 << 20), None, 0, 0, [0x1A; 32]);
     let (mut a_in, mut a_out) = (
         ByteBuffer::new(MIN_BUFFER as usize),
         ByteBuffer::new(MIN_BUFFER as usize),
@@ -327,6 +335,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         generation: 1,
         fresh: false,
         rekey: false,
+        cookie: None,
     };
     assert!(write_answer(&mut b_out, &resumed));
     mv(&mut b_out, &mut a_in, usize::MAX, |_| ());
@@ -344,13 +353,17 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         last_received: 0,
         last_generation: 0,
         attempt: Attempt::UNKNOWN,
-        nonce: [0x1A; 16],
+        nonce: [0x1A; 32],
         proof: None,
+        cookie: None,
     };
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 16], &mut out);
+    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 32], &mut out);
     let e = acc
-        .handle_input(&mut buffer_with(&control(FrameKind::Negotiate, &n)))
+        .handle_input(
+            &mut buffer_with(&control(FrameKind::Negotiate, &n)),
+            &mut out,
+        )
         .unwrap_err();
     assert!(
         matches!(
@@ -364,15 +377,21 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
     );
     n.buffer_size = MIN_BUFFER;
     n.listen = vec!["x".into(); MAX_LISTEN + 1];
-    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 16], &mut out);
+    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 32], &mut out);
     assert!(acc
-        .handle_input(&mut buffer_with(&control(FrameKind::Negotiate, &n)))
+        .handle_input(
+            &mut buffer_with(&control(FrameKind::Negotiate, &n)),
+            &mut out
+        )
         .is_err());
     n.listen.pop();
-    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 16], &mut out);
+    let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 32], &mut out);
     assert_eq!(
-        acc.handle_input(&mut buffer_with(&control(FrameKind::Negotiate, &n)))
-            .unwrap(),
+        acc.handle_input(
+            &mut buffer_with(&control(FrameKind::Negotiate, &n)),
+            &mut out
+        )
+        .unwrap(),
         Some(n)
     );
 }
@@ -438,18 +457,18 @@ fn opened_parameters_drive_the_sessions() {
         ByteBuffer::new(32_768),
         ByteBuffer::new(32_768),
     );
-    let mut acc = Acceptor::new(&b, [0xAC; 16], &mut b_out);
+    let mut acc = Acceptor::new(&b, [0xAC; 32], &mut b_out);
     let mut ini = Initiator::new(
         a.clone(),
         None,
         sa.last_received(),
         sa.last_generation(),
-        [0x1A; 16],
+        [0x1A; 32],
     );
     mv(&mut b_out, &mut a_in, usize::MAX, |_| ());
     ini.handle_input(&mut a_in, &mut a_out).unwrap();
     mv(&mut a_out, &mut b_in, usize::MAX, |_| ());
-    let neg = acc.handle_input(&mut b_in).unwrap().unwrap();
+    let neg = acc.handle_input(&mut b_in, &mut b_out).unwrap().unwrap();
     let Decision::Accept { generation, .. } = decide(view(0xB), &neg) else {
         panic!()
     };
@@ -462,6 +481,7 @@ fn opened_parameters_drive_the_sessions() {
         generation,
         fresh: true,
         rekey: true,
+        cookie: None,
     };
     write_answer(&mut b_out, &ans);
     sb.channel_up(
@@ -537,7 +557,7 @@ fn opened_parameters_drive_the_sessions() {
 
 fn present_bytes(site: u128) -> Vec<u8> {
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
-    Acceptor::new(&info(site, 65_536, 1), [0xAC; 16], &mut out);
+    Acceptor::new(&info(site, 65_536, 1), [0xAC; 32], &mut out);
     let (x, y) = out.chunks();
     [x, y].concat()
 }
@@ -552,7 +572,7 @@ fn initiator_on(
         expected.map(SiteId),
         0,
         0,
-        [0x1A; 16],
+        [0x1A; 32],
     );
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
     ini.handle_input(&mut buffer_with(bytes), &mut out)
@@ -568,16 +588,17 @@ fn negotiate(site: u128, version: u8) -> Vec<u8> {
         last_received: 0,
         last_generation: 0,
         attempt: Attempt::UNKNOWN,
-        nonce: [0x1A; 16],
+        nonce: [0x1A; 32],
         proof: None,
+        cookie: None,
     };
     control(FrameKind::Negotiate, &n)
 }
 
 fn acceptor_on(bytes: &[u8], local: u128) -> Result<Option<Negotiate>, OpenError> {
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(&info(local, 65_536, 1), [0xAC; 16], &mut out);
-    acc.handle_input(&mut buffer_with(bytes))
+    let mut acc = Acceptor::new(&info(local, 65_536, 1), [0xAC; 32], &mut out);
+    acc.handle_input(&mut buffer_with(bytes), &mut out)
 }
 
 #[test]
@@ -602,7 +623,7 @@ fn version_mismatch_is_permanent() {
             version: 1,
             site: SiteId(0xB),
             listen: vec![],
-            nonce: [0xAC; 16],
+            nonce: [0xAC; 32],
         },
     );
     let e = initiator_on(&p, 0xA, None).unwrap_err();
@@ -696,8 +717,9 @@ fn link_decision_rules() {
         last_received: 0,
         last_generation,
         attempt: Attempt::UNKNOWN,
-        nonce: [0x1A; 16],
+        nonce: [0x1A; 32],
         proof: None,
+        cookie: None,
     };
     let neg_attempt = |site: u128, last_generation: u64, opener: u64, seq: u64| Negotiate {
         attempt: Attempt { opener, seq },
@@ -978,15 +1000,16 @@ mod model {
                 last_received: 0,
                 last_generation: g - 1,
                 attempt: Attempt::UNKNOWN,
-                nonce: [0x1A; 16],
+                nonce: [0x1A; 32],
                 proof: None,
+                cookie: None,
             };
             let site = &mut self.sites[s];
             // Proven with the secret both sites hold from before.
             site.com.prime_continuity(PRIMED);
             let hs = HandshakeNonces {
                 acceptor: site.id,
-                acceptor_nonce: [0xAC; 16],
+                acceptor_nonce: [0xAC; 32],
                 initiator: peer,
                 initiator_nonce: neg.nonce,
             };
@@ -994,7 +1017,7 @@ mod model {
                 proof: Some(hs.proof(&PRIMED.current)),
                 ..neg
             };
-            match site.com.accepted(&neg, [0xAC; 16], site.now) {
+            match site.com.accepted(&neg, [0xAC; 32], site.now) {
                 AcceptOutcome::Accept { id, .. } => {
                     site.chan_of.insert(id, c);
                 }
@@ -1079,7 +1102,7 @@ mod model {
             let mut ch = Chan::new();
             let acceptor = Acceptor::new(
                 &local(self.sites[acc].id),
-                [c as u8; 16],
+                [c as u8; 32],
                 &mut ch.output[acc],
             );
             // An attempt older than any the ComObject makes.
@@ -1092,7 +1115,7 @@ mod model {
                 Some(self.sites[acc].id),
                 0,
                 last_generation,
-                [c as u8 ^ 0x55; 16],
+                [c as u8 ^ 0x55; 32],
             )
             .with_secret(secret)
             .with_attempt(Attempt {
@@ -1245,7 +1268,7 @@ mod model {
             let mut ch = Chan::new();
             let acc = Acceptor::new(
                 &local(self.sites[peer].id),
-                [c as u8; 16],
+                [c as u8; 32],
                 &mut ch.output[peer],
             );
             let ini = Initiator::new(
@@ -1253,7 +1276,7 @@ mod model {
                 Some(self.sites[peer].id),
                 req.last_received,
                 req.last_generation,
-                [c as u8 ^ 0x55; 16],
+                [c as u8 ^ 0x55; 32],
             )
             .with_secret(req.secret)
             .with_attempt(req.attempt);
@@ -1316,7 +1339,8 @@ mod model {
                             self.on_initiator(c, r, res);
                         }
                         End::Acc(mut acc) => {
-                            let res = acc.handle_input(&mut self.chans[c].input[r]);
+                            let ch = &mut self.chans[c];
+                            let res = acc.handle_input(&mut ch.input[r], &mut ch.output[r]);
                             self.chans[c].ends[r] = End::Acc(acc);
                             self.on_acceptor(c, r, res);
                         }
@@ -1905,8 +1929,9 @@ fn replacement_channel_resumes_from_last_received() {
         last_received: pair.a.session.last_received(),
         last_generation: pair.a.session.last_generation(),
         attempt: Attempt::UNKNOWN,
-        nonce: [0x1A; 16],
+        nonce: [0x1A; 32],
         proof: None,
+        cookie: None,
     };
     let mut v = view(2);
     v.working = Some(1);
@@ -1980,12 +2005,12 @@ fn handshake_payloads_are_encoded_as_documented() {
         version: PROTOCOL_VERSION,
         site: SiteId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10),
         listen: vec!["tcp:127.0.0.1:7000".into()],
-        nonce: [0xAC; 16],
+        nonce: [0xAC; 32],
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&p).unwrap()),
-        "94 04 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 \
-         c4 10 ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac"
+        "94 05 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 \
+         c4 20 ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac"
     );
     let n = Negotiate {
         version: PROTOCOL_VERSION,
@@ -1999,13 +2024,14 @@ fn handshake_payloads_are_encoded_as_documented() {
             opener: 7,
             seq: 300,
         },
-        nonce: [0x1A; 16],
+        nonce: [0x1A; 32],
         proof: None,
+        cookie: None,
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&n).unwrap()),
-        "9a 04 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c \
-         c4 10 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a c0"
+        "9b 05 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c \
+         c4 20 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a c0 c0"
     );
     // With a proof: 16 bytes as a bin, as the nonce.
     let proven = Negotiate {
@@ -2014,14 +2040,31 @@ fn handshake_payloads_are_encoded_as_documented() {
     };
     let bytes = rmp_serde::to_vec(&proven).unwrap();
     assert_eq!(
-        hex(&bytes[bytes.len() - 18..]),
-        "c4 10 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77"
+        hex(&bytes[bytes.len() - 19..]),
+        "c4 10 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77 c0"
     );
     assert_eq!(rmp_serde::from_slice::<Negotiate>(&bytes).unwrap(), proven);
+    // With a cookie proof (issue 18): [key id, 32-byte MAC as a bin].
+    let authenticated = Negotiate {
+        cookie: Some(CookieProof {
+            key_id: 0x0102_0304_0506_0708,
+            mac: [0x5A; 32],
+        }),
+        ..n.clone()
+    };
+    let bytes = rmp_serde::to_vec(&authenticated).unwrap();
+    assert_eq!(
+        hex(&bytes[bytes.len() - 44..]),
+        "92 cf 01 02 03 04 05 06 07 08 c4 20 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a"
+    );
+    assert_eq!(
+        rmp_serde::from_slice::<Negotiate>(&bytes).unwrap(),
+        authenticated
+    );
     // A nonce of another length is malformed.
     let mut short = rmp_serde::to_vec(&n).unwrap();
-    let at = short.len() - 18;
-    short[at + 1] = 0x0f;
+    let at = short.len() - 36;
+    short[at + 1] = 0x1f;
     short.remove(at + 2);
     assert!(rmp_serde::from_slice::<Negotiate>(&short).is_err());
     let a = NegotiateAns::Accept {
@@ -2031,10 +2074,16 @@ fn handshake_payloads_are_encoded_as_documented() {
         generation: 3,
         fresh: false,
         rekey: false,
+        cookie: None,
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&a).unwrap()),
-        "81 a6 41 63 63 65 70 74 96 cd 40 00 ce 00 10 00 00 09 03 c2 c2"
+        "81 a6 41 63 63 65 70 74 97 cd 40 00 ce 00 10 00 00 09 03 c2 c2 c0"
+    );
+    let r = NegotiateAns::Refuse(RefuseReason::Unauthenticated);
+    assert_eq!(
+        hex(&rmp_serde::to_vec(&r).unwrap()),
+        "81 a6 52 65 66 75 73 65 af 55 6e 61 75 74 68 65 6e 74 69 63 61 74 65 64"
     );
     let r = NegotiateAns::Refuse(RefuseReason::Stale);
     assert_eq!(
@@ -2088,8 +2137,9 @@ fn negotiate_with_generation(site: u128, last_generation: u64) -> Negotiate {
         last_received: 0,
         last_generation,
         attempt: Attempt::UNKNOWN,
-        nonce: [0x1A; 16],
+        nonce: [0x1A; 32],
         proof: None,
+        cookie: None,
     }
 }
 
@@ -2163,6 +2213,7 @@ fn the_initiator_refuses_an_answer_generation_without_a_successor() {
         generation,
         fresh: false,
         rekey: false,
+        cookie: None,
     };
     for (g, last) in [
         (u64::MAX, 0),
@@ -2204,14 +2255,17 @@ fn a_listen_list_too_long_for_the_handshake_is_an_error_not_a_panic() {
         );
         // The acceptor cannot present itself: its first input says so.
         let mut out = ByteBuffer::new(65_536);
-        let mut acc = Acceptor::new(&local, [0xAC; 16], &mut out);
+        let mut acc = Acceptor::new(&local, [0xAC; 32], &mut out);
         assert!(out.is_empty(), "no oversized PRESENT is written");
         let e = acc
-            .handle_input(&mut buffer_with(&negotiate(0xB, PROTOCOL_VERSION)))
+            .handle_input(
+                &mut buffer_with(&negotiate(0xB, PROTOCOL_VERSION)),
+                &mut out,
+            )
             .unwrap_err();
         assert!(matches!(e, OpenError::LocalConfig(_)), "{e:?}");
         // The initiator cannot negotiate.
-        let mut ini = Initiator::new(local, None, 0, 0, [0x1A; 16]);
+        let mut ini = Initiator::new(local, None, 0, 0, [0x1A; 32]);
         let mut out = ByteBuffer::new(65_536);
         let e = ini
             .handle_input(&mut buffer_with(&present_bytes(0xB)), &mut out)

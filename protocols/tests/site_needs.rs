@@ -19,7 +19,7 @@ const LOCAL: SiteId = SiteId(0x10);
 const PEER: SiteId = SiteId(0x20);
 const LINGER: Duration = Duration::from_secs(10);
 /// The nonce of our PRESENT in the tests' handshakes.
-const NONCE: Nonce = [0xAC; 16];
+const NONCE: Nonce = [0xAC; 32];
 /// The secret the tests' fresh answers agree.
 const PAIR: PairSecret = PairSecret([0x5E; 16]);
 
@@ -178,8 +178,9 @@ fn negotiate(last_generation: u64, last_received: u64) -> Negotiate {
         last_received,
         last_generation,
         attempt: Attempt { opener: 5, seq: 1 },
-        nonce: [0x1A; 16],
+        nonce: [0x1A; 32],
         proof: None,
+        cookie: None,
     }
 }
 

@@ -145,13 +145,16 @@ pub(crate) async fn connect_and_open(
 pub(crate) async fn accept_until_negotiate(
     ch: Channel,
     local: LocalInfo,
+    keys: sitenet_protocols::Keyring,
     dropped: tokio::sync::oneshot::Receiver<sitenet_protocols::admission::Dropped>,
     spoke: impl FnOnce(),
-) -> Result<(TransObject, Negotiate, Nonce), (TransObject, OpenFailure)> {
+) -> Result<(TransObject, Accepted), (TransObject, OpenFailure)> {
     let mut t = TransObject::new(ch, MIN_BUFFER as usize, None);
     // A nonce of its own for every handshake: the initiator's proof of
     // continuity is bound to it.
-    let mut acc = Acceptor::new(&local, fresh_nonce(), &mut t.outb);
+    // Holding cookies, the machine refuses a NEGOTIATE that proves none
+    // before returning it (and writes the refusal to `t.outb`).
+    let mut acc = Acceptor::with_keys(&local, fresh_nonce(), keys, &mut t.outb);
     let outcome = {
         let run = async {
             t.flush().await?;
@@ -163,7 +166,7 @@ pub(crate) async fn accept_until_negotiate(
                 if let Some(f) = spoke.take() {
                     f();
                 }
-                if let Some(n) = acc.handle_input(&mut t.inb)? {
+                if let Some(n) = acc.handle_input(&mut t.inb, &mut t.outb)? {
                     return Ok(n);
                 }
             }
@@ -175,8 +178,25 @@ pub(crate) async fn accept_until_negotiate(
     };
     match outcome {
         Err(e) => Err((t, e)),
-        Ok(n) => Ok((t, n, acc.nonce())),
+        Ok(neg) => Ok((
+            t,
+            Accepted {
+                neg,
+                nonce: acc.nonce(),
+                cookie: acc.answer_proof(),
+            },
+        )),
     }
+}
+
+/// A NEGOTIATE that got through the acceptor's machine: what the site's
+/// ComObject needs to decide and answer.
+pub(crate) struct Accepted {
+    pub(crate) neg: Negotiate,
+    /// The nonce our PRESENT carried.
+    pub(crate) nonce: Nonce,
+    /// Our cookie proof for the answer (`None` at the open level).
+    pub(crate) cookie: Option<sitenet_protocols::CookieProof>,
 }
 
 /// A handshake nonce (see `sitenet_protocols::handshake::continuity`):

@@ -199,6 +199,18 @@ pub struct NodeConfig {
     /// §4.7). Each takes about 64 bytes; the oldest go first. 16,384 by
     /// default; 0 keeps none.
     pub remembered_pairs: usize,
+    /// The shared secrets that make a peer a member (issue 18, the cookie
+    /// level; see `sitenet_protocols::handshake::cookie`). Empty (the
+    /// default) is the open level: ANYONE WHO REACHES THE PORT IS ANY
+    /// SITE. With cookies, every channel's handshake proves the first one
+    /// both ways (HMAC-SHA256 over the transcript, once per channel, never
+    /// per message) and accepts a peer proving any of them, so a
+    /// deployment rotates by listing the new cookie first and the old one
+    /// second; a peer that proves none is refused before anything is
+    /// allocated for it (`Metrics::auth_refused`) and fails permanently
+    /// with `OpenError::AuthenticationFailed`. Load one from a file with
+    /// [`crate::cookie_file::load`].
+    pub cookies: Vec<sitenet_protocols::Cookie>,
 }
 
 impl Default for NodeConfig {
@@ -243,6 +255,7 @@ impl Default for NodeConfig {
             forward_claims_per_peer: 16,
             site_ref_claims_per_peer: 1024,
             remembered_pairs: 16 * 1024,
+            cookies: Vec::new(),
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod batch;
 mod channel_io;
 mod com_object;
 pub mod config;
+pub mod cookie_file;
 mod cooperation;
 mod delivery;
 pub mod error;

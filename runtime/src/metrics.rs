@@ -131,6 +131,10 @@ counters! {
     /// a session with and did not prove the pair's continuity (a stranger
     /// claiming the site's id; see `sitenet_protocols::handshake::continuity`).
     unproven_claims_refused,
+    /// Accepted connections refused because their NEGOTIATE proved no
+    /// cookie this node holds, or proved one while this node holds none
+    /// (issue 18): nothing was allocated for them (no site entry, no slot).
+    auth_refused,
 }
 
 impl Counters {

@@ -45,6 +45,10 @@ pub struct StressConfig {
     /// work, for comparing runs of different sizes: `--sweep`); the run
     /// ends when every client is done, or at `duration`.
     pub rounds: Option<u64>,
+    /// The cookies every node of the run (server and clients) holds (issue
+    /// 18; empty: the open level), to measure the cookie level under
+    /// churn: every reconnect runs the proofs again.
+    pub cookies: Vec<crate::protocols::Cookie>,
 }
 
 impl Default for StressConfig {
@@ -58,6 +62,7 @@ impl Default for StressConfig {
             seed: 1,
             transport: "tcp".into(),
             rounds: None,
+            cookies: Vec::new(),
         }
     }
 }
@@ -301,6 +306,7 @@ pub fn run(
         .listen(listen.clone())
         .configure(|c| {
             quick(c);
+            c.cookies = cfg.cookies.clone();
             c.trans_controller = Some(slots.clone());
             c.fault_injector = Some(injector.clone());
         })
@@ -325,7 +331,12 @@ pub fn run(
     let mut clients = Vec::with_capacity(cfg.clients);
     let mut tasks = Vec::with_capacity(cfg.clients);
     for i in 0..cfg.clients {
-        let node = Node::builder().configure(quick).start()?;
+        let node = Node::builder()
+            .configure(|c| {
+                quick(c);
+                c.cookies = cfg.cookies.clone();
+            })
+            .start()?;
         let site = node.site(&target)?;
         let seed = cfg.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         tasks.push(rt.spawn(client::run(i as u32, site, seed, shared.clone())));

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 
 use sitenet::protocols::frame::{FrameHeader, FrameKind};
 use sitenet::protocols::{
-    ByteBuffer, Initiator, LocalInfo, MessageKind, OpenError, Prelude, SiteId,
+    ByteBuffer, Initiator, Keyring, LocalInfo, MessageKind, OpenError, Prelude, SiteId,
 };
 
 use super::PATIENCE;
@@ -35,6 +35,17 @@ impl RawPeer {
         id: SiteId,
         listen: Vec<String>,
     ) -> Result<Self, OpenError> {
+        Self::try_connect_keyed(target, id, listen, Keyring::default())
+    }
+
+    /// [`try_connect_as`](Self::try_connect_as) proving the cookies in
+    /// `keys` (issue 18; none: the open level).
+    pub fn try_connect_keyed(
+        target: &str,
+        id: SiteId,
+        listen: Vec<String>,
+        keys: Keyring,
+    ) -> Result<Self, OpenError> {
         let hostport = target.strip_prefix("tcp:").expect("tcp address");
         let mut s = TcpStream::connect(hostport).expect("connect");
         s.set_read_timeout(Some(PATIENCE)).unwrap();
@@ -44,7 +55,7 @@ impl RawPeer {
             buffer_size: 65_536,
             max_message: 1 << 20,
         };
-        let mut hs = Initiator::new(local, None, 0, 0, rand::random());
+        let mut hs = Initiator::new(local, None, 0, 0, rand::random()).with_keys(keys);
         let mut inb = ByteBuffer::new(65_536);
         let mut outb = ByteBuffer::new(65_536);
         let mut buf = [0u8; 4096];

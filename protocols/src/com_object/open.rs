@@ -283,6 +283,8 @@ impl ComObject {
             generation,
             fresh,
             rekey,
+            // The driver puts in the acceptor's proof (`with_cookie`).
+            cookie: None,
         };
         let params = ChannelParams {
             buffer_size,

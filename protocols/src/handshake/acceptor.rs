@@ -17,6 +17,12 @@ pub struct Acceptor {
     done: bool,
     /// PRESENT could not be written (this node's listen list does not fit).
     unwritable: bool,
+    /// The cookies this node holds (none: the open level).
+    keys: Keyring,
+    /// The transcript so far (PRESENT), kept only when a cookie is held.
+    transcript: Option<Box<cookie::Transcript>>,
+    /// This side's proof for the answer, once NEGOTIATE proved the cookie.
+    answer_proof: Option<CookieProof>,
 }
 
 impl Acceptor {
@@ -24,6 +30,18 @@ impl Acceptor {
     /// must be drawn at random for this handshake (the initiator's proof
     /// of continuity is bound to it).
     pub fn new(local: &LocalInfo, nonce: Nonce, output: &mut ByteBuffer) -> Self {
+        Self::with_keys(local, nonce, Keyring::default(), output)
+    }
+
+    /// The same at the cookie level: NEGOTIATE must prove one of `keys`
+    /// (none: the open level, exactly [`Acceptor::new`]), and is refused
+    /// before it is returned if it does not (see [`cookie`]).
+    pub fn with_keys(
+        local: &LocalInfo,
+        nonce: Nonce,
+        keys: Keyring,
+        output: &mut ByteBuffer,
+    ) -> Self {
         let present = Present {
             version: PROTOCOL_VERSION,
             site: local.site,
@@ -33,12 +51,24 @@ impl Acceptor {
         // If PRESENT cannot be written, the first call to `handle_input`
         // says so (`LocalInfo::validate` catches it when the node starts).
         let unwritable = !write_control(output, FrameKind::Present, &present);
+        let transcript = (!keys.is_open()).then(|| Box::new(cookie::Transcript::new(&present)));
         Self {
             local_site: local.site,
             nonce,
             done: false,
             unwritable,
+            keys,
+            transcript,
+            answer_proof: None,
         }
+    }
+
+    /// This side's cookie proof for its answer (see
+    /// [`NegotiateAns::with_cookie`]): `Some` once a NEGOTIATE proved one of
+    /// this node's cookies, `None` at the open level. Never computed for an
+    /// initiator that did not prove itself first.
+    pub fn answer_proof(&self) -> Option<CookieProof> {
+        self.answer_proof
     }
 
     /// The nonce this acceptor presented: the site's ComObject checks the
@@ -48,8 +78,16 @@ impl Acceptor {
     }
 
     /// Feeds received bytes; `Ok(Some(negotiate))` once NEGOTIATE arrived and
-    /// is valid.
-    pub fn handle_input(&mut self, input: &mut ByteBuffer) -> Result<Option<Negotiate>, OpenError> {
+    /// is valid (and, holding a cookie, proved it). A NEGOTIATE that fails
+    /// authentication is answered here, on `output`, with
+    /// [`RefuseReason::Unauthenticated`], and the error is
+    /// [`OpenError::AuthenticationFailed`]: the driver writes `output` and
+    /// closes, having allocated nothing for the peer.
+    pub fn handle_input(
+        &mut self,
+        input: &mut ByteBuffer,
+        output: &mut ByteBuffer,
+    ) -> Result<Option<Negotiate>, OpenError> {
         if self.done {
             return Ok(None);
         }
@@ -105,6 +143,24 @@ impl Acceptor {
                 ),
             }
             .into());
+        }
+        // The cookie, last: the message is well formed and names another
+        // site; whether it comes from a member decides whether anything is
+        // allocated for it. Open on both sides: nothing to hash.
+        if !self.keys.is_open() || n.cookie.is_some() {
+            let proven = match &self.transcript {
+                Some(t) => {
+                    cookie::check_initiator(&self.keys, &t.with_negotiate(&n), n.cookie.as_ref())
+                }
+                None => Err(AuthFailure::NotHeld),
+            };
+            match proven {
+                Ok(p) => self.answer_proof = p,
+                Err(e) => {
+                    write_answer(output, &NegotiateAns::Refuse(RefuseReason::Unauthenticated));
+                    return Err(OpenError::AuthenticationFailed(e));
+                }
+            }
         }
         Ok(Some(n))
     }

@@ -23,9 +23,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::site::SiteId;
 
-/// 16 random bytes one side contributes to a handshake (drawn by the
-/// driver for each handshake, never reused).
-pub type Nonce = [u8; 16];
+/// 32 random bytes one side contributes to a handshake (drawn by the
+/// driver for each handshake, never reused). 32 since wire version 5 (issue
+/// 18): the cookie proof is bound to both sides' nonces, and 2^256 leaves
+/// no room for a precomputed table of answers.
+pub type Nonce = [u8; 32];
 
 /// A MAC of a pair's secret over one handshake (see the module
 /// documentation).
@@ -69,12 +71,16 @@ impl HandshakeNonces {
 
     /// The secret this handshake agrees if it starts the pair's session.
     pub fn pair_secret(&self) -> PairSecret {
+        // Both 32-byte nonces folded into the 16-byte key; the message
+        // carries them whole.
         let mut key = [0u8; 16];
-        for (k, (a, b)) in key
-            .iter_mut()
-            .zip(self.acceptor_nonce.iter().zip(&self.initiator_nonce))
+        for (i, (a, b)) in self
+            .acceptor_nonce
+            .iter()
+            .zip(&self.initiator_nonce)
+            .enumerate()
         {
-            *k = a ^ b;
+            key[i % 16] ^= a ^ b;
         }
         PairSecret(siphash24_128(&key, &self.message(b"sitenet pair secret")))
     }
@@ -210,42 +216,47 @@ impl PairMemory {
     }
 }
 
-/// Nonces and proofs on the wire: a 16-byte bin (as a site id is), not
-/// an array of 16 numbers.
+/// Nonces, proofs and MACs on the wire: an N-byte bin (as a site id is),
+/// not an array of N numbers.
 pub(crate) mod bytes16 {
     use serde::de::{Error, SeqAccess, Visitor};
     use serde::{Deserializer, Serializer};
 
-    pub(crate) fn serialize<S: Serializer>(v: &[u8; 16], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<const N: usize, S: Serializer>(
+        v: &[u8; N],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.serialize_bytes(v)
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 16], D::Error> {
-        d.deserialize_bytes(Bytes16)
+    pub(crate) fn deserialize<'de, const N: usize, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<[u8; N], D::Error> {
+        d.deserialize_bytes(Fixed::<N>)
     }
 
-    pub(crate) struct Bytes16;
+    pub(crate) struct Fixed<const N: usize>;
 
-    impl<'de> Visitor<'de> for Bytes16 {
-        type Value = [u8; 16];
+    impl<'de, const N: usize> Visitor<'de> for Fixed<N> {
+        type Value = [u8; N];
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("16 bytes")
+            write!(f, "{N} bytes")
         }
 
-        fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<[u8; 16], E> {
+        fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<[u8; N], E> {
             v.try_into().map_err(|_| E::invalid_length(v.len(), &self))
         }
 
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<[u8; 16], A::Error> {
-            let mut out = [0u8; 16];
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<[u8; N], A::Error> {
+            let mut out = [0u8; N];
             for (i, b) in out.iter_mut().enumerate() {
                 *b = seq
                     .next_element()?
                     .ok_or_else(|| A::Error::invalid_length(i, &self))?;
             }
             if seq.next_element::<u8>()?.is_some() {
-                return Err(A::Error::invalid_length(17, &self));
+                return Err(A::Error::invalid_length(N + 1, &self));
             }
             Ok(out)
         }
@@ -255,8 +266,8 @@ pub(crate) mod bytes16 {
     pub(crate) mod option {
         use serde::{Deserialize, Deserializer, Serializer};
 
-        pub(crate) fn serialize<S: Serializer>(
-            v: &Option<[u8; 16]>,
+        pub(crate) fn serialize<const N: usize, S: Serializer>(
+            v: &Option<[u8; N]>,
             s: S,
         ) -> Result<S::Ok, S::Error> {
             match v {
@@ -265,21 +276,21 @@ pub(crate) mod bytes16 {
             }
         }
 
-        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        pub(crate) fn deserialize<'de, const N: usize, D: Deserializer<'de>>(
             d: D,
-        ) -> Result<Option<[u8; 16]>, D::Error> {
-            Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
+        ) -> Result<Option<[u8; N]>, D::Error> {
+            Ok(Option::<Wrap<N>>::deserialize(d)?.map(|w| w.0))
         }
 
-        struct Wrap([u8; 16]);
+        struct Wrap<const N: usize>([u8; N]);
 
-        impl serde::Serialize for Wrap {
+        impl<const N: usize> serde::Serialize for Wrap<N> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 super::serialize(&self.0, s)
             }
         }
 
-        impl<'de> Deserialize<'de> for Wrap {
+        impl<'de, const N: usize> Deserialize<'de> for Wrap<N> {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 super::deserialize(d).map(Wrap)
             }
@@ -379,9 +390,9 @@ mod tests {
     fn hs(a: u8, i: u8) -> HandshakeNonces {
         HandshakeNonces {
             acceptor: SiteId(0xB),
-            acceptor_nonce: [a; 16],
+            acceptor_nonce: [a; 32],
             initiator: SiteId(0xA),
-            initiator_nonce: [i; 16],
+            initiator_nonce: [i; 32],
         }
     }
 

@@ -26,6 +26,8 @@ pub enum Initiator {
         /// The secret of our session with the expected site, if any: its
         /// proof goes in NEGOTIATE.
         secret: Option<PairSecret>,
+        /// The cookies we hold (none: the open level).
+        keys: Keyring,
     },
     /// NEGOTIATE sent; waiting for the answer.
     ExpectAnswer {
@@ -33,6 +35,10 @@ pub enum Initiator {
         present: Present,
         /// What we proposed.
         proposed: Negotiate,
+        /// The cookies we hold: the answer must prove the one we proved.
+        keys: Keyring,
+        /// The transcript's hash, if we hold a cookie.
+        transcript: Option<[u8; 32]>,
     },
     /// The acceptor refused the channel after presenting itself as `site`.
     Refused {
@@ -93,7 +99,19 @@ impl Initiator {
             attempt: Attempt::UNKNOWN,
             nonce,
             secret: None,
+            keys: Keyring::default(),
         }
+    }
+
+    /// The cookies this node holds (see [`cookie`]): NEGOTIATE proves the
+    /// primary, and the answer must prove it back, or the open fails with
+    /// [`OpenError::AuthenticationFailed`]. None (the default) is the open
+    /// level. Has no effect once PRESENT was handled.
+    pub fn with_keys(mut self, k: Keyring) -> Self {
+        if let Self::ExpectPresent { keys, .. } = &mut self {
+            *keys = k;
+        }
+        self
     }
 
     /// The secret of our session with the site (from the ComObject's
@@ -136,6 +154,7 @@ impl Initiator {
                     attempt,
                     nonce,
                     secret,
+                    keys,
                 } => {
                     let Some((h, payload)) =
                         read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)?
@@ -148,6 +167,7 @@ impl Initiator {
                             attempt,
                             nonce,
                             secret,
+                            keys,
                         };
                         return Ok(None);
                     };
@@ -182,7 +202,7 @@ impl Initiator {
                         initiator: local.site,
                         initiator_nonce: nonce,
                     };
-                    let proposed = Negotiate {
+                    let mut proposed = Negotiate {
                         version: PROTOCOL_VERSION,
                         site: local.site,
                         listen: local.listen,
@@ -193,7 +213,14 @@ impl Initiator {
                         attempt,
                         nonce,
                         proof: secret.map(|s| hs.proof(&s)),
+                        cookie: None,
                     };
+                    // The initiator proves first, over everything said so far.
+                    let transcript = (!keys.is_open())
+                        .then(|| cookie::Transcript::new(&present).with_negotiate(&proposed));
+                    if let Some(t) = &transcript {
+                        proposed.cookie = cookie::initiator_proof(&keys, t);
+                    }
                     if !write_control(output, FrameKind::Negotiate, &proposed) {
                         return Err(OpenError::LocalConfig(
                             "NEGOTIATE does not fit the handshake payload limit or the output \
@@ -201,13 +228,28 @@ impl Initiator {
                                 .into(),
                         ));
                     }
-                    *self = Self::ExpectAnswer { present, proposed };
+                    *self = Self::ExpectAnswer {
+                        present,
+                        proposed,
+                        keys,
+                        transcript,
+                    };
                 }
-                Self::ExpectAnswer { present, proposed } => {
+                Self::ExpectAnswer {
+                    present,
+                    proposed,
+                    keys,
+                    transcript,
+                } => {
                     let Some((h, payload)) =
                         read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(OpenError::from_frame)?
                     else {
-                        *self = Self::ExpectAnswer { present, proposed };
+                        *self = Self::ExpectAnswer {
+                            present,
+                            proposed,
+                            keys,
+                            transcript,
+                        };
                         return Ok(None);
                     };
                     if h.kind != FrameKind::NegotiateAns {
@@ -218,6 +260,9 @@ impl Initiator {
                         .into());
                     }
                     return match decode::<NegotiateAns>("NEGOTIATE_ANS", &payload)? {
+                        NegotiateAns::Refuse(RefuseReason::Unauthenticated) => {
+                            Err(OpenError::AuthenticationFailed(AuthFailure::Refused))
+                        }
                         NegotiateAns::Refuse(r) => {
                             *self = Self::Refused { site: present.site };
                             Err(OpenError::Refused(r))
@@ -229,7 +274,16 @@ impl Initiator {
                             generation,
                             fresh,
                             rekey,
+                            cookie,
                         } => {
+                            // The acceptor proves the cookie we proved, over
+                            // the same transcript (open: none either way).
+                            match &transcript {
+                                Some(t) => cookie::check_acceptor(&keys, t, cookie.as_ref()),
+                                None if cookie.is_some() => Err(AuthFailure::NotHeld),
+                                None => Ok(()),
+                            }
+                            .map_err(OpenError::AuthenticationFailed)?;
                             // A fresh acceptor has received nothing.
                             if fresh && last_received != 0 {
                                 return Err(ProtocolError::Malformed {

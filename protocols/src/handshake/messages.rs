@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::continuity::{Nonce, Proof};
+use super::cookie::CookieProof;
 use crate::site::SiteId;
 
 /// The acceptor's presentation.
@@ -58,6 +59,11 @@ pub struct Negotiate {
     /// ([`RefuseReason::Unproven`]).
     #[serde(with = "super::continuity::bytes16::option")]
     pub proof: Option<Proof>,
+    /// Proof that the initiator holds a cookie (see
+    /// [`cookie`](super::cookie)); `None` at the open level. An acceptor
+    /// holding a cookie refuses a NEGOTIATE without a valid one
+    /// ([`RefuseReason::Unauthenticated`]) before it allocates anything.
+    pub cookie: Option<CookieProof>,
 }
 
 /// Names one open attempt: the opener (one per remote site an initiating
@@ -117,6 +123,10 @@ pub enum RefuseReason {
     /// the site's id (or a peer that forgot the session while the acceptor
     /// still owes it something). The session is left untouched.
     Unproven,
+    /// Authentication failed (see [`cookie`](super::cookie)): the
+    /// initiator proved no cookie, or one the acceptor does not hold, or
+    /// proves one while the acceptor holds none. A permanent failure.
+    Unauthenticated,
 }
 
 /// The acceptor's answer.
@@ -147,7 +157,22 @@ pub enum NegotiateAns {
         /// sides keep the secret this handshake agrees from now on (see
         /// [`continuity`](super::continuity)).
         rekey: bool,
+        /// The acceptor's proof of the cookie the initiator proved (see
+        /// [`cookie`](super::cookie)); `None` at the open level.
+        cookie: Option<CookieProof>,
     },
     /// The channel is refused.
     Refuse(RefuseReason),
+}
+
+impl NegotiateAns {
+    /// The answer with the acceptor's cookie proof (from
+    /// [`Acceptor::answer_proof`](super::Acceptor::answer_proof)) put in,
+    /// if it accepts; a refusal carries none.
+    pub fn with_cookie(mut self, proof: Option<CookieProof>) -> Self {
+        if let Self::Accept { cookie, .. } = &mut self {
+            *cookie = proof;
+        }
+        self
+    }
 }

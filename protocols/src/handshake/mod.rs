@@ -38,12 +38,12 @@
 //! let mut to_b = ByteBuffer::new(MIN_BUFFER as usize);
 //! // B accepts the connection and presents itself at once, with a nonce
 //! // drawn for this handshake (random in a real driver).
-//! let mut b = Acceptor::new(&info(0xB, "tcp:10.0.0.2:7000"), [0xB0; 16], &mut to_a);
+//! let mut b = Acceptor::new(&info(0xB, "tcp:10.0.0.2:7000"), [0xB0; 32], &mut to_a);
 //! // A expects B's id; it has received nothing from B and seen no channel
 //! // (0, 0), so it has no secret to prove: a new session.
-//! let mut a = Initiator::new(info(0xA, "tcp:10.0.0.1:7000"), Some(SiteId(0xB)), 0, 0, [0xA0; 16]);
+//! let mut a = Initiator::new(info(0xA, "tcp:10.0.0.1:7000"), Some(SiteId(0xB)), 0, 0, [0xA0; 32]);
 //! assert_eq!(a.handle_input(&mut to_a, &mut to_b)?, None); // PRESENT in, NEGOTIATE out
-//! let negotiate = b.handle_input(&mut to_b)?.expect("NEGOTIATE arrived");
+//! let negotiate = b.handle_input(&mut to_b, &mut to_a)?.expect("NEGOTIATE arrived");
 //! assert_eq!((negotiate.site, negotiate.proof), (SiteId(0xA), None));
 //!
 //! // B's ComObject decides (no channel with A yet: accept) and answers.
@@ -63,6 +63,7 @@
 //!     generation,
 //!     fresh: true,
 //!     rekey: true, // A proved nothing: this handshake agrees the pair's secret
+//!     cookie: None, // the open level: no cookie to prove (see `cookie`)
 //! };
 //! assert!(write_answer(&mut to_a, &answer));
 //! let opened = a.handle_input(&mut to_a, &mut to_b)?.expect("the channel works");
@@ -82,6 +83,7 @@
 
 mod acceptor;
 pub mod continuity;
+pub mod cookie;
 mod initiator;
 mod messages;
 
@@ -91,6 +93,7 @@ use serde::{Deserialize, Serialize};
 
 pub use acceptor::Acceptor;
 pub use continuity::{Claim, Continuity, HandshakeNonces, Nonce, PairMemory, PairSecret, Proof};
+pub use cookie::{AuthFailure, Cookie, CookieError, CookieProof, Keyring};
 pub use initiator::{Initiator, Opened};
 pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason};
 
@@ -131,7 +134,7 @@ pub const MAX_GENERATION: u64 = u64::MAX / 2;
 ///         version: PROTOCOL_VERSION,
 ///         site: SiteId(0xB),
 ///         listen: vec!["mem:b".into()],
-///         nonce: [7; 16],
+///         nonce: [7; 32],
 ///     };
 /// let mut wire = ByteBuffer::new(4096);
 /// assert!(write_control(&mut wire, FrameKind::Present, &present));
@@ -235,8 +238,12 @@ impl LocalInfo {
                 opener: u64::MAX,
                 seq: u64::MAX,
             },
-            nonce: [u8::MAX; 16],
+            nonce: [u8::MAX; 32],
             proof: Some([u8::MAX; 16]),
+            cookie: Some(CookieProof {
+                key_id: u64::MAX,
+                mac: [u8::MAX; 32],
+            }),
         };
         let len = rmp_serde::to_vec(&worst)
             .expect("handshake messages always serialise")

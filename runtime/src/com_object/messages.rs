@@ -27,6 +27,9 @@ pub(crate) struct Adopt {
     /// The nonce our PRESENT carried on this channel (the NEGOTIATE's
     /// proof of continuity is bound to it).
     pub(crate) nonce: Nonce,
+    /// Our cookie proof, put into an accepting answer (`None` at the open
+    /// level).
+    pub(crate) cookie: Option<sitenet_protocols::CookieProof>,
 }
 
 /// Addresses a descriptor claims for this site.
@@ -160,6 +163,7 @@ impl Handler<Adopt> for ComObject {
             mut trans,
             neg,
             nonce,
+            cookie,
         } = msg;
         if self.merged.is_some()
             || (self.entry.id.get() != Some(neg.site)
@@ -168,7 +172,12 @@ impl Handler<Adopt> for ComObject {
             // The site is known under another entry (this one merged into
             // it, or was routed here by a listen address the id contradicts):
             // route the channel by id, counted on its way there.
-            self.node.route_accepted(Adopt { trans, neg, nonce });
+            self.node.route_accepted(Adopt {
+                trans,
+                neg,
+                nonce,
+                cookie,
+            });
             return;
         }
         self.recall_pair();
@@ -189,7 +198,7 @@ impl Handler<Adopt> for ComObject {
             AcceptOutcome::Accept { id, answer } => {
                 // Full-size rings only now that the channel is accepted.
                 trans.resize(self.node.cfg.buffer_size as usize);
-                write_answer(&mut trans.outb, &answer);
+                write_answer(&mut trans.outb, &answer.with_cookie(cookie));
                 self.act(ctx);
                 self.attach(id, trans, ctx);
                 return;

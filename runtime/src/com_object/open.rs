@@ -96,7 +96,8 @@ impl ComObject {
             crate::channel_io::fresh_nonce(),
         )
         .with_attempt(req.attempt)
-        .with_secret(req.secret);
+        .with_secret(req.secret)
+        .with_keys(self.node.keys.clone());
         let f = connect_and_open(addr, self.slot.take_granted(), Dial::new(cfg), hs);
         let attempt = req.attempt.seq;
         let h = ctx.spawn(

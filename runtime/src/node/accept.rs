@@ -16,9 +16,10 @@ use sitenet_transport::{Channel, Listener};
 use tokio::sync::{oneshot, Notify};
 
 use super::{FaultReport, NodeInner};
-use crate::channel_io::{accept_until_negotiate, OpenFailure};
+use crate::channel_io::{accept_until_negotiate, flush_and_close, Accepted, OpenFailure};
 use crate::com_object::Adopt;
 use crate::metrics::Counters;
+use sitenet_protocols::OpenError;
 
 /// Completes once the stop signal is set (at once if it already is).
 async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
@@ -185,13 +186,14 @@ impl NodeInner {
         };
         actix_rt::spawn(async move {
             let node = self.clone();
-            let r = accept_until_negotiate(ch, self.local_info(), dropped, move || {
+            let keys = self.keys.clone();
+            let r = accept_until_negotiate(ch, self.local_info(), keys, dropped, move || {
                 node.handshakes.spoke(ticket)
             })
             .await;
             self.handshakes.finish(ticket, &self.counters);
             match r {
-                Ok((mut trans, neg, nonce)) => {
+                Ok((mut trans, Accepted { neg, nonce, cookie })) => {
                     if self.is_shut_down() {
                         return;
                     }
@@ -205,7 +207,12 @@ impl NodeInner {
                         return;
                     };
                     trans.lease = Some(lease);
-                    self.route_accepted(Adopt { trans, neg, nonce });
+                    self.route_accepted(Adopt {
+                        trans,
+                        neg,
+                        nonce,
+                        cookie,
+                    });
                 }
                 Err((_, OpenFailure::Dropped(why @ (Dropped::NodeFull | Dropped::SourceFull)))) => {
                     // Closed to make room for a newer one: counted, not a
@@ -213,6 +220,17 @@ impl NodeInner {
                     tracing::debug!(%peer, reason = %why, "pending handshake closed");
                 }
                 Err((_, OpenFailure::Stopping)) => {}
+                Err((trans, OpenFailure::Open(OpenError::AuthenticationFailed(why)))) => {
+                    // Not a member (issue 18): refused by the acceptor's
+                    // machine before anything was allocated for it. Its
+                    // refusal (in the output ring) is written, then the
+                    // channel closed; logged through the source's limit.
+                    Counters::add(&self.counters.auth_refused, 1);
+                    if let Some(suppressed) = self.peer_logs.address(ip, &self.counters) {
+                        tracing::info!(%peer, reason = %why, suppressed, "authentication failed: connection refused");
+                    }
+                    flush_and_close(trans, self.cfg.handshake_timeout).await;
+                }
                 Err((ch, e)) => {
                     if let Some(suppressed) = self.peer_logs.address(ip, &self.counters) {
                         tracing::info!(%peer, error = %e, suppressed, "accepted channel closed during the handshake");

@@ -101,6 +101,7 @@ impl NodeBuilder {
         let com_cfg = Arc::new(cfg.com(id));
         let cfg_admission = cfg.admission();
         let pairs = Mutex::new(sitenet_protocols::PairMemory::new(cfg.remembered_pairs));
+        let keys = sitenet_protocols::Keyring::new(cfg.cookies.clone());
         let inner = Arc::new(NodeInner {
             id,
             budget,
@@ -130,6 +131,7 @@ impl NodeBuilder {
             changed: Notify::new(),
             listeners_done: Mutex::new(Vec::new()),
             local: std::sync::OnceLock::new(),
+            keys,
         });
         inner.start_request_timer();
         if inner.cfg.builtin_services {

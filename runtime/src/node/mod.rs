@@ -120,6 +120,9 @@ pub(crate) struct NodeInner {
     listeners_done: Mutex<Vec<oneshot::Receiver<()>>>,
     /// This node as a site (`Node::local_site`), made on first need.
     pub(crate) local: std::sync::OnceLock<Arc<crate::site::SiteEntry>>,
+    /// The cookies this node proves and accepts (empty: the open level),
+    /// from `NodeConfig::cookies`; shared by every handshake.
+    pub(crate) keys: sitenet_protocols::Keyring,
 }
 
 impl NodeInner {

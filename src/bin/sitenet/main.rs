@@ -38,6 +38,8 @@ enum Cmd {
         /// this host: the stats name every connected site).
         #[arg(long)]
         stats_from_anywhere: bool,
+        #[command(flatten)]
+        auth: cookie::Auth,
     },
     /// Measure round trips to a node's echo service.
     Ping {
@@ -57,6 +59,8 @@ enum Cmd {
         /// Seconds to wait for the node (connect and each reply).
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
+        #[command(flatten)]
+        auth: cookie::Auth,
     },
     /// Stream numbered messages to a node's sink, wait until every one is
     /// acknowledged, and report the sink's verdict (loss, duplicates, order).
@@ -84,6 +88,8 @@ enum Cmd {
         /// permanently failed.
         #[arg(long, default_value_t = 60.0)]
         give_up: f64,
+        #[command(flatten)]
+        auth: cookie::Auth,
     },
     /// Start two nodes in this process, exchange messages and request/replies,
     /// and print what happened.
@@ -114,10 +120,17 @@ enum Cmd {
         /// Seconds to wait for the node.
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
+        #[command(flatten)]
+        auth: cookie::Auth,
     },
+    /// Shared-secret authentication (the cookie level): `sitenet cookie
+    /// new PATH` writes a fresh random cookie, readable by its owner only.
+    #[command(subcommand)]
+    Cookie(cookie::CookieCmd),
 }
 
 mod bench;
+mod cookie;
 mod plot;
 mod stats;
 mod stress;
@@ -137,14 +150,16 @@ fn main() -> ExitCode {
         Cmd::Node {
             listen,
             stats_from_anywhere,
-        } => run_node(listen, stats_from_anywhere),
+            auth,
+        } => run_node(listen, stats_from_anywhere, auth),
         Cmd::Ping {
             addr,
             count,
             size,
             json,
             timeout,
-        } => run_ping(&addr, count, size, json, timeout),
+            auth,
+        } => run_ping(&addr, count, size, json, timeout, auth),
         Cmd::Send {
             addr,
             count,
@@ -153,7 +168,8 @@ fn main() -> ExitCode {
             json,
             timeout,
             give_up,
-        } => run_send(&addr, count, size, priority, json, timeout, give_up),
+            auth,
+        } => run_send(&addr, count, size, priority, json, timeout, give_up, auth),
         Cmd::Demo { json } => run_demo(json),
         Cmd::Stress(args) => stress::run(args),
         Cmd::Bench(args) => bench::run(args),
@@ -161,7 +177,9 @@ fn main() -> ExitCode {
             addr,
             json,
             timeout,
-        } => stats::run(&addr, json, timeout),
+            auth,
+        } => stats::run(&addr, json, timeout, auth),
+        Cmd::Cookie(c) => cookie::run(c),
     }
 }
 
@@ -175,16 +193,26 @@ pub(crate) fn failure(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn run_node(listen: Vec<String>, stats_from_anywhere: bool) -> ExitCode {
+fn run_node(listen: Vec<String>, stats_from_anywhere: bool, auth: cookie::Auth) -> ExitCode {
     for a in &listen {
         if let Err(e) = a.parse::<Address>() {
             return usage(e);
         }
     }
+    let cookies = match auth.cookies() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if cookies.is_empty() {
+        eprintln!(
+            "sitenet node: no --cookie-file: ANYONE WHO REACHES THE LISTEN ADDRESSES CAN BE ANY SITE"
+        );
+    }
     // The CLI's node serves echo (`sitenet ping`) and the sink (`sitenet send`).
     let mut b = Node::builder().configure(|c| {
         c.builtin_services = true;
         c.stats_from_anywhere = stats_from_anywhere;
+        c.cookies = cookies;
     });
     for a in listen {
         b = b.listen(a);
@@ -234,7 +262,14 @@ struct PingResult {
     site_id: String,
 }
 
-fn run_ping(addr: &str, count: u64, size: usize, json: bool, timeout: f64) -> ExitCode {
+fn run_ping(
+    addr: &str,
+    count: u64,
+    size: usize,
+    json: bool,
+    timeout: f64,
+    auth: cookie::Auth,
+) -> ExitCode {
     if let Err(e) = check_target(addr) {
         return usage(e);
     }
@@ -242,7 +277,14 @@ fn run_ping(addr: &str, count: u64, size: usize, json: bool, timeout: f64) -> Ex
         Ok(t) => t,
         Err(e) => return usage(e),
     };
-    let (node, site) = match client(addr, |c| c.connect_timeout = timeout) {
+    let cookies = match auth.cookies() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let (node, site) = match client(addr, |c| {
+        c.connect_timeout = timeout;
+        c.cookies = cookies;
+    }) {
         Ok(x) => x,
         Err(code) => return code,
     };
@@ -300,6 +342,8 @@ pub(crate) fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     }
 }
 
+// One argument per `send` option.
+#[allow(clippy::too_many_arguments)]
 fn run_send(
     addr: &str,
     count: u64,
@@ -308,6 +352,7 @@ fn run_send(
     json: bool,
     timeout: f64,
     give_up: f64,
+    auth: cookie::Auth,
 ) -> ExitCode {
     use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
     if let Err(e) = check_target(addr) {
@@ -318,9 +363,14 @@ fn run_send(
         (Err(e), _) | (_, Err(e)) => return usage(e),
     };
     let prio = sitenet::Priority::from_lane(priority).expect("validated by clap");
+    let cookies = match auth.cookies() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let (node, site) = match client(addr, |c| {
         c.connect_timeout = timeout;
         c.give_up_after = Some(give_up);
+        c.cookies = cookies;
     }) {
         Ok(x) => x,
         Err(code) => return code,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use sitenet::SendOptions;
 
-pub(crate) fn run(addr: &str, json: bool, timeout: f64) -> ExitCode {
+pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::cookie::Auth) -> ExitCode {
     use sitenet::services::{StatsQuery, StatsReply};
     if let Err(e) = crate::check_target(addr) {
         return crate::usage(e);
@@ -15,7 +15,14 @@ pub(crate) fn run(addr: &str, json: bool, timeout: f64) -> ExitCode {
         Ok(t) => t,
         Err(e) => return crate::usage(e),
     };
-    let (_node, site) = match crate::client(addr, |c| c.connect_timeout = timeout) {
+    let cookies = match auth.cookies() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let (_node, site) = match crate::client(addr, |c| {
+        c.connect_timeout = timeout;
+        c.cookies = cookies;
+    }) {
         Ok(x) => x,
         Err(code) => return code,
     };

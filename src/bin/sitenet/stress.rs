@@ -49,6 +49,8 @@ pub(crate) struct Args {
     /// each client doing the same work, and report them together.
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     sweep: Vec<usize>,
+    #[command(flatten)]
+    auth: crate::cookie::Auth,
 }
 
 pub(crate) fn run(a: Args) -> ExitCode {
@@ -62,6 +64,10 @@ pub(crate) fn run(a: Args) -> ExitCode {
             a.cut_rate
         ));
     }
+    let cookies = match a.auth.cookies() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let cfg = StressConfig {
         clients: a.clients,
         slots: a.slots,
@@ -71,6 +77,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         seed: a.seed.unwrap_or_else(rand::random),
         transport: a.transport.clone(),
         rounds: a.rounds,
+        cookies,
     };
     if !a.sweep.is_empty() {
         return run_sweep(cfg, &a.sweep, a.json, a.plot.as_deref());

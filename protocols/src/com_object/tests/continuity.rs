@@ -129,7 +129,7 @@ fn regression_a_forged_claim_during_backoff_leaves_the_pair_untouched() {
     let out = h.com.accepted(&forged(MAX_GENERATION - 1), NONCE, h.now);
     assert_refused_on_record(&mut h, out, 3);
     // A proof replayed from another handshake (another PRESENT nonce).
-    let replayed = genuine(1, 0, &secret, [0x77; 16]);
+    let replayed = genuine(1, 0, &secret, [0x77; 32]);
     let out = h.com.accepted(&replayed, NONCE, h.now);
     assert_refused_on_record(&mut h, out, 4);
 
@@ -137,7 +137,7 @@ fn regression_a_forged_claim_during_backoff_leaves_the_pair_untouched() {
     // was — nothing acknowledged yet, all three resent after generation 1.
     let back = h
         .com
-        .accepted(&genuine(1, 0, &secret, [0x33; 16]), [0x33; 16], h.now);
+        .accepted(&genuine(1, 0, &secret, [0x33; 32]), [0x33; 32], h.now);
     let AcceptOutcome::Accept { answer, .. } = &back else {
         panic!("{back:?}")
     };
@@ -188,7 +188,7 @@ fn regression_a_forged_claim_cannot_replace_a_working_channel() {
     // The genuine peer, which did lose it, replaces it.
     let out = h
         .com
-        .accepted(&genuine(1, 2, &secret, [0x44; 16]), [0x44; 16], h.now);
+        .accepted(&genuine(1, 2, &secret, [0x44; 32]), [0x44; 32], h.now);
     assert_eq!(generation_of(&out), 2);
     let a = h.actions();
     assert!(
@@ -223,14 +223,14 @@ fn regression_a_claimed_generation_never_leaves_the_pair_without_a_successor() {
         unreachable!()
     };
     let secret = HandshakeNonces {
-        initiator_nonce: [0xF0; 16],
+        initiator_nonce: [0xF0; 32],
         ..from_peer()
     }
     .pair_secret();
     h.com.channel_lost(id, Loss::Eof, h.now);
     let out = h
         .com
-        .accepted(&genuine(1, 0, &secret, [0x55; 16]), [0x55; 16], h.now);
+        .accepted(&genuine(1, 0, &secret, [0x55; 32]), [0x55; 32], h.now);
     assert_eq!(generation_of(&out), 2);
 }
 
@@ -251,10 +251,10 @@ fn a_claim_on_an_unconfirmed_pair_is_taken_as_before_and_agrees_a_new_secret() {
     h.com.channel_lost(id, Loss::Eof, h.now);
     h.actions();
     let again = Negotiate {
-        nonce: [0x21; 16],
+        nonce: [0x21; 32],
         ..first.clone()
     };
-    let out = h.com.accepted(&again, [0x22; 16], h.now);
+    let out = h.com.accepted(&again, [0x22; 32], h.now);
     let AcceptOutcome::Accept { answer, .. } = &out else {
         panic!("{out:?}")
     };
@@ -270,8 +270,8 @@ fn a_claim_on_an_unconfirmed_pair_is_taken_as_before_and_agrees_a_new_secret() {
         "{answer:?}"
     );
     let agreed = HandshakeNonces {
-        acceptor_nonce: [0x22; 16],
-        initiator_nonce: [0x21; 16],
+        acceptor_nonce: [0x22; 32],
+        initiator_nonce: [0x21; 32],
         ..from_peer()
     }
     .pair_secret();

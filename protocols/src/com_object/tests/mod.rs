@@ -22,9 +22,9 @@ const LOCAL: SiteId = SiteId(0x10);
 const PEER: SiteId = SiteId(0x20);
 
 /// The nonce of our PRESENT in the tests' handshakes.
-const NONCE: Nonce = [0xAC; 16];
+const NONCE: Nonce = [0xAC; 32];
 /// The nonce of the peer's NEGOTIATE in the tests' handshakes.
-const PEER_NONCE: Nonce = [0x1A; 16];
+const PEER_NONCE: Nonce = [0x1A; 32];
 /// The secret the tests' first channel agrees (see `opened`).
 const PAIR: PairSecret = PairSecret([0x5E; 16]);
 
@@ -91,6 +91,7 @@ fn negotiate(last_generation: u64, attempt: Attempt) -> Negotiate {
         nonce: PEER_NONCE,
         // The peer of the tests holds `PAIR`.
         proof: Some(from_peer().proof(&PAIR)),
+        cookie: None,
     }
 }
 
@@ -98,7 +99,7 @@ fn negotiate(last_generation: u64, attempt: Attempt) -> Negotiate {
 fn forged(last_generation: u64) -> Negotiate {
     Negotiate {
         proof: None,
-        nonce: [0xF0; 16],
+        nonce: [0xF0; 32],
         ..negotiate(last_generation, Attempt::UNKNOWN)
     }
 }

@@ -1,0 +1,185 @@
+//! `sitenet cookie new` and `--cookie-file` (issue 18, the cookie level),
+//! in separate processes.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sitenet");
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A fresh directory of this test's own.
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sitenet-cli-cookie-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn new_cookie(path: &Path) {
+    let out = run(&["cookie", "new", path.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `sitenet node --cookie-file PATH`: its first line.
+fn start_node(cookie: &Path) -> (Killed, String) {
+    let mut child = Command::new(BIN)
+        .args(["node", "--cookie-file", cookie.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sitenet node starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
+    (Killed(child), v["listen"][0].as_str().unwrap().to_string())
+}
+
+#[test]
+fn cookie_new_writes_a_private_file_and_never_overwrites() {
+    let d = dir("new");
+    let path = d.join("cookie");
+    let out = run(&["cookie", "new", path.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["key_id"].as_str().unwrap().len(), 16);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "mode {mode:o}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.trim().len(), 64);
+    // A second run refuses to overwrite it (exit 2), and the file is kept.
+    let again = run(&["cookie", "new", path.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    // Two cookies are different.
+    let other = d.join("other");
+    new_cookie(&other);
+    assert_ne!(std::fs::read_to_string(&other).unwrap(), text);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_cookie_file_readable_by_others_is_refused_with_exit_2() {
+    let d = dir("open");
+    let path = d.join("cookie");
+    new_cookie(&path);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let p = path.to_str().unwrap();
+    for args in [
+        vec!["node", "--cookie-file", p],
+        vec!["ping", "tcp:127.0.0.1:9", "--cookie-file", p],
+        vec!["stats", "tcp:127.0.0.1:9", "--cookie-file", p],
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("accessible by group or others") && err.contains("chmod 600"),
+            "{args:?}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn node_and_ping_with_the_same_cookie_work_and_with_another_exit_1() {
+    let d = dir("pair");
+    let (good, bad) = (d.join("good"), d.join("bad"));
+    new_cookie(&good);
+    new_cookie(&bad);
+    let (_node, listen) = start_node(&good);
+    let ping = |cookie: Option<&Path>| {
+        let mut args = vec![
+            "ping".to_string(),
+            listen.clone(),
+            "--count".into(),
+            "20".into(),
+            "--json".into(),
+            "--timeout".into(),
+            "60".into(),
+        ];
+        if let Some(c) = cookie {
+            args.extend(["--cookie-file".into(), c.to_str().unwrap().into()]);
+        }
+        Command::new(BIN).args(&args).output().unwrap()
+    };
+    let out = ping(Some(&good));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["count"], 20);
+    // send and stats with the same cookie reach it too.
+    let g = good.to_str().unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "send",
+            &listen,
+            "--count",
+            "100",
+            "--json",
+            "--timeout",
+            "60",
+        ])
+        .args(["--cookie-file", g])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["delivered"], 100, "{v}");
+    let out = Command::new(BIN)
+        .args([
+            "stats",
+            &listen,
+            "--json",
+            "--timeout",
+            "60",
+            "--cookie-file",
+            g,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["slots"]["hard"].as_u64().unwrap() >= 2, "{v}");
+    for cookie in [Some(bad.as_path()), None] {
+        let out = ping(cookie);
+        assert_eq!(out.status.code(), Some(1), "{cookie:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("authentication failed"), "{cookie:?}: {err}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
