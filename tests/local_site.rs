@@ -221,8 +221,19 @@ async fn its_own_listen_address_is_the_local_site_and_another_name_a_clear_failu
         .await
         .unwrap_err();
     assert!(e.to_string().contains("connection to self"), "{e}");
+    // Nothing is lost: a request whose message was accepted is handed back
+    // in `not_sent`; one whose site had already failed when it was posted
+    // (the site's ComObject, started by the send, may open and find itself
+    // before the message is queued, since a pending request is a reason to
+    // open) was refused to the caller and never accepted.
+    let accepted = !matches!(e, sitenet::RequestError::Send(_));
     let (_, back) = other_name.failure().unwrap();
-    assert_eq!(back.not_sent.len(), 1, "handed back, not lost");
+    assert_eq!(
+        back.not_sent.len(),
+        usize::from(accepted),
+        "handed back, not lost: {e:?}"
+    );
+    assert_eq!(back.maybe_delivered.len(), 0);
 }
 
 /// A graceful shutdown waits for what was queued to the local site as it
