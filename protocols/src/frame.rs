@@ -30,14 +30,14 @@ use crate::error::FrameError;
 /// (`handshake::continuity`, issue 17); version 5 32-byte nonces and the
 /// cookie proofs in NEGOTIATE and NEGOTIATE_ANS (`handshake::cookie`, issue
 /// 18). An older peer could not read them, so the two fail each other's
-/// handshake permanently, as DESIGN.md requires of a version mismatch.
+/// handshake permanently, as the design requires of a version mismatch (docs/architecture.md).
 pub const PROTOCOL_VERSION: u8 = 5;
 
 /// Length of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 32;
 
 /// Hard upper bound on a frame's payload, whatever was negotiated: frames are
-/// at most 64 KiB including the header (DESIGN.md, "Defaults").
+/// at most 64 KiB including the header (docs/architecture.md, "The design": defaults).
 pub const MAX_FRAME_LEN: usize = 64 * 1024;
 
 /// Largest payload a frame may carry under the hard frame bound.
