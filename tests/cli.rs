@@ -1,17 +1,11 @@
 //! The `sitenet` binary as node and as ping, in separate processes.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sitenet");
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::cli::{start_node_with, Killed, BIN};
 
 /// Runs the binary with `args`, which must succeed, and parses its JSON.
 fn json_of(args: &[&str]) -> serde_json::Value {
@@ -29,23 +23,8 @@ fn start_node() -> (Killed, serde_json::Value) {
 }
 
 fn start_node_on(listen: &[&str]) -> (Killed, serde_json::Value) {
-    let mut args = vec!["node"];
-    for l in listen {
-        args.extend(["--listen", l]);
-    }
-    let mut child = Command::new(BIN)
-        .args(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sitenet node starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: serde_json::Value =
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
-    (Killed(child), v)
+    let args: Vec<&str> = listen.iter().flat_map(|l| ["--listen", l]).collect();
+    start_node_with(&args)
 }
 
 #[test]

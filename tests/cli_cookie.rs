@@ -1,20 +1,13 @@
 //! `sitenet cookie new` and `--cookie-file` (issue 18, the cookie level),
 //! in separate processes.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sitenet");
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::cli::{start_node_with, Killed, BIN};
 
 /// A fresh directory of this test's own.
 fn dir(name: &str) -> PathBuf {
@@ -39,19 +32,8 @@ fn new_cookie(path: &Path) {
 
 /// `sitenet node --cookie-file PATH`: its first line.
 fn start_node(cookie: &Path) -> (Killed, String) {
-    let mut child = Command::new(BIN)
-        .args(["node", "--cookie-file", cookie.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sitenet node starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: serde_json::Value =
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
-    (Killed(child), v["listen"][0].as_str().unwrap().to_string())
+    let (node, v) = start_node_with(&["--cookie-file", cookie.to_str().unwrap()]);
+    (node, v["listen"][0].as_str().unwrap().to_string())
 }
 
 #[test]

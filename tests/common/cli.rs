@@ -1,0 +1,37 @@
+//! The `sitenet` binary in a process of its own, for the CLI tests.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_sitenet");
+
+/// A child process, killed and reaped when dropped (a failing test leaves
+/// no node running).
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `sitenet node ARGS` and parses its first stdout line
+/// (`{"site_id", "listen", "protocol"}`).
+pub fn start_node_with(args: &[&str]) -> (Killed, serde_json::Value) {
+    let mut child = Command::new(BIN)
+        .arg("node")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sitenet node starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
+    (Killed(child), v)
+}
