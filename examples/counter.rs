@@ -214,6 +214,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let coop = client.cooperation();
     for s in &shards_here {
         coop.expect(Expect::from(s).of::<Partial>());
+    }
+    for s in &shards_here {
         coop.request(s, &Sum, SendOptions::default()).await?;
     }
     let parts = coop.wait(Duration::from_secs(10)).await?;

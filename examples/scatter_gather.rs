@@ -63,9 +63,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|s| client.site(&s.listen_addresses()[0]))
         .collect::<Result<_, _>>()?;
 
+    // Every descriptor first, then the requests: a cooperation completes
+    // once every descriptor declared so far is filled.
     let coop = client.cooperation();
     for s in &sites {
         coop.expect(Expect::from(s).of::<Total>().max_body(64));
+    }
+    for s in &sites {
         coop.request(s, &Count { slow_ms: 0 }, SendOptions::default())
             .await?;
     }
@@ -87,8 +91,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Again, with the last site slow and a short timeout.
     let coop = client.cooperation();
-    for (i, s) in sites.iter().enumerate() {
+    for s in &sites {
         coop.expect(Expect::from(s));
+    }
+    for (i, s) in sites.iter().enumerate() {
         let slow_ms = if i + 1 == sites.len() { 1500 } else { 0 };
         coop.request(s, &Count { slow_ms }, SendOptions::default())
             .await?;

@@ -60,6 +60,8 @@ async fn scatter_gather_completes_when_every_site_answered() {
     assert!(coop.check().is_none());
     for s in &sites {
         coop.expect(Expect::from(s).of::<Total>());
+    }
+    for s in &sites {
         coop.request(s, &Count { delay_ms: 0 }, now())
             .await
             .unwrap();

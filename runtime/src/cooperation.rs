@@ -348,7 +348,10 @@ impl Cooperation {
     }
 
     /// Adds a receive descriptor (before the replies it should take are
-    /// sent for); returns its index in the answers.
+    /// sent for); returns its index in the answers. Declare every
+    /// descriptor before sending any request: the cooperation completes as
+    /// soon as every descriptor declared so far is filled, so a reply that
+    /// comes back before the next `expect` would end it early.
     pub fn expect(&self, e: Expect) -> usize {
         self.state.machine.lock().expect(e.0)
     }
@@ -558,10 +561,13 @@ impl crate::Node {
     /// let node = Node::builder().start()?;
     /// let sum = futures::executor::block_on(async {
     ///     let coop = node.cooperation();
-    ///     for s in &servers {
-    ///         let site = node.site(&s.listen_addresses()[0])?;
-    ///         coop.expect(Expect::from(&site).of::<Total>());
-    ///         coop.request(&site, &Count, SendOptions::default()).await?;
+    ///     let sites = servers.iter().map(|s| node.site(&s.listen_addresses()[0]))
+    ///         .collect::<Result<Vec<_>, _>>()?;
+    ///     for site in &sites { // every descriptor first, then the requests
+    ///         coop.expect(Expect::from(site).of::<Total>());
+    ///     }
+    ///     for site in &sites {
+    ///         coop.request(site, &Count, SendOptions::default()).await?;
     ///     }
     ///     let answers = coop.wait(std::time::Duration::from_secs(30)).await?;
     ///     let sum: u64 = answers.iter().map(|a| a.decode::<Total>().unwrap().0).sum();
