@@ -5,18 +5,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::cli::{start_node_with, Killed, BIN};
-
-/// Runs the binary with `args`, which must succeed, and parses its JSON.
-fn json_of(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(BIN).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use common::cli::{json_of, start_node_with, Killed, BIN};
 
 fn start_node() -> (Killed, serde_json::Value) {
     start_node_on(&["tcp:127.0.0.1:0"])

@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::cli::{start_node_with, Killed, BIN};
+use common::cli::{json_of, start_node_with, Killed, BIN};
 
 /// A fresh directory of this test's own.
 fn dir(name: &str) -> PathBuf {
@@ -118,44 +118,27 @@ fn node_and_ping_with_the_same_cookie_work_and_with_another_exit_1() {
     assert_eq!(v["count"], 20);
     // send and stats with the same cookie reach it too.
     let g = good.to_str().unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "send",
-            &listen,
-            "--count",
-            "100",
-            "--json",
-            "--timeout",
-            "60",
-        ])
-        .args(["--cookie-file", g])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&[
+        "send",
+        &listen,
+        "--count",
+        "100",
+        "--json",
+        "--timeout",
+        "60",
+        "--cookie-file",
+        g,
+    ]);
     assert_eq!(v["delivered"], 100, "{v}");
-    let out = Command::new(BIN)
-        .args([
-            "stats",
-            &listen,
-            "--json",
-            "--timeout",
-            "60",
-            "--cookie-file",
-            g,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&[
+        "stats",
+        &listen,
+        "--json",
+        "--timeout",
+        "60",
+        "--cookie-file",
+        g,
+    ]);
     assert!(v["slots"]["hard"].as_u64().unwrap() >= 2, "{v}");
     for cookie in [Some(bad.as_path()), None] {
         let out = ping(cookie);

@@ -804,14 +804,7 @@ async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
 async fn regression_a_descriptor_cannot_add_addresses_to_a_known_site() {
     use sitenet::protocols::{MessageKind, SiteId};
     use sitenet::services::Echo;
-    let server = Node::builder()
-        .listen("tcp:127.0.0.1:0")
-        .configure(|c| {
-            services(c);
-            c.unreachable_give_up = std::time::Duration::from_secs(1);
-        })
-        .start()
-        .unwrap();
+    let server = giving_up_server();
     server.handle(|_ctx, _p: Peers| {}).unwrap();
     let (trap_at, dials) = trap();
     let id = SiteId(rand::random::<u128>());
@@ -841,14 +834,7 @@ async fn regression_a_descriptor_cannot_add_addresses_to_a_known_site() {
 async fn regression_a_later_handshake_cannot_add_addresses_to_a_known_site() {
     use sitenet::protocols::{MessageKind, SiteId};
     use sitenet::services::Echo;
-    let server = Node::builder()
-        .listen("tcp:127.0.0.1:0")
-        .configure(|c| {
-            services(c);
-            c.unreachable_give_up = std::time::Duration::from_secs(1);
-        })
-        .start()
-        .unwrap();
+    let server = giving_up_server();
     let (trap_at, dials) = trap();
     let id = SiteId(rand::random::<u128>());
     let first = raw::RawPeer::connect_as(&addr(&server), id, Vec::new());
@@ -866,6 +852,19 @@ async fn regression_a_later_handshake_cannot_add_addresses_to_a_known_site() {
         "the node dialed an address a later handshake added to a known site",
     )
     .await;
+}
+
+/// A server that gives up a site it cannot call back after 1 s: the
+/// address-book attacks end when it does, or when it dials their trap.
+fn giving_up_server() -> Node {
+    Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.unreachable_give_up = std::time::Duration::from_secs(1);
+        })
+        .start()
+        .unwrap()
 }
 
 /// Waits until `server` gave a site up (it failed permanently) or dialed

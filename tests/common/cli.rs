@@ -35,3 +35,14 @@ pub fn start_node_with(args: &[&str]) -> (Killed, serde_json::Value) {
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
     (Killed(child), v)
 }
+
+/// Runs the binary with `args`, which must succeed, and parses its JSON.
+pub fn json_of(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
