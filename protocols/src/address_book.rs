@@ -48,6 +48,9 @@ pub enum TransportKind {
     Unix,
     /// TCP (`tcp:HOST:PORT`).
     Tcp,
+    /// TLS over TCP (`tls:HOST:PORT`): what a node holding a certificate
+    /// listens on and dials.
+    Tls,
 }
 
 impl TransportKind {
@@ -64,6 +67,7 @@ impl TransportKind {
             "mem" => Some(Self::Mem),
             "unix" => Some(Self::Unix),
             "tcp" => Some(Self::Tcp),
+            "tls" => Some(Self::Tls),
             _ => None,
         }
     }

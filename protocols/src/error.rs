@@ -198,6 +198,27 @@ pub enum OpenError {
     /// one, or refused this node's. A permanent failure.
     #[error("authentication failed: {0}")]
     AuthenticationFailed(crate::handshake::cookie::AuthFailure),
+    /// TLS (issue 18): the peer claimed a site its certificate does not
+    /// name, or proved no certificate to a node that requires one. A
+    /// permanent failure.
+    #[error(
+        "the peer claimed site {claimed}, but {}",
+        match certified {
+            Some(c) => format!("its certificate names site {c}"),
+            None => "it proved no certificate (this node speaks only TLS: use tls: addresses)".into(),
+        }
+    )]
+    NotCertified {
+        /// The site the peer claimed.
+        claimed: SiteId,
+        /// The site its verified certificate names, if any.
+        certified: Option<SiteId>,
+    },
+    /// TLS refused the peer or its records (a certificate from another CA,
+    /// an expired one, one that names no site; or not TLS at all). A
+    /// permanent failure: check the certificates and the address.
+    #[error("TLS refused the channel: {0}")]
+    Tls(String),
 }
 
 impl OpenError {
@@ -210,6 +231,8 @@ impl OpenError {
                 | Self::WrongIdentity { .. }
                 | Self::SelfConnection(_)
                 | Self::AuthenticationFailed(_)
+                | Self::NotCertified { .. }
+                | Self::Tls(_)
         )
     }
 }

@@ -26,7 +26,7 @@ pub(crate) enum OpenFailure {
     #[error("connecting to {0} timed out")]
     ConnectTimeout(String),
     #[error("channel failed during the handshake: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     #[error("peer closed the channel during the handshake")]
     Closed,
     #[error(transparent)]
@@ -36,6 +36,17 @@ pub(crate) enum OpenFailure {
     Dropped(sitenet_protocols::admission::Dropped),
     #[error("the node is stopping")]
     Stopping,
+}
+
+impl From<io::Error> for OpenFailure {
+    /// TLS refusing the peer (its certificate, its records) is the open
+    /// protocol failing for good, not the socket.
+    fn from(e: io::Error) -> Self {
+        match sitenet_transport::tls::TlsSession::refusal(&e) {
+            Some(why) => Self::Open(OpenError::Tls(why)),
+            None => Self::Io(e),
+        }
+    }
 }
 
 /// The IP address of a channel's peer (`Channel::peer`: `tcp:IP:PORT`);
@@ -64,6 +75,7 @@ pub(crate) struct Dial {
     pub(crate) buffer_size: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
+    pub(crate) tls: Option<sitenet_transport::tls::TlsIdentity>,
 }
 
 impl Dial {
@@ -74,6 +86,7 @@ impl Dial {
             buffer_size: cfg.buffer_size,
             connect_timeout: cfg.connect_timeout,
             handshake_timeout: cfg.handshake_timeout,
+            tls: cfg.tls.clone(),
         }
     }
 }
@@ -93,7 +106,27 @@ pub(crate) async fn connect_and_open(
         buffer_size,
         connect_timeout,
         handshake_timeout,
+        tls,
     } = dial;
+    // A `tls:` address: TLS runs in the TransObject, with this site's
+    // certificate.
+    let session = match (addr.is_tls(), &tls) {
+        (false, _) => None,
+        (true, Some(id)) => match id.client_session() {
+            Ok(s) => Some(s),
+            Err(e) => return Err((e.into(), None)),
+        },
+        // Never reachable from here: a permanent failure, said plainly.
+        (true, None) => {
+            return Err((
+                OpenFailure::Open(OpenError::Tls(format!(
+                    "{addr} is a tls: address and this node holds no certificate \
+                     (NodeConfig::tls; --cert, --key and --ca on the command line)"
+                ))),
+                None,
+            ))
+        }
+    };
     let connect = Channel::connect_tuned(&addr, tcp);
     let ch = match actix_rt::time::timeout(connect_timeout, connect).await {
         Err(_) => return Err((OpenFailure::ConnectTimeout(addr.to_string()), None)),
@@ -112,10 +145,16 @@ pub(crate) async fn connect_and_open(
         },
     };
     let mut t = TransObject::new(ch, buffer_size as usize, lease);
+    if let Some(s) = session {
+        t.start_tls(s);
+    }
     let run = async {
         loop {
             if !t.fill().await? {
                 return Err(OpenFailure::Closed);
+            }
+            if let Some(site) = t.certified_peer() {
+                hs.certified(site);
             }
             let done = hs.handle_input(&mut t.inb, &mut t.outb)?;
             t.flush().await?;
@@ -146,6 +185,7 @@ pub(crate) async fn accept_until_negotiate(
     ch: Channel,
     local: LocalInfo,
     keys: sitenet_protocols::Keyring,
+    tls: Tls,
     dropped: tokio::sync::oneshot::Receiver<sitenet_protocols::admission::Dropped>,
     spoke: impl FnOnce(),
 ) -> Result<(TransObject, Accepted), (TransObject, OpenFailure)> {
@@ -155,6 +195,12 @@ pub(crate) async fn accept_until_negotiate(
     // Holding cookies, the machine refuses a NEGOTIATE that proves none
     // before returning it (and writes the refusal to `t.outb`).
     let mut acc = Acceptor::with_keys(&local, fresh_nonce(), keys, &mut t.outb);
+    if tls.required {
+        acc = acc.require_certificate();
+    }
+    if let Some(s) = tls.session {
+        t.start_tls(s);
+    }
     let outcome = {
         let run = async {
             t.flush().await?;
@@ -165,6 +211,9 @@ pub(crate) async fn accept_until_negotiate(
                 }
                 if let Some(f) = spoke.take() {
                     f();
+                }
+                if let Some(site) = t.certified_peer() {
+                    acc.certified(site);
                 }
                 if let Some(n) = acc.handle_input(&mut t.inb, &mut t.outb)? {
                     return Ok(n);
@@ -184,6 +233,7 @@ pub(crate) async fn accept_until_negotiate(
                 neg,
                 nonce: acc.nonce(),
                 cookie: acc.answer_proof(),
+                certificate: acc.peer_certificate(),
             },
         )),
     }
@@ -197,6 +247,16 @@ pub(crate) struct Accepted {
     pub(crate) nonce: Nonce,
     /// Our cookie proof for the answer (`None` at the open level).
     pub(crate) cookie: Option<sitenet_protocols::CookieProof>,
+    /// What TLS proved of the peer.
+    pub(crate) certificate: sitenet_protocols::PeerCertificate,
+}
+
+/// The TLS an accepted channel runs (none at the open and cookie levels).
+pub(crate) struct Tls {
+    /// The session, for a channel accepted on a `tls:` listener.
+    pub(crate) session: Option<sitenet_transport::tls::TlsSession>,
+    /// This node holds a certificate: the peer must prove one.
+    pub(crate) required: bool,
 }
 
 /// A handshake nonce (see `sitenet_protocols::handshake::continuity`):

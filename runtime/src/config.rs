@@ -211,6 +211,17 @@ pub struct NodeConfig {
     /// with `OpenError::AuthenticationFailed`. Load one from a file with
     /// [`crate::cookie_file::load`].
     pub cookies: Vec<sitenet_protocols::Cookie>,
+    /// This site's TLS identity (issue 18, the TLS level): a certificate
+    /// signed by the deployment's CA that names the site's id, its key, and
+    /// the CA to trust (load it with
+    /// [`TlsIdentity::from_pem_files`](sitenet_transport::tls::TlsIdentity::from_pem_files)).
+    /// With one, the node takes its site id from the certificate, listens
+    /// only on `tls:HOST:PORT` addresses, and every channel both ways runs
+    /// mutual TLS: a peer can be only the site its certificate names
+    /// (`OpenError::NotCertified`), and one whose certificate is refused
+    /// (another CA, expired) fails with `OpenError::Tls`. Combines with
+    /// [`cookies`](Self::cookies). `None` (the default): no TLS.
+    pub tls: Option<sitenet_transport::tls::TlsIdentity>,
 }
 
 impl Default for NodeConfig {
@@ -256,6 +267,7 @@ impl Default for NodeConfig {
             site_ref_claims_per_peer: 1024,
             remembered_pairs: 16 * 1024,
             cookies: Vec::new(),
+            tls: None,
         }
     }
 }

@@ -11,7 +11,8 @@
 use std::io;
 use std::sync::Arc;
 
-use sitenet_protocols::ByteBuffer;
+use sitenet_protocols::{ByteBuffer, SiteId};
+use sitenet_transport::tls::TlsSession;
 use sitenet_transport::{Channel, SlotLease};
 
 /// What one non-blocking read did.
@@ -61,6 +62,9 @@ pub(crate) struct TransObject {
     /// The channel slot this channel occupies (given back when the
     /// TransObject is dropped, i.e. when the channel closes).
     pub(crate) lease: Option<SlotLease>,
+    /// TLS over the channel (a `tls:` address): rustls's engine, pumped by
+    /// the same non-blocking reads and writes as a plain channel.
+    tls: Option<Box<TlsSession>>,
 }
 
 impl std::fmt::Debug for TransObject {
@@ -83,7 +87,38 @@ impl TransObject {
             outb: ByteBuffer::with_shared(size, OUT_SHARED_LIMIT),
             peer,
             lease,
+            tls: None,
         }
+    }
+
+    /// Runs TLS over the channel from now on (before any byte moved).
+    pub(crate) fn start_tls(&mut self, session: TlsSession) {
+        self.tls = Some(Box::new(session));
+    }
+
+    /// The site the peer's certificate names, once TLS verified it; `None`
+    /// on a plain channel or before the TLS handshake finished.
+    pub(crate) fn certified_peer(&self) -> Option<SiteId> {
+        self.tls.as_ref().and_then(|t| t.peer_site())
+    }
+
+    /// Whether the channel runs TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Bytes wait to be written: in the output buffer, or (TLS) encrypted
+    /// in the session. The driver keeps writing, and waits for the socket,
+    /// until this is false.
+    pub(crate) fn out_pending(&self) -> bool {
+        !self.outb.is_empty() || self.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+
+    /// Input waits that the socket's readiness will not announce (TLS:
+    /// decrypted bytes the input ring had no room for): read before
+    /// waiting.
+    pub(crate) fn input_buffered(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.has_input())
     }
 
     /// The peer's address, for logs and fault reports.
@@ -126,7 +161,7 @@ impl TransObject {
         if spare.is_empty() {
             return Ok(ReadStatus::RingFull);
         }
-        let st = Self::read(&self.ch, spare)?;
+        let st = Self::read(&self.ch, self.tls.as_deref_mut(), spare)?;
         if let ReadStatus::Read(n) = st {
             self.inb.commit(n);
         }
@@ -136,12 +171,17 @@ impl TransObject {
     /// One non-blocking read into `target` (a fragment's place in its
     /// message, for zero-copy receive) instead of the input ring.
     pub(crate) fn read_into(&mut self, target: &mut [u8]) -> io::Result<ReadStatus> {
-        Self::read(&self.ch, target)
+        Self::read(&self.ch, self.tls.as_deref_mut(), target)
     }
 
-    /// One non-blocking read into `buf`, as a status.
-    fn read(ch: &Channel, buf: &mut [u8]) -> io::Result<ReadStatus> {
-        match ch.try_read(buf) {
+    /// One non-blocking read into `buf` (through TLS if the channel runs
+    /// it), as a status.
+    fn read(ch: &Channel, tls: Option<&mut TlsSession>, buf: &mut [u8]) -> io::Result<ReadStatus> {
+        let r = match tls {
+            Some(t) => t.read(ch, buf),
+            None => ch.try_read(buf),
+        };
+        match r {
             Ok(0) => Ok(ReadStatus::Eof),
             Ok(n) => Ok(ReadStatus::Read(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(ReadStatus::WouldBlock),
@@ -158,11 +198,26 @@ impl TransObject {
             calls: 0,
             blocked: false,
         };
-        while !self.outb.is_empty() && st.written < budget {
+        while st.written < budget {
+            if self.outb.is_empty() {
+                // TLS: records the socket has not taken yet.
+                if let Some(t) = self.tls.as_mut().filter(|t| t.wants_write()) {
+                    match t.write_pending(&self.ch) {
+                        Ok(calls) => st.calls += calls,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => st.blocked = true,
+                        Err(e) => return Err(e),
+                    }
+                }
+                break;
+            }
             // At most what is left of the budget in this call.
             let mut slices = [io::IoSlice::new(&[]); MAX_IO_SLICES];
             let k = self.outb.io_slices(&mut slices, budget - st.written);
-            match self.ch.try_write_vectored(&slices[..k]) {
+            let w = match self.tls.as_mut() {
+                Some(t) => t.write_vectored(&self.ch, &slices[..k]),
+                None => self.ch.try_write_vectored(&slices[..k]),
+            };
+            match w {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.outb.consume(n);
@@ -179,9 +234,10 @@ impl TransObject {
         Ok(st)
     }
 
-    /// Writes the whole output ring, waiting for the socket as needed.
+    /// Writes the whole output ring (and, TLS, what the session holds),
+    /// waiting for the socket as needed.
     pub(crate) async fn flush(&mut self) -> io::Result<()> {
-        while !self.outb.is_empty() {
+        while self.out_pending() {
             self.ch.writable().await?;
             self.write_some(usize::MAX)?;
         }
@@ -189,10 +245,17 @@ impl TransObject {
     }
 
     /// Waits until something was read into the input ring; `Ok(false)` on
-    /// end of stream. Returns at once if the ring is full.
+    /// end of stream. Returns at once if the ring is full. TLS handshake
+    /// messages waiting to go out are written first (the peer waits for
+    /// them before it sends anything).
     pub(crate) async fn fill(&mut self) -> io::Result<bool> {
         loop {
-            self.ch.readable().await?;
+            if self.is_tls() && self.out_pending() {
+                self.flush().await?;
+            }
+            if !self.input_buffered() {
+                self.ch.readable().await?;
+            }
             match self.read_once()? {
                 ReadStatus::Read(_) | ReadStatus::RingFull => return Ok(true),
                 ReadStatus::Eof => return Ok(false),

@@ -5,6 +5,9 @@
 //!   picks a free port when listening).
 //! - `unix:PATH` — a Unix domain socket at `PATH` (`unix:/run/sitenet.sock`):
 //!   sites on one machine without the TCP stack or a port to allocate.
+//! - `tls:HOST:PORT` — TLS over TCP (`tls:127.0.0.1:7001`): the same socket
+//!   as `tcp:`, with mutual TLS and per-site certificates (see
+//!   [`crate::tls`]); only a node holding a certificate speaks it.
 //! - `mem:NAME` — an in-process channel registered under `NAME`
 //!   (`mem:node-a`): many sites in one process with no file descriptor at
 //!   all (see [`crate::mem`]). Names are process-wide; tests take fresh ones
@@ -42,12 +45,14 @@ pub enum AddressError {
     /// No `scheme:` prefix, or one sitenet does not know.
     #[error(
         "address {0:?} has no known scheme: expected tcp:HOST:PORT (for example tcp:127.0.0.1:7000), \
-         unix:PATH (a Unix socket, for example unix:/tmp/sitenet.sock) \
+         tls:HOST:PORT (TLS over TCP, for example tls:127.0.0.1:7001), unix:PATH (a Unix socket, for example unix:/tmp/sitenet.sock) \
          or mem:NAME (an in-process channel, for example mem:node-a)"
     )]
     Scheme(String),
-    /// The part after `tcp:` is not `HOST:PORT`.
-    #[error("address {0:?} is not tcp:HOST:PORT (IPv6 hosts go in brackets: tcp:[::1]:7000)")]
+    /// The part after `tcp:` or `tls:` is not `HOST:PORT`.
+    #[error(
+        "address {0:?} is not tcp:HOST:PORT or tls:HOST:PORT (IPv6 hosts go in brackets: tcp:[::1]:7000)"
+    )]
     HostPort(String),
     /// The port is not a number from 0 to 65535.
     #[error("address {addr:?} has port {port:?}, expected a number from 0 to 65535")]
@@ -105,6 +110,14 @@ pub enum Address {
         /// Port.
         port: u16,
     },
+    /// TLS over TCP: host and port as for [`Address::Tcp`]. The channel is
+    /// a TCP socket; the TransObject runs TLS over it (see [`crate::tls`]).
+    Tls {
+        /// Host name or IP literal (IPv6 without brackets).
+        host: String,
+        /// Port.
+        port: u16,
+    },
     /// A Unix domain socket: the path of the socket file. Binding replaces
     /// a stale socket file that no one listens on, never a live one.
     Unix {
@@ -127,6 +140,19 @@ impl Address {
             host: host.into(),
             port,
         }
+    }
+
+    /// A TLS-over-TCP address.
+    pub fn tls(host: impl Into<String>, port: u16) -> Self {
+        Self::Tls {
+            host: host.into(),
+            port,
+        }
+    }
+
+    /// Whether channels at this address run TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Self::Tls { .. })
     }
 
     /// A Unix socket address. Not checked here: binding or connecting an
@@ -178,8 +204,10 @@ impl Address {
     /// the name for mem.
     pub fn socket_string(&self) -> String {
         match self {
-            Self::Tcp { host, port } if host.contains(':') => format!("[{host}]:{port}"),
-            Self::Tcp { host, port } => format!("{host}:{port}"),
+            Self::Tcp { host, port } | Self::Tls { host, port } if host.contains(':') => {
+                format!("[{host}]:{port}")
+            }
+            Self::Tcp { host, port } | Self::Tls { host, port } => format!("{host}:{port}"),
             Self::Unix { path } => path.display().to_string(),
             Self::Mem { name } => name.clone(),
         }
@@ -193,6 +221,7 @@ impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Tcp { .. } => write!(f, "tcp:{}", self.socket_string()),
+            Self::Tls { .. } => write!(f, "tls:{}", self.socket_string()),
             Self::Unix { path } => write!(f, "unix:{}", path.display()),
             Self::Mem { name } => write!(f, "mem:{name}"),
         }
@@ -219,8 +248,10 @@ impl FromStr for Address {
                 name: name.to_string(),
             });
         }
-        let Some(rest) = s.strip_prefix("tcp:") else {
-            return Err(AddressError::Scheme(s.to_string()));
+        let (tls, rest) = match (s.strip_prefix("tcp:"), s.strip_prefix("tls:")) {
+            (Some(rest), _) => (false, rest),
+            (None, Some(rest)) => (true, rest),
+            (None, None) => return Err(AddressError::Scheme(s.to_string())),
         };
         let (host, port) = if let Some(r) = rest.strip_prefix('[') {
             let (h, p) = r
@@ -243,9 +274,11 @@ impl FromStr for Address {
             addr: s.to_string(),
             port: port.to_string(),
         })?;
-        Ok(Self::Tcp {
-            host: host.to_string(),
-            port,
+        let host = host.to_string();
+        Ok(if tls {
+            Self::Tls { host, port }
+        } else {
+            Self::Tcp { host, port }
         })
     }
 }
@@ -269,6 +302,26 @@ mod tests {
                 .socket_string(),
             "localhost:1"
         );
+    }
+
+    #[test]
+    fn tls_parses_like_tcp_and_prints_back() {
+        let a: Address = "tls:127.0.0.1:7001".parse().unwrap();
+        assert_eq!(a, Address::tls("127.0.0.1", 7001));
+        assert!(a.is_tls());
+        assert_eq!(a.to_string(), "tls:127.0.0.1:7001");
+        assert_eq!(a.socket_string(), "127.0.0.1:7001");
+        let b: Address = "tls:[::1]:0".parse().unwrap();
+        assert_eq!(b.to_string(), "tls:[::1]:0");
+        assert!(!"tcp:h:1".parse::<Address>().unwrap().is_tls());
+        assert!(matches!(
+            "tls:h".parse::<Address>(),
+            Err(AddressError::HostPort(_))
+        ));
+        assert!(matches!(
+            "tls::1".parse::<Address>(),
+            Err(AddressError::EmptyHost(_))
+        ));
     }
 
     #[test]

@@ -162,7 +162,8 @@ impl Channel {
     /// [`connect`](Self::connect), with `tuning` for a TCP channel.
     pub async fn connect_tuned(addr: &Address, tuning: TcpTuning) -> io::Result<Self> {
         match addr {
-            Address::Tcp { .. } => {
+            // TLS runs over the TCP channel, in the TransObject.
+            Address::Tcp { .. } | Address::Tls { .. } => {
                 let s = TcpStream::connect(addr.socket_string()).await?;
                 tune_tcp(&s, tuning)?;
                 Ok(Self::Tcp(s))
@@ -274,6 +275,9 @@ impl Channel {
 pub enum Listener {
     /// A TCP listener.
     Tcp(TcpListener),
+    /// A TCP listener whose channels run TLS (`tls:HOST:PORT`): it accepts
+    /// TCP channels; the TransObject runs TLS over them.
+    Tls(TcpListener),
     /// A Unix domain socket listener. The socket file stays after the
     /// listener is dropped (as with any Unix socket); the next bind at that
     /// path replaces it because no one listens there any more.
@@ -292,6 +296,7 @@ impl Listener {
     pub async fn bind(addr: &Address) -> io::Result<Self> {
         match addr {
             Address::Tcp { .. } => Ok(Self::Tcp(TcpListener::bind(addr.socket_string()).await?)),
+            Address::Tls { .. } => Ok(Self::Tls(TcpListener::bind(addr.socket_string()).await?)),
             // Sync binds, then registration with this task's runtime.
             Address::Unix { .. } | Address::Mem { .. } => {
                 BoundListener::bind(addr)?.into_listener()
@@ -306,9 +311,19 @@ impl Listener {
                 let a: SocketAddr = l.local_addr()?;
                 Ok(Address::tcp(a.ip().to_string(), a.port()))
             }
+            Self::Tls(l) => {
+                let a: SocketAddr = l.local_addr()?;
+                Ok(Address::tls(a.ip().to_string(), a.port()))
+            }
             Self::Unix(l) => unix_address(l.local_addr()?.as_pathname()),
             Self::Mem(l) => Ok(Address::mem(l.name())),
         }
+    }
+
+    /// Whether the channels this listener accepts run TLS (the caller
+    /// starts it over them).
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Self::Tls(_))
     }
 
     /// Accepts the next channel.
@@ -319,7 +334,7 @@ impl Listener {
     /// [`accept`](Self::accept), with `tuning` for a TCP channel.
     pub async fn accept_tuned(&self, tuning: TcpTuning) -> io::Result<Channel> {
         match self {
-            Self::Tcp(l) => {
+            Self::Tcp(l) | Self::Tls(l) => {
                 let (s, _) = l.accept().await?;
                 tune_tcp(&s, tuning)?;
                 Ok(Channel::Tcp(s))
@@ -370,6 +385,7 @@ pub struct BoundListener {
 #[derive(Debug)]
 enum Bound {
     Tcp(std::net::TcpListener),
+    Tls(std::net::TcpListener),
     Unix(std::os::unix::net::UnixListener),
     /// Registered already: needs no runtime at all.
     Mem(MemListener),
@@ -381,10 +397,14 @@ impl BoundListener {
     /// once, `AddrInUse` if taken).
     pub fn bind(addr: &Address) -> io::Result<Self> {
         let inner = match addr {
-            Address::Tcp { .. } => {
+            Address::Tcp { .. } | Address::Tls { .. } => {
                 let l = std::net::TcpListener::bind(addr.socket_string())?;
                 l.set_nonblocking(true)?;
-                Bound::Tcp(l)
+                if addr.is_tls() {
+                    Bound::Tls(l)
+                } else {
+                    Bound::Tcp(l)
+                }
             }
             Address::Unix { path } => {
                 let l = bind_unix(path)?;
@@ -403,6 +423,10 @@ impl BoundListener {
                 let a = l.local_addr()?;
                 Ok(Address::tcp(a.ip().to_string(), a.port()))
             }
+            Bound::Tls(l) => {
+                let a = l.local_addr()?;
+                Ok(Address::tls(a.ip().to_string(), a.port()))
+            }
             Bound::Unix(l) => unix_address(l.local_addr()?.as_pathname()),
             Bound::Mem(l) => Ok(Address::mem(l.name())),
         }
@@ -412,6 +436,7 @@ impl BoundListener {
     pub fn into_listener(self) -> io::Result<Listener> {
         Ok(match self.inner {
             Bound::Tcp(l) => Listener::Tcp(TcpListener::from_std(l)?),
+            Bound::Tls(l) => Listener::Tls(TcpListener::from_std(l)?),
             Bound::Unix(l) => Listener::Unix(UnixListener::from_std(l)?),
             Bound::Mem(l) => Listener::Mem(l),
         })

@@ -1,7 +1,8 @@
 //! # sitenet-transport
 //!
 //! Byte channels for sitenet (the TransObject's I/O): addresses and their
-//! parsing ([`Address`]: `tcp:HOST:PORT`, `unix:PATH`, `mem:NAME`), the
+//! parsing ([`Address`]: `tcp:HOST:PORT`, `tls:HOST:PORT`, `unix:PATH`,
+//! `mem:NAME`), TLS with per-site certificates ([`tls`]), the
 //! channels and listeners for each — TCP with TCP_NODELAY, Unix domain
 //! sockets for sites on one machine, and in-process pipes ([`mem`]) for many
 //! sites in one process without file descriptors — a seeded fault-injecting
@@ -48,6 +49,7 @@ pub mod channel;
 pub mod controller;
 pub mod fault;
 pub mod mem;
+pub mod tls;
 
 pub use address::{Address, AddressError};
 pub use channel::{BoundListener, Channel, Listener};

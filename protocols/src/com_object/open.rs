@@ -11,7 +11,7 @@ use crate::address_book::Fallback;
 use crate::error::{OpenError, ProtocolError};
 use crate::handshake::{
     Attempt, Claim, Continuity, HandshakeNonces, Negotiate, NegotiateAns, Nonce, Opened,
-    RefuseReason,
+    PeerCertificate, RefuseReason,
 };
 use crate::link::Decision;
 use crate::session::ChannelParams;
@@ -175,6 +175,22 @@ impl ComObject {
     /// raises ours: claiming more than we ever saw, it starts a new session
     /// (`fresh`), judged as having seen no channel.
     pub fn accepted(&mut self, neg: &Negotiate, nonce: Nonce, now: Instant) -> AcceptOutcome {
+        self.accepted_as(neg, nonce, PeerCertificate::NotRequired, now)
+    }
+
+    /// [`accepted`](Self::accepted), knowing what TLS proved of the peer
+    /// (issue 18). A peer whose verified certificate names the site it
+    /// claims is that site, whatever it proves of the pair's secret: an
+    /// unproven claim from it is the site restarted (a node takes its id
+    /// from its certificate, so a restart keeps it), not a takeover, and it
+    /// starts a new session instead of being refused.
+    pub fn accepted_as(
+        &mut self,
+        neg: &Negotiate,
+        nonce: Nonce,
+        certificate: PeerCertificate,
+        now: Instant,
+    ) -> AcceptOutcome {
         self.tick(now);
         let hs = HandshakeNonces {
             acceptor: self.cfg.local,
@@ -210,6 +226,7 @@ impl ComObject {
             == (Claim::Unproven {
                 pair_confirmed: true,
             })
+            && !certificate.proves(neg.site)
         {
             return self.refuse_claim(neg);
         }

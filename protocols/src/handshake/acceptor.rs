@@ -23,6 +23,8 @@ pub struct Acceptor {
     transcript: Option<Box<cookie::Transcript>>,
     /// This side's proof for the answer, once NEGOTIATE proved the cookie.
     answer_proof: Option<CookieProof>,
+    /// What TLS proved of the peer (see [`certificate`]).
+    certificate: PeerCertificate,
 }
 
 impl Acceptor {
@@ -60,7 +62,28 @@ impl Acceptor {
             keys,
             transcript,
             answer_proof: None,
+            certificate: PeerCertificate::NotRequired,
         }
+    }
+
+    /// This node speaks TLS (issue 18): NEGOTIATE must claim the site the
+    /// peer's certificate names ([`certified`](Self::certified)), or it is
+    /// refused before it is returned, with
+    /// [`OpenError::NotCertified`].
+    pub fn require_certificate(mut self) -> Self {
+        self.certificate = PeerCertificate::Required;
+        self
+    }
+
+    /// The site the peer's verified TLS certificate names: the driver calls
+    /// it once the TLS handshake finished, before it feeds NEGOTIATE.
+    pub fn certified(&mut self, site: SiteId) {
+        self.certificate.certify(site);
+    }
+
+    /// What TLS proved of the peer.
+    pub fn peer_certificate(&self) -> PeerCertificate {
+        self.certificate
     }
 
     /// This side's cookie proof for its answer (see
@@ -143,6 +166,11 @@ impl Acceptor {
                 ),
             }
             .into());
+        }
+        // TLS: the claim must be the site the certificate names.
+        if let Err(e) = self.certificate.check(n.site) {
+            write_answer(output, &NegotiateAns::Refuse(RefuseReason::Unauthenticated));
+            return Err(e);
         }
         // The cookie, last: the message is well formed and names another
         // site; whether it comes from a member decides whether anything is

@@ -28,6 +28,8 @@ pub enum Initiator {
         secret: Option<PairSecret>,
         /// The cookies we hold (none: the open level).
         keys: Keyring,
+        /// What TLS proved of the acceptor (see [`certificate`]).
+        certificate: PeerCertificate,
     },
     /// NEGOTIATE sent; waiting for the answer.
     ExpectAnswer {
@@ -100,6 +102,26 @@ impl Initiator {
             nonce,
             secret: None,
             keys: Keyring::default(),
+            certificate: PeerCertificate::NotRequired,
+        }
+    }
+
+    /// This node speaks TLS (issue 18): PRESENT must name the site the
+    /// acceptor's certificate names ([`certified`](Self::certified)), or
+    /// the open fails with [`OpenError::NotCertified`]. Has no effect once
+    /// PRESENT was handled.
+    pub fn require_certificate(mut self) -> Self {
+        if let Self::ExpectPresent { certificate, .. } = &mut self {
+            *certificate = PeerCertificate::Required;
+        }
+        self
+    }
+
+    /// The site the acceptor's verified TLS certificate names: the driver
+    /// calls it once the TLS handshake finished, before it feeds PRESENT.
+    pub fn certified(&mut self, site: SiteId) {
+        if let Self::ExpectPresent { certificate, .. } = self {
+            certificate.certify(site);
         }
     }
 
@@ -155,6 +177,7 @@ impl Initiator {
                     nonce,
                     secret,
                     keys,
+                    certificate,
                 } => {
                     let Some((h, payload)) =
                         read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)?
@@ -168,6 +191,7 @@ impl Initiator {
                             nonce,
                             secret,
                             keys,
+                            certificate,
                         };
                         return Ok(None);
                     };
@@ -188,6 +212,7 @@ impl Initiator {
                     if present.site == local.site {
                         return Err(OpenError::SelfConnection(present.site));
                     }
+                    certificate.check(present.site)?;
                     if let Some(e) = expected {
                         if e != present.site {
                             return Err(OpenError::WrongIdentity {

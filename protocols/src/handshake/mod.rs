@@ -82,6 +82,7 @@
 //! ```
 
 mod acceptor;
+pub mod certificate;
 pub mod continuity;
 pub mod cookie;
 mod initiator;
@@ -92,6 +93,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use acceptor::Acceptor;
+pub use certificate::PeerCertificate;
 pub use continuity::{Claim, Continuity, HandshakeNonces, Nonce, PairMemory, PairSecret, Proof};
 pub use cookie::{AuthFailure, Cookie, CookieError, CookieProof, Keyring};
 pub use initiator::{Initiator, Opened};

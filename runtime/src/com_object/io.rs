@@ -103,7 +103,7 @@ fn feed(
         if com.poll_timeout().is_some_and(|at| at <= now) {
             com.handle_timeout(now);
             com.poll_transmit(now, &mut t.outb);
-            if !t.outb.is_empty() {
+            if t.out_pending() {
                 if let Err(e) = t.write_some(WRITE_BYTES_PER_TURN) {
                     com.channel_lost(id, Loss::Io(e.to_string()), now);
                     return Fed::Ended;
@@ -147,7 +147,7 @@ impl ComObject {
         let mut written = 0;
         let result = loop {
             self.com.poll_transmit(now, &mut live.t.outb);
-            if live.t.outb.is_empty() {
+            if !live.t.out_pending() {
                 break Ok(false);
             }
             match live.t.write_some(budget - written) {
@@ -158,7 +158,7 @@ impl ComObject {
                         break Ok(true);
                     }
                     if written >= budget {
-                        break Ok(!live.t.outb.is_empty() || self.com.wants_to_send(now));
+                        break Ok(live.t.out_pending() || self.com.wants_to_send(now));
                     }
                 }
                 Err(e) => break Err(e),
@@ -181,7 +181,7 @@ impl ComObject {
         let Some(more) = self.write_turn(WRITE_BYTES_PER_TURN, now) else {
             return;
         };
-        let blocked = self.live.as_ref().is_some_and(|l| !l.t.outb.is_empty());
+        let blocked = self.live.as_ref().is_some_and(|l| l.t.out_pending());
         if blocked {
             self.arm(Readiness::Write, ctx);
         } else if more {
@@ -208,8 +208,15 @@ impl ComObject {
         }
         let ch = live.t.channel();
         let id = live.id;
+        // TLS: decrypted input the ring had no room for is read on the
+        // next turn, not when the socket next becomes readable.
+        let buffered = live.t.input_buffered();
         let ready = async move {
             match which {
+                Readiness::Read if buffered => {
+                    tokio::task::yield_now().await;
+                    Ok(())
+                }
                 Readiness::Read => ch.readable().await,
                 Readiness::Write => ch.writable().await,
             }

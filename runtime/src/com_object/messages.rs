@@ -30,6 +30,8 @@ pub(crate) struct Adopt {
     /// Our cookie proof, put into an accepting answer (`None` at the open
     /// level).
     pub(crate) cookie: Option<sitenet_protocols::CookieProof>,
+    /// What TLS proved of the peer (see `ComObject::accepted_as`).
+    pub(crate) certificate: sitenet_protocols::PeerCertificate,
 }
 
 /// Addresses a descriptor claims for this site.
@@ -164,6 +166,7 @@ impl Handler<Adopt> for ComObject {
             neg,
             nonce,
             cookie,
+            certificate,
         } = msg;
         if self.merged.is_some()
             || (self.entry.id.get() != Some(neg.site)
@@ -177,11 +180,15 @@ impl Handler<Adopt> for ComObject {
                 neg,
                 nonce,
                 cookie,
+                certificate,
             });
             return;
         }
         self.recall_pair();
-        match self.com.accepted(&neg, nonce, Instant::now()) {
+        match self
+            .com
+            .accepted_as(&neg, nonce, certificate, Instant::now())
+        {
             AcceptOutcome::Refuse(reason) => {
                 tracing::debug!(site = %neg.site, peer = %trans.peer(), ?reason, "refusing accepted channel");
                 write_answer(&mut trans.outb, &NegotiateAns::Refuse(reason));

@@ -98,6 +98,12 @@ impl ComObject {
         .with_attempt(req.attempt)
         .with_secret(req.secret)
         .with_keys(self.node.keys.clone());
+        // Under TLS the acceptor must be the site its certificate names.
+        let hs = if cfg.tls.is_some() {
+            hs.require_certificate()
+        } else {
+            hs
+        };
         let f = connect_and_open(addr, self.slot.take_granted(), Dial::new(cfg), hs);
         let attempt = req.attempt.seq;
         let h = ctx.spawn(

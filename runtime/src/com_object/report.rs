@@ -43,7 +43,7 @@ impl ComObject {
                 .pending_requests
                 .load(std::sync::atomic::Ordering::Relaxed)
                 > 0,
-            buffers_empty: live.t.inb.is_empty() && live.t.outb.is_empty(),
+            buffers_empty: live.t.inb.is_empty() && !live.t.out_pending(),
             queues_empty: session.queued_bytes() == 0,
             callable: self.com.addresses().can_open(),
         };

@@ -16,7 +16,7 @@ use sitenet_transport::{Channel, Listener};
 use tokio::sync::{oneshot, Notify};
 
 use super::{FaultReport, NodeInner};
-use crate::channel_io::{accept_until_negotiate, flush_and_close, Accepted, OpenFailure};
+use crate::channel_io::{accept_until_negotiate, flush_and_close, Accepted, OpenFailure, Tls};
 use crate::com_object::Adopt;
 use crate::metrics::Counters;
 use sitenet_protocols::OpenError;
@@ -136,7 +136,7 @@ impl NodeInner {
             tokio::select! {
                 _ = stopped(&mut stop) => return,
                 r = listener.accept_tuned(self.cfg.tcp_tuning()) => match r {
-                    Ok(ch) => self.clone().on_accepted(ch),
+                    Ok(ch) => self.clone().on_accepted(ch, listener.is_tls()),
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
                         // e.g. out of file descriptors: back off a little.
@@ -176,7 +176,9 @@ impl NodeInner {
         }
     }
 
-    fn on_accepted(self: Arc<Self>, ch: Channel) {
+    /// Runs the acceptor's handshake on a channel accepted by a listener
+    /// (`tls`: a `tls:` one, whose channels run TLS).
+    fn on_accepted(self: Arc<Self>, ch: Channel, tls: bool) {
         let peer = ch.peer();
         let ip = crate::channel_io::peer_ip(&peer);
         let (ticket, dropped) = self.handshakes.admit(ip, &self.counters);
@@ -187,13 +189,36 @@ impl NodeInner {
         actix_rt::spawn(async move {
             let node = self.clone();
             let keys = self.keys.clone();
-            let r = accept_until_negotiate(ch, self.local_info(), keys, dropped, move || {
+            let session = match self.cfg.tls.as_ref().filter(|_| tls) {
+                Some(id) => match id.server_session() {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start TLS on an accepted channel");
+                        self.handshakes.finish(ticket, &self.counters);
+                        return;
+                    }
+                },
+                None => None,
+            };
+            let tls = Tls {
+                session,
+                required: self.cfg.tls.is_some(),
+            };
+            let r = accept_until_negotiate(ch, self.local_info(), keys, tls, dropped, move || {
                 node.handshakes.spoke(ticket)
             })
             .await;
             self.handshakes.finish(ticket, &self.counters);
             match r {
-                Ok((mut trans, Accepted { neg, nonce, cookie })) => {
+                Ok((
+                    mut trans,
+                    Accepted {
+                        neg,
+                        nonce,
+                        cookie,
+                        certificate,
+                    },
+                )) => {
                     if self.is_shut_down() {
                         return;
                     }
@@ -212,6 +237,7 @@ impl NodeInner {
                         neg,
                         nonce,
                         cookie,
+                        certificate,
                     });
                 }
                 Err((_, OpenFailure::Dropped(why @ (Dropped::NodeFull | Dropped::SourceFull)))) => {
@@ -220,11 +246,20 @@ impl NodeInner {
                     tracing::debug!(%peer, reason = %why, "pending handshake closed");
                 }
                 Err((_, OpenFailure::Stopping)) => {}
-                Err((trans, OpenFailure::Open(OpenError::AuthenticationFailed(why)))) => {
-                    // Not a member (issue 18): refused by the acceptor's
-                    // machine before anything was allocated for it. Its
-                    // refusal (in the output ring) is written, then the
-                    // channel closed; logged through the source's limit.
+                Err((
+                    trans,
+                    OpenFailure::Open(
+                        why @ (OpenError::AuthenticationFailed(_)
+                        | OpenError::NotCertified { .. }
+                        | OpenError::Tls(_)),
+                    ),
+                )) => {
+                    // Not a member, or not the site its certificate names
+                    // (issue 18): refused by the acceptor's machine (or by
+                    // TLS) before anything was allocated for it. Its
+                    // refusal (in the output ring, or TLS's alert) is
+                    // written, then the channel closed; logged through the
+                    // source's limit.
                     Counters::add(&self.counters.auth_refused, 1);
                     if let Some(suppressed) = self.peer_logs.address(ip, &self.counters) {
                         tracing::info!(%peer, reason = %why, suppressed, "authentication failed: connection refused");

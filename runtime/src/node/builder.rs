@@ -69,6 +69,14 @@ impl NodeBuilder {
         let mut listen = Vec::new();
         for a in &self.listen {
             let addr: Address = a.parse()?;
+            // A node with a certificate demands one of every peer: a
+            // listener where peers cannot prove one would refuse them all.
+            if cfg.tls.is_some() && !addr.is_tls() {
+                return Err(NodeError::Config(format!(
+                    "this node has a TLS certificate, so it listens only on tls:HOST:PORT \
+                     addresses (every peer must prove its certificate); got {a}"
+                )));
+            }
             let b = BoundListener::bind(&addr).map_err(|source| NodeError::Bind {
                 addr: a.clone(),
                 source,
@@ -79,7 +87,11 @@ impl NodeBuilder {
             })?);
             bound.push(b);
         }
-        let id = SiteId(rand::random::<u128>());
+        // Under TLS the site is the one its certificate names.
+        let id = match &cfg.tls {
+            Some(t) => t.site(),
+            None => SiteId(rand::random::<u128>()),
+        };
         // Every handshake this node makes carries its listen list: check it
         // fits once, here, rather than failing every open later.
         LocalInfo {

@@ -416,3 +416,28 @@ fn a_simultaneous_connect_of_a_pair_with_a_secret_still_keeps_one_channel() {
     assert!(id.is_some());
     assert_eq!(h.com.continuity().map(|c| c.current), Some(PAIR));
 }
+
+/// Issue 18, the TLS level: a node takes its id from its certificate, so a
+/// site restarted with its certificate claims its old id without the
+/// pair's secret. Its verified certificate proves it is that site: the
+/// claim starts a new session instead of being refused. Without a
+/// certificate, or with one naming another site, the same claim is
+/// refused as a forgery.
+#[test]
+fn a_certified_claim_without_the_secret_is_the_site_restarted() {
+    use crate::handshake::PeerCertificate;
+    let mut h = H::new(cfg(), false);
+    let (id, _) = client_with_three_unacknowledged(&mut h);
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    h.actions();
+    let out = h.com.accepted(&forged(0), NONCE, h.now);
+    assert_refused_on_record(&mut h, out, 1);
+    let other = PeerCertificate::Names(SiteId(0xC0FFEE));
+    let out = h.com.accepted_as(&forged(0), NONCE, other, h.now);
+    assert_refused_on_record(&mut h, out, 2);
+    let out = h
+        .com
+        .accepted_as(&forged(0), NONCE, PeerCertificate::Names(PEER), h.now);
+    assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
+    assert_eq!(h.com.stats().unproven_claims_refused, 2);
+}

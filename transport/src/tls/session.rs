@@ -1,0 +1,207 @@
+//! [`TlsSession`]: rustls's engine for one channel, with the same
+//! non-blocking read and write calls as a [`Channel`], so the TransObject
+//! pumps a TLS channel exactly as a plain one.
+
+use std::io::{self, Read, Write};
+
+use sitenet_protocols::SiteId;
+
+use super::verify::site_of_cert;
+use super::TLS_SEND_LIMIT;
+use crate::Channel;
+
+/// One channel's TLS: rustls's sans-IO connection and what it has learnt
+/// of the peer.
+///
+/// The calls mirror [`Channel::try_read`] and
+/// [`Channel::try_write_vectored`]: they move bytes between the caller's
+/// buffers and the socket without blocking, `WouldBlock` when the socket
+/// has nothing to give or take now, `Ok(0)` from a read at the end of the
+/// stream. Two differences the driver must know: plaintext can wait inside
+/// the session while the socket is not readable ([`has_input`]), and
+/// ciphertext can wait to be sent while the driver has nothing left to
+/// write ([`wants_write`]).
+///
+/// [`has_input`]: TlsSession::has_input
+/// [`wants_write`]: TlsSession::wants_write
+pub struct TlsSession {
+    conn: rustls::Connection,
+    /// Plaintext decrypted and not yet read (as rustls last reported it,
+    /// less what was read since).
+    plaintext: usize,
+    /// The site the peer's certificate names, once the handshake checked it.
+    peer: Option<SiteId>,
+}
+
+impl std::fmt::Debug for TlsSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSession")
+            .field("handshaking", &self.conn.is_handshaking())
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Socket reads one [`TlsSession::read`] makes at most.
+const MAX_READS_PER_CALL: usize = 32;
+
+/// A channel seen as blocking `Read`/`Write` for rustls's `read_tls` and
+/// `write_tls` (which pass `WouldBlock` through).
+struct Io<'a>(&'a Channel);
+
+impl Read for Io<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.try_read(buf)
+    }
+}
+
+impl Write for Io<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.try_write_vectored(&[io::IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.0.try_write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The error a failed TLS handshake or record becomes: `InvalidData` with
+/// the rustls error inside, so the driver can tell it from a socket's.
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+impl TlsSession {
+    pub(super) fn new(mut conn: rustls::Connection) -> Self {
+        conn.set_buffer_limit(Some(TLS_SEND_LIMIT));
+        Self {
+            conn,
+            plaintext: 0,
+            peer: None,
+        }
+    }
+
+    /// Reads decrypted bytes into `buf`: what the session holds first,
+    /// else what the socket has (handshake records are processed and
+    /// answered on the way). `Ok(0)` at the end of the stream (with or
+    /// without the peer's close_notify: sitenet's own protocol says whether
+    /// anything was cut short).
+    pub fn read(&mut self, ch: &Channel, buf: &mut [u8]) -> io::Result<usize> {
+        // Records that decrypt to nothing (a handshake message, an empty
+        // record) do not keep the caller here for ever: after this many
+        // socket reads it hears `WouldBlock`, and the socket, still
+        // readable, wakes it again.
+        for _ in 0..MAX_READS_PER_CALL {
+            match self.conn.reader().read(buf) {
+                Ok(n) => {
+                    self.plaintext = self.plaintext.saturating_sub(n);
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+            self.plaintext = 0;
+            // Nothing decrypted is waiting: take what the socket has.
+            let eof = self.conn.read_tls(&mut Io(ch))? == 0;
+            let state = match self.conn.process_new_packets() {
+                Ok(s) => s,
+                Err(e) => {
+                    // rustls queued an alert telling the peer why.
+                    let _ = self.write_pending(ch);
+                    return Err(tls_error(e));
+                }
+            };
+            self.plaintext = state.plaintext_bytes_to_read();
+            if self.peer.is_none() && !self.conn.is_handshaking() {
+                self.peer = self
+                    .conn
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(site_of_cert);
+            }
+            // Handshake answers go out now, not when the driver next
+            // writes (an acceptor writes nothing until NEGOTIATE).
+            match self.write_pending(ch) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            if eof && self.plaintext == 0 {
+                return Ok(0);
+            }
+        }
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Encrypts from `bufs` (in order) what the session's send limit lets
+    /// it hold and writes it to the socket: returns how many plaintext
+    /// bytes were taken, `WouldBlock` if none could be (the socket is
+    /// blocked with [`TLS_SEND_LIMIT`] bytes waiting).
+    pub fn write_vectored(&mut self, ch: &Channel, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self.write_pending(ch) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        let n = self.conn.writer().write_vectored(bufs)?;
+        match self.write_pending(ch) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => {}
+            Err(e) => return Err(e),
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    }
+
+    /// Writes the ciphertext the session holds until none is left
+    /// (returns the write calls made) or the socket would block
+    /// (`WouldBlock`).
+    pub fn write_pending(&mut self, ch: &Channel) -> io::Result<usize> {
+        let mut calls = 0;
+        while self.conn.wants_write() {
+            match self.conn.write_tls(&mut Io(ch))? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                _ => calls += 1,
+            }
+        }
+        Ok(calls)
+    }
+
+    /// Ciphertext waits to be written (a handshake message, an alert, or
+    /// records the socket did not take).
+    pub fn wants_write(&self) -> bool {
+        self.conn.wants_write()
+    }
+
+    /// Decrypted bytes wait to be read: the socket may never become
+    /// readable for them, so the driver reads before it waits.
+    pub fn has_input(&self) -> bool {
+        self.plaintext > 0
+    }
+
+    /// The site the peer's certificate names, once the TLS handshake
+    /// verified it (chain, validity, exactly one site name); `None` before.
+    pub fn peer_site(&self) -> Option<SiteId> {
+        self.peer
+    }
+
+    /// The TLS handshake is still running.
+    pub fn is_handshaking(&self) -> bool {
+        self.conn.is_handshaking()
+    }
+
+    /// Whether `e` (from [`read`](Self::read) or a write) is TLS refusing
+    /// the peer or its records, not the socket failing: what it said.
+    pub fn refusal(e: &io::Error) -> Option<String> {
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .map(|t| t.to_string())
+    }
+}
