@@ -14,19 +14,17 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::attacks::{self, attacker, tcp, until_closed, Peers};
+use common::raw::Wire;
 use common::*;
-use sitenet::protocols::frame::{FLAG_FIRST, FLAG_LAST};
-use sitenet::protocols::{FrameKind, MessageKind, HEADER_LEN, PROTOCOL_VERSION};
-
-const WHOLE: u8 = FLAG_FIRST | FLAG_LAST;
 use sitenet::services::{Echo, EchoReply};
-use sitenet::{Message, Node, Runtime, SendOptions};
+use sitenet::{Node, Runtime, SendOptions};
 
 /// The legitimate site's stream.
 const MESSAGES: u64 = 20_000;
@@ -44,50 +42,13 @@ const REASSEMBLY_BUDGET: u64 = 16 << 20;
 /// hundred channels, and the program itself, with room to spare.
 const RSS_BOUND: u64 = 96 << 20;
 
-fn tcp(addr: &str) -> TcpStream {
-    let s = TcpStream::connect(addr.strip_prefix("tcp:").unwrap()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s
-}
-
-/// Reads until the node closes the connection (or the read times out).
-fn until_closed(s: &mut TcpStream) {
-    let mut buf = [0u8; 16384];
-    while let Ok(n) = s.read(&mut buf) {
-        if n == 0 {
-            return;
-        }
-    }
-}
-
-/// A frame header on lane 3 for data, 5 for the rest (`flags`:
-/// FLAG_FIRST | FLAG_LAST for a whole message).
-fn frame_header(kind: FrameKind, flags: u8, payload_len: u32, msg_number: u64) -> [u8; HEADER_LEN] {
-    let lane = if kind == FrameKind::Data { 3 } else { 5 };
-    raw::frame_header(kind, lane, flags, payload_len, msg_number)
-}
-
-/// Runs `attack` in a loop on a thread of its own until `stop` is set.
-fn attacker(
-    stop: &Arc<AtomicBool>,
-    rounds: &Arc<AtomicU64>,
-    attack: impl Fn() + Send + 'static,
-) -> std::thread::JoinHandle<()> {
-    let (stop, rounds) = (stop.clone(), rounds.clone());
-    std::thread::spawn(move || {
-        while !stop.load(Ordering::Acquire) {
-            attack();
-            rounds.fetch_add(1, Ordering::Relaxed);
-        }
-    })
-}
-
-/// A message carrying site references (a peer's may name sites nobody
-/// knows).
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Peers(Vec<sitenet::SiteRef>);
-impl Message for Peers {
-    const ID: u32 = 731;
+/// A fresh raw peer's handshake with `target`, then what `build` writes.
+fn after_handshake(target: &str, build: impl FnOnce(&mut Wire)) -> raw::RawPeer {
+    let mut p = raw::RawPeer::connect(target);
+    let mut w = Wire::default();
+    build(&mut w);
+    let _ = p.socket.write_all(&w.bytes);
+    p
 }
 
 #[test]
@@ -119,116 +80,46 @@ fn a_node_under_every_attack_at_once_serves_its_legitimate_site() {
     let idle: Vec<TcpStream> = (0..IDLE_SOCKETS).map(|_| tcp(&target)).collect();
     // Garbage instead of a handshake.
     let t = target.clone();
-    attackers.push(attacker(&stop, &rounds, move || {
-        let mut s = tcp(&t);
-        let garbage: Vec<u8> = (0..4096).map(|_| rand::random::<u8>()).collect();
-        let _ = s.write_all(&garbage);
-        until_closed(&mut s);
-    }));
+    attackers.push(attacker(&stop, &rounds, move || attacks::garbage(&t)));
     // A wrong version, an oversized handshake frame, a truncated one.
     let t = target.clone();
     attackers.push(attacker(&stop, &rounds, move || {
-        let mut h = frame_header(FrameKind::Negotiate, WHOLE, 0, 0);
-        h[0] = PROTOCOL_VERSION.wrapping_add(1);
-        let mut s = tcp(&t);
-        let _ = s.write_all(&h);
-        until_closed(&mut s);
-        let mut s = tcp(&t);
-        let _ = s.write_all(&frame_header(FrameKind::Negotiate, WHOLE, u32::MAX, 0));
-        until_closed(&mut s);
-        let mut s = tcp(&t);
-        let _ = s.write_all(&frame_header(FrameKind::Negotiate, WHOLE, 10, 0)[..20]);
-        drop(s);
+        attacks::bad_handshake_frames(&t)
     }));
     // After a valid handshake: an oversized frame, a continuation with no
     // first fragment.
     let t = target.clone();
     attackers.push(attacker(&stop, &rounds, move || {
-        let mut p = raw::RawPeer::connect(&t);
-        let _ = p
-            .socket
-            .write_all(&frame_header(FrameKind::Data, WHOLE, 1 << 30, 1));
+        let mut p = after_handshake(&t, attacks::oversized_frame);
         until_closed(&mut p.socket);
-        let mut p = raw::RawPeer::connect(&t);
-        let mut f = frame_header(FrameKind::Data, FLAG_LAST, 4, 1).to_vec();
-        f.extend_from_slice(&[1, 2, 3, 4]);
-        let _ = p.socket.write_all(&f);
+        let mut p = after_handshake(&t, attacks::orphan_continuation);
         until_closed(&mut p.socket);
     }));
     // Malformed messages (a header that is not a `Numbered`), hundreds per
     // connection.
     let t = target.clone();
     attackers.push(attacker(&stop, &rounds, move || {
-        let mut p = raw::RawPeer::connect(&t);
-        let mut v = Vec::new();
-        for _ in 0..500 {
-            p.message(
-                &mut v,
-                Numbered::ID,
-                MessageKind::OneWay,
-                0,
-                b"\xc1\xc1",
-                &[],
-            );
-        }
-        let _ = p.socket.write_all(&v);
+        after_handshake(&t, attacks::malformed_messages);
     }));
     // Partial messages that stall: the first 60 KiB of a 1 MiB message,
     // then nothing (each holds reassembly budget until it is abandoned).
     let t = target.clone();
     attackers.push(attacker(&stop, &rounds, move || {
-        let mut p = raw::RawPeer::connect(&t);
-        let prelude = sitenet::protocols::Prelude {
-            type_id: Numbered::ID,
-            kind: MessageKind::OneWay,
-            header_len: 0,
-            body_len: 1 << 20,
-            corr: 0,
-        }
-        .encode();
-        let payload = 60 * 1024;
-        let mut f = frame_header(FrameKind::Data, FLAG_FIRST, payload as u32, 0).to_vec();
-        f.extend_from_slice(&prelude);
-        f.resize(HEADER_LEN + payload, 0);
-        let _ = p.socket.write_all(&f);
+        let mut p = after_handshake(&t, attacks::stalled_partial_message);
         until_closed(&mut p.socket);
     }));
     // Forwarded requests naming fresh origins, at addresses where nothing
     // answers: each forwarder holds at most a few such claims, each tried
     // once.
-    let nowhere = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("tcp:{}", l.local_addr().unwrap())
-    }; // (closed again: connections there are refused at once)
+    let nowhere = attacks::nowhere();
     let t = target.clone();
     attackers.push(attacker(&stop, &rounds, move || {
-        let mut p = raw::RawPeer::connect(&t);
-        let mut v = Vec::new();
-        for seq in 0..200u64 {
-            let origin = format!(
-                "{}@mem:siege-nowhere-{seq},{nowhere}",
-                sitenet::protocols::SiteId(rand::random::<u128>())
-            );
-            let header = rmp_serde::to_vec(&Echo { seq }).unwrap();
-            let block = raw::origin_block(&origin, &header);
-            p.message(&mut v, Echo::ID, MessageKind::Forward, seq + 1, &block, &[]);
-        }
-        let _ = p.socket.write_all(&v);
+        after_handshake(&t, |w| attacks::forwards_from_fresh_origins(w, &nowhere));
     }));
     // Messages carrying floods of references to sites nobody knows.
     let t = target.clone();
     attackers.push(attacker(&stop, &rounds, move || {
-        let mut p = raw::RawPeer::connect(&t);
-        let refs: Vec<String> = (0..500)
-            .map(|i| {
-                format!(
-                    "{}@mem:siege-ref-{i}",
-                    sitenet::protocols::SiteId(rand::random::<u128>())
-                )
-            })
-            .collect();
-        let header = rmp_serde::to_vec(&refs).unwrap();
-        p.send(Peers::ID, MessageKind::OneWay, 0, &header, &[]);
+        after_handshake(&t, attacks::site_ref_flood);
     }));
     // Readers that never read, asking for echoes with large bodies.
     let hogs: Vec<_> = (0..HOGS)

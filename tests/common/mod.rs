@@ -1,8 +1,10 @@
 //! Helpers shared by the end-to-end tests.
 #![allow(dead_code)]
 
+pub mod attacks;
 pub mod cli;
 pub mod counting;
+pub mod hostile;
 pub mod raw;
 
 use std::sync::atomic::{AtomicU64, Ordering};
