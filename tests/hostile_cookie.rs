@@ -444,6 +444,17 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
     assert_eq!(server.metrics().channels_opened, 1);
 }
 
+/// The siege of tests/siege.rs with every node and every attacker that
+/// handshakes holding the cookie: members under every attack at once by
+/// other members (forged claims on the legitimate member's id included,
+/// refused by the continuity proof) — the legitimate member's stream is
+/// complete and in order, its channel never closed, the process's memory
+/// under the siege's stated bound, and what the attackers cost returned.
+#[test]
+fn under_a_cookie_a_node_under_every_members_attack_at_once_serves_its_member() {
+    common::siege::siege(&Level::cookie(cookie(1)));
+}
+
 /// Issue 17's bound on forwarded origins holds for a member: 3,000
 /// forwards naming fresh sites by a raw peer holding the cookie leave at
 /// most the claims' bound of entries, dial at most that many times, and

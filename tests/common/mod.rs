@@ -6,6 +6,7 @@ pub mod cli;
 pub mod counting;
 pub mod hostile;
 pub mod raw;
+pub mod siege;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
