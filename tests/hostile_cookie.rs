@@ -127,7 +127,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
         SlotConfig::from_fd_limit(1024),
         Box::new(DefaultPolicy::default()),
     );
-    let mut buffer_size = 0u64;
+    let (mut buffer_size, mut pending_cap) = (0u64, 0u64);
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
         .runtime(Runtime::dedicated("cookie-siege-server"))
@@ -145,6 +145,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
             c.unreachable_give_up = Duration::from_secs(1);
             c.linger = Duration::from_secs(1);
             buffer_size = c.buffer_size as u64;
+            pending_cap = c.max_pending_handshakes as u64;
         })
         .start()
         .unwrap();
@@ -168,7 +169,8 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
     // One channel's two rings at full size: what the member's channel may
     // hold, and all the node's channels may ever hold during the siege.
     let one_channel = 2 * buffer_size;
-    assert!(server.metrics().channel_buffer_bytes_peak <= one_channel);
+    let peak = server.metrics().channel_buffer_bytes_peak;
+    assert!(peak > 0 && peak <= one_channel, "{peak}");
 
     let stop = Arc::new(AtomicBool::new(false));
     // Each attacker's rounds.
@@ -394,6 +396,10 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
         m.unproven_claims_refused, 0,
         "a stranger reached a ComObject"
     );
+    // What a stranger can hold before its NEGOTIATE is a pending
+    // handshake (a descriptor and the handshake's minimum rings), within
+    // issue 17's cap.
+    assert!(m.handshakes_pending_peak <= pending_cap, "{m:?}");
     assert!(
         m.channel_buffer_bytes_peak <= one_channel && st.transport_bytes_peak <= one_channel,
         "rings beyond the member's: peak {} bytes, one channel {one_channel}",
