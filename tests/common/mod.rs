@@ -1,9 +1,12 @@
 //! Helpers shared by the end-to-end tests.
 #![allow(dead_code)]
 
+pub mod attacks;
 pub mod cli;
 pub mod counting;
+pub mod hostile;
 pub mod raw;
+pub mod siege;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

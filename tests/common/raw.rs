@@ -46,28 +46,57 @@ impl RawPeer {
         listen: Vec<String>,
         keys: Keyring,
     ) -> Result<Self, OpenError> {
+        Self::open(target, id, initiator(id, listen, keys), &[])
+            .map_err(|e| e.expect("the node closed the channel during the handshake"))
+    }
+
+    /// Runs the initiator's machine `hs` (as site `id`) on a fresh
+    /// connection to `target` (`tcp:HOST:PORT`), writing `after` in the same
+    /// write as its NEGOTIATE, before the node has answered: a peer that
+    /// sends what it means to send whether or not it is let in. The error
+    /// is the open's (`None`: the node closed the channel, or reset it,
+    /// before its answer was read).
+    pub fn open(
+        target: &str,
+        id: SiteId,
+        mut hs: Initiator,
+        after: &[u8],
+    ) -> Result<Self, Option<OpenError>> {
         let hostport = target.strip_prefix("tcp:").expect("tcp address");
         let mut s = TcpStream::connect(hostport).expect("connect");
         s.set_read_timeout(Some(PATIENCE)).unwrap();
-        let local = LocalInfo {
-            site: id,
-            listen,
-            buffer_size: 65_536,
-            max_message: 1 << 20,
-        };
-        let mut hs = Initiator::new(local, None, 0, 0, rand::random()).with_keys(keys);
+        s.set_write_timeout(Some(PATIENCE)).unwrap();
         let mut inb = ByteBuffer::new(65_536);
         let mut outb = ByteBuffer::new(65_536);
         let mut buf = [0u8; 4096];
+        let mut after = Some(after);
+        // Once NEGOTIATE is written, the node may close the channel, or
+        // reset it (closing with input unread), and a write may meet that.
+        let mut negotiated = false;
         loop {
-            let n = s.read(&mut buf).expect("read");
-            assert!(n > 0, "the node closed the channel during the handshake");
+            let n = match s.read(&mut buf) {
+                Ok(0) => return Err(None),
+                Ok(n) => n,
+                Err(e) if negotiated && e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Err(None)
+                }
+                Err(e) => panic!("read: {e}"),
+            };
             inb.push(&buf[..n]);
-            let done = hs.handle_input(&mut inb, &mut outb)?;
+            let done = hs.handle_input(&mut inb, &mut outb).map_err(Some)?;
             let (a, b) = outb.chunks();
-            s.write_all(&[a, b].concat()).unwrap();
+            let mut out = [a, b].concat();
             outb.clear();
+            if !out.is_empty() {
+                if let Some(rest) = after.take() {
+                    out.extend_from_slice(rest);
+                }
+                negotiated = true;
+                // A failed write shows in the next read.
+                let _ = s.write_all(&out);
+            }
             if done.is_some() {
+                s.set_write_timeout(None).unwrap();
                 return Ok(Self {
                     socket: s,
                     id,
@@ -80,7 +109,13 @@ impl RawPeer {
     /// [`connect_as`](Self::connect_as) a fresh random site that listens
     /// nowhere (it cannot be called back).
     pub fn connect(target: &str) -> Self {
-        Self::connect_as(target, SiteId(rand::random::<u128>()), Vec::new())
+        Self::connect_keyed(target, Keyring::default())
+    }
+
+    /// [`connect`](Self::connect) proving the cookies in `keys`.
+    pub fn connect_keyed(target: &str, keys: Keyring) -> Self {
+        Self::try_connect_keyed(target, SiteId(rand::random::<u128>()), Vec::new(), keys)
+            .expect("handshake")
     }
 
     /// A fresh peer (see [`connect`](Self::connect)) that asks the
@@ -88,14 +123,15 @@ impl RawPeer {
     /// replies) and never reads: what the node then owes it is held until
     /// the peer reads, goes, or is given up. Returned to keep the channel.
     pub fn echo_hog(target: &str) -> Self {
-        use sitenet::services::Echo;
-        use sitenet::Message;
-        let mut p = Self::connect(target);
-        let body = vec![7u8; 32 * 1024];
-        for seq in 0..200u64 {
-            let header = rmp_serde::to_vec(&Echo { seq }).unwrap();
-            p.send(Echo::ID, MessageKind::Request, seq + 1, &header, &body);
-        }
+        Self::echo_hog_keyed(target, Keyring::default())
+    }
+
+    /// [`echo_hog`](Self::echo_hog) proving the cookies in `keys`.
+    pub fn echo_hog_keyed(target: &str, keys: Keyring) -> Self {
+        let mut p = Self::connect_keyed(target, keys);
+        let mut w = Wire::default();
+        echo_hog_requests(&mut w);
+        p.socket.write_all(&w.bytes).unwrap();
         p
     }
 
@@ -111,22 +147,7 @@ impl RawPeer {
         body: &[u8],
     ) {
         self.last_sent += 1;
-        let mut payload = Prelude {
-            type_id,
-            kind,
-            header_len: header.len() as u32,
-            body_len: body.len() as u64,
-            corr,
-        }
-        .encode()
-        .to_vec();
-        payload.extend_from_slice(header);
-        payload.extend_from_slice(body);
-        let h = FrameHeader::whole(FrameKind::Data, 3, self.last_sent, payload.len() as u32, 0);
-        let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
-        h.encode(&mut hb);
-        v.extend_from_slice(&hb);
-        v.extend_from_slice(&payload);
+        encode_message(v, self.last_sent, type_id, kind, corr, header, body);
     }
 
     /// Sends one message (see [`message`](Self::message)).
@@ -294,4 +315,95 @@ pub fn origin_block(origin: &str, header: &[u8]) -> Vec<u8> {
     v.extend_from_slice(origin.as_bytes());
     v.extend_from_slice(header);
     v
+}
+
+/// The initiator's machine of a raw peer: site `id`, listing `listen`,
+/// proving the cookies in `keys`, new to the node (it claims no message
+/// received, no generation).
+pub fn initiator(id: SiteId, listen: Vec<String>, keys: Keyring) -> Initiator {
+    let local = LocalInfo {
+        site: id,
+        listen,
+        buffer_size: 65_536,
+        max_message: 1 << 20,
+    };
+    Initiator::new(local, None, 0, 0, rand::random()).with_keys(keys)
+}
+
+/// Appends one DATA frame (lane 3) holding one whole message numbered
+/// `number` to `v`.
+fn encode_message(
+    v: &mut Vec<u8>,
+    number: u64,
+    type_id: u32,
+    kind: MessageKind,
+    corr: u64,
+    header: &[u8],
+    body: &[u8],
+) {
+    let mut payload = Prelude {
+        type_id,
+        kind,
+        header_len: header.len() as u32,
+        body_len: body.len() as u64,
+        corr,
+    }
+    .encode()
+    .to_vec();
+    payload.extend_from_slice(header);
+    payload.extend_from_slice(body);
+    let h = FrameHeader::whole(FrameKind::Data, 3, number, payload.len() as u32, 0);
+    let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
+    h.encode(&mut hb);
+    v.extend_from_slice(&hb);
+    v.extend_from_slice(&payload);
+}
+
+/// What a raw peer writes after its handshake, built before it has one:
+/// messages numbered from 1, as a fresh [`RawPeer`] numbers them, and any
+/// frames a test writes by hand.
+#[derive(Default)]
+pub struct Wire {
+    pub bytes: Vec<u8>,
+    last_sent: u64,
+}
+
+impl Wire {
+    /// Appends one whole message (see [`RawPeer::message`]).
+    pub fn message(
+        &mut self,
+        type_id: u32,
+        kind: MessageKind,
+        corr: u64,
+        header: &[u8],
+        body: &[u8],
+    ) {
+        self.last_sent += 1;
+        encode_message(
+            &mut self.bytes,
+            self.last_sent,
+            type_id,
+            kind,
+            corr,
+            header,
+            body,
+        );
+    }
+
+    /// Appends bytes as they are (a frame written by hand).
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
+    }
+}
+
+/// 200 echo requests with 32 KiB bodies (6.4 MB of replies): what
+/// [`RawPeer::echo_hog`] asks for and never reads.
+pub fn echo_hog_requests(w: &mut Wire) {
+    use sitenet::services::Echo;
+    use sitenet::Message;
+    let body = vec![7u8; 32 * 1024];
+    for seq in 0..200u64 {
+        let header = rmp_serde::to_vec(&Echo { seq }).unwrap();
+        w.message(Echo::ID, MessageKind::Request, seq + 1, &header, &body);
+    }
 }
