@@ -38,8 +38,10 @@ pub struct StressConfig {
     pub cut_rate: f64,
     /// Seeds the workload and the cuts: a run can be replayed.
     pub seed: u64,
-    /// The byte channels: `tcp` (loopback), `unix` (a socket file in the
-    /// temp directory) or `mem` (in-process, no descriptor).
+    /// The byte channels: `tcp` (loopback), `tls` (loopback, mutual TLS
+    /// with a certificate per node from a CA made for the run), `unix` (a
+    /// socket file in the temp directory) or `mem` (in-process, no
+    /// descriptor).
     pub transport: String,
     /// If set, each client stops after this many bursts (a fixed amount of
     /// work, for comparing runs of different sizes: `--sweep`); the run
@@ -64,6 +66,28 @@ impl Default for StressConfig {
             rounds: None,
             cookies: Vec::new(),
         }
+    }
+}
+
+/// A run's own CA (`--transport tls`): every node of the run gets a
+/// certificate of its own from it, as a deployment's sites do.
+struct RunPki(crate::transport::tls::certs::CertAndKey);
+
+impl RunPki {
+    fn new() -> Result<Self, StressError> {
+        crate::transport::tls::certs::new_ca()
+            .map(Self)
+            .map_err(|e| StressError::Config(e.to_string()))
+    }
+
+    /// A TLS identity for a fresh site.
+    fn site(&self) -> Result<crate::transport::tls::TlsIdentity, StressError> {
+        use crate::transport::tls::{certs, TlsIdentity};
+        let id = crate::protocols::SiteId(rand::random());
+        let s = certs::new_site(&self.0, id, &certs::Validity::default())
+            .map_err(|e| StressError::Config(e.to_string()))?;
+        TlsIdentity::from_pem(&s.cert_pem, &s.key_pem, &self.0.cert_pem)
+            .map_err(|e| StressError::Config(e.to_string()))
     }
 }
 
@@ -293,20 +317,25 @@ pub fn run(
                 .display()
         ),
         "mem" => crate::transport::Address::unique_mem("sitenet-stress").to_string(),
+        "tls" => "tls:127.0.0.1:0".to_string(),
         other => {
             return Err(StressError::Config(format!(
-                "unknown transport {other:?}: use tcp, unix or mem"
+                "unknown transport {other:?}: use tcp, tls, unix or mem"
             )))
         }
     };
+    // `tls`: a CA for the run, and a certificate per node.
+    let pki = (cfg.transport == "tls").then(RunPki::new).transpose()?;
     let slots = TransController::new(slot_cfg, policy);
     let injector = FaultInjector::new(cfg.seed);
     let checker = Arc::new(Checker::default());
+    let server_tls = pki.as_ref().map(RunPki::site).transpose()?;
     let server = Node::builder()
         .listen(listen.clone())
         .configure(|c| {
             quick(c);
             c.cookies = cfg.cookies.clone();
+            c.tls = server_tls;
             c.trans_controller = Some(slots.clone());
             c.fault_injector = Some(injector.clone());
         })
@@ -331,10 +360,12 @@ pub fn run(
     let mut clients = Vec::with_capacity(cfg.clients);
     let mut tasks = Vec::with_capacity(cfg.clients);
     for i in 0..cfg.clients {
+        let tls = pki.as_ref().map(RunPki::site).transpose()?;
         let node = Node::builder()
             .configure(|c| {
                 quick(c);
                 c.cookies = cfg.cookies.clone();
+                c.tls = tls;
             })
             .start()?;
         let site = node.site(&target)?;

@@ -1,34 +1,8 @@
-//! `--cookie-file PATH` on every command that talks to a node, and
-//! `sitenet cookie new PATH` (issue 18, the cookie level).
+//! `sitenet cookie new PATH` (issue 18, the cookie level; the
+//! `--cookie-file` option is in `auth.rs`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-use sitenet::protocols::Cookie;
-
-/// The cookie options shared by `node`, `ping`, `send`, `stats` and
-/// `stress`.
-#[derive(clap::Args, Debug, Default)]
-pub(crate) struct Auth {
-    /// A cookie file (from `sitenet cookie new`): only nodes holding the
-    /// same cookie connect. Repeat to accept several while rotating; the
-    /// first is the one this node proves. A file readable by group or
-    /// others is refused. Without one, anyone who reaches the node is any
-    /// site.
-    #[arg(long = "cookie-file", value_name = "PATH")]
-    cookie_files: Vec<PathBuf>,
-}
-
-impl Auth {
-    /// The cookies, primary first; a file that cannot be used is a usage
-    /// error (exit 2), as ssh refuses a key others can read.
-    pub(crate) fn cookies(&self) -> Result<Vec<Cookie>, ExitCode> {
-        self.cookie_files
-            .iter()
-            .map(|p| sitenet::cookie_file::load(p).map_err(crate::usage))
-            .collect()
-    }
-}
 
 #[derive(clap::Subcommand)]
 pub(crate) enum CookieCmd {

@@ -31,15 +31,18 @@ enum Cmd {
     /// Serve a site: an echo service (for `ping`). Prints one JSON line with
     /// its site id and real listen addresses, then runs until interrupted.
     Node {
-        /// Address to listen on, e.g. tcp:127.0.0.1:7000 (port 0 picks a free one).
-        #[arg(long, default_value = "tcp:127.0.0.1:0")]
+        /// Address to listen on, e.g. tcp:127.0.0.1:7000 (port 0 picks a free
+        /// one); repeat for several. Default: tcp:127.0.0.1:0, or
+        /// tls:127.0.0.1:0 with --cert (a node with a certificate listens
+        /// only on tls: addresses).
+        #[arg(long)]
         listen: Vec<String>,
         /// Answer `sitenet stats` from other hosts too (by default only from
         /// this host: the stats name every connected site).
         #[arg(long)]
         stats_from_anywhere: bool,
         #[command(flatten)]
-        auth: cookie::Auth,
+        auth: auth::Auth,
     },
     /// Measure round trips to a node's echo service.
     Ping {
@@ -60,7 +63,7 @@ enum Cmd {
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
         #[command(flatten)]
-        auth: cookie::Auth,
+        auth: auth::Auth,
     },
     /// Stream numbered messages to a node's sink, wait until every one is
     /// acknowledged, and report the sink's verdict (loss, duplicates, order).
@@ -89,7 +92,7 @@ enum Cmd {
         #[arg(long, default_value_t = 60.0)]
         give_up: f64,
         #[command(flatten)]
-        auth: cookie::Auth,
+        auth: auth::Auth,
     },
     /// Start two nodes in this process, exchange messages and request/replies,
     /// and print what happened.
@@ -121,15 +124,21 @@ enum Cmd {
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
         #[command(flatten)]
-        auth: cookie::Auth,
+        auth: auth::Auth,
     },
     /// Shared-secret authentication (the cookie level): `sitenet cookie
     /// new PATH` writes a fresh random cookie, readable by its owner only.
     #[command(subcommand)]
     Cookie(cookie::CookieCmd),
+    /// Certificates for the TLS level: `sitenet cert ca DIR` makes a CA,
+    /// `sitenet cert site --ca DIR DIR2` a certificate for a fresh site id.
+    #[command(subcommand)]
+    Cert(cert::CertCmd),
 }
 
+mod auth;
 mod bench;
+mod cert;
 mod cookie;
 mod plot;
 mod stats;
@@ -180,6 +189,7 @@ fn main() -> ExitCode {
             auth,
         } => stats::run(&addr, json, timeout, auth),
         Cmd::Cookie(c) => cookie::run(c),
+        Cmd::Cert(c) => cert::run(c),
     }
 }
 
@@ -193,26 +203,30 @@ pub(crate) fn failure(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn run_node(listen: Vec<String>, stats_from_anywhere: bool, auth: cookie::Auth) -> ExitCode {
+fn run_node(mut listen: Vec<String>, stats_from_anywhere: bool, auth: auth::Auth) -> ExitCode {
+    if listen.is_empty() {
+        let scheme = if auth.has_tls() { "tls" } else { "tcp" };
+        listen.push(format!("{scheme}:127.0.0.1:0"));
+    }
     for a in &listen {
         if let Err(e) = a.parse::<Address>() {
             return usage(e);
         }
     }
-    let cookies = match auth.cookies() {
-        Ok(c) => c,
+    let security = match auth.load() {
+        Ok(s) => s,
         Err(code) => return code,
     };
-    if cookies.is_empty() {
+    if security.cookies.is_empty() && security.tls.is_none() {
         eprintln!(
-            "sitenet node: no --cookie-file: ANYONE WHO REACHES THE LISTEN ADDRESSES CAN BE ANY SITE"
+            "sitenet node: no --cookie-file and no --cert: ANYONE WHO REACHES THE LISTEN ADDRESSES CAN BE ANY SITE"
         );
     }
     // The CLI's node serves echo (`sitenet ping`) and the sink (`sitenet send`).
     let mut b = Node::builder().configure(|c| {
         c.builtin_services = true;
         c.stats_from_anywhere = stats_from_anywhere;
-        c.cookies = cookies;
+        security.apply(c);
     });
     for a in listen {
         b = b.listen(a);
@@ -268,7 +282,7 @@ fn run_ping(
     size: usize,
     json: bool,
     timeout: f64,
-    auth: cookie::Auth,
+    auth: auth::Auth,
 ) -> ExitCode {
     if let Err(e) = check_target(addr) {
         return usage(e);
@@ -277,13 +291,13 @@ fn run_ping(
         Ok(t) => t,
         Err(e) => return usage(e),
     };
-    let cookies = match auth.cookies() {
-        Ok(c) => c,
+    let security = match auth.load() {
+        Ok(s) => s,
         Err(code) => return code,
     };
     let (node, site) = match client(addr, |c| {
         c.connect_timeout = timeout;
-        c.cookies = cookies;
+        security.apply(c);
     }) {
         Ok(x) => x,
         Err(code) => return code,
@@ -352,7 +366,7 @@ fn run_send(
     json: bool,
     timeout: f64,
     give_up: f64,
-    auth: cookie::Auth,
+    auth: auth::Auth,
 ) -> ExitCode {
     use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
     if let Err(e) = check_target(addr) {
@@ -363,14 +377,14 @@ fn run_send(
         (Err(e), _) | (_, Err(e)) => return usage(e),
     };
     let prio = sitenet::Priority::from_lane(priority).expect("validated by clap");
-    let cookies = match auth.cookies() {
-        Ok(c) => c,
+    let security = match auth.load() {
+        Ok(s) => s,
         Err(code) => return code,
     };
     let (node, site) = match client(addr, |c| {
         c.connect_timeout = timeout;
         c.give_up_after = Some(give_up);
-        c.cookies = cookies;
+        security.apply(c);
     }) {
         Ok(x) => x,
         Err(code) => return code,

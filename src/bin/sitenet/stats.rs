@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use sitenet::SendOptions;
 
-pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::cookie::Auth) -> ExitCode {
+pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::auth::Auth) -> ExitCode {
     use sitenet::services::{StatsQuery, StatsReply};
     if let Err(e) = crate::check_target(addr) {
         return crate::usage(e);
@@ -15,13 +15,13 @@ pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::cookie::Aut
         Ok(t) => t,
         Err(e) => return crate::usage(e),
     };
-    let cookies = match auth.cookies() {
-        Ok(c) => c,
+    let security = match auth.load() {
+        Ok(s) => s,
         Err(code) => return code,
     };
     let (_node, site) = match crate::client(addr, |c| {
         c.connect_timeout = timeout;
-        c.cookies = cookies;
+        security.apply(c);
     }) {
         Ok(x) => x,
         Err(code) => return code,

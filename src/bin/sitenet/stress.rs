@@ -16,9 +16,10 @@ pub(crate) struct Args {
     /// fifths of it): the Mozart paper's server had 30.
     #[arg(long, default_value_t = 30)]
     slots: usize,
-    /// The byte channels used: TCP loopback, a Unix socket, or in-process
-    /// mem channels (no descriptors).
-    #[arg(long, default_value = "tcp", value_parser = ["tcp", "unix", "mem"])]
+    /// The byte channels used: TCP loopback, TLS over TCP loopback (a CA
+    /// made for the run, a certificate per node), a Unix socket, or
+    /// in-process mem channels (no descriptors).
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "tls", "unix", "mem"])]
     transport: String,
     /// The server's preemption policy.
     #[arg(long, default_value = "default", value_parser = ["naive", "default"])]
@@ -50,7 +51,7 @@ pub(crate) struct Args {
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     sweep: Vec<usize>,
     #[command(flatten)]
-    auth: crate::cookie::Auth,
+    auth: crate::auth::Auth,
 }
 
 pub(crate) fn run(a: Args) -> ExitCode {
@@ -64,8 +65,14 @@ pub(crate) fn run(a: Args) -> ExitCode {
             a.cut_rate
         ));
     }
-    let cookies = match a.auth.cookies() {
-        Ok(c) => c,
+    if a.auth.has_tls() {
+        return crate::usage(
+            "stress runs every node in this process, each a site of its own: \
+             use --transport tls, which makes a CA for the run and a certificate per node",
+        );
+    }
+    let cookies = match a.auth.load() {
+        Ok(s) => s.cookies,
         Err(code) => return code,
     };
     let cfg = StressConfig {
