@@ -29,6 +29,8 @@ fn check_rows(v: &serde_json::Value) {
         ("throughput_64", "msg/s"),
         ("bulk_8m", "MB/s"),
         ("hol_64_behind_64m", "ms"),
+        ("rtt_64_tls", "us"),
+        ("bulk_8m_tls", "MB/s"),
     ];
     assert_eq!(rows.len(), expected.len(), "{v}");
     for (row, (workload, unit)) in rows.iter().zip(expected) {
@@ -67,7 +69,7 @@ fn bench_refuses_a_bad_option_and_an_unknown_server_kind() {
         .output()
         .unwrap();
     assert_eq!(s.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&s.stderr).contains("sitenet or raw"));
+    assert!(String::from_utf8_lossy(&s.stderr).contains("sitenet, sitenet-tls or raw"));
 }
 
 #[test]

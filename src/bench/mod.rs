@@ -9,6 +9,7 @@
 //! | `throughput_64` | 64-byte messages one way, until all are acknowledged (sitenet) or counted (raw) | msg/s |
 //! | `bulk_8m` | 8 MiB messages one way | MB/s |
 //! | `hol_64_behind_64m` | a 64-byte message at priority 4 queued right after a 64 MiB one at priority 2: until its echo is back | ms |
+//! | `rtt_64_tls`, `bulk_8m_tls` | `rtt_64` and `bulk_8m` over `tls:` (mutual TLS 1.3, certificates of a CA made for the run); the raw baseline is plain TCP | µs, MB/s |
 //!
 //! Each workload runs `rounds` times (default 3) and the median is kept.
 //! With `processes`, each server runs in its own OS process (this
@@ -17,6 +18,7 @@
 
 pub mod raw;
 mod site;
+mod tls;
 
 pub use site::echo_round_trips;
 
@@ -65,7 +67,7 @@ impl Default for BenchConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     /// `rtt_64`, `rtt_4k`, `rtt_64k`, `rtt_1m`, `throughput_64`,
-    /// `bulk_8m` or `hol_64_behind_64m`.
+    /// `bulk_8m`, `hol_64_behind_64m`, `rtt_64_tls` or `bulk_8m_tls`.
     pub workload: &'static str,
     /// `us`, `msg/s`, `MB/s` or `ms`.
     pub unit: &'static str,
@@ -98,8 +100,11 @@ pub enum BenchError {
 }
 
 /// The workloads' names, in the order they run.
-const WORKLOADS: &str =
-    "rtt_64, rtt_4k, rtt_64k, rtt_1m, throughput_64, bulk_8m, hol_64_behind_64m";
+const WORKLOADS: &str = "rtt_64, rtt_4k, rtt_64k, rtt_1m, throughput_64, bulk_8m, \
+     hol_64_behind_64m, rtt_64_tls, bulk_8m_tls";
+
+/// The workloads that run over TLS (against a server with a certificate).
+const TLS_WORKLOADS: [&str; 2] = ["rtt_64_tls", "bulk_8m_tls"];
 
 /// What one workload measures.
 #[derive(Debug, Clone, Copy)]
@@ -122,7 +127,7 @@ enum Work {
 }
 
 impl Work {
-    fn all(quick: bool) -> [(&'static str, &'static str, Work); 7] {
+    fn all(quick: bool) -> [(&'static str, &'static str, Work); 9] {
         let q = |full: u64, small: u64| if quick { small } else { full };
         [
             (
@@ -183,6 +188,23 @@ impl Work {
                     small: 64,
                 },
             ),
+            (
+                "rtt_64_tls",
+                "us",
+                Work::Rtt {
+                    size: 64,
+                    count: q(10_000, 200),
+                },
+            ),
+            (
+                "bulk_8m_tls",
+                "MB/s",
+                Work::Stream {
+                    size: 8 << 20,
+                    count: q(64, 4),
+                    bytes: true,
+                },
+            ),
         ]
     }
 
@@ -215,9 +237,17 @@ impl Drop for ServerProcess {
 
 /// Starts `exe bench --serve KIND` and reads the address it listens on
 /// from its first stdout line (`{"listen": "…"}`).
-fn spawn_server(exe: &PathBuf, kind: &'static str) -> Result<(ServerProcess, String), BenchError> {
-    let mut child = Command::new(exe)
-        .args(["bench", "--serve", kind])
+fn spawn_server(
+    exe: &PathBuf,
+    kind: &'static str,
+    tls_dir: Option<&std::path::Path>,
+) -> Result<(ServerProcess, String), BenchError> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["bench", "--serve", kind]);
+    if let Some(d) = tls_dir {
+        cmd.arg("--tls-dir").arg(d);
+    }
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -236,25 +266,46 @@ fn spawn_server(exe: &PathBuf, kind: &'static str) -> Result<(ServerProcess, Str
     Ok((proc, listen.to_string()))
 }
 
-/// The sitenet server: a node with the built-in echo and sink services.
-pub fn sitenet_server(rt: Option<Runtime>) -> Result<Node, crate::NodeError> {
-    let mut b = Node::builder()
-        .listen("tcp:127.0.0.1:0")
-        .configure(|c| c.builtin_services = true);
+/// The sitenet server: a node with the built-in echo and sink services
+/// (over TLS, on `tls:`, with `tls`).
+pub fn sitenet_server(
+    rt: Option<Runtime>,
+    tls: Option<crate::transport::tls::TlsIdentity>,
+) -> Result<Node, crate::NodeError> {
+    let listen = if tls.is_some() {
+        "tls:127.0.0.1:0"
+    } else {
+        "tcp:127.0.0.1:0"
+    };
+    let mut b = Node::builder().listen(listen).configure(|c| {
+        c.builtin_services = true;
+        c.tls = tls;
+    });
     if let Some(rt) = rt {
         b = b.runtime(rt);
     }
     b.start()
 }
 
-/// Serves `kind` (`sitenet` or `raw`) until the process is killed, after
-/// printing `{"listen": "…"}` on stdout (the `--serve` mode of `sitenet
-/// bench`, which the processes mode starts).
-pub fn serve(kind: &str) -> Result<(), BenchError> {
+/// Serves `kind` (`sitenet`, `sitenet-tls` with the certificates in
+/// `tls_dir` as [`tls::BenchPki`] wrote them, or `raw`) until the process
+/// is killed, after printing `{"listen": "…"}` on stdout (the `--serve`
+/// mode of `sitenet bench`, which the processes mode starts).
+pub fn serve(kind: &str, tls_dir: Option<&std::path::Path>) -> Result<(), BenchError> {
     use std::io::Write;
+    let tls = match (kind, tls_dir) {
+        ("sitenet-tls", Some(d)) => Some(tls::BenchPki::server_identity(d)?),
+        ("sitenet-tls", None) => {
+            return Err(BenchError::Server(
+                "sitenet-tls",
+                "--serve sitenet-tls needs --tls-dir".into(),
+            ))
+        }
+        _ => None,
+    };
     match kind {
-        "sitenet" => {
-            let node = sitenet_server(None)?;
+        "sitenet" | "sitenet-tls" => {
+            let node = sitenet_server(None, tls)?;
             println!(
                 "{}",
                 serde_json::json!({ "listen": node.listen_addresses()[0] })
@@ -271,7 +322,7 @@ pub fn serve(kind: &str) -> Result<(), BenchError> {
         .map_err(|e| BenchError::Server("raw", e.to_string())),
         other => Err(BenchError::Server(
             "bench",
-            format!("unknown server kind {other:?}: use sitenet or raw"),
+            format!("unknown server kind {other:?}: use sitenet, sitenet-tls or raw"),
         )),
     }
 }
@@ -280,61 +331,102 @@ pub fn serve(kind: &str) -> Result<(), BenchError> {
 /// `progress` is told each workload's name as it starts.
 pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>, BenchError> {
     // Servers: threads of this process, or processes of their own.
+    let all = Work::all(cfg.quick);
+    if let Some(bad) = cfg.only.iter().find(|w| !all.iter().any(|(n, ..)| n == w)) {
+        return Err(BenchError::UnknownWorkload(bad.clone()));
+    }
+    let selected = |name: &str| cfg.only.is_empty() || cfg.only.iter().any(|w| w == name);
+    // The TLS rows need a CA, a server certificate and a client one.
+    let pki = TLS_WORKLOADS
+        .iter()
+        .any(|w| selected(w))
+        .then(tls::BenchPki::new)
+        .transpose()?;
     let mut children = Vec::new();
-    let mut local_server = None;
-    let (site_addr, raw_addr) = if cfg.processes {
+    let mut local_servers = Vec::new();
+    let (site_addr, raw_addr, tls_addr) = if cfg.processes {
         let exe = match &cfg.server_exe {
             Some(p) => p.clone(),
             None => {
                 std::env::current_exe().map_err(|e| BenchError::Server("sitenet", e.to_string()))?
             }
         };
-        let (p1, a1) = spawn_server(&exe, "sitenet")?;
-        let (p2, a2) = spawn_server(&exe, "raw")?;
+        let (p1, a1) = spawn_server(&exe, "sitenet", None)?;
+        let (p2, a2) = spawn_server(&exe, "raw", None)?;
         children.push(p1);
         children.push(p2);
-        (a1, a2)
+        let a3 = match &pki {
+            Some(p) => {
+                let (p3, a3) = spawn_server(&exe, "sitenet-tls", Some(p.dir()))?;
+                children.push(p3);
+                Some(a3)
+            }
+            None => None,
+        };
+        (a1, a2, a3)
     } else {
-        let node = sitenet_server(Some(Runtime::dedicated("bench-server")))?;
+        let node = sitenet_server(Some(Runtime::dedicated("bench-server")), None)?;
         let a = node.listen_addresses()[0].clone();
-        local_server = Some(node);
+        local_servers.push(node);
+        let a3 = match &pki {
+            Some(p) => {
+                let id = tls::BenchPki::server_identity(p.dir())?;
+                let rt = Runtime::dedicated("bench-tls-server");
+                let node = sitenet_server(Some(rt), Some(id))?;
+                let a3 = node.listen_addresses()[0].clone();
+                local_servers.push(node);
+                Some(a3)
+            }
+            None => None,
+        };
         let r = raw::spawn_server_thread().map_err(|e| BenchError::Server("raw", e.to_string()))?;
-        (a, r.to_string())
+        (a, r.to_string(), a3)
     };
     let client = Node::builder().start()?;
     let site = client.site(&site_addr)?;
+    // The TLS client: a node of its own, with its certificate.
+    let tls_client = match (&pki, &tls_addr) {
+        (Some(p), Some(a)) => {
+            let node = Node::builder()
+                .configure(|c| c.tls = Some(p.client_identity.clone()))
+                .start()?;
+            let site = node.site(a)?;
+            Some((node, site))
+        }
+        _ => None,
+    };
     let raw_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(BenchError::Raw)?;
     let t = cfg.timeout;
     let mut rows = Vec::new();
-    let all = Work::all(cfg.quick);
-    if let Some(bad) = cfg.only.iter().find(|w| !all.iter().any(|(n, ..)| n == w)) {
-        return Err(BenchError::UnknownWorkload(bad.clone()));
-    }
     for (name, unit, work) in all {
-        if !cfg.only.is_empty() && !cfg.only.iter().any(|w| w == name) {
+        if !selected(name) {
             continue;
         }
         progress(name);
+        let (client, site) = match &tls_client {
+            Some((n, s)) if TLS_WORKLOADS.contains(&name) => (n, s),
+            _ => (&client, &site),
+        };
         let mut s_figs = Vec::new();
         let mut r_figs = Vec::new();
         for _ in 0..cfg.rounds.max(1) {
             let (sf, rf) = match work {
                 Work::Rtt { size, count } => {
-                    let h = site::echo_round_trips(&client, &site, count, size, t)?;
+                    let h = site::echo_round_trips(client, site, count, size, t)?;
                     let r = raw_rt.block_on(raw::rtt(&raw_addr, count, size, t))?;
                     let zero = Duration::ZERO;
                     (work.figure(Some(&h), zero), work.figure(Some(&r), zero))
                 }
                 Work::Stream { size, count, .. } => {
-                    let d = site::stream(&client, &site, count, size, t)?;
+                    let d = site::stream(client, site, count, size, t)?;
                     let r = raw_rt.block_on(raw::stream(&raw_addr, count, size, t))?;
                     (work.figure(None, d), work.figure(None, r))
                 }
                 Work::HeadOfLine { big, small } => {
-                    let d = site::head_of_line(&client, &site, big, small, t)?;
+                    let d = site::head_of_line(client, site, big, small, t)?;
                     let r = raw_rt.block_on(raw::head_of_line(&raw_addr, big, small, t))?;
                     (work.figure(None, d), work.figure(None, r))
                 }
@@ -357,10 +449,15 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
     }
     drop(site);
     client.shutdown_blocking(Duration::from_secs(5));
-    if let Some(n) = local_server {
+    if let Some((n, s)) = tls_client {
+        drop(s);
+        n.shutdown_blocking(Duration::from_secs(5));
+    }
+    for n in local_servers {
         n.shutdown_blocking(Duration::from_secs(5));
     }
     drop(children);
+    drop(pki);
     Ok(rows)
 }
 

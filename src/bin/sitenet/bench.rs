@@ -32,11 +32,14 @@ pub(crate) struct Args {
     /// its address; used by `--processes` itself.
     #[arg(long, hide = true)]
     serve: Option<String>,
+    /// The certificates of `--serve sitenet-tls` (made by the bench).
+    #[arg(long, hide = true)]
+    tls_dir: Option<std::path::PathBuf>,
 }
 
 pub(crate) fn run(a: Args) -> ExitCode {
     if let Some(kind) = a.serve {
-        return match sitenet::bench::serve(&kind) {
+        return match sitenet::bench::serve(&kind, a.tls_dir.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => crate::failure(e),
         };
