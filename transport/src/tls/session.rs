@@ -91,6 +91,13 @@ impl TlsSession {
     /// without the peer's close_notify: sitenet's own protocol says whether
     /// anything was cut short).
     pub fn read(&mut self, ch: &Channel, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_from(&mut Io(ch), buf)
+    }
+
+    /// [`read`](Self::read) from any non-blocking byte stream (`io`'s
+    /// reads and writes return `WouldBlock` when they cannot go on): a
+    /// test or fuzz target's in-memory pipe.
+    pub fn read_from(&mut self, io: &mut (impl Read + Write), buf: &mut [u8]) -> io::Result<usize> {
         // Records that decrypt to nothing (a handshake message, an empty
         // record) do not keep the caller here for ever: after this many
         // socket reads it hears `WouldBlock`, and the socket, still
@@ -107,12 +114,12 @@ impl TlsSession {
             }
             self.plaintext = 0;
             // Nothing decrypted is waiting: take what the socket has.
-            let eof = self.conn.read_tls(&mut Io(ch))? == 0;
+            let eof = self.conn.read_tls(io)? == 0;
             let state = match self.conn.process_new_packets() {
                 Ok(s) => s,
                 Err(e) => {
                     // rustls queued an alert telling the peer why.
-                    let _ = self.write_pending(ch);
+                    let _ = self.write_pending_to(io);
                     return Err(tls_error(e));
                 }
             };
@@ -126,7 +133,7 @@ impl TlsSession {
             }
             // Handshake answers go out now, not when the driver next
             // writes (an acceptor writes nothing until NEGOTIATE).
-            match self.write_pending(ch) {
+            match self.write_pending_to(io) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
@@ -143,13 +150,23 @@ impl TlsSession {
     /// bytes were taken, `WouldBlock` if none could be (the socket is
     /// blocked with [`TLS_SEND_LIMIT`] bytes waiting).
     pub fn write_vectored(&mut self, ch: &Channel, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match self.write_pending(ch) {
+        self.write_vectored_to(&mut Io(ch), bufs)
+    }
+
+    /// [`write_vectored`](Self::write_vectored) to any non-blocking byte
+    /// stream.
+    pub fn write_vectored_to(
+        &mut self,
+        io: &mut impl Write,
+        bufs: &[io::IoSlice<'_>],
+    ) -> io::Result<usize> {
+        match self.write_pending_to(io) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
         let n = self.conn.writer().write_vectored(bufs)?;
-        match self.write_pending(ch) {
+        match self.write_pending_to(io) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => {}
             Err(e) => return Err(e),
@@ -164,9 +181,15 @@ impl TlsSession {
     /// (returns the write calls made) or the socket would block
     /// (`WouldBlock`).
     pub fn write_pending(&mut self, ch: &Channel) -> io::Result<usize> {
+        self.write_pending_to(&mut Io(ch))
+    }
+
+    /// [`write_pending`](Self::write_pending) to any non-blocking byte
+    /// stream.
+    pub fn write_pending_to(&mut self, io: &mut impl Write) -> io::Result<usize> {
         let mut calls = 0;
         while self.conn.wants_write() {
-            match self.conn.write_tls(&mut Io(ch))? {
+            match self.conn.write_tls(io)? {
                 0 => return Err(io::ErrorKind::WriteZero.into()),
                 _ => calls += 1,
             }
