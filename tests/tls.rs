@@ -302,3 +302,51 @@ async fn tls_and_a_cookie_combine() {
     let why = refused(&no_cookie, &server).await;
     assert!(why.contains("authentication failed"), "{why}");
 }
+
+/// Half-open connections (Erlang's TLS distribution once stopped accepting
+/// under them): idle sockets and stalled TLS hellos at a `tls:` address.
+/// The TLS handshake runs inside the node's pending handshake, so the same
+/// caps hold it: the oldest silent socket makes room, and a member still
+/// gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_connections_do_not_stop_a_tls_node_accepting() {
+    let ca = certs::new_ca().unwrap();
+    let b = identity(&ca);
+    let server = Node::builder()
+        .listen("tls:127.0.0.1:0")
+        .configure(move |c| {
+            services(c);
+            c.tls = Some(b);
+            c.max_pending_handshakes = 20;
+            // Long: the caps, not the clock, must keep the node open.
+            c.handshake_silence = Duration::from_secs(60);
+            c.handshake_timeout = Duration::from_secs(60);
+        })
+        .start()
+        .unwrap();
+    let target = addr(&server);
+    let hostport = target.strip_prefix("tls:").unwrap().to_string();
+    let held = tokio::task::spawn_blocking(move || {
+        let mut held = Vec::new();
+        for i in 0..100 {
+            let mut s = TcpStream::connect(&hostport).unwrap();
+            if i % 40 == 0 {
+                // A TLS record header, then nothing: a stalled hello.
+                s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00]).unwrap();
+            }
+            held.push(s);
+        }
+        held
+    })
+    .await
+    .unwrap();
+    let member = client(identity(&ca));
+    let site = member.site(&target).unwrap();
+    tokio::time::timeout(PATIENCE, echo(&site, 0))
+        .await
+        .expect("a member gets in past 100 half-open connections");
+    let m = server.metrics();
+    assert!(m.handshakes_pending_peak <= 20, "{m:?}");
+    assert_eq!(server.site_count(), 1);
+    drop(held);
+}
