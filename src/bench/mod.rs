@@ -337,64 +337,39 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
     }
     let selected = |name: &str| cfg.only.is_empty() || cfg.only.iter().any(|w| w == name);
     // The TLS rows need a CA, a server certificate and a client one.
-    let pki = TLS_WORKLOADS
-        .iter()
-        .any(|w| selected(w))
-        .then(tls::BenchPki::new)
-        .transpose()?;
+    // The TLS rows' certificates, server and client are made only when
+    // the first TLS row runs (they come last): nothing of theirs runs
+    // beside the plain rows.
+    let mut pki = None;
+    let mut tls_side: Option<TlsSide> = None;
     let mut children = Vec::new();
-    let mut local_servers = Vec::new();
-    let (site_addr, raw_addr, tls_addr) = if cfg.processes {
-        let exe = match &cfg.server_exe {
-            Some(p) => p.clone(),
-            None => {
-                std::env::current_exe().map_err(|e| BenchError::Server("sitenet", e.to_string()))?
-            }
-        };
-        let (p1, a1) = spawn_server(&exe, "sitenet", None)?;
-        let (p2, a2) = spawn_server(&exe, "raw", None)?;
-        children.push(p1);
-        children.push(p2);
-        let a3 = match &pki {
-            Some(p) => {
-                let (p3, a3) = spawn_server(&exe, "sitenet-tls", Some(p.dir()))?;
-                children.push(p3);
-                Some(a3)
-            }
-            None => None,
-        };
-        (a1, a2, a3)
-    } else {
-        let node = sitenet_server(Some(Runtime::dedicated("bench-server")), None)?;
-        let a = node.listen_addresses()[0].clone();
-        local_servers.push(node);
-        let a3 = match &pki {
-            Some(p) => {
-                let id = tls::BenchPki::server_identity(p.dir())?;
-                let rt = Runtime::dedicated("bench-tls-server");
-                let node = sitenet_server(Some(rt), Some(id))?;
-                let a3 = node.listen_addresses()[0].clone();
-                local_servers.push(node);
-                Some(a3)
-            }
-            None => None,
-        };
-        let r = raw::spawn_server_thread().map_err(|e| BenchError::Server("raw", e.to_string()))?;
-        (a, r.to_string(), a3)
+    let mut local_server = None;
+    let exe = match (&cfg.server_exe, cfg.processes) {
+        (_, false) => None,
+        (Some(p), true) => Some(p.clone()),
+        (None, true) => Some(
+            std::env::current_exe().map_err(|e| BenchError::Server("sitenet", e.to_string()))?,
+        ),
+    };
+    let (site_addr, raw_addr) = match &exe {
+        Some(exe) => {
+            let (p1, a1) = spawn_server(exe, "sitenet", None)?;
+            let (p2, a2) = spawn_server(exe, "raw", None)?;
+            children.push(p1);
+            children.push(p2);
+            (a1, a2)
+        }
+        None => {
+            let node = sitenet_server(Some(Runtime::dedicated("bench-server")), None)?;
+            let a = node.listen_addresses()[0].clone();
+            local_server = Some(node);
+            let r =
+                raw::spawn_server_thread().map_err(|e| BenchError::Server("raw", e.to_string()))?;
+            (a, r.to_string())
+        }
     };
     let client = Node::builder().start()?;
     let site = client.site(&site_addr)?;
-    // The TLS client: a node of its own, with its certificate.
-    let tls_client = match (&pki, &tls_addr) {
-        (Some(p), Some(a)) => {
-            let node = Node::builder()
-                .configure(|c| c.tls = Some(p.client_identity.clone()))
-                .start()?;
-            let site = node.site(a)?;
-            Some((node, site))
-        }
-        _ => None,
-    };
     let raw_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -406,8 +381,12 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
             continue;
         }
         progress(name);
-        let (client, site) = match &tls_client {
-            Some((n, s)) if TLS_WORKLOADS.contains(&name) => (n, s),
+        if TLS_WORKLOADS.contains(&name) && tls_side.is_none() {
+            let p = pki.insert(tls::BenchPki::new()?);
+            tls_side = Some(TlsSide::start(exe.as_ref(), p)?);
+        }
+        let (client, site) = match &tls_side {
+            Some(t) if TLS_WORKLOADS.contains(&name) => (&t.client, &t.site),
             _ => (&client, &site),
         };
         let mut s_figs = Vec::new();
@@ -449,16 +428,60 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
     }
     drop(site);
     client.shutdown_blocking(Duration::from_secs(5));
-    if let Some((n, s)) = tls_client {
-        drop(s);
+    if let Some(n) = local_server {
         n.shutdown_blocking(Duration::from_secs(5));
     }
-    for n in local_servers {
-        n.shutdown_blocking(Duration::from_secs(5));
+    if let Some(t) = tls_side {
+        t.stop();
     }
     drop(children);
     drop(pki);
     Ok(rows)
+}
+
+/// The TLS rows' server (a process of its own, or a node on a thread of
+/// this one) and client node.
+struct TlsSide {
+    process: Option<ServerProcess>,
+    local: Option<Node>,
+    client: Node,
+    site: crate::SiteRef,
+}
+
+impl TlsSide {
+    fn start(exe: Option<&PathBuf>, pki: &tls::BenchPki) -> Result<Self, BenchError> {
+        let (process, local, addr) = match exe {
+            Some(exe) => {
+                let (p, a) = spawn_server(exe, "sitenet-tls", Some(pki.dir()))?;
+                (Some(p), None, a)
+            }
+            None => {
+                let id = tls::BenchPki::server_identity(pki.dir())?;
+                let node = sitenet_server(Some(Runtime::dedicated("bench-tls-server")), Some(id))?;
+                let a = node.listen_addresses()[0].clone();
+                (None, Some(node), a)
+            }
+        };
+        let client = Node::builder()
+            .configure(|c| c.tls = Some(pki.client_identity.clone()))
+            .start()?;
+        let site = client.site(&addr)?;
+        Ok(Self {
+            process,
+            local,
+            client,
+            site,
+        })
+    }
+
+    fn stop(self) {
+        drop(self.site);
+        self.client.shutdown_blocking(Duration::from_secs(5));
+        if let Some(n) = self.local {
+            n.shutdown_blocking(Duration::from_secs(5));
+        }
+        drop(self.process);
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
