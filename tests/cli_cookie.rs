@@ -5,20 +5,13 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-use common::cli::{json_of, start_node_with, Killed, BIN};
+use common::cli::{fresh_dir, json_of, run, start_node_with, Killed, BIN};
 
 /// A fresh directory of this test's own.
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sitenet-cli-cookie-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
+    fresh_dir("sitenet-cli-cookie", name)
 }
 
 fn new_cookie(path: &Path) {

@@ -12,7 +12,6 @@ use std::time::Duration;
 use common::raw::RawPeer;
 use common::*;
 use sitenet::protocols::{AuthFailure, Cookie, Keyring, OpenError, SiteId};
-use sitenet::services::Echo;
 use sitenet::Node;
 
 fn cookie(b: u8) -> Cookie {
@@ -49,13 +48,7 @@ fn client(cookies: Vec<Cookie>) -> Node {
 
 /// `from` contacts `to` and must fail permanently, naming authentication.
 async fn refused(from: &Node, to: &Node) -> String {
-    let site = from.site(&addr(to)).unwrap();
-    let _ = site.send(&Echo { seq: 1 }).await;
-    assert!(
-        eventually(|| site.failure().is_some()).await,
-        "the site never failed"
-    );
-    let (why, _) = site.failure().unwrap();
+    let why = failure_reaching(from, to).await;
     assert!(why.contains("authentication failed"), "{why}");
     why
 }

@@ -53,17 +53,6 @@ fn client(id: TlsIdentity) -> Node {
         .expect("node starts")
 }
 
-/// `from` contacts `to` and must fail permanently; returns why.
-async fn refused(from: &Node, to: &Node) -> String {
-    let site = from.site(&addr(to)).unwrap();
-    let _ = site.send(&Echo { seq: 1 }).await;
-    assert!(
-        eventually(|| site.failure().is_some()).await,
-        "the site never failed"
-    );
-    site.failure().unwrap().0
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_with_certificates_exchange_over_tls() {
     let ca = certs::new_ca().unwrap();
@@ -167,14 +156,14 @@ async fn a_certificate_from_a_foreign_ca_is_refused() {
     let server = server(identity(&ca));
     // Trusting only its own CA, it refuses the node's certificate.
     let stranger = client(identity(&foreign));
-    let why = refused(&stranger, &server).await;
+    let why = failure_reaching(&stranger, &server).await;
     assert!(why.contains("TLS refused"), "{why}");
     // Trusting the node's CA too, its own certificate is refused by the
     // node.
     let both = format!("{}{}", foreign.cert_pem, ca.cert_pem);
     let id = identity_for(&foreign, SiteId(rand::random()), &both, Validity::default());
     let stranger = client(id);
-    let why = refused(&stranger, &server).await;
+    let why = failure_reaching(&stranger, &server).await;
     assert!(why.contains("TLS refused"), "{why}");
     assert!(eventually(|| server.metrics().auth_refused >= 2).await);
     assert_eq!(server.site_count(), 0, "nothing allocated for them");
@@ -192,7 +181,7 @@ async fn an_expired_certificate_is_refused() {
     };
     let id = identity_for(&ca, SiteId(rand::random()), &ca.cert_pem, expired);
     let late = client(id);
-    let why = refused(&late, &server).await;
+    let why = failure_reaching(&late, &server).await;
     assert!(why.contains("TLS refused"), "{why}");
     assert!(eventually(|| server.metrics().auth_refused >= 1).await);
     assert_eq!(server.site_count(), 0);
@@ -204,7 +193,7 @@ async fn a_node_without_a_certificate_cannot_reach_a_tls_node() {
     let server = server(identity(&ca));
     let plain = Node::builder().start().unwrap();
     // At its tls: address: it knows at once that it cannot.
-    let why = refused(&plain, &server).await;
+    let why = failure_reaching(&plain, &server).await;
     assert!(why.contains("holds no certificate"), "{why}");
     // At the same port as plain TCP: it waits for a PRESENT that never
     // comes while the node waits for a TLS hello; the node closes the
@@ -299,7 +288,7 @@ async fn tls_and_a_cookie_combine() {
     let site = member.site(&addr(&server)).unwrap();
     echo(&site, 0).await;
     let no_cookie = client(identity(&ca));
-    let why = refused(&no_cookie, &server).await;
+    let why = failure_reaching(&no_cookie, &server).await;
     assert!(why.contains("authentication failed"), "{why}");
 }
 

@@ -57,19 +57,12 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CookieFileError + '_ {
 /// others.
 pub fn load(path: &Path) -> Result<Cookie, CookieFileError> {
     let meta = std::fs::metadata(path).map_err(io(path))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o077 != 0 {
-            return Err(CookieFileError::TooOpen {
-                path: path.to_owned(),
-                mode,
-            });
-        }
+    if let Some(mode) = sitenet_transport::tls::too_open(&meta) {
+        return Err(CookieFileError::TooOpen {
+            path: path.to_owned(),
+            mode,
+        });
     }
-    #[cfg(not(unix))]
-    let _ = meta;
     let text = Zeroizing::new(std::fs::read_to_string(path).map_err(io(path))?);
     Cookie::from_text(&text).map_err(|source| CookieFileError::Format {
         path: path.to_owned(),

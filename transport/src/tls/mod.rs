@@ -298,22 +298,32 @@ fn parse_key(path: &Path, pem: &str) -> Result<PrivateKeyDer<'static>, TlsError>
 /// Refuses a key file that group or others may read (Unix; elsewhere the
 /// file system's own protection applies).
 pub fn check_private(path: &Path) -> Result<(), TlsError> {
+    let meta = std::fs::metadata(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    match too_open(&meta) {
+        Some(mode) => Err(TlsError::KeyPermissions {
+            path: path.to_owned(),
+            mode,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The permission bits of a secret's file if group or others have any
+/// access to it (a key, a cookie: refused as ssh refuses such a key);
+/// `None` if only its owner has, or off Unix.
+pub fn too_open(meta: &std::fs::Metadata) -> Option<u32> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let meta = std::fs::metadata(path).map_err(|source| TlsError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(TlsError::KeyPermissions {
-                path: path.to_owned(),
-                mode,
-            });
-        }
+        let mode = meta.permissions().mode() & 0o7777;
+        (mode & 0o077 != 0).then_some(mode)
     }
     #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
+    {
+        let _ = meta;
+        None
+    }
 }
