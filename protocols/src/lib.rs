@@ -89,6 +89,7 @@ pub mod message;
 pub mod packed;
 pub mod priority;
 pub mod reassembly;
+pub mod requests;
 pub mod scheduler;
 pub mod session;
 pub mod site;

@@ -11,11 +11,10 @@ mod watch;
 
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
-use requests::Pending;
 pub(crate) use site_table::Named;
 use site_table::SiteTable;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,11 +72,9 @@ pub(crate) struct NodeInner {
     listen: Vec<Address>,
     pub(crate) handlers: Handlers,
     sites: Mutex<SiteTable>,
-    /// Requests awaiting replies, by correlation id (one insert and one
-    /// removal per request: hashed with foldhash).
-    pending: Mutex<HashMap<u64, Pending, foldhash::fast::RandomState>>,
-    /// The pending requests' deadlines (see `requests`).
-    deadlines: Arc<requests::Deadlines>,
+    /// Requests awaiting replies, by correlation id, and their deadlines
+    /// (see `requests`).
+    requests: Arc<requests::Requests>,
     /// The completions of tracked messages (`SiteRef::send_tracked`).
     pub(crate) deliveries: crate::delivery::Deliveries,
     /// The open cooperations, for the declared reply types.
@@ -191,9 +188,8 @@ impl NodeInner {
             e.outbox.close();
             actors.extend(e.addr.get().cloned());
         }
-        let pending: Vec<Pending> = self.pending.lock().drain().map(|(_, p)| p).collect();
-        for p in pending {
-            match p.waiter {
+        for waiter in self.requests.drain() {
+            match waiter {
                 requests::Waiter::Request(tx) => {
                     let _ = tx.send(Err(RequestError::Shutdown));
                 }
@@ -201,7 +197,7 @@ impl NodeInner {
             }
         }
         // The deadline task sees the node stopped, and ends.
-        self.deadlines.poke();
+        self.requests.poke();
         // What was not acknowledged by now never will be (a node dropped
         // without `shutdown` too: its tracked sends must not wait for ever).
         self.deliveries

@@ -1,16 +1,18 @@
-//! Pending requests: registered when sent, completed by the reply of the
-//! site they were sent to (and only that site), failed with the site, ended
-//! by their deadline. One task per node ends the requests whose deadlines
-//! pass (a task, a timer and two channels per request cost more than the
-//! request's own round trip).
+//! Pending requests: the node's `RequestTable` (sitenet_protocols::requests,
+//! where the rules live: only the site asked completes a plain reply, any
+//! site a delegated one; deadlines; a failed site's requests), driven here.
+//! Registered when sent, completed by a reply, failed with the site, ended
+//! by their deadline. One task per node sleeps until the table's earliest
+//! deadline (a task, a timer and two channels per request cost more than
+//! the request's own round trip).
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, Notify};
 
+use sitenet_protocols::requests::{Reply, RequestTable};
 use sitenet_protocols::InMessage;
 
 use super::NodeInner;
@@ -20,16 +22,6 @@ use crate::message::Message;
 use crate::metrics::Counters;
 use crate::site::SiteEntry;
 
-pub(crate) struct Pending {
-    /// The site the request was sent to: only its reply completes it. The
-    /// request counts in that site's `pending_requests` while it lives.
-    pub(super) entry: Awaited,
-    pub(super) waiter: Waiter,
-    /// When it times out (its key in [`Deadlines`]), and after how long; a
-    /// cooperation's request has its cooperation's wait instead.
-    deadline: Option<(Instant, Duration)>,
-}
-
 /// Who awaits a request's reply.
 pub(crate) enum Waiter {
     /// `SiteRef::request`'s future.
@@ -38,34 +30,31 @@ pub(crate) enum Waiter {
     Coop(Arc<crate::cooperation::CoopState>),
 }
 
-/// The deadlines of the pending requests, earliest first, and the wake-up
-/// of the node's one task that ends them.
+/// The node's pending requests and the wake-up of its one task that ends
+/// them at their deadlines.
 #[derive(Default)]
-pub(crate) struct Deadlines {
-    state: Mutex<DeadlineState>,
+pub(crate) struct Requests {
+    /// One insert and one removal per request: hashed with foldhash.
+    table: Mutex<RequestTable<Awaited, Waiter, foldhash::fast::RandomState>>,
     changed: Notify,
 }
 
-#[derive(Default)]
-struct DeadlineState {
-    set: BTreeSet<(Instant, u64)>,
-    /// What the task sleeps until (`None`: until poked). A new deadline
-    /// wakes it only if earlier: requests with the usual timeout come later
-    /// than the one it already waits for, and cost it no wake-up.
-    target: Option<Instant>,
-}
-
-impl Deadlines {
+impl Requests {
     /// Wakes the task (an earlier deadline, or the node stops).
     pub(super) fn poke(&self) {
         self.changed.notify_one();
     }
 
-    fn forget(&self, p: &Pending, corr: u64) {
-        if let Some((at, _)) = p.deadline {
-            self.state.lock().set.remove(&(at, corr));
-        }
+    /// Ends every request (the node stops): who awaited them.
+    pub(super) fn drain(&self) -> Vec<Waiter> {
+        self.table.lock().drain()
     }
+}
+
+/// Whether a request was sent to `from` (entries merge when two turn out
+/// to be one site: a request sent through either is that site's).
+fn sent_to(a: &Awaited, from: &Arc<SiteEntry>) -> bool {
+    Arc::ptr_eq(a.resolved(), from.resolved())
 }
 
 /// The site a request was sent to, counting the request in its
@@ -107,21 +96,14 @@ impl NodeInner {
     ) -> oneshot::Receiver<Result<InMessage, RequestError>> {
         let (tx, rx) = oneshot::channel();
         let deadline = Instant::now() + timeout;
-        self.pending.lock().insert(
+        let earliest = self.requests.table.lock().register(
             corr,
-            Pending {
-                entry: Awaited::new(entry),
-                waiter: Waiter::Request(tx),
-                deadline: Some((deadline, timeout)),
-            },
+            Awaited::new(entry),
+            Waiter::Request(tx),
+            Some((deadline, timeout)),
         );
-        let earlier = {
-            let mut st = self.deadlines.state.lock();
-            st.set.insert((deadline, corr));
-            st.target.is_none_or(|t| deadline < t)
-        };
-        if earlier {
-            self.deadlines.poke();
+        if earliest {
+            self.requests.poke();
         }
         rx
     }
@@ -133,38 +115,30 @@ impl NodeInner {
         entry: &Arc<SiteEntry>,
         coop: &Arc<crate::cooperation::CoopState>,
     ) {
-        self.pending.lock().insert(
+        self.requests.table.lock().register(
             corr,
-            Pending {
-                entry: Awaited::new(entry),
-                waiter: Waiter::Coop(coop.clone()),
-                deadline: None,
-            },
+            Awaited::new(entry),
+            Waiter::Coop(coop.clone()),
+            None,
         );
     }
 
     pub(crate) fn cancel_request(&self, corr: u64) {
-        let p = self.pending.lock().remove(&corr);
-        if let Some(p) = p {
-            self.deadlines.forget(&p, corr);
-        }
+        let w = self.requests.table.lock().cancel(corr);
+        drop(w);
     }
 
     /// Starts the node's task that ends requests at their deadlines. It
     /// holds the node weakly, and ends when the node stops.
     pub(super) fn start_request_timer(self: &Arc<Self>) {
-        let deadlines = self.deadlines.clone();
         let node: Weak<NodeInner> = Arc::downgrade(self);
+        let requests = self.requests.clone();
         self.rt.spawn(async move {
             loop {
-                // Created before the set is read: a poke after the read is
-                // kept (notify_one stores it) and ends this wait at once.
-                let poked = deadlines.changed.notified();
-                let next = {
-                    let mut st = deadlines.state.lock();
-                    st.target = st.set.first().map(|d| d.0);
-                    st.target
-                };
+                // Created before the table is read: a poke after the read
+                // is kept (notify_one stores it) and ends this wait at once.
+                let poked = requests.changed.notified();
+                let next = requests.table.lock().poll_timeout();
                 match next {
                     None => poked.await,
                     Some(at) => {
@@ -179,75 +153,47 @@ impl NodeInner {
                 if node.is_shut_down() {
                     return;
                 }
-                node.expire_requests(Instant::now());
+                let ended = requests.table.lock().expire(Instant::now());
+                for (_, waiter, timeout) in ended {
+                    if let Waiter::Request(tx) = waiter {
+                        let _ = tx.send(Err(RequestError::Timeout(timeout)));
+                    }
+                }
             }
         });
-    }
-
-    /// Ends every request whose deadline is at or before `now`.
-    fn expire_requests(&self, now: Instant) {
-        loop {
-            let corr = {
-                let mut st = self.deadlines.state.lock();
-                match st.set.first() {
-                    Some(&(at, corr)) if at <= now => {
-                        st.set.pop_first();
-                        corr
-                    }
-                    _ => return,
-                }
-            };
-            // Completed meanwhile: nothing left to end.
-            let p = self.pending.lock().remove(&corr);
-            if let Some(Pending {
-                waiter: Waiter::Request(tx),
-                deadline: Some((_, timeout)),
-                ..
-            }) = p
-            {
-                let _ = tx.send(Err(RequestError::Timeout(timeout)));
-            }
-        }
     }
 
     /// Completes the request `m` replies to — only if `from` is the site
     /// the request was sent to: another site cannot complete (or forge a
     /// reply to) a request it never received.
     pub(crate) fn complete_request(self: &Arc<Self>, from: &Arc<SiteEntry>, m: InMessage) {
-        let p = {
-            let mut pending = self.pending.lock();
-            // A delegated reply may come from any site: its unguessable
-            // corr proves the request went through it (docs/protocol.md §2.6).
-            let delegated = m.prelude.kind == sitenet_protocols::MessageKind::DelegatedReply;
-            match pending.get(&m.prelude.corr) {
-                Some(p) if delegated || Arc::ptr_eq(p.entry.resolved(), from.resolved()) => {
-                    let p = pending.remove(&m.prelude.corr);
-                    if let Some(p) = &p {
-                        self.deadlines.forget(p, m.prelude.corr);
-                    }
-                    p
+        let delegated = m.prelude.kind == sitenet_protocols::MessageKind::DelegatedReply;
+        let reply = self
+            .requests
+            .table
+            .lock()
+            .reply(m.prelude.corr, from, delegated, sent_to);
+        let waiter = match reply {
+            Reply::Complete(w) => w,
+            Reply::FromAnotherSite => {
+                Counters::add(&self.counters.replies_discarded, 1);
+                if let Some(suppressed) = self.peer_logs.site(from, &self.counters) {
+                    tracing::warn!(corr = m.prelude.corr, site = ?from.id.get(), suppressed, "reply from a site the request was not sent to; discarded");
                 }
-                Some(_) => {
-                    Counters::add(&self.counters.replies_discarded, 1);
-                    if let Some(suppressed) = self.peer_logs.site(from, &self.counters) {
-                        tracing::warn!(corr = m.prelude.corr, site = ?from.id.get(), suppressed, "reply from a site the request was not sent to; discarded");
-                    }
-                    return;
-                }
-                None => None,
+                return;
             }
-        };
-        let Some(p) = p else {
-            Counters::add(&self.counters.replies_discarded, 1);
-            tracing::debug!(corr = m.prelude.corr, "late or unknown reply discarded");
-            return;
+            Reply::Unknown => {
+                Counters::add(&self.counters.replies_discarded, 1);
+                tracing::debug!(corr = m.prelude.corr, "late or unknown reply discarded");
+                return;
+            }
         };
         let remote = (m.prelude.type_id == RemoteError::ID).then(|| {
             rmp_serde::from_slice::<RemoteError>(&m.header)
                 .map(|e| e.reason)
                 .unwrap_or_else(|e| format!("undecodable error reply: {e}"))
         });
-        match p.waiter {
+        match waiter {
             Waiter::Request(tx) => {
                 let _ = tx.send(match remote {
                     Some(reason) => Err(RequestError::Remote(reason)),
@@ -265,36 +211,24 @@ impl NodeInner {
     /// that has since merged into it too (they were registered with the
     /// entry they were sent through).
     pub(crate) fn fail_requests(&self, site: &Arc<SiteEntry>, reason: &str) {
-        let mut pending = self.pending.lock();
-        let keys: Vec<u64> = pending
-            .iter()
-            .filter(|(_, p)| p.entry.same_site(site))
-            .map(|(k, _)| *k)
-            .collect();
-        let mut coops = Vec::new();
-        for k in keys {
-            if let Some(p) = pending.remove(&k) {
-                self.deadlines.forget(&p, k);
-                match p.waiter {
-                    Waiter::Request(tx) => {
-                        let _ = tx.send(Err(RequestError::SiteFailed(reason.to_string())));
-                    }
-                    Waiter::Coop(c) => coops.push(c),
+        let ended = self
+            .requests
+            .table
+            .lock()
+            .fail_site(|p: &Awaited| p.same_site(site));
+        for w in ended {
+            match w {
+                Waiter::Request(tx) => {
+                    let _ = tx.send(Err(RequestError::SiteFailed(reason.to_string())));
                 }
+                Waiter::Coop(c) => c.site_failed(self, site, reason),
             }
-        }
-        drop(pending);
-        for c in coops {
-            c.site_failed(self, site, reason);
         }
     }
 
     /// Removes the requests `corrs` of an ended cooperation: a reply that
     /// comes later finds nothing, and is discarded and counted.
     pub(crate) fn forget_requests(&self, corrs: &[u64]) {
-        let mut pending = self.pending.lock();
-        for c in corrs {
-            pending.remove(c);
-        }
+        self.requests.table.lock().forget(corrs);
     }
 }
