@@ -76,6 +76,7 @@ pub mod byte_buffer;
 pub mod claims;
 pub mod com_object;
 pub mod cooperation;
+pub mod delegation;
 pub mod deliver;
 pub mod error;
 pub mod frame;

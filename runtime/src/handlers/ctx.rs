@@ -108,7 +108,7 @@ impl Ctx<'_> {
 
     /// True if the sender awaits a reply (`SiteRef::request`).
     pub fn is_request(&self) -> bool {
-        matches!(self.kind, MessageKind::Request | MessageKind::Forward)
+        sitenet_protocols::delegation::reply_kind(self.kind).is_some()
     }
 
     /// The node, to reach other sites from a handler.
@@ -154,11 +154,8 @@ impl Ctx<'_> {
             priority: self.priority,
             type_id: R::ID,
             // A forwarded request is answered to its origin directly.
-            kind: if self.kind == MessageKind::Forward {
-                MessageKind::DelegatedReply
-            } else {
-                MessageKind::Reply
-            },
+            kind: sitenet_protocols::delegation::reply_kind(self.kind)
+                .unwrap_or(MessageKind::Reply),
             corr: self.corr,
             header: header.into(),
             body: body.into(),

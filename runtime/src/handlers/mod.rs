@@ -13,7 +13,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use sitenet_protocols::{InMessage, MessageKind, SiteId};
+use sitenet_protocols::delegation::{classify, Delivered, Unhandled as Why};
+use sitenet_protocols::{InMessage, SiteId};
 
 use crate::error::NodeError;
 use crate::message::{Message, RESERVED_IDS};
@@ -154,45 +155,83 @@ pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
     Ok(())
 }
 
-/// Delivers one complete message: replies complete their request; other
-/// messages go to their type's handler.
+/// Delivers one complete message as `sitenet_protocols::delegation`
+/// classifies it: replies complete their request; other messages go to
+/// their type's handler, a forwarded request as if its origin had sent it.
 #[inline] // its one caller is `Delivery::message`: no second move of the message
 pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
     Counters::add(&node.counters.messages_delivered, 1);
-    if matches!(
-        m.prelude.kind,
-        MessageKind::Reply | MessageKind::DelegatedReply
-    ) {
-        node.complete_request(from, m);
-        return;
-    }
-    // A forwarded request is handled as if its origin had sent it.
-    let mut m = m;
-    let origin = if m.prelude.kind == MessageKind::Forward {
-        let unwrapped = sitenet_protocols::message::unwrap_origin(&m.header).and_then(|(o, h)| {
-            let d: sitenet_protocols::SiteDescriptor = o.parse().ok()?;
-            Some((d, h))
-        });
-        let Some((d, header)) = unwrapped else {
-            Counters::add(&node.counters.unhandled, 1);
-            let reason = "forwarded request with a malformed origin block".to_string();
-            if let Some(suppressed) = node.peer_logs.site(from, &node.counters) {
-                tracing::warn!(type_id = m.prelude.type_id, suppressed, "{reason}");
+    let type_id = m.prelude.type_id;
+    let handler = node.handlers.get(type_id);
+    match classify(m.prelude.kind, &m.header, handler.is_some()) {
+        Delivered::Reply { .. } => node.complete_request(from, m),
+        Delivered::Handle => {
+            if let Some(h) = handler {
+                let header = m.header.clone();
+                call(node, from, from, None, h, header, m);
             }
-            call_unhandled(node, from, m.prelude.type_id, reason, m.header, m.body);
-            return;
-        };
-        m.header = header;
-        match forward_origin(node, from, &d, &m) {
-            Some(o) => Some((o, d.to_string())),
-            None => return,
         }
-    } else {
-        None
-    };
-    let (origin, origin_text) = origin.unzip();
-    let via = from;
-    let from = origin.as_ref().map_or(from, |o| &o.entry);
+        Delivered::Forwarded { origin, header } => {
+            let Some(h) = handler else { return };
+            // The origin is the forwarder's claim, charged to it.
+            let Some(o) = forward_origin(node, from, &origin, type_id, &header, &m.body) else {
+                return;
+            };
+            call(node, &o.entry, from, Some(origin.to_string()), h, header, m);
+        }
+        Delivered::Unhandled(why) => {
+            Counters::add(&node.counters.unhandled, 1);
+            let reason = why.reason(type_id);
+            match why {
+                Why::MalformedOrigin => {
+                    if let Some(suppressed) = node.peer_logs.site(from, &node.counters) {
+                        tracing::warn!(type_id, suppressed, "{reason}");
+                    }
+                }
+                Why::NoHandler { origin } => {
+                    tracing::debug!(type_id, "no handler for message type");
+                    // The error reply goes to the sender, or to a
+                    // forwarded request's origin if this node knows it
+                    // already (no entry is made just to say so).
+                    let answer = match origin {
+                        None => Some(from.clone()),
+                        Some(d) => node.site_with_id(d.id).map(|o| o.entry.clone()),
+                    };
+                    if let Some(to) = answer {
+                        let mut ctx = Ctx {
+                            node,
+                            from: &to,
+                            via: from,
+                            kind: m.prelude.kind,
+                            corr: m.prelude.corr,
+                            priority: m.priority,
+                            body: Bytes::new(),
+                            replied: false,
+                            origin: None,
+                        };
+                        ctx.fail_request(reason.clone());
+                    }
+                }
+            }
+            call_unhandled(node, from, type_id, reason, m.header, m.body);
+        }
+    }
+}
+
+/// Calls handler `h` for `m` (its typed `header`), as sent by `from` and
+/// delivered by `via` (the same site unless forwarded; `origin`: the
+/// forwarded request's origin descriptor). A failure answers the request
+/// with the reason.
+fn call(
+    node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
+    via: &Arc<SiteEntry>,
+    origin: Option<String>,
+    h: Erased,
+    header: Bytes,
+    m: InMessage,
+) {
+    let type_id = m.prelude.type_id;
     let mut ctx = Ctx {
         node,
         from,
@@ -202,71 +241,30 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
         priority: m.priority,
         body: m.body,
         replied: false,
-        origin: origin_text,
+        origin,
     };
-    let Some(h) = node.handlers.get(m.prelude.type_id) else {
-        Counters::add(&node.counters.unhandled, 1);
-        tracing::debug!(type_id = m.prelude.type_id, "no handler for message type");
-        let reason = format!("no handler for message type {:#x}", m.prelude.type_id);
-        ctx.fail_request(reason.clone());
-        call_unhandled(node, from, m.prelude.type_id, reason, m.header, ctx.body);
-        return;
-    };
-    let result = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &m.header)));
-    let outcome = handler_outcome(
-        "handler",
-        node,
-        from,
-        &m.header,
-        &ctx.body,
-        m.prelude.type_id,
-        result,
-    );
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &header)));
+    let outcome = handler_outcome("handler", node, from, &header, &ctx.body, type_id, result);
     if let Err(reason) = outcome {
         ctx.fail_request(reason);
     }
 }
 
 /// The origin of a forwarded request `m` that site `via` delivered, as the
-/// site its handler answers, or `None` if the request ends here (issue 17):
-///
-/// - with no handler for its type, no entry is made just to say so: an
-///   origin this node already knows gets the error reply, an unknown one
-///   nothing (its request times out; the unhandled hook and
-///   `Metrics::unhandled` still see it);
-/// - an origin this node does not know is a site `via` names: an entry it
-///   holds a claim on (`NodeConfig::forward_claims_per_peer`), tried once
-///   at each address named; beyond the bound the request is refused —
-///   counted (`Metrics::claims_refused`), logged through the peer's rate
-///   limit, passed to the unhandled hook, and answered to nobody.
+/// site its handler answers, or `None` if the request ends here (issue
+/// 17): an origin this node does not know is a site `via` names, an entry
+/// it holds a claim on (`NodeConfig::forward_claims_per_peer`), tried once
+/// at each address named; beyond the bound the request is refused —
+/// counted (`Metrics::claims_refused`), logged through the peer's rate
+/// limit, passed to the unhandled hook, and answered to nobody.
 fn forward_origin(
     node: &Arc<NodeInner>,
     via: &Arc<SiteEntry>,
     d: &sitenet_protocols::SiteDescriptor,
-    m: &InMessage,
+    type_id: u32,
+    header: &Bytes,
+    body: &Bytes,
 ) -> Option<SiteRef> {
-    let type_id = m.prelude.type_id;
-    if node.handlers.get(type_id).is_none() {
-        Counters::add(&node.counters.unhandled, 1);
-        let reason = format!("no handler for message type {type_id:#x}");
-        tracing::debug!(type_id, "no handler for a forwarded message type");
-        if let Some(origin) = node.site_with_id(d.id) {
-            let mut ctx = Ctx {
-                node,
-                from: &origin.entry,
-                via,
-                kind: m.prelude.kind,
-                corr: m.prelude.corr,
-                priority: m.priority,
-                body: Bytes::new(),
-                replied: false,
-                origin: None,
-            };
-            ctx.fail_request(reason.clone());
-        }
-        call_unhandled(node, via, type_id, reason, m.header.clone(), m.body.clone());
-        return None;
-    }
     let by = crate::node::Named::ByPeer {
         peer: via,
         forward: true,
@@ -279,7 +277,7 @@ fn forward_origin(
             if let Some(suppressed) = node.peer_logs.site(via, &node.counters) {
                 tracing::warn!(type_id, suppressed, "{reason}");
             }
-            call_unhandled(node, via, type_id, reason, m.header.clone(), m.body.clone());
+            call_unhandled(node, via, type_id, reason, header.clone(), body.clone());
             None
         }
     }
