@@ -136,6 +136,14 @@ pub fn reply_kind(kind: MessageKind) -> Option<MessageKind> {
     }
 }
 
+/// Whether a streaming handler may take a message of `kind` (its body in
+/// chunks as they arrive): one-way messages and requests. Replies complete
+/// requests, and a forwarded request carries its origin in front of its
+/// header: it goes to the type's handler whole.
+pub fn may_stream(kind: MessageKind) -> bool {
+    matches!(kind, MessageKind::OneWay | MessageKind::Request)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,6 +202,10 @@ mod tests {
                         other => panic!("{other:?}"),
                     },
                 }
+                assert_eq!(
+                    may_stream(kind),
+                    matches!(kind, MessageKind::OneWay | MessageKind::Request)
+                );
                 let awaits = reply_kind(kind);
                 assert_eq!(
                     awaits.is_some(),

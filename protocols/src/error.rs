@@ -269,3 +269,34 @@ pub enum SendError {
         number: u64,
     },
 }
+
+/// What a message handed back to its sender may have come to: the two
+/// lists a permanent failure returns (`not_sent`, `maybe_delivered`), and
+/// the two errors a tracked send fails with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandedBack {
+    /// It never left: sending it again cannot deliver it twice.
+    NotSent,
+    /// It may have been delivered: sending it again could deliver it twice.
+    MaybeDelivered,
+}
+
+impl SendError {
+    /// What the message it hands back may have come to: only a message the
+    /// peer forgot before acknowledging it may have been delivered; every
+    /// other refusal comes before the message was sent.
+    ///
+    /// ```
+    /// use sitenet_protocols::error::HandedBack;
+    /// use sitenet_protocols::SendError;
+    ///
+    /// assert_eq!(SendError::SiteFailed.handed_back(), HandedBack::NotSent);
+    /// assert_eq!(SendError::PeerForgot { number: 3 }.handed_back(), HandedBack::MaybeDelivered);
+    /// ```
+    pub fn handed_back(&self) -> HandedBack {
+        match self {
+            Self::PeerForgot { .. } => HandedBack::MaybeDelivered,
+            Self::TooLarge { .. } | Self::BadPriority(_) | Self::SiteFailed => HandedBack::NotSent,
+        }
+    }
+}

@@ -164,13 +164,6 @@ impl Delivery<'_> {
     }
 }
 
-/// Streaming handlers take one-way messages and requests (replies complete
-/// requests; a forwarded request carries its origin in front of its
-/// header, and goes to the type's handler whole).
-fn streamable(kind: MessageKind) -> bool {
-    matches!(kind, MessageKind::OneWay | MessageKind::Request)
-}
-
 fn abort(sink: Box<dyn BodySink>, why: StreamAbort) {
     if std::panic::catch_unwind(AssertUnwindSafe(|| sink.abort(why))).is_err() {
         tracing::error!("stream sink panicked in abort");
@@ -193,7 +186,8 @@ impl Deliver for Delivery<'_> {
     }
 
     fn stream(&mut self, _lane: Priority, prelude: &Prelude) -> bool {
-        streamable(prelude.kind) && self.node.handlers.is_stream(prelude.type_id)
+        sitenet_protocols::delegation::may_stream(prelude.kind)
+            && self.node.handlers.is_stream(prelude.type_id)
     }
 
     fn stream_start(&mut self, lane: Priority, prelude: &Prelude, header: Bytes) {

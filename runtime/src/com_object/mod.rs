@@ -227,11 +227,13 @@ impl ComObject {
         Counters::add(&self.node.counters.handed_back, 1);
         self.node.deliveries.fail(&m, || {
             let reason = e.to_string();
-            match e {
-                sitenet_protocols::SendError::PeerForgot { .. } => {
+            match e.handed_back() {
+                sitenet_protocols::error::HandedBack::MaybeDelivered => {
                     crate::error::DeliveryError::MaybeDelivered { reason }
                 }
-                _ => crate::error::DeliveryError::NotSent { reason },
+                sitenet_protocols::error::HandedBack::NotSent => {
+                    crate::error::DeliveryError::NotSent { reason }
+                }
             }
         });
         if let Some((_, back)) = self.entry.failed.lock().as_deref_mut() {
