@@ -244,6 +244,45 @@ impl OutMessage {
         self.body.iter().map(|b| b.len() as u64).sum()
     }
 
+    /// The message as a peer's session would hand it over, for a site that
+    /// delivers to itself (the local site: no network, no session): one
+    /// body, number 0, and the token of a tracked one-way message left out
+    /// (it never goes on the wire).
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use sitenet_protocols::{MessageKind, OutMessage, Priority};
+    ///
+    /// let mut m = OutMessage::new(Priority::Medium, 7, Bytes::from_static(b"h"),
+    ///     vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")]);
+    /// m.corr = 42; // a tracked one-way message's token
+    /// let got = m.into_received();
+    /// assert_eq!(got.body, Bytes::from_static(b"abcd"));
+    /// assert_eq!(got.prelude.corr, 0);
+    /// assert_eq!(got.prelude.kind, MessageKind::OneWay);
+    /// ```
+    pub fn into_received(self) -> InMessage {
+        let prelude = self.prelude();
+        let body = match self.body.len() {
+            0 => Bytes::new(),
+            1 => self.body.into_iter().next().unwrap_or_default(),
+            _ => {
+                let mut b = bytes::BytesMut::with_capacity(prelude.body_len as usize);
+                for part in &self.body {
+                    b.extend_from_slice(part);
+                }
+                b.freeze()
+            }
+        };
+        InMessage {
+            priority: self.priority,
+            number: 0,
+            prelude,
+            header: self.header,
+            body,
+        }
+    }
+
     /// The prelude describing this message.
     pub fn prelude(&self) -> Prelude {
         Prelude {

@@ -14,8 +14,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
-use sitenet_protocols::{Deliver, InMessage, OutMessage};
+use sitenet_protocols::Deliver;
 
 use crate::node::NodeInner;
 use crate::site::{SiteEntry, SiteRef};
@@ -60,36 +59,11 @@ fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
     for m in batch {
         let footprint = m.footprint();
         let token = m.tracked.then_some(m.corr);
-        delivery.message(received(m));
+        delivery.message(m.into_received());
         entry.outbox.release(footprint);
         if let Some(token) = token {
             node.deliveries.complete(token, Ok(()));
         }
     }
     node.acked.notify_waiters();
-}
-
-/// The message as a peer's session would hand it over: one body, and the
-/// token of a tracked one-way message left out (it never goes on the
-/// wire).
-fn received(m: OutMessage) -> InMessage {
-    let prelude = m.prelude();
-    let body = match m.body.len() {
-        0 => Bytes::new(),
-        1 => m.body.into_iter().next().unwrap_or_default(),
-        _ => {
-            let mut b = BytesMut::with_capacity(prelude.body_len as usize);
-            for part in &m.body {
-                b.extend_from_slice(part);
-            }
-            b.freeze()
-        }
-    };
-    InMessage {
-        priority: m.priority,
-        number: 0,
-        prelude,
-        header: m.header,
-        body,
-    }
 }
