@@ -53,3 +53,41 @@ async fn stats_follow_the_traffic_by_level_and_keep_their_bounds() {
     let from_client = &srv.per_site[0];
     assert_eq!(from_client.messages_received, [0, 10, 10, 10]);
 }
+
+/// Issue 17's leftover: pending handshakes (and refused members) show in
+/// `Node::stats`, with their bound, not only in `Metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_handshakes_show_in_the_stats_with_their_bound() {
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            c.max_pending_handshakes = 40;
+            c.handshake_silence = Duration::from_secs(60);
+            c.handshake_timeout = Duration::from_secs(60);
+        })
+        .start()
+        .unwrap();
+    let target = addr(&server);
+    let hostport = target.strip_prefix("tcp:").unwrap().to_string();
+    // Idle sockets from one source: at most its per-source cap (8) pend.
+    let idle: Vec<_> = (0..5)
+        .map(|_| std::net::TcpStream::connect(&hostport).unwrap())
+        .collect();
+    assert!(eventually(|| server.stats().handshakes_pending == 5).await);
+    let s = server.stats();
+    assert_eq!(s.handshakes_pending_bound, 40);
+    assert!(s.handshakes_pending_peak >= 5);
+    assert_eq!(s.auth_refused, 0);
+    assert_eq!(s.sites_live, 0, "a pending handshake makes no site entry");
+    let json = serde_json::to_value(&s).unwrap();
+    for key in [
+        "handshakes_pending",
+        "handshakes_pending_peak",
+        "handshakes_pending_bound",
+        "auth_refused",
+    ] {
+        assert!(json.get(key).is_some(), "{key} in {json}");
+    }
+    drop(idle);
+    assert!(eventually(|| server.stats().handshakes_pending == 0).await);
+}

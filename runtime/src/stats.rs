@@ -30,6 +30,19 @@ pub struct NodeStats {
     pub output_bytes: u64,
     /// … which never exceeds this (`NodeConfig::node_output_bound`).
     pub output_bytes_bound: u64,
+    /// Accepted connections in their handshake now: each holds a
+    /// descriptor and small rings (and, on `tls:`, a TLS session), no
+    /// channel slot, no site entry.
+    pub handshakes_pending: u64,
+    /// The most `handshakes_pending` has been.
+    pub handshakes_pending_peak: u64,
+    /// What `handshakes_pending` never exceeds
+    /// (`NodeConfig::max_pending_handshakes`).
+    pub handshakes_pending_bound: usize,
+    /// Handshakes refused because the peer is not a member or not the
+    /// site its certificate names (wrong or missing cookie, a refused
+    /// certificate).
+    pub auth_refused: u64,
 }
 
 /// One remote site's counters, as its ComObject last published them (at

@@ -122,6 +122,10 @@ impl Node {
             per_site,
             output_bytes: self.inner.output.node.bytes(),
             output_bytes_bound: self.inner.output.node.bound(),
+            handshakes_pending: m.handshakes_pending,
+            handshakes_pending_peak: m.handshakes_pending_peak,
+            handshakes_pending_bound: self.inner.cfg.max_pending_handshakes,
+            auth_refused: m.auth_refused,
         }
     }
 

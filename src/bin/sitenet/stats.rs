@@ -62,6 +62,13 @@ pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::auth::Auth)
         "sites: {} live, {} idle, {} reclaimed",
         v["sites_live"], v["sites_idle"], v["sites_reclaimed"]
     );
+    println!(
+        "handshakes: {} pending (peak {}), bound {}; {} refused as not members",
+        v["handshakes_pending"],
+        v["handshakes_pending_peak"],
+        v["handshakes_pending_bound"],
+        v["auth_refused"]
+    );
     for site in v["per_site"].as_array().into_iter().flatten() {
         println!(
             "  {} {}: sent {} msgs ({} bytes) by level 1-4, received {}, retransmitted {}, reconnects {}, preemptions {}, queue {}",
