@@ -87,6 +87,7 @@ pub mod link;
 pub mod log_limit;
 pub mod marshal;
 pub mod message;
+pub mod output_share;
 pub mod packed;
 pub mod priority;
 pub mod reassembly;

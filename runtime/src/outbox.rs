@@ -37,6 +37,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use sitenet_protocols::output_share::admits;
 use sitenet_protocols::OutMessage;
 
 /// The bytes a sender that never waits queues before it yields to the
@@ -83,16 +84,14 @@ impl NodeOutput {
 
     /// Reserves `n` bytes for a site that held `site_before` (and is
     /// already counted among the holders): within the bound, and within
-    /// the site's fair share once the node is half full (see the module
-    /// documentation).
+    /// the site's fair share once the node is half full
+    /// (`sitenet_protocols::output_share`).
     fn try_reserve(&self, n: u64, site_before: u64) -> bool {
         let holders = self.holders.load(Ordering::Acquire);
-        let share = self.bound / (4 * holders.max(1) as u64);
-        let fair = site_before + n <= share;
         self.bytes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
                 let after = cur + n;
-                (after <= self.bound && (fair || after <= self.bound / 2)).then_some(after)
+                admits(self.bound, after, holders, site_before, n).then_some(after)
             })
             .is_ok()
     }
