@@ -339,3 +339,15 @@ async fn half_open_connections_do_not_stop_a_tls_node_accepting() {
     assert_eq!(server.site_count(), 1);
     drop(held);
 }
+
+/// Review finding: a node without a certificate could listen on a `tls:`
+/// address. It ran no TLS there while advertising `tls:`, so every member
+/// dialing it failed, and nothing said why. Now a configuration error.
+#[test]
+fn regression_a_tls_listen_address_needs_a_certificate() {
+    let e = Node::builder()
+        .listen("tls:127.0.0.1:0")
+        .start()
+        .unwrap_err();
+    assert!(e.to_string().contains("needs a certificate"), "{e}");
+}

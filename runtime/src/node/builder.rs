@@ -77,6 +77,14 @@ impl NodeBuilder {
                      addresses (every peer must prove its certificate); got {a}"
                 )));
             }
+            // And a tls: listener without one would run no TLS while
+            // peers dial it with TLS.
+            if cfg.tls.is_none() && addr.is_tls() {
+                return Err(NodeError::Config(format!(
+                    "{a} needs a certificate: give the node one (NodeConfig::tls; \
+                     --cert, --key and --ca on the command line) or listen on tcp:"
+                )));
+            }
             let b = BoundListener::bind(&addr).map_err(|source| NodeError::Bind {
                 addr: a.clone(),
                 source,
