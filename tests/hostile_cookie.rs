@@ -329,11 +329,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
         a.join().unwrap();
     }
     watcher.join().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    block_on(async {
         assert!(
             eventually(|| sink.total.load(Ordering::Acquire) >= sent).await,
             "only {} of {sent} messages arrived",
@@ -428,7 +424,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
 
     // The attackers go: everything is back to the member alone.
     drop(idle);
-    rt.block_on(async {
+    block_on(async {
         assert!(
             eventually(|| server.metrics().handshakes_pending == 0).await,
             "{:?}",

@@ -90,11 +90,7 @@ fn a_thousand_nodes_share_one_runtime() {
     let nodes: Vec<Node> = (0..NODES)
         .map(|_| Node::builder().start().unwrap())
         .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    block_on(async {
         let mut tasks = Vec::new();
         for (i, n) in nodes.iter().enumerate() {
             let site = n.site(&target).unwrap();

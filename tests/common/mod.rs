@@ -158,11 +158,7 @@ impl Sink {
     }
 
     pub fn wait_blocking(&self) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(self.wait());
+        block_on(self.wait());
     }
 }
 
@@ -176,4 +172,14 @@ pub async fn failure_reaching(from: &Node, to: &Node) -> String {
         "the site never failed"
     );
     site.failure().unwrap().0
+}
+
+/// Runs `f` to completion on a runtime of its own, for a test body that is
+/// not async (threads of blocking peers) and must await something.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
 }

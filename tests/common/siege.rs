@@ -208,11 +208,7 @@ pub fn siege(level: &Level) {
     // The attackers go: what they cost is returned.
     drop(idle);
     drop(hogs);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    block_on(async {
         assert!(
             eventually(|| server.stats().output_bytes == 0).await,
             "still held for the attackers: {} bytes",
