@@ -89,11 +89,14 @@ pub mod marshal;
 pub mod message;
 pub mod output_share;
 pub mod packed;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 pub mod priority;
 pub mod reassembly;
 pub mod requests;
 pub mod scheduler;
 pub mod session;
+pub mod sim;
 pub mod site;
 pub mod slots;
 pub mod timer;

@@ -30,9 +30,15 @@ struct H {
 
 impl H {
     fn new(can_open: bool) -> Self {
+        Self::with(can_open, false)
+    }
+
+    /// `callable`: this node listens (see `ComConfig::callable`).
+    fn with(can_open: bool, callable: bool) -> Self {
         let now = Instant::now();
         let cfg = ComConfig {
             linger: LINGER,
+            callable,
             ..ComConfig::default()
         };
         Self {
@@ -441,4 +447,39 @@ fn a_channel_idles_for_its_rings_only_with_nothing_pending() {
     assert!(h.com.rings_idle(h.now + ring_idle));
     h.com.queue(msg()).unwrap();
     assert!(!h.com.rings_idle(h.now + 2 * ring_idle), "queued again");
+}
+
+/// Found by the simulator (`sim`, 50 sites, seed 1, heavy faults): sites
+/// that reference each other and listen kept reopening the channels their
+/// peers had preempted, with nothing to send; each reopen took a slot that
+/// forced the next preemption, and idle pairs churned through the slot
+/// limits for ever. A site that can be called back waits for the call.
+#[test]
+fn regression_a_callable_site_does_not_reopen_after_a_peers_hard_close_without_need() {
+    let mut h = H::with(true, true);
+    let id = h.working_and_acked(false);
+    assert!(!h.com.has_need());
+    let mut input = ByteBuffer::new(4096);
+    let mut hb = [0u8; sitenet_protocols::frame::HEADER_LEN];
+    sitenet_protocols::frame::FrameHeader::control(
+        sitenet_protocols::frame::FrameKind::CloseHard,
+        0,
+        1,
+    )
+    .encode(&mut hb);
+    input.push(&hb);
+    h.com.handle_input(id, h.now, &mut input, &mut |_| {});
+    h.transmit();
+    h.lose(id);
+    assert_eq!(h.com.state(), ComState::WaitingForCallback);
+    let at = h.com.poll_timeout().expect("the reopen wait");
+    h.advance_to(at);
+    assert!(
+        !h.actions().iter().any(|a| matches!(a, Action::RequestSlot)),
+        "nothing to send, and the peer can call back: no reopen"
+    );
+    assert_eq!(h.com.state(), ComState::Closed);
+    // A message to send is a need again: it opens at once.
+    h.com.queue(msg()).unwrap();
+    assert!(h.actions().iter().any(|a| matches!(a, Action::RequestSlot)));
 }

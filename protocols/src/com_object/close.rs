@@ -139,6 +139,10 @@ impl ComObject {
             return false;
         }
         self.count().hard_closes_started += 1;
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::active(crate::planted::Bug::PreemptionDropsLedger) {
+            self.session.planted_drop_ledger();
+        }
         self.update();
         true
     }

@@ -37,6 +37,14 @@ pub struct ComConfig {
     /// After the peer's hard close, wait this long for it to call back
     /// before reconnecting ourselves.
     pub reopen_after_peer_hard_close: Duration,
+    /// This node listens at an address its peers can call (a node without
+    /// listen addresses is not). A node that can be called back does not
+    /// reopen a channel its peer closed hard just in case the peer holds
+    /// messages for it: the peer calls back when it does. Reopening
+    /// without need kept every idle pair of referenced sites churning
+    /// through the slot limits for ever (found by the simulator; see
+    /// `ComObject::wants_channel`).
+    pub callable: bool,
     /// Temporarily failed this long: fail permanently. `None`: never.
     pub give_up_after: Option<Duration>,
     /// Temporarily failed this long while the site cannot be called back
@@ -68,6 +76,7 @@ impl Default for ComConfig {
             linger: Duration::from_secs(10),
             ring_idle: Duration::from_secs(2),
             reopen_after_peer_hard_close: Duration::from_secs(5),
+            callable: false,
             give_up_after: None,
             unreachable_give_up: Duration::from_secs(15),
             local: SiteId(0),

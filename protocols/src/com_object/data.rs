@@ -38,7 +38,7 @@ impl ComObject {
         if !input.is_empty() {
             // Anything from the initiator after the handshake: it read our
             // answer, so it holds the secret the answer agreed.
-            self.confirm_continuity();
+            self.peer_read_answer();
         }
         let r = self.session.handle_input_with(now, input, deliver);
         self.note_activity(now);
@@ -58,7 +58,7 @@ impl ComObject {
     /// `n` bytes were read into [`direct_input`](Self::direct_input)'s slice.
     pub fn direct_commit(&mut self, n: usize) {
         if n > 0 {
-            self.confirm_continuity();
+            self.peer_read_answer();
         }
         self.session.direct_commit(n);
     }

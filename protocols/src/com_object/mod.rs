@@ -118,6 +118,13 @@ pub struct ComObject {
     /// A NEGOTIATE resuming the session must prove it (see
     /// [`continuity`](crate::handshake::continuity)).
     continuity: Option<Box<Continuity>>,
+    /// The generation of the channel on which we last answered "fresh"
+    /// (we had forgotten the peer), until the peer shows it read that
+    /// answer — by sending anything on the channel, or naming that
+    /// generation in a NEGOTIATE. Until then the peer may still number as
+    /// in the session we forgot, so every answer says "fresh" again and our
+    /// own opens claim no generation (the peer then numbers afresh too).
+    fresh_unconfirmed: Option<u64>,
     /// This ComObject's opener id, and the number of its last attempt.
     opener: u64,
     attempt_seq: u64,
@@ -194,6 +201,7 @@ impl ComObject {
             jitter_state: seed,
             book,
             continuity: None,
+            fresh_unconfirmed: None,
             opener,
             attempt_seq: 0,
             channel_seq: 0,
@@ -349,10 +357,19 @@ impl ComObject {
         }
     }
 
+    /// The peer sent something on the working channel after its handshake:
+    /// it read our answer, so it holds the secret and the numbering the
+    /// answer agreed.
+    fn peer_read_answer(&mut self) {
+        self.fresh_unconfirmed = None;
+        self.confirm_continuity();
+    }
+
     /// True if the site should have a channel: it has need of one, or the
-    /// peer closed ours hard and we still reference it (see `owed_reopen`).
+    /// peer closed ours hard, we still reference it, and it cannot call us
+    /// back (see `owed_reopen` and `ComConfig::callable`).
     fn wants_channel(&self) -> bool {
-        self.has_need() || (self.owed_reopen && self.has_refs)
+        self.has_need() || (self.owed_reopen && self.has_refs && !self.cfg.callable)
     }
 
     /// What [`set_awaiting_replies`](Self::set_awaiting_replies) last said.

@@ -79,6 +79,8 @@ impl ComObject {
         self.book.succeeded();
         self.book
             .learn(opened.present.listen.iter().map(String::as_str));
+        // This handshake settled both sides' numbering.
+        self.fresh_unconfirmed = None;
         if opened.peer_fresh && !self.session.is_fresh() {
             // The peer forgot our session (it reclaimed our entry): number
             // afresh, and hand back what it never acknowledged.
@@ -240,7 +242,16 @@ impl ComObject {
         // received belongs to the session we forgot; the answer tells it
         // we are fresh, and it numbers afresh too. A claim beyond our
         // generations starts a new session the same way.
-        let fresh = self.session.is_fresh() || beyond;
+        // A fresh answer the peer has not shown it read (see
+        // `fresh_unconfirmed`) holds until it names that channel's
+        // generation.
+        if self
+            .fresh_unconfirmed
+            .is_some_and(|g| neg.last_generation >= g)
+        {
+            self.fresh_unconfirmed = None;
+        }
+        let fresh = self.session.is_fresh() || beyond || self.fresh_unconfirmed.is_some();
         let renumber = !self.session.is_fresh() && (beyond || neg.last_generation == 0);
         let peer_last_received = if fresh && neg.last_generation > 0 {
             0
@@ -312,6 +323,9 @@ impl ComObject {
         self.session
             .channel_up(params, now)
             .expect("last_received checked above");
+        if fresh {
+            self.fresh_unconfirmed = Some(generation);
+        }
         let id = self.now_working(Some(neg.attempt), now);
         AcceptOutcome::Accept { id, answer }
     }

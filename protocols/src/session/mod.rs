@@ -257,6 +257,12 @@ impl Session {
         stats.forgotten_unacked += handed_back as u64;
     }
 
+    /// Planted bug: forgets every unacknowledged message (see `planted`).
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) fn planted_drop_ledger(&mut self) {
+        self.send.planted_drop_ledger();
+    }
+
     /// True if this session has never had a working channel: it holds no
     /// numbering a peer could depend on (a site's handshake tells the peer
     /// so, and a peer that remembers a session then calls

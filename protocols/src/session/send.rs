@@ -171,6 +171,19 @@ impl Sender {
                 self.freed.0 += n as u64;
                 self.freed.1 += bytes;
             }
+        } else {
+            #[cfg(feature = "planted-bugs")]
+            if crate::planted::active(crate::planted::Bug::AckFreesOneMore) {
+                // Planted: a repeated ack frees the next message too.
+                if let Some(t) = &mut self.traffic {
+                    let next = t.ledger.iter().next().map(|(n, _)| *n);
+                    if let Some(next) = next {
+                        let (n, bytes) = t.ledger.ack(next, &mut t.delivered);
+                        self.freed.0 += n as u64;
+                        self.freed.1 += bytes;
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -323,10 +336,24 @@ impl Sender {
         if let Some(t) = &mut self.traffic {
             t.resend = t.ledger.iter().cloned().collect();
             t.resend_current = None;
+            #[cfg(feature = "planted-bugs")]
+            if crate::planted::active(crate::planted::Bug::ResendSkipsFirst) {
+                t.resend.pop_front();
+            }
         }
         self.peer_max_message = Some(NonZeroU64::new(peer_max_message).unwrap_or(NonZeroU64::MIN));
         self.refuse_oversized(peer_max_message);
         Ok(())
+    }
+
+    /// Planted bug: drops every unacknowledged message (see `planted`).
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) fn planted_drop_ledger(&mut self) {
+        if let Some(t) = &mut self.traffic {
+            t.ledger.drain();
+            t.resend.clear();
+            t.resend_current = None;
+        }
     }
 
     /// The peer forgot the session: numbering starts again from 1, and

@@ -118,7 +118,10 @@ impl NodeBuilder {
             .trans_controller
             .clone()
             .unwrap_or_else(sitenet_transport::TransController::process);
-        let com_cfg = Arc::new(cfg.com(id));
+        let mut com_cfg = cfg.com(id);
+        // Peers can call this node back only if it listens.
+        com_cfg.callable = !listen.is_empty();
+        let com_cfg = Arc::new(com_cfg);
         let cfg_admission = cfg.admission();
         let pairs = Mutex::new(sitenet_protocols::PairMemory::new(cfg.remembered_pairs));
         let keys = sitenet_protocols::Keyring::new(cfg.cookies.clone());

@@ -441,3 +441,73 @@ fn a_certified_claim_without_the_secret_is_the_site_restarted() {
     assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
     assert_eq!(h.com.stats().unproven_claims_refused, 2);
 }
+
+/// Found by the simulator (50 sites, heavy faults, seeds 146 and 31 among
+/// 43 of 200): a site that had forgot its peer (reclaimed) accepted a late
+/// NEGOTIATE — its initiator had long given up on that channel — and
+/// answered "fresh" into a channel nobody read. Its session then counted
+/// as having worked, so the peer's next NEGOTIATE, still from the session
+/// before, was answered "not fresh": the peer went on numbering where it
+/// was while this side expected 1 ("message number 2 after 0: gap in the
+/// sequence"), or claimed acks of the old numbering ("acknowledged message
+/// 1, but only 0 were sent"). A fresh answer now holds until the peer shows
+/// it read one: input on that channel, or a NEGOTIATE naming its generation.
+#[test]
+fn regression_a_fresh_answer_nobody_read_is_given_again() {
+    let mut h = H::new(cfg(), true);
+    // The pair's secret, remembered when the site was forgotten.
+    h.com.recall(Continuity {
+        current: PAIR,
+        confirmed: true,
+    });
+    let first = Negotiate {
+        last_received: 5,
+        ..negotiate(2, Attempt { opener: 9, seq: 1 })
+    };
+    let AcceptOutcome::Accept { id, answer } = h.com.accepted(&first, NONCE, h.now) else {
+        panic!("accepted")
+    };
+    let NegotiateAns::Accept {
+        fresh, generation, ..
+    } = answer
+    else {
+        panic!("an accepting answer")
+    };
+    assert!(fresh, "this side forgot the session");
+    // The channel dies before the peer sends anything: it never read the answer.
+    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
+    for a in h.actions() {
+        if let Action::CloseChannel { id, .. } = a {
+            h.com.channel_closed(id, h.now);
+        }
+    }
+    // Its next NEGOTIATE still comes from the old session.
+    let again = Negotiate {
+        last_received: 5,
+        ..negotiate(2, Attempt { opener: 9, seq: 2 })
+    };
+    let outcome = h.com.accepted(&again, NONCE, h.now);
+    let AcceptOutcome::Accept { id, answer } = outcome else {
+        panic!("accepted again: {outcome:?}")
+    };
+    let NegotiateAns::Accept { fresh, .. } = answer else {
+        panic!("an accepting answer")
+    };
+    assert!(
+        fresh,
+        "the peer never learned this side is fresh: say it again"
+    );
+    // Once it has sent anything on the channel, it read the answer.
+    h.com.handle_input(id, h.now, &mut heartbeat(), &mut |_| {});
+    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
+    for a in h.actions() {
+        if let Action::CloseChannel { id, .. } = a {
+            h.com.channel_closed(id, h.now);
+        }
+    }
+    let later = negotiate(generation + 1, Attempt { opener: 9, seq: 3 });
+    let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&later, NONCE, h.now) else {
+        panic!("accepted later")
+    };
+    assert!(matches!(answer, NegotiateAns::Accept { fresh: false, .. }));
+}

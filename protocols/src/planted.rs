@@ -1,0 +1,37 @@
+//! Bugs planted on purpose, behind the `planted-bugs` feature, so that a
+//! test can show the simulator's checkers catch them ([`crate::sim`]). A
+//! checker that never fails proves nothing: each bug here is one the
+//! design's rules forbid, two of them bugs the original Mozart code had.
+//!
+//! The switch is per thread (the simulator runs on the thread that calls
+//! it), off by default, and compiled out of every build without the
+//! feature: release binaries carry no trace of it.
+
+use std::cell::Cell;
+
+/// A bug that can be planted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// A repeated acknowledgement frees one more message than it covers
+    /// (the original Mozart code lost a message per repeated ack).
+    AckFreesOneMore,
+    /// The resend after a reconnect skips the first unacknowledged message.
+    ResendSkipsFirst,
+    /// A preemption (CLOSE_HARD from the slot controller) drops the
+    /// ledger of unacknowledged messages.
+    PreemptionDropsLedger,
+}
+
+thread_local! {
+    static PLANTED: Cell<Option<Bug>> = const { Cell::new(None) };
+}
+
+/// Plants `bug` (or none) on this thread until changed.
+pub fn plant(bug: Option<Bug>) {
+    PLANTED.with(|p| p.set(bug));
+}
+
+/// True if `bug` is planted on this thread.
+pub fn active(bug: Bug) -> bool {
+    PLANTED.with(|p| p.get() == Some(bug))
+}

@@ -1,0 +1,410 @@
+//! What happens at the ends of a simulated connection: the connection
+//! request reaching the listener, bytes arriving, the two handshake
+//! machines and the working channel reading them, FIN and reset, and the
+//! handshake deadline. The same machines the runtime's TransObject and
+//! accept loop drive, in the same order.
+
+use crate::address_book::AddressBook;
+use crate::com_object::{AcceptOutcome, Loss, OpenFailure};
+use crate::error::OpenError;
+use crate::handshake::{write_answer, Acceptor, NegotiateAns, HANDSHAKE_TIMEOUT};
+use crate::message::InMessage;
+use crate::site::SiteId;
+
+use super::net::{Role, Seg};
+use super::{Ev, Sim};
+
+impl Sim {
+    /// The connection request of `c` reaches its listener.
+    pub(super) fn on_syn(&mut self, c: u64) {
+        let Some(conn) = self.conns.get(&c) else {
+            return;
+        };
+        let (n, m) = (conn.ends[0].node, conn.ends[1].node);
+        if !conn.ends[0].is_open() {
+            // The dialer gave up before its request arrived.
+            self.conns.remove(&c);
+            return;
+        }
+        if let Some(heal) = self.blocked(n, m) {
+            return self.at(heal, Ev::Syn { conn: c });
+        }
+        if !self.nodes[m].up {
+            // Connection refused: nobody listens there now.
+            let now = self.now;
+            let conn = self.conns.get_mut(&c).expect("checked");
+            conn.ends[1].role = Role::Closed;
+            let at = conn.put(1, now, 0, Seg::Rst);
+            return self.at(at, Ev::Arrive { conn: c, dir: 1 });
+        }
+        let nonce = self.rand_nonce();
+        let info = self.nodes[m].local_info();
+        let inc = self.nodes[m].incarnation;
+        let conn = self.conns.get_mut(&c).expect("checked");
+        let end = &mut conn.ends[1];
+        end.incarnation = inc;
+        let hs = Acceptor::new(&info, nonce, &mut end.outb);
+        end.role = Role::Acceptor {
+            hs: Box::new(hs),
+            nonce,
+        };
+        self.trace(m, "accept", &[c as u128]);
+        self.send_out(c, 1);
+        self.at(
+            self.now + HANDSHAKE_TIMEOUT,
+            Ev::HsTimeout { conn: c, end: 1 },
+        );
+    }
+
+    /// Segments of wire `d` of connection `c` arrive.
+    pub(super) fn on_arrive(&mut self, c: u64, d: usize) {
+        let Some(conn) = self.conns.get_mut(&c) else {
+            return;
+        };
+        let (from, to) = (conn.ends[d].node, conn.ends[1 - d].node);
+        if let Some(heal) = self.blocked(from, to) {
+            return self.at(heal, Ev::Arrive { conn: c, dir: d });
+        }
+        let conn = self.conns.get_mut(&c).expect("checked");
+        if conn.arrive(d, self.now) {
+            self.read(c, 1 - d);
+        }
+    }
+
+    /// End `e` of `c` reads what its socket holds, as far as its rings and
+    /// its machine take it.
+    pub(super) fn read(&mut self, c: u64, e: usize) {
+        loop {
+            let Some(conn) = self.conns.get_mut(&c) else {
+                return;
+            };
+            let n = conn.ends[e].node;
+            if self.nodes[n].paused_until > self.now || !conn.ends[e].is_open() {
+                return;
+            }
+            let (got, last) = conn.read_in(e);
+            if got > 0 && conn.blocked[1 - e] && conn.ends[1 - e].is_open() {
+                // Room in the socket buffer for a sender that waits for it.
+                conn.blocked[1 - e] = false;
+                self.at(
+                    self.now,
+                    Ev::Writable {
+                        conn: c,
+                        end: 1 - e,
+                    },
+                );
+            }
+            let progressed = self.process(c, e);
+            if let Some(seg) = last {
+                return self.end_of_stream(c, e, seg);
+            }
+            if got == 0 {
+                if !progressed {
+                    self.retry_blocked(c, e);
+                }
+                return;
+            }
+        }
+    }
+
+    /// A working channel that cannot consume its ring (its reassembly
+    /// budget is exhausted) tries again a little later, as the runtime's
+    /// wait for budget does.
+    fn retry_blocked(&mut self, c: u64, e: usize) {
+        let Some(conn) = self.conns.get(&c) else {
+            return;
+        };
+        let end = &conn.ends[e];
+        if let Role::Working { peer, .. } = end.role {
+            let blocked = self.nodes[end.node]
+                .peers
+                .get(&peer)
+                .is_some_and(|p| p.com.input_blocked());
+            if blocked && !end.inb.is_empty() {
+                self.at(
+                    self.now + std::time::Duration::from_millis(10),
+                    Ev::Read { conn: c, end: e },
+                );
+            }
+        }
+    }
+
+    /// Feeds end `e`'s input ring to its machine; true if it consumed
+    /// anything or changed state.
+    fn process(&mut self, c: u64, e: usize) -> bool {
+        let Some(conn) = self.conns.get(&c) else {
+            return false;
+        };
+        match &conn.ends[e].role {
+            Role::Initiator { .. } => self.initiator_input(c, e),
+            Role::Acceptor { .. } => self.acceptor_input(c, e),
+            Role::Working { peer, id } => {
+                let (peer, id) = (*peer, *id);
+                self.working_input(c, e, peer, id)
+            }
+            Role::NotYet | Role::Closed => false,
+        }
+    }
+
+    fn initiator_input(&mut self, c: u64, e: usize) -> bool {
+        let conn = self.conns.get_mut(&c).expect("checked by process");
+        let end = &mut conn.ends[e];
+        let n = end.node;
+        let Role::Initiator { peer, attempt, hs } = &mut end.role else {
+            return false;
+        };
+        let (peer, attempt) = (*peer, *attempt);
+        let before = end.inb.len();
+        let r = hs.handle_input(&mut end.inb, &mut end.outb);
+        let consumed = end.inb.len() != before;
+        self.send_out(c, e);
+        let opened = match r {
+            Ok(None) => return consumed,
+            Ok(Some(opened)) => Ok(opened),
+            Err(err) => Err(err),
+        };
+        let now = self.instant();
+        let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+            self.close_end(c, e, Seg::Fin);
+            return true;
+        };
+        if p.opening != Some((attempt, c)) {
+            self.close_end(c, e, Seg::Fin);
+            self.put_back(n, peer, p);
+            return true;
+        }
+        p.opening = None;
+        match opened {
+            Ok(opened) => {
+                if let Some(id) = p.com.open_succeeded(attempt, &opened, now) {
+                    let conn = self.conns.get_mut(&c).expect("still open");
+                    let end = &mut conn.ends[e];
+                    end.inb.resize(opened.buffer_size as usize);
+                    end.outb.resize(opened.buffer_size as usize);
+                    end.role = Role::Working { peer, id };
+                    self.trace(n, "opened", &[peer.0, c as u128, opened.generation as u128]);
+                    self.drive_peer_then_attach(n, peer, &mut p, (id, c, e));
+                } else {
+                    self.close_end(c, e, Seg::Fin);
+                    self.drive_peer(n, peer, &mut p);
+                }
+            }
+            Err(err) => {
+                self.trace(n, "open_failed", &[peer.0, c as u128]);
+                self.close_end(c, e, Seg::Fin);
+                p.com.open_failed(attempt, OpenFailure::Open(err), now);
+                self.drive_peer(n, peer, &mut p);
+            }
+        }
+        self.put_back(n, peer, p);
+        true
+    }
+
+    /// As the runtime: the machine's actions first (they may close the
+    /// channel this one replaces), then the new channel is attached and
+    /// flushed.
+    fn drive_peer_then_attach(
+        &mut self,
+        n: usize,
+        peer: SiteId,
+        p: &mut super::node::Peer,
+        live: (crate::com_object::ChannelId, u64, usize),
+    ) {
+        self.drive_peer(n, peer, p);
+        if p.com.working_channel() == Some(live.0) {
+            p.live = Some(live);
+            self.drive_peer(n, peer, p);
+        } else {
+            self.close_end(live.1, live.2, Seg::Fin);
+            p.com.channel_closed(live.0, self.instant());
+            self.drive_peer(n, peer, p);
+        }
+    }
+
+    fn acceptor_input(&mut self, c: u64, e: usize) -> bool {
+        let conn = self.conns.get_mut(&c).expect("checked by process");
+        let end = &mut conn.ends[e];
+        let m = end.node;
+        let Role::Acceptor { hs, nonce } = &mut end.role else {
+            return false;
+        };
+        let nonce = *nonce;
+        let before = end.inb.len();
+        let r = hs.handle_input(&mut end.inb, &mut end.outb);
+        let consumed = end.inb.len() != before;
+        let neg = match r {
+            Ok(None) => return consumed,
+            Ok(Some(neg)) => neg,
+            Err(err) => {
+                self.send_out(c, e);
+                self.close_end(c, e, Seg::Fin);
+                self.violation(format!("a handshake between honest sites failed: {err}"));
+                return true;
+            }
+        };
+        let now = self.instant();
+        // Admission: an adopted channel takes a slot, refused past the
+        // hard limit.
+        let Some(holder) = self.nodes[m].slots.accept(now) else {
+            self.counts.accepts_refused += 1;
+            self.close_end(c, e, Seg::Fin);
+            return true;
+        };
+        let peer = neg.site;
+        let book = AddressBook::claimed(neg.listen.iter().map(String::as_str));
+        let existed = self.nodes[m].peers.contains_key(&peer);
+        let mut p = self.peer_or_new(m, peer, book);
+        if !existed {
+            // Made by the accept: nothing of the application refers to it.
+            p.com.set_has_refs(false, now);
+        }
+        let conn = self.conns.get_mut(&c).expect("still open");
+        let end = &mut conn.ends[e];
+        match p.com.accepted(&neg, nonce, now) {
+            AcceptOutcome::Refuse(reason) => {
+                write_answer(&mut end.outb, &NegotiateAns::Refuse(reason));
+                end.holder = Some(holder);
+                self.nodes[m].holders.insert(holder, (c, e));
+                self.send_out(c, e);
+                self.close_end(c, e, Seg::Fin);
+                self.trace(m, "refused", &[peer.0, c as u128]);
+                self.drive_peer(m, peer, &mut p);
+            }
+            AcceptOutcome::Protocol(err) => {
+                self.nodes[m].holders.insert(holder, (c, e));
+                end.holder = Some(holder);
+                self.close_end(c, e, Seg::Fin);
+                self.violation(format!("{peer}'s NEGOTIATE contradicts the session: {err}"));
+            }
+            AcceptOutcome::Accept { id, answer } => {
+                let size = self.nodes[m].cfg.buffer_size as usize;
+                end.inb.resize(size);
+                end.outb.resize(size);
+                write_answer(&mut end.outb, &answer);
+                end.role = Role::Working { peer, id };
+                end.holder = Some(holder);
+                self.nodes[m].holders.insert(holder, (c, e));
+                self.trace(m, "adopted", &[peer.0, c as u128]);
+                self.drive_peer_then_attach(m, peer, &mut p, (id, c, e));
+            }
+        }
+        self.put_back(m, peer, p);
+        true
+    }
+
+    fn working_input(&mut self, c: u64, e: usize, peer: SiteId, id: crate::ChannelId) -> bool {
+        let n = self.conns[&c].ends[e].node;
+        let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+            self.close_end(c, e, Seg::Rst);
+            return true;
+        };
+        let now = self.instant();
+        let conn = self.conns.get_mut(&c).expect("checked by process");
+        let inb = &mut conn.ends[e].inb;
+        let before = inb.len();
+        let mut got: Vec<InMessage> = Vec::new();
+        p.com.begin_turn(now);
+        loop {
+            let alive = p.com.handle_input(id, now, inb, &mut |m| got.push(m));
+            if !alive || !p.com.input_paused() {
+                break;
+            }
+        }
+        let consumed = inb.len() != before || !got.is_empty();
+        for m in got {
+            self.delivered(n, peer, m);
+        }
+        self.drive_peer(n, peer, &mut p);
+        self.put_back(n, peer, p);
+        consumed
+    }
+
+    /// End `e` reached its peer's FIN or a reset.
+    fn end_of_stream(&mut self, c: u64, e: usize, seg: Seg) {
+        let Some(conn) = self.conns.get(&c) else {
+            return;
+        };
+        let end = &conn.ends[e];
+        let n = end.node;
+        let reset = matches!(seg, Seg::Rst);
+        match end.role {
+            Role::Working { peer, id } => {
+                self.close_end(c, e, Seg::Fin);
+                let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+                    return;
+                };
+                if p.live.is_some_and(|l| l.0 == id) {
+                    p.live = None;
+                    let loss = if reset {
+                        Loss::Io("connection reset by peer".into())
+                    } else {
+                        Loss::Eof
+                    };
+                    p.com.channel_lost(id, loss, self.instant());
+                }
+                self.drive_peer(n, peer, &mut p);
+                self.put_back(n, peer, p);
+            }
+            Role::Initiator { peer, attempt, .. } => {
+                self.close_end(c, e, Seg::Fin);
+                let why = if reset {
+                    "connection refused or reset during the handshake"
+                } else {
+                    "closed by the peer during the handshake"
+                };
+                self.open_failed(n, peer, attempt, c, OpenFailure::Transport(why.into()));
+            }
+            Role::Acceptor { .. } | Role::NotYet | Role::Closed => {
+                self.close_end(c, e, Seg::Fin);
+            }
+        }
+    }
+
+    fn open_failed(&mut self, n: usize, peer: SiteId, attempt: u64, c: u64, why: OpenFailure) {
+        let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+            return;
+        };
+        if p.opening == Some((attempt, c)) {
+            p.opening = None;
+            p.com.open_failed(attempt, why, self.instant());
+            self.drive_peer(n, peer, &mut p);
+        }
+        self.put_back(n, peer, p);
+    }
+
+    /// The handshake deadline of end `e` of `c`.
+    pub(super) fn on_handshake_timeout(&mut self, c: u64, e: usize) {
+        let Some(conn) = self.conns.get(&c) else {
+            return;
+        };
+        let end = &conn.ends[e];
+        match end.role {
+            Role::Initiator { peer, attempt, .. } => {
+                let n = end.node;
+                self.close_end(c, e, Seg::Rst);
+                let why = OpenFailure::Open(OpenError::Timeout);
+                self.open_failed(n, peer, attempt, c, why);
+            }
+            Role::Acceptor { .. } => self.close_end(c, e, Seg::Rst),
+            _ => {}
+        }
+    }
+
+    /// There is room on end `e`'s wire again.
+    pub(super) fn on_writable(&mut self, c: u64, e: usize) {
+        let Some(conn) = self.conns.get(&c) else {
+            return;
+        };
+        let end = &conn.ends[e];
+        match end.role {
+            Role::Working { peer, .. } => {
+                let n = end.node;
+                self.drive(n, peer);
+            }
+            Role::Initiator { .. } | Role::Acceptor { .. } => {
+                self.send_out(c, e);
+            }
+            Role::NotYet | Role::Closed => {}
+        }
+    }
+}

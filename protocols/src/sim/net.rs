@@ -1,0 +1,231 @@
+//! The virtual network: connections between simulated sites, each a pair
+//! of ends with the rings a TransObject holds, joined by two one-way wires
+//! that carry bytes in order (a stream transport reorders nothing within a
+//! connection) with the link's latency and bandwidth, and a socket buffer
+//! that bounds what is in flight. A connection ends with a FIN after the
+//! last byte (an orderly close) or a reset (a crash, a cut mid-frame).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::byte_buffer::ByteBuffer;
+use crate::com_object::ChannelId;
+use crate::handshake::{Acceptor, Initiator, Nonce};
+use crate::site::SiteId;
+
+/// Bytes a direction holds in flight and unread at the receiver (the two
+/// socket buffers of a real connection).
+pub(super) const SOCKET_BUFFER: usize = 128 * 1024;
+
+/// What a wire carries.
+#[derive(Debug, Clone)]
+pub(super) enum Seg {
+    Data(Bytes),
+    /// The sender closed its end after the bytes before this.
+    Fin,
+    /// The connection was reset.
+    Rst,
+}
+
+/// What an end is doing.
+pub(super) enum Role {
+    /// The acceptor's end before the connection request arrived.
+    NotYet,
+    /// Our open attempt `attempt` to `peer`: the initiator's handshake.
+    Initiator {
+        peer: SiteId,
+        attempt: u64,
+        hs: Box<Initiator>,
+    },
+    /// An accepted connection in its handshake (anonymous until NEGOTIATE).
+    Acceptor { hs: Box<Acceptor>, nonce: Nonce },
+    /// A working channel of the site's ComObject for `peer`.
+    Working { peer: SiteId, id: ChannelId },
+    /// Closed by this side (or by the crash of its site).
+    Closed,
+}
+
+/// One end of a connection: the rings of a TransObject and the socket's
+/// receive side.
+pub(super) struct End {
+    pub(super) node: usize,
+    /// The incarnation of `node` that owns this end.
+    pub(super) incarnation: u32,
+    pub(super) role: Role,
+    pub(super) inb: ByteBuffer,
+    pub(super) outb: ByteBuffer,
+    /// Arrived, not yet read into `inb`.
+    pub(super) rx: VecDeque<Seg>,
+    /// The channel slot this end holds at its node.
+    pub(super) holder: Option<u64>,
+}
+
+impl End {
+    pub(super) fn new(node: usize, incarnation: u32, ring: usize, role: Role) -> Self {
+        Self {
+            node,
+            incarnation,
+            role,
+            inb: ByteBuffer::new(ring),
+            outb: ByteBuffer::new(ring),
+            rx: VecDeque::new(),
+            holder: None,
+        }
+    }
+
+    pub(super) fn is_open(&self) -> bool {
+        !matches!(self.role, Role::Closed)
+    }
+
+    /// Ring bytes this end holds (the transport memory checker's measure).
+    pub(super) fn ring_bytes(&self) -> usize {
+        if self.is_open() {
+            self.inb.capacity() + self.outb.capacity()
+        } else {
+            0
+        }
+    }
+}
+
+/// A connection between two sites: end 0 dialed, end 1 accepted.
+pub(super) struct Conn {
+    pub(super) ends: [End; 2],
+    /// Wire `d` carries from end `d` to the other: (arrival, segment).
+    pub(super) wire: [VecDeque<(Duration, Seg)>; 2],
+    /// Bytes of direction `d` in flight or unread.
+    pub(super) used: [usize; 2],
+    /// When the link of direction `d` is free to send again (bandwidth).
+    pub(super) link_free: [Duration; 2],
+    pub(super) latency: Duration,
+    /// Bytes per second.
+    pub(super) bandwidth: u64,
+    /// End `e` found its wire full with bytes left to write: it is told
+    /// when the receiver makes room.
+    pub(super) blocked: [bool; 2],
+}
+
+impl Conn {
+    /// Moves what fits of end `e`'s output ring onto its wire; returns the
+    /// arrival time of the new segment, if any.
+    pub(super) fn send_out(&mut self, e: usize, now: Duration) -> Option<Duration> {
+        let room = SOCKET_BUFFER.saturating_sub(self.used[e]);
+        let end = &mut self.ends[e];
+        let n = end.outb.len().min(room);
+        self.blocked[e] = end.outb.len() > room;
+        if n == 0 || !end.is_open() {
+            return None;
+        }
+        let mut v = Vec::with_capacity(n);
+        let (a, b) = end.outb.chunks();
+        let ta = a.len().min(n);
+        v.extend_from_slice(&a[..ta]);
+        v.extend_from_slice(&b[..n - ta]);
+        end.outb.consume(n);
+        self.used[e] += n;
+        Some(self.put(e, now, n as u64, Seg::Data(Bytes::from(v))))
+    }
+
+    /// Puts a segment of `len` bytes on wire `d`; returns its arrival.
+    pub(super) fn put(&mut self, d: usize, now: Duration, len: u64, seg: Seg) -> Duration {
+        let start = self.link_free[d].max(now);
+        let tx = Duration::from_nanos(len.saturating_mul(1_000_000_000) / self.bandwidth.max(1));
+        self.link_free[d] = start + tx;
+        let at = start + tx + self.latency;
+        self.wire[d].push_back((at, seg));
+        at
+    }
+
+    /// Moves the segments of wire `d` that have arrived by `now` into the
+    /// receiving end's socket buffer. False if none had.
+    pub(super) fn arrive(&mut self, d: usize, now: Duration) -> bool {
+        let mut any = false;
+        while self.wire[d].front().is_some_and(|(at, _)| *at <= now) {
+            let (_, seg) = self.wire[d].pop_front().expect("front exists");
+            let to = &mut self.ends[1 - d];
+            if to.is_open() {
+                to.rx.push_back(seg);
+            } else if let Seg::Data(b) = seg {
+                // Nobody reads it any more.
+                self.used[d] -= b.len();
+            }
+            any = true;
+        }
+        any
+    }
+
+    /// Reads end `e`'s socket buffer into its input ring, as much as fits.
+    /// Returns (bytes read, the FIN or reset reached with nothing before it).
+    pub(super) fn read_in(&mut self, e: usize) -> (usize, Option<Seg>) {
+        let d = 1 - e;
+        let end = &mut self.ends[e];
+        let mut n = 0;
+        while let Some(seg) = end.rx.front_mut() {
+            match seg {
+                Seg::Data(b) => {
+                    let take = b.len().min(end.inb.free());
+                    if take == 0 {
+                        break;
+                    }
+                    end.inb.push(&b[..take]);
+                    if take == b.len() {
+                        end.rx.pop_front();
+                    } else {
+                        let _ = b.split_to(take);
+                    }
+                    n += take;
+                }
+                Seg::Fin | Seg::Rst => {
+                    let seg = end.rx.pop_front().expect("front exists");
+                    self.used[d] -= n;
+                    return (n, Some(seg));
+                }
+            }
+        }
+        self.used[d] -= n;
+        (n, None)
+    }
+
+    /// Cuts the connection at a random point of what is in flight: wire
+    /// `d` keeps only its first `keep[d]` bytes (a frame may be cut in the
+    /// middle), then both ends learn of a reset.
+    pub(super) fn cut(&mut self, keep: [usize; 2], now: Duration) -> [Duration; 2] {
+        let mut at = [now; 2];
+        for d in 0..2 {
+            let mut kept = 0;
+            let mut out = VecDeque::new();
+            for (t, seg) in self.wire[d].drain(..) {
+                if let Seg::Data(mut b) = seg {
+                    let left = keep[d].saturating_sub(kept);
+                    if left == 0 {
+                        self.used[d] -= b.len();
+                        continue;
+                    }
+                    if b.len() > left {
+                        self.used[d] -= b.len() - left;
+                        b.truncate(left);
+                    }
+                    kept += b.len();
+                    out.push_back((t, Seg::Data(b)));
+                } else {
+                    out.push_back((t, seg));
+                }
+            }
+            self.wire[d] = out;
+            at[d] = self.put(d, now, 0, Seg::Rst);
+        }
+        at
+    }
+
+    /// Bytes in flight on wire `d`.
+    pub(super) fn in_flight(&self, d: usize) -> usize {
+        self.wire[d]
+            .iter()
+            .map(|(_, s)| match s {
+                Seg::Data(b) => b.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+}

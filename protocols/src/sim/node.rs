@@ -1,0 +1,512 @@
+//! A simulated node: its ComObjects (one per remote site), its slot table
+//! (the TransController's state), the pairs it remembers, and its
+//! application — and the driver that runs them exactly by the ComObject's
+//! call-order contract, as the runtime's actors do: feed an input, carry
+//! out every action, flush the output ring, carry out the actions that
+//! made, re-arm the one timer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::address_book::AddressBook;
+use crate::com_object::{Action, ChannelEnd, ComConfig, ComObject, OpenFailure, OpenRequest};
+use crate::error::HandedBack;
+use crate::handshake::{Initiator, LocalInfo, PairMemory, HANDSHAKE_TIMEOUT, MIN_BUFFER};
+use crate::message::OutMessage;
+use crate::reassembly::ReassemblyBudget;
+use crate::site::SiteId;
+use crate::slots::{ChannelReport, Grant, SlotTable};
+
+use super::app::Application;
+use super::net::{Conn, End, Role, Seg};
+use super::{Ev, Sim};
+
+/// Where a ComObject stands with its node's slot table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Slot {
+    None,
+    Waiting(u64),
+    Granted(u64),
+}
+
+/// One remote site as a node sees it: the real ComObject and what its
+/// driver keeps beside it.
+pub(super) struct Peer {
+    pub(super) com: ComObject,
+    /// When the timer event in the queue fires (at or before the
+    /// machine's next deadline).
+    pub(super) armed: Option<Duration>,
+    pub(super) slot: Slot,
+    /// The open attempt in progress: (attempt, connection).
+    pub(super) opening: Option<(u64, u64)>,
+    /// The working channel: (channel, connection, end).
+    pub(super) live: Option<(crate::com_object::ChannelId, u64, usize)>,
+    /// The machine asked to be forgotten (its reclaim rule) and nothing
+    /// of the driver's holds it.
+    pub(super) reclaim: bool,
+    /// When the application last sent to the site (it holds a reference
+    /// until [`SimConfig::hold_references`](super::SimConfig) after).
+    pub(super) last_send: Option<Duration>,
+}
+
+/// A simulated site (one process of a real deployment).
+pub(super) struct Node {
+    pub(super) id: SiteId,
+    pub(super) incarnation: u32,
+    pub(super) up: bool,
+    pub(super) address: String,
+    pub(super) cfg: Arc<ComConfig>,
+    pub(super) budget: ReassemblyBudget,
+    /// Boxed: a ComObject moves out of the table while it is driven.
+    pub(super) peers: BTreeMap<SiteId, Box<Peer>>,
+    pub(super) slots: SlotTable,
+    /// Slot holder → (connection, end) holding it.
+    pub(super) holders: BTreeMap<u64, (u64, usize)>,
+    /// Slot ticket → the site waiting with it.
+    pub(super) waiters: BTreeMap<u64, SiteId>,
+    pub(super) slot_armed: Option<Duration>,
+    pub(super) pairs: PairMemory,
+    pub(super) next_opener: u64,
+    /// Reads nothing until then (a slow reader).
+    pub(super) paused_until: Duration,
+    pub(super) app: Box<dyn Application>,
+    /// Retransmissions of ComObjects this incarnation dropped.
+    pub(super) retransmitted: u64,
+}
+
+impl Node {
+    pub(super) fn local_info(&self) -> LocalInfo {
+        LocalInfo {
+            site: self.id,
+            listen: vec![self.address.clone()],
+            buffer_size: self.cfg.buffer_size,
+            max_message: self.cfg.max_message,
+        }
+    }
+}
+
+impl Sim {
+    /// The ComObject for `peer` at node `n`, made if the node has none
+    /// (`book`: where it can be called).
+    pub(super) fn peer_or_new(&mut self, n: usize, peer: SiteId, book: AddressBook) -> Box<Peer> {
+        if let Some(p) = self.nodes[n].peers.remove(&peer) {
+            return p;
+        }
+        let seed = self.rand_u64();
+        let now = self.instant();
+        let node = &mut self.nodes[n];
+        node.next_opener += 1;
+        let mut com = ComObject::new(
+            node.cfg.clone(),
+            node.budget.clone(),
+            node.id,
+            book,
+            node.next_opener,
+            seed,
+            now,
+        );
+        if let Some(c) = node.pairs.take(peer) {
+            com.recall(c);
+        }
+        Box::new(Peer {
+            com,
+            armed: None,
+            slot: Slot::None,
+            opening: None,
+            live: None,
+            reclaim: false,
+            last_send: None,
+        })
+    }
+
+    /// Drives `peer`'s ComObject at node `n` after an input: actions,
+    /// flush, actions, timer.
+    pub(super) fn drive(&mut self, n: usize, peer: SiteId) {
+        let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+            return;
+        };
+        self.drive_peer(n, peer, &mut p);
+        self.put_back(n, peer, p);
+    }
+
+    /// Drives a ComObject taken out of its node's table.
+    pub(super) fn drive_peer(&mut self, n: usize, peer: SiteId, p: &mut Peer) {
+        self.act(n, peer, p);
+        self.flush(p);
+        self.act(n, peer, p);
+    }
+
+    /// Puts a ComObject back after driving it (unless it was reclaimed),
+    /// with its timer armed.
+    pub(super) fn put_back(&mut self, n: usize, peer: SiteId, mut p: Box<Peer>) {
+        if p.reclaim {
+            self.trace(n, "reclaim", &[peer.0]);
+            let node = &mut self.nodes[n];
+            if let Some(c) = p.com.continuity() {
+                node.pairs.keep(peer, c);
+            }
+            node.retransmitted += p.com.session().stats_ref().retransmitted;
+            self.counts.reclaimed += 1;
+            return;
+        }
+        // As the runtime's actor: the one timer is replaced only when a
+        // deadline moves earlier (the heartbeat's moves later with every
+        // frame sent); one that fires early finds nothing due and re-arms.
+        let at = p
+            .com
+            .poll_timeout()
+            .map(|i| i.saturating_duration_since(self.t0).max(self.now));
+        if let Some(t) = at.filter(|t| p.armed.is_none_or(|armed| *t < armed)) {
+            let inc = self.nodes[n].incarnation;
+            self.at(t, Ev::ComTimer { node: n, inc, peer });
+            p.armed = Some(t);
+        }
+        self.nodes[n].peers.insert(peer, p);
+        self.rearm_slots(n);
+    }
+
+    /// Carries out every action of the machine, in order.
+    fn act(&mut self, n: usize, peer: SiteId, p: &mut Peer) {
+        let now = self.instant();
+        while let Some(a) = p.com.poll_action() {
+            match a {
+                Action::RequestSlot => {
+                    let node = &mut self.nodes[n];
+                    match node.slots.request(now) {
+                        Grant::Now(h) => {
+                            p.slot = Slot::Granted(h);
+                            p.com.slot_granted();
+                        }
+                        Grant::Queued(t) => {
+                            p.slot = Slot::Waiting(t);
+                            node.waiters.insert(t, peer);
+                        }
+                    }
+                }
+                Action::CancelSlot => {
+                    if let Slot::Waiting(t) = p.slot {
+                        p.slot = Slot::None;
+                        let node = &mut self.nodes[n];
+                        node.slots.cancel(t);
+                        node.waiters.remove(&t);
+                    }
+                }
+                Action::Open(req) => self.start_open(n, peer, p, req),
+                Action::AbandonOpen => {
+                    if let Some((_, c)) = p.opening.take() {
+                        self.close_end(c, 0, Seg::Rst);
+                    }
+                }
+                Action::CloseChannel { id, end } => {
+                    match p.live {
+                        Some((live, c, e)) if live == id => {
+                            if matches!(end, ChannelEnd::Orderly(_) | ChannelEnd::Final) {
+                                // What the session has left for the peer, if
+                                // the socket takes it now.
+                                if let Some(conn) = self.conns.get_mut(&c) {
+                                    p.com.poll_transmit(now, &mut conn.ends[e].outb);
+                                }
+                                self.send_out(c, e);
+                            }
+                            p.live = None;
+                            self.close_end(c, e, Seg::Fin);
+                        }
+                        _ => {}
+                    }
+                    p.com.channel_closed(id, now);
+                }
+                Action::Fault { state, .. } => {
+                    self.trace(n, "fault", &[peer.0, state as u128]);
+                }
+                Action::ReportFault { reason } => {
+                    self.violation(format!(
+                        "{} reports that {peer} broke the protocol: {reason}",
+                        self.nodes[n].id
+                    ));
+                }
+                Action::ClaimRefused { .. } => self.counts.claims_refused += 1,
+                Action::HandBack { error, message } => {
+                    let maybe = error.handed_back() == HandedBack::MaybeDelivered;
+                    self.handed_back(n, peer, &message, maybe);
+                }
+                Action::Reclaim => {
+                    if p.live.is_none() && p.opening.is_none() && p.slot == Slot::None {
+                        p.reclaim = true;
+                    }
+                }
+                Action::Proven => {}
+                Action::Failed {
+                    failure,
+                    not_sent,
+                    maybe_delivered,
+                } => {
+                    self.trace(n, "failed", &[peer.0]);
+                    tracing::trace!(site = %self.nodes[n].id, %peer, %failure, "site failed");
+                    for m in &not_sent {
+                        self.handed_back(n, peer, m, false);
+                    }
+                    for m in &maybe_delivered {
+                        self.handed_back(n, peer, m, true);
+                    }
+                }
+            }
+        }
+        // A grant the machine did not use goes back.
+        if let Slot::Granted(h) = p.slot {
+            p.slot = Slot::None;
+            self.release_slot(n, h);
+        }
+    }
+
+    /// Writes what the session has for its working channel, as far as the
+    /// ring and the socket take it.
+    fn flush(&mut self, p: &mut Peer) {
+        let Some((_, c, e)) = p.live else { return };
+        let now = self.instant();
+        loop {
+            let Some(conn) = self.conns.get_mut(&c) else {
+                return;
+            };
+            let wrote = p.com.poll_transmit(now, &mut conn.ends[e].outb);
+            let moved = self.send_out(c, e);
+            let Some(conn) = self.conns.get(&c) else {
+                return;
+            };
+            if (wrote == 0 && !moved) || !conn.ends[e].outb.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Moves end `e`'s output ring onto its wire; true if anything moved.
+    pub(super) fn send_out(&mut self, c: u64, e: usize) -> bool {
+        let now = self.now;
+        let Some(conn) = self.conns.get_mut(&c) else {
+            return false;
+        };
+        match conn.send_out(e, now) {
+            Some(at) => {
+                self.at(at, Ev::Arrive { conn: c, dir: e });
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Starts the open attempt the machine asked for, with the slot it was
+    /// granted: a connection to the address, the initiator's handshake on it.
+    fn start_open(&mut self, n: usize, peer: SiteId, p: &mut Peer, req: OpenRequest) {
+        let holder = match p.slot {
+            Slot::Granted(h) => {
+                p.slot = Slot::None;
+                Some(h)
+            }
+            _ => None,
+        };
+        let now = self.instant();
+        let Some(&m) = self.by_address.get(&req.address) else {
+            if let Some(h) = holder {
+                self.release_slot(n, h);
+            }
+            let why = OpenFailure::Transport(format!("no site listens at {}", req.address));
+            p.com.open_failed(req.attempt.seq, why, now);
+            return;
+        };
+        let nonce = self.rand_nonce();
+        let node = &self.nodes[n];
+        let hs = Initiator::new(
+            node.local_info(),
+            Some(peer),
+            req.last_received,
+            req.last_generation,
+            nonce,
+        )
+        .with_attempt(req.attempt)
+        .with_secret(req.secret);
+        let ring = MIN_BUFFER as usize;
+        let mut dialer = End::new(
+            n,
+            node.incarnation,
+            ring,
+            Role::Initiator {
+                peer,
+                attempt: req.attempt.seq,
+                hs: Box::new(hs),
+            },
+        );
+        dialer.holder = holder;
+        let listener = End::new(m, 0, ring, Role::NotYet);
+        let (latency, bandwidth) = self.link(n, m);
+        let c = self.next_conn;
+        self.next_conn += 1;
+        self.conns.insert(
+            c,
+            Conn {
+                ends: [dialer, listener],
+                wire: Default::default(),
+                used: [0; 2],
+                link_free: [self.now; 2],
+                latency,
+                bandwidth,
+                blocked: [false; 2],
+            },
+        );
+        if let Some(h) = holder {
+            self.nodes[n].holders.insert(h, (c, 0));
+        }
+        p.opening = Some((req.attempt.seq, c));
+        self.counts.opens += 1;
+        self.last_open = Some(self.now);
+        self.trace(n, "open", &[peer.0, c as u128]);
+        self.at(self.now + latency, Ev::Syn { conn: c });
+        self.at(
+            self.now + HANDSHAKE_TIMEOUT,
+            Ev::HsTimeout { conn: c, end: 0 },
+        );
+    }
+
+    /// Closes end `e` of connection `c` from its side: `how` follows what it
+    /// wrote, and its slot goes back.
+    pub(super) fn close_end(&mut self, c: u64, e: usize, how: Seg) {
+        let now = self.now;
+        let Some(conn) = self.conns.get_mut(&c) else {
+            return;
+        };
+        let end = &mut conn.ends[e];
+        if !end.is_open() {
+            return;
+        }
+        end.role = Role::Closed;
+        end.rx.clear();
+        let (node, holder) = (end.node, end.holder.take());
+        let at = conn.put(e, now, 0, how);
+        let both_closed = !conn.ends[1 - e].is_open();
+        self.at(at, Ev::Arrive { conn: c, dir: e });
+        if both_closed {
+            self.conns.remove(&c);
+        }
+        if let Some(h) = holder {
+            self.release_slot(node, h);
+        }
+    }
+
+    /// Slot `h` of node `n` is free; the first in line gets one.
+    pub(super) fn release_slot(&mut self, n: usize, h: u64) {
+        let now = self.instant();
+        let node = &mut self.nodes[n];
+        node.holders.remove(&h);
+        let mut freed = node.slots.release(h, now);
+        while let Some((ticket, holder)) = freed {
+            match node.waiters.remove(&ticket) {
+                Some(peer) => {
+                    let inc = node.incarnation;
+                    self.at(
+                        self.now,
+                        Ev::Grant {
+                            node: n,
+                            inc,
+                            peer,
+                            holder,
+                        },
+                    );
+                    break;
+                }
+                None => freed = node.slots.release(holder, now),
+            }
+        }
+        self.rearm_slots(n);
+    }
+
+    /// The slot a site waited for.
+    pub(super) fn on_grant(&mut self, n: usize, peer: SiteId, holder: u64) {
+        let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+            return self.release_slot(n, holder);
+        };
+        if matches!(p.slot, Slot::Waiting(_)) {
+            p.slot = Slot::Granted(holder);
+            if let Some(c) = self.nodes[n].pairs.take(peer) {
+                p.com.recall(c);
+            }
+            p.com.slot_granted();
+            self.drive_peer(n, peer, &mut p);
+        } else {
+            self.release_slot(n, holder);
+        }
+        self.put_back(n, peer, p);
+    }
+
+    pub(super) fn rearm_slots(&mut self, n: usize) {
+        let node = &mut self.nodes[n];
+        let at = node
+            .slots
+            .poll_timeout()
+            .map(|i| i.saturating_duration_since(self.t0));
+        if at != node.slot_armed {
+            node.slot_armed = at;
+            if let Some(t) = at {
+                let inc = node.incarnation;
+                self.at(t.max(self.now), Ev::SlotTimer { node: n, inc });
+            }
+        }
+    }
+
+    /// The preemption tick of node `n`.
+    pub(super) fn on_slot_timer(&mut self, n: usize) {
+        let now = self.instant();
+        self.nodes[n].slot_armed = None;
+        let node = &mut self.nodes[n];
+        let (slots, peers, holders, conns) =
+            (&mut node.slots, &node.peers, &node.holders, &self.conns);
+        let victim = slots.handle_timeout(now, |h| {
+            let (c, e) = holders.get(&h)?;
+            let end = &conns.get(c)?.ends[*e];
+            let Role::Working { peer, .. } = end.role else {
+                return None;
+            };
+            let p = peers.get(&peer)?;
+            let s = p.com.session();
+            Some(ChannelReport {
+                closeable: p.com.state() == crate::com_object::ComState::Working,
+                last_active: p.com.last_activity(),
+                mid_message: s.mid_message(),
+                replies_expected: p.com.awaiting_replies(),
+                buffers_empty: end.inb.is_empty() && end.outb.is_empty(),
+                queues_empty: s.queued_bytes() == 0,
+                callable: p.com.addresses().can_open(),
+            })
+        });
+        if let Some((h, _)) = victim {
+            let peer = self.nodes[n].holders.get(&h).and_then(|(c, e)| {
+                match self.conns.get(c)?.ends[*e].role {
+                    Role::Working { peer, .. } => Some(peer),
+                    _ => None,
+                }
+            });
+            if let Some(peer) = peer {
+                if let Some(mut p) = self.nodes[n].peers.remove(&peer) {
+                    if p.com.close_hard(now) {
+                        self.counts.preemptions += 1;
+                        self.trace(n, "preempt", &[peer.0]);
+                    }
+                    self.drive_peer(n, peer, &mut p);
+                    self.put_back(n, peer, p);
+                }
+            }
+        }
+        self.rearm_slots(n);
+    }
+
+    /// A message handed back to node `n`'s application.
+    fn handed_back(&mut self, n: usize, peer: SiteId, m: &OutMessage, maybe: bool) {
+        let body: Vec<u8> = m.body.iter().flat_map(|b| b.iter().copied()).collect();
+        let Some(id) = super::envelope_id(&m.header) else {
+            return self.violation(format!("a handed-back message has no envelope: {m:?}"));
+        };
+        self.trace(n, "handed_back", &[id as u128, maybe as u128]);
+        if let Err(e) = self.oracle.hand_back(id, maybe) {
+            return self.violation(e);
+        }
+        self.app_call(n, |app, ctx| app.handed_back(ctx, peer, &body, maybe));
+    }
+}

@@ -1,0 +1,60 @@
+//! The run's event trace: every event and decision, hashed into one
+//! SHA-256 digest (the same seed gives the same digest on every run and
+//! every machine), and printed line by line on request (`--trace`).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+/// Where trace lines go.
+type Sink = Box<dyn FnMut(&str)>;
+
+/// Hashes the trace, and prints it when a sink is set.
+pub(super) struct Trace {
+    hasher: Sha256,
+    sink: Option<Sink>,
+    line: String,
+}
+
+impl Trace {
+    pub(super) fn new() -> Self {
+        Self {
+            hasher: Sha256::new(),
+            sink: None,
+            line: String::new(),
+        }
+    }
+
+    pub(super) fn set_sink(&mut self, sink: Sink) {
+        self.sink = Some(sink);
+    }
+
+    /// Records one event: its time, a kind and up to four numbers. The
+    /// digest covers exactly these values, in this order.
+    pub(super) fn event(&mut self, step: u64, at: Duration, kind: &str, values: &[u128]) {
+        self.hasher.update(at.as_nanos().to_le_bytes());
+        self.hasher.update(kind.as_bytes());
+        self.hasher.update([values.len() as u8]);
+        for v in values {
+            self.hasher.update(v.to_le_bytes());
+        }
+        if let Some(sink) = &mut self.sink {
+            self.line.clear();
+            let _ = write!(self.line, "{step:>9} {:>12.6}s {kind}", at.as_secs_f64());
+            for v in values {
+                let _ = write!(self.line, " {v:x}");
+            }
+            sink(&self.line);
+        }
+    }
+
+    /// The digest of everything recorded, in hex.
+    pub(super) fn digest(&self) -> String {
+        let d = self.hasher.clone().finalize();
+        d.iter().fold(String::with_capacity(64), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+    }
+}

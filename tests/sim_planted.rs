@@ -1,0 +1,78 @@
+//! The simulator's checkers can fail. Each bug planted here (behind the
+//! `planted-bugs` feature of sitenet-protocols, compiled into test builds
+//! only, off unless a test plants it) is one the design forbids; each is
+//! caught within [`WITHIN`] seeds of a 50-site simulation with heavy faults
+//! and tight slot limits (3 weak, 5 hard: preemption is frequent), and the
+//! violation names the step it was found at.
+
+use std::time::Duration;
+
+use sitenet_protocols::planted::{plant, Bug};
+use sitenet_protocols::sim::{Faults, Sim, SimConfig, Verdict};
+
+/// Seeds tried before a planted bug counts as missed.
+const WITHIN: u64 = 5;
+
+/// The first seed whose run the checkers reject with `bug` planted, and
+/// their verdict; `None` if all `WITHIN` pass.
+fn first_caught(bug: Bug) -> Option<(u64, u64, String)> {
+    plant(Some(bug));
+    let found = (0..WITHIN).find_map(|seed| {
+        let cfg = SimConfig {
+            sites: 50,
+            seed,
+            faults: Faults::Heavy,
+            duration: Duration::from_secs(20),
+            weak_slots: 3,
+            hard_slots: 5,
+            ..SimConfig::default()
+        };
+        match Sim::new(cfg).run().verdict {
+            Verdict::Ok => None,
+            Verdict::Violation { step, what, .. } => Some((seed, step, what)),
+        }
+    });
+    plant(None);
+    found
+}
+
+fn assert_caught(bug: Bug) {
+    let Some((seed, step, what)) = first_caught(bug) else {
+        panic!("{bug:?} planted, and no checker failed within {WITHIN} seeds");
+    };
+    assert!(step > 0, "{bug:?}: seed {seed}: the step is named");
+    println!("{bug:?}: caught at seed {seed}, step {step}: {what}");
+}
+
+/// The original Mozart code lost a message per repeated acknowledgement.
+#[test]
+fn an_ack_that_frees_one_message_too_many_is_caught() {
+    assert_caught(Bug::AckFreesOneMore);
+}
+
+#[test]
+fn a_resend_that_skips_the_first_unacknowledged_message_is_caught() {
+    assert_caught(Bug::ResendSkipsFirst);
+}
+
+#[test]
+fn a_preemption_that_drops_the_ledger_is_caught() {
+    assert_caught(Bug::PreemptionDropsLedger);
+}
+
+/// The switch is off unless planted: the same seeds hold without it.
+#[test]
+fn without_a_planted_bug_the_same_seeds_hold() {
+    for seed in 0..WITHIN {
+        let cfg = SimConfig {
+            sites: 50,
+            seed,
+            faults: Faults::Heavy,
+            duration: Duration::from_secs(20),
+            weak_slots: 3,
+            hard_slots: 5,
+            ..SimConfig::default()
+        };
+        assert_eq!(Sim::new(cfg).run().verdict, Verdict::Ok, "seed {seed}");
+    }
+}
