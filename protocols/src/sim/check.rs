@@ -5,7 +5,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::com_object::ComState;
 use crate::site::SiteId;
+
+use super::node::Slot;
+use super::Sim;
 
 /// What became of a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,11 +35,20 @@ struct Record {
     fate: Fate,
 }
 
-/// FNV-1a: enough to tell a corrupted body from the one sent.
+/// A multiply-rotate hash over 8-byte words (FNV-like, a word at a time):
+/// enough to tell a corrupted, truncated or reordered body from the one
+/// sent, at a fraction of a byte-wise hash's cost.
 fn hash(body: &[u8]) -> u64 {
-    body.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ body.len() as u64;
+    let mut words = body.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+    }
+    for b in words.remainder() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 /// One sender's messages to one site at one priority, in sending order.
@@ -187,5 +200,95 @@ impl Oracle {
             }
         }
         Ok(())
+    }
+}
+
+impl Sim {
+    /// The checks made once a simulated second: slots, rings, stuck
+    /// ComObjects.
+    pub(super) fn audit(&mut self) {
+        let hard = self.cfg.hard_slots.max(2);
+        let ring_max =
+            2 * (self.cfg.buffer_size as usize).max(crate::handshake::MIN_BUFFER as usize);
+        let mut held = vec![0usize; self.nodes.len()];
+        for (c, conn) in &self.conns {
+            for end in &conn.ends {
+                if end.holder.is_some() {
+                    held[end.node] += 1;
+                }
+                if end.ring_bytes() > ring_max {
+                    let what = format!("connection {c} holds {} ring bytes", end.ring_bytes());
+                    return self.violation(what);
+                }
+            }
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            if !node.up {
+                continue;
+            }
+            if held[n] > hard || node.slots.in_use() > hard {
+                let what = format!(
+                    "{} holds {} slots, above its hard limit {hard}",
+                    node.id, held[n]
+                );
+                return self.violation(what);
+            }
+            for (peer, p) in &node.peers {
+                let stuck = match p.com.state() {
+                    ComState::Opening => p.opening.is_none(),
+                    ComState::WaitingForSlot => !matches!(p.slot, Slot::Waiting(_)),
+                    ComState::ClosingWeak
+                    | ComState::ClosingHard
+                    | ComState::WaitingForDisconnect => p.com.poll_timeout().is_none(),
+                    _ => false,
+                };
+                if stuck {
+                    let what = format!(
+                        "{}'s ComObject for {peer} is stuck in {:?}",
+                        node.id,
+                        p.com.state()
+                    );
+                    return self.violation(what);
+                }
+            }
+        }
+    }
+
+    /// After the settle phase: every message accounted for, every pair of
+    /// live sites converged.
+    pub(super) fn final_checks(&mut self) {
+        self.audit();
+        if self.verdict.is_some() {
+            return;
+        }
+        if let Err(e) = self.oracle.finish() {
+            return self.violation(e);
+        }
+        // Quiet at the end: the last third of the settle phase opens no
+        // channel (everything owed was delivered long before; an open then
+        // is churn, as when sites reopened preempted channels without need).
+        let quiet_from = self.cfg.duration + self.cfg.settle * 2 / 3;
+        if let Some(at) = self.last_open.filter(|at| *at > quiet_from) {
+            let what = format!(
+                "channels still opening {:.1}s after the faults stopped, with nothing to send",
+                (at - self.cfg.duration).as_secs_f64()
+            );
+            return self.violation(what);
+        }
+        for node in &self.nodes {
+            for (peer, p) in &node.peers {
+                let s = p.com.session();
+                if !p.com.is_failed() && (s.pending_messages() > 0 || s.unacked() > 0) {
+                    let what = format!(
+                        "{} and {peer} did not converge: {:?}, {} queued, {} unacknowledged",
+                        node.id,
+                        p.com.state(),
+                        s.pending_messages(),
+                        s.unacked()
+                    );
+                    return self.violation(what);
+                }
+            }
+        }
     }
 }

@@ -48,11 +48,14 @@
 
 mod app;
 mod check;
+mod config;
 mod faults;
 mod io;
 mod net;
 mod node;
+mod shrink;
 mod trace;
+mod traffic;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -64,131 +67,26 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 pub use app::{AppCtx, AppFactory, Application, Workload};
+pub use config::{Report, SimConfig, Verdict};
 pub use faults::Faults;
+pub use shrink::{shrink, shrink_with};
 
-use crate::address_book::AddressBook;
-use crate::com_object::{ComConfig, ComState};
+use crate::com_object::ComConfig;
 use crate::handshake::{Nonce, PairMemory};
-use crate::message::{InMessage, OutMessage};
 use crate::priority::Priority;
 use crate::reassembly::ReassemblyBudget;
 use crate::site::SiteId;
 use crate::slots::{DefaultPolicy, SlotConfig, SlotTable};
 
 use self::check::Oracle;
-use self::node::{Node, Slot};
+use self::node::Node;
 use self::trace::Trace;
 
 /// The message type id the simulator's envelopes carry.
 pub const SIM_TYPE: u32 = 0x5153;
 
-/// What to simulate.
-#[derive(Debug, Clone)]
-pub struct SimConfig {
-    /// Number of sites.
-    pub sites: usize,
-    /// Seeds every random choice of the run.
-    pub seed: u64,
-    /// The fault phase: applications tick and faults happen.
-    pub duration: Duration,
-    /// The must-converge phase after it: no faults, no new ticks; every
-    /// pair of live sites must end with nothing queued or unacknowledged.
-    pub settle: Duration,
-    /// How many faults.
-    pub faults: Faults,
-    /// Each site's weak slot limit (connects beyond it wait in line).
-    pub weak_slots: usize,
-    /// Each site's hard slot limit (never exceeded).
-    pub hard_slots: usize,
-    /// The applications' tick.
-    pub tick: Duration,
-    /// An application holds its reference to a site this long after it
-    /// last sent to it, then lets go (checked on its ticks).
-    pub hold_references: Duration,
-    /// Each site's ByteBuffer size.
-    pub buffer_size: u32,
-    /// A link's one-way latency is drawn between these.
-    pub latency: (Duration, Duration),
-    /// Each link's bandwidth, bytes per second.
-    pub bandwidth: u64,
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        Self {
-            sites: 50,
-            seed: 0,
-            duration: Duration::from_secs(30),
-            settle: Duration::from_secs(60),
-            faults: Faults::Light,
-            weak_slots: 8,
-            hard_slots: 12,
-            tick: Duration::from_secs(1),
-            hold_references: Duration::from_secs(5),
-            buffer_size: 16 * 1024,
-            latency: (Duration::from_micros(100), Duration::from_millis(2)),
-            bandwidth: 100_000_000,
-        }
-    }
-}
-
-/// How a run ended.
+/// Something scheduled (ordered by [`Scheduled`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Every checker held.
-    Ok,
-    /// A checker failed at this step of the run.
-    Violation {
-        /// The event's number (1 = the first event).
-        step: u64,
-        /// Simulated time.
-        at: Duration,
-        /// What broke.
-        what: String,
-    },
-}
-
-/// What a run did and found.
-#[derive(Debug, Clone)]
-pub struct Report {
-    /// The seed.
-    pub seed: u64,
-    /// Number of sites.
-    pub sites: usize,
-    /// The checkers' verdict.
-    pub verdict: Verdict,
-    /// SHA-256 of the event trace, hex.
-    pub digest: String,
-    /// Application messages sent.
-    pub messages: u64,
-    /// Application messages delivered.
-    pub delivered: u64,
-    /// Messages handed back to their senders.
-    pub handed_back: u64,
-    /// Connections cut.
-    pub cuts: u64,
-    /// Partitions.
-    pub partitions: u64,
-    /// Channels preempted for want of slots.
-    pub preemptions: u64,
-    /// Sites crashed and restarted as new incarnations.
-    pub restarts: u64,
-    /// Messages resent on a new channel.
-    pub retransmitted: u64,
-    /// Open attempts.
-    pub opens: u64,
-    /// Accepted channels refused at the hard slot limit.
-    pub accepts_refused: u64,
-    /// Sites forgotten by the reclaim rule.
-    pub reclaimed: u64,
-    /// Simulated seconds run.
-    pub sim_s: f64,
-    /// Events processed.
-    pub events: u64,
-}
-
-/// Something scheduled: ordered by time, then by scheduling order.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Ev {
     ComTimer {
         node: usize,
@@ -240,6 +138,11 @@ pub(super) enum Ev {
     Audit,
 }
 
+/// Bits of a queue key that name the event's slot in the slab.
+const SLOT_BITS: u32 = 24;
+/// Bits of a queue key that hold the scheduling order (above the slot).
+const SEQ_BITS: u32 = 64 - SLOT_BITS;
+
 #[derive(Debug, Default)]
 pub(super) struct Counts {
     cuts: u64,
@@ -259,7 +162,13 @@ pub struct Sim {
     now: Duration,
     end: Duration,
     rng: ChaCha8Rng,
-    queue: BinaryHeap<Reverse<(Duration, u64, Ev)>>,
+    /// Keys of the scheduled events, earliest first: the time in
+    /// nanoseconds (high 64 bits), then the scheduling order, then the
+    /// event's slot in `events` (low bits). Ordered by time, then by the
+    /// order they were scheduled in, never by the event itself; the heap
+    /// moves 16-byte keys, not events.
+    queue: BinaryHeap<Reverse<u128>>,
+    events: slab::Slab<Ev>,
     seq: u64,
     step: u64,
     nodes: Vec<Node>,
@@ -305,6 +214,7 @@ impl Sim {
             now: Duration::ZERO,
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             queue: BinaryHeap::new(),
+            events: slab::Slab::new(),
             seq: 0,
             step: 0,
             nodes: Vec::with_capacity(cfg.sites),
@@ -357,16 +267,18 @@ impl Sim {
     /// over (its end reached, nothing left to happen, or a violation).
     pub fn run_until(&mut self, until: Duration) -> bool {
         while self.verdict.is_none() {
-            let Some(Reverse((at, _, _))) = self.queue.peek() else {
+            let Some(&Reverse(key)) = self.queue.peek() else {
                 return false;
             };
-            if *at > self.end {
+            let at = Duration::from_nanos((key >> 64) as u64);
+            if at > self.end {
                 return false;
             }
-            if *at > until {
+            if at > until {
                 return true;
             }
-            let Reverse((at, _, ev)) = self.queue.pop().expect("peeked");
+            self.queue.pop();
+            let ev = self.events.remove((key as usize) & ((1 << SLOT_BITS) - 1));
             self.now = at;
             self.step += 1;
             self.handle(ev);
@@ -419,7 +331,31 @@ impl Sim {
         }
     }
 
+    /// Puts a popped event on the trace: its kind and what it names.
+    fn trace_event(&mut self, ev: &Ev) {
+        let (kind, n, values): (&str, usize, [u128; 3]) = match *ev {
+            Ev::ComTimer { node, peer, .. } => ("timer", node, [peer.0, 0, 0]),
+            Ev::SlotTimer { node, .. } => ("slot_timer", node, [0; 3]),
+            Ev::Grant {
+                node, peer, holder, ..
+            } => ("grant", node, [peer.0, holder as u128, 0]),
+            Ev::Syn { conn } => ("syn", 0, [conn as u128, 0, 0]),
+            Ev::Arrive { conn, dir } => ("arrive", 0, [conn as u128, dir as u128, 0]),
+            Ev::Read { conn, end } => ("read", 0, [conn as u128, end as u128, 0]),
+            Ev::Writable { conn, end } => ("writable", 0, [conn as u128, end as u128, 0]),
+            Ev::HsTimeout { conn, end } => ("hs_timeout", 0, [conn as u128, end as u128, 0]),
+            Ev::Tick { node, .. } => ("tick", node, [0; 3]),
+            Ev::Fault => ("fault", 0, [0; 3]),
+            Ev::Heal => ("heal", 0, [0; 3]),
+            Ev::Restart { node } => ("restart", node, [0; 3]),
+            Ev::Resume { node, .. } => ("resume", node, [0; 3]),
+            Ev::Audit => ("audit", 0, [0; 3]),
+        };
+        self.trace(n, kind, &values);
+    }
+
     fn handle(&mut self, ev: Ev) {
+        self.trace_event(&ev);
         match ev {
             Ev::ComTimer { node, inc, peer } => {
                 if !self.alive(node, inc) {
@@ -462,7 +398,6 @@ impl Sim {
                 if self.alive(node, inc) {
                     self.release_references(node);
                     if self.now < self.cfg.duration {
-                        self.trace(node, "tick", &[]);
                         self.app_call(node, |app, ctx| app.tick(ctx));
                     }
                     self.at(self.now + self.cfg.tick, Ev::Tick { node, inc });
@@ -481,29 +416,6 @@ impl Sim {
         }
     }
 
-    /// The application lets go of the sites it has not sent to for
-    /// [`SimConfig::hold_references`] (as a runtime drops its last
-    /// `SiteRef`): the linger, weak close and reclaim rules then apply.
-    fn release_references(&mut self, n: usize) {
-        let Some(since) = self.now.checked_sub(self.cfg.hold_references) else {
-            return;
-        };
-        let idle: Vec<SiteId> = self.nodes[n]
-            .peers
-            .iter()
-            .filter(|(_, p)| p.last_send.is_some_and(|t| t <= since))
-            .map(|(id, _)| *id)
-            .collect();
-        for peer in idle {
-            let mut p = self.nodes[n].peers.remove(&peer).expect("listed");
-            p.last_send = None;
-            p.com.set_has_refs(false, self.instant());
-            self.trace(n, "unref", &[peer.0]);
-            self.drive_peer(n, peer, &mut p);
-            self.put_back(n, peer, p);
-        }
-    }
-
     fn alive(&self, n: usize, inc: u32) -> bool {
         let node = &self.nodes[n];
         node.up && node.incarnation == inc
@@ -515,7 +427,15 @@ impl Sim {
 
     pub(super) fn at(&mut self, t: Duration, ev: Ev) {
         self.seq += 1;
-        self.queue.push(Reverse((t, self.seq, ev)));
+        let nanos = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+        let slot = self.events.insert(ev) as u128;
+        assert!(
+            slot < 1 << SLOT_BITS,
+            "more than 16M events scheduled at once"
+        );
+        let seq = u128::from(self.seq) & ((1 << SEQ_BITS) - 1);
+        let key = u128::from(nanos) << 64 | seq << SLOT_BITS | slot;
+        self.queue.push(Reverse(key));
     }
 
     pub(super) fn rand_u64(&mut self) -> u64 {
@@ -601,172 +521,6 @@ impl Sim {
             .rng
             .gen_range(Duration::ZERO..self.cfg.tick.max(Duration::from_nanos(1)));
         self.at(self.now + phase, Ev::Tick { node: n, inc });
-    }
-
-    /// Calls node `n`'s application; what it sends leaves afterwards.
-    fn app_call(&mut self, n: usize, f: impl FnOnce(&mut dyn Application, &mut AppCtx<'_>)) {
-        let node = &mut self.nodes[n];
-        let mut out = Vec::new();
-        let mut ctx = AppCtx {
-            me: node.id,
-            now: self.now,
-            sites: &self.directory,
-            rng: &mut self.rng,
-            out: &mut out,
-        };
-        f(node.app.as_mut(), &mut ctx);
-        let inc = node.incarnation;
-        self.sends
-            .extend(out.into_iter().map(|(to, p, b)| (n, inc, to, p, b)));
-    }
-
-    fn run_sends(&mut self) {
-        while !self.sends.is_empty() {
-            for (n, inc, to, p, body) in std::mem::take(&mut self.sends) {
-                if self.alive(n, inc) {
-                    self.send(n, to, p, body);
-                }
-            }
-        }
-    }
-
-    /// An application's send, through the ComObject as the runtime's.
-    fn send(&mut self, n: usize, to: SiteId, priority: Priority, body: Bytes) {
-        let me = self.nodes[n].id;
-        let Some(address) = self.addresses.get(&to).cloned() else {
-            return self.violation(format!("{me} sent to {to}, a site that never existed"));
-        };
-        if to == me {
-            return;
-        }
-        let id = self.oracle.sent(me, to, priority as u8, &body);
-        self.trace(n, "send", &[to.0, id as u128, priority as u128]);
-        let msg = OutMessage::new(
-            priority,
-            SIM_TYPE,
-            Bytes::copy_from_slice(&id.to_le_bytes()),
-            smallvec::smallvec![body],
-        );
-        let mut p = self.peer_or_new(n, to, AddressBook::given(&address));
-        // The application holds a reference to a site it sends to.
-        p.com.set_has_refs(true, self.instant());
-        p.last_send = Some(self.now);
-        if let Err(refused) = p.com.queue(msg) {
-            let (err, m) = *refused;
-            let maybe = err.handed_back() == crate::error::HandedBack::MaybeDelivered;
-            self.trace(n, "refused_send", &[id as u128]);
-            if let Err(e) = self.oracle.hand_back(id, maybe) {
-                self.violation(e);
-            }
-            let body = m
-                .body
-                .iter()
-                .flat_map(|b| b.iter().copied())
-                .collect::<Vec<_>>();
-            self.app_call(n, |app, ctx| app.handed_back(ctx, to, &body, maybe));
-        }
-        self.drive_peer(n, to, &mut p);
-        self.put_back(n, to, p);
-    }
-
-    /// A message delivered at node `n` on the channel from `peer`.
-    pub(super) fn delivered(&mut self, n: usize, peer: SiteId, m: InMessage) {
-        let Some(id) = envelope_id(&m.header) else {
-            return self.violation(format!("a message without an envelope arrived: {m:?}"));
-        };
-        self.trace(n, "deliver", &[peer.0, id as u128]);
-        if let Err(e) = self.oracle.deliver(id, self.nodes[n].id, peer, &m.body) {
-            return self.violation(e);
-        }
-        self.app_call(n, |app, ctx| app.received(ctx, peer, &m.body));
-    }
-
-    /// The checks made once a simulated second: slots, rings, stuck
-    /// ComObjects.
-    fn audit(&mut self) {
-        let hard = self.cfg.hard_slots.max(2);
-        let ring_max =
-            2 * (self.cfg.buffer_size as usize).max(crate::handshake::MIN_BUFFER as usize);
-        let mut held = vec![0usize; self.nodes.len()];
-        for (c, conn) in &self.conns {
-            for end in &conn.ends {
-                if end.holder.is_some() {
-                    held[end.node] += 1;
-                }
-                if end.ring_bytes() > ring_max {
-                    let what = format!("connection {c} holds {} ring bytes", end.ring_bytes());
-                    return self.violation(what);
-                }
-            }
-        }
-        for (n, node) in self.nodes.iter().enumerate() {
-            if !node.up {
-                continue;
-            }
-            if held[n] > hard || node.slots.in_use() > hard {
-                let what = format!(
-                    "{} holds {} slots, above its hard limit {hard}",
-                    node.id, held[n]
-                );
-                return self.violation(what);
-            }
-            for (peer, p) in &node.peers {
-                let stuck = match p.com.state() {
-                    ComState::Opening => p.opening.is_none(),
-                    ComState::WaitingForSlot => !matches!(p.slot, Slot::Waiting(_)),
-                    ComState::ClosingWeak
-                    | ComState::ClosingHard
-                    | ComState::WaitingForDisconnect => p.com.poll_timeout().is_none(),
-                    _ => false,
-                };
-                if stuck {
-                    let what = format!(
-                        "{}'s ComObject for {peer} is stuck in {:?}",
-                        node.id,
-                        p.com.state()
-                    );
-                    return self.violation(what);
-                }
-            }
-        }
-    }
-
-    /// After the settle phase: every message accounted for, every pair of
-    /// live sites converged.
-    fn final_checks(&mut self) {
-        self.audit();
-        if self.verdict.is_some() {
-            return;
-        }
-        if let Err(e) = self.oracle.finish() {
-            return self.violation(e);
-        }
-        // Quiet at the end: the last third of the settle phase opens no
-        // channel (everything owed was delivered long before; an open then
-        // is churn, as when sites reopened preempted channels without need).
-        let quiet_from = self.cfg.duration + self.cfg.settle * 2 / 3;
-        if let Some(at) = self.last_open.filter(|at| *at > quiet_from) {
-            let what = format!(
-                "channels still opening {:.1}s after the faults stopped, with nothing to send",
-                (at - self.cfg.duration).as_secs_f64()
-            );
-            return self.violation(what);
-        }
-        for node in &self.nodes {
-            for (peer, p) in &node.peers {
-                let s = p.com.session();
-                if !p.com.is_failed() && (s.pending_messages() > 0 || s.unacked() > 0) {
-                    let what = format!(
-                        "{} and {peer} did not converge: {:?}, {} queued, {} unacknowledged",
-                        node.id,
-                        p.com.state(),
-                        s.pending_messages(),
-                        s.unacked()
-                    );
-                    return self.violation(what);
-                }
-            }
-        }
     }
 }
 

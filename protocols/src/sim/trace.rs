@@ -13,6 +13,9 @@ type Sink = Box<dyn FnMut(&str)>;
 /// Hashes the trace, and prints it when a sink is set.
 pub(super) struct Trace {
     hasher: Sha256,
+    /// Records not hashed yet (hashed in bulk: a call per event costs
+    /// more than the bytes).
+    pending: Vec<u8>,
     sink: Option<Sink>,
     line: String,
 }
@@ -21,6 +24,7 @@ impl Trace {
     pub(super) fn new() -> Self {
         Self {
             hasher: Sha256::new(),
+            pending: Vec::with_capacity(1 << 16),
             sink: None,
             line: String::new(),
         }
@@ -33,11 +37,21 @@ impl Trace {
     /// Records one event: its time, a kind and up to four numbers. The
     /// digest covers exactly these values, in this order.
     pub(super) fn event(&mut self, step: u64, at: Duration, kind: &str, values: &[u128]) {
-        self.hasher.update(at.as_nanos().to_le_bytes());
-        self.hasher.update(kind.as_bytes());
-        self.hasher.update([values.len() as u8]);
+        let p = &mut self.pending;
+        p.extend_from_slice(&(at.as_nanos() as u64).to_le_bytes());
+        p.extend_from_slice(kind.as_bytes());
+        p.push(values.len() as u8);
         for v in values {
-            self.hasher.update(v.to_le_bytes());
+            // Small values (indexes, counts) take their significant bytes
+            // only; a site id all 16.
+            let bytes = v.to_le_bytes();
+            let len = 16 - (v.leading_zeros() / 8) as usize;
+            p.push(len as u8);
+            p.extend_from_slice(&bytes[..len]);
+        }
+        if p.len() >= 1 << 16 {
+            self.hasher.update(&self.pending);
+            self.pending.clear();
         }
         if let Some(sink) = &mut self.sink {
             self.line.clear();
@@ -51,7 +65,9 @@ impl Trace {
 
     /// The digest of everything recorded, in hex.
     pub(super) fn digest(&self) -> String {
-        let d = self.hasher.clone().finalize();
+        let mut h = self.hasher.clone();
+        h.update(&self.pending);
+        let d = h.finalize();
         d.iter().fold(String::with_capacity(64), |mut s, b| {
             let _ = write!(s, "{b:02x}");
             s

@@ -1,0 +1,111 @@
+//! What a simulation is given ([`SimConfig`]) and what it reports
+//! ([`Report`], [`Verdict`]).
+
+use std::time::Duration;
+
+use super::Faults;
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Number of sites.
+    pub sites: usize,
+    /// Seeds every random choice of the run.
+    pub seed: u64,
+    /// The fault phase: applications tick and faults happen.
+    pub duration: Duration,
+    /// The must-converge phase after it: no faults, no new ticks; every
+    /// pair of live sites must end with nothing queued or unacknowledged.
+    pub settle: Duration,
+    /// How many faults.
+    pub faults: Faults,
+    /// Each site's weak slot limit (connects beyond it wait in line).
+    pub weak_slots: usize,
+    /// Each site's hard slot limit (never exceeded).
+    pub hard_slots: usize,
+    /// The applications' tick.
+    pub tick: Duration,
+    /// An application holds its reference to a site this long after it
+    /// last sent to it, then lets go (checked on its ticks).
+    pub hold_references: Duration,
+    /// Each site's ByteBuffer size.
+    pub buffer_size: u32,
+    /// A link's one-way latency is drawn between these.
+    pub latency: (Duration, Duration),
+    /// Each link's bandwidth, bytes per second.
+    pub bandwidth: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            sites: 50,
+            seed: 0,
+            duration: Duration::from_secs(30),
+            settle: Duration::from_secs(60),
+            faults: Faults::Light,
+            weak_slots: 8,
+            hard_slots: 12,
+            tick: Duration::from_secs(1),
+            hold_references: Duration::from_secs(5),
+            buffer_size: 16 * 1024,
+            latency: (Duration::from_micros(100), Duration::from_millis(2)),
+            bandwidth: 100_000_000,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every checker held.
+    Ok,
+    /// A checker failed at this step of the run.
+    Violation {
+        /// The event's number (1 = the first event).
+        step: u64,
+        /// Simulated time.
+        at: Duration,
+        /// What broke.
+        what: String,
+    },
+}
+
+/// What a run did and found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Number of sites.
+    pub sites: usize,
+    /// The checkers' verdict.
+    pub verdict: Verdict,
+    /// SHA-256 of the event trace, hex.
+    pub digest: String,
+    /// Application messages sent.
+    pub messages: u64,
+    /// Application messages delivered.
+    pub delivered: u64,
+    /// Messages handed back to their senders.
+    pub handed_back: u64,
+    /// Connections cut.
+    pub cuts: u64,
+    /// Partitions.
+    pub partitions: u64,
+    /// Channels preempted for want of slots.
+    pub preemptions: u64,
+    /// Sites crashed and restarted as new incarnations.
+    pub restarts: u64,
+    /// Messages resent on a new channel.
+    pub retransmitted: u64,
+    /// Open attempts.
+    pub opens: u64,
+    /// Accepted channels refused at the hard slot limit.
+    pub accepts_refused: u64,
+    /// Sites forgotten by the reclaim rule.
+    pub reclaimed: u64,
+    /// Simulated seconds run.
+    pub sim_s: f64,
+    /// Events processed.
+    pub events: u64,
+}

@@ -1,0 +1,380 @@
+//! `sitenet sim`: the deterministic simulator (`sitenet_protocols::sim`)
+//! from the command line. One seed: run it, print the checkers' verdict and
+//! the figures. No seed: try seeds for a while and report those that fail.
+//! `--shrink`: make a failing seed's run as small as it still fails.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use sitenet_protocols::sim::{self, Faults, Report, Sim, SimConfig, Verdict};
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Number of simulated sites.
+    #[arg(long, default_value_t = 50)]
+    sites: usize,
+    /// The seed of the run. Without it, seeds are tried for --search
+    /// seconds and every one that fails is reported.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Simulated seconds of the fault phase (applications send, faults
+    /// happen); a settle phase of --settle seconds follows.
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    /// Simulated seconds after the faults stop, by the end of which every
+    /// pair of live sites must have converged.
+    #[arg(long, default_value_t = 60.0)]
+    settle: f64,
+    /// How many faults: cuts, partitions, crashes and restarts, slow readers.
+    #[arg(long, default_value = "light", value_parser = ["none", "light", "heavy"])]
+    faults: String,
+    /// Each site's weak channel slot limit (connects beyond it wait in line).
+    #[arg(long, default_value_t = 8)]
+    weak_slots: usize,
+    /// Each site's hard channel slot limit (never exceeded).
+    #[arg(long, default_value_t = 12)]
+    hard_slots: usize,
+    /// Without --seed: wall-clock seconds to spend trying seeds.
+    #[arg(long, default_value_t = 30.0)]
+    search: f64,
+    /// Without --seed: the first seed tried (then the next ones).
+    #[arg(long, default_value_t = 0)]
+    first_seed: u64,
+    /// On a violation, shrink the run (fewer sites, fewer faults, a shorter
+    /// fault phase) to the smallest that still fails, and print it.
+    #[arg(long)]
+    shrink: bool,
+    /// Print every event of the run, one line each, on stdout.
+    #[arg(long)]
+    trace: bool,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One run's figures, as `--json` prints them.
+#[derive(Serialize)]
+struct Json {
+    verdict: &'static str,
+    seed: Option<u64>,
+    sites: usize,
+    faults: &'static str,
+    digest: String,
+    messages: u64,
+    delivered: u64,
+    handed_back: u64,
+    cuts: u64,
+    partitions: u64,
+    preemptions: u64,
+    restarts: u64,
+    retransmitted: u64,
+    opens: u64,
+    reclaimed: u64,
+    events: u64,
+    sim_s: f64,
+    wall_s: f64,
+    speed: f64,
+    events_per_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    violation: Option<ViolationJson>,
+    /// Search mode: seeds tried, and those that failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seeds_tried: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failing_seeds: Option<Vec<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shrunk: Option<Shrunk>,
+}
+
+#[derive(Serialize)]
+struct ViolationJson {
+    step: u64,
+    at_s: f64,
+    what: String,
+}
+
+#[derive(Serialize)]
+struct Shrunk {
+    sites: usize,
+    faults: &'static str,
+    duration_s: f64,
+    runs: u32,
+    command: String,
+}
+
+impl Json {
+    fn new(r: &Report, faults: Faults, wall: Duration) -> Self {
+        let wall_s = wall.as_secs_f64().max(1e-9);
+        let violation = match &r.verdict {
+            Verdict::Ok => None,
+            Verdict::Violation { step, at, what } => Some(ViolationJson {
+                step: *step,
+                at_s: at.as_secs_f64(),
+                what: what.clone(),
+            }),
+        };
+        Self {
+            verdict: if violation.is_some() {
+                "violation"
+            } else {
+                "ok"
+            },
+            seed: Some(r.seed),
+            sites: r.sites,
+            faults: faults.name(),
+            digest: r.digest.clone(),
+            messages: r.messages,
+            delivered: r.delivered,
+            handed_back: r.handed_back,
+            cuts: r.cuts,
+            partitions: r.partitions,
+            preemptions: r.preemptions,
+            restarts: r.restarts,
+            retransmitted: r.retransmitted,
+            opens: r.opens,
+            reclaimed: r.reclaimed,
+            events: r.events,
+            sim_s: r.sim_s,
+            wall_s,
+            speed: r.sim_s / wall_s,
+            events_per_s: r.events as f64 / wall_s,
+            violation,
+            seeds_tried: None,
+            failing_seeds: None,
+            shrunk: None,
+        }
+    }
+}
+
+pub(crate) fn run(a: Args) -> ExitCode {
+    let duration = match crate::seconds("duration", a.duration) {
+        Ok(d) => d,
+        Err(e) => return crate::usage(e),
+    };
+    let settle = match crate::seconds("settle", a.settle) {
+        Ok(d) => d,
+        Err(e) => return crate::usage(e),
+    };
+    if a.sites < 2 {
+        return crate::usage(format!("--sites must be at least 2, got {}", a.sites));
+    }
+    if a.hard_slots < 2 || a.weak_slots == 0 {
+        return crate::usage("--hard-slots must be at least 2 and --weak-slots at least 1");
+    }
+    let faults: Faults = a.faults.parse().expect("clap checked the level");
+    let cfg = SimConfig {
+        sites: a.sites,
+        seed: a.seed.unwrap_or(a.first_seed),
+        duration,
+        settle,
+        faults,
+        weak_slots: a.weak_slots,
+        hard_slots: a.hard_slots,
+        ..SimConfig::default()
+    };
+    match a.seed {
+        Some(_) => one(cfg, &a),
+        None => search(cfg, &a),
+    }
+}
+
+/// One seed, with a progress bar over simulated time on a terminal.
+fn one(cfg: SimConfig, a: &Args) -> ExitCode {
+    let faults = cfg.faults;
+    let mut sim = Sim::new(cfg.clone());
+    if a.trace {
+        sim.set_trace(|l| println!("{l}"));
+    }
+    let bar = ProgressBar::new(sim.end().as_millis() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let start = Instant::now();
+    let step = Duration::from_millis(250);
+    let mut until = step;
+    while sim.run_until(until) {
+        bar.set_position(sim.now().as_millis() as u64);
+        bar.set_message(format!("simulated {:.1}s", sim.now().as_secs_f64()));
+        until += step;
+    }
+    let report = sim.finish();
+    let wall = start.elapsed();
+    bar.finish_and_clear();
+    let mut json = Json::new(&report, faults, wall);
+    if report.verdict != Verdict::Ok && a.shrink {
+        json.shrunk = Some(shrink(&cfg));
+    }
+    print(&json, a.json);
+    verdict_code(&json)
+}
+
+/// No seed: tries seeds until the time is up; reports the failing ones.
+fn search(cfg: SimConfig, a: &Args) -> ExitCode {
+    let budget = match crate::seconds("search", a.search) {
+        Ok(d) => d,
+        Err(e) => return crate::usage(e),
+    };
+    let start = Instant::now();
+    let bar = ProgressBar::new(budget.as_millis() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let mut failing = Vec::new();
+    let mut tried = 0u64;
+    let mut total: Option<Json> = None;
+    let mut seed = cfg.seed;
+    while start.elapsed() < budget || tried == 0 {
+        let run_start = Instant::now();
+        let report = Sim::new(SimConfig {
+            seed,
+            ..cfg.clone()
+        })
+        .run();
+        let one = Json::new(&report, cfg.faults, run_start.elapsed());
+        tried += 1;
+        if report.verdict != Verdict::Ok {
+            eprintln!(
+                "sitenet sim: seed {seed} fails: {}",
+                one.violation.as_ref().map_or("", |v| v.what.as_str())
+            );
+            failing.push(seed);
+        }
+        total = Some(match total {
+            None => one,
+            Some(t) if t.violation.is_none() && one.violation.is_some() => add(one, &t),
+            Some(t) => add(t, &one),
+        });
+        bar.set_position(start.elapsed().as_millis().min(budget.as_millis()) as u64);
+        bar.set_message(format!("{tried} seeds, {} failing", failing.len()));
+        seed = seed.wrapping_add(1);
+    }
+    bar.finish_and_clear();
+    let mut json = total.expect("at least one run");
+    json.wall_s = start.elapsed().as_secs_f64();
+    json.speed = json.sim_s / json.wall_s;
+    json.events_per_s = json.events as f64 / json.wall_s;
+    json.seeds_tried = Some(tried);
+    if failing.is_empty() {
+        json.seed = None;
+    } else if a.shrink {
+        json.shrunk = Some(shrink(&SimConfig {
+            seed: failing[0],
+            ..cfg.clone()
+        }));
+    }
+    json.failing_seeds = Some(failing);
+    print(&json, a.json);
+    verdict_code(&json)
+}
+
+/// Sums `b`'s counts into `a` (which keeps its seed, digest and violation).
+fn add(mut a: Json, b: &Json) -> Json {
+    a.messages += b.messages;
+    a.delivered += b.delivered;
+    a.handed_back += b.handed_back;
+    a.cuts += b.cuts;
+    a.partitions += b.partitions;
+    a.preemptions += b.preemptions;
+    a.restarts += b.restarts;
+    a.retransmitted += b.retransmitted;
+    a.opens += b.opens;
+    a.reclaimed += b.reclaimed;
+    a.events += b.events;
+    a.sim_s += b.sim_s;
+    a
+}
+
+fn shrink(cfg: &SimConfig) -> Shrunk {
+    eprintln!("sitenet sim: shrinking seed {}", cfg.seed);
+    let (small, runs) = sim::shrink(cfg, |c| {
+        eprintln!(
+            "sitenet sim:   trying {} sites, {} faults, {:.1}s",
+            c.sites,
+            c.faults.name(),
+            c.duration.as_secs_f64()
+        );
+    });
+    Shrunk {
+        sites: small.sites,
+        faults: small.faults.name(),
+        duration_s: small.duration.as_secs_f64(),
+        runs,
+        command: format!(
+            "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} \
+             --weak-slots {} --hard-slots {} --trace",
+            small.seed,
+            small.sites,
+            small.faults.name(),
+            small.duration.as_secs_f64(),
+            small.settle.as_secs_f64(),
+            small.weak_slots,
+            small.hard_slots
+        ),
+    }
+}
+
+fn print(j: &Json, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(j).expect("serialisable"));
+        return;
+    }
+    match &j.violation {
+        None => println!("verdict:        ok (every checker held)"),
+        Some(v) => println!(
+            "verdict:        VIOLATION at step {} ({:.6}s): {}",
+            v.step, v.at_s, v.what
+        ),
+    }
+    match (&j.seeds_tried, &j.failing_seeds) {
+        (Some(n), Some(f)) => println!("seeds:          {n} tried, failing: {f:?}"),
+        _ => println!("seed:           {}", j.seed.unwrap_or_default()),
+    }
+    println!("sites:          {} ({} faults)", j.sites, j.faults);
+    println!(
+        "messages:       {} sent, {} delivered, {} handed back",
+        j.messages, j.delivered, j.handed_back
+    );
+    println!(
+        "faults:         {} cuts, {} partitions, {} restarts, {} preemptions",
+        j.cuts, j.partitions, j.restarts, j.preemptions
+    );
+    println!(
+        "channels:       {} opens, {} retransmitted, {} sites reclaimed",
+        j.opens, j.retransmitted, j.reclaimed
+    );
+    println!(
+        "speed:          {:.1} simulated s in {:.2} s: {:.1} sim s per wall s, {:.0} events/s",
+        j.sim_s, j.wall_s, j.speed, j.events_per_s
+    );
+    println!("digest:         {}", j.digest);
+    if let Some(s) = &j.shrunk {
+        println!(
+            "shrunk:         {} sites, {} faults, {:.1}s still fail ({} runs): {}",
+            s.sites, s.faults, s.duration_s, s.runs, s.command
+        );
+    }
+}
+
+fn verdict_code(j: &Json) -> ExitCode {
+    let failing = j.failing_seeds.as_ref().is_some_and(|f| !f.is_empty());
+    if j.violation.is_some() || failing {
+        if let Some(v) = &j.violation {
+            eprintln!(
+                "sitenet: simulation violation (seed {}, step {}): {}",
+                j.seed.unwrap_or_default(),
+                v.step,
+                v.what
+            );
+        }
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

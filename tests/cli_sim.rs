@@ -1,0 +1,100 @@
+//! `sitenet sim`: the JSON keys scripts read, the same seed giving the same
+//! digest from two processes, the search without a seed, the trace, and
+//! usage errors.
+
+mod common;
+
+use common::cli::{json_of, run};
+
+const SMALL: &[&str] = &[
+    "sim",
+    "--sites",
+    "8",
+    "--duration",
+    "3",
+    "--settle",
+    "20",
+    "--faults",
+    "heavy",
+    "--json",
+];
+
+#[test]
+fn one_seed_prints_the_verdict_and_the_figures() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "11"]);
+    let v = json_of(&args);
+    for key in [
+        "verdict",
+        "seed",
+        "sites",
+        "digest",
+        "messages",
+        "delivered",
+        "cuts",
+        "partitions",
+        "preemptions",
+        "restarts",
+        "retransmitted",
+        "sim_s",
+        "wall_s",
+        "speed",
+        "events_per_s",
+    ] {
+        assert!(v.get(key).is_some(), "no {key:?} in {v}");
+    }
+    assert_eq!(v["verdict"], "ok");
+    assert_eq!(v["seed"], 11);
+    assert_eq!(v["sites"], 8);
+    assert_eq!(v["sim_s"], 23.0);
+    assert!(v["messages"].as_u64().unwrap() > 0);
+    assert_eq!(v["digest"].as_str().unwrap().len(), 64);
+    // Another process, the same seed: the same run.
+    let again = json_of(&args);
+    assert_eq!(again["digest"], v["digest"]);
+    assert_eq!(again["delivered"], v["delivered"]);
+}
+
+#[test]
+fn without_a_seed_it_searches_and_reports_the_seeds_it_tried() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--search", "1", "--first-seed", "100"]);
+    let v = json_of(&args);
+    assert_eq!(v["verdict"], "ok");
+    assert!(v["seeds_tried"].as_u64().unwrap() >= 1);
+    assert_eq!(v["failing_seeds"], serde_json::json!([]));
+    assert!(v["seed"].is_null(), "no failing seed to name");
+}
+
+#[test]
+fn the_trace_prints_one_line_per_event() {
+    let out = run(&[
+        "sim",
+        "--sites",
+        "3",
+        "--seed",
+        "1",
+        "--duration",
+        "2",
+        "--settle",
+        "2",
+        "--trace",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().filter(|l| l.contains(" deliver ")).count() > 0);
+    assert!(text.contains("verdict:        ok"), "{text}");
+}
+
+#[test]
+fn bad_options_are_usage_errors() {
+    for args in [
+        &["sim", "--sites", "1", "--seed", "1"][..],
+        &["sim", "--duration", "0", "--seed", "1"],
+        &["sim", "--faults", "some", "--seed", "1"],
+        &["sim", "--hard-slots", "1", "--seed", "1"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
