@@ -144,3 +144,10 @@ fn cut_recovery_delivers_every_message_once_across_cuts() {
     assert!(out.contains("603 messages delivered exactly once"), "{out}");
     assert!(out.contains("monitor saw"), "{out}");
 }
+
+#[test]
+fn sim_counter_converges_under_heavy_faults() {
+    let out = run("sim_counter", &["--sites", "8", "--seeds", "2"]);
+    assert!(out.contains("2 of 2 seeds converged"), "{out}");
+    assert!(out.contains("restarts"), "{out}");
+}

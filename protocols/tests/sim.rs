@@ -159,3 +159,20 @@ fn an_application_plugs_in() {
     assert_eq!(r.verdict, Verdict::Ok);
     assert!(r.delivered > 100, "{r:?}");
 }
+
+/// An application's own invariant is checked once the run has settled, on
+/// every live site, and its failure is a violation like the checkers'.
+#[test]
+fn an_applications_check_can_fail_the_run() {
+    struct Doubtful;
+    impl Application for Doubtful {
+        fn check(&self, ctx: &AppCtx<'_>) -> Result<(), String> {
+            Err(format!("{} doubts everything", ctx.me))
+        }
+    }
+    let r = Sim::with_app(cfg(3, 1, Faults::None), Box::new(|_| Box::new(Doubtful))).run();
+    let Verdict::Violation { what, .. } = r.verdict else {
+        panic!("the check was not run")
+    };
+    assert!(what.contains("doubts everything"), "{what}");
+}

@@ -86,6 +86,12 @@ pub trait Application {
         _maybe_delivered: bool,
     ) {
     }
+    /// The application's own invariant, checked on every live site once
+    /// the run has settled (after the simulator's checkers held): an
+    /// `Err` is a violation, reported with the seed like the others.
+    fn check(&self, _ctx: &AppCtx<'_>) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Makes the application of a site when it starts (again).

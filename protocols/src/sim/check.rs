@@ -264,6 +264,25 @@ impl Sim {
         if let Err(e) = self.oracle.finish() {
             return self.violation(e);
         }
+        // The applications' own invariants.
+        for n in 0..self.nodes.len() {
+            if !self.nodes[n].up {
+                continue;
+            }
+            let mut out = Vec::new();
+            let node = &self.nodes[n];
+            let ctx = super::app::AppCtx {
+                me: node.id,
+                now: self.now,
+                sites: &self.directory,
+                rng: &mut self.rng,
+                out: &mut out,
+            };
+            if let Err(e) = node.app.check(&ctx) {
+                let what = format!("the application at {} says: {e}", node.id);
+                return self.violation(what);
+            }
+        }
         // Quiet at the end: the last third of the settle phase opens no
         // channel (everything owed was delivered long before; an open then
         // is churn, as when sites reopened preempted channels without need).
