@@ -1020,6 +1020,14 @@ mod model {
             match site.com.accepted(&neg, [0xAC; 32], site.now) {
                 AcceptOutcome::Accept { id, .. } => {
                     site.chan_of.insert(id, c);
+                    // The channel worked: the peer was heard on it (it
+                    // read the answer; see `ComObject`'s fresh_unconfirmed).
+                    let mut heard = ByteBuffer::new(64);
+                    let mut hb = [0u8; sitenet_protocols::HEADER_LEN];
+                    sitenet_protocols::FrameHeader::control(FrameKind::Heartbeat, 0, 0)
+                        .encode(&mut hb);
+                    heard.push(&hb);
+                    site.com.handle_input(id, site.now, &mut heard, &mut |_| {});
                 }
                 other => panic!("priming site {s}: {other:?}"),
             }

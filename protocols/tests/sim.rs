@@ -98,6 +98,10 @@ fn heavy_faults_do_happen() {
         r.handed_back > 0,
         "messages to crashed sites are handed back: {r:?}"
     );
+    assert!(
+        r.requests > 100,
+        "requests, replies and forwards run too: {r:?}"
+    );
     let quiet = Sim::new(cfg(50, 7, Faults::None)).run();
     assert_eq!((quiet.cuts, quiet.restarts, quiet.partitions), (0, 0, 0));
     assert_eq!(

@@ -118,12 +118,13 @@ pub struct ComObject {
     /// A NEGOTIATE resuming the session must prove it (see
     /// [`continuity`](crate::handshake::continuity)).
     continuity: Option<Box<Continuity>>,
-    /// The generation of the channel on which we last answered "fresh"
-    /// (we had forgotten the peer), until the peer shows it read that
-    /// answer — by sending anything on the channel, or naming that
-    /// generation in a NEGOTIATE. Until then the peer may still number as
-    /// in the session we forgot, so every answer says "fresh" again and our
-    /// own opens claim no generation (the peer then numbers afresh too).
+    /// The generation of the channel on which we last answered "fresh" to
+    /// a peer that claimed a session (we had forgotten it), until the peer
+    /// shows it read that answer — by sending anything on the channel, by
+    /// naming that generation in a NEGOTIATE, or by our own open settling
+    /// the numbering. Until then the peer may still number as in the
+    /// session we forgot, so every answer says "fresh" again and our own
+    /// opens claim no generation (the peer then numbers afresh too).
     fresh_unconfirmed: Option<u64>,
     /// This ComObject's opener id, and the number of its last attempt.
     opener: u64,

@@ -55,7 +55,13 @@ impl ComObject {
                 seq: self.attempt_seq,
             },
             last_received: self.session.last_received(),
-            last_generation: self.session.last_generation(),
+            // Fresh to a peer that may not know it (see
+            // `fresh_unconfirmed`): claim no channel, so that it numbers
+            // afresh too instead of going on with the session we forgot.
+            last_generation: match self.fresh_unconfirmed {
+                Some(_) => 0,
+                None => self.session.last_generation(),
+            },
             secret: self.continuity.as_deref().map(|c| c.current),
         }));
     }
@@ -251,7 +257,8 @@ impl ComObject {
         {
             self.fresh_unconfirmed = None;
         }
-        let fresh = self.session.is_fresh() || beyond || self.fresh_unconfirmed.is_some();
+        let forgot = self.session.is_fresh();
+        let fresh = forgot || beyond || self.fresh_unconfirmed.is_some();
         let renumber = !self.session.is_fresh() && (beyond || neg.last_generation == 0);
         let peer_last_received = if fresh && neg.last_generation > 0 {
             0
@@ -323,7 +330,12 @@ impl ComObject {
         self.session
             .channel_up(params, now)
             .expect("last_received checked above");
-        if fresh {
+        // We forgot a peer that had a session with us (it claims a
+        // generation): it may go on numbering in that session until it
+        // reads this answer. (A peer that claims none numbers afresh
+        // anyway; an unproven claim beyond our generations, answered
+        // fresh while we remember ours, is not that peer's session.)
+        if forgot && neg.last_generation > 0 {
             self.fresh_unconfirmed = Some(generation);
         }
         let id = self.now_working(Some(neg.attempt), now);

@@ -15,8 +15,85 @@ use bytes::Bytes;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::delegation::reply_kind;
+use crate::message::MessageKind;
 use crate::priority::Priority;
 use crate::site::SiteId;
+
+/// What an application asked to send, carried out after its callback.
+#[derive(Debug)]
+pub(super) struct Outgoing {
+    pub(super) to: SiteId,
+    pub(super) priority: Priority,
+    pub(super) body: Bytes,
+    pub(super) kind: MessageKind,
+    pub(super) corr: u64,
+    /// A forwarded request's origin (who gets its answer).
+    pub(super) origin: Option<SiteId>,
+    /// A request's timeout.
+    pub(super) timeout: Option<Duration>,
+}
+
+/// A request an application received, to answer with [`AppCtx::reply`] or
+/// hand on with [`AppCtx::forward`] — in the callback or any time later
+/// (keep it): the requester waits until its timeout.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Who gets the answer: the requester, also when the request was
+    /// forwarded to this site (the answer then goes to it directly, as a
+    /// delegated reply).
+    pub origin: SiteId,
+    /// The site that delivered it (the requester, or the forwarder).
+    pub from: SiteId,
+    /// Its priority (the answer goes at the same).
+    pub priority: Priority,
+    /// What the requester sent.
+    pub body: Bytes,
+    corr: u64,
+    kind: MessageKind,
+}
+
+impl Request {
+    pub(super) fn new(
+        origin: SiteId,
+        from: SiteId,
+        priority: Priority,
+        body: Bytes,
+        corr: u64,
+        kind: MessageKind,
+    ) -> Self {
+        Self {
+            origin,
+            from,
+            priority,
+            body,
+            corr,
+            kind,
+        }
+    }
+
+    /// True if another site forwarded it here.
+    pub fn forwarded(&self) -> bool {
+        self.kind == MessageKind::Forward
+    }
+}
+
+/// How a request ended, as [`Application::answered`] is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The answer, from the site that gave it (the one asked, or one it
+    /// forwarded the request to).
+    Reply {
+        /// Who answered.
+        from: SiteId,
+        /// What it answered.
+        body: Bytes,
+    },
+    /// No answer within the request's timeout.
+    TimedOut,
+    /// The site asked failed permanently first.
+    SiteFailed,
+}
 
 /// What a simulated site's application may see and do during a callback.
 pub struct AppCtx<'a> {
@@ -30,7 +107,7 @@ pub struct AppCtx<'a> {
     /// The run's random source: every random choice of an application
     /// must come from here, or the run stops being reproducible.
     pub rng: &'a mut ChaCha8Rng,
-    pub(super) out: &'a mut Vec<(SiteId, Priority, Bytes)>,
+    pub(super) out: &'a mut Vec<Outgoing>,
 }
 
 impl AppCtx<'_> {
@@ -38,7 +115,67 @@ impl AppCtx<'_> {
     /// handler's sends leave after it). Sending to a site that failed hands
     /// the message back through [`Application::handed_back`].
     pub fn send(&mut self, to: SiteId, priority: Priority, body: impl Into<Bytes>) {
-        self.out.push((to, priority, body.into()));
+        self.out.push(Outgoing {
+            to,
+            priority,
+            body: body.into(),
+            kind: MessageKind::OneWay,
+            corr: 0,
+            origin: None,
+            timeout: None,
+        });
+    }
+
+    /// Sends a request to `to`; its one outcome comes to
+    /// [`Application::answered`] with the number returned here: the
+    /// answer, a timeout after `timeout`, or the site's failure.
+    pub fn request(
+        &mut self,
+        to: SiteId,
+        priority: Priority,
+        body: impl Into<Bytes>,
+        timeout: Duration,
+    ) -> u64 {
+        let corr = self.rng.gen::<u64>() | 1;
+        self.out.push(Outgoing {
+            to,
+            priority,
+            body: body.into(),
+            kind: MessageKind::Request,
+            corr,
+            origin: None,
+            timeout: Some(timeout),
+        });
+        corr
+    }
+
+    /// Answers `req` (to its origin: a delegated reply if it was
+    /// forwarded here).
+    pub fn reply(&mut self, req: &Request, body: impl Into<Bytes>) {
+        let kind = reply_kind(req.kind).expect("a request awaits an answer");
+        self.out.push(Outgoing {
+            to: req.origin,
+            priority: req.priority,
+            body: body.into(),
+            kind,
+            corr: req.corr,
+            origin: None,
+            timeout: None,
+        });
+    }
+
+    /// Hands `req` on to `to`, which answers its origin directly (three
+    /// messages instead of four).
+    pub fn forward(&mut self, req: &Request, to: SiteId) {
+        self.out.push(Outgoing {
+            to,
+            priority: req.priority,
+            body: req.body.clone(),
+            kind: MessageKind::Forward,
+            corr: req.corr,
+            origin: Some(req.origin),
+            timeout: None,
+        });
     }
 
     /// The `k`-th site after this one in the directory, wrapping around
@@ -86,6 +223,13 @@ pub trait Application {
         _maybe_delivered: bool,
     ) {
     }
+    /// A request arrived (or was forwarded here): answer it with
+    /// [`AppCtx::reply`], or hand it on with [`AppCtx::forward`]. Left
+    /// unanswered, its requester times out.
+    fn requested(&mut self, _ctx: &mut AppCtx<'_>, _req: Request) {}
+    /// A request this site sent (the number [`AppCtx::request`] returned)
+    /// ended: exactly once per request.
+    fn answered(&mut self, _ctx: &mut AppCtx<'_>, _corr: u64, _answer: Answer) {}
     /// The application's own invariant, checked on every live site once
     /// the run has settled (after the simulator's checkers held): an
     /// `Err` is a violation, reported with the seed like the others.
@@ -102,9 +246,19 @@ pub type AppFactory = Box<dyn FnMut(SiteId) -> Box<dyn Application>>;
 /// `neighbours` (the next sites in the directory, as a runtime's traffic
 /// mostly goes to the few sites it works with) or, with probability
 /// `stray`, to any site; most small, some several frames long (fragmented
-/// and reassembled).
+/// and reassembled). A fraction `requests` are requests (5 s timeout): the
+/// site asked answers with the body reversed, or first forwards it to its
+/// next neighbour (one in five), which answers the requester directly; the
+/// requester checks every answer ([`Application::check`] reports a wrong
+/// one).
 #[derive(Debug, Clone)]
 pub struct Workload {
+    /// Chance that a message is a request.
+    pub requests: f64,
+    /// Requests awaiting their answer: what it must be.
+    pending: std::collections::BTreeMap<u64, Bytes>,
+    /// The first wrong answer, if any.
+    wrong: Option<String>,
     /// Chance of sending on a tick.
     pub rate: f64,
     /// How many sites a site mostly talks to.
@@ -118,6 +272,9 @@ pub struct Workload {
 impl Default for Workload {
     fn default() -> Self {
         Self {
+            requests: 0.25,
+            pending: Default::default(),
+            wrong: None,
             rate: 0.5,
             neighbours: 3,
             stray: 0.2,
@@ -155,7 +312,54 @@ impl Application for Workload {
             let Some(to) = to else { return };
             let p = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
             let body = Self::body(ctx.rng, self.large);
-            ctx.send(to, p, body);
+            if ctx.rng.gen_bool(self.requests.clamp(0.0, 1.0)) {
+                let expect = Self::answer_to(&body);
+                let corr = ctx.request(to, p, body, Duration::from_secs(5));
+                self.pending.insert(corr, expect);
+            } else {
+                ctx.send(to, p, body);
+            }
         }
+    }
+
+    fn requested(&mut self, ctx: &mut AppCtx<'_>, req: Request) {
+        if !req.forwarded() && ctx.rng.gen_ratio(1, 5) {
+            if let Some(next) = ctx.neighbour(1).filter(|s| *s != req.origin) {
+                return ctx.forward(&req, next);
+            }
+        }
+        ctx.reply(&req, Self::answer_to(&req.body));
+    }
+
+    fn answered(&mut self, _ctx: &mut AppCtx<'_>, corr: u64, answer: Answer) {
+        let Some(expect) = self.pending.remove(&corr) else {
+            self.wrong
+                .get_or_insert_with(|| format!("an answer to request {corr:#x}, never sent"));
+            return;
+        };
+        if let Answer::Reply { from, body } = answer {
+            if body != expect {
+                self.wrong.get_or_insert_with(|| {
+                    format!("request {corr:#x} answered by {from} with a body not its own")
+                });
+            }
+        }
+    }
+
+    fn check(&self, _ctx: &AppCtx<'_>) -> Result<(), String> {
+        match (&self.wrong, self.pending.len()) {
+            (Some(w), _) => Err(w.clone()),
+            (None, 0) => Ok(()),
+            (None, n) => Err(format!(
+                "{n} requests never ended (no answer, timeout or failure)"
+            )),
+        }
+    }
+}
+
+impl Workload {
+    /// The answer a request's body gets: the body reversed.
+    fn answer_to(body: &[u8]) -> Bytes {
+        body.iter().rev().copied().collect::<Vec<u8>>().into()
     }
 }

@@ -68,6 +68,9 @@ pub(super) struct Oracle {
     crashed: BTreeSet<SiteId>,
     pub(super) delivered: u64,
     pub(super) handed_back: u64,
+    /// Requests sent, and those not ended yet (by requester, number).
+    pub(super) requests: u64,
+    open_requests: BTreeSet<(SiteId, u64)>,
 }
 
 impl Oracle {
@@ -187,6 +190,27 @@ impl Oracle {
         Ok(())
     }
 
+    /// Site `at` sent request `corr`.
+    pub(super) fn request(&mut self, at: SiteId, corr: u64) -> Result<(), String> {
+        self.requests += 1;
+        if !self.open_requests.insert((at, corr)) {
+            return Err(format!(
+                "{at} sent request {corr:#x} while one with that number was open"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Request `corr` of site `at` ended (answer, timeout or failure).
+    pub(super) fn answered(&mut self, at: SiteId, corr: u64) -> Result<(), String> {
+        if !self.open_requests.remove(&(at, corr)) {
+            return Err(format!(
+                "request {corr:#x} of {at} ended twice, or was never sent"
+            ));
+        }
+        Ok(())
+    }
+
     /// After the run settled: every message of a sender still up was
     /// delivered or handed back.
     pub(super) fn finish(&self) -> Result<(), String> {
@@ -198,6 +222,15 @@ impl Oracle {
                     r.from, r.to, r.priority, r.seq
                 ));
             }
+        }
+        if let Some((at, corr)) = self
+            .open_requests
+            .iter()
+            .find(|(at, _)| !self.crashed.contains(at))
+        {
+            return Err(format!(
+                "request {corr:#x} of {at} never ended (no answer, timeout or failure)"
+            ));
         }
         Ok(())
     }

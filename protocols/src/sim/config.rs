@@ -104,6 +104,10 @@ pub struct Report {
     pub accepts_refused: u64,
     /// Sites forgotten by the reclaim rule.
     pub reclaimed: u64,
+    /// Requests sent (each ended exactly once: answer, timeout or failure).
+    pub requests: u64,
+    /// Replies that came after their request had ended.
+    pub late_replies: u64,
     /// Simulated seconds run.
     pub sim_s: f64,
     /// Events processed.

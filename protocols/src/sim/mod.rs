@@ -62,7 +62,6 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -73,7 +72,6 @@ pub use shrink::{shrink, shrink_with};
 
 use crate::com_object::ComConfig;
 use crate::handshake::{Nonce, PairMemory};
-use crate::priority::Priority;
 use crate::reassembly::ReassemblyBudget;
 use crate::site::SiteId;
 use crate::slots::{DefaultPolicy, SlotConfig, SlotTable};
@@ -85,9 +83,15 @@ use self::trace::Trace;
 /// The message type id the simulator's envelopes carry.
 pub const SIM_TYPE: u32 = 0x5153;
 
-/// Something scheduled (ordered by [`Scheduled`]).
+/// Something scheduled (the queue orders events by time, then by the order
+/// they were scheduled in).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Ev {
+    /// Node `node`'s request deadlines.
+    Requests {
+        node: usize,
+        inc: u32,
+    },
     ComTimer {
         node: usize,
         inc: u32,
@@ -153,6 +157,7 @@ pub(super) struct Counts {
     accepts_refused: u64,
     reclaimed: u64,
     claims_refused: u64,
+    late_replies: u64,
 }
 
 /// A simulation in progress. See the module documentation.
@@ -187,7 +192,7 @@ pub struct Sim {
     counts: Counts,
     factory: AppFactory,
     /// Application sends made during a callback, carried out after it.
-    sends: Vec<(usize, u32, SiteId, Priority, Bytes)>,
+    sends: Vec<(usize, u32, app::Outgoing)>,
     verdict: Option<Verdict>,
     /// When the last open attempt started.
     last_open: Option<Duration>,
@@ -251,6 +256,14 @@ impl Sim {
     /// Prints every event of the run through `sink`, one line each.
     pub fn set_trace(&mut self, sink: impl FnMut(&str) + 'static) {
         self.trace.set_sink(Box::new(sink));
+        // The lines name nodes by their index: which site each is now.
+        for (n, node) in self.nodes.iter().enumerate() {
+            let line = format!(
+                "# node {n:x} is site {} (incarnation {})",
+                node.id, node.incarnation
+            );
+            self.trace.note(&line);
+        }
     }
 
     /// Simulated time now.
@@ -326,6 +339,8 @@ impl Sim {
             opens: self.counts.opens,
             accepts_refused: self.counts.accepts_refused,
             reclaimed: self.counts.reclaimed,
+            requests: self.oracle.requests,
+            late_replies: self.counts.late_replies,
             sim_s: self.now.min(self.end).as_secs_f64(),
             events: self.step,
         }
@@ -349,6 +364,7 @@ impl Sim {
             Ev::Heal => ("heal", 0, [0; 3]),
             Ev::Restart { node } => ("restart", node, [0; 3]),
             Ev::Resume { node, .. } => ("resume", node, [0; 3]),
+            Ev::Requests { node, .. } => ("request_timer", node, [0; 3]),
             Ev::Audit => ("audit", 0, [0; 3]),
         };
         self.trace(n, kind, &values);
@@ -407,6 +423,11 @@ impl Sim {
             Ev::Heal => self.heal(),
             Ev::Restart { node } => self.restart(node),
             Ev::Resume { node, inc } => self.resume(node, inc),
+            Ev::Requests { node, inc } => {
+                if self.alive(node, inc) {
+                    self.on_request_timer(node);
+                }
+            }
             Ev::Audit => {
                 self.audit();
                 if self.now < self.end {
@@ -505,6 +526,8 @@ impl Sim {
             waiters: BTreeMap::new(),
             slot_armed: None,
             pairs: PairMemory::new(1024),
+            requests: crate::requests::RequestTable::default(),
+            req_armed: None,
             next_opener: 0,
             paused_until: Duration::ZERO,
             app: (self.factory)(id),
@@ -527,4 +550,15 @@ impl Sim {
 /// The message id an envelope's header carries.
 pub(super) fn envelope_id(header: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(header.try_into().ok()?))
+}
+
+/// The message id of a message of `kind` (a forwarded request's is inside
+/// its origin block).
+pub(super) fn message_id(kind: crate::message::MessageKind, header: &[u8]) -> Option<u64> {
+    if kind == crate::message::MessageKind::Forward {
+        let (_, inner) = crate::message::unwrap_origin(&bytes::Bytes::copy_from_slice(header))?;
+        envelope_id(&inner)
+    } else {
+        envelope_id(header)
+    }
 }

@@ -22,6 +22,11 @@ use super::app::Application;
 use super::net::{Conn, End, Role, Seg};
 use super::{Ev, Sim};
 
+/// A hasher with fixed keys: a table's layout (and any walk over it)
+/// depends on what was put in, never on a random seed of the process.
+pub(super) type FixedHash =
+    std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
 /// Where a ComObject stands with its node's slot table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Slot {
@@ -73,6 +78,12 @@ pub(super) struct Node {
     pub(super) app: Box<dyn Application>,
     /// Retransmissions of ComObjects this incarnation dropped.
     pub(super) retransmitted: u64,
+    /// The requests it awaits answers to (the runtime's table): by
+    /// correlation number, the site asked, the number again for the
+    /// driver.
+    pub(super) requests: crate::requests::RequestTable<SiteId, u64, FixedHash>,
+    /// When the request timer event in the queue fires.
+    pub(super) req_armed: Option<Duration>,
 }
 
 impl Node {
@@ -249,6 +260,7 @@ impl Sim {
                     for m in &maybe_delivered {
                         self.handed_back(n, peer, m, true);
                     }
+                    self.requests_failed(n, peer);
                 }
             }
         }
@@ -500,7 +512,7 @@ impl Sim {
     /// A message handed back to node `n`'s application.
     fn handed_back(&mut self, n: usize, peer: SiteId, m: &OutMessage, maybe: bool) {
         let body: Vec<u8> = m.body.iter().flat_map(|b| b.iter().copied()).collect();
-        let Some(id) = super::envelope_id(&m.header) else {
+        let Some(id) = super::message_id(m.kind, &m.header) else {
             return self.violation(format!("a handed-back message has no envelope: {m:?}"));
         };
         self.trace(n, "handed_back", &[id as u128, maybe as u128]);

@@ -34,6 +34,14 @@ impl Trace {
         self.sink = Some(sink);
     }
 
+    /// Prints `line` if a sink is set, without hashing it (what the
+    /// reader needs to follow the trace, such as which node is which site).
+    pub(super) fn note(&mut self, line: &str) {
+        if let Some(sink) = &mut self.sink {
+            sink(line);
+        }
+    }
+
     /// Records one event: its time, a kind and up to four numbers. The
     /// digest covers exactly these values, in this order.
     pub(super) fn event(&mut self, step: u64, at: Duration, kind: &str, values: &[u128]) {

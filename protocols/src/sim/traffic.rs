@@ -5,12 +5,13 @@
 use bytes::Bytes;
 
 use crate::address_book::AddressBook;
-use crate::message::{InMessage, OutMessage};
-use crate::priority::Priority;
-use crate::site::SiteId;
+use crate::delegation::{classify, Delivered};
+use crate::message::{wrap_origin, InMessage, MessageKind, OutMessage};
+use crate::requests::Reply;
+use crate::site::{SiteDescriptor, SiteId};
 
-use super::app::{AppCtx, Application};
-use super::{envelope_id, Sim, SIM_TYPE};
+use super::app::{Answer, AppCtx, Application, Outgoing, Request};
+use super::{envelope_id, Ev, Sim, SIM_TYPE};
 
 impl Sim {
     /// The application lets go of the sites it has not sent to for
@@ -53,37 +54,62 @@ impl Sim {
         };
         f(node.app.as_mut(), &mut ctx);
         let inc = node.incarnation;
-        self.sends
-            .extend(out.into_iter().map(|(to, p, b)| (n, inc, to, p, b)));
+        self.sends.extend(out.into_iter().map(|o| (n, inc, o)));
     }
 
     pub(super) fn run_sends(&mut self) {
         while !self.sends.is_empty() {
-            for (n, inc, to, p, body) in std::mem::take(&mut self.sends) {
+            for (n, inc, o) in std::mem::take(&mut self.sends) {
                 if self.alive(n, inc) {
-                    self.send(n, to, p, body);
+                    self.send(n, o);
                 }
             }
         }
     }
 
-    /// An application's send, through the ComObject as the runtime's.
-    pub(super) fn send(&mut self, n: usize, to: SiteId, priority: Priority, body: Bytes) {
+    /// An application's send, through the ComObject as the runtime's: a
+    /// request is registered in the node's request table first (as the
+    /// runtime's `request` does), a forwarded request carries its origin
+    /// block.
+    pub(super) fn send(&mut self, n: usize, o: Outgoing) {
         let me = self.nodes[n].id;
+        let to = o.to;
         let Some(address) = self.addresses.get(&to).cloned() else {
             return self.violation(format!("{me} sent to {to}, a site that never existed"));
         };
         if to == me {
             return;
         }
-        let id = self.oracle.sent(me, to, priority as u8, &body);
-        self.trace(n, "send", &[to.0, id as u128, priority as u128]);
-        let msg = OutMessage::new(
-            priority,
-            SIM_TYPE,
-            Bytes::copy_from_slice(&id.to_le_bytes()),
-            smallvec::smallvec![body],
+        if let Some(timeout) = o.timeout {
+            let deadline = self.instant() + timeout;
+            self.nodes[n]
+                .requests
+                .register(o.corr, to, o.corr, Some((deadline, timeout)));
+            if let Err(e) = self.oracle.request(me, o.corr) {
+                return self.violation(e);
+            }
+            self.rearm_requests(n);
+        }
+        let id = self.oracle.sent(me, to, o.priority as u8, &o.body);
+        self.trace(
+            n,
+            "send",
+            &[to.0, id as u128, o.priority as u128, o.kind as u128],
         );
+        let envelope = Bytes::copy_from_slice(&id.to_le_bytes());
+        let header = match o.origin {
+            Some(origin) => {
+                let d = SiteDescriptor {
+                    id: origin,
+                    addresses: self.addresses.get(&origin).cloned().into_iter().collect(),
+                };
+                wrap_origin(&d.to_string(), &envelope).expect("a short origin block")
+            }
+            None => envelope,
+        };
+        let mut msg = OutMessage::new(o.priority, SIM_TYPE, header, smallvec::smallvec![o.body]);
+        msg.kind = o.kind;
+        msg.corr = o.corr;
         let mut p = self.peer_or_new(n, to, AddressBook::given(&address));
         // The application holds a reference to a site it sends to.
         p.com.set_has_refs(true, self.instant());
@@ -106,15 +132,117 @@ impl Sim {
         self.put_back(n, to, p);
     }
 
-    /// A message delivered at node `n` on the channel from `peer`.
+    /// A message delivered at node `n` on the channel from `peer`: what it
+    /// means is `delegation::classify`'s to say, as in the runtime's
+    /// handlers; a reply completes its request by the request table's rule.
     pub(super) fn delivered(&mut self, n: usize, peer: SiteId, m: InMessage) {
-        let Some(id) = envelope_id(&m.header) else {
+        let kind = m.prelude.kind;
+        let corr = m.prelude.corr;
+        let meaning = classify(kind, &m.header, true);
+        let envelope = match &meaning {
+            Delivered::Forwarded { header, .. } => envelope_id(header),
+            _ => envelope_id(&m.header),
+        };
+        let Some(id) = envelope else {
             return self.violation(format!("a message without an envelope arrived: {m:?}"));
         };
-        self.trace(n, "deliver", &[peer.0, id as u128]);
-        if let Err(e) = self.oracle.deliver(id, self.nodes[n].id, peer, &m.body) {
+        self.trace(n, "deliver", &[peer.0, id as u128, kind as u128]);
+        let me = self.nodes[n].id;
+        if let Err(e) = self.oracle.deliver(id, me, peer, &m.body) {
             return self.violation(e);
         }
-        self.app_call(n, |app, ctx| app.received(ctx, peer, &m.body));
+        let body = m.body;
+        match meaning {
+            Delivered::Handle if kind == MessageKind::OneWay => {
+                self.app_call(n, |app, ctx| app.received(ctx, peer, &body));
+            }
+            Delivered::Handle => {
+                let req = Request::new(peer, peer, m.priority, body, corr, kind);
+                self.app_call(n, |app, ctx| app.requested(ctx, req));
+            }
+            Delivered::Forwarded { origin, .. } => {
+                let req = Request::new(origin.id, peer, m.priority, body, corr, kind);
+                self.app_call(n, |app, ctx| app.requested(ctx, req));
+            }
+            Delivered::Reply { delegated } => {
+                match self.nodes[n]
+                    .requests
+                    .reply(corr, &peer, delegated, |s, f| s == f)
+                {
+                    Reply::Complete(corr) => {
+                        let answer = Answer::Reply { from: peer, body };
+                        self.answered(n, corr, answer);
+                        self.rearm_requests(n);
+                    }
+                    Reply::FromAnotherSite => {
+                        self.violation(format!(
+                            "{me} got a plain reply to request {corr:#x} from {peer}, \
+                             which it was not sent to"
+                        ));
+                    }
+                    // Late: the request timed out or its site failed.
+                    Reply::Unknown => self.counts.late_replies += 1,
+                }
+            }
+            Delivered::Unhandled(u) => {
+                self.violation(format!(
+                    "{me} could not handle a message from {peer}: {}",
+                    u.reason(SIM_TYPE)
+                ));
+            }
+        }
+    }
+
+    /// Request `corr` of node `n` ended: its application is told, once.
+    pub(super) fn answered(&mut self, n: usize, corr: u64, answer: Answer) {
+        let me = self.nodes[n].id;
+        let code = match &answer {
+            Answer::Reply { .. } => 0,
+            Answer::TimedOut => 1,
+            Answer::SiteFailed => 2,
+        };
+        self.trace(n, "answered", &[corr as u128, code]);
+        if let Err(e) = self.oracle.answered(me, corr) {
+            return self.violation(e);
+        }
+        self.app_call(n, |app, ctx| app.answered(ctx, corr, answer));
+    }
+
+    /// Keeps one timer event at the node's earliest request deadline.
+    pub(super) fn rearm_requests(&mut self, n: usize) {
+        let node = &mut self.nodes[n];
+        let at = node
+            .requests
+            .poll_timeout()
+            .map(|i| i.saturating_duration_since(self.t0).max(self.now));
+        if let Some(t) = at.filter(|t| node.req_armed.is_none_or(|armed| *t < armed)) {
+            node.req_armed = Some(t);
+            let inc = node.incarnation;
+            self.at(t, Ev::Requests { node: n, inc });
+        }
+    }
+
+    /// Node `n`'s request deadlines: those due end as timed out.
+    pub(super) fn on_request_timer(&mut self, n: usize) {
+        if self.nodes[n].req_armed != Some(self.now) {
+            return;
+        }
+        self.nodes[n].req_armed = None;
+        let now = self.instant();
+        for (corr, _, _) in self.nodes[n].requests.expire(now) {
+            self.answered(n, corr, Answer::TimedOut);
+        }
+        self.rearm_requests(n);
+    }
+
+    /// A site failed permanently at node `n`: the requests awaiting it end.
+    pub(super) fn requests_failed(&mut self, n: usize, peer: SiteId) {
+        let mut failed = self.nodes[n].requests.fail_site(|s| *s == peer);
+        // The table's order is a hash map's: the trace takes them sorted.
+        failed.sort_unstable();
+        for corr in failed {
+            self.answered(n, corr, Answer::SiteFailed);
+        }
+        self.rearm_requests(n);
     }
 }

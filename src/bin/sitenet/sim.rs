@@ -73,6 +73,8 @@ struct Json {
     retransmitted: u64,
     opens: u64,
     reclaimed: u64,
+    requests: u64,
+    late_replies: u64,
     events: u64,
     sim_s: f64,
     wall_s: f64,
@@ -136,6 +138,8 @@ impl Json {
             retransmitted: r.retransmitted,
             opens: r.opens,
             reclaimed: r.reclaimed,
+            requests: r.requests,
+            late_replies: r.late_replies,
             events: r.events,
             sim_s: r.sim_s,
             wall_s,
@@ -286,6 +290,8 @@ fn add(mut a: Json, b: &Json) -> Json {
     a.retransmitted += b.retransmitted;
     a.opens += b.opens;
     a.reclaimed += b.reclaimed;
+    a.requests += b.requests;
+    a.late_replies += b.late_replies;
     a.events += b.events;
     a.sim_s += b.sim_s;
     a
@@ -348,6 +354,10 @@ fn print(j: &Json, json: bool) {
     println!(
         "channels:       {} opens, {} retransmitted, {} sites reclaimed",
         j.opens, j.retransmitted, j.reclaimed
+    );
+    println!(
+        "requests:       {} sent (each ended once), {} late replies",
+        j.requests, j.late_replies
     );
     println!(
         "speed:          {:.1} simulated s in {:.2} s: {:.1} sim s per wall s, {:.0} events/s",
