@@ -123,8 +123,9 @@ pub struct ComObject {
     /// shows it read that answer — by sending anything on the channel, by
     /// naming that generation in a NEGOTIATE, or by our own open settling
     /// the numbering. Until then the peer may still number as in the
-    /// session we forgot, so every answer says "fresh" again and our own
-    /// opens claim no generation (the peer then numbers afresh too).
+    /// session we forgot, so every answer says "fresh" again. (Our own
+    /// opens claim that channel's generation: a peer that never saw it
+    /// finds the claim ahead of its own and starts a new session.)
     fresh_unconfirmed: Option<u64>,
     /// This ComObject's opener id, and the number of its last attempt.
     opener: u64,

@@ -55,13 +55,11 @@ impl ComObject {
                 seq: self.attempt_seq,
             },
             last_received: self.session.last_received(),
-            // Fresh to a peer that may not know it (see
-            // `fresh_unconfirmed`): claim no channel, so that it numbers
-            // afresh too instead of going on with the session we forgot.
-            last_generation: match self.fresh_unconfirmed {
-                Some(_) => 0,
-                None => self.session.last_generation(),
-            },
+            // Even a channel whose fresh answer the peer may not have read
+            // (`fresh_unconfirmed`): a peer that never saw it finds our
+            // claim ahead of its generations and starts a new session with
+            // us; one that saw it goes on where it is.
+            last_generation: self.session.last_generation(),
             secret: self.continuity.as_deref().map(|c| c.current),
         }));
     }
@@ -211,7 +209,8 @@ impl ComObject {
         // An unproven claim never raises our generation (no claimant picks
         // one): claiming more than we ever saw, it starts a new session,
         // judged as having seen no channel.
-        let beyond = !proven && neg.last_generation > self.session.last_generation();
+        let ahead = neg.last_generation > self.session.last_generation();
+        let beyond = !proven && ahead;
         let decision = if beyond {
             let mut new = neg.clone();
             new.last_generation = 0;
@@ -258,8 +257,15 @@ impl ComObject {
             self.fresh_unconfirmed = None;
         }
         let forgot = self.session.is_fresh();
-        let fresh = forgot || beyond || self.fresh_unconfirmed.is_some();
-        let renumber = !self.session.is_fresh() && (beyond || neg.last_generation == 0);
+        // A proven claim ahead of our generations: the peer accepted a
+        // channel of ours that we never completed, and if it had forgotten
+        // us it numbered afresh on it — which we cannot tell. Both start a
+        // new session: what either sent and the other never acknowledged
+        // is handed back as maybe delivered, never delivered twice and
+        // never skipped (found by the simulator).
+        let unseen = proven && ahead && !forgot;
+        let fresh = forgot || beyond || unseen || self.fresh_unconfirmed.is_some();
+        let renumber = !forgot && (beyond || unseen || neg.last_generation == 0);
         let peer_last_received = if fresh && neg.last_generation > 0 {
             0
         } else {

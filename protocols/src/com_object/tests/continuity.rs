@@ -513,15 +513,63 @@ fn regression_a_fresh_answer_nobody_read_is_given_again() {
 }
 
 /// Found by the simulator (20 sites, heavy faults, 3/5 slots; seed 10221
-/// among 10 of about 5,000): the same fresh answer nobody read, but then
-/// this side opened a channel itself, claiming the generation of that
-/// unread channel. The peer, which had never seen it, took the claim as its
-/// own session going on and answered "not fresh"; it went on numbering
-/// where it was, this side expected 1 ("message number 2 after 0"). Until
-/// the peer has read a fresh answer, this side's opens claim no channel, so
-/// the peer numbers afresh too.
+/// among 20 of 17,777): the peer had forgotten us and accepted an open of
+/// ours fresh, but we never read its answer; its next open claimed that
+/// channel's generation, ahead of ours. Taking the claim (proven with the
+/// pair's secret) as our session going on, we answered "not fresh" and went
+/// on numbering where we were while the peer expected 1 ("message number 2
+/// after 0"). A proven claim ahead of our generations now starts a new
+/// session on both sides: what we sent unacknowledged is handed back as
+/// maybe delivered.
 #[test]
-fn regression_an_open_after_a_fresh_answer_nobody_read_claims_no_channel() {
+fn regression_a_proven_claim_ahead_of_our_generation_starts_a_new_session() {
+    let mut h = H::new(cfg(), true);
+    let id = h.working(); // generation 1, the pair's secret PAIR, one message sent
+    h.com.poll_transmit(h.now, &mut ByteBuffer::new(65_536));
+    assert_eq!(h.com.session().unacked(), 1);
+    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
+    for a in h.actions() {
+        if let Action::CloseChannel { id, .. } = a {
+            h.com.channel_closed(id, h.now);
+        }
+    }
+    // The peer saw generation 2, which we never completed.
+    let ahead = negotiate(2, Attempt { opener: 9, seq: 1 });
+    let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&ahead, NONCE, h.now) else {
+        panic!("accepted")
+    };
+    assert!(
+        matches!(
+            answer,
+            NegotiateAns::Accept {
+                fresh: true,
+                last_received: 0,
+                ..
+            }
+        ),
+        "both sides start again: {answer:?}"
+    );
+    let back = h.actions();
+    assert!(
+        back.iter().any(|a| matches!(
+            a,
+            Action::HandBack {
+                error: SendError::PeerForgot { .. },
+                ..
+            }
+        )),
+        "the unacknowledged message is handed back as maybe delivered: {back:?}"
+    );
+}
+
+/// Found by the simulator (20 sites, heavy faults, 3/5 slots; seed 18406,
+/// after the first fix, which made this side's opens claim no channel):
+/// the peer HAD read our fresh answer and delivered our first message, but
+/// its acknowledgement never reached us; our open claiming no channel made
+/// it renumber, and our resend delivered that message twice. Our opens
+/// claim the unread channel's generation: a peer that saw it goes on.
+#[test]
+fn regression_an_open_after_an_unread_fresh_answer_claims_its_generation() {
     let mut h = H::new(cfg(), true);
     h.com.recall(Continuity {
         current: PAIR,
@@ -531,14 +579,19 @@ fn regression_an_open_after_a_fresh_answer_nobody_read_claims_no_channel() {
     let AcceptOutcome::Accept { id, answer } = h.com.accepted(&claim, NONCE, h.now) else {
         panic!("accepted")
     };
-    assert!(matches!(answer, NegotiateAns::Accept { fresh: true, .. }));
+    let NegotiateAns::Accept {
+        fresh, generation, ..
+    } = answer
+    else {
+        panic!("an accepting answer")
+    };
+    assert!(fresh);
     h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
     for a in h.actions() {
         if let Action::CloseChannel { id, .. } = a {
             h.com.channel_closed(id, h.now);
         }
     }
-    // This side has something to send and opens itself.
     h.com.queue(msg(10)).unwrap();
     let mut open = None;
     for _ in 0..4 {
@@ -556,8 +609,8 @@ fn regression_an_open_after_a_fresh_answer_nobody_read_claims_no_channel() {
     }
     let req = open.expect("an open");
     assert_eq!(
-        req.last_generation, 0,
-        "claims no channel: the peer must number afresh"
+        req.last_generation, generation,
+        "claims the channel it answered on"
     );
 }
 
