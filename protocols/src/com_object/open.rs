@@ -336,12 +336,11 @@ impl ComObject {
         self.session
             .channel_up(params, now)
             .expect("last_received checked above");
-        // We forgot a peer that had a session with us (it claims a
-        // generation): it may go on numbering in that session until it
-        // reads this answer. (A peer that claims none numbers afresh
-        // anyway; an unproven claim beyond our generations, answered
-        // fresh while we remember ours, is not that peer's session.)
-        if forgot && neg.last_generation > 0 {
+        // A fresh answer to a peer that claims a session (a generation):
+        // until it reads the answer it may go on numbering in that
+        // session, so the answer holds until it shows it did. (A peer that
+        // claims none numbers afresh anyway.)
+        if fresh && neg.last_generation > 0 {
             self.fresh_unconfirmed = Some(generation);
         }
         let id = self.now_working(Some(neg.attempt), now);

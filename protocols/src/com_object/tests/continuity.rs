@@ -655,3 +655,41 @@ fn a_first_channel_needs_no_confirmation_of_its_fresh_answer() {
     }
     assert_eq!(open.expect("an open").last_generation, generation);
 }
+
+/// Found by the simulator after the fix above (seeds 26441, 27261, 27302 of
+/// the same search): a new session started for a proven claim ahead of us
+/// is a fresh answer like any other — when the peer never read it, its next
+/// NEGOTIATE still comes from the old session and must be answered fresh
+/// again, or the two sides number in different sessions (a message skipped:
+/// "FIFO broken … #3 delivered before #2").
+#[test]
+fn regression_a_new_session_for_a_claim_ahead_holds_until_the_peer_reads_it() {
+    let mut h = H::new(cfg(), true);
+    let id = h.working(); // generation 1
+    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
+    for a in h.actions() {
+        if let Action::CloseChannel { id, .. } = a {
+            h.com.channel_closed(id, h.now);
+        }
+    }
+    let ahead = negotiate(2, Attempt { opener: 9, seq: 1 });
+    let AcceptOutcome::Accept { id, answer } = h.com.accepted(&ahead, NONCE, h.now) else {
+        panic!("accepted")
+    };
+    assert!(matches!(answer, NegotiateAns::Accept { fresh: true, .. }));
+    // Lost before the peer sent anything: it never read the answer.
+    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
+    for a in h.actions() {
+        if let Action::CloseChannel { id, .. } = a {
+            h.com.channel_closed(id, h.now);
+        }
+    }
+    let again = negotiate(2, Attempt { opener: 9, seq: 2 });
+    let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&again, NONCE, h.now) else {
+        panic!("accepted again")
+    };
+    assert!(
+        matches!(answer, NegotiateAns::Accept { fresh: true, .. }),
+        "the peer still numbers in the old session: {answer:?}"
+    );
+}
