@@ -244,10 +244,19 @@ impl Sim {
         let ring_max =
             2 * (self.cfg.buffer_size as usize).max(crate::handshake::MIN_BUFFER as usize);
         let mut held = vec![0usize; self.nodes.len()];
+        let mut pending = vec![0usize; self.nodes.len()];
+        let mut rings = vec![0usize; self.nodes.len()];
         for (c, conn) in &self.conns {
             for end in &conn.ends {
+                let live = self.nodes[end.node].incarnation == end.incarnation;
                 if end.holder.is_some() {
                     held[end.node] += 1;
+                }
+                if live && matches!(end.role, super::net::Role::Acceptor { .. }) {
+                    pending[end.node] += 1;
+                }
+                if live {
+                    rings[end.node] += end.ring_bytes();
                 }
                 if end.ring_bytes() > ring_max {
                     let what = format!("connection {c} holds {} ring bytes", end.ring_bytes());
@@ -263,6 +272,18 @@ impl Sim {
                 let what = format!(
                     "{} holds {} slots, above its hard limit {hard}",
                     node.id, held[n]
+                );
+                return self.violation(what);
+            }
+            // Transport memory: the rings of its slots, and of the pending
+            // handshakes admission lets it hold (small rings).
+            let max_pending = node.admission.config().max_pending;
+            let bound = hard * ring_max + max_pending * 2 * crate::handshake::MIN_BUFFER as usize;
+            if pending[n] > max_pending || rings[n] > bound {
+                let what = format!(
+                    "{} holds {} pending handshakes (cap {max_pending}) and {} ring bytes \
+                     (bound {bound})",
+                    node.id, pending[n], rings[n]
                 );
                 return self.violation(what);
             }

@@ -108,6 +108,9 @@ pub struct Report {
     pub requests: u64,
     /// Replies that came after their request had ended.
     pub late_replies: u64,
+    /// Pending handshakes admission closed (silent, too slow, or dropped
+    /// for room).
+    pub handshakes_dropped: u64,
     /// Simulated seconds run.
     pub sim_s: f64,
     /// Events processed.

@@ -7,7 +7,7 @@
 use crate::address_book::AddressBook;
 use crate::com_object::{AcceptOutcome, Loss, OpenFailure};
 use crate::error::OpenError;
-use crate::handshake::{write_answer, Acceptor, NegotiateAns, HANDSHAKE_TIMEOUT};
+use crate::handshake::{write_answer, Acceptor, NegotiateAns};
 use crate::message::InMessage;
 use crate::site::SiteId;
 
@@ -40,6 +40,11 @@ impl Sim {
         let nonce = self.rand_nonce();
         let info = self.nodes[m].local_info();
         let inc = self.nodes[m].incarnation;
+        // Admission, as the runtime's accept loop: the newcomer is always
+        // admitted; a cap hit drops the oldest pending handshake instead.
+        let now = self.instant();
+        let admitted = self.nodes[m].admission.admit(now, source_of(n));
+        self.nodes[m].admitted.insert(admitted.ticket, (c, 1));
         let conn = self.conns.get_mut(&c).expect("checked");
         let end = &mut conn.ends[1];
         end.incarnation = inc;
@@ -47,13 +52,52 @@ impl Sim {
         end.role = Role::Acceptor {
             hs: Box::new(hs),
             nonce,
+            ticket: admitted.ticket,
+            spoke: false,
         };
-        self.trace(m, "accept", &[c as u128]);
+        self.trace(m, "accept", &[c as u128, admitted.ticket as u128]);
         self.send_out(c, 1);
-        self.at(
-            self.now + HANDSHAKE_TIMEOUT,
-            Ev::HsTimeout { conn: c, end: 1 },
-        );
+        if let Some((victim, why)) = admitted.dropped {
+            self.drop_handshake(m, victim, why);
+        }
+        self.rearm_admission(m);
+    }
+
+    /// Closes the pending handshake `ticket` of node `m`, which admission
+    /// dropped.
+    fn drop_handshake(&mut self, m: usize, ticket: u64, why: crate::admission::Dropped) {
+        self.counts.handshakes_dropped += 1;
+        self.trace(m, "handshake_dropped", &[ticket as u128, why as u128]);
+        if let Some((c, e)) = self.nodes[m].admitted.remove(&ticket) {
+            self.close_end(c, e, Seg::Rst);
+        }
+    }
+
+    /// Keeps one timer event at node `m`'s earliest handshake deadline.
+    pub(super) fn rearm_admission(&mut self, m: usize) {
+        let node = &mut self.nodes[m];
+        let at = node
+            .admission
+            .poll_timeout()
+            .map(|i| i.saturating_duration_since(self.t0).max(self.now));
+        if let Some(t) = at.filter(|t| node.adm_armed.is_none_or(|armed| *t < armed)) {
+            node.adm_armed = Some(t);
+            let inc = node.incarnation;
+            self.at(t, Ev::Admission { node: m, inc });
+        }
+    }
+
+    /// Node `m`'s handshake deadlines: silent and slow handshakes close.
+    pub(super) fn on_admission_timer(&mut self, m: usize) {
+        if self.nodes[m].adm_armed != Some(self.now) {
+            return;
+        }
+        self.nodes[m].adm_armed = None;
+        let now = self.instant();
+        for (ticket, why) in self.nodes[m].admission.handle_timeout(now) {
+            self.drop_handshake(m, ticket, why);
+        }
+        self.rearm_admission(m);
     }
 
     /// Segments of wire `d` of connection `c` arrive.
@@ -225,10 +269,22 @@ impl Sim {
         let conn = self.conns.get_mut(&c).expect("checked by process");
         let end = &mut conn.ends[e];
         let m = end.node;
-        let Role::Acceptor { hs, nonce } = &mut end.role else {
+        let Role::Acceptor {
+            hs,
+            nonce,
+            ticket,
+            spoke,
+        } = &mut end.role
+        else {
             return false;
         };
         let nonce = *nonce;
+        if !*spoke && !end.inb.is_empty() {
+            // Its first bytes: no longer silent.
+            *spoke = true;
+            let ticket = *ticket;
+            self.nodes[m].admission.spoke(ticket);
+        }
         let before = end.inb.len();
         let r = hs.handle_input(&mut end.inb, &mut end.outb);
         let consumed = end.inb.len() != before;
@@ -243,6 +299,11 @@ impl Sim {
             }
         };
         let now = self.instant();
+        if let Role::Acceptor { ticket, .. } = self.conns[&c].ends[e].role {
+            self.nodes[m].admission.finish(ticket);
+            self.nodes[m].admitted.remove(&ticket);
+            self.rearm_admission(m);
+        }
         // Admission: an adopted channel takes a slot, refused past the
         // hard limit.
         let Some(holder) = self.nodes[m].slots.accept(now) else {
@@ -378,15 +439,11 @@ impl Sim {
             return;
         };
         let end = &conn.ends[e];
-        match end.role {
-            Role::Initiator { peer, attempt, .. } => {
-                let n = end.node;
-                self.close_end(c, e, Seg::Rst);
-                let why = OpenFailure::Open(OpenError::Timeout);
-                self.open_failed(n, peer, attempt, c, why);
-            }
-            Role::Acceptor { .. } => self.close_end(c, e, Seg::Rst),
-            _ => {}
+        if let Role::Initiator { peer, attempt, .. } = end.role {
+            let n = end.node;
+            self.close_end(c, e, Seg::Rst);
+            let why = OpenFailure::Open(OpenError::Timeout);
+            self.open_failed(n, peer, attempt, c, why);
         }
     }
 
@@ -407,4 +464,12 @@ impl Sim {
             Role::NotYet | Role::Closed => {}
         }
     }
+}
+
+/// The address a simulated site's connections come from (admission's
+/// per-source cap counts by it): one IPv4 address per site.
+fn source_of(n: usize) -> crate::admission::Source {
+    let n = n as u32;
+    let ip = std::net::Ipv4Addr::new(10, (n >> 16) as u8, (n >> 8) as u8, n as u8);
+    crate::admission::Source::of(Some(ip.into()))
 }

@@ -87,6 +87,11 @@ pub const SIM_TYPE: u32 = 0x5153;
 /// they were scheduled in).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Ev {
+    /// Node `node`'s pending handshakes' deadlines.
+    Admission {
+        node: usize,
+        inc: u32,
+    },
     /// Node `node`'s request deadlines.
     Requests {
         node: usize,
@@ -158,6 +163,7 @@ pub(super) struct Counts {
     reclaimed: u64,
     claims_refused: u64,
     late_replies: u64,
+    handshakes_dropped: u64,
 }
 
 /// A simulation in progress. See the module documentation.
@@ -341,6 +347,7 @@ impl Sim {
             reclaimed: self.counts.reclaimed,
             requests: self.oracle.requests,
             late_replies: self.counts.late_replies,
+            handshakes_dropped: self.counts.handshakes_dropped,
             sim_s: self.now.min(self.end).as_secs_f64(),
             events: self.step,
         }
@@ -365,6 +372,7 @@ impl Sim {
             Ev::Restart { node } => ("restart", node, [0; 3]),
             Ev::Resume { node, .. } => ("resume", node, [0; 3]),
             Ev::Requests { node, .. } => ("request_timer", node, [0; 3]),
+            Ev::Admission { node, .. } => ("admission_timer", node, [0; 3]),
             Ev::Audit => ("audit", 0, [0; 3]),
         };
         self.trace(n, kind, &values);
@@ -426,6 +434,11 @@ impl Sim {
             Ev::Requests { node, inc } => {
                 if self.alive(node, inc) {
                     self.on_request_timer(node);
+                }
+            }
+            Ev::Admission { node, inc } => {
+                if self.alive(node, inc) {
+                    self.on_admission_timer(node);
                 }
             }
             Ev::Audit => {
@@ -528,6 +541,18 @@ impl Sim {
             pairs: PairMemory::new(1024),
             requests: crate::requests::RequestTable::default(),
             req_armed: None,
+            // The runtime's defaults for a process with 1,024 descriptors.
+            admission: crate::admission::Admission::new(
+                crate::admission::AdmissionConfig {
+                    max_pending: crate::admission::handshake_fds(1024),
+                    max_per_source: 8,
+                    silence: Duration::from_secs(2),
+                    timeout: crate::handshake::HANDSHAKE_TIMEOUT,
+                }
+                .normalised(),
+            ),
+            admitted: BTreeMap::new(),
+            adm_armed: None,
             next_opener: 0,
             paused_until: Duration::ZERO,
             app: (self.factory)(id),

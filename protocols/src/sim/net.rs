@@ -39,8 +39,14 @@ pub(super) enum Role {
         attempt: u64,
         hs: Box<Initiator>,
     },
-    /// An accepted connection in its handshake (anonymous until NEGOTIATE).
-    Acceptor { hs: Box<Acceptor>, nonce: Nonce },
+    /// An accepted connection in its handshake (anonymous until NEGOTIATE),
+    /// with its admission ticket and whether its peer has spoken yet.
+    Acceptor {
+        hs: Box<Acceptor>,
+        nonce: Nonce,
+        ticket: u64,
+        spoke: bool,
+    },
     /// A working channel of the site's ComObject for `peer`.
     Working { peer: SiteId, id: ChannelId },
     /// Closed by this side (or by the crash of its site).

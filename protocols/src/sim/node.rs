@@ -84,6 +84,12 @@ pub(super) struct Node {
     pub(super) requests: crate::requests::RequestTable<SiteId, u64, FixedHash>,
     /// When the request timer event in the queue fires.
     pub(super) req_armed: Option<Duration>,
+    /// Pending handshakes of accepted connections (the runtime's accept
+    /// loop's table): ticket → (connection, end).
+    pub(super) admission: crate::admission::Admission,
+    pub(super) admitted: BTreeMap<u64, (u64, usize)>,
+    /// When the admission timer event in the queue fires.
+    pub(super) adm_armed: Option<Duration>,
 }
 
 impl Node {
@@ -388,6 +394,14 @@ impl Sim {
         let end = &mut conn.ends[e];
         if !end.is_open() {
             return;
+        }
+        if let Role::Acceptor { ticket, .. } = end.role {
+            // The handshake ended: it leaves the admission table.
+            let node = &mut self.nodes[end.node];
+            if end.incarnation == node.incarnation && node.up {
+                node.admission.finish(ticket);
+                node.admitted.remove(&ticket);
+            }
         }
         end.role = Role::Closed;
         end.rx.clear();

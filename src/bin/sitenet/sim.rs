@@ -75,6 +75,7 @@ struct Json {
     reclaimed: u64,
     requests: u64,
     late_replies: u64,
+    handshakes_dropped: u64,
     events: u64,
     sim_s: f64,
     wall_s: f64,
@@ -140,6 +141,7 @@ impl Json {
             reclaimed: r.reclaimed,
             requests: r.requests,
             late_replies: r.late_replies,
+            handshakes_dropped: r.handshakes_dropped,
             events: r.events,
             sim_s: r.sim_s,
             wall_s,
@@ -292,6 +294,7 @@ fn add(mut a: Json, b: &Json) -> Json {
     a.reclaimed += b.reclaimed;
     a.requests += b.requests;
     a.late_replies += b.late_replies;
+    a.handshakes_dropped += b.handshakes_dropped;
     a.events += b.events;
     a.sim_s += b.sim_s;
     a
@@ -352,8 +355,8 @@ fn print(j: &Json, json: bool) {
         j.cuts, j.partitions, j.restarts, j.preemptions
     );
     println!(
-        "channels:       {} opens, {} retransmitted, {} sites reclaimed",
-        j.opens, j.retransmitted, j.reclaimed
+        "channels:       {} opens, {} retransmitted, {} sites reclaimed, {} handshakes dropped",
+        j.opens, j.retransmitted, j.reclaimed, j.handshakes_dropped
     );
     println!(
         "requests:       {} sent (each ended once), {} late replies",
