@@ -98,6 +98,7 @@ pub mod scheduler;
 pub mod session;
 pub mod sim;
 pub mod site;
+pub mod site_index;
 pub mod slots;
 pub mod timer;
 

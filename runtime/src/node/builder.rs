@@ -125,6 +125,10 @@ impl NodeBuilder {
         let cfg_admission = cfg.admission();
         let pairs = Mutex::new(sitenet_protocols::PairMemory::new(cfg.remembered_pairs));
         let keys = sitenet_protocols::Keyring::new(cfg.cookies.clone());
+        let sites = Mutex::new(SiteTable::new(
+            cfg.forward_claims_per_peer,
+            cfg.site_ref_claims_per_peer,
+        ));
         let inner = Arc::new(NodeInner {
             id,
             budget,
@@ -133,7 +137,7 @@ impl NodeBuilder {
             rt: rt.clone(),
             listen,
             handlers: Handlers::default(),
-            sites: Mutex::new(SiteTable::default()),
+            sites,
             requests: Arc::default(),
             deliveries: Default::default(),
             cooperations: Default::default(),

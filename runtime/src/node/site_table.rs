@@ -9,15 +9,21 @@
 //! out a new reference or routes a channel to an entry does so under the
 //! table's lock, and [`NodeInner::reclaim`] re-checks under the same lock,
 //! so an entry is never forgotten while someone is about to use it.
+//!
+//! The rules themselves (binding, merging, routing accepted channels,
+//! claims, the reclaim re-check) are `sitenet_protocols::site_index`'s,
+//! tested there without a runtime; this module keeps the entries, the lock
+//! and the actors, and does what the index's answers say.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use actix::Actor;
 use slab::Slab;
 
-use sitenet_protocols::claims::Claims;
+use sitenet_protocols::site_index::{
+    At, Bind, Counts, Described, Reclaim, Route, Site, SiteIndex, Word,
+};
 use sitenet_protocols::{AddressBook, SiteDescriptor, SiteId};
 use sitenet_transport::Address;
 
@@ -25,25 +31,34 @@ use super::NodeInner;
 use crate::com_object::{Adopt, ComObject, Learn};
 use crate::site::{SiteEntry, SiteRef};
 
-#[derive(Default)]
+pub(crate) use sitenet_protocols::site_index::ClaimRefused;
+
+/// The entries, and the index that decides how they are found, made and
+/// forgotten (`sitenet_protocols::site_index`): this module only drives it.
 pub(crate) struct SiteTable {
     pub(crate) entries: Slab<Arc<SiteEntry>>,
-    pub(crate) by_id: HashMap<SiteId, usize>,
-    pub(crate) by_address: HashMap<Arc<str>, usize>,
-    /// Alias addresses bound to an entry by a merge (another entry
-    /// contacted the same site there), removed with it.
-    pub(crate) aliases: HashMap<usize, Vec<Arc<str>>>,
-    /// Entries made from forwarded origins, claimed by the forwarder
-    /// (`NodeConfig::forward_claims_per_peer`).
-    pub(crate) forward_claims: Claims<usize>,
-    /// Entries made from `SiteRef`s in a peer's messages, claimed by that
-    /// peer (`NodeConfig::site_ref_claims_per_peer`).
-    pub(crate) ref_claims: Claims<usize>,
-    /// The address books of entries made from a descriptor whose ComObject
-    /// has not started (it starts with the first need; see
-    /// [`NodeInner::given_actor`]): until then such an entry costs no
-    /// actor, and is forgotten as soon as its last `SiteRef` goes.
-    pub(crate) books: HashMap<usize, AddressBook>,
+    index: SiteIndex,
+}
+
+impl SiteTable {
+    /// An empty table; a peer may hold `forward_claims` claims made by
+    /// forwarded origins and `ref_claims` made by its `SiteRef`s
+    /// (`NodeConfig::forward_claims_per_peer`, `site_ref_claims_per_peer`).
+    pub(crate) fn new(forward_claims: u32, ref_claims: u32) -> Self {
+        Self {
+            entries: Slab::new(),
+            index: SiteIndex::new(forward_claims, ref_claims),
+        }
+    }
+}
+
+/// An entry's identity as the index reads it.
+fn site(e: &SiteEntry) -> Site<'_> {
+    Site {
+        key: e.key,
+        id: e.id.get(),
+        address: e.address.as_ref(),
+    }
 }
 
 /// Who names a site by its descriptor (see [`NodeInner::site_described`]).
@@ -57,14 +72,6 @@ pub(crate) enum Named<'a> {
         peer: &'a Arc<SiteEntry>,
         forward: bool,
     },
-}
-
-/// A peer named a site the node does not know while holding its bound of
-/// such claims: no entry was made.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("the sending site already named {limit} sites this node has not reached; no more until they are reached or forgotten")]
-pub(crate) struct ClaimRefused {
-    pub(crate) limit: u32,
 }
 
 impl NodeInner {
@@ -111,8 +118,8 @@ impl NodeInner {
             None => self
                 .sites
                 .lock()
-                .books
-                .remove(&entry.key)
+                .index
+                .take_book(entry.key)
                 .unwrap_or_default(),
         })
     }
@@ -124,16 +131,17 @@ impl NodeInner {
     /// documentation).
     pub(crate) fn site_at(self: &Arc<Self>, a: Address) -> SiteRef {
         let mut t = self.sites.lock();
+        let t = &mut *t;
         let text = a.to_string();
-        if let Some(&k) = t.by_address.get(text.as_str()) {
-            let e = t.entries[k].clone();
-            if e.failure().is_none() {
-                return SiteRef::counted(e, self.clone());
-            }
-        }
-        let text: Arc<str> = text.into();
-        let e = self.new_entry(&mut t, Some(text.clone()));
-        t.by_address.insert(text, e.key);
+        let new_key = t.entries.vacant_key();
+        let entries = &t.entries;
+        let e = match t
+            .index
+            .at_address(&text, new_key, |k| entries[k].failure().is_some())
+        {
+            At::Existing(k) => t.entries[k].clone(),
+            At::New(text) => self.new_entry(t, Some(text)),
+        };
         SiteRef::counted(e, self.clone())
     }
 
@@ -161,66 +169,52 @@ impl NodeInner {
         if d.id == self.id {
             return Ok(self.local_site());
         }
+        let word = match by {
+            Named::ByUser => Word::User,
+            // The local site's own messages are the user's words (but
+            // teach a known site nothing).
+            Named::ByPeer { peer, .. } if peer.is_local() => Word::Local,
+            Named::ByPeer { peer, forward } => Word::Peer {
+                peer: peer.key,
+                forward,
+            },
+        };
         let mut t = self.sites.lock();
-        if let Some(&k) = t.by_id.get(&d.id) {
-            let e = t.entries[k].clone();
-            if matches!(by, Named::ByUser) {
-                match e.addr.get() {
-                    Some(a) => a.do_send(Learn(d.addresses.clone())),
-                    // Its ComObject has not started: its book waits here.
-                    None => {
-                        if let Some(b) = t.books.get_mut(&k) {
-                            b.learn(d.addresses.iter().map(String::as_str));
-                        }
+        let t = &mut *t;
+        let new_key = t.entries.vacant_key();
+        let entries = &t.entries;
+        let started = |k: usize| entries[k].addr.get().is_some();
+        match t
+            .index
+            .described(d.id, &d.addresses, word, new_key, started)
+        {
+            Ok(Described::Known { key, teach }) => {
+                let e = t.entries[key].clone();
+                if teach {
+                    if let Some(a) = e.addr.get() {
+                        a.do_send(Learn(d.addresses.clone()));
                     }
                 }
+                Ok(SiteRef::counted(e, self.clone()))
             }
-            return Ok(SiteRef::counted(e, self.clone()));
+            Ok(Described::New) => {
+                // Its ComObject starts with the first need (`given_actor`):
+                // a reference decoded and dropped unused costs nothing after.
+                let e = self.new_entry(t, None);
+                let _ = e.id.set(d.id);
+                Ok(SiteRef::counted(e, self.clone()))
+            }
+            Err(refused) => {
+                crate::metrics::Counters::add(&self.counters.claims_refused, 1);
+                Err(refused)
+            }
         }
-        let addresses = d.addresses.iter().map(String::as_str);
-        let book = match by {
-            // The local site's own messages are the user's words.
-            Named::ByPeer { peer, .. } if peer.is_local() => AddressBook::claimed(addresses),
-            Named::ByUser => AddressBook::claimed(addresses),
-            Named::ByPeer { peer, forward } => {
-                let key = t.entries.vacant_key();
-                let (claims, limit, book) = if forward {
-                    let limit = self.cfg.forward_claims_per_peer;
-                    (
-                        &mut t.forward_claims,
-                        limit,
-                        AddressBook::claimed_once(addresses),
-                    )
-                } else {
-                    let limit = self.cfg.site_ref_claims_per_peer;
-                    (
-                        &mut t.ref_claims,
-                        limit,
-                        AddressBook::claimed(addresses).on_claim(),
-                    )
-                };
-                if !claims.try_claim(peer.key, key, limit) {
-                    crate::metrics::Counters::add(&self.counters.claims_refused, 1);
-                    return Err(ClaimRefused { limit });
-                }
-                book
-            }
-        };
-        // Its ComObject starts with the first need (`given_actor`): a
-        // reference decoded and dropped unused costs nothing after.
-        let e = self.new_entry(&mut t, None);
-        t.books.insert(e.key, book);
-        let _ = e.id.set(d.id);
-        t.by_id.insert(d.id, e.key);
-        Ok(SiteRef::counted(e, self.clone()))
     }
 
     /// The site's id is proven (its first channel works): a claim a peer
     /// held on its entry ends, and the peer may name another.
     pub(crate) fn claim_proven(&self, entry: &Arc<SiteEntry>) {
-        let mut t = self.sites.lock();
-        t.forward_claims.release(entry.key);
-        t.ref_claims.release(entry.key);
+        self.sites.lock().index.proven(entry.key);
     }
 
     /// A reference to the site with this id, if the table has it.
@@ -229,7 +223,7 @@ impl NodeInner {
             return Some(self.local_site());
         }
         let t = self.sites.lock();
-        let k = *t.by_id.get(&id)?;
+        let k = t.index.id(id)?;
         Some(SiteRef::counted(t.entries[k].clone(), self.clone()))
     }
 
@@ -245,15 +239,13 @@ impl NodeInner {
     pub(crate) fn route_accepted(self: &Arc<Self>, adopt: Adopt) {
         let entry = {
             let mut t = self.sites.lock();
-            let e = match t.by_id.get(&adopt.neg.site) {
-                Some(&k) => t.entries[k].clone(),
-                None => {
+            let new_key = t.entries.vacant_key();
+            let e = match t.index.route(adopt.neg.site, &adopt.neg.listen, new_key) {
+                Route::Existing(k) => t.entries[k].clone(),
+                Route::New(book) => {
                     let e = self.new_entry(&mut t, None);
-                    self.actor(&e, || {
-                        AddressBook::claimed(adopt.neg.listen.iter().map(String::as_str))
-                    });
+                    self.actor(&e, || book);
                     let _ = e.id.set(adopt.neg.site);
-                    t.by_id.insert(adopt.neg.site, e.key);
                     e
                 }
             };
@@ -282,36 +274,22 @@ impl NodeInner {
     /// removed (its ComObject then stops).
     pub(crate) fn reclaim(&self, entry: &Arc<SiteEntry>) -> bool {
         let mut t = self.sites.lock();
-        if entry.refs.load(Ordering::SeqCst) > 0
-            || entry.adopting.load(Ordering::SeqCst) > 0
-            || entry.outbox.bytes() > 0
-            || !t
+        let counts = Counts {
+            refs: entry.refs.load(Ordering::SeqCst),
+            adopting: entry.adopting.load(Ordering::SeqCst),
+            queued: entry.outbox.bytes(),
+            current: t
                 .entries
                 .get(entry.key)
-                .is_some_and(|e| Arc::ptr_eq(e, entry))
-        {
-            return false;
-        }
-        let key = entry.key;
-        t.entries.remove(key);
-        // Before the key can name another entry: its claims and any book
-        // waiting for its ComObject go.
-        t.forward_claims.forget(key);
-        t.ref_claims.forget(key);
-        t.books.remove(&key);
-        if let Some(id) = entry.id.get() {
-            if t.by_id.get(&id) == Some(&key) {
-                t.by_id.remove(&id);
+                .is_some_and(|e| Arc::ptr_eq(e, entry)),
+        };
+        match t.index.reclaim(site(entry), counts) {
+            Reclaim::Keep => false,
+            Reclaim::Forget { .. } => {
+                t.entries.remove(entry.key);
+                true
             }
         }
-        let own = entry.address.iter().cloned();
-        let aliases = t.aliases.remove(&key).unwrap_or_default();
-        for a in own.chain(aliases) {
-            if t.by_address.get(&a) == Some(&key) {
-                t.by_address.remove(&a);
-            }
-        }
-        true
     }
 
     /// Records that `entry` is site `id`; if another entry already is, returns
@@ -322,19 +300,11 @@ impl NodeInner {
         id: SiteId,
     ) -> Result<(), Arc<SiteEntry>> {
         let mut t = self.sites.lock();
-        match t.by_id.get(&id) {
-            Some(&k) if k == entry.key => Ok(()),
-            Some(&k) => {
-                let other = t.entries[k].clone();
-                if let Some(a) = &entry.address {
-                    t.by_address.insert(a.clone(), k);
-                    t.aliases.entry(k).or_default().push(a.clone());
-                }
-                Err(other)
-            }
-            None => {
+        match t.index.bind(site(entry), id) {
+            Bind::Same => Ok(()),
+            Bind::MergeInto(k) => Err(t.entries[k].clone()),
+            Bind::Bound => {
                 let _ = entry.id.set(id);
-                t.by_id.insert(id, entry.key);
                 Ok(())
             }
         }
