@@ -667,13 +667,17 @@ mod tests {
         let other = Outbox::new(site.clone());
         let most = AtomicU64::new(0);
         let moving = AtomicBool::new(true);
+        // Held as if accepted when the node had room — before the other
+        // thread starts (set up inside the mover's thread, a reservation
+        // could come first and the bytes added after it: the test itself
+        // then took the node past its bound, once in a few hundred runs).
+        let first = Outbox::new(site.clone());
+        first.bytes.fetch_add(n, Ordering::AcqRel);
+        node.bytes.fetch_add(n, Ordering::AcqRel);
+        node.held(0, n);
         std::thread::scope(|s| {
             s.spawn(|| {
-                // Held as if accepted when the node had room.
-                let mut cur = Outbox::new(site.clone());
-                cur.bytes.fetch_add(n, Ordering::AcqRel);
-                node.bytes.fetch_add(n, Ordering::AcqRel);
-                node.held(0, n);
+                let mut cur = first;
                 let mut drained = Vec::new();
                 for _ in 0..100_000 {
                     let next = Outbox::new(site.clone());
