@@ -13,24 +13,26 @@ use sitenet_protocols::sim::{Faults, Sim, SimConfig, Verdict};
 /// Seeds tried before a planted bug counts as missed.
 const WITHIN: u64 = 5;
 
+/// 50 sites, heavy faults, tight slots, 20 s of faults.
+fn cfg(seed: u64) -> SimConfig {
+    SimConfig {
+        sites: 50,
+        seed,
+        faults: Faults::Heavy,
+        duration: Duration::from_secs(20),
+        weak_slots: 3,
+        hard_slots: 5,
+        ..SimConfig::default()
+    }
+}
+
 /// The first seed whose run the checkers reject with `bug` planted, and
 /// their verdict; `None` if all `WITHIN` pass.
 fn first_caught(bug: Bug) -> Option<(u64, u64, String)> {
     plant(Some(bug));
-    let found = (0..WITHIN).find_map(|seed| {
-        let cfg = SimConfig {
-            sites: 50,
-            seed,
-            faults: Faults::Heavy,
-            duration: Duration::from_secs(20),
-            weak_slots: 3,
-            hard_slots: 5,
-            ..SimConfig::default()
-        };
-        match Sim::new(cfg).run().verdict {
-            Verdict::Ok => None,
-            Verdict::Violation { step, what, .. } => Some((seed, step, what)),
-        }
+    let found = (0..WITHIN).find_map(|seed| match Sim::new(cfg(seed)).run().verdict {
+        Verdict::Ok => None,
+        Verdict::Violation { step, what, .. } => Some((seed, step, what)),
     });
     plant(None);
     found
@@ -64,15 +66,10 @@ fn a_preemption_that_drops_the_ledger_is_caught() {
 #[test]
 fn without_a_planted_bug_the_same_seeds_hold() {
     for seed in 0..WITHIN {
-        let cfg = SimConfig {
-            sites: 50,
-            seed,
-            faults: Faults::Heavy,
-            duration: Duration::from_secs(20),
-            weak_slots: 3,
-            hard_slots: 5,
-            ..SimConfig::default()
-        };
-        assert_eq!(Sim::new(cfg).run().verdict, Verdict::Ok, "seed {seed}");
+        assert_eq!(
+            Sim::new(cfg(seed)).run().verdict,
+            Verdict::Ok,
+            "seed {seed}"
+        );
     }
 }

@@ -75,16 +75,10 @@ impl Sim {
 
     /// Keeps one timer event at node `m`'s earliest handshake deadline.
     pub(super) fn rearm_admission(&mut self, m: usize) {
-        let node = &mut self.nodes[m];
-        let at = node
-            .admission
-            .poll_timeout()
-            .map(|i| i.saturating_duration_since(self.t0).max(self.now));
-        if let Some(t) = at.filter(|t| node.adm_armed.is_none_or(|armed| *t < armed)) {
-            node.adm_armed = Some(t);
-            let inc = node.incarnation;
-            self.at(t, Ev::Admission { node: m, inc });
-        }
+        let next = self.nodes[m].admission.poll_timeout();
+        let inc = self.nodes[m].incarnation;
+        let armed = self.nodes[m].adm_armed;
+        self.nodes[m].adm_armed = self.rearm(next, armed, Ev::Admission { node: m, inc });
     }
 
     /// Node `m`'s handshake deadlines: silent and slow handshakes close.

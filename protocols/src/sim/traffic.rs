@@ -210,15 +210,29 @@ impl Sim {
 
     /// Keeps one timer event at the node's earliest request deadline.
     pub(super) fn rearm_requests(&mut self, n: usize) {
-        let node = &mut self.nodes[n];
-        let at = node
-            .requests
-            .poll_timeout()
-            .map(|i| i.saturating_duration_since(self.t0).max(self.now));
-        if let Some(t) = at.filter(|t| node.req_armed.is_none_or(|armed| *t < armed)) {
-            node.req_armed = Some(t);
-            let inc = node.incarnation;
-            self.at(t, Ev::Requests { node: n, inc });
+        let next = self.nodes[n].requests.poll_timeout();
+        let inc = self.nodes[n].incarnation;
+        let armed = self.nodes[n].req_armed;
+        self.nodes[n].req_armed = self.rearm(next, armed, Ev::Requests { node: n, inc });
+    }
+
+    /// A table's timer, as the actors keep theirs: an event is scheduled
+    /// only when `next` (the table's deadline) is earlier than the one
+    /// `armed`; one that fires early finds nothing due and re-arms.
+    /// Returns what is armed now.
+    pub(super) fn rearm(
+        &mut self,
+        next: Option<std::time::Instant>,
+        armed: Option<std::time::Duration>,
+        ev: Ev,
+    ) -> Option<std::time::Duration> {
+        let at = next.map(|i| i.saturating_duration_since(self.t0).max(self.now));
+        match at.filter(|t| armed.is_none_or(|a| *t < a)) {
+            Some(t) => {
+                self.at(t, ev);
+                Some(t)
+            }
+            None => armed,
         }
     }
 

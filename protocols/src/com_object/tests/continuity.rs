@@ -442,6 +442,38 @@ fn a_certified_claim_without_the_secret_is_the_site_restarted() {
     assert_eq!(h.com.stats().unproven_claims_refused, 2);
 }
 
+/// The channel is reset before the peer sent anything, and the driver
+/// closes it.
+fn reset(h: &mut H, id: ChannelId) {
+    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
+    for a in h.actions() {
+        if let Action::CloseChannel { id, .. } = a {
+            h.com.channel_closed(id, h.now);
+        }
+    }
+}
+
+/// A message to send: the open the machine then asks for (slots granted
+/// at once, backoffs waited out).
+fn next_open(h: &mut H) -> Option<OpenRequest> {
+    h.com.queue(msg(10)).unwrap();
+    for _ in 0..4 {
+        let mut open = None;
+        for a in h.actions() {
+            match a {
+                Action::RequestSlot => h.com.slot_granted(),
+                Action::Open(req) => open = Some(req),
+                _ => {}
+            }
+        }
+        if open.is_some() {
+            return open;
+        }
+        h.run_to_next_deadline();
+    }
+    None
+}
+
 /// Found by the simulator (50 sites, heavy faults, seeds 146 and 31 among
 /// 43 of 200): a site that had forgot its peer (reclaimed) accepted a late
 /// NEGOTIATE — its initiator had long given up on that channel — and
@@ -475,12 +507,7 @@ fn regression_a_fresh_answer_nobody_read_is_given_again() {
     };
     assert!(fresh, "this side forgot the session");
     // The channel dies before the peer sends anything: it never read the answer.
-    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
-    for a in h.actions() {
-        if let Action::CloseChannel { id, .. } = a {
-            h.com.channel_closed(id, h.now);
-        }
-    }
+    reset(&mut h, id);
     // Its next NEGOTIATE still comes from the old session.
     let again = Negotiate {
         last_received: 5,
@@ -499,12 +526,7 @@ fn regression_a_fresh_answer_nobody_read_is_given_again() {
     );
     // Once it has sent anything on the channel, it read the answer.
     h.com.handle_input(id, h.now, &mut heartbeat(), &mut |_| {});
-    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
-    for a in h.actions() {
-        if let Action::CloseChannel { id, .. } = a {
-            h.com.channel_closed(id, h.now);
-        }
-    }
+    reset(&mut h, id);
     let later = negotiate(generation + 1, Attempt { opener: 9, seq: 3 });
     let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&later, NONCE, h.now) else {
         panic!("accepted later")
@@ -527,12 +549,7 @@ fn regression_a_proven_claim_ahead_of_our_generation_starts_a_new_session() {
     let id = h.working(); // generation 1, the pair's secret PAIR, one message sent
     h.com.poll_transmit(h.now, &mut ByteBuffer::new(65_536));
     assert_eq!(h.com.session().unacked(), 1);
-    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
-    for a in h.actions() {
-        if let Action::CloseChannel { id, .. } = a {
-            h.com.channel_closed(id, h.now);
-        }
-    }
+    reset(&mut h, id);
     // The peer saw generation 2, which we never completed.
     let ahead = negotiate(2, Attempt { opener: 9, seq: 1 });
     let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&ahead, NONCE, h.now) else {
@@ -586,27 +603,8 @@ fn regression_an_open_after_an_unread_fresh_answer_claims_its_generation() {
         panic!("an accepting answer")
     };
     assert!(fresh);
-    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
-    for a in h.actions() {
-        if let Action::CloseChannel { id, .. } = a {
-            h.com.channel_closed(id, h.now);
-        }
-    }
-    h.com.queue(msg(10)).unwrap();
-    let mut open = None;
-    for _ in 0..4 {
-        for a in h.actions() {
-            match a {
-                Action::RequestSlot => h.com.slot_granted(),
-                Action::Open(req) => open = Some(req),
-                _ => {}
-            }
-        }
-        if open.is_some() {
-            break;
-        }
-        h.run_to_next_deadline();
-    }
+    reset(&mut h, id);
+    let open = next_open(&mut h);
     let req = open.expect("an open");
     assert_eq!(
         req.last_generation, generation,
@@ -632,27 +630,8 @@ fn a_first_channel_needs_no_confirmation_of_its_fresh_answer() {
         panic!("an accepting answer")
     };
     assert!(fresh);
-    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
-    for a in h.actions() {
-        if let Action::CloseChannel { id, .. } = a {
-            h.com.channel_closed(id, h.now);
-        }
-    }
-    h.com.queue(msg(10)).unwrap();
-    let mut open = None;
-    for _ in 0..4 {
-        for a in h.actions() {
-            match a {
-                Action::RequestSlot => h.com.slot_granted(),
-                Action::Open(req) => open = Some(req),
-                _ => {}
-            }
-        }
-        if open.is_some() {
-            break;
-        }
-        h.run_to_next_deadline();
-    }
+    reset(&mut h, id);
+    let open = next_open(&mut h);
     assert_eq!(open.expect("an open").last_generation, generation);
 }
 
@@ -666,24 +645,14 @@ fn a_first_channel_needs_no_confirmation_of_its_fresh_answer() {
 fn regression_a_new_session_for_a_claim_ahead_holds_until_the_peer_reads_it() {
     let mut h = H::new(cfg(), true);
     let id = h.working(); // generation 1
-    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
-    for a in h.actions() {
-        if let Action::CloseChannel { id, .. } = a {
-            h.com.channel_closed(id, h.now);
-        }
-    }
+    reset(&mut h, id);
     let ahead = negotiate(2, Attempt { opener: 9, seq: 1 });
     let AcceptOutcome::Accept { id, answer } = h.com.accepted(&ahead, NONCE, h.now) else {
         panic!("accepted")
     };
     assert!(matches!(answer, NegotiateAns::Accept { fresh: true, .. }));
     // Lost before the peer sent anything: it never read the answer.
-    h.com.channel_lost(id, Loss::Io("reset".into()), h.now);
-    for a in h.actions() {
-        if let Action::CloseChannel { id, .. } = a {
-            h.com.channel_closed(id, h.now);
-        }
-    }
+    reset(&mut h, id);
     let again = negotiate(2, Attempt { opener: 9, seq: 2 });
     let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&again, NONCE, h.now) else {
         panic!("accepted again")
