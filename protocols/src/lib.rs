@@ -72,6 +72,7 @@
 
 pub mod address_book;
 pub mod admission;
+pub mod batch;
 pub mod byte_buffer;
 pub mod claims;
 pub mod com_object;

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use thiserror::Error;
 use tokio::sync::mpsc;
 
+use sitenet_protocols::batch::{may_retry, Tried};
 use sitenet_protocols::OutMessage;
 
 use crate::error::{DeliveryError, RequestError, SendError};
@@ -70,18 +71,17 @@ pub enum OpError {
 }
 
 impl OpError {
-    /// True if the operation may be tried again on the site now at its
-    /// address: its site failed and the operation cannot have been applied
-    /// there (a one-way send that may have been delivered is not retried:
-    /// it could be applied twice; a request may be, as its reply was not
-    /// seen).
-    fn retryable(&self) -> bool {
-        matches!(
-            self,
-            OpError::Send(SendError::SiteFailed { .. })
-                | OpError::Delivery(DeliveryError::NotSent { .. })
-                | OpError::Request(RequestError::SiteFailed(_))
-        )
+    /// How this try ended, for the retry rule
+    /// (`sitenet_protocols::batch::may_retry`: only what cannot have been
+    /// applied at the failed site, or a request whose reply was not seen).
+    fn tried(&self) -> Tried {
+        match self {
+            OpError::Send(SendError::SiteFailed { .. }) => Tried::NotQueuedSiteFailed,
+            OpError::Delivery(DeliveryError::NotSent { .. }) => Tried::NotSent,
+            OpError::Delivery(DeliveryError::MaybeDelivered { .. }) => Tried::MaybeDelivered,
+            OpError::Request(RequestError::SiteFailed(_)) => Tried::RequestSiteFailed,
+            _ => Tried::Other,
+        }
     }
 }
 
@@ -203,7 +203,7 @@ async fn run(node: &Arc<NodeInner>, mut op: Op, max_retry: u32) -> OpResult {
     loop {
         let r = attempt(node, &op).await;
         match r {
-            Err(e) if e.retryable() && tries < max_retry => {
+            Err(e) if may_retry(e.tried(), tries, max_retry) => {
                 tries += 1;
                 tracing::debug!(error = %e, tries, "batch operation retried");
                 let at = op.site.address().and_then(|a| a.parse().ok());
