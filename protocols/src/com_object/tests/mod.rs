@@ -193,4 +193,5 @@ impl H {
 mod addresses;
 mod close;
 mod continuity;
+mod fresh;
 mod open;
