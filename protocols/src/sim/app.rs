@@ -250,7 +250,18 @@ pub type AppFactory = Box<dyn FnMut(SiteId) -> Box<dyn Application>>;
 /// site asked answers with the body reversed, or first forwards it to its
 /// next neighbour (one in five), which answers the requester directly; the
 /// requester checks every answer ([`Application::check`] reports a wrong
-/// one).
+/// one). To change it, set its public fields on a `Workload::default()`:
+///
+/// ```
+/// use sitenet_protocols::sim::{AppFactory, Application, Sim, SimConfig, Workload};
+///
+/// let mut busy = Workload::default();
+/// busy.rate = 1.0;
+/// busy.requests = 0.5;
+/// let factory: AppFactory = Box::new(move |_| Box::new(busy.clone()) as Box<dyn Application>);
+/// let sim = Sim::with_app(SimConfig { sites: 4, ..SimConfig::default() }, factory);
+/// # let _ = sim;
+/// ```
 #[derive(Debug, Clone)]
 pub struct Workload {
     /// Chance that a message is a request.
