@@ -220,7 +220,10 @@ impl Sim {
                     end.inb.resize(opened.buffer_size as usize);
                     end.outb.resize(opened.buffer_size as usize);
                     end.role = Role::Working { peer, id };
-                    self.trace(n, "opened", &[peer.0, c as u128, opened.generation as u128]);
+                    let settled = (opened.generation as u128) << 64
+                        | (opened.peer_last_received as u128) << 1
+                        | opened.peer_fresh as u128;
+                    self.trace(n, "opened", &[peer.0, c as u128, settled]);
                     self.drive_peer_then_attach(n, peer, &mut p, (id, c, e));
                 } else {
                     self.close_end(c, e, Seg::Fin);
@@ -339,7 +342,20 @@ impl Sim {
                 end.role = Role::Working { peer, id };
                 end.holder = Some(holder);
                 self.nodes[m].holders.insert(holder, (c, e));
-                self.trace(m, "adopted", &[peer.0, c as u128]);
+                // What the handshake settled: the claim, and the answer.
+                let (fresh, last_received, generation) = match answer {
+                    crate::handshake::NegotiateAns::Accept {
+                        fresh,
+                        last_received,
+                        generation,
+                        ..
+                    } => (fresh, last_received, generation),
+                    _ => (false, 0, 0),
+                };
+                let settled =
+                    (generation as u128) << 64 | (last_received as u128) << 1 | fresh as u128;
+                let claim = (neg.last_generation as u128) << 64 | neg.last_received as u128;
+                self.trace(m, "adopted", &[peer.0, c as u128, claim, settled]);
                 self.drive_peer_then_attach(m, peer, &mut p, (id, c, e));
             }
         }
