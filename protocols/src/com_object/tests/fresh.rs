@@ -156,20 +156,7 @@ fn regression_an_open_after_an_unread_fresh_answer_claims_its_generation() {
         current: PAIR,
         confirmed: true,
     });
-    let claim = negotiate(1, Attempt { opener: 9, seq: 1 });
-    let AcceptOutcome::Accept { id, answer } = h.com.accepted(&claim, NONCE, h.now) else {
-        panic!("accepted")
-    };
-    let NegotiateAns::Accept {
-        fresh, generation, ..
-    } = answer
-    else {
-        panic!("an accepting answer")
-    };
-    assert!(fresh);
-    reset(&mut h, id);
-    let open = next_open(&mut h);
-    let req = open.expect("an open");
+    let (generation, req) = fresh_then_open(&mut h, 1);
     assert_eq!(
         req.last_generation, generation,
         "claims the channel it answered on"
@@ -183,8 +170,16 @@ fn regression_an_open_after_an_unread_fresh_answer_claims_its_generation() {
 #[test]
 fn a_first_channel_needs_no_confirmation_of_its_fresh_answer() {
     let mut h = H::new(cfg(), true);
-    let first = negotiate(0, Attempt { opener: 9, seq: 1 });
-    let AcceptOutcome::Accept { id, answer } = h.com.accepted(&first, NONCE, h.now) else {
+    let (generation, req) = fresh_then_open(&mut h, 0);
+    assert_eq!(req.last_generation, generation);
+}
+
+/// The peer's NEGOTIATE claiming `last_generation` is answered fresh on a
+/// channel that is reset before the peer sent anything; then this side has
+/// something to send. The answered generation, and the open it asks for.
+fn fresh_then_open(h: &mut H, last_generation: u64) -> (u64, OpenRequest) {
+    let claim = negotiate(last_generation, Attempt { opener: 9, seq: 1 });
+    let AcceptOutcome::Accept { id, answer } = h.com.accepted(&claim, NONCE, h.now) else {
         panic!("accepted")
     };
     let NegotiateAns::Accept {
@@ -194,9 +189,8 @@ fn a_first_channel_needs_no_confirmation_of_its_fresh_answer() {
         panic!("an accepting answer")
     };
     assert!(fresh);
-    reset(&mut h, id);
-    let open = next_open(&mut h);
-    assert_eq!(open.expect("an open").last_generation, generation);
+    reset(h, id);
+    (generation, next_open(h).expect("an open"))
 }
 
 /// Found by the simulator after the fix above (seeds 26441, 27261, 27302 of
