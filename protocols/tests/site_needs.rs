@@ -114,6 +114,21 @@ impl H {
         id
     }
 
+    /// The peer's CLOSE_HARD arrives on channel `id` (it acknowledges our
+    /// message 1).
+    fn peer_closes_hard(&mut self, id: sitenet_protocols::ChannelId) {
+        let mut input = ByteBuffer::new(4096);
+        let mut hb = [0u8; sitenet_protocols::frame::HEADER_LEN];
+        sitenet_protocols::frame::FrameHeader::control(
+            sitenet_protocols::frame::FrameKind::CloseHard,
+            0,
+            1,
+        )
+        .encode(&mut hb);
+        input.push(&hb);
+        self.com.handle_input(id, self.now, &mut input, &mut |_| {});
+    }
+
     /// The channel ends (EOF) and the driver closes it.
     fn lose(&mut self, id: sitenet_protocols::ChannelId) {
         self.com.channel_lost(id, Loss::Eof, self.now);
@@ -401,16 +416,7 @@ fn after_the_peers_hard_close_a_referenced_site_reopens_if_not_called_back() {
     let id = h.working_and_acked(false);
     assert!(!h.com.has_need());
     // The peer's CLOSE_HARD, then its EOF after our accept.
-    let mut input = ByteBuffer::new(4096);
-    let mut hb = [0u8; sitenet_protocols::frame::HEADER_LEN];
-    sitenet_protocols::frame::FrameHeader::control(
-        sitenet_protocols::frame::FrameKind::CloseHard,
-        0,
-        1,
-    )
-    .encode(&mut hb);
-    input.push(&hb);
-    h.com.handle_input(id, h.now, &mut input, &mut |_| {});
+    h.peer_closes_hard(id);
     h.transmit();
     h.com.channel_lost(id, Loss::Eof, h.now);
     for a in h.actions() {
@@ -459,16 +465,7 @@ fn regression_a_callable_site_does_not_reopen_after_a_peers_hard_close_without_n
     let mut h = H::with(true, true);
     let id = h.working_and_acked(false);
     assert!(!h.com.has_need());
-    let mut input = ByteBuffer::new(4096);
-    let mut hb = [0u8; sitenet_protocols::frame::HEADER_LEN];
-    sitenet_protocols::frame::FrameHeader::control(
-        sitenet_protocols::frame::FrameKind::CloseHard,
-        0,
-        1,
-    )
-    .encode(&mut hb);
-    input.push(&hb);
-    h.com.handle_input(id, h.now, &mut input, &mut |_| {});
+    h.peer_closes_hard(id);
     h.transmit();
     h.lose(id);
     assert_eq!(h.com.state(), ComState::WaitingForCallback);
