@@ -53,6 +53,7 @@ mod faults;
 mod io;
 mod net;
 mod node;
+mod rings;
 mod shrink;
 mod trace;
 mod traffic;
@@ -184,6 +185,8 @@ pub struct Sim {
     step: u64,
     nodes: Vec<Node>,
     conns: BTreeMap<u64, net::Conn>,
+    /// Empty rings for the next connections.
+    rings: rings::Rings,
     next_conn: u64,
     /// Every address → its node.
     by_address: BTreeMap<String, usize>,
@@ -230,6 +233,7 @@ impl Sim {
             step: 0,
             nodes: Vec::with_capacity(cfg.sites),
             conns: BTreeMap::new(),
+            rings: rings::Rings::default(),
             next_conn: 1,
             by_address: BTreeMap::new(),
             addresses: BTreeMap::new(),
