@@ -22,7 +22,7 @@ use actix::Actor;
 use slab::Slab;
 
 use sitenet_protocols::site_index::{
-    At, Bind, Counts, Described, Reclaim, Route, Site, SiteIndex, Word,
+    Adoption, At, Bind, Counts, Described, Reclaim, Route, Site, SiteIndex, Word,
 };
 use sitenet_protocols::{AddressBook, SiteDescriptor, SiteId};
 use sitenet_transport::Address;
@@ -290,6 +290,18 @@ impl NodeInner {
                 true
             }
         }
+    }
+
+    /// Whether `entry` (`merged`: it merged into another) adopts an accepted
+    /// channel naming site `claimed`, or routes it again
+    /// (`SiteIndex::adoption` decides; bound here, the entry's id is set).
+    pub(crate) fn adoption(&self, entry: &SiteEntry, merged: bool, claimed: SiteId) -> Adoption {
+        let mut t = self.sites.lock();
+        let a = t.index.adoption(site(entry), merged, claimed);
+        if a == Adoption::BoundHere {
+            let _ = entry.id.set(claimed);
+        }
+        a
     }
 
     /// Records that `entry` is site `id`; if another entry already is, returns
