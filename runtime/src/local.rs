@@ -11,6 +11,10 @@
 //! (its tracked delivery completes, its bytes are released) once its
 //! handler returned, as a peer's acknowledgement would say. The local
 //! site never fails; it has no ComObject, no session, no channel.
+//!
+//! No rule here is worth a sans-IO type (issue 19): the order is the
+//! queue's, and "delivered" is simply after the handler returned; see
+//! docs/architecture.md, "The node's rules in `protocols`".
 
 use std::sync::Arc;
 
