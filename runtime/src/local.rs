@@ -22,11 +22,8 @@ use sitenet_protocols::Deliver;
 
 use crate::node::NodeInner;
 use crate::site::{SiteEntry, SiteRef};
+use crate::site_entry::LOCAL_KEY;
 use crate::streams::{Delivery, LaneStreams};
-
-/// The key of the local entry: it is not in the site table's slab (the
-/// table's lookups and reclaims never find it).
-pub(crate) const LOCAL_KEY: usize = usize::MAX;
 
 impl NodeInner {
     /// A reference to this node as a site, its entry made on first need.

@@ -97,10 +97,16 @@ pub(crate) struct SiteEntry {
     )>,
 }
 
+/// The key of the local entry: it is not in the site table's slab (the
+/// table's lookups and reclaims never find it). Here, not in `local.rs`:
+/// the entry needs it, and `local.rs` is a layer above (it drives the
+/// node's handlers).
+pub(crate) const LOCAL_KEY: usize = usize::MAX;
+
 impl SiteEntry {
     /// This node itself (see `Node::local_site`).
     pub(crate) fn is_local(&self) -> bool {
-        self.key == crate::local::LOCAL_KEY
+        self.key == LOCAL_KEY
     }
 
     pub(crate) fn new(
