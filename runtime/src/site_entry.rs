@@ -213,6 +213,14 @@ impl SiteEntry {
     }
 }
 
+/// A site's log lines are keyed by its entry's address in memory (see
+/// `peer_logs`): a user-space pointer never has the top bit set.
+impl crate::peer_logs::LogKey for Arc<SiteEntry> {
+    fn log_key(&self) -> u64 {
+        Arc::as_ptr(self) as usize as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
