@@ -46,6 +46,7 @@ mod stats;
 mod streams;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
+mod tracked;
 mod trans_object;
 
 pub use config::NodeConfig;
