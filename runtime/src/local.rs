@@ -21,7 +21,8 @@ use std::sync::Arc;
 use sitenet_protocols::Deliver;
 
 use crate::node::NodeInner;
-use crate::site::{SiteEntry, SiteRef};
+use crate::site::SiteRef;
+use crate::site_entry::SiteEntry;
 use crate::site_entry::LOCAL_KEY;
 use crate::streams::{Delivery, LaneStreams};
 

@@ -11,29 +11,12 @@ use crate::message::{Message, Reply, SendOptions};
 use crate::metrics::Counters;
 use crate::node::NodeInner;
 use crate::outbox::Pushed;
-pub(crate) use crate::site_entry::SiteEntry;
+use crate::site_entry::SiteEntry;
+pub use crate::site_entry::{FaultEvent, HandedBack};
 
 /// A site's fault state, as `Node::monitor` reports it (decided by the
 /// ComObject state machine in `sitenet-protocols`).
 pub use sitenet_protocols::FaultState;
-
-/// One transition of a site's fault state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FaultEvent {
-    /// The new state.
-    pub state: FaultState,
-    /// Why (empty for the initial report).
-    pub reason: String,
-}
-
-/// What a permanently failed site handed back: nothing is silently dropped.
-#[derive(Debug, Clone, Default)]
-pub struct HandedBack {
-    /// Never completely sent, so never delivered: safe to send elsewhere.
-    pub not_sent: Vec<OutMessage>,
-    /// Completely sent, never acknowledged: may or may not have been delivered.
-    pub maybe_delivered: Vec<OutMessage>,
-}
 
 /// A handle to a remote site: cheap to clone, `Send + Sync`. Sending through
 /// it encodes the message on the caller's thread and queues it in the site's

@@ -8,13 +8,10 @@ use std::sync::{Arc, OnceLock};
 use actix::Addr;
 use parking_lot::Mutex;
 
-use sitenet_protocols::{OutMessage, SiteId};
+use sitenet_protocols::{FaultState, OutMessage, SiteId};
 
-use crate::com_object::{ComObject, Wake};
-use crate::metrics::Counters;
-use crate::node::NodeInner;
+use crate::com_object::ComObject;
 use crate::outbox::Outbox;
-use crate::site::{FaultEvent, FaultState, HandedBack};
 
 /// Messages handed back while a site lives, with why each can never be
 /// sent to it.
@@ -95,6 +92,24 @@ pub(crate) struct SiteEntry {
         FaultState,
         Vec<futures::channel::mpsc::UnboundedSender<FaultEvent>>,
     )>,
+}
+
+/// One transition of a site's fault state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultEvent {
+    /// The new state.
+    pub state: FaultState,
+    /// Why (empty for the initial report).
+    pub reason: String,
+}
+
+/// What a permanently failed site handed back: nothing is silently dropped.
+#[derive(Debug, Clone, Default)]
+pub struct HandedBack {
+    /// Never completely sent, so never delivered: safe to send elsewhere.
+    pub not_sent: Vec<OutMessage>,
+    /// Completely sent, never acknowledged: may or may not have been delivered.
+    pub maybe_delivered: Vec<OutMessage>,
 }
 
 /// The key of the local entry: it is not in the site table's slab (the
@@ -200,16 +215,6 @@ impl SiteEntry {
         } else {
             told
         }
-    }
-
-    /// Wakes the site's ComObject (started now if it was not) to drain
-    /// the outbox.
-    pub(crate) fn wake(self: &Arc<Self>, node: &Arc<NodeInner>) {
-        Counters::add(&node.counters.wakes, 1);
-        if self.is_local() {
-            return node.wake_local(self);
-        }
-        node.given_actor(self).do_send(Wake);
     }
 }
 

@@ -21,7 +21,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sitenet_protocols::SiteDescriptor;
 
 use crate::node::{Named, NodeInner};
-use crate::site::{SiteEntry, SiteRef};
+use crate::site::SiteRef;
+use crate::site_entry::SiteEntry;
 
 thread_local! {
     /// The node decoding a typed header on this thread, if one is, and the
@@ -78,7 +79,7 @@ impl SiteRef {
 impl NodeInner {
     /// What [`SiteRef::descriptor`] says of `entry`: what a reference to it
     /// in a message, or the origin of a request forwarded from it, carries.
-    pub(crate) fn describe(&self, entry: &crate::site::SiteEntry) -> Option<SiteDescriptor> {
+    pub(crate) fn describe(&self, entry: &crate::site_entry::SiteEntry) -> Option<SiteDescriptor> {
         if entry.is_local() {
             return Some(SiteDescriptor {
                 id: self.id,
@@ -94,7 +95,7 @@ impl NodeInner {
     }
 }
 
-impl crate::site::SiteEntry {
+impl crate::site_entry::SiteEntry {
     /// Its id and the addresses its handshake taught (published when its
     /// channel came up); `None` before its id is known.
     fn learned_descriptor(&self) -> Option<SiteDescriptor> {

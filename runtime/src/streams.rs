@@ -18,7 +18,7 @@ use crate::handlers::{decode_header, dispatch, handler_outcome, Ctx};
 use crate::message::Message;
 use crate::metrics::Counters;
 use crate::node::NodeInner;
-use crate::site::SiteEntry;
+use crate::site_entry::SiteEntry;
 
 /// Takes the body of one streamed message (see
 /// [`Node::handle_stream`](crate::Node::handle_stream)). Its methods run on

@@ -20,7 +20,8 @@ use crate::error::NodeError;
 use crate::message::{Message, RESERVED_IDS};
 use crate::metrics::Counters;
 use crate::node::NodeInner;
-use crate::site::{SiteEntry, SiteRef};
+use crate::site::SiteRef;
+use crate::site_entry::SiteEntry;
 use crate::streams::ErasedStream;
 
 mod ctx;

@@ -33,7 +33,8 @@ use crate::handlers::{check_user_id, erase, Ctx, Handlers};
 use crate::message::Message;
 use crate::metrics::{Counters, Metrics};
 use crate::runtime::Runtime;
-use crate::site::{SiteEntry, SiteRef};
+use crate::site::SiteRef;
+use crate::site_entry::SiteEntry;
 
 /// How long `shutdown` waits for its listeners to close.
 const LISTENER_STOP_LIMIT: Duration = Duration::from_secs(5);
@@ -116,7 +117,7 @@ pub(crate) struct NodeInner {
     /// and the socket is closed.
     listeners_done: Mutex<Vec<oneshot::Receiver<()>>>,
     /// This node as a site (`Node::local_site`), made on first need.
-    pub(crate) local: std::sync::OnceLock<Arc<crate::site::SiteEntry>>,
+    pub(crate) local: std::sync::OnceLock<Arc<crate::site_entry::SiteEntry>>,
     /// The cookies this node proves and accepts (empty: the open level),
     /// from `NodeConfig::cookies`; shared by every handshake.
     pub(crate) keys: sitenet_protocols::Keyring,

@@ -23,7 +23,7 @@ use crate::error::RequestError;
 use crate::handlers::RemoteError;
 use crate::message::Message;
 use crate::metrics::Counters;
-use crate::site::SiteEntry;
+use crate::site_entry::SiteEntry;
 
 /// Who awaits a request's reply.
 pub(crate) enum Waiter {

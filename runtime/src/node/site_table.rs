@@ -28,8 +28,10 @@ use sitenet_protocols::{AddressBook, SiteDescriptor, SiteId};
 use sitenet_transport::Address;
 
 use super::NodeInner;
-use crate::com_object::{Adopt, ComObject, Learn};
-use crate::site::{SiteEntry, SiteRef};
+use crate::com_object::{Adopt, ComObject, Learn, Wake};
+use crate::metrics::Counters;
+use crate::site::SiteRef;
+use crate::site_entry::SiteEntry;
 
 pub(crate) use sitenet_protocols::site_index::ClaimRefused;
 
@@ -337,5 +339,19 @@ impl NodeInner {
             .iter()
             .map(|(_, e)| e.clone())
             .collect()
+    }
+}
+
+/// Here, not in `site_entry.rs`: waking starts the ComObject through the
+/// node (a layer above the entry).
+impl SiteEntry {
+    /// Wakes the site's ComObject (started now if it was not) to drain
+    /// the outbox.
+    pub(crate) fn wake(self: &Arc<Self>, node: &Arc<NodeInner>) {
+        Counters::add(&node.counters.wakes, 1);
+        if self.is_local() {
+            return node.wake_local(self);
+        }
+        node.given_actor(self).do_send(Wake);
     }
 }
