@@ -416,7 +416,7 @@ impl SiteRef {
         let incoming = self.request_message(m, timeout).await?;
         // (A delegated reply comes from another site; its references are
         // charged to the site asked.)
-        let msg = crate::site_serde::decoding_on(&self.node, self.entry.resolved(), || {
+        let msg = crate::node::decoding_on(&self.node, self.entry.resolved(), || {
             rmp_serde::from_slice::<R>(&incoming.header)
         })
         .map_err(|e| RequestError::Decode(e.to_string()))?;

@@ -158,7 +158,7 @@ pub(crate) fn decode_header<M: Message>(
     from: &Arc<SiteEntry>,
     header: &Bytes,
 ) -> Result<M, String> {
-    crate::site_serde::decoding_on(node, from, || rmp_serde::from_slice(header))
+    crate::node::decoding_on(node, from, || rmp_serde::from_slice(header))
         .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))
 }
 

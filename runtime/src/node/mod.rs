@@ -4,6 +4,7 @@
 
 mod accept;
 mod builder;
+mod decoding;
 mod descriptor;
 mod requests;
 mod site_table;
@@ -11,6 +12,7 @@ mod watch;
 
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
+pub(crate) use decoding::{decoding_on, with_decoding_node};
 pub(crate) use site_table::Named;
 use site_table::SiteTable;
 
