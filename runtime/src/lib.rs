@@ -31,6 +31,8 @@ mod cooperation;
 mod delivery;
 pub mod error;
 mod handlers;
+#[cfg(test)]
+mod layers;
 mod local;
 pub mod message;
 pub mod metrics;
