@@ -12,8 +12,8 @@
 /// Each module and its layer, lowest first (docs/architecture.md names
 /// them): (a) leaves 0-2; (b) the site entry 3 and the ComObject actor 4;
 /// (c) the node's state and tables 5 (`NodeInner`: its site table,
-/// requests, accept, watch, the decoding context; and the `Node` handle);
-/// the `SiteRef` handle 6; (d) delivery to handlers, streams,
+/// requests, accept, watch, the decoding context, the counted `SiteRef`
+/// handle; and the `Node` handle); `SiteRef`'s sends 6; (d) delivery to handlers, streams,
 /// cooperations, services 7-9; (e) the rest of the public API built on
 /// them 10.
 const LAYERS: &[(&str, u8)] = &[
@@ -50,17 +50,13 @@ const UPWARD: &[(&str, &str)] = &[
     // The ComObject asks the node's tables (bind, route, reclaim, fail
     // requests, record faults) and uses its counters, config and budget.
     ("com_object", "node"),
-    // A merged entry keeps a counted `SiteRef` to the one it merged into.
-    ("com_object", "site"),
     // Inbound messages are handed to the handlers.
     ("com_object", "streams"),
     // `NodeInner` owns the open cooperations, the handler table and the
-    // service sinks; the `Node` handle's API registers handlers and hands
-    // out `SiteRef`s.
+    // service sinks; the `Node` handle's API registers handlers.
     ("node", "cooperation"),
     ("node", "handlers"),
     ("node", "services"),
-    ("node", "site"),
     // The entry holds its actor's `Addr<ComObject>`.
     ("site_entry", "com_object"),
 ];

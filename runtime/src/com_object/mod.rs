@@ -37,8 +37,8 @@ use sitenet_protocols::{
 };
 
 use crate::metrics::Counters;
+use crate::node::SiteRef;
 use crate::node::{FaultReport, NodeInner};
-use crate::site::SiteRef;
 use crate::site_entry::{HandedBack, SiteEntry};
 
 /// Reads per readiness event before yielding to other actors on the thread

@@ -7,12 +7,14 @@ mod builder;
 mod decoding;
 mod descriptor;
 mod requests;
+mod site_ref;
 mod site_table;
 mod watch;
 
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
 pub(crate) use decoding::{decoding_on, with_decoding_node};
+pub use site_ref::SiteRef;
 pub(crate) use site_table::Named;
 use site_table::SiteTable;
 
@@ -35,7 +37,6 @@ use crate::handlers::{check_user_id, erase, Ctx, Handlers};
 use crate::message::Message;
 use crate::metrics::{Counters, Metrics};
 use crate::runtime::Runtime;
-use crate::site::SiteRef;
 use crate::site_entry::SiteEntry;
 
 /// How long `shutdown` waits for its listeners to close.

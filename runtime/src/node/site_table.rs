@@ -28,9 +28,9 @@ use sitenet_protocols::{AddressBook, SiteDescriptor, SiteId};
 use sitenet_transport::Address;
 
 use super::NodeInner;
+use super::SiteRef;
 use crate::com_object::{Adopt, ComObject, Learn, Wake};
 use crate::metrics::Counters;
-use crate::site::SiteRef;
 use crate::site_entry::SiteEntry;
 
 pub(crate) use sitenet_protocols::site_index::ClaimRefused;
