@@ -102,6 +102,7 @@ pub mod site;
 pub mod site_index;
 pub mod slots;
 pub mod timer;
+pub mod turns;
 
 pub use address_book::{AddressBook, Fallback, TransportKind};
 pub use byte_buffer::ByteBuffer;

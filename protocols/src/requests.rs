@@ -50,8 +50,10 @@
 //! assert!(t.is_empty());
 //! ```
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use crate::timer::TimerQueue;
 
 /// One pending request.
 #[derive(Debug)]
@@ -81,19 +83,21 @@ pub enum Reply<W> {
 /// the site a request went to, `W` who awaits the reply, `H` hashes the
 /// correlation numbers (a driver that registers one per request may pick a
 /// faster hasher than std's: the numbers are its own random draws). Each
-/// costs one map entry, and one ordered set entry if it has a deadline.
+/// costs one map entry, and one [`TimerQueue`] entry if it has a deadline:
+/// request deadlines follow the contract of every other wait of the
+/// protocol (`protocols::timer`), a deadline taken once is consumed.
 #[derive(Debug)]
 pub struct RequestTable<S, W, H = std::collections::hash_map::RandomState> {
     pending: HashMap<u64, Pending<S, W>, H>,
     /// Deadlines, earliest first (ties by correlation number).
-    deadlines: BTreeSet<(Instant, u64)>,
+    deadlines: TimerQueue<u64>,
 }
 
 impl<S, W, H: Default> Default for RequestTable<S, W, H> {
     fn default() -> Self {
         Self {
             pending: HashMap::default(),
-            deadlines: BTreeSet::new(),
+            deadlines: TimerQueue::default(),
         }
     }
 }
@@ -130,17 +134,14 @@ impl<S, W, H: std::hash::BuildHasher> RequestTable<S, W, H> {
             self.unschedule(corr, &old);
         }
         match deadline {
-            Some((at, _)) => {
-                self.deadlines.insert((at, corr));
-                self.deadlines.first() == Some(&(at, corr))
-            }
+            Some((at, _)) => self.deadlines.set(corr, at),
             None => false,
         }
     }
 
     fn unschedule(&mut self, corr: u64, p: &Pending<S, W>) {
         if let Some((at, _)) = p.deadline {
-            self.deadlines.remove(&(at, corr));
+            self.deadlines.stop(corr, at);
         }
     }
 
@@ -178,24 +179,20 @@ impl<S, W, H: std::hash::BuildHasher> RequestTable<S, W, H> {
 
     /// The earliest deadline, for the driver's one sleep.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadlines.first().map(|d| d.0)
+        self.deadlines.next_deadline()
     }
 
     /// Ends every request whose deadline is at or before `now`, earliest
     /// first: `(corr, waiter, timeout)` each. Ended requests are gone: a
     /// reply that comes later is [`Reply::Unknown`].
     pub fn expire(&mut self, now: Instant) -> Vec<(u64, W, Duration)> {
-        let mut ended = Vec::new();
-        while let Some(&(at, corr)) = self.deadlines.first() {
-            if at > now {
-                break;
-            }
-            self.deadlines.pop_first();
-            if let Some(p) = self.pending.remove(&corr) {
-                ended.push((corr, p.waiter, p.deadline.map_or(Duration::ZERO, |d| d.1)));
-            }
-        }
-        ended
+        let due: Vec<u64> = self.deadlines.expire(now).collect();
+        due.into_iter()
+            .filter_map(|corr| {
+                let p = self.pending.remove(&corr)?;
+                Some((corr, p.waiter, p.deadline.map_or(Duration::ZERO, |d| d.1)))
+            })
+            .collect()
     }
 
     /// Ends every request sent to a site `failed` says has failed; returns
@@ -321,5 +318,83 @@ mod tests {
         assert_eq!(t.len(), 1);
         assert_eq!(t.drain(), ["new"]);
         assert_eq!(t.poll_timeout(), None);
+    }
+    /// Deadlines in the timer queue against a model: whatever mix of
+    /// registrations, replies, cancels and clock steps, `expire` ends
+    /// exactly the pending requests whose deadline is due, earliest first
+    /// (ties by correlation number), and `poll_timeout` is the earliest
+    /// deadline of a request still pending — no deadline outlives its
+    /// request, none is returned twice.
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::BTreeMap;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Register(u64, Option<u64>),
+            Reply(u64),
+            Cancel(u64),
+            Step(u64),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (0u64..8, proptest::option::of(0u64..20)).prop_map(|(c, d)| Op::Register(c, d)),
+                (0u64..8).prop_map(Op::Reply),
+                (0u64..8).prop_map(Op::Cancel),
+                (0u64..6).prop_map(Op::Step),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn expire_matches_the_model(ops in proptest::collection::vec(op(), 0..60)) {
+                let t0 = Instant::now();
+                let ms = Duration::from_millis;
+                let mut now = 0u64;
+                let mut t = RequestTable::new();
+                // corr -> deadline (ms since t0), for pending requests.
+                let mut model: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+                for op in ops {
+                    match op {
+                        Op::Register(c, d) => {
+                            let at = d.map(|d| now + d);
+                            let earliest = t.register(c, 0u32, c, at.map(|a| (t0 + ms(a), ms(a - now))));
+                            model.insert(c, at);
+                            let min = model.iter().filter_map(|(&k, &a)| a.map(|a| (a, k))).min();
+                            prop_assert_eq!(earliest, at.is_some() && min == at.map(|a| (a, c)));
+                        }
+                        Op::Reply(c) => {
+                            let r = t.reply(c, &0, false, |a: &u32, b: &u32| a == b);
+                            match model.remove(&c) {
+                                Some(_) => prop_assert!(matches!(r, Reply::Complete(w) if w == c)),
+                                None => prop_assert!(matches!(r, Reply::Unknown)),
+                            }
+                        }
+                        Op::Cancel(c) => {
+                            prop_assert_eq!(t.cancel(c), model.remove(&c).map(|_| c));
+                        }
+                        Op::Step(d) => {
+                            now += d;
+                            let mut due: Vec<(u64, u64)> = model
+                                .iter()
+                                .filter_map(|(&k, &a)| a.filter(|&a| a <= now).map(|a| (a, k)))
+                                .collect();
+                            due.sort();
+                            let ended: Vec<u64> = t.expire(t0 + ms(now)).into_iter().map(|e| e.0).collect();
+                            let want: Vec<u64> = due.iter().map(|&(_, k)| k).collect();
+                            prop_assert_eq!(&ended, &want);
+                            for k in want {
+                                model.remove(&k);
+                            }
+                        }
+                    }
+                    let next = model.values().flatten().min().map(|&a| t0 + ms(a));
+                    prop_assert_eq!(t.poll_timeout(), next);
+                    prop_assert_eq!(t.len(), model.len());
+                }
+            }
+        }
     }
 }

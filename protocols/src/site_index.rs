@@ -26,7 +26,10 @@
 //!   removed with it ([`bind`](SiteIndex::bind)).
 //! * **An accepted channel** goes to the entry with the id its NEGOTIATE
 //!   names, else to a new one that may call the peer back at its listen
-//!   addresses, claimed only ([`route`](SiteIndex::route)).
+//!   addresses, claimed only ([`route`](SiteIndex::route)). The entry's
+//!   ComObject adopts it only if it still is that site: a merged entry, or
+//!   one another entry's id contradicts, routes it again
+//!   ([`adoption`](SiteIndex::adoption)).
 //! * **The reclaim re-check**: an entry is forgotten only if no reference,
 //!   no accepted channel on its way and nothing queued holds it, and it is
 //!   still the driver's entry for its key. Its id, its own address and its
@@ -195,6 +198,26 @@ pub enum Route {
     New(AddressBook),
 }
 
+/// Where an accepted channel handed to an entry's ComObject is adopted
+/// ([`SiteIndex::adoption`]). The channel was routed to the entry by the
+/// id its NEGOTIATE names, but the entry may have changed since: it may
+/// have merged into another entry (two entries turned out to be one site),
+/// or not be bound to that id. Adopting it there would attach a channel to
+/// an entry that no longer speaks for the site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adoption {
+    /// The entry is the site: its ComObject takes the channel (and its
+    /// machine still decides whether to accept or refuse it).
+    Here,
+    /// The entry is the site now, bound to the id by this decision: the
+    /// driver sets the entry's id, then adopts as for [`Adoption::Here`].
+    BoundHere,
+    /// Another entry is the site (this one merged into it, or the id is
+    /// bound to another entry): route the channel by id again
+    /// ([`SiteIndex::route`]), which finds that entry.
+    Reroute,
+}
+
 /// What the reclaim re-check decided ([`SiteIndex::reclaim`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reclaim {
@@ -340,6 +363,26 @@ impl SiteIndex {
         }
         self.by_id.insert(id, new_key);
         Route::New(AddressBook::claimed(listen.iter().map(String::as_str)))
+    }
+
+    /// Entry `site` (`merged`: it merged into another entry) was handed an
+    /// accepted channel whose NEGOTIATE names site `claimed`: adopt it
+    /// here, or route it again (see [`Adoption`]). A merged entry never
+    /// adopts: its messages and its future are the other entry's. An entry
+    /// not bound to `claimed` is bound to it now if no other entry is
+    /// ([`bind`](Self::bind)); if another is, the channel goes there.
+    pub fn adoption(&mut self, site: Site<'_>, merged: bool, claimed: SiteId) -> Adoption {
+        if merged {
+            return Adoption::Reroute;
+        }
+        if site.id == Some(claimed) {
+            return Adoption::Here;
+        }
+        match self.bind(site, claimed) {
+            Bind::Same => Adoption::Here,
+            Bind::Bound => Adoption::BoundHere,
+            Bind::MergeInto(_) => Adoption::Reroute,
+        }
     }
 
     /// Entry `key`'s site is proven (its first channel works): a claim a

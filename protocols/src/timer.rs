@@ -234,6 +234,105 @@ impl<const FIRST: usize, const N: usize> TimerTable<FIRST, N> {
     }
 }
 
+/// Many deadlines of one kind of wait, one per key (the node's pending
+/// requests: one deadline each, thousands at once). It keeps
+/// [`TimerTable`]'s contract so a driver treats both alike — its
+/// `poll_timeout` is [`next_deadline`](Self::next_deadline), its timeout
+/// handling [`expire`](Self::expire), and taking a deadline consumes it, so
+/// the same past deadline is never returned twice and a driver that sleeps
+/// until `next_deadline` cannot spin. The table by variant cannot hold
+/// these: its size is fixed, one slot per [`Timer`].
+///
+/// The owner knows each key's deadline (it keeps it with the key's state),
+/// so [`stop`](Self::stop) takes it too: one ordered set entry per key, no
+/// second map.
+///
+/// # Example
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// use sitenet_protocols::timer::TimerQueue;
+///
+/// let t0 = Instant::now(); // a virtual clock: the queue never reads one
+/// let s = Duration::from_secs;
+/// let mut q = TimerQueue::default();
+/// assert!(q.set(7u64, t0 + s(5)), "the first deadline is the earliest");
+/// assert!(q.set(8, t0 + s(1)), "earlier: a sleeping driver must wake");
+/// assert!(!q.set(9, t0 + s(9)));
+/// q.stop(7, t0 + s(5));
+/// assert_eq!(q.next(), Some((8, t0 + s(1))));
+/// assert_eq!(q.expire(t0 + s(9)).collect::<Vec<_>>(), [8, 9]);
+/// assert_eq!(q.next_deadline(), None); // consumed: never twice
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerQueue<K: Ord> {
+    /// Deadlines, earliest first (ties by key).
+    deadlines: std::collections::BTreeSet<(Instant, K)>,
+}
+
+impl<K: Ord> Default for TimerQueue<K> {
+    fn default() -> Self {
+        Self {
+            deadlines: std::collections::BTreeSet::new(),
+        }
+    }
+}
+
+impl<K: Ord + Copy> TimerQueue<K> {
+    /// Sets `key`'s deadline `at`. Returns true if it is now the earliest
+    /// (a driver sleeping until a later one must wake). A key set twice
+    /// must be [`stop`](Self::stop)ped in between: its owner says which
+    /// deadline it held.
+    pub fn set(&mut self, key: K, at: Instant) -> bool {
+        self.deadlines.insert((at, key));
+        self.deadlines.first() == Some(&(at, key))
+    }
+
+    /// Stops `key`'s deadline `at` (nothing if it is not set).
+    pub fn stop(&mut self, key: K, at: Instant) {
+        self.deadlines.remove(&(at, key));
+    }
+
+    /// Stops every deadline.
+    pub fn clear(&mut self) {
+        self.deadlines.clear();
+    }
+
+    /// The earliest deadline and its key (the lowest key on a tie).
+    pub fn next(&self) -> Option<(K, Instant)> {
+        self.deadlines.first().map(|&(at, k)| (k, at))
+    }
+
+    /// The earliest deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.first().map(|d| d.0)
+    }
+
+    /// How many deadlines are set.
+    pub fn len(&self) -> usize {
+        self.deadlines.len()
+    }
+
+    /// No deadline is set.
+    pub fn is_empty(&self) -> bool {
+        self.deadlines.is_empty()
+    }
+
+    /// Takes every deadline at or before `now`, earliest first (ties by
+    /// key); each is stopped as it is taken.
+    pub fn expire(&mut self, now: Instant) -> impl Iterator<Item = K> + '_ {
+        std::iter::from_fn(move || {
+            let &(at, key) = self.deadlines.first()?;
+            if at > now {
+                return None;
+            }
+            self.deadlines.pop_first();
+            Some(key)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,5 +416,44 @@ mod tests {
     #[should_panic]
     fn a_timer_outside_the_table_is_a_bug() {
         SessionTimers::default().set(Timer::Reclaim, Instant::now());
+    }
+    #[test]
+    fn a_queue_takes_due_keys_earliest_first_once() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut q = TimerQueue::default();
+        assert!(q.set(3u64, t0 + s(3)));
+        assert!(
+            !q.set(5, t0 + s(3)),
+            "a tie with a higher key is not earlier"
+        );
+        assert!(q.set(2, t0 + s(1)));
+        assert_eq!(q.next(), Some((2, t0 + s(1))));
+        assert_eq!(q.expire(t0).count(), 0, "nothing due yet");
+        // Ties by key; each taken once.
+        assert_eq!(q.expire(t0 + s(3)).collect::<Vec<_>>(), [2, 3, 5]);
+        assert!(q.is_empty());
+        assert_eq!(q.expire(t0 + s(3)).count(), 0);
+        // Stopping the wrong deadline stops nothing; the right one does.
+        q.set(4, t0 + s(4));
+        q.stop(4, t0 + s(5));
+        assert_eq!(q.len(), 1);
+        q.stop(4, t0 + s(4));
+        assert_eq!(q.next_deadline(), None);
+        q.set(5, t0);
+        q.clear();
+        assert!(q.is_empty());
+    }
+
+    /// Partly consumed: an iterator dropped early leaves the rest set.
+    #[test]
+    fn a_queue_expire_taken_in_part_keeps_the_rest() {
+        let t0 = Instant::now();
+        let mut q = TimerQueue::default();
+        for k in 0..5u64 {
+            q.set(k, t0 + Duration::from_millis(k));
+        }
+        assert_eq!(q.expire(t0 + Duration::from_secs(1)).take(2).count(), 2);
+        assert_eq!(q.next(), Some((2, t0 + Duration::from_millis(2))));
     }
 }

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use thiserror::Error;
 use tokio::sync::mpsc;
 
-use sitenet_protocols::batch::{may_retry, Tried};
+use sitenet_protocols::batch::{may_retry, BatchWait, Tried};
 use sitenet_protocols::OutMessage;
 
 use crate::error::{DeliveryError, RequestError, SendError};
@@ -190,8 +190,7 @@ impl Batch {
         Submitted {
             node: self.node,
             rx,
-            results: vec![None; n],
-            left: n,
+            wait: BatchWait::new(n),
         }
     }
 }
@@ -271,8 +270,9 @@ async fn attempt(node: &NodeInner, op: &Op) -> OpResult {
 pub struct Submitted {
     node: Arc<NodeInner>,
     rx: mpsc::UnboundedReceiver<(usize, OpResult)>,
-    results: Vec<Option<OpResult>>,
-    left: usize,
+    /// What is done and what each produced; how long a wait lasts
+    /// (`sitenet_protocols::batch`: this only awaits).
+    wait: BatchWait<OpResult>,
 }
 
 /// What [`Submitted::wait_all`] found.
@@ -305,23 +305,22 @@ impl Report {
 impl Submitted {
     /// Operations not done yet.
     pub fn pending(&self) -> usize {
-        self.left
+        self.wait.pending()
     }
 
     /// The next operation to complete: its index and outcome (`None` once
     /// all are done, or if none completes within `timeout`).
     pub async fn wait_any(&mut self, timeout: Duration) -> Option<(usize, OpResult)> {
-        if self.left == 0 {
-            return None;
-        }
+        let timeout = self.wait.wait_any(timeout)?;
         let timer = self.node.rt.delay(timeout);
         futures::pin_mut!(timer);
         let next = self.rx.recv();
         futures::pin_mut!(next);
         match futures::future::select(next, timer).await {
             futures::future::Either::Left((Some((i, r)), _)) => {
-                self.left -= 1;
-                self.results[i] = Some(r.clone());
+                if let Err(e) = self.wait.completed(i, r.clone()) {
+                    tracing::error!(error = %e, "batch outcome not recorded");
+                }
                 Some((i, r))
             }
             _ => None,
@@ -332,15 +331,14 @@ impl Submitted {
     /// has every outcome known by then (those already taken by
     /// [`wait_any`](Self::wait_any) included).
     pub async fn wait_all(mut self, timeout: Duration) -> Report {
-        let deadline = std::time::Instant::now() + timeout;
-        while self.left > 0 {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let all = self.wait.wait_all(std::time::Instant::now(), timeout);
+        while let Some(left) = all.next_wait(std::time::Instant::now(), &self.wait) {
             if self.wait_any(left).await.is_none() {
                 break;
             }
         }
         Report {
-            results: self.results,
+            results: self.wait.into_results(),
         }
     }
 }

@@ -29,7 +29,8 @@ use crate::error::SendError;
 use crate::message::{Message, SendOptions};
 use crate::metrics::Counters;
 use crate::node::NodeInner;
-use crate::site::{SiteEntry, SiteRef};
+use crate::site::SiteRef;
+use crate::site_entry::SiteEntry;
 
 /// A site as the cooperation machine compares it: the entry it resolves
 /// to (two references to one site are the same site). The key of a reply

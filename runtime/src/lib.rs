@@ -31,6 +31,8 @@ mod cooperation;
 mod delivery;
 pub mod error;
 mod handlers;
+#[cfg(test)]
+mod layers;
 mod local;
 pub mod message;
 pub mod metrics;
@@ -46,6 +48,7 @@ mod stats;
 mod streams;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
+mod tracked;
 mod trans_object;
 
 pub use config::NodeConfig;

@@ -11,18 +11,20 @@
 //! (its tracked delivery completes, its bytes are released) once its
 //! handler returned, as a peer's acknowledgement would say. The local
 //! site never fails; it has no ComObject, no session, no channel.
+//!
+//! No rule here is worth a sans-IO type (issue 19): the order is the
+//! queue's, and "delivered" is simply after the handler returned; see
+//! docs/architecture.md, "The node's rules in `protocols`".
 
 use std::sync::Arc;
 
 use sitenet_protocols::Deliver;
 
 use crate::node::NodeInner;
-use crate::site::{SiteEntry, SiteRef};
+use crate::site::SiteRef;
+use crate::site_entry::SiteEntry;
+use crate::site_entry::LOCAL_KEY;
 use crate::streams::{Delivery, LaneStreams};
-
-/// The key of the local entry: it is not in the site table's slab (the
-/// table's lookups and reclaims never find it).
-pub(crate) const LOCAL_KEY: usize = usize::MAX;
 
 impl NodeInner {
     /// A reference to this node as a site, its entry made on first need.

@@ -28,8 +28,11 @@
 //! Senders that wait for room are served in the order they started waiting
 //! (a ticket each): a large send at the head is not overtaken by small ones
 //! that would fit first, so it cannot starve; a sender that stops waiting
-//! (its future dropped) gives up its turn. When the site fails or the node
-//! shuts down the outbox is closed and every waiter returns at once.
+//! (its future dropped) gives up its turn. That rule, and what a merge does
+//! to the queue, are `sitenet_protocols::turns` (tested there, with property
+//! tests); this file keeps the locks, the wakers and the bytes, and asks it
+//! whose turn it is. When the site fails or the node shuts down the outbox
+//! is closed and every waiter returns at once.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -38,6 +41,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use sitenet_protocols::output_share::admits;
+use sitenet_protocols::turns::{merge_line, Ticket, Turns};
 use sitenet_protocols::OutMessage;
 
 /// The bytes a sender that never waits queues before it yields to the
@@ -151,7 +155,7 @@ struct Queue {
 /// A waiting sender's place in line; dropping it unserved gives the turn up.
 struct Turn<'a> {
     outbox: &'a Outbox,
-    ticket: u64,
+    ticket: Ticket,
     done: bool,
 }
 
@@ -161,13 +165,10 @@ impl Drop for Turn<'_> {
             return;
         }
         let mut t = self.outbox.turns.lock();
-        if t.head == self.ticket {
-            t.advance();
+        if t.give_up(self.ticket) {
             self.outbox.publish_waiters(&t);
             drop(t);
             self.outbox.space.notify_waiters();
-        } else {
-            t.abandoned.insert(self.ticket);
         }
     }
 }
@@ -204,31 +205,6 @@ pub(crate) enum Pushed {
     /// The outbox was sealed by a merge: push the message to the entry this
     /// one now redirects to.
     Sealed(OutMessage),
-}
-
-/// The waiting senders' turns.
-#[derive(Debug, Default)]
-struct Turns {
-    /// The next ticket to hand out.
-    next: u64,
-    /// The ticket being served.
-    head: u64,
-    /// Tickets of waiters that stopped waiting before their turn.
-    abandoned: std::collections::BTreeSet<u64>,
-}
-
-impl Turns {
-    fn waiting(&self) -> bool {
-        self.head != self.next
-    }
-
-    /// Moves past the head and any abandoned tickets after it.
-    fn advance(&mut self) {
-        self.head += 1;
-        while self.abandoned.remove(&self.head) {
-            self.head += 1;
-        }
-    }
 }
 
 /// Why a wait for room ended without it.
@@ -345,9 +321,9 @@ impl Outbox {
         }
         let ticket = {
             let mut t = self.turns.lock();
-            t.next += 1;
+            let ticket = t.join();
             self.publish_waiters(&t);
-            t.next - 1
+            ticket
         };
         // Gives the turn up if this future is dropped before it is served.
         let mut turn = Turn {
@@ -370,8 +346,8 @@ impl Outbox {
             }
             {
                 let mut t = self.turns.lock();
-                if t.head == ticket && self.reserve_now(n) {
-                    t.advance();
+                if t.is_turn(ticket) && self.reserve_now(n) {
+                    t.served(ticket);
                     self.publish_waiters(&t);
                     turn.done = true;
                     drop(t);
@@ -450,14 +426,14 @@ impl Outbox {
         let mut theirs = other.queue.lock();
         mine.sealed = true;
         redirect();
-        let mut moved = older;
-        moved.append(&mut mine.msgs);
-        let n: u64 = moved.iter().map(OutMessage::footprint).sum();
-        if moved.is_empty() {
+        let n: u64 = older
+            .iter()
+            .chain(&mine.msgs)
+            .map(OutMessage::footprint)
+            .sum();
+        if merge_line(older, &mut mine.msgs, &mut theirs.msgs) == 0 {
             return false;
         }
-        moved.append(&mut theirs.msgs);
-        theirs.msgs = moved;
         drop(theirs);
         drop(mine);
         self.move_bytes_to(other, n);

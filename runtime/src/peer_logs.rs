@@ -1,15 +1,22 @@
 //! Rate-limited logging of a peer's bad input: the driver of
 //! `sitenet_protocols::log_limit` (the rule lives there). A site's lines
-//! are keyed by its entry.
+//! are keyed by its entry ([`LogKey`]: the entry is a layer above, so it
+//! says its key; this file imports no entry).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
 use sitenet_protocols::log_limit::{LogLimits, LogVerdict};
 
 use crate::metrics::Counters;
-use crate::site_entry::SiteEntry;
+
+/// What names a site's log budget: its entry, implemented where the entry
+/// is defined (`site_entry.rs`), so this leaf does not import it. Keys
+/// must not have the top bit set (that is a handshake's source).
+pub(crate) trait LogKey {
+    /// The key of this site's budget (stable while the entry lives).
+    fn log_key(&self) -> u64;
+}
 
 /// The node's per-peer log budgets.
 #[derive(Debug, Default)]
@@ -21,8 +28,8 @@ impl PeerLogs {
     /// Whether a line about the site of `entry` may be written: `Some(n)`
     /// if so (`n` lines about it were suppressed before this one), `None`
     /// if it is suppressed (counted in `counters.logs_suppressed`).
-    pub(crate) fn site(&self, entry: &Arc<SiteEntry>, counters: &Counters) -> Option<u64> {
-        self.check(Arc::as_ptr(entry) as usize as u64, counters)
+    pub(crate) fn site(&self, entry: &impl LogKey, counters: &Counters) -> Option<u64> {
+        self.check(entry.log_key(), counters)
     }
 
     /// The same, for a connection not yet bound to a site (in its

@@ -9,123 +9,16 @@ use sitenet_protocols::{MessageKind, OutMessage, SiteId};
 use crate::error::{RequestError, SendError};
 use crate::message::{Message, Reply, SendOptions};
 use crate::metrics::Counters;
-use crate::node::NodeInner;
+pub use crate::node::SiteRef;
 use crate::outbox::Pushed;
-pub(crate) use crate::site_entry::SiteEntry;
+use crate::site_entry::SiteEntry;
+pub use crate::site_entry::{FaultEvent, HandedBack};
 
 /// A site's fault state, as `Node::monitor` reports it (decided by the
 /// ComObject state machine in `sitenet-protocols`).
 pub use sitenet_protocols::FaultState;
 
-/// One transition of a site's fault state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FaultEvent {
-    /// The new state.
-    pub state: FaultState,
-    /// Why (empty for the initial report).
-    pub reason: String,
-}
-
-/// What a permanently failed site handed back: nothing is silently dropped.
-#[derive(Debug, Clone, Default)]
-pub struct HandedBack {
-    /// Never completely sent, so never delivered: safe to send elsewhere.
-    pub not_sent: Vec<OutMessage>,
-    /// Completely sent, never acknowledged: may or may not have been delivered.
-    pub maybe_delivered: Vec<OutMessage>,
-}
-
-/// A handle to a remote site: cheap to clone, `Send + Sync`. Sending through
-/// it encodes the message on the caller's thread and queues it in the site's
-/// bounded outbox; the site's ComObject is woken only when that outbox goes
-/// from empty to non-empty.
-///
-/// ```
-/// # use std::time::Duration;
-/// # use serde::{Deserialize, Serialize};
-/// # use sitenet_runtime::{Message, Node, Priority, SendOptions};
-/// #[derive(Serialize, Deserialize)]
-/// struct Log(String);
-/// impl Message for Log { const ID: u32 = 2; }
-///
-/// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
-/// server.handle(|_ctx, Log(line): Log| println!("{line}"))?;
-/// let client = Node::builder().start()?;
-/// // Cheap: no channel until the first message. Clone it freely.
-/// let site = client.site(&server.listen_addresses()[0])?;
-/// // Non-blocking (fails with `QueueFull` at the site's output bound)...
-/// site.try_send(&Log("hello".into()))?;
-/// // ...waiting for room, from async code...
-/// futures::executor::block_on(site.send(&Log("again".into())))?;
-/// // ...or from a plain thread, with a priority and a body.
-/// site.send_blocking(&Log("urgent".into()), SendOptions::priority(Priority::High).body(vec![0u8; 64]))?;
-/// site.flush_blocking(Duration::from_secs(30))?; // all acknowledged
-/// assert_eq!(site.id(), Some(server.id()));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub struct SiteRef {
-    pub(crate) entry: Arc<SiteEntry>,
-    pub(crate) node: Arc<NodeInner>,
-}
-
-impl Clone for SiteRef {
-    fn clone(&self) -> Self {
-        Self::counted(self.entry.clone(), self.node.clone())
-    }
-}
-
-impl Drop for SiteRef {
-    fn drop(&mut self) {
-        use std::sync::atomic::Ordering::SeqCst;
-        // SeqCst pairs with the ComObject's store of `poke_on_unref` and its
-        // re-read of `refs`: one of the two sees the other, so the last
-        // reference going is never missed.
-        if self.entry.refs.fetch_sub(1, SeqCst) == 1 {
-            match self.entry.addr.get() {
-                Some(a) if self.entry.poke_on_unref.load(SeqCst) => {
-                    a.do_send(crate::com_object::Poke)
-                }
-                Some(_) => {}
-                // Never used: nothing to linger for. (The table re-checks
-                // under its lock; a reference handed out meanwhile keeps it.)
-                None => {
-                    self.node.reclaim_unused(&self.entry);
-                }
-            }
-        }
-    }
-}
-
-/// Two references are equal when they reach the same site: the same entry
-/// of the site table, so the same ordered queues. References made apart
-/// become equal once the table learns they are one site — for example a
-/// reference by address, whose handshake then proves the id of a site
-/// another reference named by descriptor (the two entries merge).
-impl PartialEq for SiteRef {
-    fn eq(&self, other: &Self) -> bool {
-        self.entry.same_site(&other.entry)
-    }
-}
-
-impl Eq for SiteRef {}
-
-impl std::fmt::Debug for SiteRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SiteRef")
-            .field("id", &self.id())
-            .field("address", &self.entry.address.as_deref())
-            .finish()
-    }
-}
-
 impl SiteRef {
-    /// A new counted reference (the site table counts `SiteRef`s to decide
-    /// when a channel is no longer needed).
-    pub(crate) fn counted(entry: Arc<SiteEntry>, node: Arc<NodeInner>) -> Self {
-        entry.refs.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Self { entry, node }
-    }
-
     /// The site's current fault state.
     pub fn fault_state(&self) -> FaultState {
         self.entry.resolved().fault_state()
@@ -433,7 +326,7 @@ impl SiteRef {
         let incoming = self.request_message(m, timeout).await?;
         // (A delegated reply comes from another site; its references are
         // charged to the site asked.)
-        let msg = crate::site_serde::decoding_on(&self.node, self.entry.resolved(), || {
+        let msg = crate::node::decoding_on(&self.node, self.entry.resolved(), || {
             rmp_serde::from_slice::<R>(&incoming.header)
         })
         .map_err(|e| RequestError::Decode(e.to_string()))?;

@@ -8,13 +8,10 @@ use std::sync::{Arc, OnceLock};
 use actix::Addr;
 use parking_lot::Mutex;
 
-use sitenet_protocols::{OutMessage, SiteId};
+use sitenet_protocols::{FaultState, OutMessage, SiteId};
 
-use crate::com_object::{ComObject, Wake};
-use crate::metrics::Counters;
-use crate::node::NodeInner;
+use crate::com_object::ComObject;
 use crate::outbox::Outbox;
-use crate::site::{FaultEvent, FaultState, HandedBack};
 
 /// Messages handed back while a site lives, with why each can never be
 /// sent to it.
@@ -97,10 +94,34 @@ pub(crate) struct SiteEntry {
     )>,
 }
 
+/// One transition of a site's fault state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultEvent {
+    /// The new state.
+    pub state: FaultState,
+    /// Why (empty for the initial report).
+    pub reason: String,
+}
+
+/// What a permanently failed site handed back: nothing is silently dropped.
+#[derive(Debug, Clone, Default)]
+pub struct HandedBack {
+    /// Never completely sent, so never delivered: safe to send elsewhere.
+    pub not_sent: Vec<OutMessage>,
+    /// Completely sent, never acknowledged: may or may not have been delivered.
+    pub maybe_delivered: Vec<OutMessage>,
+}
+
+/// The key of the local entry: it is not in the site table's slab (the
+/// table's lookups and reclaims never find it). Here, not in `local.rs`:
+/// the entry needs it, and `local.rs` is a layer above (it drives the
+/// node's handlers).
+pub(crate) const LOCAL_KEY: usize = usize::MAX;
+
 impl SiteEntry {
     /// This node itself (see `Node::local_site`).
     pub(crate) fn is_local(&self) -> bool {
-        self.key == crate::local::LOCAL_KEY
+        self.key == LOCAL_KEY
     }
 
     pub(crate) fn new(
@@ -195,15 +216,13 @@ impl SiteEntry {
             told
         }
     }
+}
 
-    /// Wakes the site's ComObject (started now if it was not) to drain
-    /// the outbox.
-    pub(crate) fn wake(self: &Arc<Self>, node: &Arc<NodeInner>) {
-        Counters::add(&node.counters.wakes, 1);
-        if self.is_local() {
-            return node.wake_local(self);
-        }
-        node.given_actor(self).do_send(Wake);
+/// A site's log lines are keyed by its entry's address in memory (see
+/// `peer_logs`): a user-space pointer never has the top bit set.
+impl crate::peer_logs::LogKey for Arc<SiteEntry> {
+    fn log_key(&self) -> u64 {
+        Arc::as_ptr(self) as usize as u64
     }
 }
 

@@ -18,35 +18,10 @@ use crate::handlers::{decode_header, dispatch, handler_outcome, Ctx};
 use crate::message::Message;
 use crate::metrics::Counters;
 use crate::node::NodeInner;
-use crate::site::SiteEntry;
+use crate::site_entry::SiteEntry;
 
-/// Takes the body of one streamed message (see
-/// [`Node::handle_stream`](crate::Node::handle_stream)). Its methods run on
-/// the node's I/O thread, like handlers: they must not block.
-pub trait BodySink: Send {
-    /// `data` is the body from `offset` on. The first chunk is at offset 0
-    /// and each starts where the previous one ended; a message whose body is
-    /// empty gets no chunk.
-    fn chunk(&mut self, offset: u64, data: Bytes);
-
-    /// The whole body has arrived: the message is delivered, and
-    /// acknowledged once this returns. `ctx` replies to a request.
-    fn end(self: Box<Self>, ctx: &mut Ctx<'_>);
-
-    /// The stream ends without its end: its channel was lost after
-    /// `received` body bytes (the sender restarts the message on the next
-    /// channel, so it comes again as a new stream from offset 0), or it
-    /// turned out a duplicate. Drop what was received; the default does
-    /// just that.
-    fn abort(self: Box<Self>, why: StreamAbort) {
-        let _ = why;
-    }
-}
-
-/// A streaming handler, type-erased: decodes the header and returns the
-/// sink, or says why the header did not decode.
-pub(crate) type ErasedStream =
-    Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<Box<dyn BodySink>, String> + Send + Sync>;
+pub use crate::handlers::BodySink;
+pub(crate) use crate::handlers::ErasedStream;
 
 pub(crate) fn erase_stream<M, F>(f: F) -> ErasedStream
 where

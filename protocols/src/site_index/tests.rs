@@ -490,3 +490,46 @@ proptest! {
         }
     }
 }
+
+/// The Adopt rule: a merged entry never adopts; an entry bound to the
+/// claimed id adopts; an unbound one is bound and adopts unless another
+/// entry has the id, when the channel is routed again and lands there.
+#[test]
+fn adopting_an_accepted_channel_here_or_rerouting_it() {
+    let mut ix = SiteIndex::new(16, 1024);
+    let a = new_at(&mut ix, A, 0);
+    let b = new_at(&mut ix, B, 1);
+    let zero = |id| Site {
+        key: 0,
+        id,
+        address: Some(&a),
+    };
+    let one = |id| Site {
+        key: 1,
+        id,
+        address: Some(&b),
+    };
+    // Entry 0 is bound to site 7 when handed a channel naming it.
+    assert_eq!(
+        ix.adoption(zero(None), false, SiteId(7)),
+        Adoption::BoundHere
+    );
+    assert_eq!(ix.id(SiteId(7)), Some(0));
+    assert_eq!(
+        ix.adoption(zero(Some(SiteId(7))), false, SiteId(7)),
+        Adoption::Here
+    );
+    // Bound in the index, the entry's own id not yet set: still here.
+    assert_eq!(ix.adoption(zero(None), false, SiteId(7)), Adoption::Here);
+    // Merged: never here, whatever its id.
+    assert_eq!(
+        ix.adoption(zero(Some(SiteId(7))), true, SiteId(7)),
+        Adoption::Reroute
+    );
+    // Entry 1 handed a channel naming site 7, which entry 0 is: rerouted,
+    // and routing by id finds entry 0 (entry 1's address an alias of it).
+    assert_eq!(ix.adoption(one(None), false, SiteId(7)), Adoption::Reroute);
+    assert_eq!(ix.route(SiteId(7), &[], 2), Route::Existing(0));
+    assert_eq!(ix.address(B), Some(0));
+    assert_eq!(ix.id(SiteId(7)), Some(0), "the id stays entry 0's");
+}

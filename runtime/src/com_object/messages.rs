@@ -7,6 +7,7 @@ use actix::fut;
 use actix::prelude::*;
 
 use sitenet_protocols::handshake::write_answer;
+use sitenet_protocols::site_index::Adoption;
 use sitenet_protocols::{AcceptOutcome, Negotiate, NegotiateAns, Nonce};
 
 use super::ComObject;
@@ -168,13 +169,13 @@ impl Handler<Adopt> for ComObject {
             cookie,
             certificate,
         } = msg;
-        if self.merged.is_some()
-            || (self.entry.id.get() != Some(neg.site)
-                && self.node.bind_site_id(&self.entry, neg.site).is_err())
-        {
+        let adoption = self
+            .node
+            .adoption(&self.entry, self.merged.is_some(), neg.site);
+        if adoption == Adoption::Reroute {
             // The site is known under another entry (this one merged into
-            // it, or was routed here by a listen address the id contradicts):
-            // route the channel by id, counted on its way there.
+            // it, or another entry has the id): route the channel by id,
+            // counted on its way there.
             self.node.route_accepted(Adopt {
                 trans,
                 neg,

@@ -37,8 +37,9 @@ use sitenet_protocols::{
 };
 
 use crate::metrics::Counters;
+use crate::node::SiteRef;
 use crate::node::{FaultReport, NodeInner};
-use crate::site::{HandedBack, SiteEntry, SiteRef};
+use crate::site_entry::{HandedBack, SiteEntry};
 
 /// Reads per readiness event before yielding to other actors on the thread
 /// (a flooding peer cannot monopolise the runtime). Small, so a message

@@ -14,7 +14,8 @@ use sitenet_transport::Address;
 use super::{ComObject, SlotGranted};
 use crate::channel_io::{connect_and_open, Dial, OpenFailure};
 use crate::metrics::Counters;
-use crate::site::{SiteEntry, SiteRef};
+use crate::node::SiteRef;
+use crate::site_entry::SiteEntry;
 use crate::trans_object::TransObject;
 
 /// Where a ComObject stands with the slot controller.

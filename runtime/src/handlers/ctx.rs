@@ -11,7 +11,8 @@ use super::RemoteError;
 use crate::error::SendError;
 use crate::message::{Message, SendOptions};
 use crate::node::{Node, NodeInner};
-use crate::site::{SiteEntry, SiteRef};
+use crate::site::SiteRef;
+use crate::site_entry::SiteEntry;
 
 /// What a handler sees besides the message: who sent it, the body, and how
 /// to reply.

@@ -14,17 +14,48 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use sitenet_protocols::delegation::{classify, Delivered, Unhandled as Why};
-use sitenet_protocols::{InMessage, SiteId};
+use sitenet_protocols::{InMessage, SiteId, StreamAbort};
 
 use crate::error::NodeError;
 use crate::message::{Message, RESERVED_IDS};
 use crate::metrics::Counters;
 use crate::node::NodeInner;
-use crate::site::{SiteEntry, SiteRef};
-use crate::streams::ErasedStream;
+use crate::site::SiteRef;
+use crate::site_entry::SiteEntry;
 
 mod ctx;
 pub use ctx::Ctx;
+
+// Here, not in `streams.rs`: the handler table holds streaming
+// handlers, and `streams.rs` (a layer above) drives them.
+
+/// Takes the body of one streamed message (see
+/// [`Node::handle_stream`](crate::Node::handle_stream)). Its methods run on
+/// the node's I/O thread, like handlers: they must not block.
+pub trait BodySink: Send {
+    /// `data` is the body from `offset` on. The first chunk is at offset 0
+    /// and each starts where the previous one ended; a message whose body is
+    /// empty gets no chunk.
+    fn chunk(&mut self, offset: u64, data: Bytes);
+
+    /// The whole body has arrived: the message is delivered, and
+    /// acknowledged once this returns. `ctx` replies to a request.
+    fn end(self: Box<Self>, ctx: &mut Ctx<'_>);
+
+    /// The stream ends without its end: its channel was lost after
+    /// `received` body bytes (the sender restarts the message on the next
+    /// channel, so it comes again as a new stream from offset 0), or it
+    /// turned out a duplicate. Drop what was received; the default does
+    /// just that.
+    fn abort(self: Box<Self>, why: StreamAbort) {
+        let _ = why;
+    }
+}
+
+/// A streaming handler, type-erased: decodes the header and returns the
+/// sink, or says why the header did not decode.
+pub(crate) type ErasedStream =
+    Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<Box<dyn BodySink>, String> + Send + Sync>;
 
 /// The reply sent when a request cannot be handled (no handler, undecodable
 /// header, handler panicked without replying).
@@ -127,7 +158,7 @@ pub(crate) fn decode_header<M: Message>(
     from: &Arc<SiteEntry>,
     header: &Bytes,
 ) -> Result<M, String> {
-    crate::site_serde::decoding_on(node, from, || rmp_serde::from_slice(header))
+    crate::node::decoding_on(node, from, || rmp_serde::from_slice(header))
         .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))
 }
 

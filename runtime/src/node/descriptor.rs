@@ -6,8 +6,8 @@ use sitenet_protocols::SiteDescriptor;
 use sitenet_transport::Address;
 
 use super::Node;
+use super::SiteRef;
 use crate::error::NodeError;
-use crate::site::SiteRef;
 
 impl Node {
     /// This node's descriptor: its id and every address it listens on (real

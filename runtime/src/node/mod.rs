@@ -4,13 +4,17 @@
 
 mod accept;
 mod builder;
+mod decoding;
 mod descriptor;
 mod requests;
+mod site_ref;
 mod site_table;
 mod watch;
 
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
+pub(crate) use decoding::{decoding_on, with_decoding_node};
+pub use site_ref::SiteRef;
 pub(crate) use site_table::Named;
 use site_table::SiteTable;
 
@@ -33,7 +37,7 @@ use crate::handlers::{check_user_id, erase, Ctx, Handlers};
 use crate::message::Message;
 use crate::metrics::{Counters, Metrics};
 use crate::runtime::Runtime;
-use crate::site::{SiteEntry, SiteRef};
+use crate::site_entry::SiteEntry;
 
 /// How long `shutdown` waits for its listeners to close.
 const LISTENER_STOP_LIMIT: Duration = Duration::from_secs(5);
@@ -116,7 +120,7 @@ pub(crate) struct NodeInner {
     /// and the socket is closed.
     listeners_done: Mutex<Vec<oneshot::Receiver<()>>>,
     /// This node as a site (`Node::local_site`), made on first need.
-    pub(crate) local: std::sync::OnceLock<Arc<crate::site::SiteEntry>>,
+    pub(crate) local: std::sync::OnceLock<Arc<crate::site_entry::SiteEntry>>,
     /// The cookies this node proves and accepts (empty: the open level),
     /// from `NodeConfig::cookies`; shared by every handshake.
     pub(crate) keys: sitenet_protocols::Keyring,

@@ -2,9 +2,12 @@
 //! where the rules live: only the site asked completes a plain reply, any
 //! site a delegated one; deadlines; a failed site's requests), driven here.
 //! Registered when sent, completed by a reply, failed with the site, ended
-//! by their deadline. One task per node sleeps until the table's earliest
-//! deadline (a task, a timer and two channels per request cost more than
-//! the request's own round trip).
+//! by their deadline. The deadlines are the table's `TimerQueue`
+//! (`sitenet_protocols::timer`: a deadline taken is consumed, the contract
+//! of every other wait of the protocol); one task per node sleeps until the
+//! table's `poll_timeout` and hands what `expire` ends to its awaiters (a
+//! task, a timer and two channels per request cost more than the request's
+//! own round trip).
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -20,7 +23,7 @@ use crate::error::RequestError;
 use crate::handlers::RemoteError;
 use crate::message::Message;
 use crate::metrics::Counters;
-use crate::site::SiteEntry;
+use crate::site_entry::SiteEntry;
 
 /// Who awaits a request's reply.
 pub(crate) enum Waiter {

@@ -22,14 +22,16 @@ use actix::Actor;
 use slab::Slab;
 
 use sitenet_protocols::site_index::{
-    At, Bind, Counts, Described, Reclaim, Route, Site, SiteIndex, Word,
+    Adoption, At, Bind, Counts, Described, Reclaim, Route, Site, SiteIndex, Word,
 };
 use sitenet_protocols::{AddressBook, SiteDescriptor, SiteId};
 use sitenet_transport::Address;
 
 use super::NodeInner;
-use crate::com_object::{Adopt, ComObject, Learn};
-use crate::site::{SiteEntry, SiteRef};
+use super::SiteRef;
+use crate::com_object::{Adopt, ComObject, Learn, Wake};
+use crate::metrics::Counters;
+use crate::site_entry::SiteEntry;
 
 pub(crate) use sitenet_protocols::site_index::ClaimRefused;
 
@@ -292,6 +294,18 @@ impl NodeInner {
         }
     }
 
+    /// Whether `entry` (`merged`: it merged into another) adopts an accepted
+    /// channel naming site `claimed`, or routes it again
+    /// (`SiteIndex::adoption` decides; bound here, the entry's id is set).
+    pub(crate) fn adoption(&self, entry: &SiteEntry, merged: bool, claimed: SiteId) -> Adoption {
+        let mut t = self.sites.lock();
+        let a = t.index.adoption(site(entry), merged, claimed);
+        if a == Adoption::BoundHere {
+            let _ = entry.id.set(claimed);
+        }
+        a
+    }
+
     /// Records that `entry` is site `id`; if another entry already is, returns
     /// that one (the caller merges into it).
     pub(crate) fn bind_site_id(
@@ -325,5 +339,19 @@ impl NodeInner {
             .iter()
             .map(|(_, e)| e.clone())
             .collect()
+    }
+}
+
+/// Here, not in `site_entry.rs`: waking starts the ComObject through the
+/// node (a layer above the entry).
+impl SiteEntry {
+    /// Wakes the site's ComObject (started now if it was not) to drain
+    /// the outbox.
+    pub(crate) fn wake(self: &Arc<Self>, node: &Arc<NodeInner>) {
+        Counters::add(&node.counters.wakes, 1);
+        if self.is_local() {
+            return node.wake_local(self);
+        }
+        node.given_actor(self).do_send(Wake);
     }
 }

@@ -66,7 +66,7 @@ impl Node {
     pub fn monitor(
         &self,
         site: &SiteRef,
-    ) -> futures::channel::mpsc::UnboundedReceiver<crate::site::FaultEvent> {
+    ) -> futures::channel::mpsc::UnboundedReceiver<crate::site_entry::FaultEvent> {
         site.entry.resolved().monitor()
     }
 

@@ -1,0 +1,92 @@
+//! The decoding context of `SiteRef`s inside messages: the node and the
+//! sending site lent to a typed header's decode on this thread, and what a
+//! reference to a site says of it (`describe`). Here, in the node's layer,
+//! so delivery (`handlers`) and the `SiteRef` API lend it without
+//! importing `site_serde.rs`, which holds `SiteRef`'s `Serialize` and
+//! `Deserialize` at the top layer.
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use sitenet_protocols::SiteDescriptor;
+
+use super::NodeInner;
+use crate::site_entry::SiteEntry;
+
+thread_local! {
+    /// The node decoding a typed header on this thread, if one is, and the
+    /// entry of the site whose message it is: pointers to the caller's
+    /// `Arc`s, valid while [`decoding_on`] runs (this runs for every
+    /// message delivered: no reference count is touched, no allocation
+    /// made).
+    static DECODING: Cell<(*const Arc<NodeInner>, *const Arc<SiteEntry>)> =
+        const { Cell::new((std::ptr::null(), std::ptr::null())) };
+}
+
+/// Runs `f` (which decodes a typed header that site `from` delivered) with
+/// `node` lent to the `SiteRef`s it may decode. A reference to a site the
+/// node does not know makes an entry `from` holds a claim on (bounded by
+/// `NodeConfig::site_ref_claims_per_peer`; see `Named::ByPeer`).
+#[inline]
+pub(crate) fn decoding_on<T>(
+    node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
+    f: impl FnOnce() -> T,
+) -> T {
+    let before = DECODING.with(|d| d.replace((node, from)));
+    // Restored even if `f` panics (a handler's decode is caught).
+    struct Restore((*const Arc<NodeInner>, *const Arc<SiteEntry>));
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DECODING.with(|d| d.set(self.0));
+        }
+    }
+    let _restore = Restore(before);
+    f()
+}
+
+/// The node lent by [`decoding_on`] on this thread, and the site whose
+/// message it decodes, if any.
+pub(crate) fn with_decoding_node<T>(
+    f: impl FnOnce(Option<(&Arc<NodeInner>, &Arc<SiteEntry>)>) -> T,
+) -> T {
+    let (node, from) = DECODING.with(Cell::get);
+    // SAFETY: non-null pointers were set by `decoding_on` from references
+    // that outlive its call, and are reset before that call returns
+    // (`Restore`, also on unwinding); this runs inside it, on its thread.
+    f(unsafe { node.as_ref().zip(from.as_ref()) })
+}
+
+impl NodeInner {
+    /// What [`SiteRef::descriptor`] says of `entry`: what a reference to it
+    /// in a message, or the origin of a request forwarded from it, carries.
+    pub(crate) fn describe(&self, entry: &SiteEntry) -> Option<SiteDescriptor> {
+        if entry.is_local() {
+            return Some(SiteDescriptor {
+                id: self.id,
+                addresses: self.listen_addresses(),
+            });
+        }
+        let mut d = entry.learned_descriptor()?;
+        if d.addresses.is_empty() {
+            d.addresses
+                .extend(entry.address.as_deref().map(str::to_owned));
+        }
+        Some(d)
+    }
+}
+
+impl SiteEntry {
+    /// Its id and the addresses its handshake taught (published when its
+    /// channel came up); `None` before its id is known.
+    fn learned_descriptor(&self) -> Option<SiteDescriptor> {
+        let id = self.id.get()?;
+        let addresses = self
+            .stats
+            .lock()
+            .as_ref()
+            .map(|s| s.addresses.clone())
+            .unwrap_or_default();
+        Some(SiteDescriptor { id, addresses })
+    }
+}
