@@ -246,7 +246,8 @@ impl Sim {
         let mut held = vec![0usize; self.nodes.len()];
         let mut pending = vec![0usize; self.nodes.len()];
         let mut rings = vec![0usize; self.nodes.len()];
-        for (c, conn) in &self.conns {
+        let mut too_big = None;
+        'conns: for (c, conn) in self.conns.iter() {
             for end in &conn.ends {
                 let live = self.nodes[end.node].incarnation == end.incarnation;
                 if end.holder.is_some() {
@@ -259,10 +260,16 @@ impl Sim {
                     rings[end.node] += end.ring_bytes();
                 }
                 if end.ring_bytes() > ring_max {
-                    let what = format!("connection {c} holds {} ring bytes", end.ring_bytes());
-                    return self.violation(what);
+                    too_big = Some(format!(
+                        "connection {c} holds {} ring bytes",
+                        end.ring_bytes()
+                    ));
+                    break 'conns;
                 }
             }
+        }
+        if let Some(what) = too_big {
+            return self.violation(what);
         }
         for (n, node) in self.nodes.iter().enumerate() {
             if !node.up {

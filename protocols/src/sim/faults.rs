@@ -118,12 +118,11 @@ impl Sim {
 
     /// Resets a random connection at a random byte of what it has in flight.
     fn cut(&mut self) {
-        let (Some(&lo), Some(&hi)) = (self.conns.keys().next(), self.conns.keys().next_back())
-        else {
+        let Some((lo, hi)) = self.conns.span() else {
             return;
         };
         let pick = self.rng.gen_range(lo..=hi);
-        let Some(&c) = self.conns.range(pick..).next().map(|(c, _)| c) else {
+        let Some(c) = self.conns.at_or_after(pick) else {
             return;
         };
         let conn = self.conns.get(&c).expect("picked");
@@ -203,7 +202,7 @@ impl Sim {
                     end.role = Role::Closed;
                     end.holder = None;
                     end.rx.clear();
-                    resets.push((*c, e, conn.put(e, now, 0, Seg::Rst)));
+                    resets.push((c, e, conn.put(e, now, 0, Seg::Rst)));
                 }
             }
         }
@@ -256,7 +255,7 @@ impl Sim {
             .flat_map(|(c, conn)| {
                 (0..2).filter_map(move |e| {
                     let end = &conn.ends[e];
-                    (end.node == n && end.incarnation == inc && end.is_open()).then_some((*c, e))
+                    (end.node == n && end.incarnation == inc && end.is_open()).then_some((c, e))
                 })
             })
             .collect();

@@ -49,6 +49,7 @@
 mod app;
 mod check;
 mod config;
+mod conns;
 mod faults;
 mod io;
 mod net;
@@ -184,7 +185,7 @@ pub struct Sim {
     seq: u64,
     step: u64,
     nodes: Vec<Node>,
-    conns: BTreeMap<u64, net::Conn>,
+    conns: conns::Conns,
     /// Empty rings for the next connections.
     rings: rings::Rings,
     next_conn: u64,
@@ -232,7 +233,7 @@ impl Sim {
             seq: 0,
             step: 0,
             nodes: Vec::with_capacity(cfg.sites),
-            conns: BTreeMap::new(),
+            conns: conns::Conns::default(),
             rings: rings::Rings::default(),
             next_conn: 1,
             by_address: BTreeMap::new(),
