@@ -29,14 +29,9 @@ use crate::error::FrameError;
 /// version 4 the handshake's nonces and NEGOTIATE's proof of continuity
 /// (`handshake::continuity`, issue 17); version 5 32-byte nonces and the
 /// cookie proofs in NEGOTIATE and NEGOTIATE_ANS (`handshake::cookie`, issue
-/// 18); version 6 no new field but new rules of the link decision: the
-/// acceptor gives generations of its own parity (`link::next_generation`)
-/// and a fresh answer starts the initiator's generations again (issue 19).
-/// An older peer could not read the new fields, or would give two crossing
-/// channels one generation, so the two fail each other's handshake
-/// permanently, as the design requires of a version mismatch
-/// (docs/architecture.md).
-pub const PROTOCOL_VERSION: u8 = 6;
+/// 18). An older peer could not read them, so the two fail each other's
+/// handshake permanently, as the design requires of a version mismatch (docs/architecture.md).
+pub const PROTOCOL_VERSION: u8 = 5;
 
 /// Length of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 32;

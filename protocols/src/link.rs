@@ -71,34 +71,6 @@ pub enum Decision {
     Refuse(RefuseReason),
 }
 
-/// The generation an acceptor gives a channel it accepts after generation
-/// `after`: the next one of its own parity, or `None` past
-/// [`MAX_GENERATION`].
-///
-/// Why parity: each side of a pair picks the generations of the channels
-/// IT accepts, from what it knows (`max + 1` alone). Two channels accepted
-/// crosswise at about the same time — each side taking the other's open —
-/// would both get `max + 1`, and a generation would then name two channels
-/// that the two sides see differently. A NEGOTIATE naming "the channel I
-/// last saw" must name one channel: the fresh-answer rule (a new session
-/// holds until the peer names the channel that announced it) took a claim
-/// of the other channel as proof the peer had read the answer, and an
-/// acknowledgement of the old numbering freed a message of the new one
-/// undelivered (found by the simulator: 10 sites, heavy faults, seed
-/// 503948). So the acceptor whose site id is the smaller (big-endian bytes)
-/// gives odd generations, the other even ones: within one pair, a
-/// generation names exactly one channel.
-pub fn next_generation(acceptor: SiteId, initiator: SiteId, after: u64) -> Option<u64> {
-    let odd = acceptor.to_bytes() < initiator.to_bytes();
-    let next = after.checked_add(1)?;
-    let next = if (next % 2 == 1) == odd {
-        next
-    } else {
-        next.checked_add(1)?
-    };
-    (next <= MAX_GENERATION).then_some(next)
-}
-
 /// Decides on an incoming NEGOTIATE (see the module documentation).
 ///
 /// # Example
@@ -125,9 +97,8 @@ pub fn next_generation(acceptor: SiteId, initiator: SiteId, after: u64) -> Optio
 /// };
 /// // Sites 1 and 2 call each other at once. Site 2 keeps the channel that
 /// // site 1 (the smaller id) initiated; site 1 refuses the other one.
-/// // (Site 2, the larger id, gives its accepts even generations.)
 /// let at_2 = decide(view(2, None), &negotiate(1, 0));
-/// assert!(matches!(at_2, Decision::Accept { generation: 2, abandon_opening: true, .. }));
+/// assert!(matches!(at_2, Decision::Accept { generation: 1, abandon_opening: true, .. }));
 /// let at_1 = decide(view(1, None), &negotiate(2, 0));
 /// assert_eq!(at_1, Decision::Refuse(RefuseReason::LostTie));
 ///
@@ -145,11 +116,12 @@ pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
     // Checked: a peer's number never overflows (NEGOTIATE's decoder already
     // refuses a last generation without a successor; this holds even if a
     // caller skipped it).
-    let Some(generation) = next_generation(
-        view.local,
-        neg.site,
-        view.last_generation.max(neg.last_generation),
-    ) else {
+    let Some(generation) = view
+        .last_generation
+        .max(neg.last_generation)
+        .checked_add(1)
+        .filter(|&g| g <= MAX_GENERATION)
+    else {
         return Decision::Refuse(RefuseReason::Stale);
     };
     if let Some(g) = view.working {

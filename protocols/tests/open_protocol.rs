@@ -506,9 +506,8 @@ fn opened_parameters_drive_the_sessions() {
         std::time::Instant::now(),
     )
     .unwrap();
-    // 0xB accepted from 0xA: the larger id gives even generations.
-    assert_eq!(sa.last_generation(), 2);
-    assert_eq!(sb.last_generation(), 2);
+    assert_eq!(sa.last_generation(), 1);
+    assert_eq!(sb.last_generation(), 1);
     // Each side refuses at `send` what the other would refuse.
     let too_big = OutMessage::new(Priority::Low, 1, Bytes::new(), vec![slice(0, 2 << 20)]);
     let (e, _) = *sa.queue(too_big.clone()).unwrap_err();
@@ -743,8 +742,7 @@ fn link_decision_rules() {
     assert_eq!(
         decide(v, &neg(0x10, 0)),
         Decision::Accept {
-            // 0x50 is the larger id of the pair: its generations are even.
-            generation: 2,
+            generation: 1,
             replaces_working: false,
             abandon_opening: true
         }
@@ -772,8 +770,7 @@ fn link_decision_rules() {
     assert_eq!(
         decide(v, &neg(0x60, 3)),
         Decision::Accept {
-            // Towards 0x60, 0x50 is the smaller id: odd generations.
-            generation: 5,
+            generation: 4,
             replaces_working: true,
             abandon_opening: false
         }
@@ -916,8 +913,6 @@ mod model {
         pub opening: Option<(usize, u64)>,
         /// How many opens this site may still begin (when it has no channel).
         pub opens_left: u32,
-        /// The link decision its ComObject uses.
-        decide: DecideFn,
     }
 
     impl Site {
@@ -977,7 +972,6 @@ mod model {
             chan_of: HashMap::new(),
             opening: None,
             opens_left,
-            decide,
         }
     }
 
@@ -1023,24 +1017,7 @@ mod model {
                 proof: Some(hs.proof(&PRIMED.current)),
                 ..neg
             };
-            // Either site may be the one that accepted channel `c`, so its
-            // generation `g` may be of either parity (`link::next_generation`):
-            // this priming accept takes `g` as given.
-            site.com.set_decide(|view, neg| match decide(view, neg) {
-                Decision::Accept {
-                    replaces_working,
-                    abandon_opening,
-                    ..
-                } => Decision::Accept {
-                    generation: view.last_generation.max(neg.last_generation) + 1,
-                    replaces_working,
-                    abandon_opening,
-                },
-                refused => refused,
-            });
-            let outcome = site.com.accepted(&neg, [0xAC; 32], site.now);
-            site.com.set_decide(site.decide);
-            match outcome {
+            match site.com.accepted(&neg, [0xAC; 32], site.now) {
                 AcceptOutcome::Accept { id, .. } => {
                     site.chan_of.insert(id, c);
                     // The channel worked: the peer was heard on it (it
@@ -2040,7 +2017,7 @@ fn handshake_payloads_are_encoded_as_documented() {
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&p).unwrap()),
-        "94 06 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 \
+        "94 05 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 \
          c4 20 ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac"
     );
     let n = Negotiate {
@@ -2061,7 +2038,7 @@ fn handshake_payloads_are_encoded_as_documented() {
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&n).unwrap()),
-        "9b 06 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c \
+        "9b 05 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c \
          c4 20 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a c0 c0"
     );
     // With a proof: 16 bytes as a bin, as the nonce.
@@ -2198,20 +2175,11 @@ fn decide_never_overflows_on_a_hostile_generation() {
             ));
         }
     }
-    // The highest generation with a successor is still accepted by the
-    // side whose generations are odd (the smaller id; MAX_GENERATION is
-    // odd); the other side has no successor of its parity left there.
+    // The highest generation with a successor is still accepted.
     assert_eq!(
         decide(
             view(0xB),
             &negotiate_with_generation(0xA, handshake::MAX_GENERATION - 1)
-        ),
-        Decision::Refuse(RefuseReason::Stale)
-    );
-    assert_eq!(
-        decide(
-            view(0xA),
-            &negotiate_with_generation(0xB, handshake::MAX_GENERATION - 1)
         ),
         Decision::Accept {
             generation: handshake::MAX_GENERATION,
@@ -2323,32 +2291,4 @@ fn a_listen_list_too_long_for_the_handshake_is_an_error_not_a_panic() {
         max_message: 1 << 20,
     };
     fits.validate().unwrap();
-}
-
-proptest::proptest! {
-    /// Issue 19 (the simulator's seed 503948): the two sides of a pair pick
-    /// the generations of the channels each accepts from disjoint sets, so
-    /// channels accepted crosswise never share one, and each pick is after
-    /// what the acceptor knows.
-    #[test]
-    fn the_two_sides_of_a_pair_never_pick_one_generation(
-        a in proptest::prelude::any::<u128>(),
-        b in proptest::prelude::any::<u128>(),
-        x in 0..handshake::MAX_GENERATION,
-        y in 0..handshake::MAX_GENERATION,
-    ) {
-        proptest::prop_assume!(a != b);
-        let (a, b) = (SiteId(a), SiteId(b));
-        let ga = sitenet_protocols::link::next_generation(a, b, x);
-        let gb = sitenet_protocols::link::next_generation(b, a, y);
-        if let (Some(ga), Some(gb)) = (ga, gb) {
-            proptest::prop_assert_ne!(ga, gb);
-        }
-        for (g, after) in [(ga, x), (gb, y)] {
-            match g {
-                Some(g) => proptest::prop_assert!(g > after && g <= after + 2),
-                None => proptest::prop_assert!(after + 2 > handshake::MAX_GENERATION),
-            }
-        }
-    }
 }

@@ -231,15 +231,8 @@ impl ComObject {
         mut self,
         f: fn(LinkView, &crate::handshake::Negotiate) -> Decision,
     ) -> Self {
-        self.set_decide(f);
-        self
-    }
-
-    /// [`with_decide`](Self::with_decide) on a ComObject already in use
-    /// (tests that put a pair in a state before the scenario starts).
-    #[doc(hidden)]
-    pub fn set_decide(&mut self, f: fn(LinkView, &crate::handshake::Negotiate) -> Decision) {
         Arc::make_mut(&mut self.cfg).decide = f;
+        self
     }
 
     /// Sets the pair's secret whatever the ComObject holds (tests that put

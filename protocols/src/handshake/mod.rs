@@ -67,7 +67,7 @@
 //! };
 //! assert!(write_answer(&mut to_a, &answer));
 //! let opened = a.handle_input(&mut to_a, &mut to_b)?.expect("the channel works");
-//! assert_eq!((opened.present.site, opened.generation), (SiteId(0xB), 2)); // 0xB, the larger id, gives even generations
+//! assert_eq!((opened.present.site, opened.generation), (SiteId(0xB), 1));
 //! assert_eq!(opened.present.listen, ["tcp:10.0.0.2:7000"]);
 //! // Both keep the secret this first handshake agreed; A's next NEGOTIATE
 //! // to B proves it.

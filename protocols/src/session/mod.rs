@@ -248,18 +248,10 @@ impl Session {
     /// peer can no longer recognise a resend, so resending could deliver it
     /// twice. Call it before [`channel_up`](Self::channel_up) of the channel
     /// that told us; without a channel only.
-    ///
-    /// The generations start again too: the new session's are those of its
-    /// channels, so the channel that told us becomes our last generation
-    /// even below one we saw before. A generation only one side saw (a
-    /// stale channel we accepted, never completed by the peer) would
-    /// otherwise stay our claim, ahead of the peer, and start yet another
-    /// new session on the next reconnect.
     pub fn forget_peer(&mut self) {
         debug_assert!(self.link.is_none(), "forget_peer on a working session");
         let handed_back = self.send.forget_peer();
         self.recv.last_received = 0;
-        self.last_generation = 0;
         let stats = self.stats_mut();
         stats.peer_forgot += 1;
         stats.forgotten_unacked += handed_back as u64;

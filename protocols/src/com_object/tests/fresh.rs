@@ -18,12 +18,10 @@ fn reset(h: &mut H, id: ChannelId) {
 }
 
 /// A message to send: the open the machine then asks for (slots granted
-/// at once, even one asked for before; backoffs waited out).
+/// at once, backoffs waited out).
 fn next_open(h: &mut H) -> Option<OpenRequest> {
     h.com.queue(msg(10)).unwrap();
     for _ in 0..4 {
-        // Waiting for a slot already asked for: granted (ignored otherwise).
-        h.com.slot_granted();
         let mut open = None;
         for a in h.actions() {
             match a {
@@ -220,140 +218,5 @@ fn regression_a_new_session_for_a_claim_ahead_holds_until_the_peer_reads_it() {
     assert!(
         matches!(answer, NegotiateAns::Accept { fresh: true, .. }),
         "the peer still numbers in the old session: {answer:?}"
-    );
-}
-
-/// Found by the simulator (10 sites, heavy faults, 2/3 slots; seed 503948,
-/// 1 of 47,857): two channels accepted crosswise took one generation. We
-/// answered the peer's claim ahead of us "fresh" on generation g and numbered
-/// our first message of the new session 1; the peer never read that answer,
-/// but meanwhile accepted a channel of ours (opened before, claiming our old
-/// generation) and gave it g as well — each side counts max + 1. Its next
-/// NEGOTIATE named g, which we took as having read our fresh answer: its
-/// acknowledgement of the OLD numbering freed the new session's first
-/// message undelivered. The generations of the two sides' accepts now
-/// never meet (the acceptor's parity by id, `link::next_generation`), so
-/// the claim does not confirm our answer: we answer "fresh" again, ignore
-/// the old numbering's acknowledgement, and resend the new session's
-/// messages.
-#[test]
-fn regression_crossing_accepts_never_share_a_generation() {
-    let mut h = H::new(cfg(), true);
-    let id = h.working(); // generation 1, the pair's secret PAIR
-    reset(&mut h, id);
-    // The peer saw generation 3, which we never completed: a new session.
-    let ahead = negotiate(3, Attempt { opener: 9, seq: 1 });
-    let AcceptOutcome::Accept { id, answer } = h.com.accepted(&ahead, NONCE, h.now) else {
-        panic!("accepted")
-    };
-    let NegotiateAns::Accept {
-        fresh: true,
-        generation: ours,
-        ..
-    } = answer
-    else {
-        panic!("a new session: {answer:?}")
-    };
-    // The new session's messages go out (the one queued before, now
-    // number 1, and one more); the channel dies before the peer reads
-    // anything.
-    h.com.queue(msg(10)).unwrap();
-    h.com.poll_transmit(h.now, &mut ByteBuffer::new(65_536));
-    assert_eq!(h.com.session().unacked(), 2);
-    reset(&mut h, id);
-    // Meanwhile the peer accepted a channel we opened before, claiming our
-    // old generation 1, by the same link rule: the generation it chose.
-    let peer_view = crate::link::LinkView {
-        local: PEER,
-        working: None,
-        working_from: None,
-        last_generation: 3,
-        opening: false,
-        closing: false,
-    };
-    let ours_to_it = Negotiate {
-        site: LOCAL,
-        ..negotiate(1, Attempt { opener: 1, seq: 7 })
-    };
-    let crate::link::Decision::Accept {
-        generation: theirs, ..
-    } = crate::link::decide(peer_view, &ours_to_it)
-    else {
-        panic!("the peer accepts our channel")
-    };
-    assert_ne!(theirs, ours, "crossing accepts share a generation");
-    // Its next NEGOTIATE names that channel, and acknowledges our message
-    // 1 of the OLD numbering.
-    let next = Negotiate {
-        last_received: 1,
-        ..negotiate(theirs, Attempt { opener: 9, seq: 2 })
-    };
-    let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&next, NONCE, h.now) else {
-        panic!("accepted")
-    };
-    assert!(
-        matches!(answer, NegotiateAns::Accept { fresh: true, .. }),
-        "the peer never read our fresh answer: {answer:?}"
-    );
-    let handed_back = h
-        .actions()
-        .into_iter()
-        .filter(|a| matches!(a, Action::HandBack { .. }))
-        .count();
-    assert_eq!(
-        (handed_back, h.com.session().unacked()),
-        (0, 2),
-        "the new session's two messages wait to be resent on this channel, \
-         none freed by an acknowledgement of the old numbering"
-    );
-}
-
-/// Found by the open protocol's model once generations took the
-/// acceptor's parity ("stale NEGOTIATE from S, never worked, both open":
-/// last generations [1, 2] vs working 1): we had accepted a stale channel
-/// the peer never saw (generation 3 here), then opened; the peer, which
-/// never saw it either, answered with a new session's generation 2. We kept
-/// 3 as our last, so our next NEGOTIATE claimed a channel the peer never
-/// saw — ahead of it, which starts yet another new session and hands our
-/// unacknowledged messages back as maybe delivered for nothing. A fresh
-/// answer starts the generations again: ours is the answer's.
-#[test]
-fn regression_a_fresh_answer_starts_the_generations_again() {
-    // No give-up: `next_open` waits out backoffs.
-    let mut h = H::new(
-        ComConfig {
-            give_up_after: None,
-            ..cfg()
-        },
-        true,
-    );
-    h.com.recall(Continuity {
-        current: PAIR,
-        confirmed: true,
-    });
-    let stale = negotiate(2, Attempt { opener: 9, seq: 1 });
-    let AcceptOutcome::Accept { id, answer } = h.com.accepted(&stale, NONCE, h.now) else {
-        panic!("accepted")
-    };
-    assert!(matches!(answer, NegotiateAns::Accept { generation: 3, .. }));
-    reset(&mut h, id);
-    let req = next_open(&mut h).expect("an open");
-    assert_eq!(req.last_generation, 3);
-    // The peer never saw generation 3: a new session, on its generation 2.
-    let answer = Opened {
-        peer_fresh: true,
-        pair_secret: Some(PAIR),
-        ..opened(2, 1 << 20)
-    };
-    let id = h
-        .com
-        .open_succeeded(req.attempt.seq, &answer, h.now)
-        .expect("working");
-    assert_eq!(h.com.session().last_generation(), 2);
-    reset(&mut h, id);
-    let req = next_open(&mut h).expect("an open");
-    assert_eq!(
-        req.last_generation, 2,
-        "our next NEGOTIATE claims the channel both sides saw"
     );
 }
