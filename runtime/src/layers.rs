@@ -57,8 +57,6 @@ const UPWARD: &[(&str, &str)] = &[
     ("node", "cooperation"),
     ("node", "handlers"),
     ("node", "services"),
-    // The entry holds its actor's `Addr<ComObject>`.
-    ("site_entry", "com_object"),
 ];
 
 fn layer(module: &str) -> Option<u8> {

@@ -125,6 +125,27 @@ impl Actor for ComObject {
 }
 
 impl ComObject {
+    /// The address of `entry`'s actor, if it started. The entry holds it
+    /// type-erased (it is a layer below this one); only
+    /// [`of_or_start`](Self::of_or_start) stores it, so it is always an
+    /// `Addr<ComObject>`.
+    pub(crate) fn of(entry: &SiteEntry) -> Option<&Addr<ComObject>> {
+        entry.addr.get().map(Self::typed)
+    }
+
+    /// The address of `entry`'s actor, started with `start` if it was not.
+    pub(crate) fn of_or_start(
+        entry: &SiteEntry,
+        start: impl FnOnce() -> Addr<ComObject>,
+    ) -> &Addr<ComObject> {
+        Self::typed(entry.addr.get_or_init(|| Box::new(start())))
+    }
+
+    fn typed(a: &crate::site_entry::ActorAddr) -> &Addr<ComObject> {
+        a.downcast_ref()
+            .expect("an entry holds only its ComObject's address")
+    }
+
     pub(crate) fn new(node: Arc<NodeInner>, entry: Arc<SiteEntry>, book: AddressBook) -> Self {
         let com = ComLogic::new(
             node.com_cfg.clone(),

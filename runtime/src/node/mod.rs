@@ -190,7 +190,7 @@ impl NodeInner {
         let mut actors = Vec::new();
         for e in self.entries_and_local() {
             e.outbox.close();
-            actors.extend(e.addr.get().cloned());
+            actors.extend(crate::com_object::ComObject::of(&e).cloned());
         }
         for waiter in self.requests.drain() {
             match waiter {
