@@ -38,6 +38,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("cooperation", 9),
     ("services", 9),
     ("site_serde", 10),
+    ("start", 10),
     ("tracked", 10),
     ("batch", 10),
     ("local", 10),
@@ -52,11 +53,10 @@ const UPWARD: &[(&str, &str)] = &[
     ("com_object", "node"),
     // Inbound messages are handed to the handlers.
     ("com_object", "streams"),
-    // `NodeInner` owns the open cooperations, the handler table and the
-    // service sinks; the `Node` handle's API registers handlers.
+    // `NodeInner` owns the open cooperations and the handler table; the
+    // `Node` handle's API registers handlers.
     ("node", "cooperation"),
     ("node", "handlers"),
-    ("node", "services"),
 ];
 
 fn layer(module: &str) -> Option<u8> {

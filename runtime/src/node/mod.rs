@@ -105,7 +105,6 @@ pub(crate) struct NodeInner {
     /// The accepted connections in their handshake, and the rules that
     /// close them.
     handshakes: accept::Handshakes,
-    pub(crate) sinks: crate::services::Sinks,
     /// The output bounds every entry's outbox counts against: the site's
     /// and the node's (shared by all of them).
     pub(crate) output: crate::outbox::OutputBound,
