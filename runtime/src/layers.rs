@@ -51,8 +51,6 @@ const UPWARD: &[(&str, &str)] = &[
     // The ComObject asks the node's tables (bind, route, reclaim, fail
     // requests, record faults) and uses its counters, config and budget.
     ("com_object", "node"),
-    // Inbound messages are handed to the handlers.
-    ("com_object", "streams"),
     // `NodeInner` owns the open cooperations and the handler table; the
     // `Node` handle's API registers handlers.
     ("node", "cooperation"),

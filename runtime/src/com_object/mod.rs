@@ -15,11 +15,13 @@
 //! cannot deadlock. Both are bounded per turn (reads by count, writes by
 //! bytes), so one fast peer cannot stall every other actor on the thread.
 
+mod inbox;
 mod io;
 mod messages;
 mod open;
 mod report;
 
+pub(crate) use inbox::{Inbox, MakeInbox};
 use io::Live;
 pub(crate) use messages::{Adopt, Kill, Learn, Poke, Preempt, SlotGranted, Stop, Wake};
 #[cfg(feature = "test-hooks")]
@@ -96,8 +98,9 @@ pub(crate) struct ComObject {
     channels_opened: u32,
     /// Channels closed because the slot controller preempted them.
     preempted: u32,
-    /// The streamed messages being received, by lane.
-    streams: crate::streams::LaneStreams,
+    /// Where delivered messages go (it holds the streamed messages being
+    /// received, by lane).
+    inbox: Box<dyn Inbox>,
 }
 
 impl Actor for ComObject {
@@ -119,7 +122,7 @@ impl Actor for ComObject {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         // Nothing more comes on the streams still open.
-        self.streams.abort_all();
+        self.inbox.abort_all();
         tracing::debug!(site = ?self.entry.id.get(), "ComObject stopped");
     }
 }
@@ -156,6 +159,7 @@ impl ComObject {
             rand::random(),
             Instant::now(),
         );
+        let inbox = (node.inbox)();
         Self {
             node,
             entry,
@@ -173,7 +177,7 @@ impl ComObject {
             report_pending: false,
             channels_opened: 0,
             preempted: 0,
-            streams: Default::default(),
+            inbox,
         }
     }
 

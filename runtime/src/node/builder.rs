@@ -59,7 +59,8 @@ impl NodeBuilder {
     /// layer, which registers the built-in services between the halves):
     /// checks the configuration, binds the listeners and makes the node's
     /// state; nothing listens yet.
-    pub(crate) fn bind(self) -> Result<Bound, NodeError> {
+    /// `inbox` makes each ComObject's inbox (delivery to the handlers).
+    pub(crate) fn bind(self, inbox: crate::com_object::MakeInbox) -> Result<Bound, NodeError> {
         let cfg = self.cfg.normalised();
         let output = crate::outbox::OutputBound {
             site: cfg.output_bound,
@@ -138,6 +139,7 @@ impl NodeBuilder {
             rt: rt.clone(),
             listen,
             handlers: Handlers::default(),
+            inbox,
             sites,
             requests: Arc::default(),
             deliveries: Default::default(),

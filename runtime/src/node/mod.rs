@@ -75,6 +75,9 @@ pub(crate) struct NodeInner {
     pub(crate) rt: Runtime,
     listen: Vec<Address>,
     pub(crate) handlers: Handlers,
+    /// Makes each ComObject's inbox (the handlers' and the stream sinks'
+    /// side of delivery, layers above the actor), given by `start`.
+    pub(crate) inbox: crate::com_object::MakeInbox,
     sites: Mutex<SiteTable>,
     /// Requests awaiting replies, by correlation id, and their deadlines
     /// (see `requests`).
