@@ -51,9 +51,8 @@ const UPWARD: &[(&str, &str)] = &[
     // The ComObject asks the node's tables (bind, route, reclaim, fail
     // requests, record faults) and uses its counters, config and budget.
     ("com_object", "node"),
-    // `NodeInner` owns the open cooperations and the handler table; the
-    // `Node` handle's API registers handlers.
-    ("node", "cooperation"),
+    // `NodeInner` owns the handler table; the `Node` handle's API
+    // registers handlers.
     ("node", "handlers"),
 ];
 

@@ -4,6 +4,7 @@
 
 mod accept;
 mod builder;
+mod cooperations;
 mod decoding;
 mod descriptor;
 mod requests;
@@ -13,6 +14,7 @@ mod watch;
 
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
+pub(crate) use cooperations::{Coop, OpenCooperations};
 pub(crate) use decoding::{decoding_on, with_decoding_node};
 pub use site_ref::SiteRef;
 pub(crate) use site_table::Named;
@@ -85,7 +87,7 @@ pub(crate) struct NodeInner {
     /// The completions of tracked messages (`SiteRef::send_tracked`).
     pub(crate) deliveries: crate::delivery::Deliveries,
     /// The open cooperations, for the declared reply types.
-    pub(crate) cooperations: crate::cooperation::OpenCooperations,
+    pub(crate) cooperations: OpenCooperations,
     pub(crate) counters: Counters,
     /// The channel slots (shared with the other nodes of the process unless
     /// configured otherwise).

@@ -30,7 +30,7 @@ pub(crate) enum Waiter {
     /// `SiteRef::request`'s future.
     Request(oneshot::Sender<Result<InMessage, RequestError>>),
     /// A cooperation: the reply fills one of its descriptors.
-    Coop(Arc<crate::cooperation::CoopState>),
+    Coop(Arc<dyn super::Coop>),
 }
 
 /// The node's pending requests and the wake-up of its one task that ends
@@ -116,14 +116,12 @@ impl NodeInner {
         &self,
         corr: u64,
         entry: &Arc<SiteEntry>,
-        coop: &Arc<crate::cooperation::CoopState>,
+        coop: Arc<dyn super::Coop>,
     ) {
-        self.requests.table.lock().register(
-            corr,
-            Awaited::new(entry),
-            Waiter::Coop(coop.clone()),
-            None,
-        );
+        self.requests
+            .table
+            .lock()
+            .register(corr, Awaited::new(entry), Waiter::Coop(coop), None);
     }
 
     pub(crate) fn cancel_request(&self, corr: u64) {
