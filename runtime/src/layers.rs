@@ -13,7 +13,8 @@
 /// them): (a) leaves 0-2; (b) the site entry 3 and the ComObject actor 4;
 /// (c) the node's state and tables 5 (`NodeInner`: its site table,
 /// requests, accept, watch, the decoding context, the counted `SiteRef`
-/// handle; and the `Node` handle); `SiteRef`'s sends 6; (d) delivery to handlers, streams,
+/// handle, the handler table, the open cooperations seen through `Coop`;
+/// and the `Node` handle); `SiteRef`'s sends 6; (d) delivery to handlers, streams,
 /// cooperations, services 7-9; (e) the rest of the public API built on
 /// them 10.
 const LAYERS: &[(&str, u8)] = &[
@@ -51,9 +52,6 @@ const UPWARD: &[(&str, &str)] = &[
     // The ComObject asks the node's tables (bind, route, reclaim, fail
     // requests, record faults) and uses its counters, config and budget.
     ("com_object", "node"),
-    // `NodeInner` owns the handler table; the `Node` handle's API
-    // registers handlers.
-    ("node", "handlers"),
 ];
 
 fn layer(module: &str) -> Option<u8> {

@@ -7,6 +7,7 @@ mod builder;
 mod cooperations;
 mod decoding;
 mod descriptor;
+mod handler_table;
 mod requests;
 mod site_ref;
 mod site_table;
@@ -16,6 +17,8 @@ pub use builder::NodeBuilder;
 use builder::StopOnDrop;
 pub(crate) use cooperations::{Coop, OpenCooperations};
 pub(crate) use decoding::{decoding_on, with_decoding_node};
+pub use handler_table::{BodySink, Ctx, Unhandled};
+pub(crate) use handler_table::{Erased, ErasedStream, Handlers, RemoteError};
 pub use site_ref::SiteRef;
 pub(crate) use site_table::Named;
 use site_table::SiteTable;
@@ -35,8 +38,6 @@ use sitenet_transport::{Address, BoundListener};
 use crate::com_object::{Kill, Stop};
 use crate::config::NodeConfig;
 use crate::error::{NodeError, RequestError};
-use crate::handlers::{check_user_id, erase, Ctx, Handlers};
-use crate::message::Message;
 use crate::metrics::{Counters, Metrics};
 use crate::runtime::Runtime;
 use crate::site_entry::SiteEntry;
@@ -341,64 +342,6 @@ impl Node {
     /// ```
     pub fn local_site(&self) -> SiteRef {
         self.inner.local_site()
-    }
-
-    /// Registers the handler for message type `M`. Registering a type id twice
-    /// is an error, as is an id in sitenet's reserved range.
-    ///
-    /// ```
-    /// # use serde::{Deserialize, Serialize};
-    /// # use sitenet_runtime::{Message, Node, NodeError};
-    /// #[derive(Serialize, Deserialize)]
-    /// struct Ping(u64);
-    /// impl Message for Ping { const ID: u32 = 1; }
-    ///
-    /// let node = Node::builder().start()?;
-    /// node.handle(|ctx, Ping(n): Ping| {
-    ///     // One-way or request: a request is answered with `reply`.
-    ///     if ctx.is_request() {
-    ///         let _ = ctx.reply(&Ping(n + 1));
-    ///     }
-    /// })?;
-    /// // One handler per type.
-    /// assert!(matches!(node.handle(|_ctx, _: Ping| {}), Err(NodeError::DuplicateHandler(1))));
-    /// # Ok::<(), NodeError>(())
-    /// ```
-    pub fn handle<M, F>(&self, f: F) -> Result<(), NodeError>
-    where
-        M: Message,
-        F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
-    {
-        check_user_id(M::ID)?;
-        self.inner.handlers.insert(M::ID, erase(f))
-    }
-
-    /// Sets the hook that sees every message no handler took (no handler for
-    /// its type, or a header that did not decode). Such messages are still
-    /// acknowledged — an application fault never closes a channel — and
-    /// counted in `Metrics::unhandled`. Replaces any earlier hook.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use serde::{Deserialize, Serialize};
-    /// # use sitenet_runtime::{Message, Node};
-    /// #[derive(Serialize, Deserialize)]
-    /// struct Unknown;
-    /// impl Message for Unknown { const ID: u32 = 99; }
-    ///
-    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
-    /// let (tx, rx) = std::sync::mpsc::channel();
-    /// let tx = std::sync::Mutex::new(tx);
-    /// server.on_unhandled(move |u| { let _ = tx.lock().unwrap().send((u.type_id, u.reason)); });
-    /// let client = Node::builder().start()?;
-    /// client.site(&server.listen_addresses()[0])?.try_send(&Unknown)?;
-    /// let (type_id, reason) = rx.recv_timeout(Duration::from_secs(30))?;
-    /// assert_eq!(type_id, 99);
-    /// assert!(reason.contains("no handler"), "{reason}");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn on_unhandled(&self, f: impl Fn(crate::handlers::Unhandled) + Send + Sync + 'static) {
-        *self.inner.handlers.unhandled.write() = Some(Arc::new(f));
     }
 
     /// Stops gracefully: refuses new sends, waits up to `deadline` for every

@@ -19,8 +19,8 @@ use sitenet_protocols::requests::{Reply, RequestTable};
 use sitenet_protocols::InMessage;
 
 use super::NodeInner;
+use super::RemoteError;
 use crate::error::RequestError;
-use crate::handlers::RemoteError;
 use crate::message::Message;
 use crate::metrics::Counters;
 use crate::site_entry::SiteEntry;
