@@ -28,7 +28,7 @@ use sitenet_protocols::{InMessage, MessageKind, SiteId};
 use crate::error::SendError;
 use crate::message::{Message, SendOptions};
 use crate::metrics::Counters;
-use crate::node::NodeInner;
+use crate::node::{Coop, NodeInner};
 use crate::site::SiteRef;
 use crate::site_entry::SiteEntry;
 
@@ -202,16 +202,15 @@ pub(crate) struct CoopState {
     handles: std::sync::atomic::AtomicUsize,
 }
 
-impl CoopState {
-    /// A reply to one of its requests, from `from`.
-    pub(crate) fn offer(&self, node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
+/// The node calls these (its request table and open list, `node::Coop`).
+impl Coop for CoopState {
+    fn offer(&self, node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
         if !self.take(node, from, m.prelude.type_id, m.header, m.body) {
             Counters::add(&node.counters.replies_discarded, 1);
             tracing::debug!(site = ?from.id.get(), "reply matches no descriptor of its cooperation; discarded");
         }
     }
 
-    /// Offers a message to its descriptors; true if it filled one.
     fn take(
         &self,
         node: &Arc<NodeInner>,
@@ -237,59 +236,31 @@ impl CoopState {
         }
     }
 
-    /// `site` failed, or answered one of its requests with an error.
-    pub(crate) fn site_failed(&self, node: &NodeInner, site: &Arc<SiteEntry>, reason: &str) {
+    fn site_failed(&self, node: &NodeInner, site: &Arc<SiteEntry>, reason: &str) {
         if self.machine.lock().site_failed(&SiteKey::of(site), reason) {
             self.ended(node);
         }
     }
 
-    /// The node stopped: it ends at once.
-    pub(crate) fn shut_down(&self) {
+    fn shut_down(&self) {
         self.shut_down
             .store(true, std::sync::atomic::Ordering::Release);
         self.machine.lock().cancel();
         self.changed.notify_waiters();
     }
 
+    fn is_open(&self) -> bool {
+        self.machine.lock().end().is_none()
+    }
+}
+
+impl CoopState {
     /// It ended: its other requests are forgotten (their replies will be
     /// discarded and counted) and every waiter wakes.
     fn ended(&self, node: &NodeInner) {
         let corrs = std::mem::take(&mut *self.corrs.lock());
         node.forget_requests(&corrs);
         self.changed.notify_waiters();
-    }
-}
-
-/// The node's open cooperations, oldest first: a message of a type
-/// declared a cooperation reply (`Node::cooperation_reply`) fills the first
-/// one with a matching unfilled descriptor.
-#[derive(Default)]
-pub(crate) struct OpenCooperations(Mutex<Vec<std::sync::Weak<CoopState>>>);
-
-impl OpenCooperations {
-    fn add(&self, c: &Arc<CoopState>) {
-        let mut v = self.0.lock();
-        v.retain(|w| {
-            w.upgrade()
-                .is_some_and(|c| c.machine.lock().end().is_none())
-        });
-        v.push(Arc::downgrade(c));
-    }
-
-    /// Offers a one-way message of a declared reply type; true if a
-    /// cooperation took it.
-    pub(crate) fn offer(
-        &self,
-        node: &Arc<NodeInner>,
-        from: &Arc<SiteEntry>,
-        type_id: u32,
-        header: &Bytes,
-        body: &Bytes,
-    ) -> bool {
-        let open: Vec<Arc<CoopState>> = self.0.lock().iter().filter_map(|w| w.upgrade()).collect();
-        open.iter()
-            .any(|c| c.take(node, from, type_id, header.clone(), body.clone()))
     }
 }
 
@@ -344,7 +315,8 @@ impl Cooperation {
             shut_down: Default::default(),
             handles: std::sync::atomic::AtomicUsize::new(1),
         });
-        node.cooperations.add(&state);
+        node.cooperations
+            .add(Arc::downgrade(&state) as std::sync::Weak<dyn Coop>);
         Self { node, state }
     }
 
@@ -369,7 +341,7 @@ impl Cooperation {
         let corr = self.node.next_corr();
         let m = site.encode(req, opts, MessageKind::Request, corr)?;
         self.node
-            .register_coop_request(corr, site.entry.resolved(), &self.state);
+            .register_coop_request(corr, site.entry.resolved(), self.state.clone());
         self.state.corrs.lock().push(corr);
         if let Err(e) = site.post(m).await {
             self.node.cancel_request(corr);

@@ -13,7 +13,8 @@
 /// them): (a) leaves 0-2; (b) the site entry 3 and the ComObject actor 4;
 /// (c) the node's state and tables 5 (`NodeInner`: its site table,
 /// requests, accept, watch, the decoding context, the counted `SiteRef`
-/// handle; and the `Node` handle); `SiteRef`'s sends 6; (d) delivery to handlers, streams,
+/// handle, the handler table, the open cooperations seen through `Coop`;
+/// and the `Node` handle); `SiteRef`'s sends 6; (d) delivery to handlers, streams,
 /// cooperations, services 7-9; (e) the rest of the public API built on
 /// them 10.
 const LAYERS: &[(&str, u8)] = &[
@@ -38,6 +39,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("cooperation", 9),
     ("services", 9),
     ("site_serde", 10),
+    ("start", 10),
     ("tracked", 10),
     ("batch", 10),
     ("local", 10),
@@ -50,15 +52,6 @@ const UPWARD: &[(&str, &str)] = &[
     // The ComObject asks the node's tables (bind, route, reclaim, fail
     // requests, record faults) and uses its counters, config and budget.
     ("com_object", "node"),
-    // Inbound messages are handed to the handlers.
-    ("com_object", "streams"),
-    // `NodeInner` owns the open cooperations, the handler table and the
-    // service sinks; the `Node` handle's API registers handlers.
-    ("node", "cooperation"),
-    ("node", "handlers"),
-    ("node", "services"),
-    // The entry holds its actor's `Addr<ComObject>`.
-    ("site_entry", "com_object"),
 ];
 
 fn layer(module: &str) -> Option<u8> {

@@ -44,6 +44,7 @@ pub mod services;
 mod site;
 mod site_entry;
 mod site_serde;
+mod start;
 mod stats;
 mod streams;
 #[cfg(feature = "test-hooks")]

@@ -352,9 +352,6 @@ impl SinkTable {
     }
 }
 
-/// The node's sink.
-pub(crate) type Sinks = parking_lot::Mutex<SinkTable>;
-
 /// The sink serves what a site sends it over its own channel: a forwarded
 /// request naming an origin is refused (counted), or a stranger could
 /// fill another site's streams in its name.
@@ -366,15 +363,20 @@ fn forwarded(ctx: &crate::handlers::Ctx<'_>) -> bool {
     false
 }
 
+/// Registers the sink's two handlers. The node's sink table is theirs
+/// alone (both hold it), not the node's: the node is a layer below the
+/// services (docs/architecture.md, "The runtime's layers").
 pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
+    let sinks = Arc::new(parking_lot::Mutex::new(SinkTable::default()));
+    let data_sinks = sinks.clone();
     node.handlers.insert(
         SinkData::ID,
-        erase(|ctx, m: SinkData| {
+        erase(move |ctx, m: SinkData| {
             if forwarded(ctx) {
                 return;
             }
             let cap = ctx.node.cfg.sink_streams_per_sender;
-            if !ctx.node.sinks.lock().record(ctx.from, m.stream, m.seq, cap) {
+            if !data_sinks.lock().record(ctx.from, m.stream, m.seq, cap) {
                 crate::metrics::Counters::add(&ctx.node.counters.sink_refused, 1);
                 tracing::debug!(
                     stream = m.stream,
@@ -386,16 +388,12 @@ pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     )?;
     node.handlers.insert(
         SinkQuery::ID,
-        erase(|ctx, q: SinkQuery| {
+        erase(move |ctx, q: SinkQuery| {
             if forwarded(ctx) {
                 return;
             }
             let cap = ctx.node.cfg.sink_streams_per_sender;
-            let v = ctx
-                .node
-                .sinks
-                .lock()
-                .finish(ctx.from, q.stream, q.expected, cap);
+            let v = sinks.lock().finish(ctx.from, q.stream, q.expected, cap);
             if let Err(e) = ctx.reply(&v) {
                 tracing::debug!(error = %e, "sink verdict not sent");
             }

@@ -5,12 +5,10 @@
 
 use std::sync::{Arc, OnceLock};
 
-use actix::Addr;
 use parking_lot::Mutex;
 
 use sitenet_protocols::{FaultState, OutMessage, SiteId};
 
-use crate::com_object::ComObject;
 use crate::outbox::Outbox;
 
 /// Messages handed back while a site lives, with why each can never be
@@ -37,6 +35,13 @@ impl IdCell {
     }
 }
 
+/// The address of an entry's actor, its type erased: the actor
+/// (`Addr<ComObject>`) is a layer above the entry (docs/architecture.md,
+/// "The runtime's layers"), and only that layer puts it in and reads it
+/// back (`ComObject::of`, `ComObject::of_or_start`). One type is ever
+/// stored, so reading it back never fails.
+pub(crate) type ActorAddr = Box<dyn std::any::Any + Send + Sync>;
+
 /// One remote site as the node's site table knows it. Shared by the site's
 /// ComObject and every `SiteRef`.
 #[derive(Debug)]
@@ -44,7 +49,9 @@ pub(crate) struct SiteEntry {
     /// Small integer id inside this node (Paradis-Net's peer names).
     pub(crate) key: usize,
     pub(crate) outbox: Outbox,
-    pub(crate) addr: OnceLock<Addr<ComObject>>,
+    /// Its ComObject's address, set when the actor starts (see
+    /// [`ActorAddr`]).
+    pub(crate) addr: OnceLock<ActorAddr>,
     /// The address the user asked for (`Node::site`), in its canonical
     /// text: one copy shared with the site table's key and the ComObject's
     /// address book. Sites that only connected to us, or known by a

@@ -14,6 +14,7 @@ use bytes::Bytes;
 
 use sitenet_protocols::{Deliver, InMessage, MessageKind, Prelude, Priority, StreamAbort};
 
+use crate::com_object::Inbox;
 use crate::handlers::{decode_header, dispatch, handler_outcome, Ctx};
 use crate::message::Message;
 use crate::metrics::Counters;
@@ -67,8 +68,108 @@ impl LaneStreams {
     }
 }
 
-/// What a ComObject hands its session: whole messages go to their
-/// handlers, streamed ones to their sinks.
+/// A ComObject's inbox (`NodeInner::inbox`): its open streams, by lane.
+pub(crate) fn inbox() -> Box<dyn Inbox> {
+    Box::<LaneStreams>::default()
+}
+
+/// The ComObject's calls, each made here as the local site's are: through
+/// a [`Delivery`] of the site's open streams.
+impl Inbox for LaneStreams {
+    fn message(&mut self, node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
+        Delivery {
+            node,
+            from,
+            streams: self,
+        }
+        .message(m);
+    }
+
+    fn stream(
+        &mut self,
+        node: &Arc<NodeInner>,
+        from: &Arc<SiteEntry>,
+        lane: Priority,
+        prelude: &Prelude,
+    ) -> bool {
+        Delivery {
+            node,
+            from,
+            streams: self,
+        }
+        .stream(lane, prelude)
+    }
+
+    fn stream_start(
+        &mut self,
+        node: &Arc<NodeInner>,
+        from: &Arc<SiteEntry>,
+        lane: Priority,
+        prelude: &Prelude,
+        header: Bytes,
+    ) {
+        Delivery {
+            node,
+            from,
+            streams: self,
+        }
+        .stream_start(lane, prelude, header);
+    }
+
+    fn stream_chunk(
+        &mut self,
+        node: &Arc<NodeInner>,
+        from: &Arc<SiteEntry>,
+        lane: Priority,
+        offset: u64,
+        data: Bytes,
+    ) {
+        Delivery {
+            node,
+            from,
+            streams: self,
+        }
+        .stream_chunk(lane, offset, data);
+    }
+
+    fn stream_end(
+        &mut self,
+        node: &Arc<NodeInner>,
+        from: &Arc<SiteEntry>,
+        lane: Priority,
+        number: u64,
+    ) {
+        Delivery {
+            node,
+            from,
+            streams: self,
+        }
+        .stream_end(lane, number);
+    }
+
+    fn stream_abort(
+        &mut self,
+        node: &Arc<NodeInner>,
+        from: &Arc<SiteEntry>,
+        lane: Priority,
+        why: StreamAbort,
+    ) {
+        Delivery {
+            node,
+            from,
+            streams: self,
+        }
+        .stream_abort(lane, why);
+    }
+
+    fn abort_all(&mut self) {
+        LaneStreams::abort_all(self);
+    }
+}
+
+/// What the local site's drain and a ComObject's inbox hand the session's
+/// calls to: whole messages go to their handlers, streamed ones to their
+/// sinks.
 pub(crate) struct Delivery<'a> {
     pub(crate) node: &'a Arc<NodeInner>,
     pub(crate) from: &'a Arc<SiteEntry>,

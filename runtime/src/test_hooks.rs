@@ -5,7 +5,7 @@
 
 use parking_lot::Mutex;
 
-use crate::com_object::{ChannelLease, CloseHard, HoldBusy, Preempt};
+use crate::com_object::{ChannelLease, CloseHard, ComObject, HoldBusy, Preempt};
 use crate::node::Node;
 use crate::site::SiteRef;
 
@@ -42,7 +42,7 @@ impl Node {
     /// reconnects when it needs to, and nothing is lost. Does nothing to a
     /// site whose ComObject never started.
     pub fn close_hard(&self, site: &SiteRef) {
-        if let Some(a) = site.entry.resolved().addr.get() {
+        if let Some(a) = ComObject::of(site.entry.resolved()) {
             a.do_send(CloseHard);
         }
     }
@@ -50,7 +50,7 @@ impl Node {
     /// The slot lease of the site's working channel (`None`: no channel,
     /// or one that takes no slot).
     pub async fn channel_lease(&self, site: &SiteRef) -> Option<sitenet_transport::LeaseId> {
-        let a = site.entry.resolved().addr.get()?.clone();
+        let a = ComObject::of(site.entry.resolved())?.clone();
         a.send(ChannelLease).await.ok().flatten()
     }
 
@@ -58,7 +58,7 @@ impl Node {
     /// `lease`, as the controller's tick does (a call that may arrive after
     /// the channel holding that lease was replaced).
     pub fn deliver_preemption(&self, site: &SiteRef, lease: sitenet_transport::LeaseId) {
-        if let Some(a) = site.entry.resolved().addr.get() {
+        if let Some(a) = ComObject::of(site.entry.resolved()) {
             a.do_send(Preempt {
                 lease,
                 reason: sitenet_protocols::slots::PreemptReason::LeastRecentlyActive,

@@ -8,9 +8,9 @@ use actix::prelude::*;
 
 use sitenet_protocols::{ChannelId, Loss};
 
+use super::inbox::Delivery;
 use super::{ComObject, READS_PER_TURN, WRITE_BYTES_PER_TURN};
 use crate::metrics::Counters;
-use crate::streams::Delivery;
 use crate::trans_object::{ReadStatus, TransObject};
 
 /// The live channel: the TransObject and its readiness futures.
@@ -321,7 +321,7 @@ impl ComObject {
         let mut deliver = Delivery {
             node: &node,
             from: &entry,
-            streams: &mut self.streams,
+            inbox: &mut *self.inbox,
         };
         let Some(live) = self.live.as_mut() else {
             return ReadTurn::Ended;
@@ -441,7 +441,7 @@ impl ComObject {
         let mut deliver = Delivery {
             node: &self.node,
             from: &self.entry,
-            streams: &mut self.streams,
+            inbox: &mut *self.inbox,
         };
         self.com.report_interrupted(&mut deliver);
         self.shed_pending = true;

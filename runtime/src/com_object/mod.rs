@@ -15,11 +15,13 @@
 //! cannot deadlock. Both are bounded per turn (reads by count, writes by
 //! bytes), so one fast peer cannot stall every other actor on the thread.
 
+mod inbox;
 mod io;
 mod messages;
 mod open;
 mod report;
 
+pub(crate) use inbox::{Inbox, MakeInbox};
 use io::Live;
 pub(crate) use messages::{Adopt, Kill, Learn, Poke, Preempt, SlotGranted, Stop, Wake};
 #[cfg(feature = "test-hooks")]
@@ -96,8 +98,9 @@ pub(crate) struct ComObject {
     channels_opened: u32,
     /// Channels closed because the slot controller preempted them.
     preempted: u32,
-    /// The streamed messages being received, by lane.
-    streams: crate::streams::LaneStreams,
+    /// Where delivered messages go (it holds the streamed messages being
+    /// received, by lane).
+    inbox: Box<dyn Inbox>,
 }
 
 impl Actor for ComObject {
@@ -119,12 +122,33 @@ impl Actor for ComObject {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         // Nothing more comes on the streams still open.
-        self.streams.abort_all();
+        self.inbox.abort_all();
         tracing::debug!(site = ?self.entry.id.get(), "ComObject stopped");
     }
 }
 
 impl ComObject {
+    /// The address of `entry`'s actor, if it started. The entry holds it
+    /// type-erased (it is a layer below this one); only
+    /// [`of_or_start`](Self::of_or_start) stores it, so it is always an
+    /// `Addr<ComObject>`.
+    pub(crate) fn of(entry: &SiteEntry) -> Option<&Addr<ComObject>> {
+        entry.addr.get().map(Self::typed)
+    }
+
+    /// The address of `entry`'s actor, started with `start` if it was not.
+    pub(crate) fn of_or_start(
+        entry: &SiteEntry,
+        start: impl FnOnce() -> Addr<ComObject>,
+    ) -> &Addr<ComObject> {
+        Self::typed(entry.addr.get_or_init(|| Box::new(start())))
+    }
+
+    fn typed(a: &crate::site_entry::ActorAddr) -> &Addr<ComObject> {
+        a.downcast_ref()
+            .expect("an entry holds only its ComObject's address")
+    }
+
     pub(crate) fn new(node: Arc<NodeInner>, entry: Arc<SiteEntry>, book: AddressBook) -> Self {
         let com = ComLogic::new(
             node.com_cfg.clone(),
@@ -135,6 +159,7 @@ impl ComObject {
             rand::random(),
             Instant::now(),
         );
+        let inbox = (node.inbox)();
         Self {
             node,
             entry,
@@ -152,7 +177,7 @@ impl ComObject {
             report_pending: false,
             channels_opened: 0,
             preempted: 0,
-            streams: Default::default(),
+            inbox,
         }
     }
 

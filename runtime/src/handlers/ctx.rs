@@ -10,28 +10,8 @@ use sitenet_protocols::{MessageKind, OutMessage, Priority, SiteId};
 use super::RemoteError;
 use crate::error::SendError;
 use crate::message::{Message, SendOptions};
-use crate::node::{Node, NodeInner};
+use crate::node::{Ctx, Node};
 use crate::site::SiteRef;
-use crate::site_entry::SiteEntry;
-
-/// What a handler sees besides the message: who sent it, the body, and how
-/// to reply.
-pub struct Ctx<'a> {
-    pub(crate) node: &'a Arc<NodeInner>,
-    pub(crate) from: &'a Arc<SiteEntry>,
-    /// The site that delivered the message: `from`, or for a forwarded
-    /// request the forwarder (what the `SiteRef`s in its header are
-    /// charged to).
-    pub(crate) via: &'a Arc<SiteEntry>,
-    pub(crate) kind: MessageKind,
-    pub(crate) corr: u64,
-    pub(crate) priority: Priority,
-    pub(crate) body: Bytes,
-    pub(crate) replied: bool,
-    /// A forwarded request's origin, as its descriptor came (forwarded
-    /// again as it is: this node may not know the origin's addresses).
-    pub(crate) origin: Option<String>,
-}
 
 impl Ctx<'_> {
     /// The sending site (reply to it, or keep it to talk later).

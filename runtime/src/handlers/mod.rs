@@ -6,15 +6,13 @@
 //! [`SendError::QueueFull`](crate::SendError::QueueFull). A handler that panics is caught and logged, and
 //! the message counts as delivered, so one bad message cannot loop.
 
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
 use sitenet_protocols::delegation::{classify, Delivered, Unhandled as Why};
-use sitenet_protocols::{InMessage, SiteId, StreamAbort};
+use sitenet_protocols::InMessage;
 
 use crate::error::NodeError;
 use crate::message::{Message, RESERVED_IDS};
@@ -24,118 +22,8 @@ use crate::site::SiteRef;
 use crate::site_entry::SiteEntry;
 
 mod ctx;
-pub use ctx::Ctx;
-
-// Here, not in `streams.rs`: the handler table holds streaming
-// handlers, and `streams.rs` (a layer above) drives them.
-
-/// Takes the body of one streamed message (see
-/// [`Node::handle_stream`](crate::Node::handle_stream)). Its methods run on
-/// the node's I/O thread, like handlers: they must not block.
-pub trait BodySink: Send {
-    /// `data` is the body from `offset` on. The first chunk is at offset 0
-    /// and each starts where the previous one ended; a message whose body is
-    /// empty gets no chunk.
-    fn chunk(&mut self, offset: u64, data: Bytes);
-
-    /// The whole body has arrived: the message is delivered, and
-    /// acknowledged once this returns. `ctx` replies to a request.
-    fn end(self: Box<Self>, ctx: &mut Ctx<'_>);
-
-    /// The stream ends without its end: its channel was lost after
-    /// `received` body bytes (the sender restarts the message on the next
-    /// channel, so it comes again as a new stream from offset 0), or it
-    /// turned out a duplicate. Drop what was received; the default does
-    /// just that.
-    fn abort(self: Box<Self>, why: StreamAbort) {
-        let _ = why;
-    }
-}
-
-/// A streaming handler, type-erased: decodes the header and returns the
-/// sink, or says why the header did not decode.
-pub(crate) type ErasedStream =
-    Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<Box<dyn BodySink>, String> + Send + Sync>;
-
-/// The reply sent when a request cannot be handled (no handler, undecodable
-/// header, handler panicked without replying).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RemoteError {
-    pub(crate) reason: String,
-}
-
-impl Message for RemoteError {
-    const ID: u32 = RESERVED_IDS;
-}
-
-pub(crate) type Erased = Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<(), String> + Send + Sync>;
-
-/// A message that reached no handler: what the `unhandled` hook sees.
-#[derive(Debug, Clone)]
-pub struct Unhandled {
-    /// The sending site, if it identified itself.
-    pub from: Option<SiteId>,
-    /// The message's wire type id.
-    pub type_id: u32,
-    /// Why: no handler for the type, or a header that did not decode.
-    pub reason: String,
-    /// The serialised header.
-    pub header: Bytes,
-    /// The body.
-    pub body: Bytes,
-}
-
-pub(crate) type UnhandledHook = Arc<dyn Fn(Unhandled) + Send + Sync>;
-
-/// The registry of handlers by wire id.
-#[derive(Default)]
-pub(crate) struct Handlers {
-    /// Looked up once per delivered message: hashed with foldhash.
-    map: parking_lot::RwLock<HashMap<u32, Erased, foldhash::fast::RandomState>>,
-    /// Streaming handlers (`streams.rs`); a type is in one map or the other.
-    streams: parking_lot::RwLock<HashMap<u32, ErasedStream, foldhash::fast::RandomState>>,
-    /// Whether `streams` has any: a node without streaming handlers looks
-    /// nothing up for them.
-    any_streams: std::sync::atomic::AtomicBool,
-    pub(crate) unhandled: parking_lot::RwLock<Option<UnhandledHook>>,
-}
-
-impl Handlers {
-    pub(crate) fn insert(&self, id: u32, f: Erased) -> Result<(), NodeError> {
-        let mut m = self.map.write();
-        if m.contains_key(&id) || self.streams.read().contains_key(&id) {
-            return Err(NodeError::DuplicateHandler(id));
-        }
-        m.insert(id, f);
-        Ok(())
-    }
-
-    pub(crate) fn insert_stream(&self, id: u32, f: ErasedStream) -> Result<(), NodeError> {
-        let m = self.map.read();
-        let mut s = self.streams.write();
-        if m.contains_key(&id) || s.contains_key(&id) {
-            return Err(NodeError::DuplicateHandler(id));
-        }
-        s.insert(id, f);
-        self.any_streams
-            .store(true, std::sync::atomic::Ordering::Release);
-        Ok(())
-    }
-
-    /// True if type `id` has a streaming handler.
-    pub(crate) fn is_stream(&self, id: u32) -> bool {
-        self.any_streams.load(std::sync::atomic::Ordering::Acquire)
-            && self.streams.read().contains_key(&id)
-    }
-
-    pub(crate) fn get_stream(&self, id: u32) -> Option<ErasedStream> {
-        self.streams.read().get(&id).cloned()
-    }
-
-    pub(crate) fn get(&self, id: u32) -> Option<Erased> {
-        self.map.read().get(&id).cloned()
-    }
-}
+pub use crate::node::{BodySink, Ctx, Unhandled};
+pub(crate) use crate::node::{Erased, ErasedStream, RemoteError};
 
 pub(crate) fn erase<M, F>(f: F) -> Erased
 where
@@ -376,5 +264,66 @@ pub(crate) fn call_unhandled(
             Counters::add(&node.counters.handler_panics, 1);
             tracing::error!(type_id, "unhandled hook panicked");
         }
+    }
+}
+
+/// Registering handlers (here, not in `node/`: the node is a layer below).
+impl crate::Node {
+    /// Registers the handler for message type `M`. Registering a type id twice
+    /// is an error, as is an id in sitenet's reserved range.
+    ///
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, NodeError};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Ping(u64);
+    /// impl Message for Ping { const ID: u32 = 1; }
+    ///
+    /// let node = Node::builder().start()?;
+    /// node.handle(|ctx, Ping(n): Ping| {
+    ///     // One-way or request: a request is answered with `reply`.
+    ///     if ctx.is_request() {
+    ///         let _ = ctx.reply(&Ping(n + 1));
+    ///     }
+    /// })?;
+    /// // One handler per type.
+    /// assert!(matches!(node.handle(|_ctx, _: Ping| {}), Err(NodeError::DuplicateHandler(1))));
+    /// # Ok::<(), NodeError>(())
+    /// ```
+    pub fn handle<M, F>(&self, f: F) -> Result<(), NodeError>
+    where
+        M: Message,
+        F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
+    {
+        check_user_id(M::ID)?;
+        self.inner.handlers.insert(M::ID, erase(f))
+    }
+
+    /// Sets the hook that sees every message no handler took (no handler for
+    /// its type, or a header that did not decode). Such messages are still
+    /// acknowledged — an application fault never closes a channel — and
+    /// counted in `Metrics::unhandled`. Replaces any earlier hook.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Unknown;
+    /// impl Message for Unknown { const ID: u32 = 99; }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let tx = std::sync::Mutex::new(tx);
+    /// server.on_unhandled(move |u| { let _ = tx.lock().unwrap().send((u.type_id, u.reason)); });
+    /// let client = Node::builder().start()?;
+    /// client.site(&server.listen_addresses()[0])?.try_send(&Unknown)?;
+    /// let (type_id, reason) = rx.recv_timeout(Duration::from_secs(30))?;
+    /// assert_eq!(type_id, 99);
+    /// assert!(reason.contains("no handler"), "{reason}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_unhandled(&self, f: impl Fn(Unhandled) + Send + Sync + 'static) {
+        *self.inner.handlers.unhandled.write() = Some(Arc::new(f));
     }
 }

@@ -55,10 +55,12 @@ impl NodeBuilder {
         self
     }
 
-    /// Binds the listeners and starts the node. Works inside an actix system,
-    /// inside any tokio runtime, and from a plain `main`; it never blocks on
-    /// the runtime, so it is safe on the runtime's own thread.
-    pub fn start(self) -> Result<Node, NodeError> {
+    /// The first half of [`start`](Self::start) (in `start.rs`, the top
+    /// layer, which registers the built-in services between the halves):
+    /// checks the configuration, binds the listeners and makes the node's
+    /// state; nothing listens yet.
+    /// `inbox` makes each ComObject's inbox (delivery to the handlers).
+    pub(crate) fn bind(self, inbox: crate::com_object::MakeInbox) -> Result<Bound, NodeError> {
         let cfg = self.cfg.normalised();
         let output = crate::outbox::OutputBound {
             site: cfg.output_bound,
@@ -137,6 +139,7 @@ impl NodeBuilder {
             rt: rt.clone(),
             listen,
             handlers: Handlers::default(),
+            inbox,
             sites,
             requests: Arc::default(),
             deliveries: Default::default(),
@@ -150,7 +153,6 @@ impl NodeBuilder {
             acked: Notify::new(),
             faults: Mutex::new(VecDeque::new()),
             handshakes: super::accept::Handshakes::new(cfg_admission),
-            sinks: Default::default(),
             peer_logs: Default::default(),
             pairs,
             output,
@@ -160,9 +162,23 @@ impl NodeBuilder {
             keys,
         });
         inner.start_request_timer();
-        if inner.cfg.builtin_services {
-            crate::services::register(&inner)?;
-        }
+        Ok(Bound { inner, bound, rt })
+    }
+}
+
+/// A node bound but not yet listening (see [`NodeBuilder::bind`]).
+pub(crate) struct Bound {
+    pub(crate) inner: Arc<NodeInner>,
+    bound: Vec<BoundListener>,
+    rt: Runtime,
+}
+
+impl Bound {
+    /// The second half of `start`: spawns the accept loops and hands out
+    /// the node.
+    pub(crate) fn run(self) -> Node {
+        let Self { inner, bound, rt } = self;
+        let id = inner.id;
         if !bound.is_empty() {
             rt.spawn(inner.clone().handshake_deadlines());
         }
@@ -190,10 +206,10 @@ impl NodeBuilder {
             transport_bytes_bound = slots.hard as u64 * 2 * inner.cfg.buffer_size as u64,
             "node started"
         );
-        Ok(Node {
+        Node {
             _stopper: Some(Arc::new(StopOnDrop(inner.clone()))),
             inner,
-        })
+        }
     }
 }
 

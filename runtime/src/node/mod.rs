@@ -4,8 +4,10 @@
 
 mod accept;
 mod builder;
+mod cooperations;
 mod decoding;
 mod descriptor;
+mod handler_table;
 mod requests;
 mod site_ref;
 mod site_table;
@@ -13,7 +15,10 @@ mod watch;
 
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
+pub(crate) use cooperations::{Coop, OpenCooperations};
 pub(crate) use decoding::{decoding_on, with_decoding_node};
+pub use handler_table::{BodySink, Ctx, Unhandled};
+pub(crate) use handler_table::{Erased, ErasedStream, Handlers, RemoteError};
 pub use site_ref::SiteRef;
 pub(crate) use site_table::Named;
 use site_table::SiteTable;
@@ -33,8 +38,6 @@ use sitenet_transport::{Address, BoundListener};
 use crate::com_object::{Kill, Stop};
 use crate::config::NodeConfig;
 use crate::error::{NodeError, RequestError};
-use crate::handlers::{check_user_id, erase, Ctx, Handlers};
-use crate::message::Message;
 use crate::metrics::{Counters, Metrics};
 use crate::runtime::Runtime;
 use crate::site_entry::SiteEntry;
@@ -75,6 +78,9 @@ pub(crate) struct NodeInner {
     pub(crate) rt: Runtime,
     listen: Vec<Address>,
     pub(crate) handlers: Handlers,
+    /// Makes each ComObject's inbox (the handlers' and the stream sinks'
+    /// side of delivery, layers above the actor), given by `start`.
+    pub(crate) inbox: crate::com_object::MakeInbox,
     sites: Mutex<SiteTable>,
     /// Requests awaiting replies, by correlation id, and their deadlines
     /// (see `requests`).
@@ -82,7 +88,7 @@ pub(crate) struct NodeInner {
     /// The completions of tracked messages (`SiteRef::send_tracked`).
     pub(crate) deliveries: crate::delivery::Deliveries,
     /// The open cooperations, for the declared reply types.
-    pub(crate) cooperations: crate::cooperation::OpenCooperations,
+    pub(crate) cooperations: OpenCooperations,
     pub(crate) counters: Counters,
     /// The channel slots (shared with the other nodes of the process unless
     /// configured otherwise).
@@ -105,7 +111,6 @@ pub(crate) struct NodeInner {
     /// The accepted connections in their handshake, and the rules that
     /// close them.
     handshakes: accept::Handshakes,
-    pub(crate) sinks: crate::services::Sinks,
     /// The output bounds every entry's outbox counts against: the site's
     /// and the node's (shared by all of them).
     pub(crate) output: crate::outbox::OutputBound,
@@ -190,7 +195,7 @@ impl NodeInner {
         let mut actors = Vec::new();
         for e in self.entries_and_local() {
             e.outbox.close();
-            actors.extend(e.addr.get().cloned());
+            actors.extend(crate::com_object::ComObject::of(&e).cloned());
         }
         for waiter in self.requests.drain() {
             match waiter {
@@ -337,64 +342,6 @@ impl Node {
     /// ```
     pub fn local_site(&self) -> SiteRef {
         self.inner.local_site()
-    }
-
-    /// Registers the handler for message type `M`. Registering a type id twice
-    /// is an error, as is an id in sitenet's reserved range.
-    ///
-    /// ```
-    /// # use serde::{Deserialize, Serialize};
-    /// # use sitenet_runtime::{Message, Node, NodeError};
-    /// #[derive(Serialize, Deserialize)]
-    /// struct Ping(u64);
-    /// impl Message for Ping { const ID: u32 = 1; }
-    ///
-    /// let node = Node::builder().start()?;
-    /// node.handle(|ctx, Ping(n): Ping| {
-    ///     // One-way or request: a request is answered with `reply`.
-    ///     if ctx.is_request() {
-    ///         let _ = ctx.reply(&Ping(n + 1));
-    ///     }
-    /// })?;
-    /// // One handler per type.
-    /// assert!(matches!(node.handle(|_ctx, _: Ping| {}), Err(NodeError::DuplicateHandler(1))));
-    /// # Ok::<(), NodeError>(())
-    /// ```
-    pub fn handle<M, F>(&self, f: F) -> Result<(), NodeError>
-    where
-        M: Message,
-        F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
-    {
-        check_user_id(M::ID)?;
-        self.inner.handlers.insert(M::ID, erase(f))
-    }
-
-    /// Sets the hook that sees every message no handler took (no handler for
-    /// its type, or a header that did not decode). Such messages are still
-    /// acknowledged — an application fault never closes a channel — and
-    /// counted in `Metrics::unhandled`. Replaces any earlier hook.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use serde::{Deserialize, Serialize};
-    /// # use sitenet_runtime::{Message, Node};
-    /// #[derive(Serialize, Deserialize)]
-    /// struct Unknown;
-    /// impl Message for Unknown { const ID: u32 = 99; }
-    ///
-    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
-    /// let (tx, rx) = std::sync::mpsc::channel();
-    /// let tx = std::sync::Mutex::new(tx);
-    /// server.on_unhandled(move |u| { let _ = tx.lock().unwrap().send((u.type_id, u.reason)); });
-    /// let client = Node::builder().start()?;
-    /// client.site(&server.listen_addresses()[0])?.try_send(&Unknown)?;
-    /// let (type_id, reason) = rx.recv_timeout(Duration::from_secs(30))?;
-    /// assert_eq!(type_id, 99);
-    /// assert!(reason.contains("no handler"), "{reason}");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn on_unhandled(&self, f: impl Fn(crate::handlers::Unhandled) + Send + Sync + 'static) {
-        *self.inner.handlers.unhandled.write() = Some(Arc::new(f));
     }
 
     /// Stops gracefully: refuses new sends, waits up to `deadline` for every

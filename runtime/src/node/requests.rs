@@ -19,8 +19,8 @@ use sitenet_protocols::requests::{Reply, RequestTable};
 use sitenet_protocols::InMessage;
 
 use super::NodeInner;
+use super::RemoteError;
 use crate::error::RequestError;
-use crate::handlers::RemoteError;
 use crate::message::Message;
 use crate::metrics::Counters;
 use crate::site_entry::SiteEntry;
@@ -30,7 +30,7 @@ pub(crate) enum Waiter {
     /// `SiteRef::request`'s future.
     Request(oneshot::Sender<Result<InMessage, RequestError>>),
     /// A cooperation: the reply fills one of its descriptors.
-    Coop(Arc<crate::cooperation::CoopState>),
+    Coop(Arc<dyn super::Coop>),
 }
 
 /// The node's pending requests and the wake-up of its one task that ends
@@ -116,14 +116,12 @@ impl NodeInner {
         &self,
         corr: u64,
         entry: &Arc<SiteEntry>,
-        coop: &Arc<crate::cooperation::CoopState>,
+        coop: Arc<dyn super::Coop>,
     ) {
-        self.requests.table.lock().register(
-            corr,
-            Awaited::new(entry),
-            Waiter::Coop(coop.clone()),
-            None,
-        );
+        self.requests
+            .table
+            .lock()
+            .register(corr, Awaited::new(entry), Waiter::Coop(coop), None);
     }
 
     pub(crate) fn cancel_request(&self, corr: u64) {

@@ -55,7 +55,7 @@ impl Drop for SiteRef {
         // re-read of `refs`: one of the two sees the other, so the last
         // reference going is never missed.
         if self.entry.refs.fetch_sub(1, SeqCst) == 1 {
-            match self.entry.addr.get() {
+            match crate::com_object::ComObject::of(&self.entry) {
                 Some(a) if self.entry.poke_on_unref.load(SeqCst) => {
                     a.do_send(crate::com_object::Poke)
                 }

@@ -101,7 +101,7 @@ impl NodeInner {
         entry: &'a Arc<SiteEntry>,
         book: impl FnOnce() -> AddressBook,
     ) -> &'a actix::Addr<ComObject> {
-        entry.addr.get_or_init(|| {
+        ComObject::of_or_start(entry, || {
             let (node, e, book) = (self.clone(), entry.clone(), book());
             ComObject::start_in_arbiter(self.rt.arbiter(), move |_| ComObject::new(node, e, book))
         })
@@ -193,7 +193,7 @@ impl NodeInner {
             Ok(Described::Known { key, teach }) => {
                 let e = t.entries[key].clone();
                 if teach {
-                    if let Some(a) = e.addr.get() {
+                    if let Some(a) = ComObject::of(&e) {
                         a.do_send(Learn(d.addresses.clone()));
                     }
                 }

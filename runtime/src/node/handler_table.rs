@@ -1,0 +1,148 @@
+//! The handler table and what its types are written in — `Ctx`'s
+//! struct, `BodySink`, `Unhandled`, `RemoteError` — here in the node, which
+//! owns the table (`NodeInner::handlers`). Registering, dispatch and
+//! `Ctx`'s methods are in `handlers` (a layer above: docs/architecture.md,
+//! "The runtime's layers"), which re-exports these.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use sitenet_protocols::{MessageKind, Priority, SiteId, StreamAbort};
+
+use super::NodeInner;
+use crate::error::NodeError;
+use crate::message::{Message, RESERVED_IDS};
+use crate::site_entry::SiteEntry;
+
+// Here, not in `streams.rs`: the handler table holds streaming
+// handlers, and `streams.rs` (a layer above) drives them.
+
+/// Takes the body of one streamed message (see
+/// [`Node::handle_stream`](crate::Node::handle_stream)). Its methods run on
+/// the node's I/O thread, like handlers: they must not block.
+pub trait BodySink: Send {
+    /// `data` is the body from `offset` on. The first chunk is at offset 0
+    /// and each starts where the previous one ended; a message whose body is
+    /// empty gets no chunk.
+    fn chunk(&mut self, offset: u64, data: Bytes);
+
+    /// The whole body has arrived: the message is delivered, and
+    /// acknowledged once this returns. `ctx` replies to a request.
+    fn end(self: Box<Self>, ctx: &mut Ctx<'_>);
+
+    /// The stream ends without its end: its channel was lost after
+    /// `received` body bytes (the sender restarts the message on the next
+    /// channel, so it comes again as a new stream from offset 0), or it
+    /// turned out a duplicate. Drop what was received; the default does
+    /// just that.
+    fn abort(self: Box<Self>, why: StreamAbort) {
+        let _ = why;
+    }
+}
+
+/// A streaming handler, type-erased: decodes the header and returns the
+/// sink, or says why the header did not decode.
+pub(crate) type ErasedStream =
+    Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<Box<dyn BodySink>, String> + Send + Sync>;
+
+/// The reply sent when a request cannot be handled (no handler, undecodable
+/// header, handler panicked without replying).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RemoteError {
+    pub(crate) reason: String,
+}
+
+impl Message for RemoteError {
+    const ID: u32 = RESERVED_IDS;
+}
+
+pub(crate) type Erased = Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<(), String> + Send + Sync>;
+
+/// A message that reached no handler: what the `unhandled` hook sees.
+#[derive(Debug, Clone)]
+pub struct Unhandled {
+    /// The sending site, if it identified itself.
+    pub from: Option<SiteId>,
+    /// The message's wire type id.
+    pub type_id: u32,
+    /// Why: no handler for the type, or a header that did not decode.
+    pub reason: String,
+    /// The serialised header.
+    pub header: Bytes,
+    /// The body.
+    pub body: Bytes,
+}
+
+pub(crate) type UnhandledHook = Arc<dyn Fn(Unhandled) + Send + Sync>;
+
+/// The registry of handlers by wire id.
+#[derive(Default)]
+pub(crate) struct Handlers {
+    /// Looked up once per delivered message: hashed with foldhash.
+    map: parking_lot::RwLock<HashMap<u32, Erased, foldhash::fast::RandomState>>,
+    /// Streaming handlers (`streams.rs`); a type is in one map or the other.
+    streams: parking_lot::RwLock<HashMap<u32, ErasedStream, foldhash::fast::RandomState>>,
+    /// Whether `streams` has any: a node without streaming handlers looks
+    /// nothing up for them.
+    any_streams: std::sync::atomic::AtomicBool,
+    pub(crate) unhandled: parking_lot::RwLock<Option<UnhandledHook>>,
+}
+
+impl Handlers {
+    pub(crate) fn insert(&self, id: u32, f: Erased) -> Result<(), NodeError> {
+        let mut m = self.map.write();
+        if m.contains_key(&id) || self.streams.read().contains_key(&id) {
+            return Err(NodeError::DuplicateHandler(id));
+        }
+        m.insert(id, f);
+        Ok(())
+    }
+
+    pub(crate) fn insert_stream(&self, id: u32, f: ErasedStream) -> Result<(), NodeError> {
+        let m = self.map.read();
+        let mut s = self.streams.write();
+        if m.contains_key(&id) || s.contains_key(&id) {
+            return Err(NodeError::DuplicateHandler(id));
+        }
+        s.insert(id, f);
+        self.any_streams
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// True if type `id` has a streaming handler.
+    pub(crate) fn is_stream(&self, id: u32) -> bool {
+        self.any_streams.load(std::sync::atomic::Ordering::Acquire)
+            && self.streams.read().contains_key(&id)
+    }
+
+    pub(crate) fn get_stream(&self, id: u32) -> Option<ErasedStream> {
+        self.streams.read().get(&id).cloned()
+    }
+
+    pub(crate) fn get(&self, id: u32) -> Option<Erased> {
+        self.map.read().get(&id).cloned()
+    }
+}
+
+/// What a handler sees besides the message: who sent it, the body, and how
+/// to reply.
+pub struct Ctx<'a> {
+    pub(crate) node: &'a Arc<NodeInner>,
+    pub(crate) from: &'a Arc<SiteEntry>,
+    /// The site that delivered the message: `from`, or for a forwarded
+    /// request the forwarder (what the `SiteRef`s in its header are
+    /// charged to).
+    pub(crate) via: &'a Arc<SiteEntry>,
+    pub(crate) kind: MessageKind,
+    pub(crate) corr: u64,
+    pub(crate) priority: Priority,
+    pub(crate) body: Bytes,
+    pub(crate) replied: bool,
+    /// A forwarded request's origin, as its descriptor came (forwarded
+    /// again as it is: this node may not know the origin's addresses).
+    pub(crate) origin: Option<String>,
+}
