@@ -193,11 +193,17 @@ fn an_applications_check_can_fail_the_run() {
 #[test]
 #[ignore = "open: crossing channels with one generation (docs/architecture.md)"]
 fn open_crossing_channels_that_share_a_generation_lose_no_message() {
-    let r = Sim::new(SimConfig {
-        weak_slots: 2,
-        hard_slots: 3,
-        ..cfg(10, 503_948, Faults::Heavy)
-    })
-    .run();
-    assert_eq!(r.verdict, Verdict::Ok);
+    // 503948 found it; the others came from a later search of the same shape
+    // (206,431 seeds): the same family — a numbering the two sides disagree
+    // on after crossing reconnects ("gap in the sequence", a FIFO hole, a
+    // message neither delivered nor handed back).
+    for seed in [503_948, 908_360, 983_599, 989_476, 1_101_724, 1_105_617] {
+        let r = Sim::new(SimConfig {
+            weak_slots: 2,
+            hard_slots: 3,
+            ..cfg(10, seed, Faults::Heavy)
+        })
+        .run();
+        assert_eq!(r.verdict, Verdict::Ok, "seed {seed}");
+    }
 }
