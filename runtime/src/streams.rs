@@ -68,102 +68,63 @@ impl LaneStreams {
     }
 }
 
-/// A ComObject's inbox (`NodeInner::inbox`): its open streams, by lane.
-pub(crate) fn inbox() -> Box<dyn Inbox> {
-    Box::<LaneStreams>::default()
+/// A ComObject's inbox (`NodeInner::inbox`): its site's open streams, by
+/// lane, delivered through a [`Delivery`] as the local site's are.
+struct SiteInbox {
+    node: Arc<NodeInner>,
+    from: Arc<SiteEntry>,
+    streams: LaneStreams,
 }
 
-/// The ComObject's calls, each made here as the local site's are: through
-/// a [`Delivery`] of the site's open streams.
-impl Inbox for LaneStreams {
-    fn message(&mut self, node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
+/// Makes the inbox of the ComObject of site `from` (the node's
+/// `MakeInbox`).
+pub(crate) fn inbox(node: Arc<NodeInner>, from: Arc<SiteEntry>) -> Box<dyn Inbox> {
+    Box::new(SiteInbox {
+        node,
+        from,
+        streams: LaneStreams::default(),
+    })
+}
+
+impl SiteInbox {
+    fn delivery(&mut self) -> Delivery<'_> {
         Delivery {
-            node,
-            from,
-            streams: self,
+            node: &self.node,
+            from: &self.from,
+            streams: &mut self.streams,
         }
-        .message(m);
+    }
+}
+
+impl Deliver for SiteInbox {
+    fn message(&mut self, m: InMessage) {
+        self.delivery().message(m);
     }
 
-    fn stream(
-        &mut self,
-        node: &Arc<NodeInner>,
-        from: &Arc<SiteEntry>,
-        lane: Priority,
-        prelude: &Prelude,
-    ) -> bool {
-        Delivery {
-            node,
-            from,
-            streams: self,
-        }
-        .stream(lane, prelude)
+    fn stream(&mut self, lane: Priority, prelude: &Prelude) -> bool {
+        self.delivery().stream(lane, prelude)
     }
 
-    fn stream_start(
-        &mut self,
-        node: &Arc<NodeInner>,
-        from: &Arc<SiteEntry>,
-        lane: Priority,
-        prelude: &Prelude,
-        header: Bytes,
-    ) {
-        Delivery {
-            node,
-            from,
-            streams: self,
-        }
-        .stream_start(lane, prelude, header);
+    fn stream_start(&mut self, lane: Priority, prelude: &Prelude, header: Bytes) {
+        self.delivery().stream_start(lane, prelude, header);
     }
 
-    fn stream_chunk(
-        &mut self,
-        node: &Arc<NodeInner>,
-        from: &Arc<SiteEntry>,
-        lane: Priority,
-        offset: u64,
-        data: Bytes,
-    ) {
-        Delivery {
-            node,
-            from,
-            streams: self,
-        }
-        .stream_chunk(lane, offset, data);
+    fn stream_chunk(&mut self, lane: Priority, offset: u64, data: Bytes) {
+        self.delivery().stream_chunk(lane, offset, data);
     }
 
-    fn stream_end(
-        &mut self,
-        node: &Arc<NodeInner>,
-        from: &Arc<SiteEntry>,
-        lane: Priority,
-        number: u64,
-    ) {
-        Delivery {
-            node,
-            from,
-            streams: self,
-        }
-        .stream_end(lane, number);
+    fn stream_end(&mut self, lane: Priority, number: u64) {
+        self.delivery().stream_end(lane, number);
     }
 
-    fn stream_abort(
-        &mut self,
-        node: &Arc<NodeInner>,
-        from: &Arc<SiteEntry>,
-        lane: Priority,
-        why: StreamAbort,
-    ) {
-        Delivery {
-            node,
-            from,
-            streams: self,
-        }
-        .stream_abort(lane, why);
+    fn stream_abort(&mut self, lane: Priority, why: StreamAbort) {
+        self.delivery().stream_abort(lane, why);
     }
+}
 
+impl Inbox for SiteInbox {
     fn abort_all(&mut self) {
-        LaneStreams::abort_all(self);
+        self.streams.abort_all();
     }
 }
 

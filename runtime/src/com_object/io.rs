@@ -8,7 +8,6 @@ use actix::prelude::*;
 
 use sitenet_protocols::{ChannelId, Loss};
 
-use super::inbox::Delivery;
 use super::{ComObject, READS_PER_TURN, WRITE_BYTES_PER_TURN};
 use crate::metrics::Counters;
 use crate::trans_object::{ReadStatus, TransObject};
@@ -88,7 +87,7 @@ enum Fed {
 fn feed(
     com: &mut sitenet_protocols::ComObject,
     t: &mut TransObject,
-    deliver: &mut Delivery<'_>,
+    deliver: &mut dyn sitenet_protocols::Deliver,
     id: ChannelId,
     mut now: Instant,
 ) -> Fed {
@@ -317,12 +316,7 @@ impl ComObject {
     /// [`READS_PER_TURN`] times.
     pub(super) fn read_and_process(&mut self, id: ChannelId) -> ReadTurn {
         let node = self.node.clone();
-        let entry = self.entry.clone();
-        let mut deliver = Delivery {
-            node: &node,
-            from: &entry,
-            inbox: &mut *self.inbox,
-        };
+        let deliver = &mut *self.inbox;
         let Some(live) = self.live.as_mut() else {
             return ReadTurn::Ended;
         };
@@ -330,7 +324,7 @@ impl ComObject {
         self.com.begin_turn(now);
         // Bytes left over from the handshake (or from a blocked or yielded
         // turn) first.
-        match feed(&mut self.com, &mut live.t, &mut deliver, id, now) {
+        match feed(&mut self.com, &mut live.t, deliver, id, now) {
             Fed::Done => {}
             Fed::Ended => return ReadTurn::Ended,
             Fed::Yield => return ReadTurn::Yield,
@@ -371,7 +365,7 @@ impl ComObject {
                 self.com.channel_lost(id, loss, Instant::now());
                 return ReadTurn::Ended;
             }
-            match feed(&mut self.com, &mut live.t, &mut deliver, id, Instant::now()) {
+            match feed(&mut self.com, &mut live.t, deliver, id, Instant::now()) {
                 Fed::Done => {}
                 Fed::Ended => return ReadTurn::Ended,
                 Fed::Yield => return ReadTurn::Yield,
@@ -438,12 +432,7 @@ impl ComObject {
         };
         // Streams the lost channel interrupted are told now, not when
         // their message comes again.
-        let mut deliver = Delivery {
-            node: &self.node,
-            from: &self.entry,
-            inbox: &mut *self.inbox,
-        };
-        self.com.report_interrupted(&mut deliver);
+        self.com.report_interrupted(&mut *self.inbox);
         self.shed_pending = true;
         self.entry
             .connected

@@ -159,7 +159,7 @@ impl ComObject {
             rand::random(),
             Instant::now(),
         );
-        let inbox = (node.inbox)();
+        let inbox = (node.inbox)(node.clone(), entry.clone());
         Self {
             node,
             entry,
