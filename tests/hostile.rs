@@ -99,10 +99,12 @@ async fn regression_bad_negotiates_do_not_flood_the_log() {
     const N: u64 = 200;
     let id = SiteId(rand::random::<u128>());
     let peer = std::thread::spawn(move || {
-        // The generation it claims: 1 at first, then the one the node's
-        // (fresh) answer gave, as an honest initiator would — the node
-        // holds a fresh answer until the peer names its channel.
+        // The generation and session it claims: 1 and the pair's first at
+        // first, then the ones the node's (fresh) answer gave, as an honest
+        // initiator would — the node answers fresh until the peer names the
+        // session its answer started.
         let mut generation = 1;
+        let mut session = 0;
         for _ in 0..N {
             let mut s = std::net::TcpStream::connect(target.strip_prefix("tcp:").unwrap()).unwrap();
             s.set_read_timeout(Some(PATIENCE)).unwrap();
@@ -113,7 +115,8 @@ async fn regression_bad_negotiates_do_not_flood_the_log() {
                 max_message: 1 << 20,
             };
             // Received 5 messages: never sent by the node.
-            let mut hs = Initiator::new(local, None, 5, generation, rand::random());
+            let mut hs =
+                Initiator::new(local, None, 5, generation, rand::random()).with_session(session);
             let (mut inb, mut outb) = (ByteBuffer::new(65_536), ByteBuffer::new(65_536));
             let mut buf = [0u8; 4096];
             // Until the node closes the channel.
@@ -121,7 +124,7 @@ async fn regression_bad_negotiates_do_not_flood_the_log() {
                 inb.push(&buf[..n]);
                 match hs.handle_input(&mut inb, &mut outb) {
                     Err(_) => break,
-                    Ok(Some(opened)) => generation = opened.generation,
+                    Ok(Some(opened)) => (generation, session) = (opened.generation, opened.session),
                     Ok(None) => {}
                 }
                 let (a, b) = outb.chunks();

@@ -29,9 +29,11 @@ use crate::error::FrameError;
 /// version 4 the handshake's nonces and NEGOTIATE's proof of continuity
 /// (`handshake::continuity`, issue 17); version 5 32-byte nonces and the
 /// cookie proofs in NEGOTIATE and NEGOTIATE_ANS (`handshake::cookie`, issue
-/// 18). An older peer could not read them, so the two fail each other's
+/// 18); version 6 the session tags of NEGOTIATE and NEGOTIATE_ANS (which
+/// numbering of the pair each side is in: `handshake::SessionTag`, issue
+/// 19). An older peer could not read them, so the two fail each other's
 /// handshake permanently, as the design requires of a version mismatch (docs/architecture.md).
-pub const PROTOCOL_VERSION: u8 = 5;
+pub const PROTOCOL_VERSION: u8 = 6;
 
 /// Length of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 32;

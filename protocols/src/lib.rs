@@ -116,7 +116,7 @@ pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERS
 pub use handshake::{
     Acceptor, Attempt, AuthFailure, Claim, Continuity, Cookie, CookieProof, HandshakeNonces,
     Initiator, Keyring, LocalInfo, Negotiate, NegotiateAns, Nonce, Opened, PairMemory, PairSecret,
-    PeerCertificate, Present, Proof, RefuseReason,
+    PeerCertificate, Present, Proof, RefuseReason, SessionTag,
 };
 pub use link::{decide, Decision, LinkView};
 pub use message::{

@@ -83,6 +83,7 @@ pub enum Decision {
 /// #         version: PROTOCOL_VERSION, site: SiteId(from), listen: vec![],
 /// #         buffer_size: 65536, max_message: 1 << 20, last_received: 0,
 /// #         last_generation, attempt: Attempt::UNKNOWN, nonce: [0; 32], proof: None, cookie: None,
+/// #         session: 0,
 /// #     }
 /// # }
 ///

@@ -31,6 +31,7 @@ fn accept() -> NegotiateAns {
         fresh: true,
         rekey: true,
         cookie: None,
+        session: 0,
     }
 }
 

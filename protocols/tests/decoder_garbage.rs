@@ -244,6 +244,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                         nonce: [0x1A; 32],
                         proof: None,
                         cookie: None,
+                        session: 0,
                     };
                     control(FrameKind::Negotiate, &ser(&n))
                 }
@@ -263,6 +264,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                     fresh: false,
                     rekey: false,
                     cookie: None,
+                    session: 0,
                 };
                 control(FrameKind::NegotiateAns, &ser(&a))
             }),
@@ -602,7 +604,8 @@ fn unknown_kind_and_bad_header_fields() {
         (0, 2, FrameError::Version(2)),
         (0, 3, FrameError::Version(3)),
         (0, 4, FrameError::Version(4)),
-        (0, 6, FrameError::Version(6)),
+        (0, 5, FrameError::Version(5)),
+        (0, 7, FrameError::Version(7)),
         (3, 0x83, FrameError::Flags(0x83)),
         (2, 0, FrameError::Lane(0)),
         (2, 5, FrameError::Lane(5)),
@@ -688,6 +691,7 @@ fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
         nonce: [0x1A; 32],
         proof: None,
         cookie: None,
+        session: 0,
     };
     let mut b = control(FrameKind::Negotiate, &ser(&n));
     b[0] = 7;

@@ -161,6 +161,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
                 .proof(&PairSecret([0x5E; 16]))
             ),
             cookie: None,
+            session: 0,
         }
     );
     // The acceptor's ComObject decides: neither side working → accept, with
@@ -186,6 +187,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
         fresh: false,
         rekey: false,
         cookie: None,
+        session: 0,
     };
     assert!(write_answer(&mut b_out, &ans));
     // Session bytes may follow the answer in the same read.
@@ -212,6 +214,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
             peer_fresh: false,
             // A proven claim agrees no new secret.
             pair_secret: None,
+            session: 0,
         }
     );
     assert_eq!(
@@ -236,6 +239,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
             fresh: false,
             rekey: false,
             cookie: None,
+            session: 0,
         };
         assert_eq!(initiator_gets(&ans, 0).unwrap().unwrap().buffer_size, size);
     }
@@ -249,6 +253,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
             fresh: false,
             rekey: false,
             cookie: None,
+            session: 0,
         };
         let e = initiator_gets(&ans, 0).unwrap_err();
         assert!(
@@ -272,6 +277,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         fresh: false,
         rekey: false,
         cookie: None,
+        session: 0,
     };
     assert!(matches!(
         initiator_gets(&ans, 3),
@@ -288,6 +294,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         fresh: true,
         rekey: false,
         cookie: None,
+        session: 0,
     };
     assert!(matches!(
         initiator_gets(&fresh_but_received, 2),
@@ -301,6 +308,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         fresh: true,
         rekey: false,
         cookie: None,
+        session: 0,
     };
     assert!(initiator_gets(&fresh, 2).unwrap().unwrap().peer_fresh);
     // A fresh answer is the acceptor's own count: any generation from 1.
@@ -312,6 +320,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         fresh: true,
         rekey: false,
         cookie: None,
+        session: 0,
     };
     assert_eq!(
         initiator_gets(&fresh_first, 2).unwrap().unwrap().generation,
@@ -336,6 +345,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         fresh: false,
         rekey: false,
         cookie: None,
+        session: 0,
     };
     assert!(write_answer(&mut b_out, &resumed));
     mv(&mut b_out, &mut a_in, usize::MAX, |_| ());
@@ -356,6 +366,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         nonce: [0x1A; 32],
         proof: None,
         cookie: None,
+        session: 0,
     };
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
     let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 32], &mut out);
@@ -482,6 +493,7 @@ fn opened_parameters_drive_the_sessions() {
         fresh: true,
         rekey: true,
         cookie: None,
+        session: 0,
     };
     write_answer(&mut b_out, &ans);
     sb.channel_up(
@@ -591,6 +603,7 @@ fn negotiate(site: u128, version: u8) -> Vec<u8> {
         nonce: [0x1A; 32],
         proof: None,
         cookie: None,
+        session: 0,
     };
     control(FrameKind::Negotiate, &n)
 }
@@ -720,6 +733,7 @@ fn link_decision_rules() {
         nonce: [0x1A; 32],
         proof: None,
         cookie: None,
+        session: 0,
     };
     let neg_attempt = |site: u128, last_generation: u64, opener: u64, seq: u64| Negotiate {
         attempt: Attempt { opener, seq },
@@ -839,6 +853,10 @@ mod model {
         confirmed: true,
     };
 
+    /// The session both sites number in after a channel that worked before
+    /// the scenario (one that started after the pair's first numbering).
+    const PRIMED_TAG: u64 = 0x7A6;
+
     pub type DecideFn = fn(LinkView, &Negotiate) -> Decision;
 
     const BUF: usize = MIN_BUFFER as usize;
@@ -933,12 +951,13 @@ mod model {
         pub retries_used: u32,
         /// Stale attempts made so far (each numbered after the last).
         stale_attempts: u64,
-        /// Checked at the end: neither site started a new session. Set by
-        /// the scenarios in which a new session could only be spurious
-        /// (both fresh, or both saw the same generation; no stale or
-        /// half-open channel whose answer one side never read — there the
-        /// rule for a claim ahead of us starts one by design, since a peer
-        /// that forgot us cannot be told from one that did not).
+        /// Checked at the end: neither site started a new session. True
+        /// unless a scenario says otherwise: with session tags (wire
+        /// version 6) a new session starts only when the two sides' numberings
+        /// can differ, and in these scenarios nobody forgot anything. The
+        /// exception is a stale first-contact NEGOTIATE answered on a
+        /// channel its initiator had dropped
+        /// ([`new_session_allowed`](Self::new_session_allowed)).
         pub no_new_session: bool,
     }
 
@@ -991,7 +1010,7 @@ mod model {
                 retry_rounds: 2,
                 retries_used: 0,
                 stale_attempts: 0,
-                no_new_session: false,
+                no_new_session: true,
             }
         }
 
@@ -1011,6 +1030,7 @@ mod model {
                 nonce: [0x1A; 32],
                 proof: None,
                 cookie: None,
+                session: 0,
             };
             let site = &mut self.sites[s];
             // Proven with the secret both sites hold from before.
@@ -1039,15 +1059,22 @@ mod model {
                 }
                 other => panic!("priming site {s}: {other:?}"),
             }
-            // A fresh session renews the secret: both keep the primed one.
+            // A fresh session renews the secret and the session's tag: both
+            // keep the primed ones.
             site.com.prime_continuity(PRIMED);
+            site.com.prime_session(PRIMED_TAG);
             self.apply_actions(s);
         }
 
-        /// Checks at the end that neither site started a new session
-        /// (see `no_new_session`).
-        pub fn forgetting_nothing(mut self) -> Self {
-            self.no_new_session = true;
+        /// A new session may start (see `no_new_session`): a stale
+        /// NEGOTIATE that claims no session, answered by a site whose own
+        /// NEGOTIATE then also claims none, makes it number afresh — it
+        /// cannot tell a peer that never read its answer from one that read
+        /// it and forgot it since (a reclaimed entry claims no session
+        /// either). What it sent on the dead channel is handed back as maybe
+        /// delivered: safe, and spurious here.
+        pub fn new_session_allowed(mut self) -> Self {
+            self.no_new_session = false;
             self
         }
 
@@ -1141,6 +1168,9 @@ mod model {
                 [c as u8 ^ 0x55; 32],
             )
             .with_secret(secret)
+            // Sent from the session both sites were in (none before any
+            // channel worked).
+            .with_session(if last_generation > 0 { PRIMED_TAG } else { 0 })
             .with_attempt(Attempt {
                 opener: 1 + (self.sites[init].id.0 & 0xff) as u64,
                 seq: self.stale_attempts,
@@ -1302,6 +1332,7 @@ mod model {
                 [c as u8 ^ 0x55; 32],
             )
             .with_secret(req.secret)
+            .with_session(req.session)
             .with_attempt(req.attempt);
             ch.ends[peer] = End::Acc(acc);
             ch.ends[s] = End::Init(Box::new(ini));
@@ -1514,6 +1545,11 @@ mod model {
             // the other side (tests/two_nodes.rs, bulk both ways, under
             // load: 11 messages handed back between sites that forgot
             // nothing).
+            // Both number in one session, and say so (wire version 6).
+            let tags = [0, 1].map(|s| self.sites[s].com.session().tag());
+            if tags[0] != tags[1] {
+                return Err(format!("the sites number in different sessions: {tags:x?}"));
+            }
             let forgot = [0, 1].map(|s| self.sites[s].com.session().stats_ref().peer_forgot);
             if self.no_new_session && forgot != [0, 0] {
                 return Err(format!(
@@ -1681,18 +1717,16 @@ fn with_stale(mut w: World, stale: &[(usize, u64)]) -> World {
 fn scenarios() -> Vec<Scenario> {
     vec![
         scenario("simultaneous open, never worked", |d| {
-            World::new(sites([1, 1], d)).forgetting_nothing()
+            World::new(sites([1, 1], d))
         }),
         scenario("simultaneous reopen, both saw generation 3", |d| {
-            World::new(sites([1, 1], d))
-                .both_saw(3)
-                .forgetting_nothing()
+            World::new(sites([1, 1], d)).both_saw(3)
         }),
         scenario("one opens, the other may open later", |d| {
-            World::new(sites([1, 0], d)).forgetting_nothing()
+            World::new(sites([1, 0], d))
         }),
         scenario("simultaneous, two attempts each", |d| {
-            World::new(sites([2, 2], d)).forgetting_nothing()
+            World::new(sites([2, 2], d))
         }),
         scenario(
             "L lost the channel silently and reopens; S still working",
@@ -1734,10 +1768,16 @@ fn scenarios() -> Vec<Scenario> {
             with_stale(after_working(2, &[S, L], [1, 1], d), &[(L, 1), (S, 0)])
         }),
         scenario("stale NEGOTIATE from S, never worked, both open", |d| {
-            with_stale(World::new(sites([1, 1], d)), &[(S, 0)])
+            with_stale(
+                World::new(sites([1, 1], d)).new_session_allowed(),
+                &[(S, 0)],
+            )
         }),
         scenario("stale NEGOTIATE from L, never worked, both open", |d| {
-            with_stale(World::new(sites([1, 1], d)), &[(L, 0)])
+            with_stale(
+                World::new(sites([1, 1], d)).new_session_allowed(),
+                &[(L, 0)],
+            )
         }),
         scenario(
             "a stranger claims L's id (generation 0, no proof) while both reopen",
@@ -1971,6 +2011,7 @@ fn replacement_channel_resumes_from_last_received() {
         nonce: [0x1A; 32],
         proof: None,
         cookie: None,
+        session: 0,
     };
     let mut v = view(2);
     v.working = Some(1);
@@ -2048,7 +2089,7 @@ fn handshake_payloads_are_encoded_as_documented() {
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&p).unwrap()),
-        "94 05 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 \
+        "94 06 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 \
          c4 20 ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac"
     );
     let n = Negotiate {
@@ -2066,12 +2107,24 @@ fn handshake_payloads_are_encoded_as_documented() {
         nonce: [0x1A; 32],
         proof: None,
         cookie: None,
+        session: 0,
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&n).unwrap()),
-        "9b 05 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c \
-         c4 20 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a c0 c0"
+        "9c 06 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c \
+         c4 20 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a c0 c0 00"
     );
+    // With a session tag (version 6): a u64, last.
+    let tagged = Negotiate {
+        session: 0x0102_0304_0506_0708,
+        ..n.clone()
+    };
+    let bytes = rmp_serde::to_vec(&tagged).unwrap();
+    assert_eq!(
+        hex(&bytes[bytes.len() - 11..]),
+        "c0 c0 cf 01 02 03 04 05 06 07 08"
+    );
+    assert_eq!(rmp_serde::from_slice::<Negotiate>(&bytes).unwrap(), tagged);
     // With a proof: 16 bytes as a bin, as the nonce.
     let proven = Negotiate {
         proof: Some([0x77; 16]),
@@ -2079,8 +2132,8 @@ fn handshake_payloads_are_encoded_as_documented() {
     };
     let bytes = rmp_serde::to_vec(&proven).unwrap();
     assert_eq!(
-        hex(&bytes[bytes.len() - 19..]),
-        "c4 10 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77 c0"
+        hex(&bytes[bytes.len() - 20..]),
+        "c4 10 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77 c0 00"
     );
     assert_eq!(rmp_serde::from_slice::<Negotiate>(&bytes).unwrap(), proven);
     // With a cookie proof (issue 18): [key id, 32-byte MAC as a bin].
@@ -2093,8 +2146,8 @@ fn handshake_payloads_are_encoded_as_documented() {
     };
     let bytes = rmp_serde::to_vec(&authenticated).unwrap();
     assert_eq!(
-        hex(&bytes[bytes.len() - 44..]),
-        "92 cf 01 02 03 04 05 06 07 08 c4 20 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a"
+        hex(&bytes[bytes.len() - 45..]),
+        "92 cf 01 02 03 04 05 06 07 08 c4 20 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 00"
     );
     assert_eq!(
         rmp_serde::from_slice::<Negotiate>(&bytes).unwrap(),
@@ -2102,7 +2155,7 @@ fn handshake_payloads_are_encoded_as_documented() {
     );
     // A nonce of another length is malformed.
     let mut short = rmp_serde::to_vec(&n).unwrap();
-    let at = short.len() - 36;
+    let at = short.len() - 37;
     short[at + 1] = 0x1f;
     short.remove(at + 2);
     assert!(rmp_serde::from_slice::<Negotiate>(&short).is_err());
@@ -2114,10 +2167,11 @@ fn handshake_payloads_are_encoded_as_documented() {
         fresh: false,
         rekey: false,
         cookie: None,
+        session: 0,
     };
     assert_eq!(
         hex(&rmp_serde::to_vec(&a).unwrap()),
-        "81 a6 41 63 63 65 70 74 97 cd 40 00 ce 00 10 00 00 09 03 c2 c2 c0"
+        "81 a6 41 63 63 65 70 74 98 cd 40 00 ce 00 10 00 00 09 03 c2 c2 c0 00"
     );
     let r = NegotiateAns::Refuse(RefuseReason::Unauthenticated);
     assert_eq!(
@@ -2179,6 +2233,7 @@ fn negotiate_with_generation(site: u128, last_generation: u64) -> Negotiate {
         nonce: [0x1A; 32],
         proof: None,
         cookie: None,
+        session: 0,
     }
 }
 
@@ -2253,6 +2308,7 @@ fn the_initiator_refuses_an_answer_generation_without_a_successor() {
         fresh: false,
         rekey: false,
         cookie: None,
+        session: 0,
     };
     for (g, last) in [
         (u64::MAX, 0),
@@ -2270,6 +2326,39 @@ fn the_initiator_refuses_an_answer_generation_without_a_successor() {
         .unwrap()
         .expect("opened");
     assert_eq!(o.generation, handshake::MAX_GENERATION);
+}
+
+/// Session tags (wire version 6): an answer that goes on with our session
+/// must name it — an acceptor numbering in another session while saying it
+/// goes on with ours would have the two sides number differently, which is
+/// what lost the simulator's message (seed 503948). A fresh answer names
+/// the new session, which the initiator takes.
+#[test]
+fn the_initiator_refuses_a_resumed_answer_naming_another_session() {
+    let accept = |fresh, session| NegotiateAns::Accept {
+        buffer_size: 65_536,
+        max_message: 1 << 20,
+        last_received: 0,
+        generation: 4,
+        fresh,
+        rekey: false,
+        cookie: None,
+        session,
+    };
+    // Our tag is 0: the pair's first numbering.
+    let e = initiator_gets(&accept(false, 0x5E55), 3).unwrap_err();
+    assert!(
+        matches!(&e, OpenError::Protocol(ProtocolError::Malformed { reason, .. }) if reason.contains("session")),
+        "{e:?}"
+    );
+    let o = initiator_gets(&accept(false, 0), 3)
+        .unwrap()
+        .expect("opened");
+    assert_eq!((o.peer_fresh, o.session), (false, 0));
+    let o = initiator_gets(&accept(true, 0x5E55), 3)
+        .unwrap()
+        .expect("opened");
+    assert_eq!((o.peer_fresh, o.session), (true, 0x5E55));
 }
 
 /// Our own PRESENT or NEGOTIATE reached `unreachable!` when the configured

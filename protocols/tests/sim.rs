@@ -181,18 +181,19 @@ fn an_applications_check_can_fail_the_run() {
     assert!(what.contains("doubts everything"), "{what}");
 }
 
-/// OPEN (found at the end of issue 19's session; see docs/architecture.md,
-/// "The simulator", open finding): 10 sites, heavy faults, 2 weak and 3
-/// hard slots, seed 503948. Two channels accepted at about the same time,
-/// one by each side, both took generation 4; a NEGOTIATE naming the
+/// Found at the end of the session that built the simulator (see
+/// docs/architecture.md, "The simulator"): 10 sites, heavy faults, 2 weak
+/// and 3 hard slots, seed 503948. Two channels accepted at about the same
+/// time, one by each side, both took generation 4; a NEGOTIATE naming the
 /// generation of one was taken as having read the fresh answer given on the
 /// other, and its acknowledgement of the old numbering freed a message of
 /// the new one: a message lost between live sites. A generation is not a
-/// channel's identity; the fix needs one in the handshake (a wire change).
-/// Kept here, ignored, so that the fix is tested by the seed that found it.
+/// channel's identity; the fix (wire version 6) names each numbering by a
+/// session tag both sides share (`handshake::SessionTag`), and a claim
+/// starts a new session exactly when its tag differs from ours. Failed on
+/// every one of these seeds before the fix.
 #[test]
-#[ignore = "open: crossing channels with one generation (docs/architecture.md)"]
-fn open_crossing_channels_that_share_a_generation_lose_no_message() {
+fn regression_crossing_channels_that_share_a_generation_lose_no_message() {
     // 503948 found it; the others came from a later search of the same shape
     // (206,431 seeds): the same family — a numbering the two sides disagree
     // on after crossing reconnects ("gap in the sequence", a FIFO hole, a

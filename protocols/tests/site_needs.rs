@@ -99,6 +99,7 @@ impl H {
             generation,
             peer_fresh,
             pair_secret: peer_fresh.then_some(PAIR),
+            session: 0,
         };
         self.com
             .open_succeeded(req.attempt.seq, &opened, self.now)
@@ -202,6 +203,7 @@ fn negotiate(last_generation: u64, last_received: u64) -> Negotiate {
         nonce: [0x1A; 32],
         proof: None,
         cookie: None,
+        session: 0,
     }
 }
 
@@ -345,7 +347,9 @@ fn an_acceptor_that_remembers_numbers_afresh_when_the_initiator_is_fresh() {
     // The peer forgot us and calls: NEGOTIATE with last generation 0,
     // proving the pair's secret (its node kept it).
     let answer = accept_fields(h.com.accepted(&proving(0, 0), NONCE, h.now));
-    assert_eq!(answer, (0, 2, false));
+    // Fresh: a new numbering starts, named by this handshake (the peer,
+    // fresh itself, has nothing to forget).
+    assert_eq!(answer, (0, 2, true));
     assert_eq!(h.com.session().last_sent(), 0);
     assert_eq!(h.com.session().stats().peer_forgot, 1);
     // Nothing was unacknowledged: nothing handed back.

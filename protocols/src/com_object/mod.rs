@@ -118,15 +118,6 @@ pub struct ComObject {
     /// A NEGOTIATE resuming the session must prove it (see
     /// [`continuity`](crate::handshake::continuity)).
     continuity: Option<Box<Continuity>>,
-    /// The generation of the channel on which we last answered "fresh" to
-    /// a peer that claimed a session (we had forgotten it), until the peer
-    /// shows it read that answer — by sending anything on the channel, by
-    /// naming that generation in a NEGOTIATE, or by our own open settling
-    /// the numbering. Until then the peer may still number as in the
-    /// session we forgot, so every answer says "fresh" again. (Our own
-    /// opens claim that channel's generation: a peer that never saw it
-    /// finds the claim ahead of its own and starts a new session.)
-    fresh_unconfirmed: Option<u64>,
     /// This ComObject's opener id, and the number of its last attempt.
     opener: u64,
     attempt_seq: u64,
@@ -203,7 +194,6 @@ impl ComObject {
             jitter_state: seed,
             book,
             continuity: None,
-            fresh_unconfirmed: None,
             opener,
             attempt_seq: 0,
             channel_seq: 0,
@@ -240,6 +230,14 @@ impl ComObject {
     #[doc(hidden)]
     pub fn prime_continuity(&mut self, c: Continuity) {
         self.continuity = Some(Box::new(c));
+    }
+
+    /// Sets the session's tag whatever it is (tests that put two sites in
+    /// one numbering reached before the scenario they model; see
+    /// [`SessionTag`](crate::handshake::SessionTag)).
+    #[doc(hidden)]
+    pub fn prime_session(&mut self, tag: crate::handshake::SessionTag) {
+        self.session.set_tag(tag);
     }
 
     /// Numbers this ComObject's open attempts from `seq` (tests that put
@@ -360,10 +358,8 @@ impl ComObject {
     }
 
     /// The peer sent something on the working channel after its handshake:
-    /// it read our answer, so it holds the secret and the numbering the
-    /// answer agreed.
+    /// it read our answer, so it holds the secret the answer agreed.
     fn peer_read_answer(&mut self) {
-        self.fresh_unconfirmed = None;
         self.confirm_continuity();
     }
 

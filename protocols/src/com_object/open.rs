@@ -55,12 +55,12 @@ impl ComObject {
                 seq: self.attempt_seq,
             },
             last_received: self.session.last_received(),
-            // Even a channel whose fresh answer the peer may not have read
-            // (`fresh_unconfirmed`): a peer that never saw it finds our
-            // claim ahead of its generations and starts a new session with
-            // us; one that saw it goes on where it is.
             last_generation: self.session.last_generation(),
             secret: self.continuity.as_deref().map(|c| c.current),
+            // Even a numbering whose fresh answer the peer may not have
+            // read: a peer that never saw it holds another tag and starts a
+            // new session with us; one that saw it goes on where it is.
+            session: self.session.tag(),
         }));
     }
 
@@ -83,14 +83,16 @@ impl ComObject {
         self.book.succeeded();
         self.book
             .learn(opened.present.listen.iter().map(String::as_str));
-        // This handshake settled both sides' numbering.
-        self.fresh_unconfirmed = None;
         if opened.peer_fresh && !self.session.is_fresh() {
-            // The peer forgot our session (it reclaimed our entry): number
-            // afresh, and hand back what it never acknowledged.
+            // The peer forgot our session (it reclaimed our entry), or
+            // numbers in another (see `accepted`): number afresh, and hand
+            // back what it never acknowledged.
             tracing::info!("the peer forgot the session; numbering starts again");
             self.session.forget_peer();
         }
+        // This handshake settled the numbering both sides are in (the
+        // initiator checked that a resumed session keeps our tag).
+        self.session.set_tag(opened.session);
         if let Some(secret) = opened.pair_secret {
             // Both sides keep the secret this handshake agreed (the answer
             // itself shows that the peer holds it).
@@ -180,6 +182,12 @@ impl ComObject {
     /// by address) — and agrees a new secret (`rekey`); its generation never
     /// raises ours: claiming more than we ever saw, it starts a new session
     /// (`fresh`), judged as having seen no channel.
+    ///
+    /// The numbering: the session goes on only if the claim names our
+    /// session tag ([`SessionTag`](crate::handshake::SessionTag)), proven,
+    /// and neither side is fresh; otherwise the answer is `fresh` and a side
+    /// that remembers a session numbers afresh, in a new session named by
+    /// this handshake.
     pub fn accepted(&mut self, neg: &Negotiate, nonce: Nonce, now: Instant) -> AcceptOutcome {
         self.accepted_as(neg, nonce, PeerCertificate::NotRequired, now)
     }
@@ -206,11 +214,17 @@ impl ComObject {
         };
         let claim = Continuity::judge(self.continuity.as_deref(), &hs, neg.proof.as_ref());
         let proven = claim == Claim::Proven;
+        // The claimant numbers in another session than ours (see
+        // `SessionTag`): one of us started a new one the other never
+        // learnt of (a fresh answer lost with its channel, on either side
+        // of crossing channels), so the two numberings may differ.
+        let diverged = neg.session != self.session.tag();
         // An unproven claim never raises our generation (no claimant picks
-        // one): claiming more than we ever saw, it starts a new session,
-        // judged as having seen no channel.
+        // one), and its tag is no evidence: claiming more than we ever saw,
+        // or another session, it starts a new session, judged as having
+        // seen no channel.
         let ahead = neg.last_generation > self.session.last_generation();
-        let beyond = !proven && ahead;
+        let beyond = !proven && (ahead || diverged);
         let decision = if beyond {
             let mut new = neg.clone();
             new.last_generation = 0;
@@ -241,32 +255,22 @@ impl ComObject {
             self.confirm_continuity();
         }
         // Session state on each side: a side that never worked with the
-        // other, or forgot it (reclaimed), is fresh. A fresh peer (its last
-        // generation is 0) while we remember a session means it forgot us:
-        // we number afresh. If we are the fresh one, what the peer says it
-        // received belongs to the session we forgot; the answer tells it
-        // we are fresh, and it numbers afresh too. A claim beyond our
-        // generations starts a new session the same way.
-        // A fresh answer the peer has not shown it read (see
-        // `fresh_unconfirmed`) holds until it names that channel's
-        // generation.
-        if self
-            .fresh_unconfirmed
-            .is_some_and(|g| neg.last_generation >= g)
-        {
-            self.fresh_unconfirmed = None;
-        }
+        // other, or forgot it (reclaimed), is fresh, and a peer that claims
+        // no generation is. Two sides go on with one numbering only if
+        // both are in it: the same session tag, proven, and neither fresh.
+        // Otherwise the answer is `fresh`: the initiator numbers afresh if
+        // it remembers a session, and so do we (`renumber`) if we do —
+        // what either sent and the other never acknowledged is handed back
+        // as maybe delivered, never delivered twice and never skipped. If
+        // either side numbers afresh, the new numbering takes this
+        // handshake's tag; two fresh sides stay in the pair's first (0), as
+        // two that contact each other at once for the first time must
+        // (each may accept the other's channel: tests/two_nodes.rs).
         let forgot = self.session.is_fresh();
-        // A proven claim ahead of our generations: the peer accepted a
-        // channel of ours that we never completed, and if it had forgotten
-        // us it numbered afresh on it — which we cannot tell. Both start a
-        // new session: what either sent and the other never acknowledged
-        // is handed back as maybe delivered, never delivered twice and
-        // never skipped (found by the simulator).
-        let unseen = proven && ahead && !forgot;
-        let fresh = forgot || beyond || unseen || self.fresh_unconfirmed.is_some();
-        let renumber = !forgot && (beyond || unseen || neg.last_generation == 0);
-        let peer_last_received = if fresh && neg.last_generation > 0 {
+        let claims_none = neg.last_generation == 0;
+        let fresh = forgot || claims_none || diverged || beyond;
+        let renumber = !forgot && fresh;
+        let peer_last_received = if fresh && !claims_none {
             0
         } else {
             neg.last_received
@@ -305,6 +309,9 @@ impl ComObject {
             tracing::info!(site = %neg.site, "the peer forgot the session; numbering starts again");
             self.session.forget_peer();
         }
+        if renumber || (fresh && !claims_none) {
+            self.session.set_tag(hs.session_tag());
+        }
         // Unproven (and no confirmed secret held): this handshake agrees
         // the pair's secret, confirmed once the peer sends anything on
         // this channel.
@@ -326,6 +333,7 @@ impl ComObject {
             rekey,
             // The driver puts in the acceptor's proof (`with_cookie`).
             cookie: None,
+            session: self.session.tag(),
         };
         let params = ChannelParams {
             buffer_size,
@@ -336,13 +344,6 @@ impl ComObject {
         self.session
             .channel_up(params, now)
             .expect("last_received checked above");
-        // A fresh answer to a peer that claims a session (a generation):
-        // until it reads the answer it may go on numbering in that
-        // session, so the answer holds until it shows it did. (A peer that
-        // claims none numbers afresh anyway.)
-        if fresh && neg.last_generation > 0 {
-            self.fresh_unconfirmed = Some(generation);
-        }
         let id = self.now_working(Some(neg.attempt), now);
         AcceptOutcome::Accept { id, answer }
     }

@@ -201,6 +201,9 @@ pub struct OpenRequest {
     /// The secret of the session with the peer, if any: NEGOTIATE proves
     /// it (see [`continuity`](crate::handshake::continuity)).
     pub secret: Option<PairSecret>,
+    /// The numbering the session is in, sent in NEGOTIATE (see
+    /// [`SessionTag`](crate::handshake::SessionTag)).
+    pub session: crate::handshake::SessionTag,
 }
 
 /// The answer to a NEGOTIATE that reached this ComObject.

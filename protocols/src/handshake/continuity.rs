@@ -85,6 +85,17 @@ impl HandshakeNonces {
         PairSecret(siphash24_128(&key, &self.message(b"sitenet pair secret")))
     }
 
+    /// The tag of the numbering this handshake starts, if either side
+    /// numbers afresh after it (see
+    /// [`SessionTag`](super::SessionTag)): both sides compute the same
+    /// from the two nonces, never 0 (the tag of a pair's first numbering).
+    /// Not a secret: it names a session, the proof authenticates it.
+    pub fn session_tag(&self) -> super::SessionTag {
+        let mac = siphash24_128(&[0; 16], &self.message(b"sitenet session tag"));
+        let tag = u64::from_le_bytes(mac[..8].try_into().expect("8 bytes"));
+        tag.max(1)
+    }
+
     /// The initiator's proof that it holds `secret`, bound to this
     /// handshake.
     pub fn proof(&self, secret: &PairSecret) -> Proof {

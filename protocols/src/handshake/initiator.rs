@@ -26,6 +26,8 @@ pub enum Initiator {
         /// The secret of our session with the expected site, if any: its
         /// proof goes in NEGOTIATE.
         secret: Option<PairSecret>,
+        /// Our session tag with the expected site, sent in NEGOTIATE.
+        session: SessionTag,
         /// The cookies we hold (none: the open level).
         keys: Keyring,
         /// What TLS proved of the acceptor (see [`certificate`]).
@@ -70,6 +72,9 @@ pub struct Opened {
     /// The secret this handshake agreed, if the answer said so (`rekey`):
     /// the pair's from now on (see [`continuity`](super::continuity)).
     pub pair_secret: Option<PairSecret>,
+    /// The session both sides number in from now on (see [`SessionTag`]):
+    /// ours, unless the answer is fresh.
+    pub session: SessionTag,
 }
 
 impl Initiator {
@@ -101,6 +106,7 @@ impl Initiator {
             attempt: Attempt::UNKNOWN,
             nonce,
             secret: None,
+            session: 0,
             keys: Keyring::default(),
             certificate: PeerCertificate::NotRequired,
         }
@@ -147,6 +153,18 @@ impl Initiator {
         self
     }
 
+    /// Our session tag with the site (from the ComObject's
+    /// [`OpenRequest`](crate::OpenRequest); 0, the pair's first numbering,
+    /// by default): NEGOTIATE carries it, and an answer that goes on with
+    /// the session must name the same. Has no effect once PRESENT was
+    /// handled.
+    pub fn with_session(mut self, tag: SessionTag) -> Self {
+        if let Self::ExpectPresent { session, .. } = &mut self {
+            *session = tag;
+        }
+        self
+    }
+
     /// Names this open attempt in NEGOTIATE. A driver that may open a
     /// channel to the same site more than once should number its attempts:
     /// the acceptor then recognises a channel left behind by an abandoned
@@ -176,6 +194,7 @@ impl Initiator {
                     attempt,
                     nonce,
                     secret,
+                    session,
                     keys,
                     certificate,
                 } => {
@@ -190,6 +209,7 @@ impl Initiator {
                             attempt,
                             nonce,
                             secret,
+                            session,
                             keys,
                             certificate,
                         };
@@ -239,6 +259,7 @@ impl Initiator {
                         nonce,
                         proof: secret.map(|s| hs.proof(&s)),
                         cookie: None,
+                        session,
                     };
                     // The initiator proves first, over everything said so far.
                     let transcript = (!keys.is_open())
@@ -300,6 +321,7 @@ impl Initiator {
                             fresh,
                             rekey,
                             cookie,
+                            session,
                         } => {
                             // The acceptor proves the cookie we proved, over
                             // the same transcript (open: none either way).
@@ -315,6 +337,19 @@ impl Initiator {
                                     what: "NEGOTIATE_ANS",
                                     reason: format!(
                                         "fresh acceptor claims to have received {last_received}"
+                                    ),
+                                }
+                                .into());
+                            }
+                            // An acceptor that goes on with our session
+                            // numbers in it: a tag of its own would mean the
+                            // two sides number differently.
+                            if !fresh && session != proposed.session {
+                                return Err(ProtocolError::Malformed {
+                                    what: "NEGOTIATE_ANS",
+                                    reason: format!(
+                                        "resumes session {session:#x}, ours is {:#x}",
+                                        proposed.session
                                     ),
                                 }
                                 .into());
@@ -375,6 +410,7 @@ impl Initiator {
                                 generation,
                                 peer_fresh: fresh,
                                 pair_secret,
+                                session,
                             }))
                         }
                     };

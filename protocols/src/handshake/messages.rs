@@ -64,7 +64,27 @@ pub struct Negotiate {
     /// holding a cookie refuses a NEGOTIATE without a valid one
     /// ([`RefuseReason::Unauthenticated`]) before it allocates anything.
     pub cookie: Option<CookieProof>,
+    /// The initiator's session tag: which numbering of the pair it is in
+    /// (see [`SessionTag`]). The acceptor compares it with its own: two
+    /// sides with different tags may number differently, so a claim whose
+    /// tag differs starts a new session.
+    #[serde(default)]
+    pub session: SessionTag,
 }
+
+/// Names one numbering of a site pair, the same on both sides (wire
+/// version 6).
+///
+/// Both sides start in the pair's first numbering, tag 0. A handshake
+/// after which either side numbers afresh (a fresh answer to a side that
+/// remembers a session, or an acceptor that restarts its own numbering)
+/// names the new numbering after itself
+/// ([`HandshakeNonces::session_tag`](super::HandshakeNonces::session_tag)):
+/// the acceptor takes it when it answers, the initiator when it reads the
+/// answer. So two sides hold the same tag exactly when they number in the
+/// same session — which a generation cannot tell: two channels accepted
+/// crosswise can share one (the simulator's open finding, seed 503948).
+pub type SessionTag = u64;
 
 /// Names one open attempt: the opener (one per remote site an initiating
 /// node contacts) and the attempt's number among that opener's attempts.
@@ -160,6 +180,11 @@ pub enum NegotiateAns {
         /// The acceptor's proof of the cookie the initiator proved (see
         /// [`cookie`](super::cookie)); `None` at the open level.
         cookie: Option<CookieProof>,
+        /// The numbering both sides are in from this answer on (see
+        /// [`SessionTag`]): the NEGOTIATE's own unless the answer is
+        /// `fresh` (an initiator checks it).
+        #[serde(default)]
+        session: SessionTag,
     },
     /// The channel is refused.
     Refuse(RefuseReason),

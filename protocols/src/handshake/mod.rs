@@ -64,6 +64,7 @@
 //!     fresh: true,
 //!     rekey: true, // A proved nothing: this handshake agrees the pair's secret
 //!     cookie: None, // the open level: no cookie to prove (see `cookie`)
+//!     session: 0,   // both were fresh: the pair's first numbering
 //! };
 //! assert!(write_answer(&mut to_a, &answer));
 //! let opened = a.handle_input(&mut to_a, &mut to_b)?.expect("the channel works");
@@ -97,7 +98,7 @@ pub use certificate::PeerCertificate;
 pub use continuity::{Claim, Continuity, HandshakeNonces, Nonce, PairMemory, PairSecret, Proof};
 pub use cookie::{AuthFailure, Cookie, CookieError, CookieProof, Keyring};
 pub use initiator::{Initiator, Opened};
-pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason};
+pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason, SessionTag};
 
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{FrameError, OpenError, ProtocolError};
@@ -246,6 +247,7 @@ impl LocalInfo {
                 key_id: u64::MAX,
                 mac: [u8::MAX; 32],
             }),
+            session: u64::MAX,
         };
         let len = rmp_serde::to_vec(&worst)
             .expect("handshake messages always serialise")

@@ -132,6 +132,10 @@ pub struct Session {
     link: Option<Box<Link>>,
     /// Highest generation seen working.
     last_generation: u64,
+    /// Which numbering of the pair this session is in (see
+    /// [`SessionTag`](crate::handshake::SessionTag)): 0, the first, until a
+    /// handshake starts another.
+    tag: crate::handshake::SessionTag,
     /// Counters: allocated with the first channel or message (a site
     /// that never talked counts nothing and holds no room for it).
     stats: Option<Box<SessionStats>>,
@@ -156,6 +160,7 @@ impl Session {
             cfg,
             link: None,
             last_generation: 0,
+            tag: 0,
             stats: None,
             events: None,
             local_need: true,
@@ -513,6 +518,20 @@ impl Session {
     /// Highest generation seen working (for NEGOTIATE and the link decision).
     pub fn last_generation(&self) -> u64 {
         self.last_generation
+    }
+
+    /// Which numbering of the pair this session is in (for NEGOTIATE and
+    /// the acceptor's decision; see
+    /// [`SessionTag`](crate::handshake::SessionTag)).
+    pub fn tag(&self) -> crate::handshake::SessionTag {
+        self.tag
+    }
+
+    /// A handshake settled the numbering both sides are in (the ComObject
+    /// calls it with [`forget_peer`](Self::forget_peer) when it numbers
+    /// afresh, and with the answer's tag as initiator).
+    pub fn set_tag(&mut self, tag: crate::handshake::SessionTag) {
+        self.tag = tag;
     }
 
     /// Highest message number received (for NEGOTIATE / NEGOTIATE_ANS).

@@ -341,7 +341,8 @@ impl Sim {
             nonce,
         )
         .with_attempt(req.attempt)
-        .with_secret(req.secret);
+        .with_secret(req.secret)
+        .with_session(req.session);
         let ring = MIN_BUFFER as usize;
         let mut dialer = End::new(
             n,

@@ -98,6 +98,7 @@ impl ComObject {
         )
         .with_attempt(req.attempt)
         .with_secret(req.secret)
+        .with_session(req.session)
         .with_keys(self.node.keys.clone());
         // Under TLS the acceptor must be the site its certificate names.
         let hs = if cfg.tls.is_some() {

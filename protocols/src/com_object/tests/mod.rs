@@ -75,6 +75,8 @@ fn opened(generation: u64, peer_max_message: u64) -> Opened {
         // pair keeps `PAIR`.
         peer_fresh: generation == 1,
         pair_secret: (generation == 1).then_some(PAIR),
+        // Two fresh sides stay in the pair's first numbering.
+        session: 0,
     }
 }
 
@@ -92,6 +94,8 @@ fn negotiate(last_generation: u64, attempt: Attempt) -> Negotiate {
         // The peer of the tests holds `PAIR`.
         proof: Some(from_peer().proof(&PAIR)),
         cookie: None,
+        // The pair's first numbering, as the tests' sessions are.
+        session: 0,
     }
 }
 
