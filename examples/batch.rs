@@ -11,12 +11,12 @@
 //! ```
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, SendOptions};
+use sitenet::{Message, Node, Responder, SendOptions};
 
 #[derive(Parser)]
 #[command(about = "A batch of sends and requests to several sites, one of them restarted")]
@@ -44,23 +44,32 @@ impl Message for Got {
     const ID: u32 = 3;
 }
 
-/// A store at `listen`; `answer` false keeps requests unanswered.
-fn store(listen: &str, answer: bool) -> Result<Node, Box<dyn std::error::Error>> {
+/// Requests a store holds unanswered: their responders, kept (one dropped
+/// would answer "no reply" at once).
+type Unanswered = Arc<Mutex<Vec<Responder>>>;
+
+/// A store at `listen`; `answer` false keeps requests unanswered (their
+/// responders in the returned list).
+fn store(listen: &str, answer: bool) -> Result<(Node, Unanswered), Box<dyn std::error::Error>> {
     let n = Node::builder().listen(listen).start()?;
     n.handle(|_ctx, _p: Put| {})?;
+    let kept = Unanswered::default();
+    let k = kept.clone();
     n.handle(move |ctx, g: Get| {
         if answer {
             let _ = ctx.reply(&Got(g.0 * 2));
+        } else {
+            k.lock().unwrap().extend(ctx.responder());
         }
     })?;
-    Ok(n)
+    Ok((n, kept))
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     let stores = (0..3)
-        .map(|_| store("tcp:127.0.0.1:0", true))
+        .map(|_| store("tcp:127.0.0.1:0", true).map(|(n, _)| n))
         .collect::<Result<Vec<_>, _>>()?;
     let client = Node::builder().start()?;
     let sites: Vec<_> = stores
@@ -96,7 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // A site dies holding a request of the batch; it restarts at its address.
-    let first = store("tcp:127.0.0.1:0", false)?;
+    let (first, _unanswered) = store("tcp:127.0.0.1:0", false)?;
     let at = first.listen_addresses()[0].clone();
     let site = client.site(&at)?;
     let mut b = client.batch().max_retry(1);

@@ -128,22 +128,29 @@ async fn every_request_of_a_batch_is_sent_before_the_first_reply() {
 
 /// A server on `listen` whose handler for `Ask` answers if `answer`, or
 /// keeps the request unanswered.
-fn ask_server(listen: &str, answer: bool) -> Node {
+/// A node at `listen` that answers `Ask`, or (`answer` false) keeps every
+/// request unanswered: their responders go to the returned list, which
+/// the caller holds (dropped, each would answer "no reply").
+fn ask_server(listen: &str, answer: bool) -> (Node, Arc<Mutex<Vec<sitenet::Responder>>>) {
     let node = Node::builder().listen(listen).start().unwrap();
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let k = kept.clone();
     node.handle(move |ctx, a: Ask| {
         if answer {
             let _ = ctx.reply(&Answer { seq: a.seq });
+        } else {
+            k.lock().unwrap().extend(ctx.responder());
         }
     })
     .unwrap();
-    node
+    (node, kept)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_site_is_retried_on_the_site_now_at_its_address_up_to_max_retry() {
     for retries in [0, 1] {
         // The first incarnation takes the request and never answers.
-        let first = ask_server("tcp:127.0.0.1:0", false);
+        let (first, _unanswered) = ask_server("tcp:127.0.0.1:0", false);
         let at = addr(&first);
         let client = Node::builder().start().unwrap();
         let site = client.site(&at).unwrap();

@@ -213,7 +213,15 @@ async fn a_request_of_an_ended_cooperation_does_not_keep_its_channel_open() {
         .configure(|c| c.linger = Duration::from_secs(600))
         .start()
         .unwrap();
-    server.handle(|_ctx, _c: Count| {}).unwrap(); // never answers
+    // It never answers, and holds no reference to the client (a kept
+    // responder would, and keep the channel open).
+    server
+        .handle(|ctx, _c: Count| {
+            if let Some(r) = ctx.responder() {
+                r.abandon();
+            }
+        })
+        .unwrap();
     let client = Node::builder()
         .configure(|c| c.linger = Duration::from_millis(50))
         .start()

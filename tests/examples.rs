@@ -35,6 +35,15 @@ fn pingpong_round_trips_with_madeleine_headers_and_bodies() {
 }
 
 #[test]
+fn reply_later_grants_a_lock_in_turn_from_kept_responders() {
+    let out = run("reply_later", &["--clients", "4"]);
+    assert!(
+        out.contains("4 clients held the lock in turns [1, 2, 3, 4]; at most 1 at once"),
+        "{out}"
+    );
+}
+
+#[test]
 fn delegation_answers_the_client_directly_in_three_messages() {
     let out = run("delegation", &["--keys", "4"]);
     assert_eq!(

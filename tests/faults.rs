@@ -302,8 +302,11 @@ async fn regression_requests_sent_before_a_merge_fail_with_the_site() {
     let a = listening_node();
     let b = listening_node();
     let (held_tx, mut held_rx) = tokio::sync::mpsc::unbounded_channel();
-    b.handle(move |_ctx, Held(n): Held| {
-        let _ = held_tx.send(n); // and never answered
+    b.handle(move |ctx, Held(n): Held| {
+        if let Some(r) = ctx.responder() {
+            r.abandon(); // never answered
+        }
+        let _ = held_tx.send(n);
     })
     .unwrap();
     // B contacts A first: A knows B by id.

@@ -48,13 +48,17 @@ fn a_request_never_answered() -> (
     Node,
     Node,
     std::thread::JoinHandle<Result<sitenet::Reply<IAm>, sitenet::RequestError>>,
-    u64,
+    (u64, sitenet::Responder),
 ) {
     let server = listening_node();
     let (corr_tx, corr_rx) = std::sync::mpsc::channel();
+    let corr_tx = std::sync::Mutex::new(corr_tx);
     server
         .handle(move |ctx, _: WhoAreYou| {
-            let _ = corr_tx.send(ctx.correlation_id());
+            // The server keeps the request's responder (the test holds it):
+            // the request stays unanswered, not answered "no reply".
+            let held = (ctx.correlation_id(), ctx.responder().expect("a request"));
+            let _ = corr_tx.lock().unwrap().send(held);
         })
         .unwrap();
     let victim = listening_node();
@@ -336,7 +340,7 @@ fn a_reply_from_another_site_does_not_complete_a_request() {
     use sitenet::protocols::MessageKind;
     // The server tells the test the request's id, as a third site that
     // guessed it would know it.
-    let (_server, victim, asking, corr) = a_request_never_answered();
+    let (_server, victim, asking, (corr, _held)) = a_request_never_answered();
     // A third site answers with that id.
     let mut forger = lying_initiator(&addr(&victim), vec![]);
     let header = rmp_serde::to_vec(&IAm {
@@ -363,7 +367,7 @@ fn a_reply_from_another_site_does_not_complete_a_request() {
 #[test]
 fn a_delegated_reply_with_a_guessed_id_does_not_complete_a_request() {
     use sitenet::protocols::MessageKind;
-    let (_server, victim, asking, _corr) = a_request_never_answered();
+    let (_server, victim, asking, _held) = a_request_never_answered();
     let mut forger = lying_initiator(&addr(&victim), vec![]);
     let header = rmp_serde::to_vec(&IAm {
         id: "forged".into(),

@@ -124,12 +124,27 @@ async fn request_reply_and_errors() {
         matches!(e, sitenet::RequestError::Remote(ref r) if r.contains("no handler")),
         "{e:?}"
     );
-    // A request the server never answers times out; the late reply (none
-    // here) would be discarded.
-    server.handle(|_ctx, _m: Numbered| {}).unwrap();
+    // A handler that answers nothing: "no reply" at once (issue 20), not
+    // a timeout.
+    let kept = std::sync::Mutex::new(Vec::new());
+    server
+        .handle(move |ctx, m: Numbered| {
+            if m.seq == 1 {
+                // Kept, never answered: the request times out; the late
+                // reply (none here) would be discarded.
+                kept.lock().unwrap().extend(ctx.responder());
+            }
+        })
+        .unwrap();
+    let numbered = |seq| Numbered { stream: 0, seq };
+    let e = site
+        .request::<Numbered, Squared>(&numbered(0), SendOptions::default(), PATIENCE)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, sitenet::RequestError::NoReply(_)), "{e:?}");
     let e = site
         .request::<Numbered, Squared>(
-            &Numbered { stream: 0, seq: 0 },
+            &numbered(1),
             SendOptions::default(),
             Duration::from_millis(200),
         )
@@ -336,12 +351,16 @@ async fn a_body_sent_in_parts_arrives_whole_and_in_order() {
 /// deadline than those it waits for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_time_out_in_the_order_of_their_deadlines() {
-    // A server that never answers: echo is not served.
+    // A server that never answers.
     let server = sitenet::Node::builder()
         .listen("tcp:127.0.0.1:0")
         .start()
         .unwrap();
-    server.handle(|_ctx, _m: Numbered| {}).unwrap();
+    // Its handler keeps every request's responder and answers none.
+    let kept = std::sync::Mutex::new(Vec::new());
+    server
+        .handle(move |ctx, _m: Numbered| kept.lock().unwrap().extend(ctx.responder()))
+        .unwrap();
     let client = sitenet::Node::builder().start().unwrap();
     let site = client.site(&addr(&server)).unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

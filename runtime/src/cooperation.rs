@@ -276,10 +276,12 @@ impl CoopState {
 /// struct Ask;
 /// impl Message for Ask { const ID: u32 = 16; }
 ///
-/// // A site that never answers: the cooperation is checked without
+/// // A site that never answers (it keeps every responder: one dropped
+/// // would answer "no reply" at once): the cooperation is checked without
 /// // blocking, waited for with a timeout, and cancelled.
 /// let silent = Node::builder().listen("tcp:127.0.0.1:0").start()?;
-/// silent.handle(|_ctx, _: Ask| {})?;
+/// let kept = std::sync::Mutex::new(Vec::new());
+/// silent.handle(move |ctx, _: Ask| kept.lock().unwrap().extend(ctx.responder()))?;
 /// let client = Node::builder().start()?;
 /// let site = client.site(&silent.listen_addresses()[0])?;
 /// let coop = client.cooperation();

@@ -127,6 +127,13 @@ pub enum RequestError {
     /// The peer has no handler for the request's type, or its handler failed.
     #[error("the peer could not handle the request: {0}")]
     Remote(String),
+    /// The peer's handler answered nothing: it returned without replying,
+    /// forwarding or taking the request's
+    /// [`Responder`](crate::Responder), or dropped the responder
+    /// unanswered. Said at once, so no caller waits out its timeout; the
+    /// handler did run (retrying repeats its effects).
+    #[error("the peer's handler gave no reply: {0}")]
+    NoReply(String),
     /// The reply did not decode as the expected type.
     #[error("cannot decode the reply: {0}")]
     Decode(String),

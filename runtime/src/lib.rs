@@ -56,7 +56,7 @@ pub use config::NodeConfig;
 pub use cooperation::{Answer, CoopError, Cooperation, Expect};
 pub use delivery::Delivery;
 pub use error::{DeliveryError, FlushError, NodeError, RequestError, SendError, SiteFailure};
-pub use handlers::{Ctx, Unhandled};
+pub use handlers::{Ctx, Responder, Unhandled};
 pub use message::{Message, Reply, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};

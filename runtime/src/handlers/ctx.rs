@@ -7,9 +7,11 @@ use bytes::Bytes;
 
 use sitenet_protocols::{MessageKind, OutMessage, Priority, SiteId};
 
+use super::responder::Responder;
 use super::RemoteError;
 use crate::error::SendError;
 use crate::message::{Message, SendOptions};
+use crate::node::NoReply;
 use crate::node::{Ctx, Node};
 use crate::site::SiteRef;
 
@@ -130,21 +132,49 @@ impl Ctx<'_> {
                 "reply to a message that is not an unanswered request".into(),
             ));
         }
-        let header = rmp_serde::to_vec(reply).map_err(|e| SendError::Encode(e.to_string()))?;
-        let m = OutMessage {
-            priority: self.priority,
-            type_id: R::ID,
+        super::responder::post_answer(
+            &self.sender(),
             // A forwarded request is answered to its origin directly.
-            kind: sitenet_protocols::delegation::reply_kind(self.kind)
-                .unwrap_or(MessageKind::Reply),
-            corr: self.corr,
-            header: header.into(),
-            body: body.into(),
-            tracked: false,
-        };
-        self.sender().try_post(m)?;
+            sitenet_protocols::delegation::reply_kind(self.kind).unwrap_or(MessageKind::Reply),
+            self.corr,
+            self.priority,
+            reply,
+            body,
+        )?;
         self.replied = true;
         Ok(())
+    }
+
+    /// Takes the request's [`Responder`], to answer later from any thread
+    /// or task (the handler may not wait). `None` for a one-way message,
+    /// or a request already answered, forwarded or whose responder was
+    /// taken. Dropped unanswered, it answers "no reply" at once.
+    ///
+    /// A handler that neither answers, forwards nor takes the responder
+    /// answers "no reply" when it returns: no caller waits out its
+    /// timeout for a handler that forgot.
+    pub fn responder(&mut self) -> Option<Responder> {
+        let kind = sitenet_protocols::delegation::reply_kind(self.kind)?;
+        if self.replied {
+            return None;
+        }
+        self.replied = true;
+        Some(Responder::new(
+            self.sender(),
+            kind,
+            self.corr,
+            self.priority,
+        ))
+    }
+
+    /// Answers "no reply" (see [`responder`](Self::responder)) unless the
+    /// request was answered; nothing for a one-way message.
+    pub(crate) fn no_reply(&mut self, reason: &str) {
+        if self.is_request() && !self.replied {
+            let _ = self.reply(&NoReply {
+                reason: reason.into(),
+            });
+        }
     }
 
     /// Answers the request being handled with the error `reason`, unless

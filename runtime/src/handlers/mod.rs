@@ -22,8 +22,10 @@ use crate::site::SiteRef;
 use crate::site_entry::SiteEntry;
 
 mod ctx;
+mod responder;
 pub use crate::node::{BodySink, Ctx, Unhandled};
 pub(crate) use crate::node::{Erased, ErasedStream, RemoteError};
+pub use responder::Responder;
 
 pub(crate) fn erase<M, F>(f: F) -> Erased
 where
@@ -164,8 +166,9 @@ fn call(
     };
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &header)));
     let outcome = handler_outcome("handler", node, from, &header, &ctx.body, type_id, result);
-    if let Err(reason) = outcome {
-        ctx.fail_request(reason);
+    match outcome {
+        Err(reason) => ctx.fail_request(reason),
+        Ok(()) => ctx.no_reply("the handler returned without answering the request"),
     }
 }
 

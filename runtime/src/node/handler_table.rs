@@ -59,6 +59,19 @@ impl Message for RemoteError {
     const ID: u32 = RESERVED_IDS;
 }
 
+/// The reply sent when a request's handler answered nothing: it returned
+/// without replying, forwarding or taking the request's `Responder`, or
+/// the `Responder` was dropped unanswered. The caller's request ends at once
+/// with `RequestError::NoReply` instead of waiting out its timeout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct NoReply {
+    pub(crate) reason: String,
+}
+
+impl Message for NoReply {
+    const ID: u32 = RESERVED_IDS + 8;
+}
+
 pub(crate) type Erased = Arc<dyn Fn(&mut Ctx<'_>, &Bytes) -> Result<(), String> + Send + Sync>;
 
 /// A message that reached no handler: what the `unhandled` hook sees.

@@ -18,7 +18,7 @@ use builder::StopOnDrop;
 pub(crate) use cooperations::{Coop, OpenCooperations};
 pub(crate) use decoding::{decoding_on, with_decoding_node};
 pub use handler_table::{BodySink, Ctx, Unhandled};
-pub(crate) use handler_table::{Erased, ErasedStream, Handlers, RemoteError};
+pub(crate) use handler_table::{Erased, ErasedStream, Handlers, NoReply, RemoteError};
 pub use site_ref::SiteRef;
 pub(crate) use site_table::Named;
 use site_table::SiteTable;

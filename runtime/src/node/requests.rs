@@ -19,7 +19,7 @@ use sitenet_protocols::requests::{Reply, RequestTable};
 use sitenet_protocols::InMessage;
 
 use super::NodeInner;
-use super::RemoteError;
+use super::{NoReply, RemoteError};
 use crate::error::RequestError;
 use crate::message::Message;
 use crate::metrics::Counters;
@@ -189,20 +189,29 @@ impl NodeInner {
                 return;
             }
         };
-        let remote = (m.prelude.type_id == RemoteError::ID).then(|| {
-            rmp_serde::from_slice::<RemoteError>(&m.header)
-                .map(|e| e.reason)
-                .unwrap_or_else(|e| format!("undecodable error reply: {e}"))
-        });
+        let undecodable = |e: rmp_serde::decode::Error| format!("undecodable error reply: {e}");
+        let failed = match m.prelude.type_id {
+            RemoteError::ID => Some(RequestError::Remote(
+                rmp_serde::from_slice::<RemoteError>(&m.header)
+                    .map(|e| e.reason)
+                    .unwrap_or_else(undecodable),
+            )),
+            NoReply::ID => Some(RequestError::NoReply(
+                rmp_serde::from_slice::<NoReply>(&m.header)
+                    .map(|e| e.reason)
+                    .unwrap_or_else(undecodable),
+            )),
+            _ => None,
+        };
         match waiter {
             Waiter::Request(tx) => {
-                let _ = tx.send(match remote {
-                    Some(reason) => Err(RequestError::Remote(reason)),
+                let _ = tx.send(match failed {
+                    Some(e) => Err(e),
                     None => Ok(m),
                 });
             }
-            Waiter::Coop(coop) => match remote {
-                Some(reason) => coop.site_failed(self, from, &reason),
+            Waiter::Coop(coop) => match failed {
+                Some(e) => coop.site_failed(self, from, &e.to_string()),
                 None => coop.offer(self, from, m),
             },
         }

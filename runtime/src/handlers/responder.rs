@@ -1,0 +1,169 @@
+//! Answering a request later: the [`Responder`] a handler takes from its
+//! context.
+//!
+//! A handler runs on the node's I/O thread and must not wait; a request
+//! whose answer needs anything awaited (another site, a lock, a language
+//! runtime's own thread) takes its responder, returns, and answers from
+//! wherever the answer is ready — Erlang's `gen_server:reply(From, R)`.
+//! Every request gets exactly one answer: the reply, an error
+//! ([`fail`](Responder::fail)), or — if the responder is dropped
+//! unanswered, or the handler neither answered nor took it — a "no reply"
+//! sent at once, which the caller sees as
+//! [`RequestError::NoReply`](crate::RequestError::NoReply) instead of
+//! waiting out its timeout.
+
+use bytes::Bytes;
+
+use sitenet_protocols::{MessageKind, OutMessage, Priority};
+
+use crate::error::SendError;
+use crate::message::Message;
+use crate::node::{NoReply, RemoteError};
+use crate::site::SiteRef;
+
+/// The answer a request is owed, taken from its handler's
+/// [`Ctx::responder`](crate::Ctx::responder): `Send + 'static`, so it can
+/// move to another thread or task and answer once, later.
+///
+/// Dropping it unanswered answers "no reply" at once (the caller's
+/// request ends with [`RequestError::NoReply`](crate::RequestError::NoReply)).
+///
+/// ```
+/// # use std::time::Duration;
+/// # use serde::{Deserialize, Serialize};
+/// # use sitenet_runtime::{Message, Node, SendOptions};
+/// #[derive(Serialize, Deserialize)]
+/// struct Slow(u64);
+/// impl Message for Slow { const ID: u32 = 31; }
+///
+/// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+/// server.handle(|ctx, Slow(n): Slow| {
+///     let responder = ctx.responder().expect("a request");
+///     // The handler returns at once; the answer comes from another thread.
+///     std::thread::spawn(move || {
+///         std::thread::sleep(Duration::from_millis(20));
+///         let _ = responder.reply(&Slow(n * 2));
+///     });
+/// })?;
+/// let client = Node::builder().start()?;
+/// let site = client.site(&server.listen_addresses()[0])?;
+/// let r = site.request_blocking::<Slow, Slow>(&Slow(21), SendOptions::default(),
+///     Duration::from_secs(30))?;
+/// assert_eq!(r.msg.0, 42);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Responder {
+    to: SiteRef,
+    /// The kind of the answer: a reply, or a delegated reply to a
+    /// forwarded request's origin.
+    kind: MessageKind,
+    corr: u64,
+    priority: Priority,
+    answered: bool,
+}
+
+impl Responder {
+    pub(crate) fn new(to: SiteRef, kind: MessageKind, corr: u64, priority: Priority) -> Self {
+        Self {
+            to,
+            kind,
+            corr,
+            priority,
+            answered: false,
+        }
+    }
+
+    /// Answers with `reply` (at the request's priority). Never waits:
+    /// fails with `QueueFull` if the site's output bound is reached — the
+    /// caller is then told "no reply", as if the responder were dropped.
+    pub fn reply<R: Message>(self, reply: &R) -> Result<(), SendError> {
+        self.reply_with(reply, Vec::new())
+    }
+
+    /// [`reply`](Self::reply) with a body (`Bytes` are shared, not copied).
+    pub fn reply_with<R: Message>(mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
+        self.answer(reply, body)
+    }
+
+    /// Answers with an error: the caller's request ends with
+    /// [`RequestError::Remote`](crate::RequestError::Remote) carrying
+    /// `reason`.
+    pub fn fail(mut self, reason: impl Into<String>) -> Result<(), SendError> {
+        self.answer(
+            &RemoteError {
+                reason: reason.into(),
+            },
+            Vec::new(),
+        )
+    }
+
+    /// Gives up answering without telling the caller: its request ends by
+    /// its own timeout (or its site's failure). For a server that must
+    /// look silent — a test of timeouts, an answer deliberately withheld
+    /// from a peer. Unlike a kept responder, an abandoned one holds no
+    /// reference to the requester (which would keep its channel open).
+    pub fn abandon(mut self) {
+        self.answered = true;
+    }
+
+    /// The site the answer goes to: the requester (for a forwarded
+    /// request, its origin, as the forwarder named it).
+    pub fn site(&self) -> &SiteRef {
+        &self.to
+    }
+
+    /// The request's correlation id, as
+    /// [`Ctx::correlation_id`](crate::Ctx::correlation_id) gave it.
+    pub fn correlation_id(&self) -> u64 {
+        self.corr
+    }
+
+    fn answer<R: Message>(&mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
+        post_answer(&self.to, self.kind, self.corr, self.priority, reply, body)?;
+        self.answered = true;
+        Ok(())
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        if !self.answered {
+            let reason = "the handler dropped the request's responder unanswered".to_string();
+            // Best effort: a full or failed site cannot be told either,
+            // and the caller's timeout or the site's failure ends it.
+            let _ = self.answer(&NoReply { reason }, Vec::new());
+        }
+    }
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("to", &self.to.id())
+            .field("corr", &self.corr)
+            .field("answered", &self.answered)
+            .finish()
+    }
+}
+
+/// Queues the answer `reply` (with `body`) of request `corr` to `to`, as
+/// a message of `kind` at `priority` (never waits).
+pub(crate) fn post_answer<R: Message>(
+    to: &SiteRef,
+    kind: MessageKind,
+    corr: u64,
+    priority: Priority,
+    reply: &R,
+    body: Vec<Bytes>,
+) -> Result<(), SendError> {
+    let header = rmp_serde::to_vec(reply).map_err(|e| SendError::Encode(e.to_string()))?;
+    to.try_post(OutMessage {
+        priority,
+        type_id: R::ID,
+        kind,
+        corr,
+        header: header.into(),
+        body: body.into(),
+        tracked: false,
+    })
+}
