@@ -33,7 +33,9 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "cli")]
 pub mod bench;
+#[cfg(feature = "cli")]
 pub mod stress;
 
 pub use sitenet_protocols as protocols;
