@@ -213,7 +213,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let coop = client.cooperation();
     for s in &shards_here {
-        coop.expect(Expect::from(s).of::<Partial>());
+        coop.expect(Expect::from_site(s).of::<Partial>());
     }
     for s in &shards_here {
         coop.request(s, &Sum, SendOptions::default()).await?;

@@ -67,7 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // once every descriptor declared so far is filled.
     let coop = client.cooperation();
     for s in &sites {
-        coop.expect(Expect::from(s).of::<Total>().max_body(64));
+        coop.expect(Expect::from_site(s).of::<Total>().max_body(64));
     }
     for s in &sites {
         coop.request(s, &Count { slow_ms: 0 }, SendOptions::default())
@@ -92,7 +92,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Again, with the last site slow and a short timeout.
     let coop = client.cooperation();
     for s in &sites {
-        coop.expect(Expect::from(s));
+        coop.expect(Expect::from_site(s));
     }
     for (i, s) in sites.iter().enumerate() {
         let slow_ms = if i + 1 == sites.len() { 1500 } else { 0 };

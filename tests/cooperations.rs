@@ -59,7 +59,7 @@ async fn scatter_gather_completes_when_every_site_answered() {
     let coop = client.cooperation();
     assert!(coop.check().is_none());
     for s in &sites {
-        coop.expect(Expect::from(s).of::<Total>());
+        coop.expect(Expect::from_site(s).of::<Total>());
     }
     for s in &sites {
         coop.request(s, &Count { delay_ms: 0 }, now())
@@ -85,7 +85,7 @@ async fn a_long_reply_is_truncated_to_its_descriptor_and_its_size_reported() {
     let coop = client.cooperation();
     for s in [&long, &short] {
         let site = client.site(&addr(s)).unwrap();
-        coop.expect(Expect::from(&site).max_body(10));
+        coop.expect(Expect::from_site(&site).max_body(10));
         coop.request(&site, &Count { delay_ms: 0 }, now())
             .await
             .unwrap();
@@ -122,8 +122,8 @@ async fn a_timeout_returns_the_replies_that_came_and_a_late_one_is_discarded_and
     let coop = client.cooperation();
     let q = client.site(&addr(&quick)).unwrap();
     let s = client.site(&addr(&slow)).unwrap();
-    coop.expect(Expect::from(&q));
-    coop.expect(Expect::from(&s));
+    coop.expect(Expect::from_site(&q));
+    coop.expect(Expect::from_site(&s));
     coop.request(&q, &Count { delay_ms: 0 }, now())
         .await
         .unwrap();
@@ -158,13 +158,30 @@ async fn a_timeout_returns_the_replies_that_came_and_a_late_one_is_discarded_and
     ));
 }
 
+/// Issue 20: a cooperation waited on with nothing to expect slept its
+/// whole timeout and returned `TimedOut { answers: [], missing: 0 }`. It
+/// could never complete: the wait ends at once, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cooperation_with_nothing_to_expect_fails_at_once() {
+    let client = Node::builder().start().unwrap();
+    let coop = client.cooperation();
+    let t0 = std::time::Instant::now();
+    let r = coop.wait(PATIENCE).await;
+    assert!(matches!(r, Err(CoopError::NothingExpected)), "{r:?}");
+    assert!(t0.elapsed() < PATIENCE / 4, "{:?}", t0.elapsed());
+    assert!(matches!(
+        coop.check(),
+        Some(Err(CoopError::NothingExpected))
+    ));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_wakes_every_waiter_and_later_replies_are_discarded() {
     let slow = server(1, 0);
     let client = Node::builder().start().unwrap();
     let site = client.site(&addr(&slow)).unwrap();
     let coop = client.cooperation();
-    coop.expect(Expect::from(&site));
+    coop.expect(Expect::from_site(&site));
     coop.request(&site, &Count { delay_ms: 300 }, now())
         .await
         .unwrap();
@@ -192,7 +209,7 @@ async fn a_failed_site_fails_the_cooperation_waiting_for_it() {
     let client = Node::builder().start().unwrap();
     let site = client.site(&addr(&s)).unwrap();
     let coop = client.cooperation();
-    coop.expect(Expect::from(&site));
+    coop.expect(Expect::from_site(&site));
     coop.request(&site, &Count { delay_ms: 300 }, now())
         .await
         .unwrap();
@@ -228,7 +245,7 @@ async fn a_request_of_an_ended_cooperation_does_not_keep_its_channel_open() {
         .unwrap();
     let site = client.site(&addr(&server)).unwrap();
     let coop = client.cooperation();
-    coop.expect(Expect::from(&site));
+    coop.expect(Expect::from_site(&site));
     coop.cancel();
     coop.request(&site, &Count { delay_ms: 0 }, now())
         .await

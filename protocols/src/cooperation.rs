@@ -83,6 +83,10 @@ pub enum End<S> {
     Cancelled,
     /// Its wait timed out first.
     TimedOut,
+    /// It was waited for with no descriptor to fill: it could never
+    /// complete, so it ended at once instead of sleeping out its timeout
+    /// (see [`Cooperation::wait_starts`]).
+    NothingExpected,
     /// A site one of its unfilled descriptors waits for failed (or
     /// answered with an error).
     Failed {
@@ -220,6 +224,18 @@ impl<S: PartialEq + Clone> Cooperation<S> {
         waits
     }
 
+    /// A wait for it starts. One that expects nothing could never
+    /// complete: it ends at once with [`End::NothingExpected`] (a wait
+    /// would otherwise sleep its whole timeout and report nothing
+    /// missing). Returns true if it ended now.
+    pub fn wait_starts(&mut self) -> bool {
+        if self.descriptors.is_empty() {
+            self.end_with(End::NothingExpected)
+        } else {
+            false
+        }
+    }
+
     /// Cancels it (unless it already ended). Returns true if it ended now.
     pub fn cancel(&mut self) -> bool {
         self.end_with(End::Cancelled)
@@ -258,6 +274,19 @@ impl<S: PartialEq + Clone> Cooperation<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_with_nothing_expected_ends_at_once() {
+        let mut c: Cooperation<&str> = Cooperation::new();
+        assert!(c.wait_starts());
+        assert_eq!(c.end(), Some(&End::NothingExpected));
+        assert!(!c.wait_starts(), "ended once");
+        assert!(!c.time_out());
+        let mut c: Cooperation<&str> = Cooperation::new();
+        c.expect(Expect::any());
+        assert!(!c.wait_starts(), "something to wait for");
+        assert_eq!(c.end(), None);
+    }
     use proptest::prelude::*;
 
     fn from(s: u8) -> Expect<u8> {

@@ -87,7 +87,7 @@ impl PartialEq for SiteKey {
 /// let site = client.site(&server.listen_addresses()[0])?;
 /// let coop = client.cooperation();
 /// // From this site, of type Page, keeping at most 1 KiB of its body.
-/// coop.expect(Expect::from(&site).of::<Page>().max_body(1024));
+/// coop.expect(Expect::from_site(&site).of::<Page>().max_body(1024));
 /// let answers = futures::executor::block_on(async {
 ///     coop.request(&site, &Fetch, SendOptions::default()).await?;
 ///     Ok::<_, Box<dyn std::error::Error>>(coop.wait(Duration::from_secs(30)).await?)
@@ -106,8 +106,15 @@ impl Expect {
     }
 
     /// A reply from `site`.
-    pub fn from(site: &SiteRef) -> Self {
+    pub fn from_site(site: &SiteRef) -> Self {
         Self::any().and_from(site)
+    }
+
+    /// A reply from `site`: the old name of [`from_site`](Self::from_site),
+    /// which read like `From::from`.
+    #[deprecated(since = "0.1.0", note = "use Expect::from_site")]
+    pub fn from(site: &SiteRef) -> Self {
+        Self::from_site(site)
     }
 
     /// ... from `site` only.
@@ -177,6 +184,11 @@ pub enum CoopError {
     /// It was cancelled.
     #[error("the cooperation was cancelled")]
     Cancelled,
+    /// It was waited for with nothing to expect ([`Cooperation::expect`]
+    /// was never called): it could never complete, so the wait ends at
+    /// once.
+    #[error("the cooperation expects nothing: add descriptors with expect() before waiting")]
+    NothingExpected,
     /// A site a descriptor waits for failed, or answered with an error.
     #[error("site {site:?} failed: {reason}")]
     Failed {
@@ -285,7 +297,7 @@ impl CoopState {
 /// let client = Node::builder().start()?;
 /// let site = client.site(&silent.listen_addresses()[0])?;
 /// let coop = client.cooperation();
-/// coop.expect(Expect::from(&site));
+/// coop.expect(Expect::from_site(&site));
 /// futures::executor::block_on(coop.request(&site, &Ask, SendOptions::default()))?;
 /// assert!(coop.check().is_none()); // still open
 /// let waited = futures::executor::block_on(coop.wait(Duration::from_millis(50)));
@@ -386,6 +398,7 @@ impl Cooperation {
                 Err(CoopError::Shutdown)
             }
             End::Cancelled => Err(CoopError::Cancelled),
+            End::NothingExpected => Err(CoopError::NothingExpected),
             End::TimedOut => Err(CoopError::TimedOut {
                 answers: answers(),
                 missing: m.missing(),
@@ -399,8 +412,12 @@ impl Cooperation {
 
     /// Waits until every descriptor is filled, at most `timeout`; a timeout
     /// ends the cooperation ([`CoopError::TimedOut`] has the replies that
-    /// came).
+    /// came). A cooperation that expects nothing ends at once with
+    /// [`CoopError::NothingExpected`].
     pub async fn wait(&self, timeout: Duration) -> Result<Vec<Answer>, CoopError> {
+        if self.state.machine.lock().wait_starts() {
+            self.state.ended(&self.node);
+        }
         let timer = self.node.rt.delay(timeout);
         futures::pin_mut!(timer);
         loop {
@@ -539,7 +556,7 @@ impl crate::Node {
     ///     let sites = servers.iter().map(|s| node.site(&s.listen_addresses()[0]))
     ///         .collect::<Result<Vec<_>, _>>()?;
     ///     for site in &sites { // every descriptor first, then the requests
-    ///         coop.expect(Expect::from(site).of::<Total>());
+    ///         coop.expect(Expect::from_site(site).of::<Total>());
     ///     }
     ///     for site in &sites {
     ///         coop.request(site, &Count, SendOptions::default()).await?;
