@@ -167,6 +167,32 @@ async fn request_reply_and_errors() {
     assert_eq!(r.msg.0, 9);
 }
 
+/// Issue 20: `request` borrowed its message (and its `SiteRef`) for the
+/// whole future, so requests built in a `map` from temporaries could not be
+/// awaited together (E0515: this test did not compile). The request is
+/// encoded when it is made; the future owns what it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_built_in_a_loop_own_their_messages() {
+    let server = listening_node();
+    server
+        .handle(|ctx, Square(x)| {
+            let _ = ctx.reply(&Squared(x * x));
+        })
+        .unwrap();
+    let client = sitenet::Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let asked: Vec<_> = (0..10u64)
+        .map(|x| site.request::<Square, Squared>(&Square(x), SendOptions::default(), PATIENCE))
+        .collect();
+    drop(site); // each future holds a reference of its own
+    let got: Vec<u64> = futures::future::join_all(asked)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().msg.0)
+        .collect();
+    assert_eq!(got, (0..10u64).map(|x| x * x).collect::<Vec<_>>());
+}
+
 #[test]
 fn registering_an_id_twice_or_a_reserved_id_fails() {
     let n = sitenet::Node::builder().start().unwrap();

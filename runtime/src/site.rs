@@ -297,6 +297,10 @@ impl SiteRef {
     /// Sends a request and waits for its reply, at most `timeout`. A late
     /// reply is discarded.
     ///
+    /// The request is encoded when this is called: the future borrows
+    /// neither `req` nor this `SiteRef` (it holds a reference of its own to
+    /// the site), so requests built in a loop can be awaited together.
+    ///
     /// ```
     /// # use std::time::Duration;
     /// # use serde::{Deserialize, Serialize};
@@ -315,32 +319,35 @@ impl SiteRef {
     /// assert_eq!(r.msg.0, 144);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn request<Q: Message, R: Message>(
+    pub fn request<Q: Message, R: Message>(
         &self,
         req: &Q,
         opts: SendOptions,
         timeout: std::time::Duration,
-    ) -> Result<Reply<R>, RequestError> {
+    ) -> impl std::future::Future<Output = Result<Reply<R>, RequestError>> + Send + 'static {
         let corr = self.node.next_corr();
-        let m = self.encode(req, opts, MessageKind::Request, corr)?;
-        let incoming = self.request_message(m, timeout).await?;
-        // (A delegated reply comes from another site; its references are
-        // charged to the site asked.)
-        let msg = crate::node::decoding_on(&self.node, self.entry.resolved(), || {
-            rmp_serde::from_slice::<R>(&incoming.header)
-        })
-        .map_err(|e| RequestError::Decode(e.to_string()))?;
-        if incoming.prelude.type_id != R::ID {
-            return Err(RequestError::Decode(format!(
-                "reply has type id {:#x}, expected {:#x}",
-                incoming.prelude.type_id,
-                R::ID
-            )));
+        let encoded = self.encode(req, opts, MessageKind::Request, corr);
+        let site = self.clone();
+        async move {
+            let incoming = site.request_message(encoded?, timeout).await?;
+            // (A delegated reply comes from another site; its references
+            // are charged to the site asked.)
+            let msg = crate::node::decoding_on(&site.node, site.entry.resolved(), || {
+                rmp_serde::from_slice::<R>(&incoming.header)
+            })
+            .map_err(|e| RequestError::Decode(e.to_string()))?;
+            if incoming.prelude.type_id != R::ID {
+                return Err(RequestError::Decode(format!(
+                    "reply has type id {:#x}, expected {:#x}",
+                    incoming.prelude.type_id,
+                    R::ID
+                )));
+            }
+            Ok(Reply {
+                msg,
+                body: incoming.body,
+            })
         }
-        Ok(Reply {
-            msg,
-            body: incoming.body,
-        })
     }
 
     /// Sends the encoded request `m` (its `corr` set) and waits for its
