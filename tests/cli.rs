@@ -176,9 +176,12 @@ fn demo_runs_alone() {
 /// `--give-up`, it exits 1 naming the permanent failure and the counts of
 /// not_sent and maybe_delivered. It never hangs.
 #[test]
-fn send_exits_1_on_a_new_incarnation_or_after_give_up() {
+fn send_exits_1_on_a_new_incarnation_a_shutdown_or_after_give_up() {
     use std::time::Duration;
-    for restart in [true, false] {
+    // How the node ends: it dies and a new incarnation starts at its
+    // address; it dies for good (the client gives up); or it shuts down
+    // gracefully, saying it leaves.
+    for (restart, graceful) in [(true, false), (false, false), (false, true)] {
         let node = sitenet::Node::builder()
             .listen("tcp:127.0.0.1:0")
             .start()
@@ -205,6 +208,10 @@ fn send_exits_1_on_a_new_incarnation_or_after_give_up() {
         assert!(
             node.wait_until_blocking(|m| m.messages_delivered > 10_000, Duration::from_secs(120))
         );
+        // Unless graceful, it dies without saying so.
+        if !graceful {
+            node.crash_on_shutdown();
+        }
         node.shutdown_blocking(Duration::from_millis(100));
         drop(node);
         let _restarted = restart.then(|| {
@@ -218,10 +225,14 @@ fn send_exits_1_on_a_new_incarnation_or_after_give_up() {
         std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut err).unwrap();
         let mut out = String::new();
         std::io::Read::read_to_string(child.0.stdout.as_mut().unwrap(), &mut out).unwrap();
-        assert_eq!(status.code(), Some(1), "restart={restart}: {err} {out}");
+        assert_eq!(
+            status.code(),
+            Some(1),
+            "restart={restart} graceful={graceful}: {err} {out}"
+        );
         assert!(
             err.contains("failed permanently"),
-            "restart={restart}: {err}"
+            "restart={restart} graceful={graceful}: {err}"
         );
         assert!(
             err.contains("not_sent") && err.contains("maybe_delivered"),
@@ -229,6 +240,8 @@ fn send_exits_1_on_a_new_incarnation_or_after_give_up() {
         );
         if restart {
             assert!(err.contains("expected site"), "a new incarnation: {err}");
+        } else if graceful {
+            assert!(err.contains("the site shut down"), "told it left: {err}");
         } else {
             assert!(err.contains("give-up"), "gave up: {err}");
         }

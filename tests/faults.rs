@@ -101,7 +101,9 @@ async fn restarted_peer_is_a_new_incarnation() {
     sink.wait().await;
     site.flush(PATIENCE).await.unwrap();
 
-    // The server process "dies" and a new one starts on the same port.
+    // The server process "dies" (it does not say it leaves) and a new one
+    // starts on the same port.
+    server.crash_on_shutdown();
     server.shutdown(Duration::from_secs(1)).await;
     drop(server);
     assert_eq!(next_state(&mut mon).await, FaultState::TempFailed);
@@ -341,4 +343,38 @@ async fn regression_requests_sent_before_a_merge_fail_with_the_site() {
         matches!(r, Err(sitenet::RequestError::SiteFailed(_))),
         "{r:?}"
     );
+}
+
+/// Issue 20: a graceful shutdown looked to its peers exactly like a crash:
+/// the client took the closed channel for a lost one and retried for ever
+/// (no give-up by default), its tracked deliveries pending and `failure()`
+/// `None`. The node now says it is leaving (a LEAVING frame with its final
+/// ack, wire version 6): the client fails the site at once as shut down,
+/// and hands back what it never acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_that_shuts_down_is_failed_at_once_as_shut_down() {
+    let server = listening_node();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    echo(&site, 1).await;
+    let mut states = client.monitor(&site);
+    let report = server.shutdown(PATIENCE).await;
+    assert_eq!(report.unacknowledged_bytes, 0);
+    let t0 = std::time::Instant::now();
+    assert!(
+        eventually(|| site.failure().is_some()).await,
+        "the client still takes the site for reachable"
+    );
+    let (why, handed_back) = site.failure().unwrap();
+    assert_eq!(why, sitenet::SiteFailure::ShutDown.to_string());
+    assert!(handed_back.maybe_delivered.is_empty() && handed_back.not_sent.is_empty());
+    // Told, not timed out: well within the silence timeout (5 s) it would
+    // otherwise have taken to notice, and never retried.
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    let mut last = None;
+    while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_millis(200), states.next()).await {
+        last = Some(ev.state);
+    }
+    assert_eq!(last, Some(FaultState::PermFailed));
+    assert_eq!(client.metrics().channels_opened, 1, "no reconnect attempt");
 }

@@ -93,6 +93,12 @@ pub enum FrameKind {
     /// Several whole small messages of one lane (lanes 1..=4), each behind
     /// a compact entry head (`packed.rs`); `msg_number` numbers the first.
     Packed = 11,
+    /// "My site shuts down for good" (wire version 6): written before a
+    /// node's final close, so the peer fails the site at once — handing
+    /// back what is pending — instead of taking the close for a lost
+    /// channel and reconnecting for ever to a site that will not return
+    /// (a restarted process is a new site).
+    Leaving = 12,
 }
 
 impl FrameKind {
@@ -112,6 +118,7 @@ impl FrameKind {
             9 => Self::CloseReject,
             10 => Self::ClearReference,
             11 => Self::Packed,
+            12 => Self::Leaving,
             other => return Err(FrameError::UnknownKind(other)),
         })
     }

@@ -597,7 +597,7 @@ fn oversized_payload_len_is_refused_from_the_header_alone() {
 fn unknown_kind_and_bad_header_fields() {
     let good = whole(3, 1, 10);
     let cases: Vec<(usize, u8, FrameError)> = vec![
-        (1, 12, FrameError::UnknownKind(12)),
+        (1, 13, FrameError::UnknownKind(13)),
         (1, 255, FrameError::UnknownKind(255)),
         (0, 0, FrameError::Version(0)),
         (0, 1, FrameError::Version(1)),

@@ -37,6 +37,15 @@ pub struct BusyGuard {
 }
 
 impl Node {
+    /// Makes this node's shutdown look to its peers like a crash: no
+    /// LEAVING frame, so they take the closed channels for lost ones (tests
+    /// of a process that dies and restarts as a new incarnation).
+    pub fn crash_on_shutdown(&self) {
+        self.inner
+            .leave_on_shutdown
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Closes the site's channel now with CLOSE_HARD, which the peer must
     /// grant, as the fd-slot controller's preemption does; the site
     /// reconnects when it needs to, and nothing is lost. Does nothing to a

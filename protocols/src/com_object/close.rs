@@ -194,12 +194,23 @@ impl ComObject {
         not_sent
     }
 
-    /// The node shuts down: a final ack becomes due (the driver writes what
-    /// it can), nothing new is opened or accepted, and the channel ends.
+    /// The node shuts down: a final ack and a LEAVING frame become due (the
+    /// driver writes what it can, and the peer fails the site at once
+    /// rather than reconnect), nothing new is opened or accepted, and the
+    /// channel ends.
     pub fn shutdown(&mut self, now: Instant) {
+        self.shutdown_as(true, now);
+    }
+
+    /// [`shutdown`](Self::shutdown), saying LEAVING only if `leaving`
+    /// (without it the peer sees what a crash shows: a lost channel).
+    pub fn shutdown_as(&mut self, leaving: bool, now: Instant) {
         self.tick(now);
         self.closing = true;
         self.session.ack_now();
+        if leaving {
+            self.session.leave();
+        }
         if let Some(id) = self.working_channel() {
             self.actions.push_back(Action::CloseChannel {
                 id,

@@ -540,6 +540,10 @@ impl ComObject {
                         self.channel_lost(id, Loss::BudgetContention, now);
                     }
                 }
+                // The site will not come back under this id: fail it now,
+                // handing back what it never acknowledged, rather than
+                // reconnect for ever.
+                SessionEvent::PeerLeaving => return self.fail(SiteFailure::ShutDown, now),
             }
         }
     }

@@ -36,6 +36,10 @@ pub enum SiteFailure {
     /// Killed on purpose.
     #[error("killed by the local node")]
     Killed,
+    /// The site said it shuts down for good (its node's graceful
+    /// shutdown): it will not come back under this id.
+    #[error("the site shut down")]
+    ShutDown,
     /// Temporarily failed for longer than the give-up timeout.
     #[error("temporarily failed for longer than the give-up timeout ({0:?})")]
     GaveUp(Duration),

@@ -106,16 +106,18 @@ pub(crate) struct Control {
     accept: bool,
     close_weak: bool,
     close_hard: bool,
+    leaving: bool,
 }
 
 impl Control {
     /// The frames in the order they are written.
-    const ORDER: [FrameKind; 5] = [
+    const ORDER: [FrameKind; 6] = [
         FrameKind::ClearReference,
         FrameKind::CloseReject,
         FrameKind::CloseAccept,
         FrameKind::CloseWeak,
         FrameKind::CloseHard,
+        FrameKind::Leaving,
     ];
 
     fn flag(&mut self, kind: FrameKind) -> &mut bool {
@@ -125,6 +127,7 @@ impl Control {
             FrameKind::CloseAccept => &mut self.accept,
             FrameKind::CloseWeak => &mut self.close_weak,
             FrameKind::CloseHard => &mut self.close_hard,
+            FrameKind::Leaving => &mut self.leaving,
             other => unreachable!("{other:?} is not a close frame"),
         }
     }
@@ -147,7 +150,7 @@ impl Control {
         self.next().is_none()
     }
 
-    /// Number of frames owed (at most five).
+    /// Number of frames owed (at most six).
     pub(crate) fn len(&self) -> usize {
         let mut c = *self;
         Self::ORDER.into_iter().filter(|&k| *c.flag(k)).count()

@@ -13,6 +13,7 @@ use crate::timer::Timer;
 
 use super::receive::DataOutcome;
 use super::Session;
+use super::{push_event, SessionEvent};
 
 impl Session {
     /// Consumes every complete frame in `input`, calling `deliver` for each
@@ -134,6 +135,20 @@ impl Session {
                         l.pace.packed_done = 0;
                     }
                     FrameKind::Ack | FrameKind::Heartbeat => {}
+                    FrameKind::Leaving => {
+                        if h.payload_len != 0 {
+                            return Err(ProtocolError::Malformed {
+                                what: "LEAVING frame",
+                                reason: "non-empty payload".into(),
+                            });
+                        }
+                        // Its ack (in the header) counts; once: a peer
+                        // repeating it holds nothing more.
+                        let last = self.events.as_ref().and_then(|e| e.back());
+                        if last != Some(&SessionEvent::PeerLeaving) {
+                            push_event(&mut self.events, SessionEvent::PeerLeaving);
+                        }
+                    }
                     kind @ (FrameKind::CloseWeak
                     | FrameKind::CloseHard
                     | FrameKind::CloseAccept

@@ -403,6 +403,15 @@ impl Session {
     // Acknowledgements
     // ------------------------------------------------------------------
 
+    /// Our site shuts down for good: a LEAVING frame is owed on the
+    /// working channel (written with the final ack), so the peer fails us
+    /// at once instead of reconnecting for ever. No effect without one.
+    pub fn leave(&mut self) {
+        if let Some(l) = &mut self.link {
+            l.close.control.set(FrameKind::Leaving);
+        }
+    }
+
     /// Makes an explicit ack due at once (before a graceful close, so the
     /// peer is not left waiting for acknowledgements it will never get).
     pub fn ack_now(&mut self) {

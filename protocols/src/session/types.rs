@@ -83,6 +83,8 @@ pub enum SessionEvent {
     WeakCloseRejected,
     /// The peer told us it holds no more references to us.
     PeerClearedReference,
+    /// The peer's site shuts down for good (a LEAVING frame): fail it now.
+    PeerLeaving,
     /// Nothing was heard for the silence timeout: presume the channel dead.
     Silent,
     /// A partly received message got no fragment for the reassembly idle

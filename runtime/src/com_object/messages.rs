@@ -220,9 +220,13 @@ impl Handler<Stop> for ComObject {
     type Result = ();
 
     fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
-        // A final ack and whatever can be written now; the socket closes
-        // with the actor.
-        self.com.shutdown(Instant::now());
+        // A final ack, LEAVING, and whatever can be written now; the socket
+        // closes with the actor.
+        let leaving = self
+            .node
+            .leave_on_shutdown
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.com.shutdown_as(leaving, Instant::now());
         self.act(ctx);
         self.drop_live(ctx);
         ctx.stop();

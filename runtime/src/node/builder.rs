@@ -149,6 +149,7 @@ impl NodeBuilder {
             com_cfg,
             shut_down: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            leave_on_shutdown: AtomicBool::new(true),
             stop_listeners: tokio::sync::watch::Sender::new(false),
             acked: Notify::new(),
             faults: Mutex::new(VecDeque::new()),

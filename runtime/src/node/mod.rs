@@ -102,6 +102,10 @@ pub(crate) struct NodeInner {
     shut_down: AtomicBool,
     /// `shutdown` began (see [`is_closing`](Self::is_closing)).
     closing: AtomicBool,
+    /// The shutdown tells connected peers the site is leaving (a LEAVING
+    /// frame); only sitenet's tests that stand a shutdown in for a crash
+    /// turn it off (`Node::crash_on_shutdown`, feature `test-hooks`).
+    pub(crate) leave_on_shutdown: AtomicBool,
     /// Level-triggered stop signal of the accept loops: a loop between two
     /// accepts cannot miss it (a `Notify` could be missed there).
     stop_listeners: tokio::sync::watch::Sender<bool>,

@@ -240,6 +240,65 @@ fn shutdown_refuses_new_channels_and_ends_the_working_one() {
     assert!(matches!(out, AcceptOutcome::Refuse(RefuseReason::Closing)));
 }
 
+/// Issue 20: a graceful shutdown writes LEAVING (after the final ack) on
+/// the working channel before the driver closes it.
+#[test]
+fn shutdown_writes_leaving_on_the_working_channel() {
+    let mut h = H::new(cfg(), true);
+    h.working();
+    let mut out = ByteBuffer::new(65_536);
+    h.com.poll_transmit(h.now, &mut out);
+    out.clear();
+    h.com.shutdown(h.now);
+    h.actions();
+    h.com.poll_transmit(h.now, &mut out);
+    let mut kinds = Vec::new();
+    let mut hb = [0u8; crate::frame::HEADER_LEN];
+    while out.peek(0, &mut hb) {
+        let fh = crate::frame::FrameHeader::decode(&hb, 65_536).unwrap();
+        kinds.push(fh.kind);
+        out.consume(crate::frame::HEADER_LEN + fh.payload_len as usize);
+    }
+    assert_eq!(
+        kinds.last(),
+        Some(&crate::frame::FrameKind::Leaving),
+        "{kinds:?}"
+    );
+}
+
+/// The other side: a LEAVING frame fails the site at once as shut down
+/// (no reconnect), handing back what it never acknowledged; a repeated one
+/// changes nothing.
+#[test]
+fn a_peer_that_leaves_is_failed_at_once_and_what_it_never_acknowledged_handed_back() {
+    let mut h = H::new(cfg(), true);
+    let id = h.working(); // one message sent, not acknowledged
+    h.com.poll_transmit(h.now, &mut ByteBuffer::new(65_536));
+    let mut input = ByteBuffer::new(4096);
+    let mut hb = [0u8; crate::frame::HEADER_LEN];
+    crate::frame::FrameHeader::control(crate::frame::FrameKind::Leaving, 0, 0).encode(&mut hb);
+    input.push(&hb);
+    input.push(&hb);
+    h.com.handle_input(id, h.now, &mut input, &mut |_| {});
+    let a = h.actions();
+    let failed: Vec<_> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::Failed {
+                failure,
+                not_sent,
+                maybe_delivered,
+            } => Some((failure.clone(), not_sent.len(), maybe_delivered.len())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, vec![(SiteFailure::ShutDown, 0, 1)], "{a:?}");
+    assert_eq!(h.com.state(), ComState::Failed);
+    assert!(!a
+        .iter()
+        .any(|a| matches!(a, Action::RequestSlot | Action::Open(_))));
+}
+
 /// A site that connected to us and named no address we can reach, with a
 /// message queued for it: its channel is lost.
 fn unreachable_site_lost(c: ComConfig) -> H {
