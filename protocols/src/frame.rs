@@ -31,7 +31,8 @@ use crate::error::FrameError;
 /// cookie proofs in NEGOTIATE and NEGOTIATE_ANS (`handshake::cookie`, issue
 /// 18); version 6 the session tags of NEGOTIATE and NEGOTIATE_ANS (which
 /// numbering of the pair each side is in: `handshake::SessionTag`, issue
-/// 19). An older peer could not read them, so the two fail each other's
+/// 19) and the `LEAVING` frame (a graceful shutdown, issue 20). An older
+/// peer could not read them, so the two fail each other's
 /// handshake permanently, as the design requires of a version mismatch (docs/architecture.md).
 pub const PROTOCOL_VERSION: u8 = 6;
 
