@@ -3,7 +3,8 @@
 //! every flag a documented `sitenet` command line uses is one that command
 //! takes, and nothing cites a design document the repository does not
 //! hold. These drifted before (the version given as 1 or 2 in seven
-//! places when it was 3; 19 references to a DESIGN.md outside the repo).
+//! places when it was 3; 19 references to a design document outside the
+//! repository).
 
 mod common;
 

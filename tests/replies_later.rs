@@ -96,24 +96,30 @@ async fn a_responder_answers_from_another_thread() {
     assert_eq!(ask(&client, &server, 21).await, Ok(42));
 }
 
-/// A handler that forgot to answer: the caller hears "no reply" at once,
-/// not after its timeout (30 s here).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_that_answers_nothing_ends_the_request_at_once() {
-    let server = node();
-    server.handle(|_ctx, _: Ask| {}).unwrap();
+/// Asks `server` with a 30 s timeout: the answer must be "no reply" with a
+/// reason that says `why`, well before the timeout.
+async fn no_reply_at_once(server: &Node, why: &str) {
     let client = node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(&addr(server)).unwrap();
     let t0 = Instant::now();
     let e = site
         .request::<Ask, Answer>(&Ask(1), SendOptions::default(), Duration::from_secs(30))
         .await
         .unwrap_err();
     assert!(
-        matches!(&e, RequestError::NoReply(why) if why.contains("returned")),
+        matches!(&e, RequestError::NoReply(reason) if reason.contains(why)),
         "{e}"
     );
     assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+}
+
+/// A handler that forgot to answer: the caller hears "no reply" at once,
+/// not after its timeout (30 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_answers_nothing_ends_the_request_at_once() {
+    let server = node();
+    server.handle(|_ctx, _: Ask| {}).unwrap();
+    no_reply_at_once(&server, "returned").await;
 }
 
 /// A responder dropped unanswered says so at once.
@@ -126,18 +132,7 @@ async fn a_responder_dropped_unanswered_ends_the_request_at_once() {
             std::thread::spawn(move || drop(responder));
         })
         .unwrap();
-    let client = node();
-    let site = client.site(&addr(&server)).unwrap();
-    let t0 = Instant::now();
-    let e = site
-        .request::<Ask, Answer>(&Ask(1), SendOptions::default(), Duration::from_secs(30))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&e, RequestError::NoReply(why) if why.contains("dropped")),
-        "{e}"
-    );
-    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    no_reply_at_once(&server, "dropped").await;
 }
 
 /// An abandoned responder answers nothing: the caller waits out its own
