@@ -168,7 +168,9 @@ impl Ctx<'_> {
     }
 
     /// Answers "no reply" (see [`responder`](Self::responder)) unless the
-    /// request was answered; nothing for a one-way message.
+    /// request was answered; nothing for a one-way message. Called after
+    /// every handler: checked here, before the reason is allocated, so a
+    /// one-way message costs nothing (tests/allocations.rs).
     pub(crate) fn no_reply(&mut self, reason: &str) {
         if self.is_request() && !self.replied {
             let _ = self.reply(&NoReply {
@@ -178,11 +180,10 @@ impl Ctx<'_> {
     }
 
     /// Answers the request being handled with the error `reason`, unless
-    /// it was answered already (a one-way message gets nothing).
+    /// it was answered already (a one-way message gets nothing: `reply`
+    /// refuses it).
     pub(crate) fn fail_request(&mut self, reason: String) {
-        if self.is_request() && !self.replied {
-            let _ = self.reply(&RemoteError { reason });
-        }
+        let _ = self.reply(&RemoteError { reason });
     }
 
     /// Replies without a body.

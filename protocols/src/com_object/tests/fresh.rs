@@ -129,10 +129,7 @@ fn regression_a_proven_claim_from_another_session_starts_a_new_session() {
     reset(&mut h, id);
     // The peer saw generation 2, which we never completed, and numbers in
     // the session its fresh answer on it started.
-    let ahead = Negotiate {
-        session: ANOTHER_SESSION,
-        ..negotiate(2, Attempt { opener: 9, seq: 1 })
-    };
+    let ahead = from_another_session(2, 1);
     let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&ahead, NONCE, h.now) else {
         panic!("accepted")
     };
@@ -163,6 +160,15 @@ fn regression_a_proven_claim_from_another_session_starts_a_new_session() {
 /// A session a peer numbers in after a fresh answer of its own that we
 /// never read (see above).
 const ANOTHER_SESSION: u64 = 0x5E55;
+
+/// The peer's NEGOTIATE (attempt `seq` of its opener 9) claiming
+/// `last_generation` from [`ANOTHER_SESSION`].
+fn from_another_session(last_generation: u64, seq: u64) -> Negotiate {
+    Negotiate {
+        session: ANOTHER_SESSION,
+        ..negotiate(last_generation, Attempt { opener: 9, seq })
+    }
+}
 
 /// The other half of the rule above: a proven claim ahead of our
 /// generations from our own session is a channel of ours the peer accepted
@@ -213,10 +219,7 @@ fn regression_a_fresh_answer_is_not_taken_for_read_by_a_crossing_channels_genera
     let mut h = H::new(cfg(), true);
     let id = h.working(); // generation 1
     reset(&mut h, id);
-    let other = Negotiate {
-        session: ANOTHER_SESSION,
-        ..negotiate(3, Attempt { opener: 9, seq: 1 })
-    };
+    let other = from_another_session(3, 1);
     let AcceptOutcome::Accept { id, answer } = h.com.accepted(&other, NONCE, h.now) else {
         panic!("accepted")
     };
@@ -233,10 +236,7 @@ fn regression_a_fresh_answer_is_not_taken_for_read_by_a_crossing_channels_genera
     reset(&mut h, id);
     // The peer's generation 4 is the channel it accepted from us; it never
     // read the fresh answer, and still numbers in its own session.
-    let crossing = Negotiate {
-        session: ANOTHER_SESSION,
-        ..negotiate(generation, Attempt { opener: 9, seq: 2 })
-    };
+    let crossing = from_another_session(generation, 2);
     let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&crossing, NONCE, h.now) else {
         panic!("accepted again")
     };
@@ -318,20 +318,14 @@ fn regression_a_new_session_for_a_claim_ahead_holds_until_the_peer_reads_it() {
     let mut h = H::new(cfg(), true);
     let id = h.working(); // generation 1
     reset(&mut h, id);
-    let ahead = Negotiate {
-        session: ANOTHER_SESSION,
-        ..negotiate(2, Attempt { opener: 9, seq: 1 })
-    };
+    let ahead = from_another_session(2, 1);
     let AcceptOutcome::Accept { id, answer } = h.com.accepted(&ahead, NONCE, h.now) else {
         panic!("accepted")
     };
     assert!(matches!(answer, NegotiateAns::Accept { fresh: true, .. }));
     // Lost before the peer sent anything: it never read the answer.
     reset(&mut h, id);
-    let again = Negotiate {
-        session: ANOTHER_SESSION,
-        ..negotiate(2, Attempt { opener: 9, seq: 2 })
-    };
+    let again = from_another_session(2, 2);
     let AcceptOutcome::Accept { answer, .. } = h.com.accepted(&again, NONCE, h.now) else {
         panic!("accepted again")
     };
