@@ -1,9 +1,21 @@
 //! [`ByteBuffer`]: the fixed-capacity circular buffer of one channel direction.
 //!
-//! Each channel owns exactly two of these (input and output), allocated once
-//! when the channel is made, so the memory a channel can use is known in
-//! advance and a flooding peer cannot make it grow (which is why sitenet does
-//! not use `FramedRead`/`FramedWrite`, whose buffers grow). The marshaler
+//! Each channel owns exactly two of these (input and output), each with a
+//! capacity fixed when the channel is made, so the memory a channel can use
+//! is known in advance and a flooding peer cannot make it grow past it (which
+//! is why sitenet does not use `FramedRead`/`FramedWrite`, whose buffers
+//! grow without a bound).
+//!
+//! # Storage grows up to the capacity, never past it
+//!
+//! The capacity is a bound, not an allocation: a buffer starts with no
+//! storage and doubles it when the bytes it holds need more, up to its
+//! capacity. A channel that carries only heartbeats and small messages
+//! holds a few hundred bytes instead of two full rings, and a bulk channel
+//! reaches its capacity after a handful of doublings. While its storage is
+//! below its capacity the data never wraps (it is moved to the front
+//! instead), so wrapping only happens in a buffer at full size, where it
+//! always did. The marshaler
 //! writes frames into the output buffer while it has room; the socket drains it.
 //! The socket fills the input buffer; the unmarshaler consumes whole frames.
 //!
@@ -26,6 +38,10 @@ use std::io::IoSlice;
 
 use bytes::{Buf, Bytes};
 
+/// Storage a buffer takes at least when it first needs some (or its
+/// capacity, if smaller): enough for a few control frames.
+const MIN_STORAGE: usize = 256;
+
 /// A slice of a message body queued by reference.
 #[derive(Debug)]
 struct Piece {
@@ -47,8 +63,10 @@ struct Shared {
 /// A fixed-capacity ring of bytes, with shared pieces in between when
 /// enabled (see the module documentation).
 ///
-/// Invariant: `len <= cap`; the ring's data occupies `len` bytes starting at
-/// `head`, wrapping at the end of the storage.
+/// Invariant: `len <= cap` and `buf.len() <= cap`; the ring's data occupies
+/// `len` bytes starting at `head`, wrapping at the end of the storage only
+/// when the storage is the whole capacity (below it, `head + len <=
+/// buf.len()`).
 ///
 /// # Example
 ///
@@ -73,7 +91,10 @@ struct Shared {
 /// assert_eq!(&word, b"hello");
 /// ```
 pub struct ByteBuffer {
-    buf: Box<[u8]>,
+    /// The storage: grows by doubling up to `cap` (module documentation).
+    buf: Vec<u8>,
+    /// The capacity: the most ring bytes the buffer ever holds.
+    cap: usize,
     head: usize,
     len: usize,
     /// Ring bytes ever pushed and ever consumed: where shared pieces sit.
@@ -85,7 +106,8 @@ pub struct ByteBuffer {
 impl std::fmt::Debug for ByteBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ByteBuffer")
-            .field("capacity", &self.buf.len())
+            .field("capacity", &self.cap)
+            .field("storage", &self.buf.len())
             .field("len", &self.len)
             .field("shared", &self.shared_len())
             .finish()
@@ -93,11 +115,13 @@ impl std::fmt::Debug for ByteBuffer {
 }
 
 impl ByteBuffer {
-    /// Allocates a buffer of exactly `capacity` bytes (its size for life).
+    /// A buffer that holds at most `capacity` bytes for life. It allocates
+    /// nothing yet: storage comes as bytes arrive (module documentation).
     pub fn new(capacity: usize) -> Self {
         assert!(capacity > 0, "a ByteBuffer needs a non-zero capacity");
         Self {
-            buf: vec![0; capacity].into_boxed_slice(),
+            buf: Vec::new(),
+            cap: capacity,
             head: 0,
             len: 0,
             pushed: 0,
@@ -120,9 +144,44 @@ impl ByteBuffer {
         b
     }
 
-    /// Total capacity of the ring.
+    /// Total capacity of the ring: the bound on what it holds.
     pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Bytes of storage allocated now (at most the capacity): what an idle
+    /// channel really costs.
+    pub fn storage(&self) -> usize {
         self.buf.len()
+    }
+
+    /// True while the storage is below the capacity: the data does not
+    /// wrap then.
+    fn growing(&self) -> bool {
+        self.buf.len() < self.cap
+    }
+
+    /// Makes room for `want` more bytes after the data, contiguous, while
+    /// the storage is below the capacity (a no-op at full size, where the
+    /// ring wraps instead). The caller keeps `len + want <= cap`.
+    fn reserve(&mut self, want: usize) {
+        let need = self.len + want;
+        if !self.growing() || self.head + need <= self.buf.len() {
+            return;
+        }
+        // Move the data to the front: cheap when little is held, and
+        // growing needs it there anyway.
+        self.buf.copy_within(self.head..self.head + self.len, 0);
+        self.head = 0;
+        if need <= self.buf.len() {
+            return;
+        }
+        let size = need
+            .next_power_of_two()
+            .max(2 * self.buf.len())
+            .max(MIN_STORAGE)
+            .min(self.cap);
+        self.buf.resize(size, 0);
     }
 
     /// Bytes stored: the ring's and the shared pieces'.
@@ -137,7 +196,7 @@ impl ByteBuffer {
 
     /// Free bytes of the ring.
     pub fn free(&self) -> usize {
-        self.buf.len() - self.len
+        self.cap - self.len
     }
 
     /// Bytes held in shared pieces.
@@ -176,7 +235,11 @@ impl ByteBuffer {
     }
 
     fn tail(&self) -> usize {
-        self.wrap(self.head + self.len)
+        if self.growing() {
+            self.head + self.len
+        } else {
+            self.wrap(self.head + self.len)
+        }
     }
 
     /// Appends all of `data` to the ring. Panics if it does not fit: callers
@@ -184,6 +247,7 @@ impl ByteBuffer {
     /// fit).
     pub fn push(&mut self, data: &[u8]) {
         assert!(data.len() <= self.free(), "ByteBuffer overflow");
+        self.reserve(data.len());
         let cap = self.buf.len();
         let tail = self.tail();
         let first = data.len().min(cap - tail);
@@ -197,6 +261,17 @@ impl ByteBuffer {
     /// The largest contiguous free region, to read from a socket into. Call
     /// [`commit`](Self::commit) with the number of bytes written there.
     pub fn spare_mut(&mut self) -> &mut [u8] {
+        if self.growing() {
+            // Below full size: at least MIN_STORAGE bytes (or what is free),
+            // and the storage doubles when they run out.
+            let room = self.buf.len() - self.head - self.len;
+            if room < MIN_STORAGE.min(self.free()) {
+                let want = self.buf.len().max(MIN_STORAGE).min(self.free());
+                self.reserve(want);
+            }
+            let tail = self.head + self.len;
+            return &mut self.buf[tail..];
+        }
         let cap = self.buf.len();
         if self.len == cap {
             return &mut [];
@@ -375,20 +450,24 @@ impl ByteBuffer {
         }
     }
 
-    /// Replaces the ring by one of `size` bytes (at least what it holds),
-    /// keeping its contents and shared pieces; returns the change in ring
-    /// bytes (a channel's rings shrink while it idles and grow back).
+    /// Gives the ring a capacity of `size` bytes (at least what it holds),
+    /// keeping its contents and shared pieces; returns the change in
+    /// capacity (a channel's rings shrink while it idles and grow back).
+    /// The storage shrinks with a smaller capacity and grows with the
+    /// bytes, as for a new buffer.
     pub fn resize(&mut self, size: usize) -> i64 {
         let size = size.max(self.len);
-        if self.capacity() == size {
+        if self.cap == size {
             return 0;
         }
-        let before = self.capacity() as i64;
-        let mut buf = vec![0; size].into_boxed_slice();
+        let before = self.cap as i64;
+        let mut buf = Vec::with_capacity(self.len.max(self.buf.len().min(size)));
         let (a, b) = self.slices(0, self.len);
-        buf[..a.len()].copy_from_slice(a);
-        buf[a.len()..a.len() + b.len()].copy_from_slice(b);
+        buf.extend_from_slice(a);
+        buf.extend_from_slice(b);
+        buf.resize(buf.capacity().min(size), 0);
         self.buf = buf;
+        self.cap = size;
         self.head = 0;
         size as i64 - before
     }
@@ -430,11 +509,66 @@ mod tests {
         assert_eq!(&all, b"defghxyz");
     }
 
+    /// A capacity, small (below the first storage step, so the buffer is
+    /// full size at once) or large (so it grows through several sizes),
+    /// and up to 200 operations of up to a capacity's bytes each.
+    fn any_cap_and_ops(kinds: u8) -> impl Strategy<Value = (usize, Vec<(u8, usize)>)> {
+        prop_oneof![1usize..64, 64usize..3000].prop_flat_map(move |cap| {
+            (
+                Just(cap),
+                prop::collection::vec((0u8..kinds, 0usize..cap + 40), 0..200),
+            )
+        })
+    }
+
+    #[test]
+    fn storage_grows_with_the_bytes_held_and_never_past_the_capacity() {
+        let mut b = ByteBuffer::new(64 * 1024);
+        assert_eq!(b.storage(), 0, "a new buffer allocates nothing");
+        // Small frames pushed and consumed in turn: the storage stays at
+        // its first step however many go through.
+        for _ in 0..10_000 {
+            b.push(&[7u8; 40]);
+            b.consume(40);
+        }
+        assert_eq!(b.storage(), MIN_STORAGE);
+        // A burst needs more: the storage doubles up to what is held.
+        b.push(&[1u8; 5000]);
+        assert_eq!(b.storage(), 8192);
+        b.push(&vec![2u8; 60 * 1024 - 5000]);
+        assert_eq!(b.storage(), 64 * 1024);
+        assert_eq!(b.free(), 4 * 1024);
+        // At full size the ring wraps as it always did.
+        b.consume(10_000);
+        b.push(&[3u8; 8000]);
+        assert_eq!((b.storage(), b.len()), (64 * 1024, 59_440));
+        // A smaller capacity takes smaller storage, data kept in order.
+        b.consume(59_440 - 100);
+        b.resize(1024);
+        assert_eq!((b.capacity(), b.storage(), b.len()), (1024, 1024, 100));
+        assert_eq!(b.chunks().0, &[3u8; 100][..]);
+    }
+
+    #[test]
+    fn a_read_into_a_growing_buffer_gets_room_each_time() {
+        let mut b = ByteBuffer::new(4096);
+        let mut total = 0;
+        while b.free() > 0 {
+            let spare = b.spare_mut();
+            assert!(!spare.is_empty(), "free {} but no spare", b.free());
+            let n = spare.len();
+            spare.fill(9);
+            b.commit(n);
+            total += n;
+        }
+        assert_eq!((total, b.storage()), (4096, 4096));
+    }
+
     proptest! {
         /// The ring behaves as a FIFO of bytes bounded by its capacity,
         /// whatever mix of pushes, reads into spare space and consumes.
         #[test]
-        fn behaves_like_a_bounded_fifo(cap in 1usize..64, ops in prop::collection::vec((0u8..3, 0usize..80), 0..200)) {
+        fn behaves_like_a_bounded_fifo((cap, ops) in any_cap_and_ops(3)) {
             let mut b = ByteBuffer::new(cap);
             let mut model: std::collections::VecDeque<u8> = Default::default();
             let mut next = 0u8;
@@ -459,6 +593,7 @@ mod tests {
                     }
                 }
                 prop_assert!(b.len() <= cap);
+                prop_assert!(b.storage() <= cap);
                 prop_assert_eq!(b.len(), model.len());
                 let (x, y) = b.chunks();
                 let got: Vec<u8> = x.iter().chain(y).copied().collect();
@@ -472,7 +607,7 @@ mod tests {
         /// queued, whatever the consumes cut, and only the ring's bytes
         /// count against its capacity.
         #[test]
-        fn shared_pieces_keep_the_byte_order(cap in 1usize..64, ops in prop::collection::vec((0u8..4, 0usize..100), 0..200)) {
+        fn shared_pieces_keep_the_byte_order((cap, ops) in any_cap_and_ops(4)) {
             let limit = 150;
             let mut b = ByteBuffer::with_shared(cap, limit);
             let mut model: std::collections::VecDeque<u8> = Default::default();
@@ -506,6 +641,7 @@ mod tests {
                     }
                 }
                 prop_assert!(b.len() - b.shared_len() <= cap);
+                prop_assert!(b.storage() <= cap);
                 prop_assert!(b.shared_len() <= limit);
                 prop_assert_eq!(b.len(), model.len());
                 let mut s = [IoSlice::new(&[]); 512];

@@ -221,16 +221,20 @@ impl<const FIRST: usize, const N: usize> TimerTable<FIRST, N> {
     }
 
     /// Takes every timer expired at `now`, earliest first (each is stopped).
+    /// The iterator owns what it returns (no borrow of the table, no
+    /// allocation: this runs at every heartbeat of every channel).
     pub fn expire(&mut self, now: Instant) -> impl Iterator<Item = Timer> {
-        let mut due: Vec<(Instant, Timer)> = Self::timers()
-            .iter()
-            .filter_map(|&t| self.get(t).filter(|&at| at <= now).map(|at| (at, t)))
-            .collect();
-        due.sort();
-        for &(_, t) in &due {
-            self.stop(t);
+        let mut due = [(now, Timer::ALL[FIRST]); N];
+        let mut k = 0;
+        for (&t, slot) in Self::timers().iter().zip(&mut self.data) {
+            if let Some(at) = slot.filter(|&at| at <= now) {
+                due[k] = (at, t);
+                k += 1;
+                *slot = None;
+            }
         }
-        due.into_iter().map(|(_, t)| t)
+        due[..k].sort_unstable();
+        due.into_iter().take(k).map(|(_, t)| t)
     }
 }
 

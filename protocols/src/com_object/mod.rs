@@ -405,7 +405,7 @@ impl ComObject {
     /// Advances to `now`: fires every expired timer once.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.tick(now);
-        for t in self.timers.expire(now).collect::<Vec<_>>() {
+        for t in self.timers.expire(now) {
             if self.phase == Phase::Failed && t != Timer::Reclaim {
                 continue;
             }

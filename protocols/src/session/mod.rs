@@ -481,7 +481,7 @@ impl Session {
             return;
         };
         let closed = l.close.phase == ClosePhase::Done;
-        for t in l.timers.expire(now).collect::<Vec<_>>() {
+        for t in l.timers.expire(now) {
             match t {
                 Timer::AckDelay => l.ack.delay_expired(),
                 Timer::Heartbeat => l.heartbeat_due = true,

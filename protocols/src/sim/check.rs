@@ -294,7 +294,7 @@ impl Sim {
                 );
                 return self.violation(what);
             }
-            for (peer, p) in &node.peers {
+            for (peer, p) in super::node::sorted_peers(&node.peers) {
                 let stuck = match p.com.state() {
                     ComState::Opening => p.opening.is_none(),
                     ComState::WaitingForSlot => !matches!(p.slot, Slot::Waiting(_)),
@@ -356,7 +356,7 @@ impl Sim {
             return self.violation(what);
         }
         for node in &self.nodes {
-            for (peer, p) in &node.peers {
+            for (peer, p) in super::node::sorted_peers(&node.peers) {
                 let s = p.com.session();
                 if !p.com.is_failed() && (s.pending_messages() > 0 || s.unacked() > 0) {
                     let what = format!(

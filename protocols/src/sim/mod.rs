@@ -23,7 +23,8 @@
 //! * **Same seed, same run**: every random choice comes from one ChaCha8
 //!   generator seeded by [`SimConfig::seed`]; events are ordered by time,
 //!   then by the order they were scheduled; every table iterated is a
-//!   `BTreeMap`. The trace of events is hashed with SHA-256
+//!   `BTreeMap` or visited sorted, and the one hash map (a node's
+//!   ComObjects) has a fixed hasher. The trace of events is hashed with SHA-256
 //!   ([`Report::digest`]); [`Sim::set_trace`] prints it.
 //!
 //! # Example
@@ -54,13 +55,13 @@ mod faults;
 mod io;
 mod net;
 mod node;
+mod queue;
 mod rings;
 mod shrink;
 mod trace;
 mod traffic;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -180,7 +181,7 @@ pub struct Sim {
     /// event's slot in `events` (low bits). Ordered by time, then by the
     /// order they were scheduled in, never by the event itself; the heap
     /// moves 16-byte keys, not events.
-    queue: BinaryHeap<Reverse<u128>>,
+    queue: queue::EventQueue,
     events: slab::Slab<Ev>,
     seq: u64,
     step: u64,
@@ -228,7 +229,7 @@ impl Sim {
             t0: Instant::now(),
             now: Duration::ZERO,
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
-            queue: BinaryHeap::new(),
+            queue: queue::EventQueue::default(),
             events: slab::Slab::new(),
             seq: 0,
             step: 0,
@@ -291,7 +292,7 @@ impl Sim {
     /// over (its end reached, nothing left to happen, or a violation).
     pub fn run_until(&mut self, until: Duration) -> bool {
         while self.verdict.is_none() {
-            let Some(&Reverse(key)) = self.queue.peek() else {
+            let Some(key) = self.queue.peek() else {
                 return false;
             };
             let at = Duration::from_nanos((key >> 64) as u64);
@@ -479,7 +480,7 @@ impl Sim {
         );
         let seq = u128::from(self.seq) & ((1 << SEQ_BITS) - 1);
         let key = u128::from(nanos) << 64 | seq << SLOT_BITS | slot;
-        self.queue.push(Reverse(key));
+        self.queue.push(key);
     }
 
     pub(super) fn rand_u64(&mut self) -> u64 {
@@ -543,7 +544,7 @@ impl Sim {
             address,
             cfg: Arc::new(cfg),
             budget: ReassemblyBudget::new(64 << 20),
-            peers: BTreeMap::new(),
+            peers: node::Peers::default(),
             slots: SlotTable::new(slots, Box::new(DefaultPolicy::default())),
             holders: BTreeMap::new(),
             waiters: BTreeMap::new(),

@@ -5,7 +5,8 @@
 //! out every action, flush the output ring, carry out the actions that
 //! made, re-arm the one timer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,6 +56,50 @@ pub(super) struct Peer {
     pub(super) last_send: Option<Duration>,
 }
 
+/// A node's ComObjects by remote site. A hash map, looked up and taken out
+/// and put back at nearly every event (a `BTreeMap`'s rebalancing cost a
+/// tenth of a large run), with a fixed hasher so that nothing differs from
+/// run to run; where the order of its entries could reach the trace or a
+/// verdict, they are visited sorted ([`sorted_peers`]).
+pub(super) type Peers = HashMap<SiteId, Box<Peer>, BuildHasherDefault<SiteHasher>>;
+
+/// Hashes a site id: its bits are random already (drawn from the run's
+/// seed), so folding them is enough, and no per-process key makes two
+/// runs differ.
+#[derive(Default)]
+pub(super) struct SiteHasher(u64);
+
+impl Hasher for SiteHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u128(&mut self, x: u128) {
+        self.write_u64(x as u64);
+        self.write_u64((x >> 64) as u64);
+    }
+}
+
+/// A node's ComObjects in the order of their sites' ids: the order every
+/// visit that can reach the trace or a verdict takes.
+pub(super) fn sorted_peers(peers: &Peers) -> Vec<(SiteId, &Peer)> {
+    let mut v: Vec<(SiteId, &Peer)> = peers.iter().map(|(id, p)| (*id, &**p)).collect();
+    v.sort_unstable_by_key(|(id, _)| *id);
+    v
+}
+
 /// A simulated site (one process of a real deployment).
 pub(super) struct Node {
     pub(super) id: SiteId,
@@ -64,7 +109,7 @@ pub(super) struct Node {
     pub(super) cfg: Arc<ComConfig>,
     pub(super) budget: ReassemblyBudget,
     /// Boxed: a ComObject moves out of the table while it is driven.
-    pub(super) peers: BTreeMap<SiteId, Box<Peer>>,
+    pub(super) peers: Peers,
     pub(super) slots: SlotTable,
     /// Slot holder → (connection, end) holding it.
     pub(super) holders: BTreeMap<u64, (u64, usize)>,

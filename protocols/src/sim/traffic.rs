@@ -21,12 +21,13 @@ impl Sim {
         let Some(since) = self.now.checked_sub(self.cfg.hold_references) else {
             return;
         };
-        let idle: Vec<SiteId> = self.nodes[n]
+        let mut idle: Vec<SiteId> = self.nodes[n]
             .peers
             .iter()
             .filter(|(_, p)| p.last_send.is_some_and(|t| t <= since))
             .map(|(id, _)| *id)
             .collect();
+        idle.sort_unstable();
         for peer in idle {
             let mut p = self.nodes[n].peers.remove(&peer).expect("listed");
             p.last_send = None;
