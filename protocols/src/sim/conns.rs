@@ -109,14 +109,13 @@ impl std::ops::Index<&u64> for Conns {
 #[cfg(test)]
 mod tests {
     use super::super::net::{End, Role};
-    use super::super::rings::Rings;
     use super::*;
 
-    fn conn(rings: &mut Rings) -> Conn {
+    fn conn() -> Conn {
         Conn {
             ends: [
-                End::new(0, 0, rings, 64, Role::NotYet),
-                End::new(1, 0, rings, 64, Role::NotYet),
+                End::new(0, 0, 64, Role::NotYet),
+                End::new(1, 0, 64, Role::NotYet),
             ],
             wire: Default::default(),
             used: [0; 2],
@@ -132,11 +131,10 @@ mod tests {
     /// order — through removals at the front, the back and the middle.
     #[test]
     fn answers_as_an_ordered_map_of_increasing_ids() {
-        let mut rings = Rings::default();
         let mut conns = Conns::default();
         let mut model = std::collections::BTreeSet::new();
         for c in [3, 4, 7, 8, 12] {
-            conns.insert(c, conn(&mut rings));
+            conns.insert(c, conn());
             model.insert(c);
         }
         let check = |conns: &Conns, model: &std::collections::BTreeSet<u64>| {
@@ -161,7 +159,7 @@ mod tests {
             assert_eq!(conns.remove(&c).is_some(), model.remove(&c), "id {c}");
             check(&conns, &model);
         }
-        conns.insert(20, conn(&mut rings));
+        conns.insert(20, conn());
         model.insert(20);
         check(&conns, &model);
     }

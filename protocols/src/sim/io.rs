@@ -23,9 +23,7 @@ impl Sim {
         let (n, m) = (conn.ends[0].node, conn.ends[1].node);
         if !conn.ends[0].is_open() {
             // The dialer gave up before its request arrived.
-            if let Some(conn) = self.conns.remove(&c) {
-                conn.recycle(&mut self.rings);
-            }
+            self.conns.remove(&c);
             return;
         }
         if let Some(heal) = self.blocked(n, m) {
@@ -219,9 +217,8 @@ impl Sim {
                 if let Some(id) = p.com.open_succeeded(attempt, &opened, now) {
                     let conn = self.conns.get_mut(&c).expect("still open");
                     let end = &mut conn.ends[e];
-                    self.rings.regrow(&mut end.inb, opened.buffer_size as usize);
-                    self.rings
-                        .regrow(&mut end.outb, opened.buffer_size as usize);
+                    end.inb.resize(opened.buffer_size as usize);
+                    end.outb.resize(opened.buffer_size as usize);
                     end.role = Role::Working { peer, id };
                     let settled = (opened.generation as u128) << 64
                         | (opened.peer_last_received as u128) << 1
@@ -339,8 +336,8 @@ impl Sim {
             }
             AcceptOutcome::Accept { id, answer } => {
                 let size = self.nodes[m].cfg.buffer_size as usize;
-                self.rings.regrow(&mut end.inb, size);
-                self.rings.regrow(&mut end.outb, size);
+                end.inb.resize(size);
+                end.outb.resize(size);
                 write_answer(&mut end.outb, &answer);
                 end.role = Role::Working { peer, id };
                 end.holder = Some(holder);

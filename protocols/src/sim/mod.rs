@@ -56,7 +56,6 @@ mod io;
 mod net;
 mod node;
 mod queue;
-mod rings;
 mod shrink;
 mod trace;
 mod traffic;
@@ -187,8 +186,6 @@ pub struct Sim {
     step: u64,
     nodes: Vec<Node>,
     conns: conns::Conns,
-    /// Empty rings for the next connections.
-    rings: rings::Rings,
     next_conn: u64,
     /// Every address → its node.
     by_address: BTreeMap<String, usize>,
@@ -235,7 +232,6 @@ impl Sim {
             step: 0,
             nodes: Vec::with_capacity(cfg.sites),
             conns: conns::Conns::default(),
-            rings: rings::Rings::default(),
             next_conn: 1,
             by_address: BTreeMap::new(),
             addresses: BTreeMap::new(),

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::rings::Rings;
 use crate::byte_buffer::ByteBuffer;
 use crate::com_object::ChannelId;
 use crate::handshake::{Acceptor, Initiator, Nonce};
@@ -70,19 +69,13 @@ pub(super) struct End {
 }
 
 impl End {
-    pub(super) fn new(
-        node: usize,
-        incarnation: u32,
-        rings: &mut Rings,
-        ring: usize,
-        role: Role,
-    ) -> Self {
+    pub(super) fn new(node: usize, incarnation: u32, ring: usize, role: Role) -> Self {
         Self {
             node,
             incarnation,
             role,
-            inb: rings.take(ring),
-            outb: rings.take(ring),
+            inb: ByteBuffer::new(ring),
+            outb: ByteBuffer::new(ring),
             rx: VecDeque::new(),
             holder: None,
         }
@@ -120,14 +113,6 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    /// Gives the connection's rings back to the pool (it is gone).
-    pub(super) fn recycle(self, rings: &mut Rings) {
-        for end in self.ends {
-            rings.give(end.inb);
-            rings.give(end.outb);
-        }
-    }
-
     /// Moves what fits of end `e`'s output ring onto its wire; returns the
     /// arrival time of the new segment, if any.
     pub(super) fn send_out(&mut self, e: usize, now: Duration) -> Option<Duration> {

@@ -392,7 +392,6 @@ impl Sim {
         let mut dialer = End::new(
             n,
             node.incarnation,
-            &mut self.rings,
             ring,
             Role::Initiator {
                 peer,
@@ -401,7 +400,7 @@ impl Sim {
             },
         );
         dialer.holder = holder;
-        let listener = End::new(m, 0, &mut self.rings, ring, Role::NotYet);
+        let listener = End::new(m, 0, ring, Role::NotYet);
         let (latency, bandwidth) = self.link(n, m);
         let c = self.next_conn;
         self.next_conn += 1;
@@ -457,9 +456,7 @@ impl Sim {
         let both_closed = !conn.ends[1 - e].is_open();
         self.at(at, Ev::Arrive { conn: c, dir: e });
         if both_closed {
-            if let Some(conn) = self.conns.remove(&c) {
-                conn.recycle(&mut self.rings);
-            }
+            self.conns.remove(&c);
         }
         if let Some(h) = holder {
             self.release_slot(node, h);
