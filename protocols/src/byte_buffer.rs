@@ -453,19 +453,25 @@ impl ByteBuffer {
     /// Gives the ring a capacity of `size` bytes (at least what it holds),
     /// keeping its contents and shared pieces; returns the change in
     /// capacity (a channel's rings shrink while it idles and grow back).
-    /// The storage shrinks with a smaller capacity and grows with the
-    /// bytes, as for a new buffer.
+    /// The storage starts again from what it holds (a handshake's large
+    /// frames leave no large storage behind) and grows with the bytes, as
+    /// for a new buffer.
     pub fn resize(&mut self, size: usize) -> i64 {
         let size = size.max(self.len);
         if self.cap == size {
             return 0;
         }
         let before = self.cap as i64;
-        let mut buf = Vec::with_capacity(self.len.max(self.buf.len().min(size)));
+        let storage = if self.len == 0 {
+            0
+        } else {
+            self.len.next_power_of_two().max(MIN_STORAGE).min(size)
+        };
+        let mut buf = Vec::with_capacity(storage);
         let (a, b) = self.slices(0, self.len);
         buf.extend_from_slice(a);
         buf.extend_from_slice(b);
-        buf.resize(buf.capacity().min(size), 0);
+        buf.resize(storage, 0);
         self.buf = buf;
         self.cap = size;
         self.head = 0;
@@ -542,10 +548,15 @@ mod tests {
         b.consume(10_000);
         b.push(&[3u8; 8000]);
         assert_eq!((b.storage(), b.len()), (64 * 1024, 59_440));
-        // A smaller capacity takes smaller storage, data kept in order.
+        // A new capacity starts the storage again from what is held (a
+        // handshake's large frames leave no large storage behind), data
+        // kept in order.
         b.consume(59_440 - 100);
         b.resize(1024);
-        assert_eq!((b.capacity(), b.storage(), b.len()), (1024, 1024, 100));
+        assert_eq!(
+            (b.capacity(), b.storage(), b.len()),
+            (1024, MIN_STORAGE, 100)
+        );
         assert_eq!(b.chunks().0, &[3u8; 100][..]);
     }
 
