@@ -101,6 +101,11 @@ pub struct ByteBuffer {
     pushed: u64,
     consumed: u64,
     shared: Option<Box<Shared>>,
+    /// A read filled all the room [`spare_mut`](Self::spare_mut) gave
+    /// below full size: the next call doubles the storage (the socket
+    /// likely holds more), so a busy input ring reaches its capacity in a
+    /// few reads and an idle one stays small.
+    filled: bool,
 }
 
 impl std::fmt::Debug for ByteBuffer {
@@ -127,6 +132,7 @@ impl ByteBuffer {
             pushed: 0,
             consumed: 0,
             shared: None,
+            filled: false,
         }
     }
 
@@ -263,9 +269,13 @@ impl ByteBuffer {
     pub fn spare_mut(&mut self) -> &mut [u8] {
         if self.growing() {
             // Below full size: at least MIN_STORAGE bytes (or what is free),
-            // and the storage doubles when they run out.
+            // and the storage doubles when they run out or the last read
+            // filled them.
             let room = self.buf.len() - self.head - self.len;
-            if room < MIN_STORAGE.min(self.free()) {
+            if std::mem::take(&mut self.filled) {
+                let want = (2 * self.buf.len()).min(self.free());
+                self.reserve(want);
+            } else if room < MIN_STORAGE.min(self.free()) {
                 let want = self.buf.len().max(MIN_STORAGE).min(self.free());
                 self.reserve(want);
             }
@@ -288,6 +298,7 @@ impl ByteBuffer {
         assert!(n <= self.free(), "commit past capacity");
         self.len += n;
         self.pushed += n as u64;
+        self.filled = n > 0 && self.growing() && self.head + self.len == self.buf.len();
     }
 
     /// The ring's data as up to two slices, in order (an input buffer's
@@ -573,6 +584,35 @@ mod tests {
             total += n;
         }
         assert_eq!((total, b.storage()), (4096, 4096));
+    }
+
+    /// A socket read that fills the room it was given asks for more: the
+    /// next room is twice as large, even when the bytes were consumed in
+    /// between (a bulk channel's input ring reaches its capacity in a few
+    /// reads, not one read per MIN_STORAGE bytes), while small reads leave
+    /// it small.
+    #[test]
+    fn full_reads_double_the_room_and_small_reads_do_not() {
+        let mut b = ByteBuffer::new(64 * 1024);
+        let mut rooms = Vec::new();
+        for _ in 0..10 {
+            let spare = b.spare_mut();
+            rooms.push(spare.len());
+            let n = spare.len();
+            b.commit(n);
+            b.consume(n);
+        }
+        assert_eq!(
+            rooms,
+            [256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 65536]
+        );
+        let mut small = ByteBuffer::new(64 * 1024);
+        for _ in 0..100 {
+            let n = small.spare_mut().len().min(40);
+            small.commit(n);
+            small.consume(n);
+        }
+        assert_eq!(small.storage(), MIN_STORAGE);
     }
 
     proptest! {

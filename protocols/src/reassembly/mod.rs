@@ -220,18 +220,12 @@ pub fn first_content_len(len: usize) -> u64 {
 /// kept alive keeps at most this much memory alive with it.
 pub const ARENA_CHUNK: usize = 4096;
 
-/// The first chunk of an arena that has none yet: a channel that carries
-/// a few small messages (most of a large deployment's) does not hold a
-/// whole [`ARENA_CHUNK`] for them.
-const ARENA_FIRST: usize = 512;
-
 /// Header and body pieces up to this size go to the arena; larger ones get
 /// an allocation of their own.
 const ARENA_PIECE: usize = 512;
 
 /// Copies `len` bytes at `at` of `a`+`b` out as `Bytes`: small pieces into
-/// `arena` (a new [`ARENA_CHUNK`] when it is full, a smaller first one),
-/// others on their own.
+/// `arena` (a new [`ARENA_CHUNK`] when it is full), others on their own.
 pub(crate) fn extract_bytes(
     a: &[u8],
     b: &[u8],
@@ -246,12 +240,7 @@ pub(crate) fn extract_bytes(
         return extract(a, b, at, len).into();
     }
     if arena.capacity() - arena.len() < len {
-        let size = if arena.capacity() == 0 {
-            ARENA_FIRST
-        } else {
-            ARENA_CHUNK
-        };
-        *arena = BytesMut::with_capacity(size);
+        *arena = BytesMut::with_capacity(ARENA_CHUNK);
     }
     let (x, y) = sub_slices(a, b, at, len);
     arena.extend_from_slice(x);
