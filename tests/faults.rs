@@ -254,12 +254,17 @@ async fn a_handshake_that_never_finishes_ends_by_its_timer() {
     );
 }
 
-/// A node shut down while a peer streams to it is a temporary failure for
-/// that peer (it keeps retrying). And `wait_until` wakes on deliveries: a
-/// node that only receives still re-checks its condition (it used to sleep
-/// until its timeout, since only channel and fault changes woke it).
+/// A node shut down while a peer streams to it says it is leaving, and the
+/// peer hears it through its own flood: the site fails at once as shut
+/// down. (Before the closing side read until its peer closed, its socket
+/// closed with the flood unread and the kernel's reset discarded the
+/// LEAVING frame: the peer saw a temporary failure, as after a crash, in
+/// nearly every run — this test expected that.) And `wait_until` wakes on
+/// deliveries: a node that only receives still re-checks its condition
+/// (it used to sleep until its timeout, since only channel and fault
+/// changes woke it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_shut_down_mid_stream_is_a_temporary_failure() {
+async fn a_node_shut_down_mid_stream_is_failed_as_shut_down_through_the_flood() {
     let server = listening_node();
     let _sink = Sink::install(&server, u64::MAX, None);
     let client = Node::builder().start().unwrap();
@@ -284,7 +289,9 @@ async fn a_node_shut_down_mid_stream_is_a_temporary_failure() {
     assert!(woke);
     server.shutdown(Duration::from_millis(100)).await;
     let ev = next_state(&mut mon).await;
-    assert_eq!(ev, FaultState::TempFailed);
+    assert_eq!(ev, FaultState::PermFailed);
+    let (why, _) = site.failure().expect("failed");
+    assert_eq!(why, sitenet::SiteFailure::ShutDown.to_string());
     stream.abort();
 }
 

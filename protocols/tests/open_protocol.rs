@@ -1265,6 +1265,7 @@ mod model {
                     Action::RequestSlot
                     | Action::CancelSlot
                     | Action::Fault { .. }
+                    | Action::Up
                     | Action::ClaimRefused { .. } => {}
                     Action::Open(_) => self
                         .violations

@@ -61,10 +61,11 @@ pub use handlers::{Ctx, Responder, Unhandled};
 pub use message::{Message, Reply, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
+pub use node::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
 pub use runtime::Runtime;
-pub use site::{FaultEvent, FaultState, HandedBack, SiteRef};
+pub use site::{FaultEvent, FaultState, HandedBack, SiteRef, NOT_CONTACTED};
 pub use sitenet_protocols::StreamAbort;
-pub use sitenet_protocols::{DescriptorError, Priority, SiteDescriptor, SiteId};
+pub use sitenet_protocols::{DescriptorError, OpenError, Priority, SiteDescriptor, SiteId};
 pub use stats::{NodeStats, SiteStats};
 pub use streams::BodySink;
 #[cfg(feature = "test-hooks")]

@@ -12,7 +12,7 @@ use crate::metrics::Counters;
 pub use crate::node::SiteRef;
 use crate::outbox::Pushed;
 use crate::site_entry::SiteEntry;
-pub use crate::site_entry::{FaultEvent, HandedBack};
+pub use crate::site_entry::{FaultEvent, HandedBack, NOT_CONTACTED};
 
 /// A site's fault state, as `Node::monitor` reports it (decided by the
 /// ComObject state machine in `sitenet-protocols`).

@@ -90,6 +90,9 @@ pub(crate) struct SiteEntry {
     pub(crate) pending_requests: std::sync::atomic::AtomicUsize,
     /// A channel works for this site (for `Node::stats`).
     pub(crate) connected: std::sync::atomic::AtomicBool,
+    /// A channel has worked for this site once (a monitor's first event
+    /// says when it has not).
+    pub(crate) contacted: std::sync::atomic::AtomicBool,
     /// The counters its ComObject last published (for `Node::stats`);
     /// allocated at the first publication, so a site never used costs a
     /// pointer.
@@ -101,12 +104,17 @@ pub(crate) struct SiteEntry {
     )>,
 }
 
+/// The reason of a monitor's first event on a site no channel has
+/// reached yet: `Ok` only means nothing failed so far.
+pub const NOT_CONTACTED: &str = "not contacted yet";
+
 /// One transition of a site's fault state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FaultEvent {
     /// The new state.
     pub state: FaultState,
-    /// Why (empty for the initial report).
+    /// Why: for the initial report, empty, or [`NOT_CONTACTED`] on a site
+    /// no channel has reached yet.
     pub reason: String,
 }
 
@@ -152,6 +160,7 @@ impl SiteEntry {
             poke_on_unref: std::sync::atomic::AtomicBool::new(false),
             pending_requests: std::sync::atomic::AtomicUsize::new(0),
             connected: std::sync::atomic::AtomicBool::new(false),
+            contacted: std::sync::atomic::AtomicBool::new(false),
             stats: Mutex::new(None),
             fault: Mutex::new((FaultState::Ok, Vec::new())),
         }
@@ -202,15 +211,20 @@ impl SiteEntry {
     }
 
     /// A monitor of this site's fault state: its first event is the state
-    /// now, and no transition after it is missed (both under the lock the
-    /// transitions take).
+    /// now (with the reason "not contacted yet" if no channel to the site
+    /// has worked), and no transition after it is missed (both under the
+    /// lock the transitions take).
     pub(crate) fn monitor(&self) -> futures::channel::mpsc::UnboundedReceiver<FaultEvent> {
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let mut f = self.fault.lock();
-        let _ = tx.unbounded_send(FaultEvent {
-            state: self.state_given(f.0),
-            reason: String::new(),
-        });
+        let state = self.state_given(f.0);
+        let contacted = self.contacted.load(std::sync::atomic::Ordering::Acquire);
+        let reason = if state == FaultState::Ok && !contacted && !self.is_local() {
+            NOT_CONTACTED.to_string()
+        } else {
+            String::new()
+        };
+        let _ = tx.unbounded_send(FaultEvent { state, reason });
         f.1.push(tx);
         rx
     }

@@ -155,6 +155,57 @@ impl TransObject {
         self.outb.resize(size)
     }
 
+    /// Closes the channel after a final frame (LEAVING, CLOSE_HARD, a
+    /// final ack) without losing it: writes what the output ring still
+    /// holds, ends the writing direction, then reads and discards until
+    /// the peer closes, at most `within`. Dropping a TCP socket with unread
+    /// input makes the kernel send a reset and discard what it had not
+    /// yet transmitted — a peer flooding us then never reads the frame
+    /// that says why we went (a graceful shutdown looked like a crash
+    /// about one run in four in
+    /// `tests/cli.rs::send_exits_1_on_a_new_incarnation_a_shutdown_or_after_give_up`).
+    /// The descriptor and the slot lease are held until then. Only TCP
+    /// (TLS included) needs it: a Unix or mem channel delivers what was
+    /// written into the peer's side at once, and is dropped now.
+    pub(crate) async fn linger_close(mut self, within: std::time::Duration) {
+        if self.ch.scheme() != "tcp" {
+            return;
+        }
+        let _ = tokio::time::timeout(within, async {
+            while self.out_pending() {
+                if self.ch.writable().await.is_err() || self.write_some(usize::MAX).is_err() {
+                    return;
+                }
+            }
+            if self.ch.shutdown_write().is_err() {
+                return;
+            }
+            let mut scratch = vec![0u8; 16 * 1024];
+            loop {
+                if self.ch.readable().await.is_err() {
+                    return;
+                }
+                match self.ch.try_read(&mut scratch) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return,
+                }
+            }
+        })
+        .await;
+    }
+
+    /// The transport the channel runs: `tls` when TLS runs over it, else
+    /// the channel's scheme (`tcp`, `unix`, `mem`).
+    pub(crate) fn transport(&self) -> &'static str {
+        if self.tls.is_some() {
+            "tls"
+        } else {
+            self.ch.scheme()
+        }
+    }
+
     /// One non-blocking read into the input ring.
     pub(crate) fn read_once(&mut self) -> io::Result<ReadStatus> {
         let spare = self.inb.spare_mut();

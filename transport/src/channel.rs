@@ -237,6 +237,33 @@ impl Channel {
         }
     }
 
+    /// Ends the writing direction after the bytes written so far (a TCP or
+    /// Unix FIN); reading goes on. A closing side that still reads what
+    /// its peer sends does not make the kernel answer with a reset that
+    /// discards its own last bytes (see `TransObject::linger_close` in the
+    /// runtime). A mem channel keeps what was written readable anyway:
+    /// nothing to do.
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        match self {
+            Self::Tcp(s) => socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write),
+            Self::Unix(s) => socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write),
+            Self::Mem(_) => Ok(()),
+            Self::Faulty(f) => f.shutdown_write(),
+        }
+    }
+
+    /// The channel's kind as an address scheme: `tcp`, `unix` or `mem`
+    /// (a fault-injecting wrapper names what it wraps). A `tls:` channel is
+    /// a `tcp` one here: TLS runs above the channel.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Self::Tcp(_) => "tcp",
+            Self::Unix(_) => "unix",
+            Self::Mem(_) => "mem",
+            Self::Faulty(f) => f.scheme(),
+        }
+    }
+
     /// The peer's address, for logs: `tcp:IP:PORT`; `unix:PATH` on the
     /// connecting side of a Unix socket and `unix:(client)` on the accepting
     /// side (clients have no name); `mem:NAME` on the connecting side of a

@@ -17,6 +17,7 @@ impl ComObject {
         self.fault = state;
         match state {
             FaultState::TempFailed => {
+                self.up = false;
                 self.count().temp_failures += 1;
                 self.arm_give_up(now);
             }

@@ -128,6 +128,9 @@ pub struct ComObject {
     session_channel: u64,
     backoff: Duration,
     fault: FaultState,
+    /// The site is up as the driver announced it ([`Action::Up`]): a
+    /// channel worked, and no temporary failure since.
+    up: bool,
     /// Whether the local side holds references to the peer.
     has_refs: bool,
     /// The peer said (CLEAR_REFERENCE) that it holds no reference to us,
@@ -199,6 +202,7 @@ impl ComObject {
             channel_seq: 0,
             session_channel: 0,
             fault: FaultState::Ok,
+            up: false,
             has_refs: true,
             peer_cleared: false,
             awaiting_replies: false,

@@ -381,6 +381,9 @@ impl ComObject {
         self.timers.stop(Timer::ReconnectBackoff);
         self.idle_since = now;
         self.set_fault(FaultState::Ok, "channel working".into(), now);
+        if !std::mem::replace(&mut self.up, true) {
+            self.actions.push_back(Action::Up);
+        }
         if self.book.proven() {
             self.actions.push_back(Action::Proven);
         }

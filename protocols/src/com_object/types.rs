@@ -132,6 +132,11 @@ pub enum Action {
         /// How.
         end: ChannelEnd,
     },
+    /// The site is up: a channel to it works, for the first time for
+    /// this ComObject or the first time since a temporary failure (a
+    /// channel closed while idle or preempted is no failure: the next one
+    /// announces nothing). The driver tells whoever watches the node.
+    Up,
     /// The site's fault state changed.
     Fault {
         /// The new state.

@@ -297,7 +297,9 @@ impl Sim {
                         p.reclaim = true;
                     }
                 }
-                Action::Proven => {}
+                // No one watches a simulated node's events (the machine's rule
+                // for them has its own tests).
+                Action::Proven | Action::Up => {}
                 Action::Failed {
                     failure,
                     not_sent,

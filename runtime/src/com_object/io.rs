@@ -408,6 +408,19 @@ impl ComObject {
         self.entry
             .connected
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.entry
+            .contacted
+            .store(true, std::sync::atomic::Ordering::Release);
+        if std::mem::take(&mut self.up_pending) {
+            if let Some(site) = self.entry.id.get() {
+                let transport = t.transport();
+                self.publish(|_, address| crate::NodeEvent::SiteUp {
+                    site,
+                    address,
+                    transport,
+                });
+            }
+        }
         self.live = Some(Box::new(Live {
             id,
             t,
@@ -427,9 +440,23 @@ impl ComObject {
     }
 
     pub(super) fn drop_live(&mut self, ctx: &mut Context<Self>) {
-        let Some(live) = self.live.take() else {
-            return;
-        };
+        drop(self.take_live(ctx));
+    }
+
+    /// Like [`drop_live`](Self::drop_live), but a channel that ends with a
+    /// final frame is closed without losing it to a reset (see
+    /// `TransObject::linger_close`), on the runtime rather than the actor,
+    /// which may be stopping.
+    pub(super) fn drop_live_after_final_frame(&mut self, ctx: &mut Context<Self>) {
+        if let Some(t) = self.take_live(ctx) {
+            actix_rt::spawn(t.linger_close(FINAL_LINGER));
+        }
+    }
+
+    /// Takes the live channel out, with its accounting and readiness
+    /// futures ended.
+    fn take_live(&mut self, ctx: &mut Context<Self>) -> Option<TransObject> {
+        let live = self.live.take()?;
         // Streams the lost channel interrupted are told now, not when
         // their message comes again.
         self.com.report_interrupted(&mut *self.inbox);
@@ -446,5 +473,10 @@ impl ComObject {
         }
         Counters::add(&self.node.counters.channels_closed, 1);
         self.node.changed.notify_waiters();
+        Some(live.t)
     }
 }
+
+/// How long a channel closed after a final frame waits for its peer to
+/// close (see `TransObject::linger_close`).
+const FINAL_LINGER: std::time::Duration = std::time::Duration::from_secs(2);

@@ -79,6 +79,9 @@ pub(crate) struct ComObject {
     ack_deferred: bool,
     /// The channel went: give spare room back after acting.
     shed_pending: bool,
+    /// The machine announced the site up ([`Action::Up`]): the channel
+    /// being attached is announced with its transport.
+    up_pending: bool,
     /// A write turn ran out of budget; the next is scheduled.
     write_deferred: bool,
     /// Set when this entry turned out to be another entry's site: the actor
@@ -170,6 +173,7 @@ impl ComObject {
             reported: None,
             ack_deferred: false,
             shed_pending: false,
+            up_pending: false,
             write_deferred: false,
             merged: None,
             slot: Slot::None,
@@ -373,6 +377,7 @@ impl ComObject {
                     }
                 }
                 Action::CloseChannel { id, end } => self.close_channel(id, end, ctx),
+                Action::Up => self.up_pending = true,
                 Action::Fault { state, reason } => self.set_fault(state, &reason),
                 Action::ClaimRefused { reason } => {
                     Counters::add(&self.node.counters.unproven_claims_refused, 1);
@@ -402,6 +407,11 @@ impl ComObject {
                     maybe_delivered,
                 } => {
                     let reason = failure.to_string();
+                    self.publish(|site, address| crate::NodeEvent::SiteDown {
+                        site,
+                        address,
+                        reason: failure,
+                    });
                     let mut back = HandedBack::default();
                     let deliveries = &self.node.deliveries;
                     for m in not_sent {
@@ -470,12 +480,32 @@ impl ComObject {
         });
     }
 
+    /// Tells the node's event subscribers, if there are any (the event is
+    /// built only then).
+    pub(super) fn publish(
+        &self,
+        make: impl FnOnce(Option<sitenet_protocols::SiteId>, Option<String>) -> crate::NodeEvent,
+    ) {
+        if self.node.events.wanted() {
+            let address = self.entry.address.as_deref().map(str::to_string);
+            self.node.events.publish(make(self.entry.id.get(), address));
+        }
+    }
+
     pub(super) fn set_fault(&mut self, state: FaultState, reason: &str) {
         if self.entry.set_fault(state, reason) {
             tracing::info!(site = ?self.entry.id.get(), ?state, %reason, "fault state");
             let c = &self.node.counters;
             match state {
-                FaultState::TempFailed => Counters::add(&c.temp_failures, 1),
+                FaultState::TempFailed => {
+                    Counters::add(&c.temp_failures, 1);
+                    self.publish(|site, address| crate::NodeEvent::SiteUnreachable {
+                        site,
+                        address,
+                        since: Instant::now(),
+                        cause: reason.to_string(),
+                    });
+                }
                 FaultState::PermFailed => Counters::add(&c.perm_failures, 1),
                 FaultState::Ok => {}
             }
@@ -504,7 +534,11 @@ impl ComObject {
             Counters::add(&self.node.counters.orderly_closes, 1);
             tracing::debug!(site = ?self.entry.id.get(), ?reason, "channel closed by the close protocol");
         }
-        self.drop_live(ctx);
+        if matches!(end, ChannelEnd::Final) {
+            self.drop_live_after_final_frame(ctx);
+        } else {
+            self.drop_live(ctx);
+        }
         self.com.channel_closed(id, Instant::now());
     }
 

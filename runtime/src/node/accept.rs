@@ -15,7 +15,7 @@ use sitenet_protocols::admission::{Admission, AdmissionConfig, Dropped, Source};
 use sitenet_transport::{Channel, Listener};
 use tokio::sync::{oneshot, Notify};
 
-use super::{FaultReport, NodeInner};
+use super::{FaultReport, NodeInner, PeerRefusal};
 use crate::channel_io::{accept_until_negotiate, flush_and_close, Accepted, OpenFailure, Tls};
 use crate::com_object::Adopt;
 use crate::metrics::Counters;
@@ -176,6 +176,16 @@ impl NodeInner {
         }
     }
 
+    /// Tells the node's event subscribers (if any) that `peer` was refused.
+    fn peer_refused(&self, peer: &str, reason: PeerRefusal) {
+        if self.events.wanted() {
+            self.events.publish(crate::NodeEvent::PeerRefused {
+                address: peer.to_string(),
+                reason,
+            });
+        }
+    }
+
     /// Runs the acceptor's handshake on a channel accepted by a listener
     /// (`tls`: a `tls:` one, whose channels run TLS).
     fn on_accepted(self: Arc<Self>, ch: Channel, tls: bool) {
@@ -229,6 +239,7 @@ impl NodeInner {
                     let Some(lease) = self.slots.accept() else {
                         Counters::add(&self.counters.accepts_refused, 1);
                         tracing::debug!(%peer, "no channel slot: connection closed");
+                        self.peer_refused(&peer, PeerRefusal::NoSlot);
                         return;
                     };
                     trans.lease = Some(lease);
@@ -264,14 +275,16 @@ impl NodeInner {
                     if let Some(suppressed) = self.peer_logs.address(ip, &self.counters) {
                         tracing::info!(%peer, reason = %why, suppressed, "authentication failed: connection refused");
                     }
+                    self.peer_refused(&peer, PeerRefusal::Handshake(why));
                     flush_and_close(trans, self.cfg.handshake_timeout).await;
                 }
                 Err((ch, e)) => {
                     if let Some(suppressed) = self.peer_logs.address(ip, &self.counters) {
                         tracing::info!(%peer, error = %e, suppressed, "accepted channel closed during the handshake");
                     }
-                    if matches!(e, OpenFailure::Open(_)) {
+                    if let OpenFailure::Open(why) = &e {
                         Counters::add(&self.counters.protocol_errors, 1);
+                        self.peer_refused(&peer, PeerRefusal::Handshake(why.clone()));
                     }
                     self.record_fault(FaultReport {
                         site: None,

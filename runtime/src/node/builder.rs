@@ -153,6 +153,7 @@ impl NodeBuilder {
             stop_listeners: tokio::sync::watch::Sender::new(false),
             acked: Notify::new(),
             faults: Mutex::new(VecDeque::new()),
+            events: super::EventHub::default(),
             handshakes: super::accept::Handshakes::new(cfg_admission),
             peer_logs: Default::default(),
             pairs,

@@ -7,6 +7,7 @@ mod builder;
 mod cooperations;
 mod decoding;
 mod descriptor;
+mod events;
 mod handler_table;
 mod requests;
 mod site_ref;
@@ -17,6 +18,8 @@ pub use builder::NodeBuilder;
 use builder::StopOnDrop;
 pub(crate) use cooperations::{Coop, OpenCooperations};
 pub(crate) use decoding::{decoding_on, with_decoding_node};
+pub(crate) use events::EventHub;
+pub use events::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
 pub use handler_table::{BodySink, Ctx, Unhandled};
 pub(crate) use handler_table::{Erased, ErasedStream, Handlers, NoReply, RemoteError};
 pub use site_ref::SiteRef;
@@ -112,6 +115,8 @@ pub(crate) struct NodeInner {
     /// Notified whenever acknowledgements free bytes or a site fails.
     pub(crate) acked: Notify,
     faults: Mutex<VecDeque<FaultReport>>,
+    /// Subscribers to the node's events (`Node::events`).
+    pub(crate) events: EventHub,
     /// The accepted connections in their handshake, and the rules that
     /// close them.
     handshakes: accept::Handshakes,

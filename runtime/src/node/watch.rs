@@ -70,6 +70,34 @@ impl Node {
         site.entry.resolved().monitor()
     }
 
+    /// A stream of what the node learns about other sites and peers from
+    /// now on: a site up, unreachable or down for good, a peer refused
+    /// (see [`NodeEvent`]). Each call is a subscriber of its own, with its
+    /// own bounded queue: one that reads too slowly reads
+    /// [`NodeEvent::Lagged`] with the count it missed, and never holds the
+    /// node back. The stream ends when the node is gone.
+    ///
+    /// ```
+    /// use futures::StreamExt;
+    /// use sitenet_runtime::{Node, NodeEvent, SendOptions, services::{Echo, EchoReply}};
+    ///
+    /// let server = Node::builder()
+    ///     .listen("tcp:127.0.0.1:0")
+    ///     .configure(|c| c.builtin_services = true)
+    ///     .start()?;
+    /// let client = Node::builder().start()?;
+    /// let mut events = client.events();
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, SendOptions::default(),
+    ///     std::time::Duration::from_secs(30))?;
+    /// let ev = futures::executor::block_on(events.next()).unwrap();
+    /// assert!(matches!(ev, NodeEvent::SiteUp { site, transport: "tcp", .. } if site == server.id()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn events(&self) -> crate::NodeEvents {
+        self.inner.events.subscribe()
+    }
+
     /// A snapshot of the node's counters.
     pub fn metrics(&self) -> Metrics {
         self.inner.counters.snapshot()

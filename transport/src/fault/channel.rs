@@ -323,6 +323,17 @@ impl FaultyChannel {
         Ok(n)
     }
 
+    /// Ends the wrapped channel's writing direction (see
+    /// [`Channel::shutdown_write`]).
+    pub fn shutdown_write(&self) -> std::io::Result<()> {
+        self.shared.inner.shutdown_write()
+    }
+
+    /// The wrapped channel's scheme (see [`Channel::scheme`]).
+    pub fn scheme(&self) -> &'static str {
+        self.shared.inner.scheme()
+    }
+
     /// The wrapped channel's peer (unchanged, so logs and comparisons match
     /// the unwrapped channel's).
     pub fn peer(&self) -> String {

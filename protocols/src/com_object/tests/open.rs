@@ -14,8 +14,8 @@ fn need_asks_for_a_slot_then_opens_then_works() {
         .open_succeeded(attempt, &opened(1, 1 << 20), h.now)
         .unwrap();
     assert_eq!(h.com.working_channel(), Some(id));
-    // Already Ok: no fault transition is reported.
-    assert!(h.actions().is_empty());
+    // Already Ok: no fault transition is reported; the site is up.
+    assert!(matches!(h.actions()[..], [Action::Up]));
     // A report for another attempt is ignored.
     assert_eq!(h.com.open_succeeded(7, &opened(2, 1 << 20), h.now), None);
 }
@@ -222,10 +222,13 @@ fn the_peer_calling_back_is_adopted_while_waiting_for_it() {
     assert!(
         matches!(
             &a[..],
-            [Action::Fault {
-                state: FaultState::Ok,
-                ..
-            }]
+            [
+                Action::Fault {
+                    state: FaultState::Ok,
+                    ..
+                },
+                Action::Up
+            ]
         ),
         "{a:?}"
     );
@@ -275,7 +278,8 @@ fn accepting_replaces_a_channel_the_peer_lost_and_abandons_our_open() {
         .com
         .accepted(&negotiate(0, Attempt { opener: 9, seq: 1 }), NONCE, h.now);
     assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
-    assert!(matches!(h.actions()[..], [Action::AbandonOpen]));
+    let a = h.actions();
+    assert!(matches!(a[..], [Action::AbandonOpen, Action::Up]), "{a:?}");
 }
 
 #[test]
@@ -287,4 +291,68 @@ fn a_negotiate_claiming_unsent_messages_is_a_protocol_fault() {
     assert!(matches!(out, AcceptOutcome::Protocol(_)), "{out:?}");
     assert!(matches!(h.actions()[..], [Action::ReportFault { .. }]));
     assert_eq!(h.com.stats().protocol_errors, 1);
+}
+
+/// The site is announced up when a channel first works, not again when a
+/// new channel from the peer replaces a working one, and again after a
+/// temporary failure (the rule behind the runtime's `NodeEvent::SiteUp`).
+#[test]
+fn up_is_announced_on_the_first_channel_and_after_a_temporary_failure_only() {
+    let ups = |a: &[Action]| a.iter().filter(|a| matches!(a, Action::Up)).count();
+    let mut h = H::new(cfg(), true);
+    let attempt = h.queue_and_request_open();
+    h.com
+        .open_succeeded(attempt, &opened(1, 1 << 20), h.now)
+        .unwrap();
+    assert_eq!(ups(&h.actions()), 1, "the first channel");
+    // The peer replaces the working channel with one of its own: the site
+    // never stopped being up.
+    let out = h
+        .com
+        .accepted(&negotiate(1, Attempt { opener: 9, seq: 1 }), NONCE, h.now);
+    let AcceptOutcome::Accept { id: second, .. } = out else {
+        panic!("{out:?}")
+    };
+    let a = h.actions();
+    assert_eq!(ups(&a), 0, "a replacement: {a:?}");
+    // Lost: temporarily failed; the next channel announces the site again.
+    h.com.channel_lost(second, Loss::Eof, h.now);
+    let a = h.actions();
+    assert!(
+        a.iter().any(|a| matches!(
+            a,
+            Action::Fault {
+                state: FaultState::TempFailed,
+                ..
+            }
+        )),
+        "{a:?}"
+    );
+    let mut a = Vec::new();
+    for _ in 0..10 {
+        h.run_to_next_deadline();
+        a = h.actions();
+        if !a.is_empty() {
+            break;
+        }
+    }
+    assert!(matches!(a[..], [Action::RequestSlot]), "{a:?}");
+    let attempt = h.grant();
+    h.com
+        .open_succeeded(attempt, &opened(3, 1 << 20), h.now)
+        .expect("working again");
+    let a = h.actions();
+    assert!(
+        matches!(
+            a[..],
+            [
+                Action::Fault {
+                    state: FaultState::Ok,
+                    ..
+                },
+                Action::Up
+            ]
+        ),
+        "{a:?}"
+    );
 }

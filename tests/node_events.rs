@@ -1,0 +1,141 @@
+//! Node-wide events over real sockets (issue 20, item 2): a site up with
+//! its transport, unreachable with its cause, down with a typed reason,
+//! a refused peer — and a monitor on a site never contacted says so.
+
+mod common;
+
+use common::*;
+use futures::StreamExt;
+use sitenet::protocols::{AuthFailure, Cookie, OpenError};
+use sitenet::{FaultState, Node, NodeEvent, NodeEvents, PeerRefusal, SiteFailure};
+
+/// The next event for which `keep` holds (others are skipped), within the
+/// tests' patience.
+async fn next_matching(events: &mut NodeEvents, keep: impl Fn(&NodeEvent) -> bool) -> NodeEvent {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let ev = events.next().await.expect("the node is alive");
+            if keep(&ev) {
+                return ev;
+            }
+        }
+    })
+    .await
+    .expect("the event within the patience")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_is_up_with_its_transport_then_down_with_a_typed_reason() {
+    let server = listening_node();
+    let client = Node::builder().start().unwrap();
+    let mut events = client.events();
+    let site = client.site(&addr(&server)).unwrap();
+    echo(&site, 1).await;
+    let ev = next_matching(&mut events, |_| true).await;
+    assert_eq!(
+        ev,
+        NodeEvent::SiteUp {
+            site: server.id(),
+            address: Some(addr(&server)),
+            transport: "tcp",
+        }
+    );
+    // More traffic on the working channel announces nothing more.
+    echo(&site, 2).await;
+    assert_eq!(events.try_next(), None);
+    // The server shuts down: the client hears it leave, typed.
+    server.shutdown(PATIENCE).await;
+    let ev = next_matching(&mut events, |e| matches!(e, NodeEvent::SiteDown { .. })).await;
+    assert_eq!(
+        ev,
+        NodeEvent::SiteDown {
+            site: Some(server.id()),
+            address: Some(addr(&server)),
+            reason: SiteFailure::ShutDown,
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_port_makes_the_site_unreachable_and_a_kill_takes_it_down() {
+    // A port nothing listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("tcp:127.0.0.1:{port}");
+    let client = Node::builder().start().unwrap();
+    let mut events = client.events();
+    let site = client.site(&address).unwrap();
+    site.try_send(&sitenet::services::Echo { seq: 1 }).unwrap();
+    let ev = next_matching(&mut events, |_| true).await;
+    let NodeEvent::SiteUnreachable {
+        site: None,
+        address: Some(a),
+        cause,
+        ..
+    } = ev
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(a, address);
+    assert!(cause.contains("refused"), "{cause}");
+    client.kill(&site);
+    let ev = next_matching(&mut events, |e| matches!(e, NodeEvent::SiteDown { .. })).await;
+    assert!(
+        matches!(
+            ev,
+            NodeEvent::SiteDown {
+                site: None,
+                reason: SiteFailure::Killed,
+                ..
+            }
+        ),
+        "{ev:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_with_the_wrong_cookie_is_refused_and_the_acceptor_says_so() {
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.cookies = vec![Cookie::new([1; 32])];
+        })
+        .start()
+        .unwrap();
+    let mut events = server.events();
+    let stranger = Node::builder()
+        .configure(|c| c.cookies = vec![Cookie::new([2; 32])])
+        .start()
+        .unwrap();
+    let why = failure_reaching(&stranger, &server).await;
+    assert!(why.contains("authentication failed"), "{why}");
+    let ev = next_matching(&mut events, |_| true).await;
+    let NodeEvent::PeerRefused {
+        address,
+        reason: PeerRefusal::Handshake(OpenError::AuthenticationFailed(AuthFailure::UnknownKey(_))),
+    } = &ev
+    else {
+        panic!("{ev:?}")
+    };
+    assert!(address.starts_with("tcp:127.0.0.1:"), "{address}");
+}
+
+#[test]
+fn a_monitor_on_a_site_never_contacted_says_so() {
+    let client = Node::builder().start().unwrap();
+    let site = client.site("tcp:127.0.0.1:9").unwrap();
+    let mut states = client.monitor(&site);
+    let first = block_on(states.next()).unwrap();
+    assert_eq!(first.state, FaultState::Ok);
+    assert_eq!(first.reason, "not contacted yet");
+    // Once a channel has worked, the first event says nothing of it.
+    let server = listening_node();
+    let reached = client.site(&addr(&server)).unwrap();
+    block_on(echo(&reached, 1));
+    let first = block_on(client.monitor(&reached).next()).unwrap();
+    assert_eq!((first.state, first.reason.as_str()), (FaultState::Ok, ""));
+}
