@@ -44,6 +44,23 @@ fn reply_later_grants_a_lock_in_turn_from_kept_responders() {
 }
 
 #[test]
+fn node_events_shows_up_down_unreachable_and_refused() {
+    let out = run("node_events", &[]);
+    assert_eq!(out.matches("up:").count(), 2, "{out}");
+    assert!(out.contains("(the site shut down)"), "{out}");
+    assert!(out.contains("(killed by the local node)"), "{out}");
+    assert!(
+        out.contains("unreachable:") && out.contains("refused"),
+        "{out}"
+    );
+    assert!(
+        out.contains("refused:     tcp:127.0.0.1:")
+            && out.contains("AuthenticationFailed(Missing)"),
+        "{out}"
+    );
+}
+
+#[test]
 fn delegation_answers_the_client_directly_in_three_messages() {
     let out = run("delegation", &["--keys", "4"]);
     assert_eq!(
