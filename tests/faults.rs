@@ -385,3 +385,36 @@ async fn a_site_that_shuts_down_is_failed_at_once_as_shut_down() {
     assert_eq!(last, Some(FaultState::PermFailed));
     assert_eq!(client.metrics().channels_opened, 1, "no reconnect attempt");
 }
+
+/// A request to a closed port says the site is unreachable and why
+/// (connection refused) when its timeout passes, not merely "no reply":
+/// an unreachable site is not a slow one. A request to a reachable site
+/// that does not answer in time is still a plain timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_closed_port_is_unreachable_not_a_timeout() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+    // Unreachable first (a refused open), so the deadline finds it so.
+    let mut mon = client.monitor(&site);
+    assert_eq!(next_state(&mut mon).await, FaultState::Ok);
+    let r = site.request::<sitenet::services::Echo, sitenet::services::EchoReply>(
+        &sitenet::services::Echo { seq: 1 },
+        sitenet::SendOptions::default(),
+        Duration::from_secs(2),
+    );
+    let r = r.await;
+    let Err(sitenet::RequestError::Unreachable { waited, cause }) = &r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(*waited, Duration::from_secs(2));
+    assert!(cause.contains("refused"), "{cause}");
+    assert!(
+        r.unwrap_err().to_string().contains("unreachable"),
+        "the message says so"
+    );
+}

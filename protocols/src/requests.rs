@@ -45,7 +45,7 @@
 //! // b answers it: complete.
 //! assert!(matches!(t.reply(1, &"b", false, same), Reply::Complete("future 1")));
 //! // Request 2 times out; its late reply is unknown.
-//! assert_eq!(t.expire(t0 + s(2)), [(2, "future 2", s(1))]);
+//! assert_eq!(t.expire(t0 + s(2)), [(2, "future 2", s(1), "c")]);
 //! assert!(matches!(t.reply(2, &"c", false, same), Reply::Unknown));
 //! assert!(t.is_empty());
 //! ```
@@ -183,14 +183,17 @@ impl<S, W, H: std::hash::BuildHasher> RequestTable<S, W, H> {
     }
 
     /// Ends every request whose deadline is at or before `now`, earliest
-    /// first: `(corr, waiter, timeout)` each. Ended requests are gone: a
-    /// reply that comes later is [`Reply::Unknown`].
-    pub fn expire(&mut self, now: Instant) -> Vec<(u64, W, Duration)> {
+    /// first: `(corr, waiter, timeout, site)` each (the site, so the driver
+    /// can say why no reply came: an unreachable site is not a slow one).
+    /// Ended requests are gone: a reply that comes later is
+    /// [`Reply::Unknown`].
+    pub fn expire(&mut self, now: Instant) -> Vec<(u64, W, Duration, S)> {
         let due: Vec<u64> = self.deadlines.expire(now).collect();
         due.into_iter()
             .filter_map(|corr| {
                 let p = self.pending.remove(&corr)?;
-                Some((corr, p.waiter, p.deadline.map_or(Duration::ZERO, |d| d.1)))
+                let timeout = p.deadline.map_or(Duration::ZERO, |d| d.1);
+                Some((corr, p.waiter, timeout, p.site))
             })
             .collect()
     }
@@ -281,11 +284,11 @@ mod tests {
         t.register(4, 0u32, 'd', None);
         assert_eq!(t.poll_timeout(), Some(t0 + s(1)));
         assert!(t.expire(t0).is_empty(), "nothing due yet");
-        assert_eq!(t.expire(t0 + s(3)), [(3, 'c', s(1)), (1, 'a', s(3))]);
+        assert_eq!(t.expire(t0 + s(3)), [(3, 'c', s(1), 0), (1, 'a', s(3), 0)]);
         assert_eq!(t.poll_timeout(), Some(t0 + s(9)));
         assert!(matches!(t.reply(1, &0, false, same), Reply::Unknown));
         // The request without a deadline never expires.
-        assert_eq!(t.expire(t0 + s(1000)), [(2, 'b', s(9))]);
+        assert_eq!(t.expire(t0 + s(1000)), [(2, 'b', s(9), 0)]);
         assert_eq!(t.len(), 1);
         assert_eq!(t.poll_timeout(), None);
     }

@@ -124,6 +124,19 @@ pub enum RequestError {
     /// reply is discarded.
     #[error("no reply within {0:?}")]
     Timeout(std::time::Duration),
+    /// No reply within the timeout, and the site was unreachable at the
+    /// deadline: its channel was lost or an open failed (`cause`: for
+    /// example "connection refused"). The request waits in the site's
+    /// queue and is sent if the site comes back; a late reply is
+    /// discarded. A slow site that is reachable gives
+    /// [`Timeout`](Self::Timeout) instead.
+    #[error("no reply within {waited:?}: the site is unreachable ({cause})")]
+    Unreachable {
+        /// The request's timeout.
+        waited: std::time::Duration,
+        /// What keeps the site away.
+        cause: String,
+    },
     /// The peer has no handler for the request's type, or its handler failed.
     #[error("the peer could not handle the request: {0}")]
     Remote(String),

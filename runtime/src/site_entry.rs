@@ -97,6 +97,9 @@ pub(crate) struct SiteEntry {
     /// allocated at the first publication, so a site never used costs a
     /// pointer.
     pub(crate) stats: Mutex<Option<Box<crate::stats::SiteStats>>>,
+    /// Why the site is temporarily failed, while it is (for a request
+    /// that times out meanwhile: `RequestError::Unreachable`).
+    pub(crate) unreachable: Mutex<Option<String>>,
     /// Current fault state and the monitors watching it.
     pub(crate) fault: Mutex<(
         FaultState,
@@ -162,6 +165,7 @@ impl SiteEntry {
             connected: std::sync::atomic::AtomicBool::new(false),
             contacted: std::sync::atomic::AtomicBool::new(false),
             stats: Mutex::new(None),
+            unreachable: Mutex::new(None),
             fault: Mutex::new((FaultState::Ok, Vec::new())),
         }
     }
@@ -194,12 +198,21 @@ impl SiteEntry {
             return false;
         }
         f.0 = state;
+        *self.unreachable.lock() = (state == FaultState::TempFailed).then(|| reason.to_string());
         let ev = FaultEvent {
             state,
             reason: reason.to_string(),
         };
         f.1.retain(|tx| tx.unbounded_send(ev.clone()).is_ok());
         true
+    }
+
+    /// Why the site is unreachable, if it is temporarily failed now.
+    pub(crate) fn unreachable_cause(&self) -> Option<String> {
+        if self.state_given(self.fault.lock().0) != FaultState::TempFailed {
+            return None;
+        }
+        self.unreachable.lock().clone()
     }
 
     /// The state monitors were last told — except that a site whose

@@ -244,7 +244,7 @@ impl Sim {
         }
         self.nodes[n].req_armed = None;
         let now = self.instant();
-        for (corr, _, _) in self.nodes[n].requests.expire(now) {
+        for (corr, _, _, _) in self.nodes[n].requests.expire(now) {
             self.answered(n, corr, Answer::TimedOut);
         }
         self.rearm_requests(n);

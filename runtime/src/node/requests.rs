@@ -155,9 +155,18 @@ impl NodeInner {
                     return;
                 }
                 let ended = requests.table.lock().expire(Instant::now());
-                for (_, waiter, timeout) in ended {
+                for (_, waiter, timeout, site) in ended {
                     if let Waiter::Request(tx) = waiter {
-                        let _ = tx.send(Err(RequestError::Timeout(timeout)));
+                        // A site that cannot be reached did not answer
+                        // slowly: say what keeps it away.
+                        let err = match site.unreachable_cause() {
+                            Some(cause) => RequestError::Unreachable {
+                                waited: timeout,
+                                cause,
+                            },
+                            None => RequestError::Timeout(timeout),
+                        };
+                        let _ = tx.send(Err(err));
                     }
                 }
             }
