@@ -239,3 +239,30 @@ fn wait_all_reports_what_was_not_done_by_its_deadline() {
     assert!(report.results[0].is_none(), "still trying to connect");
     assert!(!report.all_ok());
 }
+
+/// `next_done` tells "nothing completed in time" from "all done"
+/// (`wait_any`'s `None` means either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_done_tells_a_timeout_from_the_end() {
+    let (server, go) = held_echo();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let mut b = client.batch();
+    b.request(&site, &Ask { seq: 1 }, SendOptions::default(), PATIENCE)
+        .unwrap();
+    let mut running = b.submit();
+    let short = Duration::from_millis(50);
+    assert_eq!(
+        running.next_done(short).await.unwrap_err(),
+        sitenet::WaitTimedOut(short)
+    );
+    go.send(()).unwrap();
+    let (i, r) = running
+        .next_done(PATIENCE)
+        .await
+        .unwrap()
+        .expect("the request completes");
+    assert_eq!(i, 0);
+    r.unwrap();
+    assert!(running.next_done(short).await.unwrap().is_none());
+}

@@ -302,14 +302,59 @@ impl Report {
     }
 }
 
+/// No operation of a batch completed within the wait's timeout (see
+/// [`Submitted::next_done`]); the others are still pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no operation completed within {0:?}")]
+pub struct WaitTimedOut(pub Duration);
+
 impl Submitted {
     /// Operations not done yet.
     pub fn pending(&self) -> usize {
         self.wait.pending()
     }
 
+    /// The next operation to complete, telling the two ends apart:
+    /// `Ok(Some((index, outcome)))`, `Ok(None)` once every operation is
+    /// done (nothing is left to wait for), or `Err(WaitTimedOut)` if none
+    /// completed within `timeout` (some are still pending).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use sitenet_runtime::{Node, SendOptions, batch::WaitTimedOut, services::Echo};
+    /// let node = Node::builder().start()?;
+    /// // Nothing listens there: the request neither completes nor fails yet.
+    /// let site = node.site("tcp:127.0.0.1:9")?;
+    /// let mut b = node.batch();
+    /// b.request(&site, &Echo { seq: 1 }, SendOptions::default(), Duration::from_secs(60))?;
+    /// let mut running = b.submit();
+    /// futures::executor::block_on(async {
+    ///     let ms = Duration::from_millis(50);
+    ///     assert_eq!(running.next_done(ms).await.unwrap_err(), WaitTimedOut(ms));
+    ///     node.kill(&site); // the request fails with the site
+    ///     let (i, outcome) = running.next_done(Duration::from_secs(60)).await.unwrap().unwrap();
+    ///     assert!(i == 0 && outcome.is_err());
+    ///     assert!(running.next_done(ms).await.unwrap().is_none()); // all done
+    /// });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn next_done(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<(usize, OpResult)>, WaitTimedOut> {
+        if self.pending() == 0 {
+            return Ok(None);
+        }
+        match self.wait_any(timeout).await {
+            Some(done) => Ok(Some(done)),
+            None if self.pending() == 0 => Ok(None),
+            None => Err(WaitTimedOut(timeout)),
+        }
+    }
+
     /// The next operation to complete: its index and outcome (`None` once
-    /// all are done, or if none completes within `timeout`).
+    /// all are done, or if none completes within `timeout` — the two look
+    /// alike here; [`next_done`](Self::next_done) tells them apart).
     pub async fn wait_any(&mut self, timeout: Duration) -> Option<(usize, OpResult)> {
         let timeout = self.wait.wait_any(timeout)?;
         let timer = self.node.rt.delay(timeout);

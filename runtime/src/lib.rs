@@ -52,7 +52,7 @@ mod test_hooks;
 mod tracked;
 mod trans_object;
 
-pub use batch::{Batch, Done, OpError, OpResult, Report as BatchReport, Submitted};
+pub use batch::{Batch, Done, OpError, OpResult, Report as BatchReport, Submitted, WaitTimedOut};
 pub use config::NodeConfig;
 pub use cooperation::{Answer, CoopError, Cooperation, Expect};
 pub use delivery::Delivery;
