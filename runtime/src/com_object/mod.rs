@@ -407,11 +407,6 @@ impl ComObject {
                     maybe_delivered,
                 } => {
                     let reason = failure.to_string();
-                    self.publish(|site, address| crate::NodeEvent::SiteDown {
-                        site,
-                        address,
-                        reason: failure,
-                    });
                     let mut back = HandedBack::default();
                     let deliveries = &self.node.deliveries;
                     for m in not_sent {
@@ -465,6 +460,13 @@ impl ComObject {
                     self.entry.outbox.close();
                     self.node.fail_requests(&self.entry, &reason);
                     self.node.acked.notify_waiters();
+                    // Last: whoever hears of it finds the failure and what
+                    // was handed back on record (`SiteRef::failure`).
+                    self.publish(|site, address| crate::NodeEvent::SiteDown {
+                        site,
+                        address,
+                        reason: failure,
+                    });
                 }
             }
         }
