@@ -176,12 +176,7 @@ async fn kill_hands_back_what_was_not_acknowledged() {
 /// permanently failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn give_up_turns_a_long_temporary_failure_permanent() {
-    // A port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = closed_port_address();
     let client = Node::builder()
         .configure(|c| {
             quick(c);
@@ -189,7 +184,7 @@ async fn give_up_turns_a_long_temporary_failure_permanent() {
         })
         .start()
         .unwrap();
-    let site = client.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+    let site = client.site(&closed).unwrap();
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);
     site.send_with(&Numbered { stream: 0, seq: 0 }, SendOptions::default())
@@ -388,17 +383,13 @@ async fn a_site_that_shuts_down_is_failed_at_once_as_shut_down() {
 
 /// A request to a closed port says the site is unreachable and why
 /// (connection refused) when its timeout passes, not merely "no reply":
-/// an unreachable site is not a slow one. A request to a reachable site
-/// that does not answer in time is still a plain timeout.
+/// an unreachable site is not a slow one. (A request to a reachable site
+/// that does not answer in time is still a plain timeout:
+/// `replies_later::an_abandoned_responder_leaves_the_caller_to_its_timeout`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_to_a_closed_port_is_unreachable_not_a_timeout() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+    let site = client.site(&closed_port_address()).unwrap();
     // Unreachable first (a refused open), so the deadline finds it so.
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);

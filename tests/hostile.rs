@@ -203,13 +203,8 @@ async fn regression_a_short_honest_run_leaves_nothing_owed() {
 async fn regression_shutdown_refuses_new_sends_while_it_waits() {
     // A site nobody answers at: what is queued for it is never
     // acknowledged, so shutdown waits its whole deadline.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+    let site = client.site(&closed_port_address()).unwrap();
     site.try_send(&Expected { n: 0 }).unwrap();
     let c = client.clone();
     let shutting = tokio::spawn(async move { c.shutdown(std::time::Duration::from_secs(3)).await });

@@ -61,13 +61,7 @@ async fn a_site_is_up_with_its_transport_then_down_with_a_typed_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_port_makes_the_site_unreachable_and_a_kill_takes_it_down() {
-    // A port nothing listens on: bind one, note it, close it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let address = format!("tcp:127.0.0.1:{port}");
+    let address = closed_port_address();
     let client = Node::builder().start().unwrap();
     let mut events = client.events();
     let site = client.site(&address).unwrap();

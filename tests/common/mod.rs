@@ -82,6 +82,18 @@ pub fn addr(n: &Node) -> String {
     n.listen_addresses()[0].clone()
 }
 
+/// A TCP address nobody listens on: a port bound and released at once
+/// (connecting to it is refused).
+#[allow(dead_code)] // not every test binary uses it
+pub fn closed_port_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("tcp:127.0.0.1:{port}")
+}
+
 /// A memory figure of this process from /proc/self/status, in bytes
 /// (Linux): `"VmRSS"` is what is resident now, `"VmHWM"` its peak.
 pub fn proc_status_bytes(field: &str) -> u64 {
