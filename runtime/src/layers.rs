@@ -28,6 +28,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("trans_object", 0),
     ("config", 1),
     ("delivery", 1),
+    ("openmetrics", 1),
     ("peer_logs", 1),
     ("channel_io", 2),
     ("site_entry", 3),

@@ -2,7 +2,8 @@
 //!
 //! The actix side of sitenet: a [`Node`] per local site, one ComObject actor
 //! per remote site (driving the sans-IO session of `sitenet-protocols`), the
-//! site table, typed handlers, request/reply, metrics and faults.
+//! site table, typed handlers, request/reply, metrics (with their
+//! OpenMetrics text, [`Node::openmetrics`]) and faults.
 //!
 //! ```
 //! use serde::{Deserialize, Serialize};
@@ -37,6 +38,7 @@ mod local;
 pub mod message;
 pub mod metrics;
 mod node;
+mod openmetrics;
 mod outbox;
 mod peer_logs;
 pub mod runtime;
@@ -62,6 +64,7 @@ pub use message::{Message, Reply, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
 pub use node::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
+pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES};
 pub use runtime::Runtime;
 pub use site::{FaultEvent, FaultState, HandedBack, SiteRef, NOT_CONTACTED};
 pub use sitenet_protocols::StreamAbort;

@@ -6,19 +6,46 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
+/// What a field of [`Metrics`] is, for the OpenMetrics exposition
+/// (`Node::openmetrics`): most only ever grow (counters); a few go up and
+/// down or record a high-water mark (gauges), marked `: gauge` below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Counter,
+    Gauge,
+}
+
+macro_rules! kind {
+    () => {
+        Kind::Counter
+    };
+    (gauge) => {
+        Kind::Gauge
+    };
+}
+
 macro_rules! counters {
-    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+    ($($(#[doc = $doc:literal])* $name:ident $(: $kind:ident)?),* $(,)?) => {
         /// Live counters of a node.
         #[derive(Debug, Default)]
         pub(crate) struct Counters { $(pub(crate) $name: AtomicU64,)* }
 
         /// A snapshot of a node's counters.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-        pub struct Metrics { $($(#[$doc])* pub $name: u64,)* }
+        pub struct Metrics { $($(#[doc = $doc])* pub $name: u64,)* }
 
         impl Counters {
             pub(crate) fn snapshot(&self) -> Metrics {
                 Metrics { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+        }
+
+        impl Metrics {
+            /// Each field as (name, its doc comment (one line per line), kind,
+            /// value), in declaration order: the exposition's source, so
+            /// a counter added here is exported with its documentation.
+            pub(crate) fn fields(&self) -> impl Iterator<Item = (&'static str, &'static str, Kind, u64)> {
+                [$((stringify!($name), concat!($($doc, "\n"),*), kind!($($kind)?), self.$name),)*].into_iter()
             }
         }
     };
@@ -52,9 +79,9 @@ counters! {
     handshakes_silent,
     /// Gauge: accepted connections in their handshake now (they hold a
     /// descriptor, no channel slot).
-    handshakes_pending,
+    handshakes_pending: gauge,
     /// The most `handshakes_pending` has been.
-    handshakes_pending_peak,
+    handshakes_pending_peak: gauge,
     /// Messages with no handler for their type (or that failed to decode).
     unhandled,
     /// Handlers that panicked (the message counts as delivered).
@@ -107,9 +134,9 @@ counters! {
     slot_waits,
     /// Gauge: bytes of ByteBuffers held by working channels (two fixed
     /// buffers per channel; it never grows with traffic).
-    channel_buffer_bytes,
+    channel_buffer_bytes: gauge,
     /// The most `channel_buffer_bytes` has been.
-    channel_buffer_bytes_peak,
+    channel_buffer_bytes_peak: gauge,
     /// Frames written that carry application messages (DATA and PACKED,
     /// resends included): what a communication pattern costs on the wire.
     data_frames_sent,

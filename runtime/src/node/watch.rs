@@ -128,17 +128,51 @@ impl Node {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stats(&self) -> crate::NodeStats {
+        self.stats_with(&self.metrics(), None)
+    }
+
+    /// [`stats`](Self::stats) from the counters `m`, with the per-site
+    /// counters of every site, or (`top: Some(n)`) of the `n` sites with
+    /// the deepest queues only, deepest first (ties: by the entry's
+    /// place in the table, so a quiet node exports the same sites scrape
+    /// after scrape).
+    /// Sites that never published counters (never used) are not among
+    /// those `n`. Choosing them costs a walk of the table, not a copy of
+    /// every site's counters.
+    fn stats_with(&self, m: &Metrics, top: Option<usize>) -> crate::NodeStats {
         let slots = self.inner.slots.stats();
         let entries = self.inner.all_entries();
         let idle = entries
             .iter()
             .filter(|e| !e.connected.load(Ordering::Relaxed))
             .count();
-        let per_site = entries
-            .iter()
-            .map(|e| e.stats.lock().as_deref().cloned().unwrap_or_default())
-            .collect();
-        let m = self.metrics();
+        let per_site = match top {
+            None => entries
+                .iter()
+                .map(|e| e.stats.lock().as_deref().cloned().unwrap_or_default())
+                .collect(),
+            Some(n) => {
+                let mut ranked: Vec<(std::cmp::Reverse<u64>, usize, usize)> = entries
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, e)| {
+                        let depth = e.stats.lock().as_deref()?.queue_depth;
+                        Some((std::cmp::Reverse(depth), e.key, i))
+                    })
+                    .collect();
+                if ranked.len() > n {
+                    if n > 0 {
+                        ranked.select_nth_unstable(n - 1);
+                    }
+                    ranked.truncate(n);
+                }
+                ranked.sort_unstable();
+                ranked
+                    .into_iter()
+                    .filter_map(|(_, _, i)| entries[i].stats.lock().as_deref().cloned())
+                    .collect()
+            }
+        };
         crate::NodeStats {
             transport_bytes_bound: slots.hard as u64 * 2 * self.inner.cfg.buffer_size as u64,
             slots,
@@ -155,6 +189,52 @@ impl Node {
             handshakes_pending_bound: self.inner.cfg.max_pending_handshakes,
             auth_refused: m.auth_refused,
         }
+    }
+
+    /// The node's counters and gauges as OpenMetrics text, for Prometheus
+    /// and the other scrapers operators already run: every counter of
+    /// [`Metrics`] as `sitenet_<name>_total` (its doc comment as HELP),
+    /// the gauges of [`stats`](Self::stats) (channel slots against their
+    /// limits, transport and output bytes against their bounds, sites
+    /// live and idle, pending handshakes against their bound), and
+    /// per-site series `sitenet_site_*{site, address}` for the
+    /// [`OPENMETRICS_TOP_SITES`](crate::OPENMETRICS_TOP_SITES) sites with
+    /// the deepest queues only — a node with 100,000 sites still answers
+    /// a scrape of a few hundred lines. Serve it with the content type
+    /// [`OPENMETRICS_CONTENT_TYPE`](crate::OPENMETRICS_CONTENT_TYPE)
+    /// (`sitenet node --metrics tcp:HOST:PORT` does).
+    ///
+    /// Built when called, from one snapshot, and nothing is kept: a node
+    /// never scraped pays nothing, and a scrape costs about what
+    /// [`stats`](Self::stats) does.
+    ///
+    /// ```
+    /// # use sitenet_runtime::{Node, SendOptions, services::{Echo, EchoReply}};
+    /// let server = Node::builder()
+    ///     .listen("tcp:127.0.0.1:0")
+    ///     .configure(|c| c.builtin_services = true)
+    ///     .start()?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, SendOptions::default(),
+    ///     std::time::Duration::from_secs(30))?;
+    /// let text = client.openmetrics();
+    /// assert!(text.lines().any(|l| l == "sitenet_channels_opened_total 1"));
+    /// assert!(text.contains("# TYPE sitenet_slots_in_use gauge\n"));
+    /// assert!(text.ends_with("# EOF\n"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn openmetrics(&self) -> String {
+        self.openmetrics_top_sites(crate::OPENMETRICS_TOP_SITES)
+    }
+
+    /// [`openmetrics`](Self::openmetrics) with per-site series for the
+    /// `sites` sites with the deepest queues (0: none). A large number
+    /// makes a large scrape: each site gives about twenty lines.
+    pub fn openmetrics_top_sites(&self, sites: usize) -> String {
+        let m = self.metrics();
+        let stats = self.stats_with(&m, Some(sites));
+        crate::openmetrics::encode(m, stats)
     }
 
     /// Number of remote sites in the site table. An entry with no
