@@ -36,6 +36,8 @@
 #[cfg(feature = "cli")]
 pub mod bench;
 #[cfg(feature = "cli")]
+pub mod metrics_http;
+#[cfg(feature = "cli")]
 pub mod stress;
 
 pub use sitenet_protocols as protocols;

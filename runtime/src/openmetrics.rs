@@ -98,17 +98,18 @@ fn gauge(enc: &mut DescriptorEncoder, name: &str, doc: &str, v: u64) -> fmt::Res
 }
 
 /// The labels of a site's series: its id and the address it was asked
-/// for (or, for a site that only connected to us, its channel's peer).
+/// for (or, for a site that only connected to us, the first address it
+/// listed, else its channel's peer; empty when none is known).
 fn site_labels(s: &SiteStats) -> [(&'static str, &str); 2] {
+    let address = s
+        .address
+        .as_deref()
+        .or(s.addresses.first().map(String::as_str))
+        .or(s.channel.as_deref())
+        .unwrap_or_default();
     [
-        ("site", s.site.as_deref().unwrap_or("")),
-        (
-            "address",
-            s.address
-                .as_deref()
-                .or(s.channel.as_deref())
-                .unwrap_or_default(),
-        ),
+        ("site", s.site.as_deref().unwrap_or_default()),
+        ("address", address),
     ]
 }
 

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 
-use sitenet::{Address, Node, SendOptions};
+use sitenet::{metrics_http, Address, Node, SendOptions};
 
 #[derive(Parser)]
 #[command(
@@ -29,7 +29,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve a site: an echo service (for `ping`). Prints one JSON line with
-    /// its site id and real listen addresses, then runs until interrupted.
+    /// its site id and real listen addresses (and, with --metrics, the
+    /// metrics address), then runs until interrupted.
     Node {
         /// Address to listen on, e.g. tcp:127.0.0.1:7000 (port 0 picks a free
         /// one); repeat for several. Default: tcp:127.0.0.1:0, or
@@ -41,6 +42,13 @@ enum Cmd {
         /// this host: the stats name every connected site).
         #[arg(long)]
         stats_from_anywhere: bool,
+        /// Serve the node's counters and gauges as OpenMetrics text at
+        /// http://HOST:PORT/metrics, for Prometheus and other scrapers
+        /// (port 0 picks a free one; the first line's "metrics" key tells
+        /// which). Plain HTTP with no authentication, and the per-site
+        /// series name sites: bind it to 127.0.0.1 or a private interface.
+        #[arg(long, value_name = "tcp:HOST:PORT")]
+        metrics: Option<String>,
         #[command(flatten)]
         auth: auth::Auth,
     },
@@ -175,8 +183,9 @@ fn main() -> ExitCode {
         Cmd::Node {
             listen,
             stats_from_anywhere,
+            metrics,
             auth,
-        } => run_node(listen, stats_from_anywhere, auth),
+        } => run_node(listen, stats_from_anywhere, metrics, auth),
         Cmd::Ping {
             addr,
             count,
@@ -220,7 +229,12 @@ pub(crate) fn failure(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn run_node(mut listen: Vec<String>, stats_from_anywhere: bool, auth: auth::Auth) -> ExitCode {
+fn run_node(
+    mut listen: Vec<String>,
+    stats_from_anywhere: bool,
+    metrics: Option<String>,
+    auth: auth::Auth,
+) -> ExitCode {
     if listen.is_empty() {
         let scheme = if auth.has_tls() { "tls" } else { "tcp" };
         listen.push(format!("{scheme}:127.0.0.1:0"));
@@ -228,6 +242,11 @@ fn run_node(mut listen: Vec<String>, stats_from_anywhere: bool, auth: auth::Auth
     for a in &listen {
         if let Err(e) = a.parse::<Address>() {
             return usage(e);
+        }
+    }
+    if let Some(m) = &metrics {
+        if let Err(e) = metrics_http::parse(m) {
+            return usage(format!("--metrics: {e}"));
         }
     }
     let security = match auth.load() {
@@ -252,11 +271,32 @@ fn run_node(mut listen: Vec<String>, stats_from_anywhere: bool, auth: auth::Auth
         Ok(n) => n,
         Err(e) => return failure(e),
     };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    // Bound before the first line is printed, so the line names the real
+    // port and a scraper started on it finds the listener there.
+    let metrics = match metrics {
+        None => None,
+        Some(m) => match rt.block_on(metrics_http::bind(&m)) {
+            Ok(l) => match metrics_http::local_address(&l) {
+                Ok(a) => Some((l, a)),
+                Err(e) => return failure(format!("--metrics {m}: {e}")),
+            },
+            Err(e) => return failure(e),
+        },
+    };
     // Exactly the form the README documents (key order and spacing), so a
-    // script matching the line textually works as well as a JSON parser.
+    // script matching the line textually works as well as a JSON parser;
+    // "metrics" comes last, and only with --metrics.
     let listen = serde_json::to_string(&node.listen_addresses()).expect("strings serialise");
+    let metrics_key = match &metrics {
+        Some((_, a)) => format!(", \"metrics\": {}", serde_json::json!(a)),
+        None => String::new(),
+    };
     println!(
-        "{{\"site_id\": \"{}\", \"listen\": {}, \"protocol\": {}}}",
+        "{{\"site_id\": \"{}\", \"listen\": {}, \"protocol\": {}{metrics_key}}}",
         node.id(),
         listen.replace("\",\"", "\", \""),
         sitenet::protocols::PROTOCOL_VERSION
@@ -268,10 +308,18 @@ fn run_node(mut listen: Vec<String>, stats_from_anywhere: bool, auth: auth::Auth
         "sitenet node: channel slots weak {} hard {} (policy {}); transport buffers at most {} bytes",
         stats.slots.weak, stats.slots.hard, stats.slots.policy, stats.transport_bytes_bound
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    if let Some((listener, address)) = metrics {
+        if listener.local_addr().is_ok_and(|a| !a.ip().is_loopback()) {
+            eprintln!(
+                "sitenet node: metrics on {address}: ANYONE WHO REACHES IT READS THE COUNTERS AND THE IDS OF THE BUSIEST SITES"
+            );
+        }
+        rt.spawn(metrics_http::serve_node(
+            listener,
+            node.clone(),
+            metrics_http::Limits::default(),
+        ));
+    }
     rt.block_on(async {
         let _ = tokio::signal::ctrl_c().await;
     });
