@@ -87,6 +87,12 @@ pub enum SendError {
     /// id reserved for sitenet's own messages.
     #[error("message type id {0:#x} is in the range reserved for sitenet (>= 0xFFFF_0000)")]
     ReservedId(u32),
+    /// A handed-back message that cannot be sent again as it is
+    /// (`SiteRef::resend`): only one-way messages can. A request's caller
+    /// was told of the failure already and a reply's request is gone; the
+    /// message says what to do instead.
+    #[error("this handed-back message cannot be sent again: {0}")]
+    NotResendable(String),
     /// The site is permanently failed; messages to it are refused.
     #[error("site {site:?} failed permanently: {reason}")]
     SiteFailed {
@@ -178,6 +184,29 @@ pub enum RequestError {
     /// The node was shut down before a reply arrived.
     #[error("the node was shut down before a reply arrived")]
     Shutdown,
+}
+
+/// A handed-back message ([`ReturnedMessage`](crate::ReturnedMessage))
+/// did not decode as the type asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    /// The message is of another type.
+    #[error("the message is of type {got:#x}, not {expected:#x}")]
+    WrongType {
+        /// The type asked for.
+        expected: u32,
+        /// The message's type id.
+        got: u32,
+    },
+    /// The typed header does not decode as the type asked for (a message
+    /// sent raw has an empty header: read its body instead).
+    #[error("the header does not decode as type {type_id:#x}: {reason}")]
+    Header {
+        /// The message's type id.
+        type_id: u32,
+        /// What the decoder said.
+        reason: String,
+    },
 }
 
 /// Why a site failed permanently (also reported to the user via faults);

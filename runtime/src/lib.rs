@@ -57,14 +57,15 @@ pub use batch::{Batch, Done, OpError, OpResult, Report as BatchReport, Submitted
 pub use config::NodeConfig;
 pub use cooperation::{Answer, CoopError, Cooperation, Expect};
 pub use delivery::Delivery;
-pub use error::{DeliveryError, FlushError, NodeError, RequestError, SendError, SiteFailure};
+pub use error::SiteFailure;
+pub use error::{DecodeError, DeliveryError, FlushError, NodeError, RequestError, SendError};
 pub use handlers::{Ctx, Responder, Unhandled};
 pub use message::{Message, RawMessage, Reply, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
 pub use node::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
 pub use runtime::Runtime;
-pub use site::{FaultEvent, FaultState, HandedBack, SiteRef, NOT_CONTACTED};
+pub use site::{FaultEvent, FaultState, HandedBack, ReturnedMessage, SiteRef, NOT_CONTACTED};
 pub use sitenet_protocols::StreamAbort;
 pub use sitenet_protocols::{DescriptorError, OpenError, Priority, SiteDescriptor, SiteId};
 pub use stats::{NodeStats, SiteStats};

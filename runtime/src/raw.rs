@@ -1,7 +1,8 @@
 //! Raw messages on the sending side: a type id and bytes, no serde
-//! (`SiteRef::send_raw`, `request_raw`). A language runtime has its own
-//! marshaler and its own dispatch; it cannot declare a serde type per
-//! message.
+//! (`SiteRef::send_raw`, `request_raw`), and what a failed site handed
+//! back, decoded and sent again (`ReturnedMessage::decode`,
+//! `SiteRef::resend`). A language runtime has its own marshaler and its
+//! own dispatch; it cannot declare a serde type per message.
 //!
 //! A raw message is an ordinary message on the wire (docs/protocol.md
 //! §2.1): its type id, an empty typed header, and the bytes as its body —
@@ -14,9 +15,9 @@ use bytes::Bytes;
 
 use sitenet_protocols::{MessageKind, OutMessage};
 
-use crate::error::{RequestError, SendError};
-use crate::message::{one_part, RawMessage, SendOptions, RESERVED_IDS};
-use crate::site::SiteRef;
+use crate::error::{DecodeError, RequestError, SendError};
+use crate::message::{one_part, Message, RawMessage, SendOptions, RESERVED_IDS};
+use crate::site::{ReturnedMessage, SiteRef};
 
 /// The raw message `type_id` with `opts`' priority and body, as a message
 /// of `kind` (`corr`: its request id, or 0).
@@ -169,5 +170,125 @@ impl SiteRef {
             return Err(SendError::WouldDeadlock.into());
         }
         futures::executor::block_on(self.request_raw(type_id, body, timeout))
+    }
+
+    /// Sends a message a failed site handed back
+    /// ([`SiteRef::failure`]) to this site, as it was sent — type id,
+    /// header, body and priority, typed or raw — waiting while the site's
+    /// output bound is reached. No serde runs: the message goes as it was
+    /// encoded.
+    ///
+    /// Only a one-way message can be sent again:
+    /// [`SendError::NotResendable`] for a request (its caller was told of
+    /// the failure already: send a new request, from
+    /// [`ReturnedMessage::decode`] or its [`body`](ReturnedMessage::body)),
+    /// a reply or a forwarded request. One from
+    /// [`maybe_delivered`](crate::HandedBack::maybe_delivered) may have
+    /// been handled already: sending it again may apply it twice.
+    pub async fn resend(&self, m: ReturnedMessage) -> Result<(), SendError> {
+        self.post(resendable(m)?).await
+    }
+
+    /// [`resend`](Self::resend) without waiting: fails at once with
+    /// [`SendError::QueueFull`] at the site's output bound.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node};
+    /// #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    /// struct Job(u32);
+    /// impl Message for Job { const ID: u32 = 5; }
+    ///
+    /// let client = Node::builder().start()?;
+    /// // A site that never answers: its messages wait, and are handed back when it is killed.
+    /// let gone = client.site("tcp:127.0.0.1:1")?;
+    /// gone.try_send(&Job(7))?;
+    /// gone.try_send_raw(6, &b"raw"[..])?;
+    /// client.kill(&gone);
+    /// assert!(client.wait_until_blocking(|_| gone.failure().is_some(), Duration::from_secs(30)));
+    /// let (_, back) = gone.failure().unwrap();
+    /// assert_eq!(back.not_sent.len(), 2);
+    /// let job = back.not_sent.iter().find(|m| m.type_id() == Job::ID).unwrap();
+    /// assert_eq!(job.decode::<Job>()?, Job(7));
+    /// let raw = back.not_sent.iter().find(|m| m.type_id() == 6).unwrap();
+    /// assert_eq!(&raw.body()[..], b"raw");
+    ///
+    /// // Both go to another site, as they were.
+    /// let other = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let tx = std::sync::Mutex::new(tx);
+    /// other.handle(move |_ctx, j: Job| { let _ = tx.lock().unwrap().send(j.0); })?;
+    /// other.handle_raw(6..=6, |_ctx, m| assert_eq!(&m.body[..], b"raw"))?;
+    /// let to = client.site(&other.listen_addresses()[0])?;
+    /// for m in back.not_sent {
+    ///     to.try_resend(m)?;
+    /// }
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(30))?, 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_resend(&self, m: ReturnedMessage) -> Result<(), SendError> {
+        self.try_post(resendable(m)?)
+    }
+}
+
+/// `m` as a new one-way message, or why it cannot be sent again.
+fn resendable(m: ReturnedMessage) -> Result<OutMessage, SendError> {
+    let why = match m.message.kind {
+        MessageKind::OneWay => None,
+        MessageKind::Request => Some(
+            "a request (its caller was told the site failed): send a new request with its decoded header or its body",
+        ),
+        MessageKind::Reply | MessageKind::DelegatedReply => {
+            Some("a reply (its request ended with the site's failure)")
+        }
+        MessageKind::Forward => Some("a forwarded request (its origin waits on its own timeout)"),
+    };
+    if let Some(why) = why {
+        return Err(SendError::NotResendable(why.into()));
+    }
+    let mut out = m.message;
+    // Its delivery future, if it was tracked, ended with the failure; and
+    // a one-way message's `corr` is that future's token, never sent.
+    out.tracked = false;
+    out.corr = 0;
+    Ok(out)
+}
+
+impl ReturnedMessage {
+    /// Decodes the message's typed header as `M`: what was sent with
+    /// `send(&msg)`, back as a value. `SiteRef`s inside it decode on the
+    /// node that queued it, as references of its own (while that node
+    /// lives; after, they fail to decode).
+    ///
+    /// Fails with [`DecodeError::WrongType`] for a message of another type
+    /// id, and [`DecodeError::Header`] for a header that is not an `M` (a
+    /// message sent raw has an empty header: read its
+    /// [`body`](Self::body)). Never panics, whatever the bytes.
+    ///
+    /// (See [`SiteRef::try_resend`] for an example.)
+    pub fn decode<M: Message>(&self) -> Result<M, DecodeError> {
+        let type_id = self.message.type_id;
+        if type_id != M::ID {
+            return Err(DecodeError::WrongType {
+                expected: M::ID,
+                got: type_id,
+            });
+        }
+        let header = self.header();
+        let decode = || rmp_serde::from_slice::<M>(&header);
+        let decoded = match self.node.upgrade() {
+            // The node's own messages: its references are its user's
+            // words, not a peer's claims.
+            Some(node) => {
+                let local = node.local_site();
+                crate::node::decoding_on(&node, &local.entry, decode)
+            }
+            None => decode(),
+        };
+        decoded.map_err(|e| DecodeError::Header {
+            type_id,
+            reason: e.to_string(),
+        })
     }
 }
