@@ -44,6 +44,26 @@ fn reply_later_grants_a_lock_in_turn_from_kept_responders() {
 }
 
 #[test]
+fn raw_dispatch_answers_terms_marshalled_without_serde() {
+    let out = run("raw_dispatch", &["--count", "300"]);
+    for line in [
+        "pid 1 {add,1,2} => 3",
+        "pid 2 {concat,hello,world} => helloworld",
+        "pid 3 {echo,{nested,{-1}}} => {nested,{-1}}",
+        "pid 42 {self} => 42",
+        "pid 7 {frobnicate} => {error,{unknown_op,frobnicate}}",
+        "one-way {log,started} seen by pid 9",
+        "300 additions in flight: sum 89700 (expected 89700)",
+    ] {
+        assert!(out.contains(line), "{line:?} missing:\n{out}");
+    }
+    assert!(
+        out.contains("garbage => refused:") && out.contains("bad term: truncated term"),
+        "{out}"
+    );
+}
+
+#[test]
 fn node_events_shows_up_down_unreachable_and_refused() {
     let out = run("node_events", &[]);
     assert_eq!(out.matches("up:").count(), 2, "{out}");

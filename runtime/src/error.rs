@@ -27,6 +27,24 @@ pub enum NodeError {
     /// A user type tried to use an id reserved for sitenet's own messages.
     #[error("message type id {0:#x} is in the range reserved for sitenet (>= 0xFFFF_0000)")]
     ReservedId(u32),
+    /// A raw handler's range of type ids overlaps the range of one already
+    /// registered (`Node::handle_raw`): each id has at most one raw
+    /// handler, so which one runs never depends on the order of
+    /// registration. Remove the other first, or pick disjoint ranges.
+    #[error("the raw handler range {range:?} overlaps the registered range {registered:?}")]
+    OverlappingRange {
+        /// The range asked for.
+        range: std::ops::RangeInclusive<u32>,
+        /// The registered range it overlaps.
+        registered: std::ops::RangeInclusive<u32>,
+    },
+    /// A raw handler's range of type ids holds no id (for example `5..5`).
+    #[error("the raw handler range holds no type id")]
+    EmptyRange,
+    /// A raw fallback handler (`Node::handle_raw_fallback`) is registered
+    /// already; `replace_raw_fallback` replaces it.
+    #[error("a raw fallback handler is already registered")]
+    DuplicateFallback,
     /// The node has been shut down.
     #[error("the node has been shut down")]
     Shutdown,
@@ -65,6 +83,16 @@ pub enum SendError {
     /// The header could not be serialised.
     #[error("cannot serialise the message header: {0}")]
     Encode(String),
+    /// A raw message (`SiteRef::send_raw`, `Ctx::reply_raw`) named a type
+    /// id reserved for sitenet's own messages.
+    #[error("message type id {0:#x} is in the range reserved for sitenet (>= 0xFFFF_0000)")]
+    ReservedId(u32),
+    /// A handed-back message that cannot be sent again as it is
+    /// (`SiteRef::resend`): only one-way messages can. A request's caller
+    /// was told of the failure already and a reply's request is gone; the
+    /// message says what to do instead.
+    #[error("this handed-back message cannot be sent again: {0}")]
+    NotResendable(String),
     /// The site is permanently failed; messages to it are refused.
     #[error("site {site:?} failed permanently: {reason}")]
     SiteFailed {
@@ -156,6 +184,29 @@ pub enum RequestError {
     /// The node was shut down before a reply arrived.
     #[error("the node was shut down before a reply arrived")]
     Shutdown,
+}
+
+/// A handed-back message ([`ReturnedMessage`](crate::ReturnedMessage))
+/// did not decode as the type asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    /// The message is of another type.
+    #[error("the message is of type {got:#x}, not {expected:#x}")]
+    WrongType {
+        /// The type asked for.
+        expected: u32,
+        /// The message's type id.
+        got: u32,
+    },
+    /// The typed header does not decode as the type asked for (a message
+    /// sent raw has an empty header: read its body instead).
+    #[error("the header does not decode as type {type_id:#x}: {reason}")]
+    Header {
+        /// The message's type id.
+        type_id: u32,
+        /// What the decoder said.
+        reason: String,
+    },
 }
 
 /// Why a site failed permanently (also reported to the user via faults);

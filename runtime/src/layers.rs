@@ -44,6 +44,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("tracked", 10),
     ("batch", 10),
     ("local", 10),
+    ("raw", 10),
     ("test_hooks", 10),
 ];
 

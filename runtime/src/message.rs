@@ -149,11 +149,47 @@ impl SendOptions {
     }
 }
 
+/// A body of one part (none if `part` is empty), held inline.
+pub(crate) fn one_part(part: Bytes) -> sitenet_protocols::Body {
+    let mut body = sitenet_protocols::Body::new();
+    if !part.is_empty() {
+        body.push(part);
+    }
+    body
+}
+
 /// A decoded reply: the typed header and the body.
 #[derive(Debug, Clone)]
 pub struct Reply<R> {
     /// The reply's typed header.
     pub msg: R,
     /// The reply's body.
+    pub body: Bytes,
+}
+
+/// A message as bytes, without serde: what a raw handler
+/// ([`Node::handle_raw`](crate::Node::handle_raw)) gets and a raw request
+/// ([`SiteRef::request_raw`](crate::SiteRef::request_raw)) is answered
+/// with. A language runtime has its own marshaler and its own dispatch,
+/// and cannot declare a serde type per message: it sends a type id and
+/// bytes, and reads them back here.
+///
+/// On the wire a raw message is an ordinary message (docs/protocol.md
+/// §2.1): its type id, an empty typed header, and the bytes as its body.
+/// A raw handler may also be given a message sent typed (a type id no
+/// typed handler of this node takes): its serialised header is then in
+/// [`header`](Self::header).
+///
+/// The bytes come from the network: a runtime decodes them as it would
+/// any untrusted input.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawMessage {
+    /// The message's wire type id.
+    pub type_id: u32,
+    /// The typed header, as it came: empty for a message sent raw
+    /// ([`SiteRef::send_raw`](crate::SiteRef::send_raw)), rmp-serde bytes
+    /// for one sent typed.
+    pub header: Bytes,
+    /// The bytes sent (the message's body). Shared, not copied.
     pub body: Bytes,
 }

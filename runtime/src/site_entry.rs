@@ -60,7 +60,7 @@ pub(crate) struct SiteEntry {
     pub(crate) id: IdCell,
     /// Set when the site failed permanently (boxed: rare, and every idle
     /// site would carry its room).
-    pub(crate) failed: Mutex<Option<Box<(String, HandedBack)>>>,
+    pub(crate) failed: Mutex<Option<Box<(String, Returned)>>>,
     /// Messages handed back while the site lives: they can never be sent to
     /// it (larger than the peer's maximum, learned after they were queued).
     /// (Boxed when the first one comes: rare, and every idle site would
@@ -121,13 +121,15 @@ pub struct FaultEvent {
     pub reason: String,
 }
 
-/// What a permanently failed site handed back: nothing is silently dropped.
+/// What a permanently failed site handed back, as the entry keeps it
+/// (`SiteRef::failure` gives it to the user as a `HandedBack`, a layer
+/// above, whose messages decode).
 #[derive(Debug, Clone, Default)]
-pub struct HandedBack {
-    /// Never completely sent, so never delivered: safe to send elsewhere.
-    pub not_sent: Vec<OutMessage>,
-    /// Completely sent, never acknowledged: may or may not have been delivered.
-    pub maybe_delivered: Vec<OutMessage>,
+pub(crate) struct Returned {
+    /// Never completely sent, so never delivered.
+    pub(crate) not_sent: Vec<OutMessage>,
+    /// Completely sent, never acknowledged.
+    pub(crate) maybe_delivered: Vec<OutMessage>,
 }
 
 /// The key of the local entry: it is not in the site table's slab (the
@@ -273,7 +275,7 @@ mod tests {
     fn a_site_whose_failure_is_on_record_reads_perm_failed() {
         let e = SiteEntry::new(0, None, crate::outbox::OutputBound::alone(1 << 20));
         assert_eq!(e.fault_state(), FaultState::Ok);
-        *e.failed.lock() = Some(Box::new(("killed".into(), HandedBack::default())));
+        *e.failed.lock() = Some(Box::new(("killed".into(), Returned::default())));
         e.has_failed
             .store(true, std::sync::atomic::Ordering::Release);
         assert_eq!(e.fault_state(), FaultState::PermFailed);

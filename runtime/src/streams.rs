@@ -39,6 +39,7 @@ enum Open {
     /// Its sink, and what its end's context needs.
     Sink {
         sink: Box<dyn BodySink>,
+        type_id: u32,
         kind: MessageKind,
         corr: u64,
         received: u64,
@@ -138,9 +139,10 @@ pub(crate) struct Delivery<'a> {
 }
 
 impl Delivery<'_> {
-    fn ctx(&self, kind: MessageKind, corr: u64, priority: Priority) -> Ctx<'_> {
+    fn ctx(&self, type_id: u32, kind: MessageKind, corr: u64, priority: Priority) -> Ctx<'_> {
         Ctx {
             node: self.node,
+            type_id,
             from: self.from,
             via: self.from,
             kind,
@@ -158,7 +160,7 @@ impl Delivery<'_> {
         let Some(h) = self.node.handlers.get_stream(prelude.type_id) else {
             return Open::Discard;
         };
-        let mut ctx = self.ctx(prelude.kind, prelude.corr, lane);
+        let mut ctx = self.ctx(prelude.type_id, prelude.kind, prelude.corr, lane);
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &header)));
         let (node, from, none) = (self.node, self.from, Bytes::new());
         match handler_outcome(
@@ -172,6 +174,7 @@ impl Delivery<'_> {
         ) {
             Ok(sink) => Open::Sink {
                 sink,
+                type_id: prelude.type_id,
                 kind: prelude.kind,
                 corr: prelude.corr,
                 received: 0,
@@ -187,12 +190,16 @@ impl Delivery<'_> {
     fn finish(&mut self, lane: Priority) {
         Counters::add(&self.node.counters.messages_delivered, 1);
         let Some(Open::Sink {
-            sink, kind, corr, ..
+            sink,
+            type_id,
+            kind,
+            corr,
+            ..
         }) = self.streams.slot(lane).take()
         else {
             return;
         };
-        let mut ctx = self.ctx(kind, corr, lane);
+        let mut ctx = self.ctx(type_id, kind, corr, lane);
         if std::panic::catch_unwind(AssertUnwindSafe(|| sink.end(&mut ctx))).is_err() {
             Counters::add(&self.node.counters.handler_panics, 1);
             tracing::error!("stream sink panicked at its end; the message counts as delivered");

@@ -41,7 +41,7 @@ use sitenet_protocols::{
 use crate::metrics::Counters;
 use crate::node::SiteRef;
 use crate::node::{FaultReport, NodeInner};
-use crate::site_entry::{HandedBack, SiteEntry};
+use crate::site_entry::{Returned, SiteEntry};
 
 /// Reads per readiness event before yielding to other actors on the thread
 /// (a flooding peer cannot monopolise the runtime). Small, so a message
@@ -407,7 +407,7 @@ impl ComObject {
                     maybe_delivered,
                 } => {
                     let reason = failure.to_string();
-                    let mut back = HandedBack::default();
+                    let mut back = Returned::default();
                     let deliveries = &self.node.deliveries;
                     for m in not_sent {
                         self.entry.outbox.release(m.footprint());

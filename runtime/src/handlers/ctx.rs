@@ -72,6 +72,12 @@ impl Ctx<'_> {
         self.from.id.get()
     }
 
+    /// The message's wire type id: what a raw handler for a range of ids
+    /// dispatches on (it is also its [`RawMessage`](crate::RawMessage)'s).
+    pub fn type_id(&self) -> u32 {
+        self.type_id
+    }
+
     /// The message's body (empty if it had none). Cheap to clone.
     pub fn body(&self) -> &Bytes {
         &self.body
@@ -165,6 +171,46 @@ impl Ctx<'_> {
             self.corr,
             self.priority,
         ))
+    }
+
+    /// Replies to the request being handled with a raw message: type id
+    /// `type_id` (a user id) and `body` as its bytes, no serde (see
+    /// [`RawMessage`](crate::RawMessage)). At the request's priority;
+    /// never waits. The caller of
+    /// [`SiteRef::request_raw`](crate::SiteRef::request_raw) gets them as
+    /// they are; a typed caller gets a reply that does not decode.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use sitenet_runtime::Node;
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// // Ids 100..200 are the runtime's own; it answers each with its bytes reversed.
+    /// server.handle_raw(100..200, |ctx, m| {
+    ///     let reversed: Vec<u8> = m.body.iter().rev().copied().collect();
+    ///     let _ = ctx.reply_raw(m.type_id + 1, reversed);
+    /// })?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// let r = site.request_raw_blocking(150, &b"abc"[..], Duration::from_secs(30))?;
+    /// assert_eq!((r.type_id, &r.body[..]), (151, &b"cba"[..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reply_raw(&mut self, type_id: u32, body: impl Into<Bytes>) -> Result<(), SendError> {
+        if !self.is_request() || self.replied {
+            return Err(SendError::Encode(
+                "reply to a message that is not an unanswered request".into(),
+            ));
+        }
+        super::responder::post_raw_answer(
+            &self.sender(),
+            sitenet_protocols::delegation::reply_kind(self.kind).unwrap_or(MessageKind::Reply),
+            self.corr,
+            self.priority,
+            type_id,
+            body.into(),
+        )?;
+        self.replied = true;
+        Ok(())
     }
 
     /// Answers "no reply" (see [`responder`](Self::responder)) unless the

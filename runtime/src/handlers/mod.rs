@@ -22,10 +22,28 @@ use crate::site::SiteRef;
 use crate::site_entry::SiteEntry;
 
 mod ctx;
+mod raw;
 mod responder;
 pub use crate::node::{BodySink, Ctx, Unhandled};
 pub(crate) use crate::node::{Erased, ErasedStream, RemoteError};
 pub use responder::Responder;
+
+/// A raw handler, type-erased as a typed one is: it gets the message's
+/// type id, header and body as they came, and never fails to decode.
+pub(crate) fn erase_raw<F>(f: F) -> Erased
+where
+    F: Fn(&mut Ctx<'_>, crate::message::RawMessage) + Send + Sync + 'static,
+{
+    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
+        let m = crate::message::RawMessage {
+            type_id: ctx.type_id,
+            header: header.clone(),
+            body: ctx.body.clone(),
+        };
+        f(ctx, m);
+        Ok(())
+    })
+}
 
 pub(crate) fn erase<M, F>(f: F) -> Erased
 where
@@ -83,7 +101,12 @@ pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
 pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
     Counters::add(&node.counters.messages_delivered, 1);
     let type_id = m.prelude.type_id;
-    let handler = node.handlers.get(type_id);
+    // A typed handler first; a raw one is looked up only without it (a
+    // typed message's lookup is unchanged).
+    let handler = match node.handlers.get(type_id) {
+        Some(h) => Some(h),
+        None => node.handlers.get_raw(m.prelude.kind, type_id),
+    };
     match classify(m.prelude.kind, &m.header, handler.is_some()) {
         Delivered::Reply { .. } => node.complete_request(from, m),
         Delivered::Handle => {
@@ -121,6 +144,7 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
                     if let Some(to) = answer {
                         let mut ctx = Ctx {
                             node,
+                            type_id,
                             from: &to,
                             via: from,
                             kind: m.prelude.kind,
@@ -155,6 +179,7 @@ fn call(
     let type_id = m.prelude.type_id;
     let mut ctx = Ctx {
         node,
+        type_id,
         from,
         via,
         kind: m.prelude.kind,
@@ -300,6 +325,82 @@ impl crate::Node {
     {
         check_user_id(M::ID)?;
         self.inner.handlers.insert(M::ID, erase(f))
+    }
+
+    /// Registers the handler for message type `M`, or replaces the one it
+    /// has, at run time (a cooperation reply declaration for `M` too);
+    /// true if one was replaced. A language runtime reloading code swaps
+    /// its handlers while messages keep arriving.
+    ///
+    /// The swap is one write under the handler table's lock: a message
+    /// arriving meanwhile runs the old handler or the new one, never none
+    /// (never `on_unhandled`). A message whose handler was looked up
+    /// before the swap finishes with the old one; every message looked up
+    /// after this returns gets the new one. (Removing a handler and
+    /// registering another leaves a moment without any: replace instead.)
+    ///
+    /// Fails for an id in sitenet's reserved range, and for a type with a
+    /// streaming handler ([`remove_handler`](Self::remove_handler) it
+    /// first).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Version;
+    /// impl Message for Version { const ID: u32 = 1; }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Is(u32);
+    /// impl Message for Is { const ID: u32 = 2; }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// server.handle(|ctx, _: Version| { let _ = ctx.reply(&Is(1)); })?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// let ask = || site.request_blocking::<Version, Is>(&Version, SendOptions::default(),
+    ///     Duration::from_secs(30));
+    /// assert_eq!(ask()?.msg.0, 1);
+    /// // Code reloaded: version 2 answers from now on.
+    /// assert!(server.replace_handler(|ctx, _: Version| { let _ = ctx.reply(&Is(2)); })?);
+    /// assert_eq!(ask()?.msg.0, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn replace_handler<M, F>(&self, f: F) -> Result<bool, NodeError>
+    where
+        M: Message,
+        F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
+    {
+        check_user_id(M::ID)?;
+        self.inner.handlers.replace(M::ID, erase(f))
+    }
+
+    /// Removes what takes message type `M` — its handler, streaming
+    /// handler or cooperation reply declaration — at run time; true if
+    /// there was one. A message of the type arriving after this returns
+    /// goes to a raw handler whose range holds its id, else to the raw
+    /// fallback, else to the [`on_unhandled`](Self::on_unhandled) hook
+    /// (a request is answered with an error). One already handed to the
+    /// handler finishes with it, and a stream already open keeps its sink
+    /// to its end. Sitenet's own (reserved) types cannot be removed:
+    /// false.
+    ///
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Ping;
+    /// impl Message for Ping { const ID: u32 = 1; }
+    ///
+    /// let node = Node::builder().start()?;
+    /// node.handle(|_ctx, _: Ping| {})?;
+    /// assert!(node.remove_handler::<Ping>());
+    /// assert!(!node.remove_handler::<Ping>()); // nothing left to remove
+    /// node.handle(|_ctx, _: Ping| {})?;         // registered afresh
+    /// # Ok::<(), sitenet_runtime::NodeError>(())
+    /// ```
+    pub fn remove_handler<M: Message>(&self) -> bool {
+        check_user_id(M::ID).is_ok() && self.inner.handlers.remove(M::ID)
     }
 
     /// Sets the hook that sees every message no handler took (no handler for

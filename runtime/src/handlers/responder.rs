@@ -85,6 +85,38 @@ impl Responder {
         self.answer(reply, body)
     }
 
+    /// Answers with a raw message: type id `type_id` (a user id) and
+    /// `body` as its bytes, no serde (see
+    /// [`Ctx::reply_raw`](crate::Ctx::reply_raw)). Never waits.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use sitenet_runtime::Node;
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// server.handle_raw(1..=1, |ctx, m| {
+    ///     let responder = ctx.responder().expect("a request");
+    ///     // Answered later, from a thread of the language runtime.
+    ///     std::thread::spawn(move || { let _ = responder.reply_raw(2, m.body); });
+    /// })?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// let r = site.request_raw_blocking(1, vec![7u8; 3], Duration::from_secs(30))?;
+    /// assert_eq!((r.type_id, &r.body[..]), (2, &[7u8, 7, 7][..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reply_raw(mut self, type_id: u32, body: impl Into<Bytes>) -> Result<(), SendError> {
+        post_raw_answer(
+            &self.to,
+            self.kind,
+            self.corr,
+            self.priority,
+            type_id,
+            body.into(),
+        )?;
+        self.answered = true;
+        Ok(())
+    }
+
     /// Answers with an error: the caller's request ends with
     /// [`RequestError::Remote`](crate::RequestError::Remote) carrying
     /// `reason`.
@@ -164,6 +196,30 @@ pub(crate) fn post_answer<R: Message>(
         corr,
         header: header.into(),
         body: body.into(),
+        tracked: false,
+    })
+}
+
+/// Queues the raw answer (`type_id`, `body`; see `RawMessage`) of request
+/// `corr` to `to`, as a message of `kind` at `priority` (never waits).
+pub(crate) fn post_raw_answer(
+    to: &SiteRef,
+    kind: MessageKind,
+    corr: u64,
+    priority: Priority,
+    type_id: u32,
+    body: Bytes,
+) -> Result<(), SendError> {
+    if type_id >= crate::message::RESERVED_IDS {
+        return Err(SendError::ReservedId(type_id));
+    }
+    to.try_post(OutMessage {
+        priority,
+        type_id,
+        kind,
+        corr,
+        header: Bytes::new(),
+        body: crate::message::one_part(body),
         tracked: false,
     })
 }

@@ -102,6 +102,33 @@ pub(crate) struct Handlers {
     /// nothing up for them.
     any_streams: std::sync::atomic::AtomicBool,
     pub(crate) unhandled: parking_lot::RwLock<Option<UnhandledHook>>,
+    /// Raw handlers (`Node::handle_raw`): looked up only for a message
+    /// whose type has no typed handler.
+    raw: parking_lot::RwLock<RawHandlers>,
+    /// Whether `raw` has any: a node without raw handlers looks nothing up
+    /// for them (a message without a handler costs no lock more).
+    any_raw: std::sync::atomic::AtomicBool,
+}
+
+/// The raw handlers: ranges of type ids, disjoint, and the fallback for
+/// every user id no other handler takes.
+#[derive(Default)]
+struct RawHandlers {
+    /// `(first, last, handler)`, sorted by `first`, never overlapping.
+    ranges: Vec<(u32, u32, Erased)>,
+    fallback: Option<Erased>,
+}
+
+impl RawHandlers {
+    /// The index of the range holding `id`, if one does.
+    fn find(&self, id: u32) -> Option<usize> {
+        let i = self.ranges.partition_point(|r| r.0 <= id).checked_sub(1)?;
+        (self.ranges[i].1 >= id).then_some(i)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ranges.is_empty() && self.fallback.is_none()
+    }
 }
 
 impl Handlers {
@@ -139,12 +166,131 @@ impl Handlers {
     pub(crate) fn get(&self, id: u32) -> Option<Erased> {
         self.map.read().get(&id).cloned()
     }
+
+    /// Sets the handler of type `id`, replacing the one it had (true if
+    /// it had one). One write under the map's lock: a message looked up
+    /// meanwhile finds the old handler or the new one, never none. A
+    /// streaming handler for `id` is not replaced (`DuplicateHandler`).
+    pub(crate) fn replace(&self, id: u32, f: Erased) -> Result<bool, NodeError> {
+        let mut m = self.map.write();
+        if self.streams.read().contains_key(&id) {
+            return Err(NodeError::DuplicateHandler(id));
+        }
+        Ok(m.insert(id, f).is_some())
+    }
+
+    /// Removes whatever takes type `id` — a typed or streaming handler or
+    /// a cooperation reply declaration — true if something did. A stream
+    /// already open keeps its sink to its end.
+    pub(crate) fn remove(&self, id: u32) -> bool {
+        let typed = self.map.write().remove(&id).is_some();
+        let stream = self.streams.write().remove(&id).is_some();
+        typed || stream
+    }
+
+    /// The raw handler of a message of `kind` and type `id` that has no
+    /// typed handler: its range's, or the fallback's for a user id. A
+    /// reply completes its request and takes no handler: none is looked
+    /// up for it.
+    #[inline]
+    pub(crate) fn get_raw(&self, kind: MessageKind, id: u32) -> Option<Erased> {
+        if matches!(kind, MessageKind::Reply | MessageKind::DelegatedReply)
+            || !self.any_raw.load(std::sync::atomic::Ordering::Acquire)
+        {
+            return None;
+        }
+        let raw = self.raw.read();
+        match raw.find(id) {
+            Some(i) => Some(raw.ranges[i].2.clone()),
+            None if id < RESERVED_IDS => raw.fallback.clone(),
+            None => None,
+        }
+    }
+
+    /// Registers (`replace` false) or replaces (true) the raw handler of
+    /// the ids `first..=last` (user ids, `first <= last`): a new range may
+    /// not overlap a registered one; a replacement names a registered
+    /// range exactly, or one that overlaps none. True if a handler was
+    /// replaced.
+    pub(crate) fn insert_raw(
+        &self,
+        first: u32,
+        last: u32,
+        f: Erased,
+        replace: bool,
+    ) -> Result<bool, NodeError> {
+        let mut raw = self.raw.write();
+        let at = raw.ranges.partition_point(|r| r.0 < first);
+        if replace {
+            if let Some(r) = raw
+                .ranges
+                .get_mut(at)
+                .filter(|r| (r.0, r.1) == (first, last))
+            {
+                r.2 = f;
+                return Ok(true);
+            }
+        }
+        // The ranges are disjoint and sorted: only the neighbours of the
+        // insertion point can overlap.
+        let before = at.checked_sub(1).map(|i| &raw.ranges[i]);
+        let overlapping = before
+            .filter(|r| r.1 >= first)
+            .or_else(|| raw.ranges.get(at).filter(|r| r.0 <= last));
+        if let Some(r) = overlapping {
+            return Err(NodeError::OverlappingRange {
+                range: first..=last,
+                registered: r.0..=r.1,
+            });
+        }
+        raw.ranges.insert(at, (first, last, f));
+        self.any_raw
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(false)
+    }
+
+    /// Removes the raw handler of exactly `first..=last`; true if there
+    /// was one.
+    pub(crate) fn remove_raw(&self, first: u32, last: u32) -> bool {
+        let mut raw = self.raw.write();
+        let Some(i) = raw.ranges.iter().position(|r| (r.0, r.1) == (first, last)) else {
+            return false;
+        };
+        raw.ranges.remove(i);
+        self.any_raw
+            .store(!raw.is_empty(), std::sync::atomic::Ordering::Release);
+        true
+    }
+
+    /// Sets the raw fallback (`replace` false: only if there is none);
+    /// true if one was replaced.
+    pub(crate) fn set_raw_fallback(&self, f: Erased, replace: bool) -> Result<bool, NodeError> {
+        let mut raw = self.raw.write();
+        if raw.fallback.is_some() && !replace {
+            return Err(NodeError::DuplicateFallback);
+        }
+        let replaced = raw.fallback.replace(f).is_some();
+        self.any_raw
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(replaced)
+    }
+
+    /// Removes the raw fallback; true if there was one.
+    pub(crate) fn remove_raw_fallback(&self) -> bool {
+        let mut raw = self.raw.write();
+        let removed = raw.fallback.take().is_some();
+        self.any_raw
+            .store(!raw.is_empty(), std::sync::atomic::Ordering::Release);
+        removed
+    }
 }
 
 /// What a handler sees besides the message: who sent it, the body, and how
 /// to reply.
 pub struct Ctx<'a> {
     pub(crate) node: &'a Arc<NodeInner>,
+    /// The message's wire type id.
+    pub(crate) type_id: u32,
     pub(crate) from: &'a Arc<SiteEntry>,
     /// The site that delivered the message: `from`, or for a forwarded
     /// request the forwarder (what the `SiteRef`s in its header are
