@@ -37,6 +37,7 @@ impl Pair {
             peer_max_message: 1 << 28,
             peer_last_received: 0,
             generation: 1,
+            caps: sitenet_protocols::Capabilities::ALL,
         };
         let session = || {
             let mut s = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 30));

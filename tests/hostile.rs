@@ -113,6 +113,7 @@ async fn regression_bad_negotiates_do_not_flood_the_log() {
                 listen: Vec::new(),
                 buffer_size: 65_536,
                 max_message: 1 << 20,
+                speaks: sitenet_protocols::Speaks::CURRENT,
             };
             // Received 5 messages: never sent by the node.
             let mut hs =
@@ -429,6 +430,7 @@ async fn regression_idle_sockets_never_cut_a_node_off() {
             listen: Vec::new(),
             buffer_size: 65_536,
             max_message: 1 << 20,
+            speaks: sitenet_protocols::Speaks::CURRENT,
         };
         let mut hs = Initiator::new(local, None, 0, 0, rand::random());
         let (mut inb, mut outb) = (ByteBuffer::new(65_536), ByteBuffer::new(65_536));

@@ -117,6 +117,7 @@ fn claiming_history(id: SiteId, listen: Vec<String>, keys: Keyring) -> Initiator
         listen,
         buffer_size: 65_536,
         max_message: 1 << 20,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     };
     Initiator::new(local, None, 5, 1, rand::random()).with_keys(keys)
 }

@@ -129,6 +129,7 @@ fn claim_over_tls(target: &str, cert: &TlsIdentity, claim: SiteId) -> Result<(),
         listen: vec![],
         buffer_size: 65_536,
         max_message: 1 << 20,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     };
     let mut hs = Initiator::new(local, None, 0, 0, rand::random());
     let mut inb = ByteBuffer::new(65_536);

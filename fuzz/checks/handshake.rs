@@ -5,7 +5,7 @@
 use sitenet_protocols::handshake::{LocalInfo, MAX_GENERATION, MAX_LISTEN, MIN_BUFFER};
 use sitenet_protocols::{
     decide, Acceptor, ByteBuffer, Cookie, Decision, Initiator, Keyring, LinkView, OpenError,
-    SiteId, PROTOCOL_VERSION,
+    SiteId, Speaks, PROTOCOL_VERSION,
 };
 
 fn local(site: u128) -> LocalInfo {
@@ -14,6 +14,7 @@ fn local(site: u128) -> LocalInfo {
         listen: vec!["tcp:127.0.0.1:7000".into()],
         buffer_size: 65_536,
         max_message: 1 << 28,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     }
 }
 
@@ -48,7 +49,10 @@ pub fn check(data: &[u8]) {
                 assert!(!o.peer_fresh || o.peer_last_received == 0);
                 // With no secret to prove, an accepted channel agrees one.
                 assert!(o.pair_secret.is_some());
-                assert_eq!(o.present.version, PROTOCOL_VERSION);
+                // Whatever the acceptor offered, the channel uses a
+                // version and capabilities this side has.
+                assert!(Speaks::CURRENT.check_choice(o.agreed).is_ok());
+                assert!(o.present.versions.contains(o.agreed.version));
                 assert_ne!(o.present.site, SiteId(2));
                 if let Some(e) = expected {
                     assert_eq!(o.present.site, e);

@@ -94,6 +94,7 @@ pub fn check(data: &[u8]) {
             peer_max_message: 1 << 20,
             peer_last_received: 0,
             generation: 1,
+            caps: sitenet_protocols::Capabilities::ALL,
         },
         Instant::now(),
     )

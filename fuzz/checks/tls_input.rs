@@ -145,6 +145,7 @@ pub fn run(data: &[u8]) -> Option<SiteId> {
         listen: vec!["tls:127.0.0.1:7000".into()],
         buffer_size: 65_536,
         max_message: 1 << 20,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     };
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
     let acc = Acceptor::with_keys(&local, [0xAC; 32], Keyring::default(), &mut output)

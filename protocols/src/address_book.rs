@@ -470,7 +470,10 @@ mod tests {
     #[test]
     fn every_permanent_open_error_at_a_claimed_address_means_try_the_next() {
         for e in [
-            OpenError::VersionMismatch { local: 1, peer: 9 },
+            OpenError::VersionMismatch {
+                local: crate::VersionRange::exactly(7),
+                peer: crate::VersionRange::exactly(9),
+            },
             OpenError::SelfConnection(SiteId(3)),
         ] {
             let mut b = AddressBook::claimed(["mem:m", "tcp:h:1"]);

@@ -17,7 +17,7 @@ use crate::site::SiteId;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FrameError {
     /// The first byte is not [`crate::frame::PROTOCOL_VERSION`].
-    #[error("frame has protocol version {0}, this node speaks version {ver}", ver = crate::frame::PROTOCOL_VERSION)]
+    #[error("frame has format byte {0}, this node reads format {fmt} (an older or newer sitenet, or not sitenet at all)", fmt = crate::frame::FRAME_FORMAT)]
     Version(u8),
     /// The frame kind code is unknown.
     #[error("unknown frame kind {0}")]
@@ -159,13 +159,19 @@ pub enum ProtocolError {
 /// Why an open protocol (handshake) did not produce a working channel.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum OpenError {
-    /// The peer speaks another protocol version: a permanent failure.
-    #[error("peer speaks protocol version {peer}, this node speaks {local}")]
+    /// The two nodes share no protocol version: a permanent failure. Upgrade
+    /// the older node (a node speaks a range of versions, so nodes one
+    /// version apart still agree).
+    #[error(
+        "peer speaks protocol version {peer}, this node speaks {local}: no version in common; \
+         upgrade the older node"
+    )]
     VersionMismatch {
-        /// Local version.
-        local: u8,
-        /// Peer's version.
-        peer: u8,
+        /// The versions this node speaks.
+        local: crate::version::VersionRange,
+        /// The versions the peer speaks (or the one it chose, or the format
+        /// byte of its first frame).
+        peer: crate::version::VersionRange,
     },
     /// The peer presented an identity other than the expected one: a permanent
     /// failure of the expected site (a restarted process is a new site).

@@ -5,7 +5,7 @@
 //! documented byte by byte in `docs/protocol.md`:
 //!
 //! ```text
-//!  0      version      u8   PROTOCOL_VERSION; anything else is a framing error
+//!  0      format       u8   FRAME_FORMAT (7); anything else is a framing error
 //!  1      kind         u8   FrameKind
 //!  2      lane         u8   priority lane 1..=5 (5 for protocol frames)
 //!  3      flags        u8   FLAG_FIRST | FLAG_LAST (fragment flags); other bits must be 0
@@ -22,7 +22,8 @@
 
 use crate::error::FrameError;
 
-/// The wire protocol version carried in every frame and in the handshake.
+/// The newest wire protocol version this build speaks (the oldest is
+/// [`MIN_PROTOCOL_VERSION`](crate::version::MIN_PROTOCOL_VERSION)).
 ///
 /// Version 2 added `PACKED` frames (several small messages in one frame);
 /// version 3 the message kinds `Forward` and `DelegatedReply` (delegation);
@@ -31,10 +32,20 @@ use crate::error::FrameError;
 /// cookie proofs in NEGOTIATE and NEGOTIATE_ANS (`handshake::cookie`, issue
 /// 18); version 6 the session tags of NEGOTIATE and NEGOTIATE_ANS (which
 /// numbering of the pair each side is in: `handshake::SessionTag`, issue
-/// 19) and the `LEAVING` frame (a graceful shutdown, issue 20). An older
-/// peer could not read them, so the two fail each other's
-/// handshake permanently, as the design requires of a version mismatch (docs/architecture.md).
-pub const PROTOCOL_VERSION: u8 = 6;
+/// 19) and the `LEAVING` frame (a graceful shutdown, issue 20). Up to 6 the
+/// versions had to match exactly. Version 7 (issue 20) negotiates: PRESENT
+/// offers a range of versions and a set of capabilities, NEGOTIATE chooses
+/// the highest common version and the shared capabilities
+/// ([`crate::version`]), and the handshake's messages carry named fields so
+/// a later version can add some. A version-6 node cannot read a version-7
+/// handshake: the two refuse each other permanently, as before.
+pub const PROTOCOL_VERSION: u8 = 7;
+
+/// Byte 0 of every frame: the frame header's layout. It was the protocol
+/// version up to 6; from 7 on the version is negotiated in the handshake
+/// and this byte only changes if the header itself does, so a peer of
+/// another layout is told apart at its first frame.
+pub const FRAME_FORMAT: u8 = 7;
 
 /// Length of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 32;
@@ -212,7 +223,7 @@ impl FrameHeader {
 
     /// Writes the header into `out`.
     pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
-        out[0] = PROTOCOL_VERSION;
+        out[0] = FRAME_FORMAT;
         out[1] = self.kind as u8;
         out[2] = self.lane;
         out[3] = self.flags;
@@ -228,7 +239,7 @@ impl FrameHeader {
     pub fn decode(b: &[u8; HEADER_LEN], max_payload: usize) -> Result<Self, FrameError> {
         // "a version mismatch … is a permanent failure": a frame from another
         // protocol version cannot be interpreted at all.
-        if b[0] != PROTOCOL_VERSION {
+        if b[0] != FRAME_FORMAT {
             return Err(FrameError::Version(b[0]));
         }
         let kind = FrameKind::from_u8(b[1])?;
@@ -321,7 +332,7 @@ mod tests {
     fn rejects_wrong_version_kind_flags_size() {
         let mut b = [0; HEADER_LEN];
         data(FLAG_FIRST | FLAG_LAST, 1).encode(&mut b);
-        for other in [0, 1, PROTOCOL_VERSION + 1] {
+        for other in [0, 1, 6, FRAME_FORMAT + 1] {
             let mut v = b;
             v[0] = other;
             assert_eq!(

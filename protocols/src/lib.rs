@@ -48,6 +48,7 @@
 //!     peer_max_message: 1 << 20,
 //!     peer_last_received: 0,
 //!     generation: 1,
+//!     caps: sitenet_protocols::Capabilities::ALL,
 //! };
 //! let mut a = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
 //! let mut b = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
@@ -103,6 +104,7 @@ pub mod site_index;
 pub mod slots;
 pub mod timer;
 pub mod turns;
+pub mod version;
 
 pub use address_book::{AddressBook, Fallback, TransportKind};
 pub use byte_buffer::ByteBuffer;
@@ -112,7 +114,9 @@ pub use com_object::{
 };
 pub use deliver::{Deliver, StreamAbort};
 pub use error::{FrameError, OpenError, ProtocolError, SendError};
-pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION};
+pub use frame::{
+    FrameHeader, FrameKind, FRAME_FORMAT, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION,
+};
 pub use handshake::{
     Acceptor, Attempt, AuthFailure, Claim, Continuity, Cookie, CookieProof, HandshakeNonces,
     Initiator, Keyring, LocalInfo, Negotiate, NegotiateAns, Nonce, Opened, PairMemory, PairSecret,
@@ -129,3 +133,4 @@ pub use session::{
 };
 pub use site::{DescriptorError, SiteDescriptor, SiteId};
 pub use timer::{ComTimers, SessionTimers, Timer, TimerTable};
+pub use version::{Agreed, Capabilities, Speaks, VersionRange, MIN_PROTOCOL_VERSION};

@@ -84,6 +84,7 @@ pub enum Decision {
 /// #         buffer_size: 65536, max_message: 1 << 20, last_received: 0,
 /// #         last_generation, attempt: Attempt::UNKNOWN, nonce: [0; 32], proof: None, cookie: None,
 /// #         session: 0,
+/// #         caps: sitenet_protocols::Capabilities::ALL,
 /// #     }
 /// # }
 ///

@@ -329,6 +329,7 @@ impl OutMessage {
 /// # let now = Instant::now();
 /// # let params = ChannelParams {
 /// #     buffer_size: 65536, peer_max_message: 1 << 20, peer_last_received: 0, generation: 1,
+/// #     caps: sitenet_protocols::Capabilities::ALL,
 /// # };
 /// # let mut a = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));
 /// # let mut b = Session::new(SessionConfig::default(), ReassemblyBudget::new(1 << 20));

@@ -339,6 +339,7 @@ fn a_close_whose_answer_never_comes_ends_by_its_timer() {
                 peer_max_message: 1 << 20,
                 peer_last_received: 0,
                 generation: 1,
+                caps: sitenet_protocols::Capabilities::ALL,
             },
             t0,
         )

@@ -15,6 +15,7 @@ fn info(site: u128) -> LocalInfo {
         listen: vec![format!("tcp:10.0.0.{site}:7000")],
         buffer_size: 65_536,
         max_message: 1 << 20,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     }
 }
 

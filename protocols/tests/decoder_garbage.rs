@@ -182,7 +182,8 @@ fn control(kind: FrameKind, payload: &[u8]) -> Vec<u8> {
 }
 
 fn ser<T: serde::Serialize>(v: &T) -> Vec<u8> {
-    rmp_serde::to_vec(v).unwrap()
+    // As the handshake encodes them: named fields.
+    rmp_serde::to_vec_named(v).unwrap()
 }
 
 fn site() -> impl Strategy<Value = SiteId> {
@@ -198,18 +199,25 @@ fn site() -> impl Strategy<Value = SiteId> {
 fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
     let listen = prop::collection::vec("[a-z:0-9.]{0,20}", 0..20);
     prop_oneof![
-        (any::<u8>(), site(), listen.clone()).prop_map(|(version, site, listen)| {
-            let version = if version < 200 { 1 } else { version };
-            control(
-                FrameKind::Present,
-                &ser(&handshake::Present {
-                    version,
-                    site,
-                    listen,
-                    nonce: [0xAC; 32],
-                }),
-            )
-        }),
+        (
+            any::<u8>(),
+            any::<u8>(),
+            any::<u64>(),
+            site(),
+            listen.clone()
+        )
+            .prop_map(|(min, max, caps, site, listen)| {
+                control(
+                    FrameKind::Present,
+                    &ser(&handshake::Present {
+                        versions: sitenet_protocols::VersionRange::new(min, max),
+                        caps: sitenet_protocols::Capabilities::from_bits(caps),
+                        site,
+                        listen,
+                        nonce: [0xAC; 32],
+                    }),
+                )
+            },),
         (
             any::<u8>(),
             site(),
@@ -231,7 +239,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                     last_generation,
                     (opener, seq),
                 )| {
-                    let version = if version < 200 { 1 } else { version };
+                    let version = if version < 200 { 6 } else { version };
                     let n = Negotiate {
                         version,
                         site,
@@ -245,6 +253,7 @@ fn valid_handshake() -> BoxedStrategy<Vec<u8>> {
                         proof: None,
                         cookie: None,
                         session: 0,
+                        caps: sitenet_protocols::Capabilities::ALL,
                     };
                     control(FrameKind::Negotiate, &ser(&n))
                 }
@@ -349,6 +358,7 @@ fn local(site: u128) -> LocalInfo {
         listen: vec!["tcp:127.0.0.1:7000".into()],
         buffer_size: 65_536,
         max_message: 1 << 28,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     }
 }
 
@@ -605,7 +615,8 @@ fn unknown_kind_and_bad_header_fields() {
         (0, 3, FrameError::Version(3)),
         (0, 4, FrameError::Version(4)),
         (0, 5, FrameError::Version(5)),
-        (0, 7, FrameError::Version(7)),
+        (0, 6, FrameError::Version(6)),
+        (0, 8, FrameError::Version(8)),
         (3, 0x83, FrameError::Flags(0x83)),
         (2, 0, FrameError::Lane(0)),
         (2, 5, FrameError::Lane(5)),
@@ -662,23 +673,23 @@ fn unknown_kind_and_bad_header_fields() {
 
 #[test]
 fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
-    // Initiator: PRESENT with version byte 1 in its frame header (a peer of
-    // the version before PACKED frames).
+    // Initiator: PRESENT with format byte 6 in its frame header (a
+    // version-6 peer, whose byte 0 was its version).
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
     Acceptor::new(&local(1), [0xAC; 32], &mut out);
     let (x, y) = out.chunks();
     let mut present = [x, y].concat();
-    present[0] = 1;
+    present[0] = 6;
     let e = feed_initiator(&present, &[usize::MAX], None).unwrap_err();
     assert_eq!(
         e,
         OpenError::VersionMismatch {
-            local: PROTOCOL_VERSION,
-            peer: 1
+            local: sitenet_protocols::Speaks::CURRENT.versions,
+            peer: sitenet_protocols::VersionRange::exactly(6)
         }
     );
     assert!(e.is_permanent());
-    // Acceptor: NEGOTIATE with version byte 7.
+    // Acceptor: NEGOTIATE with format byte 8.
     let n = Negotiate {
         version: PROTOCOL_VERSION,
         site: SiteId(9),
@@ -692,15 +703,16 @@ fn wrong_version_in_the_first_handshake_frame_is_a_version_mismatch() {
         proof: None,
         cookie: None,
         session: 0,
+        caps: sitenet_protocols::Capabilities::ALL,
     };
     let mut b = control(FrameKind::Negotiate, &ser(&n));
-    b[0] = 7;
+    b[0] = 8;
     let e = feed_acceptor(&b, &[1]).unwrap_err();
     assert_eq!(
         e,
         OpenError::VersionMismatch {
-            local: PROTOCOL_VERSION,
-            peer: 7
+            local: sitenet_protocols::Speaks::CURRENT.versions,
+            peer: sitenet_protocols::VersionRange::exactly(8)
         }
     );
     assert!(e.is_permanent());

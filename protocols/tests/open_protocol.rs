@@ -12,12 +12,12 @@ use bytes::Bytes;
 use common::{body_equals, slice, Pair};
 use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use sitenet_protocols::handshake::{self, write_answer, LocalInfo, Opened, MAX_LISTEN, MIN_BUFFER};
-use sitenet_protocols::PROTOCOL_VERSION;
 use sitenet_protocols::{
     decide, Acceptor, Attempt, ByteBuffer, ChannelParams, CookieProof, Decision, Initiator,
     LinkView, Negotiate, NegotiateAns, OpenError, OutMessage, PairSecret, Present, Priority,
     ProtocolError, ReassemblyBudget, RefuseReason, SendError, Session, SessionConfig, SiteId,
 };
+use sitenet_protocols::{Capabilities, Speaks, VersionRange, FRAME_FORMAT, PROTOCOL_VERSION};
 
 fn info(site: u128, buffer_size: u32, max_message: u64) -> LocalInfo {
     LocalInfo {
@@ -25,6 +25,7 @@ fn info(site: u128, buffer_size: u32, max_message: u64) -> LocalInfo {
         listen: vec![format!("tcp:127.0.0.1:{}", 7000 + site)],
         buffer_size,
         max_message,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     }
 }
 
@@ -162,6 +163,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
             ),
             cookie: None,
             session: 0,
+            caps: sitenet_protocols::Capabilities::ALL,
         }
     );
     // The acceptor's ComObject decides: neither side working → accept, with
@@ -202,7 +204,8 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
         opened,
         Opened {
             present: Present {
-                version: PROTOCOL_VERSION,
+                versions: sitenet_protocols::Speaks::CURRENT.versions,
+                caps: sitenet_protocols::Speaks::CURRENT.caps,
                 site: SiteId(0xB),
                 listen: b.listen.clone(),
                 nonce: [0xAC; 32],
@@ -215,6 +218,7 @@ fn handshake_byte_by_byte_then_decide_and_answer() {
             // A proven claim agrees no new secret.
             pair_secret: None,
             session: 0,
+            agreed: sitenet_protocols::Agreed::CURRENT,
         }
     );
     assert_eq!(
@@ -367,6 +371,7 @@ fn the_acceptor_may_lower_the_buffer_never_raise_it() {
         proof: None,
         cookie: None,
         session: 0,
+        caps: sitenet_protocols::Capabilities::ALL,
     };
     let mut out = ByteBuffer::new(MIN_BUFFER as usize);
     let mut acc = Acceptor::new(&info(0xB, 65_536, 1), [0xAC; 32], &mut out);
@@ -502,6 +507,7 @@ fn opened_parameters_drive_the_sessions() {
             peer_max_message: neg.max_message,
             peer_last_received: neg.last_received,
             generation,
+            caps: sitenet_protocols::Capabilities::ALL,
         },
         std::time::Instant::now(),
     )
@@ -514,6 +520,7 @@ fn opened_parameters_drive_the_sessions() {
             peer_max_message: o.peer_max_message,
             peer_last_received: o.peer_last_received,
             generation: o.generation,
+            caps: sitenet_protocols::Capabilities::ALL,
         },
         std::time::Instant::now(),
     )
@@ -604,6 +611,7 @@ fn negotiate(site: u128, version: u8) -> Vec<u8> {
         proof: None,
         cookie: None,
         session: 0,
+        caps: sitenet_protocols::Capabilities::ALL,
     };
     control(FrameKind::Negotiate, &n)
 }
@@ -616,24 +624,26 @@ fn acceptor_on(bytes: &[u8], local: u128) -> Result<Option<Negotiate>, OpenError
 
 #[test]
 fn version_mismatch_is_permanent() {
-    // A version-1 peer (before PACKED frames): the version byte of
-    // PRESENT's frame header.
+    let current = Speaks::CURRENT.versions;
+    // A version-6 peer: byte 0 of its first frame was its version (and
+    // it would demand exactly 6).
     let mut p = present_bytes(0xB);
-    p[0] = 1;
+    p[0] = 6;
     let e = initiator_on(&p, 0xA, None).unwrap_err();
     assert_eq!(
         e,
         OpenError::VersionMismatch {
-            local: PROTOCOL_VERSION,
-            peer: 1
+            local: current,
+            peer: VersionRange::exactly(6)
         }
     );
     assert!(e.is_permanent());
-    // A PRESENT payload saying version 1 (in a version-2 frame).
+    // A PRESENT offering only versions this build does not speak.
     let p = control(
         FrameKind::Present,
         &Present {
-            version: 1,
+            versions: VersionRange::new(PROTOCOL_VERSION + 2, PROTOCOL_VERSION + 3),
+            caps: Capabilities::ALL,
             site: SiteId(0xB),
             listen: vec![],
             nonce: [0xAC; 32],
@@ -643,39 +653,172 @@ fn version_mismatch_is_permanent() {
     assert_eq!(
         e,
         OpenError::VersionMismatch {
-            local: PROTOCOL_VERSION,
-            peer: 1
+            local: current,
+            peer: VersionRange::new(PROTOCOL_VERSION + 2, PROTOCOL_VERSION + 3)
         }
     );
     assert!(e.is_permanent());
-    // The same on the acceptor's side, for NEGOTIATE.
-    let mut n = negotiate(0xA, 2);
-    n[0] = 1;
+    // The same on the acceptor's side, for NEGOTIATE's frame…
+    let mut n = negotiate(0xA, PROTOCOL_VERSION);
+    n[0] = 6;
     let e = acceptor_on(&n, 0xB).unwrap_err();
     assert_eq!(
         e,
         OpenError::VersionMismatch {
-            local: PROTOCOL_VERSION,
-            peer: 1
+            local: current,
+            peer: VersionRange::exactly(6)
         }
     );
     assert!(e.is_permanent());
-    let e = acceptor_on(&negotiate(0xA, 1), 0xB).unwrap_err();
+    // … and for a choice outside what PRESENT offered.
+    let e = acceptor_on(&negotiate(0xA, PROTOCOL_VERSION + 1), 0xB).unwrap_err();
     assert_eq!(
         e,
         OpenError::VersionMismatch {
-            local: PROTOCOL_VERSION,
-            peer: 1
+            local: current,
+            peer: VersionRange::exactly(PROTOCOL_VERSION + 1)
         }
     );
     assert!(e.is_permanent());
-    // Version 2 in both places: fine.
+    // The current version in both places: fine.
     assert!(initiator_on(&present_bytes(0xB), 0xA, None)
         .unwrap()
         .is_none());
     assert!(acceptor_on(&negotiate(0xA, PROTOCOL_VERSION), 0xB)
         .unwrap()
         .is_some());
+}
+
+/// What `local`'s initiator chooses when the acceptor offers `offer`
+/// (decoded from the NEGOTIATE it writes).
+fn choice_against(local: Speaks, offer: Speaks) -> Result<Negotiate, OpenError> {
+    let p = control(
+        FrameKind::Present,
+        &Present {
+            versions: offer.versions,
+            caps: offer.caps,
+            site: SiteId(0xB),
+            listen: vec![],
+            nonce: [0xAC; 32],
+        },
+    );
+    let mut ini = Initiator::new(
+        LocalInfo {
+            speaks: local,
+            ..info(0xA, 65_536, 1)
+        },
+        None,
+        0,
+        0,
+        [0x1A; 32],
+    );
+    let mut out = ByteBuffer::new(MIN_BUFFER as usize);
+    assert_eq!(ini.handle_input(&mut buffer_with(&p), &mut out)?, None);
+    let (h, payload) = handshake::read_frame(&mut out, handshake::MAX_HANDSHAKE_PAYLOAD)
+        .unwrap()
+        .expect("NEGOTIATE written");
+    assert_eq!(h.kind, FrameKind::Negotiate);
+    Ok(rmp_serde::from_slice(&payload).unwrap())
+}
+
+/// Rule (docs/protocol.md §4.11): the initiator chooses the highest
+/// version both speak and the capabilities both have; an acceptor refuses
+/// a choice it did not offer.
+#[test]
+fn the_initiator_chooses_the_highest_common_version_and_shared_capabilities() {
+    let future_cap = Capabilities::from_bits(1 << 40);
+    // A newer acceptor (one version ahead, a feature this build lacks).
+    let newer = Speaks {
+        versions: VersionRange::new(PROTOCOL_VERSION, PROTOCOL_VERSION + 1),
+        caps: Capabilities::ALL.union(future_cap),
+    };
+    let n = choice_against(Speaks::CURRENT, newer).unwrap();
+    assert_eq!((n.version, n.caps), (PROTOCOL_VERSION, Capabilities::ALL));
+    // An acceptor without packed frames (an older build's set).
+    let older = Speaks {
+        versions: Speaks::CURRENT.versions,
+        caps: Capabilities::ALL.without(Capabilities::PACKED),
+    };
+    let n = choice_against(Speaks::CURRENT, older).unwrap();
+    assert_eq!(n.caps, Capabilities::LEAVING);
+    // The acceptor takes what it offered…
+    let offered = Acceptor::new(
+        &LocalInfo {
+            speaks: older,
+            ..info(0xB, 65_536, 1)
+        },
+        [0xAC; 32],
+        &mut ByteBuffer::new(MIN_BUFFER as usize),
+    );
+    drop(offered);
+    let mut out = ByteBuffer::new(MIN_BUFFER as usize);
+    let mut acc = Acceptor::new(
+        &LocalInfo {
+            speaks: older,
+            ..info(0xB, 65_536, 1)
+        },
+        [0xAC; 32],
+        &mut out,
+    );
+    let chosen = control(FrameKind::Negotiate, &n);
+    assert!(acc
+        .handle_input(&mut buffer_with(&chosen), &mut out)
+        .unwrap()
+        .is_some());
+    // … and refuses a capability it did not offer.
+    let mut out = ByteBuffer::new(MIN_BUFFER as usize);
+    let mut acc = Acceptor::new(
+        &LocalInfo {
+            speaks: older,
+            ..info(0xB, 65_536, 1)
+        },
+        [0xAC; 32],
+        &mut out,
+    );
+    let greedy = control(
+        FrameKind::Negotiate,
+        &Negotiate {
+            caps: Capabilities::ALL,
+            ..n
+        },
+    );
+    assert!(matches!(
+        acc.handle_input(&mut buffer_with(&greedy), &mut out),
+        Err(OpenError::Protocol(ProtocolError::Malformed { .. }))
+    ));
+}
+
+/// Rule: a later version may add handshake fields; this build skips them
+/// (handshake messages are encoded with named fields).
+#[test]
+fn a_present_with_fields_of_a_later_version_is_read() {
+    #[derive(serde::Serialize)]
+    struct LaterPresent {
+        versions: VersionRange,
+        caps: Capabilities,
+        site: SiteId,
+        listen: Vec<String>,
+        #[serde(with = "serde_bytes32")]
+        nonce: [u8; 32],
+        something_new: Vec<u64>,
+    }
+    mod serde_bytes32 {
+        pub fn serialize<S: serde::Serializer>(b: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(b)
+        }
+    }
+    let p = control(
+        FrameKind::Present,
+        &LaterPresent {
+            versions: VersionRange::new(PROTOCOL_VERSION, PROTOCOL_VERSION + 1),
+            caps: Capabilities::ALL,
+            site: SiteId(0xB),
+            listen: vec!["tcp:127.0.0.1:7011".into()],
+            nonce: [0xAC; 32],
+            something_new: vec![1, 2, 3],
+        },
+    );
+    assert_eq!(initiator_on(&p, 0xA, Some(0xB)).unwrap(), None);
 }
 
 #[test]
@@ -734,6 +877,7 @@ fn link_decision_rules() {
         proof: None,
         cookie: None,
         session: 0,
+        caps: sitenet_protocols::Capabilities::ALL,
     };
     let neg_attempt = |site: u128, last_generation: u64, opener: u64, seq: u64| Negotiate {
         attempt: Attempt { opener, seq },
@@ -967,6 +1111,7 @@ mod model {
             listen: vec![],
             buffer_size: 65_536,
             max_message: 1 << 20,
+            speaks: sitenet_protocols::Speaks::CURRENT,
         }
     }
 
@@ -1031,6 +1176,7 @@ mod model {
                 proof: None,
                 cookie: None,
                 session: 0,
+                caps: sitenet_protocols::Capabilities::ALL,
             };
             let site = &mut self.sites[s];
             // Proven with the secret both sites hold from before.
@@ -2013,6 +2159,7 @@ fn replacement_channel_resumes_from_last_received() {
         proof: None,
         cookie: None,
         session: 0,
+        caps: sitenet_protocols::Capabilities::ALL,
     };
     let mut v = view(2);
     v.working = Some(1);
@@ -2031,6 +2178,7 @@ fn replacement_channel_resumes_from_last_received() {
         peer_max_message: 1 << 28,
         peer_last_received,
         generation,
+        caps: sitenet_protocols::Capabilities::ALL,
     };
     pair.a
         .session
@@ -2071,9 +2219,11 @@ fn replacement_channel_resumes_from_last_received() {
     assert_eq!(pair.b.session.stats().duplicates, 0);
 }
 
-/// The handshake payload encodings quoted in docs/protocol.md: rmp-serde's
-/// default form (structs as arrays in field order, the site id as a 16-byte
-/// big-endian bin, enums as a one-entry map keyed by the variant name).
+/// The handshake payload encodings quoted in docs/protocol.md §4.2: since
+/// version 7 rmp-serde's named form (structs as maps keyed by field name,
+/// in field order; the site id as a 16-byte big-endian bin; enums as a
+/// one-entry map keyed by the variant name), so a later version can add a
+/// field an older node skips.
 #[test]
 fn handshake_payloads_are_encoded_as_documented() {
     fn hex(v: &[u8]) -> String {
@@ -2082,19 +2232,54 @@ fn handshake_payloads_are_encoded_as_documented() {
             .collect::<Vec<_>>()
             .join(" ")
     }
+    /// A msgpack fixstr key, as hex.
+    fn key(k: &str) -> String {
+        let mut v = vec![0xa0 | k.len() as u8];
+        v.extend_from_slice(k.as_bytes());
+        hex(&v)
+    }
+    let enc = |m: &dyn erased::Enc| m.enc();
+    mod erased {
+        pub trait Enc {
+            fn enc(&self) -> Vec<u8>;
+        }
+        impl<T: serde::Serialize> Enc for T {
+            fn enc(&self) -> Vec<u8> {
+                sitenet_protocols::handshake::encode_control(self)
+            }
+        }
+    }
     let p = Present {
-        version: PROTOCOL_VERSION,
+        versions: VersionRange::new(7, 7),
+        caps: Capabilities::ALL,
         site: SiteId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10),
         listen: vec!["tcp:127.0.0.1:7000".into()],
         nonce: [0xAC; 32],
     };
-    assert_eq!(
-        hex(&rmp_serde::to_vec(&p).unwrap()),
-        "94 06 c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 \
-         c4 20 ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac ac"
+    let documented = format!(
+        "85 {} 82 {} 07 {} 07 {} 03 {} c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 \
+         {} 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 {} c4 20{}",
+        key("versions"),
+        key("min"),
+        key("max"),
+        key("caps"),
+        key("site"),
+        key("listen"),
+        key("nonce"),
+        " ac".repeat(32)
     );
+    assert_eq!(
+        hex(&enc(&p)),
+        documented.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
+    assert_eq!(
+        hex(&enc(&p)[..24]),
+        "85 a8 76 65 72 73 69 6f 6e 73 82 a3 6d 69 6e 07 a3 6d 61 78 07 a4 63 61"
+    );
+    assert_eq!(rmp_serde::from_slice::<Present>(&enc(&p)).unwrap(), p);
     let n = Negotiate {
         version: PROTOCOL_VERSION,
+        caps: Capabilities::ALL,
         site: SiteId(0xAA),
         listen: vec![],
         buffer_size: 65_536,
@@ -2110,20 +2295,41 @@ fn handshake_payloads_are_encoded_as_documented() {
         cookie: None,
         session: 0,
     };
-    assert_eq!(
-        hex(&rmp_serde::to_vec(&n).unwrap()),
-        "9c 06 c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa 90 ce 00 01 00 00 ce 10 00 00 00 05 02 92 07 cd 01 2c \
-         c4 20 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a 1a c0 c0 00"
+    let documented = format!(
+        "8d {} 07 {} 03 {} c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa {} 90 \
+         {} ce 00 01 00 00 {} ce 10 00 00 00 {} 05 {} 02 {} 82 {} 07 {} cd 01 2c \
+         {} c4 20{} {} c0 {} c0 {} 00",
+        key("version"),
+        key("caps"),
+        key("site"),
+        key("listen"),
+        key("buffer_size"),
+        key("max_message"),
+        key("last_received"),
+        key("last_generation"),
+        key("attempt"),
+        key("opener"),
+        key("seq"),
+        key("nonce"),
+        " 1a".repeat(32),
+        key("proof"),
+        key("cookie"),
+        key("session"),
     );
+    assert_eq!(
+        hex(&enc(&n)),
+        documented.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
+    assert_eq!(rmp_serde::from_slice::<Negotiate>(&enc(&n)).unwrap(), n);
     // With a session tag (version 6): a u64, last.
     let tagged = Negotiate {
         session: 0x0102_0304_0506_0708,
         ..n.clone()
     };
-    let bytes = rmp_serde::to_vec(&tagged).unwrap();
+    let bytes = enc(&tagged);
     assert_eq!(
-        hex(&bytes[bytes.len() - 11..]),
-        "c0 c0 cf 01 02 03 04 05 06 07 08"
+        hex(&bytes[bytes.len() - 17..]),
+        format!("{} cf 01 02 03 04 05 06 07 08", key("session"))
     );
     assert_eq!(rmp_serde::from_slice::<Negotiate>(&bytes).unwrap(), tagged);
     // With a proof: 16 bytes as a bin, as the nonce.
@@ -2131,13 +2337,15 @@ fn handshake_payloads_are_encoded_as_documented() {
         proof: Some([0x77; 16]),
         ..n.clone()
     };
-    let bytes = rmp_serde::to_vec(&proven).unwrap();
-    assert_eq!(
-        hex(&bytes[bytes.len() - 20..]),
-        "c4 10 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77 77 c0 00"
-    );
+    let bytes = enc(&proven);
+    assert!(hex(&bytes).contains(&format!(
+        "{} c4 10{} {}",
+        key("proof"),
+        " 77".repeat(16),
+        key("cookie")
+    )));
     assert_eq!(rmp_serde::from_slice::<Negotiate>(&bytes).unwrap(), proven);
-    // With a cookie proof (issue 18): [key id, 32-byte MAC as a bin].
+    // With a cookie proof (issue 18): {key_id, 32-byte MAC as a bin}.
     let authenticated = Negotiate {
         cookie: Some(CookieProof {
             key_id: 0x0102_0304_0506_0708,
@@ -2145,18 +2353,26 @@ fn handshake_payloads_are_encoded_as_documented() {
         }),
         ..n.clone()
     };
-    let bytes = rmp_serde::to_vec(&authenticated).unwrap();
-    assert_eq!(
-        hex(&bytes[bytes.len() - 45..]),
-        "92 cf 01 02 03 04 05 06 07 08 c4 20 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 5a 00"
-    );
+    let bytes = enc(&authenticated);
+    assert!(hex(&bytes).contains(&format!(
+        "{} 82 {} cf 01 02 03 04 05 06 07 08 {} c4 20{} {}",
+        key("cookie"),
+        key("key_id"),
+        key("mac"),
+        " 5a".repeat(32),
+        key("session")
+    )));
     assert_eq!(
         rmp_serde::from_slice::<Negotiate>(&bytes).unwrap(),
         authenticated
     );
     // A nonce of another length is malformed.
-    let mut short = rmp_serde::to_vec(&n).unwrap();
-    let at = short.len() - 37;
+    let mut short = enc(&n);
+    let at = hex(&short)
+        .find(&format!("{} c4 20", key("nonce")))
+        .unwrap()
+        / 3
+        + 6;
     short[at + 1] = 0x1f;
     short.remove(at + 2);
     assert!(rmp_serde::from_slice::<Negotiate>(&short).is_err());
@@ -2170,49 +2386,38 @@ fn handshake_payloads_are_encoded_as_documented() {
         cookie: None,
         session: 0,
     };
-    assert_eq!(
-        hex(&rmp_serde::to_vec(&a).unwrap()),
-        "81 a6 41 63 63 65 70 74 98 cd 40 00 ce 00 10 00 00 09 03 c2 c2 c0 00"
+    let documented = format!(
+        "81 a6 41 63 63 65 70 74 88 {} cd 40 00 {} ce 00 10 00 00 {} 09 {} 03 {} c2 {} c2 {} c0 {} 00",
+        key("buffer_size"),
+        key("max_message"),
+        key("last_received"),
+        key("generation"),
+        key("fresh"),
+        key("rekey"),
+        key("cookie"),
+        key("session"),
     );
+    assert_eq!(hex(&enc(&a)), documented);
+    assert_eq!(rmp_serde::from_slice::<NegotiateAns>(&enc(&a)).unwrap(), a);
     let r = NegotiateAns::Refuse(RefuseReason::Unauthenticated);
     assert_eq!(
-        hex(&rmp_serde::to_vec(&r).unwrap()),
+        hex(&enc(&r)),
         "81 a6 52 65 66 75 73 65 af 55 6e 61 75 74 68 65 6e 74 69 63 61 74 65 64"
     );
     let r = NegotiateAns::Refuse(RefuseReason::Stale);
-    assert_eq!(
-        hex(&rmp_serde::to_vec(&r).unwrap()),
-        "81 a6 52 65 66 75 73 65 a5 53 74 61 6c 65"
-    );
+    assert_eq!(hex(&enc(&r)), "81 a6 52 65 66 75 73 65 a5 53 74 61 6c 65");
     let r = NegotiateAns::Refuse(RefuseReason::Unproven);
     assert_eq!(
-        hex(&rmp_serde::to_vec(&r).unwrap()),
+        hex(&enc(&r)),
         "81 a6 52 65 66 75 73 65 a8 55 6e 70 72 6f 76 65 6e"
     );
-    // A control frame header: the version, kind, lane 5, flags 3, payload
-    // length, ack, then zero number and offset.
+    // A control frame header: the format byte, kind, lane 5, flags 3,
+    // payload length, ack, then zero number and offset.
     let mut hb = [0u8; HEADER_LEN];
     FrameHeader::control(FrameKind::Ack, 0, 7).encode(&mut hb);
     assert_eq!(
         &hb[..16],
-        &[
-            PROTOCOL_VERSION,
-            1,
-            5,
-            3,
-            0,
-            0,
-            0,
-            0,
-            7,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0
-        ]
+        &[FRAME_FORMAT, 1, 5, 3, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]
     );
     assert_eq!(&hb[16..], &[0; 16]);
 }
@@ -2235,6 +2440,7 @@ fn negotiate_with_generation(site: u128, last_generation: u64) -> Negotiate {
         proof: None,
         cookie: None,
         session: 0,
+        caps: sitenet_protocols::Capabilities::ALL,
     }
 }
 
@@ -2375,6 +2581,7 @@ fn a_listen_list_too_long_for_the_handshake_is_an_error_not_a_panic() {
             .collect(),
         buffer_size: 65_536,
         max_message: 1 << 20,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     };
     for n in [MAX_LISTEN, MAX_LISTEN + 1, 100] {
         let local = long(n);
@@ -2410,6 +2617,7 @@ fn a_listen_list_too_long_for_the_handshake_is_an_error_not_a_panic() {
             .collect(),
         buffer_size: 65_536,
         max_message: 1 << 20,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     };
     fits.validate().unwrap();
 }

@@ -176,7 +176,7 @@ fn the_documented_example_is_what_is_written() {
     };
     let mut frame = packed_frame(3, 5, &[msg(b"\xaa", b"\x01\x02"), msg(b"", b"\x03")]);
     frame[8] = 2; // ack 2
-    let documented = "06 0b 03 03  16 00 00 00  02 00 00 00 00 00 00 00
+    let documented = "07 0b 03 03  16 00 00 00  02 00 00 00 00 00 00 00
         05 00 00 00 00 00 00 00   00 00 00 00 00 00 00 00
         00 07 00 00 00 01 00 02 00  aa  01 02
         00 07 00 00 00 00 00 01 00  03";

@@ -98,6 +98,7 @@ impl Net {
             peer_max_message: 1 << 28,
             peer_last_received: self.b.s.last_received(),
             generation: self.generation,
+            caps: sitenet_protocols::Capabilities::ALL,
         };
         let pb = ChannelParams {
             peer_last_received: self.a.s.last_received(),

@@ -388,6 +388,7 @@ fn silence_is_measured_from_channel_up() {
             peer_max_message: 1 << 20,
             peer_last_received: 0,
             generation: 1,
+            caps: sitenet_protocols::Capabilities::ALL,
         },
         t0,
     )
@@ -424,6 +425,7 @@ fn a_message_acknowledged_during_the_resend_is_not_resent() {
         peer_max_message: 1 << 28,
         peer_last_received,
         generation: 2,
+        caps: sitenet_protocols::Capabilities::ALL,
     };
     p.a.session.channel_up(up(0), p.now).unwrap();
     // Room for the first resent message only.

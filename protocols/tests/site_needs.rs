@@ -88,7 +88,8 @@ impl H {
         };
         let opened = Opened {
             present: Present {
-                version: PROTOCOL_VERSION,
+                versions: sitenet_protocols::Speaks::CURRENT.versions,
+                caps: sitenet_protocols::Speaks::CURRENT.caps,
                 site: PEER,
                 listen: vec![],
                 nonce: NONCE,
@@ -100,6 +101,7 @@ impl H {
             peer_fresh,
             pair_secret: peer_fresh.then_some(PAIR),
             session: 0,
+            agreed: sitenet_protocols::Agreed::CURRENT,
         };
         self.com
             .open_succeeded(req.attempt.seq, &opened, self.now)
@@ -204,6 +206,7 @@ fn negotiate(last_generation: u64, last_received: u64) -> Negotiate {
         proof: None,
         cookie: None,
         session: 0,
+        caps: sitenet_protocols::Capabilities::ALL,
     }
 }
 

@@ -199,6 +199,7 @@ fn a_lost_channel_aborts_the_stream_and_the_message_comes_again_from_offset_0() 
         peer_max_message: common::MAX_MESSAGE,
         peer_last_received: pair.b.session.last_received(),
         generation: 2,
+        caps: sitenet_protocols::Capabilities::ALL,
     };
     let pb = ChannelParams {
         peer_last_received: pair.a.session.last_received(),

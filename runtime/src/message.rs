@@ -12,9 +12,7 @@ use sitenet_protocols::Priority;
 /// cut from it has been acknowledged). The chunk is small so that one
 /// header kept unacknowledged pins at most 4 KiB (64 KiB chunks made a
 /// single slow message hold 64 KiB).
-pub(crate) fn encode_header<M: Serialize>(
-    msg: &M,
-) -> Result<bytes::Bytes, rmp_serde::encode::Error> {
+pub(crate) fn encode_header<M: Message>(msg: &M) -> Result<bytes::Bytes, rmp_serde::encode::Error> {
     use bytes::BytesMut;
     use std::cell::RefCell;
     const CHUNK: usize = 4 * 1024;
@@ -27,7 +25,12 @@ pub(crate) fn encode_header<M: Serialize>(
             *a = BytesMut::with_capacity(CHUNK);
         }
         let mut w = ArenaWriter(&mut a);
-        match rmp_serde::encode::write(&mut w, msg) {
+        let written = if M::NAMED_FIELDS {
+            rmp_serde::encode::write_named(&mut w, msg)
+        } else {
+            rmp_serde::encode::write(&mut w, msg)
+        };
+        match written {
             Ok(()) => Ok(a.split().freeze()),
             Err(e) => {
                 a.clear();
@@ -88,9 +91,36 @@ pub const RESERVED_IDS: u32 = 0xFFFF_0000;
 /// struct Put { key: String }
 /// impl sitenet_runtime::Message for Put { const ID: u32 = 17; }
 /// ```
+///
+/// How a type evolves while nodes of two versions of it run (a cluster
+/// upgraded node by node) is in docs/evolving-messages.md: in short, add
+/// fields at the end with `#[serde(default)]`, and set
+/// [`NAMED_FIELDS`](Message::NAMED_FIELDS) if older nodes must read what
+/// newer ones send.
 pub trait Message: Serialize + DeserializeOwned + Send + 'static {
     /// The stable wire id (below [`RESERVED_IDS`]).
     const ID: u32;
+
+    /// Encode structs as maps keyed by field name (rmp-serde's named form)
+    /// instead of arrays of their fields. With names, a node whose version
+    /// of the type lacks a field skips it, so a newer node may send a type
+    /// with more fields to an older one; with arrays (the default, a few
+    /// bytes smaller and faster) an older node refuses a message longer
+    /// than its type. Decoding takes either form, so turning it on is
+    /// itself compatible: old nodes read the new form and vice versa.
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use sitenet_runtime::Message;
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Put { key: String, #[serde(default)] ttl_s: Option<u32> }
+    /// impl Message for Put {
+    ///     const ID: u32 = 17;
+    ///     const NAMED_FIELDS: bool = true;
+    /// }
+    /// ```
+    const NAMED_FIELDS: bool = false;
 }
 
 /// How to send: priority and body parts.

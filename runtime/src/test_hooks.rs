@@ -6,7 +6,7 @@
 use parking_lot::Mutex;
 
 use crate::com_object::{ChannelLease, CloseHard, ComObject, HoldBusy, Preempt};
-use crate::node::Node;
+use crate::node::{Node, NodeBuilder};
 use crate::site::SiteRef;
 
 impl SiteRef {
@@ -73,5 +73,16 @@ impl Node {
                 reason: sitenet_protocols::slots::PreemptReason::LeastRecentlyActive,
             });
         }
+    }
+}
+
+impl NodeBuilder {
+    /// Makes the node offer `speaks` in its handshakes instead of this
+    /// build's versions and capabilities: a test plays a node of an older
+    /// build (fewer capabilities) or a newer one (a higher version, a
+    /// capability this build does not know) against current nodes.
+    pub fn speak_for_tests(mut self, speaks: sitenet_protocols::Speaks) -> Self {
+        self.speaks = speaks;
+        self
     }
 }

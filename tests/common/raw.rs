@@ -326,6 +326,7 @@ pub fn initiator(id: SiteId, listen: Vec<String>, keys: Keyring) -> Initiator {
         listen,
         buffer_size: 65_536,
         max_message: 1 << 20,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     };
     Initiator::new(local, None, 0, 0, rand::random()).with_keys(keys)
 }

@@ -41,6 +41,7 @@ fn negotiate_from(site: u128) -> Vec<u8> {
         listen: vec![],
         buffer_size: 65_536,
         max_message: 1 << 20,
+        speaks: sitenet_protocols::Speaks::CURRENT,
     };
     let mut present = ByteBuffer::new(MIN_BUFFER as usize);
     let _acc = sitenet_protocols::Acceptor::new(&local(0xB), [0; 32], &mut present);

@@ -109,6 +109,7 @@ impl ComObject {
             peer_max_message: opened.peer_max_message,
             peer_last_received: opened.peer_last_received,
             generation: opened.generation,
+            caps: opened.agreed.caps,
         };
         if let Err(e) = self.session.channel_up(params, now) {
             self.protocol_fault(&e);
@@ -340,6 +341,7 @@ impl ComObject {
             peer_max_message: neg.max_message,
             peer_last_received,
             generation,
+            caps: neg.caps,
         };
         self.session
             .channel_up(params, now)

@@ -4,8 +4,9 @@
 use super::*;
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{OpenError, ProtocolError};
-use crate::frame::{FrameKind, PROTOCOL_VERSION};
+use crate::frame::FrameKind;
 use crate::site::SiteId;
+use crate::version::{Agreed, Speaks};
 
 /// The acceptor's side of the open protocol, up to NEGOTIATE. The decision
 /// and the answer belong to the site's ComObject ([`crate::link`]).
@@ -25,6 +26,8 @@ pub struct Acceptor {
     answer_proof: Option<CookieProof>,
     /// What TLS proved of the peer (see [`certificate`]).
     certificate: PeerCertificate,
+    /// What this node offered in PRESENT: NEGOTIATE must choose from it.
+    speaks: Speaks,
 }
 
 impl Acceptor {
@@ -45,15 +48,17 @@ impl Acceptor {
         output: &mut ByteBuffer,
     ) -> Self {
         let present = Present {
-            version: PROTOCOL_VERSION,
+            versions: local.speaks.versions,
+            caps: local.speaks.caps,
             site: local.site,
             listen: local.listen.clone(),
             nonce,
         };
+        let payload = encode_control(&present);
         // If PRESENT cannot be written, the first call to `handle_input`
         // says so (`LocalInfo::validate` catches it when the node starts).
-        let unwritable = !write_control(output, FrameKind::Present, &present);
-        let transcript = (!keys.is_open()).then(|| Box::new(cookie::Transcript::new(&present)));
+        let unwritable = !write_payload(output, FrameKind::Present, &payload);
+        let transcript = (!keys.is_open()).then(|| Box::new(cookie::Transcript::new(&payload)));
         Self {
             local_site: local.site,
             nonce,
@@ -63,6 +68,7 @@ impl Acceptor {
             transcript,
             answer_proof: None,
             certificate: PeerCertificate::NotRequired,
+            speaks: local.speaks,
         }
     }
 
@@ -122,8 +128,8 @@ impl Acceptor {
                     .into(),
             ));
         }
-        let Some((h, payload)) =
-            read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)?
+        let Some((h, payload)) = read_frame(input, MAX_HANDSHAKE_PAYLOAD)
+            .map_err(|e| first_frame_error(e, &self.speaks))?
         else {
             return Ok(None);
         };
@@ -136,12 +142,11 @@ impl Acceptor {
             .into());
         }
         let n: Negotiate = decode("NEGOTIATE", &payload)?;
-        if n.version != PROTOCOL_VERSION {
-            return Err(OpenError::VersionMismatch {
-                local: PROTOCOL_VERSION,
-                peer: n.version,
-            });
-        }
+        // The choice must be from what PRESENT offered.
+        self.speaks.check_choice(Agreed {
+            version: n.version,
+            caps: n.caps,
+        })?;
         if n.site == self.local_site {
             return Err(OpenError::SelfConnection(n.site));
         }

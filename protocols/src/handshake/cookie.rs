@@ -38,7 +38,7 @@ use subtle::ConstantTimeEq;
 use thiserror::Error;
 use zeroize::Zeroizing;
 
-use super::messages::{Negotiate, Present};
+use super::messages::Negotiate;
 
 /// Length of a cookie's secret.
 pub const COOKIE_LEN: usize = 32;
@@ -196,15 +196,21 @@ impl std::fmt::Debug for Transcript {
 }
 
 impl Transcript {
-    /// Starts the transcript with the acceptor's PRESENT.
-    pub fn new(present: &Present) -> Self {
+    /// Starts the transcript with the acceptor's PRESENT, as its payload
+    /// went over the wire: both sides hash the same bytes even when one
+    /// side's build knows fields the other's skips.
+    pub fn new(present_payload: &[u8]) -> Self {
         let mut h = Sha256::new();
         h.update(b"sitenet handshake transcript");
-        absorb(&mut h, present);
+        absorb_bytes(&mut h, present_payload);
         Self(h)
     }
 
     /// The transcript's hash once NEGOTIATE (its proof left out) is added.
+    /// NEGOTIATE is hashed re-encoded, as the fields of the version it
+    /// chose: the initiator, which chose it, encodes only that version's
+    /// fields (a later version must keep to this when it speaks an older
+    /// one), so both sides hash the same bytes.
     pub fn with_negotiate(&self, n: &Negotiate) -> [u8; 32] {
         let mut h = self.0.clone();
         let unproven = Negotiate {
@@ -217,9 +223,12 @@ impl Transcript {
 }
 
 fn absorb<T: Serialize>(h: &mut Sha256, m: &T) {
-    let bytes = rmp_serde::to_vec(m).expect("handshake messages always serialise");
+    absorb_bytes(h, &super::encode_control(m));
+}
+
+fn absorb_bytes(h: &mut Sha256, bytes: &[u8]) {
     h.update((bytes.len() as u64).to_be_bytes());
-    h.update(&bytes);
+    h.update(bytes);
 }
 
 /// The initiator's proof for NEGOTIATE (`None` at the open level).

@@ -3,8 +3,9 @@
 use super::*;
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{FrameError, OpenError, ProtocolError};
-use crate::frame::{FrameKind, PROTOCOL_VERSION};
+use crate::frame::FrameKind;
 use crate::site::SiteId;
+use crate::version::{Agreed, Speaks};
 
 /// The initiator's side of the open protocol.
 #[derive(Debug)]
@@ -75,6 +76,9 @@ pub struct Opened {
     /// The session both sides number in from now on (see [`SessionTag`]):
     /// ours, unless the answer is fresh.
     pub session: SessionTag,
+    /// The version and capabilities the channel uses (see
+    /// [`crate::version`]).
+    pub agreed: Agreed,
 }
 
 impl Initiator {
@@ -198,8 +202,8 @@ impl Initiator {
                     keys,
                     certificate,
                 } => {
-                    let Some((h, payload)) =
-                        read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(first_frame_error)?
+                    let Some((h, payload)) = read_frame(input, MAX_HANDSHAKE_PAYLOAD)
+                        .map_err(|e| first_frame_error(e, &local.speaks))?
                     else {
                         *self = Self::ExpectPresent {
                             local,
@@ -223,12 +227,13 @@ impl Initiator {
                         .into());
                     }
                     let present: Present = decode("PRESENT", &payload)?;
-                    if present.version != PROTOCOL_VERSION {
-                        return Err(OpenError::VersionMismatch {
-                            local: PROTOCOL_VERSION,
-                            peer: present.version,
-                        });
-                    }
+                    // The highest version both speak, the capabilities both
+                    // have; none in common is a permanent failure (and
+                    // nothing is sent: the acceptor allocated nothing).
+                    let agreed = local.speaks.agree(&Speaks {
+                        versions: present.versions,
+                        caps: present.caps,
+                    })?;
                     if present.site == local.site {
                         return Err(OpenError::SelfConnection(present.site));
                     }
@@ -248,7 +253,8 @@ impl Initiator {
                         initiator_nonce: nonce,
                     };
                     let mut proposed = Negotiate {
-                        version: PROTOCOL_VERSION,
+                        version: agreed.version,
+                        caps: agreed.caps,
                         site: local.site,
                         listen: local.listen,
                         buffer_size: local.buffer_size,
@@ -263,7 +269,7 @@ impl Initiator {
                     };
                     // The initiator proves first, over everything said so far.
                     let transcript = (!keys.is_open())
-                        .then(|| cookie::Transcript::new(&present).with_negotiate(&proposed));
+                        .then(|| cookie::Transcript::new(&payload).with_negotiate(&proposed));
                     if let Some(t) = &transcript {
                         proposed.cookie = cookie::initiator_proof(&keys, t);
                     }
@@ -411,6 +417,10 @@ impl Initiator {
                                 peer_fresh: fresh,
                                 pair_secret,
                                 session,
+                                agreed: Agreed {
+                                    version: proposed.version,
+                                    caps: proposed.caps,
+                                },
                             }))
                         }
                     };

@@ -6,12 +6,20 @@ use serde::{Deserialize, Serialize};
 use super::continuity::{Nonce, Proof};
 use super::cookie::CookieProof;
 use crate::site::SiteId;
+use crate::version::{Capabilities, VersionRange};
 
 /// The acceptor's presentation.
+///
+/// Handshake messages are encoded with named fields (version 7): a later
+/// version may add fields, marked `#[serde(default)]`, which this build
+/// skips when it reads them and a later build defaults when it reads this
+/// one's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Present {
-    /// Protocol version spoken.
-    pub version: u8,
+    /// Protocol versions the acceptor speaks.
+    pub versions: VersionRange,
+    /// Capabilities the acceptor has.
+    pub caps: Capabilities,
     /// The acceptor's site id (its incarnation).
     pub site: SiteId,
     /// Addresses the acceptor listens on.
@@ -26,8 +34,11 @@ pub struct Present {
 /// The initiator's identity and proposal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Negotiate {
-    /// Protocol version spoken.
+    /// The version the initiator chose: the highest both speak.
     pub version: u8,
+    /// The capabilities the initiator chose: those both have. Both ends
+    /// use exactly these on the channel.
+    pub caps: Capabilities,
     /// The initiator's site id.
     pub site: SiteId,
     /// Addresses the initiator listens on (empty for a client-only node).

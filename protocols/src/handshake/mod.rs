@@ -25,7 +25,7 @@
 //! use sitenet_protocols::handshake::{write_answer, MIN_BUFFER};
 //! use sitenet_protocols::link::{decide, Decision, LinkView};
 //! use sitenet_protocols::{
-//!     Acceptor, ByteBuffer, HandshakeNonces, Initiator, LocalInfo, NegotiateAns, SiteId,
+//!     Acceptor, ByteBuffer, HandshakeNonces, Initiator, LocalInfo, NegotiateAns, SiteId, Speaks,
 //! };
 //!
 //! let info = |id, address: &str| LocalInfo {
@@ -33,6 +33,7 @@
 //!     listen: vec![address.to_string()],
 //!     buffer_size: 64 * 1024,
 //!     max_message: 1 << 20,
+//!     speaks: Speaks::CURRENT,
 //! };
 //! let mut to_a = ByteBuffer::new(MIN_BUFFER as usize);
 //! let mut to_b = ByteBuffer::new(MIN_BUFFER as usize);
@@ -102,8 +103,9 @@ pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason, Sess
 
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{FrameError, OpenError, ProtocolError};
-use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, PROTOCOL_VERSION};
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::site::SiteId;
+use crate::version::{Capabilities, Speaks, VersionRange};
 
 /// Default bound on the whole open protocol.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -130,11 +132,12 @@ pub const MAX_GENERATION: u64 = u64::MAX / 2;
 ///
 /// ```
 /// use sitenet_protocols::handshake::{read_frame, write_control, MAX_HANDSHAKE_PAYLOAD};
-/// use sitenet_protocols::{ByteBuffer, FrameKind, Present, SiteId, PROTOCOL_VERSION};
+/// use sitenet_protocols::{ByteBuffer, FrameKind, Present, SiteId, Speaks};
 ///
 /// let present =
 ///     Present {
-///         version: PROTOCOL_VERSION,
+///         versions: Speaks::CURRENT.versions,
+///         caps: Speaks::CURRENT.caps,
 ///         site: SiteId(0xB),
 ///         listen: vec!["mem:b".into()],
 ///         nonce: [7; 32],
@@ -150,7 +153,18 @@ pub const MAX_GENERATION: u64 = u64::MAX / 2;
 /// # Ok::<(), sitenet_protocols::FrameError>(())
 /// ```
 pub fn write_control<T: Serialize>(out: &mut ByteBuffer, kind: FrameKind, body: &T) -> bool {
-    let payload = rmp_serde::to_vec(body).expect("handshake messages always serialise");
+    write_payload(out, kind, &encode_control(body))
+}
+
+/// Encodes a handshake message: rmp-serde with named fields (a map per
+/// struct), so a later version can add fields this one skips.
+pub fn encode_control<T: Serialize>(body: &T) -> Vec<u8> {
+    rmp_serde::to_vec_named(body).expect("handshake messages always serialise")
+}
+
+/// Writes a control frame around an already encoded payload; `false` if it
+/// is over [`MAX_HANDSHAKE_PAYLOAD`] or `out` has no room.
+pub fn write_payload(out: &mut ByteBuffer, kind: FrameKind, payload: &[u8]) -> bool {
     // The peer refuses a larger handshake frame: never write one.
     if payload.len() > MAX_HANDSHAKE_PAYLOAD || out.free() < HEADER_LEN + payload.len() {
         return false;
@@ -158,7 +172,7 @@ pub fn write_control<T: Serialize>(out: &mut ByteBuffer, kind: FrameKind, body: 
     let mut hb = [0u8; HEADER_LEN];
     FrameHeader::control(kind, payload.len() as u32, 0).encode(&mut hb);
     out.push(&hb);
-    out.push(&payload);
+    out.push(payload);
     true
 }
 
@@ -193,11 +207,12 @@ fn decode<T: for<'de> Deserialize<'de>>(
 
 /// Maps a header error in the first frame to a version mismatch if that is
 /// what it is: a peer of another version fails the open protocol permanently.
-fn first_frame_error(e: FrameError) -> OpenError {
+fn first_frame_error(e: FrameError, speaks: &Speaks) -> OpenError {
     match e {
+        // Up to version 6 byte 0 was the peer's protocol version.
         FrameError::Version(v) => OpenError::VersionMismatch {
-            local: PROTOCOL_VERSION,
-            peer: v,
+            local: speaks.versions,
+            peer: VersionRange::exactly(v),
         },
         e => OpenError::Protocol(e.into()),
     }
@@ -214,6 +229,9 @@ pub struct LocalInfo {
     pub buffer_size: u32,
     /// Largest message it accepts.
     pub max_message: u64,
+    /// The versions and capabilities it offers ([`Speaks::CURRENT`] but in
+    /// tests that play an older or newer build).
+    pub speaks: Speaks,
 }
 
 impl LocalInfo {
@@ -230,7 +248,8 @@ impl LocalInfo {
             )));
         }
         let worst = Negotiate {
-            version: PROTOCOL_VERSION,
+            version: u8::MAX,
+            caps: Capabilities::from_bits(u64::MAX),
             site: self.site,
             listen: self.listen.clone(),
             buffer_size: u32::MAX,
@@ -249,9 +268,7 @@ impl LocalInfo {
             }),
             session: u64::MAX,
         };
-        let len = rmp_serde::to_vec(&worst)
-            .expect("handshake messages always serialise")
-            .len();
+        let len = encode_control(&worst).len();
         if len > MAX_HANDSHAKE_PAYLOAD {
             return Err(OpenError::LocalConfig(format!(
                 "the listen addresses take {len} bytes of NEGOTIATE, more than the \

@@ -10,6 +10,7 @@ use crate::error::ProtocolError;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::message::InMessage;
 use crate::timer::Timer;
+use crate::version::Capabilities;
 
 use super::receive::DataOutcome;
 use super::Session;
@@ -113,8 +114,15 @@ impl Session {
                         }
                     }
                     FrameKind::Packed => {
-                        let payload = input.slices(HEADER_LEN, h.payload_len as usize);
                         let l = self.link.as_deref_mut().expect("a working channel");
+                        // Both ends use only what they agreed.
+                        if !l.params.caps.contains(Capabilities::PACKED) {
+                            return Err(ProtocolError::Unexpected {
+                                kind: h.kind,
+                                state: "PACKED frames were not agreed on this channel",
+                            });
+                        }
+                        let payload = input.slices(HEADER_LEN, h.payload_len as usize);
                         let (done, finished) = self.recv.on_packed(
                             &h,
                             payload,
@@ -136,6 +144,13 @@ impl Session {
                     }
                     FrameKind::Ack | FrameKind::Heartbeat => {}
                     FrameKind::Leaving => {
+                        let l = self.link.as_deref().expect("a working channel");
+                        if !l.params.caps.contains(Capabilities::LEAVING) {
+                            return Err(ProtocolError::Unexpected {
+                                kind: h.kind,
+                                state: "LEAVING was not agreed on this channel",
+                            });
+                        }
                         if h.payload_len != 0 {
                             return Err(ProtocolError::Malformed {
                                 what: "LEAVING frame",

@@ -62,6 +62,7 @@ use crate::frame::{FrameKind, HEADER_LEN, MAX_FRAME_LEN};
 use crate::message::OutMessage;
 use crate::reassembly::ReassemblyBudget;
 use crate::timer::Timer;
+use crate::version::Capabilities;
 
 pub use close::{ClosePhase, CloseReason};
 pub use types::{ChannelParams, SessionConfig, SessionEvent, SessionStats};
@@ -99,6 +100,7 @@ fn push_event(events: &mut Events, e: SessionEvent) {
 /// let cfg = SessionConfig { ack_delay: Duration::from_millis(20), ..SessionConfig::default() };
 /// # let params = ChannelParams {
 /// #     buffer_size: 65536, peer_max_message: 1 << 20, peer_last_received: 0, generation: 1,
+/// #     caps: sitenet_protocols::Capabilities::ALL,
 /// # };
 /// let mut a = Session::new(cfg.clone(), ReassemblyBudget::new(1 << 20));
 /// let mut b = Session::new(cfg, ReassemblyBudget::new(1 << 20));
@@ -197,6 +199,7 @@ impl Session {
     ///     peer_max_message: 1 << 20,
     ///     peer_last_received: 0,
     ///     generation: 1,
+    ///     caps: Capabilities::ALL,
     /// };
     /// a.channel_up(params, now)?;
     /// b.channel_up(params, now)?;
@@ -230,8 +233,11 @@ impl Session {
             });
         }
         self.channel_down();
-        self.send
-            .channel_up(params.peer_last_received, params.peer_max_message)?;
+        self.send.channel_up(
+            params.peer_last_received,
+            params.peer_max_message,
+            params.caps.contains(Capabilities::PACKED),
+        )?;
         self.last_generation = self.last_generation.max(params.generation);
         // The peer learned our last_received in the handshake.
         self.link = Some(Box::new(Link::new(
@@ -406,9 +412,14 @@ impl Session {
     /// Our site shuts down for good: a LEAVING frame is owed on the
     /// working channel (written with the final ack), so the peer fails us
     /// at once instead of reconnecting for ever. No effect without one.
+    ///
+    /// A peer that did not agree [`Capabilities::LEAVING`] cannot read the
+    /// frame: it gets none, and sees the channel close as after a crash.
     pub fn leave(&mut self) {
         if let Some(l) = &mut self.link {
-            l.close.control.set(FrameKind::Leaving);
+            if l.params.caps.contains(Capabilities::LEAVING) {
+                l.close.control.set(FrameKind::Leaving);
+            }
         }
     }
 

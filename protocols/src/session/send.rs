@@ -44,6 +44,10 @@ pub(crate) struct Sender {
     /// Largest message the peer takes, once a handshake told it (a peer
     /// claiming 0 takes nothing: 1 byte, below any message).
     peer_max_message: Option<NonZeroU64>,
+    /// The channel's ends agreed on `PACKED` frames
+    /// ([`Capabilities::PACKED`](crate::version::Capabilities::PACKED)):
+    /// without it every message goes in `DATA` frames.
+    pack: bool,
 }
 
 /// What a [`Sender`] needs only while it has messages.
@@ -117,6 +121,7 @@ impl Sender {
             freed: (0, 0),
             queued_bytes: 0,
             peer_max_message: None,
+            pack: false,
         }
     }
 
@@ -278,6 +283,9 @@ impl Sender {
         ack: u64,
         stats: &mut SessionStats,
     ) -> Option<bool> {
+        if !self.pack {
+            return None;
+        }
         let t = self.traffic.as_deref_mut()?;
         let queue = &t.queues[i];
         let first = packed::entry_len(queue.front()?)?;
@@ -325,13 +333,15 @@ impl Sender {
     }
 
     /// A new channel: the peer received up to `peer_last_received` and takes
-    /// messages of at most `peer_max_message`. Everything else in the ledger
-    /// is resent first, in number order.
+    /// messages of at most `peer_max_message`, in packed frames if `pack`.
+    /// Everything else in the ledger is resent first, in number order.
     pub(crate) fn channel_up(
         &mut self,
         peer_last_received: u64,
         peer_max_message: u64,
+        pack: bool,
     ) -> Result<(), ProtocolError> {
+        self.pack = pack;
         self.apply_ack(peer_last_received)?;
         if let Some(t) = &mut self.traffic {
             t.resend = t.ledger.iter().cloned().collect();

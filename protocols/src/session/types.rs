@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::error::ProtocolError;
 use crate::scheduler::SchedulerConfig;
+use crate::version::Capabilities;
 
 use super::CloseReason;
 
@@ -109,6 +110,10 @@ pub struct ChannelParams {
     pub peer_last_received: u64,
     /// The channel's generation.
     pub generation: u64,
+    /// The capabilities both ends agreed in the handshake: the session
+    /// uses no feature outside them, and refuses a frame that needs one
+    /// ([`crate::version`]).
+    pub caps: Capabilities,
 }
 
 /// Counters of one session (for metrics and tests).

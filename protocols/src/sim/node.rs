@@ -144,6 +144,7 @@ impl Node {
             listen: vec![self.address.clone()],
             buffer_size: self.cfg.buffer_size,
             max_message: self.cfg.max_message,
+            speaks: crate::version::Speaks::CURRENT,
         }
     }
 }

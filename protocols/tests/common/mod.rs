@@ -56,6 +56,7 @@ pub fn params(buffer_size: u32) -> ChannelParams {
         peer_max_message: MAX_MESSAGE,
         peer_last_received: 0,
         generation: 1,
+        caps: sitenet_protocols::Capabilities::ALL,
     }
 }
 

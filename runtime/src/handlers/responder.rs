@@ -188,13 +188,14 @@ pub(crate) fn post_answer<R: Message>(
     reply: &R,
     body: Vec<Bytes>,
 ) -> Result<(), SendError> {
-    let header = rmp_serde::to_vec(reply).map_err(|e| SendError::Encode(e.to_string()))?;
+    let header =
+        crate::message::encode_header(reply).map_err(|e| SendError::Encode(e.to_string()))?;
     to.try_post(OutMessage {
         priority,
         type_id: R::ID,
         kind,
         corr,
-        header: header.into(),
+        header,
         body: body.into(),
         tracked: false,
     })

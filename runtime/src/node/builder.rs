@@ -27,6 +27,9 @@ pub struct NodeBuilder {
     listen: Vec<String>,
     cfg: NodeConfig,
     runtime: Option<Runtime>,
+    /// The versions and capabilities the node offers: this build's, but
+    /// in sitenet's own tests that play an older or newer build.
+    pub(crate) speaks: sitenet_protocols::Speaks,
 }
 
 impl NodeBuilder {
@@ -109,6 +112,7 @@ impl NodeBuilder {
             listen: listen.iter().map(ToString::to_string).collect(),
             buffer_size: cfg.buffer_size,
             max_message: cfg.max_message_size,
+            speaks: self.speaks,
         }
         .validate()
         .map_err(|e| NodeError::Config(e.to_string()))?;
@@ -162,6 +166,7 @@ impl NodeBuilder {
             listeners_done: Mutex::new(Vec::new()),
             local: std::sync::OnceLock::new(),
             keys,
+            speaks: self.speaks,
         });
         inner.start_request_timer();
         Ok(Bound { inner, bound, rt })

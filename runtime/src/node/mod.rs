@@ -138,6 +138,8 @@ pub(crate) struct NodeInner {
     /// The cookies this node proves and accepts (empty: the open level),
     /// from `NodeConfig::cookies`; shared by every handshake.
     pub(crate) keys: sitenet_protocols::Keyring,
+    /// The versions and capabilities this node offers in its handshakes.
+    pub(crate) speaks: sitenet_protocols::Speaks,
 }
 
 impl NodeInner {
@@ -151,6 +153,7 @@ impl NodeInner {
             listen: self.listen.iter().map(ToString::to_string).collect(),
             buffer_size: self.cfg.buffer_size,
             max_message: self.cfg.max_message_size,
+            speaks: self.speaks,
         }
     }
 

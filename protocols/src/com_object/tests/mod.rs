@@ -16,7 +16,7 @@ use crate::handshake::{
 use crate::message::OutMessage;
 use crate::priority::Priority;
 use crate::session::CloseReason;
-use crate::PROTOCOL_VERSION;
+use crate::{Agreed, Capabilities, Speaks, PROTOCOL_VERSION};
 
 const LOCAL: SiteId = SiteId(0x10);
 const PEER: SiteId = SiteId(0x20);
@@ -62,7 +62,8 @@ fn msg(len: usize) -> OutMessage {
 fn opened(generation: u64, peer_max_message: u64) -> Opened {
     Opened {
         present: Present {
-            version: PROTOCOL_VERSION,
+            versions: Speaks::CURRENT.versions,
+            caps: Speaks::CURRENT.caps,
             site: PEER,
             listen: vec![],
             nonce: NONCE,
@@ -77,12 +78,14 @@ fn opened(generation: u64, peer_max_message: u64) -> Opened {
         pair_secret: (generation == 1).then_some(PAIR),
         // Two fresh sides stay in the pair's first numbering.
         session: 0,
+        agreed: Agreed::CURRENT,
     }
 }
 
 fn negotiate(last_generation: u64, attempt: Attempt) -> Negotiate {
     Negotiate {
         version: PROTOCOL_VERSION,
+        caps: Capabilities::ALL,
         site: PEER,
         listen: vec![],
         buffer_size: 16_384,
