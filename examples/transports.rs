@@ -165,7 +165,10 @@ fn run(cli: &Cli) -> Result<(), String> {
         .site(&other.listen_addresses()[0])
         .map_err(|e| e.to_string())?;
     median_rtt(&to_other, 1)?;
-    if !c.wait_until_blocking(|m| m.channels_closed > closed, PATIENCE) {
+    if !c
+        .wait_until_blocking(|m| m.channels_closed > closed, PATIENCE)
+        .map_err(|e| e.to_string())?
+    {
         return Err("the channel to the server was not preempted".into());
     }
     println!(
@@ -182,7 +185,7 @@ fn run(cli: &Cli) -> Result<(), String> {
     )?;
 
     for n in [a, b, c, other, server] {
-        n.shutdown_blocking(PATIENCE);
+        n.shutdown_blocking(PATIENCE).map_err(|e| e.to_string())?;
     }
     let _ = std::fs::remove_file(&sock);
     Ok(())

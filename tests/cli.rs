@@ -205,14 +205,14 @@ fn send_exits_1_on_a_new_incarnation_a_shutdown_or_after_give_up() {
             .unwrap();
         let mut child = Killed(child);
         // Mid-stream: the node's sink has received a good part.
-        assert!(
-            node.wait_until_blocking(|m| m.messages_delivered > 10_000, Duration::from_secs(120))
-        );
+        assert!(node
+            .wait_until_blocking(|m| m.messages_delivered > 10_000, Duration::from_secs(120))
+            .unwrap());
         // Unless graceful, it dies without saying so.
         if !graceful {
             node.crash_on_shutdown();
         }
-        node.shutdown_blocking(Duration::from_millis(100));
+        node.shutdown_blocking(Duration::from_millis(100)).unwrap();
         drop(node);
         let _restarted = restart.then(|| {
             sitenet::Node::builder()

@@ -155,7 +155,9 @@ fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
             v.extend_from_slice(&p);
         }
     });
-    assert!(server.wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE));
+    assert!(server
+        .wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE)
+        .unwrap());
     let client = Node::builder().start().unwrap();
     let site = client.site(&addr(&server)).unwrap();
     for seq in 0..20 {
@@ -191,7 +193,9 @@ fn a_peer_listing_another_sites_address_does_not_take_over_its_traffic() {
     // The liar connects to the victim first, claiming the server's address.
     let _liar = lying_initiator(&addr(&victim), vec![addr(&server)]);
     assert!(
-        victim.wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE),
+        victim
+            .wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE)
+            .unwrap(),
         "the liar's channel never worked"
     );
     // The victim now talks to the server by its address: the server answers.
@@ -227,7 +231,9 @@ fn a_message_too_large_for_the_peer_queued_before_the_first_handshake_is_handed_
         .expect("queued: the peer's maximum is not known yet");
     site.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
     sink.wait_blocking();
-    assert!(client.wait_until_blocking(|m| m.handed_back == 1, PATIENCE));
+    assert!(client
+        .wait_until_blocking(|m| m.handed_back == 1, PATIENCE)
+        .unwrap());
     let back = site.take_refused();
     assert_eq!(back.len(), 1);
     assert!(
@@ -243,7 +249,9 @@ fn a_message_too_large_for_the_peer_queued_before_the_first_handshake_is_handed_
     assert_eq!(m.protocol_errors, 0, "the server never saw it");
     assert_eq!(client.metrics().channels_opened, 1, "no reconnect loop");
     // Nothing is left held for the site.
-    assert!(client.wait_until_blocking(|_| site.pending_bytes() == 0, PATIENCE));
+    assert!(client
+        .wait_until_blocking(|_| site.pending_bytes() == 0, PATIENCE)
+        .unwrap());
 }
 
 /// Issue 6: a send racing with the site's permanent failure was lost: the
@@ -262,7 +270,9 @@ fn a_send_racing_with_kill_is_handed_back_not_lost() {
         site.try_send(&Numbered { stream: 7, seq: 0 })
             .expect("not failed yet when the send checks");
     }
-    assert!(client.wait_until_blocking(|m| m.perm_failures == 1, PATIENCE));
+    assert!(client
+        .wait_until_blocking(|m| m.perm_failures == 1, PATIENCE)
+        .unwrap());
     let (reason, back) = site.failure().expect("failed");
     assert!(reason.contains("killed"), "{reason}");
     assert_eq!(back.not_sent.len(), 1, "the racing send is handed back");
@@ -311,7 +321,9 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
     by_ip
         .send_blocking(&Numbered { stream: 9, seq: 0 }, SendOptions::default())
         .unwrap();
-    assert!(client.wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE));
+    assert!(client
+        .wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE)
+        .unwrap());
     // … then a stream goes to it by a name it does not list: the alias entry
     // opens, finds the known site, and merges while the stream runs.
     let alias = client.site(&format!("tcp:localhost:{port}")).unwrap();
@@ -327,7 +339,7 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
         "a message overtook another across the merge"
     );
     assert_eq!(alias.id(), Some(server.id()));
-    let report = client.shutdown_blocking(PATIENCE);
+    let report = client.shutdown_blocking(PATIENCE).unwrap();
     assert_eq!(report.unacknowledged_bytes, 0);
 }
 
@@ -383,7 +395,9 @@ fn a_delegated_reply_with_a_guessed_id_does_not_complete_a_request() {
         Err(sitenet::RequestError::Timeout(_)) => {}
         other => panic!("a forged delegated reply completed the request: {other:?}"),
     }
-    assert!(victim.wait_until_blocking(|m| m.replies_discarded >= guesses.len() as u64, PATIENCE));
+    assert!(victim
+        .wait_until_blocking(|m| m.replies_discarded >= guesses.len() as u64, PATIENCE)
+        .unwrap());
     drop(forger);
 }
 
@@ -452,7 +466,7 @@ fn a_sender_waiting_for_room_fails_at_shutdown_instead_of_hanging() {
         rx.recv_timeout(Duration::from_millis(300)).is_err(),
         "the sender should be waiting for room"
     );
-    let report = client.shutdown_blocking(Duration::from_millis(10));
+    let report = client.shutdown_blocking(Duration::from_millis(10)).unwrap();
     assert!(report.unacknowledged_bytes > 0);
     let r = rx
         .recv_timeout(Duration::from_secs(20))
@@ -483,7 +497,16 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
             SendOptions::default(),
             Duration::from_secs(5),
         );
-        let _ = tx.send((sent, asked.map(|_| ())));
+        // Issue 20: the node-wide blocking calls behave alike (they
+        // panicked here).
+        let waited = ctx
+            .node()
+            .wait_until_blocking(|_| true, Duration::from_secs(5));
+        let shut = ctx
+            .node()
+            .shutdown_blocking(Duration::from_secs(5))
+            .map(|_| ());
+        let _ = tx.send((sent, asked.map(|_| ()), waited, shut));
     })
     .unwrap();
     let client = Node::builder().start().unwrap();
@@ -492,10 +515,19 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
         .unwrap()
         .send_blocking(&WhoAreYou, SendOptions::default())
         .unwrap();
-    let (sent, asked) = rx
+    let (sent, asked, waited, shut) = rx
         .recv_timeout(Duration::from_secs(20))
         .expect("the handler returned: no deadlock");
     assert_eq!(sent, Err(sitenet::SendError::WouldDeadlock));
+    assert_eq!(waited, Err(sitenet::WouldDeadlock));
+    assert_eq!(shut, Err(sitenet::WouldDeadlock));
+    // Refused, not done: the node still runs its handlers.
+    client
+        .site(&addr(&node))
+        .unwrap()
+        .send_blocking(&WhoAreYou, SendOptions::default())
+        .unwrap();
+    assert!(rx.recv_timeout(Duration::from_secs(20)).is_ok());
     assert_eq!(
         asked,
         Err(sitenet::RequestError::Send(
@@ -581,7 +613,7 @@ fn shutdown_closes_the_listener_even_while_it_accepts() {
         let (tx, rx) = std::sync::mpsc::channel();
         let n = node.clone();
         std::thread::spawn(move || {
-            let _ = tx.send(n.shutdown_blocking(Duration::from_secs(1)));
+            let _ = tx.send(n.shutdown_blocking(Duration::from_secs(1)).unwrap());
         });
         rx.recv_timeout(PATIENCE)
             .expect("shutdown returned while connections poured in");

@@ -103,7 +103,7 @@ fn a_site_that_talked_and_left_keeps_nothing_of_its_channel() {
         )
         .unwrap();
         drop(s);
-        c.shutdown_blocking(Duration::from_secs(10));
+        c.shutdown_blocking(Duration::from_secs(10)).unwrap();
     };
     // First uses (tables, caches) are not the entries' cost.
     for i in 0..20 {

@@ -97,7 +97,9 @@ fn a_scrape_carries_every_counter_with_the_nodes_values() {
     let server = echo_server();
     let client = Node::builder().start().unwrap();
     echo(&client, &server, 25);
-    assert!(server.wait_until_blocking(|m| m.messages_delivered >= 25, PATIENCE));
+    assert!(server
+        .wait_until_blocking(|m| m.messages_delivered >= 25, PATIENCE)
+        .unwrap());
 
     let rt = server_runtime();
     let address = rt.block_on(async {
@@ -195,7 +197,9 @@ fn per_site_series_are_capped_to_the_deepest_queues() {
         echo(c, &server, 1);
     }
     // Each site publishes its counters when its channel opens.
-    assert!(server.wait_until_blocking(|m| m.channels_opened >= 5, PATIENCE));
+    assert!(server
+        .wait_until_blocking(|m| m.channels_opened >= 5, PATIENCE)
+        .unwrap());
 
     let series = |text: &str| {
         text.lines()

@@ -55,10 +55,12 @@ fn a_hundred_cuts_during_a_hundred_thousand_messages_lose_nothing() {
     }
     // Keep cutting until CUTS channels were cut (or everything arrived).
     let server_handle = server.clone();
-    client.wait_until_blocking(
-        move |m| m.channels_closed >= CUTS || server_handle.metrics().messages_delivered >= N,
-        PATIENCE,
-    );
+    client
+        .wait_until_blocking(
+            move |m| m.channels_closed >= CUTS || server_handle.metrics().messages_delivered >= N,
+            PATIENCE,
+        )
+        .unwrap();
     faults.stop_random_cuts();
     // Whatever was still in flight at the last cut is resent.
     site.flush_blocking(PATIENCE).unwrap();

@@ -213,6 +213,17 @@ pub enum DecodeError {
 /// decided by the ComObject state machine in `sitenet-protocols`.
 pub use sitenet_protocols::SiteFailure;
 
+/// A blocking call ([`Node::shutdown_blocking`](crate::Node::shutdown_blocking),
+/// [`Node::wait_until_blocking`](crate::Node::wait_until_blocking)) was made
+/// on the node's own runtime thread, where it would wait for ever for work
+/// only that thread can do — as `send_blocking` (`SendError::WouldDeadlock`)
+/// and `flush_blocking` (`FlushError::WouldDeadlock`) report it. Await the
+/// async variant there (from a handler, `Ctx::spawn`, or a task on the
+/// node's runtime), or drop the node to stop it without waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error("a blocking call on the node's own runtime thread would deadlock; await the async variant there")]
+pub struct WouldDeadlock;
+
 /// Waiting for a site's messages to be acknowledged did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FlushError {

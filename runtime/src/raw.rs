@@ -206,7 +206,7 @@ impl SiteRef {
     /// gone.try_send(&Job(7))?;
     /// gone.try_send_raw(6, &b"raw"[..])?;
     /// client.kill(&gone);
-    /// assert!(client.wait_until_blocking(|_| gone.failure().is_some(), Duration::from_secs(30)));
+    /// assert!(client.wait_until_blocking(|_| gone.failure().is_some(), Duration::from_secs(30))?);
     /// let (_, back) = gone.failure().unwrap();
     /// assert_eq!(back.not_sent.len(), 2);
     /// let job = back.not_sent.iter().find(|m| m.type_id() == Job::ID).unwrap();

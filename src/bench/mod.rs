@@ -427,9 +427,12 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
         });
     }
     drop(site);
-    client.shutdown_blocking(Duration::from_secs(5));
+    client
+        .shutdown_blocking(Duration::from_secs(5))
+        .unwrap_or_default();
     if let Some(n) = local_server {
-        n.shutdown_blocking(Duration::from_secs(5));
+        n.shutdown_blocking(Duration::from_secs(5))
+            .unwrap_or_default();
     }
     if let Some(t) = tls_side {
         t.stop();
@@ -476,9 +479,12 @@ impl TlsSide {
 
     fn stop(self) {
         drop(self.site);
-        self.client.shutdown_blocking(Duration::from_secs(5));
+        self.client
+            .shutdown_blocking(Duration::from_secs(5))
+            .unwrap_or_default();
         if let Some(n) = self.local {
-            n.shutdown_blocking(Duration::from_secs(5));
+            n.shutdown_blocking(Duration::from_secs(5))
+                .unwrap_or_default();
         }
         drop(self.process);
     }

@@ -259,7 +259,8 @@ fn measure_idle_site_bytes(n: u64) -> Result<(u64, u64), StressError> {
     settle(&node);
     let started = resident_bytes();
     drop(sites);
-    node.shutdown_blocking(Duration::from_millis(100));
+    node.shutdown_blocking(Duration::from_millis(100))
+        .unwrap_or_default();
     Ok((
         started.saturating_sub(before) / n,
         referenced.saturating_sub(before) / n,
@@ -484,9 +485,12 @@ pub fn run(
         timeline,
     };
     for c in clients {
-        c.shutdown_blocking(Duration::from_millis(200));
+        c.shutdown_blocking(Duration::from_millis(200))
+            .unwrap_or_default();
     }
-    server.shutdown_blocking(Duration::from_millis(200));
+    server
+        .shutdown_blocking(Duration::from_millis(200))
+        .unwrap_or_default();
     if let Some(path) = listen.strip_prefix("unix:") {
         let _ = std::fs::remove_file(path);
     }

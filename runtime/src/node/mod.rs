@@ -410,11 +410,11 @@ impl Node {
 
     /// Blocking variant of [`shutdown`](Self::shutdown), for a plain `main`.
     ///
-    /// # Panics
-    ///
     /// On the node's own runtime thread, where it would deadlock (it waits
-    /// for acknowledgements only that thread can process): use `shutdown`
-    /// there, or drop the node (which stops it without blocking).
+    /// for acknowledgements only that thread can process), it returns
+    /// [`WouldDeadlock`](crate::WouldDeadlock) at once and shuts nothing
+    /// down: await `shutdown` there, or drop the node (which stops it
+    /// without blocking).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -432,18 +432,19 @@ impl Node {
     ///     site.send_blocking(&Save(i), SendOptions::default())?;
     /// }
     /// // Waits for every acknowledgement, up to the deadline, then closes.
-    /// let report = client.shutdown_blocking(Duration::from_secs(30));
+    /// let report = client.shutdown_blocking(Duration::from_secs(30))?;
     /// assert_eq!(report.unacknowledged_bytes, 0);
-    /// assert!(server.wait_until_blocking(|m| m.messages_delivered >= 100, Duration::from_secs(30)));
+    /// assert!(server.wait_until_blocking(|m| m.messages_delivered >= 100, Duration::from_secs(30))?);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn shutdown_blocking(&self, deadline: Duration) -> ShutdownReport {
-        assert!(
-            !self.inner.rt.is_current_thread(),
-            "Node::shutdown_blocking called on the node's own runtime thread, where it would \
-             deadlock; await Node::shutdown there, or drop the node"
-        );
-        futures::executor::block_on(self.shutdown(deadline))
+    pub fn shutdown_blocking(
+        &self,
+        deadline: Duration,
+    ) -> Result<ShutdownReport, crate::error::WouldDeadlock> {
+        if self.inner.rt.is_current_thread() {
+            return Err(crate::error::WouldDeadlock);
+        }
+        Ok(futures::executor::block_on(self.shutdown(deadline)))
     }
 
     fn pending_report(&self) -> ShutdownReport {

@@ -25,7 +25,7 @@ impl Node {
     /// site.try_send(&Job(1))?;
     /// site.try_send(&Job(2))?;
     /// node.kill(&site);
-    /// assert!(node.wait_until_blocking(|_| site.failure().is_some(), Duration::from_secs(30)));
+    /// assert!(node.wait_until_blocking(|_| site.failure().is_some(), Duration::from_secs(30))?);
     /// assert_eq!(site.fault_state(), FaultState::PermFailed);
     /// let (reason, back) = site.failure().unwrap();
     /// println!("{reason}");
@@ -273,16 +273,18 @@ impl Node {
 
     /// Blocking variant of [`wait_until`](Self::wait_until).
     ///
-    /// # Panics
-    ///
-    /// On the node's own runtime thread, where it would deadlock: await
-    /// `wait_until` there.
-    pub fn wait_until_blocking(&self, pred: impl Fn(&Metrics) -> bool, timeout: Duration) -> bool {
-        assert!(
-            !self.inner.rt.is_current_thread(),
-            "Node::wait_until_blocking called on the node's own runtime thread, where it would \
-             deadlock; await Node::wait_until there"
-        );
-        futures::executor::block_on(self.wait_until(pred, timeout))
+    /// `Ok(true)` once `pred` holds, `Ok(false)` if it still does not at
+    /// the timeout. On the node's own runtime thread, where it would
+    /// deadlock, it returns [`WouldDeadlock`](crate::WouldDeadlock) at
+    /// once: await `wait_until` there.
+    pub fn wait_until_blocking(
+        &self,
+        pred: impl Fn(&Metrics) -> bool,
+        timeout: Duration,
+    ) -> Result<bool, crate::error::WouldDeadlock> {
+        if self.inner.rt.is_current_thread() {
+            return Err(crate::error::WouldDeadlock);
+        }
+        Ok(futures::executor::block_on(self.wait_until(pred, timeout)))
     }
 }

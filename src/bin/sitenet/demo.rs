@@ -78,9 +78,12 @@ pub(crate) fn run(json: bool) -> ExitCode {
             }
         }
         let req_ms = t.elapsed().as_secs_f64() * 1e3;
-        let report = alice.shutdown_blocking(Duration::from_secs(5));
+        let report = alice
+            .shutdown_blocking(Duration::from_secs(5))
+            .unwrap_or_default();
         let m = bob.metrics();
-        bob.shutdown_blocking(Duration::from_secs(1));
+        bob.shutdown_blocking(Duration::from_secs(1))
+            .unwrap_or_default();
         Ok(serde_json::json!({
             "alice": alice.id().to_string(),
             "bob": bob.id().to_string(),

@@ -323,7 +323,9 @@ fn run_node(
     rt.block_on(async {
         let _ = tokio::signal::ctrl_c().await;
     });
-    let report = node.shutdown_blocking(Duration::from_secs(2));
+    let report = node
+        .shutdown_blocking(Duration::from_secs(2))
+        .unwrap_or_default();
     tracing::info!(?report, "node stopped");
     ExitCode::SUCCESS
 }
@@ -390,7 +392,8 @@ fn run_ping(
             r.count, r.size, r.min_us, r.p50_us, r.p99_us, r.max_us
         );
     }
-    node.shutdown_blocking(Duration::from_secs(1));
+    node.shutdown_blocking(Duration::from_secs(1))
+        .unwrap_or_default();
     ExitCode::SUCCESS
 }
 
@@ -543,7 +546,8 @@ fn run_send(
             r.retransmitted, r.msgs_per_sec
         );
     }
-    node.shutdown_blocking(Duration::from_secs(1));
+    node.shutdown_blocking(Duration::from_secs(1))
+        .unwrap_or_default();
     let clean = r.delivered == count && r.duplicates == 0 && r.out_of_order == 0 && r.missing == 0;
     if clean {
         ExitCode::SUCCESS
