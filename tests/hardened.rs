@@ -274,7 +274,7 @@ fn a_send_racing_with_kill_is_handed_back_not_lost() {
         .wait_until_blocking(|m| m.perm_failures == 1, PATIENCE)
         .unwrap());
     let (reason, back) = site.failure().expect("failed");
-    assert!(reason.contains("killed"), "{reason}");
+    assert_eq!(reason, sitenet::SiteFailure::Killed);
     assert_eq!(back.not_sent.len(), 1, "the racing send is handed back");
     assert!(back.maybe_delivered.is_empty());
     assert_eq!(site.pending_bytes(), 0);

@@ -56,7 +56,7 @@ async fn a_site_is_up_with_its_transport_then_down_with_a_typed_reason() {
     );
     // Published last: the failure and what was handed back are on record.
     let (why, _) = site.failure().expect("on record when SiteDown is heard");
-    assert_eq!(why, SiteFailure::ShutDown.to_string());
+    assert_eq!(why, SiteFailure::ShutDown);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

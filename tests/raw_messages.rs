@@ -520,7 +520,7 @@ async fn handed_back_messages_are_decoded_and_resent_to_a_second_server() {
     );
     assert!(matches!(request.await, Err(RequestError::SiteFailed(_))));
     let (reason, back) = site.failure().unwrap();
-    assert!(reason.contains("killed"), "{reason}");
+    assert_eq!(reason, sitenet::SiteFailure::Killed);
     let returned: Vec<_> = back
         .not_sent
         .into_iter()

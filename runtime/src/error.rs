@@ -98,8 +98,8 @@ pub enum SendError {
     SiteFailed {
         /// The site, if its id was known.
         site: Option<SiteId>,
-        /// Why.
-        reason: String,
+        /// Why, typed (shut down, killed, gave up, a new incarnation…).
+        reason: SiteFailure,
     },
     /// The node has been shut down.
     #[error("the node has been shut down")]
@@ -178,9 +178,9 @@ pub enum RequestError {
     /// The reply did not decode as the expected type.
     #[error("cannot decode the reply: {0}")]
     Decode(String),
-    /// The site failed permanently before replying.
+    /// The site failed permanently before replying, and why.
     #[error("site failed permanently before replying: {0}")]
-    SiteFailed(String),
+    SiteFailed(SiteFailure),
     /// The node was shut down before a reply arrived.
     #[error("the node was shut down before a reply arrived")]
     Shutdown,
@@ -236,7 +236,7 @@ pub enum FlushError {
     /// The site failed permanently; see `SiteRef::failure` for what it
     /// handed back.
     #[error("site failed permanently: {0}")]
-    SiteFailed(String),
+    SiteFailed(SiteFailure),
     /// `flush_blocking` was called on the node's own runtime thread, where
     /// it would wait for ever; use `flush` there.
     #[error("a blocking call on the node's own runtime thread would deadlock; use flush there")]

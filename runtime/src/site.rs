@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 
-use sitenet_protocols::{MessageKind, OutMessage, Priority, SiteId};
+use sitenet_protocols::{MessageKind, OutMessage, Priority, SiteFailure, SiteId};
 
 use crate::error::{RequestError, SendError};
 use crate::message::{Message, Reply, SendOptions};
@@ -113,7 +113,7 @@ impl SiteRef {
     /// If the site failed permanently: why, and what it handed back —
     /// each message can be decoded ([`ReturnedMessage::decode`]) and sent
     /// again, to this site's successor or another ([`SiteRef::resend`]).
-    pub fn failure(&self) -> Option<(String, HandedBack)> {
+    pub fn failure(&self) -> Option<(SiteFailure, HandedBack)> {
         let failed = self.entry.resolved().failed.lock();
         let (reason, back) = failed.as_deref()?;
         let node = Arc::downgrade(&self.node);

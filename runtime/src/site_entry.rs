@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use sitenet_protocols::{FaultState, OutMessage, SiteId};
+use sitenet_protocols::{FaultState, OutMessage, SiteFailure, SiteId};
 
 use crate::outbox::Outbox;
 
@@ -60,7 +60,7 @@ pub(crate) struct SiteEntry {
     pub(crate) id: IdCell,
     /// Set when the site failed permanently (boxed: rare, and every idle
     /// site would carry its room).
-    pub(crate) failed: Mutex<Option<Box<(String, Returned)>>>,
+    pub(crate) failed: Mutex<Option<Box<(SiteFailure, Returned)>>>,
     /// Messages handed back while the site lives: they can never be sent to
     /// it (larger than the peer's maximum, learned after they were queued).
     /// (Boxed when the first one comes: rare, and every idle site would
@@ -186,7 +186,7 @@ impl SiteEntry {
         Arc::ptr_eq(self.resolved(), other.resolved())
     }
 
-    pub(crate) fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<SiteFailure> {
         if !self.has_failed.load(std::sync::atomic::Ordering::Acquire) {
             return None;
         }
@@ -275,7 +275,7 @@ mod tests {
     fn a_site_whose_failure_is_on_record_reads_perm_failed() {
         let e = SiteEntry::new(0, None, crate::outbox::OutputBound::alone(1 << 20));
         assert_eq!(e.fault_state(), FaultState::Ok);
-        *e.failed.lock() = Some(Box::new(("killed".into(), Returned::default())));
+        *e.failed.lock() = Some(Box::new((SiteFailure::Killed, Returned::default())));
         e.has_failed
             .store(true, std::sync::atomic::Ordering::Release);
         assert_eq!(e.fault_state(), FaultState::PermFailed);

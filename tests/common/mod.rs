@@ -183,7 +183,7 @@ pub async fn failure_reaching(from: &Node, to: &Node) -> String {
         eventually(|| site.failure().is_some()).await,
         "the site never failed"
     );
-    site.failure().unwrap().0
+    site.failure().unwrap().0.to_string()
 }
 
 /// Runs `f` to completion on a runtime of its own, for a test body that is

@@ -253,7 +253,13 @@ impl ComObject {
 
     /// A message that can never be sent to this site goes back to the user.
     pub(super) fn hand_back(&mut self, e: sitenet_protocols::SendError, m: OutMessage) {
-        self.entry.outbox.release(m.footprint());
+        // The footprint is released only once the message is on record
+        // (below): a user who sees `pending_bytes() == 0` then finds every
+        // message in `failure()` or `take_refused()`. Released first, a
+        // reader could come in between and miss one (seen once in
+        // tests/hostile.rs::regression_messages_queued_as_a_site_is_given_up_are_in_not_sent
+        // under load).
+        let footprint = m.footprint();
         Counters::add(&self.node.counters.handed_back, 1);
         self.node.deliveries.fail(&m, || {
             let reason = e.to_string();
@@ -269,6 +275,7 @@ impl ComObject {
         if let Some((_, back)) = self.entry.failed.lock().as_deref_mut() {
             // The site failed between the sender's check and the queue.
             back.not_sent.push(m);
+            self.entry.outbox.release(footprint);
             return;
         }
         tracing::warn!(site = ?self.entry.id.get(), error = %e, "message handed back");
@@ -277,6 +284,7 @@ impl ComObject {
             .lock()
             .get_or_insert_with(Box::default)
             .push((e, m));
+        self.entry.outbox.release(footprint);
     }
 
     /// The one place that reacts to anything: queue, act, flush, account,
@@ -453,12 +461,12 @@ impl ComObject {
                     }
                     tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
                     self.report_fault(self.address_string(), reason.clone(), true);
-                    *self.entry.failed.lock() = Some(Box::new((reason.clone(), back)));
+                    *self.entry.failed.lock() = Some(Box::new((failure.clone(), back)));
                     self.entry
                         .has_failed
                         .store(true, std::sync::atomic::Ordering::Release);
                     self.entry.outbox.close();
-                    self.node.fail_requests(&self.entry, &reason);
+                    self.node.fail_requests(&self.entry, &failure);
                     self.node.acked.notify_waiters();
                     // Last: whoever hears of it finds the failure and what
                     // was handed back on record (`SiteRef::failure`).

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use tokio::sync::{oneshot, Notify};
 
 use sitenet_protocols::requests::{Reply, RequestTable};
-use sitenet_protocols::InMessage;
+use sitenet_protocols::{InMessage, SiteFailure};
 
 use super::NodeInner;
 use super::{NoReply, RemoteError};
@@ -229,7 +229,7 @@ impl NodeInner {
     /// Fails every request awaiting `site`: those sent through an entry
     /// that has since merged into it too (they were registered with the
     /// entry they were sent through).
-    pub(crate) fn fail_requests(&self, site: &Arc<SiteEntry>, reason: &str) {
+    pub(crate) fn fail_requests(&self, site: &Arc<SiteEntry>, failure: &SiteFailure) {
         let ended = self
             .requests
             .table
@@ -238,9 +238,9 @@ impl NodeInner {
         for w in ended {
             match w {
                 Waiter::Request(tx) => {
-                    let _ = tx.send(Err(RequestError::SiteFailed(reason.to_string())));
+                    let _ = tx.send(Err(RequestError::SiteFailed(failure.clone())));
                 }
-                Waiter::Coop(c) => c.site_failed(self, site, reason),
+                Waiter::Coop(c) => c.site_failed(self, site, &failure.to_string()),
             }
         }
     }
