@@ -15,6 +15,7 @@ use crate::site::SiteId;
 /// A frame header that cannot be valid: the byte stream is corrupt or speaks
 /// another protocol. The channel must be closed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum FrameError {
     /// The first byte is not [`crate::frame::PROTOCOL_VERSION`].
     #[error("frame has format byte {0}, this node reads format {fmt} (an older or newer sitenet, or not sitenet at all)", fmt = crate::frame::FRAME_FORMAT)]
@@ -66,6 +67,7 @@ pub enum FrameError {
 /// The peer violated the protocol on a working or opening channel. Each of
 /// these closes that channel (never the process).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum ProtocolError {
     /// The frame header was invalid.
     #[error("bad frame: {0}")]
@@ -158,6 +160,7 @@ pub enum ProtocolError {
 
 /// Why an open protocol (handshake) did not produce a working channel.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum OpenError {
     /// The two nodes share no protocol version: a permanent failure. Upgrade
     /// the older node (a node speaks a range of versions, so nodes one

@@ -24,6 +24,7 @@ use crate::site::SiteRef;
 
 /// What a successful operation produced.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Done {
     /// A one-way send the peer acknowledged.
     Sent,
@@ -58,6 +59,7 @@ impl Done {
 
 /// Why an operation failed (after its retries).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum OpError {
     /// It could not be queued.
     #[error("not queued: {0}")]

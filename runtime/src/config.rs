@@ -12,19 +12,21 @@ use sitenet_transport::TransController;
 /// use std::time::Duration;
 /// use sitenet_runtime::{Node, NodeConfig};
 ///
-/// // Start from the defaults and change what the deployment needs.
-/// let cfg = NodeConfig {
-///     max_message_size: 64 << 20,                     // 64 MiB messages
-///     heartbeat_interval: Duration::from_millis(250), // faster failure detection
-///     silence_timeout: Duration::from_secs(2),
-///     give_up_after: Some(Duration::from_secs(60)),   // then fail for good
-///     ..NodeConfig::default()
-/// };
+/// // Start from the defaults and change what the deployment needs. The
+/// // struct is `#[non_exhaustive]` (new settings are added without
+/// // breaking anyone), so it is changed in place rather than built as a
+/// // literal: here, or in `NodeBuilder::configure(|c| …)`.
+/// let mut cfg = NodeConfig::default();
+/// cfg.max_message_size = 64 << 20;                     // 64 MiB messages
+/// cfg.heartbeat_interval = Duration::from_millis(250); // faster failure detection
+/// cfg.silence_timeout = Duration::from_secs(2);
+/// cfg.give_up_after = Some(Duration::from_secs(60));   // then fail for good
 /// let node = Node::builder().config(cfg).start()?;
 /// assert_eq!(node.config().max_message_size, 64 << 20);
 /// # Ok::<(), sitenet_runtime::NodeError>(())
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct NodeConfig {
     /// ByteBuffer size per channel direction (minimum 4 KiB). The initiator
     /// proposes it; an acceptor with a smaller one lowers it.

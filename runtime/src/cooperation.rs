@@ -171,6 +171,7 @@ impl Answer {
 
 /// Why a cooperation ended without every descriptor filled.
 #[derive(Debug, Clone, Error)]
+#[non_exhaustive]
 pub enum CoopError {
     /// The wait timed out; `answers` has each descriptor's reply, if it
     /// came (in the order the descriptors were added).

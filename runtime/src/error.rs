@@ -9,6 +9,7 @@ use sitenet_transport::AddressError;
 
 /// A node could not be started or configured.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum NodeError {
     /// The listen address does not parse.
     #[error(transparent)]
@@ -61,6 +62,7 @@ pub enum NodeError {
 
 /// A message could not be queued. Nothing was sent.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum SendError {
     /// The site's output bound is reached (`try_send`, or a send from a
     /// handler, which never waits). Retry later or use the async `send`.
@@ -122,6 +124,7 @@ pub enum SendError {
 /// message `NotSent` can be sent elsewhere as it is; one `MaybeDelivered`
 /// may have been handled, so resending it could apply it twice.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum DeliveryError {
     /// The message never completely left this node: the site failed
     /// permanently first, or the peer can never take it (too large).
@@ -144,6 +147,7 @@ pub enum DeliveryError {
 
 /// A request did not produce a reply.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum RequestError {
     /// Queuing the request failed.
     #[error(transparent)]
@@ -189,6 +193,7 @@ pub enum RequestError {
 /// A handed-back message ([`ReturnedMessage`](crate::ReturnedMessage))
 /// did not decode as the type asked for.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The message is of another type.
     #[error("the message is of type {got:#x}, not {expected:#x}")]
@@ -226,6 +231,7 @@ pub struct WouldDeadlock;
 
 /// Waiting for a site's messages to be acknowledged did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum FlushError {
     /// The deadline passed with messages still unacknowledged.
     #[error("{pending_bytes} bytes still unacknowledged at the deadline")]

@@ -6,6 +6,7 @@ use sitenet_transport::SlotSnapshot;
 
 /// A snapshot of a node's resources (see [`Node::stats`](crate::Node::stats)).
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct NodeStats {
     /// The channel slots of the node's TransController (shared with the
     /// other nodes of the process unless the node has its own).
@@ -48,6 +49,7 @@ pub struct NodeStats {
 /// One remote site's counters, as its ComObject last published them (at
 /// most every few milliseconds while it is active).
 #[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
 pub struct SiteStats {
     /// The site's id, once a handshake told it.
     pub site: Option<String>,

@@ -29,6 +29,7 @@ pub enum FaultState {
 
 /// Why a site failed permanently.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SiteFailure {
     /// The open protocol said so (version mismatch, wrong identity).
     #[error(transparent)]
