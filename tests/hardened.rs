@@ -239,7 +239,7 @@ fn a_message_too_large_for_the_peer_queued_before_the_first_handshake_is_handed_
     assert!(
         matches!(
             back[0].0,
-            sitenet::protocols::SendError::TooLarge { max: 65_536, .. }
+            sitenet::protocols::Refusal::TooLarge { max: 65_536, .. }
         ),
         "{:?}",
         back[0].0

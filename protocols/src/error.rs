@@ -5,7 +5,7 @@
 //!   every other site keep working.
 //! * [`OpenError`]: the open protocol ended without a channel — some outcomes
 //!   (version mismatch, unexpected identity) are permanent failures of the site.
-//! * [`SendError`]: the **local user** asked for something impossible; nothing
+//! * [`Refusal`]: the **local user** asked for something impossible; nothing
 //!   is sent on the wire.
 
 use thiserror::Error;
@@ -246,10 +246,14 @@ impl OpenError {
     }
 }
 
-/// A message the local user asked to send cannot be accepted. Never sent on
-/// the wire.
+/// Why the protocol core refused a message the local user asked to send,
+/// or handed one back: too large for the peer, the site failed, the peer
+/// forgot the session. Named apart from the runtime's
+/// [`SendError`](../../sitenet_runtime/enum.SendError.html) (what a
+/// caller of `send` is told) so that a program using both crates has one
+/// `SendError` (it was also called `SendError` up to wire version 6).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum SendError {
+pub enum Refusal {
     /// The message is larger than the peer (or this node) accepts; sending it
     /// would fail for ever, so it is refused up front.
     #[error("message of {size} bytes exceeds the maximum message size {max}; split it or raise max_message_size on both nodes")]
@@ -290,17 +294,17 @@ pub enum HandedBack {
     MaybeDelivered,
 }
 
-impl SendError {
+impl Refusal {
     /// What the message it hands back may have come to: only a message the
     /// peer forgot before acknowledging it may have been delivered; every
     /// other refusal comes before the message was sent.
     ///
     /// ```
     /// use sitenet_protocols::error::HandedBack;
-    /// use sitenet_protocols::SendError;
+    /// use sitenet_protocols::Refusal;
     ///
-    /// assert_eq!(SendError::SiteFailed.handed_back(), HandedBack::NotSent);
-    /// assert_eq!(SendError::PeerForgot { number: 3 }.handed_back(), HandedBack::MaybeDelivered);
+    /// assert_eq!(Refusal::SiteFailed.handed_back(), HandedBack::NotSent);
+    /// assert_eq!(Refusal::PeerForgot { number: 3 }.handed_back(), HandedBack::MaybeDelivered);
     /// ```
     pub fn handed_back(&self) -> HandedBack {
         match self {

@@ -113,7 +113,7 @@ pub use com_object::{
     FaultState, Loss, OpenFailure, OpenRequest, SiteFailure,
 };
 pub use deliver::{Deliver, StreamAbort};
-pub use error::{FrameError, OpenError, ProtocolError, SendError};
+pub use error::{FrameError, OpenError, ProtocolError, Refusal};
 pub use frame::{
     FrameHeader, FrameKind, FRAME_FORMAT, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION,
 };

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{params, FrameTap, Pair};
 use sitenet_protocols::{
-    ChannelParams, OutMessage, Priority, ProtocolError, ReassemblyBudget, SendError, Session,
+    ChannelParams, OutMessage, Priority, ProtocolError, ReassemblyBudget, Refusal, Session,
     SessionConfig,
 };
 
@@ -130,7 +130,7 @@ fn what_the_forgotten_session_never_acknowledged_is_handed_back_not_resent() {
     reconnect_with_b_forgotten(&mut p, true);
     let back = p.a.session.take_refused();
     assert_eq!(back.len(), 1);
-    assert_eq!(back[0].0, SendError::PeerForgot { number: 3 });
+    assert_eq!(back[0].0, Refusal::PeerForgot { number: 3 });
     assert_eq!(back[0].1.type_id, 3);
     assert_eq!(p.a.session.stats().forgotten_unacked, 1);
     assert_eq!(p.a.session.pending_messages(), 0);

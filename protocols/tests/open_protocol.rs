@@ -15,7 +15,7 @@ use sitenet_protocols::handshake::{self, write_answer, LocalInfo, Opened, MAX_LI
 use sitenet_protocols::{
     decide, Acceptor, Attempt, ByteBuffer, ChannelParams, CookieProof, Decision, Initiator,
     LinkView, Negotiate, NegotiateAns, OpenError, OutMessage, PairSecret, Present, Priority,
-    ProtocolError, ReassemblyBudget, RefuseReason, SendError, Session, SessionConfig, SiteId,
+    ProtocolError, ReassemblyBudget, Refusal, RefuseReason, Session, SessionConfig, SiteId,
 };
 use sitenet_protocols::{Capabilities, Speaks, VersionRange, FRAME_FORMAT, PROTOCOL_VERSION};
 
@@ -532,7 +532,7 @@ fn opened_parameters_drive_the_sessions() {
     let (e, _) = *sa.queue(too_big.clone()).unwrap_err();
     assert_eq!(
         e,
-        SendError::TooLarge {
+        Refusal::TooLarge {
             size: too_big.wire_len(),
             max: 2 << 20
         }
@@ -545,7 +545,7 @@ fn opened_parameters_drive_the_sessions() {
             vec![slice(0, 1 << 20)],
         ))
         .unwrap_err();
-    assert!(matches!(e, SendError::TooLarge { max, .. } if max == 1 << 20));
+    assert!(matches!(e, Refusal::TooLarge { max, .. } if max == 1 << 20));
     // A message that fits goes through, in frames of the negotiated size.
     let ok = OutMessage::new(
         Priority::Low,

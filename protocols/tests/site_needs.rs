@@ -12,7 +12,7 @@ use sitenet_protocols::handshake::{
 };
 use sitenet_protocols::{
     AcceptOutcome, Action, AddressBook, ByteBuffer, ComConfig, ComObject, ComState, Loss,
-    OutMessage, Priority, ReassemblyBudget, SendError, SiteId, PROTOCOL_VERSION,
+    OutMessage, Priority, ReassemblyBudget, Refusal, SiteId, PROTOCOL_VERSION,
 };
 
 const LOCAL: SiteId = SiteId(0x10);
@@ -334,7 +334,7 @@ fn an_initiator_whose_peer_answers_fresh_numbers_afresh_and_hands_back_the_unack
             _ => None,
         })
         .collect();
-    assert_eq!(back, vec![SendError::PeerForgot { number: 1 }], "{acts:?}");
+    assert_eq!(back, vec![Refusal::PeerForgot { number: 1 }], "{acts:?}");
     assert_eq!(h.com.session().stats().peer_forgot, 1);
     // The new message is number 1 of the new session.
     h.transmit();

@@ -139,7 +139,7 @@ impl SiteRef {
     /// first handshake that turned out larger than the peer accepts. They
     /// were never sent (`Metrics::handed_back` counts them); nothing is
     /// resent for ever or dropped silently.
-    pub fn take_refused(&self) -> Vec<(sitenet_protocols::SendError, OutMessage)> {
+    pub fn take_refused(&self) -> Vec<(sitenet_protocols::Refusal, OutMessage)> {
         self.entry
             .resolved()
             .refused

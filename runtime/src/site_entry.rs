@@ -13,7 +13,7 @@ use crate::outbox::Outbox;
 
 /// Messages handed back while a site lives, with why each can never be
 /// sent to it.
-pub(crate) type Refused = Vec<(sitenet_protocols::SendError, OutMessage)>;
+pub(crate) type Refused = Vec<(sitenet_protocols::Refusal, OutMessage)>;
 
 /// A site id set once, stored as two words: a `u128` would make every
 /// entry 16-aligned and pad it (thousands of entries pay for that).

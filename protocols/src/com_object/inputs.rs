@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::{ComObject, Phase};
-use crate::error::SendError;
+use crate::error::Refusal;
 use crate::message::OutMessage;
 
 impl ComObject {
@@ -23,9 +23,9 @@ impl ComObject {
     /// what the failure handed back, so nothing is lost) or it exceeds what
     /// the peer accepts (`TooLarge`).
     /// (The error is boxed: it is rare, and a large `Err` slows every call.)
-    pub fn queue(&mut self, msg: OutMessage) -> Result<(), Box<(SendError, OutMessage)>> {
+    pub fn queue(&mut self, msg: OutMessage) -> Result<(), Box<(Refusal, OutMessage)>> {
         if self.phase == Phase::Failed {
-            return Err(Box::new((SendError::SiteFailed, msg)));
+            return Err(Box::new((Refusal::SiteFailed, msg)));
         }
         self.session.queue(msg)?;
         self.update();
@@ -40,14 +40,14 @@ impl ComObject {
     pub fn queue_all(
         &mut self,
         batch: &mut Vec<OutMessage>,
-        mut refused: impl FnMut(SendError, OutMessage),
+        mut refused: impl FnMut(Refusal, OutMessage),
     ) {
         if batch.is_empty() {
             return;
         }
         if self.phase == Phase::Failed {
             for m in batch.drain(..) {
-                refused(SendError::SiteFailed, m);
+                refused(Refusal::SiteFailed, m);
             }
             return;
         }

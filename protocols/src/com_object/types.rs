@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::error::{OpenError, ProtocolError, SendError};
+use crate::error::{OpenError, ProtocolError, Refusal};
 use crate::handshake::{Attempt, NegotiateAns, PairSecret, RefuseReason};
 use crate::message::OutMessage;
 use crate::session::CloseReason;
@@ -164,7 +164,7 @@ pub enum Action {
     /// learned after it was queued). It was never sent.
     HandBack {
         /// Why.
-        error: SendError,
+        error: Refusal,
         /// The message.
         message: OutMessage,
     },

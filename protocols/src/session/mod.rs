@@ -57,7 +57,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
-use crate::error::{ProtocolError, SendError};
+use crate::error::{ProtocolError, Refusal};
 use crate::frame::{FrameKind, HEADER_LEN, MAX_FRAME_LEN};
 use crate::message::OutMessage;
 use crate::reassembly::ReassemblyBudget;
@@ -255,7 +255,7 @@ impl Session {
     /// entry, which it does only with nothing of its own pending and no
     /// channel. Both sides then number from 1 again. What we sent and the
     /// peer never acknowledged is handed back as maybe delivered
-    /// ([`take_refused`](Self::take_refused), `SendError::PeerForgot`) — the
+    /// ([`take_refused`](Self::take_refused), `Refusal::PeerForgot`) — the
     /// peer can no longer recognise a resend, so resending could deliver it
     /// twice. Call it before [`channel_up`](Self::channel_up) of the channel
     /// that told us; without a channel only.
@@ -321,14 +321,14 @@ impl Session {
     /// once a channel has worked): such a message would be refused for ever.
     /// On failure the message comes back with the reason (boxed: the error
     /// path is rare, and a large `Err` would slow every call).
-    pub fn queue(&mut self, msg: OutMessage) -> Result<(), Box<(SendError, OutMessage)>> {
+    pub fn queue(&mut self, msg: OutMessage) -> Result<(), Box<(Refusal, OutMessage)>> {
         self.send.queue(msg, &self.cfg.scheduler)
     }
 
     /// Takes the queued messages found unsendable when a channel came up
     /// (larger than the peer's maximum, learned after they were queued).
     /// They were never sent.
-    pub fn take_refused(&mut self) -> Vec<(SendError, OutMessage)> {
+    pub fn take_refused(&mut self) -> Vec<(Refusal, OutMessage)> {
         self.send.take_refused()
     }
 

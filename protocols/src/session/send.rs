@@ -13,7 +13,7 @@ use std::num::NonZeroU64;
 use std::time::Instant;
 
 use crate::byte_buffer::ByteBuffer;
-use crate::error::{ProtocolError, SendError};
+use crate::error::{ProtocolError, Refusal};
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::lane_slots::LaneSlots;
 use crate::ledger::Ledger;
@@ -65,7 +65,7 @@ struct Traffic {
     /// Sent and not yet acknowledged, in number order.
     ledger: Ledger,
     /// Queued messages the peer can never take (see `take_refused`).
-    refused: Vec<(SendError, OutMessage)>,
+    refused: Vec<(Refusal, OutMessage)>,
     /// The `corr` of tracked messages the peer acknowledged, not yet taken
     /// (see `take_delivered`).
     delivered: Vec<u64>,
@@ -130,10 +130,10 @@ impl Sender {
         &mut self,
         msg: OutMessage,
         sched: &SchedulerConfig,
-    ) -> Result<(), Box<(SendError, OutMessage)>> {
+    ) -> Result<(), Box<(Refusal, OutMessage)>> {
         if let Some(max) = self.peer_max_message.map(NonZeroU64::get) {
             if msg.wire_len() > max {
-                let e = SendError::TooLarge {
+                let e = Refusal::TooLarge {
                     size: msg.wire_len(),
                     max,
                 };
@@ -368,7 +368,7 @@ impl Sender {
 
     /// The peer forgot the session: numbering starts again from 1, and
     /// every unacknowledged message is handed back as maybe delivered
-    /// (`SendError::PeerForgot`) instead of resent. Partly sent messages
+    /// (`Refusal::PeerForgot`) instead of resent. Partly sent messages
     /// have no number yet and simply go out on the next channel. Returns how
     /// many were handed back.
     pub(crate) fn forget_peer(&mut self) -> usize {
@@ -379,7 +379,7 @@ impl Sender {
             let lost = t.ledger.drain();
             n = lost.len();
             for (number, m) in lost {
-                t.refused.push((SendError::PeerForgot { number }, m));
+                t.refused.push((Refusal::PeerForgot { number }, m));
             }
         }
         self.last_sent = 0;
@@ -423,7 +423,7 @@ impl Sender {
         let refused = &mut t.refused;
         let mut refuse = |m: OutMessage| {
             *queued_bytes -= m.wire_len();
-            let e = SendError::TooLarge {
+            let e = Refusal::TooLarge {
                 size: m.wire_len(),
                 max,
             };
@@ -464,7 +464,7 @@ impl Sender {
         self.traffic.as_ref().is_some_and(|t| !t.refused.is_empty())
     }
 
-    pub(crate) fn take_refused(&mut self) -> Vec<(SendError, OutMessage)> {
+    pub(crate) fn take_refused(&mut self) -> Vec<(Refusal, OutMessage)> {
         self.traffic
             .as_mut()
             .map(|t| std::mem::take(&mut t.refused))

@@ -252,7 +252,7 @@ impl ComObject {
     }
 
     /// A message that can never be sent to this site goes back to the user.
-    pub(super) fn hand_back(&mut self, e: sitenet_protocols::SendError, m: OutMessage) {
+    pub(super) fn hand_back(&mut self, e: sitenet_protocols::Refusal, m: OutMessage) {
         // The footprint is released only once the message is on record
         // (below): a user who sees `pending_bytes() == 0` then finds every
         // message in `failure()` or `take_refused()`. Released first, a
@@ -440,7 +440,7 @@ impl ComObject {
                         let (late, other): (Vec<_>, Vec<_>) = std::mem::take(&mut **refused)
                             .into_iter()
                             .partition(|(e, _)| {
-                                matches!(e, sitenet_protocols::SendError::SiteFailed)
+                                matches!(e, sitenet_protocols::Refusal::SiteFailed)
                             });
                         **refused = other;
                         back.not_sent.extend(late.into_iter().map(|(_, m)| m));

@@ -191,7 +191,7 @@ fn a_message_too_large_for_the_peer_queued_before_the_handshake_is_handed_back()
         })
         .collect();
     assert_eq!(back.len(), 1, "{acts:?}");
-    assert!(matches!(back[0].0, SendError::TooLarge { max: 1_000, .. }));
+    assert!(matches!(back[0].0, Refusal::TooLarge { max: 1_000, .. }));
     assert_eq!(back[0].1, 5_000);
     assert_eq!(h.com.session().pending_messages(), 2);
 }

@@ -304,7 +304,7 @@ fn a_claim_on_an_unconfirmed_pair_is_taken_as_before_and_agrees_a_new_secret() {
         a.iter().any(|a| matches!(
             a,
             Action::HandBack {
-                error: SendError::PeerForgot { .. },
+                error: Refusal::PeerForgot { .. },
                 ..
             }
         )),

@@ -149,7 +149,7 @@ fn regression_a_proven_claim_from_another_session_starts_a_new_session() {
         back.iter().any(|a| matches!(
             a,
             Action::HandBack {
-                error: SendError::PeerForgot { .. },
+                error: Refusal::PeerForgot { .. },
                 ..
             }
         )),

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::*;
 use crate::address_book::AddressBook;
 use crate::byte_buffer::ByteBuffer;
-use crate::error::{OpenError, SendError};
+use crate::error::{OpenError, Refusal};
 use crate::handshake::{
     Continuity, HandshakeNonces, Negotiate, NegotiateAns, Nonce, Opened, PairSecret, Present,
     RefuseReason,

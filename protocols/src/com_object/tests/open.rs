@@ -127,7 +127,7 @@ fn a_permanent_open_failure_hands_everything_back() {
     assert_eq!(h.com.poll_timeout(), None);
     // A send racing with the failure comes back, never silently dropped.
     let (err, m) = *h.com.queue(msg(5)).unwrap_err();
-    assert_eq!(err, SendError::SiteFailed);
+    assert_eq!(err, Refusal::SiteFailed);
     assert_eq!(m.body_len(), 5);
 }
 
