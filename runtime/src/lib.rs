@@ -60,9 +60,8 @@ pub use config::NodeConfig;
 pub use cooperation::{Answer, CoopError, Cooperation, Expect};
 pub use delivery::Delivery;
 pub use error::SiteFailure;
-pub use error::{
-    DecodeError, DeliveryError, FlushError, NodeError, RequestError, SendError, WouldDeadlock,
-};
+pub use error::{DecodeError, DeliveryError, FlushError, NodeError};
+pub use error::{RequestError, SendError, WouldDeadlock};
 pub use handlers::{Ctx, Responder, Unhandled};
 pub use message::{Message, RawMessage, Reply, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
