@@ -165,7 +165,12 @@ pub enum RequestError {
         /// What keeps the site away.
         cause: String,
     },
-    /// The peer has no handler for the request's type, or its handler failed.
+    /// The peer has no handler for the request's type, or its handler
+    /// failed: it panicked, refused the request
+    /// ([`Responder::fail`](crate::Responder::fail)), or returned an error
+    /// value of its own type (`Node::handle_result`, `Node::handle_async`)
+    /// — which [`SiteRef::request_result`](crate::SiteRef::request_result)
+    /// decodes instead; here the reason renders it.
     #[error("the peer could not handle the request: {0}")]
     Remote(String),
     /// The peer's handler answered nothing: it returned without replying,

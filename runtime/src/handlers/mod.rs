@@ -22,10 +22,12 @@ use crate::site::SiteRef;
 use crate::site_entry::SiteEntry;
 
 mod ctx;
+mod outcome;
 mod raw;
 mod responder;
 pub use crate::node::{BodySink, Ctx, Unhandled};
 pub(crate) use crate::node::{Erased, ErasedStream, RemoteError};
+pub use outcome::Outcome;
 pub use responder::Responder;
 
 /// A raw handler, type-erased as a typed one is: it gets the message's
@@ -52,6 +54,21 @@ where
 {
     Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
         f(ctx, decode_header(ctx.node, ctx.via, header)?);
+        Ok(())
+    })
+}
+
+/// A handler that returns its answer ([`Outcome`]), type-erased: its
+/// output answers the request through the context.
+pub(crate) fn erase_result<M, O, F>(f: F) -> Erased
+where
+    M: Message,
+    O: Outcome,
+    F: Fn(&mut Ctx<'_>, M) -> O + Send + Sync + 'static,
+{
+    Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
+        let output = f(ctx, decode_header(ctx.node, ctx.via, header)?);
+        ctx.answer(output.into_answer());
         Ok(())
     })
 }
@@ -325,6 +342,68 @@ impl crate::Node {
     {
         check_user_id(M::ID)?;
         self.inner.handlers.insert(M::ID, erase(f))
+    }
+
+    /// Registers the handler of request type `Q` that returns its answer
+    /// instead of calling [`Ctx::reply`]: a reply, or `Result<R, E>` whose
+    /// error is a value of the application's own type `E` (any
+    /// `Serialize`) that the caller gets back as its type with
+    /// [`SiteRef::request_result`](crate::SiteRef::request_result) and
+    /// matches — "not found", "no permission", "retry at that site" —
+    /// rather than parse a reason string. See [`Outcome`] for every output
+    /// it takes; `()` or `None` answers nothing (the handler forwarded the
+    /// request, or took its responder). A plain `request` caller sees the
+    /// error as [`RequestError::Remote`](crate::RequestError::Remote), the
+    /// value rendered in its reason.
+    ///
+    /// The error travels as sitenet's error reply, the value in its body:
+    /// no wire change, and a caller running an older sitenet sees the
+    /// reason. For a one-way message the output is dropped.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, RequestError, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Withdraw(u64);
+    /// impl Message for Withdraw { const ID: u32 = 53; }
+    /// #[derive(Debug, Serialize, Deserialize)]
+    /// struct Balance(u64);
+    /// impl Message for Balance { const ID: u32 = 54; }
+    /// #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    /// enum BankError { Insufficient { balance: u64 }, Frozen }
+    ///
+    /// let bank = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// bank.handle_result(|_ctx, Withdraw(n): Withdraw| {
+    ///     let balance = 100;
+    ///     if n > balance {
+    ///         return Err(BankError::Insufficient { balance });
+    ///     }
+    ///     Ok(Balance(balance - n))
+    /// })?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&bank.listen_addresses()[0])?;
+    /// let t = Duration::from_secs(30);
+    /// let ok = site.request_result_blocking::<Withdraw, Balance, BankError>(
+    ///     &Withdraw(30), SendOptions::default(), t)?;
+    /// assert_eq!(ok.map(|r| r.msg.0), Ok(70));
+    /// let refused = site.request_result_blocking::<Withdraw, Balance, BankError>(
+    ///     &Withdraw(500), SendOptions::default(), t)?;
+    /// assert_eq!(refused.err(), Some(BankError::Insufficient { balance: 100 }));
+    /// // A caller that does not ask for the value reads it in the reason.
+    /// let plain = site.request_blocking::<Withdraw, Balance>(&Withdraw(500),
+    ///     SendOptions::default(), t).unwrap_err();
+    /// assert!(matches!(plain, RequestError::Remote(ref r) if r.contains("Insufficient")), "{plain}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn handle_result<Q, O, F>(&self, f: F) -> Result<(), NodeError>
+    where
+        Q: Message,
+        O: Outcome,
+        F: Fn(&mut Ctx<'_>, Q) -> O + Send + Sync + 'static,
+    {
+        check_user_id(Q::ID)?;
+        self.inner.handlers.insert(Q::ID, erase_result(f))
     }
 
     /// Registers the handler for message type `M`, or replaces the one it

@@ -20,6 +20,7 @@ pub(crate) use cooperations::{Coop, OpenCooperations};
 pub(crate) use decoding::{decoding_on, with_decoding_node};
 pub(crate) use events::EventHub;
 pub use events::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
+pub(crate) use handler_table::{error_detail, error_reply, ErrorReply};
 pub use handler_table::{BodySink, Ctx, Unhandled};
 pub(crate) use handler_table::{Erased, ErasedStream, Handlers, NoReply, RemoteError};
 pub use site_ref::SiteRef;
