@@ -180,6 +180,15 @@ pub enum RequestError {
     /// handler did run (retrying repeats its effects).
     #[error("the peer's handler gave no reply: {0}")]
     NoReply(String),
+    /// The peer did not run the request's handler: it was an async
+    /// handler ([`Node::handle_async`](crate::Node::handle_async)) and
+    /// the peer already ran as many as it allows at once
+    /// (`NodeConfig::max_async_handlers`). Said at once; nothing was
+    /// applied, so retrying later is safe. (It travels as an error reply:
+    /// a caller running an older sitenet sees it as
+    /// [`Remote`](Self::Remote), with the same reason.)
+    #[error("the peer is busy and did not handle the request: {0}")]
+    Busy(String),
     /// The reply did not decode as the expected type.
     #[error("cannot decode the reply: {0}")]
     Decode(String),

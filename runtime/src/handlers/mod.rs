@@ -4,7 +4,10 @@
 //! directly by the ComObject that decoded the message (no actor message per
 //! delivery). A send from a handler never waits: it queues, or fails with
 //! [`SendError::QueueFull`](crate::SendError::QueueFull). A handler that panics is caught and logged, and
-//! the message counts as delivered, so one bad message cannot loop.
+//! the message counts as delivered, so one bad message cannot loop. An
+//! async handler (`async_handlers`) is such a function that makes a
+//! future, run on the same thread as a task of its own, whose output
+//! answers the request (`outcome`).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -21,12 +24,14 @@ use crate::node::NodeInner;
 use crate::site::SiteRef;
 use crate::site_entry::SiteEntry;
 
+mod async_handlers;
 mod ctx;
 mod outcome;
 mod raw;
 mod responder;
 pub use crate::node::{BodySink, Ctx, Unhandled};
 pub(crate) use crate::node::{Erased, ErasedStream, RemoteError};
+pub use async_handlers::AsyncCtx;
 pub use outcome::Outcome;
 pub use responder::Responder;
 
@@ -404,6 +409,100 @@ impl crate::Node {
     {
         check_user_id(Q::ID)?;
         self.inner.handlers.insert(Q::ID, erase_result(f))
+    }
+
+    /// Registers an async handler of message type `Q`: `f` makes, for each
+    /// message, a future that runs on the node's runtime, and its output
+    /// answers the request when it completes ([`Outcome`]: a reply, a
+    /// `Result<R, E>` with a typed error as for
+    /// [`handle_result`](Self::handle_result), or `()`). A one-way
+    /// message's output is dropped. The future may await anything —
+    /// another site's answer, a timer, a channel — while the node goes on
+    /// delivering; `f` itself runs on the node's thread and must not block.
+    ///
+    /// The future owns its context, an [`AsyncCtx`] (the sender, the
+    /// node, the priority; it can [`forward`](AsyncCtx::forward) the
+    /// request or take its [`Responder`](AsyncCtx::responder)). Every
+    /// request gets one answer: a future that panics is caught, counted
+    /// in `Metrics::handler_panics` and answered as an error
+    /// ([`RequestError::Remote`](crate::RequestError::Remote)); one whose
+    /// output answers nothing answers "no reply".
+    ///
+    /// Bounded: at most `NodeConfig::max_async_handlers` futures (10,000
+    /// by default) run at once, all types together. Beyond, a request is
+    /// refused at once, unrun — its caller gets
+    /// [`RequestError::Busy`](crate::RequestError::Busy), safe to retry —
+    /// and a one-way message is dropped and passed to the
+    /// [`on_unhandled`](Self::on_unhandled) hook (both counted in
+    /// `Metrics::async_handlers_busy`). Refused rather than paused:
+    /// pausing a channel's input would also hold back the replies the
+    /// running futures await.
+    ///
+    /// Ended with the node: a future still running when the node stops is
+    /// dropped, and its caller gets what a stopping site's callers get
+    /// (the request fails with the site, or — the node's own — with
+    /// [`RequestError::Shutdown`](crate::RequestError::Shutdown)).
+    /// [`shutdown`](Self::shutdown) first waits for the running ones to
+    /// answer, within its deadline.
+    ///
+    /// Futures run concurrently: the order in which their answers leave
+    /// is not the order the requests came in. State they share goes in an
+    /// `Arc` (each future owns what it holds, across its awaits).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{AsyncCtx, Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Price(String);
+    /// impl Message for Price { const ID: u32 = 55; }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Cents(u64);
+    /// impl Message for Cents { const ID: u32 = 56; }
+    /// #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    /// enum ShopError { Unknown(String), Backend(String) }
+    ///
+    /// // The back end knows the prices.
+    /// let back = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// back.handle(|ctx, Price(item): Price| {
+    ///     let _ = ctx.reply(&Cents(if item == "tea" { 250 } else { 0 }));
+    /// })?;
+    /// // The front end awaits the back end before it answers, with tax.
+    /// let front = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let to_back = front.site(&back.listen_addresses()[0])?;
+    /// front.handle_async(move |_ctx: AsyncCtx, Price(item): Price| {
+    ///     let to_back = to_back.clone();
+    ///     async move {
+    ///         let r = to_back
+    ///             .request::<Price, Cents>(&Price(item.clone()), SendOptions::default(),
+    ///                 Duration::from_secs(30))
+    ///             .await
+    ///             .map_err(|e| ShopError::Backend(e.to_string()))?;
+    ///         match r.msg.0 {
+    ///             0 => Err(ShopError::Unknown(item)),
+    ///             cents => Ok(Cents(cents * 110 / 100)),
+    ///         }
+    ///     }
+    /// })?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&front.listen_addresses()[0])?;
+    /// let price = |item: &str| site.request_result_blocking::<Price, Cents, ShopError>(
+    ///     &Price(item.into()), SendOptions::default(), Duration::from_secs(30));
+    /// assert_eq!(price("tea")?.map(|r| r.msg.0), Ok(275));
+    /// assert_eq!(price("gold")?.err(), Some(ShopError::Unknown("gold".into())));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn handle_async<Q, O, F, Fut>(&self, f: F) -> Result<(), NodeError>
+    where
+        Q: Message,
+        O: Outcome,
+        F: Fn(AsyncCtx, Q) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = O> + Send + 'static,
+    {
+        check_user_id(Q::ID)?;
+        self.inner
+            .handlers
+            .insert(Q::ID, async_handlers::erase_async(f))
     }
 
     /// Registers the handler for message type `M`, or replaces the one it

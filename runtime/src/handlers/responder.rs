@@ -176,6 +176,33 @@ impl Responder {
         self.post(output.into_answer())
     }
 
+    /// Answers with `answer`; "no reply" (`why`) if it is nothing.
+    pub(crate) fn answer_or_no_reply(
+        mut self,
+        answer: Answered,
+        why: &str,
+    ) -> Result<(), SendError> {
+        match answer.0 {
+            Answer::Nothing => self.no_reply(why),
+            _ => self.post(answer),
+        }
+    }
+
+    /// Answers "no reply", saying `why`.
+    pub(crate) fn no_reply(mut self, why: &str) -> Result<(), SendError> {
+        self.answer_message(&NoReply { reason: why.into() }, Vec::new())
+    }
+
+    /// Refuses the request unrun: the node runs all the async handlers it
+    /// allows (the caller sees `RequestError::Busy`, whose reason is `why`).
+    pub(crate) fn busy(mut self, why: String) -> Result<(), SendError> {
+        let detail = Bytes::from_static(&[crate::node::error_detail::BUSY]);
+        self.post(Answered(Answer::Error {
+            reason: why,
+            detail,
+        }))
+    }
+
     fn post(&mut self, answer: Answered) -> Result<(), SendError> {
         // Nothing to answer: dropped unanswered, "no reply" goes.
         if post_answered(&self.to, self.kind, self.corr, self.priority, answer)? {

@@ -71,11 +71,14 @@ pub(crate) mod error_detail {
     /// the value follows, MessagePack (named fields), for
     /// `SiteRef::request_result` to decode.
     pub(crate) const HANDLER: u8 = 1;
+    /// The handler was not run: the node ran `max_async_handlers` async
+    /// handlers already (`RequestError::Busy`). No payload.
+    pub(crate) const BUSY: u8 = 2;
 }
 
 /// An error reply (`RemoteError` or `NoReply`) as its caller sees it.
 pub(crate) enum ErrorReply {
-    /// `RequestError::Remote` or `NoReply`, ready to hand over.
+    /// `RequestError::Remote`, `NoReply` or `Busy`, ready to hand over.
     Failed(crate::error::RequestError),
     /// The handler's own error value (`error_detail::HANDLER`): its
     /// reason, and the value's encoding.
@@ -97,6 +100,7 @@ pub(crate) fn error_reply(type_id: u32, header: &[u8], body: &Bytes) -> Option<E
                     reason,
                     value: body.slice(1..),
                 },
+                Some(&error_detail::BUSY) => ErrorReply::Failed(RequestError::Busy(reason)),
                 // Empty, or a tag this version does not know: the reason
                 // says it all.
                 _ => ErrorReply::Failed(RequestError::Remote(reason)),
