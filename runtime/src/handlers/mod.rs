@@ -78,6 +78,28 @@ where
     })
 }
 
+/// A handler that is `FnMut` (and not `Sync`), made one the handler table
+/// can hold: behind a mutex. Handlers run one at a time on the node's
+/// runtime thread, so the lock is never contended; were it ever held
+/// (a handler re-entered), the message fails instead of deadlocking.
+pub(crate) fn erase_mut<M, F>(f: F) -> Erased
+where
+    M: Message,
+    F: FnMut(&mut Ctx<'_>, M) + Send + 'static,
+{
+    let f = parking_lot::Mutex::new(f);
+    erase(move |ctx: &mut Ctx<'_>, m: M| match f.try_lock() {
+        Some(mut f) => f(ctx, m),
+        None => {
+            tracing::error!(type_id = ctx.type_id, "handler re-entered while it ran");
+            ctx.fail_request(format!(
+                "the handler of type {:#x} was called while it ran",
+                ctx.type_id
+            ));
+        }
+    })
+}
+
 /// Decodes a received typed header as `M`, or says why it does not (what
 /// the `unhandled` hook and a request's error reply carry).
 /// `SiteRef`s in it decode on `node`, as claims of `from`, the site that
@@ -322,6 +344,17 @@ impl crate::Node {
     /// Registers the handler for message type `M`. Registering a type id twice
     /// is an error, as is an id in sitenet's reserved range.
     ///
+    /// Why `Sync`: a handler is only ever called on the node's runtime
+    /// thread (one actix arbiter: every channel's actor and the local
+    /// site's deliveries run there), one call at a time. But the handler
+    /// table lives in the node, which every `Node` handle shares across
+    /// threads — registering, replacing and removing handlers happen on
+    /// the caller's thread — so Rust requires what the table holds to be
+    /// `Sync`. State a handler mutates needs no `Arc<Mutex<…>>` of the
+    /// user's: [`handle_mut`](Self::handle_mut) takes an `FnMut` that is
+    /// only `Send` and puts it behind a mutex of sitenet's, never
+    /// contended.
+    ///
     /// ```
     /// # use serde::{Deserialize, Serialize};
     /// # use sitenet_runtime::{Message, Node, NodeError};
@@ -347,6 +380,57 @@ impl crate::Node {
     {
         check_user_id(M::ID)?;
         self.inner.handlers.insert(M::ID, erase(f))
+    }
+
+    /// Registers `f` as the handler of message type `M`, like
+    /// [`handle`](Self::handle), for a handler that owns mutable state: an
+    /// `FnMut` that is `Send` but need not be `Sync` (a `Vec`, a
+    /// `HashMap`, a `Cell` or `RefCell`, captured by move), without an
+    /// `Arc<Mutex<…>>` of the caller's.
+    ///
+    /// Handlers run one at a time on the node's runtime thread, but the
+    /// handler table is shared by every handle of the node across threads,
+    /// which is why [`handle`](Self::handle) asks for `Sync` (see there).
+    /// Here sitenet keeps `f` behind a mutex of its own. The cost is an
+    /// uncontended lock and unlock per message (two atomic operations, no
+    /// waiting: nothing else ever takes that lock); should a handler ever
+    /// be re-entered while it runs, the message fails (its request gets
+    /// an error) instead of deadlocking. State shared by several handlers,
+    /// or with other threads, still needs its own `Arc`.
+    ///
+    /// ```
+    /// # use std::collections::HashMap;
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Count(String);
+    /// impl Message for Count { const ID: u32 = 51; }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Seen(u64);
+    /// impl Message for Seen { const ID: u32 = 52; }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// let mut seen: HashMap<String, u64> = HashMap::new(); // owned by the handler
+    /// server.handle_mut(move |ctx, Count(word): Count| {
+    ///     let n = seen.entry(word).or_default();
+    ///     *n += 1;
+    ///     let _ = ctx.reply(&Seen(*n));
+    /// })?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// let count = |w: &str| site.request_blocking::<Count, Seen>(&Count(w.into()),
+    ///     SendOptions::default(), Duration::from_secs(30)).map(|r| r.msg.0);
+    /// assert_eq!((count("a")?, count("a")?, count("b")?), (1, 2, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn handle_mut<M, F>(&self, f: F) -> Result<(), NodeError>
+    where
+        M: Message,
+        F: FnMut(&mut Ctx<'_>, M) + Send + 'static,
+    {
+        check_user_id(M::ID)?;
+        self.inner.handlers.insert(M::ID, erase_mut(f))
     }
 
     /// Registers the handler of request type `Q` that returns its answer
