@@ -356,9 +356,10 @@ impl SiteRef {
         }
     }
 
-    /// Sends a request whose handler may answer with an error value of its
-    /// own type `E` (`Node::handle_result`, `Node::handle_async`, or
-    /// `Responder::reply_error` returning `Err(e)`) and awaits the
+    /// Sends a request whose handler may answer with an error value of the
+    /// application's type `E` (a `Node::handle_result` or
+    /// `Node::handle_async` handler returning `Err(e)`, or
+    /// `Responder::reply_error(&e)`) and awaits the
     /// outcome, at most `timeout`: `Ok(Ok(reply))`, `Ok(Err(e))` — the
     /// handler's error, decoded as `E` to be matched — or `Err(_)` when no
     /// answer came ([`RequestError`]: timeout, site failure, no handler,
