@@ -14,7 +14,7 @@ use common::{addr, listening_node, Numbered, PATIENCE};
 use serde::{Deserialize, Serialize};
 use sitenet::batch::{Done, OpError};
 use sitenet::services::{Echo, EchoReply};
-use sitenet::{DeliveryError, Message, Node, Runtime, SendOptions};
+use sitenet::{AsyncCtx, DeliveryError, Message, Node, RequestError, Runtime, SendOptions};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Ask {
@@ -265,4 +265,55 @@ async fn next_done_tells_a_timeout_from_the_end() {
     assert_eq!(i, 0);
     r.unwrap();
     assert!(running.next_done(short).await.unwrap().is_none());
+}
+
+/// Batches work against async handlers (issue 20): every request of the
+/// batch is in flight at once at the server — its futures all wait
+/// together before any answers — and a handler's typed error is that
+/// operation's failure, its value rendered in the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_requests_is_answered_by_async_handlers() {
+    let server = Node::builder().listen("tcp:127.0.0.1:0").start().unwrap();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let g = gate.clone();
+    server
+        .handle_async(move |_ctx: AsyncCtx, a: Ask| {
+            let g = g.clone();
+            async move {
+                g.acquire().await.expect("open").forget();
+                if a.seq == 13 {
+                    return Err(format!("unlucky {}", a.seq));
+                }
+                Ok(Answer { seq: a.seq * 2 })
+            }
+        })
+        .unwrap();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    let mut b = client.batch();
+    for seq in 0..50 {
+        b.request(&site, &Ask { seq }, SendOptions::default(), PATIENCE)
+            .unwrap();
+    }
+    let running = b.submit();
+    assert!(
+        server
+            .wait_until(|m| m.async_handlers == 50, PATIENCE)
+            .await,
+        "all fifty running at once"
+    );
+    gate.add_permits(50);
+    let report = running.wait_all(PATIENCE).await;
+    let f = report.failures();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].0, 13);
+    assert!(
+        matches!(f[0].1, OpError::Request(RequestError::Remote(r)) if r.contains("unlucky 13")),
+        "{:?}",
+        f[0].1
+    );
+    for seq in (0..50).filter(|&s| s != 13) {
+        let done = report.results[seq].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!(done.decode::<Answer>().unwrap().seq, seq as u64 * 2);
+    }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{addr, PATIENCE};
 use serde::{Deserialize, Serialize};
-use sitenet::{CoopError, Expect, Message, Node, Runtime, SendOptions};
+use sitenet::{AsyncCtx, CoopError, Expect, Message, Node, Runtime, SendOptions};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Count {
@@ -352,4 +352,61 @@ async fn regression_an_answer_names_a_site_that_was_not_reclaimed() {
         "the answer's site is kept"
     );
     common::echo(&answers[0].from, 2).await;
+}
+
+/// Cooperations work against async handlers (issue 20): each site's
+/// future awaits before it answers (the last asked answers first), the
+/// replies fill their descriptors; a handler's typed error fails the
+/// cooperation with the handler's reason, as any error reply does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cooperation_gathers_the_answers_of_async_handlers() {
+    let servers: Vec<Node> = (1..=3u64)
+        .map(|n| {
+            let node = Node::builder().listen("tcp:127.0.0.1:0").start().unwrap();
+            node.handle_async(move |ctx: AsyncCtx, c: Count| async move {
+                if c.delay_ms == 999 {
+                    return Err(format!("site {n} refuses"));
+                }
+                ctx.node()
+                    .runtime()
+                    .delay(Duration::from_millis(c.delay_ms))
+                    .await;
+                Ok(Total(n))
+            })
+            .unwrap();
+            node
+        })
+        .collect();
+    let client = Node::builder().start().unwrap();
+    let sites: Vec<_> = servers
+        .iter()
+        .map(|s| client.site(&addr(s)).unwrap())
+        .collect();
+    let coop = client.cooperation();
+    for s in &sites {
+        coop.expect(Expect::from_site(s).of::<Total>());
+    }
+    for (i, s) in sites.iter().enumerate() {
+        let delay_ms = 20 * (3 - i as u64);
+        coop.request(s, &Count { delay_ms }, now()).await.unwrap();
+    }
+    let answers = coop.wait(PATIENCE).await.unwrap();
+    let totals: Vec<u64> = answers
+        .iter()
+        .map(|a| a.decode::<Total>().unwrap().0)
+        .collect();
+    assert_eq!(totals, [1, 2, 3], "in descriptor order");
+
+    let coop = client.cooperation();
+    coop.expect(Expect::from_site(&sites[1]).of::<Total>());
+    coop.request(&sites[1], &Count { delay_ms: 999 }, now())
+        .await
+        .unwrap();
+    match coop.wait(PATIENCE).await {
+        Err(CoopError::Failed { site, reason }) => {
+            assert_eq!(site, sites[1].id());
+            assert!(reason.contains("site 2 refuses"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

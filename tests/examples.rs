@@ -44,6 +44,22 @@ fn reply_later_grants_a_lock_in_turn_from_kept_responders() {
 }
 
 #[test]
+fn async_handlers_answer_after_asking_a_shard_and_refuse_beyond_the_cap() {
+    let out = run(
+        "async_handlers",
+        &["--burst", "40", "--cap", "8", "--delay-ms", "1000"],
+    );
+    for line in [
+        "apple => 1",
+        "elder => 5",
+        "fig => not found (shard",
+        "refused busy (the front runs at most 8 at once)",
+    ] {
+        assert!(out.contains(line), "{line:?} missing:\n{out}");
+    }
+}
+
+#[test]
 fn raw_dispatch_answers_terms_marshalled_without_serde() {
     let out = run("raw_dispatch", &["--count", "300"]);
     for line in [

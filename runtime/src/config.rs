@@ -224,6 +224,18 @@ pub struct NodeConfig {
     /// (another CA, expired) fails with `OpenError::Tls`. Combines with
     /// [`cookies`](Self::cookies). `None` (the default): no TLS.
     pub tls: Option<sitenet_transport::tls::TlsIdentity>,
+    /// Async handler futures ([`Node::handle_async`](crate::Node::handle_async))
+    /// the node runs at once, all types together. A peer sending a million
+    /// requests must not make the node hold a million futures: at the cap
+    /// a request is answered at once with an error its caller sees as
+    /// [`RequestError::Busy`](crate::RequestError::Busy) (its handler did
+    /// not run: retrying is safe), and a one-way message is dropped and
+    /// passed to the `on_unhandled` hook; both are counted in
+    /// `Metrics::async_handlers_busy`. Refused rather than paused: pausing
+    /// a channel's input would also hold back the replies the running
+    /// futures await, which could then never finish. 10,000 by default;
+    /// at least 1.
+    pub max_async_handlers: usize,
 }
 
 impl Default for NodeConfig {
@@ -270,6 +282,7 @@ impl Default for NodeConfig {
             remembered_pairs: 16 * 1024,
             cookies: Vec::new(),
             tls: None,
+            max_async_handlers: 10_000,
         }
     }
 }
@@ -292,6 +305,7 @@ impl NodeConfig {
             .max(sitenet_protocols::PRELUDE_LEN as u64);
         self.output_bound = self.output_bound.max(2 * self.max_message_size);
         self.node_output_bound = self.node_output_bound.max(self.output_bound);
+        self.max_async_handlers = self.max_async_handlers.max(1);
         let a = self.admission();
         self.max_pending_handshakes = a.max_pending;
         self.max_pending_handshakes_per_source = a.max_per_source;

@@ -169,7 +169,12 @@ pub enum RequestError {
         /// What keeps the site away.
         cause: String,
     },
-    /// The peer has no handler for the request's type, or its handler failed.
+    /// The peer has no handler for the request's type, or its handler
+    /// failed: it panicked, refused the request
+    /// ([`Responder::fail`](crate::Responder::fail)), or returned an error
+    /// value of its own type (`Node::handle_result`, `Node::handle_async`)
+    /// — which [`SiteRef::request_result`](crate::SiteRef::request_result)
+    /// decodes instead; here the reason renders it.
     #[error("the peer could not handle the request: {0}")]
     Remote(String),
     /// The peer's handler answered nothing: it returned without replying,
@@ -179,6 +184,15 @@ pub enum RequestError {
     /// handler did run (retrying repeats its effects).
     #[error("the peer's handler gave no reply: {0}")]
     NoReply(String),
+    /// The peer did not run the request's handler: it was an async
+    /// handler ([`Node::handle_async`](crate::Node::handle_async)) and
+    /// the peer already ran as many as it allows at once
+    /// (`NodeConfig::max_async_handlers`). Said at once; nothing was
+    /// applied, so retrying later is safe. (It travels as an error reply:
+    /// a caller running an older sitenet sees it as
+    /// [`Remote`](Self::Remote), with the same reason.)
+    #[error("the peer is busy and did not handle the request: {0}")]
+    Busy(String),
     /// The reply did not decode as the expected type.
     #[error("cannot decode the reply: {0}")]
     Decode(String),

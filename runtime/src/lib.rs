@@ -62,7 +62,7 @@ pub use delivery::Delivery;
 pub use error::SiteFailure;
 pub use error::WouldDeadlock;
 pub use error::{DecodeError, DeliveryError, FlushError, NodeError, RequestError, SendError};
-pub use handlers::{Ctx, Responder, Unhandled};
+pub use handlers::{AsyncCtx, Ctx, Outcome, Responder, Unhandled};
 pub use message::{Message, RawMessage, Reply, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};

@@ -162,6 +162,14 @@ counters! {
     /// cookie this node holds, or proved one while this node holds none
     /// (issue 18): nothing was allocated for them (no site entry, no slot).
     auth_refused,
+    /// Gauge: async handler futures running now (`Node::handle_async`),
+    /// at most `NodeConfig::max_async_handlers`.
+    async_handlers: gauge,
+    /// Messages refused because `NodeConfig::max_async_handlers` async
+    /// handler futures were running: a request answered at once with an
+    /// error its caller sees as `RequestError::Busy`, a one-way message
+    /// dropped (and passed to the `on_unhandled` hook).
+    async_handlers_busy,
 }
 
 impl Counters {

@@ -11,8 +11,8 @@ use sitenet_protocols::{MessageKind, OutMessage, Priority, SiteFailure, SiteId};
 use crate::error::{RequestError, SendError};
 use crate::message::{Message, Reply, SendOptions};
 use crate::metrics::Counters;
-use crate::node::NodeInner;
 pub use crate::node::SiteRef;
+use crate::node::{ErrorReply, NodeInner};
 use crate::outbox::Pushed;
 use crate::site_entry::SiteEntry;
 pub use crate::site_entry::{FaultEvent, NOT_CONTACTED};
@@ -352,29 +352,171 @@ impl SiteRef {
         let site = self.clone();
         async move {
             let incoming = site.request_message(encoded?, timeout).await?;
-            // (A delegated reply comes from another site; its references
-            // are charged to the site asked.)
-            let msg = crate::node::decoding_on(&site.node, site.entry.resolved(), || {
-                rmp_serde::from_slice::<R>(&incoming.header)
-            })
-            .map_err(|e| RequestError::Decode(e.to_string()))?;
-            if incoming.prelude.type_id != R::ID {
-                return Err(RequestError::Decode(format!(
-                    "reply has type id {:#x}, expected {:#x}",
-                    incoming.prelude.type_id,
-                    R::ID
-                )));
-            }
-            Ok(Reply {
-                msg,
-                body: incoming.body,
-            })
+            site.decode_reply(incoming)
         }
     }
 
+    /// Sends a request whose handler may answer with an error value of the
+    /// application's type `E` (a `Node::handle_result` or
+    /// `Node::handle_async` handler returning `Err(e)`, or
+    /// `Responder::reply_error(&e)`) and awaits the
+    /// outcome, at most `timeout`: `Ok(Ok(reply))`, `Ok(Err(e))` — the
+    /// handler's error, decoded as `E` to be matched — or `Err(_)` when no
+    /// answer came ([`RequestError`]: timeout, site failure, no handler,
+    /// a panic, "busy", …, as for [`request`](Self::request)). The outer
+    /// `Result` is whether the request got an answer, the inner what the
+    /// handler answered: `request_result(..).await??` when `E` converts to
+    /// the caller's error.
+    ///
+    /// An error value that does not decode as `E` (the handler returned
+    /// another type) is [`RequestError::Decode`], naming the handler's
+    /// reason. Plain failures (`Responder::fail`, a panic) stay
+    /// [`RequestError::Remote`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Open(String);
+    /// impl Message for Open { const ID: u32 = 61; }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Handle(u32);
+    /// impl Message for Handle { const ID: u32 = 62; }
+    /// #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    /// enum FsError { NotFound { path: String }, Denied }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// server.handle_result(|_ctx, Open(path): Open| match path.as_str() {
+    ///     "/etc/shadow" => Err(FsError::Denied),
+    ///     "/tmp/a" => Ok(Handle(3)),
+    ///     _ => Err(FsError::NotFound { path }),
+    /// })?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// futures::executor::block_on(async {
+    ///     let open = |p: &str| site.request_result::<Open, Handle, FsError>(&Open(p.into()),
+    ///         SendOptions::default(), Duration::from_secs(30));
+    ///     match open("/nope").await? {
+    ///         Ok(h) => panic!("opened {}", h.msg.0),
+    ///         Err(FsError::NotFound { path }) => assert_eq!(path, "/nope"),
+    ///         Err(FsError::Denied) => panic!("denied"),
+    ///     }
+    ///     assert_eq!(open("/tmp/a").await?.map(|h| h.msg.0), Ok(3));
+    ///     assert_eq!(open("/etc/shadow").await?.err(), Some(FsError::Denied));
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[allow(clippy::type_complexity)] // the two results say two things
+    pub fn request_result<Q, R, E>(
+        &self,
+        req: &Q,
+        opts: SendOptions,
+        timeout: std::time::Duration,
+    ) -> impl std::future::Future<Output = Result<Result<Reply<R>, E>, RequestError>> + Send + 'static
+    where
+        Q: Message,
+        R: Message,
+        E: serde::de::DeserializeOwned + 'static,
+    {
+        let corr = self.node.next_corr();
+        let encoded = self.encode(req, opts, MessageKind::Request, corr);
+        let site = self.clone();
+        async move {
+            let incoming = site.request_answer(encoded?, timeout).await?;
+            let Some(error_reply) = crate::node::error_reply(
+                incoming.prelude.type_id,
+                &incoming.header,
+                &incoming.body,
+            ) else {
+                return site.decode_reply(incoming).map(Ok);
+            };
+            match error_reply {
+                ErrorReply::Failed(e) => Err(e),
+                ErrorReply::Handler { reason, value } => {
+                    crate::node::decoding_on(&site.node, site.entry.resolved(), || {
+                        rmp_serde::from_slice::<E>(&value)
+                    })
+                    .map(Err)
+                    .map_err(|e| {
+                        RequestError::Decode(format!(
+                            "the handler's error value does not decode as {} ({e}); \
+                             the handler said: {reason}",
+                            std::any::type_name::<E>()
+                        ))
+                    })
+                }
+            }
+        }
+    }
+
+    /// Blocking variant of [`request_result`](Self::request_result). On
+    /// the node's own runtime thread it fails with
+    /// [`SendError::WouldDeadlock`] rather than hang.
+    #[allow(clippy::type_complexity)] // the two results say two things
+    pub fn request_result_blocking<Q, R, E>(
+        &self,
+        req: &Q,
+        opts: SendOptions,
+        timeout: std::time::Duration,
+    ) -> Result<Result<Reply<R>, E>, RequestError>
+    where
+        Q: Message,
+        R: Message,
+        E: serde::de::DeserializeOwned + 'static,
+    {
+        if self.node.rt.is_current_thread() {
+            return Err(SendError::WouldDeadlock.into());
+        }
+        futures::executor::block_on(self.request_result(req, opts, timeout))
+    }
+
+    /// The reply `incoming` as a `Reply<R>`: of `R`'s type, its header
+    /// decoding as `R`. (A delegated reply comes from another site; its
+    /// references are charged to the site asked.)
+    fn decode_reply<R: Message>(
+        &self,
+        incoming: sitenet_protocols::InMessage,
+    ) -> Result<Reply<R>, RequestError> {
+        let msg = crate::node::decoding_on(&self.node, self.entry.resolved(), || {
+            rmp_serde::from_slice::<R>(&incoming.header)
+        })
+        .map_err(|e| RequestError::Decode(e.to_string()))?;
+        if incoming.prelude.type_id != R::ID {
+            return Err(RequestError::Decode(format!(
+                "reply has type id {:#x}, expected {:#x}",
+                incoming.prelude.type_id,
+                R::ID
+            )));
+        }
+        Ok(Reply {
+            msg,
+            body: incoming.body,
+        })
+    }
+
     /// Sends the encoded request `m` (its `corr` set) and waits for its
-    /// reply, at most `timeout`.
+    /// reply, at most `timeout`. A handler's error value is
+    /// [`RequestError::Remote`] with its reason (`request_result` decodes
+    /// it instead).
     pub(crate) async fn request_message(
+        &self,
+        m: OutMessage,
+        timeout: std::time::Duration,
+    ) -> Result<sitenet_protocols::InMessage, RequestError> {
+        let incoming = self.request_answer(m, timeout).await?;
+        match crate::node::error_reply(incoming.prelude.type_id, &incoming.header, &incoming.body) {
+            Some(ErrorReply::Handler { reason, .. }) => Err(RequestError::Remote(reason)),
+            Some(ErrorReply::Failed(e)) => Err(e),
+            None => Ok(incoming),
+        }
+    }
+
+    /// [`request_message`](Self::request_message), a handler's error value
+    /// left in the message it came in (every other error reply is the
+    /// `RequestError` it says).
+    async fn request_answer(
         &self,
         m: OutMessage,
         timeout: std::time::Duration,

@@ -292,29 +292,41 @@ impl Ctx<'_> {
                 "forward of a message that is not an unanswered request".into(),
             ));
         }
-        let origin = self
-            .origin_descriptor()
-            .ok_or_else(|| SendError::Encode("the requesting site's id is not known yet".into()))?;
-        let header =
-            crate::message::encode_header(msg).map_err(|e| SendError::Encode(e.to_string()))?;
-        let header =
-            sitenet_protocols::message::wrap_origin(&origin, &header).ok_or_else(|| {
-                SendError::Encode(
-                    "the requesting site's descriptor does not fit an origin block".into(),
-                )
-            })?;
-        let m = OutMessage {
-            priority: opts.priority,
-            type_id: M::ID,
-            kind: MessageKind::Forward,
-            corr: self.corr,
-            header,
-            body: opts.body,
-            tracked: false,
-        };
-        to.try_post(m)?;
+        post_forward(to, self.origin_descriptor(), self.corr, msg, opts)?;
         self.replied = true;
         Ok(())
+    }
+
+    /// Answers the request being handled with a handler's output (see
+    /// [`Outcome`](super::Outcome)), unless it answers nothing. An output
+    /// of a request answered already, or of a one-way message, is dropped
+    /// (logged at debug level: there is nobody to tell).
+    pub(crate) fn answer(&mut self, answer: super::outcome::Answered) {
+        if answer.is_nothing() {
+            return;
+        }
+        if !self.is_request() || self.replied {
+            tracing::debug!(
+                type_id = self.type_id,
+                answer = answer.describe(),
+                "handler output dropped: a one-way message, or a request answered already"
+            );
+            return;
+        }
+        let kind =
+            sitenet_protocols::delegation::reply_kind(self.kind).unwrap_or(MessageKind::Reply);
+        match super::responder::post_answered(
+            &self.sender(),
+            kind,
+            self.corr,
+            self.priority,
+            answer,
+        ) {
+            Ok(answered) => self.replied = answered,
+            Err(e) => {
+                tracing::debug!(type_id = self.type_id, error = %e, "handler output not sent")
+            }
+        }
     }
 
     /// The requesting site as a descriptor: its id and the addresses it
@@ -375,4 +387,32 @@ impl Ctx<'_> {
     ) -> Result<(), SendError> {
         to.try_send_with(msg, opts)
     }
+}
+
+/// Queues `msg` to `to` as the forward of request `corr` whose origin is
+/// the site `origin` describes (`None`: its id is not known yet), at
+/// `opts`' priority, with its body (never waits).
+pub(crate) fn post_forward<M: Message>(
+    to: &SiteRef,
+    origin: Option<String>,
+    corr: u64,
+    msg: &M,
+    opts: SendOptions,
+) -> Result<(), SendError> {
+    let origin = origin
+        .ok_or_else(|| SendError::Encode("the requesting site's id is not known yet".into()))?;
+    let header =
+        crate::message::encode_header(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+    let header = sitenet_protocols::message::wrap_origin(&origin, &header).ok_or_else(|| {
+        SendError::Encode("the requesting site's descriptor does not fit an origin block".into())
+    })?;
+    to.try_post(OutMessage {
+        priority: opts.priority,
+        type_id: M::ID,
+        kind: MessageKind::Forward,
+        corr,
+        header,
+        body: opts.body,
+        tracked: false,
+    })
 }

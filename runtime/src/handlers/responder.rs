@@ -13,8 +13,11 @@
 //! waiting out its timeout.
 
 use bytes::Bytes;
+use serde::Serialize;
 
 use sitenet_protocols::{MessageKind, OutMessage, Priority};
+
+use super::outcome::{Answer, Answered, Outcome};
 
 use crate::error::SendError;
 use crate::message::Message;
@@ -82,7 +85,7 @@ impl Responder {
 
     /// [`reply`](Self::reply) with a body (`Bytes` are shared, not copied).
     pub fn reply_with<R: Message>(mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
-        self.answer(reply, body)
+        self.answer_message(reply, body)
     }
 
     /// Answers with a raw message: type id `type_id` (a user id) and
@@ -121,12 +124,91 @@ impl Responder {
     /// [`RequestError::Remote`](crate::RequestError::Remote) carrying
     /// `reason`.
     pub fn fail(mut self, reason: impl Into<String>) -> Result<(), SendError> {
-        self.answer(
+        self.answer_message(
             &RemoteError {
                 reason: reason.into(),
             },
             Vec::new(),
         )
+    }
+
+    /// Answers with the handler's error value `err`, a type of the
+    /// application's (for example an enum of the ways a lookup fails):
+    /// the caller of
+    /// [`SiteRef::request_result`](crate::SiteRef::request_result)
+    /// decodes it as its own type and matches it; a plain `request` sees
+    /// [`RequestError::Remote`](crate::RequestError::Remote) with `err`
+    /// rendered as JSON in its reason. Never waits.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Take(u32);
+    /// impl Message for Take { const ID: u32 = 32; }
+    /// #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    /// enum Refused { SoldOut, TooMany { max: u32 } }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// server.handle(|ctx, Take(n): Take| {
+    ///     let responder = ctx.responder().expect("a request");
+    ///     std::thread::spawn(move || { let _ = responder.reply_error(&Refused::TooMany { max: 4 }); });
+    /// })?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// let r = site.request_result_blocking::<Take, Take, Refused>(&Take(9), SendOptions::default(),
+    ///     Duration::from_secs(30))?;
+    /// assert_eq!(r.err(), Some(Refused::TooMany { max: 4 }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reply_error<E: Serialize>(mut self, err: &E) -> Result<(), SendError> {
+        let answered = super::outcome::error_answer(err);
+        self.post(answered)
+    }
+
+    /// Answers with a handler's output (an [`Outcome`]: a reply, a
+    /// `Result` whose error is the caller's typed error, `()` or `None`
+    /// for no reply), as [`Node::handle_async`](crate::Node::handle_async)
+    /// answers with its future's output. An output that answers nothing
+    /// answers "no reply" at once, as a dropped responder does.
+    pub fn answer<O: Outcome>(mut self, output: O) -> Result<(), SendError> {
+        self.post(output.into_answer())
+    }
+
+    /// Answers with `answer`; "no reply" (`why`) if it is nothing.
+    pub(crate) fn answer_or_no_reply(
+        mut self,
+        answer: Answered,
+        why: &str,
+    ) -> Result<(), SendError> {
+        match answer.0 {
+            Answer::Nothing => self.no_reply(why),
+            _ => self.post(answer),
+        }
+    }
+
+    /// Answers "no reply", saying `why`.
+    pub(crate) fn no_reply(mut self, why: &str) -> Result<(), SendError> {
+        self.answer_message(&NoReply { reason: why.into() }, Vec::new())
+    }
+
+    /// Refuses the request unrun: the node runs all the async handlers it
+    /// allows (the caller sees `RequestError::Busy`, whose reason is `why`).
+    pub(crate) fn busy(mut self, why: String) -> Result<(), SendError> {
+        let detail = Bytes::from_static(&[crate::node::error_detail::BUSY]);
+        self.post(Answered(Answer::Error {
+            reason: why,
+            detail,
+        }))
+    }
+
+    fn post(&mut self, answer: Answered) -> Result<(), SendError> {
+        // Nothing to answer: dropped unanswered, "no reply" goes.
+        if post_answered(&self.to, self.kind, self.corr, self.priority, answer)? {
+            self.answered = true;
+        }
+        Ok(())
     }
 
     /// Gives up answering without telling the caller: its request ends by
@@ -150,7 +232,7 @@ impl Responder {
         self.corr
     }
 
-    fn answer<R: Message>(&mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
+    fn answer_message<R: Message>(&mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
         post_answer(&self.to, self.kind, self.corr, self.priority, reply, body)?;
         self.answered = true;
         Ok(())
@@ -163,7 +245,7 @@ impl Drop for Responder {
             let reason = "the handler dropped the request's responder unanswered".to_string();
             // Best effort: a full or failed site cannot be told either,
             // and the caller's timeout or the site's failure ends it.
-            let _ = self.answer(&NoReply { reason }, Vec::new());
+            let _ = self.answer_message(&NoReply { reason }, Vec::new());
         }
     }
 }
@@ -199,6 +281,48 @@ pub(crate) fn post_answer<R: Message>(
         body: body.into(),
         tracked: false,
     })
+}
+
+/// Queues a handler's output `answer` as the answer of request `corr` to
+/// `to` (a message of `kind` at `priority`; never waits). False if the
+/// output answers nothing (`Answered::Nothing`): nothing was queued.
+pub(crate) fn post_answered(
+    to: &SiteRef,
+    kind: MessageKind,
+    corr: u64,
+    priority: Priority,
+    answer: Answered,
+) -> Result<bool, SendError> {
+    let (type_id, header, body) = match answer.0 {
+        Answer::Nothing => return Ok(false),
+        Answer::Reply { type_id, header } => (type_id, header, Bytes::new()),
+        Answer::Error { reason, detail } => {
+            let header = crate::message::encode_header(&RemoteError { reason })
+                .map_err(|e| SendError::Encode(e.to_string()))?;
+            (RemoteError::ID, header, detail)
+        }
+        Answer::Unencodable(reason) => {
+            post_answer(
+                to,
+                kind,
+                corr,
+                priority,
+                &RemoteError { reason },
+                Vec::new(),
+            )?;
+            return Ok(true);
+        }
+    };
+    to.try_post(OutMessage {
+        priority,
+        type_id,
+        kind,
+        corr,
+        header,
+        body: crate::message::one_part(body),
+        tracked: false,
+    })?;
+    Ok(true)
 }
 
 /// Queues the raw answer (`type_id`, `body`; see `RawMessage`) of request

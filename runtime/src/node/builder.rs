@@ -155,6 +155,7 @@ impl NodeBuilder {
             closing: AtomicBool::new(false),
             leave_on_shutdown: AtomicBool::new(true),
             stop_listeners: tokio::sync::watch::Sender::new(false),
+            async_idle: Notify::new(),
             acked: Notify::new(),
             faults: Mutex::new(VecDeque::new()),
             events: super::EventHub::default(),

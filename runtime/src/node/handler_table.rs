@@ -59,6 +59,62 @@ impl Message for RemoteError {
     const ID: u32 = RESERVED_IDS;
 }
 
+/// What an error reply's body says besides its header's reason. Empty: a
+/// plain failure (no handler, a header that did not decode, a panic,
+/// `Responder::fail`) — the only error reply before typed errors, and
+/// every sitenet reads the reason alone, ignoring the body. Otherwise a
+/// tag byte, then the tag's payload. No frame, kind, type id or header
+/// changed: a caller running an older sitenet sees each of these as the
+/// plain failure its reason describes.
+pub(crate) mod error_detail {
+    /// The handler returned an error value of its own type (`Outcome`):
+    /// the value follows, MessagePack (named fields), for
+    /// `SiteRef::request_result` to decode.
+    pub(crate) const HANDLER: u8 = 1;
+    /// The handler was not run: the node ran `max_async_handlers` async
+    /// handlers already (`RequestError::Busy`). No payload.
+    pub(crate) const BUSY: u8 = 2;
+}
+
+/// An error reply (`RemoteError` or `NoReply`) as its caller sees it.
+pub(crate) enum ErrorReply {
+    /// `RequestError::Remote`, `NoReply` or `Busy`, ready to hand over.
+    Failed(crate::error::RequestError),
+    /// The handler's own error value (`error_detail::HANDLER`): its
+    /// reason, and the value's encoding.
+    Handler { reason: String, value: Bytes },
+}
+
+/// Reads the reply `type_id` with `header` and `body` as an error reply,
+/// or `None` if it is not one.
+pub(crate) fn error_reply(type_id: u32, header: &[u8], body: &Bytes) -> Option<ErrorReply> {
+    use crate::error::RequestError;
+    let undecodable = |e: rmp_serde::decode::Error| format!("undecodable error reply: {e}");
+    match type_id {
+        RemoteError::ID => {
+            let reason = rmp_serde::from_slice::<RemoteError>(header)
+                .map(|e| e.reason)
+                .unwrap_or_else(undecodable);
+            Some(match body.first() {
+                Some(&error_detail::HANDLER) => ErrorReply::Handler {
+                    reason,
+                    value: body.slice(1..),
+                },
+                Some(&error_detail::BUSY) => ErrorReply::Failed(RequestError::Busy(reason)),
+                // Empty, or a tag this version does not know: the reason
+                // says it all.
+                _ => ErrorReply::Failed(RequestError::Remote(reason)),
+            })
+        }
+        NoReply::ID => Some(ErrorReply::Failed(RequestError::NoReply(
+            rmp_serde::from_slice::<NoReply>(header)
+                .map(|e| e.reason)
+                .unwrap_or_else(undecodable),
+        ))),
+        _ => None,
+    }
+}
+
 /// The reply sent when a request's handler answered nothing: it returned
 /// without replying, forwarding or taking the request's `Responder`, or
 /// the `Responder` was dropped unanswered. The caller's request ends at once

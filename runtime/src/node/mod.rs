@@ -9,6 +9,7 @@ mod decoding;
 mod descriptor;
 mod events;
 mod handler_table;
+mod in_flight;
 mod requests;
 mod site_ref;
 mod site_table;
@@ -20,8 +21,10 @@ pub(crate) use cooperations::{Coop, OpenCooperations};
 pub(crate) use decoding::{decoding_on, with_decoding_node};
 pub(crate) use events::EventHub;
 pub use events::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
+pub(crate) use handler_table::{error_detail, error_reply, ErrorReply};
 pub use handler_table::{BodySink, Ctx, Unhandled};
 pub(crate) use handler_table::{Erased, ErasedStream, Handlers, NoReply, RemoteError};
+pub(crate) use in_flight::AsyncSlot;
 pub use site_ref::SiteRef;
 pub(crate) use site_table::Named;
 use site_table::SiteTable;
@@ -109,9 +112,12 @@ pub(crate) struct NodeInner {
     /// frame); only sitenet's tests that stand a shutdown in for a crash
     /// turn it off (`Node::crash_on_shutdown`, feature `test-hooks`).
     pub(crate) leave_on_shutdown: AtomicBool,
-    /// Level-triggered stop signal of the accept loops: a loop between two
-    /// accepts cannot miss it (a `Notify` could be missed there).
+    /// Level-triggered stop signal of the accept loops and the running
+    /// async handlers (`in_flight`): a loop between two accepts cannot
+    /// miss it (a `Notify` could be missed there).
     stop_listeners: tokio::sync::watch::Sender<bool>,
+    /// Notified when the last running async handler ends (`in_flight`).
+    async_idle: Notify,
     /// Notified whenever acknowledgements free bytes or a site fails.
     pub(crate) acked: Notify,
     faults: Mutex<VecDeque<FaultReport>>,
@@ -356,28 +362,41 @@ impl Node {
         self.inner.local_site()
     }
 
-    /// Stops gracefully: refuses new sends, waits up to `deadline` for every
-    /// queued message to be acknowledged, then closes channels and listeners.
+    /// Stops gracefully: refuses new sends, waits up to `deadline` for the
+    /// running async handlers ([`handle_async`](Self::handle_async)) to
+    /// answer and for every queued message to be acknowledged, then drops
+    /// the async handlers still running, closes channels and listeners.
     /// Returns what was still unacknowledged.
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
         self.inner.closing.store(true, Ordering::Release);
         let timer = self.inner.rt.delay(deadline);
         futures::pin_mut!(timer);
+        // Running async handlers finish first: their answers are queued
+        // like any message, and acknowledged below. Those still running at
+        // the deadline are dropped when the node stops.
+        let handlers = self.inner.async_handlers_done();
+        futures::pin_mut!(handlers);
+        let in_time = matches!(
+            futures::future::select(handlers, timer.as_mut()).await,
+            futures::future::Either::Left(_)
+        );
         // Site by site, each woken only by its own acknowledgements: linear
         // in the number of sites, however many acks arrive. (The local site
         // too: its messages count once handled.)
-        'sites: for e in self.inner.entries_and_local() {
-            loop {
-                let released = e.outbox.released();
-                futures::pin_mut!(released);
-                released.as_mut().enable();
-                if e.outbox.bytes() == 0 || e.failure().is_some() {
-                    break;
-                }
-                if let futures::future::Either::Right(_) =
-                    futures::future::select(released, timer.as_mut()).await
-                {
-                    break 'sites;
+        if in_time {
+            'sites: for e in self.inner.entries_and_local() {
+                loop {
+                    let released = e.outbox.released();
+                    futures::pin_mut!(released);
+                    released.as_mut().enable();
+                    if e.outbox.bytes() == 0 || e.failure().is_some() {
+                        break;
+                    }
+                    if let futures::future::Either::Right(_) =
+                        futures::future::select(released, timer.as_mut()).await
+                    {
+                        break 'sites;
+                    }
                 }
             }
         }

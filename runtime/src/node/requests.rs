@@ -18,10 +18,9 @@ use tokio::sync::{oneshot, Notify};
 use sitenet_protocols::requests::{Reply, RequestTable};
 use sitenet_protocols::{InMessage, SiteFailure};
 
+use super::ErrorReply;
 use super::NodeInner;
-use super::{NoReply, RemoteError};
 use crate::error::RequestError;
-use crate::message::Message;
 use crate::metrics::Counters;
 use crate::site_entry::SiteEntry;
 
@@ -198,31 +197,24 @@ impl NodeInner {
                 return;
             }
         };
-        let undecodable = |e: rmp_serde::decode::Error| format!("undecodable error reply: {e}");
-        let failed = match m.prelude.type_id {
-            RemoteError::ID => Some(RequestError::Remote(
-                rmp_serde::from_slice::<RemoteError>(&m.header)
-                    .map(|e| e.reason)
-                    .unwrap_or_else(undecodable),
-            )),
-            NoReply::ID => Some(RequestError::NoReply(
-                rmp_serde::from_slice::<NoReply>(&m.header)
-                    .map(|e| e.reason)
-                    .unwrap_or_else(undecodable),
-            )),
-            _ => None,
-        };
-        match waiter {
-            Waiter::Request(tx) => {
+        let failed = super::error_reply(m.prelude.type_id, &m.header, &m.body);
+        match (waiter, failed) {
+            (Waiter::Request(tx), failed) => {
                 let _ = tx.send(match failed {
-                    Some(e) => Err(e),
-                    None => Ok(m),
+                    Some(ErrorReply::Failed(e)) => Err(e),
+                    // A handler's error value goes on to the caller's
+                    // future, which decodes it or says it as its reason
+                    // (`SiteRef::request_result`, `request`).
+                    Some(ErrorReply::Handler { .. }) | None => Ok(m),
                 });
             }
-            Waiter::Coop(coop) => match failed {
-                Some(e) => coop.site_failed(self, from, &e.to_string()),
-                None => coop.offer(self, from, m),
-            },
+            (Waiter::Coop(coop), Some(ErrorReply::Failed(e))) => {
+                coop.site_failed(self, from, &e.to_string())
+            }
+            (Waiter::Coop(coop), Some(ErrorReply::Handler { reason, .. })) => {
+                coop.site_failed(self, from, &RequestError::Remote(reason).to_string())
+            }
+            (Waiter::Coop(coop), None) => coop.offer(self, from, m),
         }
     }
 
