@@ -10,7 +10,7 @@
 //! process through `tokio::io::duplex` pairs: a shared table of named
 //! listeners ([`Pipes`]), a connect handing the far end of a fresh pair to
 //! the listener of that name. [`StreamChannel`] turns each end into a
-//! channel, so the transport itself is about sixty lines.
+//! channel, so the transport itself is under a hundred lines.
 //!
 //! Two nodes plug it in; the server listens at `pipe:server`; the client
 //! sends it greetings (one-way) and asks it to add numbers (request and
