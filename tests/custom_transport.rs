@@ -378,7 +378,7 @@ async fn plugged_addresses_rank_after_tcp_and_need_the_transport() {
     let site = b.site(tcp).unwrap();
     echo(&site, 2).await;
     let learned = b.stats().per_site[0].addresses.clone();
-    assert_eq!(learned, [tcp.clone()], "no pipe: address kept");
+    assert_eq!(learned, std::slice::from_ref(tcp), "no pipe: address kept");
     // A descriptor of only the plugged address uses it.
     let only_pipe = SiteDescriptor {
         id: d.id,

@@ -364,7 +364,13 @@ pub enum RegisterError {
 /// #     fn bind(&self, _: &str) -> std::io::Result<Box<dyn sitenet_transport::plug::TransportListener>> { unimplemented!() }
 /// # }
 /// let mut r = TransportRegistry::new();
-/// assert_eq!(r.register("tcp", std::sync::Arc::new(T)), Err(RegisterError::BuiltIn("tcp".into())));
+/// let e = r.register("tcp", std::sync::Arc::new(T)).unwrap_err();
+/// assert_eq!(e, RegisterError::BuiltIn("tcp".into()));
+/// // Registering chains; a clone shares what was registered so far.
+/// r.register("pipe", std::sync::Arc::new(T))?.register("quic", std::sync::Arc::new(T))?;
+/// assert_eq!(r.clone().schemes().collect::<Vec<_>>(), ["pipe", "quic"]);
+/// assert_eq!(r.parse("pipe:a"), Ok(Address::plugged("pipe", "a")));
+/// # Ok::<(), RegisterError>(())
 /// ```
 #[derive(Clone, Default)]
 pub struct TransportRegistry {
