@@ -213,3 +213,17 @@ fn sim_counter_converges_under_heavy_faults() {
     assert!(out.contains("2 of 2 seeds converged"), "{out}");
     assert!(out.contains("restarts"), "{out}");
 }
+
+#[test]
+fn custom_transport_carries_messages_and_replies_over_pipes() {
+    let out = run("custom_transport", &["--adds", "20"]);
+    for line in [
+        "server listens at [\"pipe:server\"]",
+        "refused: address \"carrier-pigeon:coop\" has scheme \"carrier-pigeon\", which no transport is registered under",
+        "server got: hello over a pipe",
+        "20 additions answered over pipe:server: total 210 (expected 210)",
+        "channel transport: pipe",
+    ] {
+        assert!(out.contains(line), "{line:?} missing:\n{out}");
+    }
+}

@@ -10,6 +10,15 @@
 //! connects is the cheapest transport the two sites share, and the others
 //! are the fallback.
 //!
+//! Transports a user plugged in (`pipe:NAME`, `quic:HOST:PORT`: see
+//! `sitenet_transport::plug`) come last, after tcp and tls, in the order
+//! they were listed: sitenet knows nothing of what they cost, and TCP is
+//! known to work wherever it connects; a user who prefers a plugged
+//! transport names the site at that address only. A book keeps a plugged
+//! address only if the node has that transport ([`PluggedSchemes`]): a
+//! peer's listen list may name transports this node lacks, which are
+//! skipped like an unknown scheme.
+//!
 //! The rule for failures ([`AddressBook::failed`]):
 //!
 //! - the transport could not connect, timed out, or the handshake broke:
@@ -51,6 +60,9 @@ pub enum TransportKind {
     /// TLS over TCP (`tls:HOST:PORT`): what a node holding a certificate
     /// listens on and dials.
     Tls,
+    /// A transport the user plugged in under a scheme of its own (one of
+    /// the node's [`PluggedSchemes`]).
+    Plugged,
 }
 
 impl TransportKind {
@@ -59,6 +71,22 @@ impl TransportKind {
     /// scheme. A peer's listen list may name a transport of a newer build:
     /// such addresses are skipped, not an error.
     pub fn of(address: &str) -> Option<Self> {
+        Self::of_with(address, &PluggedSchemes::default())
+    }
+
+    /// [`of`](Self::of), knowing the transports in `plugged` too: an
+    /// address of one of them is [`TransportKind::Plugged`].
+    ///
+    /// ```
+    /// use sitenet_protocols::{PluggedSchemes, TransportKind};
+    ///
+    /// let plugged = PluggedSchemes::new(["pipe"]);
+    /// assert_eq!(TransportKind::of_with("pipe:a", &plugged), Some(TransportKind::Plugged));
+    /// assert_eq!(TransportKind::of_with("tcp:h:1", &plugged), Some(TransportKind::Tcp));
+    /// assert_eq!(TransportKind::of_with("quic:h:1", &plugged), None);
+    /// assert_eq!(TransportKind::of("pipe:a"), None); // no transport plugged in
+    /// ```
+    pub fn of_with(address: &str, plugged: &PluggedSchemes) -> Option<Self> {
         let (scheme, rest) = address.split_once(':')?;
         if rest.is_empty() {
             return None;
@@ -68,8 +96,43 @@ impl TransportKind {
             "unix" => Some(Self::Unix),
             "tcp" => Some(Self::Tcp),
             "tls" => Some(Self::Tls),
+            s if plugged.contains(s) => Some(Self::Plugged),
             _ => None,
         }
+    }
+}
+
+/// The schemes of the transports a node has plugged in (beyond mem, unix,
+/// tcp and tls): the addresses an [`AddressBook`] keeps for them. Plain
+/// data (the transports themselves live in the driver); cheap to clone,
+/// and empty by default: a node with no plugged transport.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluggedSchemes(Option<Arc<[Box<str>]>>);
+
+impl PluggedSchemes {
+    /// The schemes named (without their colon).
+    pub fn new<S: Into<Box<str>>>(schemes: impl IntoIterator<Item = S>) -> Self {
+        let v: Vec<Box<str>> = schemes.into_iter().map(Into::into).collect();
+        if v.is_empty() {
+            Self(None)
+        } else {
+            Self(Some(v.into()))
+        }
+    }
+
+    /// Whether `scheme` is one of them.
+    pub fn contains(&self, scheme: &str) -> bool {
+        self.iter().any(|s| s == scheme)
+    }
+
+    /// The schemes, in the order given.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().flat_map(|v| v.iter().map(|s| &**s))
+    }
+
+    /// True if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
     }
 }
 
@@ -163,16 +226,39 @@ impl AddressBook {
     /// [`given`](Self::given), sharing the caller's copy of the address
     /// (a site table keeps one text per site for all its uses).
     pub fn given_shared(address: Arc<str>) -> Self {
+        Self::given_shared_with(address, &PluggedSchemes::default())
+    }
+
+    /// [`given_shared`](Self::given_shared) on a node with the plugged
+    /// transports `plugged`.
+    pub fn given_shared_with(address: Arc<str>, plugged: &PluggedSchemes) -> Self {
         let mut b = Self::default();
-        b.insert_shared(address, true);
+        b.insert_shared(address, true, plugged);
         b
     }
 
     /// A book of claimed addresses only (a descriptor, a peer's listen
     /// list), in preference order; unknown schemes are skipped.
     pub fn claimed<'a>(addresses: impl IntoIterator<Item = &'a str>) -> Self {
+        Self::claimed_with(addresses, &PluggedSchemes::default())
+    }
+
+    /// [`claimed`](Self::claimed) on a node with the plugged transports
+    /// `plugged` (their addresses are kept, last).
+    ///
+    /// ```
+    /// use sitenet_protocols::{AddressBook, PluggedSchemes};
+    ///
+    /// let plugged = PluggedSchemes::new(["pipe"]);
+    /// let book = AddressBook::claimed_with(["pipe:b", "quic:h:1", "tcp:h:1", "mem:b"], &plugged);
+    /// assert_eq!(book.addresses().collect::<Vec<_>>(), ["mem:b", "tcp:h:1", "pipe:b"]);
+    /// ```
+    pub fn claimed_with<'a>(
+        addresses: impl IntoIterator<Item = &'a str>,
+        plugged: &PluggedSchemes,
+    ) -> Self {
         let mut b = Self::default();
-        b.learn(addresses);
+        b.learn_with(addresses, plugged);
         b
     }
 
@@ -192,7 +278,16 @@ impl AddressBook {
     /// assert_eq!(book.failed(&refused), Fallback::Permanent);
     /// ```
     pub fn claimed_once<'a>(addresses: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut b = Self::claimed(addresses).on_claim();
+        Self::claimed_once_with(addresses, &PluggedSchemes::default())
+    }
+
+    /// [`claimed_once`](Self::claimed_once) on a node with the plugged
+    /// transports `plugged`.
+    pub fn claimed_once_with<'a>(
+        addresses: impl IntoIterator<Item = &'a str>,
+        plugged: &PluggedSchemes,
+    ) -> Self {
+        let mut b = Self::claimed_with(addresses, plugged).on_claim();
         b.once = true;
         b
     }
@@ -226,26 +321,37 @@ impl AddressBook {
     /// [`MAX_ADDRESS_LEN`], and any beyond [`MAX_ADDRESSES`]). Returns how
     /// many were new.
     pub fn learn<'a>(&mut self, addresses: impl IntoIterator<Item = &'a str>) -> usize {
+        self.learn_with(addresses, &PluggedSchemes::default())
+    }
+
+    /// [`learn`](Self::learn) on a node with the plugged transports
+    /// `plugged` (their addresses are kept, after every built-in kind).
+    pub fn learn_with<'a>(
+        &mut self,
+        addresses: impl IntoIterator<Item = &'a str>,
+        plugged: &PluggedSchemes,
+    ) -> usize {
         addresses
             .into_iter()
-            .filter(|a| self.insert(a, false))
+            .filter(|a| self.insert(a, false, plugged))
             .count()
     }
 
-    fn insert(&mut self, address: &str, given: bool) -> bool {
+    fn insert(&mut self, address: &str, given: bool, plugged: &PluggedSchemes) -> bool {
         // Checked before a copy is made.
         if address.len() > MAX_ADDRESS_LEN
-            || TransportKind::of(address).is_none()
+            || TransportKind::of_with(address, plugged).is_none()
             || self.known.len() >= MAX_ADDRESSES
             || self.known.iter().any(|k| &*k.address == address)
         {
             return false;
         }
-        self.insert_shared(address.into(), given)
+        self.insert_shared(address.into(), given, plugged)
     }
 
-    fn insert_shared(&mut self, address: Arc<str>, given: bool) -> bool {
-        let Some(kind) = TransportKind::of(&address).filter(|_| address.len() <= MAX_ADDRESS_LEN)
+    fn insert_shared(&mut self, address: Arc<str>, given: bool, plugged: &PluggedSchemes) -> bool {
+        let Some(kind) =
+            TransportKind::of_with(&address, plugged).filter(|_| address.len() <= MAX_ADDRESS_LEN)
         else {
             return false;
         };
@@ -413,6 +519,30 @@ mod tests {
         b.learn(many.iter().map(String::as_str));
         assert_eq!(b.addresses().count(), MAX_ADDRESSES);
         assert!(TransportKind::of("tcp").is_none());
+    }
+
+    #[test]
+    fn plugged_schemes_are_kept_last_only_when_the_node_has_them() {
+        let plugged = PluggedSchemes::new(["pipe", "quic"]);
+        let mut b = AddressBook::claimed_with(
+            ["quic:h:1", "pipe:a", "tcp:h:1", "ftp:x", "pipe:", "tls:h:2"],
+            &plugged,
+        );
+        assert_eq!(list(&b), ["tcp:h:1", "tls:h:2", "quic:h:1", "pipe:a"]);
+        assert_eq!(b.learn_with(["pipe:b", "mem:m", "pipe:a"], &plugged), 2);
+        assert_eq!(
+            list(&b),
+            ["mem:m", "tcp:h:1", "tls:h:2", "quic:h:1", "pipe:a", "pipe:b"]
+        );
+        // Learned without the node's schemes: skipped.
+        assert_eq!(b.learn(["pipe:c"]), 0);
+        let g = AddressBook::given_shared_with("pipe:x".into(), &plugged);
+        assert_eq!(g.current_kind(), Some(TransportKind::Plugged));
+        assert!(!AddressBook::given("pipe:x").can_open());
+        assert!(PluggedSchemes::default().is_empty());
+        assert_eq!(plugged.iter().collect::<Vec<_>>(), ["pipe", "quic"]);
+        let once = AddressBook::claimed_once_with(["pipe:a"], &plugged);
+        assert!(once.is_once() && once.can_open());
     }
 
     /// Issue 17: addresses had no length bound: a claimed one of any size

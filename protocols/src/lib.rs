@@ -106,7 +106,7 @@ pub mod timer;
 pub mod turns;
 pub mod version;
 
-pub use address_book::{AddressBook, Fallback, TransportKind};
+pub use address_book::{AddressBook, Fallback, PluggedSchemes, TransportKind};
 pub use byte_buffer::ByteBuffer;
 pub use com_object::{
     AcceptOutcome, Action, ChannelEnd, ChannelId, ComConfig, ComObject, ComState, ComStats,

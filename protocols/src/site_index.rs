@@ -69,7 +69,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::address_book::AddressBook;
+use crate::address_book::{AddressBook, PluggedSchemes};
 use crate::claims::Claims;
 use crate::site::SiteId;
 
@@ -98,6 +98,9 @@ pub struct SiteIndex {
     /// Most sites a peer's `SiteRef`s may have made entries for and not
     /// yet proven.
     ref_limit: u32,
+    /// The node's plugged transports: the books made here keep their
+    /// addresses.
+    plugged: PluggedSchemes,
 }
 
 /// One entry as the driver knows it, for the rules that read its identity:
@@ -255,6 +258,19 @@ impl SiteIndex {
         }
     }
 
+    /// The index of a node with the plugged transports `plugged`: the
+    /// books it makes (from descriptors, references, accepted channels'
+    /// listen lists) keep their addresses.
+    pub fn with_plugged(mut self, plugged: PluggedSchemes) -> Self {
+        self.plugged = plugged;
+        self
+    }
+
+    /// The node's plugged transports (see [`with_plugged`](Self::with_plugged)).
+    pub fn plugged(&self) -> &PluggedSchemes {
+        &self.plugged
+    }
+
     /// Which entry `address` (canonical text) names: the one made for it,
     /// unless `failed` says it failed permanently; else a new entry at
     /// `new_key`, bound to the address (an entry that failed keeps its
@@ -298,20 +314,20 @@ impl SiteIndex {
                 if started(key) {
                     teach = true;
                 } else if let Some(b) = self.books.get_mut(&key) {
-                    b.learn(addresses.iter().map(String::as_str));
+                    b.learn_with(addresses.iter().map(String::as_str), &self.plugged);
                 }
             }
             return Ok(Described::Known { key, teach });
         }
         let listed = addresses.iter().map(String::as_str);
         let book = match word {
-            Word::User | Word::Local => AddressBook::claimed(listed),
+            Word::User | Word::Local => AddressBook::claimed_with(listed, &self.plugged),
             Word::Peer { peer, forward } => {
                 let (claims, limit, book) = if forward {
-                    let book = AddressBook::claimed_once(listed);
+                    let book = AddressBook::claimed_once_with(listed, &self.plugged);
                     (&mut self.forward_claims, self.forward_limit, book)
                 } else {
-                    let book = AddressBook::claimed(listed).on_claim();
+                    let book = AddressBook::claimed_with(listed, &self.plugged).on_claim();
                     (&mut self.ref_claims, self.ref_limit, book)
                 };
                 if !claims.try_claim(peer, new_key, limit) {
@@ -362,7 +378,10 @@ impl SiteIndex {
             return Route::Existing(k);
         }
         self.by_id.insert(id, new_key);
-        Route::New(AddressBook::claimed(listen.iter().map(String::as_str)))
+        Route::New(AddressBook::claimed_with(
+            listen.iter().map(String::as_str),
+            &self.plugged,
+        ))
     }
 
     /// Entry `site` (`merged`: it merged into another entry) was handed an

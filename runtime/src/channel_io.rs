@@ -76,6 +76,8 @@ pub(crate) struct Dial {
     pub(crate) connect_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
     pub(crate) tls: Option<sitenet_transport::tls::TlsIdentity>,
+    /// What dials a plugged transport's address.
+    pub(crate) transports: sitenet_transport::TransportRegistry,
 }
 
 impl Dial {
@@ -87,6 +89,7 @@ impl Dial {
             connect_timeout: cfg.connect_timeout,
             handshake_timeout: cfg.handshake_timeout,
             tls: cfg.tls.clone(),
+            transports: cfg.transports.clone(),
         }
     }
 }
@@ -107,6 +110,7 @@ pub(crate) async fn connect_and_open(
         connect_timeout,
         handshake_timeout,
         tls,
+        transports,
     } = dial;
     // A `tls:` address: TLS runs in the TransObject, with this site's
     // certificate.
@@ -127,7 +131,7 @@ pub(crate) async fn connect_and_open(
             ))
         }
     };
-    let connect = Channel::connect_tuned(&addr, tcp);
+    let connect = transports.connect(&addr, tcp);
     let ch = match actix_rt::time::timeout(connect_timeout, connect).await {
         Err(_) => return Err((OpenFailure::ConnectTimeout(addr.to_string()), None)),
         Ok(Err(source)) => {

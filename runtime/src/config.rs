@@ -236,6 +236,17 @@ pub struct NodeConfig {
     /// futures await, which could then never finish. 10,000 by default;
     /// at least 1.
     pub max_async_handlers: usize,
+    /// Transports plugged in beyond tcp, tls, unix and mem, by scheme
+    /// (see [`sitenet_transport::plug`]): the node parses, dials and
+    /// listens at `SCHEME:ADDRESS` through them, and its address books
+    /// keep peers' addresses of these schemes (tried after tcp and tls).
+    /// They live here, beside [`tls`](Self::tls) and
+    /// [`fault_injector`](Self::fault_injector), because they are part of
+    /// how the node reaches others: a configuration cloned for several
+    /// nodes carries them, and `Node::config` shows them.
+    /// [`NodeBuilder::transport`](crate::NodeBuilder::transport) is the
+    /// short way to add one. Empty by default.
+    pub transports: sitenet_transport::TransportRegistry,
 }
 
 impl Default for NodeConfig {
@@ -283,6 +294,7 @@ impl Default for NodeConfig {
             cookies: Vec::new(),
             tls: None,
             max_async_handlers: 10_000,
+            transports: sitenet_transport::TransportRegistry::new(),
         }
     }
 }
@@ -339,8 +351,15 @@ impl NodeConfig {
             reopen_after_peer_hard_close: self.reopen_after_peer_hard_close,
             give_up_after: self.give_up_after,
             unreachable_give_up: self.unreachable_give_up,
+            plugged: self.plugged_schemes(),
             ..Default::default()
         }
+    }
+
+    /// The schemes of [`transports`](Self::transports), for the address
+    /// books.
+    pub(crate) fn plugged_schemes(&self) -> sitenet_protocols::PluggedSchemes {
+        sitenet_protocols::PluggedSchemes::new(self.transports.schemes())
     }
 
     pub(crate) fn session(&self) -> SessionConfig {

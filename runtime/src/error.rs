@@ -5,7 +5,7 @@ use std::io;
 use thiserror::Error;
 
 use sitenet_protocols::SiteId;
-use sitenet_transport::AddressError;
+use sitenet_transport::{AddressError, RegisterError};
 
 /// A node could not be started or configured.
 #[derive(Debug, Error)]
@@ -58,6 +58,11 @@ pub enum NodeError {
     /// for the handshake); the message says what to change.
     #[error("invalid node configuration: {0}")]
     Config(String),
+    /// A transport could not be plugged in
+    /// ([`NodeBuilder::transport`](crate::NodeBuilder::transport)): a
+    /// built-in scheme, not a scheme name, or one taken.
+    #[error("cannot plug in the transport: {0}")]
+    Transport(#[from] RegisterError),
 }
 
 /// A message could not be queued. Nothing was sent.

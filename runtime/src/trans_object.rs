@@ -164,11 +164,13 @@ impl TransObject {
     /// that says why we went (a graceful shutdown looked like a crash
     /// about one run in four in
     /// `tests/cli.rs::send_exits_1_on_a_new_incarnation_a_shutdown_or_after_give_up`).
-    /// The descriptor and the slot lease are held until then. Only TCP
-    /// (TLS included) needs it: a Unix or mem channel delivers what was
-    /// written into the peer's side at once, and is dropped now.
+    /// The descriptor and the slot lease are held until then. TCP (TLS
+    /// included) needs it: a Unix or mem channel delivers what was
+    /// written into the peer's side at once, and is dropped now. A
+    /// plugged transport's channel lingers too: sitenet cannot know what
+    /// its drop discards.
     pub(crate) async fn linger_close(mut self, within: std::time::Duration) {
-        if self.ch.scheme() != "tcp" {
+        if matches!(self.ch.scheme(), "unix" | "mem") {
             return;
         }
         let _ = tokio::time::timeout(within, async {
@@ -197,7 +199,8 @@ impl TransObject {
     }
 
     /// The transport the channel runs: `tls` when TLS runs over it, else
-    /// the channel's scheme (`tcp`, `unix`, `mem`).
+    /// the channel's scheme (`tcp`, `unix`, `mem`, or a plugged
+    /// transport's).
     pub(crate) fn transport(&self) -> &'static str {
         if self.tls.is_some() {
             "tls"

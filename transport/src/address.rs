@@ -12,9 +12,17 @@
 //!   (`mem:node-a`): many sites in one process with no file descriptor at
 //!   all (see [`crate::mem`]). Names are process-wide; tests take fresh ones
 //!   from [`Address::unique_mem`].
+//! - `SCHEME:REST` — a transport plugged in under `SCHEME` (see
+//!   [`crate::plug`]): parsed only by a [`TransportRegistry`] that has it
+//!   ([`TransportRegistry::parse`]), since what `REST` means is the
+//!   transport's business.
 //!
-//! Parsing never guesses: an unknown or missing scheme, or an empty path or
-//! name, is an [`AddressError`] whose message shows the expected forms.
+//! Parsing never guesses: a missing scheme, one no transport is registered
+//! under, or an empty path or name, is an [`AddressError`] whose message
+//! shows the expected forms.
+//!
+//! [`TransportRegistry`]: crate::plug::TransportRegistry
+//! [`TransportRegistry::parse`]: crate::plug::TransportRegistry::parse
 
 use std::fmt;
 use std::path::PathBuf;
@@ -42,13 +50,38 @@ use thiserror::Error;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AddressError {
-    /// No `scheme:` prefix, or one sitenet does not know.
+    /// No `scheme:` prefix (or not one a scheme name can be: see
+    /// [`Unregistered`](Self::Unregistered)).
     #[error(
         "address {0:?} has no known scheme: expected tcp:HOST:PORT (for example tcp:127.0.0.1:7000), \
          tls:HOST:PORT (TLS over TCP, for example tls:127.0.0.1:7001), unix:PATH (a Unix socket, for example unix:/tmp/sitenet.sock) \
          or mem:NAME (an in-process channel, for example mem:node-a)"
     )]
     Scheme(String),
+    /// A scheme that is none of the built-in ones, and no transport is
+    /// registered under it where the address was parsed (plain `parse`
+    /// knows only the built-in kinds; a node parses with its
+    /// [`TransportRegistry`](crate::plug::TransportRegistry)).
+    #[error(
+        "address {address:?} has scheme {scheme:?}, which no transport is registered under: expected tcp:HOST:PORT \
+         (for example tcp:127.0.0.1:7000), tls:HOST:PORT, unix:PATH, mem:NAME, or SCHEME:ADDRESS for a transport \
+         registered under SCHEME (TransportRegistry::register; NodeBuilder::transport on a node)"
+    )]
+    Unregistered {
+        /// The whole address.
+        address: String,
+        /// Its scheme (before the first colon).
+        scheme: String,
+    },
+    /// A registered transport refused the part after its scheme (empty,
+    /// or not in its form: [`Transport::check`](crate::plug::Transport::check)).
+    #[error("address {address:?} is not valid for its transport: {reason}")]
+    Invalid {
+        /// The whole address.
+        address: String,
+        /// The transport's words.
+        reason: String,
+    },
     /// The part after `tcp:` or `tls:` is not `HOST:PORT`.
     #[error(
         "address {0:?} is not tcp:HOST:PORT or tls:HOST:PORT (IPv6 hosts go in brackets: tcp:[::1]:7000)"
@@ -131,6 +164,33 @@ pub enum Address {
         /// The registered name (not empty once parsed).
         name: String,
     },
+    /// An address of a plugged transport (see [`crate::plug`]): `rest`
+    /// means what the transport registered under `scheme` says. Only a
+    /// [`TransportRegistry`](crate::plug::TransportRegistry) holding that
+    /// transport parses, dials or binds it.
+    Plugged {
+        /// The scheme name, without the colon (never a built-in one once
+        /// parsed).
+        scheme: String,
+        /// Everything after `scheme:` (not empty once parsed).
+        rest: String,
+    },
+}
+
+/// The built-in kinds' schemes, which no plugged transport may take.
+pub(crate) const BUILT_IN_SCHEMES: [&str; 4] = ["tcp", "tls", "unix", "mem"];
+
+/// Whether `s` can be a scheme name: a lowercase ASCII letter, then at most
+/// 31 lowercase letters, digits, `+`, `-` or `.` (a URI scheme, lowercase
+/// only: scheme names are compared exactly, never case-folded).
+pub fn is_scheme_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 32
+        && b[0].is_ascii_lowercase()
+        && b[1..]
+            .iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"+-.".contains(&c))
 }
 
 impl Address {
@@ -167,6 +227,27 @@ impl Address {
         Self::Mem { name: name.into() }
     }
 
+    /// An address of the transport plugged in under `scheme`. Not checked
+    /// here; parse with a [`TransportRegistry`](crate::plug::TransportRegistry)
+    /// to have it checked.
+    pub fn plugged(scheme: impl Into<String>, rest: impl Into<String>) -> Self {
+        Self::Plugged {
+            scheme: scheme.into(),
+            rest: rest.into(),
+        }
+    }
+
+    /// The scheme: `tcp`, `tls`, `unix`, `mem` or a plugged transport's.
+    pub fn scheme(&self) -> &str {
+        match self {
+            Self::Tcp { .. } => "tcp",
+            Self::Tls { .. } => "tls",
+            Self::Unix { .. } => "unix",
+            Self::Mem { .. } => "mem",
+            Self::Plugged { scheme, .. } => scheme,
+        }
+    }
+
     /// A `mem:` address whose name no listener has now and that this
     /// function never returned before in this process: `mem:PREFIX#N`.
     /// The `mem:` counterpart of port 0, for tests and for nodes that only
@@ -201,7 +282,7 @@ impl Address {
 
     /// The string a socket API takes: `host:port` for TCP (IPv6 hosts in
     /// brackets), the path for Unix (lossily converted if it is not UTF-8),
-    /// the name for mem.
+    /// the name for mem, what follows the scheme for a plugged transport.
     pub fn socket_string(&self) -> String {
         match self {
             Self::Tcp { host, port } | Self::Tls { host, port } if host.contains(':') => {
@@ -210,20 +291,23 @@ impl Address {
             Self::Tcp { host, port } | Self::Tls { host, port } => format!("{host}:{port}"),
             Self::Unix { path } => path.display().to_string(),
             Self::Mem { name } => name.clone(),
+            Self::Plugged { rest, .. } => rest.clone(),
         }
     }
 }
 
 impl fmt::Display for Address {
-    /// The canonical text form, `tcp:HOST:PORT`, `unix:PATH` or `mem:NAME`,
-    /// which parses back to the same address (a non-UTF-8 Unix path is
-    /// shown lossily and does not).
+    /// The canonical text form, `tcp:HOST:PORT`, `unix:PATH`, `mem:NAME` or
+    /// `SCHEME:REST`, which parses back to the same address (a non-UTF-8
+    /// Unix path is shown lossily and does not; a plugged one, with the
+    /// registry that has its transport).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Tcp { .. } => write!(f, "tcp:{}", self.socket_string()),
             Self::Tls { .. } => write!(f, "tls:{}", self.socket_string()),
             Self::Unix { path } => write!(f, "unix:{}", path.display()),
             Self::Mem { name } => write!(f, "mem:{name}"),
+            Self::Plugged { scheme, rest } => write!(f, "{scheme}:{rest}"),
         }
     }
 }
@@ -232,7 +316,10 @@ impl FromStr for Address {
     type Err = AddressError;
 
     /// Parses `tcp:HOST:PORT`, `unix:PATH` (everything after `unix:` is the
-    /// path, taken literally) or `mem:NAME` (everything after `mem:`).
+    /// path, taken literally) or `mem:NAME` (everything after `mem:`). Any
+    /// other scheme is [`AddressError::Unregistered`]: plugged transports'
+    /// addresses parse with their registry
+    /// ([`TransportRegistry::parse`](crate::plug::TransportRegistry::parse)).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if let Some(path) = s.strip_prefix("unix:") {
             if path.is_empty() {
@@ -251,7 +338,15 @@ impl FromStr for Address {
         let (tls, rest) = match (s.strip_prefix("tcp:"), s.strip_prefix("tls:")) {
             (Some(rest), _) => (false, rest),
             (None, Some(rest)) => (true, rest),
-            (None, None) => return Err(AddressError::Scheme(s.to_string())),
+            (None, None) => {
+                return Err(match s.split_once(':') {
+                    Some((scheme, _)) if is_scheme_name(scheme) => AddressError::Unregistered {
+                        address: s.to_string(),
+                        scheme: scheme.to_string(),
+                    },
+                    _ => AddressError::Scheme(s.to_string()),
+                })
+            }
         };
         let (host, port) = if let Some(r) = rest.strip_prefix('[') {
             let (h, p) = r
@@ -330,10 +425,16 @@ mod tests {
             "127.0.0.1:7000".parse::<Address>(),
             Err(AddressError::Scheme(_))
         ));
-        assert!(matches!(
+        // A scheme name, but no transport is registered under it.
+        assert_eq!(
             "udp:1.2.3.4:5".parse::<Address>(),
-            Err(AddressError::Scheme(_))
-        ));
+            Err(AddressError::Unregistered {
+                address: "udp:1.2.3.4:5".into(),
+                scheme: "udp".into()
+            })
+        );
+        let msg = "udp:1.2.3.4:5".parse::<Address>().unwrap_err().to_string();
+        assert!(msg.contains("no transport is registered"), "{msg}");
         assert!(matches!(
             "tcp:127.0.0.1".parse::<Address>(),
             Err(AddressError::HostPort(_))

@@ -15,6 +15,11 @@
 //! - in-process pipes ([`Channel::Mem`], `mem:NAME`), for many sites in one
 //!   process without file descriptors (see [`crate::mem`]).
 //!
+//! A fourth variant, [`Channel::Plugged`], holds a channel of a transport a
+//! user plugged in (see [`crate::plug`]) behind a trait object: only such
+//! channels pay a virtual call; the built-in kinds stay statically
+//! dispatched.
+//!
 //! In each, `try_read` returning `Ok(0)` is the end of the stream and
 //! `WouldBlock` means "await readiness"; a write after the peer is gone fails
 //! (`BrokenPipe` or a reset).
@@ -33,6 +38,7 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use crate::address::Address;
 use crate::fault::FaultyChannel;
 use crate::mem::{MemChannel, MemListener};
+use crate::plug::{unregistered, PluggedChannel, PluggedListener};
 
 /// A connected byte channel. Cheap readiness futures take `&self`, so the
 /// driver can await readability and writability concurrently.
@@ -84,6 +90,10 @@ pub enum Channel {
     /// Another channel wrapped by a [`FaultInjector`](crate::FaultInjector),
     /// for tests: cuts, delay and black holes on command.
     Faulty(FaultyChannel),
+    /// A channel of a transport plugged in by the user (see
+    /// [`crate::plug`]), made by a
+    /// [`TransportRegistry`](crate::plug::TransportRegistry).
+    Plugged(PluggedChannel),
 }
 
 /// Unsent bytes a TCP socket may hold before it stops taking more (Linux
@@ -154,7 +164,9 @@ fn tune_tcp(s: &TcpStream, tuning: TcpTuning) -> io::Result<()> {
 impl Channel {
     /// Connects to `addr`. A `mem:` address connects to a listener of this
     /// process (`ConnectionRefused` if there is none by that name); an empty
-    /// Unix path or mem name is `InvalidInput`.
+    /// Unix path or mem name is `InvalidInput`. A plugged transport's
+    /// address is `Unsupported` here: connect through the
+    /// [`TransportRegistry`](crate::plug::TransportRegistry) that has it.
     pub async fn connect(addr: &Address) -> io::Result<Self> {
         Self::connect_tuned(addr, TcpTuning::default()).await
     }
@@ -173,6 +185,7 @@ impl Channel {
                 Ok(Self::Unix(UnixStream::connect(path).await?))
             }
             Address::Mem { name } => Ok(Self::Mem(MemChannel::connect(name)?)),
+            Address::Plugged { .. } => Err(unregistered(addr)),
         }
     }
 
@@ -184,6 +197,7 @@ impl Channel {
             Self::Mem(m) => m.readable().await,
             // Boxed: a faulty channel wraps a `Channel`, so the futures nest.
             Self::Faulty(f) => Box::pin(f.readable()).await,
+            Self::Plugged(p) => std::future::poll_fn(|cx| p.get().poll_read_ready(cx)).await,
         }
     }
 
@@ -194,6 +208,7 @@ impl Channel {
             Self::Unix(s) => s.writable().await,
             Self::Mem(m) => m.writable().await,
             Self::Faulty(f) => Box::pin(f.writable()).await,
+            Self::Plugged(p) => std::future::poll_fn(|cx| p.get().poll_write_ready(cx)).await,
         }
     }
 
@@ -205,6 +220,7 @@ impl Channel {
             Self::Unix(s) => s.try_read(buf),
             Self::Mem(m) => m.try_read(buf),
             Self::Faulty(f) => f.try_read(buf),
+            Self::Plugged(p) => p.get().try_read(buf),
         }
     }
 
@@ -234,6 +250,7 @@ impl Channel {
             },
             Self::Mem(m) => m.try_write_vectored(bufs),
             Self::Faulty(f) => f.try_write_vectored(bufs),
+            Self::Plugged(p) => p.get().try_write_vectored(bufs),
         }
     }
 
@@ -242,18 +259,21 @@ impl Channel {
     /// its peer sends does not make the kernel answer with a reset that
     /// discards its own last bytes (see `TransObject::linger_close` in the
     /// runtime). A mem channel keeps what was written readable anyway:
-    /// nothing to do.
+    /// nothing to do. A plugged channel does what its transport does
+    /// ([`TransportChannel::shutdown_write`](crate::plug::TransportChannel::shutdown_write)).
     pub fn shutdown_write(&self) -> io::Result<()> {
         match self {
             Self::Tcp(s) => socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write),
             Self::Unix(s) => socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write),
             Self::Mem(_) => Ok(()),
             Self::Faulty(f) => f.shutdown_write(),
+            Self::Plugged(p) => p.get().shutdown_write(),
         }
     }
 
-    /// The channel's kind as an address scheme: `tcp`, `unix` or `mem`
-    /// (a fault-injecting wrapper names what it wraps). A `tls:` channel is
+    /// The channel's kind as an address scheme: `tcp`, `unix`, `mem`, or
+    /// the scheme a plugged transport is registered under (a
+    /// fault-injecting wrapper names what it wraps). A `tls:` channel is
     /// a `tcp` one here: TLS runs above the channel.
     pub fn scheme(&self) -> &'static str {
         match self {
@@ -261,13 +281,15 @@ impl Channel {
             Self::Unix(_) => "unix",
             Self::Mem(_) => "mem",
             Self::Faulty(f) => f.scheme(),
+            Self::Plugged(p) => p.scheme(),
         }
     }
 
     /// The peer's address, for logs: `tcp:IP:PORT`; `unix:PATH` on the
     /// connecting side of a Unix socket and `unix:(client)` on the accepting
     /// side (clients have no name); `mem:NAME` on the connecting side of a
-    /// mem channel and `mem:(client N)` on the accepting side.
+    /// mem channel and `mem:(client N)` on the accepting side;
+    /// `SCHEME:` and what a plugged channel says of its peer.
     pub fn peer(&self) -> String {
         match self {
             Self::Tcp(s) => s
@@ -283,6 +305,7 @@ impl Channel {
             },
             Self::Mem(m) => m.peer(),
             Self::Faulty(f) => f.peer(),
+            Self::Plugged(p) => format!("{}:{}", p.scheme(), p.get().peer()),
         }
     }
 
@@ -311,6 +334,8 @@ pub enum Listener {
     Unix(UnixListener),
     /// A registered in-process name; dropping it frees the name.
     Mem(MemListener),
+    /// A listener of a plugged transport (see [`crate::plug`]).
+    Plugged(PluggedListener),
 }
 
 impl Listener {
@@ -319,7 +344,9 @@ impl Listener {
     /// no one listens on) is replaced; a live one is `AddrInUse` (found by
     /// connecting to it, so the live listener accepts one connection that
     /// ends at once). A mem name already bound in this process is
-    /// `AddrInUse`.
+    /// `AddrInUse`. A plugged transport's address is `Unsupported` here:
+    /// bind through the [`TransportRegistry`](crate::plug::TransportRegistry)
+    /// that has it.
     pub async fn bind(addr: &Address) -> io::Result<Self> {
         match addr {
             Address::Tcp { .. } => Ok(Self::Tcp(TcpListener::bind(addr.socket_string()).await?)),
@@ -328,6 +355,7 @@ impl Listener {
             Address::Unix { .. } | Address::Mem { .. } => {
                 BoundListener::bind(addr)?.into_listener()
             }
+            Address::Plugged { .. } => Err(unregistered(addr)),
         }
     }
 
@@ -344,6 +372,7 @@ impl Listener {
             }
             Self::Unix(l) => unix_address(l.local_addr()?.as_pathname()),
             Self::Mem(l) => Ok(Address::mem(l.name())),
+            Self::Plugged(l) => l.local_address(),
         }
     }
 
@@ -368,6 +397,7 @@ impl Listener {
             }
             Self::Unix(l) => Ok(Channel::Unix(l.accept().await?.0)),
             Self::Mem(l) => Ok(Channel::Mem(l.accept().await?)),
+            Self::Plugged(l) => l.accept().await,
         }
     }
 }
@@ -416,12 +446,16 @@ enum Bound {
     Unix(std::os::unix::net::UnixListener),
     /// Registered already: needs no runtime at all.
     Mem(MemListener),
+    /// Bound by its transport (synchronously, like the others).
+    Plugged(PluggedListener),
 }
 
 impl BoundListener {
     /// Binds `addr` now (port 0 picks a free port; a stale Unix socket file
     /// is replaced, a live one is `AddrInUse`; a mem name is registered at
-    /// once, `AddrInUse` if taken).
+    /// once, `AddrInUse` if taken). A plugged transport's address is
+    /// `Unsupported` here: bind through the
+    /// [`TransportRegistry`](crate::plug::TransportRegistry) that has it.
     pub fn bind(addr: &Address) -> io::Result<Self> {
         let inner = match addr {
             Address::Tcp { .. } | Address::Tls { .. } => {
@@ -439,8 +473,16 @@ impl BoundListener {
                 Bound::Unix(l)
             }
             Address::Mem { name } => Bound::Mem(MemListener::bind(name)?),
+            Address::Plugged { .. } => return Err(unregistered(addr)),
         };
         Ok(Self { inner })
+    }
+
+    /// A plugged transport's listener, bound by it.
+    pub(crate) fn plugged(l: PluggedListener) -> Self {
+        Self {
+            inner: Bound::Plugged(l),
+        }
     }
 
     /// The address actually bound, with the real port.
@@ -456,6 +498,7 @@ impl BoundListener {
             }
             Bound::Unix(l) => unix_address(l.local_addr()?.as_pathname()),
             Bound::Mem(l) => Ok(Address::mem(l.name())),
+            Bound::Plugged(l) => l.local_address(),
         }
     }
 
@@ -466,6 +509,7 @@ impl BoundListener {
             Bound::Tls(l) => Listener::Tls(TcpListener::from_std(l)?),
             Bound::Unix(l) => Listener::Unix(UnixListener::from_std(l)?),
             Bound::Mem(l) => Listener::Mem(l),
+            Bound::Plugged(l) => Listener::Plugged(l),
         })
     }
 }

@@ -8,7 +8,9 @@
 //! sites in one process without file descriptors — a seeded fault-injecting
 //! wrapper ([`FaultInjector`]) for tests that works on every kind, and the
 //! [`TransController`] that shares a process's channel slots among its
-//! nodes. Channels are used through readiness and non-blocking reads and
+//! nodes. Other transports plug in ([`plug`]): a [`plug::Transport`]
+//! registered under a scheme of its own in a [`plug::TransportRegistry`].
+//! Channels are used through readiness and non-blocking reads and
 //! writes so that the channel driver can keep its two fixed ByteBuffers and
 //! never pause reads behind writes.
 //!
@@ -49,9 +51,10 @@ pub mod channel;
 pub mod controller;
 pub mod fault;
 pub mod mem;
+pub mod plug;
 pub mod tls;
 
-pub use address::{Address, AddressError};
+pub use address::{is_scheme_name, Address, AddressError};
 pub use channel::{BoundListener, Channel, Listener};
 pub use controller::{
     fd_limit, LeaseId, Requested, SlotInfo, SlotLease, SlotReport, SlotSnapshot, TransController,
@@ -59,3 +62,7 @@ pub use controller::{
 };
 pub use fault::{FaultInjector, FaultyChannel, SeedReportGuard};
 pub use mem::{MemChannel, MemListener, MEM_BACKLOG, MEM_PIPE_CAPACITY};
+pub use plug::{
+    PluggedChannel, PluggedListener, RegisterError, StreamChannel, Transport, TransportChannel,
+    TransportListener, TransportRegistry,
+};

@@ -54,6 +54,10 @@ pub struct ComConfig {
     /// otherwise pin its queued replies for ever. Applies even when
     /// `give_up_after` is `None`; the shorter of the two wins.
     pub unreachable_give_up: Duration,
+    /// The schemes of the transports the node plugged in: the addresses of
+    /// a peer's listen list its books keep beyond the built-in kinds (see
+    /// [`PluggedSchemes`](crate::PluggedSchemes)).
+    pub plugged: crate::PluggedSchemes,
     /// This node's site id (the link decision's tie-break). Kept here, in
     /// the configuration every ComObject of the node shares, rather than in
     /// each of them; `ComObject::new` sets it.
@@ -79,6 +83,7 @@ impl Default for ComConfig {
             callable: false,
             give_up_after: None,
             unreachable_give_up: Duration::from_secs(15),
+            plugged: crate::PluggedSchemes::default(),
             local: SiteId(0),
             decide,
         }

@@ -13,7 +13,7 @@ impl ComObject {
     /// [`AddressBook`](crate::AddressBook)). A site that could not be
     /// called before may open now if it needs a channel.
     pub fn learn_addresses<'a>(&mut self, addresses: impl IntoIterator<Item = &'a str>) {
-        if self.book.learn(addresses) > 0 && self.phase != Phase::Failed {
+        if self.book.learn_with(addresses, &self.cfg.plugged) > 0 && self.phase != Phase::Failed {
             self.update();
         }
     }

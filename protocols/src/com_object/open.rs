@@ -81,8 +81,10 @@ impl ComObject {
         // The peer lists every address it listens on: later opens use the
         // best transport the two sites share.
         self.book.succeeded();
-        self.book
-            .learn(opened.present.listen.iter().map(String::as_str));
+        self.book.learn_with(
+            opened.present.listen.iter().map(String::as_str),
+            &self.cfg.plugged,
+        );
         if opened.peer_fresh && !self.session.is_fresh() {
             // The peer forgot our session (it reclaimed our entry), or
             // numbers in another (see `accepted`): number afresh, and hand

@@ -9,7 +9,6 @@ use actix::fut;
 use actix::prelude::*;
 
 use sitenet_protocols::{Initiator, OpenRequest, Opened};
-use sitenet_transport::Address;
 
 use super::{ComObject, SlotGranted};
 use crate::channel_io::{connect_and_open, Dial, OpenFailure};
@@ -76,7 +75,7 @@ impl ComObject {
     }
 
     pub(super) fn start_open(&mut self, req: OpenRequest, ctx: &mut Context<Self>) {
-        let addr = match req.address.parse::<Address>() {
+        let addr = match self.node.cfg.transports.parse(&req.address) {
             Ok(a) => a,
             Err(e) => {
                 // A peer listed an address this build cannot parse: that

@@ -26,6 +26,11 @@ use super::*;
 pub struct NodeBuilder {
     listen: Vec<String>,
     cfg: NodeConfig,
+    /// Transports plugged in by [`transport`](Self::transport), added to
+    /// the configuration's when the node starts (so `config` may come
+    /// before or after), and the first refusal, reported then.
+    transports: sitenet_transport::TransportRegistry,
+    transport_error: Option<sitenet_transport::RegisterError>,
     runtime: Option<Runtime>,
     /// The versions and capabilities the node offers: this build's, but
     /// in sitenet's own tests that play an older or newer build.
@@ -33,10 +38,37 @@ pub struct NodeBuilder {
 }
 
 impl NodeBuilder {
-    /// Listens on `addr` (`tcp:HOST:PORT`; port 0 picks a free port). May be
-    /// called several times. A node without listeners only connects out.
+    /// Listens on `addr` (`tcp:HOST:PORT`; port 0 picks a free port;
+    /// `unix:PATH`, `mem:NAME`, `tls:HOST:PORT`, or `SCHEME:ADDRESS` of a
+    /// plugged transport). May be called several times. A node without
+    /// listeners only connects out.
     pub fn listen(mut self, addr: impl Into<String>) -> Self {
         self.listen.push(addr.into());
+        self
+    }
+
+    /// Plugs in `transport` under `scheme` (without the colon): the node
+    /// then parses, dials and listens at `SCHEME:ADDRESS` through it
+    /// (`node.site("pipe:b")`, `.listen("pipe:a")`), and keeps peers'
+    /// addresses of that scheme, tried after tcp and tls. Accepted
+    /// channels go through the same admission as TCP ones: the node's
+    /// slot limits, handshake caps and silence deadline apply. A built-in
+    /// scheme, a name that is not a scheme, or one plugged in twice is
+    /// [`NodeError::Transport`] from [`start`](Self::start). Adds to
+    /// [`NodeConfig::transports`], whichever of this and
+    /// [`config`](Self::config) comes first.
+    ///
+    /// See `examples/custom_transport.rs` for a whole transport (pipes
+    /// between nodes of one process) and
+    /// [`sitenet_transport::plug::Transport`] for the trait.
+    pub fn transport(
+        mut self,
+        scheme: &str,
+        transport: std::sync::Arc<dyn sitenet_transport::Transport>,
+    ) -> Self {
+        if let Err(e) = self.transports.register(scheme, transport) {
+            self.transport_error.get_or_insert(e);
+        }
         self
     }
 
@@ -63,7 +95,11 @@ impl NodeBuilder {
     /// checks the configuration, binds the listeners and makes the node's
     /// state; nothing listens yet.
     /// `inbox` makes each ComObject's inbox (delivery to the handlers).
-    pub(crate) fn bind(self, inbox: crate::com_object::MakeInbox) -> Result<Bound, NodeError> {
+    pub(crate) fn bind(mut self, inbox: crate::com_object::MakeInbox) -> Result<Bound, NodeError> {
+        if let Some(e) = self.transport_error {
+            return Err(e.into());
+        }
+        self.cfg.transports.extend(&self.transports)?;
         let cfg = self.cfg.normalised();
         let output = crate::outbox::OutputBound {
             site: cfg.output_bound,
@@ -73,7 +109,7 @@ impl NodeBuilder {
         let mut bound = Vec::new();
         let mut listen = Vec::new();
         for a in &self.listen {
-            let addr: Address = a.parse()?;
+            let addr: Address = cfg.transports.parse(a)?;
             // A node with a certificate demands one of every peer: a
             // listener where peers cannot prove one would refuse them all.
             if cfg.tls.is_some() && !addr.is_tls() {
@@ -90,10 +126,13 @@ impl NodeBuilder {
                      --cert, --key and --ca on the command line) or listen on tcp:"
                 )));
             }
-            let b = BoundListener::bind(&addr).map_err(|source| NodeError::Bind {
-                addr: a.clone(),
-                source,
-            })?;
+            let b = cfg
+                .transports
+                .bind(&addr)
+                .map_err(|source| NodeError::Bind {
+                    addr: a.clone(),
+                    source,
+                })?;
             listen.push(b.local_address().map_err(|source| NodeError::Bind {
                 addr: a.clone(),
                 source,
@@ -134,6 +173,7 @@ impl NodeBuilder {
         let sites = Mutex::new(SiteTable::new(
             cfg.forward_claims_per_peer,
             cfg.site_ref_claims_per_peer,
+            cfg.plugged_schemes(),
         ));
         let inner = Arc::new(NodeInner {
             id,

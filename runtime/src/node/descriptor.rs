@@ -3,7 +3,6 @@
 //! best transport the two share (see `sitenet_protocols::AddressBook`).
 
 use sitenet_protocols::SiteDescriptor;
-use sitenet_transport::Address;
 
 use super::Node;
 use super::SiteRef;
@@ -54,7 +53,7 @@ impl Node {
             return Err(NodeError::Shutdown);
         }
         for a in &d.addresses {
-            a.parse::<Address>()?;
+            self.inner.cfg.transports.parse(a)?;
         }
         Ok(self
             .inner

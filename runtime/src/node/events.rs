@@ -41,7 +41,8 @@ pub enum NodeEvent {
         site: SiteId,
         /// The address this node knows it by, if it dialled it.
         address: Option<String>,
-        /// The channel's transport: `tcp`, `tls`, `unix` or `mem`.
+        /// The channel's transport: `tcp`, `tls`, `unix`, `mem`, or the
+        /// scheme of a plugged transport.
         transport: &'static str,
     },
     /// The site is temporarily failed: its channel was lost or an open

@@ -317,7 +317,7 @@ impl Node {
         if self.inner.is_shut_down() {
             return Err(NodeError::Shutdown);
         }
-        let a: Address = addr.parse()?;
+        let a: Address = self.inner.cfg.transports.parse(addr)?;
         if self.inner.listen.contains(&a) {
             return Ok(self.local_site());
         }

@@ -24,7 +24,7 @@ use slab::Slab;
 use sitenet_protocols::site_index::{
     Adoption, At, Bind, Counts, Described, Reclaim, Route, Site, SiteIndex, Word,
 };
-use sitenet_protocols::{AddressBook, SiteDescriptor, SiteId};
+use sitenet_protocols::{AddressBook, PluggedSchemes, SiteDescriptor, SiteId};
 use sitenet_transport::Address;
 
 use super::NodeInner;
@@ -46,10 +46,11 @@ impl SiteTable {
     /// An empty table; a peer may hold `forward_claims` claims made by
     /// forwarded origins and `ref_claims` made by its `SiteRef`s
     /// (`NodeConfig::forward_claims_per_peer`, `site_ref_claims_per_peer`).
-    pub(crate) fn new(forward_claims: u32, ref_claims: u32) -> Self {
+    /// Its books keep addresses of the `plugged` transports.
+    pub(crate) fn new(forward_claims: u32, ref_claims: u32, plugged: PluggedSchemes) -> Self {
         Self {
             entries: Slab::new(),
-            index: SiteIndex::new(forward_claims, ref_claims),
+            index: SiteIndex::new(forward_claims, ref_claims).with_plugged(plugged),
         }
     }
 }
@@ -116,7 +117,7 @@ impl NodeInner {
         entry: &'a Arc<SiteEntry>,
     ) -> &'a actix::Addr<ComObject> {
         self.actor(entry, || match &entry.address {
-            Some(a) => AddressBook::given_shared(a.clone()),
+            Some(a) => AddressBook::given_shared_with(a.clone(), &self.com_cfg.plugged),
             None => self
                 .sites
                 .lock()

@@ -79,6 +79,7 @@ pub(super) fn shutdown_both(ch: &Channel) {
             let _ = socket2::SockRef::from(s).shutdown(Shutdown::Both);
         }
         Channel::Mem(m) => m.shutdown(),
+        Channel::Plugged(p) => p.get().close(),
         Channel::Faulty(f) => {
             let ws = lock(&f.shared.write);
             f.shared.cut_locked(&ws, "outer channel cut");
