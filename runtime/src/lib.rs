@@ -63,7 +63,7 @@ pub use error::SiteFailure;
 pub use error::WouldDeadlock;
 pub use error::{DecodeError, DeliveryError, FlushError, NodeError, RequestError, SendError};
 pub use handlers::{AsyncCtx, Ctx, Outcome, Responder, Unhandled};
-pub use message::{Message, RawMessage, Reply, SendOptions, RESERVED_IDS};
+pub use message::{Message, RawMessage, Reply, RequestId, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
 pub use node::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};

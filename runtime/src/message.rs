@@ -78,6 +78,33 @@ impl std::io::Write for ArenaWriter<'_> {
     }
 }
 
+/// Names one request across every site it passes: the site that asked
+/// (its origin) and the correlation id it gave it. A forwarded request
+/// keeps both (the last site answers the origin directly under the same
+/// id), so the one value ties together the caller's `sitenet.request`
+/// span and every `sitenet.handle` span the request runs in, on each hop
+/// — grep one id across the logs of a cluster to follow a request.
+/// Printed `ORIGIN/CORR` (the origin's 32 hex digits).
+///
+/// ```
+/// use sitenet_runtime::{RequestId, SiteId};
+/// let id = RequestId { origin: SiteId(0xA), corr: 7 };
+/// assert_eq!(id.to_string(), "0000000000000000000000000000000a/7");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestId {
+    /// The site that sent the request first.
+    pub origin: sitenet_protocols::SiteId,
+    /// The correlation id it gave the request.
+    pub corr: u64,
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.origin, self.corr)
+    }
+}
+
 /// Ids at or above this are reserved for sitenet's own message types.
 pub const RESERVED_IDS: u32 = 0xFFFF_0000;
 

@@ -522,17 +522,31 @@ impl SiteRef {
         timeout: std::time::Duration,
     ) -> Result<sitenet_protocols::InMessage, RequestError> {
         let corr = m.corr;
+        // The caller's side of the request's id across sites (see
+        // `RequestId`): the handle spans of every hop carry the same.
+        let span = tracing::debug_span!(
+            "sitenet.request",
+            request = %crate::message::RequestId { origin: self.node.id, corr },
+            type_id = m.type_id,
+            to = ?self.entry.resolved().id.get(),
+        );
         let rx = self
             .node
             .register_request(corr, self.entry.resolved(), timeout);
-        if let Err(e) = self.post(m).await {
-            self.node.cancel_request(corr);
-            return Err(e.into());
-        }
-        match rx.await {
-            Ok(r) => r,
-            Err(_) => Err(RequestError::Shutdown),
-        }
+        tracing::Instrument::instrument(
+            async move {
+                if let Err(e) = self.post(m).await {
+                    self.node.cancel_request(corr);
+                    return Err(e.into());
+                }
+                match rx.await {
+                    Ok(r) => r,
+                    Err(_) => Err(RequestError::Shutdown),
+                }
+            },
+            span,
+        )
+        .await
     }
 
     /// Blocking variant of [`request`](Self::request). On the node's own

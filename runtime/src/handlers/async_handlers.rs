@@ -244,7 +244,13 @@ where
             Ok(fut) => {
                 // A runtime that no longer runs drops the task: its
                 // responder answers "no reply" if anything still can.
-                node.rt.spawn(run(node.clone(), slot, type_id, answer, fut));
+                // In the request's `sitenet.handle` span, entered by the
+                // caller of this handler.
+                let run = run(node.clone(), slot, type_id, answer, fut);
+                node.rt.spawn(tracing::Instrument::instrument(
+                    run,
+                    tracing::Span::current(),
+                ));
             }
             Err(_) => panicked(&node, type_id, answer.as_ref()),
         }

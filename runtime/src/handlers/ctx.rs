@@ -95,6 +95,20 @@ impl Ctx<'_> {
         self.corr
     }
 
+    /// The request's id across sites (its origin and correlation id, the
+    /// same on every hop of a forward), or `None` for a one-way message or
+    /// an origin whose id is not known yet. The `sitenet.handle` span the
+    /// handler runs in carries it as its `request` field.
+    pub fn request_id(&self) -> Option<crate::message::RequestId> {
+        if !self.is_request() {
+            return None;
+        }
+        Some(crate::message::RequestId {
+            origin: self.from.id.get()?,
+            corr: self.corr,
+        })
+    }
+
     /// True if the sender awaits a reply (`SiteRef::request`).
     pub fn is_request(&self) -> bool {
         sitenet_protocols::delegation::reply_kind(self.kind).is_some()
@@ -294,6 +308,9 @@ impl Ctx<'_> {
         }
         post_forward(to, self.origin_descriptor(), self.corr, msg, opts)?;
         self.replied = true;
+        // In the request's `sitenet.handle` span: the next hop's span
+        // carries the same request id.
+        tracing::debug!(to = ?to.id(), address = ?to.address(), "request forwarded");
         Ok(())
     }
 

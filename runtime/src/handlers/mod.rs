@@ -221,6 +221,7 @@ fn call(
     m: InMessage,
 ) {
     let type_id = m.prelude.type_id;
+    let forwarded = origin.is_some();
     let mut ctx = Ctx {
         node,
         type_id,
@@ -233,6 +234,20 @@ fn call(
         replied: false,
         origin,
     };
+    // A request's handler runs in a span naming the request across hops
+    // (one-way messages, the hot path, get none). An async handler's
+    // future carries it on (`erase_async`).
+    let span = match ctx.request_id() {
+        Some(id) => tracing::debug_span!(
+            "sitenet.handle",
+            request = %id,
+            type_id,
+            hop = if forwarded { "forwarded" } else { "direct" },
+            via = ?via.id.get(),
+        ),
+        None => tracing::Span::none(),
+    };
+    let _entered = span.enter();
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| h(&mut ctx, &header)));
     let outcome = handler_outcome("handler", node, from, &header, &ctx.body, type_id, result);
     match outcome {
