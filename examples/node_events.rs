@@ -100,7 +100,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let nowhere = client.site(&format!("tcp:127.0.0.1:{port}"))?;
+    let nowhere = client.site(format!("tcp:127.0.0.1:{port}"))?;
     nowhere.try_send(&Echo { seq: 2 })?;
     show_until(&mut events, |e| {
         matches!(e, NodeEvent::SiteUnreachable { .. })

@@ -126,7 +126,7 @@ async fn a_site_learns_its_peers_addresses_and_reopens_over_the_best() {
     let server = everywhere("d-learn");
     let client = Node::builder().start().unwrap();
     // Asked for by its tcp address: the first channel is tcp.
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     echo_via(&site).await;
     assert!(transport_used(&client, &server, "tcp:").await);
     // The handshake listed every address; once this channel is gone, the

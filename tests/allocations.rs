@@ -20,7 +20,7 @@ static A: Counting = Counting;
 async fn small_messages_cost_no_allocation_each() {
     let server = listening_node();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let body = bytes::Bytes::from(vec![1u8; 64]);
     let send = |seq| {
         let opts = SendOptions::default().body(body.clone());

@@ -91,7 +91,7 @@ async fn an_async_handler_awaits_another_site_before_answering() {
     })
     .unwrap();
     let front = node();
-    let to_back = front.site(&addr(&back)).unwrap();
+    let to_back = front.site(addr(&back)).unwrap();
     front
         .handle_async(move |ctx: AsyncCtx, Ask(n): Ask| {
             let to_back = to_back.clone();
@@ -106,7 +106,7 @@ async fn an_async_handler_awaits_another_site_before_answering() {
         })
         .unwrap();
     let client = node();
-    let site = client.site(&addr(&front)).unwrap();
+    let site = client.site(addr(&front)).unwrap();
     let asks: Vec<_> = (0..20)
         .map(|n| site.request::<Ask, Answer>(&Ask(n), now(), PATIENCE))
         .collect();
@@ -151,7 +151,7 @@ async fn a_typed_error_is_matched_by_the_caller() {
         .unwrap();
     let client = node();
     for server in [&sync_server, &async_server] {
-        let site = client.site(&addr(server)).unwrap();
+        let site = client.site(addr(server)).unwrap();
         let ask = |n| site.request_result::<Ask, Answer, AskError>(&Ask(n), now(), PATIENCE);
         assert_eq!(ask(8).await.unwrap().map(|r| r.msg), Ok(Answer(4)));
         assert_eq!(ask(7).await.unwrap().err(), Some(AskError::Odd(7)));
@@ -182,7 +182,7 @@ async fn a_typed_error_is_matched_by_the_caller() {
         assert_eq!(ask(2).await.unwrap().map(|r| r.msg), Ok(Answer(1)));
     }
     // Plain failures stay plain for `request_result`.
-    let client_site = client.site(&addr(&sync_server)).unwrap();
+    let client_site = client.site(addr(&sync_server)).unwrap();
     let e = client_site
         .request_result::<Note, Answer, AskError>(&Note(1), now(), PATIENCE)
         .await
@@ -228,7 +228,7 @@ async fn a_panicking_async_handler_is_answered_as_an_error_and_counted() {
         })
         .unwrap();
     let client = node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     for n in [1, 2] {
         let e = site
             .request::<Ask, Answer>(&Ask(n), now(), PATIENCE)
@@ -254,7 +254,7 @@ async fn an_async_handler_answering_nothing_ends_the_request_at_once() {
         .handle_async(|_ctx: AsyncCtx, _: Ask| async {})
         .unwrap();
     let client = node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let t0 = Instant::now();
     let e = site
         .request::<Ask, Answer>(&Ask(1), now(), Duration::from_secs(60))
@@ -284,7 +284,7 @@ async fn an_async_handler_may_answer_through_its_responder() {
         })
         .unwrap();
     let client = node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let r = site
         .request::<Ask, Answer>(&Ask(5), now(), PATIENCE)
         .await
@@ -326,7 +326,7 @@ async fn at_the_cap_a_request_is_refused_busy_at_once() {
         let _ = tx.lock().unwrap().send((u.type_id, u.reason));
     });
     let client = node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let held: Vec<_> = (0..2)
         .map(|n| tokio::spawn(site.request::<Ask, Answer>(&Ask(n), now(), PATIENCE)))
         .collect();
@@ -383,7 +383,7 @@ async fn a_stopping_node_drops_its_running_futures() {
         })
         .unwrap();
     let client = node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let asked = tokio::spawn(site.request::<Ask, Answer>(&Ask(1), now(), PATIENCE));
     assert!(eventually(|| server.metrics().async_handlers == 1).await);
     let t0 = Instant::now();
@@ -419,7 +419,7 @@ async fn shutdown_waits_for_running_futures_within_its_deadline() {
         })
         .unwrap();
     let client = node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let answered = tokio::spawn(site.request::<Ask, Answer>(&Ask(1), now(), PATIENCE));
     assert!(eventually(|| server.metrics().async_handlers == 1).await);
     let stopping = {
@@ -448,7 +448,7 @@ async fn shutdown_waits_for_running_futures_within_its_deadline() {
             }
         })
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let asked = tokio::spawn(site.request::<Ask, Answer>(&Ask(0), now(), PATIENCE));
     assert!(eventually(|| server.metrics().async_handlers == 1).await);
     server.shutdown(Duration::from_millis(200)).await;
@@ -475,7 +475,7 @@ async fn an_async_handler_forwards_and_the_owner_answers_a_typed_error() {
         })
         .unwrap();
     let relay = node();
-    let to_owner = relay.site(&addr(&owner)).unwrap();
+    let to_owner = relay.site(addr(&owner)).unwrap();
     relay
         .handle_async(move |ctx: AsyncCtx, Ask(n): Ask| {
             let to_owner = to_owner.clone();
@@ -489,7 +489,7 @@ async fn an_async_handler_forwards_and_the_owner_answers_a_typed_error() {
         })
         .unwrap();
     let client = node();
-    let site = client.site(&addr(&relay)).unwrap();
+    let site = client.site(addr(&relay)).unwrap();
     let ask = |n| site.request_result::<Ask, Answer, AskError>(&Ask(n), now(), PATIENCE);
     assert_eq!(ask(2).await.unwrap().map(|r| r.msg), Ok(Answer(200)));
     assert_eq!(ask(3).await.unwrap().err(), Some(AskError::Odd(3)));
@@ -501,7 +501,7 @@ async fn an_async_handler_forwards_and_the_owner_answers_a_typed_error() {
         .configure(|c| c.max_message_size = 64 * 1024)
         .start()
         .unwrap();
-    let to_owner = small.site(&addr(&owner)).unwrap();
+    let to_owner = small.site(addr(&owner)).unwrap();
     small
         .handle_async(move |ctx: AsyncCtx, Ask(n): Ask| {
             let to_owner = to_owner.clone();
@@ -512,7 +512,7 @@ async fn an_async_handler_forwards_and_the_owner_answers_a_typed_error() {
             }
         })
         .unwrap();
-    let site = client.site(&addr(&small)).unwrap();
+    let site = client.site(addr(&small)).unwrap();
     let r = site.request::<Ask, Answer>(&Ask(4), now(), PATIENCE).await;
     assert_eq!(r.unwrap().msg, Answer(5));
 }
@@ -534,7 +534,7 @@ async fn a_handler_without_sync_keeps_its_state() {
         })
         .unwrap();
     let client = node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let mut got = Vec::new();
     for n in 1..=3 {
         let r = site.request::<Ask, Answer>(&Ask(n), now(), PATIENCE).await;

@@ -42,7 +42,7 @@ fn tiny_messages_to_a_stalled_consumer_stay_within_the_bound() {
         })
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     // The first message opens the channel and stalls the consumer: what
     // follows queues behind it.
     site.try_send_with(&Numbered { stream: 0, seq: 0 }, SendOptions::default())

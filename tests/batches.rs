@@ -59,7 +59,7 @@ async fn a_mixed_batch_to_many_sites_completes_every_operation_with_a_callback_e
     let client = Node::builder().start().unwrap();
     let sites: Vec<_> = servers
         .iter()
-        .map(|s| client.site(&addr(s)).unwrap())
+        .map(|s| client.site(addr(s)).unwrap())
         .collect();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
@@ -100,7 +100,7 @@ async fn a_mixed_batch_to_many_sites_completes_every_operation_with_a_callback_e
 async fn every_request_of_a_batch_is_sent_before_the_first_reply() {
     let (server, go) = held_echo();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let mut b = client.batch();
     for seq in 0..200 {
         b.request(&site, &Ask { seq }, SendOptions::default(), PATIENCE)
@@ -195,7 +195,7 @@ async fn a_dead_site_is_retried_on_the_site_now_at_its_address_up_to_max_retry()
 async fn failures_are_listed_with_their_errors() {
     let client = Node::builder().start().unwrap();
     let server = listening_node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let nobody = client.site("tcp:127.0.0.1:1").unwrap();
     let mut b = client.batch();
     b.request(&site, &Echo { seq: 1 }, SendOptions::default(), PATIENCE)
@@ -246,7 +246,7 @@ fn wait_all_reports_what_was_not_done_by_its_deadline() {
 async fn next_done_tells_a_timeout_from_the_end() {
     let (server, go) = held_echo();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let mut b = client.batch();
     b.request(&site, &Ask { seq: 1 }, SendOptions::default(), PATIENCE)
         .unwrap();
@@ -289,7 +289,7 @@ async fn a_batch_of_requests_is_answered_by_async_handlers() {
         })
         .unwrap();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let mut b = client.batch();
     for seq in 0..50 {
         b.request(&site, &Ask { seq }, SendOptions::default(), PATIENCE)

@@ -24,7 +24,7 @@ fn fast_linger(c: &mut NodeConfig) {
 async fn weak_close_after_the_last_reference_is_dropped() {
     let server = listening_node();
     let client = Node::builder().configure(fast_linger).start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     echo(&site, 1).await;
     drop(site);
     assert!(
@@ -44,7 +44,7 @@ async fn weak_close_after_the_last_reference_is_dropped() {
         "{m:?}"
     );
     // Not a failure: a new reference simply reopens.
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     echo(&site, 2).await;
     assert_eq!(client.metrics().channels_opened, 2);
     assert_eq!(site.fault_state(), sitenet::FaultState::Ok);
@@ -64,7 +64,7 @@ async fn weak_close_rejected_by_a_peer_that_still_needs_the_channel() {
         .start()
         .unwrap();
     let client = listening_node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     echo(&site, 1).await;
     assert!(
         server
@@ -103,7 +103,7 @@ async fn hard_close_racing_with_a_stream_loses_nothing() {
         .configure(fast_linger)
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     // The channel is working before the stream starts, so each hard close
     // hits a working channel with messages queued and in flight.
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
@@ -189,7 +189,7 @@ async fn close_racing_with_a_lost_channel_and_reconnect() {
         })
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
     site.flush(PATIENCE).await.unwrap();
     for seq in 1..N {

@@ -57,7 +57,7 @@ async fn refused(from: &Node, to: &Node) -> String {
 async fn members_with_the_same_cookie_exchange() {
     let (server, _) = server(vec![cookie(1)]);
     let member = client(vec![cookie(1)]);
-    let site = member.site(&addr(&server)).unwrap();
+    let site = member.site(addr(&server)).unwrap();
     for seq in 0..20 {
         echo(&site, seq).await;
     }
@@ -104,8 +104,8 @@ async fn a_rotated_cookie_keeps_old_and_new_members_in() {
     let (server, _) = server(vec![cookie(2), cookie(1)]);
     let old = client(vec![cookie(1)]);
     let new = client(vec![cookie(2)]);
-    echo(&old.site(&addr(&server)).unwrap(), 1).await;
-    echo(&new.site(&addr(&server)).unwrap(), 2).await;
+    echo(&old.site(addr(&server)).unwrap(), 1).await;
+    echo(&new.site(addr(&server)).unwrap(), 2).await;
     assert_eq!(server.metrics().auth_refused, 0);
     // Once the old cookie is dropped everywhere, a node still holding only
     // it is out.

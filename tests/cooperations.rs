@@ -54,7 +54,7 @@ async fn scatter_gather_completes_when_every_site_answered() {
     let client = Node::builder().start().unwrap();
     let sites: Vec<_> = servers
         .iter()
-        .map(|s| client.site(&addr(s)).unwrap())
+        .map(|s| client.site(addr(s)).unwrap())
         .collect();
     let coop = client.cooperation();
     assert!(coop.check().is_none());
@@ -84,7 +84,7 @@ async fn a_long_reply_is_truncated_to_its_descriptor_and_its_size_reported() {
     let client = Node::builder().start().unwrap();
     let coop = client.cooperation();
     for s in [&long, &short] {
-        let site = client.site(&addr(s)).unwrap();
+        let site = client.site(addr(s)).unwrap();
         coop.expect(Expect::from_site(&site).max_body(10));
         coop.request(&site, &Count { delay_ms: 0 }, now())
             .await
@@ -120,8 +120,8 @@ async fn a_timeout_returns_the_replies_that_came_and_a_late_one_is_discarded_and
     .unwrap();
     let client = Node::builder().start().unwrap();
     let coop = client.cooperation();
-    let q = client.site(&addr(&quick)).unwrap();
-    let s = client.site(&addr(&slow)).unwrap();
+    let q = client.site(addr(&quick)).unwrap();
+    let s = client.site(addr(&slow)).unwrap();
     coop.expect(Expect::from_site(&q));
     coop.expect(Expect::from_site(&s));
     coop.request(&q, &Count { delay_ms: 0 }, now())
@@ -179,7 +179,7 @@ async fn a_cooperation_with_nothing_to_expect_fails_at_once() {
 async fn cancel_wakes_every_waiter_and_later_replies_are_discarded() {
     let slow = server(1, 0);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&slow)).unwrap();
+    let site = client.site(addr(&slow)).unwrap();
     let coop = client.cooperation();
     coop.expect(Expect::from_site(&site));
     coop.request(&site, &Count { delay_ms: 300 }, now())
@@ -207,7 +207,7 @@ async fn cancel_wakes_every_waiter_and_later_replies_are_discarded() {
 async fn a_failed_site_fails_the_cooperation_waiting_for_it() {
     let s = server(1, 0);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&s)).unwrap();
+    let site = client.site(addr(&s)).unwrap();
     let coop = client.cooperation();
     coop.expect(Expect::from_site(&site));
     coop.request(&site, &Count { delay_ms: 300 }, now())
@@ -243,7 +243,7 @@ async fn a_request_of_an_ended_cooperation_does_not_keep_its_channel_open() {
         .configure(|c| c.linger = Duration::from_millis(50))
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let coop = client.cooperation();
     coop.expect(Expect::from_site(&site));
     coop.cancel();
@@ -283,7 +283,7 @@ async fn declared_reply_types_fill_a_cooperation_from_sites_never_asked() {
     let voters: Vec<Node> = (0..3).map(|_| Node::builder().start().unwrap()).collect();
     let to: Vec<_> = voters
         .iter()
-        .map(|v| v.site(&addr(&coordinator)).unwrap())
+        .map(|v| v.site(addr(&coordinator)).unwrap())
         .collect();
     // Nobody waits yet: discarded and counted.
     to[0].send(&Vote(false)).await.unwrap();
@@ -323,7 +323,7 @@ async fn regression_an_answer_names_a_site_that_was_not_reclaimed() {
         .start()
         .unwrap();
     let client = Node::builder().configure(fast).start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let coop = client.cooperation();
     coop.expect(Expect::any().of::<sitenet::services::EchoReply>());
     coop.request(
@@ -380,7 +380,7 @@ async fn a_cooperation_gathers_the_answers_of_async_handlers() {
     let client = Node::builder().start().unwrap();
     let sites: Vec<_> = servers
         .iter()
-        .map(|s| client.site(&addr(s)).unwrap())
+        .map(|s| client.site(addr(s)).unwrap())
         .collect();
     let coop = client.cooperation();
     for s in &sites {

@@ -18,7 +18,7 @@ fn ten_thousand_sends_to_a_busy_com_object_cause_one_wake() {
         .runtime(Runtime::dedicated("dp-client"))
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     // Open the channel and let the first wake be consumed.
     site.send_blocking(&Numbered { stream: 0, seq: 0 }, SendOptions::default())
         .unwrap();
@@ -56,7 +56,7 @@ fn no_wake_is_lost_when_many_threads_send() {
         .runtime(Runtime::dedicated("dp-client2"))
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let barrier = Arc::new(std::sync::Barrier::new(THREADS as usize));
     let handles: Vec<_> = (0..THREADS)
         .map(|stream| {
@@ -106,7 +106,7 @@ fn queued_small_messages_share_frames_on_the_wire() {
         .runtime(Runtime::dedicated("pk-client"))
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let body = bytes::Bytes::from(vec![7u8; 64]);
     let opts = || SendOptions::default().body(body.clone());
     site.send_blocking(&Numbered { stream: 0, seq: 0 }, opts())

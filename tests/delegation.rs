@@ -39,7 +39,7 @@ fn node() -> Node {
 /// A site that forwards every `Lookup` to `next`.
 fn relay(next: &Node) -> Node {
     let n = node();
-    let to = n.site(&addr(next)).unwrap();
+    let to = n.site(addr(next)).unwrap();
     n.handle(move |ctx, l: Lookup| {
         ctx.forward(&to, &l).unwrap();
     })
@@ -73,7 +73,7 @@ async fn the_final_handler_answers_the_origin_directly_in_three_messages() {
     let c = owner();
     let b = relay(&c);
     let a = node();
-    let site = a.site(&addr(&b)).unwrap();
+    let site = a.site(addr(&b)).unwrap();
     let r = site
         .request::<Lookup, Found>(
             &Lookup { key: "k".into() },
@@ -105,7 +105,7 @@ async fn the_final_handler_answers_the_origin_directly_in_three_messages() {
         .sum();
     assert_eq!(frames, 3, "data frames");
     let direct = a
-        .site(&addr(&c))
+        .site(addr(&c))
         .unwrap()
         .request::<Lookup, Found>(
             &Lookup { key: "k".into() },
@@ -123,7 +123,7 @@ async fn a_forwarded_request_forwarded_again_keeps_its_origin() {
     let c = relay(&d);
     let b = relay(&c);
     let a = node();
-    let site = a.site(&addr(&b)).unwrap();
+    let site = a.site(addr(&b)).unwrap();
     let r = site
         .request::<Lookup, Found>(
             &Lookup { key: "x".into() },
@@ -181,7 +181,7 @@ async fn request_ids_are_unguessable() {
         })
         .unwrap();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     for i in 0..200 {
         site.request::<Lookup, Found>(
             &Lookup { key: i.to_string() },

@@ -40,7 +40,7 @@ fn held_server() -> (Node, mpsc::Sender<()>) {
 async fn a_tracked_message_completes_when_the_peer_acknowledged_it_not_when_queued() {
     let (server, go) = held_server();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let mut first = site
         .send_tracked(&Numbered { stream: 0, seq: 0 }, SendOptions::default())
         .await
@@ -78,7 +78,7 @@ async fn a_tracked_message_completes_when_the_peer_acknowledged_it_not_when_queu
 async fn a_killed_site_fails_tracked_messages_as_maybe_delivered_or_not_sent() {
     let (server, _go) = held_server();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     // Sent, and held unacknowledged by the server's handler.
     let sent = site
         .send_tracked(&Numbered { stream: 0, seq: 0 }, SendOptions::default())
@@ -151,7 +151,7 @@ fn a_tracked_send_that_cannot_be_queued_fails_at_once() {
 async fn a_reference_made_after_a_kill_fails_at_once_instead_of_waiting() {
     let server = common::listening_node();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     common::echo(&site, 1).await;
     client.kill(&site);
     assert!(
@@ -159,7 +159,7 @@ async fn a_reference_made_after_a_kill_fails_at_once_instead_of_waiting() {
             .wait_until(|_| site.failure().is_some(), PATIENCE)
             .await
     );
-    let again = client.site(&addr(&server)).unwrap();
+    let again = client.site(addr(&server)).unwrap();
     let r = again
         .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
             &sitenet::services::Echo { seq: 2 },

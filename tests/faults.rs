@@ -49,7 +49,7 @@ async fn partition_detected_by_heartbeats_then_healed() {
         })
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok, "initial report");
     for seq in 0..100 {
@@ -158,7 +158,7 @@ async fn kill_hands_back_what_was_not_acknowledged() {
         .runtime(Runtime::dedicated("kill-client"))
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
@@ -220,7 +220,7 @@ async fn a_handshake_that_never_finishes_ends_by_its_timer() {
     let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = mute.local_addr().unwrap().port();
     let client = Node::builder().configure(quick).start().unwrap();
-    let site = client.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+    let site = client.site(format!("tcp:127.0.0.1:{port}")).unwrap();
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
@@ -272,7 +272,7 @@ async fn a_node_shut_down_mid_stream_is_failed_as_shut_down_through_the_flood() 
     let server = listening_node();
     let _sink = Sink::install(&server, u64::MAX, None);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);
     let s2 = site.clone();
@@ -323,7 +323,7 @@ async fn regression_requests_sent_before_a_merge_fail_with_the_site() {
     })
     .unwrap();
     // B contacts A first: A knows B by id.
-    let to_a = b.site(&addr(&a)).unwrap();
+    let to_a = b.site(addr(&a)).unwrap();
     echo(&to_a, 1).await;
     let by_id = a.site_by_id(b.id()).expect("A knows B by id");
     // A contacts B under an alias of its address: that entry merges into
@@ -366,7 +366,7 @@ async fn regression_requests_sent_before_a_merge_fail_with_the_site() {
 async fn a_site_that_shuts_down_is_failed_at_once_as_shut_down() {
     let server = listening_node();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     echo(&site, 1).await;
     let mut states = client.monitor(&site);
     let report = server.shutdown(PATIENCE).await;
@@ -398,7 +398,7 @@ async fn a_site_that_shuts_down_is_failed_at_once_as_shut_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_to_a_closed_port_is_unreachable_not_a_timeout() {
     let client = Node::builder().start().unwrap();
-    let site = client.site(&closed_port_address()).unwrap();
+    let site = client.site(closed_port_address()).unwrap();
     // Unreachable first (a refused open), so the deadline finds it so.
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);

@@ -62,7 +62,7 @@ fn a_request_never_answered() -> (
         })
         .unwrap();
     let victim = listening_node();
-    let site = victim.site(&addr(&server)).unwrap();
+    let site = victim.site(addr(&server)).unwrap();
     let asking = std::thread::spawn(move || {
         site.request_blocking::<WhoAreYou, IAm>(
             &WhoAreYou,
@@ -159,7 +159,7 @@ fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
         .wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE)
         .unwrap());
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     for seq in 0..20 {
         site.send_blocking(
             &Numbered { stream: 1, seq },
@@ -199,7 +199,7 @@ fn a_peer_listing_another_sites_address_does_not_take_over_its_traffic() {
         "the liar's channel never worked"
     );
     // The victim now talks to the server by its address: the server answers.
-    let site = victim.site(&addr(&server)).unwrap();
+    let site = victim.site(addr(&server)).unwrap();
     let r = site
         .request_blocking::<WhoAreYou, IAm>(
             &WhoAreYou,
@@ -224,7 +224,7 @@ fn a_message_too_large_for_the_peer_queued_before_the_first_handshake_is_handed_
         .unwrap();
     let sink = Sink::install(&server, 1, None);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     // Both queued before any channel exists: the client does not know the
     // server's maximum yet.
     site.try_send_with(&Blob, SendOptions::default().body(vec![1u8; 200 * 1024]))
@@ -261,7 +261,7 @@ fn a_message_too_large_for_the_peer_queued_before_the_first_handshake_is_handed_
 fn a_send_racing_with_kill_is_handed_back_not_lost() {
     let server = listening_node();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     {
         // The ComObject is busy: the kill is queued behind it, and the send
         // checks the site before the kill runs.
@@ -317,7 +317,7 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
     let client = Node::builder().start().unwrap();
     let port = addr(&server).rsplit(':').next().unwrap().to_string();
     // The site is known by its IP address first …
-    let by_ip = client.site(&addr(&server)).unwrap();
+    let by_ip = client.site(addr(&server)).unwrap();
     by_ip
         .send_blocking(&Numbered { stream: 9, seq: 0 }, SendOptions::default())
         .unwrap();
@@ -326,7 +326,7 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
         .unwrap());
     // … then a stream goes to it by a name it does not list: the alias entry
     // opens, finds the known site, and merges while the stream runs.
-    let alias = client.site(&format!("tcp:localhost:{port}")).unwrap();
+    let alias = client.site(format!("tcp:localhost:{port}")).unwrap();
     for seq in 0..N {
         alias
             .send_blocking(&Numbered { stream: 1, seq }, SendOptions::default())
@@ -409,7 +409,7 @@ fn a_default_node_serves_no_builtin_services() {
     use sitenet::services::{Echo, EchoReply};
     let plain = Node::builder().listen("tcp:127.0.0.1:0").start().unwrap();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&plain)).unwrap();
+    let site = client.site(addr(&plain)).unwrap();
     let r = site.request_blocking::<Echo, EchoReply>(
         &Echo { seq: 1 },
         SendOptions::default(),
@@ -422,7 +422,7 @@ fn a_default_node_serves_no_builtin_services() {
     assert_eq!(plain.metrics().unhandled, 1);
     // Opted in, it answers.
     let served = listening_node();
-    let site = client.site(&addr(&served)).unwrap();
+    let site = client.site(addr(&served)).unwrap();
     let r = site
         .request_blocking::<Echo, EchoReply>(
             &Echo { seq: 2 },
@@ -511,7 +511,7 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
     .unwrap();
     let client = Node::builder().start().unwrap();
     client
-        .site(&addr(&node))
+        .site(addr(&node))
         .unwrap()
         .send_blocking(&WhoAreYou, SendOptions::default())
         .unwrap();
@@ -523,7 +523,7 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
     assert_eq!(shut, Err(sitenet::WouldDeadlock));
     // Refused, not done: the node still runs its handlers.
     client
-        .site(&addr(&node))
+        .site(addr(&node))
         .unwrap()
         .send_blocking(&WhoAreYou, SendOptions::default())
         .unwrap();

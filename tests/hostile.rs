@@ -205,7 +205,7 @@ async fn regression_shutdown_refuses_new_sends_while_it_waits() {
     // A site nobody answers at: what is queued for it is never
     // acknowledged, so shutdown waits its whole deadline.
     let client = Node::builder().start().unwrap();
-    let site = client.site(&closed_port_address()).unwrap();
+    let site = client.site(closed_port_address()).unwrap();
     site.try_send(&Expected { n: 0 }).unwrap();
     let c = client.clone();
     let shutting = tokio::spawn(async move { c.shutdown(std::time::Duration::from_secs(3)).await });
@@ -243,7 +243,7 @@ async fn regression_messages_queued_as_a_site_is_given_up_are_in_not_sent() {
             .configure(|c| c.give_up_after = Some(std::time::Duration::from_millis(100)))
             .start()
             .unwrap();
-        let site = client.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+        let site = client.site(format!("tcp:127.0.0.1:{port}")).unwrap();
         let sender = site.clone();
         let accepted = std::thread::spawn(move || {
             let mut n = 0u64;
@@ -294,7 +294,7 @@ async fn regression_dropping_the_node_fails_its_tracked_deliveries() {
         })
         .unwrap();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let delivery = site
         .try_send_tracked(&Expected { n: 0 }, sitenet::SendOptions::default())
         .unwrap();
@@ -456,7 +456,7 @@ async fn regression_idle_sockets_never_cut_a_node_off() {
     let joined = tokio::time::timeout(Duration::from_secs(30), echo(&newcomer, 1)).await;
     // And the attacked node still opens channels of its own.
     let other = listening_node();
-    let outbound = server.site(&addr(&other)).unwrap();
+    let outbound = server.site(addr(&other)).unwrap();
     let opened = tokio::time::timeout(Duration::from_secs(30), echo(&outbound, 1)).await;
     let during = open_fds();
     let s = slots.stats();
@@ -641,7 +641,7 @@ async fn regression_a_busy_handler_never_makes_a_live_node_look_dead() {
         })
         .unwrap();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     // The channel first (one tracked message), so the clock below measures
     // the busy server, not the connection.
     site.send_tracked(&Work { n: 0 }, sitenet::SendOptions::default())
@@ -774,7 +774,7 @@ async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
     // The budget is held (the server reads the trickler first).
     assert!(eventually(|| server.metrics().reads > 0).await);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let start = std::time::Instant::now();
     let delivery = site
         .send_tracked(

@@ -27,7 +27,7 @@ async fn an_idle_channel_shrinks_its_rings_and_grows_them_for_traffic() {
         .unwrap();
     let sink = Sink::install(&server, 3, Some(1 << 20));
     let client = Node::builder().configure(quick_idle).start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let big = || SendOptions::default().body(vec![7u8; 1 << 20]);
     site.send_with(&Numbered { stream: 0, seq: 0 }, big())
         .await

@@ -27,7 +27,7 @@ fn per_site(node: &sitenet::Node, count: i64, start: impl Fn(&sitenet::SiteRef))
     settle(node);
     let before = LIVE.load(Ordering::Relaxed);
     let sites: Vec<_> = (0..count)
-        .map(|i| node.site(&format!("tcp:127.0.0.1:{}", 1 + i)).unwrap())
+        .map(|i| node.site(format!("tcp:127.0.0.1:{}", 1 + i)).unwrap())
         .collect();
     for s in &sites {
         start(s);

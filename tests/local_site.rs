@@ -112,7 +112,7 @@ async fn a_reference_to_the_receiver_itself_resolves_to_its_local_site() {
     })
     .unwrap();
     let a = Node::builder().start().unwrap();
-    let to_b = a.site(&addr(&b)).unwrap();
+    let to_b = a.site(addr(&b)).unwrap();
     common::echo(&to_b, 1).await; // A knows B's id now
     to_b.send(&Introduce { peer: to_b.clone() }).await.unwrap();
     let local = tokio::time::timeout(PATIENCE, rx.recv())
@@ -179,13 +179,13 @@ async fn a_request_forwarded_back_to_its_origin_is_answered_locally() {
     })
     .unwrap();
     let b = common::listening_node();
-    let back = b.site(&addr(&a)).unwrap();
+    let back = b.site(addr(&a)).unwrap();
     b.handle(move |ctx, m: Add| {
         let _ = ctx.forward(&back, &m);
     })
     .unwrap();
     let r = a
-        .site(&addr(&b))
+        .site(addr(&b))
         .unwrap()
         .request::<Add, Add>(&Add(4), SendOptions::default(), PATIENCE)
         .await
@@ -214,7 +214,7 @@ async fn its_own_listen_address_is_the_local_site_and_another_name_a_clear_failu
         .unwrap();
     assert_eq!(r.msg.0, 40);
     let port = listen.rsplit(':').next().unwrap();
-    let other_name = a.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+    let other_name = a.site(format!("tcp:127.0.0.1:{port}")).unwrap();
     assert!(!other_name.is_local());
     let e = other_name
         .request::<Add, Add>(&Add(4), SendOptions::default(), PATIENCE)

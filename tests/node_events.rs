@@ -29,7 +29,7 @@ async fn a_site_is_up_with_its_transport_then_down_with_a_typed_reason() {
     let server = listening_node();
     let client = Node::builder().start().unwrap();
     let mut events = client.events();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     echo(&site, 1).await;
     let ev = next_matching(&mut events, |_| true).await;
     assert_eq!(
@@ -131,7 +131,7 @@ fn a_monitor_on_a_site_never_contacted_says_so() {
     assert_eq!(first.reason, "not contacted yet");
     // Once a channel has worked, the first event says nothing of it.
     let server = listening_node();
-    let reached = client.site(&addr(&server)).unwrap();
+    let reached = client.site(addr(&server)).unwrap();
     block_on(echo(&reached, 1));
     let first = block_on(client.monitor(&reached).next()).unwrap();
     assert_eq!((first.state, first.reason.as_str()), (FaultState::Ok, ""));

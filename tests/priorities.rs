@@ -31,7 +31,7 @@ fn server_logging() -> (Node, Log) {
 async fn a_priority_4_message_overtakes_a_64_mib_priority_2_one_in_flight() {
     let (server, log) = server_logging();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     // A first message opens the channel: the big one starts at once.
     echo(&site, 0).await;
     let big = Bytes::from(vec![0x11u8; 64 << 20]);
@@ -62,7 +62,7 @@ async fn saturated_levels_share_bytes_by_their_weights() {
     const SIZE: usize = 128 << 10;
     let (server, log) = server_logging();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     echo(&site, 0).await;
     // Every level always has a message queued: queued round robin, far
     // faster than the channel drains them.

@@ -57,7 +57,7 @@ async fn a_raw_send_reaches_the_handler_of_its_range() {
         })
         .unwrap();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
 
     site.try_send_raw(1000, vec![1u8, 2, 3]).unwrap();
     site.send_raw(1999, Bytes::from_static(b"last id"))
@@ -131,7 +131,7 @@ async fn a_raw_request_is_answered_raw_at_once_or_from_a_spawned_task() {
         })
         .unwrap();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
 
     let r = site
         .request_raw(10, vec![1u8, 2, 3], PATIENCE)
@@ -198,7 +198,7 @@ async fn the_fallback_gets_the_ids_no_typed_handler_and_no_range_takes() {
     ));
     let mut unhandled = record_unhandled(&server);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
 
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
     sink.wait().await;
@@ -259,7 +259,7 @@ async fn a_typed_handler_wins_over_the_range_holding_its_id() {
     server.handle_raw(0..1000, tagged("range", &tx)).unwrap();
     let mut unhandled = record_unhandled(&server);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
 
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
     sink.wait().await;
@@ -342,7 +342,7 @@ async fn replace_handler_swaps_behaviour_while_messages_arrive() {
     server.handle(generation(0, &tx)).unwrap();
     let mut unhandled = record_unhandled(&server);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
 
     // Before: the first generation.
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
@@ -405,7 +405,7 @@ async fn a_swap_between_two_messages_splits_them_between_old_and_new() {
         })
         .unwrap();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     for seq in 0..300u64 {
         if seq > 0 && seq % 100 == 0 {
             let g = (seq / 100) as u32;
@@ -425,7 +425,7 @@ async fn a_removed_handler_leaves_its_messages_to_on_unhandled() {
     server.handle(generation(0, &tx)).unwrap();
     let mut unhandled = record_unhandled(&server);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
     assert_eq!(next(&mut rx).await, (0, 0));
 
@@ -492,7 +492,7 @@ async fn handed_back_messages_are_decoded_and_resent_to_a_second_server() {
         .runtime(Runtime::dedicated("raw-client"))
         .start()
         .unwrap();
-    let site = client.site(&addr(&first)).unwrap();
+    let site = client.site(addr(&first)).unwrap();
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
     sink.wait().await;
     site.flush(PATIENCE).await.unwrap();
@@ -564,7 +564,7 @@ async fn handed_back_messages_are_decoded_and_resent_to_a_second_server() {
     let sink2 = Sink::install(&second, 5, None);
     let (tx, mut rx) = unbounded_channel();
     second.handle_raw(700..800, tagged("raw", &tx)).unwrap();
-    let to = client.site(&addr(&second)).unwrap();
+    let to = client.site(addr(&second)).unwrap();
     let mut refused = Vec::new();
     for m in returned {
         let kind = m.kind();

@@ -29,7 +29,7 @@ async fn sites_that_left_are_reclaimed_after_the_linger_time() {
         .unwrap();
     for i in 0..CLIENTS {
         let client = Node::builder().start().unwrap();
-        let site = client.site(&addr(&server)).unwrap();
+        let site = client.site(addr(&server)).unwrap();
         echo(&site, i).await;
         drop(site);
         let report = client.shutdown(PATIENCE).await;
@@ -45,7 +45,7 @@ async fn sites_that_left_are_reclaimed_after_the_linger_time() {
     assert_eq!(server.site_count(), 0, "every entry returned");
     // The server still serves a newcomer.
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     echo(&site, 1).await;
     assert_eq!(server.site_count(), 1);
 }
@@ -61,7 +61,7 @@ async fn a_referenced_site_is_kept() {
         .start()
         .unwrap();
     let client = Node::builder().configure(fast_linger).start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     echo(&site, 1).await;
     // The server, holding no reference, tries to close weakly; the client
     // rejects. Several linger times pass meanwhile.
@@ -93,7 +93,7 @@ async fn a_site_that_forgot_us_is_talked_to_afresh() {
     let sink = Sink::install(&server, N, None);
     // The client lingers long: it keeps its entry and session.
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     for seq in 0..N / 2 {
         site.send(&Numbered { stream: 1, seq }).await.unwrap();
     }
@@ -110,7 +110,7 @@ async fn a_site_that_forgot_us_is_talked_to_afresh() {
     );
     assert_eq!(server.site_count(), 0);
     assert_eq!(client.site_count(), 1, "the client remembers");
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     for seq in N / 2..N {
         site.send(&Numbered { stream: 1, seq }).await.unwrap();
     }
@@ -140,7 +140,7 @@ async fn a_site_that_forgot_us_is_talked_to_afresh() {
 async fn regression_sites_prepared_and_dropped_unused_are_reclaimed() {
     let node = Node::builder().configure(fast_linger).start().unwrap();
     for i in 0..50u128 {
-        let site = node.site(&format!("tcp:127.0.0.1:{}", 1000 + i)).unwrap();
+        let site = node.site(format!("tcp:127.0.0.1:{}", 1000 + i)).unwrap();
         site.prepare();
         let d = sitenet::SiteDescriptor {
             id: sitenet::protocols::SiteId(0xD00 + i),

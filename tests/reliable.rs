@@ -30,7 +30,7 @@ fn a_hundred_cuts_during_a_hundred_thousand_messages_lose_nothing() {
         })
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     // Sizes from 0 to 8 KiB; three priorities, one stream each (the sink
     // checks order per stream, so per priority).
     let bodies: Vec<Bytes> = [0usize, 16, 200, 1500, 8192]

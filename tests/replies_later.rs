@@ -35,7 +35,7 @@ fn node() -> Node {
 }
 
 async fn ask(client: &Node, server: &Node, n: u64) -> Result<u64, RequestError> {
-    let site = client.site(&addr(server)).unwrap();
+    let site = client.site(addr(server)).unwrap();
     site.request::<Ask, Answer>(&Ask(n), SendOptions::default(), PATIENCE)
         .await
         .map(|r| r.msg.0)
@@ -51,7 +51,7 @@ async fn a_handler_answers_from_a_spawned_task_after_awaiting_another_site() {
     })
     .unwrap();
     let front = node();
-    let to_back = front.site(&addr(&back)).unwrap();
+    let to_back = front.site(addr(&back)).unwrap();
     front
         .handle(move |ctx, Ask(n): Ask| {
             let responder = ctx.responder().expect("a request has a responder");
@@ -100,7 +100,7 @@ async fn a_responder_answers_from_another_thread() {
 /// reason that says `why`, well before the timeout.
 async fn no_reply_at_once(server: &Node, why: &str) {
     let client = node();
-    let site = client.site(&addr(server)).unwrap();
+    let site = client.site(addr(server)).unwrap();
     let t0 = Instant::now();
     let e = site
         .request::<Ask, Answer>(&Ask(1), SendOptions::default(), Duration::from_secs(30))
@@ -144,7 +144,7 @@ async fn an_abandoned_responder_leaves_the_caller_to_its_timeout() {
         .handle(|ctx, _: Ask| ctx.responder().unwrap().abandon())
         .unwrap();
     let client = node();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let t = Duration::from_millis(300);
     let e = site
         .request::<Ask, Answer>(&Ask(1), SendOptions::default(), t)
@@ -183,7 +183,7 @@ async fn a_forwarded_request_is_answered_later_by_its_final_site() {
         })
         .unwrap();
     let relay = node();
-    let to_owner = relay.site(&addr(&owner)).unwrap();
+    let to_owner = relay.site(addr(&owner)).unwrap();
     relay
         .handle(move |ctx, a: Ask| {
             ctx.forward(&to_owner, &a).unwrap();
@@ -210,7 +210,7 @@ async fn a_one_way_message_has_no_responder() {
         .unwrap();
     let client = node();
     client
-        .site(&addr(&server))
+        .site(addr(&server))
         .unwrap()
         .send(&Note(5))
         .await

@@ -98,13 +98,13 @@ async fn a_forwarded_request_carries_one_id_through_every_hop() {
         let _ = ctx.reply(&Found(n * 2));
     })
     .unwrap();
-    let to_c = b.site(&addr(&c)).unwrap();
+    let to_c = b.site(addr(&c)).unwrap();
     b.handle(move |ctx, l: Lookup| {
         let _ = ctx.forward(&to_c, &l);
     })
     .unwrap();
     let a = listening_node();
-    let to_b = a.site(&addr(&b)).unwrap();
+    let to_b = a.site(addr(&b)).unwrap();
     let r = to_b
         .request::<Lookup, Found>(&Lookup(21), SendOptions::default(), PATIENCE)
         .await

@@ -41,9 +41,9 @@ async fn a_reference_passed_along_is_usable_and_is_the_same_site() {
     })
     .unwrap();
     let a = Node::builder().start().unwrap();
-    let to_c = a.site(&addr(&c)).unwrap();
+    let to_c = a.site(addr(&c)).unwrap();
     common::echo(&to_c, 1).await; // A knows C's id now
-    let to_b = a.site(&addr(&b)).unwrap();
+    let to_b = a.site(addr(&b)).unwrap();
     to_b.send(&Introduce { peer: to_c.clone() }).await.unwrap();
     sink.wait().await;
     let got = tokio::time::timeout(PATIENCE, rx.recv())
@@ -64,7 +64,7 @@ async fn a_reference_passed_along_is_usable_and_is_the_same_site() {
     // And a reference B makes itself by C's address is that site too, once
     // its handshake proved who answers there (its messages follow it to the
     // one entry, in order).
-    let by_address = b.site(&addr(&c)).unwrap();
+    let by_address = b.site(addr(&c)).unwrap();
     common::echo(&by_address, 2).await;
     assert_eq!(by_address.id(), Some(c.id()));
     assert_eq!(by_address, got, "one site, one queue");
@@ -76,7 +76,7 @@ async fn a_reference_passed_along_is_usable_and_is_the_same_site() {
 async fn a_reference_to_a_site_known_by_address_is_that_site() {
     let c = common::listening_node();
     let b = listening();
-    let by_address = b.site(&addr(&c)).unwrap();
+    let by_address = b.site(addr(&c)).unwrap();
     common::echo(&by_address, 1).await;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let tx = Mutex::new(tx);
@@ -86,9 +86,9 @@ async fn a_reference_to_a_site_known_by_address_is_that_site() {
     .unwrap();
     let sites_before = b.site_count();
     let a = Node::builder().start().unwrap();
-    let to_c = a.site(&addr(&c)).unwrap();
+    let to_c = a.site(addr(&c)).unwrap();
     common::echo(&to_c, 1).await;
-    let to_b = a.site(&addr(&b)).unwrap();
+    let to_b = a.site(addr(&b)).unwrap();
     to_b.send(&Introduce { peer: to_c }).await.unwrap();
     let got = tokio::time::timeout(PATIENCE, rx.recv())
         .await
@@ -109,7 +109,7 @@ async fn a_reference_to_a_site_known_only_by_an_unproven_address_joins_it_once_p
     let c = common::listening_node();
     let sink = common::Sink::install(&c, 200, None);
     let b = listening();
-    let by_address = b.site(&addr(&c)).unwrap(); // never used yet
+    let by_address = b.site(addr(&c)).unwrap(); // never used yet
     let (tx, mut rx) = mpsc::unbounded_channel();
     let tx = Mutex::new(tx);
     b.handle(move |_ctx, i: Introduce| {
@@ -117,9 +117,9 @@ async fn a_reference_to_a_site_known_only_by_an_unproven_address_joins_it_once_p
     })
     .unwrap();
     let a = Node::builder().start().unwrap();
-    let to_c = a.site(&addr(&c)).unwrap();
+    let to_c = a.site(addr(&c)).unwrap();
     common::echo(&to_c, 1).await;
-    a.site(&addr(&b))
+    a.site(addr(&b))
         .unwrap()
         .send(&Introduce { peer: to_c })
         .await

@@ -56,7 +56,7 @@ async fn a_server_with_four_slots_serves_twenty_clients_losing_nothing() {
     let mut clients = Vec::new();
     for stream in 0..CLIENTS {
         let client = Node::builder().configure(quick).start().unwrap();
-        let site = client.site(&addr(&server)).unwrap();
+        let site = client.site(addr(&server)).unwrap();
         clients.push((client, site, stream));
     }
     let sends = clients.iter().map(|(_, site, stream)| async move {
@@ -116,7 +116,7 @@ async fn a_client_with_one_slot_talks_to_three_servers_in_turn() {
         .unwrap();
     let sites: Vec<_> = servers
         .iter()
-        .map(|s| client.site(&addr(s)).unwrap())
+        .map(|s| client.site(addr(s)).unwrap())
         .collect();
     for seq in 0..PER_SERVER {
         for site in &sites {
@@ -160,7 +160,7 @@ async fn a_preemption_in_the_middle_of_a_big_message_loses_nothing() {
         })
         .unwrap();
     let a = Node::builder().configure(quick).start().unwrap();
-    let to_server = a.site(&addr(&server)).unwrap();
+    let to_server = a.site(addr(&server)).unwrap();
     let body = bytes::Bytes::from((0..BIG).map(pattern).collect::<Vec<u8>>());
     let big = {
         let s = to_server.clone();
@@ -182,7 +182,7 @@ async fn a_preemption_in_the_middle_of_a_big_message_loses_nothing() {
     );
     tokio::time::sleep(MIN_HOLD * 2).await;
     let b = Node::builder().configure(quick).start().unwrap();
-    let b_site = b.site(&addr(&server)).unwrap();
+    let b_site = b.site(addr(&server)).unwrap();
     let small = SendOptions::default().body(vec![0u8, 1, 2, 3, 4, 5, 6, 7]);
     b_site
         .send_with(&Numbered { stream: 1, seq: 0 }, small)
@@ -233,7 +233,7 @@ async fn a_preemption_in_the_middle_of_a_big_message_loses_nothing() {
 async fn regression_a_late_preemption_never_closes_the_channel_that_replaced_its_own() {
     let server = listening_node();
     let client = Node::builder().configure(quick).start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     echo(&site, 0).await;
     let first = client
         .channel_lease(&site)

@@ -13,7 +13,7 @@ async fn stats_follow_the_traffic_by_level_and_keep_their_bounds() {
     let server = listening_node();
     let sink = Sink::install(&server, 30, None);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     for seq in 0..10 {
         for (stream, p) in [
             (0, Priority::Low),

@@ -126,7 +126,7 @@ async fn warm_up(site: &sitenet::SiteRef) {
 async fn a_streaming_handler_sees_the_header_first_and_the_body_in_chunks() {
     let (server, mut rx) = recording_server(|_| {});
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let body = pattern(4 << 20);
     site.send_with(
         &Upload { name: "big".into() },
@@ -176,7 +176,7 @@ async fn a_streamed_request_is_answered_from_the_sinks_end() {
         })
         .unwrap();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let r = site
         .request::<Upload, Received>(
             &Upload { name: "q".into() },
@@ -215,7 +215,7 @@ async fn a_stream_cut_by_a_lost_channel_is_aborted_and_comes_again_from_offset_0
         })
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     warm_up(&site).await;
     assert_eq!(one_stream(&mut rx).await.0, "warm");
     // Cut the channel (now live) 1 MiB into the 4 MiB message.
@@ -291,7 +291,7 @@ async fn a_1_gib_message_is_received_with_bounded_memory_by_a_streaming_handler(
         })
         .unwrap();
     let client = Node::builder().configure(big).start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     warm_up(&site).await;
     *received.lock().unwrap() = None;
 

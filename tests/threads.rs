@@ -24,7 +24,7 @@ async fn sends_from_several_workers_then_drop_inside_async_code() {
     let server = listening_node();
     let sink = Sink::install(&server, WORKERS as u64 * PER, None);
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let tasks: Vec<_> = (0..WORKERS)
         .map(|stream| {
             let site = site.clone();
@@ -55,7 +55,7 @@ async fn sends_from_several_workers_then_drop_inside_async_code() {
 async fn a_node_starts_inside_an_actix_system() {
     let server = listening_node();
     let client = Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let r = site
         .request::<Echo, EchoReply>(
             &Echo { seq: 5 },

@@ -64,7 +64,7 @@ async fn members_with_certificates_exchange_over_tls() {
     assert_eq!(server.id(), b_id);
     assert_eq!(client.id(), a_id);
     assert!(addr(&server).starts_with("tls:127.0.0.1:"));
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     for seq in 0..50 {
         echo(&site, seq).await;
     }
@@ -95,7 +95,7 @@ async fn a_member_claiming_another_members_id_is_refused() {
     let ca = certs::new_ca().unwrap();
     let server = server(identity(&ca));
     let victim = client(identity(&ca));
-    let site = victim.site(&addr(&server)).unwrap();
+    let site = victim.site(addr(&server)).unwrap();
     echo(&site, 0).await;
     let mallory = identity(&ca);
     let (target, victim_id) = (addr(&server), victim.id());
@@ -201,7 +201,7 @@ async fn a_node_without_a_certificate_cannot_reach_a_tls_node() {
     // silent channel (NodeConfig::handshake_silence), having allocated
     // nothing for it.
     let port = addr(&server).rsplit(':').next().unwrap().to_string();
-    let site = plain.site(&format!("tcp:127.0.0.1:{port}")).unwrap();
+    let site = plain.site(format!("tcp:127.0.0.1:{port}")).unwrap();
     let _ = site.try_send(&Echo { seq: 1 });
     assert!(eventually(|| server.metrics().handshakes_silent >= 1).await);
     assert_eq!(server.site_count(), 0);
@@ -235,7 +235,7 @@ async fn a_site_restarted_with_its_certificate_is_let_back_in() {
         })
         .start()
         .unwrap();
-    let site = first.site(&addr(&server)).unwrap();
+    let site = first.site(addr(&server)).unwrap();
     // Two round trips: the server has heard from us on the channel, so
     // it holds the pair's secret as confirmed.
     echo(&site, 0).await;
@@ -248,7 +248,7 @@ async fn a_site_restarted_with_its_certificate_is_let_back_in() {
     drop(first);
     let again = client(identity_again(&ca, a_id));
     assert_eq!(again.id(), a_id);
-    let site = again.site(&addr(&server)).unwrap();
+    let site = again.site(addr(&server)).unwrap();
     tokio::time::timeout(PATIENCE, echo(&site, 2))
         .await
         .expect("the restarted site is let back in");
@@ -286,7 +286,7 @@ async fn tls_and_a_cookie_combine() {
         })
         .start()
         .unwrap();
-    let site = member.site(&addr(&server)).unwrap();
+    let site = member.site(addr(&server)).unwrap();
     echo(&site, 0).await;
     let no_cookie = client(identity(&ca));
     let why = failure_reaching(&no_cookie, &server).await;

@@ -22,8 +22,8 @@ async fn bulk_both_ways_at_once_does_not_deadlock() {
     let sink_a = Sink::install(&a, N, Some(SIZE));
     let sink_b = Sink::install(&b, N, Some(SIZE));
     let body = Bytes::from(vec![7u8; SIZE]);
-    let to_b = a.site(&addr(&b)).unwrap();
-    let to_a = b.site(&addr(&a)).unwrap();
+    let to_b = a.site(addr(&b)).unwrap();
+    let to_a = b.site(addr(&a)).unwrap();
     let send = |site: sitenet::SiteRef, stream: u32| {
         let body = body.clone();
         tokio::spawn(async move {
@@ -90,7 +90,7 @@ async fn request_reply_and_errors() {
         })
         .unwrap();
     let client = sitenet::Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     for x in (0..200u64).filter(|x| *x != 13) {
         let body = Bytes::from(x.to_le_bytes().to_vec());
         let r = site
@@ -180,7 +180,7 @@ async fn requests_built_in_a_loop_own_their_messages() {
         })
         .unwrap();
     let client = sitenet::Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let asked: Vec<_> = (0..10u64)
         .map(|x| site.request::<Square, Squared>(&Square(x), SendOptions::default(), PATIENCE))
         .collect();
@@ -216,7 +216,7 @@ async fn a_message_larger_than_the_maximum_is_refused_at_send() {
         .unwrap();
     let sink = Sink::install(&server, 1, None);
     let client = sitenet::Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     // First message opens the channel and teaches the client the peer's limit.
     site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
     sink.wait().await;
@@ -270,7 +270,7 @@ async fn unhandled_hook_and_spawned_handler_work() {
         })
         .unwrap();
     let client = sitenet::Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     site.send_with(
         &Text("no handler".into()),
         SendOptions::default().body(vec![1u8, 2]),
@@ -317,7 +317,7 @@ async fn an_alias_address_merges_into_the_known_site() {
     let sink_b = Sink::install(&b, 1, None);
     let sink_a = Sink::install(&a, 1, None);
     // B contacts A first: A learns B by id (and B's listen address).
-    let to_a = b.site(&addr(&a)).unwrap();
+    let to_a = b.site(addr(&a)).unwrap();
     to_a.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
     sink_a.wait().await;
     // A contacts B under an alias of B's address.
@@ -344,7 +344,7 @@ async fn a_body_sent_in_parts_arrives_whole_and_in_order() {
         })
         .unwrap();
     let client = sitenet::Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let big = Bytes::from(vec![9u8; 200_000]);
     for seq in 0..3u64 {
         let parts = [
@@ -388,7 +388,7 @@ async fn requests_time_out_in_the_order_of_their_deadlines() {
         .handle(move |ctx, _m: Numbered| kept.lock().unwrap().extend(ctx.responder()))
         .unwrap();
     let client = sitenet::Node::builder().start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     for (i, ms) in [600u64, 200, 400].into_iter().enumerate() {
         let (site, tx) = (site.clone(), tx.clone());
@@ -443,7 +443,7 @@ async fn nodes_with_autotuned_receive_buffers_carry_large_messages() {
     let sink_b = Sink::install(&b, 4, Some(8 << 20));
     let sink_a = Sink::install(&a, 4, Some(8 << 20));
     let body = Bytes::from(vec![3u8; 8 << 20]);
-    let (to_b, to_a) = (a.site(&addr(&b)).unwrap(), b.site(&addr(&a)).unwrap());
+    let (to_b, to_a) = (a.site(addr(&b)).unwrap(), b.site(addr(&a)).unwrap());
     for seq in 0..4 {
         let m = Numbered { stream: 0, seq };
         to_b.send_with(&m, SendOptions::default().body(body.clone()))

@@ -63,8 +63,8 @@ async fn an_older_and_a_newer_node_interoperate_with_the_current_one() {
     for peer in [node_speaking(older()), node_speaking(newer())] {
         let at_peer = Sink::install(&peer, BURST, None);
         let at_current = Sink::install(&current, BURST, None);
-        let to_peer = current.site(&addr(&peer)).unwrap();
-        let to_current = peer.site(&addr(&current)).unwrap();
+        let to_peer = current.site(addr(&peer)).unwrap();
+        let to_current = peer.site(addr(&current)).unwrap();
         echo(&to_peer, 1).await;
         echo(&to_current, 2).await;
         for seq in 0..BURST {
@@ -102,8 +102,8 @@ async fn only_a_peer_that_agreed_to_leaving_hears_a_graceful_shutdown() {
     let current = listening_node();
     let (old, new) = (node_speaking(older()), node_speaking(newer()));
     let (mut old_events, mut new_events) = (old.events(), new.events());
-    echo(&old.site(&addr(&current)).unwrap(), 1).await;
-    echo(&new.site(&addr(&current)).unwrap(), 1).await;
+    echo(&old.site(addr(&current)).unwrap(), 1).await;
+    echo(&new.site(addr(&current)).unwrap(), 1).await;
     current.shutdown(PATIENCE).await;
     let ev = next_matching(&mut new_events, |e| {
         matches!(
@@ -225,8 +225,8 @@ async fn a_message_type_gains_a_field_without_breaking_older_nodes() {
         let _ = new_tx.lock().unwrap().send((m.key, m.ttl_s));
     })
     .unwrap();
-    let to_old = new.site(&addr(&old)).unwrap();
-    let to_new = old.site(&addr(&new)).unwrap();
+    let to_old = new.site(addr(&old)).unwrap();
+    let to_new = old.site(addr(&new)).unwrap();
     // Newer to older: the added field is skipped.
     to_old
         .send(&put::v2::Put {

@@ -66,12 +66,13 @@ pub use handlers::{AsyncCtx, Ctx, Outcome, Responder, Unhandled};
 pub use message::{Message, RawMessage, Reply, RequestId, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
-pub use node::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
+pub use node::{NodeEvent, NodeEvents, PeerRefusal, ToAddress, EVENTS_QUEUED};
 pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES};
 pub use runtime::Runtime;
 pub use site::{FaultEvent, FaultState, HandedBack, ReturnedMessage, SiteRef, NOT_CONTACTED};
 pub use sitenet_protocols::StreamAbort;
 pub use sitenet_protocols::{DescriptorError, OpenError, Priority, SiteDescriptor, SiteId};
+pub use sitenet_transport::Address;
 pub use stats::{NodeStats, SiteStats};
 pub use streams::BodySink;
 #[cfg(feature = "test-hooks")]

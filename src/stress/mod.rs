@@ -250,7 +250,7 @@ fn measure_idle_site_bytes(n: u64) -> Result<(u64, u64), StressError> {
     let node = Node::builder().start()?;
     let before = resident_bytes();
     let sites: Vec<_> = (0..n)
-        .map(|i| node.site(&format!("tcp:127.0.0.1:{}", 1 + i)))
+        .map(|i| node.site(format!("tcp:127.0.0.1:{}", 1 + i)))
         .collect::<Result<_, _>>()?;
     let referenced = resident_bytes();
     for s in &sites {

@@ -177,7 +177,7 @@ impl Sink {
 /// `from` contacts `to` (an echo) and must fail permanently: the reason it
 /// reports (a refused member, a refused certificate).
 pub async fn failure_reaching(from: &Node, to: &Node) -> String {
-    let site = from.site(&addr(to)).unwrap();
+    let site = from.site(addr(to)).unwrap();
     let _ = site.send(&sitenet::services::Echo { seq: 1 }).await;
     assert!(
         eventually(|| site.failure().is_some()).await,

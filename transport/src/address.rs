@@ -312,6 +312,14 @@ impl fmt::Display for Address {
     }
 }
 
+/// An address as its text, so an [`Address`] goes wherever text is taken
+/// (`NodeBuilder::listen(addr)`).
+impl From<Address> for String {
+    fn from(a: Address) -> String {
+        a.to_string()
+    }
+}
+
 impl FromStr for Address {
     type Err = AddressError;
 

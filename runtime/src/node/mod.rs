@@ -13,6 +13,7 @@ mod in_flight;
 mod requests;
 mod site_ref;
 mod site_table;
+mod to_address;
 mod watch;
 
 pub use builder::NodeBuilder;
@@ -28,6 +29,7 @@ pub(crate) use in_flight::AsyncSlot;
 pub use site_ref::SiteRef;
 pub(crate) use site_table::Named;
 use site_table::SiteTable;
+pub use to_address::ToAddress;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -293,7 +295,8 @@ impl Node {
     }
 
     /// A reference to the site at `addr` (`tcp:HOST:PORT`, `unix:PATH`,
-    /// `mem:NAME`). Cheap: the site's ComObject starts and its channel opens
+    /// `mem:NAME`, a plugged transport's scheme; as text or as a parsed
+    /// [`Address`], see [`ToAddress`]). Cheap: the site's ComObject starts and its channel opens
     /// when the first message is sent (until then the site costs its entry
     /// in the site table, about half a kilobyte, forgotten when the last
     /// reference goes), and the same address always gives the same site.
@@ -313,11 +316,11 @@ impl Node {
     /// assert!(node.site("carrier-pigeon:coop").is_err()); // says which forms are valid
     /// # Ok::<(), sitenet_runtime::NodeError>(())
     /// ```
-    pub fn site(&self, addr: &str) -> Result<SiteRef, NodeError> {
+    pub fn site(&self, addr: impl ToAddress) -> Result<SiteRef, NodeError> {
         if self.inner.is_shut_down() {
             return Err(NodeError::Shutdown);
         }
-        let a: Address = self.inner.cfg.transports.parse(addr)?;
+        let a: Address = addr.to_address(&self.inner.cfg.transports)?;
         if self.inner.listen.contains(&a) {
             return Ok(self.local_site());
         }
