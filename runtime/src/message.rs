@@ -183,6 +183,20 @@ impl SendOptions {
         }
     }
 
+    /// Sets the priority of options built already, so a chain can set it
+    /// in any order (`SendOptions::default().body(b).at(p)`), which the
+    /// constructor [`priority`](Self::priority) cannot.
+    ///
+    /// ```
+    /// use sitenet_runtime::{Priority, SendOptions};
+    /// let opts = SendOptions::default().body(&b"stop"[..]).at(Priority::High);
+    /// assert_eq!((opts.priority, opts.body.len()), (Priority::High, 1));
+    /// ```
+    pub fn at(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
     /// Adds a body part.
     pub fn body(mut self, part: impl Into<Bytes>) -> Self {
         self.body.push(part.into());
