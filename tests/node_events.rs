@@ -7,22 +7,7 @@ mod common;
 use common::*;
 use futures::StreamExt;
 use sitenet::protocols::{AuthFailure, Cookie, OpenError};
-use sitenet::{FaultState, Node, NodeEvent, NodeEvents, PeerRefusal, SiteFailure};
-
-/// The next event for which `keep` holds (others are skipped), within the
-/// tests' patience.
-async fn next_matching(events: &mut NodeEvents, keep: impl Fn(&NodeEvent) -> bool) -> NodeEvent {
-    tokio::time::timeout(PATIENCE, async {
-        loop {
-            let ev = events.next().await.expect("the node is alive");
-            if keep(&ev) {
-                return ev;
-            }
-        }
-    })
-    .await
-    .expect("the event within the patience")
-}
+use sitenet::{FaultState, Node, NodeEvent, PeerRefusal, SiteFailure};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_is_up_with_its_transport_then_down_with_a_typed_reason() {

@@ -7,9 +7,8 @@
 mod common;
 
 use common::*;
-use futures::StreamExt;
 use sitenet::protocols::{Capabilities, OpenError, Speaks, VersionRange, PROTOCOL_VERSION};
-use sitenet::{Node, NodeEvent, NodeEvents, SiteFailure};
+use sitenet::{Node, NodeEvent, SiteFailure};
 
 /// A build one version behind in features: the current version, none of
 /// the optional features (no packed frames, no LEAVING).
@@ -36,19 +35,6 @@ fn node_speaking(speaks: Speaks) -> Node {
         .speak_for_tests(speaks)
         .start()
         .expect("node starts")
-}
-
-async fn next_matching(events: &mut NodeEvents, keep: impl Fn(&NodeEvent) -> bool) -> NodeEvent {
-    tokio::time::timeout(PATIENCE, async {
-        loop {
-            let ev = events.next().await.expect("the node is alive");
-            if keep(&ev) {
-                return ev;
-            }
-        }
-    })
-    .await
-    .expect("the event within the patience")
 }
 
 /// Bursts of small messages both ways between a current node and an

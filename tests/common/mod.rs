@@ -195,3 +195,23 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .unwrap()
         .block_on(f)
 }
+
+/// The next node event for which `keep` holds (others are skipped),
+/// within [`PATIENCE`].
+#[allow(dead_code)] // not every test binary uses it
+pub async fn next_matching(
+    events: &mut sitenet::NodeEvents,
+    keep: impl Fn(&sitenet::NodeEvent) -> bool,
+) -> sitenet::NodeEvent {
+    use futures::StreamExt;
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let ev = events.next().await.expect("the node is alive");
+            if keep(&ev) {
+                return ev;
+            }
+        }
+    })
+    .await
+    .expect("the event within the patience")
+}
