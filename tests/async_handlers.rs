@@ -544,3 +544,40 @@ async fn a_handler_without_sync_keeps_its_state() {
     // One handler per type, as `handle`.
     assert!(server.handle_mut(|_ctx, _: Ask| {}).is_err());
 }
+
+/// Handlers of every kind are replaced at run time by the same kind or
+/// another: a `handle_mut` counter reloaded as a `handle_result`, then as
+/// an async handler, each answering the requests after its replacement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_of_any_kind_is_replaced_at_run_time() {
+    let server = node();
+    let client = node();
+    let site = client.site(addr(&server)).unwrap();
+    let ask = |n| site.request::<Ask, Answer>(&Ask(n), SendOptions::default(), PATIENCE);
+    let mut count = 0u64;
+    server
+        .handle_mut(move |ctx, Ask(n): Ask| {
+            count += 1;
+            let _ = ctx.reply(&Answer(n + count));
+        })
+        .unwrap();
+    assert_eq!(ask(10).await.unwrap().msg, Answer(11));
+    assert_eq!(ask(10).await.unwrap().msg, Answer(12));
+    // Reloaded, still with state of its own and no Sync.
+    let mut count = 100u64;
+    assert!(server
+        .replace_handler_mut(move |ctx, Ask(n): Ask| {
+            count += 1;
+            let _ = ctx.reply(&Answer(n + count));
+        })
+        .unwrap());
+    assert_eq!(ask(10).await.unwrap().msg, Answer(111));
+    assert!(server
+        .replace_handler_result(|_ctx, Ask(n): Ask| Answer(n * 2))
+        .unwrap());
+    assert_eq!(ask(10).await.unwrap().msg, Answer(20));
+    assert!(server
+        .replace_handler_async(|_ctx: AsyncCtx, Ask(n): Ask| async move { Answer(n * 3) })
+        .unwrap());
+    assert_eq!(ask(10).await.unwrap().msg, Answer(30));
+}

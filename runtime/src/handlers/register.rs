@@ -304,6 +304,71 @@ impl crate::Node {
         self.inner.handlers.replace(M::ID, erase(f))
     }
 
+    /// [`replace_handler`](Self::replace_handler) with a handler that
+    /// mutates its state ([`handle_mut`](Self::handle_mut)'s kind): a
+    /// handler reloaded at run time keeps working without `Sync`.
+    pub fn replace_handler_mut<M, F>(&self, f: F) -> Result<bool, NodeError>
+    where
+        M: Message,
+        F: FnMut(&mut Ctx<'_>, M) + Send + 'static,
+    {
+        check_user_id(M::ID)?;
+        self.inner.handlers.replace(M::ID, erase_mut(f))
+    }
+
+    /// [`replace_handler`](Self::replace_handler) with a handler whose
+    /// return value is the answer ([`handle_result`](Self::handle_result)'s
+    /// kind).
+    pub fn replace_handler_result<Q, O, F>(&self, f: F) -> Result<bool, NodeError>
+    where
+        Q: Message,
+        O: Outcome,
+        F: Fn(&mut Ctx<'_>, Q) -> O + Send + Sync + 'static,
+    {
+        check_user_id(Q::ID)?;
+        self.inner.handlers.replace(Q::ID, erase_result(f))
+    }
+
+    /// [`replace_handler`](Self::replace_handler) with an async handler
+    /// ([`handle_async`](Self::handle_async)'s kind). Futures the old
+    /// handler started run to their answers; requests arriving after this
+    /// returns start the new one's.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, SendOptions};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Version;
+    /// impl Message for Version { const ID: u32 = 1; }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Is(u32);
+    /// impl Message for Is { const ID: u32 = 2; }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// server.handle_async(|_ctx, _: Version| async { Is(1) })?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// let ask = || site.request_blocking::<Version, Is>(&Version, SendOptions::default(),
+    ///     Duration::from_secs(30));
+    /// assert_eq!(ask()?.msg.0, 1);
+    /// assert!(server.replace_handler_async(|_ctx, _: Version| async { Is(2) })?);
+    /// assert_eq!(ask()?.msg.0, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn replace_handler_async<Q, O, F, Fut>(&self, f: F) -> Result<bool, NodeError>
+    where
+        Q: Message,
+        O: Outcome,
+        F: Fn(AsyncCtx, Q) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = O> + Send + 'static,
+    {
+        check_user_id(Q::ID)?;
+        self.inner
+            .handlers
+            .replace(Q::ID, async_handlers::erase_async(f))
+    }
+
     /// Removes what takes message type `M` — its handler, streaming
     /// handler or cooperation reply declaration — at run time; true if
     /// there was one. A message of the type arriving after this returns
