@@ -46,7 +46,9 @@ fn node_speaking(speaks: Speaks) -> Node {
 async fn an_older_and_a_newer_node_interoperate_with_the_current_one() {
     const BURST: u64 = 2_000;
     let current = listening_node();
-    for peer in [node_speaking(older()), node_speaking(newer())] {
+    let (old, new) = (node_speaking(older()), node_speaking(newer()));
+    let old_id = old.id();
+    for peer in [old, new] {
         let at_peer = Sink::install(&peer, BURST, None);
         let at_current = Sink::install(&current, BURST, None);
         let to_peer = current.site(addr(&peer)).unwrap();
@@ -75,6 +77,22 @@ async fn an_older_and_a_newer_node_interoperate_with_the_current_one() {
                 .load(std::sync::atomic::Ordering::Relaxed),
             0
         );
+        // An operator sees what each channel agreed: nothing with the
+        // older build, this build's features with the newer (its unknown
+        // one dropped).
+        let agreed = if peer.id() == old_id {
+            "none"
+        } else {
+            "packed,leaving"
+        };
+        let peer_id = peer.id().to_string();
+        let shows = || {
+            current.stats().per_site.iter().any(|s| {
+                s.site.as_deref() == Some(peer_id.as_str())
+                    && s.capabilities.as_deref() == Some(agreed)
+            })
+        };
+        assert!(eventually(shows).await, "{:?}", current.stats().per_site);
         current.remove_handler::<Numbered>();
     }
 }

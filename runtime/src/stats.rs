@@ -62,6 +62,13 @@ pub struct SiteStats {
     /// The peer's end of the working channel (`tcp:…`, `unix:…`,
     /// `mem:…`): which transport the two sites use now.
     pub channel: Option<String>,
+    /// The optional features the working channel's two ends agreed in
+    /// their handshake (`packed,leaving`, or `none` with a peer of an
+    /// older build): during a rolling upgrade, which peers lack what.
+    pub capabilities: Option<String>,
+    /// `capabilities` as bits, to rebuild the text only when it changes.
+    #[serde(skip)]
+    pub(crate) capabilities_bits: Option<u64>,
     /// A channel works now.
     pub connected: bool,
     /// Messages sent for the first time, by level 1 to 4.

@@ -564,6 +564,12 @@ impl Session {
         self.send.last_sent
     }
 
+    /// The capabilities the working channel's ends agreed in its
+    /// handshake (docs/protocol.md §4.11); `None` without a channel.
+    pub fn channel_caps(&self) -> Option<Capabilities> {
+        self.link.as_ref().map(|l| l.params.caps)
+    }
+
     /// Largest message the peer accepts, once known.
     pub fn peer_max_message(&self) -> Option<u64> {
         self.send.peer_max_message()

@@ -67,6 +67,11 @@ impl ComObject {
         if st.channel.as_deref() != peer {
             st.channel = peer.map(str::to_owned);
         }
+        let caps = self.com.session().channel_caps();
+        if caps.map(|c| c.bits()) != st.capabilities_bits {
+            st.capabilities_bits = caps.map(|c| c.bits());
+            st.capabilities = caps.map(|c| c.to_string());
+        }
         st.connected = self.live.is_some();
         st.messages_sent = s.sent_by_level;
         st.bytes_sent = s.bytes_by_level;
