@@ -741,49 +741,25 @@ fn the_initiator_chooses_the_highest_common_version_and_shared_capabilities() {
     };
     let n = choice_against(Speaks::CURRENT, older).unwrap();
     assert_eq!(n.caps, Capabilities::LEAVING);
-    // The acceptor takes what it offered…
-    let offered = Acceptor::new(
-        &LocalInfo {
+    // An acceptor offering `older` takes a choice from its offer, and
+    // refuses a capability it did not offer.
+    let acceptor_gets = |negotiate: &Negotiate| {
+        let mut out = ByteBuffer::new(MIN_BUFFER as usize);
+        let local = LocalInfo {
             speaks: older,
             ..info(0xB, 65_536, 1)
-        },
-        [0xAC; 32],
-        &mut ByteBuffer::new(MIN_BUFFER as usize),
-    );
-    drop(offered);
-    let mut out = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(
-        &LocalInfo {
-            speaks: older,
-            ..info(0xB, 65_536, 1)
-        },
-        [0xAC; 32],
-        &mut out,
-    );
-    let chosen = control(FrameKind::Negotiate, &n);
-    assert!(acc
-        .handle_input(&mut buffer_with(&chosen), &mut out)
-        .unwrap()
-        .is_some());
-    // … and refuses a capability it did not offer.
-    let mut out = ByteBuffer::new(MIN_BUFFER as usize);
-    let mut acc = Acceptor::new(
-        &LocalInfo {
-            speaks: older,
-            ..info(0xB, 65_536, 1)
-        },
-        [0xAC; 32],
-        &mut out,
-    );
-    let greedy = control(
-        FrameKind::Negotiate,
-        &Negotiate {
-            caps: Capabilities::ALL,
-            ..n
-        },
-    );
+        };
+        let mut acc = Acceptor::new(&local, [0xAC; 32], &mut out);
+        let bytes = control(FrameKind::Negotiate, negotiate);
+        acc.handle_input(&mut buffer_with(&bytes), &mut out)
+    };
+    assert!(acceptor_gets(&n).unwrap().is_some());
+    let greedy = Negotiate {
+        caps: Capabilities::ALL,
+        ..n
+    };
     assert!(matches!(
-        acc.handle_input(&mut buffer_with(&greedy), &mut out),
+        acceptor_gets(&greedy),
         Err(OpenError::Protocol(ProtocolError::Malformed { .. }))
     ));
 }
