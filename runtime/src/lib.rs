@@ -42,7 +42,7 @@ mod openmetrics;
 mod outbox;
 mod peer_logs;
 mod raw;
-pub mod runtime;
+mod runtime;
 pub mod services;
 mod site;
 mod site_entry;
