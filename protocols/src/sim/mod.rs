@@ -537,6 +537,7 @@ impl Sim {
             id,
             incarnation,
             up: true,
+            speaks: node::mixed_build(id),
             address,
             cfg: Arc::new(cfg),
             budget: ReassemblyBudget::new(64 << 20),
