@@ -48,6 +48,7 @@
 //! ```
 
 mod app;
+mod builds;
 mod check;
 mod config;
 mod conns;
@@ -537,7 +538,7 @@ impl Sim {
             id,
             incarnation,
             up: true,
-            speaks: node::mixed_build(id),
+            speaks: builds::mixed_build(id),
             address,
             cfg: Arc::new(cfg),
             budget: ReassemblyBudget::new(64 << 20),
