@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use sitenet::{AsyncCtx, Message, Node, RequestError, SendOptions};
+use sitenet::{AsyncCtx, Message, Node, RequestError};
 
 #[derive(Parser)]
 #[command(about = "A front end answers lookups after asking the shard that owns the key")]
@@ -104,11 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // The shard's own error comes back as the type it is, and goes
             // on to the client as it came.
             shard
-                .request_result::<Get, Value, LookupError>(
-                    &get,
-                    SendOptions::default(),
-                    Duration::from_secs(30),
-                )
+                .request_result::<Get, Value, LookupError>(&get, Duration::from_secs(30))
                 .await
                 .map_err(|e| LookupError::Unavailable(e.to_string()))?
                 .map(|r| r.msg)
@@ -120,7 +116,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let get = |key: &str| {
         site.request_result::<Get, Value, LookupError>(
             &Get { key: key.into() },
-            SendOptions::default(),
             Duration::from_secs(30),
         )
     };

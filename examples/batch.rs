@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, Responder, SendOptions};
+use sitenet::{Message, Node, Responder};
 
 #[derive(Parser)]
 #[command(about = "A batch of sends and requests to several sites, one of them restarted")]
@@ -85,9 +85,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..cli.ops {
         let s = &sites[i as usize % sites.len()];
         if i % 2 == 0 {
-            b.send(s, &Put(i), SendOptions::default())?;
+            b.send(s, &Put(i))?;
         } else {
-            b.request(s, &Get(i), SendOptions::default(), Duration::from_secs(10))?;
+            b.request(s, &Get(i), Duration::from_secs(10))?;
         }
     }
     let mut running = b.submit();
@@ -109,12 +109,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let at = first.listen_addresses()[0].clone();
     let site = client.site(&at)?;
     let mut b = client.batch().max_retry(1);
-    b.request(
-        &site,
-        &Get(21),
-        SendOptions::default(),
-        Duration::from_secs(10),
-    )?;
+    b.request(&site, &Get(21), Duration::from_secs(10))?;
     let running = b.submit();
     first
         .wait_until(|m| m.messages_delivered >= 1, Duration::from_secs(10))

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use sitenet::{Expect, Message, Node, SendOptions, SiteRef};
+use sitenet::{Expect, Message, Node, SiteRef};
 
 #[derive(Parser)]
 #[command(about = "A sharded counter: batch, delegation, site references, scatter/gather")]
@@ -149,7 +149,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The front talks to each shard once, so it knows their ids and can
     // hand references to them out.
     for r in &routes {
-        r.request::<Sum, Partial>(&Sum, SendOptions::default(), Duration::from_secs(10))
+        r.request::<Sum, Partial>(&Sum, Duration::from_secs(10))
             .await?;
     }
     let for_layout = routes.clone();
@@ -167,7 +167,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     let front_ref = client.site(&front.listen_addresses()[0])?;
     let layout = front_ref
-        .request::<Layout, Shards>(&Layout, SendOptions::default(), Duration::from_secs(10))
+        .request::<Layout, Shards>(&Layout, Duration::from_secs(10))
         .await?;
     let shards_here = layout.msg.0;
     println!(
@@ -184,7 +184,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..cli.adds {
         let key = i % 100;
         let owner = &shards_here[(key % shards_here.len() as u64) as usize];
-        batch.send(owner, &Add { key, by: 1 }, SendOptions::default())?;
+        batch.send(owner, &Add { key, by: 1 })?;
     }
     let report = batch.submit().wait_all(Duration::from_secs(60)).await;
     println!(
@@ -199,11 +199,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     for key in [0, 7] {
         let v = front_ref
-            .request::<Lookup, Value>(
-                &Lookup { key },
-                SendOptions::default(),
-                Duration::from_secs(10),
-            )
+            .request::<Lookup, Value>(&Lookup { key }, Duration::from_secs(10))
             .await?;
         println!(
             "client: key {} = {} (read through the front, answered by shard {})",
@@ -216,7 +212,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         coop.expect(Expect::from_site(s).of::<Partial>());
     }
     for s in &shards_here {
-        coop.request(s, &Sum, SendOptions::default()).await?;
+        coop.request(s, &Sum).await?;
     }
     let parts = coop.wait(Duration::from_secs(10)).await?;
     let total: u64 = parts

@@ -95,8 +95,7 @@ fn main() {
             .expect("acknowledged");
         let cut = Instant::now();
         faults.cut_all();
-        site.send_blocking(&Tick { seq }, SendOptions::default())
-            .expect("queued");
+        site.send_blocking(&Tick { seq }).expect("queued");
         seq += 1;
         wait_delivered(seq);
         idle.record(cut.elapsed().as_micros() as u64)
@@ -106,7 +105,7 @@ fn main() {
         // message queued before the cut is delivered (retransmission included).
         let body = bytes::Bytes::from(vec![0u8; args.size]);
         for _ in 0..args.per_cut {
-            site.send_blocking(&Tick { seq }, SendOptions::default().body(body.clone()))
+            site.send_blocking_with(&Tick { seq }, SendOptions::default().body(body.clone()))
                 .expect("queued");
             seq += 1;
         }

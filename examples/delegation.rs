@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, SendOptions};
+use sitenet::{Message, Node};
 
 #[derive(Parser)]
 #[command(about = "A directory forwards lookups to the store that owns the key")]
@@ -76,11 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     let dir = client.site(&directory.listen_addresses()[0])?;
     for key in 0..cli.keys {
-        let r = dir.request_blocking::<Lookup, Value>(
-            &Lookup { key },
-            SendOptions::default(),
-            Duration::from_secs(10),
-        )?;
+        let r = dir.request_blocking::<Lookup, Value>(&Lookup { key }, Duration::from_secs(10))?;
         let direct = r.msg.answered_to == client.id().to_string();
         println!(
             "key {}: {} (answered the client directly: {direct})",

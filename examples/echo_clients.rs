@@ -22,7 +22,7 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
 use sitenet::transport::TransController;
-use sitenet::{Message, Node, SendOptions};
+use sitenet::{Message, Node};
 
 #[derive(Parser)]
 #[command(about = "One server with few descriptors, many clients doing round trips")]
@@ -81,11 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             for i in 0..rounds {
                 let s = Instant::now();
                 let r = site
-                    .request::<Ping, Pong>(
-                        &Ping(i),
-                        SendOptions::default(),
-                        Duration::from_secs(60),
-                    )
+                    .request::<Ping, Pong>(&Ping(i), Duration::from_secs(60))
                     .await?;
                 assert_eq!(r.msg.0, i);
                 rtts.push(s.elapsed());

@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use sitenet::protocols::Cookie;
 use sitenet::services::{Echo, EchoReply};
-use sitenet::{Node, NodeEvent, NodeEvents, SendOptions};
+use sitenet::{Node, NodeEvent, NodeEvents};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -79,7 +79,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (a, b) = (server(None), server(None));
     for s in [&a, &b] {
         let site = client.site(&s.listen_addresses()[0])?;
-        site.request::<Echo, EchoReply>(&Echo { seq: 1 }, SendOptions::default(), PATIENCE)
+        site.request::<Echo, EchoReply>(&Echo { seq: 1 }, PATIENCE)
             .await?;
     }
     show_until(

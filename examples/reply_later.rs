@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, Responder, SendOptions};
+use sitenet::{Message, Node, Responder};
 
 #[derive(Parser)]
 #[command(about = "Clients take a lock in turn; the server answers each Acquire when it is free")]
@@ -107,7 +107,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let granted = site
                     .request_blocking::<Acquire, Granted>(
                         &Acquire { client },
-                        SendOptions::default(),
                         Duration::from_secs(60),
                     )
                     .map_err(|e| e.to_string())?;
@@ -118,8 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 std::thread::sleep(Duration::from_millis(5));
                 inside.lock().unwrap().0 -= 1;
-                site.send_blocking(&Release, SendOptions::default())
-                    .map_err(|e| e.to_string())?;
+                site.send_blocking(&Release).map_err(|e| e.to_string())?;
                 let _ = node.shutdown_blocking(Duration::from_secs(5));
                 Ok(granted.msg.turn)
             })

@@ -52,7 +52,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             n.handle(move |ctx, c: Count| {
                 std::thread::sleep(Duration::from_millis(c.slow_ms)); // a slow site
                 let body = Bytes::from(vec![b'x'; 100 * (i as usize + 1)]);
-                let _ = ctx.reply_with(&Total(10 * (i + 1)), vec![body]);
+                let _ = ctx.reply_with(&Total(10 * (i + 1)), SendOptions::new().body(body));
             })?;
             Ok(n)
         })
@@ -70,8 +70,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         coop.expect(Expect::from_site(s).of::<Total>().max_body(64));
     }
     for s in &sites {
-        coop.request(s, &Count { slow_ms: 0 }, SendOptions::default())
-            .await?;
+        coop.request(s, &Count { slow_ms: 0 }).await?;
     }
     let answers = coop.wait(Duration::from_secs(10)).await?;
     let sum: u64 = answers
@@ -96,8 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     for (i, s) in sites.iter().enumerate() {
         let slow_ms = if i + 1 == sites.len() { 1500 } else { 0 };
-        coop.request(s, &Count { slow_ms }, SendOptions::default())
-            .await?;
+        coop.request(s, &Count { slow_ms }).await?;
     }
     match coop.wait(Duration::from_millis(700)).await {
         Err(CoopError::TimedOut { answers, missing }) => {

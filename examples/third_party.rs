@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, SendOptions, SiteRef};
+use sitenet::{Message, Node, SiteRef};
 
 /// "Store your results there."
 #[derive(Serialize, Deserialize)]
@@ -63,7 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // first result, job 0), so it knows its id and can pass it on.
     let matchmaker = Node::builder().start()?;
     let to_storage = matchmaker.site(&storage.listen_addresses()[0])?;
-    to_storage.send_blocking(&Result_ { job: 0, value: 0 }, SendOptions::default())?;
+    to_storage.send_blocking(&Result_ { job: 0, value: 0 })?;
     to_storage.flush_blocking(Duration::from_secs(5))?;
     rx.recv_timeout(Duration::from_secs(5))?;
     let to_worker = matchmaker.site(&worker.listen_addresses()[0])?;
@@ -72,7 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             storage: to_storage.clone(),
             job,
         };
-        to_worker.send_blocking(&assign, SendOptions::default())?;
+        to_worker.send_blocking(&assign)?;
     }
     for _ in 1..=3 {
         rx.recv_timeout(Duration::from_secs(10))?;

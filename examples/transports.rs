@@ -31,7 +31,7 @@ use clap::Parser;
 use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
 use sitenet::services::{Echo, EchoReply};
 use sitenet::transport::TransController;
-use sitenet::{Address, Node, SendOptions, SiteDescriptor, SiteRef};
+use sitenet::{Address, Node, SiteDescriptor, SiteRef};
 
 #[derive(Parser)]
 #[command(about = "Talks to one site over mem, unix and tcp, as its descriptor allows")]
@@ -68,7 +68,7 @@ fn median_rtt(site: &SiteRef, rounds: u32) -> Result<f64, String> {
     let mut rtts = Vec::with_capacity(rounds as usize);
     for seq in 0..u64::from(rounds) {
         let t = Instant::now();
-        site.request_blocking::<Echo, EchoReply>(&Echo { seq }, SendOptions::default(), PATIENCE)
+        site.request_blocking::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
             .map_err(|e| format!("echo {seq} failed: {e}"))?;
         rtts.push(t.elapsed().as_secs_f64() * 1e6);
     }

@@ -122,7 +122,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let part_sum: u64 = part.iter().map(|&b| b as u64).sum();
     let rss_before = rss_mib();
     let t = Instant::now();
-    let reply = site.request_blocking::<Upload, Stored>(
+    let reply = site.request_blocking_with::<Upload, Stored>(
         &Upload {
             name: "dataset".into(),
             size,

@@ -26,7 +26,7 @@
 //! let client = Node::builder().start()?;
 //! let site = client.site(&server.listen_addresses()[0])?;
 //! let reply = site.request_blocking::<Get, Value>(
-//!     &Get { key: "x".into() }, SendOptions::default(), Duration::from_secs(5))?;
+//!     &Get { key: "x".into() }, Duration::from_secs(5))?;
 //! assert_eq!(reply.msg.value.as_deref(), Some("value of x"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

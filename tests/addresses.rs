@@ -186,7 +186,6 @@ async fn regression_a_second_descriptor_adds_addresses_before_the_first_use() {
     let r = site
         .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
             &sitenet::services::Echo { seq: 5 },
-            sitenet::SendOptions::default(),
             std::time::Duration::from_secs(20),
         )
         .await

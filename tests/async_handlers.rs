@@ -98,7 +98,7 @@ async fn an_async_handler_awaits_another_site_before_answering() {
             async move {
                 assert!(ctx.is_request() && ctx.sender_id().is_some());
                 let r = to_back
-                    .request::<Ask, Answer>(&Ask(n), SendOptions::default(), PATIENCE)
+                    .request::<Ask, Answer>(&Ask(n), PATIENCE)
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok::<_, String>(Answer(r.msg.0 * 10))
@@ -108,7 +108,7 @@ async fn an_async_handler_awaits_another_site_before_answering() {
     let client = node();
     let site = client.site(addr(&front)).unwrap();
     let asks: Vec<_> = (0..20)
-        .map(|n| site.request::<Ask, Answer>(&Ask(n), now(), PATIENCE))
+        .map(|n| site.request_with::<Ask, Answer>(&Ask(n), now(), PATIENCE))
         .collect();
     let answers = tokio::spawn(futures::future::join_all(asks));
     // Every one is in flight at both nodes before the first answer.
@@ -152,7 +152,7 @@ async fn a_typed_error_is_matched_by_the_caller() {
     let client = node();
     for server in [&sync_server, &async_server] {
         let site = client.site(addr(server)).unwrap();
-        let ask = |n| site.request_result::<Ask, Answer, AskError>(&Ask(n), now(), PATIENCE);
+        let ask = |n| site.request_result_with::<Ask, Answer, AskError>(&Ask(n), now(), PATIENCE);
         assert_eq!(ask(8).await.unwrap().map(|r| r.msg), Ok(Answer(4)));
         assert_eq!(ask(7).await.unwrap().err(), Some(AskError::Odd(7)));
         match ask(500).await.unwrap() {
@@ -161,7 +161,7 @@ async fn a_typed_error_is_matched_by_the_caller() {
         }
         // A caller that does not ask for the value reads it.
         let e = site
-            .request::<Ask, Answer>(&Ask(7), now(), PATIENCE)
+            .request_with::<Ask, Answer>(&Ask(7), now(), PATIENCE)
             .await
             .unwrap_err();
         assert_eq!(
@@ -170,7 +170,7 @@ async fn a_typed_error_is_matched_by_the_caller() {
         );
         // Another type: said, with the handler's reason.
         let e = site
-            .request_result::<Ask, Answer, Unrelated>(&Ask(500), now(), PATIENCE)
+            .request_result_with::<Ask, Answer, Unrelated>(&Ask(500), now(), PATIENCE)
             .await
             .unwrap_err();
         assert!(
@@ -184,7 +184,7 @@ async fn a_typed_error_is_matched_by_the_caller() {
     // Plain failures stay plain for `request_result`.
     let client_site = client.site(addr(&sync_server)).unwrap();
     let e = client_site
-        .request_result::<Note, Answer, AskError>(&Note(1), now(), PATIENCE)
+        .request_result_with::<Note, Answer, AskError>(&Note(1), now(), PATIENCE)
         .await
         .unwrap_err();
     assert!(
@@ -207,9 +207,9 @@ async fn the_local_site_is_answered_by_an_async_handler() {
     })
     .unwrap();
     let me = n.local_site();
-    let r = me.request_result::<Ask, Answer, AskError>(&Ask(5), now(), PATIENCE);
+    let r = me.request_result_with::<Ask, Answer, AskError>(&Ask(5), now(), PATIENCE);
     assert_eq!(r.await.unwrap().map(|r| r.msg), Ok(Answer(5)));
-    let r = me.request_result::<Ask, Answer, AskError>(&Ask(0), now(), PATIENCE);
+    let r = me.request_result_with::<Ask, Answer, AskError>(&Ask(0), now(), PATIENCE);
     assert_eq!(r.await.unwrap().err(), Some(AskError::Odd(0)));
 }
 
@@ -231,7 +231,7 @@ async fn a_panicking_async_handler_is_answered_as_an_error_and_counted() {
     let site = client.site(addr(&server)).unwrap();
     for n in [1, 2] {
         let e = site
-            .request::<Ask, Answer>(&Ask(n), now(), PATIENCE)
+            .request_with::<Ask, Answer>(&Ask(n), now(), PATIENCE)
             .await
             .unwrap_err();
         assert_eq!(
@@ -240,7 +240,9 @@ async fn a_panicking_async_handler_is_answered_as_an_error_and_counted() {
         );
     }
     assert_eq!(server.metrics().handler_panics, 2);
-    let r = site.request::<Ask, Answer>(&Ask(3), now(), PATIENCE).await;
+    let r = site
+        .request_with::<Ask, Answer>(&Ask(3), now(), PATIENCE)
+        .await;
     assert_eq!(r.unwrap().msg, Answer(3));
     assert!(eventually(|| server.metrics().async_handlers == 0).await);
 }
@@ -257,7 +259,7 @@ async fn an_async_handler_answering_nothing_ends_the_request_at_once() {
     let site = client.site(addr(&server)).unwrap();
     let t0 = Instant::now();
     let e = site
-        .request::<Ask, Answer>(&Ask(1), now(), Duration::from_secs(60))
+        .request_with::<Ask, Answer>(&Ask(1), now(), Duration::from_secs(60))
         .await
         .unwrap_err();
     assert!(
@@ -278,7 +280,9 @@ async fn an_async_handler_may_answer_through_its_responder() {
             assert!(ctx.responder().is_none(), "taken once");
             std::thread::spawn(move || {
                 let body = vec![bytes::Bytes::from(vec![7u8; n as usize])];
-                responder.reply_with(&Answer(n), body).unwrap();
+                responder
+                    .reply_with(&Answer(n), SendOptions::new().parts(body))
+                    .unwrap();
             });
             Answer(999) // dropped: the responder answers
         })
@@ -286,7 +290,7 @@ async fn an_async_handler_may_answer_through_its_responder() {
     let client = node();
     let site = client.site(addr(&server)).unwrap();
     let r = site
-        .request::<Ask, Answer>(&Ask(5), now(), PATIENCE)
+        .request_with::<Ask, Answer>(&Ask(5), now(), PATIENCE)
         .await
         .unwrap();
     assert_eq!((r.msg, r.body.len()), (Answer(5), 5));
@@ -328,12 +332,12 @@ async fn at_the_cap_a_request_is_refused_busy_at_once() {
     let client = node();
     let site = client.site(addr(&server)).unwrap();
     let held: Vec<_> = (0..2)
-        .map(|n| tokio::spawn(site.request::<Ask, Answer>(&Ask(n), now(), PATIENCE)))
+        .map(|n| tokio::spawn(site.request_with::<Ask, Answer>(&Ask(n), now(), PATIENCE)))
         .collect();
     assert!(eventually(|| server.metrics().async_handlers == 2).await);
     let t0 = Instant::now();
     let e = site
-        .request::<Ask, Answer>(&Ask(2), now(), Duration::from_secs(60))
+        .request_with::<Ask, Answer>(&Ask(2), now(), Duration::from_secs(60))
         .await
         .unwrap_err();
     assert!(
@@ -354,7 +358,9 @@ async fn at_the_cap_a_request_is_refused_busy_at_once() {
         assert_eq!(h.await.unwrap().unwrap().msg, Answer(n as u64));
     }
     assert!(eventually(|| server.metrics().async_handlers == 0).await);
-    let r = site.request::<Ask, Answer>(&Ask(3), now(), PATIENCE).await;
+    let r = site
+        .request_with::<Ask, Answer>(&Ask(3), now(), PATIENCE)
+        .await;
     assert_eq!(r.unwrap().msg, Answer(3));
 }
 
@@ -384,7 +390,7 @@ async fn a_stopping_node_drops_its_running_futures() {
         .unwrap();
     let client = node();
     let site = client.site(addr(&server)).unwrap();
-    let asked = tokio::spawn(site.request::<Ask, Answer>(&Ask(1), now(), PATIENCE));
+    let asked = tokio::spawn(site.request_with::<Ask, Answer>(&Ask(1), now(), PATIENCE));
     assert!(eventually(|| server.metrics().async_handlers == 1).await);
     let t0 = Instant::now();
     drop(server);
@@ -420,7 +426,7 @@ async fn shutdown_waits_for_running_futures_within_its_deadline() {
         .unwrap();
     let client = node();
     let site = client.site(addr(&server)).unwrap();
-    let answered = tokio::spawn(site.request::<Ask, Answer>(&Ask(1), now(), PATIENCE));
+    let answered = tokio::spawn(site.request_with::<Ask, Answer>(&Ask(1), now(), PATIENCE));
     assert!(eventually(|| server.metrics().async_handlers == 1).await);
     let stopping = {
         let server = server.clone();
@@ -449,7 +455,7 @@ async fn shutdown_waits_for_running_futures_within_its_deadline() {
         })
         .unwrap();
     let site = client.site(addr(&server)).unwrap();
-    let asked = tokio::spawn(site.request::<Ask, Answer>(&Ask(0), now(), PATIENCE));
+    let asked = tokio::spawn(site.request_with::<Ask, Answer>(&Ask(0), now(), PATIENCE));
     assert!(eventually(|| server.metrics().async_handlers == 1).await);
     server.shutdown(Duration::from_millis(200)).await;
     dropped
@@ -490,7 +496,7 @@ async fn an_async_handler_forwards_and_the_owner_answers_a_typed_error() {
         .unwrap();
     let client = node();
     let site = client.site(addr(&relay)).unwrap();
-    let ask = |n| site.request_result::<Ask, Answer, AskError>(&Ask(n), now(), PATIENCE);
+    let ask = |n| site.request_result_with::<Ask, Answer, AskError>(&Ask(n), now(), PATIENCE);
     assert_eq!(ask(2).await.unwrap().map(|r| r.msg), Ok(Answer(200)));
     assert_eq!(ask(3).await.unwrap().err(), Some(AskError::Odd(3)));
 
@@ -513,7 +519,9 @@ async fn an_async_handler_forwards_and_the_owner_answers_a_typed_error() {
         })
         .unwrap();
     let site = client.site(addr(&small)).unwrap();
-    let r = site.request::<Ask, Answer>(&Ask(4), now(), PATIENCE).await;
+    let r = site
+        .request_with::<Ask, Answer>(&Ask(4), now(), PATIENCE)
+        .await;
     assert_eq!(r.unwrap().msg, Answer(5));
 }
 
@@ -537,7 +545,9 @@ async fn a_handler_without_sync_keeps_its_state() {
     let site = client.site(addr(&server)).unwrap();
     let mut got = Vec::new();
     for n in 1..=3 {
-        let r = site.request::<Ask, Answer>(&Ask(n), now(), PATIENCE).await;
+        let r = site
+            .request_with::<Ask, Answer>(&Ask(n), now(), PATIENCE)
+            .await;
         got.push(r.unwrap().msg.0);
     }
     assert_eq!(got, [1001, 2003, 3006]);
@@ -553,7 +563,7 @@ async fn a_handler_of_any_kind_is_replaced_at_run_time() {
     let server = node();
     let client = node();
     let site = client.site(addr(&server)).unwrap();
-    let ask = |n| site.request::<Ask, Answer>(&Ask(n), SendOptions::default(), PATIENCE);
+    let ask = |n| site.request::<Ask, Answer>(&Ask(n), PATIENCE);
     let mut count = 0u64;
     server
         .handle_mut(move |ctx, Ask(n): Ask| {

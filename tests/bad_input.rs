@@ -91,7 +91,7 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
             let mut seq = 0;
             while !stop.load(Ordering::Acquire) || seq < 50 {
                 let r = site
-                    .request_blocking::<Echo, EchoReply>(
+                    .request_blocking_with::<Echo, EchoReply>(
                         &Echo { seq },
                         SendOptions::default().body(vec![9u8; 100]),
                         PATIENCE,

@@ -14,7 +14,7 @@ use common::{addr, listening_node, Numbered, PATIENCE};
 use serde::{Deserialize, Serialize};
 use sitenet::batch::{Done, OpError};
 use sitenet::services::{Echo, EchoReply};
-use sitenet::{AsyncCtx, DeliveryError, Message, Node, RequestError, Runtime, SendOptions};
+use sitenet::{AsyncCtx, DeliveryError, Message, Node, RequestError, Runtime};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Ask {
@@ -71,14 +71,9 @@ async fn a_mixed_batch_to_many_sites_completes_every_operation_with_a_callback_e
     for seq in 0..90u64 {
         let s = &sites[seq as usize % 3];
         if seq % 3 == 0 {
-            requests.push((
-                b.request(s, &Echo { seq }, SendOptions::default(), PATIENCE)
-                    .unwrap(),
-                seq,
-            ));
+            requests.push((b.request(s, &Echo { seq }, PATIENCE).unwrap(), seq));
         } else {
-            b.send(s, &Numbered { stream: 0, seq }, SendOptions::default())
-                .unwrap();
+            b.send(s, &Numbered { stream: 0, seq }).unwrap();
         }
     }
     let report = b.submit().wait_all(PATIENCE).await;
@@ -103,8 +98,7 @@ async fn every_request_of_a_batch_is_sent_before_the_first_reply() {
     let site = client.site(addr(&server)).unwrap();
     let mut b = client.batch();
     for seq in 0..200 {
-        b.request(&site, &Ask { seq }, SendOptions::default(), PATIENCE)
-            .unwrap();
+        b.request(&site, &Ask { seq }, PATIENCE).unwrap();
     }
     let mut running = b.submit();
     // The server holds its first reply: the other 199 requests go out
@@ -155,8 +149,7 @@ async fn a_dead_site_is_retried_on_the_site_now_at_its_address_up_to_max_retry()
         let client = Node::builder().start().unwrap();
         let site = client.site(&at).unwrap();
         let mut b = client.batch().max_retry(retries);
-        b.request(&site, &Ask { seq: 7 }, SendOptions::default(), PATIENCE)
-            .unwrap();
+        b.request(&site, &Ask { seq: 7 }, PATIENCE).unwrap();
         let running = b.submit();
         assert!(
             first
@@ -198,14 +191,8 @@ async fn failures_are_listed_with_their_errors() {
     let site = client.site(addr(&server)).unwrap();
     let nobody = client.site("tcp:127.0.0.1:1").unwrap();
     let mut b = client.batch();
-    b.request(&site, &Echo { seq: 1 }, SendOptions::default(), PATIENCE)
-        .unwrap();
-    b.send(
-        &nobody,
-        &Numbered { stream: 9, seq: 0 },
-        SendOptions::default(),
-    )
-    .unwrap();
+    b.request(&site, &Echo { seq: 1 }, PATIENCE).unwrap();
+    b.send(&nobody, &Numbered { stream: 9, seq: 0 }).unwrap();
     let running = b.submit();
     client.kill(&nobody);
     let report = running.wait_all(PATIENCE).await;
@@ -229,12 +216,7 @@ fn wait_all_reports_what_was_not_done_by_its_deadline() {
     let client = Node::builder().start().unwrap();
     let nobody = client.site("tcp:127.0.0.1:1").unwrap();
     let mut b = client.batch();
-    b.send(
-        &nobody,
-        &Numbered { stream: 9, seq: 0 },
-        SendOptions::default(),
-    )
-    .unwrap();
+    b.send(&nobody, &Numbered { stream: 9, seq: 0 }).unwrap();
     let report = futures::executor::block_on(b.submit().wait_all(Duration::from_millis(50)));
     assert!(report.results[0].is_none(), "still trying to connect");
     assert!(!report.all_ok());
@@ -248,8 +230,7 @@ async fn next_done_tells_a_timeout_from_the_end() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let mut b = client.batch();
-    b.request(&site, &Ask { seq: 1 }, SendOptions::default(), PATIENCE)
-        .unwrap();
+    b.request(&site, &Ask { seq: 1 }, PATIENCE).unwrap();
     let mut running = b.submit();
     let short = Duration::from_millis(50);
     assert_eq!(
@@ -292,8 +273,7 @@ async fn a_batch_of_requests_is_answered_by_async_handlers() {
     let site = client.site(addr(&server)).unwrap();
     let mut b = client.batch();
     for seq in 0..50 {
-        b.request(&site, &Ask { seq }, SendOptions::default(), PATIENCE)
-            .unwrap();
+        b.request(&site, &Ask { seq }, PATIENCE).unwrap();
     }
     let running = b.submit();
     assert!(

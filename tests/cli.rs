@@ -35,7 +35,6 @@ fn node_prints_its_identity_and_ping_measures_round_trips() {
     let r = site
         .request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
             &sitenet::services::Echo { seq: 1 },
-            sitenet::SendOptions::default(),
             std::time::Duration::from_secs(60),
         )
         .unwrap();

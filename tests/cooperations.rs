@@ -7,7 +7,6 @@ mod common;
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::{addr, PATIENCE};
 use serde::{Deserialize, Serialize};
 use sitenet::{AsyncCtx, CoopError, Expect, Message, Node, Runtime, SendOptions};
@@ -38,7 +37,7 @@ fn server(n: u64, body: usize) -> Node {
     node.handle(move |ctx, c: Count| {
         // A slow server, on purpose (the scenario, not a wait).
         std::thread::sleep(Duration::from_millis(c.delay_ms));
-        let _ = ctx.reply_with(&Total(n), vec![Bytes::from(vec![n as u8; body])]);
+        let _ = ctx.reply_with(&Total(n), SendOptions::new().body(vec![n as u8; body]));
     })
     .unwrap();
     node
@@ -62,7 +61,7 @@ async fn scatter_gather_completes_when_every_site_answered() {
         coop.expect(Expect::from_site(s).of::<Total>());
     }
     for s in &sites {
-        coop.request(s, &Count { delay_ms: 0 }, now())
+        coop.request_with(s, &Count { delay_ms: 0 }, now())
             .await
             .unwrap();
     }
@@ -86,7 +85,7 @@ async fn a_long_reply_is_truncated_to_its_descriptor_and_its_size_reported() {
     for s in [&long, &short] {
         let site = client.site(addr(s)).unwrap();
         coop.expect(Expect::from_site(&site).max_body(10));
-        coop.request(&site, &Count { delay_ms: 0 }, now())
+        coop.request_with(&site, &Count { delay_ms: 0 }, now())
             .await
             .unwrap();
     }
@@ -124,10 +123,10 @@ async fn a_timeout_returns_the_replies_that_came_and_a_late_one_is_discarded_and
     let s = client.site(addr(&slow)).unwrap();
     coop.expect(Expect::from_site(&q));
     coop.expect(Expect::from_site(&s));
-    coop.request(&q, &Count { delay_ms: 0 }, now())
+    coop.request_with(&q, &Count { delay_ms: 0 }, now())
         .await
         .unwrap();
-    coop.request(&s, &Count { delay_ms: 0 }, now())
+    coop.request_with(&s, &Count { delay_ms: 0 }, now())
         .await
         .unwrap();
     // The quick reply is in.
@@ -182,7 +181,7 @@ async fn cancel_wakes_every_waiter_and_later_replies_are_discarded() {
     let site = client.site(addr(&slow)).unwrap();
     let coop = client.cooperation();
     coop.expect(Expect::from_site(&site));
-    coop.request(&site, &Count { delay_ms: 300 }, now())
+    coop.request_with(&site, &Count { delay_ms: 300 }, now())
         .await
         .unwrap();
     let waiters: Vec<_> = (0..3)
@@ -210,7 +209,7 @@ async fn a_failed_site_fails_the_cooperation_waiting_for_it() {
     let site = client.site(addr(&s)).unwrap();
     let coop = client.cooperation();
     coop.expect(Expect::from_site(&site));
-    coop.request(&site, &Count { delay_ms: 300 }, now())
+    coop.request_with(&site, &Count { delay_ms: 300 }, now())
         .await
         .unwrap();
     client.kill(&site);
@@ -247,7 +246,7 @@ async fn a_request_of_an_ended_cooperation_does_not_keep_its_channel_open() {
     let coop = client.cooperation();
     coop.expect(Expect::from_site(&site));
     coop.cancel();
-    coop.request(&site, &Count { delay_ms: 0 }, now())
+    coop.request_with(&site, &Count { delay_ms: 0 }, now())
         .await
         .unwrap();
     site.flush(PATIENCE).await.unwrap();
@@ -326,13 +325,9 @@ async fn regression_an_answer_names_a_site_that_was_not_reclaimed() {
     let site = client.site(addr(&server)).unwrap();
     let coop = client.cooperation();
     coop.expect(Expect::any().of::<sitenet::services::EchoReply>());
-    coop.request(
-        &site,
-        &sitenet::services::Echo { seq: 1 },
-        SendOptions::default(),
-    )
-    .await
-    .unwrap();
+    coop.request(&site, &sitenet::services::Echo { seq: 1 })
+        .await
+        .unwrap();
     while coop.check().is_none() {
         tokio::task::yield_now().await;
     }
@@ -388,7 +383,9 @@ async fn a_cooperation_gathers_the_answers_of_async_handlers() {
     }
     for (i, s) in sites.iter().enumerate() {
         let delay_ms = 20 * (3 - i as u64);
-        coop.request(s, &Count { delay_ms }, now()).await.unwrap();
+        coop.request_with(s, &Count { delay_ms }, now())
+            .await
+            .unwrap();
     }
     let answers = coop.wait(PATIENCE).await.unwrap();
     let totals: Vec<u64> = answers
@@ -399,7 +396,7 @@ async fn a_cooperation_gathers_the_answers_of_async_handlers() {
 
     let coop = client.cooperation();
     coop.expect(Expect::from_site(&sites[1]).of::<Total>());
-    coop.request(&sites[1], &Count { delay_ms: 999 }, now())
+    coop.request_with(&sites[1], &Count { delay_ms: 999 }, now())
         .await
         .unwrap();
     match coop.wait(PATIENCE).await {

@@ -246,7 +246,7 @@ fn cut_channels_reconnect_and_lose_nothing() {
     faults.random_cuts(40_000);
     let body = Bytes::from(vec![0x5A; 300]);
     for seq in 0..N {
-        site.send_blocking(
+        site.send_blocking_with(
             &Numbered {
                 stream: (seq % 3) as u32,
                 seq: seq / 3,

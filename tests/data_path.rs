@@ -20,8 +20,7 @@ fn ten_thousand_sends_to_a_busy_com_object_cause_one_wake() {
         .unwrap();
     let site = client.site(addr(&server)).unwrap();
     // Open the channel and let the first wake be consumed.
-    site.send_blocking(&Numbered { stream: 0, seq: 0 }, SendOptions::default())
-        .unwrap();
+    site.send_blocking(&Numbered { stream: 0, seq: 0 }).unwrap();
     while sink.total.load(std::sync::atomic::Ordering::Acquire) < 1 {
         std::thread::yield_now();
     }
@@ -67,8 +66,7 @@ fn no_wake_is_lost_when_many_threads_send() {
                 for seq in 0..PER {
                     // Alternate bursts and single sends so the outbox keeps
                     // going empty and non-empty under the actor's feet.
-                    site.send_blocking(&Numbered { stream, seq }, SendOptions::default())
-                        .unwrap();
+                    site.send_blocking(&Numbered { stream, seq }).unwrap();
                     if seq % 64 == 0 {
                         std::thread::yield_now();
                     }
@@ -109,7 +107,7 @@ fn queued_small_messages_share_frames_on_the_wire() {
     let site = client.site(addr(&server)).unwrap();
     let body = bytes::Bytes::from(vec![7u8; 64]);
     let opts = || SendOptions::default().body(body.clone());
-    site.send_blocking(&Numbered { stream: 0, seq: 0 }, opts())
+    site.send_blocking_with(&Numbered { stream: 0, seq: 0 }, opts())
         .unwrap();
     while sink.total.load(std::sync::atomic::Ordering::Acquire) < 1 {
         std::thread::yield_now();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use common::{addr, PATIENCE};
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, SendOptions};
+use sitenet::{Message, Node};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Lookup {
@@ -75,11 +75,7 @@ async fn the_final_handler_answers_the_origin_directly_in_three_messages() {
     let a = node();
     let site = a.site(addr(&b)).unwrap();
     let r = site
-        .request::<Lookup, Found>(
-            &Lookup { key: "k".into() },
-            SendOptions::default(),
-            PATIENCE,
-        )
+        .request::<Lookup, Found>(&Lookup { key: "k".into() }, PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.value, "value of k");
@@ -107,11 +103,7 @@ async fn the_final_handler_answers_the_origin_directly_in_three_messages() {
     let direct = a
         .site(addr(&c))
         .unwrap()
-        .request::<Lookup, Found>(
-            &Lookup { key: "k".into() },
-            SendOptions::default(),
-            PATIENCE,
-        )
+        .request::<Lookup, Found>(&Lookup { key: "k".into() }, PATIENCE)
         .await
         .unwrap();
     assert_eq!(direct.msg.via, None, "asked directly: no forwarder");
@@ -125,11 +117,7 @@ async fn a_forwarded_request_forwarded_again_keeps_its_origin() {
     let a = node();
     let site = a.site(addr(&b)).unwrap();
     let r = site
-        .request::<Lookup, Found>(
-            &Lookup { key: "x".into() },
-            SendOptions::default(),
-            PATIENCE,
-        )
+        .request::<Lookup, Found>(&Lookup { key: "x".into() }, PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.asker, Some(a.id().to_string()));
@@ -148,11 +136,7 @@ async fn a_request_to_the_local_site_forwarded_is_answered_by_the_final_site() {
     let b = relay(&c);
     let r = b
         .local_site()
-        .request::<Lookup, Found>(
-            &Lookup { key: "own".into() },
-            SendOptions::default(),
-            PATIENCE,
-        )
+        .request::<Lookup, Found>(&Lookup { key: "own".into() }, PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.value, "value of own");
@@ -183,13 +167,9 @@ async fn request_ids_are_unguessable() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     for i in 0..200 {
-        site.request::<Lookup, Found>(
-            &Lookup { key: i.to_string() },
-            SendOptions::default(),
-            PATIENCE,
-        )
-        .await
-        .unwrap();
+        site.request::<Lookup, Found>(&Lookup { key: i.to_string() }, PATIENCE)
+            .await
+            .unwrap();
     }
     let mut ids = seen.lock().unwrap().clone();
     assert_eq!(ids.len(), 200);
@@ -200,4 +180,47 @@ async fn request_ids_are_unguessable() {
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 200);
+}
+
+/// Options with no priority set keep the request's own: a request sent at
+/// high priority is forwarded with a body (`forward_with`) and answered
+/// with one (`reply_with`), and both hops and the answer stay high.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_with_and_reply_with_keep_the_requests_priority_when_unset() {
+    use sitenet::{Priority, SendOptions};
+    let c = node();
+    c.handle(|ctx, l: Lookup| {
+        let seen = format!("{:?} {}", ctx.priority(), ctx.body().len());
+        let _ = ctx.reply_with(
+            &Found {
+                value: format!("{} {}", l.key, seen),
+                asker: None,
+                via: None,
+            },
+            SendOptions::new().body(&b"answer"[..]),
+        );
+    })
+    .unwrap();
+    let b = node();
+    let to = b.site(addr(&c)).unwrap();
+    b.handle(move |ctx, l: Lookup| {
+        let seen = format!("{:?}", ctx.priority());
+        let key = format!("{} {seen}", l.key);
+        ctx.forward_with(&to, &Lookup { key }, SendOptions::new().body(&b"xyz"[..]))
+            .unwrap();
+    })
+    .unwrap();
+    let a = node();
+    let r = a
+        .site(addr(&b))
+        .unwrap()
+        .request_with::<Lookup, Found>(
+            &Lookup { key: "k".into() },
+            SendOptions::new().priority(Priority::High),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.msg.value, "k High High 3");
+    assert_eq!(&r.body[..], b"answer");
 }

@@ -332,10 +332,7 @@ async fn regression_requests_sent_before_a_merge_fail_with_the_site() {
     let to_b = a.site(&alias).unwrap();
     let request = {
         let to_b = to_b.clone();
-        tokio::spawn(async move {
-            to_b.request::<Held, Held>(&Held(7), SendOptions::default(), PATIENCE)
-                .await
-        })
+        tokio::spawn(async move { to_b.request::<Held, Held>(&Held(7), PATIENCE).await })
     };
     assert_eq!(
         tokio::time::timeout(PATIENCE, held_rx.recv())
@@ -404,7 +401,6 @@ async fn a_request_to_a_closed_port_is_unreachable_not_a_timeout() {
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);
     let r = site.request::<sitenet::services::Echo, sitenet::services::EchoReply>(
         &sitenet::services::Echo { seq: 1 },
-        sitenet::SendOptions::default(),
         Duration::from_secs(2),
     );
     let r = r.await;

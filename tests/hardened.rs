@@ -64,11 +64,7 @@ fn a_request_never_answered() -> (
     let victim = listening_node();
     let site = victim.site(addr(&server)).unwrap();
     let asking = std::thread::spawn(move || {
-        site.request_blocking::<WhoAreYou, IAm>(
-            &WhoAreYou,
-            SendOptions::default(),
-            Duration::from_secs(3),
-        )
+        site.request_blocking::<WhoAreYou, IAm>(&WhoAreYou, Duration::from_secs(3))
     });
     let corr = corr_rx
         .recv_timeout(PATIENCE)
@@ -161,7 +157,7 @@ fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     for seq in 0..20 {
-        site.send_blocking(
+        site.send_blocking_with(
             &Numbered { stream: 1, seq },
             SendOptions::default().body(vec![5u8; 300_000]),
         )
@@ -201,11 +197,7 @@ fn a_peer_listing_another_sites_address_does_not_take_over_its_traffic() {
     // The victim now talks to the server by its address: the server answers.
     let site = victim.site(addr(&server)).unwrap();
     let r = site
-        .request_blocking::<WhoAreYou, IAm>(
-            &WhoAreYou,
-            SendOptions::default(),
-            Duration::from_secs(20),
-        )
+        .request_blocking::<WhoAreYou, IAm>(&WhoAreYou, Duration::from_secs(20))
         .expect("the server itself answers");
     assert_eq!(r.msg.id, server.id().to_string());
     assert_eq!(site.id(), Some(server.id()));
@@ -319,7 +311,7 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
     // The site is known by its IP address first …
     let by_ip = client.site(addr(&server)).unwrap();
     by_ip
-        .send_blocking(&Numbered { stream: 9, seq: 0 }, SendOptions::default())
+        .send_blocking(&Numbered { stream: 9, seq: 0 })
         .unwrap();
     assert!(client
         .wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE)
@@ -328,9 +320,7 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
     // opens, finds the known site, and merges while the stream runs.
     let alias = client.site(format!("tcp:localhost:{port}")).unwrap();
     for seq in 0..N {
-        alias
-            .send_blocking(&Numbered { stream: 1, seq }, SendOptions::default())
-            .unwrap();
+        alias.send_blocking(&Numbered { stream: 1, seq }).unwrap();
     }
     sink.wait_blocking();
     assert_eq!(
@@ -410,11 +400,7 @@ fn a_default_node_serves_no_builtin_services() {
     let plain = Node::builder().listen("tcp:127.0.0.1:0").start().unwrap();
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&plain)).unwrap();
-    let r = site.request_blocking::<Echo, EchoReply>(
-        &Echo { seq: 1 },
-        SendOptions::default(),
-        Duration::from_secs(20),
-    );
+    let r = site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, Duration::from_secs(20));
     assert!(
         matches!(r, Err(sitenet::RequestError::Remote(_))),
         "a default node answered an echo: {r:?}"
@@ -424,11 +410,7 @@ fn a_default_node_serves_no_builtin_services() {
     let served = listening_node();
     let site = client.site(addr(&served)).unwrap();
     let r = site
-        .request_blocking::<Echo, EchoReply>(
-            &Echo { seq: 2 },
-            SendOptions::default(),
-            Duration::from_secs(20),
-        )
+        .request_blocking::<Echo, EchoReply>(&Echo { seq: 2 }, Duration::from_secs(20))
         .unwrap();
     assert_eq!(r.msg.seq, 2);
 }
@@ -451,7 +433,7 @@ fn a_sender_waiting_for_room_fails_at_shutdown_instead_of_hanging() {
     let (tx, rx) = std::sync::mpsc::channel();
     let sender = std::thread::spawn(move || {
         for seq in 0.. {
-            let r = site.send_blocking(
+            let r = site.send_blocking_with(
                 &Numbered { stream: 0, seq },
                 SendOptions::default().body(vec![0u8; 1000]),
             );
@@ -491,10 +473,9 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
     let target = addr(&server);
     node.handle(move |ctx, _: WhoAreYou| {
         let site = ctx.node().site(&target).unwrap();
-        let sent = site.send_blocking(&Numbered { stream: 0, seq: 0 }, SendOptions::default());
+        let sent = site.send_blocking(&Numbered { stream: 0, seq: 0 });
         let asked = site.request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
             &sitenet::services::Echo { seq: 1 },
-            SendOptions::default(),
             Duration::from_secs(5),
         );
         // Issue 20: the node-wide blocking calls behave alike (they
@@ -513,7 +494,7 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
     client
         .site(addr(&node))
         .unwrap()
-        .send_blocking(&WhoAreYou, SendOptions::default())
+        .send_blocking(&WhoAreYou)
         .unwrap();
     let (sent, asked, waited, shut) = rx
         .recv_timeout(Duration::from_secs(20))
@@ -525,7 +506,7 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
     client
         .site(addr(&node))
         .unwrap()
-        .send_blocking(&WhoAreYou, SendOptions::default())
+        .send_blocking(&WhoAreYou)
         .unwrap();
     assert!(rx.recv_timeout(Duration::from_secs(20)).is_ok());
     assert_eq!(
@@ -559,13 +540,12 @@ fn a_node_whose_borrowed_runtime_stopped_fails_sends_and_requests() {
     });
     let node = rx.recv_timeout(PATIENCE).unwrap();
     let site = node.site(&target).unwrap();
-    let sent = site.send_blocking(&Numbered { stream: 0, seq: 0 }, SendOptions::default());
+    let sent = site.send_blocking(&Numbered { stream: 0, seq: 0 });
     assert_eq!(sent, Err(sitenet::SendError::RuntimeStopped));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let r = site.request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
             &sitenet::services::Echo { seq: 1 },
-            SendOptions::default(),
             Duration::from_secs(1),
         );
         let _ = tx.send(r.map(|_| ()));

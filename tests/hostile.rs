@@ -295,9 +295,7 @@ async fn regression_dropping_the_node_fails_its_tracked_deliveries() {
         .unwrap();
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
-    let delivery = site
-        .try_send_tracked(&Expected { n: 0 }, sitenet::SendOptions::default())
-        .unwrap();
+    let delivery = site.try_send_tracked(&Expected { n: 0 }).unwrap();
     tokio::task::spawn_blocking(move || got_rx.recv_timeout(PATIENCE))
         .await
         .unwrap()
@@ -644,7 +642,7 @@ async fn regression_a_busy_handler_never_makes_a_live_node_look_dead() {
     let site = client.site(addr(&server)).unwrap();
     // The channel first (one tracked message), so the clock below measures
     // the busy server, not the connection.
-    site.send_tracked(&Work { n: 0 }, sitenet::SendOptions::default())
+    site.send_tracked(&Work { n: 0 })
         .await
         .unwrap()
         .await
@@ -652,11 +650,7 @@ async fn regression_a_busy_handler_never_makes_a_live_node_look_dead() {
     let start = std::time::Instant::now();
     let mut deliveries = Vec::new();
     for n in 1..=N {
-        deliveries.push(
-            site.send_tracked(&Work { n }, sitenet::SendOptions::default())
-                .await
-                .unwrap(),
-        );
+        deliveries.push(site.send_tracked(&Work { n }).await.unwrap());
     }
     let mut first = None;
     for (i, d) in deliveries.into_iter().enumerate() {
@@ -777,10 +771,7 @@ async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
     let site = client.site(addr(&server)).unwrap();
     let start = std::time::Instant::now();
     let delivery = site
-        .send_tracked(
-            &Blob(vec![1u8; 300 * 1024]),
-            sitenet::SendOptions::default(),
-        )
+        .send_tracked(&Blob(vec![1u8; 300 * 1024]))
         .await
         .unwrap();
     let r = tokio::time::timeout(std::time::Duration::from_secs(30), delivery).await;
@@ -951,7 +942,6 @@ async fn regression_a_stranger_cannot_fill_a_victims_sink_quota_by_forwarding() 
                     stream,
                     expected: 1,
                 },
-                sitenet::SendOptions::default(),
                 PATIENCE,
             )
             .await

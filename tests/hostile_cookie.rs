@@ -25,7 +25,7 @@ use common::*;
 use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
 use sitenet::protocols::{AuthFailure, Cookie, Initiator, Keyring, LocalInfo, OpenError, SiteId};
 use sitenet::services::{Echo, EchoReply};
-use sitenet::{Node, Runtime, SendOptions};
+use sitenet::{Node, Runtime};
 
 fn cookie(b: u8) -> Cookie {
     Cookie::new([b; 32])
@@ -164,7 +164,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
         .unwrap();
     let site = member.site(&target).unwrap();
     let r = site
-        .request_blocking::<Echo, EchoReply>(&Echo { seq: 0 }, SendOptions::default(), PATIENCE)
+        .request_blocking::<Echo, EchoReply>(&Echo { seq: 0 }, PATIENCE)
         .expect("the member is answered");
     assert_eq!(r.msg.seq, 0);
     // One channel's two rings at full size: what the member's channel may
@@ -304,22 +304,15 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
                 .collect::<Vec<_>>()
         );
         for _ in 0..100 {
-            site.send_blocking(
-                &Numbered {
-                    stream: 0,
-                    seq: sent,
-                },
-                SendOptions::default(),
-            )
+            site.send_blocking(&Numbered {
+                stream: 0,
+                seq: sent,
+            })
             .unwrap();
             sent += 1;
         }
         let r = site
-            .request_blocking::<Echo, EchoReply>(
-                &Echo { seq: sent },
-                SendOptions::default(),
-                PATIENCE,
-            )
+            .request_blocking::<Echo, EchoReply>(&Echo { seq: sent }, PATIENCE)
             .expect("the member is answered");
         assert_eq!(r.msg.seq, sent);
         echoes += 1;
@@ -441,7 +434,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
     assert_eq!(server.site_count(), 1);
     assert!(server.metrics().channel_buffer_bytes <= one_channel);
     let r = site
-        .request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, SendOptions::default(), PATIENCE)
+        .request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, PATIENCE)
         .unwrap();
     assert_eq!(r.msg.seq, 1);
     assert_eq!(server.metrics().channels_opened, 1);

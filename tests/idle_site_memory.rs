@@ -96,12 +96,8 @@ fn a_site_that_talked_and_left_keeps_nothing_of_its_channel() {
     let talk = |i: u64| {
         let c = sitenet::Node::builder().start().unwrap();
         let s = c.site(&addr).unwrap();
-        s.request_blocking::<Echo, EchoReply>(
-            &Echo { seq: i },
-            sitenet::SendOptions::default(),
-            Duration::from_secs(60),
-        )
-        .unwrap();
+        s.request_blocking::<Echo, EchoReply>(&Echo { seq: i }, Duration::from_secs(60))
+            .unwrap();
         drop(s);
         c.shutdown_blocking(Duration::from_secs(10)).unwrap();
     };

@@ -76,15 +76,9 @@ async fn a_request_to_the_local_site_is_answered_and_a_tracked_send_completes() 
     .unwrap();
     let me = node.site_by_id(node.id()).expect("its own id is known");
     assert!(me.is_local());
-    let r = me
-        .request::<Add, Add>(&Add(41), SendOptions::default(), PATIENCE)
-        .await
-        .unwrap();
+    let r = me.request::<Add, Add>(&Add(41), PATIENCE).await.unwrap();
     assert_eq!(r.msg.0, 42);
-    let d = me
-        .send_tracked(&Add(1), SendOptions::default())
-        .await
-        .unwrap();
+    let d = me.send_tracked(&Add(1)).await.unwrap();
     tokio::time::timeout(PATIENCE, d).await.unwrap().unwrap();
     assert_eq!(*handled.lock().unwrap(), 2, "complete once handled");
     node.kill(&me);
@@ -151,7 +145,7 @@ async fn a_streamed_type_streams_to_the_local_site_and_a_body_of_parts_arrives_w
     let parts = vec![Bytes::from(vec![1u8; 3_000]), Bytes::from(vec![2u8; 5_000])];
     let r = node
         .local_site()
-        .request::<Add, Add>(&Add(0), SendOptions::default().parts(parts), PATIENCE)
+        .request_with::<Add, Add>(&Add(0), SendOptions::default().parts(parts), PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.0, 8_000);
@@ -187,7 +181,7 @@ async fn a_request_forwarded_back_to_its_origin_is_answered_locally() {
     let r = a
         .site(addr(&b))
         .unwrap()
-        .request::<Add, Add>(&Add(4), SendOptions::default(), PATIENCE)
+        .request::<Add, Add>(&Add(4), PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.0, 40);
@@ -208,16 +202,13 @@ async fn its_own_listen_address_is_the_local_site_and_another_name_a_clear_failu
     let listen = a.listen_addresses()[0].clone();
     let me = a.site(&listen).unwrap();
     assert!(me.is_local());
-    let r = me
-        .request::<Add, Add>(&Add(4), SendOptions::default(), PATIENCE)
-        .await
-        .unwrap();
+    let r = me.request::<Add, Add>(&Add(4), PATIENCE).await.unwrap();
     assert_eq!(r.msg.0, 40);
     let port = listen.rsplit(':').next().unwrap();
     let other_name = a.site(format!("tcp:127.0.0.1:{port}")).unwrap();
     assert!(!other_name.is_local());
     let e = other_name
-        .request::<Add, Add>(&Add(4), SendOptions::default(), PATIENCE)
+        .request::<Add, Add>(&Add(4), PATIENCE)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("connection to self"), "{e}");

@@ -14,7 +14,7 @@ use common::cli::start_node_with;
 use common::PATIENCE;
 use sitenet::metrics_http::{self, Limits};
 use sitenet::services::{Echo, EchoReply};
-use sitenet::{Node, SendOptions, OPENMETRICS_CONTENT_TYPE};
+use sitenet::{Node, OPENMETRICS_CONTENT_TYPE};
 
 /// An HTTP client that reports 4xx as responses, goes through no proxy
 /// (the environment's may name one: traffic stays on loopback) and gives
@@ -87,7 +87,7 @@ fn echo_server() -> Node {
 fn echo(client: &Node, server: &Node, n: u64) {
     let site = client.site(&server.listen_addresses()[0]).unwrap();
     for seq in 0..n {
-        site.request_blocking::<Echo, EchoReply>(&Echo { seq }, SendOptions::default(), PATIENCE)
+        site.request_blocking::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
             .unwrap();
     }
 }

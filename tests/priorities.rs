@@ -37,13 +37,15 @@ async fn a_priority_4_message_overtakes_a_64_mib_priority_2_one_in_flight() {
     let big = Bytes::from(vec![0x11u8; 64 << 20]);
     site.send_with(
         &Numbered { stream: 2, seq: 0 },
-        SendOptions::priority(Priority::Low).body(big),
+        SendOptions::new().priority(Priority::Low).body(big),
     )
     .await
     .unwrap();
     site.send_with(
         &Numbered { stream: 4, seq: 1 },
-        SendOptions::priority(Priority::High).body(vec![0x22u8; 64]),
+        SendOptions::new()
+            .priority(Priority::High)
+            .body(vec![0x22u8; 64]),
     )
     .await
     .unwrap();
@@ -75,7 +77,7 @@ async fn saturated_levels_share_bytes_by_their_weights() {
                     stream: p as u32,
                     seq,
                 },
-                SendOptions::priority(p).body(body.clone()),
+                SendOptions::new().priority(p).body(body.clone()),
             )
             .await
             .unwrap();

@@ -64,7 +64,8 @@ async fn a_raw_send_reaches_the_handler_of_its_range() {
         .await
         .unwrap();
     // Parts and a priority: one body at the receiver.
-    let opts = SendOptions::priority(Priority::High)
+    let opts = SendOptions::new()
+        .priority(Priority::High)
         .parts([Bytes::from_static(b"two "), Bytes::from_static(b"parts")]);
     site.send_raw_with(1500, opts).await.unwrap();
     // A body larger than a frame, as it was.

@@ -185,13 +185,9 @@ async fn a_node_that_forgot_a_site_still_proves_the_pair() {
     let relay = common::raw::Relay::to(&addr(&server));
     let client = Node::builder().configure(fast_linger).start().unwrap();
     let hello = |site: sitenet::SiteRef, n: u64| async move {
-        site.request::<Hello, Hello>(
-            &Hello(n),
-            sitenet::SendOptions::default(),
-            Duration::from_secs(10),
-        )
-        .await
-        .map(|r| r.msg.0)
+        site.request::<Hello, Hello>(&Hello(n), Duration::from_secs(10))
+            .await
+            .map(|r| r.msg.0)
     };
     let site = client.site(&relay.address).unwrap();
     assert_eq!(hello(site.clone(), 1).await.unwrap(), 1);

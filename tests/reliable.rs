@@ -50,7 +50,7 @@ fn a_hundred_cuts_during_a_hundred_thousand_messages_lose_nothing() {
             seq: seqs[lane],
         };
         seqs[lane] += 1;
-        site.send_blocking(&m, SendOptions::priority(prio).body(body))
+        site.send_blocking_with(&m, SendOptions::new().priority(prio).body(body))
             .unwrap();
     }
     // Keep cutting until CUTS channels were cut (or everything arrived).

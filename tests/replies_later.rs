@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{addr, PATIENCE};
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, RequestError, SendOptions};
+use sitenet::{Message, Node, RequestError};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Ask(u64);
@@ -36,7 +36,7 @@ fn node() -> Node {
 
 async fn ask(client: &Node, server: &Node, n: u64) -> Result<u64, RequestError> {
     let site = client.site(addr(server)).unwrap();
-    site.request::<Ask, Answer>(&Ask(n), SendOptions::default(), PATIENCE)
+    site.request::<Ask, Answer>(&Ask(n), PATIENCE)
         .await
         .map(|r| r.msg.0)
 }
@@ -57,10 +57,7 @@ async fn a_handler_answers_from_a_spawned_task_after_awaiting_another_site() {
             let responder = ctx.responder().expect("a request has a responder");
             let to_back = to_back.clone();
             ctx.spawn(async move {
-                match to_back
-                    .request::<Ask, Answer>(&Ask(n), SendOptions::default(), PATIENCE)
-                    .await
-                {
+                match to_back.request::<Ask, Answer>(&Ask(n), PATIENCE).await {
                     Ok(r) => responder.reply(&Answer(r.msg.0 * 10)).unwrap(),
                     Err(e) => responder.fail(e.to_string()).unwrap(),
                 }
@@ -103,7 +100,7 @@ async fn no_reply_at_once(server: &Node, why: &str) {
     let site = client.site(addr(server)).unwrap();
     let t0 = Instant::now();
     let e = site
-        .request::<Ask, Answer>(&Ask(1), SendOptions::default(), Duration::from_secs(30))
+        .request::<Ask, Answer>(&Ask(1), Duration::from_secs(30))
         .await
         .unwrap_err();
     assert!(
@@ -146,10 +143,7 @@ async fn an_abandoned_responder_leaves_the_caller_to_its_timeout() {
     let client = node();
     let site = client.site(addr(&server)).unwrap();
     let t = Duration::from_millis(300);
-    let e = site
-        .request::<Ask, Answer>(&Ask(1), SendOptions::default(), t)
-        .await
-        .unwrap_err();
+    let e = site.request::<Ask, Answer>(&Ask(1), t).await.unwrap_err();
     assert_eq!(e, RequestError::Timeout(t));
 }
 

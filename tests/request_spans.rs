@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, RequestId, SendOptions};
+use sitenet::{Message, RequestId};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
@@ -106,7 +106,7 @@ async fn a_forwarded_request_carries_one_id_through_every_hop() {
     let a = listening_node();
     let to_b = a.site(addr(&b)).unwrap();
     let r = to_b
-        .request::<Lookup, Found>(&Lookup(21), SendOptions::default(), PATIENCE)
+        .request::<Lookup, Found>(&Lookup(21), PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.0, 42);

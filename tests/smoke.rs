@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, SendOptions};
+use sitenet::{Message, Node};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Ping {
@@ -30,11 +30,7 @@ fn request_reply_over_tcp() {
     let site = client.site(&server.listen_addresses()[0]).unwrap();
     for i in 0..100 {
         let r = site
-            .request_blocking::<Ping, Pong>(
-                &Ping { n: i },
-                SendOptions::default(),
-                Duration::from_secs(10),
-            )
+            .request_blocking::<Ping, Pong>(&Ping { n: i }, Duration::from_secs(10))
             .unwrap();
         assert_eq!(r.msg.n, i + 1);
     }

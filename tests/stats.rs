@@ -22,7 +22,7 @@ async fn stats_follow_the_traffic_by_level_and_keep_their_bounds() {
         ] {
             site.send_with(
                 &Numbered { stream, seq },
-                SendOptions::priority(p).body(vec![0u8; 100]),
+                SendOptions::new().priority(p).body(vec![0u8; 100]),
             )
             .await
             .unwrap();

@@ -178,7 +178,7 @@ async fn a_streamed_request_is_answered_from_the_sinks_end() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let r = site
-        .request::<Upload, Received>(
+        .request_with::<Upload, Received>(
             &Upload { name: "q".into() },
             SendOptions::default().body(pattern(3 << 20)),
             PATIENCE,
@@ -223,7 +223,9 @@ async fn a_stream_cut_by_a_lost_channel_is_aborted_and_comes_again_from_offset_0
     let body = pattern(4 << 20);
     site.send_with(
         &Upload { name: "cut".into() },
-        SendOptions::priority(Priority::Low).body(body.clone()),
+        SendOptions::new()
+            .priority(Priority::Low)
+            .body(body.clone()),
     )
     .await
     .unwrap();
@@ -297,11 +299,14 @@ async fn a_1_gib_message_is_received_with_bounded_memory_by_a_streaming_handler(
 
     counting::reset_peak();
     let base = counting::LIVE.load(std::sync::atomic::Ordering::Relaxed);
-    site.send_parts(
+    site.send_with(
         &Upload {
             name: "1 GiB".into(),
         },
-        std::iter::repeat_n(part.clone(), (GIB / PART as u64) as usize),
+        SendOptions::new().parts(std::iter::repeat_n(
+            part.clone(),
+            (GIB / PART as u64) as usize,
+        )),
     )
     .await
     .unwrap();

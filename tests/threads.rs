@@ -57,7 +57,7 @@ async fn a_node_starts_inside_an_actix_system() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let r = site
-        .request::<Echo, EchoReply>(
+        .request_with::<Echo, EchoReply>(
             &Echo { seq: 5 },
             SendOptions::default().body(vec![1u8, 2, 3]),
             PATIENCE,
@@ -95,12 +95,8 @@ fn a_thousand_nodes_share_one_runtime() {
         for (i, n) in nodes.iter().enumerate() {
             let site = n.site(&target).unwrap();
             tasks.push(async move {
-                site.request::<Echo, EchoReply>(
-                    &Echo { seq: i as u64 },
-                    SendOptions::default(),
-                    PATIENCE,
-                )
-                .await
+                site.request::<Echo, EchoReply>(&Echo { seq: i as u64 }, PATIENCE)
+                    .await
             });
         }
         let results = futures::future::join_all(tasks).await;

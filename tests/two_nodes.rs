@@ -85,7 +85,7 @@ async fn request_reply_and_errors() {
             if x == 13 {
                 panic!("unlucky");
             }
-            ctx.reply_with(&Squared(x * x), vec![ctx.body().clone()])
+            ctx.reply_with(&Squared(x * x), SendOptions::new().body(ctx.body().clone()))
                 .unwrap();
         })
         .unwrap();
@@ -94,9 +94,11 @@ async fn request_reply_and_errors() {
     for x in (0..200u64).filter(|x| *x != 13) {
         let body = Bytes::from(x.to_le_bytes().to_vec());
         let r = site
-            .request::<Square, Squared>(
+            .request_with::<Square, Squared>(
                 &Square(x),
-                SendOptions::priority(Priority::High).body(body.clone()),
+                SendOptions::new()
+                    .priority(Priority::High)
+                    .body(body.clone()),
                 PATIENCE,
             )
             .await
@@ -107,7 +109,7 @@ async fn request_reply_and_errors() {
     // A handler that panics: the requester gets a remote error, the server
     // keeps working, and the message counts as delivered.
     let e = site
-        .request::<Square, Squared>(&Square(13), SendOptions::default(), PATIENCE)
+        .request::<Square, Squared>(&Square(13), PATIENCE)
         .await
         .unwrap_err();
     assert!(
@@ -117,7 +119,7 @@ async fn request_reply_and_errors() {
     assert_eq!(server.metrics().handler_panics, 1);
     // A type with no handler: a remote error, not a closed channel.
     let e = site
-        .request::<Squared, Squared>(&Squared(1), SendOptions::default(), PATIENCE)
+        .request::<Squared, Squared>(&Squared(1), PATIENCE)
         .await
         .unwrap_err();
     assert!(
@@ -138,16 +140,12 @@ async fn request_reply_and_errors() {
         .unwrap();
     let numbered = |seq| Numbered { stream: 0, seq };
     let e = site
-        .request::<Numbered, Squared>(&numbered(0), SendOptions::default(), PATIENCE)
+        .request::<Numbered, Squared>(&numbered(0), PATIENCE)
         .await
         .unwrap_err();
     assert!(matches!(e, sitenet::RequestError::NoReply(_)), "{e:?}");
     let e = site
-        .request::<Numbered, Squared>(
-            &numbered(1),
-            SendOptions::default(),
-            Duration::from_millis(200),
-        )
+        .request::<Numbered, Squared>(&numbered(1), Duration::from_millis(200))
         .await
         .unwrap_err();
     assert_eq!(
@@ -161,7 +159,7 @@ async fn request_reply_and_errors() {
         "application faults never close a channel"
     );
     let r = site
-        .request::<Square, Squared>(&Square(3), SendOptions::default(), PATIENCE)
+        .request::<Square, Squared>(&Square(3), PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.0, 9);
@@ -182,7 +180,7 @@ async fn requests_built_in_a_loop_own_their_messages() {
     let client = sitenet::Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let asked: Vec<_> = (0..10u64)
-        .map(|x| site.request::<Square, Squared>(&Square(x), SendOptions::default(), PATIENCE))
+        .map(|x| site.request::<Square, Squared>(&Square(x), PATIENCE))
         .collect();
     drop(site); // each future holds a reference of its own
     let got: Vec<u64> = futures::future::join_all(asked)
@@ -352,9 +350,12 @@ async fn a_body_sent_in_parts_arrives_whole_and_in_order() {
             big.clone(),
             Bytes::from_static(b" tail"),
         ];
-        site.send_parts(&Numbered { stream: 0, seq }, parts)
-            .await
-            .unwrap();
+        site.send_with(
+            &Numbered { stream: 0, seq },
+            SendOptions::new().parts(parts),
+        )
+        .await
+        .unwrap();
     }
     for seq in 0..3u64 {
         let (got, body) = tokio::time::timeout(PATIENCE, rx.recv())
@@ -399,7 +400,6 @@ async fn requests_time_out_in_the_order_of_their_deadlines() {
                         stream: 0,
                         seq: i as u64,
                     },
-                    SendOptions::default(),
                     Duration::from_millis(ms),
                 )
                 .await;

@@ -136,7 +136,12 @@ impl Batch {
 
     /// Adds a one-way send, done when the peer acknowledged it. Returns its
     /// index.
-    pub fn send<M: Message>(
+    pub fn send<M: Message>(&mut self, site: &SiteRef, msg: &M) -> Result<usize, SendError> {
+        self.send_with(site, msg, SendOptions::new())
+    }
+
+    /// [`send`](Self::send) with options: a priority and a body.
+    pub fn send_with<M: Message>(
         &mut self,
         site: &SiteRef,
         msg: &M,
@@ -149,6 +154,16 @@ impl Batch {
     /// Adds a request, done with its reply (or failed after `timeout`).
     /// Returns its index.
     pub fn request<Q: Message>(
+        &mut self,
+        site: &SiteRef,
+        req: &Q,
+        timeout: Duration,
+    ) -> Result<usize, SendError> {
+        self.request_with(site, req, SendOptions::new(), timeout)
+    }
+
+    /// [`request`](Self::request) with options: a priority and a body.
+    pub fn request_with<Q: Message>(
         &mut self,
         site: &SiteRef,
         req: &Q,
@@ -254,7 +269,7 @@ async fn attempt(node: &NodeInner, op: &Op) -> OpResult {
 /// let site = client.site(&server.listen_addresses()[0])?;
 /// let mut b = client.batch();
 /// for n in 0..5 {
-///     b.request(&site, &Work(n), SendOptions::default(), Duration::from_secs(30))?;
+///     b.request(&site, &Work(n), Duration::from_secs(30))?;
 /// }
 /// let mut running = b.submit();
 /// let mut sum = 0;
@@ -328,7 +343,7 @@ impl Submitted {
     /// // Nothing listens there: the request neither completes nor fails yet.
     /// let site = node.site("tcp:127.0.0.1:9")?;
     /// let mut b = node.batch();
-    /// b.request(&site, &Echo { seq: 1 }, SendOptions::default(), Duration::from_secs(60))?;
+    /// b.request(&site, &Echo { seq: 1 }, Duration::from_secs(60))?;
     /// let mut running = b.submit();
     /// futures::executor::block_on(async {
     ///     let ms = Duration::from_millis(50);
@@ -428,8 +443,8 @@ impl crate::Node {
     /// // All in flight at once; a failed site's operation is retried twice.
     /// let mut b = node.batch().max_retry(2);
     /// for (i, s) in sites.iter().enumerate() {
-    ///     b.send(s, &Put(i as u32 + 1), SendOptions::default())?;
-    ///     b.request(s, &Get, SendOptions::default(), Duration::from_secs(30))?;
+    ///     b.send(s, &Put(i as u32 + 1))?;
+    ///     b.request(s, &Get, Duration::from_secs(30))?;
     /// }
     /// let report = futures::executor::block_on(b.submit().wait_all(Duration::from_secs(30)));
     /// assert!(report.all_ok(), "{:?}", report.failures());

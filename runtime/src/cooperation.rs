@@ -82,14 +82,14 @@ impl PartialEq for SiteKey {
 /// impl Message for Page { const ID: u32 = 15; }
 ///
 /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
-/// server.handle(|ctx, _: Fetch| { let _ = ctx.reply_with(&Page, vec![Bytes::from(vec![1u8; 10_000])]); })?;
+/// server.handle(|ctx, _: Fetch| { let _ = ctx.reply_with(&Page, SendOptions::new().body(vec![1u8; 10_000])); })?;
 /// let client = Node::builder().start()?;
 /// let site = client.site(&server.listen_addresses()[0])?;
 /// let coop = client.cooperation();
 /// // From this site, of type Page, keeping at most 1 KiB of its body.
 /// coop.expect(Expect::from_site(&site).of::<Page>().max_body(1024));
 /// let answers = futures::executor::block_on(async {
-///     coop.request(&site, &Fetch, SendOptions::default()).await?;
+///     coop.request(&site, &Fetch).await?;
 ///     Ok::<_, Box<dyn std::error::Error>>(coop.wait(Duration::from_secs(30)).await?)
 /// })?;
 /// assert!(answers[0].truncated());
@@ -299,7 +299,7 @@ impl CoopState {
 /// let site = client.site(&silent.listen_addresses()[0])?;
 /// let coop = client.cooperation();
 /// coop.expect(Expect::from_site(&site));
-/// futures::executor::block_on(coop.request(&site, &Ask, SendOptions::default()))?;
+/// futures::executor::block_on(coop.request(&site, &Ask))?;
 /// assert!(coop.check().is_none()); // still open
 /// let waited = futures::executor::block_on(coop.wait(Duration::from_millis(50)));
 /// assert!(matches!(waited, Err(CoopError::TimedOut { missing: 1, .. })));
@@ -347,7 +347,12 @@ impl Cooperation {
     /// Sends `req` to `site` as a request of this cooperation: its reply
     /// fills the first unfilled descriptor it matches (or is discarded and
     /// counted if none does). Waits for room like `SiteRef::send`.
-    pub async fn request<Q: Message>(
+    pub async fn request<Q: Message>(&self, site: &SiteRef, req: &Q) -> Result<(), SendError> {
+        self.request_with(site, req, SendOptions::new()).await
+    }
+
+    /// [`request`](Self::request) with options: a priority and a body.
+    pub async fn request_with<Q: Message>(
         &self,
         site: &SiteRef,
         req: &Q,
@@ -560,7 +565,7 @@ impl crate::Node {
     ///         coop.expect(Expect::from_site(site).of::<Total>());
     ///     }
     ///     for site in &sites {
-    ///         coop.request(site, &Count, SendOptions::default()).await?;
+    ///         coop.request(site, &Count).await?;
     ///     }
     ///     let answers = coop.wait(std::time::Duration::from_secs(30)).await?;
     ///     let sum: u64 = answers.iter().map(|a| a.decode::<Total>().unwrap().0).sum();

@@ -91,7 +91,7 @@ impl Deliveries {
 /// let site = client.site(&server.listen_addresses()[0])?;
 /// // Post many, then test them in turn (BMI): each completes on its own.
 /// let mut posted: Vec<_> = (0..10)
-///     .map(|i| site.try_send_tracked(&Chunk(i), SendOptions::default()))
+///     .map(|i| site.try_send_tracked(&Chunk(i)))
 ///     .collect::<Result<_, _>>()?;
 /// while !posted.is_empty() {
 ///     posted.retain_mut(|d| match d.test() {

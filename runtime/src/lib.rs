@@ -17,7 +17,7 @@
 //! server.handle(|ctx, m: Hello| println!("hello from {} ({:?})", m.name, ctx.sender_id()))?;
 //! let client = Node::builder().start()?;
 //! let site = client.site(&server.listen_addresses()[0])?;
-//! site.send_blocking(&Hello { name: "client".into() }, SendOptions::default())?;
+//! site.send_blocking(&Hello { name: "client".into() })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -150,50 +150,54 @@ pub trait Message: Serialize + DeserializeOwned + Send + 'static {
     const NAMED_FIELDS: bool = false;
 }
 
-/// How to send: priority and body parts.
+/// How to send: the priority and the body parts. Every operation that
+/// sends comes in two forms, the plain one taking the message (and, for a
+/// request, its timeout) and a `_with` form taking `SendOptions` as well:
+/// `send`/`send_with`, `try_send`/`try_send_with`,
+/// `send_blocking`/`send_blocking_with`, `send_tracked`/`send_tracked_with`,
+/// `request`/`request_with`, `request_blocking`/`request_blocking_with`,
+/// `request_result`/`request_result_with`, `send_raw`/`send_raw_with`,
+/// `request_raw`/`request_raw_with`, `Ctx::reply`/`reply_with`,
+/// `Ctx::forward`/`forward_with`, `Responder::reply`/`reply_with`,
+/// `Batch::send`/`send_with`, `Batch::request`/`request_with` and
+/// `Cooperation::request`/`request_with`.
+///
+/// Built with a chain in any order. A priority left unset is medium for a
+/// send or a request, and the request's own priority for a reply or a
+/// forward.
 ///
 /// ```
 /// use bytes::Bytes;
 /// use sitenet_runtime::{Priority, SendOptions};
 ///
 /// // A control message ahead of bulk traffic, with a small body...
-/// let urgent = SendOptions::priority(Priority::High).body(&b"stop"[..]);
-/// assert_eq!(urgent.priority, Priority::High);
+/// let urgent = SendOptions::new().priority(Priority::High).body(&b"stop"[..]);
+/// assert_eq!(urgent.get_priority(), Some(Priority::High));
 /// // ...and a bulk one whose body is shared, not copied (a `Bytes` clone).
 /// let block = Bytes::from(vec![0u8; 1 << 20]);
-/// let bulk = SendOptions::priority(Priority::Low).body(block.clone());
-/// assert_eq!(bulk.body[0].as_ptr(), block.as_ptr());
+/// let bulk = SendOptions::new().body(block.clone()).priority(Priority::Low);
+/// assert_eq!(bulk.get_body()[0].as_ptr(), block.as_ptr());
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct SendOptions {
-    /// Level (default: medium, 3).
-    pub priority: Priority,
+    /// The level; `None`: the operation's default.
+    priority: Option<Priority>,
     /// The body, as parts sent one after the other without being copied
     /// before the marshaler writes them into the channel's ring (one part
     /// is held inline; more cost an allocation).
-    pub body: sitenet_protocols::Body,
+    body: sitenet_protocols::Body,
 }
 
 impl SendOptions {
-    /// Options with a priority.
-    pub fn priority(priority: Priority) -> Self {
-        Self {
-            priority,
-            body: Default::default(),
-        }
+    /// Options with nothing set: the operation's default priority, no
+    /// body (the same as `SendOptions::default()`).
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// Sets the priority of options built already, so a chain can set it
-    /// in any order (`SendOptions::default().body(b).at(p)`), which the
-    /// constructor [`priority`](Self::priority) cannot.
-    ///
-    /// ```
-    /// use sitenet_runtime::{Priority, SendOptions};
-    /// let opts = SendOptions::default().body(&b"stop"[..]).at(Priority::High);
-    /// assert_eq!((opts.priority, opts.body.len()), (Priority::High, 1));
-    /// ```
-    pub fn at(mut self, priority: Priority) -> Self {
-        self.priority = priority;
+    /// Sends at `priority` (1 lowest, 5 highest; see [`Priority`]).
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
         self
     }
 
@@ -210,13 +214,36 @@ impl SendOptions {
     ///
     /// ```
     /// use bytes::Bytes;
-    /// let opts = sitenet_runtime::SendOptions::default()
+    /// let opts = sitenet_runtime::SendOptions::new()
     ///     .parts([Bytes::from_static(b"head "), Bytes::from_static(b"tail")]);
-    /// assert_eq!(opts.body.len(), 2);
+    /// assert_eq!(opts.get_body().len(), 2);
     /// ```
     pub fn parts(mut self, parts: impl IntoIterator<Item = Bytes>) -> Self {
         self.body.extend(parts);
         self
+    }
+
+    /// The priority set, if any.
+    pub fn get_priority(&self) -> Option<Priority> {
+        self.priority
+    }
+
+    /// The body parts, in order.
+    pub fn get_body(&self) -> &[Bytes] {
+        &self.body
+    }
+
+    /// The priority, `default` if none was set, and the body.
+    pub(crate) fn into_parts(self, default: Priority) -> (Priority, sitenet_protocols::Body) {
+        (self.priority.unwrap_or(default), self.body)
+    }
+
+    /// Options sending `body` as one part (none if it is empty).
+    pub(crate) fn one_part(body: Bytes) -> Self {
+        Self {
+            priority: None,
+            body: one_part(body),
+        }
     }
 }
 

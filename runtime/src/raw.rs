@@ -16,7 +16,7 @@ use bytes::Bytes;
 use sitenet_protocols::{MessageKind, OutMessage};
 
 use crate::error::{DecodeError, RequestError, SendError};
-use crate::message::{one_part, Message, RawMessage, SendOptions, RESERVED_IDS};
+use crate::message::{Message, RawMessage, SendOptions, RESERVED_IDS};
 use crate::site::{ReturnedMessage, SiteRef};
 
 /// The raw message `type_id` with `opts`' priority and body, as a message
@@ -30,23 +30,21 @@ fn raw_message(
     if type_id >= RESERVED_IDS {
         return Err(SendError::ReservedId(type_id));
     }
+    let (priority, body) = opts.into_parts(sitenet_protocols::Priority::default());
     Ok(OutMessage {
-        priority: opts.priority,
+        priority,
         type_id,
         kind,
         corr,
         header: Bytes::new(),
-        body: opts.body,
+        body,
         tracked: false,
     })
 }
 
 /// Options sending `body` as one part, at medium priority.
 fn body_only(body: Bytes) -> SendOptions {
-    SendOptions {
-        body: one_part(body),
-        ..SendOptions::default()
-    }
+    SendOptions::one_part(body)
 }
 
 /// Raw messages: a type id and bytes, no serde.
@@ -166,10 +164,21 @@ impl SiteRef {
         body: impl Into<Bytes>,
         timeout: Duration,
     ) -> Result<RawMessage, RequestError> {
+        self.request_raw_blocking_with(type_id, body_only(body.into()), timeout)
+    }
+
+    /// [`request_raw_blocking`](Self::request_raw_blocking) with a
+    /// priority, the body being `opts`' parts.
+    pub fn request_raw_blocking_with(
+        &self,
+        type_id: u32,
+        opts: SendOptions,
+        timeout: Duration,
+    ) -> Result<RawMessage, RequestError> {
         if self.node.rt.is_current_thread() {
             return Err(SendError::WouldDeadlock.into());
         }
-        futures::executor::block_on(self.request_raw(type_id, body, timeout))
+        futures::executor::block_on(self.request_raw_with(type_id, opts, timeout))
     }
 
     /// Sends a message a failed site handed back

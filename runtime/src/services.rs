@@ -85,8 +85,8 @@ pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     node.handlers.insert(
         Echo::ID,
         erase(|ctx, m: Echo| {
-            let body = vec![ctx.body().clone()];
-            if let Err(e) = ctx.reply_with(&EchoReply { seq: m.seq }, body) {
+            let opts = crate::SendOptions::new().body(ctx.body().clone());
+            if let Err(e) = ctx.reply_with(&EchoReply { seq: m.seq }, opts) {
                 tracing::debug!(error = %e, "echo reply not sent");
             }
         }),

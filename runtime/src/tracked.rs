@@ -30,7 +30,7 @@ impl SiteRef {
     /// let node = Node::builder().start()?;
     /// let site = node.site(&server.listen_addresses()[0])?;
     /// futures::executor::block_on(async {
-    ///     let mut d = site.send_tracked(&Put { key: 1 }, SendOptions::default()).await?;
+    ///     let mut d = site.send_tracked(&Put { key: 1 }).await?;
     ///     if d.test().is_none() {
     ///         // Still on its way: do other work, then wait. Once it
     ///         // completes, the server's handler has returned.
@@ -40,7 +40,13 @@ impl SiteRef {
     /// })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn send_tracked<M: Message>(
+    pub async fn send_tracked<M: Message>(&self, msg: &M) -> Result<Delivery, SendError> {
+        self.send_tracked_with(msg, SendOptions::new()).await
+    }
+
+    /// [`send_tracked`](Self::send_tracked) with options: a priority and a
+    /// body.
+    pub async fn send_tracked_with<M: Message>(
         &self,
         msg: &M,
         opts: SendOptions,
@@ -51,7 +57,13 @@ impl SiteRef {
 
     /// [`send_tracked`](Self::send_tracked) that never waits: fails with
     /// [`SendError::QueueFull`] at the bound (use it from handlers).
-    pub fn try_send_tracked<M: Message>(
+    pub fn try_send_tracked<M: Message>(&self, msg: &M) -> Result<Delivery, SendError> {
+        self.try_send_tracked_with(msg, SendOptions::new())
+    }
+
+    /// [`try_send_tracked`](Self::try_send_tracked) with options: a
+    /// priority and a body.
+    pub fn try_send_tracked_with<M: Message>(
         &self,
         msg: &M,
         opts: SendOptions,

@@ -50,7 +50,7 @@ pub fn echo_round_trips(
         for seq in 0..=count {
             let t = Instant::now();
             let r = site
-                .request::<Echo, EchoReply>(
+                .request_with::<Echo, EchoReply>(
                     &Echo { seq },
                     SendOptions::default().body(body.clone()),
                     timeout,
@@ -111,7 +111,6 @@ pub(super) fn stream(
                     stream,
                     expected: count,
                 },
-                SendOptions::default(),
                 timeout,
             )
             .await
@@ -144,14 +143,14 @@ pub(super) fn head_of_line(
     on_node(node, async move {
         site.send_with(
             &SinkData { stream, seq: 0 },
-            SendOptions::priority(Priority::Low).body(big_body),
+            SendOptions::new().priority(Priority::Low).body(big_body),
         )
         .await
         .map_err(|e| failed("send")(e.to_string()))?;
         let t = Instant::now();
-        site.request::<Echo, EchoReply>(
+        site.request_with::<Echo, EchoReply>(
             &Echo { seq: 1 },
-            SendOptions::priority(Priority::High).body(small_body),
+            SendOptions::new().priority(Priority::High).body(small_body),
             timeout,
         )
         .await

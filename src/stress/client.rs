@@ -134,7 +134,7 @@ pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Share
             let prio = Priority::from_lane(level).expect("levels 1 to 4");
             let body = shared.pattern.slice(..n);
             if let Err(e) = site
-                .send_with(&m, SendOptions::priority(prio).body(body))
+                .send_with(&m, SendOptions::new().priority(prio).body(body))
                 .await
             {
                 tracing::warn!(client, error = %e, "stress client cannot send");
@@ -145,9 +145,9 @@ pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Share
         }
         let t = Instant::now();
         match site
-            .request::<StressPing, StressPong>(
+            .request_with::<StressPing, StressPong>(
                 &StressPing { client },
-                SendOptions::priority(Priority::High),
+                SendOptions::new().priority(Priority::High),
                 Duration::from_secs(60),
             )
             .await

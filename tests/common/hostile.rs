@@ -103,7 +103,7 @@ pub async fn replies_owed_to_vanished_readers_are_bounded_and_released(level: &L
     let site = client.site(&target).unwrap();
     for seq in 0..50 {
         let r = site
-            .request::<Echo, EchoReply>(&Echo { seq }, sitenet::SendOptions::default(), PATIENCE)
+            .request::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
             .await
             .expect("a reading client is answered beside the hogs");
         assert_eq!(r.msg.seq, seq);
@@ -189,7 +189,7 @@ pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level
     let site = client.site(&target).unwrap();
     for seq in 0..20 {
         let r = site
-            .request::<Echo, EchoReply>(&Echo { seq }, sitenet::SendOptions::default(), PATIENCE)
+            .request::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
             .await
             .expect("the legitimate client is answered");
         assert_eq!(r.msg.seq, seq);
@@ -235,7 +235,7 @@ pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level
     assert!(grown < 32 << 20, "resident memory grew by {grown} bytes");
     for seq in 0..5 {
         let r = site
-            .request::<Echo, EchoReply>(&Echo { seq }, sitenet::SendOptions::default(), PATIENCE)
+            .request::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
             .await
             .unwrap();
         assert_eq!(r.msg.seq, seq);
@@ -415,13 +415,9 @@ pub async fn a_forged_claim_on_a_client_in_backoff_breaks_nothing(level: &Level)
     let ask = |seq: u64| {
         let site = site.clone();
         async move {
-            site.request::<Ask, Answer>(
-                &Ask { seq },
-                sitenet::SendOptions::default(),
-                Duration::from_secs(30),
-            )
-            .await
-            .map(|r| r.msg.seq)
+            site.request::<Ask, Answer>(&Ask { seq }, Duration::from_secs(30))
+                .await
+                .map(|r| r.msg.seq)
         }
     };
     assert_eq!(ask(0).await.unwrap(), 0);

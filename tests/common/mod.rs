@@ -33,7 +33,6 @@ pub async fn echo(site: &sitenet::SiteRef, seq: u64) {
     let r = site
         .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
             &sitenet::services::Echo { seq },
-            sitenet::SendOptions::default(),
             PATIENCE,
         )
         .await

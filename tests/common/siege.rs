@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sitenet::protocols::Keyring;
 use sitenet::services::{Echo, EchoReply};
-use sitenet::{Node, Runtime, SendOptions};
+use sitenet::{Node, Runtime};
 
 use super::attacks::{self, attacker, tcp, until_closed, Peers};
 use super::hostile::Level;
@@ -136,15 +136,10 @@ pub fn siege(level: &Level) {
     let forgeries_refused = Arc::new(AtomicU64::new(0));
     let forgeries_accepted = Arc::new(AtomicU64::new(0));
     for seq in 0..MESSAGES {
-        site.send_blocking(&Numbered { stream: 0, seq }, SendOptions::default())
-            .unwrap();
+        site.send_blocking(&Numbered { stream: 0, seq }).unwrap();
         if seq % 100 == 0 {
             let r = site
-                .request_blocking::<Echo, EchoReply>(
-                    &Echo { seq },
-                    SendOptions::default(),
-                    PATIENCE,
-                )
+                .request_blocking::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
                 .expect("the legitimate site is answered");
             assert_eq!(r.msg.seq, seq);
         }
@@ -222,7 +217,7 @@ pub fn siege(level: &Level) {
     });
     // And the legitimate site is still served.
     let r = site
-        .request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, SendOptions::default(), PATIENCE)
+        .request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, PATIENCE)
         .unwrap();
     assert_eq!(r.msg.seq, 1);
 }

@@ -166,17 +166,18 @@ impl AsyncCtx {
     /// })?;
     /// let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     /// let site = client.site(&front.listen_addresses()[0])?;
-    /// let get = |k| site.request_blocking::<Get, Value>(&Get(k), SendOptions::default(),
+    /// let get = |k| site.request_blocking::<Get, Value>(&Get(k),
     ///     Duration::from_secs(30));
     /// assert_eq!(get(2)?.msg.0, "front's 2");
     /// assert_eq!(get(3)?.msg.0, "owner's 3");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forward<M: Message>(&self, to: &SiteRef, msg: &M) -> Result<(), SendError> {
-        self.forward_with(to, msg, SendOptions::priority(self.priority))
+        self.forward_with(to, msg, SendOptions::new())
     }
 
-    /// [`forward`](Self::forward) with a priority and body.
+    /// [`forward`](Self::forward) with options: a priority (unset: the
+    /// request's) and a body.
     pub fn forward_with<M: Message>(
         &self,
         to: &SiteRef,
@@ -192,7 +193,7 @@ impl AsyncCtx {
             .origin
             .clone()
             .or_else(|| self.from.descriptor().map(|d| d.to_string()));
-        match super::ctx::post_forward(to, origin, self.corr, msg, opts) {
+        match super::ctx::post_forward(to, origin, self.corr, msg, opts, self.priority) {
             Ok(()) => {
                 // `to` answers it now.
                 responder.abandon();

@@ -55,10 +55,10 @@ impl Ctx<'_> {
     /// let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     /// let t = Duration::from_secs(30);
     /// let r = client.site(&relay.listen_addresses()[0])?
-    ///     .request_blocking::<Who, Seen>(&Who, SendOptions::default(), t)?;
+    ///     .request_blocking::<Who, Seen>(&Who, t)?;
     /// assert_eq!(r.msg.via, Some(relay.id().to_string()));
     /// let r = client.site(&owner.listen_addresses()[0])?
-    ///     .request_blocking::<Who, Seen>(&Who, SendOptions::default(), t)?;
+    ///     .request_blocking::<Who, Seen>(&Who, t)?;
     /// assert_eq!(r.msg.via, None); // asked directly
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -119,8 +119,9 @@ impl Ctx<'_> {
         Node::from_inner(self.node.clone())
     }
 
-    /// Replies to the request being handled (at its priority), with a body.
-    /// Never waits; fails with `QueueFull` if the output bound is reached.
+    /// [`reply`](Self::reply) with options: a body and a priority (unset:
+    /// the request's). Never waits; fails with `QueueFull` if the output
+    /// bound is reached.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -137,16 +138,20 @@ impl Ctx<'_> {
     /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     /// server.handle(|ctx, r: Read| {
     ///     // The body goes as it is: a `Bytes` is shared, not copied.
-    ///     let _ = ctx.reply_with(&Data, vec![Bytes::from(vec![7u8; r.len])]);
+    ///     let _ = ctx.reply_with(&Data, SendOptions::new().body(vec![7u8; r.len]));
     /// })?;
     /// let client = Node::builder().start()?; // (dropping its last handle shuts a node down)
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let r = site.request_blocking::<Read, Data>(&Read { len: 100_000 }, SendOptions::default(),
+    /// let r = site.request_blocking::<Read, Data>(&Read { len: 100_000 },
     ///     Duration::from_secs(30))?;
     /// assert_eq!(r.body.len(), 100_000);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn reply_with<R: Message>(&mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
+    pub fn reply_with<R: Message>(
+        &mut self,
+        reply: &R,
+        opts: SendOptions,
+    ) -> Result<(), SendError> {
         if !self.is_request() || self.replied {
             return Err(SendError::Encode(
                 "reply to a message that is not an unanswered request".into(),
@@ -159,7 +164,7 @@ impl Ctx<'_> {
             self.corr,
             self.priority,
             reply,
-            body,
+            opts,
         )?;
         self.replied = true;
         Ok(())
@@ -246,9 +251,11 @@ impl Ctx<'_> {
         let _ = self.reply(&RemoteError { reason });
     }
 
-    /// Replies without a body.
+    /// Replies to the request being handled, at its priority, without a
+    /// body. Never waits; fails with `QueueFull` if the output bound is
+    /// reached.
     pub fn reply<R: Message>(&mut self, reply: &R) -> Result<(), SendError> {
-        self.reply_with(reply, Vec::new())
+        self.reply_with(reply, SendOptions::new())
     }
 
     /// Delegates the request being handled to `to` (Paradis-Net's
@@ -286,15 +293,16 @@ impl Ctx<'_> {
     /// // The client asks the directory; the owner's answer comes straight back.
     /// let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     /// let r = client.site(&directory.listen_addresses()[0])?.request_blocking::<Lookup, Found>(
-    ///     &Lookup { key: "k".into() }, SendOptions::default(), Duration::from_secs(30))?;
+    ///     &Lookup { key: "k".into() }, Duration::from_secs(30))?;
     /// assert_eq!(r.msg.value, "value of k");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn forward<M: Message>(&mut self, to: &SiteRef, msg: &M) -> Result<(), SendError> {
-        self.forward_with(to, msg, SendOptions::priority(self.priority))
+        self.forward_with(to, msg, SendOptions::new())
     }
 
-    /// [`forward`](Self::forward) with a priority and body.
+    /// [`forward`](Self::forward) with options: a priority (unset: the
+    /// request's) and a body.
     pub fn forward_with<M: Message>(
         &mut self,
         to: &SiteRef,
@@ -306,7 +314,14 @@ impl Ctx<'_> {
                 "forward of a message that is not an unanswered request".into(),
             ));
         }
-        post_forward(to, self.origin_descriptor(), self.corr, msg, opts)?;
+        post_forward(
+            to,
+            self.origin_descriptor(),
+            self.corr,
+            msg,
+            opts,
+            self.priority,
+        )?;
         self.replied = true;
         // In the request's `sitenet.handle` span: the next hop's span
         // carries the same request id.
@@ -368,7 +383,7 @@ impl Ctx<'_> {
     /// impl Message for Sum { const ID: u32 = 6; }
     ///
     /// // A front end that asks a back end before it answers: the handler may
-    /// // not wait, so it spawns the work and answers from there (`send_to`).
+    /// // not wait, so it spawns the work and sends the answer from there.
     /// let back = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     /// back.handle(|ctx, Sum(n): Sum| { let _ = ctx.reply(&Sum(n + 1)); })?;
     /// let front = Node::builder().listen("tcp:127.0.0.1:0").start()?;
@@ -376,7 +391,7 @@ impl Ctx<'_> {
     /// front.handle(move |ctx, Sum(n): Sum| {
     ///     let (to_back, client) = (to_back.clone(), ctx.sender());
     ///     ctx.spawn(async move {
-    ///         let r = to_back.request::<Sum, Sum>(&Sum(n), SendOptions::default(),
+    ///         let r = to_back.request::<Sum, Sum>(&Sum(n),
     ///             Duration::from_secs(30)).await;
     ///         if let Ok(r) = r {
     ///             let _ = client.try_send(&Sum(r.msg.0 * 10));
@@ -394,16 +409,6 @@ impl Ctx<'_> {
     pub fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
         self.node.rt.spawn(fut);
     }
-
-    /// Sends `msg` to `to` from a handler (never waits).
-    pub fn send_to<M: Message>(
-        &self,
-        to: &SiteRef,
-        msg: &M,
-        opts: SendOptions,
-    ) -> Result<(), SendError> {
-        to.try_send_with(msg, opts)
-    }
 }
 
 /// Queues `msg` to `to` as the forward of request `corr` whose origin is
@@ -415,6 +420,7 @@ pub(crate) fn post_forward<M: Message>(
     corr: u64,
     msg: &M,
     opts: SendOptions,
+    default_priority: Priority,
 ) -> Result<(), SendError> {
     let origin = origin
         .ok_or_else(|| SendError::Encode("the requesting site's id is not known yet".into()))?;
@@ -423,13 +429,14 @@ pub(crate) fn post_forward<M: Message>(
     let header = sitenet_protocols::message::wrap_origin(&origin, &header).ok_or_else(|| {
         SendError::Encode("the requesting site's descriptor does not fit an origin block".into())
     })?;
+    let (priority, body) = opts.into_parts(default_priority);
     to.try_post(OutMessage {
-        priority: opts.priority,
+        priority,
         type_id: M::ID,
         kind: MessageKind::Forward,
         corr,
         header,
-        body: opts.body,
+        body,
         tracked: false,
     })
 }

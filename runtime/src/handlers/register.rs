@@ -86,7 +86,7 @@ impl crate::Node {
     /// })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let count = |w: &str| site.request_blocking::<Count, Seen>(&Count(w.into()),
+    /// let count = |w: &str| site.request_blocking_with::<Count, Seen>(&Count(w.into()),
     ///     SendOptions::default(), Duration::from_secs(30)).map(|r| r.msg.0);
     /// assert_eq!((count("a")?, count("a")?, count("b")?), (1, 2, 1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -141,13 +141,13 @@ impl crate::Node {
     /// let site = client.site(&bank.listen_addresses()[0])?;
     /// let t = Duration::from_secs(30);
     /// let ok = site.request_result_blocking::<Withdraw, Balance, BankError>(
-    ///     &Withdraw(30), SendOptions::default(), t)?;
+    ///     &Withdraw(30), t)?;
     /// assert_eq!(ok.map(|r| r.msg.0), Ok(70));
     /// let refused = site.request_result_blocking::<Withdraw, Balance, BankError>(
-    ///     &Withdraw(500), SendOptions::default(), t)?;
+    ///     &Withdraw(500), t)?;
     /// assert_eq!(refused.err(), Some(BankError::Insufficient { balance: 100 }));
     /// // A caller that does not ask for the value reads it in the reason.
-    /// let plain = site.request_blocking::<Withdraw, Balance>(&Withdraw(500),
+    /// let plain = site.request_blocking_with::<Withdraw, Balance>(&Withdraw(500),
     ///     SendOptions::default(), t).unwrap_err();
     /// assert!(matches!(plain, RequestError::Remote(ref r) if r.contains("Insufficient")), "{plain}");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -225,7 +225,7 @@ impl crate::Node {
     ///     let to_back = to_back.clone();
     ///     async move {
     ///         let r = to_back
-    ///             .request::<Price, Cents>(&Price(item.clone()), SendOptions::default(),
+    ///             .request::<Price, Cents>(&Price(item.clone()),
     ///                 Duration::from_secs(30))
     ///             .await
     ///             .map_err(|e| ShopError::Backend(e.to_string()))?;
@@ -238,7 +238,7 @@ impl crate::Node {
     /// let client = Node::builder().start()?;
     /// let site = client.site(&front.listen_addresses()[0])?;
     /// let price = |item: &str| site.request_result_blocking::<Price, Cents, ShopError>(
-    ///     &Price(item.into()), SendOptions::default(), Duration::from_secs(30));
+    ///     &Price(item.into()), Duration::from_secs(30));
     /// assert_eq!(price("tea")?.map(|r| r.msg.0), Ok(275));
     /// assert_eq!(price("gold")?.err(), Some(ShopError::Unknown("gold".into())));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -287,7 +287,7 @@ impl crate::Node {
     /// server.handle(|ctx, _: Version| { let _ = ctx.reply(&Is(1)); })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let ask = || site.request_blocking::<Version, Is>(&Version, SendOptions::default(),
+    /// let ask = || site.request_blocking::<Version, Is>(&Version,
     ///     Duration::from_secs(30));
     /// assert_eq!(ask()?.msg.0, 1);
     /// // Code reloaded: version 2 answers from now on.
@@ -349,7 +349,7 @@ impl crate::Node {
     /// server.handle_async(|_ctx, _: Version| async { Is(1) })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let ask = || site.request_blocking::<Version, Is>(&Version, SendOptions::default(),
+    /// let ask = || site.request_blocking::<Version, Is>(&Version,
     ///     Duration::from_secs(30));
     /// assert_eq!(ask()?.msg.0, 1);
     /// assert!(server.replace_handler_async(|_ctx, _: Version| async { Is(2) })?);

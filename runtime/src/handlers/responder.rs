@@ -20,7 +20,7 @@ use sitenet_protocols::{MessageKind, OutMessage, Priority};
 use super::outcome::{Answer, Answered, Outcome};
 
 use crate::error::SendError;
-use crate::message::Message;
+use crate::message::{Message, SendOptions};
 use crate::node::{NoReply, RemoteError};
 use crate::site::SiteRef;
 
@@ -50,7 +50,7 @@ use crate::site::SiteRef;
 /// })?;
 /// let client = Node::builder().start()?;
 /// let site = client.site(&server.listen_addresses()[0])?;
-/// let r = site.request_blocking::<Slow, Slow>(&Slow(21), SendOptions::default(),
+/// let r = site.request_blocking::<Slow, Slow>(&Slow(21),
 ///     Duration::from_secs(30))?;
 /// assert_eq!(r.msg.0, 42);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -80,12 +80,13 @@ impl Responder {
     /// fails with `QueueFull` if the site's output bound is reached — the
     /// caller is then told "no reply", as if the responder were dropped.
     pub fn reply<R: Message>(self, reply: &R) -> Result<(), SendError> {
-        self.reply_with(reply, Vec::new())
+        self.reply_with(reply, SendOptions::new())
     }
 
-    /// [`reply`](Self::reply) with a body (`Bytes` are shared, not copied).
-    pub fn reply_with<R: Message>(mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
-        self.answer_message(reply, body)
+    /// [`reply`](Self::reply) with options: a body (`Bytes` are shared,
+    /// not copied) and a priority (unset: the request's).
+    pub fn reply_with<R: Message>(mut self, reply: &R, opts: SendOptions) -> Result<(), SendError> {
+        self.answer_message(reply, opts)
     }
 
     /// Answers with a raw message: type id `type_id` (a user id) and
@@ -128,7 +129,7 @@ impl Responder {
             &RemoteError {
                 reason: reason.into(),
             },
-            Vec::new(),
+            SendOptions::new(),
         )
     }
 
@@ -157,7 +158,7 @@ impl Responder {
     /// })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let r = site.request_result_blocking::<Take, Take, Refused>(&Take(9), SendOptions::default(),
+    /// let r = site.request_result_blocking::<Take, Take, Refused>(&Take(9),
     ///     Duration::from_secs(30))?;
     /// assert_eq!(r.err(), Some(Refused::TooMany { max: 4 }));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -190,7 +191,7 @@ impl Responder {
 
     /// Answers "no reply", saying `why`.
     pub(crate) fn no_reply(mut self, why: &str) -> Result<(), SendError> {
-        self.answer_message(&NoReply { reason: why.into() }, Vec::new())
+        self.answer_message(&NoReply { reason: why.into() }, SendOptions::new())
     }
 
     /// Refuses the request unrun: the node runs all the async handlers it
@@ -232,8 +233,12 @@ impl Responder {
         self.corr
     }
 
-    fn answer_message<R: Message>(&mut self, reply: &R, body: Vec<Bytes>) -> Result<(), SendError> {
-        post_answer(&self.to, self.kind, self.corr, self.priority, reply, body)?;
+    fn answer_message<R: Message>(
+        &mut self,
+        reply: &R,
+        opts: SendOptions,
+    ) -> Result<(), SendError> {
+        post_answer(&self.to, self.kind, self.corr, self.priority, reply, opts)?;
         self.answered = true;
         Ok(())
     }
@@ -245,7 +250,7 @@ impl Drop for Responder {
             let reason = "the handler dropped the request's responder unanswered".to_string();
             // Best effort: a full or failed site cannot be told either,
             // and the caller's timeout or the site's failure ends it.
-            let _ = self.answer_message(&NoReply { reason }, Vec::new());
+            let _ = self.answer_message(&NoReply { reason }, SendOptions::new());
         }
     }
 }
@@ -268,17 +273,18 @@ pub(crate) fn post_answer<R: Message>(
     corr: u64,
     priority: Priority,
     reply: &R,
-    body: Vec<Bytes>,
+    opts: SendOptions,
 ) -> Result<(), SendError> {
     let header =
         crate::message::encode_header(reply).map_err(|e| SendError::Encode(e.to_string()))?;
+    let (priority, body) = opts.into_parts(priority);
     to.try_post(OutMessage {
         priority,
         type_id: R::ID,
         kind,
         corr,
         header,
-        body: body.into(),
+        body,
         tracked: false,
     })
 }
@@ -308,7 +314,7 @@ pub(crate) fn post_answered(
                 corr,
                 priority,
                 &RemoteError { reason },
-                Vec::new(),
+                SendOptions::new(),
             )?;
             return Ok(true);
         }

@@ -43,7 +43,7 @@ impl Node {
     /// let a = Node::builder().start()?;
     /// let site_b = a.site_from_descriptor(&d)?; // talks over mem:
     /// let r = site_b.request_blocking::<Echo, EchoReply>(
-    ///     &Echo { seq: 1 }, SendOptions::default(), std::time::Duration::from_secs(30))?;
+    ///     &Echo { seq: 1 }, std::time::Duration::from_secs(30))?;
     /// assert_eq!(r.msg.seq, 1);
     /// assert_eq!(site_b.id(), Some(b.id()));
     /// # Ok::<(), Box<dyn std::error::Error>>(())

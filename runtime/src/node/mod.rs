@@ -356,7 +356,7 @@ impl Node {
     /// node.handle(|ctx, Add(n): Add| { let _ = ctx.reply(&Add(n + 1)); })?;
     /// let me = node.local_site();
     /// assert_eq!(me.id(), Some(node.id()));
-    /// let r = me.request_blocking::<Add, Add>(&Add(41), SendOptions::default(),
+    /// let r = me.request_blocking::<Add, Add>(&Add(41),
     ///     std::time::Duration::from_secs(30))?;
     /// assert_eq!(r.msg.0, 42);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -451,7 +451,7 @@ impl Node {
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
     /// for i in 0..100 {
-    ///     site.send_blocking(&Save(i), SendOptions::default())?;
+    ///     site.send_blocking(&Save(i))?;
     /// }
     /// // Waits for every acknowledgement, up to the deadline, then closes.
     /// let report = client.shutdown_blocking(Duration::from_secs(30))?;

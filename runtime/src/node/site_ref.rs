@@ -32,7 +32,7 @@ use crate::site_entry::SiteEntry;
 /// // ...waiting for room, from async code...
 /// futures::executor::block_on(site.send(&Log("again".into())))?;
 /// // ...or from a plain thread, with a priority and a body.
-/// site.send_blocking(&Log("urgent".into()), SendOptions::priority(Priority::High).body(vec![0u8; 64]))?;
+/// site.send_blocking_with(&Log("urgent".into()), SendOptions::new().priority(Priority::High).body(vec![0u8; 64]))?;
 /// site.flush_blocking(Duration::from_secs(30))?; // all acknowledged
 /// assert_eq!(site.id(), Some(server.id()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -88,7 +88,7 @@ impl Node {
     /// let client = Node::builder().start()?;
     /// let mut events = client.events();
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, SendOptions::default(),
+    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 },
     ///     std::time::Duration::from_secs(30))?;
     /// let ev = futures::executor::block_on(events.next()).unwrap();
     /// assert!(matches!(ev, NodeEvent::SiteUp { site, transport: "tcp", .. } if site == server.id()));
@@ -119,7 +119,7 @@ impl Node {
     ///     .start()?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, SendOptions::default(),
+    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 },
     ///     std::time::Duration::from_secs(30))?;
     /// let stats = client.stats();
     /// println!("{}", serde_json::to_string_pretty(&stats)?);
@@ -216,7 +216,7 @@ impl Node {
     ///     .start()?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, SendOptions::default(),
+    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 },
     ///     std::time::Duration::from_secs(30))?;
     /// let text = client.openmetrics();
     /// assert!(text.lines().any(|l| l == "sitenet_channels_opened_total 1"));

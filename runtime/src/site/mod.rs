@@ -163,13 +163,14 @@ impl SiteRef {
     ) -> Result<OutMessage, SendError> {
         let header =
             crate::message::encode_header(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let (priority, body) = opts.into_parts(sitenet_protocols::Priority::default());
         let m = OutMessage {
-            priority: opts.priority,
+            priority,
             type_id: M::ID,
             kind,
             corr,
             header,
-            body: opts.body,
+            body,
             tracked: false,
         };
         Ok(m)
@@ -274,22 +275,10 @@ impl SiteRef {
         self.send_with(msg, SendOptions::default()).await
     }
 
-    /// Queues `msg` with a priority and body, waiting for space if needed.
+    /// [`send`](Self::send) with options: a priority and a body.
     pub async fn send_with<M: Message>(&self, msg: &M, opts: SendOptions) -> Result<(), SendError> {
         let m = self.encode(msg, opts, MessageKind::OneWay, 0)?;
         self.post(m).await
-    }
-
-    /// Sends `msg` at medium priority with a body made of `parts`, in
-    /// order (see [`SendOptions::parts`]); waits for room as
-    /// [`send_with`](Self::send_with) does.
-    pub async fn send_parts<M: Message>(
-        &self,
-        msg: &M,
-        parts: impl IntoIterator<Item = bytes::Bytes>,
-    ) -> Result<(), SendError> {
-        self.send_with(msg, SendOptions::default().parts(parts))
-            .await
     }
 
     /// Queues `msg` at medium priority or fails at once with
@@ -298,26 +287,34 @@ impl SiteRef {
         self.try_send_with(msg, SendOptions::default())
     }
 
-    /// [`try_send`](Self::try_send) with a priority and body.
+    /// [`try_send`](Self::try_send) with options: a priority and a body.
     pub fn try_send_with<M: Message>(&self, msg: &M, opts: SendOptions) -> Result<(), SendError> {
         let m = self.encode(msg, opts, MessageKind::OneWay, 0)?;
         self.try_post(m)
     }
 
-    /// Blocking variant of [`send_with`](Self::send_with) for a plain `main`
-    /// (never call it on the node's own runtime thread).
-    ///
-    /// On the node's own runtime thread (a handler, a task spawned there) it
-    /// fails with [`SendError::WouldDeadlock`] rather than hang.
-    pub fn send_blocking<M: Message>(&self, msg: &M, opts: SendOptions) -> Result<(), SendError> {
+    /// Blocking variant of [`send`](Self::send), for a plain `main` or
+    /// thread. On the node's own runtime thread (a handler, a task spawned
+    /// there) it fails with [`SendError::WouldDeadlock`] rather than hang.
+    pub fn send_blocking<M: Message>(&self, msg: &M) -> Result<(), SendError> {
+        self.send_blocking_with(msg, SendOptions::new())
+    }
+
+    /// [`send_blocking`](Self::send_blocking) with options: a priority and
+    /// a body.
+    pub fn send_blocking_with<M: Message>(
+        &self,
+        msg: &M,
+        opts: SendOptions,
+    ) -> Result<(), SendError> {
         if self.node.rt.is_current_thread() {
             return Err(SendError::WouldDeadlock);
         }
         futures::executor::block_on(self.send_with(msg, opts))
     }
 
-    /// Sends a request and waits for its reply, at most `timeout`. A late
-    /// reply is discarded.
+    /// Sends a request at medium priority and waits for its reply, at most
+    /// `timeout`. A late reply is discarded.
     ///
     /// The request is encoded when this is called: the future borrows
     /// neither `req` nor this `SiteRef` (it holds a reference of its own to
@@ -336,12 +333,21 @@ impl SiteRef {
     /// let client = Node::builder().start()?; // (dropping its last handle shuts a node down)
     /// let site = client.site(&server.listen_addresses()[0])?;
     /// let r = futures::executor::block_on(
-    ///     site.request::<Square, Square>(&Square(12), SendOptions::default(), Duration::from_secs(30)),
+    ///     site.request::<Square, Square>(&Square(12), Duration::from_secs(30)),
     /// )?;
     /// assert_eq!(r.msg.0, 144);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn request<Q: Message, R: Message>(
+        &self,
+        req: &Q,
+        timeout: std::time::Duration,
+    ) -> impl std::future::Future<Output = Result<Reply<R>, RequestError>> + Send + 'static {
+        self.request_with(req, SendOptions::new(), timeout)
+    }
+
+    /// [`request`](Self::request) with options: a priority and a body.
+    pub fn request_with<Q: Message, R: Message>(
         &self,
         req: &Q,
         opts: SendOptions,
@@ -396,7 +402,7 @@ impl SiteRef {
     /// let site = client.site(&server.listen_addresses()[0])?;
     /// futures::executor::block_on(async {
     ///     let open = |p: &str| site.request_result::<Open, Handle, FsError>(&Open(p.into()),
-    ///         SendOptions::default(), Duration::from_secs(30));
+    ///         Duration::from_secs(30));
     ///     match open("/nope").await? {
     ///         Ok(h) => panic!("opened {}", h.msg.0),
     ///         Err(FsError::NotFound { path }) => assert_eq!(path, "/nope"),
@@ -410,6 +416,22 @@ impl SiteRef {
     /// ```
     #[allow(clippy::type_complexity)] // the two results say two things
     pub fn request_result<Q, R, E>(
+        &self,
+        req: &Q,
+        timeout: std::time::Duration,
+    ) -> impl std::future::Future<Output = Result<Result<Reply<R>, E>, RequestError>> + Send + 'static
+    where
+        Q: Message,
+        R: Message,
+        E: serde::de::DeserializeOwned + 'static,
+    {
+        self.request_result_with(req, SendOptions::new(), timeout)
+    }
+
+    /// [`request_result`](Self::request_result) with options: a priority
+    /// and a body.
+    #[allow(clippy::type_complexity)] // the two results say two things
+    pub fn request_result_with<Q, R, E>(
         &self,
         req: &Q,
         opts: SendOptions,
@@ -458,6 +480,22 @@ impl SiteRef {
     pub fn request_result_blocking<Q, R, E>(
         &self,
         req: &Q,
+        timeout: std::time::Duration,
+    ) -> Result<Result<Reply<R>, E>, RequestError>
+    where
+        Q: Message,
+        R: Message,
+        E: serde::de::DeserializeOwned + 'static,
+    {
+        self.request_result_blocking_with(req, SendOptions::new(), timeout)
+    }
+
+    /// [`request_result_blocking`](Self::request_result_blocking) with
+    /// options: a priority and a body.
+    #[allow(clippy::type_complexity)] // the two results say two things
+    pub fn request_result_blocking_with<Q, R, E>(
+        &self,
+        req: &Q,
         opts: SendOptions,
         timeout: std::time::Duration,
     ) -> Result<Result<Reply<R>, E>, RequestError>
@@ -469,7 +507,7 @@ impl SiteRef {
         if self.node.rt.is_current_thread() {
             return Err(SendError::WouldDeadlock.into());
         }
-        futures::executor::block_on(self.request_result(req, opts, timeout))
+        futures::executor::block_on(self.request_result_with(req, opts, timeout))
     }
 
     /// The reply `incoming` as a `Reply<R>`: of `R`'s type, its header
@@ -556,13 +594,23 @@ impl SiteRef {
     pub fn request_blocking<Q: Message, R: Message>(
         &self,
         req: &Q,
+        timeout: std::time::Duration,
+    ) -> Result<Reply<R>, RequestError> {
+        self.request_blocking_with(req, SendOptions::new(), timeout)
+    }
+
+    /// [`request_blocking`](Self::request_blocking) with options: a
+    /// priority and a body.
+    pub fn request_blocking_with<Q: Message, R: Message>(
+        &self,
+        req: &Q,
         opts: SendOptions,
         timeout: std::time::Duration,
     ) -> Result<Reply<R>, RequestError> {
         if self.node.rt.is_current_thread() {
             return Err(SendError::WouldDeadlock.into());
         }
-        futures::executor::block_on(self.request(req, opts, timeout))
+        futures::executor::block_on(self.request_with(req, opts, timeout))
     }
 }
 

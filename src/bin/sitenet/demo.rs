@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, SendOptions};
+use sitenet::{Message, Node};
 
 use crate::failure;
 
@@ -50,12 +50,9 @@ pub(crate) fn run(json: bool) -> ExitCode {
         let to_bob = alice.site(&bob.listen_addresses()[0])?;
         let t = Instant::now();
         for i in 0..MESSAGES {
-            to_bob.send_blocking(
-                &Greeting {
-                    text: format!("hello #{i}"),
-                },
-                SendOptions::default(),
-            )?;
+            to_bob.send_blocking(&Greeting {
+                text: format!("hello #{i}"),
+            })?;
         }
         let mut received = Vec::new();
         while (received.len() as u64) < MESSAGES {
@@ -68,11 +65,8 @@ pub(crate) fn run(json: bool) -> ExitCode {
         let send_ms = t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
         for i in 0..REQUESTS {
-            let r = to_bob.request_blocking::<Add, Sum>(
-                &Add { a: i, b: i * 2 },
-                SendOptions::default(),
-                Duration::from_secs(10),
-            )?;
+            let r = to_bob
+                .request_blocking::<Add, Sum>(&Add { a: i, b: i * 2 }, Duration::from_secs(10))?;
             if r.msg.sum != i * 3 {
                 return Err(format!("request {i}: expected {}, got {}", i * 3, r.msg.sum).into());
             }

@@ -467,7 +467,7 @@ fn run_send(
         let r: Result<(Duration, SinkVerdict), String> = async {
             // The first message waits for the node, bounded by --timeout.
             let t0 = Instant::now();
-            let opts = || SendOptions::priority(prio).body(body.clone());
+            let opts = || SendOptions::new().priority(prio).body(body.clone());
             s.send_with(&SinkData { stream, seq: 0 }, opts())
                 .await
                 .map_err(|e| e.to_string())?;
@@ -490,12 +490,12 @@ fn run_send(
             }
             let elapsed = t0.elapsed();
             let v = s
-                .request::<SinkQuery, SinkVerdict>(
+                .request_with::<SinkQuery, SinkVerdict>(
                     &SinkQuery {
                         stream,
                         expected: count,
                     },
-                    SendOptions::priority(prio),
+                    SendOptions::new().priority(prio),
                     give_up,
                 )
                 .await

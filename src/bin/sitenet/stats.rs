@@ -26,9 +26,9 @@ pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::auth::Auth)
         Ok(x) => x,
         Err(code) => return code,
     };
-    let reply = site.request_blocking::<StatsQuery, StatsReply>(
+    let reply = site.request_blocking_with::<StatsQuery, StatsReply>(
         &StatsQuery,
-        SendOptions::priority(sitenet::Priority::High),
+        SendOptions::new().priority(sitenet::Priority::High),
         timeout,
     );
     let json_text = match reply {
