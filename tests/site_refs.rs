@@ -2,7 +2,8 @@
 //! descriptor; the receiver gets a usable `SiteRef` from its own site
 //! table, the same one as any other reference to that site, and can talk
 //! to that third site; a `SiteRef` decoded outside a delivered message is
-//! an error, not a panic.
+//! an error, not a panic. `==` and the hash of a `SiteRef` never change
+//! (a reference keys a map); `same_site` follows the table's merges.
 
 mod common;
 
@@ -67,7 +68,16 @@ async fn a_reference_passed_along_is_usable_and_is_the_same_site() {
     let by_address = b.site(addr(&c)).unwrap();
     common::echo(&by_address, 2).await;
     assert_eq!(by_address.id(), Some(c.id()));
-    assert_eq!(by_address, got, "one site, one queue");
+    assert!(by_address.same_site(&got), "one site, one queue");
+    // A reference made after the merge is the entry that stays: equal to
+    // the one passed along, and the same key in a map.
+    let after = b.site(addr(&c)).unwrap();
+    assert!(after == got || after == by_address, "{after:?}");
+    let mut seen = std::collections::HashMap::new();
+    seen.insert(got.clone(), "got");
+    seen.insert(by_address.clone(), "by address");
+    assert_eq!(seen.len(), 2, "references made apart stay apart as keys");
+    assert!(seen.contains_key(&after));
 }
 
 /// A site the receiver already talked to by address is known by id: a
@@ -138,8 +148,41 @@ async fn a_reference_to_a_site_known_only_by_an_unproven_address_joins_it_once_p
     }
     sink.wait().await;
     assert_eq!(sink.out_of_order.load(Ordering::Relaxed), 0);
-    assert!(common::eventually(|| by_address == by_reference).await);
+    assert!(common::eventually(|| by_address.same_site(&by_reference)).await);
     assert_eq!(by_address.id(), Some(c.id()));
+}
+
+/// `SiteRef` keys a `HashMap`: equal references hash alike, clones equal
+/// their original, and a reference's key does not move when the table
+/// learns that two entries are one site (regression: `==` used to follow
+/// merges, so `SiteRef` could not be `Hash`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn site_refs_key_a_map_across_a_merge() {
+    let c = common::listening_node();
+    let b = listening();
+    let by_address = b.site(addr(&c)).unwrap(); // an entry by address only
+    let mut load = std::collections::HashMap::new();
+    load.insert(by_address.clone(), 1u32);
+    // C's id, learnt from a descriptor: a second entry until proven.
+    let by_id = b
+        .site_from_descriptor(&sitenet::SiteDescriptor {
+            id: c.id(),
+            addresses: vec![addr(&c)],
+        })
+        .unwrap();
+    *load.entry(by_id.clone()).or_default() += 10;
+    common::echo(&by_address, 1).await; // proves the id: the entries merge
+    assert!(common::eventually(|| by_address.same_site(&by_id)).await);
+    // Both keys are where they were put, whatever the merge did.
+    assert_eq!(load.get(&by_address), Some(&1));
+    assert_eq!(load.get(&by_address.clone()), Some(&1));
+    assert_eq!(load[&by_id], 10);
+    // References handed out now are one entry, one key.
+    let (x, y) = (b.site(addr(&c)).unwrap(), b.site_by_id(c.id()).unwrap());
+    assert_eq!(x, y);
+    let mut now = std::collections::HashSet::new();
+    now.insert(x);
+    assert!(now.contains(&y));
 }
 
 #[test]

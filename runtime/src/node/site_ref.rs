@@ -43,8 +43,15 @@ pub struct SiteRef {
 }
 
 impl Clone for SiteRef {
+    /// The same entry (a clone equals its original, merges or not).
     fn clone(&self) -> Self {
-        Self::counted(self.entry.clone(), self.node.clone())
+        self.entry
+            .refs
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self {
+            entry: self.entry.clone(),
+            node: self.node.clone(),
+        }
     }
 }
 
@@ -70,18 +77,34 @@ impl Drop for SiteRef {
     }
 }
 
-/// Two references are equal when they reach the same site: the same entry
-/// of the site table, so the same ordered queues. References made apart
-/// become equal once the table learns they are one site — for example a
-/// reference by address, whose handshake then proves the id of a site
-/// another reference named by descriptor (the two entries merge).
+/// Two references are equal when they were handed out for the same entry
+/// of the site table, so the same ordered queues; equality and the hash
+/// never change, so a `SiteRef` keys a `HashMap` or `BTreeSet`-like index
+/// safely.
+///
+/// The table may learn later that two entries are one site — a reference
+/// by address whose handshake proves the id of a site another reference
+/// named by descriptor — and merges them: the older entry's messages
+/// follow it into the one that stays. References handed out after that
+/// (`Node::site`, `Ctx::sender`, a decoded `SiteRef`) are all for the
+/// entry that stays and equal each other; one kept from before the merge
+/// still reaches the site, in order, but stays unequal to them, since an
+/// equality that changed would corrupt every map that holds it.
+/// [`same_site`](SiteRef::same_site) answers "the same site now".
 impl PartialEq for SiteRef {
     fn eq(&self, other: &Self) -> bool {
-        self.entry.same_site(&other.entry)
+        Arc::ptr_eq(&self.entry, &other.entry)
     }
 }
 
 impl Eq for SiteRef {}
+
+impl std::hash::Hash for SiteRef {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // The entry's address: fixed while this reference keeps it alive.
+        std::ptr::hash(Arc::as_ptr(&self.entry), state)
+    }
+}
 
 impl std::fmt::Debug for SiteRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,8 +118,19 @@ impl std::fmt::Debug for SiteRef {
 impl SiteRef {
     /// A new counted reference (the site table counts `SiteRef`s to decide
     /// when a channel is no longer needed).
+    /// A new reference is for the entry that stays once merges are
+    /// followed, so references handed out after a merge are equal.
     pub(crate) fn counted(entry: Arc<SiteEntry>, node: Arc<NodeInner>) -> Self {
+        let entry = entry.resolved().clone();
         entry.refs.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Self { entry, node }
+    }
+
+    /// True if `self` and `other` reach the same site now: the same entry
+    /// once the merges the table has made are followed. Unlike `==`, which
+    /// never changes, this becomes true when the node learns that two
+    /// references made apart name one site.
+    pub fn same_site(&self, other: &SiteRef) -> bool {
+        self.entry.same_site(&other.entry)
     }
 }
