@@ -73,6 +73,7 @@ async fn a_reference_passed_along_is_usable_and_is_the_same_site() {
     // the one passed along, and the same key in a map.
     let after = b.site(addr(&c)).unwrap();
     assert!(after == got || after == by_address, "{after:?}");
+    #[allow(clippy::mutable_key_type)] // the hash is the entry's address only
     let mut seen = std::collections::HashMap::new();
     seen.insert(got.clone(), "got");
     seen.insert(by_address.clone(), "by address");
@@ -161,6 +162,7 @@ async fn site_refs_key_a_map_across_a_merge() {
     let c = common::listening_node();
     let b = listening();
     let by_address = b.site(addr(&c)).unwrap(); // an entry by address only
+    #[allow(clippy::mutable_key_type)] // the hash is the entry's address only
     let mut load = std::collections::HashMap::new();
     load.insert(by_address.clone(), 1u32);
     // C's id, learnt from a descriptor: a second entry until proven.
@@ -180,6 +182,7 @@ async fn site_refs_key_a_map_across_a_merge() {
     // References handed out now are one entry, one key.
     let (x, y) = (b.site(addr(&c)).unwrap(), b.site_by_id(c.id()).unwrap());
     assert_eq!(x, y);
+    #[allow(clippy::mutable_key_type)] // the hash is the entry's address only
     let mut now = std::collections::HashSet::new();
     now.insert(x);
     assert!(now.contains(&y));

@@ -91,6 +91,10 @@ impl Drop for SiteRef {
 /// still reaches the site, in order, but stays unequal to them, since an
 /// equality that changed would corrupt every map that holds it.
 /// [`same_site`](SiteRef::same_site) answers "the same site now".
+///
+/// (Clippy's `mutable_key_type` lint flags a map keyed by `SiteRef`, since
+/// the entry behind it holds queues; the hash and `==` read only the
+/// entry's address, so `#[allow(clippy::mutable_key_type)]` is sound.)
 impl PartialEq for SiteRef {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.entry, &other.entry)
