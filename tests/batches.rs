@@ -14,7 +14,7 @@ use common::{addr, listening_node, Numbered, PATIENCE};
 use serde::{Deserialize, Serialize};
 use sitenet::batch::{Done, OpError};
 use sitenet::services::{Echo, EchoReply};
-use sitenet::{AsyncCtx, DeliveryError, Message, Node, RequestError, Runtime};
+use sitenet::{AsyncCtx, DecodeError, DeliveryError, Message, Node, RequestError, Runtime};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Ask {
@@ -89,6 +89,20 @@ async fn a_mixed_batch_to_many_sites_completes_every_operation_with_a_callback_e
         assert_eq!(done.decode::<EchoReply>().unwrap().seq, seq);
     }
     assert!(matches!(report.results[1], Some(Ok(Done::Sent))));
+    // Decoding says what went wrong as a typed error.
+    let reply = report.results[0].as_ref().unwrap().as_ref().unwrap();
+    assert_eq!(
+        reply.decode::<Echo>().unwrap_err(),
+        DecodeError::WrongType {
+            expected: Echo::ID,
+            got: EchoReply::ID
+        }
+    );
+    let sent = report.results[1].as_ref().unwrap().as_ref().unwrap();
+    assert_eq!(
+        sent.decode::<EchoReply>().unwrap_err(),
+        DecodeError::NoReply
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

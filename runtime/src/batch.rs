@@ -44,7 +44,7 @@ pub enum Done {
 impl Done {
     /// Decodes a reply's typed header as `R` (an error for a send, or a
     /// reply of another type).
-    pub fn decode<R: Message>(&self) -> Result<R, String> {
+    pub fn decode<R: Message>(&self) -> Result<R, crate::error::DecodeError> {
         match self {
             Done::Reply {
                 from,
@@ -52,7 +52,7 @@ impl Done {
                 header,
                 ..
             } => crate::handlers::decode_reply(&from.node, &from.entry, *type_id, header),
-            Done::Sent => Err("a send has no reply".into()),
+            Done::Sent => Err(crate::error::DecodeError::NoReply),
         }
     }
 }

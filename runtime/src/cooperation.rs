@@ -154,7 +154,7 @@ pub struct Answer {
 
 impl Answer {
     /// Decodes the typed header as `R`.
-    pub fn decode<R: Message>(&self) -> Result<R, String> {
+    pub fn decode<R: Message>(&self) -> Result<R, crate::error::DecodeError> {
         crate::handlers::decode_reply(
             &self.from.node,
             &self.from.entry,

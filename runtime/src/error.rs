@@ -209,8 +209,10 @@ pub enum RequestError {
     Shutdown,
 }
 
-/// A handed-back message ([`ReturnedMessage`](crate::ReturnedMessage))
-/// did not decode as the type asked for.
+/// A message did not decode as the type asked for: a handed-back message
+/// ([`ReturnedMessage::decode`](crate::ReturnedMessage::decode)), a
+/// batch's reply ([`Done::decode`](crate::Done::decode)) or a
+/// cooperation's answer ([`Answer::decode`](crate::Answer::decode)).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum DecodeError {
@@ -231,6 +233,9 @@ pub enum DecodeError {
         /// What the decoder said.
         reason: String,
     },
+    /// A batch's send completed: it has no reply to decode.
+    #[error("a send has no reply to decode")]
+    NoReply,
 }
 
 /// Why a site failed permanently (also reported to the user via faults);

@@ -122,14 +122,19 @@ pub(crate) fn decode_reply<R: Message>(
     from: &Arc<SiteEntry>,
     type_id: u32,
     header: &Bytes,
-) -> Result<R, String> {
+) -> Result<R, crate::error::DecodeError> {
     if type_id != R::ID {
-        return Err(format!(
-            "the reply is of type {type_id:#x}, not {:#x}",
-            R::ID
-        ));
+        return Err(crate::error::DecodeError::WrongType {
+            expected: R::ID,
+            got: type_id,
+        });
     }
-    decode_header(node, from, header)
+    crate::node::decoding_on(node, from, || rmp_serde::from_slice(header)).map_err(|e| {
+        crate::error::DecodeError::Header {
+            type_id,
+            reason: e.to_string(),
+        }
+    })
 }
 
 pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
