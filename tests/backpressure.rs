@@ -1,7 +1,8 @@
 //! A stream to a slow consumer keeps the sender's memory bounded by the
 //! outbox's byte bound, counting what queued messages really occupy (the
 //! `OutMessage` that holds each one, not only its wire bytes). Measured
-//! with a counting allocator.
+//! with a counting allocator. Each level has its share of the bound: a
+//! backlog at one level does not refuse another's sends.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::sync::atomic::Ordering;
 use common::counting::{Counting, LIVE};
 
 use common::*;
-use sitenet::{Node, Runtime, SendError, SendOptions};
+use sitenet::{Node, Priority, Runtime, SendError, SendOptions};
 
 #[global_allocator]
 static A: Counting = Counting;
@@ -82,4 +83,78 @@ fn tiny_messages_to_a_stalled_consumer_stay_within_the_bound() {
         "{sent} messages took {grown} bytes, bound {BOUND}"
     );
     drop(release_tx);
+}
+
+/// Issue 21: one byte bound per site was shared by all levels, so a
+/// level-1 backlog to a stalled consumer made a level-4 `try_send` fail.
+/// Each level now has a reserve of the bound the others cannot take.
+#[test]
+fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
+    const BOUND: u64 = 4 << 20;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .runtime(Runtime::dedicated("stalled-consumer"))
+        .start()
+        .unwrap();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let entered_tx = std::sync::Mutex::new(entered_tx);
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let r = received.clone();
+    server
+        .handle(move |ctx, m: Numbered| {
+            if m.stream == 0 {
+                let _ = entered_tx.lock().unwrap().send(());
+                let _ = release_rx.lock().unwrap().recv_timeout(PATIENCE);
+            } else if ctx.priority() == Priority::High {
+                r.lock().unwrap().push(m.seq);
+            }
+        })
+        .unwrap();
+    let client = Node::builder()
+        .configure(|c| {
+            c.output_bound = BOUND;
+            c.max_message_size = 1 << 20;
+        })
+        .start()
+        .unwrap();
+    let site = client.site(addr(&server)).unwrap();
+    site.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
+    entered_rx
+        .recv_timeout(PATIENCE)
+        .expect("the consumer stalls");
+    let low = SendOptions::new()
+        .priority(Priority::Background)
+        .body(vec![1u8; 16 << 10]);
+    let mut backlog = 0u64;
+    loop {
+        match site.try_send_with(
+            &Numbered {
+                stream: 1,
+                seq: backlog,
+            },
+            low.clone(),
+        ) {
+            Ok(()) => backlog += 1,
+            Err(SendError::QueueFull { bound }) => {
+                assert_eq!(bound, BOUND, "the site's bound said no");
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(backlog < 1_000_000, "the bound never said no");
+    }
+    // A level-4 message still fits, and a few more: its reserve.
+    let high = SendOptions::new()
+        .priority(Priority::High)
+        .body(vec![4u8; 16 << 10]);
+    for seq in 0..4 {
+        site.try_send_with(&Numbered { stream: 4, seq }, high.clone())
+            .unwrap_or_else(|e| panic!("level-4 send {seq} after a level-1 backlog: {e}"));
+    }
+    drop(release_tx);
+    site.flush_blocking(PATIENCE).unwrap();
+    assert_eq!(*received.lock().unwrap(), [0, 1, 2, 3]);
+    eprintln!("{backlog} level-1 messages of 16 KiB filled the level's part of a 4 MiB bound");
 }

@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 
 use crate::message::OutMessage;
+use crate::output_share::Freed;
 
 /// Messages awaiting acknowledgement, ascending by number.
 #[derive(Debug, Default)]
@@ -26,26 +27,24 @@ impl Ledger {
         self.entries.push_back((number, msg));
     }
 
-    /// Frees every message numbered `<= ack`; returns the count and the bytes
-    /// freed (the byte bound on output is decreased by that much). The
+    /// Frees every message numbered `<= ack`; returns what was freed (the
+    /// byte bound on output is given that much back, per class). The
     /// `corr` of each freed message that is [`tracked`](crate::OutMessage::tracked)
     /// is appended to `delivered`: the peer has it.
-    pub fn ack(&mut self, ack: u64, delivered: &mut Vec<u64>) -> (usize, u64) {
-        let mut n = 0;
-        let mut freed = 0;
+    pub fn ack(&mut self, ack: u64, delivered: &mut Vec<u64>) -> Freed {
+        let mut freed = Freed::default();
         while let Some((num, _)) = self.entries.front() {
             if *num > ack {
                 break;
             }
             let (_, m) = self.entries.pop_front().expect("front exists");
-            freed += m.wire_len();
+            freed.add(&m);
             if m.tracked {
                 delivered.push(m.corr);
             }
-            n += 1;
         }
-        self.bytes -= freed;
-        (n, freed)
+        self.bytes -= freed.bytes;
+        freed
     }
 
     /// Number of messages held.
@@ -94,7 +93,8 @@ mod tests {
 
     /// Acks `ack`, ignoring which tracked messages it delivered.
     fn ack(l: &mut Ledger, ack: u64) -> (usize, u64) {
-        l.ack(ack, &mut Vec::new())
+        let f = l.ack(ack, &mut Vec::new());
+        (f.messages as usize, f.bytes)
     }
 
     #[test]

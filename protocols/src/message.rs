@@ -313,6 +313,13 @@ impl OutMessage {
     pub fn footprint(&self) -> u64 {
         self.wire_len() + MESSAGE_OVERHEAD
     }
+
+    /// The class of the site's output bound this message counts in: its
+    /// level, or the node's own class for a reserved type id
+    /// ([`crate::output_share::class_of`]).
+    pub fn share_class(&self) -> usize {
+        crate::output_share::class_of(self.priority, self.type_id)
+    }
 }
 
 /// A message received whole.

@@ -131,8 +131,10 @@ proptest! {
         prop_assert_eq!(pair.a.session.unacked(), 0);
         prop_assert_eq!(pair.b.session.unacked(), 0);
         let wire = |v: &[OutMessage]| v.iter().map(OutMessage::wire_len).sum::<u64>();
-        prop_assert_eq!(pair.a.session.take_freed(), (sent_ab.len() as u64, wire(&sent_ab)));
-        prop_assert_eq!(pair.b.session.take_freed(), (sent_ba.len() as u64, wire(&sent_ba)));
+        let f = pair.a.session.take_freed();
+        prop_assert_eq!((f.messages, f.bytes), (sent_ab.len() as u64, wire(&sent_ab)));
+        let f = pair.b.session.take_freed();
+        prop_assert_eq!((f.messages, f.bytes), (sent_ba.len() as u64, wire(&sent_ba)));
         prop_assert_eq!(pair.a.session.pending_messages(), 0);
         prop_assert_eq!(pair.b.session.queued_bytes(), 0);
     }
@@ -208,8 +210,18 @@ fn delayed_ack_frees_the_senders_ledger() {
     );
     pair.b_to_a(usize::MAX).unwrap();
     let bytes: u64 = sent.iter().map(OutMessage::wire_len).sum();
-    assert_eq!(pair.a.session.take_freed(), (5, bytes));
-    assert_eq!(pair.a.session.take_freed(), (0, 0), "take_freed takes");
+    let f = pair.a.session.take_freed();
+    assert_eq!((f.messages, f.bytes), (5, bytes));
+    assert_eq!(
+        f.by_class.iter().sum::<u64>(),
+        bytes + 5 * sitenet_protocols::MESSAGE_OVERHEAD,
+        "footprints by class"
+    );
+    assert_eq!(
+        pair.a.session.take_freed(),
+        Default::default(),
+        "take_freed takes"
+    );
     assert_eq!(pair.a.session.unacked(), 0);
     // Nothing more is due: no second ack for the same messages (after a
     // second of silence B writes only a heartbeat).
@@ -252,7 +264,7 @@ fn hundred_messages_trigger_an_explicit_ack_at_once() {
     assert_eq!(pair.b.session.stats().acks_out, 1);
     assert_eq!(pair.a.tap.count(FrameKind::Ack), 1);
     assert_eq!(pair.a.session.unacked(), 0);
-    assert_eq!(pair.a.session.take_freed().0, 100);
+    assert_eq!(pair.a.session.take_freed().messages, 100);
 }
 
 /// A held threshold ack is not written on its own; data going the other

@@ -2165,7 +2165,7 @@ fn replacement_channel_resumes_from_last_received() {
         .channel_up(up(pair.a.session.last_received()), pair.now)
         .unwrap();
     assert_eq!(
-        pair.a.session.take_freed().0,
+        pair.a.session.take_freed().messages,
         3,
         "the handshake acknowledged three"
     );

@@ -278,7 +278,7 @@ async fn attempt(node: &NodeInner, op: &Op) -> OpResult {
 ///     while let Some((_index, outcome)) = running.wait_any(Duration::from_secs(30)).await {
 ///         sum += outcome.expect("answered").decode::<Work>()?.0;
 ///     }
-///     Ok::<_, String>(())
+///     Ok::<_, sitenet_runtime::DecodeError>(())
 /// })?;
 /// assert_eq!(sum, 2 * (0 + 1 + 2 + 3 + 4));
 /// assert_eq!(running.pending(), 0);

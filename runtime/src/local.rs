@@ -59,10 +59,10 @@ fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
         streams: &mut streams,
     };
     for m in batch {
-        let footprint = m.footprint();
+        let (class, footprint) = (m.share_class(), m.footprint());
         let token = m.tracked.then_some(m.corr);
         delivery.message(m.into_received());
-        entry.outbox.release(footprint);
+        entry.outbox.release(class, footprint);
         if let Some(token) = token {
             node.deliveries.complete(token, Ok(()));
         }

@@ -118,11 +118,12 @@ impl ComObject {
         self.session.ack_waiting()
     }
 
-    /// Takes the (message count, bytes) acknowledged since the last call.
-    pub fn take_freed(&mut self, now: Instant) -> (u64, u64) {
+    /// Takes what was acknowledged since the last call: messages, bytes,
+    /// and footprints per class (what the output bound gives back).
+    pub fn take_freed(&mut self, now: Instant) -> crate::output_share::Freed {
         self.tick(now);
         let freed = self.session.take_freed();
-        if freed.0 > 0 {
+        if freed.messages > 0 {
             self.idle_since = now;
             // Only the need going away changes what happens next.
             if !self.has_need() {

@@ -122,7 +122,7 @@ fn push_event(events: &mut Events, e: SessionEvent) {
 /// b.poll_transmit(due, &mut b_to_a);
 /// a.handle_input(due, &mut b_to_a, &mut |_| unreachable!("an ack only"))?;
 /// assert_eq!(a.unacked(), 0);
-/// assert_eq!(a.take_freed().0, 1); // one message's bytes released
+/// assert_eq!(a.take_freed().messages, 1); // one message's bytes released
 /// # Ok::<(), sitenet_protocols::ProtocolError>(())
 /// ```
 #[derive(Debug)]
@@ -466,8 +466,9 @@ impl Session {
         self.send.take_delivered()
     }
 
-    /// Takes the (message count, bytes) acknowledged since the last call.
-    pub fn take_freed(&mut self) -> (u64, u64) {
+    /// Takes what was acknowledged since the last call: messages, bytes,
+    /// and footprints per class (what the output bound gives back).
+    pub fn take_freed(&mut self) -> crate::output_share::Freed {
         self.send.take_freed()
     }
 

@@ -19,6 +19,7 @@ use crate::lane_slots::LaneSlots;
 use crate::ledger::Ledger;
 use crate::marshal::InProgress;
 use crate::message::OutMessage;
+use crate::output_share::Freed;
 use crate::packed;
 use crate::priority::Priority;
 use crate::scheduler::{Scheduler, SchedulerConfig};
@@ -34,12 +35,14 @@ pub(crate) struct Sender {
     /// message is queued and given back when the channel goes with nothing
     /// left in them, so a site without traffic holds only its numbering.
     traffic: Option<Box<Traffic>>,
+    /// What acknowledgements freed, not yet taken, when the traffic that
+    /// held it was dropped (boxed: rare, and every idle site would carry
+    /// the room).
+    freed_left: Option<Box<Freed>>,
     /// Highest number assigned (numbers start at 1).
     pub(crate) last_sent: u64,
     /// Highest number the peer acknowledged.
     acked: u64,
-    /// (messages, bytes) acknowledged since `take_freed`.
-    freed: (u64, u64),
     queued_bytes: u64,
     /// Largest message the peer takes, once a handshake told it (a peer
     /// claiming 0 takes nothing: 1 byte, below any message).
@@ -69,6 +72,9 @@ struct Traffic {
     /// The `corr` of tracked messages the peer acknowledged, not yet taken
     /// (see `take_delivered`).
     delivered: Vec<u64>,
+    /// What acknowledgements freed since `take_freed` (here, not in the
+    /// sender: an idle site carries no room for it).
+    freed: Freed,
 }
 
 /// A new message, numbered `n`, was completely written (its last fragment,
@@ -97,6 +103,7 @@ impl Traffic {
             ledger: Ledger::default(),
             refused: Vec::new(),
             delivered: Vec::new(),
+            freed: Freed::default(),
         }
     }
 
@@ -116,9 +123,9 @@ impl Sender {
         Self {
             current: Default::default(),
             traffic: None,
+            freed_left: None,
             last_sent: 0,
             acked: 0,
-            freed: (0, 0),
             queued_bytes: 0,
             peer_max_message: None,
             pack: false,
@@ -172,9 +179,8 @@ impl Sender {
             // Numbered messages are in the ledger until acknowledged, so a
             // sender without traffic has nothing unacknowledged.
             if let Some(t) = &mut self.traffic {
-                let (n, bytes) = t.ledger.ack(ack, &mut t.delivered);
-                self.freed.0 += n as u64;
-                self.freed.1 += bytes;
+                let freed = t.ledger.ack(ack, &mut t.delivered);
+                t.freed.merge(freed);
             }
         } else {
             #[cfg(feature = "planted-bugs")]
@@ -183,9 +189,8 @@ impl Sender {
                 if let Some(t) = &mut self.traffic {
                     let next = t.ledger.iter().next().map(|(n, _)| *n);
                     if let Some(next) = next {
-                        let (n, bytes) = t.ledger.ack(next, &mut t.delivered);
-                        self.freed.0 += n as u64;
-                        self.freed.1 += bytes;
+                        let freed = t.ledger.ack(next, &mut t.delivered);
+                        t.freed.merge(freed);
                     }
                 }
             }
@@ -402,7 +407,7 @@ impl Sender {
             t.resend = VecDeque::new();
             t.resend_current = None;
             if t.is_empty() && self.current.is_empty() {
-                self.traffic = None;
+                self.drop_traffic();
             } else {
                 // Kept for what is unacknowledged; empty queues keep no room.
                 for q in &mut t.queues {
@@ -485,8 +490,24 @@ impl Sender {
             .unwrap_or_default()
     }
 
-    pub(crate) fn take_freed(&mut self) -> (u64, u64) {
-        std::mem::take(&mut self.freed)
+    pub(crate) fn take_freed(&mut self) -> Freed {
+        let mut freed = self.freed_left.take().map(|b| *b).unwrap_or_default();
+        if let Some(t) = &mut self.traffic {
+            freed.merge(std::mem::take(&mut t.freed));
+        }
+        freed
+    }
+
+    /// Drops the traffic state (it holds no message), keeping what its
+    /// acknowledgements freed for `take_freed`.
+    fn drop_traffic(&mut self) {
+        if let Some(t) = self.traffic.take() {
+            if t.freed != Freed::default() {
+                self.freed_left
+                    .get_or_insert_with(Box::default)
+                    .merge(t.freed);
+            }
+        }
     }
 
     pub(crate) fn queued_bytes(&self) -> u64 {
@@ -527,7 +548,7 @@ impl Sender {
         let maybe_delivered = t.ledger.drain();
         // What was refused stays for `take_refused`.
         if t.is_empty() {
-            self.traffic = None;
+            self.drop_traffic();
         }
         (not_sent, maybe_delivered)
     }

@@ -259,7 +259,7 @@ impl ComObject {
         // reader could come in between and miss one (seen once in
         // tests/hostile.rs::regression_messages_queued_as_a_site_is_given_up_are_in_not_sent
         // under load).
-        let footprint = m.footprint();
+        let (class, footprint) = (m.share_class(), m.footprint());
         Counters::add(&self.node.counters.handed_back, 1);
         self.node.deliveries.fail(&m, || {
             let reason = e.to_string();
@@ -275,7 +275,7 @@ impl ComObject {
         if let Some((_, back)) = self.entry.failed.lock().as_deref_mut() {
             // The site failed between the sender's check and the queue.
             back.not_sent.push(m);
-            self.entry.outbox.release(footprint);
+            self.entry.outbox.release(class, footprint);
             return;
         }
         tracing::warn!(site = ?self.entry.id.get(), error = %e, "message handed back");
@@ -284,7 +284,7 @@ impl ComObject {
             .lock()
             .get_or_insert_with(Box::default)
             .push((e, m));
-        self.entry.outbox.release(footprint);
+        self.entry.outbox.release(class, footprint);
     }
 
     /// The one place that reacts to anything: queue, act, flush, account,
@@ -418,14 +418,14 @@ impl ComObject {
                     let mut back = Returned::default();
                     let deliveries = &self.node.deliveries;
                     for m in not_sent {
-                        self.entry.outbox.release(m.footprint());
+                        self.entry.outbox.release_msg(&m);
                         deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
                             reason: reason.clone(),
                         });
                         back.not_sent.push(m);
                     }
                     for m in maybe_delivered {
-                        self.entry.outbox.release(m.footprint());
+                        self.entry.outbox.release_msg(&m);
                         deliveries.fail(&m, || crate::error::DeliveryError::MaybeDelivered {
                             reason: reason.clone(),
                         });
@@ -453,7 +453,7 @@ impl ComObject {
                     let mut queued = Vec::new();
                     self.entry.outbox.drain_on_wake(&mut queued);
                     for m in queued {
-                        self.entry.outbox.release(m.footprint());
+                        self.entry.outbox.release_msg(&m);
                         deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
                             reason: reason.clone(),
                         });

@@ -87,10 +87,9 @@ impl ComObject {
         for corr in self.com.take_delivered() {
             self.node.deliveries.complete(corr, Ok(()));
         }
-        let (messages, bytes) = self.com.take_freed(now);
-        let bytes = bytes + messages * sitenet_protocols::MESSAGE_OVERHEAD;
-        self.entry.outbox.release(bytes);
-        if bytes > 0 {
+        let freed = self.com.take_freed(now);
+        self.entry.outbox.release_freed(&freed);
+        if freed.messages > 0 {
             self.node.acked.notify_waiters();
         }
         let s = self.com.session().stats_ref();

@@ -154,6 +154,16 @@ impl SiteRef {
         self.entry.resolved().outbox.bytes()
     }
 
+    /// [`pending_bytes`](Self::pending_bytes) per class of the site's
+    /// output bound: levels 1 to 4 (indexed as `Priority::index`), then the
+    /// node's own messages (error and "no reply" answers, the built-in
+    /// services' replies). Each class keeps a reserve of the bound the
+    /// others cannot take (`sitenet_protocols::output_share::admits_class`),
+    /// so a backlog at one level never refuses another's sends.
+    pub fn pending_bytes_by_class(&self) -> [u64; sitenet_protocols::output_share::CLASSES] {
+        self.entry.resolved().outbox.held_by_class()
+    }
+
     pub(crate) fn encode<M: Message>(
         &self,
         msg: &M,
@@ -221,7 +231,9 @@ impl SiteRef {
                 Pushed::Sealed(back) => {
                     m = back;
                     let next = entry.resolved();
-                    entry.outbox.move_bytes_to(&next.outbox, m.footprint());
+                    let mut by_class = [0; sitenet_protocols::output_share::CLASSES];
+                    by_class[m.share_class()] = m.footprint();
+                    entry.outbox.move_bytes_to(&next.outbox, &by_class);
                     entry = next;
                 }
             }
@@ -231,9 +243,10 @@ impl SiteRef {
     pub(crate) fn try_post(&self, m: OutMessage) -> Result<(), SendError> {
         let entry = self.entry.resolved();
         self.check(entry, &m)?;
-        if !entry.outbox.try_reserve(m.footprint()) {
+        let (class, n) = (m.share_class(), m.footprint());
+        if !entry.outbox.try_reserve(class, n) {
             return Err(SendError::QueueFull {
-                bound: entry.outbox.full_bound(m.footprint()),
+                bound: entry.outbox.full_bound(class, n),
             });
         }
         let _ = self.push(entry, m);
@@ -243,15 +256,15 @@ impl SiteRef {
     pub(crate) async fn post(&self, m: OutMessage) -> Result<(), SendError> {
         let entry = self.entry.resolved();
         self.check(entry, &m)?;
-        let n = m.footprint();
-        if !entry.outbox.try_reserve(n) {
+        let (class, n) = (m.share_class(), m.footprint());
+        if !entry.outbox.try_reserve(class, n) {
             // Waited for acknowledgements: the site may have failed, or the
             // node shut down, meanwhile (the outbox is then closed).
-            if entry.outbox.reserve(n).await.is_err() {
+            if entry.outbox.reserve(class, n).await.is_err() {
                 return Err(self.check(entry, &m).err().unwrap_or(SendError::Shutdown));
             }
             if let Err(e) = self.check(entry, &m) {
-                entry.outbox.release(n);
+                entry.outbox.release(class, n);
                 return Err(e);
             }
         }
