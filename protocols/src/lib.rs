@@ -104,13 +104,14 @@ pub mod site_index;
 pub mod slots;
 pub mod timer;
 pub mod turns;
+pub(crate) mod varint;
 pub mod version;
 
 pub use address_book::{AddressBook, Fallback, PluggedSchemes, TransportKind};
 pub use byte_buffer::ByteBuffer;
 pub use com_object::{
     AcceptOutcome, Action, ChannelEnd, ChannelId, ComConfig, ComObject, ComState, ComStats,
-    FaultState, Loss, OpenFailure, OpenRequest, SiteFailure,
+    FaultState, Loss, OpenFailure, OpenRequest, Parked, SiteFailure,
 };
 pub use deliver::{Deliver, StreamAbort};
 pub use error::{FrameError, OpenError, ProtocolError, Refusal};

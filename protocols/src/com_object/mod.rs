@@ -61,6 +61,7 @@ mod data;
 mod faults;
 mod inputs;
 mod open;
+mod park;
 mod types;
 
 use std::collections::VecDeque;
@@ -76,6 +77,7 @@ use crate::site::SiteId;
 use crate::timer::{ComTimers, Timer};
 
 pub use config::ComConfig;
+pub use park::Parked;
 pub use types::{
     AcceptOutcome, Action, ChannelEnd, ChannelId, ComState, ComStats, FaultState, Loss,
     OpenFailure, OpenRequest, SiteFailure,

@@ -253,6 +253,16 @@ impl BudgetShare {
         self.budget.holders() > u64::from(self.held > 0)
     }
 
+    /// True if this session's input waits for budget.
+    pub fn is_waiting(&self) -> bool {
+        self.waiting
+    }
+
+    /// The budget this is a share of.
+    pub fn budget(&self) -> &ReassemblyBudget {
+        &self.budget
+    }
+
     /// This session's input no longer waits for budget (it was fed without
     /// blocking, or its channel went).
     pub fn stop_waiting(&mut self) {

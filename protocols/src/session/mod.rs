@@ -48,6 +48,7 @@ mod close;
 mod input;
 mod link;
 mod pace;
+pub(crate) mod park;
 mod queries;
 mod receive;
 mod send;
@@ -294,6 +295,11 @@ impl Session {
         if self.events.as_ref().is_some_and(|e| e.is_empty()) {
             self.events = None;
         }
+    }
+
+    /// The node's reassembly budget this session takes from.
+    pub fn budget(&self) -> &ReassemblyBudget {
+        self.recv.budget()
     }
 
     /// True if a channel is working.

@@ -42,15 +42,15 @@ pub(crate) struct Sender {
     /// Highest number assigned (numbers start at 1).
     pub(crate) last_sent: u64,
     /// Highest number the peer acknowledged.
-    acked: u64,
+    pub(super) acked: u64,
     queued_bytes: u64,
     /// Largest message the peer takes, once a handshake told it (a peer
     /// claiming 0 takes nothing: 1 byte, below any message).
-    peer_max_message: Option<NonZeroU64>,
+    pub(super) peer_max_message: Option<NonZeroU64>,
     /// The channel's ends agreed on `PACKED` frames
     /// ([`Capabilities::PACKED`](crate::version::Capabilities::PACKED)):
     /// without it every message goes in `DATA` frames.
-    pack: bool,
+    pub(super) pack: bool,
 }
 
 /// What a [`Sender`] needs only while it has messages.
@@ -153,6 +153,21 @@ impl Sender {
             .get_or_insert_with(|| Box::new(Traffic::new(sched)));
         t.queues[msg.priority.index()].push_back(msg);
         Ok(())
+    }
+
+    /// True if the sender holds only its numbering: no message at all
+    /// (queued, partly sent, unacknowledged, refused), and nothing its
+    /// acknowledgements freed or delivered that the driver has not taken.
+    /// (Its traffic state may still be allocated, empty: a parked session
+    /// drops it.)
+    pub(crate) fn is_idle(&self) -> bool {
+        self.current.is_empty()
+            && self.queued_bytes == 0
+            && self.freed_left.is_none()
+            && self
+                .traffic
+                .as_deref()
+                .is_none_or(|t| t.is_empty() && t.freed == Freed::default())
     }
 
     /// True if application data waits to be written.

@@ -202,3 +202,4 @@ mod close;
 mod continuity;
 mod fresh;
 mod open;
+mod park;

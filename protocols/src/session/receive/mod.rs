@@ -163,9 +163,25 @@ impl Receiver {
         }
     }
 
+    /// True if the receiver holds only its numbering: no message partly
+    /// received or read straight into place, no interrupted stream not yet
+    /// reported, no reassembly budget held or waited for.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.reassembly.is_empty()
+            && self.interrupted.is_empty()
+            && self.direct.is_none()
+            && self.share.held() == 0
+            && !self.share.is_waiting()
+    }
+
     /// True if a message is partly received on some lane.
     pub(crate) fn has_partial(&self) -> bool {
         !self.reassembly.is_empty()
+    }
+
+    /// The node's reassembly budget.
+    pub(crate) fn budget(&self) -> &ReassemblyBudget {
+        self.share.budget()
     }
 
     /// Budget bytes this session holds.
