@@ -157,6 +157,7 @@ fn a_scrape_carries_every_counter_with_the_nodes_values() {
         "sitenet_transport_bytes_bound",
         "sitenet_sites_live",
         "sitenet_sites_idle",
+        "sitenet_sites_parked",
         "sitenet_output_bytes",
         "sitenet_output_bytes_bound",
         "sitenet_handshakes_pending",

@@ -118,6 +118,14 @@ counters! {
     /// Site entries forgotten by the reclaim rule (no `SiteRef`, nothing
     /// pending, no channel for the linger time): their memory is returned.
     sites_reclaimed,
+    /// Times an idle site's ComObject parked (issue 21): no channel,
+    /// nothing pending, so its actor stopped and what its machine keeps
+    /// (numbering, the pair's secret, addresses, deadlines, counters)
+    /// stayed in the site's entry, packed.
+    parks,
+    /// Times a parked site's ComObject started again from what it kept: a
+    /// message to send, an accepted channel, a kill, or its deadline.
+    unparks,
     /// Times a peer turned out to have forgotten this node's session (it
     /// reclaimed its entry); numbering started again.
     peers_forgot,

@@ -306,7 +306,7 @@ impl Collector for Snapshot {
             Info::<[(&str, &str); 1]>::TYPE,
         )?)?;
 
-        let gauges: [(&str, &str, u64); 6] = [
+        let gauges: [(&str, &str, u64); 7] = [
             (
                 "transport_bytes_bound",
                 "What sitenet_channel_buffer_bytes can never exceed: the slot controller's hard \
@@ -322,6 +322,12 @@ impl Collector for Snapshot {
                 "sites_idle",
                 "Remote sites in the site table with no channel.",
                 s.sites_idle as u64,
+            ),
+            (
+                "sites_parked",
+                "Remote sites whose ComObject is parked: no actor, what it must remember kept \
+                 in the site's entry.",
+                s.sites_parked as u64,
             ),
             (
                 "output_bytes",
@@ -454,6 +460,7 @@ mod tests {
             transport_bytes_bound: 1 << 20,
             sites_live: 7,
             sites_idle: 4,
+            sites_parked: 3,
             sites_reclaimed: 0,
             per_site,
             output_bytes: 100,

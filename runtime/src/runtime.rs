@@ -118,10 +118,23 @@ impl Runtime {
     /// A future that completes after `d`, using the runtime's timer, awaitable
     /// from any executor.
     pub fn delay(&self, d: Duration) -> impl Future<Output = ()> + Send + 'static {
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (mut tx, rx) = tokio::sync::oneshot::channel::<()>();
         self.arbiter.spawn(async move {
-            actix_rt::time::sleep(d).await;
-            let _ = tx.send(());
+            // Ends with the wait it serves: a deadline raced against
+            // something that came first (most of them) does not hold its
+            // task and timer for the rest of its duration.
+            let slept = {
+                let sleep = actix_rt::time::sleep(d);
+                let closed = tx.closed();
+                futures::pin_mut!(sleep, closed);
+                matches!(
+                    futures::future::select(sleep, closed).await,
+                    futures::future::Either::Left(_)
+                )
+            };
+            if slept {
+                let _ = tx.send(());
+            }
         });
         async move {
             let _ = rx.await;

@@ -35,12 +35,82 @@ impl IdCell {
     }
 }
 
-/// The address of an entry's actor, its type erased: the actor
-/// (`Addr<ComObject>`) is a layer above the entry (docs/architecture.md,
-/// "The runtime's layers"), and only that layer puts it in and reads it
-/// back (`ComObject::of`, `ComObject::of_or_start`). One type is ever
-/// stored, so reading it back never fails.
-pub(crate) type ActorAddr = Box<dyn std::any::Any + Send + Sync>;
+/// What runs an entry's site, its type erased: the ComObject actor's
+/// address (`Addr<ComObject>`) while it runs, what its machine keeps
+/// while it is parked (issue 21). Both are a layer above the entry
+/// (docs/architecture.md, "The runtime's layers"), and only that layer
+/// puts them in and reads them back (`com_object/slot.rs`); which one
+/// is held is the slot's [`ActorState`], so reading one back never fails.
+pub(crate) type Erased = Box<dyn std::any::Any + Send + Sync>;
+
+/// Where an entry's ComObject stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ActorState {
+    /// Never started: the entry costs only itself (its first need starts
+    /// the actor).
+    Never,
+    /// The actor runs; the slot holds its address.
+    Running,
+    /// Parked: no actor, the slot holds what its machine keeps; the next
+    /// message to it (a send's wake, an accepted channel, its deadline)
+    /// starts the actor again from it.
+    Parked,
+    /// The entry was reclaimed: nothing runs it any more.
+    Reclaimed,
+}
+
+/// The entry's ComObject, as the slot that every message to it goes
+/// through: started, unparked, or sent to, under this lock
+/// (`com_object/slot.rs`).
+#[derive(Debug)]
+pub(crate) struct ActorSlot {
+    pub(crate) state: ActorState,
+    /// The address (running) or the parked machine (parked).
+    pub(crate) held: Option<Erased>,
+    /// Messages sent to the running actor through the slot and not yet
+    /// handled: it parks only when none waits in its mailbox (a stopped
+    /// actor's mailbox is dropped).
+    pub(crate) queued: u32,
+}
+
+impl ActorSlot {
+    const NEVER: ActorSlot = ActorSlot {
+        state: ActorState::Never,
+        held: None,
+        queued: 0,
+    };
+}
+
+/// A site's fault state, the monitors watching it and why it is
+/// temporarily failed, under one lock.
+#[derive(Debug)]
+pub(crate) struct Fault {
+    pub(crate) state: FaultState,
+    /// Monitors and the reason of a temporary failure (boxed: most sites
+    /// have neither, and every idle site would carry the room).
+    more: Option<Box<FaultMore>>,
+}
+
+#[derive(Debug, Default)]
+struct FaultMore {
+    monitors: Vec<futures::channel::mpsc::UnboundedSender<FaultEvent>>,
+    /// Why the site is temporarily failed, while it is (for a request
+    /// that times out meanwhile: `RequestError::Unreachable`).
+    unreachable: Option<String>,
+}
+
+impl Fault {
+    /// Drops the box once it holds nothing.
+    fn tidy(&mut self) {
+        if self
+            .more
+            .as_ref()
+            .is_some_and(|m| m.monitors.is_empty() && m.unreachable.is_none())
+        {
+            self.more = None;
+        }
+    }
+}
 
 /// One remote site as the node's site table knows it. Shared by the site's
 /// ComObject and every `SiteRef`.
@@ -49,24 +119,21 @@ pub(crate) struct SiteEntry {
     /// Small integer id inside this node (Paradis-Net's peer names).
     pub(crate) key: usize,
     pub(crate) outbox: Outbox,
-    /// Its ComObject's address, set when the actor starts (see
-    /// [`ActorAddr`]).
-    pub(crate) addr: OnceLock<ActorAddr>,
+    /// Its ComObject: never started, running, parked or gone (see
+    /// [`ActorSlot`]).
+    pub(crate) actor: Mutex<ActorSlot>,
     /// The address the user asked for (`Node::site`), in its canonical
     /// text: one copy shared with the site table's key and the ComObject's
     /// address book. Sites that only connected to us, or known by a
     /// descriptor, have none.
     pub(crate) address: Option<Arc<str>>,
     pub(crate) id: IdCell,
-    /// Set when the site failed permanently (boxed: rare, and every idle
-    /// site would carry its room).
-    pub(crate) failed: Mutex<Option<Box<(SiteFailure, Returned)>>>,
-    /// Messages handed back while the site lives: they can never be sent to
-    /// it (larger than the peer's maximum, learned after they were queued).
-    /// (Boxed when the first one comes: rare, and every idle site would
-    /// carry the room.)
-    pub(crate) refused: Mutex<Option<Box<Refused>>>,
-    /// True once `failed` is set: checked on every send without a lock.
+    /// What the site handed back: its permanent failure, and messages it
+    /// refused while it lives (boxed when the first comes: rare, and every
+    /// idle site would carry the room).
+    pub(crate) handed: Mutex<Option<Box<Handed>>>,
+    /// True once the failure is on record: checked on every send without a
+    /// lock.
     pub(crate) has_failed: std::sync::atomic::AtomicBool,
     /// Set when this entry turned out to be another entry's site (contacted
     /// under an address the peer did not list): sends follow it.
@@ -80,31 +147,29 @@ pub(crate) struct SiteEntry {
     /// Accepted channels routed to this entry and not yet taken by its
     /// ComObject (incremented under the site table's lock): the entry is
     /// not reclaimed while one is on its way.
-    pub(crate) adopting: std::sync::atomic::AtomicUsize,
+    pub(crate) adopting: std::sync::atomic::AtomicU32,
     /// Set by the ComObject while only references keep the site (no
     /// channel, nothing pending): the last `SiteRef` to go then wakes it, so
     /// the reclaim rule starts at once instead of at the next timer.
     pub(crate) poke_on_unref: std::sync::atomic::AtomicBool,
     /// Requests sent to this site whose replies are awaited (the slot
     /// policy avoids preempting a channel that replies will come back on).
-    pub(crate) pending_requests: std::sync::atomic::AtomicUsize,
+    pub(crate) pending_requests: std::sync::atomic::AtomicU32,
     /// A channel works for this site (for `Node::stats`).
     pub(crate) connected: std::sync::atomic::AtomicBool,
     /// A channel has worked for this site once (a monitor's first event
     /// says when it has not).
     pub(crate) contacted: std::sync::atomic::AtomicBool,
+    /// The entry was reclaimed (its actor stopped for good): a send
+    /// through a handle that kept it fails instead of waiting for ever.
+    pub(crate) reclaimed: std::sync::atomic::AtomicBool,
     /// The counters its ComObject last published (for `Node::stats`);
     /// allocated at the first publication, so a site never used costs a
     /// pointer.
+    /// (None while parked: the parked machine answers.)
     pub(crate) stats: Mutex<Option<Box<crate::stats::SiteStats>>>,
-    /// Why the site is temporarily failed, while it is (for a request
-    /// that times out meanwhile: `RequestError::Unreachable`).
-    pub(crate) unreachable: Mutex<Option<String>>,
-    /// Current fault state and the monitors watching it.
-    pub(crate) fault: Mutex<(
-        FaultState,
-        Vec<futures::channel::mpsc::UnboundedSender<FaultEvent>>,
-    )>,
+    /// Current fault state, the monitors watching it, and why.
+    pub(crate) fault: Mutex<Fault>,
 }
 
 /// The reason of a monitor's first event on a site no channel has
@@ -119,6 +184,17 @@ pub struct FaultEvent {
     /// Why: for the initial report, empty, or [`NOT_CONTACTED`] on a site
     /// no channel has reached yet.
     pub reason: String,
+}
+
+/// What a site handed back, as its entry keeps it.
+#[derive(Debug, Default)]
+pub(crate) struct Handed {
+    /// Set when the site failed permanently: why, and what it handed back.
+    pub(crate) failed: Option<(SiteFailure, Returned)>,
+    /// Messages handed back while the site lives: they can never be sent
+    /// to it (larger than the peer's maximum, learned after they were
+    /// queued).
+    pub(crate) refused: Refused,
 }
 
 /// What a permanently failed site handed back, as the entry keeps it
@@ -144,6 +220,11 @@ impl SiteEntry {
         self.key == LOCAL_KEY
     }
 
+    /// Where its ComObject stands (see [`ActorSlot`]).
+    pub(crate) fn actor_state(&self) -> ActorState {
+        self.actor.lock().state
+    }
+
     pub(crate) fn new(
         key: usize,
         address: Option<Arc<str>>,
@@ -152,23 +233,25 @@ impl SiteEntry {
         Self {
             key,
             outbox: Outbox::new(bound),
-            addr: OnceLock::new(),
+            actor: Mutex::new(ActorSlot::NEVER),
             address,
             id: IdCell::default(),
-            failed: Mutex::new(None),
-            refused: Mutex::new(None),
+            handed: Mutex::new(None),
             has_failed: std::sync::atomic::AtomicBool::new(false),
             redirect: OnceLock::new(),
             peer_max: std::sync::atomic::AtomicU64::new(0),
             refs: std::sync::atomic::AtomicUsize::new(0),
-            adopting: std::sync::atomic::AtomicUsize::new(0),
+            adopting: std::sync::atomic::AtomicU32::new(0),
             poke_on_unref: std::sync::atomic::AtomicBool::new(false),
-            pending_requests: std::sync::atomic::AtomicUsize::new(0),
+            pending_requests: std::sync::atomic::AtomicU32::new(0),
             connected: std::sync::atomic::AtomicBool::new(false),
             contacted: std::sync::atomic::AtomicBool::new(false),
+            reclaimed: std::sync::atomic::AtomicBool::new(false),
             stats: Mutex::new(None),
-            unreachable: Mutex::new(None),
-            fault: Mutex::new((FaultState::Ok, Vec::new())),
+            fault: Mutex::new(Fault {
+                state: FaultState::Ok,
+                more: None,
+            }),
         }
     }
 
@@ -190,31 +273,39 @@ impl SiteEntry {
         if !self.has_failed.load(std::sync::atomic::Ordering::Acquire) {
             return None;
         }
-        self.failed.lock().as_deref().map(|(r, _)| r.clone())
+        let handed = self.handed.lock();
+        handed.as_deref()?.failed.as_ref().map(|(r, _)| r.clone())
     }
 
     /// Moves to `state`, telling every monitor. Returns false if unchanged.
     pub(crate) fn set_fault(&self, state: FaultState, reason: &str) -> bool {
         let mut f = self.fault.lock();
-        if f.0 == state || f.0 == FaultState::PermFailed {
+        if f.state == state || f.state == FaultState::PermFailed {
             return false;
         }
-        f.0 = state;
-        *self.unreachable.lock() = (state == FaultState::TempFailed).then(|| reason.to_string());
-        let ev = FaultEvent {
-            state,
-            reason: reason.to_string(),
-        };
-        f.1.retain(|tx| tx.unbounded_send(ev.clone()).is_ok());
+        f.state = state;
+        let unreachable = (state == FaultState::TempFailed).then(|| reason.to_string());
+        if unreachable.is_some() || f.more.is_some() {
+            let more = f.more.get_or_insert_with(Box::default);
+            more.unreachable = unreachable;
+            let ev = FaultEvent {
+                state,
+                reason: reason.to_string(),
+            };
+            more.monitors
+                .retain(|tx| tx.unbounded_send(ev.clone()).is_ok());
+        }
+        f.tidy();
         true
     }
 
     /// Why the site is unreachable, if it is temporarily failed now.
     pub(crate) fn unreachable_cause(&self) -> Option<String> {
-        if self.state_given(self.fault.lock().0) != FaultState::TempFailed {
+        let f = self.fault.lock();
+        if self.state_given(f.state) != FaultState::TempFailed {
             return None;
         }
-        self.unreachable.lock().clone()
+        f.more.as_ref()?.unreachable.clone()
     }
 
     /// The state monitors were last told — except that a site whose
@@ -222,7 +313,7 @@ impl SiteEntry {
     /// the handed-back messages are published before monitors hear of the
     /// failure, and whoever sees them must not read an older state.
     pub(crate) fn fault_state(&self) -> FaultState {
-        self.state_given(self.fault.lock().0)
+        self.state_given(self.fault.lock().state)
     }
 
     /// A monitor of this site's fault state: its first event is the state
@@ -232,7 +323,7 @@ impl SiteEntry {
     pub(crate) fn monitor(&self) -> futures::channel::mpsc::UnboundedReceiver<FaultEvent> {
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let mut f = self.fault.lock();
-        let state = self.state_given(f.0);
+        let state = self.state_given(f.state);
         let contacted = self.contacted.load(std::sync::atomic::Ordering::Acquire);
         let reason = if state == FaultState::Ok && !contacted && !self.is_local() {
             NOT_CONTACTED.to_string()
@@ -240,7 +331,10 @@ impl SiteEntry {
             String::new()
         };
         let _ = tx.unbounded_send(FaultEvent { state, reason });
-        f.1.push(tx);
+        let more = f.more.get_or_insert_with(Box::default);
+        // Monitors whose streams were dropped go as a new one comes.
+        more.monitors.retain(|m| !m.is_closed());
+        more.monitors.push(tx);
         rx
     }
 
@@ -275,7 +369,10 @@ mod tests {
     fn a_site_whose_failure_is_on_record_reads_perm_failed() {
         let e = SiteEntry::new(0, None, crate::outbox::OutputBound::alone(1 << 20));
         assert_eq!(e.fault_state(), FaultState::Ok);
-        *e.failed.lock() = Some(Box::new((SiteFailure::Killed, Returned::default())));
+        *e.handed.lock() = Some(Box::new(Handed {
+            failed: Some((SiteFailure::Killed, Returned::default())),
+            refused: Vec::new(),
+        }));
         e.has_failed
             .store(true, std::sync::atomic::Ordering::Release);
         assert_eq!(e.fault_state(), FaultState::PermFailed);

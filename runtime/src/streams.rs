@@ -127,6 +127,13 @@ impl Inbox for SiteInbox {
     fn abort_all(&mut self) {
         self.streams.abort_all();
     }
+
+    fn is_idle(&self) -> bool {
+        self.streams
+            .0
+            .as_deref()
+            .is_none_or(|lanes| lanes.iter().all(Option::is_none))
+    }
 }
 
 /// What the local site's drain and a ComObject's inbox hand the session's

@@ -21,11 +21,14 @@ impl SiteRef {
         );
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
-        let a = self.node.given_actor(self.entry.resolved());
-        a.do_send(HoldBusy {
-            release: Mutex::new(Some(rx)),
-            started: started_tx,
-        });
+        ComObject::send(
+            &self.node,
+            self.entry.resolved(),
+            HoldBusy {
+                release: Mutex::new(Some(rx)),
+                started: started_tx,
+            },
+        );
         let _ = started_rx.recv();
         BusyGuard { _release: tx }
     }
@@ -49,17 +52,16 @@ impl Node {
     /// Closes the site's channel now with CLOSE_HARD, which the peer must
     /// grant, as the fd-slot controller's preemption does; the site
     /// reconnects when it needs to, and nothing is lost. Does nothing to a
-    /// site whose ComObject never started.
+    /// site whose ComObject does not run (never started, or parked: it
+    /// has no channel).
     pub fn close_hard(&self, site: &SiteRef) {
-        if let Some(a) = ComObject::of(site.entry.resolved()) {
-            a.do_send(CloseHard);
-        }
+        ComObject::if_running(site.entry.resolved(), |a| a.do_send(CloseHard));
     }
 
     /// The slot lease of the site's working channel (`None`: no channel,
     /// or one that takes no slot).
     pub async fn channel_lease(&self, site: &SiteRef) -> Option<sitenet_transport::LeaseId> {
-        let a = ComObject::of(site.entry.resolved())?.clone();
+        let a = ComObject::if_running(site.entry.resolved(), Clone::clone)?;
         a.send(ChannelLease).await.ok().flatten()
     }
 
@@ -67,12 +69,12 @@ impl Node {
     /// `lease`, as the controller's tick does (a call that may arrive after
     /// the channel holding that lease was replaced).
     pub fn deliver_preemption(&self, site: &SiteRef, lease: sitenet_transport::LeaseId) {
-        if let Some(a) = ComObject::of(site.entry.resolved()) {
+        ComObject::if_running(site.entry.resolved(), |a| {
             a.do_send(Preempt {
                 lease,
                 reason: sitenet_protocols::slots::PreemptReason::LeastRecentlyActive,
-            });
-        }
+            })
+        });
     }
 }
 

@@ -18,6 +18,9 @@ pub(crate) trait Inbox: Deliver {
     /// The site's actor stops: nothing more comes on the streams still
     /// open.
     fn abort_all(&mut self);
+
+    /// True if no stream is open (the site may park: issue 21).
+    fn is_idle(&self) -> bool;
 }
 
 /// Makes a ComObject's [`Inbox`] for its node and site (installed in

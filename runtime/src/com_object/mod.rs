@@ -20,6 +20,7 @@ mod io;
 mod messages;
 mod open;
 mod report;
+mod slot;
 
 pub(crate) use inbox::{Inbox, MakeInbox};
 use io::Live;
@@ -121,6 +122,9 @@ impl Actor for ComObject {
         self.act(ctx);
         self.rearm_timer(ctx, now);
         self.watch_unref(ctx, now);
+        // Started with nothing to do (`SiteRef::prepare`), or for a
+        // message it then finds it has no need of: it parks (issue 21).
+        self.park_if_idle(ctx, now);
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -131,27 +135,6 @@ impl Actor for ComObject {
 }
 
 impl ComObject {
-    /// The address of `entry`'s actor, if it started. The entry holds it
-    /// type-erased (it is a layer below this one); only
-    /// [`of_or_start`](Self::of_or_start) stores it, so it is always an
-    /// `Addr<ComObject>`.
-    pub(crate) fn of(entry: &SiteEntry) -> Option<&Addr<ComObject>> {
-        entry.addr.get().map(Self::typed)
-    }
-
-    /// The address of `entry`'s actor, started with `start` if it was not.
-    pub(crate) fn of_or_start(
-        entry: &SiteEntry,
-        start: impl FnOnce() -> Addr<ComObject>,
-    ) -> &Addr<ComObject> {
-        Self::typed(entry.addr.get_or_init(|| Box::new(start())))
-    }
-
-    fn typed(a: &crate::site_entry::ActorAddr) -> &Addr<ComObject> {
-        a.downcast_ref()
-            .expect("an entry holds only its ComObject's address")
-    }
-
     pub(crate) fn new(node: Arc<NodeInner>, entry: Arc<SiteEntry>, book: AddressBook) -> Self {
         let com = ComLogic::new(
             node.com_cfg.clone(),
@@ -162,6 +145,11 @@ impl ComObject {
             rand::random(),
             Instant::now(),
         );
+        Self::with_machine(node, entry, com)
+    }
+
+    /// The actor driving `com`, the machine of `entry`'s site.
+    fn with_machine(node: Arc<NodeInner>, entry: Arc<SiteEntry>, com: ComLogic) -> Self {
         let inbox = (node.inbox)(node.clone(), entry.clone());
         Self {
             node,
@@ -272,18 +260,17 @@ impl ComObject {
                 }
             }
         });
-        if let Some((_, back)) = self.entry.failed.lock().as_deref_mut() {
-            // The site failed between the sender's check and the queue.
-            back.not_sent.push(m);
-            self.entry.outbox.release(class, footprint);
-            return;
+        {
+            let mut handed = self.entry.handed.lock();
+            let handed = handed.get_or_insert_with(Box::default);
+            if let Some((_, back)) = &mut handed.failed {
+                // The site failed between the sender's check and the queue.
+                back.not_sent.push(m);
+            } else {
+                tracing::warn!(site = ?self.entry.id.get(), error = %e, "message handed back");
+                handed.refused.push((e, m));
+            }
         }
-        tracing::warn!(site = ?self.entry.id.get(), error = %e, "message handed back");
-        self.entry
-            .refused
-            .lock()
-            .get_or_insert_with(Box::default)
-            .push((e, m));
         self.entry.outbox.release(class, footprint);
     }
 
@@ -301,6 +288,7 @@ impl ComObject {
         self.account(now);
         self.rearm_timer(ctx, now);
         self.watch_unref(ctx, now);
+        self.park_if_idle(ctx, now);
     }
 
     /// While only references keep the site (no channel, nothing pending),
@@ -326,6 +314,16 @@ impl ComObject {
             return;
         }
         tracing::debug!(site = ?self.entry.id.get(), "site reclaimed");
+        {
+            // Nothing runs the entry any more: a message sent through a
+            // handle that kept it is dropped, a send fails.
+            let mut slot = self.entry.actor.lock();
+            slot.state = crate::site_entry::ActorState::Reclaimed;
+            slot.held = None;
+            self.entry
+                .reclaimed
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         // The pair's secret outlives the entry: coming back, this node
         // still proves the pair to a peer that kept its own entry.
         if let (Some(id), Some(c)) = (self.entry.id.get(), self.com.continuity()) {
@@ -436,13 +434,13 @@ impl ComObject {
                     // `SiteFailed`: they belong to this failure's
                     // `not_sent` (newer than the machine's), not to
                     // `take_refused`.
-                    if let Some(refused) = self.entry.refused.lock().as_mut() {
-                        let (late, other): (Vec<_>, Vec<_>) = std::mem::take(&mut **refused)
+                    if let Some(handed) = self.entry.handed.lock().as_deref_mut() {
+                        let (late, other): (Vec<_>, Vec<_>) = std::mem::take(&mut handed.refused)
                             .into_iter()
                             .partition(|(e, _)| {
                                 matches!(e, sitenet_protocols::Refusal::SiteFailed)
                             });
-                        **refused = other;
+                        handed.refused = other;
                         back.not_sent.extend(late.into_iter().map(|(_, m)| m));
                     }
                     // And what is still in the outbox, never drained: it
@@ -461,7 +459,11 @@ impl ComObject {
                     }
                     tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
                     self.report_fault(self.address_string(), reason.clone(), true);
-                    *self.entry.failed.lock() = Some(Box::new((failure.clone(), back)));
+                    self.entry
+                        .handed
+                        .lock()
+                        .get_or_insert_with(Box::default)
+                        .failed = Some((failure.clone(), back));
                     self.entry
                         .has_failed
                         .store(true, std::sync::atomic::Ordering::Release);

@@ -55,14 +55,7 @@ impl ComObject {
         let s = self.com.session().stats();
         let mut published = self.entry.stats.lock();
         let st = published.get_or_insert_with(Box::default);
-        st.site = self.entry.id.get().map(|id| id.to_string());
-        if st.address.as_deref() != self.entry.address.as_deref() {
-            st.address = self.entry.address.as_deref().map(str::to_owned);
-        }
-        let book = self.com.addresses();
-        if !st.addresses.iter().map(String::as_str).eq(book.addresses()) {
-            st.addresses = book.addresses().map(str::to_owned).collect();
-        }
+        fill_identity(st, &self.entry, self.com.addresses());
         let peer = self.live.as_ref().map(|l| l.t.peer());
         if st.channel.as_deref() != peer {
             st.channel = peer.map(str::to_owned);
@@ -92,20 +85,7 @@ impl ComObject {
         if freed.messages > 0 {
             self.node.acked.notify_waiters();
         }
-        let s = self.com.session().stats_ref();
-        let k = self.com.stats();
-        let now_seen = Reported {
-            sent: s.sent,
-            delivered: s.delivered,
-            retransmitted: s.retransmitted,
-            duplicates: s.duplicates,
-            peer_forgot: s.peer_forgot,
-            weak_started: k.weak_closes_started,
-            weak_rejected: k.weak_closes_rejected,
-            hard_started: k.hard_closes_started,
-            data_frames: s.data_frames_out,
-            ack_frames: s.acks_out,
-        };
+        let now_seen = Reported::of(&self.com);
         let r = match &mut self.reported {
             Some(last) => std::mem::replace(&mut **last, now_seen),
             // Nothing happened yet: nothing to add, and no room taken.
@@ -134,6 +114,22 @@ impl ComObject {
     }
 }
 
+/// The site's id, the address it was asked for and the addresses in
+/// `book`, in `st` (each rebuilt only if it changed).
+pub(super) fn fill_identity(
+    st: &mut crate::stats::SiteStats,
+    entry: &crate::site_entry::SiteEntry,
+    book: &sitenet_protocols::AddressBook,
+) {
+    st.site = entry.id.get().map(|id| id.to_string());
+    if st.address.as_deref() != entry.address.as_deref() {
+        st.address = entry.address.as_deref().map(str::to_owned);
+    }
+    if !st.addresses.iter().map(String::as_str).eq(book.addresses()) {
+        st.addresses = book.addresses().map(str::to_owned).collect();
+    }
+}
+
 /// The session and ComObject counters a ComObject last added to the
 /// node's metrics (the node adds differences).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -148,4 +144,24 @@ pub(super) struct Reported {
     hard_started: u64,
     data_frames: u64,
     ack_frames: u64,
+}
+
+impl Reported {
+    /// What `com`'s counters add up to now.
+    pub(super) fn of(com: &sitenet_protocols::ComObject) -> Self {
+        let s = com.session().stats_ref();
+        let k = com.stats();
+        Reported {
+            sent: s.sent,
+            delivered: s.delivered,
+            retransmitted: s.retransmitted,
+            duplicates: s.duplicates,
+            peer_forgot: s.peer_forgot,
+            weak_started: k.weak_closes_started,
+            weak_rejected: k.weak_closes_rejected,
+            hard_started: k.hard_closes_started,
+            data_frames: s.data_frames_out,
+            ack_frames: s.acks_out,
+        }
+    }
 }

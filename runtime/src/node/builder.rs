@@ -186,6 +186,7 @@ impl NodeBuilder {
             inbox,
             sites,
             requests: Arc::default(),
+            parked: Arc::default(),
             deliveries: Default::default(),
             cooperations: Default::default(),
             counters: Counters::default(),
@@ -210,6 +211,7 @@ impl NodeBuilder {
             speaks: self.speaks,
         });
         inner.start_request_timer();
+        inner.start_parked_timer();
         Ok(Bound { inner, bound, rt })
     }
 }

@@ -10,6 +10,7 @@ mod descriptor;
 mod events;
 mod handler_table;
 mod in_flight;
+mod parked;
 mod requests;
 mod site_ref;
 mod site_table;
@@ -93,6 +94,9 @@ pub(crate) struct NodeInner {
     /// Requests awaiting replies, by correlation id, and their deadlines
     /// (see `requests`).
     requests: Arc<requests::Requests>,
+    /// The deadlines of parked sites, and whether the runtime runs (see
+    /// `parked`).
+    parked: Arc<parked::ParkedTimers>,
     /// The completions of tracked messages (`SiteRef::send_tracked`).
     pub(crate) deliveries: crate::delivery::Deliveries,
     /// The open cooperations, for the declared reply types.
@@ -215,7 +219,9 @@ impl NodeInner {
         let mut actors = Vec::new();
         for e in self.entries_and_local() {
             e.outbox.close();
-            actors.extend(crate::com_object::ComObject::of(&e).cloned());
+            // Parked sites have no channel to close and nothing pending:
+            // nothing to stop (and nothing starts them again now).
+            actors.extend(crate::com_object::ComObject::if_running(&e, Clone::clone));
         }
         for waiter in self.requests.drain() {
             match waiter {
@@ -225,8 +231,9 @@ impl NodeInner {
                 requests::Waiter::Coop(c) => c.shut_down(),
             }
         }
-        // The deadline task sees the node stopped, and ends.
+        // The deadline tasks see the node stopped, and end.
         self.requests.poke();
+        self.poke_parked_timer();
         // What was not acknowledged by now never will be (a node dropped
         // without `shutdown` too: its tracked sends must not wait for ever).
         self.deliveries

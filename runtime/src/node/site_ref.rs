@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::NodeInner;
-use crate::site_entry::SiteEntry;
+use crate::site_entry::{ActorState, SiteEntry};
 
 /// A handle to a remote site: cheap to clone, `Send + Sync`. Sending through
 /// it encodes the message on the caller's thread and queues it in the site's
@@ -62,16 +62,22 @@ impl Drop for SiteRef {
         // re-read of `refs`: one of the two sees the other, so the last
         // reference going is never missed.
         if self.entry.refs.fetch_sub(1, SeqCst) == 1 {
-            match crate::com_object::ComObject::of(&self.entry) {
-                Some(a) if self.entry.poke_on_unref.load(SeqCst) => {
-                    a.do_send(crate::com_object::Poke)
-                }
-                Some(_) => {}
+            match self.entry.actor_state() {
                 // Never used: nothing to linger for. (The table re-checks
                 // under its lock; a reference handed out meanwhile keeps it.)
-                None => {
-                    self.node.reclaim_unused(&self.entry);
+                ActorState::Never => self.node.reclaim_unused(&self.entry),
+                // Running or parked, idle: the reclaim rule's clock starts
+                // (a parked site starts again to start it, and parks).
+                ActorState::Running | ActorState::Parked
+                    if self.entry.poke_on_unref.load(SeqCst) =>
+                {
+                    crate::com_object::ComObject::send(
+                        &self.node,
+                        &self.entry,
+                        crate::com_object::Poke,
+                    );
                 }
+                _ => {}
             }
         }
     }

@@ -18,7 +18,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use actix::Actor;
 use slab::Slab;
 
 use sitenet_protocols::site_index::{
@@ -31,7 +30,7 @@ use super::NodeInner;
 use super::SiteRef;
 use crate::com_object::{Adopt, ComObject, Learn, Wake};
 use crate::metrics::Counters;
-use crate::site_entry::SiteEntry;
+use crate::site_entry::{ActorState, SiteEntry};
 
 pub(crate) use sitenet_protocols::site_index::ClaimRefused;
 
@@ -92,39 +91,25 @@ impl NodeInner {
         entry
     }
 
-    /// The site's ComObject, started on first need with the addresses in
-    /// `book`. A site nobody sends to, kills or hears from costs its entry
-    /// only: no actor, no mailbox, no session. Such an entry is forgotten
-    /// as soon as its last `SiteRef` goes (see `SiteRef`'s `Drop`): it
-    /// holds nothing to keep.
-    pub(crate) fn actor<'a>(
-        self: &Arc<Self>,
-        entry: &'a Arc<SiteEntry>,
-        book: impl FnOnce() -> AddressBook,
-    ) -> &'a actix::Addr<ComObject> {
-        ComObject::of_or_start(entry, || {
-            let (node, e, book) = (self.clone(), entry.clone(), book());
-            ComObject::start_in_arbiter(self.rt.arbiter(), move |_| ComObject::new(node, e, book))
-        })
-    }
-
-    /// [`actor`](Self::actor) with the address the user asked for, or the
-    /// book a descriptor gave (the entries started lazily are those
-    /// `Node::site` and `site_described` made). Never called under the
-    /// table's lock.
-    pub(crate) fn given_actor<'a>(
-        self: &Arc<Self>,
-        entry: &'a Arc<SiteEntry>,
-    ) -> &'a actix::Addr<ComObject> {
-        self.actor(entry, || match &entry.address {
+    /// Starts the ComObject of an entry that never had one (a site nobody
+    /// sent to, killed or heard from costs its entry only: no actor, no
+    /// session), with the address the user asked for or the book a
+    /// descriptor gave, which waits in the index. Under the table's lock,
+    /// then the entry's slot (the one lock order: see
+    /// `com_object/slot.rs`); nothing if it started meanwhile or the node
+    /// shut down. Such an entry is forgotten as soon as its last `SiteRef`
+    /// goes (see `SiteRef`'s `Drop`): it holds nothing to keep.
+    pub(crate) fn start_unstarted(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
+        let mut t = self.sites.lock();
+        let mut slot = entry.actor.lock();
+        if slot.state != ActorState::Never || self.is_shut_down() {
+            return;
+        }
+        let book = match &entry.address {
             Some(a) => AddressBook::given_shared_with(a.clone(), &self.com_cfg.plugged),
-            None => self
-                .sites
-                .lock()
-                .index
-                .take_book(entry.key)
-                .unwrap_or_default(),
-        })
+            None => t.index.take_book(entry.key).unwrap_or_default(),
+        };
+        ComObject::start_in(self, entry, &mut slot, book);
     }
 
     /// A reference to the site at an address, its entry created if new (its
@@ -186,7 +171,8 @@ impl NodeInner {
         let t = &mut *t;
         let new_key = t.entries.vacant_key();
         let entries = &t.entries;
-        let started = |k: usize| entries[k].addr.get().is_some();
+        // Started or parked: its book is its machine's, not the index's.
+        let started = |k: usize| entries[k].actor_state() != ActorState::Never;
         match t
             .index
             .described(d.id, &d.addresses, word, new_key, started)
@@ -194,14 +180,14 @@ impl NodeInner {
             Ok(Described::Known { key, teach }) => {
                 let e = t.entries[key].clone();
                 if teach {
-                    if let Some(a) = ComObject::of(&e) {
-                        a.do_send(Learn(d.addresses.clone()));
-                    }
+                    // Started, so no table lock is taken (parked: it
+                    // starts again to learn them).
+                    ComObject::send(self, &e, Learn(d.addresses.clone()));
                 }
                 Ok(SiteRef::counted(e, self.clone()))
             }
             Ok(Described::New) => {
-                // Its ComObject starts with the first need (`given_actor`):
+                // Its ComObject starts with the first need (`start_unstarted`):
                 // a reference decoded and dropped unused costs nothing after.
                 let e = self.new_entry(t, None);
                 let _ = e.id.set(d.id);
@@ -247,7 +233,9 @@ impl NodeInner {
                 Route::Existing(k) => t.entries[k].clone(),
                 Route::New(book) => {
                     let e = self.new_entry(&mut t, None);
-                    self.actor(&e, || book);
+                    if !self.is_shut_down() {
+                        ComObject::start_in(self, &e, &mut e.actor.lock(), book);
+                    }
                     let _ = e.id.set(adopt.neg.site);
                     e
                 }
@@ -255,9 +243,13 @@ impl NodeInner {
             e.adopting.fetch_add(1, Ordering::SeqCst);
             e
         };
-        // An entry found by id runs its actor already, or (made from a
-        // descriptor and never used) starts it now with its book.
-        self.given_actor(&entry).do_send(adopt);
+        // An entry found by id runs its actor already, or is parked (it
+        // starts again from what it kept), or (made from a descriptor and
+        // never used) starts now with its book.
+        if !ComObject::send(self, &entry, adopt) {
+            // The node shut down (or the entry went): the channel closes.
+            entry.adopting.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     /// Forgets an entry whose ComObject never started, once its last
@@ -266,7 +258,7 @@ impl NodeInner {
     /// or an accepted channel (counted in `adopting` under the same lock),
     /// and `reclaim` re-checks both under that lock, so either keeps it.
     pub(crate) fn reclaim_unused(&self, entry: &Arc<SiteEntry>) {
-        if entry.addr.get().is_none() && self.reclaim(entry) {
+        if entry.actor_state() == ActorState::Never && self.reclaim(entry) {
             crate::metrics::Counters::add(&self.counters.sites_reclaimed, 1);
         }
     }
@@ -279,7 +271,7 @@ impl NodeInner {
         let mut t = self.sites.lock();
         let counts = Counts {
             refs: entry.refs.load(Ordering::SeqCst),
-            adopting: entry.adopting.load(Ordering::SeqCst),
+            adopting: entry.adopting.load(Ordering::SeqCst) as usize,
             queued: entry.outbox.bytes(),
             current: t
                 .entries
@@ -346,13 +338,13 @@ impl NodeInner {
 /// Here, not in `site_entry.rs`: waking starts the ComObject through the
 /// node (a layer above the entry).
 impl SiteEntry {
-    /// Wakes the site's ComObject (started now if it was not) to drain
-    /// the outbox.
+    /// Wakes the site's ComObject (started now if it was not, or from
+    /// what it kept if it parked) to drain the outbox.
     pub(crate) fn wake(self: &Arc<Self>, node: &Arc<NodeInner>) {
         Counters::add(&node.counters.wakes, 1);
         if self.is_local() {
             return node.wake_local(self);
         }
-        node.given_actor(self).do_send(Wake);
+        ComObject::send(node, self, Wake);
     }
 }

@@ -37,7 +37,7 @@ impl Node {
         if site.is_local() {
             return;
         }
-        self.inner.given_actor(site.entry.resolved()).do_send(Kill);
+        crate::com_object::ComObject::send(&self.inner, site.entry.resolved(), Kill);
     }
 
     /// A stream of the site's fault-state changes: ok → temporarily failed
@@ -146,17 +146,26 @@ impl Node {
             .iter()
             .filter(|e| !e.connected.load(Ordering::Relaxed))
             .count();
+        let parked = entries
+            .iter()
+            .filter(|e| e.actor_state() == crate::site_entry::ActorState::Parked)
+            .count();
+        let site_stats = crate::com_object::ComObject::site_stats;
         let per_site = match top {
             None => entries
                 .iter()
-                .map(|e| e.stats.lock().as_deref().cloned().unwrap_or_default())
+                .map(|e| site_stats(e).unwrap_or_default())
                 .collect(),
             Some(n) => {
                 let mut ranked: Vec<(std::cmp::Reverse<u64>, usize, usize)> = entries
                     .iter()
                     .enumerate()
                     .filter_map(|(i, e)| {
-                        let depth = e.stats.lock().as_deref()?.queue_depth;
+                        let depth = if e.actor_state() == crate::site_entry::ActorState::Parked {
+                            0
+                        } else {
+                            e.stats.lock().as_deref()?.queue_depth
+                        };
                         Some((std::cmp::Reverse(depth), e.key, i))
                     })
                     .collect();
@@ -169,7 +178,7 @@ impl Node {
                 ranked.sort_unstable();
                 ranked
                     .into_iter()
-                    .filter_map(|(_, _, i)| entries[i].stats.lock().as_deref().cloned())
+                    .filter_map(|(_, _, i)| site_stats(&entries[i]))
                     .collect()
             }
         };
@@ -180,6 +189,7 @@ impl Node {
             transport_bytes_peak: m.channel_buffer_bytes_peak,
             sites_live: entries.len(),
             sites_idle: idle,
+            sites_parked: parked,
             sites_reclaimed: m.sites_reclaimed,
             per_site,
             output_bytes: self.inner.output.node.bytes(),

@@ -415,6 +415,11 @@ impl Outbox {
         }
     }
 
+    /// True if nothing is queued (the site may park only then: issue 21).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.lock().msgs.is_empty()
+    }
+
     /// Takes everything queued (without touching the wake flag).
     pub(crate) fn drain(&self, into: &mut Vec<OutMessage>) {
         let mut q = self.queue.lock();

@@ -71,12 +71,15 @@ impl SiteRef {
         futures::executor::block_on(self.flush(timeout))
     }
 
-    /// Starts the site's ComObject now rather than with the first message
-    /// (its actor, session and address book), without opening a channel:
-    /// a runtime that knows it will talk to the site soon takes the actor's
-    /// start off its first message's path, and a measure of what an idle
-    /// site costs (`sitenet stress`) starts many. Idempotent; the site stays
-    /// idle and is reclaimed as any other once its references go.
+    /// Makes the site's ComObject now rather than with the first message
+    /// (its machine, session and address book), without opening a
+    /// channel: a runtime that knows it will talk to the site soon takes
+    /// that off its first message's path, and a measure of what an idle
+    /// site costs (`sitenet stress`) makes many. With nothing to do, the
+    /// ComObject parks at once (issue 21: its actor stops, what it must
+    /// remember stays in the site's entry), and its first message starts
+    /// it again. Idempotent; the site stays idle and is reclaimed as any
+    /// other once its references go.
     ///
     /// ```
     /// # let node = sitenet_runtime::Node::builder().start()?;
@@ -87,7 +90,7 @@ impl SiteRef {
     /// ```
     pub fn prepare(&self) {
         if !self.is_local() {
-            self.node.given_actor(self.entry.resolved());
+            self.node.start_unstarted(self.entry.resolved());
         }
     }
 
@@ -114,8 +117,8 @@ impl SiteRef {
     /// each message can be decoded ([`ReturnedMessage::decode`]) and sent
     /// again, to this site's successor or another ([`SiteRef::resend`]).
     pub fn failure(&self) -> Option<(SiteFailure, HandedBack)> {
-        let failed = self.entry.resolved().failed.lock();
-        let (reason, back) = failed.as_deref()?;
+        let handed = self.entry.resolved().handed.lock();
+        let (reason, back) = handed.as_deref()?.failed.as_ref()?;
         let node = Arc::downgrade(&self.node);
         let returned = |list: &[OutMessage]| {
             list.iter()
@@ -140,13 +143,16 @@ impl SiteRef {
     /// were never sent (`Metrics::handed_back` counts them); nothing is
     /// resent for ever or dropped silently.
     pub fn take_refused(&self) -> Vec<(sitenet_protocols::Refusal, OutMessage)> {
-        self.entry
-            .resolved()
-            .refused
-            .lock()
-            .take()
-            .map(|b| *b)
-            .unwrap_or_default()
+        let mut handed = self.entry.resolved().handed.lock();
+        let Some(h) = handed.as_deref_mut() else {
+            return Vec::new();
+        };
+        let refused = std::mem::take(&mut h.refused);
+        if h.failed.is_none() {
+            // Nothing else kept: the room goes.
+            *handed = None;
+        }
+        refused
     }
 
     /// Bytes held for this site (queued and unacknowledged).
@@ -191,9 +197,10 @@ impl SiteRef {
         if self.node.is_shut_down() || (self.node.is_closing() && !reply) {
             return Err(SendError::Shutdown);
         }
-        // The site's actor (started by its first message) is gone only if
-        // its runtime stopped under it. (The local site has none.)
-        if !entry.is_local() && !self.node.given_actor(entry).connected() {
+        // Nothing can run the site's ComObject if the node's runtime
+        // stopped under it (or the entry was forgotten). (The local site
+        // has none.) Read without a lock: this runs on every send.
+        if !entry.is_local() && !self.node.can_run(entry) {
             return Err(SendError::RuntimeStopped);
         }
         if let Some(reason) = entry.failure() {

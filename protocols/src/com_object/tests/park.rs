@@ -19,7 +19,10 @@ fn view(c: &ComObject) -> String {
             (c.stats(), s.stats()),
             (s.last_sent(), s.last_received(), s.last_generation()),
             (s.tag(), s.peer_max_message(), s.pending_messages()),
-            (c.addresses(), c.continuity().map(|k| (k.current.0, k.confirmed))),
+            (
+                c.addresses(),
+                c.continuity().map(|k| (k.current.0, k.confirmed))
+            ),
         )
     )
 }
@@ -73,7 +76,10 @@ impl Twins {
         assert_eq!(view(&self.plain.com), view(&self.parked.com));
         let now = self.plain.now;
         let Some(p) = self.parked.com.park(now) else {
-            assert!(!self.plain.com.parkable(now), "the rule depends on the state");
+            assert!(
+                !self.plain.com.parkable(now),
+                "the rule depends on the state"
+            );
             return;
         };
         assert!(self.plain.com.parkable(now));
@@ -97,7 +103,7 @@ impl Twins {
         self.step(|h| h.advance(d))
     }
 
-    fn to_next_deadline(&mut self) -> Vec<Action> {
+    fn run_to_deadline(&mut self) -> Vec<Action> {
         let at = self.plain.com.poll_timeout().expect("a deadline");
         self.step(|h| {
             h.now = at;
@@ -180,7 +186,7 @@ fn a_machine_parked_at_every_opportunity_acts_as_one_never_parked() {
     assert_eq!(t.plain.com.state(), ComState::Backoff);
     assert!(t.parks > parks, "parked in backoff");
     let parks = t.parks;
-    t.to_next_deadline(); // backoff over: closed, no need, no open
+    t.run_to_deadline(); // backoff over: closed, no need, no open
     assert_eq!(t.plain.com.state(), ComState::Closed);
     assert!(t.parks > parks);
     // The peer calls back, proving the pair's secret: the session goes on.
@@ -201,7 +207,7 @@ fn a_machine_parked_at_every_opportunity_acts_as_one_never_parked() {
     let parks = t.parks;
     // It does not call: with references held and no way for it to call
     // us, we reopen after the wait.
-    let a = t.to_next_deadline();
+    let a = t.run_to_deadline();
     assert!(matches!(a[..], [Action::RequestSlot]), "{a:?}");
     t.step(|h| h.com.slot_granted());
     let attempt = t.plain.com.opening().unwrap();
@@ -214,7 +220,7 @@ fn a_machine_parked_at_every_opportunity_acts_as_one_never_parked() {
     t.step(|h| h.com.kill(h.now));
     t.step(|h| h.com.set_has_refs(false, h.now));
     assert_eq!(t.plain.com.state(), ComState::Failed);
-    let a = t.to_next_deadline();
+    let a = t.run_to_deadline();
     assert!(matches!(a[..], [Action::Reclaim]), "{a:?}");
     assert!(t.parks >= parks + 3, "parked {} times", t.parks);
 }

@@ -1,0 +1,276 @@
+//! The entry's slot (`SiteEntry::actor`) and everything that goes through
+//! it: starting a site's ComObject on first need, sending it a message,
+//! parking it when its machine may park, and starting it again from what
+//! it kept (issue 21).
+//!
+//! **Parking.** A ComObject whose machine may park
+//! (`sitenet_protocols::ComObject::parkable`: no channel, nothing pending,
+//! no deadline due) and whose actor holds nothing the machine does not
+//! know of (no open attempt, no slot, no open stream, not a merged
+//! forwarder, nothing in its mailbox or outbox) leaves its machine's
+//! [`Parked`] form in the slot and stops: an idle site costs its entry
+//! and a few hundred bytes instead of an actor, its task and its session.
+//! Its deadline, if it has one, goes into the node's one table of parked
+//! deadlines (`node/parked.rs`), whose task unparks it then.
+//!
+//! **Nothing is lost.** Every message to an actor is sent through the
+//! slot, under its lock, and counted there until the actor handles it
+//! ([`Counted`]); the actor parks under the same lock, only with none
+//! counted and its outbox empty, so a message is either handled by the
+//! actor that parks or finds the slot parked and starts the next actor
+//! from it. A sender's wake races with nothing: it pushes before it wakes,
+//! so an actor that parks after the push saw the message (and does not
+//! park), and one that parked before it is started again by the wake.
+//! Messages sent to an actor's own address instead (the slot controller's
+//! grant and preemption calls) may be dropped with an actor that parks:
+//! a grant then gives its slot back as its lease drops, and a parked site
+//! has no channel to preempt.
+//!
+//! **Lock order**: the site table's lock, then a slot's, then the node's
+//! table of parked deadlines. A never-started entry's book may wait in the
+//! site table, so it is started under the table's lock
+//! (`NodeInner::start_unstarted`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+
+use sitenet_protocols::{AddressBook, Parked};
+
+use super::report::Reported;
+use super::ComObject;
+use crate::metrics::Counters;
+use crate::node::NodeInner;
+use crate::site_entry::{ActorSlot, ActorState, SiteEntry};
+use crate::stats::SiteStats;
+
+/// A message sent through the entry's slot, counted there until the
+/// actor handles it (see the module documentation).
+pub(crate) struct Counted<M>(pub(crate) M);
+
+impl<M: Message<Result = ()>> Message for Counted<M> {
+    type Result = ();
+}
+
+/// The messages sent through the slot: each is handled as itself, once
+/// the slot counts it out.
+macro_rules! counted {
+    ($($(#[$attr:meta])* $m:ty),* $(,)?) => {$(
+        $(#[$attr])*
+        impl Handler<Counted<$m>> for ComObject {
+            type Result = ();
+
+            fn handle(&mut self, Counted(m): Counted<$m>, ctx: &mut Context<Self>) {
+                self.entry.actor.lock().queued -= 1;
+                <Self as Handler<$m>>::handle(self, m, ctx);
+            }
+        }
+    )*};
+}
+
+counted!(
+    super::Wake,
+    super::Poke,
+    super::Adopt,
+    super::Learn,
+    super::Kill,
+    #[cfg(feature = "test-hooks")]
+    super::HoldBusy,
+);
+
+/// What a parked ComObject keeps: its machine's parked form and the
+/// actor's own counters (for `Node::stats`).
+pub(crate) struct ParkedActor {
+    com: Parked,
+    channels_opened: u32,
+    preempted: u32,
+}
+
+impl ComObject {
+    /// The running actor's address in a slot.
+    fn addr_in(slot: &ActorSlot) -> &Addr<ComObject> {
+        debug_assert_eq!(slot.state, ActorState::Running);
+        slot.held
+            .as_ref()
+            .and_then(|h| h.downcast_ref())
+            .expect("a running slot holds its actor's address")
+    }
+
+    /// Sends `msg` to `entry`'s ComObject: started if it never was,
+    /// unparked if it is parked. Returns false (and drops `msg`) once the
+    /// node has shut down and no actor runs, or once the entry was
+    /// reclaimed.
+    ///
+    /// Never called with the site table's lock held for an entry that may
+    /// never have started (starting one takes that lock first).
+    pub(crate) fn send<M>(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>, msg: M) -> bool
+    where
+        M: Message<Result = ()> + Send + 'static,
+        ComObject: Handler<Counted<M>>,
+    {
+        loop {
+            let mut slot = entry.actor.lock();
+            match slot.state {
+                ActorState::Running => {}
+                ActorState::Reclaimed => return false,
+                _ if node.is_shut_down() => return false,
+                ActorState::Parked => Self::unpark_in(node, entry, &mut slot),
+                ActorState::Never => {
+                    drop(slot);
+                    node.start_unstarted(entry);
+                    continue;
+                }
+            }
+            slot.queued += 1;
+            Self::addr_in(&slot).do_send(Counted(msg));
+            return true;
+        }
+    }
+
+    /// Runs `f` with the actor's address if it runs (test hooks, the
+    /// node's stop). Nothing is counted: what `f` sends may be lost if
+    /// the actor parks meanwhile.
+    pub(crate) fn if_running<R>(
+        entry: &SiteEntry,
+        f: impl FnOnce(&Addr<ComObject>) -> R,
+    ) -> Option<R> {
+        let slot = entry.actor.lock();
+        (slot.state == ActorState::Running).then(|| f(Self::addr_in(&slot)))
+    }
+
+    /// Starts the ComObject of an entry that never had one, with `book`,
+    /// in `slot` (its lock held, and the site table's: see the module
+    /// documentation).
+    pub(crate) fn start_in(
+        node: &Arc<NodeInner>,
+        entry: &Arc<SiteEntry>,
+        slot: &mut ActorSlot,
+        book: AddressBook,
+    ) {
+        debug_assert_eq!(slot.state, ActorState::Never);
+        let (n, e) = (node.clone(), entry.clone());
+        let addr =
+            ComObject::start_in_arbiter(node.rt.arbiter(), move |_| ComObject::new(n, e, book));
+        slot.held = Some(Box::new(addr));
+        slot.state = ActorState::Running;
+    }
+
+    /// Starts the actor of a parked entry again from what it kept, its
+    /// lock held.
+    fn unpark_in(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>, slot: &mut ActorSlot) {
+        let parked: Box<ParkedActor> = slot
+            .held
+            .take()
+            .and_then(|h| h.downcast().ok())
+            .expect("a parked slot holds what its machine kept");
+        if let Some(at) = parked.com.deadline() {
+            node.unpark_deadline(entry.key, at);
+        }
+        // `Node::stats` reads the published counters again from now on.
+        let mut st = SiteStats::default();
+        fill_stats(&mut st, entry, &parked);
+        *entry.stats.lock() = Some(Box::new(st));
+        let (n, e) = (node.clone(), entry.clone());
+        let addr = ComObject::start_in_arbiter(node.rt.arbiter(), move |_| {
+            ComObject::resume(n, e, *parked)
+        });
+        slot.held = Some(Box::new(addr));
+        slot.state = ActorState::Running;
+        Counters::add(&node.counters.unparks, 1);
+        node.changed.notify_waiters();
+    }
+
+    /// The actor of a site that parked: its machine from what it kept,
+    /// its counters where they were.
+    fn resume(node: Arc<NodeInner>, entry: Arc<SiteEntry>, p: ParkedActor) -> Self {
+        let com =
+            sitenet_protocols::ComObject::unpark(p.com, node.com_cfg.clone(), node.budget.clone());
+        let mut me = Self::with_machine(node, entry, com);
+        me.channels_opened = p.channels_opened;
+        me.preempted = p.preempted;
+        // What the node's metrics already count.
+        let reported = Reported::of(&me.com);
+        if reported != Reported::default() {
+            me.reported = Some(Box::new(reported));
+        }
+        me
+    }
+
+    /// Parks this site if it may (see the module documentation), and
+    /// stops the actor. Called at the end of every turn.
+    pub(super) fn park_if_idle(&mut self, ctx: &mut Context<Self>, now: Instant) {
+        if self.live.is_some()
+            || self.opening.is_some()
+            || !matches!(self.slot, super::Slot::None)
+            || self.merged.is_some()
+            || self.ack_deferred
+            || self.write_deferred
+            || !self.inbox.is_idle()
+            || self.node.is_shut_down()
+            || !self.com.parkable(now)
+        {
+            return;
+        }
+        let deadline = {
+            let mut slot = self.entry.actor.lock();
+            if slot.state != ActorState::Running || slot.queued > 0 || !self.entry.outbox.is_empty()
+            {
+                return;
+            }
+            let Some(com) = self.com.park(now) else {
+                return;
+            };
+            let deadline = com.deadline();
+            slot.held = Some(Box::new(ParkedActor {
+                com,
+                channels_opened: self.channels_opened,
+                preempted: self.preempted,
+            }));
+            slot.state = ActorState::Parked;
+            // The parked form answers `Node::stats` now.
+            *self.entry.stats.lock() = None;
+            if let Some(at) = deadline {
+                self.node.park_deadline(self.entry.key, at);
+            }
+            deadline
+        };
+        tracing::trace!(site = ?self.entry.id.get(), ?deadline, "site parked");
+        Counters::add(&self.node.counters.parks, 1);
+        self.node.changed.notify_waiters();
+        if let Some((_, h)) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        ctx.stop();
+    }
+
+    /// The site's counters for `Node::stats`: published by its actor, or
+    /// made from what it keeps while parked. `None` for a site never used.
+    pub(crate) fn site_stats(entry: &SiteEntry) -> Option<SiteStats> {
+        let slot = entry.actor.lock();
+        if slot.state == ActorState::Parked {
+            let parked = slot.held.as_ref()?.downcast_ref::<ParkedActor>()?;
+            let mut st = SiteStats::default();
+            fill_stats(&mut st, entry, parked);
+            return Some(st);
+        }
+        entry.stats.lock().as_deref().cloned()
+    }
+}
+
+/// A parked site's counters, as its actor would publish them.
+fn fill_stats(st: &mut SiteStats, entry: &SiteEntry, p: &ParkedActor) {
+    let s = p.com.session_stats();
+    super::report::fill_identity(st, entry, p.com.addresses());
+    st.channel = None;
+    st.capabilities = None;
+    st.capabilities_bits = None;
+    st.connected = false;
+    st.messages_sent = s.sent_by_level;
+    st.bytes_sent = s.bytes_by_level;
+    st.messages_received = s.delivered_by_level;
+    st.retransmitted = s.retransmitted;
+    st.reconnects = u64::from(p.channels_opened.saturating_sub(1));
+    st.preemptions = u64::from(p.preempted);
+    st.queue_depth = 0;
+}
