@@ -1,0 +1,159 @@
+//! What a `SiteRef` tells of its site — fault state, identity, failure
+//! and what it handed back, bytes pending — and its flush and `prepare`
+//! (split from `mod.rs`, which keeps the sends and requests).
+
+use std::sync::Arc;
+
+use sitenet_protocols::{OutMessage, SiteFailure, SiteId};
+
+use super::{FaultState, HandedBack, ReturnedMessage, SiteRef};
+
+impl SiteRef {
+    /// The site's current fault state.
+    pub fn fault_state(&self) -> FaultState {
+        self.entry.resolved().fault_state()
+    }
+
+    /// Waits until every message sent to this site so far is acknowledged,
+    /// at most `timeout`. Fails at once if the site failed permanently.
+    pub async fn flush(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<(), crate::error::FlushError> {
+        let entry = self.entry.resolved().clone();
+        let timer = self.node.rt.delay(timeout);
+        futures::pin_mut!(timer);
+        loop {
+            let notified = entry.outbox.released();
+            futures::pin_mut!(notified);
+            notified.as_mut().enable();
+            if let Some(reason) = entry.failure() {
+                return Err(crate::error::FlushError::SiteFailed(reason));
+            }
+            let pending_bytes = entry.outbox.bytes();
+            if pending_bytes == 0 {
+                return Ok(());
+            }
+            if let futures::future::Either::Right(_) =
+                futures::future::select(notified, timer.as_mut()).await
+            {
+                let pending_bytes = entry.outbox.bytes();
+                return if pending_bytes == 0 {
+                    Ok(())
+                } else {
+                    Err(crate::error::FlushError::Timeout { pending_bytes })
+                };
+            }
+        }
+    }
+
+    /// Blocking variant of [`flush`](Self::flush).
+    pub fn flush_blocking(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<(), crate::error::FlushError> {
+        if self.node.rt.is_current_thread() {
+            return Err(crate::error::FlushError::WouldDeadlock);
+        }
+        futures::executor::block_on(self.flush(timeout))
+    }
+
+    /// Makes the site's ComObject now rather than with the first message
+    /// (its machine, session and address book), without opening a
+    /// channel: a runtime that knows it will talk to the site soon takes
+    /// that off its first message's path, and a measure of what an idle
+    /// site costs (`sitenet stress`) makes many. With nothing to do, the
+    /// ComObject parks at once (issue 21: its actor stops, what it must
+    /// remember stays in the site's entry), and its first message starts
+    /// it again. Idempotent; the site stays idle and is reclaimed as any
+    /// other once its references go.
+    ///
+    /// ```
+    /// # let node = sitenet_runtime::Node::builder().start()?;
+    /// let worker = node.site("tcp:127.0.0.1:7000")?; // nothing listens there yet
+    /// worker.prepare(); // the first send to it only queues and opens
+    /// assert!(worker.failure().is_none());
+    /// # Ok::<(), sitenet_runtime::NodeError>(())
+    /// ```
+    pub fn prepare(&self) {
+        if !self.is_local() {
+            self.node.start_unstarted(self.entry.resolved());
+        }
+    }
+
+    /// True for [`Node::local_site`](crate::Node::local_site): this node itself.
+    pub fn is_local(&self) -> bool {
+        self.entry.is_local()
+    }
+
+    /// The site's id, once a handshake has told it.
+    pub fn id(&self) -> Option<SiteId> {
+        self.entry.resolved().id.get()
+    }
+
+    /// The address this site is contacted at, if known.
+    pub fn address(&self) -> Option<String> {
+        self.entry
+            .resolved()
+            .address
+            .as_ref()
+            .map(ToString::to_string)
+    }
+
+    /// If the site failed permanently: why, and what it handed back —
+    /// each message can be decoded ([`ReturnedMessage::decode`]) and sent
+    /// again, to this site's successor or another ([`SiteRef::resend`]).
+    pub fn failure(&self) -> Option<(SiteFailure, HandedBack)> {
+        let handed = self.entry.resolved().handed.lock();
+        let (reason, back) = handed.as_deref()?.failed.as_ref()?;
+        let node = Arc::downgrade(&self.node);
+        let returned = |list: &[OutMessage]| {
+            list.iter()
+                .map(|m| ReturnedMessage {
+                    message: m.clone(),
+                    node: node.clone(),
+                })
+                .collect()
+        };
+        Some((
+            reason.clone(),
+            HandedBack {
+                not_sent: returned(&back.not_sent),
+                maybe_delivered: returned(&back.maybe_delivered),
+            },
+        ))
+    }
+
+    /// Takes the messages handed back while the site lives, with why each
+    /// can never be sent to it — for example a message queued before the
+    /// first handshake that turned out larger than the peer accepts. They
+    /// were never sent (`Metrics::handed_back` counts them); nothing is
+    /// resent for ever or dropped silently.
+    pub fn take_refused(&self) -> Vec<(sitenet_protocols::Refusal, OutMessage)> {
+        let mut handed = self.entry.resolved().handed.lock();
+        let Some(h) = handed.as_deref_mut() else {
+            return Vec::new();
+        };
+        let refused = std::mem::take(&mut h.refused);
+        if h.failed.is_none() {
+            // Nothing else kept: the room goes.
+            *handed = None;
+        }
+        refused
+    }
+
+    /// Bytes held for this site (queued and unacknowledged).
+    pub fn pending_bytes(&self) -> u64 {
+        self.entry.resolved().outbox.bytes()
+    }
+
+    /// [`pending_bytes`](Self::pending_bytes) per class of the site's
+    /// output bound: levels 1 to 4 (indexed as `Priority::index`), then the
+    /// node's own messages (error and "no reply" answers, the built-in
+    /// services' replies). Each class keeps a reserve of the bound the
+    /// others cannot take (`sitenet_protocols::output_share::admits_class`),
+    /// so a backlog at one level never refuses another's sends.
+    pub fn pending_bytes_by_class(&self) -> [u64; sitenet_protocols::output_share::CLASSES] {
+        self.entry.resolved().outbox.held_by_class()
+    }
+}
