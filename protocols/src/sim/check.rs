@@ -295,19 +295,19 @@ impl Sim {
                 return self.violation(what);
             }
             for (peer, p) in super::node::sorted_peers(&node.peers) {
-                let stuck = match p.com.state() {
+                let stuck = match p.state() {
                     ComState::Opening => p.opening.is_none(),
                     ComState::WaitingForSlot => !matches!(p.slot, Slot::Waiting(_)),
                     ComState::ClosingWeak
                     | ComState::ClosingHard
-                    | ComState::WaitingForDisconnect => p.com.poll_timeout().is_none(),
+                    | ComState::WaitingForDisconnect => p.deadline().is_none(),
                     _ => false,
                 };
                 if stuck {
                     let what = format!(
                         "{}'s ComObject for {peer} is stuck in {:?}",
                         node.id,
-                        p.com.state()
+                        p.state()
                     );
                     return self.violation(what);
                 }
@@ -357,14 +357,13 @@ impl Sim {
         }
         for node in &self.nodes {
             for (peer, p) in super::node::sorted_peers(&node.peers) {
-                let s = p.com.session();
-                if !p.com.is_failed() && (s.pending_messages() > 0 || s.unacked() > 0) {
+                let (queued, unacked) = p.pending();
+                if p.state() != ComState::Failed && (queued > 0 || unacked > 0) {
                     let what = format!(
-                        "{} and {peer} did not converge: {:?}, {} queued, {} unacknowledged",
+                        "{} and {peer} did not converge: {:?}, {queued} queued, \
+                         {unacked} unacknowledged",
                         node.id,
-                        p.com.state(),
-                        s.pending_messages(),
-                        s.unacked()
+                        p.state(),
                     );
                     return self.violation(what);
                 }

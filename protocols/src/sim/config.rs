@@ -104,6 +104,11 @@ pub struct Report {
     pub accepts_refused: u64,
     /// Sites forgotten by the reclaim rule.
     pub reclaimed: u64,
+    /// Times a ComObject parked (no channel, nothing pending: issue 21),
+    /// and times one started again from what it kept.
+    pub parks: u64,
+    /// See `parks`.
+    pub unparks: u64,
     /// Requests sent (each ended exactly once: answer, timeout or failure).
     pub requests: u64,
     /// Replies that came after their request had ended.

@@ -157,7 +157,7 @@ impl Sim {
             let blocked = self.nodes[end.node]
                 .peers
                 .get(&peer)
-                .is_some_and(|p| p.com.input_blocked());
+                .is_some_and(|p| p.parked.is_none() && p.com.input_blocked());
             if blocked && !end.inb.is_empty() {
                 self.at(
                     self.now + std::time::Duration::from_millis(10),
@@ -202,7 +202,7 @@ impl Sim {
             Err(err) => Err(err),
         };
         let now = self.instant();
-        let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+        let Some(mut p) = self.take_peer(n, peer) else {
             self.close_end(c, e, Seg::Fin);
             return true;
         };
@@ -365,7 +365,7 @@ impl Sim {
 
     fn working_input(&mut self, c: u64, e: usize, peer: SiteId, id: crate::ChannelId) -> bool {
         let n = self.conns[&c].ends[e].node;
-        let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+        let Some(mut p) = self.take_peer(n, peer) else {
             self.close_end(c, e, Seg::Rst);
             return true;
         };
@@ -401,7 +401,7 @@ impl Sim {
         match end.role {
             Role::Working { peer, id } => {
                 self.close_end(c, e, Seg::Fin);
-                let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+                let Some(mut p) = self.take_peer(n, peer) else {
                     return;
                 };
                 if p.live.is_some_and(|l| l.0 == id) {
@@ -432,7 +432,7 @@ impl Sim {
     }
 
     fn open_failed(&mut self, n: usize, peer: SiteId, attempt: u64, c: u64, why: OpenFailure) {
-        let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+        let Some(mut p) = self.take_peer(n, peer) else {
             return;
         };
         if p.opening == Some((attempt, c)) {

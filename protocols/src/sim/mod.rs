@@ -10,6 +10,10 @@
 //!   at a random byte (a frame may be cut in the middle), partitions
 //!   between two sets of sites, site crashes and restarts as new
 //!   incarnations, slow readers; and preemption, from the slot limits.
+//! * **Parking** (issue 21): after each input the driver parks every
+//!   ComObject the rule allows ([`ComObject::park`]) and starts it again
+//!   for its next input or deadline ([`Report::parks`]), as the runtime
+//!   does: every checker also checks that a park loses nothing.
 //! * **Applications** ([`Application`]): each site runs one, the default a
 //!   random [`Workload`]; a runtime author plugs in their own protocol.
 //! * **Checkers**, during every run: per-priority FIFO and exactly-once
@@ -56,6 +60,7 @@ mod faults;
 mod io;
 mod net;
 mod node;
+mod peer;
 mod queue;
 mod shrink;
 mod trace;
@@ -164,6 +169,8 @@ pub(super) struct Counts {
     opens: u64,
     accepts_refused: u64,
     reclaimed: u64,
+    parks: u64,
+    unparks: u64,
     claims_refused: u64,
     late_replies: u64,
     handshakes_dropped: u64,
@@ -324,13 +331,7 @@ impl Sim {
         let retransmitted = self
             .nodes
             .iter()
-            .map(|n| {
-                n.retransmitted
-                    + n.peers
-                        .values()
-                        .map(|p| p.com.session().stats_ref().retransmitted)
-                        .sum::<u64>()
-            })
+            .map(|n| n.retransmitted + n.peers.values().map(|p| p.retransmitted()).sum::<u64>())
             .sum();
         Report {
             seed: self.cfg.seed,
@@ -348,37 +349,14 @@ impl Sim {
             opens: self.counts.opens,
             accepts_refused: self.counts.accepts_refused,
             reclaimed: self.counts.reclaimed,
+            parks: self.counts.parks,
+            unparks: self.counts.unparks,
             requests: self.oracle.requests,
             late_replies: self.counts.late_replies,
             handshakes_dropped: self.counts.handshakes_dropped,
             sim_s: self.now.min(self.end).as_secs_f64(),
             events: self.step,
         }
-    }
-
-    /// Puts a popped event on the trace: its kind and what it names.
-    fn trace_event(&mut self, ev: &Ev) {
-        let (kind, n, values): (&str, usize, [u128; 3]) = match *ev {
-            Ev::ComTimer { node, peer, .. } => ("timer", node, [peer.0, 0, 0]),
-            Ev::SlotTimer { node, .. } => ("slot_timer", node, [0; 3]),
-            Ev::Grant {
-                node, peer, holder, ..
-            } => ("grant", node, [peer.0, holder as u128, 0]),
-            Ev::Syn { conn } => ("syn", 0, [conn as u128, 0, 0]),
-            Ev::Arrive { conn, dir } => ("arrive", 0, [conn as u128, dir as u128, 0]),
-            Ev::Read { conn, end } => ("read", 0, [conn as u128, end as u128, 0]),
-            Ev::Writable { conn, end } => ("writable", 0, [conn as u128, end as u128, 0]),
-            Ev::HsTimeout { conn, end } => ("hs_timeout", 0, [conn as u128, end as u128, 0]),
-            Ev::Tick { node, .. } => ("tick", node, [0; 3]),
-            Ev::Fault => ("fault", 0, [0; 3]),
-            Ev::Heal => ("heal", 0, [0; 3]),
-            Ev::Restart { node } => ("restart", node, [0; 3]),
-            Ev::Resume { node, .. } => ("resume", node, [0; 3]),
-            Ev::Requests { node, .. } => ("request_timer", node, [0; 3]),
-            Ev::Admission { node, .. } => ("admission_timer", node, [0; 3]),
-            Ev::Audit => ("audit", 0, [0; 3]),
-        };
-        self.trace(n, kind, &values);
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -395,7 +373,7 @@ impl Sim {
                 if armed != Some(Some(self.now)) {
                     return;
                 }
-                let Some(mut p) = self.nodes[node].peers.remove(&peer) else {
+                let Some(mut p) = self.take_peer(node, peer) else {
                     return;
                 };
                 p.armed = None;

@@ -5,8 +5,7 @@
 //! out every action, flush the output ring, carry out the actions that
 //! made, re-arm the one timer.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +18,8 @@ use crate::reassembly::ReassemblyBudget;
 use crate::site::SiteId;
 use crate::slots::{ChannelReport, Grant, SlotTable};
 
+pub(super) use super::peer::{sorted_peers, Peer, Peers, Slot};
+
 use super::app::Application;
 use super::net::{Conn, End, Role, Seg};
 use super::{Ev, Sim};
@@ -27,78 +28,6 @@ use super::{Ev, Sim};
 /// depends on what was put in, never on a random seed of the process.
 pub(super) type FixedHash =
     std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
-
-/// Where a ComObject stands with its node's slot table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Slot {
-    None,
-    Waiting(u64),
-    Granted(u64),
-}
-
-/// One remote site as a node sees it: the real ComObject and what its
-/// driver keeps beside it.
-pub(super) struct Peer {
-    pub(super) com: ComObject,
-    /// When the timer event in the queue fires (at or before the
-    /// machine's next deadline).
-    pub(super) armed: Option<Duration>,
-    pub(super) slot: Slot,
-    /// The open attempt in progress: (attempt, connection).
-    pub(super) opening: Option<(u64, u64)>,
-    /// The working channel: (channel, connection, end).
-    pub(super) live: Option<(crate::com_object::ChannelId, u64, usize)>,
-    /// The machine asked to be forgotten (its reclaim rule) and nothing
-    /// of the driver's holds it.
-    pub(super) reclaim: bool,
-    /// When the application last sent to the site (it holds a reference
-    /// until [`SimConfig::hold_references`](super::SimConfig) after).
-    pub(super) last_send: Option<Duration>,
-}
-
-/// A node's ComObjects by remote site. A hash map, looked up and taken out
-/// and put back at nearly every event (a `BTreeMap`'s rebalancing cost a
-/// tenth of a large run), with a fixed hasher so that nothing differs from
-/// run to run; where the order of its entries could reach the trace or a
-/// verdict, they are visited sorted ([`sorted_peers`]).
-pub(super) type Peers = HashMap<SiteId, Box<Peer>, BuildHasherDefault<SiteHasher>>;
-
-/// Hashes a site id: its bits are random already (drawn from the run's
-/// seed), so folding them is enough, and no per-process key makes two
-/// runs differ.
-#[derive(Default)]
-pub(super) struct SiteHasher(u64);
-
-impl Hasher for SiteHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_u128(&mut self, x: u128) {
-        self.write_u64(x as u64);
-        self.write_u64((x >> 64) as u64);
-    }
-}
-
-/// A node's ComObjects in the order of their sites' ids: the order every
-/// visit that can reach the trace or a verdict takes.
-pub(super) fn sorted_peers(peers: &Peers) -> Vec<(SiteId, &Peer)> {
-    let mut v: Vec<(SiteId, &Peer)> = peers.iter().map(|(id, p)| (*id, &**p)).collect();
-    v.sort_unstable_by_key(|(id, _)| *id);
-    v
-}
 
 /// A simulated site (one process of a real deployment).
 pub(super) struct Node {
@@ -155,7 +84,7 @@ impl Sim {
     /// The ComObject for `peer` at node `n`, made if the node has none
     /// (`book`: where it can be called).
     pub(super) fn peer_or_new(&mut self, n: usize, peer: SiteId, book: AddressBook) -> Box<Peer> {
-        if let Some(p) = self.nodes[n].peers.remove(&peer) {
+        if let Some(p) = self.take_peer(n, peer) {
             return p;
         }
         let seed = self.rand_u64();
@@ -176,6 +105,7 @@ impl Sim {
         }
         Box::new(Peer {
             com,
+            parked: None,
             armed: None,
             slot: Slot::None,
             opening: None,
@@ -185,33 +115,61 @@ impl Sim {
         })
     }
 
+    /// Takes `peer`'s ComObject at node `n` out of its table to feed it
+    /// an input: started again from what it kept if it was parked. Every
+    /// input goes through here.
+    pub(super) fn take_peer(&mut self, n: usize, peer: SiteId) -> Option<Box<Peer>> {
+        let mut p = self.nodes[n].peers.remove(&peer)?;
+        if let Some(kept) = p.parked.take() {
+            let node = &self.nodes[n];
+            p.com = ComObject::unpark(kept, node.cfg.clone(), node.budget.clone());
+            self.counts.unparks += 1;
+            self.trace(n, "unpark", &[peer.0]);
+        }
+        Some(p)
+    }
+
     /// Drives `peer`'s ComObject at node `n` after an input: actions,
     /// flush, actions, timer.
     pub(super) fn drive(&mut self, n: usize, peer: SiteId) {
-        let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+        let Some(mut p) = self.take_peer(n, peer) else {
             return;
         };
         self.drive_peer(n, peer, &mut p);
         self.put_back(n, peer, p);
     }
 
-    /// Drives a ComObject taken out of its node's table.
+    /// Drives a ComObject taken out of its node's table: actions, flush,
+    /// actions, and what acknowledgements freed or delivered taken (as the
+    /// runtime's actor accounts them), with what that made it do.
     pub(super) fn drive_peer(&mut self, n: usize, peer: SiteId, p: &mut Peer) {
         self.act(n, peer, p);
         self.flush(p);
         self.act(n, peer, p);
+        let now = self.instant();
+        p.com.take_freed(now);
+        p.com.take_delivered();
+        self.act(n, peer, p);
     }
 
     /// Puts a ComObject back after driving it (unless it was reclaimed),
-    /// with its timer armed.
+    /// parked if it may park (as the runtime's actor does after every
+    /// turn), with its timer armed.
     pub(super) fn put_back(&mut self, n: usize, peer: SiteId, mut p: Box<Peer>) {
+        if !p.reclaim && p.live.is_none() && p.opening.is_none() && p.slot == Slot::None {
+            if let Some(kept) = p.com.park(self.instant()) {
+                p.parked = Some(kept);
+                self.counts.parks += 1;
+                self.trace(n, "park", &[peer.0]);
+            }
+        }
         if p.reclaim {
             self.trace(n, "reclaim", &[peer.0]);
             let node = &mut self.nodes[n];
             if let Some(c) = p.com.continuity() {
                 node.pairs.keep(peer, c);
             }
-            node.retransmitted += p.com.session().stats_ref().retransmitted;
+            node.retransmitted += p.retransmitted();
             self.counts.reclaimed += 1;
             return;
         }
@@ -219,8 +177,7 @@ impl Sim {
         // deadline moves earlier (the heartbeat's moves later with every
         // frame sent); one that fires early finds nothing due and re-arms.
         let at = p
-            .com
-            .poll_timeout()
+            .deadline()
             .map(|i| i.saturating_duration_since(self.t0).max(self.now));
         if let Some(t) = at.filter(|t| p.armed.is_none_or(|armed| *t < armed)) {
             let inc = self.nodes[n].incarnation;
@@ -497,7 +454,7 @@ impl Sim {
 
     /// The slot a site waited for.
     pub(super) fn on_grant(&mut self, n: usize, peer: SiteId, holder: u64) {
-        let Some(mut p) = self.nodes[n].peers.remove(&peer) else {
+        let Some(mut p) = self.take_peer(n, peer) else {
             return self.release_slot(n, holder);
         };
         if matches!(p.slot, Slot::Waiting(_)) {
@@ -561,7 +518,7 @@ impl Sim {
                 }
             });
             if let Some(peer) = peer {
-                if let Some(mut p) = self.nodes[n].peers.remove(&peer) {
+                if let Some(mut p) = self.take_peer(n, peer) {
                     if p.com.close_hard(now) {
                         self.counts.preemptions += 1;
                         self.trace(n, "preempt", &[peer.0]);

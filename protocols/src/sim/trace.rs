@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::Ev;
+
 /// Where trace lines go.
 type Sink = Box<dyn FnMut(&str)>;
 
@@ -80,5 +82,32 @@ impl Trace {
             let _ = write!(s, "{b:02x}");
             s
         })
+    }
+}
+
+impl super::Sim {
+    /// Puts a popped event on the trace: its kind and what it names.
+    pub(super) fn trace_event(&mut self, ev: &Ev) {
+        let (kind, n, values): (&str, usize, [u128; 3]) = match *ev {
+            Ev::ComTimer { node, peer, .. } => ("timer", node, [peer.0, 0, 0]),
+            Ev::SlotTimer { node, .. } => ("slot_timer", node, [0; 3]),
+            Ev::Grant {
+                node, peer, holder, ..
+            } => ("grant", node, [peer.0, holder as u128, 0]),
+            Ev::Syn { conn } => ("syn", 0, [conn as u128, 0, 0]),
+            Ev::Arrive { conn, dir } => ("arrive", 0, [conn as u128, dir as u128, 0]),
+            Ev::Read { conn, end } => ("read", 0, [conn as u128, end as u128, 0]),
+            Ev::Writable { conn, end } => ("writable", 0, [conn as u128, end as u128, 0]),
+            Ev::HsTimeout { conn, end } => ("hs_timeout", 0, [conn as u128, end as u128, 0]),
+            Ev::Tick { node, .. } => ("tick", node, [0; 3]),
+            Ev::Fault => ("fault", 0, [0; 3]),
+            Ev::Heal => ("heal", 0, [0; 3]),
+            Ev::Restart { node } => ("restart", node, [0; 3]),
+            Ev::Resume { node, .. } => ("resume", node, [0; 3]),
+            Ev::Requests { node, .. } => ("request_timer", node, [0; 3]),
+            Ev::Admission { node, .. } => ("admission_timer", node, [0; 3]),
+            Ev::Audit => ("audit", 0, [0; 3]),
+        };
+        self.trace(n, kind, &values);
     }
 }

@@ -29,7 +29,7 @@ impl Sim {
             .collect();
         idle.sort_unstable();
         for peer in idle {
-            let mut p = self.nodes[n].peers.remove(&peer).expect("listed");
+            let mut p = self.take_peer(n, peer).expect("listed");
             p.last_send = None;
             p.com.set_has_refs(false, self.instant());
             self.trace(n, "unref", &[peer.0]);

@@ -73,6 +73,8 @@ struct Json {
     retransmitted: u64,
     opens: u64,
     reclaimed: u64,
+    parks: u64,
+    unparks: u64,
     requests: u64,
     late_replies: u64,
     handshakes_dropped: u64,
@@ -139,6 +141,8 @@ impl Json {
             retransmitted: r.retransmitted,
             opens: r.opens,
             reclaimed: r.reclaimed,
+            parks: r.parks,
+            unparks: r.unparks,
             requests: r.requests,
             late_replies: r.late_replies,
             handshakes_dropped: r.handshakes_dropped,
@@ -292,6 +296,8 @@ fn add(mut a: Json, b: &Json) -> Json {
     a.retransmitted += b.retransmitted;
     a.opens += b.opens;
     a.reclaimed += b.reclaimed;
+    a.parks += b.parks;
+    a.unparks += b.unparks;
     a.requests += b.requests;
     a.late_replies += b.late_replies;
     a.handshakes_dropped += b.handshakes_dropped;
@@ -358,6 +364,7 @@ fn print(j: &Json, json: bool) {
         "channels:       {} opens, {} retransmitted, {} sites reclaimed, {} handshakes dropped",
         j.opens, j.retransmitted, j.reclaimed, j.handshakes_dropped
     );
+    println!("idle sites:     {} parks, {} unparks", j.parks, j.unparks);
     println!(
         "requests:       {} sent (each ended once), {} late replies",
         j.requests, j.late_replies

@@ -1,0 +1,126 @@
+//! One remote site as a simulated node sees it: the real ComObject (or
+//! what it kept while parked) and what its driver keeps beside it, and
+//! the node's table of them.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::time::Duration;
+
+use crate::com_object::{ComObject, ComState, Parked};
+use crate::site::SiteId;
+
+/// Where a ComObject stands with its node's slot table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Slot {
+    None,
+    Waiting(u64),
+    Granted(u64),
+}
+
+/// One remote site as a node sees it: the real ComObject and what its
+/// driver keeps beside it.
+pub(super) struct Peer {
+    /// The machine (an empty one while parked: see `parked`). Used only
+    /// once the peer is taken out of its node's table
+    /// ([`Sim::take_peer`]), which starts it again from what it kept.
+    pub(super) com: ComObject,
+    /// What the machine kept while it is parked (issue 21): the driver
+    /// parks it whenever the rule allows, as the runtime does, and starts
+    /// it again for its next input or deadline.
+    pub(super) parked: Option<Parked>,
+    /// When the timer event in the queue fires (at or before the
+    /// machine's next deadline).
+    pub(super) armed: Option<Duration>,
+    pub(super) slot: Slot,
+    /// The open attempt in progress: (attempt, connection).
+    pub(super) opening: Option<(u64, u64)>,
+    /// The working channel: (channel, connection, end).
+    pub(super) live: Option<(crate::com_object::ChannelId, u64, usize)>,
+    /// The machine asked to be forgotten (its reclaim rule) and nothing
+    /// of the driver's holds it.
+    pub(super) reclaim: bool,
+    /// When the application last sent to the site (it holds a reference
+    /// until [`SimConfig::hold_references`](super::SimConfig) after).
+    pub(super) last_send: Option<Duration>,
+}
+
+impl Peer {
+    /// The machine's state (parked: the one it parked in).
+    pub(super) fn state(&self) -> ComState {
+        match &self.parked {
+            Some(p) => p.state(),
+            None => self.com.state(),
+        }
+    }
+
+    /// The machine's next deadline (parked: the one it kept).
+    pub(super) fn deadline(&self) -> Option<std::time::Instant> {
+        match &self.parked {
+            Some(p) => p.deadline(),
+            None => self.com.poll_timeout(),
+        }
+    }
+
+    /// Messages resent on a new channel, so far.
+    pub(super) fn retransmitted(&self) -> u64 {
+        match &self.parked {
+            Some(p) => p.session_stats().retransmitted,
+            None => self.com.session().stats_ref().retransmitted,
+        }
+    }
+
+    /// (queued, unacknowledged) messages (a parked machine holds none).
+    pub(super) fn pending(&self) -> (usize, usize) {
+        match &self.parked {
+            Some(_) => (0, 0),
+            None => (
+                self.com.session().pending_messages(),
+                self.com.session().unacked(),
+            ),
+        }
+    }
+}
+
+/// A node's ComObjects by remote site. A hash map, looked up and taken out
+/// and put back at nearly every event (a `BTreeMap`'s rebalancing cost a
+/// tenth of a large run), with a fixed hasher so that nothing differs from
+/// run to run; where the order of its entries could reach the trace or a
+/// verdict, they are visited sorted ([`sorted_peers`]).
+pub(super) type Peers = HashMap<SiteId, Box<Peer>, BuildHasherDefault<SiteHasher>>;
+
+/// Hashes a site id: its bits are random already (drawn from the run's
+/// seed), so folding them is enough, and no per-process key makes two
+/// runs differ.
+#[derive(Default)]
+pub(super) struct SiteHasher(u64);
+
+impl Hasher for SiteHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u128(&mut self, x: u128) {
+        self.write_u64(x as u64);
+        self.write_u64((x >> 64) as u64);
+    }
+}
+
+/// A node's ComObjects in the order of their sites' ids: the order every
+/// visit that can reach the trace or a verdict takes.
+pub(super) fn sorted_peers(peers: &Peers) -> Vec<(SiteId, &Peer)> {
+    let mut v: Vec<(SiteId, &Peer)> = peers.iter().map(|(id, p)| (*id, &**p)).collect();
+    v.sort_unstable_by_key(|(id, _)| *id);
+    v
+}
