@@ -25,7 +25,7 @@ use sitenet_protocols::timer::TimerQueue;
 
 use super::NodeInner;
 use crate::com_object::{ComObject, Poke};
-use crate::site_entry::SiteEntry;
+use crate::site_entry::{ActorState, SiteEntry};
 
 /// The parked sites' deadlines, and the wake-up of the task that keeps
 /// them.
@@ -97,7 +97,11 @@ impl NodeInner {
                     return;
                 };
                 for entry in due {
-                    ComObject::send(&node, &entry, Poke);
+                    // A key reused by an entry never started names no
+                    // parked site: nothing to start there.
+                    if entry.actor_state() != ActorState::Never {
+                        ComObject::send(&node, &entry, Poke);
+                    }
                 }
             }
         });
