@@ -4,6 +4,10 @@
 //! them (their linger time is long), parked. What the process holds for
 //! them is measured with the counting allocator, and its resident memory
 //! reported. `SITENET_IDLE_SITES` runs another count (a multiple of 100).
+//!
+//! Measured: 69.9 MB held, 699 bytes per site, 92 MiB resident (62 s in
+//! a debug build on a 2-core machine); before parking, 275.9 MB (2,758
+//! bytes per site), 305 MiB resident.
 
 mod common;
 

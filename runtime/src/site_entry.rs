@@ -85,7 +85,7 @@ impl ActorSlot {
 /// temporarily failed, under one lock.
 #[derive(Debug)]
 pub(crate) struct Fault {
-    pub(crate) state: FaultState,
+    state: FaultState,
     /// Monitors and the reason of a temporary failure (boxed: most sites
     /// have neither, and every idle site would carry the room).
     more: Option<Box<FaultMore>>,
