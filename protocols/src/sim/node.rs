@@ -553,7 +553,7 @@ impl Sim {
                 callable: p.com.addresses().can_open(),
             })
         });
-        if let Some((h, _)) = victim {
+        for (h, _) in victim.victims {
             let peer = self.nodes[n].holders.get(&h).and_then(|(c, e)| {
                 match self.conns.get(c)?.ends[*e].role {
                     Role::Working { peer, .. } => Some(peer),

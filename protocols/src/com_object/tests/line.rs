@@ -1,0 +1,134 @@
+//! Waiting in the peer's line (issue 21): the attempt stays ours in
+//! `WaitingForCallback`, with a give-up deadline instead of the backoff.
+
+use super::*;
+
+const HOLD: Duration = Duration::from_secs(30);
+
+fn line_cfg(give_up: Duration) -> ComConfig {
+    ComConfig {
+        line_give_up: give_up,
+        ..cfg()
+    }
+}
+
+#[test]
+fn told_to_wait_the_site_waits_for_the_callback_without_a_fault_and_the_answer_lets_it_in() {
+    let mut h = H::new(line_cfg(Duration::from_secs(60)), true);
+    let attempt = h.queue_and_request_open();
+    h.com.open_waiting(attempt, HOLD, h.now);
+    assert!(h.actions().is_empty(), "no fault, no backoff, no new open");
+    assert_eq!(h.com.state(), ComState::WaitingForCallback);
+    assert!(h.com.in_line());
+    assert_eq!(h.com.opening(), Some(attempt), "the attempt is still ours");
+    assert_eq!(h.com.fault_state(), FaultState::Ok);
+    // The deadline is the shorter of ours and the peer's hold.
+    assert_eq!(h.com.poll_timeout(), Some(h.now + HOLD));
+    assert_eq!(h.com.stats().line_waits, 1);
+    // Our turn: the answer arrives on the same attempt.
+    h.now += Duration::from_secs(2);
+    let id = h.com.open_succeeded(attempt, &opened(1, 1 << 20), h.now);
+    assert!(id.is_some());
+    assert_eq!(h.com.state(), ComState::Working);
+    assert!(!h.com.in_line());
+    assert!(matches!(h.actions()[..], [Action::Up]));
+}
+
+#[test]
+fn at_the_give_up_deadline_the_attempt_is_abandoned_and_the_site_retries_after_its_backoff() {
+    let give_up = Duration::from_secs(4);
+    let mut h = H::new(line_cfg(give_up), true);
+    let attempt = h.queue_and_request_open();
+    h.com.open_waiting(attempt, HOLD, h.now);
+    // A later WAIT (the peer telling our place again) does not move it.
+    h.now += Duration::from_secs(1);
+    h.com.open_waiting(attempt, HOLD, h.now);
+    let start = h.now - Duration::from_secs(1);
+    let at = h.run_to_next_deadline();
+    assert_eq!(at - start, give_up);
+    let a = h.actions();
+    assert!(matches!(a[..], [Action::AbandonOpen]), "{a:?}");
+    assert_eq!(h.com.state(), ComState::Backoff);
+    assert_eq!(h.com.opening(), None);
+    assert_eq!(h.com.fault_state(), FaultState::Ok, "busy is no fault");
+    assert_eq!(h.com.stats().line_give_ups, 1);
+    // A late answer to the abandoned attempt is ignored.
+    assert_eq!(
+        h.com.open_succeeded(attempt, &opened(1, 1 << 20), h.now),
+        None
+    );
+    // After the backoff, the next attempt as usual.
+    h.run_to_next_deadline();
+    assert!(matches!(h.actions()[..], [Action::RequestSlot]));
+    let next = h.grant();
+    assert_eq!(next, attempt + 1);
+}
+
+#[test]
+fn a_peer_hold_shorter_than_ours_sets_the_deadline_and_a_stale_wait_is_ignored() {
+    let mut h = H::new(line_cfg(Duration::from_secs(60)), true);
+    let attempt = h.queue_and_request_open();
+    // For another attempt: nothing.
+    h.com.open_waiting(attempt + 1, HOLD, h.now);
+    assert_eq!(h.com.state(), ComState::Opening);
+    h.com
+        .open_waiting(attempt, Duration::from_millis(1500), h.now);
+    assert_eq!(
+        h.com.poll_timeout(),
+        Some(h.now + Duration::from_millis(1500))
+    );
+    // The peer closed the connection itself (its hold time): the open
+    // failed as any transport failure does, and the stale deadline goes.
+    h.com.open_failed(
+        attempt,
+        OpenFailure::Transport("closed by the peer during the handshake".into()),
+        h.now,
+    );
+    assert_eq!(h.com.state(), ComState::Backoff);
+    h.actions();
+}
+
+#[test]
+fn a_channel_from_the_peer_while_we_wait_in_its_line_is_a_simultaneous_connect() {
+    // LOCAL (0x10) < PEER (0x20): our channel wins the tie, theirs is
+    // refused while ours waits in their line.
+    let mut h = H::new(line_cfg(Duration::from_secs(60)), true);
+    let attempt = h.queue_and_request_open();
+    h.com.open_waiting(attempt, HOLD, h.now);
+    let out = h
+        .com
+        .accepted(&negotiate(0, Attempt { opener: 9, seq: 1 }), NONCE, h.now);
+    assert!(
+        matches!(out, AcceptOutcome::Refuse(RefuseReason::LostTie)),
+        "{out:?}"
+    );
+    assert!(h.com.in_line());
+    // The other way round, the peer's channel wins and our wait ends.
+    let mut h = H::new(line_cfg(Duration::from_secs(60)), true);
+    let attempt = h.queue_and_request_open();
+    h.com.open_waiting(attempt, HOLD, h.now);
+    let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
+    neg.site = SiteId(0x01);
+    let hs = HandshakeNonces {
+        initiator: neg.site,
+        ..from_peer()
+    };
+    neg.proof = Some(hs.proof(&PAIR));
+    let out = h.com.accepted(&neg, NONCE, h.now);
+    assert!(matches!(out, AcceptOutcome::Accept { .. }), "{out:?}");
+    let a = h.actions();
+    assert!(matches!(a.first(), Some(Action::AbandonOpen)), "{a:?}");
+    assert_eq!(h.com.state(), ComState::Working);
+    assert_eq!(h.com.opening(), None);
+}
+
+#[test]
+fn shutdown_and_kill_abandon_an_attempt_waiting_in_line() {
+    let mut h = H::new(line_cfg(Duration::from_secs(60)), true);
+    let attempt = h.queue_and_request_open();
+    h.com.open_waiting(attempt, HOLD, h.now);
+    h.com.kill(h.now);
+    let a = h.actions();
+    assert!(matches!(a.first(), Some(Action::AbandonOpen)), "{a:?}");
+    assert_eq!(h.com.state(), ComState::Failed);
+}
