@@ -139,6 +139,10 @@ pub struct ComObject {
     up: bool,
     /// Whether the local side holds references to the peer.
     has_refs: bool,
+    /// The working channel was let in from the peer's waiting line (issue
+    /// 21): others wait for its slot, so with no references and nothing
+    /// pending it closes weakly at once instead of after the linger time.
+    via_line: bool,
     /// The peer said (CLEAR_REFERENCE) that it holds no reference to us,
     /// and has not used the channel since: with none on our side either,
     /// neither needs the channel, and the linger rule does not wait.
@@ -210,6 +214,7 @@ impl ComObject {
             fault: FaultState::Ok,
             up: false,
             has_refs: true,
+            via_line: false,
             peer_cleared: false,
             awaiting_replies: false,
             owed_reopen: false,

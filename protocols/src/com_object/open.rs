@@ -78,6 +78,7 @@ impl ComObject {
         if self.opening() != Some(attempt) {
             return None;
         }
+        let via_line = self.in_line();
         // The peer lists every address it listens on: later opens use the
         // best transport the two sites share.
         self.book.succeeded();
@@ -120,6 +121,7 @@ impl ComObject {
             self.update();
             return None;
         }
+        self.via_line = via_line;
         Some(self.now_working(None, now))
     }
 
@@ -390,6 +392,8 @@ impl ComObject {
         self.session
             .channel_up(params, now)
             .expect("last_received checked above");
+        // A channel the peer opened: no line of the peer's is waiting on it.
+        self.via_line = false;
         let id = self.now_working(Some(neg.attempt), now);
         AcceptOutcome::Accept { id, answer }
     }

@@ -137,8 +137,8 @@ impl SlotConfig {
             line: DEFAULT_LINE,
             line_hold: Duration::from_secs(30),
             admission: Admission::default(),
-            turn: Duration::from_millis(200),
-            turn_idle: Duration::from_millis(20),
+            turn: Duration::from_millis(500),
+            turn_idle: Duration::from_millis(50),
         })
     }
 

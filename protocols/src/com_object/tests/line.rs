@@ -132,3 +132,40 @@ fn shutdown_and_kill_abandon_an_attempt_waiting_in_line() {
     assert!(matches!(a.first(), Some(Action::AbandonOpen)), "{a:?}");
     assert_eq!(h.com.state(), ComState::Failed);
 }
+
+#[test]
+fn a_site_let_in_from_the_line_gives_its_slot_back_as_soon_as_it_is_done() {
+    let mut h = H::new(line_cfg(Duration::from_secs(60)), true);
+    let attempt = h.queue_and_request_open();
+    h.com.open_waiting(attempt, HOLD, h.now);
+    let id = h
+        .com
+        .open_succeeded(attempt, &opened(1, 1 << 20), h.now)
+        .unwrap();
+    h.actions();
+    // The message is sent and acknowledged; the last reference goes.
+    let mut out = ByteBuffer::new(65_536);
+    h.com.poll_transmit(h.now, &mut out);
+    let mut ack = ByteBuffer::new(4096);
+    let mut hb = [0u8; crate::frame::HEADER_LEN];
+    crate::frame::FrameHeader::control(crate::frame::FrameKind::Ack, 0, 1).encode(&mut hb);
+    ack.push(&hb);
+    assert!(h.com.handle_input(id, h.now, &mut ack, &mut |_| {}));
+    assert!(!h.com.has_need());
+    h.com.set_has_refs(false, h.now);
+    // No linger: others wait in the peer's line for this slot.
+    assert_eq!(h.com.poll_timeout().map(|t| t <= h.now), Some(true));
+    h.com.handle_timeout(h.now);
+    assert_eq!(h.com.state(), ComState::ClosingWeak);
+    // A site that got its channel without waiting lingers as before.
+    let mut h = H::new(line_cfg(Duration::from_secs(60)), true);
+    let id = h.working();
+    let mut out = ByteBuffer::new(65_536);
+    h.com.poll_transmit(h.now, &mut out);
+    let mut ack = ByteBuffer::new(4096);
+    ack.push(&hb);
+    assert!(h.com.handle_input(id, h.now, &mut ack, &mut |_| {}));
+    h.com.set_has_refs(false, h.now);
+    h.com.handle_timeout(h.now);
+    assert_eq!(h.com.state(), ComState::Working);
+}
