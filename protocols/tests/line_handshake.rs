@@ -231,3 +231,45 @@ fn wait_frames_are_control_frames_on_lane_five_with_the_documented_payload() {
     want.extend_from_slice(&[0xcd, 0x75, 0x30]);
     assert_eq!(payload, want);
 }
+
+proptest::proptest! {
+    /// Whatever the acceptor sends after NEGOTIATE — WAIT frames with any
+    /// payload, garbage, in any chunks — the initiator never panics, takes
+    /// only WAITs at a place from 1, and either opens, fails, or waits for
+    /// more.
+    #[test]
+    fn an_initiator_in_line_takes_any_bytes_without_panicking(
+        waits in proptest::collection::vec((0u32..4, proptest::num::u32::ANY), 0..4),
+        garbage in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+        raw_payload in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+        answer in proptest::bool::ANY,
+        chunk in 1usize..64,
+    ) {
+        let (mut ini, _acc, neg, mut to_a, mut to_b) = to_negotiate(Speaks::CURRENT, Speaks::CURRENT);
+        for (position, hold_ms) in waits {
+            write_wait(&mut to_a, &Wait { position, hold_ms });
+        }
+        handshake::write_payload(&mut to_a, FrameKind::Wait, &raw_payload);
+        if answer {
+            write_answer(&mut to_a, &accept_answer(&neg));
+        }
+        let (x, y) = to_a.chunks();
+        let mut bytes = [x, y].concat();
+        bytes.extend_from_slice(&garbage);
+        let mut input = ByteBuffer::new(MIN_BUFFER as usize);
+        for piece in bytes.chunks(chunk) {
+            if input.free() < piece.len() {
+                break;
+            }
+            input.push(piece);
+            let r = ini.handle_input(&mut input, &mut to_b);
+            if let Some(w) = ini.take_wait() {
+                proptest::prop_assert!(w.position >= 1);
+            }
+            match r {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) => {}
+            }
+        }
+    }
+}
