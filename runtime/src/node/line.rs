@@ -168,19 +168,24 @@ impl NodeInner {
                 Ok(Err(e)) => return Err(Left::Io(e)),
                 Err(_) => return Err(Left::Io(std::io::ErrorKind::TimedOut.into())),
             }
-            tokio::select! {
-                t = turn => match t {
-                    Ok(r) => r.map_err(Left::Line),
-                    // The controller dropped the place (it cannot, but a
-                    // closed connection is the answer either way).
-                    Err(_) => Err(Left::Line(LineEnd::Expired)),
-                },
-                r = trans.fill() => Err(match r {
-                    Ok(false) => Left::Closed,
-                    Ok(true) => Left::Spoke,
-                    Err(e) => Left::Io(e),
-                }),
-                _ = super::accept::stopped(&mut stop) => Err(Left::Stopping),
+            let mut turn = turn;
+            loop {
+                tokio::select! {
+                    t = &mut turn => return match t {
+                        Ok(r) => r.map_err(Left::Line),
+                        // The controller dropped the place (it cannot, but
+                        // a closed connection is the answer either way).
+                        Err(_) => Err(Left::Line(LineEnd::Expired)),
+                    },
+                    r = trans.fill() => match r {
+                        Ok(false) => return Err(Left::Closed),
+                        // A TLS record that carried no bytes for us.
+                        Ok(true) if trans.inb.is_empty() => {}
+                        Ok(true) => return Err(Left::Spoke),
+                        Err(e) => return Err(Left::Io(e)),
+                    },
+                    _ = super::accept::stopped(&mut stop) => return Err(Left::Stopping),
+                }
             }
         }
         .await;
