@@ -61,6 +61,11 @@ impl Line {
         self.by_peer.insert(peer, ticket);
     }
 
+    /// The head's ticket.
+    pub(super) fn front(&self) -> Option<u64> {
+        self.entries.first_key_value().map(|(t, _)| *t)
+    }
+
     /// Takes the head of the line.
     pub(super) fn pop(&mut self) -> Option<(u64, SiteId)> {
         let (ticket, e) = self.entries.pop_first()?;

@@ -148,24 +148,22 @@ fn a_peer_that_leaves_or_outstays_its_hold_gives_its_place_back() {
 }
 
 #[test]
-fn the_line_is_served_up_to_the_hard_limit_and_connects_below_the_weak_limit() {
+fn the_line_is_served_up_to_the_hard_limit_and_connects_alone_below_the_weak_limit() {
     let t0 = Instant::now();
     let mut t = table(2, 4, 4, Admission::Fifo);
-    let a = t.accept(t0).unwrap();
-    let b = t.accept(t0).unwrap();
-    let Grant::Queued(connect) = t.request(t0) else {
-        panic!("at the weak limit a connect waits")
-    };
-    let c = t.accept(t0).unwrap();
-    let d = t.accept(t0).unwrap();
+    let held = full(&mut t, t0);
     let (accepted, _, _) = wait(&mut t, t0, 1);
-    // Above the weak limit a freed slot goes to the accepted peer in line
-    // (accepts may use the slots up to the hard limit) …
-    assert_eq!(t.release(a, t0).map(|g| g.0), Some(accepted));
-    assert_eq!(t.release(b, t0), None);
-    assert_eq!(t.release(c, t0), None);
-    // … and a connect gets one only below the weak limit, as before.
-    assert_eq!(t.release(d, t0).map(|g| g.0), Some(connect));
+    let Grant::Queued(connect) = t.request(t0) else {
+        panic!("past the weak limit a connect waits")
+    };
+    // The peer in line waited longer: above the weak limit it gets the
+    // freed slot (accepts may use the slots up to the hard limit) …
+    assert_eq!(t.release(held[0], t0).map(|g| g.0), Some(accepted));
+    // … and a connect waiting alone gets one only below the weak limit,
+    // as before the line.
+    assert_eq!(t.release(held[1], t0), None);
+    assert_eq!(t.release(held[2], t0), None);
+    assert_eq!(t.release(held[3], t0).map(|g| g.0), Some(connect));
     assert_eq!((t.in_use(), t.waiting(), t.in_line()), (2, 0, 0));
 }
 
@@ -280,6 +278,7 @@ fn fifo_keeps_a_holder_until_the_preemption_policy_takes_it() {
 #[derive(Debug, Clone)]
 enum Op {
     Accept(u8),
+    Request,
     Release(usize),
     Leave(usize),
     Tick(u64),
@@ -288,6 +287,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u8..12).prop_map(Op::Accept),
+        1 => Just(Op::Request),
         3 => (0usize..64).prop_map(Op::Release),
         1 => (0usize..64).prop_map(Op::Leave),
         2 => (0u64..400).prop_map(Op::Tick),
@@ -296,9 +296,10 @@ fn op() -> impl Strategy<Value = Op> {
 
 proptest! {
     /// Against a model of the line: slots never exceed the hard limit;
-    /// nobody waits while a slot is free; the line holds at most its bound
-    /// and one entry per site; entries are served strictly in arrival
-    /// order (expiry and leaving only remove); a victim is a holder, once.
+    /// nobody waits in line while a slot is free; the line holds at most
+    /// its bound and one entry per site; entries are served strictly in
+    /// arrival order (expiry and leaving only remove), and beside waiting
+    /// connects, whoever waited longest first; a victim is a holder, once.
     #[test]
     fn the_line_is_bounded_one_per_site_and_served_in_order(
         weak in 1usize..4, extra in 1usize..3, bound in 0usize..6, share in any::<bool>(),
@@ -310,9 +311,17 @@ proptest! {
         let mut now = Instant::now();
         let mut holders: Vec<u64> = Vec::new();
         let mut line: VecDeque<(u64, u8)> = VecDeque::new();
+        let mut connects: VecDeque<u64> = VecDeque::new();
         let mut preempted: Vec<u64> = Vec::new();
         for op in ops {
             match op {
+                Op::Request => match t.request(now) {
+                    Grant::Now(h) => {
+                        prop_assert!(holders.len() < weak && connects.is_empty());
+                        holders.push(h);
+                    }
+                    Grant::Queued(w) => connects.push_back(w),
+                },
                 Op::Accept(peer) => match t.accept_or_wait(now, site(peer as u128)) {
                     Accepted::Slot(h) => {
                         prop_assert!(holders.len() < hard && line.is_empty());
@@ -337,12 +346,19 @@ proptest! {
                 Op::Release(i) if !holders.is_empty() => {
                     let h = holders.remove(i % holders.len());
                     preempted.retain(|&p| p != h);
-                    match t.release(h, now) {
-                        Some((w, nh)) => {
-                            prop_assert_eq!(Some(w), line.pop_front().map(|e| e.0), "served out of order");
-                            holders.push(nh);
-                        }
-                        None => prop_assert!(line.is_empty()),
+                    let after = holders.len();
+                    let c = connects.front().copied();
+                    let l = line.front().map(|e| e.0).filter(|_| after < hard);
+                    let want = match (c, l) {
+                        (Some(c), Some(l)) if c < l => connects.pop_front(),
+                        (Some(_), None) if after < weak => connects.pop_front(),
+                        (_, Some(_)) => line.pop_front().map(|e| e.0),
+                        _ => None,
+                    };
+                    let got = t.release(h, now);
+                    prop_assert_eq!(got.map(|g| g.0), want, "served out of order");
+                    if let Some((_, nh)) = got {
+                        holders.push(nh);
                     }
                 }
                 Op::Leave(i) if !line.is_empty() => {
@@ -371,9 +387,39 @@ proptest! {
             prop_assert!(t.in_use() <= hard);
             prop_assert_eq!(t.in_use(), holders.len());
             prop_assert_eq!(t.in_line(), line.len());
+            prop_assert_eq!(t.waiting(), connects.len());
             prop_assert!(line.len() <= bound);
             prop_assert!(line.is_empty() || holders.len() == hard, "waiting while a slot is free");
             prop_assert!(!t.short() || t.poll_timeout().is_some());
         }
     }
+}
+
+/// A site of the node waiting to connect is not starved by the line: while
+/// accepted peers wait too, a freed slot goes to whoever has waited
+/// longest, connect or accept. (Before, the line was always served first
+/// above the weak limit and kept the slots there, so a connect waited for
+/// as long as peers kept queueing.)
+#[test]
+fn regression_a_connect_waiting_beside_the_line_is_served_in_arrival_order() {
+    let t0 = Instant::now();
+    let mut t = table(2, 3, 10, Admission::Fifo);
+    let held = full(&mut t, t0);
+    let Grant::Queued(connect) = t.request(t0) else {
+        panic!("past the weak limit a connect waits")
+    };
+    let (a, _, _) = wait(&mut t, t0, 1);
+    let (b, _, _) = wait(&mut t, t0, 2);
+    assert_eq!(t.release(held[0], t0).map(|g| g.0), Some(connect));
+    assert_eq!(t.release(held[1], t0).map(|g| g.0), Some(a));
+    // A connect asking after `b` joined waits behind it.
+    let Grant::Queued(late) = t.request(t0) else {
+        panic!()
+    };
+    assert_eq!(t.release(held[2], t0).map(|g| g.0), Some(b));
+    assert_eq!((t.waiting(), t.in_line()), (1, 0));
+    // With nobody in line, connects are served below the weak limit only,
+    // as before.
+    assert_eq!(t.in_use(), 3);
+    let _ = late;
 }

@@ -20,10 +20,11 @@
 //!   bounds), and is let in when a slot frees. Only a full line, or a peer
 //!   that cannot wait, is refused as before.
 //! * A slot given back ([`release`](SlotTable::release)) goes to the head of
-//!   a line first — the connects' line below the weak limit, else the
-//!   accepted peers' line below the hard limit: a site whose channel was
-//!   just preempted and that asks again queues behind the sites that
-//!   waited, instead of taking its slot straight back.
+//!   a line first — the connects' line below the weak limit, the accepted
+//!   peers' line below the hard limit, the one that waited longest when
+//!   both wait: a site whose channel was just preempted and that asks
+//!   again queues behind the sites that waited, instead of taking its slot
+//!   straight back.
 //! * **Preemption.** While the slots in use exceed the weak limit (or reach
 //!   it with sites waiting), the [`Timer::Preemption`] tick asks the
 //!   [`PreemptionPolicy`] for one victim per tick; the driver closes that
@@ -453,23 +454,24 @@ impl SlotTable {
     }
 
     /// Slot `holder` is free again (its channel is gone). The slot goes to
-    /// the head of a line at once: a site waiting to connect if the slots
-    /// are below the weak limit, else the first accepted peer in line if
-    /// below the hard limit. Returned as (its ticket, its new holder id);
-    /// tickets of both lines are distinct.
+    /// the head of a line at once: below the weak limit, a site waiting to
+    /// connect; below the hard limit, the first accepted peer in line — or,
+    /// while both wait, whichever has waited longest (tickets of both lines
+    /// come from one counter), so neither line starves the other. Returned
+    /// as (its ticket, its new holder id).
     pub fn release(&mut self, holder: u64, now: Instant) -> Option<(u64, u64)> {
         self.holders.remove(&holder)?;
         self.preempting.remove(&holder);
-        let served = if self.in_use() < self.cfg.weak && !self.waiting.is_empty() {
-            self.waiting.pop_front()
-        } else if self.in_use() < self.cfg.hard {
-            let next = self.line.pop().map(|(t, _)| t);
-            if next.is_some() {
+        let connect = self.waiting.front().copied();
+        let accept = self.line.front().filter(|_| self.in_use() < self.cfg.hard);
+        let served = match (connect, accept) {
+            (Some(c), Some(a)) if c < a => self.waiting.pop_front(),
+            (Some(_), None) if self.in_use() < self.cfg.weak => self.waiting.pop_front(),
+            (_, Some(_)) => {
                 self.stats.grants += 1;
+                self.line.pop().map(|(t, _)| t)
             }
-            next
-        } else {
-            None
+            _ => None,
         };
         let granted = served.map(|w| (w, self.grant(now)));
         self.arm(now);
