@@ -219,3 +219,74 @@ async fn a_client_that_gives_up_leaves_the_line_and_comes_back_in_turn() {
     holders[1].shutdown(Duration::from_secs(5)).await;
     server.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A site the server knows is not forgotten while it waits in the
+/// server's line, however long: its entry is counted as on its way and
+/// its ComObject told, so the session (and its numbering) is there when
+/// its turn comes. Before, a wait longer than the linger time let the
+/// reclaim rule forget the site, and the client found a fresh session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_site_waiting_in_line_longer_than_the_linger_is_not_forgotten() {
+    let slots = TransController::new(
+        {
+            let mut c = SlotConfig::new(1, 2).unwrap();
+            c.admission = Admission::Fifo;
+            c
+        },
+        Box::new(DefaultPolicy {
+            min_hold: Duration::from_secs(3600),
+        }),
+    );
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            quick(c);
+            c.trans_controller = Some(slots.clone());
+            c.linger = Duration::from_secs(1);
+        })
+        .start()
+        .unwrap();
+    let sink = Sink::install(&server, 4, None);
+    let client = Node::builder().configure(quick).start().unwrap();
+    let site = client.site(addr(&server)).unwrap();
+    site.send(&Numbered { stream: 9, seq: 0 }).await.unwrap();
+    site.flush(PATIENCE).await.unwrap();
+    // The client closes its channel (orderly); the server keeps the site's
+    // session, nothing pending, for its linger time.
+    client.close_hard(&site);
+    assert!(eventually(|| slots.stats().in_use == 0).await);
+    // Two holders take both slots and keep them.
+    let holders: Vec<Node> = (0..2)
+        .map(|_| Node::builder().configure(quick).start().unwrap())
+        .collect();
+    let mut held = Vec::new();
+    for (stream, h) in holders.iter().enumerate() {
+        let s = h.site(addr(&server)).unwrap();
+        s.send(&Numbered {
+            stream: stream as u32,
+            seq: 0,
+        })
+        .await
+        .unwrap();
+        s.flush(PATIENCE).await.unwrap();
+        held.push(s);
+    }
+    // The client comes back: it waits in line, three linger times.
+    site.send(&Numbered { stream: 9, seq: 1 }).await.unwrap();
+    assert!(eventually(|| slots.stats().in_line == 1).await);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        server.metrics().sites_reclaimed,
+        0,
+        "forgotten while waiting"
+    );
+    // Its turn: the same session goes on.
+    drop(held);
+    holders[0].shutdown(Duration::from_secs(5)).await;
+    sink.wait().await;
+    assert_eq!(sink.out_of_order.load(Ordering::Relaxed), 0);
+    assert_eq!(client.metrics().peers_forgot, 0);
+    client.shutdown(Duration::from_secs(5)).await;
+    holders[1].shutdown(Duration::from_secs(5)).await;
+    server.shutdown(Duration::from_secs(5)).await;
+}

@@ -273,9 +273,10 @@ impl ComObject {
             && !self.has_need()
     }
 
-    /// True if the site may be forgotten once the linger time has passed.
+    /// True if the site may be forgotten once the linger time has passed
+    /// (not while a connection of it waits in our line).
     fn unneeded(&self) -> bool {
-        !self.has_refs && self.idle_without_channel()
+        !self.has_refs && self.peer_in_line == 0 && self.idle_without_channel()
     }
 
     /// Keeps the reclaim timer: set `linger` after the site became

@@ -143,6 +143,10 @@ pub struct ComObject {
     /// 21): others wait for its slot, so with no references and nothing
     /// pending it closes weakly at once instead of after the linger time.
     via_line: bool,
+    /// Connections of the peer waiting in this node's line (issue 21; one,
+    /// or two while a newer replaces an older): the site is calling us, so
+    /// it is neither given up nor forgotten meanwhile.
+    peer_in_line: u8,
     /// The peer said (CLEAR_REFERENCE) that it holds no reference to us,
     /// and has not used the channel since: with none on our side either,
     /// neither needs the channel, and the linger rule does not wait.
@@ -215,6 +219,7 @@ impl ComObject {
             up: false,
             has_refs: true,
             via_line: false,
+            peer_in_line: 0,
             peer_cleared: false,
             awaiting_replies: false,
             owed_reopen: false,

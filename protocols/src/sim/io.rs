@@ -448,8 +448,14 @@ impl Sim {
                 };
                 self.open_failed(n, peer, attempt, c, OpenFailure::Transport(why.into()));
             }
-            Role::Acceptor { .. } | Role::InLine { .. } | Role::NotYet | Role::Closed => {
-                // (`close_end` takes an entry in line out of the line.)
+            Role::InLine { ref neg, .. } => {
+                // Gone while waiting: out of the line (`close_end`), and its
+                // site no longer calling.
+                let site = neg.site;
+                self.close_end(c, e, Seg::Fin);
+                self.peer_in_line(n, site, false);
+            }
+            Role::Acceptor { .. } | Role::NotYet | Role::Closed => {
                 self.close_end(c, e, Seg::Fin);
             }
         }

@@ -41,6 +41,7 @@ impl Sim {
                 position,
                 replaced,
             } => {
+                let site = neg.site;
                 self.counts.line_waits += 1;
                 self.trace(m, "line_wait", &[neg.site.0, c as u128, position as u128]);
                 if let Some((oc, oe)) = replaced.and_then(|t| self.nodes[m].line.remove(&t)) {
@@ -64,9 +65,24 @@ impl Sim {
                 };
                 self.nodes[m].line.insert(ticket, (c, e));
                 self.send_out(c, e);
+                self.peer_in_line(m, site, true);
+                if replaced.is_some() {
+                    self.peer_in_line(m, site, false);
+                }
             }
         }
         self.rearm_slots(m);
+    }
+
+    /// A connection of `site` joined or left node `m`'s line: its
+    /// ComObject there, if any, is told (as the runtime's accept path
+    /// tells it: the site is calling, not to be given up or forgotten).
+    pub(super) fn peer_in_line(&mut self, m: usize, site: SiteId, waiting: bool) {
+        if let Some(mut p) = self.nodes[m].peers.remove(&site) {
+            p.com.set_peer_in_line(waiting, self.instant());
+            self.drive_peer(m, site, &mut p);
+            self.put_back(m, site, p);
+        }
     }
 
     /// A slot freed for the entry `ticket` of node `m`'s line, as `holder`:
@@ -85,6 +101,7 @@ impl Sim {
         };
         self.counts.line_grants += 1;
         self.trace(m, "line_grant", &[neg.site.0, c as u128]);
+        self.peer_in_line(m, neg.site, false);
         self.adopt(m, (c, e), &neg, nonce, holder);
     }
 
@@ -93,8 +110,20 @@ impl Sim {
         for t in tickets {
             if let Some((c, e)) = self.nodes[m].line.remove(t) {
                 self.trace(m, "line_expired", &[*t as u128, c as u128]);
+                let site = self.in_line_site(c, e);
                 self.close_end(c, e, Seg::Fin);
+                if let Some(site) = site {
+                    self.peer_in_line(m, site, false);
+                }
             }
+        }
+    }
+
+    /// The site whose connection `c` (end `e`) waits in line, if it does.
+    pub(super) fn in_line_site(&self, c: u64, e: usize) -> Option<SiteId> {
+        match &self.conns.get(&c)?.ends[e].role {
+            Role::InLine { neg, .. } => Some(neg.site),
+            _ => None,
         }
     }
 

@@ -23,7 +23,7 @@ mod report;
 
 pub(crate) use inbox::{Inbox, MakeInbox};
 use io::Live;
-pub(crate) use messages::{Adopt, Kill, Learn, Poke, Preempt, SlotGranted, Stop, Wake};
+pub(crate) use messages::{Adopt, Kill, Learn, PeerInLine, Poke, Preempt, SlotGranted, Stop, Wake};
 #[cfg(feature = "test-hooks")]
 pub(crate) use messages::{ChannelLease, CloseHard, HoldBusy};
 use open::Slot;

@@ -126,8 +126,14 @@ impl NodeInner {
         let c = &self.counters;
         Counters::add(&c.line_told_to_wait, 1);
         c.line_waiting.fetch_add(1, Ordering::Relaxed);
+        // A site the node knows is calling: kept (not given up, not
+        // forgotten) while it waits.
+        let known = self.waiting_in_line(accepted.neg.site);
         let end = self.wait_for_turn(&mut trans, place).await;
         c.line_waiting.fetch_sub(1, Ordering::Relaxed);
+        if let Some(e) = known {
+            self.left_line(&e);
+        }
         match end {
             Ok(lease) if !self.is_shut_down() => {
                 Counters::add(&c.line_granted, 1);

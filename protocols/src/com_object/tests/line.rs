@@ -169,3 +169,42 @@ fn a_site_let_in_from_the_line_gives_its_slot_back_as_soon_as_it_is_done() {
     h.com.handle_timeout(h.now);
     assert_eq!(h.com.state(), ComState::Working);
 }
+
+#[test]
+fn a_site_waiting_in_our_line_is_neither_given_up_nor_forgotten() {
+    // A client that cannot be called back (no address) lost its channel:
+    // temporarily failed, given up after `unreachable_give_up`.
+    let mut c = line_cfg(Duration::from_secs(60));
+    c.unreachable_give_up = Duration::from_secs(15);
+    c.give_up_after = None;
+    let mut h = H::new(c, false);
+    let id = h
+        .com
+        .accepted(&negotiate(0, Attempt { opener: 9, seq: 1 }), NONCE, h.now);
+    let AcceptOutcome::Accept { id, .. } = id else {
+        panic!("{id:?}")
+    };
+    h.actions();
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    h.com.channel_closed(id, h.now);
+    h.com.set_has_refs(false, h.now);
+    h.actions();
+    assert_eq!(h.com.fault_state(), FaultState::TempFailed);
+    // It calls back and waits in our line for 40 s: longer than the give-up
+    // and the linger time. Nothing fires.
+    h.com.set_peer_in_line(true, h.now);
+    h.advance(Duration::from_secs(40));
+    assert!(h.actions().is_empty(), "not given up, not reclaimed");
+    assert!(!h.com.is_failed());
+    // A newer connection replaces the older one: still waiting.
+    h.com.set_peer_in_line(true, h.now);
+    h.com.set_peer_in_line(false, h.now);
+    h.advance(Duration::from_secs(20));
+    assert!(h.actions().is_empty());
+    // It leaves without being let in: the give-up runs afresh from now.
+    h.com.set_peer_in_line(false, h.now);
+    h.advance(Duration::from_secs(14));
+    assert!(!h.com.is_failed());
+    h.advance(Duration::from_secs(1));
+    assert!(h.com.is_failed());
+}
