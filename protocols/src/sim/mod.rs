@@ -58,6 +58,7 @@ mod net;
 mod node;
 mod queue;
 mod shrink;
+mod slots;
 mod trace;
 mod traffic;
 
@@ -115,6 +116,13 @@ pub(super) enum Ev {
         peer: SiteId,
         holder: u64,
     },
+    /// A slot freed for the accepted peer waiting in line with `ticket`.
+    LineTurn {
+        node: usize,
+        inc: u32,
+        ticket: u64,
+        holder: u64,
+    },
     Syn {
         conn: u64,
     },
@@ -167,6 +175,8 @@ pub(super) struct Counts {
     claims_refused: u64,
     late_replies: u64,
     handshakes_dropped: u64,
+    line_waits: u64,
+    line_grants: u64,
 }
 
 /// A simulation in progress. See the module documentation.
@@ -347,6 +357,8 @@ impl Sim {
             retransmitted,
             opens: self.counts.opens,
             accepts_refused: self.counts.accepts_refused,
+            line_waits: self.counts.line_waits,
+            line_grants: self.counts.line_grants,
             reclaimed: self.counts.reclaimed,
             requests: self.oracle.requests,
             late_replies: self.counts.late_replies,
@@ -354,31 +366,6 @@ impl Sim {
             sim_s: self.now.min(self.end).as_secs_f64(),
             events: self.step,
         }
-    }
-
-    /// Puts a popped event on the trace: its kind and what it names.
-    fn trace_event(&mut self, ev: &Ev) {
-        let (kind, n, values): (&str, usize, [u128; 3]) = match *ev {
-            Ev::ComTimer { node, peer, .. } => ("timer", node, [peer.0, 0, 0]),
-            Ev::SlotTimer { node, .. } => ("slot_timer", node, [0; 3]),
-            Ev::Grant {
-                node, peer, holder, ..
-            } => ("grant", node, [peer.0, holder as u128, 0]),
-            Ev::Syn { conn } => ("syn", 0, [conn as u128, 0, 0]),
-            Ev::Arrive { conn, dir } => ("arrive", 0, [conn as u128, dir as u128, 0]),
-            Ev::Read { conn, end } => ("read", 0, [conn as u128, end as u128, 0]),
-            Ev::Writable { conn, end } => ("writable", 0, [conn as u128, end as u128, 0]),
-            Ev::HsTimeout { conn, end } => ("hs_timeout", 0, [conn as u128, end as u128, 0]),
-            Ev::Tick { node, .. } => ("tick", node, [0; 3]),
-            Ev::Fault => ("fault", 0, [0; 3]),
-            Ev::Heal => ("heal", 0, [0; 3]),
-            Ev::Restart { node } => ("restart", node, [0; 3]),
-            Ev::Resume { node, .. } => ("resume", node, [0; 3]),
-            Ev::Requests { node, .. } => ("request_timer", node, [0; 3]),
-            Ev::Admission { node, .. } => ("admission_timer", node, [0; 3]),
-            Ev::Audit => ("audit", 0, [0; 3]),
-        };
-        self.trace(n, kind, &values);
     }
 
     fn handle(&mut self, ev: Ev) {
@@ -419,6 +406,16 @@ impl Sim {
             } => {
                 if self.alive(node, inc) {
                     self.on_grant(node, peer, holder);
+                }
+            }
+            Ev::LineTurn {
+                node,
+                inc,
+                ticket,
+                holder,
+            } => {
+                if self.alive(node, inc) {
+                    self.on_line_turn(node, ticket, holder);
                 }
             }
             Ev::Syn { conn } => self.on_syn(conn),
@@ -546,6 +543,7 @@ impl Sim {
             slots: SlotTable::new(slots, Box::new(DefaultPolicy::default())),
             holders: BTreeMap::new(),
             waiters: BTreeMap::new(),
+            line: BTreeMap::new(),
             slot_armed: None,
             pairs: PairMemory::new(1024),
             requests: crate::requests::RequestTable::default(),

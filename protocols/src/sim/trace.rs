@@ -82,3 +82,36 @@ impl Trace {
         })
     }
 }
+
+impl super::Sim {
+    /// Puts a popped event on the trace: its kind and what it names.
+    pub(super) fn trace_event(&mut self, ev: &super::Ev) {
+        let (kind, n, values): (&str, usize, [u128; 3]) = match *ev {
+            super::Ev::ComTimer { node, peer, .. } => ("timer", node, [peer.0, 0, 0]),
+            super::Ev::SlotTimer { node, .. } => ("slot_timer", node, [0; 3]),
+            super::Ev::Grant {
+                node, peer, holder, ..
+            } => ("grant", node, [peer.0, holder as u128, 0]),
+            super::Ev::LineTurn {
+                node,
+                ticket,
+                holder,
+                ..
+            } => ("line_turn", node, [ticket as u128, holder as u128, 0]),
+            super::Ev::Syn { conn } => ("syn", 0, [conn as u128, 0, 0]),
+            super::Ev::Arrive { conn, dir } => ("arrive", 0, [conn as u128, dir as u128, 0]),
+            super::Ev::Read { conn, end } => ("read", 0, [conn as u128, end as u128, 0]),
+            super::Ev::Writable { conn, end } => ("writable", 0, [conn as u128, end as u128, 0]),
+            super::Ev::HsTimeout { conn, end } => ("hs_timeout", 0, [conn as u128, end as u128, 0]),
+            super::Ev::Tick { node, .. } => ("tick", node, [0; 3]),
+            super::Ev::Fault => ("fault", 0, [0; 3]),
+            super::Ev::Heal => ("heal", 0, [0; 3]),
+            super::Ev::Restart { node } => ("restart", node, [0; 3]),
+            super::Ev::Resume { node, .. } => ("resume", node, [0; 3]),
+            super::Ev::Requests { node, .. } => ("request_timer", node, [0; 3]),
+            super::Ev::Admission { node, .. } => ("admission_timer", node, [0; 3]),
+            super::Ev::Audit => ("audit", 0, [0; 3]),
+        };
+        self.trace(n, kind, &values);
+    }
+}

@@ -29,7 +29,7 @@ use sitenet_transport::Address;
 
 use super::NodeInner;
 use super::SiteRef;
-use crate::com_object::{Adopt, ComObject, Learn, Wake};
+use crate::com_object::{Adopt, ComObject, Learn, PeerInLine, Wake};
 use crate::metrics::Counters;
 use crate::site_entry::SiteEntry;
 
@@ -258,6 +258,33 @@ impl NodeInner {
         // An entry found by id runs its actor already, or (made from a
         // descriptor and never used) starts it now with its book.
         self.given_actor(&entry).do_send(adopt);
+    }
+
+    /// A connection naming site `id` waits in the node's line (issue 21):
+    /// the site's entry, if the node has one, counts it as on its way
+    /// (`adopting`, so the table does not reclaim it) and its ComObject is
+    /// told (it neither gives the site up nor forgets it meanwhile). The
+    /// entry is returned, for [`left_line`](Self::left_line).
+    pub(crate) fn waiting_in_line(self: &Arc<Self>, id: SiteId) -> Option<Arc<SiteEntry>> {
+        let entry = {
+            let t = self.sites.lock();
+            let e = t.entries[t.index.id(id)?].clone();
+            e.adopting.fetch_add(1, Ordering::SeqCst);
+            e
+        };
+        if let Some(a) = ComObject::of(&entry) {
+            a.do_send(PeerInLine(true));
+        }
+        Some(entry)
+    }
+
+    /// The connection [`waiting_in_line`](Self::waiting_in_line) counted
+    /// left the line (let in, or gone).
+    pub(crate) fn left_line(&self, entry: &SiteEntry) {
+        entry.adopting.fetch_sub(1, Ordering::SeqCst);
+        if let Some(a) = ComObject::of(entry) {
+            a.do_send(PeerInLine(false));
+        }
     }
 
     /// Forgets an entry whose ComObject never started, once its last

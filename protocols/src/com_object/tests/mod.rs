@@ -201,4 +201,5 @@ mod addresses;
 mod close;
 mod continuity;
 mod fresh;
+mod line;
 mod open;
