@@ -16,11 +16,17 @@ use sitenet::{Node, Priority, Runtime, SendError, SendOptions};
 #[global_allocator]
 static A: Counting = Counting;
 
-#[test]
-fn tiny_messages_to_a_stalled_consumer_stay_within_the_bound() {
-    const BOUND: u64 = 4 << 20;
-    // The consumer's handler stalls (its own runtime thread), so nothing is
-    // acknowledged once the first message arrives.
+/// A consumer whose handler stalls on its first message (stream 0, on its
+/// own runtime thread), so nothing is acknowledged until the returned
+/// sender is dropped; the receiver says it stalled. Later messages of
+/// other streams go to `other` with their priority once it runs again.
+fn stalled_consumer(
+    other: impl Fn(Priority, Numbered) + Send + Sync + 'static,
+) -> (
+    Node,
+    std::sync::mpsc::Sender<()>,
+    std::sync::mpsc::Receiver<()>,
+) {
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
         .runtime(Runtime::dedicated("stalled-consumer"))
@@ -31,18 +37,36 @@ fn tiny_messages_to_a_stalled_consumer_stay_within_the_bound() {
     let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
     let entered_tx = std::sync::Mutex::new(entered_tx);
     server
-        .handle(move |_ctx, _m: Numbered| {
-            let _ = entered_tx.lock().unwrap().send(());
-            let _ = release_rx.lock().unwrap().recv_timeout(PATIENCE);
+        .handle(move |ctx, m: Numbered| {
+            if m.stream == 0 {
+                let _ = entered_tx.lock().unwrap().send(());
+                let _ = release_rx.lock().unwrap().recv_timeout(PATIENCE);
+            } else {
+                other(ctx.priority(), m);
+            }
         })
         .unwrap();
-    let client = Node::builder()
+    (server, release_tx, entered_rx)
+}
+
+/// A client whose sites' output bound is `bound`.
+fn client_bounded(bound: u64) -> Node {
+    Node::builder()
         .configure(|c| {
-            c.output_bound = BOUND;
+            c.output_bound = bound;
             c.max_message_size = 1 << 20;
         })
         .start()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn tiny_messages_to_a_stalled_consumer_stay_within_the_bound() {
+    const BOUND: u64 = 4 << 20;
+    // The consumer stalls, so nothing is acknowledged once the first
+    // message arrives.
+    let (server, release_tx, entered_rx) = stalled_consumer(|_, _| {});
+    let client = client_bounded(BOUND);
     let site = client.site(addr(&server)).unwrap();
     // The first message opens the channel and stalls the consumer: what
     // follows queues behind it.
@@ -91,34 +115,14 @@ fn tiny_messages_to_a_stalled_consumer_stay_within_the_bound() {
 #[test]
 fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
     const BOUND: u64 = 4 << 20;
-    let server = Node::builder()
-        .listen("tcp:127.0.0.1:0")
-        .runtime(Runtime::dedicated("stalled-consumer"))
-        .start()
-        .unwrap();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let release_rx = std::sync::Mutex::new(release_rx);
-    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
-    let entered_tx = std::sync::Mutex::new(entered_tx);
     let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let r = received.clone();
-    server
-        .handle(move |ctx, m: Numbered| {
-            if m.stream == 0 {
-                let _ = entered_tx.lock().unwrap().send(());
-                let _ = release_rx.lock().unwrap().recv_timeout(PATIENCE);
-            } else if ctx.priority() == Priority::High {
-                r.lock().unwrap().push(m.seq);
-            }
-        })
-        .unwrap();
-    let client = Node::builder()
-        .configure(|c| {
-            c.output_bound = BOUND;
-            c.max_message_size = 1 << 20;
-        })
-        .start()
-        .unwrap();
+    let (server, release_tx, entered_rx) = stalled_consumer(move |priority, m| {
+        if priority == Priority::High {
+            r.lock().unwrap().push(m.seq);
+        }
+    });
+    let client = client_bounded(BOUND);
     let site = client.site(addr(&server)).unwrap();
     site.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
     entered_rx

@@ -288,9 +288,21 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
         "rtt_p99_us",
         "idle_site_bytes",
         "unused_site_bytes",
+        "accepts_refused",
+        "grants",
     ] {
         assert!(v.get(key).is_some_and(|x| x.is_u64()), "key {key}: {v}");
     }
+    for key in ["elapsed_s", "duration_s", "fairness_jain"] {
+        assert!(v.get(key).is_some_and(|x| x.is_f64()), "key {key}: {v}");
+    }
+    // Issue 21: 12 clients on 4 slots wait in the server's line (room for
+    // all of them) instead of being refused.
+    assert_eq!(v["admission"], "share");
+    assert_eq!(v["accepts_refused"], 0, "{v}");
+    assert!(v["grants"].as_u64().unwrap() > 0, "{v}");
+    let jain = v["fairness_jain"].as_f64().unwrap();
+    assert!(jain > 0.0 && jain <= 1.0, "{v}");
     // Measured, not computed: a site whose ComObject runs costs more than
     // one only referenced, and both something.
     let (idle, unused) = (
@@ -320,6 +332,7 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
 
     for bad in [
         vec!["stress", "--policy", "lru"],
+        vec!["stress", "--admission", "lifo"],
         vec!["stress", "--duration", "0"],
         vec!["stress", "--slots", "1"],
         vec!["stress", "--transport", "carrier-pigeon"],
@@ -337,7 +350,7 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
 /// `sitenet stats ADDR --json` asks a running node for its resources.
 #[test]
 fn stats_asks_a_running_node_for_its_resources() {
-    let (_node, first) = start_node();
+    let (_node, first) = start_node_with(&["--listen", "tcp:127.0.0.1:0", "--admission", "fifo"]);
     let listen = first["listen"][0].as_str().unwrap().to_string();
     let out = Command::new(BIN)
         .args(["stats", &listen, "--json"])
@@ -347,6 +360,12 @@ fn stats_asks_a_running_node_for_its_resources() {
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert!(v["slots"]["hard"].as_u64().unwrap() >= 2);
+    // Issue 21: the waiting line's counters, and the policy `--admission`
+    // chose.
+    assert_eq!(v["slots"]["admission"], "fifo", "{v}");
+    for key in ["in_line", "line_limit", "peak_line", "line_waits", "grants"] {
+        assert!(v["slots"][key].is_u64(), "{key}: {v}");
+    }
     assert!(v["transport_bytes_bound"].as_u64().unwrap() > 0);
     assert!(v["transport_bytes"].as_u64().unwrap() <= v["transport_bytes_bound"].as_u64().unwrap());
     assert!(
@@ -357,7 +376,11 @@ fn stats_asks_a_running_node_for_its_resources() {
     // Text form, and the usual exit codes.
     let out = Command::new(BIN).args(["stats", &listen]).output().unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("slots:"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("slots:") && text.contains("admission fifo"),
+        "{text}"
+    );
     let bad = Command::new(BIN)
         .args(["stats", "nowhere"])
         .stderr(Stdio::null())

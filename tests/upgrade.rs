@@ -83,7 +83,7 @@ async fn an_older_and_a_newer_node_interoperate_with_the_current_one() {
         let agreed = if peer.id() == old_id {
             "none"
         } else {
-            "packed,leaving"
+            "packed,leaving,line"
         };
         let peer_id = peer.id().to_string();
         let shows = || {

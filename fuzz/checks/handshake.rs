@@ -31,7 +31,8 @@ pub fn check(data: &[u8]) {
         Some(SiteId(1))
     };
 
-    // Initiator (local site 2), expecting PRESENT then NEGOTIATE_ANS.
+    // Initiator (local site 2), expecting PRESENT, any number of WAIT (the
+    // acceptor's line, issue 21), then NEGOTIATE_ANS.
     let mut ini = Initiator::new(local(2), expected, 0, 0, [0x1A; 32]);
     let mut input = ByteBuffer::new(MIN_BUFFER as usize);
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);
@@ -41,7 +42,13 @@ pub fn check(data: &[u8]) {
         let n = chunk.min(input.free()).min(stream.len() - off);
         input.push(&stream[off..off + n]);
         off += n;
-        match ini.handle_input(&mut input, &mut output) {
+        let r = ini.handle_input(&mut input, &mut output);
+        // A WAIT taken is a place counted from 1, told once.
+        if let Some(w) = ini.take_wait() {
+            assert!(w.position >= 1, "{w:?}");
+            assert!(ini.take_wait().is_none());
+        }
+        match r {
             Ok(Some(o)) => {
                 assert!(o.buffer_size >= MIN_BUFFER && o.buffer_size <= 65_536);
                 assert!(o.generation > 0 && o.generation <= MAX_GENERATION);

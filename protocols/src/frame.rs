@@ -111,6 +111,12 @@ pub enum FrameKind {
     /// channel and reconnecting for ever to a site that will not return
     /// (a restarted process is a new site).
     Leaving = 12,
+    /// Acceptor → initiator, during the open protocol, after NEGOTIATE and
+    /// before the answer: "my channel slots are full; you are in my
+    /// waiting line, and I answer when a slot frees" (the `line`
+    /// capability; docs/protocol.md §4.12). The answer (NEGOTIATE_ANS)
+    /// comes when the initiator's turn does: it is the grant.
+    Wait = 13,
 }
 
 impl FrameKind {
@@ -131,6 +137,7 @@ impl FrameKind {
             10 => Self::ClearReference,
             11 => Self::Packed,
             12 => Self::Leaving,
+            13 => Self::Wait,
             other => return Err(FrameError::UnknownKind(other)),
         })
     }

@@ -102,12 +102,22 @@ impl Capabilities {
     /// fails the site at once as shut down. Without it the peer sees the
     /// channel close and retries as after a crash.
     pub const LEAVING: Self = Self(1 << 1);
+    /// The waiting line (issue 21): an acceptor whose channel slots are
+    /// full answers a NEGOTIATE with a `WAIT` frame and keeps the
+    /// connection in a bounded line until a slot frees, then answers.
+    /// Without it such a connection is closed at once (the initiator
+    /// retries after its backoff), as before.
+    pub const LINE: Self = Self(1 << 2);
     /// No capability.
     pub const NONE: Self = Self(0);
     /// Every capability this build has.
-    pub const ALL: Self = Self(Self::PACKED.0 | Self::LEAVING.0);
+    pub const ALL: Self = Self(Self::PACKED.0 | Self::LEAVING.0 | Self::LINE.0);
 
-    const NAMES: [(Self, &'static str); 2] = [(Self::PACKED, "packed"), (Self::LEAVING, "leaving")];
+    const NAMES: [(Self, &'static str); 3] = [
+        (Self::PACKED, "packed"),
+        (Self::LEAVING, "leaving"),
+        (Self::LINE, "line"),
+    ];
 
     /// The set with exactly these bits (unknown ones included).
     pub const fn from_bits(bits: u64) -> Self {
@@ -320,7 +330,7 @@ mod tests {
 
     #[test]
     fn capabilities_print_by_name_and_unknown_bits_in_hex() {
-        assert_eq!(Capabilities::ALL.to_string(), "packed,leaving");
+        assert_eq!(Capabilities::ALL.to_string(), "packed,leaving,line");
         assert_eq!(Capabilities::NONE.to_string(), "none");
         assert_eq!(
             Capabilities::PACKED

@@ -607,7 +607,7 @@ fn oversized_payload_len_is_refused_from_the_header_alone() {
 fn unknown_kind_and_bad_header_fields() {
     let good = whole(3, 1, 10);
     let cases: Vec<(usize, u8, FrameError)> = vec![
-        (1, 13, FrameError::UnknownKind(13)),
+        (1, 14, FrameError::UnknownKind(14)),
         (1, 255, FrameError::UnknownKind(255)),
         (0, 0, FrameError::Version(0)),
         (0, 1, FrameError::Version(1)),

@@ -740,7 +740,7 @@ fn the_initiator_chooses_the_highest_common_version_and_shared_capabilities() {
         caps: Capabilities::ALL.without(Capabilities::PACKED),
     };
     let n = choice_against(Speaks::CURRENT, older).unwrap();
-    assert_eq!(n.caps, Capabilities::LEAVING);
+    assert_eq!(n.caps, Capabilities::LEAVING.union(Capabilities::LINE));
     // An acceptor offering `older` takes a choice from its offer, and
     // refuses a capability it did not offer.
     let acceptor_gets = |negotiate: &Negotiate| {
@@ -2233,7 +2233,7 @@ fn handshake_payloads_are_encoded_as_documented() {
         nonce: [0xAC; 32],
     };
     let documented = format!(
-        "85 {} 82 {} 07 {} 07 {} 03 {} c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 \
+        "85 {} 82 {} 07 {} 07 {} 07 {} c4 10 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10 \
          {} 91 b2 74 63 70 3a 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 {} c4 20{}",
         key("versions"),
         key("min"),
@@ -2272,7 +2272,7 @@ fn handshake_payloads_are_encoded_as_documented() {
         session: 0,
     };
     let documented = format!(
-        "8d {} 07 {} 03 {} c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa {} 90 \
+        "8d {} 07 {} 07 {} c4 10 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 aa {} 90 \
          {} ce 00 01 00 00 {} ce 10 00 00 00 {} 05 {} 02 {} 82 {} 07 {} cd 01 2c \
          {} c4 20{} {} c0 {} c0 {} 00",
         key("version"),

@@ -208,3 +208,27 @@ fn regression_crossing_channels_that_share_a_generation_lose_no_message() {
         assert_eq!(r.verdict, Verdict::Ok, "seed {seed}");
     }
 }
+
+/// Issue 21: with slots short, sites past a peer's hard limit wait in its
+/// line and are let in when a slot frees (a site of a build without the
+/// line is refused as before); every checker holds, over many seeds.
+#[test]
+fn sites_wait_in_line_for_tight_slots_and_every_checker_holds() {
+    let (mut waits, mut grants, mut refused) = (0, 0, 0);
+    for seed in 0..40 {
+        let r = Sim::new(SimConfig {
+            weak_slots: 3,
+            hard_slots: 5,
+            ..cfg(30, seed, Faults::Heavy)
+        })
+        .run();
+        assert_eq!(r.verdict, Verdict::Ok, "seed {seed}: {r:?}");
+        waits += r.line_waits;
+        grants += r.line_grants;
+        refused += r.accepts_refused;
+    }
+    assert!(waits > 0 && grants > 0, "{waits} waits, {grants} grants");
+    assert!(grants <= waits);
+    // Refusals: a full table with a peer of a build without the line.
+    assert!(refused > 0, "no site without the line was refused");
+}

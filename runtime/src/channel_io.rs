@@ -75,6 +75,8 @@ pub(crate) struct Dial {
     pub(crate) buffer_size: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
+    /// Longest wait in the acceptor's line (`NodeConfig::line_give_up`).
+    pub(crate) line_give_up: Duration,
     pub(crate) tls: Option<sitenet_transport::tls::TlsIdentity>,
     /// What dials a plugged transport's address.
     pub(crate) transports: sitenet_transport::TransportRegistry,
@@ -88,6 +90,7 @@ impl Dial {
             buffer_size: cfg.buffer_size,
             connect_timeout: cfg.connect_timeout,
             handshake_timeout: cfg.handshake_timeout,
+            line_give_up: cfg.line_give_up,
             tls: cfg.tls.clone(),
             transports: cfg.transports.clone(),
         }
@@ -97,11 +100,19 @@ impl Dial {
 /// Connects to `addr` and runs the initiator's side of the open protocol
 /// (`hs`, already told what to propose) over rings of the dial's buffer
 /// size, in the channel slot `lease` (given back if the open fails).
+///
+/// The handshake is bounded by the handshake timeout, unless the acceptor
+/// puts the connection in its waiting line (a `WAIT` frame, issue 21):
+/// `on_wait` is then told the acceptor's hold time (the ComObject waits
+/// with a give-up deadline, and abandons this future when it passes), and
+/// the wait for the answer is bounded by the shorter of that hold time
+/// and the dial's `line_give_up`, plus a handshake timeout.
 pub(crate) async fn connect_and_open(
     addr: Address,
     lease: Option<SlotLease>,
     dial: Dial,
     mut hs: Initiator,
+    mut on_wait: impl FnMut(Duration),
 ) -> Result<(TransObject, Opened), (OpenFailure, Option<SiteId>)> {
     let Dial {
         fault,
@@ -109,6 +120,7 @@ pub(crate) async fn connect_and_open(
         buffer_size,
         connect_timeout,
         handshake_timeout,
+        line_give_up,
         tls,
         transports,
     } = dial;
@@ -152,26 +164,37 @@ pub(crate) async fn connect_and_open(
     if let Some(s) = session {
         t.start_tls(s);
     }
+    let mut deadline = tokio::time::Instant::now() + handshake_timeout;
+    let mut waiting = false;
     let run = async {
         loop {
-            if !t.fill().await? {
+            let filled = tokio::time::timeout_at(deadline, t.fill()).await;
+            if !filled.map_err(|_| OpenError::Timeout)?? {
                 return Err(OpenFailure::Closed);
             }
             if let Some(site) = t.certified_peer() {
                 hs.certified(site);
             }
             let done = hs.handle_input(&mut t.inb, &mut t.outb)?;
-            t.flush().await?;
+            if let Some(w) = hs.take_wait() {
+                let hold = Duration::from_millis(w.hold_ms.into());
+                on_wait(hold);
+                if !std::mem::replace(&mut waiting, true) {
+                    deadline =
+                        tokio::time::Instant::now() + hold.min(line_give_up) + handshake_timeout;
+                }
+            }
+            tokio::time::timeout_at(deadline, t.flush())
+                .await
+                .map_err(|_| OpenError::Timeout)??;
             if let Some(opened) = done {
                 return Ok(opened);
             }
         }
     };
-    let r = actix_rt::time::timeout(handshake_timeout, run).await;
-    match r {
-        Err(_) => Err((OpenFailure::Open(OpenError::Timeout), hs.presented())),
-        Ok(Err(e)) => Err((e, hs.presented())),
-        Ok(Ok(opened)) => Ok((t, opened)),
+    match run.await {
+        Err(e) => Err((e, hs.presented())),
+        Ok(opened) => Ok((t, opened)),
     }
 }
 

@@ -133,6 +133,23 @@ pub struct NodeConfig {
     /// After the peer closed hard (it is short of resources and will come
     /// back), wait this long before reconnecting ourselves.
     pub reopen_after_peer_hard_close: Duration,
+    /// Longest wait in a peer's line (issue 21): a peer whose slots are full
+    /// tells an opening site to wait and lets it in when a slot frees; a
+    /// site waits at most this long (or the peer's own hold time, if
+    /// shorter), in `WaitingForCallback`, and then retries after its
+    /// backoff. Default 60 s.
+    pub line_give_up: Duration,
+    /// Who gives a slot up while peers wait in this node's line, and so who
+    /// is served next: [`Admission::Share`](sitenet_protocols::slots::Admission::Share)
+    /// (short turns in rotation) or
+    /// [`Admission::Fifo`](sitenet_protocols::slots::Admission::Fifo)
+    /// (first come stays until preempted). A setting of the slot
+    /// controller the node uses ([`trans_controller`](Self::trans_controller)),
+    /// applied when the node starts: nodes that share a controller (the
+    /// process's, by default) share its policy, and the last node started
+    /// with one set decides. `None` (the default) leaves the controller's
+    /// own, which is `Share` unless its `SlotConfig` says otherwise.
+    pub admission: Option<sitenet_protocols::slots::Admission>,
     /// A site temporarily failed for this long is declared permanently
     /// failed. `None` (the default): retried for ever.
     pub give_up_after: Option<Duration>,
@@ -280,6 +297,8 @@ impl Default for NodeConfig {
             linger: Duration::from_secs(10),
             ring_idle: Duration::from_secs(2),
             reopen_after_peer_hard_close: Duration::from_secs(5),
+            line_give_up: Duration::from_secs(60),
+            admission: None,
             give_up_after: None,
             fault_injector: None,
             trans_controller: None,
@@ -349,6 +368,7 @@ impl NodeConfig {
             linger: self.linger,
             ring_idle: self.ring_idle,
             reopen_after_peer_hard_close: self.reopen_after_peer_hard_close,
+            line_give_up: self.line_give_up,
             give_up_after: self.give_up_after,
             unreachable_give_up: self.unreachable_give_up,
             plugged: self.plugged_schemes(),

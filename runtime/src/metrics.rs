@@ -136,10 +136,22 @@ counters! {
     /// (their lease given back): ignored, the new channel kept.
     preemptions_stale,
     /// Accepted connections closed at once: the slot controller was at its
-    /// hard limit.
+    /// hard limit, and its waiting line full (or the peer cannot wait).
     accepts_refused,
     /// Times a site had to wait in line for a channel slot.
     slot_waits,
+    /// Accepted peers this node told to wait in its line (its slots full)
+    /// instead of refusing them (issue 21).
+    line_told_to_wait,
+    /// Accepted peers let in from this node's line when a slot freed.
+    line_granted,
+    /// Gauge: accepted peers waiting in this node's line now (each holds
+    /// a connection on its handshake rings, no channel slot).
+    line_waiting: gauge,
+    /// Open attempts of this node a peer told to wait in its line.
+    line_waits,
+    /// Waits in a peer's line given up at `NodeConfig::line_give_up`.
+    line_give_ups,
     /// Gauge: bytes of ByteBuffers held by working channels (two fixed
     /// buffers per channel; it never grows with traffic).
     channel_buffer_bytes: gauge,

@@ -229,7 +229,7 @@ impl Collector for Snapshot {
         // the process unless the node has its own: hence `slots_`).
         let shared = " (the node's TransController: shared with the other nodes of the process \
                       unless the node has its own).";
-        let gauges: [(&str, String, u64); 6] = [
+        let gauges: [(&str, String, u64); 9] = [
             (
                 "slots_in_use",
                 format!("Channel slots in use{shared}"),
@@ -260,11 +260,29 @@ impl Collector for Snapshot {
                 format!("The most sites waiting for a slot at once{shared}"),
                 slots.peak_waiting as u64,
             ),
+            (
+                "slots_line",
+                format!(
+                    "Accepted peers waiting in line for a slot, told to wait instead of being \
+                     refused{shared}"
+                ),
+                slots.in_line as u64,
+            ),
+            (
+                "slots_line_limit",
+                format!("Accepted peers that may wait in line at most{shared}"),
+                slots.line_limit as u64,
+            ),
+            (
+                "slots_line_peak",
+                format!("The most accepted peers in line at once{shared}"),
+                slots.peak_line as u64,
+            ),
         ];
         for (name, doc, v) in &gauges {
             gauge(&mut enc, name, doc, *v)?;
         }
-        let counters: [(&str, String, u64); 3] = [
+        let counters: [(&str, String, u64); 7] = [
             (
                 "slots_granted",
                 format!("Channel slots granted{shared}"),
@@ -277,8 +295,34 @@ impl Collector for Snapshot {
             ),
             (
                 "slots_accepts_refused",
-                format!("Accepted connections refused at the hard limit{shared}"),
+                format!(
+                    "Accepted connections refused at the hard limit (the line full, or a peer \
+                     that cannot wait){shared}"
+                ),
                 slots.accepts_refused,
+            ),
+            (
+                "slots_line_waits",
+                format!("Accepted peers told to wait in line{shared}"),
+                slots.line_waits,
+            ),
+            (
+                "slots_line_grants",
+                format!("Slots granted from the line{shared}"),
+                slots.grants,
+            ),
+            (
+                "slots_line_expired",
+                format!("Line entries that waited their whole hold time{shared}"),
+                slots.line_expired,
+            ),
+            (
+                "slots_line_left",
+                format!(
+                    "Line entries that left before their turn (the peer closed, or a newer \
+                     connection of the site replaced it){shared}"
+                ),
+                slots.line_left,
             ),
         ];
         for (name, doc, v) in &counters {
@@ -298,12 +342,13 @@ impl Collector for Snapshot {
                     .encode_counter::<NoLabelSet, u64, f64>(n, None)?;
             }
         }
-        let policy = Info::new([("policy", slots.policy)]);
+        let policy = Info::new([("policy", slots.policy), ("admission", slots.admission)]);
         policy.encode(enc.encode_descriptor(
             "slots_policy",
-            "The slot controller's preemption policy.",
+            "The slot controller's preemption policy, and its admission policy (who gives a \
+             slot up while peers wait in line: fifo or share).",
             None,
-            Info::<[(&str, &str); 1]>::TYPE,
+            Info::<[(&str, &str); 2]>::TYPE,
         )?)?;
 
         let gauges: [(&str, &str, u64); 7] = [
@@ -454,6 +499,14 @@ mod tests {
                 queued: 1,
                 accepts_refused: 0,
                 preemptions: vec![("naive_idle", 2), ("least_recently_active", 1)],
+                admission: "share",
+                in_line: 4,
+                line_limit: 120,
+                peak_line: 9,
+                line_waits: 30,
+                grants: 26,
+                line_expired: 0,
+                line_left: 0,
             },
             transport_bytes: 0,
             transport_bytes_peak: 0,
@@ -506,7 +559,11 @@ mod tests {
         );
         assert!(text.contains("\nsitenet_handshakes_pending 3\n"));
         assert!(text.contains("\nsitenet_slots_hard_limit 10\n"));
-        assert!(text.contains("\nsitenet_slots_policy_info{policy=\"least_recently_active\"} 1\n"));
+        assert!(text.contains(
+            "\nsitenet_slots_policy_info{policy=\"least_recently_active\",admission=\"share\"} 1\n"
+        ));
+        assert!(text.contains("\nsitenet_slots_line 4\n"), "{text}");
+        assert!(text.contains("\nsitenet_slots_line_grants_total 26\n"));
         assert!(text.contains("\nsitenet_slots_preemptions_total{reason=\"naive_idle\"} 2\n"));
         assert!(text.contains(
             "\nsitenet_site_messages_sent_total{site=\"bb\",address=\"tcp:127.0.0.1:7002\",level=\"4\"} 4\n"

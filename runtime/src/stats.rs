@@ -66,7 +66,7 @@ pub struct SiteStats {
     /// `mem:…`): which transport the two sites use now.
     pub channel: Option<String>,
     /// The optional features the working channel's two ends agreed in
-    /// their handshake (`packed,leaving`, or `none` with a peer of an
+    /// their handshake (`packed,leaving,line`, or `none` with a peer of an
     /// older build): during a rolling upgrade, which peers lack what.
     pub capabilities: Option<String>,
     /// `capabilities` as bits, to rebuild the text only when it changes.

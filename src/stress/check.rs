@@ -58,6 +58,18 @@ pub struct Checker {
 }
 
 impl Checker {
+    /// Messages delivered in order per client `0..clients` (a client that
+    /// got nothing through counts as 0): the fairness index's input.
+    pub fn per_client(&self, clients: usize) -> Vec<u64> {
+        let mut out = vec![0; clients];
+        for (&(client, _level), &n) in self.next.lock().iter() {
+            if let Some(c) = out.get_mut(client as usize) {
+                *c += n;
+            }
+        }
+        out
+    }
+
     /// Records one message of `body_len` bytes.
     pub fn record(&self, m: &StressData, body_len: usize) {
         self.bytes.fetch_add(body_len as u64, Ordering::Relaxed);

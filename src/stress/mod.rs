@@ -19,7 +19,7 @@ use serde::Serialize;
 
 pub use check::{Checker, StressData, StressPing, StressPong};
 
-use crate::protocols::slots::{by_name, SlotConfig};
+use crate::protocols::slots::{by_name, Admission, SlotConfig};
 use crate::transport::{FaultInjector, TransController};
 use crate::{Node, NodeConfig};
 
@@ -32,6 +32,9 @@ pub struct StressConfig {
     pub slots: usize,
     /// The server's preemption policy: `naive` or `default`.
     pub policy: String,
+    /// Who gives a slot up while clients wait in the server's line, and so
+    /// who is served next (issue 21): `Share` (the default) or `Fifo`.
+    pub admission: Admission,
     /// How long the clients send.
     pub duration: Duration,
     /// Channels cut per second, on average (0: none).
@@ -59,6 +62,7 @@ impl Default for StressConfig {
             clients: 200,
             slots: 30,
             policy: "default".into(),
+            admission: Admission::default(),
             duration: Duration::from_secs(20),
             cut_rate: 2.0,
             seed: 1,
@@ -157,8 +161,20 @@ pub struct StressReport {
     pub preemptions: u64,
     /// The same, by the reason that decided.
     pub preemptions_by_reason: BTreeMap<String, u64>,
-    /// Accepts the server closed at once (at its hard limit).
+    /// Accepts the server closed at once (at its hard limit, its line full
+    /// or the client unable to wait).
     pub accepts_refused: u64,
+    /// Slots the server granted from its waiting line (clients told to wait
+    /// instead of refused, let in when a slot freed).
+    pub grants: u64,
+    /// Most clients in the server's line at once.
+    pub peak_line: usize,
+    /// Jain's fairness index of the messages the server delivered per
+    /// client, (Σx)² / (n·Σx²): 1 when every client got as much through,
+    /// 1/n when one client got everything.
+    pub fairness_jain: f64,
+    /// The server's admission policy: `share` or `fifo`.
+    pub admission: String,
     /// Channels the clients opened beyond their first.
     pub reconnects: u64,
     /// Messages resent after a lost channel.
@@ -232,6 +248,24 @@ impl StressReport {
     }
 }
 
+/// Jain's fairness index of `x`: (Σx)² / (n·Σx²), in [1/n, 1]; 1 for no
+/// values or all zero (nothing to be unfair about).
+///
+/// ```
+/// use sitenet::stress::jain;
+/// assert_eq!(jain(&[5, 5, 5, 5]), 1.0);
+/// assert_eq!(jain(&[8, 0, 0, 0]), 0.25);
+/// assert!((jain(&[1, 2, 3]) - 36.0 / 42.0).abs() < 1e-12);
+/// ```
+pub fn jain(x: &[u64]) -> f64 {
+    let sum: f64 = x.iter().map(|&v| v as f64).sum();
+    let squares: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (x.len() as f64 * squares)
+}
+
 /// Resident memory of this process, in bytes (0 where it cannot be read).
 fn resident_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
@@ -303,6 +337,10 @@ pub fn run(
     let mut slot_cfg = SlotConfig::new((cfg.slots * 4 / 5).max(1), cfg.slots)
         .map_err(|e| StressError::Config(format!("--slots: {e}")))?;
     slot_cfg.preempt_interval = Duration::from_millis(5);
+    // Room in line for every client (each waits at most once): none is
+    // refused for want of room.
+    slot_cfg.line = cfg.clients;
+    slot_cfg.admission = cfg.admission;
     let (idle_site_bytes, unused_site_bytes) = measure_idle_site_bytes(5_000)?;
 
     let listen = match cfg.transport.as_str() {
@@ -465,6 +503,10 @@ pub fn run(
             .map(|(r, n)| (r.to_string(), *n))
             .collect(),
         accepts_refused: s.accepts_refused,
+        grants: s.grants,
+        peak_line: s.peak_line,
+        fairness_jain: jain(&checker.per_client(cfg.clients)),
+        admission: s.admission.to_string(),
         reconnects: opened,
         retransmitted,
         cuts: injector.cuts(),

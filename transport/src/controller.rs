@@ -14,6 +14,10 @@
 //! (plain atomics, written on the owner's thread, read by the tick), which
 //! the policy sees as a `Candidate`; the victim is told through the
 //! preempt callback its owner attached, and closes with CLOSE_HARD.
+//!
+//! Accepted peers that presented themselves past the hard limit wait in
+//! the table's line (issue 21; `controller/line.rs`): their owner is called
+//! back with a lease when their turn comes, or told that their place ended.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -27,6 +31,10 @@ use sitenet_protocols::slots::{
     ChannelReport, DefaultPolicy, Grant, PreemptReason, PreemptionPolicy, SlotConfig, SlotStats,
     SlotTable,
 };
+
+mod line;
+
+pub use line::{AcceptOrWait, LineEnd, LineFn, LineTicket};
 
 /// Called with the lease when a waiting site's turn comes.
 pub type GrantFn = Box<dyn FnOnce(SlotLease) + Send>;
@@ -121,6 +129,24 @@ pub struct SlotSnapshot {
     pub accepts_refused: u64,
     /// Preemptions by reason (`naive_idle`, `least_recently_active`, …).
     pub preemptions: Vec<(&'static str, u64)>,
+    /// Who gives a slot up while peers wait in line: `fifo` or `share`
+    /// (issue 21).
+    pub admission: &'static str,
+    /// Accepted peers waiting in line now.
+    pub in_line: usize,
+    /// How many may wait in line at most.
+    pub line_limit: usize,
+    /// Most peers in line at once.
+    pub peak_line: usize,
+    /// Peers told to wait in line.
+    pub line_waits: u64,
+    /// Slots granted from the line.
+    pub grants: u64,
+    /// Line entries whose hold time ran out.
+    pub line_expired: u64,
+    /// Line entries that left before their turn (the peer closed, or a
+    /// newer connection of the same site replaced it).
+    pub line_left: u64,
 }
 
 impl SlotSnapshot {
@@ -138,6 +164,8 @@ struct Holder {
 struct State {
     table: SlotTable,
     waiters: HashMap<u64, GrantFn>,
+    /// The line's entries (tickets of the same space as `waiters`).
+    line: HashMap<u64, LineFn>,
     holders: HashMap<u64, Holder>,
 }
 
@@ -221,6 +249,7 @@ impl TransController {
             state: Mutex::new(State {
                 table: SlotTable::new(cfg, policy),
                 waiters: HashMap::new(),
+                line: HashMap::new(),
                 holders: HashMap::new(),
             }),
             tick: Condvar::new(),
@@ -336,7 +365,11 @@ impl TransController {
         let mut granted = st.table.release(holder, now);
         let mut call = None;
         while let Some((w, h)) = granted {
-            if let Some(f) = st.waiters.remove(&w) {
+            let f = match st.waiters.remove(&w) {
+                Some(f) => Some(Served::Connect(f)),
+                None => st.line.remove(&w).map(Served::Line),
+            };
+            if let Some(f) = f {
                 st.holders.insert(
                     h,
                     Holder {
@@ -353,8 +386,10 @@ impl TransController {
         drop(st);
         self.inner.tick.notify_one();
         // Outside the lock: the callback may drop the lease at once.
-        if let Some((f, h)) = call {
-            f(self.lease(h));
+        match call {
+            Some((Served::Connect(f), h)) => f(self.lease(h)),
+            Some((Served::Line(f), h)) => f(Ok(self.lease(h))),
+            None => {}
         }
     }
 
@@ -376,6 +411,14 @@ impl TransController {
         let cfg = st.table.config();
         let s: SlotStats = st.table.stats();
         SlotSnapshot {
+            admission: st.table.admission().name(),
+            in_line: st.table.in_line(),
+            line_limit: cfg.line,
+            peak_line: s.peak_line,
+            line_waits: s.line_waits,
+            grants: s.grants,
+            line_expired: s.line_expired,
+            line_left: s.line_left,
             policy: st.table.policy_name(),
             weak: cfg.weak,
             hard: cfg.hard,
@@ -392,6 +435,12 @@ impl TransController {
                 .collect(),
         }
     }
+}
+
+/// Whose callback a freed slot calls.
+enum Served {
+    Connect(GrantFn),
+    Line(LineFn),
 }
 
 /// Which lease (slot) a preemption means: unique within its controller, so
@@ -462,25 +511,38 @@ fn tick_loop(weak: Weak<Inner>) {
             }
             Some(_) => {}
         }
-        let State { table, holders, .. } = &mut *st;
+        let State {
+            table,
+            holders,
+            line,
+            ..
+        } = &mut *st;
         let epoch = inner.epoch;
-        let victim = table.handle_timeout(now, |h| {
+        let tick = table.handle_timeout(now, |h| {
             holders
                 .get(&h)
                 .and_then(|x| x.info.as_ref())
                 .map(|i| i.load(epoch))
         });
-        let call = victim.and_then(|(h, reason)| {
-            holders
-                .get(&h)
-                .and_then(|x| x.preempt.clone())
-                .map(|f| (f, LeaseId(h), reason))
-        });
+        let calls: Vec<_> = tick
+            .victims
+            .iter()
+            .filter_map(|&(h, reason)| {
+                holders
+                    .get(&h)
+                    .and_then(|x| x.preempt.clone())
+                    .map(|f| (f, LeaseId(h), reason))
+            })
+            .collect();
+        let expired: Vec<LineFn> = tick.expired.iter().filter_map(|t| line.remove(t)).collect();
         drop(st);
         drop(inner);
-        if let Some((f, lease, reason)) = call {
+        for (f, lease, reason) in calls {
             tracing::debug!(reason = reason.name(), ?lease, "preempting a channel slot");
             f(lease, reason);
+        }
+        for f in expired {
+            f(Err(LineEnd::Expired));
         }
     }
 }

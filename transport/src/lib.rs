@@ -57,8 +57,8 @@ pub mod tls;
 pub use address::{is_scheme_name, Address, AddressError};
 pub use channel::{BoundListener, Channel, Listener};
 pub use controller::{
-    fd_limit, LeaseId, Requested, SlotInfo, SlotLease, SlotReport, SlotSnapshot, TransController,
-    WaitTicket,
+    fd_limit, AcceptOrWait, LeaseId, LineEnd, LineTicket, Requested, SlotInfo, SlotLease,
+    SlotReport, SlotSnapshot, TransController, WaitTicket,
 };
 pub use fault::{FaultInjector, FaultyChannel, SeedReportGuard};
 pub use mem::{MemChannel, MemListener, MEM_BACKLOG, MEM_PIPE_CAPACITY};

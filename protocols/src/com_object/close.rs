@@ -83,7 +83,8 @@ impl ComObject {
     /// When the linger rule would allow a weak close, if it applies at all:
     /// no references, nothing pending, a working channel with no close
     /// running, idle for the linger time (not at all once the peer cleared
-    /// its reference too), and no weak close rejected within it. (The cheap conditions are tested first: this runs on every
+    /// its reference too, or when the channel came from the peer's waiting
+    /// line), and no weak close rejected within it. (The cheap conditions are tested first: this runs on every
     /// acknowledgement.)
     pub(super) fn linger_deadline(&self) -> Option<Instant> {
         if self.has_refs
@@ -95,8 +96,10 @@ impl ComObject {
         }
         let linger = self.cfg.linger;
         // The peer holds no reference either: nobody needs the channel, no
-        // need to wait for the linger time (a reject still holds off).
-        let wait = if self.peer_cleared {
+        // need to wait for the linger time (a reject still holds off). Nor
+        // when the peer let this channel in from its waiting line (issue
+        // 21): others wait for the slot it holds.
+        let wait = if self.peer_cleared || self.via_line {
             Duration::ZERO
         } else {
             linger
@@ -270,9 +273,10 @@ impl ComObject {
             && !self.has_need()
     }
 
-    /// True if the site may be forgotten once the linger time has passed.
+    /// True if the site may be forgotten once the linger time has passed
+    /// (not while a connection of it waits in our line).
     fn unneeded(&self) -> bool {
-        !self.has_refs && self.idle_without_channel()
+        !self.has_refs && self.peer_in_line == 0 && self.idle_without_channel()
     }
 
     /// Keeps the reclaim timer: set `linger` after the site became

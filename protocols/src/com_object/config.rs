@@ -37,6 +37,10 @@ pub struct ComConfig {
     /// After the peer's hard close, wait this long for it to call back
     /// before reconnecting ourselves.
     pub reopen_after_peer_hard_close: Duration,
+    /// Longest wait in a peer's line (issue 21): an open attempt the peer
+    /// told to wait is abandoned after this long (or after the peer's own
+    /// hold time, if shorter), and the site retries after its backoff.
+    pub line_give_up: Duration,
     /// This node listens at an address its peers can call (a node without
     /// listen addresses is not). A node that can be called back does not
     /// reopen a channel its peer closed hard just in case the peer holds
@@ -80,6 +84,7 @@ impl Default for ComConfig {
             linger: Duration::from_secs(10),
             ring_idle: Duration::from_secs(2),
             reopen_after_peer_hard_close: Duration::from_secs(5),
+            line_give_up: Duration::from_secs(60),
             callable: false,
             give_up_after: None,
             unreachable_give_up: Duration::from_secs(15),

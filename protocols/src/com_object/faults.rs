@@ -30,6 +30,10 @@ impl ComObject {
     /// configured give-up, or the unreachable one if the site cannot be
     /// called back (and that is shorter).
     pub(super) fn arm_give_up(&mut self, now: Instant) {
+        if self.peer_in_line > 0 {
+            // The site is calling us: it waits in our line.
+            return;
+        }
         let unreachable = (!self.book.can_open()).then_some(self.cfg.unreachable_give_up);
         let limit = match (self.cfg.give_up_after, unreachable) {
             (Some(g), Some(u)) => Some((g.min(u), u < g)),

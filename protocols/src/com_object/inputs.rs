@@ -89,6 +89,31 @@ impl ComObject {
         }
     }
 
+    /// A connection of the peer joined (`true`) or left (`false`) this
+    /// node's waiting line (issue 21). While one waits, the site is calling
+    /// us: its give-up timer does not run (a client that cannot be called
+    /// back would otherwise be failed as unreachable while it waits its
+    /// turn) and it is not forgotten (its session, with the numbers of the
+    /// messages it will resend, is kept for the turn). When the last one
+    /// leaves, a site still temporarily failed and without a channel gets
+    /// its give-up time afresh.
+    pub fn set_peer_in_line(&mut self, waiting: bool, now: Instant) {
+        self.tick(now);
+        if waiting {
+            self.peer_in_line = self.peer_in_line.saturating_add(1);
+            self.timers.stop(crate::timer::Timer::GiveUp);
+        } else {
+            self.peer_in_line = self.peer_in_line.saturating_sub(1);
+            if self.peer_in_line == 0
+                && self.fault == super::FaultState::TempFailed
+                && self.working_channel().is_none()
+            {
+                self.arm_give_up(now);
+            }
+        }
+        self.update_reclaim();
+    }
+
     /// Holds a standalone threshold ack for one turn of the driver's event
     /// loop (see [`Session::hold_acks`](crate::Session::hold_acks)).
     pub fn hold_acks(&mut self, hold: bool) {

@@ -97,6 +97,12 @@ enum Phase {
         from: Option<Attempt>,
     },
     WaitingForCallback,
+    /// Our open attempt `attempt` waits in the peer's line (it answered
+    /// NEGOTIATE with WAIT, issue 21): the peer calls back by answering;
+    /// the `ReconnectBackoff` timer is the give-up deadline.
+    InLine {
+        attempt: u64,
+    },
     Backoff,
     Failed,
 }
@@ -135,6 +141,14 @@ pub struct ComObject {
     up: bool,
     /// Whether the local side holds references to the peer.
     has_refs: bool,
+    /// The working channel was let in from the peer's waiting line (issue
+    /// 21): others wait for its slot, so with no references and nothing
+    /// pending it closes weakly at once instead of after the linger time.
+    via_line: bool,
+    /// Connections of the peer waiting in this node's line (issue 21; one,
+    /// or two while a newer replaces an older): the site is calling us, so
+    /// it is neither given up nor forgotten meanwhile.
+    peer_in_line: u8,
     /// The peer said (CLEAR_REFERENCE) that it holds no reference to us,
     /// and has not used the channel since: with none on our side either,
     /// neither needs the channel, and the linger rule does not wait.
@@ -206,6 +220,8 @@ impl ComObject {
             fault: FaultState::Ok,
             up: false,
             has_refs: true,
+            via_line: false,
+            peer_in_line: 0,
             peer_cleared: false,
             awaiting_replies: false,
             owed_reopen: false,
@@ -270,7 +286,7 @@ impl ComObject {
                 ClosePhase::ClosingHard { .. } => ComState::ClosingHard,
                 ClosePhase::PeerClosing { .. } | ClosePhase::Done => ComState::WaitingForDisconnect,
             },
-            Phase::WaitingForCallback => ComState::WaitingForCallback,
+            Phase::WaitingForCallback | Phase::InLine { .. } => ComState::WaitingForCallback,
             Phase::Backoff => ComState::Backoff,
             Phase::Failed => ComState::Failed,
         }
@@ -299,12 +315,18 @@ impl ComObject {
         }
     }
 
-    /// The open attempt in progress, if any (its sequence number).
+    /// The open attempt in progress, if any (its sequence number): one
+    /// opening, or one waiting in the peer's line.
     pub fn opening(&self) -> Option<u64> {
         match self.phase {
-            Phase::Opening { attempt } => Some(attempt),
+            Phase::Opening { attempt } | Phase::InLine { attempt } => Some(attempt),
             _ => None,
         }
+    }
+
+    /// True while our open attempt waits in the peer's line (issue 21).
+    pub fn in_line(&self) -> bool {
+        matches!(self.phase, Phase::InLine { .. })
     }
 
     /// True once the site failed permanently (or was merged away).
@@ -422,11 +444,11 @@ impl ComObject {
                         return;
                     }
                 }
-                Timer::ReconnectBackoff => {
-                    if matches!(self.phase, Phase::Backoff | Phase::WaitingForCallback) {
-                        self.phase = Phase::Closed;
-                    }
-                }
+                Timer::ReconnectBackoff => match self.phase {
+                    Phase::Backoff | Phase::WaitingForCallback => self.phase = Phase::Closed,
+                    Phase::InLine { .. } => self.line_given_up(now),
+                    _ => {}
+                },
                 Timer::Linger => self.linger_expired(now),
                 Timer::Reclaim => self.reclaim_expired(now),
                 other => debug_assert!(false, "timer {} is not the ComObject's", other.name()),
@@ -564,7 +586,9 @@ impl ComObject {
             working,
             working_from,
             last_generation: self.session.last_generation(),
-            opening: matches!(self.phase, Phase::Opening { .. }),
+            // An attempt waiting in the peer's line is still ours in
+            // flight: a crossing channel is a simultaneous connect.
+            opening: self.opening().is_some(),
             closing: self.closing || self.phase == Phase::Failed,
         }
     }

@@ -78,6 +78,7 @@ impl ComObject {
         if self.opening() != Some(attempt) {
             return None;
         }
+        let via_line = self.in_line();
         // The peer lists every address it listens on: later opens use the
         // best transport the two sites share.
         self.book.succeeded();
@@ -120,6 +121,7 @@ impl ComObject {
             self.update();
             return None;
         }
+        self.via_line = via_line;
         Some(self.now_working(None, now))
     }
 
@@ -135,6 +137,11 @@ impl ComObject {
         self.tick(now);
         if self.opening() != Some(attempt) {
             return;
+        }
+        if self.in_line() {
+            // The peer closed the line's connection (its hold time, or it
+            // stopped): the give-up deadline is moot.
+            self.timers.stop(Timer::ReconnectBackoff);
         }
         // The attempt is over, whatever follows.
         self.phase = Phase::Closed;
@@ -163,6 +170,43 @@ impl ComObject {
             }
             other => self.set_fault(FaultState::TempFailed, other.to_string(), now),
         }
+        self.schedule_backoff(now);
+        self.update();
+    }
+
+    /// Our open attempt `attempt` was told to wait in the peer's line (a
+    /// `WAIT` frame after our NEGOTIATE, issue 21): the peer's slots are
+    /// full and it answers when our turn comes. The site waits in
+    /// [`ComState::WaitingForCallback`](super::ComState::WaitingForCallback)
+    /// — no fault, no backoff — until the answer ends the attempt
+    /// ([`open_succeeded`](Self::open_succeeded) or
+    /// [`open_failed`](Self::open_failed)), or until the give-up deadline
+    /// (the shorter of [`ComConfig::line_give_up`](super::ComConfig::line_give_up)
+    /// and the peer's `hold`): then the attempt is abandoned
+    /// ([`Action::AbandonOpen`]) and the site retries after its backoff.
+    /// Only the first `WAIT` of an attempt sets the deadline; later ones
+    /// (a peer telling its place again) do not move it. Ignored for any
+    /// other attempt.
+    pub fn open_waiting(&mut self, attempt: u64, hold: std::time::Duration, now: Instant) {
+        self.tick(now);
+        if self.opening() != Some(attempt) || self.in_line() {
+            return;
+        }
+        tracing::debug!(?hold, "told to wait in the peer's line");
+        self.count().line_waits += 1;
+        self.phase = Phase::InLine { attempt };
+        let wait = self.cfg.line_give_up.min(hold);
+        self.timers.set(Timer::ReconnectBackoff, now + wait);
+    }
+
+    /// The give-up deadline of a wait in the peer's line passed: the
+    /// attempt is abandoned and the site retries normally (after its
+    /// backoff). Not a fault: the peer is reachable, only busy.
+    pub(super) fn line_given_up(&mut self, now: Instant) {
+        tracing::debug!("gave up waiting in the peer's line");
+        self.count().line_give_ups += 1;
+        self.actions.push_back(Action::AbandonOpen);
+        self.phase = Phase::Closed;
         self.schedule_backoff(now);
         self.update();
     }
@@ -348,6 +392,8 @@ impl ComObject {
         self.session
             .channel_up(params, now)
             .expect("last_received checked above");
+        // A channel the peer opened: no line of the peer's is waiting on it.
+        self.via_line = false;
         let id = self.now_working(Some(neg.attempt), now);
         AcceptOutcome::Accept { id, answer }
     }

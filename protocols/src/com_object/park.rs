@@ -77,7 +77,8 @@ impl ComObject {
     /// or one of its deadlines comes, so a driver may keep it
     /// [`park`](Self::park)ed meanwhile. It holds with no channel (none
     /// working, none closing), no open attempt, no place in the slot
-    /// line, nothing queued, partly sent or unacknowledged, no reply
+    /// line, no connection of the peer's waiting in this node's line,
+    /// nothing queued, partly sent or unacknowledged, no reply
     /// awaited, no action the driver has not taken, a session that holds
     /// nothing but its numbering ([`Session::parkable`]: the driver has
     /// taken what acknowledgements freed), and no deadline due at `now`
@@ -89,6 +90,7 @@ impl ComObject {
             self.phase,
             Phase::Closed | Phase::Backoff | Phase::WaitingForCallback | Phase::Failed
         ) && self.session_channel == 0
+            && self.peer_in_line == 0
             && !self.closing
             && !self.awaiting_replies
             && self.actions.is_empty()
@@ -179,6 +181,8 @@ impl ComObject {
             fault: f.fault,
             up: f.up,
             has_refs: f.has_refs,
+            via_line: false,
+            peer_in_line: 0,
             peer_cleared: f.peer_cleared,
             awaiting_replies: false,
             owed_reopen: f.owed_reopen,
@@ -379,7 +383,7 @@ const COM_TIMERS: [Timer; 4] = [
 /// Every counter of `s`, in the packed form's order (by destructuring: a
 /// counter added to [`ComStats`] is a compile error here until it is kept
 /// too).
-fn com_stats_fields(s: &mut ComStats) -> [&mut u64; 10] {
+fn com_stats_fields(s: &mut ComStats) -> [&mut u64; 12] {
     let ComStats {
         weak_closes_started,
         weak_closes_rejected,
@@ -391,6 +395,8 @@ fn com_stats_fields(s: &mut ComStats) -> [&mut u64; 10] {
         temp_failures,
         handed_back,
         unproven_claims_refused,
+        line_waits,
+        line_give_ups,
     } = s;
     [
         weak_closes_started,
@@ -403,5 +409,7 @@ fn com_stats_fields(s: &mut ComStats) -> [&mut u64; 10] {
         temp_failures,
         handed_back,
         unproven_claims_refused,
+        line_waits,
+        line_give_ups,
     ]
 }

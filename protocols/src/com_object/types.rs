@@ -262,6 +262,10 @@ pub struct ComStats {
     /// Channels claiming this site refused for want of a proof of the
     /// pair's continuity.
     pub unproven_claims_refused: u64,
+    /// Open attempts the peer told to wait in its line (issue 21).
+    pub line_waits: u64,
+    /// Waits in the peer's line given up at the deadline.
+    pub line_give_ups: u64,
 }
 
 /// The user-visible state of a ComObject, named after what it waits for
@@ -283,7 +287,9 @@ pub enum ComState {
     /// We granted the peer's close and wait for it to disconnect.
     WaitingForDisconnect,
     /// The peer closed hard (it is short of resources) and will call back;
-    /// we wait for it before reconnecting ourselves.
+    /// we wait for it before reconnecting ourselves. Also: our open attempt
+    /// waits in the peer's line, and the peer lets it in when a slot frees
+    /// (issue 21) — with a give-up deadline, after which we retry.
     WaitingForCallback,
     /// A channel was lost or an open failed; we wait for the backoff.
     Backoff,

@@ -5,7 +5,7 @@ use crate::byte_buffer::ByteBuffer;
 use crate::error::{FrameError, OpenError, ProtocolError};
 use crate::frame::FrameKind;
 use crate::site::SiteId;
-use crate::version::{Agreed, Speaks};
+use crate::version::{Agreed, Capabilities, Speaks};
 
 /// The initiator's side of the open protocol.
 #[derive(Debug)]
@@ -44,6 +44,9 @@ pub enum Initiator {
         keys: Keyring,
         /// The transcript's hash, if we hold a cookie.
         transcript: Option<[u8; 32]>,
+        /// The acceptor put us in its waiting line: the latest `WAIT` not
+        /// yet taken by the driver ([`take_wait`](Initiator::take_wait)).
+        wait: Option<Wait>,
     },
     /// The acceptor refused the channel after presenting itself as `site`.
     Refused {
@@ -89,6 +92,18 @@ impl Initiator {
         match self {
             Self::ExpectAnswer { present, .. } => Some(present.site),
             Self::Refused { site } => Some(*site),
+            _ => None,
+        }
+    }
+
+    /// The acceptor's latest `WAIT` (it put this connection in its waiting
+    /// line, docs/protocol.md §4.12), once: the driver tells its ComObject
+    /// (which then waits with a give-up deadline instead of the handshake
+    /// timeout) and keeps reading for the answer. `None` when no new
+    /// `WAIT` arrived since the last call.
+    pub fn take_wait(&mut self) -> Option<Wait> {
+        match self {
+            Self::ExpectAnswer { wait, .. } => wait.take(),
             _ => None,
         }
     }
@@ -285,6 +300,7 @@ impl Initiator {
                         proposed,
                         keys,
                         transcript,
+                        wait: None,
                     };
                 }
                 Self::ExpectAnswer {
@@ -292,6 +308,7 @@ impl Initiator {
                     proposed,
                     keys,
                     transcript,
+                    wait,
                 } => {
                     let Some((h, payload)) =
                         read_frame(input, MAX_HANDSHAKE_PAYLOAD).map_err(OpenError::from_frame)?
@@ -301,9 +318,23 @@ impl Initiator {
                             proposed,
                             keys,
                             transcript,
+                            wait,
                         };
                         return Ok(None);
                     };
+                    if h.kind == FrameKind::Wait {
+                        // In the acceptor's line (issue 21): only if both
+                        // sides agreed to the line; the answer still comes.
+                        let wait = Some(read_wait(&proposed, &payload)?);
+                        *self = Self::ExpectAnswer {
+                            present,
+                            proposed,
+                            keys,
+                            transcript,
+                            wait,
+                        };
+                        continue;
+                    }
                     if h.kind != FrameKind::NegotiateAns {
                         return Err(ProtocolError::Unexpected {
                             kind: h.kind,
@@ -433,6 +464,27 @@ impl Initiator {
             }
         }
     }
+}
+
+/// A `WAIT` frame's payload, checked: the line must have been agreed in
+/// NEGOTIATE, and a place in line counts from 1.
+fn read_wait(proposed: &Negotiate, payload: &[u8]) -> Result<Wait, OpenError> {
+    if !proposed.caps.contains(Capabilities::LINE) {
+        return Err(ProtocolError::Unexpected {
+            kind: FrameKind::Wait,
+            state: "WAIT: the waiting line was not agreed on this channel",
+        }
+        .into());
+    }
+    let w: Wait = decode("WAIT", payload)?;
+    if w.position == 0 {
+        return Err(ProtocolError::Malformed {
+            what: "WAIT",
+            reason: "position 0 (a place in line counts from 1)".into(),
+        }
+        .into());
+    }
+    Ok(w)
 }
 
 impl OpenError {

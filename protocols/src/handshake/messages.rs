@@ -212,3 +212,33 @@ impl NegotiateAns {
         self
     }
 }
+
+/// The acceptor's "wait, I will let you in" (the `WAIT` frame, kind 13;
+/// the [`LINE`](crate::Capabilities::LINE) capability, issue 21): its
+/// channel slots are all in use, and instead of closing the connection it
+/// keeps it, parked on its handshake rings, in a bounded first-come line.
+/// When the initiator's turn comes the acceptor answers the NEGOTIATE as
+/// usual: the answer is the grant. Until then the initiator waits in
+/// `WaitingForCallback` (not in backoff), at most until its own give-up
+/// time or `hold_ms`, whichever is shorter, and then retries normally.
+///
+/// ```
+/// use sitenet_protocols::handshake::{encode_control, Wait};
+///
+/// let w = Wait { position: 3, hold_ms: 30_000 };
+/// let bytes = encode_control(&w);
+/// // A map of two named fields: "position" 3, "hold_ms" 30000.
+/// assert_eq!(bytes[0], 0x82);
+/// assert_eq!(rmp_serde::from_slice::<Wait>(&bytes).unwrap(), w);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wait {
+    /// The initiator's place in the line when this was written (1: the
+    /// next to be let in). Information only: the line moves as slots free
+    /// and as others leave it.
+    pub position: u32,
+    /// How long the acceptor keeps the connection in its line at most
+    /// (milliseconds); past it, the acceptor closes it and the initiator
+    /// retries after its backoff.
+    pub hold_ms: u32,
+}

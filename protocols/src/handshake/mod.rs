@@ -99,7 +99,7 @@ pub use certificate::PeerCertificate;
 pub use continuity::{Claim, Continuity, HandshakeNonces, Nonce, PairMemory, PairSecret, Proof};
 pub use cookie::{AuthFailure, Cookie, CookieError, CookieProof, Keyring};
 pub use initiator::{Initiator, Opened};
-pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason, SessionTag};
+pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason, SessionTag, Wait};
 
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{FrameError, OpenError, ProtocolError};
@@ -277,6 +277,12 @@ impl LocalInfo {
         }
         Ok(())
     }
+}
+
+/// Writes the acceptor's `WAIT` (its waiting line, issue 21); `false` if
+/// `output` has no room.
+pub fn write_wait(output: &mut ByteBuffer, wait: &Wait) -> bool {
+    write_control(output, FrameKind::Wait, wait)
 }
 
 /// Writes the acceptor's answer.

@@ -245,6 +245,7 @@ impl Sim {
             2 * (self.cfg.buffer_size as usize).max(crate::handshake::MIN_BUFFER as usize);
         let mut held = vec![0usize; self.nodes.len()];
         let mut pending = vec![0usize; self.nodes.len()];
+        let mut in_line = vec![0usize; self.nodes.len()];
         let mut rings = vec![0usize; self.nodes.len()];
         let mut too_big = None;
         'conns: for (c, conn) in self.conns.iter() {
@@ -255,6 +256,9 @@ impl Sim {
                 }
                 if live && matches!(end.role, super::net::Role::Acceptor { .. }) {
                     pending[end.node] += 1;
+                }
+                if live && matches!(end.role, super::net::Role::InLine { .. }) {
+                    in_line[end.node] += 1;
                 }
                 if live {
                     rings[end.node] += end.ring_bytes();
@@ -282,10 +286,29 @@ impl Sim {
                 );
                 return self.violation(what);
             }
+            // The waiting line (issue 21): within its bound, one entry per
+            // connection parked in it, and nobody waiting while a slot is
+            // free.
+            let line_max = node.slots.config().line;
+            if in_line[n] != node.slots.in_line()
+                || in_line[n] > line_max
+                || (in_line[n] > 0 && node.slots.in_use() < hard)
+            {
+                let what = format!(
+                    "{} has {} connections in line, its table {} (bound {line_max}), {} slots in use",
+                    node.id,
+                    in_line[n],
+                    node.slots.in_line(),
+                    node.slots.in_use()
+                );
+                return self.violation(what);
+            }
             // Transport memory: the rings of its slots, and of the pending
-            // handshakes admission lets it hold (small rings).
+            // handshakes admission lets it hold and the connections in its
+            // line (small rings).
             let max_pending = node.admission.config().max_pending;
-            let bound = hard * ring_max + max_pending * 2 * crate::handshake::MIN_BUFFER as usize;
+            let small = 2 * crate::handshake::MIN_BUFFER as usize;
+            let bound = hard * ring_max + (max_pending + in_line[n]) * small;
             if pending[n] > max_pending || rings[n] > bound {
                 let what = format!(
                     "{} holds {} pending handshakes (cap {max_pending}) and {} ring bytes \
@@ -298,6 +321,11 @@ impl Sim {
                 let stuck = match p.state() {
                     ComState::Opening => p.opening.is_none(),
                     ComState::WaitingForSlot => !matches!(p.slot, Slot::Waiting(_)),
+                    // In a peer's line: its attempt in flight, and a
+                    // give-up deadline.
+                    ComState::WaitingForCallback if p.com.in_line() => {
+                        p.opening.is_none() || p.com.poll_timeout().is_none()
+                    }
                     ComState::ClosingWeak
                     | ComState::ClosingHard
                     | ComState::WaitingForDisconnect => p.deadline().is_none(),

@@ -100,8 +100,13 @@ pub struct Report {
     pub retransmitted: u64,
     /// Open attempts.
     pub opens: u64,
-    /// Accepted channels refused at the hard slot limit.
+    /// Accepted channels refused at the hard slot limit (the waiting line
+    /// full, or the peer of a build without it).
     pub accepts_refused: u64,
+    /// Accepted peers told to wait in a site's line (issue 21).
+    pub line_waits: u64,
+    /// Of those, let in when a slot freed.
+    pub line_grants: u64,
     /// Sites forgotten by the reclaim rule.
     pub reclaimed: u64,
     /// Times a ComObject parked (no channel, nothing pending: issue 21),

@@ -190,6 +190,7 @@ impl Sim {
         node.peers.clear();
         node.holders.clear();
         node.waiters.clear();
+        node.line.clear();
         self.oracle.crashed(id);
         self.directory.retain(|s| *s != id);
         self.trace(n, "crash", &[id.0]);

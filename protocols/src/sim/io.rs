@@ -180,7 +180,9 @@ impl Sim {
                 let (peer, id) = (*peer, *id);
                 self.working_input(c, e, peer, id)
             }
-            Role::NotYet | Role::Closed => false,
+            // Parked in line: an honest initiator sends nothing until
+            // answered.
+            Role::InLine { .. } | Role::NotYet | Role::Closed => false,
         }
     }
 
@@ -188,16 +190,29 @@ impl Sim {
         let conn = self.conns.get_mut(&c).expect("checked by process");
         let end = &mut conn.ends[e];
         let n = end.node;
-        let Role::Initiator { peer, attempt, hs } = &mut end.role else {
+        let Role::Initiator {
+            peer,
+            attempt,
+            hs,
+            waiting,
+        } = &mut end.role
+        else {
             return false;
         };
         let (peer, attempt) = (*peer, *attempt);
         let before = end.inb.len();
         let r = hs.handle_input(&mut end.inb, &mut end.outb);
+        let wait = hs.take_wait();
+        if wait.is_some() {
+            *waiting = true;
+        }
         let consumed = end.inb.len() != before;
         self.send_out(c, e);
+        if let Some(w) = wait {
+            self.told_to_wait(n, peer, (attempt, c), w);
+        }
         let opened = match r {
-            Ok(None) => return consumed,
+            Ok(None) => return consumed || wait.is_some(),
             Ok(Some(opened)) => Ok(opened),
             Err(err) => Err(err),
         };
@@ -295,19 +310,28 @@ impl Sim {
                 return true;
             }
         };
-        let now = self.instant();
         if let Role::Acceptor { ticket, .. } = self.conns[&c].ends[e].role {
             self.nodes[m].admission.finish(ticket);
             self.nodes[m].admitted.remove(&ticket);
             self.rearm_admission(m);
         }
-        // Admission: an adopted channel takes a slot, refused past the
-        // hard limit.
-        let Some(holder) = self.nodes[m].slots.accept(now) else {
-            self.counts.accepts_refused += 1;
-            self.close_end(c, e, Seg::Fin);
-            return true;
-        };
+        // An adopted channel takes a slot; past the hard limit a peer that
+        // can wait waits in line (`line.rs`), else it is refused.
+        self.adopt_or_wait(m, c, e, neg, nonce);
+        true
+    }
+
+    /// Hands the accepted channel `c` (end `e`, holding slot `holder`) of
+    /// node `m` to its site's ComObject, which decides and answers.
+    pub(super) fn adopt(
+        &mut self,
+        m: usize,
+        (c, e): (u64, usize),
+        neg: &crate::handshake::Negotiate,
+        nonce: crate::handshake::Nonce,
+        holder: u64,
+    ) {
+        let now = self.instant();
         let peer = neg.site;
         let book = AddressBook::claimed(neg.listen.iter().map(String::as_str));
         let existed = self.nodes[m].peers.contains_key(&peer);
@@ -318,7 +342,7 @@ impl Sim {
         }
         let conn = self.conns.get_mut(&c).expect("still open");
         let end = &mut conn.ends[e];
-        match p.com.accepted(&neg, nonce, now) {
+        match p.com.accepted(neg, nonce, now) {
             AcceptOutcome::Refuse(reason) => {
                 write_answer(&mut end.outb, &NegotiateAns::Refuse(reason));
                 end.holder = Some(holder);
@@ -360,7 +384,6 @@ impl Sim {
             }
         }
         self.put_back(m, peer, p);
-        true
     }
 
     fn working_input(&mut self, c: u64, e: usize, peer: SiteId, id: crate::ChannelId) -> bool {
@@ -425,6 +448,13 @@ impl Sim {
                 };
                 self.open_failed(n, peer, attempt, c, OpenFailure::Transport(why.into()));
             }
+            Role::InLine { ref neg, .. } => {
+                // Gone while waiting: out of the line (`close_end`), and its
+                // site no longer calling.
+                let site = neg.site;
+                self.close_end(c, e, Seg::Fin);
+                self.peer_in_line(n, site, false);
+            }
             Role::Acceptor { .. } | Role::NotYet | Role::Closed => {
                 self.close_end(c, e, Seg::Fin);
             }
@@ -449,7 +479,13 @@ impl Sim {
             return;
         };
         let end = &conn.ends[e];
-        if let Role::Initiator { peer, attempt, .. } = end.role {
+        if let Role::Initiator {
+            peer,
+            attempt,
+            waiting: false,
+            ..
+        } = end.role
+        {
             let n = end.node;
             self.close_end(c, e, Seg::Rst);
             let why = OpenFailure::Open(OpenError::Timeout);
@@ -468,7 +504,7 @@ impl Sim {
                 let n = end.node;
                 self.drive(n, peer);
             }
-            Role::Initiator { .. } | Role::Acceptor { .. } => {
+            Role::Initiator { .. } | Role::Acceptor { .. } | Role::InLine { .. } => {
                 self.send_out(c, e);
             }
             Role::NotYet | Role::Closed => {}

@@ -63,6 +63,7 @@ mod node;
 mod peer;
 mod queue;
 mod shrink;
+mod slots;
 mod trace;
 mod traffic;
 
@@ -120,6 +121,13 @@ pub(super) enum Ev {
         peer: SiteId,
         holder: u64,
     },
+    /// A slot freed for the accepted peer waiting in line with `ticket`.
+    LineTurn {
+        node: usize,
+        inc: u32,
+        ticket: u64,
+        holder: u64,
+    },
     Syn {
         conn: u64,
     },
@@ -174,6 +182,8 @@ pub(super) struct Counts {
     claims_refused: u64,
     late_replies: u64,
     handshakes_dropped: u64,
+    line_waits: u64,
+    line_grants: u64,
 }
 
 /// A simulation in progress. See the module documentation.
@@ -348,6 +358,8 @@ impl Sim {
             retransmitted,
             opens: self.counts.opens,
             accepts_refused: self.counts.accepts_refused,
+            line_waits: self.counts.line_waits,
+            line_grants: self.counts.line_grants,
             reclaimed: self.counts.reclaimed,
             parks: self.counts.parks,
             unparks: self.counts.unparks,
@@ -397,6 +409,16 @@ impl Sim {
             } => {
                 if self.alive(node, inc) {
                     self.on_grant(node, peer, holder);
+                }
+            }
+            Ev::LineTurn {
+                node,
+                inc,
+                ticket,
+                holder,
+            } => {
+                if self.alive(node, inc) {
+                    self.on_line_turn(node, ticket, holder);
                 }
             }
             Ev::Syn { conn } => self.on_syn(conn),
@@ -524,6 +546,7 @@ impl Sim {
             slots: SlotTable::new(slots, Box::new(DefaultPolicy::default())),
             holders: BTreeMap::new(),
             waiters: BTreeMap::new(),
+            line: BTreeMap::new(),
             slot_armed: None,
             pairs: PairMemory::new(1024),
             requests: crate::requests::RequestTable::default(),

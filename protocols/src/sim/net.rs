@@ -33,11 +33,14 @@ pub(super) enum Seg {
 pub(super) enum Role {
     /// The acceptor's end before the connection request arrived.
     NotYet,
-    /// Our open attempt `attempt` to `peer`: the initiator's handshake.
+    /// Our open attempt `attempt` to `peer`: the initiator's handshake
+    /// (`waiting`: the acceptor put it in its line, issue 21; the
+    /// ComObject's give-up deadline bounds it, not the handshake's).
     Initiator {
         peer: SiteId,
         attempt: u64,
         hs: Box<Initiator>,
+        waiting: bool,
     },
     /// An accepted connection in its handshake (anonymous until NEGOTIATE),
     /// with its admission ticket and whether its peer has spoken yet.
@@ -46,6 +49,14 @@ pub(super) enum Role {
         nonce: Nonce,
         ticket: u64,
         spoke: bool,
+    },
+    /// An accepted connection whose peer presented itself while every slot
+    /// was in use: told to wait, it waits in the slot table's line with
+    /// `ticket`, parked on its handshake rings.
+    InLine {
+        neg: Box<crate::handshake::Negotiate>,
+        nonce: Nonce,
+        ticket: u64,
     },
     /// A working channel of the site's ComObject for `peer`.
     Working { peer: SiteId, id: ChannelId },

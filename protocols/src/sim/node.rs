@@ -16,7 +16,7 @@ use crate::handshake::{Initiator, LocalInfo, PairMemory, HANDSHAKE_TIMEOUT, MIN_
 use crate::message::OutMessage;
 use crate::reassembly::ReassemblyBudget;
 use crate::site::SiteId;
-use crate::slots::{ChannelReport, Grant, SlotTable};
+use crate::slots::{Grant, SlotTable};
 
 pub(super) use super::peer::{sorted_peers, Peer, Peers, Slot};
 
@@ -46,6 +46,9 @@ pub(super) struct Node {
     pub(super) holders: BTreeMap<u64, (u64, usize)>,
     /// Slot ticket → the site waiting with it.
     pub(super) waiters: BTreeMap<u64, SiteId>,
+    /// Line ticket → the accepted connection (connection, end) waiting in
+    /// the slot table's line with it (issue 21).
+    pub(super) line: BTreeMap<u64, (u64, usize)>,
     pub(super) slot_armed: Option<Duration>,
     pub(super) pairs: PairMemory,
     pub(super) next_opener: u64,
@@ -359,6 +362,7 @@ impl Sim {
                 peer,
                 attempt: req.attempt.seq,
                 hs: Box::new(hs),
+                waiting: false,
             },
         );
         dialer.holder = holder;
@@ -403,13 +407,20 @@ impl Sim {
         if !end.is_open() {
             return;
         }
-        if let Role::Acceptor { ticket, .. } = end.role {
+        let node = &mut self.nodes[end.node];
+        let live = end.incarnation == node.incarnation && node.up;
+        match end.role {
             // The handshake ended: it leaves the admission table.
-            let node = &mut self.nodes[end.node];
-            if end.incarnation == node.incarnation && node.up {
+            Role::Acceptor { ticket, .. } if live => {
                 node.admission.finish(ticket);
                 node.admitted.remove(&ticket);
             }
+            // Closed while waiting: it leaves the line.
+            Role::InLine { ticket, .. } if live => {
+                node.slots.leave_line(ticket, self.t0 + now);
+                node.line.remove(&ticket);
+            }
+            _ => {}
         }
         end.role = Role::Closed;
         end.rx.clear();
@@ -423,112 +434,6 @@ impl Sim {
         if let Some(h) = holder {
             self.release_slot(node, h);
         }
-    }
-
-    /// Slot `h` of node `n` is free; the first in line gets one.
-    pub(super) fn release_slot(&mut self, n: usize, h: u64) {
-        let now = self.instant();
-        let node = &mut self.nodes[n];
-        node.holders.remove(&h);
-        let mut freed = node.slots.release(h, now);
-        while let Some((ticket, holder)) = freed {
-            match node.waiters.remove(&ticket) {
-                Some(peer) => {
-                    let inc = node.incarnation;
-                    self.at(
-                        self.now,
-                        Ev::Grant {
-                            node: n,
-                            inc,
-                            peer,
-                            holder,
-                        },
-                    );
-                    break;
-                }
-                None => freed = node.slots.release(holder, now),
-            }
-        }
-        self.rearm_slots(n);
-    }
-
-    /// The slot a site waited for.
-    pub(super) fn on_grant(&mut self, n: usize, peer: SiteId, holder: u64) {
-        let Some(mut p) = self.take_peer(n, peer) else {
-            return self.release_slot(n, holder);
-        };
-        if matches!(p.slot, Slot::Waiting(_)) {
-            p.slot = Slot::Granted(holder);
-            if let Some(c) = self.nodes[n].pairs.take(peer) {
-                p.com.recall(c);
-            }
-            p.com.slot_granted();
-            self.drive_peer(n, peer, &mut p);
-        } else {
-            self.release_slot(n, holder);
-        }
-        self.put_back(n, peer, p);
-    }
-
-    pub(super) fn rearm_slots(&mut self, n: usize) {
-        let node = &mut self.nodes[n];
-        let at = node
-            .slots
-            .poll_timeout()
-            .map(|i| i.saturating_duration_since(self.t0));
-        if at != node.slot_armed {
-            node.slot_armed = at;
-            if let Some(t) = at {
-                let inc = node.incarnation;
-                self.at(t.max(self.now), Ev::SlotTimer { node: n, inc });
-            }
-        }
-    }
-
-    /// The preemption tick of node `n`.
-    pub(super) fn on_slot_timer(&mut self, n: usize) {
-        let now = self.instant();
-        self.nodes[n].slot_armed = None;
-        let node = &mut self.nodes[n];
-        let (slots, peers, holders, conns) =
-            (&mut node.slots, &node.peers, &node.holders, &self.conns);
-        let victim = slots.handle_timeout(now, |h| {
-            let (c, e) = holders.get(&h)?;
-            let end = &conns.get(c)?.ends[*e];
-            let Role::Working { peer, .. } = end.role else {
-                return None;
-            };
-            let p = peers.get(&peer)?;
-            let s = p.com.session();
-            Some(ChannelReport {
-                closeable: p.com.state() == crate::com_object::ComState::Working,
-                last_active: p.com.last_activity(),
-                mid_message: s.mid_message(),
-                replies_expected: p.com.awaiting_replies(),
-                buffers_empty: end.inb.is_empty() && end.outb.is_empty(),
-                queues_empty: s.queued_bytes() == 0,
-                callable: p.com.addresses().can_open(),
-            })
-        });
-        if let Some((h, _)) = victim {
-            let peer = self.nodes[n].holders.get(&h).and_then(|(c, e)| {
-                match self.conns.get(c)?.ends[*e].role {
-                    Role::Working { peer, .. } => Some(peer),
-                    _ => None,
-                }
-            });
-            if let Some(peer) = peer {
-                if let Some(mut p) = self.take_peer(n, peer) {
-                    if p.com.close_hard(now) {
-                        self.counts.preemptions += 1;
-                        self.trace(n, "preempt", &[peer.0]);
-                    }
-                    self.drive_peer(n, peer, &mut p);
-                    self.put_back(n, peer, p);
-                }
-            }
-        }
-        self.rearm_slots(n);
     }
 
     /// A message handed back to node `n`'s application.

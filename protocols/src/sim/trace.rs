@@ -94,6 +94,12 @@ impl super::Sim {
             Ev::Grant {
                 node, peer, holder, ..
             } => ("grant", node, [peer.0, holder as u128, 0]),
+            Ev::LineTurn {
+                node,
+                ticket,
+                holder,
+                ..
+            } => ("line_turn", node, [ticket as u128, holder as u128, 0]),
             Ev::Syn { conn } => ("syn", 0, [conn as u128, 0, 0]),
             Ev::Arrive { conn, dir } => ("arrive", 0, [conn as u128, dir as u128, 0]),
             Ev::Read { conn, end } => ("read", 0, [conn as u128, end as u128, 0]),

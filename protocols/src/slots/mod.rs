@@ -12,8 +12,17 @@
 //!   refused, and the driver closes it at once rather than leave it
 //!   hanging. A connection still in its handshake holds no slot and is no
 //!   slot pressure: it is bounded by [`crate::admission`] instead.
+//! * **The waiting line** (issue 21). A peer that presented itself when
+//!   every slot up to the hard limit is in use is not refused: if it can
+//!   wait (it has the `line` capability) it is told to wait and queues in
+//!   a bounded first-come line of accepted peers
+//!   ([`accept_or_wait`](SlotTable::accept_or_wait); `line.rs` has the
+//!   bounds), and is let in when a slot frees. Only a full line, or a peer
+//!   that cannot wait, is refused as before.
 //! * A slot given back ([`release`](SlotTable::release)) goes to the head of
-//!   the line first: a site whose channel was just preempted and that asks
+//!   a line first — the connects' line below the weak limit, the accepted
+//!   peers' line below the hard limit, the one that waited longest when
+//!   both wait: a site whose channel was just preempted and that asks
 //!   again queues behind the sites that waited, instead of taking its slot
 //!   straight back.
 //! * **Preemption.** While the slots in use exceed the weak limit (or reach
@@ -21,12 +30,16 @@
 //!   [`PreemptionPolicy`] for one victim per tick; the driver closes that
 //!   channel with CLOSE_HARD, and its slot comes back when the channel is
 //!   gone. Slots already being preempted do not count, so one shortage does
-//!   not preempt twice.
+//!   not preempt twice. While peers wait in the line, the
+//!   [`Admission`] policy decides who gives way: `Fifo` leaves it to the
+//!   preemption policy, `Share` rotates short turns (`turns.rs`).
 //!
 //! Time is an argument and nothing here does I/O: the runtime's
 //! TransController drives it, and tests drive it with a virtual clock.
 
+mod line;
 mod policy;
+mod turns;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -34,7 +47,9 @@ use std::time::{Duration, Instant};
 pub use policy::{
     by_name, Candidate, ChannelReport, DefaultPolicy, Naive, PreemptReason, PreemptionPolicy,
 };
+pub use turns::Admission;
 
+use crate::site::SiteId;
 use crate::timer::{Timer, TimerTable};
 
 /// File descriptors a process keeps outside its channel slots (listeners,
@@ -45,6 +60,11 @@ pub const RESERVED_FDS: u64 = 64;
 /// transport memory (two buffers per slot) matters more than descriptors.
 pub const MAX_DERIVED_HARD: usize = 16_384;
 
+/// The waiting line's length when the limits are given rather than derived
+/// ([`SlotConfig::new`]): each entry holds a connection (a descriptor, on
+/// TCP) and its two handshake rings.
+pub const DEFAULT_LINE: usize = 1024;
+
 /// The limits and the preemption tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotConfig {
@@ -53,8 +73,24 @@ pub struct SlotConfig {
     pub weak: usize,
     /// Slots never exceeded, accepts included.
     pub hard: usize,
-    /// Time between two preemptions while slots are short.
+    /// Time between two preemption ticks while slots are short.
     pub preempt_interval: Duration,
+    /// Accepted peers that may wait in line for a slot at most (issue 21);
+    /// 0: none, every accept past the hard limit is refused. Each holds a
+    /// connection — a descriptor on TCP — beside the hard limit's.
+    pub line: usize,
+    /// How long a peer may wait in line; then its connection is closed and
+    /// it retries after its backoff.
+    pub line_hold: Duration,
+    /// Who gives a slot up while peers wait in line (see [`Admission`]).
+    pub admission: Admission,
+    /// [`Admission::Share`]: a holder gives way after this long while peers
+    /// wait.
+    pub turn: Duration,
+    /// [`Admission::Share`]: a holder with nothing in flight that has
+    /// carried no message for this long gives way while peers wait (and a
+    /// new holder keeps its slot at least this long).
+    pub turn_idle: Duration,
 }
 
 /// A limit that cannot work.
@@ -83,9 +119,9 @@ impl SlotConfig {
     /// assert_eq!(SlotConfig::new(0, 10), Err(SlotConfigError::WeakZero));
     ///
     /// // Derived from RLIMIT_NOFILE: 64 descriptors kept, 120 for pending
-    /// // handshakes, 3/4 of the rest to connect.
+    /// // handshakes, 120 for the waiting line, 3/4 of the rest to connect.
     /// let cfg = SlotConfig::from_fd_limit(1024);
-    /// assert_eq!((cfg.weak, cfg.hard), (630, 840));
+    /// assert_eq!((cfg.weak, cfg.hard, cfg.line), (540, 720, 120));
     /// # Ok::<(), SlotConfigError>(())
     /// ```
     pub fn new(weak: usize, hard: usize) -> Result<Self, SlotConfigError> {
@@ -99,21 +135,28 @@ impl SlotConfig {
             weak: weak.min(hard - 1),
             hard,
             preempt_interval: Duration::from_millis(20),
+            line: DEFAULT_LINE,
+            line_hold: Duration::from_secs(30),
+            admission: Admission::default(),
+            turn: Duration::from_millis(500),
+            turn_idle: Duration::from_millis(50),
         })
     }
 
     /// Limits derived from the process's descriptor limit (RLIMIT_NOFILE's
     /// soft value): the hard limit leaves [`RESERVED_FDS`] descriptors for
-    /// everything else and [`handshake_fds`](crate::admission::handshake_fds)
-    /// for pending handshakes, which hold a descriptor but no slot (at most
-    /// [`MAX_DERIVED_HARD`]); the weak limit is three quarters of it, the
-    /// rest kept for accepts.
+    /// everything else, [`handshake_fds`](crate::admission::handshake_fds)
+    /// for pending handshakes, which hold a descriptor but no slot, and as
+    /// many for the waiting line (at most [`MAX_DERIVED_HARD`]); the weak
+    /// limit is three quarters of it, the rest kept for accepts.
     pub fn from_fd_limit(nofile: u64) -> Self {
         let pending = crate::admission::handshake_fds(nofile) as u64;
         let hard =
-            (nofile.saturating_sub(RESERVED_FDS + pending) as usize).clamp(2, MAX_DERIVED_HARD);
+            (nofile.saturating_sub(RESERVED_FDS + 2 * pending) as usize).clamp(2, MAX_DERIVED_HARD);
         let weak = (hard * 3 / 4).max(1);
-        Self::new(weak, hard).expect("derived limits are valid")
+        let mut cfg = Self::new(weak, hard).expect("derived limits are valid");
+        cfg.line = pending as usize;
+        cfg
     }
 }
 
@@ -128,6 +171,36 @@ pub enum Grant {
     Queued(u64),
 }
 
+/// What [`SlotTable::accept_or_wait`] did with an accepted peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    /// A slot now: the holder id to release it with.
+    Slot(u64),
+    /// In line: tell the peer to wait; a later [`release`](SlotTable::release)
+    /// serves `ticket`, or a tick expires it, or the driver withdraws it
+    /// ([`leave_line`](SlotTable::leave_line)) when the peer closes.
+    Wait {
+        /// Its place, for the grant.
+        ticket: u64,
+        /// Its position when it joined (1: next).
+        position: usize,
+        /// The same site's older entry, which this one replaced: close
+        /// that connection.
+        replaced: Option<u64>,
+    },
+    /// No slot and no room in line (or the peer cannot wait): close it.
+    Refused,
+}
+
+/// What a [`SlotTable::handle_timeout`] tick decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tick {
+    /// Holders to close with CLOSE_HARD, and why.
+    pub victims: Vec<(u64, PreemptReason)>,
+    /// Line entries whose hold time is over: close their connections.
+    pub expired: Vec<u64>,
+}
+
 /// Counters of a slot table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlotStats {
@@ -135,7 +208,8 @@ pub struct SlotStats {
     pub granted: u64,
     /// Requests that had to wait.
     pub queued: u64,
-    /// Accepts refused at the hard limit.
+    /// Accepts refused at the hard limit (the line full, or a peer that
+    /// cannot wait).
     pub accepts_refused: u64,
     /// Preemptions, by [`PreemptReason`] (index = reason as u8).
     pub preemptions: [u64; PreemptReason::ALL.len()],
@@ -143,6 +217,17 @@ pub struct SlotStats {
     pub peak_in_use: usize,
     /// Most sites waiting at once.
     pub peak_waiting: usize,
+    /// Accepted peers told to wait in line.
+    pub line_waits: u64,
+    /// Slots granted from the line.
+    pub grants: u64,
+    /// Entries whose hold time ran out.
+    pub line_expired: u64,
+    /// Entries that left before their turn (the peer closed, or a newer
+    /// connection of the same site replaced it).
+    pub line_left: u64,
+    /// Most peers in line at once.
+    pub peak_line: usize,
 }
 
 impl SlotStats {
@@ -184,8 +269,8 @@ impl SlotStats {
 ///     queues_empty: true,
 ///     callable: true,
 /// };
-/// let victim = slots.handle_timeout(now, |_holder| Some(quiet));
-/// assert_eq!(victim, Some((first, PreemptReason::LeastRecentlyActive)));
+/// let tick = slots.handle_timeout(now, |_holder| Some(quiet));
+/// assert_eq!(tick.victims, [(first, PreemptReason::LeastRecentlyActive)]);
 /// // The driver closed that channel with CLOSE_HARD: its slot goes to the waiter.
 /// let (served, _holder) = slots.release(first, now).expect("the waiter is served");
 /// assert_eq!(served, ticket);
@@ -200,6 +285,8 @@ pub struct SlotTable {
     holders: BTreeMap<u64, Instant>,
     /// Waiters' tickets, first come first served.
     waiting: VecDeque<u64>,
+    /// Accepted peers waiting for a slot (issue 21).
+    line: line::Line,
     /// Holders asked to give their slot back.
     preempting: BTreeSet<u64>,
     next_id: u64,
@@ -215,6 +302,7 @@ impl SlotTable {
             policy,
             holders: BTreeMap::new(),
             waiting: VecDeque::new(),
+            line: line::Line::default(),
             preempting: BTreeSet::new(),
             next_id: 1,
             timers: TimerTable::default(),
@@ -240,6 +328,23 @@ impl SlotTable {
     /// Sites waiting for a slot.
     pub fn waiting(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// Accepted peers waiting in line (issue 21).
+    pub fn in_line(&self) -> usize {
+        self.line.len()
+    }
+
+    /// Who gives a slot up while peers wait (see [`Admission`]).
+    pub fn admission(&self) -> Admission {
+        self.cfg.admission
+    }
+
+    /// Changes the admission policy (a node configured with one sets it on
+    /// the controller it uses); takes effect at the next tick.
+    pub fn set_admission(&mut self, admission: Admission, now: Instant) {
+        self.cfg.admission = admission;
+        self.arm(now);
     }
 
     /// Counters.
@@ -289,32 +394,88 @@ impl SlotTable {
 
     /// An accepted channel's peer presented itself and the channel is
     /// adopted: a slot if below the hard limit, else `None` (close it at
-    /// once).
+    /// once). For a peer that cannot wait in line; see
+    /// [`accept_or_wait`](Self::accept_or_wait).
     pub fn accept(&mut self, now: Instant) -> Option<u64> {
-        if self.in_use() >= self.cfg.hard {
-            self.stats.accepts_refused += 1;
-            return None;
+        match self.accept_or_wait(now, None) {
+            Accepted::Slot(h) => Some(h),
+            _ => None,
         }
-        let h = self.grant(now);
-        self.arm(now);
-        Some(h)
     }
 
-    /// Slot `holder` is free again (its channel is gone). If a site waits
-    /// and the slots are below the weak limit, the head of the line gets a
-    /// slot now: returned as (its ticket, its new holder id).
+    /// An accepted channel's peer presented itself as site `peer` (`None`:
+    /// it cannot wait — it lacks the `line` capability): a slot if below the
+    /// hard limit; else a place in line (one per site: a newer connection
+    /// replaces the site's older entry, and goes to the back); else, the
+    /// line full, refused.
+    pub fn accept_or_wait(&mut self, now: Instant, peer: Option<SiteId>) -> Accepted {
+        if self.in_use() < self.cfg.hard {
+            // Nobody waits in line while a slot is free: a release serves
+            // the line at once.
+            debug_assert!(self.line.is_empty());
+            let h = self.grant(now);
+            self.arm(now);
+            return Accepted::Slot(h);
+        }
+        let Some(peer) = peer else {
+            self.stats.accepts_refused += 1;
+            return Accepted::Refused;
+        };
+        let replaced = self.line.of(peer);
+        if replaced.is_none() && self.line.len() >= self.cfg.line {
+            self.stats.accepts_refused += 1;
+            return Accepted::Refused;
+        }
+        if let Some(old) = replaced {
+            self.line.remove(old);
+            self.stats.line_left += 1;
+        }
+        let ticket = self.id();
+        self.line.push(ticket, peer, now);
+        self.stats.line_waits += 1;
+        self.stats.peak_line = self.stats.peak_line.max(self.line.len());
+        self.arm(now);
+        Accepted::Wait {
+            ticket,
+            position: self.line.len(),
+            replaced,
+        }
+    }
+
+    /// A peer left the line before its turn (it closed its connection, or
+    /// the node stops). False if it was not in line.
+    pub fn leave_line(&mut self, ticket: u64, now: Instant) -> bool {
+        let left = self.line.remove(ticket);
+        if left {
+            self.stats.line_left += 1;
+            self.arm(now);
+        }
+        left
+    }
+
+    /// Slot `holder` is free again (its channel is gone). The slot goes to
+    /// the head of a line at once: below the weak limit, a site waiting to
+    /// connect; below the hard limit, the first accepted peer in line — or,
+    /// while both wait, whichever has waited longest (tickets of both lines
+    /// come from one counter), so neither line starves the other. Returned
+    /// as (its ticket, its new holder id).
     pub fn release(&mut self, holder: u64, now: Instant) -> Option<(u64, u64)> {
         self.holders.remove(&holder)?;
         self.preempting.remove(&holder);
-        if self.in_use() < self.cfg.weak {
-            if let Some(w) = self.waiting.pop_front() {
-                let h = self.grant(now);
-                self.arm(now);
-                return Some((w, h));
+        let connect = self.waiting.front().copied();
+        let accept = self.line.front().filter(|_| self.in_use() < self.cfg.hard);
+        let served = match (connect, accept) {
+            (Some(c), Some(a)) if c < a => self.waiting.pop_front(),
+            (Some(_), None) if self.in_use() < self.cfg.weak => self.waiting.pop_front(),
+            (_, Some(_)) => {
+                self.stats.grants += 1;
+                self.line.pop().map(|(t, _)| t)
             }
-        }
+            _ => None,
+        };
+        let granted = served.map(|w| (w, self.grant(now)));
         self.arm(now);
-        None
+        granted
     }
 
     /// Slots in use, not counting those already being preempted.
@@ -322,9 +483,20 @@ impl SlotTable {
         self.in_use() - self.preempting.len()
     }
 
+    /// Under [`Admission::Share`] with peers in line: how many more holders
+    /// should give way (one per peer waiting, less those already asked).
+    fn turns_wanted(&self) -> Option<usize> {
+        (self.cfg.admission == Admission::Share && !self.line.is_empty())
+            .then(|| self.line.len().saturating_sub(self.preempting.len()))
+    }
+
     /// True while a preemption is due: past the weak limit, or at it with
-    /// sites waiting.
+    /// sites waiting to connect; under [`Admission::Share`], instead, while
+    /// fewer holders are giving way than peers wait in line.
     pub fn short(&self) -> bool {
+        if let Some(want) = self.turns_wanted() {
+            return want > 0;
+        }
         let e = self.effective();
         e > self.cfg.weak || (e >= self.cfg.weak && !self.waiting.is_empty())
     }
@@ -338,24 +510,39 @@ impl SlotTable {
         }
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) is next due.
+    /// When [`handle_timeout`](Self::handle_timeout) is next due: the
+    /// preemption tick, or the first line entry's hold time.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.next_deadline()
+        let line = self.line.deadline(self.cfg.line_hold);
+        match (self.timers.next_deadline(), line) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// The preemption tick: if slots are still short, asks the policy for a
-    /// victim among the holders whose channel `describe` reports (a holder
-    /// it returns `None` for — a channel still in its handshake — is not a
-    /// candidate). Returns the holder to close with
-    /// CLOSE_HARD and why. The tick re-arms while slots stay short.
+    /// The tick: line entries past their hold time leave it
+    /// ([`Tick::expired`]); then, if slots are still short, victims among
+    /// the holders whose channel `describe` reports (a holder it returns
+    /// `None` for — a channel still in its handshake — is not a
+    /// candidate): under [`Admission::Share`] with peers in line, as many
+    /// holders as have had their turn or gone quiet, up to one per peer
+    /// waiting; otherwise the preemption policy's one. The driver closes
+    /// each victim with CLOSE_HARD. The tick re-arms while slots stay
+    /// short.
     pub fn handle_timeout(
         &mut self,
         now: Instant,
         mut describe: impl FnMut(u64) -> Option<ChannelReport>,
-    ) -> Option<(u64, PreemptReason)> {
+    ) -> Tick {
+        let expired = self.line.expire(now, self.cfg.line_hold);
+        self.stats.line_expired += expired.len() as u64;
+        let mut tick = Tick {
+            victims: Vec::new(),
+            expired,
+        };
         if !self.timers.take_expired(Timer::Preemption, now) || !self.short() {
             self.arm(now);
-            return None;
+            return tick;
         }
         let candidates: Vec<Candidate> = self
             .holders
@@ -369,17 +556,22 @@ impl SlotTable {
                 })
             })
             .collect();
-        let choice = self.policy.choose(now, &candidates);
-        if let Some((h, reason)) = choice {
+        tick.victims = match self.turns_wanted() {
+            Some(want) => turns::share(now, &candidates, want, self.cfg.turn, self.cfg.turn_idle),
+            None => self.policy.choose(now, &candidates).into_iter().collect(),
+        };
+        for &(h, reason) in &tick.victims {
             self.preempting.insert(h);
             self.stats.preemptions[reason as usize] += 1;
         }
         self.timers
             .set(Timer::Preemption, now + self.cfg.preempt_interval);
         self.arm(now);
-        choice
+        tick
     }
 }
 
+#[cfg(test)]
+mod line_tests;
 #[cfg(test)]
 mod tests;

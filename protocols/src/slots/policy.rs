@@ -63,17 +63,25 @@ pub enum PreemptReason {
     /// `default`, as a last resort: every channel held long enough is in
     /// the middle of a message or awaits replies.
     Busy = 5,
+    /// [`Admission::Share`](super::Admission::Share): a holder gone quiet
+    /// while peers wait in line gives way (issue 21).
+    TurnIdle = 6,
+    /// [`Admission::Share`](super::Admission::Share): a holder that has had
+    /// its turn while peers wait in line gives way (issue 21).
+    TurnOver = 7,
 }
 
 impl PreemptReason {
     /// Every reason, in counter order.
-    pub const ALL: [PreemptReason; 6] = [
+    pub const ALL: [PreemptReason; 8] = [
         PreemptReason::NaiveIdle,
         PreemptReason::NaiveBuffersEmpty,
         PreemptReason::NaiveFirst,
         PreemptReason::LeastRecentlyActive,
         PreemptReason::NotCallable,
         PreemptReason::Busy,
+        PreemptReason::TurnIdle,
+        PreemptReason::TurnOver,
     ];
 
     /// A short name for reports.
@@ -85,6 +93,8 @@ impl PreemptReason {
             PreemptReason::LeastRecentlyActive => "least_recently_active",
             PreemptReason::NotCallable => "not_callable",
             PreemptReason::Busy => "busy",
+            PreemptReason::TurnIdle => "turn_idle",
+            PreemptReason::TurnOver => "turn_over",
         }
     }
 }

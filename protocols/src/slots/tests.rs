@@ -42,7 +42,7 @@ fn limits_are_checked_and_one_slot_is_kept_for_accepts() {
     assert_eq!(SlotConfig::new(0, 5), Err(SlotConfigError::WeakZero));
     assert_eq!(SlotConfig::new(10, 5).unwrap().weak, 4);
     let d = SlotConfig::from_fd_limit(1024);
-    assert_eq!((d.weak, d.hard), (630, 840));
+    assert_eq!((d.weak, d.hard, d.line), (540, 720, 120));
     let small = SlotConfig::from_fd_limit(10);
     assert_eq!((small.weak, small.hard), (1, 2));
     assert_eq!(SlotConfig::from_fd_limit(1 << 20).hard, MAX_DERIVED_HARD);
@@ -114,16 +114,17 @@ fn the_preemption_tick_preempts_one_slot_per_tick_while_slots_are_short() {
     let due = t.poll_timeout().expect("armed past the weak limit");
     assert_eq!(due, t0 + Duration::from_millis(20));
     let describe = |_h: u64| Some(quiet(t0));
+    let victim = |t: &mut SlotTable, at| t.handle_timeout(at, describe).victims.first().copied();
     // Everything is younger than the minimum hold: nobody yet.
-    assert_eq!(t.handle_timeout(due, describe), None);
+    assert_eq!(victim(&mut t, due), None);
     let late = t0 + Duration::from_millis(200);
-    let (v1, why) = t.handle_timeout(late, describe).expect("a victim");
+    let (v1, why) = victim(&mut t, late).expect("a victim");
     assert_eq!(why, PreemptReason::LeastRecentlyActive);
     assert!(hs.contains(&v1));
     // One per tick; the one being preempted is not counted or chosen again.
-    assert_eq!(t.handle_timeout(late, describe), None);
+    assert_eq!(victim(&mut t, late), None);
     let next = t.poll_timeout().unwrap();
-    let (v2, _) = t.handle_timeout(next, describe).expect("a second victim");
+    let (v2, _) = victim(&mut t, next).expect("a second victim");
     assert_ne!(v1, v2);
     // At the weak limit with nobody waiting: no more preemption.
     assert!(!t.short());
@@ -142,7 +143,7 @@ fn a_holder_the_driver_cannot_describe_is_not_a_candidate() {
     let b = t.accept(t0).unwrap();
     let late = t0 + Duration::from_secs(1);
     let got = t.handle_timeout(late, |h| (h == b).then(|| quiet(t0)));
-    assert_eq!(got.map(|g| g.0), Some(b));
+    assert_eq!(got.victims.first().map(|g| g.0), Some(b));
     let _ = a;
 }
 
@@ -289,7 +290,9 @@ proptest! {
                     now += Duration::from_millis(ms);
                     let short = t.short();
                     if t.poll_timeout().is_some_and(|d| d <= now) {
-                        if let Some((h, _)) = t.handle_timeout(now, |_| Some(quiet(now - Duration::from_secs(1)))) {
+                        let tick = t.handle_timeout(now, |_| Some(quiet(now - Duration::from_secs(1))));
+                        prop_assert!(tick.victims.len() <= 1, "one victim per tick with nobody in line");
+                        if let Some(&(h, _)) = tick.victims.first() {
                             prop_assert!(short);
                             prop_assert!(holders.contains(&h));
                             prop_assert!(!preempted.contains(&h), "preempted twice");

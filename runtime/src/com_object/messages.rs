@@ -35,6 +35,22 @@ pub(crate) struct Adopt {
     pub(crate) certificate: sitenet_protocols::PeerCertificate,
 }
 
+/// A connection of this site joined (`true`) or left (`false`) the node's
+/// waiting line (issue 21): while it waits, the site is calling us, and is
+/// neither given up nor forgotten.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PeerInLine(pub(crate) bool);
+
+impl Handler<PeerInLine> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, msg: PeerInLine, ctx: &mut Context<Self>) {
+        self.com.set_peer_in_line(msg.0, Instant::now());
+        self.drive(ctx);
+    }
+}
+
 /// Addresses a descriptor claims for this site.
 #[derive(Message)]
 #[rtype(result = "()")]

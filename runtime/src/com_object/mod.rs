@@ -24,7 +24,7 @@ mod slot;
 
 pub(crate) use inbox::{Inbox, MakeInbox};
 use io::Live;
-pub(crate) use messages::{Adopt, Kill, Learn, Poke, Preempt, SlotGranted, Stop, Wake};
+pub(crate) use messages::{Adopt, Kill, Learn, PeerInLine, Poke, Preempt, SlotGranted, Stop, Wake};
 #[cfg(feature = "test-hooks")]
 pub(crate) use messages::{ChannelLease, CloseHard, HoldBusy};
 use open::Slot;
@@ -578,7 +578,12 @@ impl ComObject {
         let h = ctx.run_later(d, |act, ctx| {
             act.timer = None;
             let now = Instant::now();
+            let in_line = act.com.in_line();
             act.com.handle_timeout(now);
+            if in_line && !act.com.in_line() && !act.com.is_failed() {
+                // The wait in the peer's line reached its give-up deadline.
+                Counters::add(&act.node.counters.line_give_ups, 1);
+            }
             // An idle channel is driven only by its timer (heartbeats): the
             // place to give its ring memory back, off the per-event path.
             act.shrink_idle_rings(now);

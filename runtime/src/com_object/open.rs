@@ -52,6 +52,27 @@ impl Slot {
     }
 }
 
+/// Our open attempt `attempt` waits in the peer's line (issue 21) for at
+/// most `hold`, the peer says.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct OpenWaiting {
+    attempt: u64,
+    hold: std::time::Duration,
+}
+
+impl Handler<OpenWaiting> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, msg: OpenWaiting, ctx: &mut Context<Self>) {
+        if self.com.opening() == Some(msg.attempt) && !self.com.in_line() {
+            Counters::add(&self.node.counters.line_waits, 1);
+        }
+        self.com.open_waiting(msg.attempt, msg.hold, Instant::now());
+        self.drive(ctx);
+    }
+}
+
 impl ComObject {
     /// Asks the slot controller for a channel slot: granted now (the open
     /// starts at once), or later through [`SlotGranted`], in line.
@@ -105,8 +126,13 @@ impl ComObject {
         } else {
             hs
         };
-        let f = connect_and_open(addr, self.slot.take_granted(), Dial::new(cfg), hs);
         let attempt = req.attempt.seq;
+        // Told to wait in the peer's line: the machine waits with a give-up
+        // deadline (the message arrives after this future's later events
+        // only if the answer came at once, and is then ignored).
+        let me = ctx.address();
+        let on_wait = move |hold| me.do_send(OpenWaiting { attempt, hold });
+        let f = connect_and_open(addr, self.slot.take_granted(), Dial::new(cfg), hs, on_wait);
         let h = ctx.spawn(
             fut::wrap_future::<_, Self>(f)
                 .map(move |res, act, ctx| act.on_opened(attempt, res, ctx)),

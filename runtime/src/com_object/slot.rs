@@ -75,6 +75,7 @@ counted!(
     super::Adopt,
     super::Learn,
     super::Kill,
+    super::PeerInLine,
     #[cfg(feature = "test-hooks")]
     super::HoldBusy,
 );
@@ -126,6 +127,21 @@ impl ComObject {
             Self::addr_in(&slot).do_send(Counted(msg));
             return true;
         }
+    }
+
+    /// Sends `msg` to `entry`'s ComObject as [`send`](Self::send) does,
+    /// but only if it ever started: an entry that never did is not
+    /// started for it (its machine, made later, starts from what the
+    /// entry holds then). False if nothing was sent.
+    pub(crate) fn send_if_started<M>(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>, msg: M) -> bool
+    where
+        M: Message<Result = ()> + Send + 'static,
+        ComObject: Handler<Counted<M>>,
+    {
+        if entry.actor.lock().state == ActorState::Never {
+            return false;
+        }
+        Self::send(node, entry, msg)
     }
 
     /// Runs `f` with the actor's address if it runs (test hooks, the

@@ -16,13 +16,12 @@ use sitenet_transport::{Channel, Listener};
 use tokio::sync::{oneshot, Notify};
 
 use super::{FaultReport, NodeInner, PeerRefusal};
-use crate::channel_io::{accept_until_negotiate, flush_and_close, Accepted, OpenFailure, Tls};
-use crate::com_object::Adopt;
+use crate::channel_io::{accept_until_negotiate, flush_and_close, OpenFailure, Tls};
 use crate::metrics::Counters;
 use sitenet_protocols::OpenError;
 
 /// Completes once the stop signal is set (at once if it already is).
-async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
+pub(super) async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
     loop {
         let set = *rx.borrow_and_update();
         if set || rx.changed().await.is_err() {
@@ -177,7 +176,7 @@ impl NodeInner {
     }
 
     /// Tells the node's event subscribers (if any) that `peer` was refused.
-    fn peer_refused(&self, peer: &str, reason: PeerRefusal) {
+    pub(super) fn peer_refused(&self, peer: &str, reason: PeerRefusal) {
         if self.events.wanted() {
             self.events.publish(crate::NodeEvent::PeerRefused {
                 address: peer.to_string(),
@@ -220,36 +219,13 @@ impl NodeInner {
             .await;
             self.handshakes.finish(ticket, &self.counters);
             match r {
-                Ok((
-                    mut trans,
-                    Accepted {
-                        neg,
-                        nonce,
-                        cookie,
-                        certificate,
-                    },
-                )) => {
+                Ok((trans, accepted)) => {
                     if self.is_shut_down() {
                         return;
                     }
                     // The slot is taken only now that the peer presented
-                    // itself; past the hard limit the channel is closed at
-                    // once, not left hanging: the peer retries after its
-                    // backoff.
-                    let Some(lease) = self.slots.accept() else {
-                        Counters::add(&self.counters.accepts_refused, 1);
-                        tracing::debug!(%peer, "no channel slot: connection closed");
-                        self.peer_refused(&peer, PeerRefusal::NoSlot);
-                        return;
-                    };
-                    trans.lease = Some(lease);
-                    self.route_accepted(Adopt {
-                        trans,
-                        neg,
-                        nonce,
-                        cookie,
-                        certificate,
-                    });
+                    // itself, or the peer waits in line for one.
+                    self.adopt_or_wait(trans, accepted, peer).await;
                 }
                 Err((_, OpenFailure::Dropped(why @ (Dropped::NodeFull | Dropped::SourceFull)))) => {
                     // Closed to make room for a newer one: counted, not a

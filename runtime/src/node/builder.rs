@@ -84,6 +84,24 @@ impl NodeBuilder {
         self
     }
 
+    /// Who gives a channel slot up while peers wait in line, and so who is
+    /// served next (issue 21; [`NodeConfig::admission`]): `Share`, short
+    /// turns in rotation, or `Fifo`, first come stays until preempted.
+    ///
+    /// ```
+    /// use sitenet_protocols::slots::Admission;
+    /// use sitenet_runtime::Node;
+    ///
+    /// let node = Node::builder().admission(Admission::Fifo).start()?;
+    /// assert_eq!(node.stats().slots.admission, "fifo");
+    /// # let _ = node.shutdown_blocking(std::time::Duration::from_secs(1));
+    /// # Ok::<(), sitenet_runtime::NodeError>(())
+    /// ```
+    pub fn admission(mut self, a: sitenet_protocols::slots::Admission) -> Self {
+        self.cfg.admission = Some(a);
+        self
+    }
+
     /// Runs the node's actors on this runtime instead of the default.
     pub fn runtime(mut self, rt: Runtime) -> Self {
         self.runtime = Some(rt);
@@ -163,6 +181,9 @@ impl NodeBuilder {
             .trans_controller
             .clone()
             .unwrap_or_else(sitenet_transport::TransController::process);
+        if let Some(a) = cfg.admission {
+            slots.set_admission(a);
+        }
         let mut com_cfg = cfg.com(id);
         // Peers can call this node back only if it listens.
         com_cfg.callable = !listen.is_empty();

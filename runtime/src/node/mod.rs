@@ -10,6 +10,7 @@ mod descriptor;
 mod events;
 mod handler_table;
 mod in_flight;
+mod line;
 mod parked;
 mod requests;
 mod site_ref;

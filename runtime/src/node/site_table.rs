@@ -28,7 +28,7 @@ use sitenet_transport::Address;
 
 use super::NodeInner;
 use super::SiteRef;
-use crate::com_object::{Adopt, ComObject, Learn, Wake};
+use crate::com_object::{Adopt, ComObject, Learn, PeerInLine, Wake};
 use crate::metrics::Counters;
 use crate::site_entry::{ActorState, SiteEntry};
 
@@ -250,6 +250,29 @@ impl NodeInner {
             // The node shut down (or the entry went): the channel closes.
             entry.adopting.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    /// A connection naming site `id` waits in the node's line (issue 21):
+    /// the site's entry, if the node has one, counts it as on its way
+    /// (`adopting`, so the table does not reclaim it) and its ComObject is
+    /// told (it neither gives the site up nor forgets it meanwhile). The
+    /// entry is returned, for [`left_line`](Self::left_line).
+    pub(crate) fn waiting_in_line(self: &Arc<Self>, id: SiteId) -> Option<Arc<SiteEntry>> {
+        let entry = {
+            let t = self.sites.lock();
+            let e = t.entries[t.index.id(id)?].clone();
+            e.adopting.fetch_add(1, Ordering::SeqCst);
+            e
+        };
+        ComObject::send_if_started(self, &entry, PeerInLine(true));
+        Some(entry)
+    }
+
+    /// The connection [`waiting_in_line`](Self::waiting_in_line) counted
+    /// left the line (let in, or gone).
+    pub(crate) fn left_line(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
+        entry.adopting.fetch_sub(1, Ordering::SeqCst);
+        ComObject::send_if_started(self, entry, PeerInLine(false));
     }
 
     /// Forgets an entry whose ComObject never started, once its last

@@ -49,6 +49,12 @@ enum Cmd {
         /// series name sites: bind it to 127.0.0.1 or a private interface.
         #[arg(long, value_name = "tcp:HOST:PORT")]
         metrics: Option<String>,
+        /// Who gives a channel slot up while peers wait in this node's line
+        /// (its slots full, peers are told to wait instead of refused):
+        /// `share`, short turns in rotation (the default), or `fifo`, first
+        /// come stays until preempted.
+        #[arg(long, value_parser = ["share", "fifo"])]
+        admission: Option<String>,
         #[command(flatten)]
         auth: auth::Auth,
     },
@@ -184,8 +190,9 @@ fn main() -> ExitCode {
             listen,
             stats_from_anywhere,
             metrics,
+            admission,
             auth,
-        } => run_node(listen, stats_from_anywhere, metrics, auth),
+        } => run_node(listen, stats_from_anywhere, metrics, admission, auth),
         Cmd::Ping {
             addr,
             count,
@@ -233,6 +240,7 @@ fn run_node(
     mut listen: Vec<String>,
     stats_from_anywhere: bool,
     metrics: Option<String>,
+    admission: Option<String>,
     auth: auth::Auth,
 ) -> ExitCode {
     if listen.is_empty() {
@@ -262,6 +270,9 @@ fn run_node(
     let mut b = Node::builder().configure(|c| {
         c.builtin_services = true;
         c.stats_from_anywhere = stats_from_anywhere;
+        c.admission = admission
+            .as_deref()
+            .and_then(sitenet::protocols::slots::Admission::by_name);
         security.apply(c);
     });
     for a in listen {
@@ -305,8 +316,13 @@ fn run_node(
     // The memory bound, on stderr (stdout's first line is a contract).
     let stats = node.stats();
     eprintln!(
-        "sitenet node: channel slots weak {} hard {} (policy {}); transport buffers at most {} bytes",
-        stats.slots.weak, stats.slots.hard, stats.slots.policy, stats.transport_bytes_bound
+        "sitenet node: channel slots weak {} hard {} (policy {}, admission {}, line {}); transport buffers at most {} bytes",
+        stats.slots.weak,
+        stats.slots.hard,
+        stats.slots.policy,
+        stats.slots.admission,
+        stats.slots.line_limit,
+        stats.transport_bytes_bound
     );
     if let Some((listener, address)) = metrics {
         if listener.local_addr().is_ok_and(|a| !a.ip().is_loopback()) {

@@ -55,6 +55,17 @@ pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::auth::Auth)
         s["accepts_refused"]
     );
     println!(
+        "line: {} waiting of {} (peak {}), admission {}; {} told to wait, {} let in, {} expired, {} left",
+        s["in_line"],
+        s["line_limit"],
+        s["peak_line"],
+        s["admission"].as_str().unwrap_or("?"),
+        s["line_waits"],
+        s["grants"],
+        s["line_expired"],
+        s["line_left"]
+    );
+    println!(
         "transport: {} bytes of buffers (peak {}), bound {}",
         v["transport_bytes"], v["transport_bytes_peak"], v["transport_bytes_bound"]
     );

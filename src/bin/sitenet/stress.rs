@@ -24,6 +24,11 @@ pub(crate) struct Args {
     /// The server's preemption policy.
     #[arg(long, default_value = "default", value_parser = ["naive", "default"])]
     policy: String,
+    /// Who gives a slot up while clients wait in the server's line, and so
+    /// who is served next: `share` (short turns in rotation) or `fifo`
+    /// (first come stays until preempted).
+    #[arg(long, default_value = "share", value_parser = ["share", "fifo"])]
+    admission: String,
     /// Seconds the clients send.
     #[arg(long, default_value_t = 20.0)]
     duration: f64,
@@ -79,6 +84,8 @@ pub(crate) fn run(a: Args) -> ExitCode {
         clients: a.clients,
         slots: a.slots,
         policy: a.policy,
+        admission: sitenet::protocols::slots::Admission::by_name(&a.admission)
+            .expect("clap checked the name"),
         duration,
         cut_rate: a.cut_rate,
         seed: a.seed.unwrap_or_else(rand::random),
@@ -90,8 +97,8 @@ pub(crate) fn run(a: Args) -> ExitCode {
         return run_sweep(cfg, &a.sweep, a.json, a.plot.as_deref());
     }
     eprintln!(
-        "sitenet stress: {} clients, server slot limit {}, policy {}, {} s over {}, {} cuts/s, seed {}",
-        cfg.clients, cfg.slots, cfg.policy, a.duration, a.transport, cfg.cut_rate, cfg.seed
+        "sitenet stress: {} clients, server slot limit {}, policy {}, admission {}, {} s over {}, {} cuts/s, seed {}",
+        cfg.clients, cfg.slots, cfg.policy, cfg.admission, a.duration, a.transport, cfg.cut_rate, cfg.seed
     );
     let r = run_with_bar(&cfg);
     let report = match r {
@@ -168,17 +175,18 @@ fn run_sweep(
         let v = serde_json::json!({ "sweep": reports });
         println!("{v}");
     } else {
-        println!("clients  rtt_p50_ms  rtt_p99_ms  total_s  sent  lost  preemptions");
+        println!("clients  rtt_p50_ms  rtt_p99_ms  total_s  sent  lost  preemptions  jain");
         for r in &reports {
             println!(
-                "{:>7}  {:>10.2}  {:>10.2}  {:>7.2}  {:>4}  {:>4}  {:>11}",
+                "{:>7}  {:>10.2}  {:>10.2}  {:>7.2}  {:>4}  {:>4}  {:>11}  {:.3}",
                 r.clients,
                 r.rtt_p50_us as f64 / 1000.0,
                 r.rtt_p99_us as f64 / 1000.0,
                 r.elapsed_s,
                 r.sent,
                 r.lost,
-                r.preemptions
+                r.preemptions,
+                r.fairness_jain
             );
         }
     }
@@ -200,8 +208,8 @@ fn run_sweep(
 fn print_report(r: &StressReport) {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
-        "{} clients over {}, {:.1} s sending ({:.1} s in all), policy {}, seed {}",
-        r.clients, r.transport, r.duration_s, r.elapsed_s, r.policy, r.seed
+        "{} clients over {}, {:.1} s sending ({:.1} s in all), policy {}, admission {}, seed {}",
+        r.clients, r.transport, r.duration_s, r.elapsed_s, r.policy, r.admission, r.seed
     );
     println!(
         "messages: sent {}, delivered {}, lost {}, duplicated {}, reordered {} ({:.1} MiB of bodies)",
@@ -234,6 +242,10 @@ fn print_report(r: &StressReport) {
             reasons.join(", ")
         },
         r.accepts_refused
+    );
+    println!(
+        "line: {} let in from the line (peak {} waiting); fairness (Jain, messages per client) {:.3}",
+        r.grants, r.peak_line, r.fairness_jain
     );
     println!(
         "channels: {} cuts, {} reconnects, {} messages retransmitted",

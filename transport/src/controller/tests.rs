@@ -4,6 +4,7 @@
 use std::sync::mpsc;
 
 use sitenet_protocols::slots::Naive;
+use sitenet_protocols::SiteId;
 
 use super::*;
 
@@ -154,4 +155,121 @@ fn a_preemption_names_the_lease_it_chose() {
     let gone = held.pop().unwrap().id();
     let again = c.accept().unwrap();
     assert_ne!(again.id(), gone, "a slot taken again is a new lease");
+}
+
+fn line_ctrl(weak: usize, hard: usize, f: impl FnOnce(&mut SlotConfig)) -> TransController {
+    let mut cfg = SlotConfig::new(weak, hard).unwrap();
+    f(&mut cfg);
+    TransController::new(
+        cfg,
+        Box::new(DefaultPolicy {
+            min_hold: Duration::ZERO,
+        }),
+    )
+}
+
+/// Issue 21: a place in line ends with the slot, or with why not — its
+/// hold time, or a newer connection of the same site; a peer that left is
+/// skipped.
+#[test]
+fn the_line_calls_back_with_the_slot_or_with_why_its_place_ended() {
+    let c = line_ctrl(1, 2, |cfg| cfg.line_hold = Duration::from_millis(300));
+    let a = c.accept().unwrap();
+    let _b = c.accept().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let wait = |site: u128| {
+        let tx = tx.clone();
+        // The lease itself is sent: dropping it here would give the slot
+        // to the next in line at once.
+        match c.accept_or_wait(Some(SiteId(site)), move |r| tx.send((site, r)).unwrap()) {
+            AcceptOrWait::Wait { ticket, .. } => ticket,
+            other => panic!("{other:?}"),
+        }
+    };
+    let first = wait(1);
+    let _second = wait(2);
+    // Site 1 calls again: its older place ends, replaced.
+    let _third = wait(1);
+    assert!(matches!(
+        rx.recv_timeout(PATIENCE).unwrap(),
+        (1, Err(LineEnd::Replaced))
+    ));
+    c.leave_line(first); // already replaced: nothing happens
+                         // The first freed slot goes to site 2 (now the head).
+    drop(a);
+    let (site, turn) = rx.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(site, 2, "{turn:?}");
+    let _lease = turn.expect("its turn");
+    // Site 1's newer place runs out of hold time: the tick says so.
+    assert!(matches!(
+        rx.recv_timeout(PATIENCE).unwrap(),
+        (1, Err(LineEnd::Expired))
+    ));
+    let s = c.stats();
+    assert_eq!(
+        (
+            s.line_waits,
+            s.grants,
+            s.line_left,
+            s.line_expired,
+            s.in_line
+        ),
+        (3, 1, 1, 1, 0)
+    );
+    assert_eq!(s.admission, "share");
+}
+
+/// Issue 21, `Share`: while peers wait, every holder past its turn is told
+/// to give way in the same tick, one per peer waiting.
+#[test]
+fn under_share_holders_past_their_turn_give_way_one_per_peer_waiting() {
+    let c = line_ctrl(2, 3, |cfg| {
+        cfg.turn = Duration::from_millis(50);
+        cfg.preempt_interval = Duration::from_millis(5);
+    });
+    let (tx, rx) = mpsc::channel();
+    let mut held = Vec::new();
+    for i in 0..3u32 {
+        let lease = c.accept().unwrap();
+        let info = Arc::new(SlotInfo::default());
+        // Busy: never quiet, so only the turn counts.
+        c.report(
+            &info,
+            &SlotReport {
+                queues_empty: false,
+                ..report(true)
+            },
+        );
+        let tx = tx.clone();
+        lease.attach(info, Arc::new(move |_, why| tx.send((i, why)).unwrap()));
+        held.push(lease);
+    }
+    let mut tickets = Vec::new();
+    for site in [10u128, 11] {
+        match c.accept_or_wait(Some(SiteId(site)), |_| {}) {
+            AcceptOrWait::Wait { ticket, .. } => tickets.push(ticket),
+            other => panic!("{other:?}"),
+        }
+    }
+    let mut victims: Vec<u32> = (0..2)
+        .map(|_| {
+            let (i, why) = rx.recv_timeout(PATIENCE).unwrap();
+            assert_eq!(why, PreemptReason::TurnOver);
+            i
+        })
+        .collect();
+    victims.sort();
+    assert_eq!(
+        victims,
+        [0, 1],
+        "the longest held first, two for two waiting"
+    );
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    // Fifo instead: the policy alone (nothing over the weak limit once
+    // those two are counted as going).
+    c.set_admission(sitenet_protocols::slots::Admission::Fifo);
+    assert_eq!(c.stats().admission, "fifo");
+    for t in tickets {
+        c.leave_line(t);
+    }
 }

@@ -201,5 +201,6 @@ mod addresses;
 mod close;
 mod continuity;
 mod fresh;
+mod line;
 mod open;
 mod park;

@@ -264,6 +264,14 @@ fn a_machine_parks_only_when_it_waits_for_nothing_but_inputs_and_deadlines() {
     h.com.set_awaiting_replies(false);
     h.actions();
     assert!(h.com.parkable(h.now));
+    // The peer's connection waits in this node's line (issue 21): the
+    // machine counts it, and a parked form would lose the count.
+    h.com.set_peer_in_line(true, h.now);
+    h.actions();
+    assert!(!h.com.parkable(h.now), "the peer waits in our line");
+    h.com.set_peer_in_line(false, h.now);
+    h.actions();
+    assert!(h.com.parkable(h.now));
     h.com.shutdown(h.now);
     assert!(!h.com.parkable(h.now), "the node shuts down");
 }

@@ -1,0 +1,129 @@
+//! Who is served when slots are short and peers wait in line: the named
+//! admission policies (issue 21).
+//!
+//! The Mozart paper: "different applications might favor clients getting
+//! done fast, while others might want to let clients use resources
+//! fairly". Both are offered:
+//!
+//! * [`Admission::Fifo`] — *getting done fast.* A freed slot goes to the
+//!   first in line; whoever holds a slot keeps it until the preemption
+//!   policy takes it back (one channel per tick while the slots are past
+//!   the weak limit, the quietest first). A client that got in finishes
+//!   its work before the next one starts; the last in line wait longest.
+//! * [`Admission::Share`] — *using resources fairly*, the default. While
+//!   anyone waits in line, slots are served in short turns in rotation: a
+//!   holder that has had its turn ([`SlotConfig::turn`](super::SlotConfig::turn))
+//!   gives way, and so does one that has gone quiet for
+//!   [`SlotConfig::turn_idle`](super::SlotConfig::turn_idle) — as many per
+//!   tick as there are peers waiting — so every waiting peer is let in
+//!   within about (its place in line / slots) turns, and a peer done with
+//!   its work does not sit on a slot others wait for. With nobody in line
+//!   the preemption policy rules, as with `Fifo`.
+//!
+//! `Share` is the default because sitenet serves many sites on few
+//! descriptors as its defining trick: under `Fifo` the sites that got a
+//! slot are served again and again while the rest wait for the
+//! preemption policy's one channel per tick (with thousands of waiting
+//! sites, minutes); under `Share` the line moves at the pace of the work.
+//! Preempting costs a reconnect and nothing else (CLOSE_HARD; nothing is
+//! lost, unacknowledged messages are resent), and a holder in the middle
+//! of a message is spared until four turns have passed.
+
+use std::time::{Duration, Instant};
+
+use super::{Candidate, PreemptReason};
+
+/// Who gets a freed slot while peers wait, and how long a holder keeps
+/// it: see the module documentation. Chosen per slot controller
+/// (`NodeConfig::admission`, `--admission fifo|share`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Admission {
+    /// First come stays until preempted: the preemption policy alone
+    /// decides who gives a slot back; the first in line gets it.
+    Fifo,
+    /// Short turns in rotation while anyone waits (the default).
+    #[default]
+    Share,
+}
+
+impl Admission {
+    /// Both policies, by name.
+    pub const ALL: [Admission; 2] = [Admission::Fifo, Admission::Share];
+
+    /// Its name in configuration, reports and the CLI: `fifo` or `share`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Admission::Fifo => "fifo",
+            Admission::Share => "share",
+        }
+    }
+
+    /// The policy named `name` (`fifo` or `share`).
+    ///
+    /// ```
+    /// use sitenet_protocols::slots::Admission;
+    /// assert_eq!(Admission::by_name("share"), Some(Admission::Share));
+    /// assert_eq!(Admission::by_name("fifo").map(Admission::name), Some("fifo"));
+    /// assert_eq!(Admission::by_name("lifo"), None);
+    /// ```
+    pub fn by_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
+impl std::fmt::Display for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A holder in the middle of a message is spared this many turns: a
+/// multi-MiB transfer restarted at every turn would never finish.
+const MID_MESSAGE_TURNS: u32 = 4;
+
+/// `Share`'s choice while peers wait: up to `want` holders, those gone
+/// quiet first (least recently active first), then those past their turn
+/// (longest held first), a holder in the middle of a message only past
+/// [`MID_MESSAGE_TURNS`] turns. A holder is never chosen within
+/// `turn_idle` of its grant (it has not started yet).
+pub(super) fn share(
+    now: Instant,
+    candidates: &[Candidate],
+    want: usize,
+    turn: Duration,
+    turn_idle: Duration,
+) -> Vec<(u64, PreemptReason)> {
+    let held = |c: &Candidate| now.saturating_duration_since(c.granted_at);
+    let eligible = || {
+        candidates
+            .iter()
+            .filter(|c| c.channel.closeable && held(c) >= turn_idle)
+    };
+    let quiet = |c: &Candidate| {
+        let r = &c.channel;
+        !r.mid_message
+            && !r.replies_expected
+            && r.buffers_empty
+            && r.queues_empty
+            && now.saturating_duration_since(r.last_active) >= turn_idle
+    };
+    let mut idle: Vec<&Candidate> = eligible().filter(|c| quiet(c)).collect();
+    idle.sort_by_key(|c| (c.channel.last_active, c.granted_at, c.holder));
+    let mut over: Vec<&Candidate> = eligible()
+        .filter(|c| !quiet(c))
+        .filter(|c| {
+            let t = if c.channel.mid_message {
+                turn * MID_MESSAGE_TURNS
+            } else {
+                turn
+            };
+            held(c) >= t
+        })
+        .collect();
+    over.sort_by_key(|c| (c.granted_at, c.holder));
+    idle.iter()
+        .map(|c| (c.holder, PreemptReason::TurnIdle))
+        .chain(over.iter().map(|c| (c.holder, PreemptReason::TurnOver)))
+        .take(want)
+        .collect()
+}

@@ -1,0 +1,292 @@
+//! The waiting line over real sockets (issue 21): a server whose channel
+//! slots are full tells a client that completed its handshake to wait and
+//! lets it in when a slot frees, instead of refusing it into a reconnect
+//! storm. More clients than slots are all served, nothing is lost and,
+//! with a line long enough, no accept is refused.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::*;
+use sitenet::protocols::slots::{Admission, DefaultPolicy, SlotConfig};
+use sitenet::protocols::{Capabilities, Speaks};
+use sitenet::transport::TransController;
+use sitenet::{Node, NodeConfig};
+
+fn controller(weak: usize, hard: usize, f: impl FnOnce(&mut SlotConfig)) -> TransController {
+    let mut cfg = SlotConfig::new(weak, hard).unwrap();
+    cfg.preempt_interval = Duration::from_millis(5);
+    cfg.turn = Duration::from_millis(50);
+    cfg.turn_idle = Duration::from_millis(10);
+    f(&mut cfg);
+    TransController::new(
+        cfg,
+        Box::new(DefaultPolicy {
+            min_hold: Duration::from_millis(20),
+        }),
+    )
+}
+
+fn quick(c: &mut NodeConfig) {
+    c.reconnect_min = Duration::from_millis(5);
+    c.reconnect_max = Duration::from_millis(100);
+    c.reopen_after_peer_hard_close = Duration::from_millis(20);
+}
+
+fn server_on(slots: &TransController) -> Node {
+    Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            quick(c);
+            c.trans_controller = Some(slots.clone());
+        })
+        .start()
+        .unwrap()
+}
+
+/// `clients` clients each stream `per_client` numbered messages to the
+/// server, then ask it one request; returns the client nodes.
+async fn serve(server: &Node, clients: u32, per_client: u64, client: impl Fn() -> Node) {
+    let sink = Sink::install(server, clients as u64 * per_client, None);
+    let nodes: Vec<Node> = (0..clients).map(|_| client()).collect();
+    let sites: Vec<_> = nodes
+        .iter()
+        .map(|n| n.site(addr(server)).unwrap())
+        .collect();
+    let work = sites.iter().zip(0..).map(|(site, stream)| async move {
+        for seq in 0..per_client {
+            site.send(&Numbered { stream, seq }).await.unwrap();
+        }
+        site.flush(PATIENCE).await.unwrap();
+    });
+    futures::future::join_all(work).await;
+    sink.wait().await;
+    assert_eq!(sink.out_of_order.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        sink.total.load(Ordering::Relaxed),
+        clients as u64 * per_client
+    );
+    let waited: u64 = nodes.iter().map(|n| n.metrics().line_waits).sum();
+    assert!(waited > 0, "no client was told to wait");
+    for n in nodes {
+        n.shutdown(Duration::from_secs(5)).await;
+    }
+}
+
+/// The issue's rule: 24 clients on 3 slots, each served in turn from the
+/// line, under both admission policies: everything arrives in order, no
+/// accept is refused (the line holds them all), slots are granted from
+/// the line, and the hard limit holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_clients_than_slots_are_all_served_from_the_line_and_none_is_refused() {
+    for admission in Admission::ALL {
+        let slots = controller(2, 3, |c| {
+            c.line = 64;
+            c.admission = admission;
+        });
+        let server = server_on(&slots);
+        serve(&server, 24, 200, || {
+            Node::builder().configure(quick).start().unwrap()
+        })
+        .await;
+        let s = slots.stats();
+        assert_eq!(s.accepts_refused, 0, "{admission}: {s:?}");
+        assert!(
+            s.grants > 0,
+            "{admission}: nobody let in from the line: {s:?}"
+        );
+        assert!(s.peak_line > 0, "{admission}: {s:?}");
+        assert!(
+            s.peak_in_use <= 3,
+            "{admission}: hard limit exceeded: {s:?}"
+        );
+        assert_eq!(s.admission, admission.name());
+        let m = server.metrics();
+        assert!(
+            m.line_told_to_wait > 0 && m.line_granted > 0,
+            "{admission}: {m:?}"
+        );
+        assert_eq!(m.accepts_refused, 0, "{admission}");
+        assert_eq!(m.duplicates, 0, "{admission}");
+        server.shutdown(Duration::from_secs(5)).await;
+    }
+}
+
+/// A client of a build without the line is refused at the hard limit as
+/// before, and still gets everything through by retrying; so does every
+/// client once the line is full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_cannot_wait_and_a_full_line_are_refused_as_before_losing_nothing() {
+    let old = Speaks {
+        caps: Capabilities::ALL.without(Capabilities::LINE),
+        ..Speaks::CURRENT
+    };
+    let slots = controller(1, 2, |c| c.line = 64);
+    let server = server_on(&slots);
+    serve(&server, 8, 50, || {
+        // Half of them of the older build.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let b = Node::builder().configure(quick);
+        let b = if N.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
+            b.speak_for_tests(old)
+        } else {
+            b
+        };
+        b.start().unwrap()
+    })
+    .await;
+    assert!(slots.stats().accepts_refused > 0, "{:?}", slots.stats());
+    server.shutdown(Duration::from_secs(5)).await;
+    // A line of one: the rest are refused, and retry.
+    let slots = controller(1, 2, |c| c.line = 1);
+    let server = server_on(&slots);
+    serve(&server, 8, 50, || {
+        Node::builder().configure(quick).start().unwrap()
+    })
+    .await;
+    let s = slots.stats();
+    assert!(s.accepts_refused > 0 && s.grants > 0, "{s:?}");
+    assert!(s.peak_line <= 1, "{s:?}");
+    server.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A client that waits longer than its give-up time leaves the line (its
+/// connection closed, the server's entry reclaimed), retries after its
+/// backoff — one entry per site however often it comes back — and is let
+/// in once a slot frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_gives_up_leaves_the_line_and_comes_back_in_turn() {
+    // Fifo, and a policy that never preempts within the test: the two
+    // holders keep their slots until they go.
+    let slots = TransController::new(
+        {
+            let mut c = SlotConfig::new(1, 2).unwrap();
+            c.admission = Admission::Fifo;
+            c
+        },
+        Box::new(DefaultPolicy {
+            min_hold: Duration::from_secs(3600),
+        }),
+    );
+    let server = server_on(&slots);
+    let sink = Sink::install(&server, 3, None);
+    let holders: Vec<Node> = (0..2)
+        .map(|_| Node::builder().configure(quick).start().unwrap())
+        .collect();
+    // Held on to: their channels stay, and so do their slots.
+    let mut held = Vec::new();
+    for (stream, h) in holders.iter().enumerate() {
+        let site = h.site(addr(&server)).unwrap();
+        site.send(&Numbered {
+            stream: stream as u32,
+            seq: 0,
+        })
+        .await
+        .unwrap();
+        site.flush(PATIENCE).await.unwrap();
+        held.push(site);
+    }
+    let patient = Node::builder()
+        .configure(|c| {
+            quick(c);
+            c.line_give_up = Duration::from_millis(200);
+        })
+        .start()
+        .unwrap();
+    let site = patient.site(addr(&server)).unwrap();
+    site.send(&Numbered { stream: 9, seq: 0 }).await.unwrap();
+    assert!(
+        eventually(|| patient.metrics().line_give_ups >= 2).await,
+        "{:?}",
+        patient.metrics()
+    );
+    assert!(
+        eventually(|| slots.stats().line_left >= 1).await,
+        "the server never saw the client leave: {:?}",
+        slots.stats()
+    );
+    let s = slots.stats();
+    assert!(s.peak_line <= 1, "one entry per site: {s:?}");
+    assert_eq!(s.accepts_refused, 0);
+    // A holder goes: its slot frees, and the patient client gets in.
+    drop(held);
+    holders[0].shutdown(Duration::from_secs(5)).await;
+    sink.wait().await;
+    site.flush(PATIENCE).await.unwrap();
+    patient.shutdown(Duration::from_secs(5)).await;
+    holders[1].shutdown(Duration::from_secs(5)).await;
+    server.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A site the server knows is not forgotten while it waits in the
+/// server's line, however long: its entry is counted as on its way and
+/// its ComObject told, so the session (and its numbering) is there when
+/// its turn comes. Before, a wait longer than the linger time let the
+/// reclaim rule forget the site, and the client found a fresh session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_site_waiting_in_line_longer_than_the_linger_is_not_forgotten() {
+    let slots = TransController::new(
+        {
+            let mut c = SlotConfig::new(1, 2).unwrap();
+            c.admission = Admission::Fifo;
+            c
+        },
+        Box::new(DefaultPolicy {
+            min_hold: Duration::from_secs(3600),
+        }),
+    );
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            quick(c);
+            c.trans_controller = Some(slots.clone());
+            c.linger = Duration::from_secs(1);
+        })
+        .start()
+        .unwrap();
+    let sink = Sink::install(&server, 4, None);
+    let client = Node::builder().configure(quick).start().unwrap();
+    let site = client.site(addr(&server)).unwrap();
+    site.send(&Numbered { stream: 9, seq: 0 }).await.unwrap();
+    site.flush(PATIENCE).await.unwrap();
+    // The client closes its channel (orderly); the server keeps the site's
+    // session, nothing pending, for its linger time.
+    client.close_hard(&site);
+    assert!(eventually(|| slots.stats().in_use == 0).await);
+    // Two holders take both slots and keep them.
+    let holders: Vec<Node> = (0..2)
+        .map(|_| Node::builder().configure(quick).start().unwrap())
+        .collect();
+    let mut held = Vec::new();
+    for (stream, h) in holders.iter().enumerate() {
+        let s = h.site(addr(&server)).unwrap();
+        s.send(&Numbered {
+            stream: stream as u32,
+            seq: 0,
+        })
+        .await
+        .unwrap();
+        s.flush(PATIENCE).await.unwrap();
+        held.push(s);
+    }
+    // The client comes back: it waits in line, three linger times.
+    site.send(&Numbered { stream: 9, seq: 1 }).await.unwrap();
+    assert!(eventually(|| slots.stats().in_line == 1).await);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        server.metrics().sites_reclaimed,
+        0,
+        "forgotten while waiting"
+    );
+    // Its turn: the same session goes on.
+    drop(held);
+    holders[0].shutdown(Duration::from_secs(5)).await;
+    sink.wait().await;
+    assert_eq!(sink.out_of_order.load(Ordering::Relaxed), 0);
+    assert_eq!(client.metrics().peers_forgot, 0);
+    client.shutdown(Duration::from_secs(5)).await;
+    holders[1].shutdown(Duration::from_secs(5)).await;
+    server.shutdown(Duration::from_secs(5)).await;
+}

@@ -1,0 +1,153 @@
+//! The controller's side of the waiting line (issue 21): an accepted peer
+//! that presented itself past the hard limit is given a place
+//! ([`TransController::accept_or_wait`]) and called back — with the slot
+//! when its turn comes, or with why its place ended. The rule (bounds,
+//! order, turns) is `sitenet_protocols::slots`; this keeps the callbacks
+//! and calls them outside the lock.
+
+use std::time::{Duration, Instant};
+
+use sitenet_protocols::slots::{Accepted, Admission};
+use sitenet_protocols::SiteId;
+
+use super::{Holder, SlotLease, TransController};
+
+/// Why a place in line ended without a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LineEnd {
+    /// It waited the line's whole hold time: close the connection (the
+    /// peer retries after its backoff).
+    #[error("waited the line's whole hold time")]
+    Expired,
+    /// A newer connection of the same site took its place (the site gave
+    /// this one up): close it.
+    #[error("replaced by a newer connection of the same site")]
+    Replaced,
+}
+
+/// Called once when a place in line ends: with the slot (the peer's turn)
+/// or with why not. Runs on whichever thread freed the slot or ran the
+/// tick, outside the controller's lock.
+pub type LineFn = Box<dyn FnOnce(Result<SlotLease, LineEnd>) + Send>;
+
+/// A place in the line, to leave with [`TransController::leave_line`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LineTicket(u64);
+
+/// What [`TransController::accept_or_wait`] did.
+#[derive(Debug)]
+pub enum AcceptOrWait {
+    /// A slot now (the callback is dropped unused).
+    Slot(SlotLease),
+    /// In line: tell the peer to wait; the callback runs when the place
+    /// ends.
+    Wait {
+        /// The place, to leave the line with.
+        ticket: LineTicket,
+        /// Its position when it joined (1: next).
+        position: usize,
+        /// How long it may wait at most (the line's hold time).
+        hold: Duration,
+    },
+    /// No slot and no room in line, or the peer cannot wait: close the
+    /// connection at once.
+    Refused,
+}
+
+impl TransController {
+    /// An accepted channel's peer presented itself as `site` (`None`: it
+    /// cannot wait in line — it lacks the `line` capability): its slot now
+    /// if one is free below the hard limit; else a place in the line, and
+    /// `on_turn` runs with the slot when a slot frees for it (or with
+    /// [`LineEnd`] if its place ends first); else refused.
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use sitenet_protocols::{slots::{DefaultPolicy, SlotConfig}, SiteId};
+    /// use sitenet_transport::controller::{AcceptOrWait, TransController};
+    ///
+    /// let ctrl = TransController::new(SlotConfig::new(1, 2)?, Box::new(DefaultPolicy::default()));
+    /// let a = ctrl.accept().expect("below the hard limit");
+    /// let _b = ctrl.accept().expect("below the hard limit");
+    /// // At the hard limit a peer that can wait is given a place in line …
+    /// let (tx, rx) = mpsc::channel();
+    /// let AcceptOrWait::Wait { position, .. } =
+    ///     ctrl.accept_or_wait(Some(SiteId(7)), move |turn| tx.send(turn).unwrap())
+    /// else {
+    ///     panic!("a place in line")
+    /// };
+    /// assert_eq!(position, 1);
+    /// // … and gets the next slot freed.
+    /// drop(a);
+    /// let lease = rx.recv()?.expect("its turn");
+    /// let s = ctrl.stats();
+    /// assert_eq!((s.in_use, s.in_line, s.grants, s.accepts_refused), (2, 0, 1, 0));
+    /// // A peer that cannot wait is refused at the hard limit, as before.
+    /// assert!(matches!(ctrl.accept_or_wait(None, |_| {}), AcceptOrWait::Refused));
+    /// drop(lease);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn accept_or_wait(
+        &self,
+        site: Option<SiteId>,
+        on_turn: impl FnOnce(Result<SlotLease, LineEnd>) + Send + 'static,
+    ) -> AcceptOrWait {
+        let mut st = self.inner.state.lock();
+        let hold = st.table.config().line_hold;
+        let (r, replaced) = match st.table.accept_or_wait(Instant::now(), site) {
+            Accepted::Slot(h) => {
+                st.holders.insert(
+                    h,
+                    Holder {
+                        info: None,
+                        preempt: None,
+                    },
+                );
+                (AcceptOrWait::Slot(self.lease(h)), None)
+            }
+            Accepted::Wait {
+                ticket,
+                position,
+                replaced,
+            } => {
+                st.line.insert(ticket, Box::new(on_turn));
+                let old = replaced.and_then(|t| st.line.remove(&t));
+                let w = AcceptOrWait::Wait {
+                    ticket: LineTicket(ticket),
+                    position,
+                    hold,
+                };
+                (w, old)
+            }
+            Accepted::Refused => (AcceptOrWait::Refused, None),
+        };
+        drop(st);
+        self.inner.tick.notify_one();
+        if let Some(f) = replaced {
+            f(Err(LineEnd::Replaced));
+        }
+        r
+    }
+
+    /// Leaves the line (the peer closed its connection, or the node
+    /// stops): the callback is dropped unused. A turn that raced with this
+    /// arrives anyway; dropping that lease gives the slot back.
+    pub fn leave_line(&self, ticket: LineTicket) {
+        let mut st = self.inner.state.lock();
+        st.table.leave_line(ticket.0, Instant::now());
+        let f = st.line.remove(&ticket.0);
+        drop(st);
+        self.inner.tick.notify_one();
+        drop(f);
+    }
+
+    /// Changes who gives a slot up while peers wait (a node configured
+    /// with `NodeConfig::admission` sets it on the controller it uses; every
+    /// node sharing the controller shares it).
+    pub fn set_admission(&self, admission: Admission) {
+        let mut st = self.inner.state.lock();
+        st.table.set_admission(admission, Instant::now());
+        drop(st);
+        self.inner.tick.notify_one();
+    }
+}
