@@ -83,6 +83,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             r.msg.key, r.msg.value
         );
     }
+    // A store counts its reply sent once its thread has written it, which
+    // may be just after the client read it (the nodes' sites run on
+    // several threads): wait until each has counted a reply per lookup.
+    for s in &stores {
+        s.wait_until_blocking(
+            |m| m.messages_sent >= m.messages_delivered,
+            Duration::from_secs(10),
+        )?;
+    }
     let sent = |n: &Node| n.metrics().messages_sent;
     println!(
         "messages: client {}, directory {}, stores {} — {} per lookup",

@@ -19,6 +19,24 @@ fn small(policy: &str, seed: u64) -> StressConfig {
         transport: "tcp".into(),
         rounds: None,
         cookies: Vec::new(),
+        threads: None,
+    }
+}
+
+/// Issue 21: the run's nodes on one thread or on two, over mem: nothing
+/// lost either way, and the report says how many threads ran it.
+#[test]
+fn a_run_on_one_thread_and_on_two_loses_nothing() {
+    for threads in [1, 2] {
+        let cfg = StressConfig {
+            transport: "mem".into(),
+            threads: Some(threads),
+            ..small("default", 7)
+        };
+        let r = run(&cfg, |_| {}).expect("the run starts");
+        assert!(r.failures().is_empty(), "{threads}: {:?}", r.failures());
+        assert!(r.sent > 0 && r.delivered == r.sent, "{threads}: {r:?}");
+        assert_eq!(r.threads, threads);
     }
 }
 

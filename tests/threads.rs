@@ -3,6 +3,9 @@
 
 mod common;
 
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
@@ -112,4 +115,163 @@ fn a_thousand_nodes_share_one_runtime() {
         after - before
     );
     drop(nodes);
+}
+
+/// Issue 21: a node's sites are spread over the threads of its runtime
+/// (`NodeBuilder::threads`), and what one client sends still arrives in
+/// its order: each site's session and handlers stay on one thread.
+#[test]
+fn a_nodes_sites_spread_over_its_threads_in_order() {
+    const CLIENTS: u32 = 4;
+    const PER: u64 = 500;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .threads(2)
+        .start()
+        .unwrap();
+    assert_eq!(server.runtime().threads(), 2);
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let sink = Sink::install(&server, u64::from(CLIENTS) * PER, None);
+    let probe = seen.clone();
+    server
+        .handle(move |_ctx, _: Probe| {
+            probe.lock().unwrap().insert(std::thread::current().id());
+        })
+        .unwrap();
+    let clients: Vec<Node> = (0..CLIENTS)
+        .map(|_| Node::builder().threads(2).start().unwrap())
+        .collect();
+    block_on(async {
+        let tasks = clients.iter().enumerate().map(|(i, c)| {
+            let site = c.site(addr(&server)).unwrap();
+            async move {
+                for seq in 0..PER {
+                    site.send(&Numbered {
+                        stream: i as u32,
+                        seq,
+                    })
+                    .await
+                    .unwrap();
+                }
+                site.send(&Probe).await.unwrap();
+            }
+        });
+        futures::future::join_all(tasks).await;
+        sink.wait().await;
+    });
+    assert_eq!(sink.out_of_order.load(Ordering::Relaxed), 0);
+    assert!(server
+        .wait_until_blocking(
+            |m| m.messages_delivered >= u64::from(CLIENTS) * (PER + 1),
+            PATIENCE
+        )
+        .unwrap());
+    // Four client sites on the server: keys 0..4 over two threads.
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        2,
+        "handlers ran on both threads"
+    );
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Probe;
+impl sitenet::Message for Probe {
+    const ID: u32 = 4_321;
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Bump;
+impl sitenet::Message for Bump {
+    const ID: u32 = 4_322;
+}
+
+/// Issue 21: a `handle_mut` handler called by sites on two threads at
+/// once takes turns. (With every site on one thread it was never
+/// contended, and a call that found it busy failed as a re-entry.)
+#[test]
+fn a_mut_handler_takes_turns_across_threads() {
+    const CLIENTS: usize = 4;
+    const PER: u64 = 200;
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .threads(2)
+        .start()
+        .unwrap();
+    let mut count = 0u64;
+    server
+        .handle_mut(move |ctx, _: Bump| {
+            count += 1;
+            // Widen the window in which another thread may call it.
+            for _ in 0..8 {
+                std::thread::yield_now();
+            }
+            let _ = ctx.reply(&EchoReply { seq: count });
+        })
+        .unwrap();
+    let clients: Vec<Node> = (0..CLIENTS)
+        .map(|_| Node::builder().threads(2).start().unwrap())
+        .collect();
+    let answers = block_on(async {
+        let tasks = clients.iter().map(|c| {
+            let site = c.site(addr(&server)).unwrap();
+            async move {
+                let asks = (0..PER).map(|_| site.request::<Bump, EchoReply>(&Bump, PATIENCE));
+                futures::future::join_all(asks).await
+            }
+        });
+        futures::future::join_all(tasks).await
+    });
+    let mut counts: Vec<u64> = answers
+        .into_iter()
+        .flatten()
+        .map(|r| r.expect("no call fails as a re-entry").msg.seq)
+        .collect();
+    counts.sort_unstable();
+    let all: Vec<u64> = (1..=CLIENTS as u64 * PER).collect();
+    assert_eq!(counts, all, "each call saw the state the previous left");
+}
+
+/// Issue 21: a runtime's threads, its sites' placement and its blocking
+/// check.
+#[test]
+fn a_runtime_pool_spreads_nodes_and_sites() {
+    let rt = sitenet::Runtime::pool("pool-test", 3);
+    assert_eq!(rt.threads(), 3);
+    assert!(!rt.is_current_thread());
+    let ids: Vec<_> = (0..3)
+        .map(|k| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let r = rt.clone();
+            assert!(rt.arbiter_for(k).spawn(async move {
+                tx.send((std::thread::current().id(), r.is_current_thread()))
+                    .unwrap();
+            }));
+            rx.recv().unwrap()
+        })
+        .collect();
+    assert!(ids.iter().all(|(_, on_pool)| *on_pool));
+    let distinct: HashSet<_> = ids.iter().map(|(t, _)| *t).collect();
+    assert_eq!(distinct.len(), 3, "keys 0..3 on three threads");
+    // Nodes made on the pool take its threads as homes in turn.
+    let homes: HashSet<_> = (0..3)
+        .map(|_| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            rt.spread().spawn(async move {
+                tx.send(std::thread::current().id()).unwrap();
+            });
+            rx.recv().unwrap()
+        })
+        .collect();
+    assert_eq!(homes.len(), 3);
+    // One process-wide pool per size.
+    let a = sitenet::Runtime::shared_with_threads(3);
+    let b = sitenet::Runtime::shared_with_threads(3);
+    let on = |rt: &sitenet::Runtime| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.arbiter_for(0)
+            .spawn(async move { tx.send(std::thread::current().id()).unwrap() });
+        rx.recv().unwrap()
+    };
+    assert_eq!(on(&a), on(&b));
 }

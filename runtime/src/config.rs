@@ -150,6 +150,14 @@ pub struct NodeConfig {
     /// with one set decides. `None` (the default) leaves the controller's
     /// own, which is `Share` unless its `SlotConfig` says otherwise.
     pub admission: Option<sitenet_protocols::slots::Admission>,
+    /// The threads the node's actors run on when no runtime is given
+    /// (`NodeBuilder::runtime`): the process-wide pool of that many
+    /// ([`Runtime::shared_with_threads`](crate::Runtime::shared_with_threads)),
+    /// its sites spread over them. `None` (the default): the caller's actix
+    /// arbiter if it runs in one, else the process's default pool, one
+    /// thread per core (issue 21). `Some(1)` keeps a node's whole life on
+    /// one thread.
+    pub threads: Option<usize>,
     /// A site temporarily failed for this long is declared permanently
     /// failed. `None` (the default): retried for ever.
     pub give_up_after: Option<Duration>,
@@ -299,6 +307,7 @@ impl Default for NodeConfig {
             reopen_after_peer_hard_close: Duration::from_secs(5),
             line_give_up: Duration::from_secs(60),
             admission: None,
+            threads: None,
             give_up_after: None,
             fault_injector: None,
             trans_controller: None,

@@ -68,7 +68,7 @@ pub use metrics::Metrics;
 pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
 pub use node::{NodeEvent, NodeEvents, PeerRefusal, ToAddress, EVENTS_QUEUED};
 pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES};
-pub use runtime::Runtime;
+pub use runtime::{default_threads, Runtime};
 pub use site::{FaultEvent, FaultState, HandedBack, ReturnedMessage, SiteRef, NOT_CONTACTED};
 pub use sitenet_protocols::StreamAbort;
 pub use sitenet_protocols::{DescriptorError, OpenError, Priority, SiteDescriptor, SiteId};

@@ -1,84 +1,166 @@
-//! The sitenet runtime: where a node's actors run.
+//! The sitenet runtime: the threads a node's actors run on.
 //!
-//! By default one per process, shared by every node in it: the current actix
-//! arbiter when the caller runs inside an actix system, otherwise an actix
-//! system on one thread sitenet starts itself. A process with thousands of
-//! sites must not have thousands of threads. Everything the public API awaits
-//! is runtime-agnostic (channels and notifications), so it works from any
-//! executor, a plain `main` included.
+//! By default one pool per process, shared by every node in it: the
+//! current actix arbiter when the caller runs inside an actix system,
+//! otherwise a pool of actix arbiters sitenet starts itself, one thread per
+//! core (issue 21: every node of a process on one thread left all but one
+//! core idle). A process with thousands of sites must not have thousands of
+//! threads: a pool has as many as it was made with, and sites are spread
+//! over them.
+//!
+//! **Who runs where.** Each node has a *home* thread of the pool (its
+//! listeners, handshakes, request deadlines, local deliveries), the nodes
+//! made on a pool taking its threads in turn. Each remote site's ComObject
+//! — its session, channel, timers and the handlers of what it delivers —
+//! lives on one thread of the pool ([`Runtime::arbiter_for`]: the site's
+//! key in its node's table, offset by the node's home), so one site's
+//! traffic never crosses threads and a node's many sites share every core.
+//! Other threads hand a site messages through its outbox (bounded per
+//! priority class, FIFO per sender) and a wake; nothing blocks a pool
+//! thread on another.
+//!
+//! Everything the public API awaits is runtime-agnostic (channels and
+//! notifications), so it works from any executor, a plain `main` included.
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::ThreadId;
 use std::time::Duration;
 
 use actix_rt::ArbiterHandle;
 
-/// A handle to the thread a node's actors run on. Cheap to clone.
+/// A handle to the threads a node's actors run on. Cheap to clone.
 ///
 /// ```
 /// use sitenet_runtime::{Node, Runtime};
 ///
-/// // Two nodes on a thread of their own, apart from the shared one: a
+/// // Two nodes on a thread of their own, apart from the shared pool: a
 /// // handler that blocks one of them holds up nobody else.
 /// let rt = Runtime::dedicated("doc-workers");
 /// let a = Node::builder().runtime(rt.clone()).start()?;
 /// let b = Node::builder().runtime(rt).start()?;
 /// assert!(a.runtime().is_running());
+/// assert_eq!(a.runtime().threads(), 1);
 /// assert!(!a.runtime().is_current_thread()); // this thread is not it
 /// # drop(b);
 /// # Ok::<(), sitenet_runtime::NodeError>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Runtime {
+    pool: Arc<Pool>,
+    /// The index of this handle's home thread in the pool.
+    home: usize,
+}
+
+/// The threads of a runtime.
+#[derive(Debug)]
+struct Pool {
+    workers: Vec<Worker>,
+    /// The home of the next node made on the pool ([`Runtime::spread`]).
+    next_home: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct Worker {
     arbiter: ArbiterHandle,
-    /// The runtime's thread, once known: a blocking call made on it would
-    /// wait for work only that thread can do, for ever.
+    /// The worker's thread, once known: a blocking call made on it would
+    /// wait for work only the pool's threads can do, perhaps for ever.
     thread: Arc<OnceLock<ThreadId>>,
 }
 
 static SHARED: OnceLock<Runtime> = OnceLock::new();
 
+/// The process-wide pools made by [`Runtime::shared_with_threads`], by
+/// their number of threads.
+static SIZED: Mutex<Vec<Runtime>> = Mutex::new(Vec::new());
+
+/// The number of threads of the default pool: one per core the process
+/// may use, or what the environment variable `SITENET_THREADS` says (a
+/// deployment's or a test run's choice, without a change of code).
+pub fn default_threads() -> usize {
+    std::env::var("SITENET_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 impl Runtime {
+    fn of(workers: Vec<Worker>) -> Self {
+        assert!(!workers.is_empty(), "a runtime has at least one thread");
+        Self {
+            pool: Arc::new(Pool {
+                workers,
+                next_home: AtomicUsize::new(0),
+            }),
+            home: 0,
+        }
+    }
+
     /// The default runtime for a node started here: the current actix arbiter
-    /// if the caller is inside an actix system, else the process-wide sitenet
-    /// runtime thread (started on first use).
+    /// if the caller is inside an actix system (one thread: the caller's
+    /// own), else the process-wide sitenet pool (started on first use).
     pub fn current_or_shared() -> Self {
         if actix_rt::System::try_current().is_some() {
             if let Some(a) = actix_rt::Arbiter::try_current() {
                 let thread = Arc::new(OnceLock::new());
                 let _ = thread.set(std::thread::current().id());
-                return Self { arbiter: a, thread };
+                return Self::of(vec![Worker { arbiter: a, thread }]);
             }
         }
         Self::shared()
     }
 
-    /// The process-wide sitenet runtime: one thread running an actix system.
+    /// The process-wide sitenet pool: [`default_threads`] threads, each
+    /// running an actix system.
     pub fn shared() -> Self {
-        SHARED.get_or_init(|| Self::dedicated("sitenet-rt")).clone()
+        SHARED
+            .get_or_init(|| Self::pool("sitenet-rt", default_threads()))
+            .clone()
+    }
+
+    /// The process-wide pool of `threads` threads (at least one): made on
+    /// first use, shared by every node asking for that many since (what
+    /// `NodeBuilder::threads` and `--threads` use). The default number is
+    /// [`shared`](Self::shared)'s pool.
+    pub fn shared_with_threads(threads: usize) -> Self {
+        let threads = threads.max(1);
+        if threads == default_threads() {
+            return Self::shared();
+        }
+        let mut sized = SIZED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rt) = sized.iter().find(|rt| rt.threads() == threads) {
+            return rt.clone();
+        }
+        let rt = Self::pool(&format!("sitenet-rt{threads}"), threads);
+        sized.push(rt.clone());
+        rt
     }
 
     /// A new runtime on a thread of its own, named `name`, for nodes that
-    /// must not share the default thread (benchmarks, tests that block a
+    /// must not share the default pool (benchmarks, tests that block a
     /// node's thread on purpose). The thread lives as long as the process.
     pub fn dedicated(name: &str) -> Self {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                let sys = actix_rt::System::new();
-                sys.block_on(async move {
-                    tx.send((actix_rt::Arbiter::current(), std::thread::current().id()))
-                        .expect("runtime handle receiver lives");
-                });
-                let _ = sys.run();
+        Self::pool(name, 1)
+    }
+
+    /// A new runtime of `threads` threads of its own (at least one), named
+    /// `name-0`, `name-1`… (just `name` for one). They live as long as the
+    /// process.
+    pub fn pool(name: &str, threads: usize) -> Self {
+        let threads = threads.max(1);
+        let workers = (0..threads)
+            .map(|i| {
+                let name = if threads == 1 {
+                    name.to_string()
+                } else {
+                    format!("{name}-{i}")
+                };
+                start_thread(name)
             })
-            .expect("spawning a sitenet runtime thread");
-        let (arbiter, id) = rx.recv().expect("the sitenet runtime thread started");
-        let thread = Arc::new(OnceLock::new());
-        let _ = thread.set(id);
-        Self { arbiter, thread }
+            .collect();
+        Self::of(workers)
     }
 
     /// A runtime on a given actix arbiter (a builder option names it). Its
@@ -89,37 +171,69 @@ impl Runtime {
         arbiter.spawn(async move {
             let _ = t.set(std::thread::current().id());
         });
-        Self { arbiter, thread }
+        Self::of(vec![Worker { arbiter, thread }])
     }
 
-    /// True if the caller runs on this runtime's thread: a blocking call
-    /// there would deadlock (it waits for work only this thread can do).
+    /// The number of threads the runtime runs on.
+    pub fn threads(&self) -> usize {
+        self.pool.workers.len()
+    }
+
+    /// The same pool, homed on its next thread in turn: each node made on a
+    /// pool gets its own home (its listeners and timers), so the nodes of a
+    /// process spread over its threads. A one-thread runtime is itself.
+    pub fn spread(&self) -> Self {
+        let n = self.threads();
+        if n == 1 {
+            return self.clone();
+        }
+        Self {
+            pool: self.pool.clone(),
+            home: self.pool.next_home.fetch_add(1, Ordering::Relaxed) % n,
+        }
+    }
+
+    /// True if the caller runs on one of this runtime's threads: a blocking
+    /// call there would wait for work only these threads can do (and, on
+    /// the thread that must do it, wait for ever).
     pub fn is_current_thread(&self) -> bool {
-        self.thread.get() == Some(&std::thread::current().id())
+        let me = std::thread::current().id();
+        self.pool
+            .workers
+            .iter()
+            .any(|w| w.thread.get() == Some(&me))
     }
 
     /// True while the runtime still runs tasks. A runtime borrowed from an
     /// actix system that has since stopped does not: nodes on it fail their
     /// sends and requests instead of waiting for ever.
     pub fn is_running(&self) -> bool {
-        self.arbiter.spawn(async {})
+        self.arbiter().spawn(async {})
     }
 
-    /// The arbiter.
+    /// The home thread's arbiter.
     pub fn arbiter(&self) -> &ArbiterHandle {
-        &self.arbiter
+        &self.pool.workers[self.home].arbiter
     }
 
-    /// Runs a future on the runtime.
+    /// The arbiter that runs everything of the site whose key in its node's
+    /// table is `key` (see the module documentation): the same for the
+    /// site's whole life, spread over the pool from the node's home.
+    pub fn arbiter_for(&self, key: usize) -> &ArbiterHandle {
+        let n = self.threads();
+        &self.pool.workers[(self.home + key % n) % n].arbiter
+    }
+
+    /// Runs a future on the runtime's home thread.
     pub fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) -> bool {
-        self.arbiter.spawn(f)
+        self.arbiter().spawn(f)
     }
 
     /// A future that completes after `d`, using the runtime's timer, awaitable
     /// from any executor.
     pub fn delay(&self, d: Duration) -> impl Future<Output = ()> + Send + 'static {
         let (mut tx, rx) = tokio::sync::oneshot::channel::<()>();
-        self.arbiter.spawn(async move {
+        self.arbiter().spawn(async move {
             // Ends with the wait it serves: a deadline raced against
             // something that came first (most of them) does not hold its
             // task and timer for the rest of its duration.
@@ -140,4 +254,25 @@ impl Runtime {
             let _ = rx.await;
         }
     }
+}
+
+/// Starts a thread named `name` running an actix system, and returns its
+/// arbiter once it runs.
+fn start_thread(name: String) -> Worker {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            let sys = actix_rt::System::new();
+            sys.block_on(async move {
+                tx.send((actix_rt::Arbiter::current(), std::thread::current().id()))
+                    .expect("runtime handle receiver lives");
+            });
+            let _ = sys.run();
+        })
+        .expect("spawning a sitenet runtime thread");
+    let (arbiter, id) = rx.recv().expect("the sitenet runtime thread started");
+    let thread = Arc::new(OnceLock::new());
+    let _ = thread.set(id);
+    Worker { arbiter, thread }
 }

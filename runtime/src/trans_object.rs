@@ -126,6 +126,21 @@ impl TransObject {
         &self.peer
     }
 
+    /// Moves the channel to the I/O driver of the thread this is called on
+    /// (see `Channel::rehome`): a ComObject adopting a channel accepted on
+    /// another thread calls it first. Left where it is, with a warning, if
+    /// a readiness future still holds the channel or the move fails: it
+    /// works there too, its events crossing threads.
+    pub(crate) fn rehome(&mut self) {
+        let r = match Arc::get_mut(&mut self.ch) {
+            Some(ch) => ch.rehome(),
+            None => Err(std::io::Error::other("a readiness future holds it")),
+        };
+        if let Err(e) = r {
+            tracing::warn!(peer = %self.peer, error = %e, "channel left on the thread that accepted it");
+        }
+    }
+
     /// The channel, for a readiness future.
     pub(crate) fn channel(&self) -> Arc<Channel> {
         self.ch.clone()

@@ -54,6 +54,10 @@ pub struct StressConfig {
     /// 18; empty: the open level), to measure the cookie level under
     /// churn: every reconnect runs the proofs again.
     pub cookies: Vec<crate::protocols::Cookie>,
+    /// The threads every node of the run runs its sites on (issue 21):
+    /// the process-wide pool of that many. `None`: the default pool, one
+    /// thread per core.
+    pub threads: Option<usize>,
 }
 
 impl Default for StressConfig {
@@ -69,6 +73,7 @@ impl Default for StressConfig {
             transport: "tcp".into(),
             rounds: None,
             cookies: Vec::new(),
+            threads: None,
         }
     }
 }
@@ -175,6 +180,8 @@ pub struct StressReport {
     pub fairness_jain: f64,
     /// The server's admission policy: `share` or `fifo`.
     pub admission: String,
+    /// The threads the run's nodes ran their sites on (issue 21).
+    pub threads: usize,
     /// Channels the clients opened beyond their first.
     pub reconnects: u64,
     /// Messages resent after a lost channel.
@@ -377,6 +384,7 @@ pub fn run(
             c.tls = server_tls;
             c.trans_controller = Some(slots.clone());
             c.fault_injector = Some(injector.clone());
+            c.threads = cfg.threads;
         })
         .start()?;
     let ck = checker.clone();
@@ -405,6 +413,7 @@ pub fn run(
                 quick(c);
                 c.cookies = cfg.cookies.clone();
                 c.tls = tls;
+                c.threads = cfg.threads;
             })
             .start()?;
         let site = node.site(&target)?;
@@ -507,6 +516,7 @@ pub fn run(
         peak_line: s.peak_line,
         fairness_jain: jain(&checker.per_client(cfg.clients)),
         admission: s.admission.to_string(),
+        threads: server.runtime().threads(),
         reconnects: opened,
         retransmitted,
         cuts: injector.cuts(),

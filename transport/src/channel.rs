@@ -189,6 +189,39 @@ impl Channel {
         }
     }
 
+    /// Moves the channel's socket to the I/O driver of the tokio runtime
+    /// this is called on (it must be called inside one). A socket belongs
+    /// to the runtime it was accepted or connected on: its readiness is
+    /// polled there, and every event of a socket read on another thread
+    /// would cross threads. A node accepts on one thread and hands each
+    /// channel, once its handshake is done, to the thread of the site it
+    /// serves (issue 21), which calls this first.
+    ///
+    /// The socket's descriptor is duplicated and registered here; the old
+    /// one is deregistered and closed. Nothing the socket holds is lost:
+    /// unread bytes stay in the kernel, and the channel has no buffer of
+    /// its own. In-process, faulty and plugged channels have no driver to
+    /// move to and are left as they are.
+    pub fn rehome(&mut self) -> io::Result<()> {
+        use std::os::fd::AsFd;
+        match self {
+            Self::Tcp(s) => {
+                let fd = s.as_fd().try_clone_to_owned()?;
+                let std = std::net::TcpStream::from(fd);
+                std.set_nonblocking(true)?;
+                *s = TcpStream::from_std(std)?;
+            }
+            Self::Unix(s) => {
+                let fd = s.as_fd().try_clone_to_owned()?;
+                let std = std::os::unix::net::UnixStream::from(fd);
+                std.set_nonblocking(true)?;
+                *s = UnixStream::from_std(std)?;
+            }
+            Self::Mem(_) | Self::Faulty(_) | Self::Plugged(_) => {}
+        }
+        Ok(())
+    }
+
     /// Waits until a read may make progress.
     pub async fn readable(&self) -> io::Result<()> {
         match self {

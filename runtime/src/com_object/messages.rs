@@ -220,8 +220,10 @@ impl Handler<Adopt> for ComObject {
                 drop(trans);
             }
             AcceptOutcome::Accept { id, answer } => {
-                // Full-size rings only now that the channel is accepted.
+                // Full-size rings only now that the channel is accepted,
+                // and its socket read on this site's thread from now on.
                 trans.resize(self.node.cfg.buffer_size as usize);
+                trans.rehome();
                 write_answer(&mut trans.outb, &answer.with_cookie(cookie));
                 self.act(ctx);
                 self.attach(id, trans, ctx);

@@ -166,8 +166,9 @@ impl ComObject {
     ) {
         debug_assert_eq!(slot.state, ActorState::Never);
         let (n, e) = (node.clone(), entry.clone());
-        let addr =
-            ComObject::start_in_arbiter(node.rt.arbiter(), move |_| ComObject::new(n, e, book));
+        let addr = ComObject::start_in_arbiter(node.rt.arbiter_for(entry.key), move |_| {
+            ComObject::new(n, e, book)
+        });
         slot.held = Some(Box::new(addr));
         slot.state = ActorState::Running;
     }
@@ -188,7 +189,7 @@ impl ComObject {
         fill_stats(&mut st, entry, &parked);
         *entry.stats.lock() = Some(Box::new(st));
         let (n, e) = (node.clone(), entry.clone());
-        let addr = ComObject::start_in_arbiter(node.rt.arbiter(), move |_| {
+        let addr = ComObject::start_in_arbiter(node.rt.arbiter_for(entry.key), move |_| {
             ComObject::resume(n, e, *parked)
         });
         slot.held = Some(Box::new(addr));

@@ -80,25 +80,61 @@ where
 }
 
 /// A handler that is `FnMut` (and not `Sync`), made one the handler table
-/// can hold: behind a mutex. Handlers run one at a time on the node's
-/// runtime thread, so the lock is never contended; were it ever held
-/// (a handler re-entered), the message fails instead of deadlocking.
+/// can hold: behind a mutex. The sites of a node run on several threads
+/// (issue 21), so two may call it at once: the second waits its turn (a
+/// handler is short; it runs on a pool thread, never on the caller's).
+/// A handler re-entered on its own thread while it runs (it would wait
+/// for itself for ever) fails the message instead.
 pub(crate) fn erase_mut<M, F>(f: F) -> Erased
 where
     M: Message,
     F: FnMut(&mut Ctx<'_>, M) + Send + 'static,
 {
     let f = parking_lot::Mutex::new(f);
-    erase(move |ctx: &mut Ctx<'_>, m: M| match f.try_lock() {
-        Some(mut f) => f(ctx, m),
-        None => {
-            tracing::error!(type_id = ctx.type_id, "handler re-entered while it ran");
-            ctx.fail_request(format!(
-                "the handler of type {:#x} was called while it ran",
-                ctx.type_id
-            ));
-        }
+    let owner = std::sync::atomic::AtomicU64::new(0);
+    erase(move |ctx: &mut Ctx<'_>, m: M| {
+        let me = thread_token();
+        let mut g = match f.try_lock() {
+            Some(g) => g,
+            None if owner.load(std::sync::atomic::Ordering::Acquire) == me => {
+                tracing::error!(type_id = ctx.type_id, "handler re-entered while it ran");
+                return ctx.fail_request(format!(
+                    "the handler of type {:#x} was called while it ran",
+                    ctx.type_id
+                ));
+            }
+            None => f.lock(),
+        };
+        let _running = Running::on(&owner, me);
+        g(ctx, m);
     })
+}
+
+/// This thread's token: nonzero, unique in the process (what `erase_mut`
+/// keeps of the thread running a handler).
+fn thread_token() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TOKEN.with(|t| *t)
+}
+
+/// Marks a handler run by a thread until dropped (a panic included).
+struct Running<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl<'a> Running<'a> {
+    fn on(owner: &'a std::sync::atomic::AtomicU64, me: u64) -> Self {
+        owner.store(me, std::sync::atomic::Ordering::Release);
+        Self(owner)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// Decodes a received typed header as `M`, or says why it does not (what

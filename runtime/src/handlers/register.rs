@@ -55,14 +55,14 @@ impl crate::Node {
     /// `HashMap`, a `Cell` or `RefCell`, captured by move), without an
     /// `Arc<Mutex<…>>` of the caller's.
     ///
-    /// Handlers run one at a time on the node's runtime thread, but the
-    /// handler table is shared by every handle of the node across threads,
-    /// which is why [`handle`](Self::handle) asks for `Sync` (see there).
-    /// Here sitenet keeps `f` behind a mutex of its own. The cost is an
-    /// uncontended lock and unlock per message (two atomic operations, no
-    /// waiting: nothing else ever takes that lock); should a handler ever
-    /// be re-entered while it runs, the message fails (its request gets
-    /// an error) instead of deadlocking. State shared by several handlers,
+    /// The sites of a node run on the threads of its runtime (one per core
+    /// by default), so handlers may run at once on several, which is why
+    /// [`handle`](Self::handle) asks for `Sync` (see there). Here sitenet
+    /// keeps `f` behind a mutex of its own: calls of `f` take turns. The
+    /// cost is a lock and unlock per message (two atomic operations while
+    /// uncontended); should a handler ever be re-entered on its own thread
+    /// while it runs, the message fails (its request gets an error)
+    /// instead of deadlocking. State shared by several handlers,
     /// or with other threads, still needs its own `Arc`.
     ///
     /// ```

@@ -102,6 +102,23 @@ impl NodeBuilder {
         self
     }
 
+    /// Runs the node's actors on the process-wide pool of `threads`
+    /// threads (see [`NodeConfig::threads`]), its sites spread over them.
+    /// A runtime given with [`runtime`](Self::runtime) takes precedence.
+    ///
+    /// ```
+    /// use sitenet_runtime::Node;
+    ///
+    /// let node = Node::builder().threads(2).start()?;
+    /// assert_eq!(node.runtime().threads(), 2);
+    /// # let _ = node.shutdown_blocking(std::time::Duration::from_secs(1));
+    /// # Ok::<(), sitenet_runtime::NodeError>(())
+    /// ```
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.cfg.threads = Some(threads);
+        self
+    }
+
     /// Runs the node's actors on this runtime instead of the default.
     pub fn runtime(mut self, rt: Runtime) -> Self {
         self.runtime = Some(rt);
@@ -123,7 +140,14 @@ impl NodeBuilder {
             site: cfg.output_bound,
             node: crate::outbox::NodeOutput::new(cfg.node_output_bound),
         };
-        let rt = self.runtime.unwrap_or_else(Runtime::current_or_shared);
+        // Each node on a pool takes its home thread in turn (its sites
+        // spread over every thread from there).
+        let rt = match (self.runtime, cfg.threads) {
+            (Some(rt), _) => rt,
+            (None, Some(n)) => Runtime::shared_with_threads(n),
+            (None, None) => Runtime::current_or_shared(),
+        }
+        .spread();
         let mut bound = Vec::new();
         let mut listen = Vec::new();
         for a in &self.listen {

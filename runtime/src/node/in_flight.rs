@@ -19,8 +19,8 @@ impl NodeInner {
     /// `async_handlers_busy`) if `max_async_handlers` run already.
     pub(crate) fn async_slot(self: &Arc<Self>) -> Option<AsyncSlot> {
         let running = &self.counters.async_handlers;
-        // (Dispatch runs on the node's one runtime thread, so this never
-        // races; the add and the undo are exact anyway.)
+        // (Sites on several threads may race here: the add and the undo
+        // are exact, so at most `max_async_handlers` hold a place.)
         if running.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_async_handlers as u64 {
             running.fetch_sub(1, Ordering::AcqRel);
             Counters::add(&self.counters.async_handlers_busy, 1);

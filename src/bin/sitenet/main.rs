@@ -55,6 +55,10 @@ enum Cmd {
         /// come stays until preempted.
         #[arg(long, value_parser = ["share", "fifo"])]
         admission: Option<String>,
+        /// Threads the node's sites run on (default: one per core): each
+        /// site's channel, session and handlers stay on one of them.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        threads: Option<u16>,
         #[command(flatten)]
         auth: auth::Auth,
     },
@@ -191,8 +195,16 @@ fn main() -> ExitCode {
             stats_from_anywhere,
             metrics,
             admission,
+            threads,
             auth,
-        } => run_node(listen, stats_from_anywhere, metrics, admission, auth),
+        } => run_node(
+            listen,
+            stats_from_anywhere,
+            metrics,
+            admission,
+            threads,
+            auth,
+        ),
         Cmd::Ping {
             addr,
             count,
@@ -241,6 +253,7 @@ fn run_node(
     stats_from_anywhere: bool,
     metrics: Option<String>,
     admission: Option<String>,
+    threads: Option<u16>,
     auth: auth::Auth,
 ) -> ExitCode {
     if listen.is_empty() {
@@ -273,6 +286,7 @@ fn run_node(
         c.admission = admission
             .as_deref()
             .and_then(sitenet::protocols::slots::Admission::by_name);
+        c.threads = threads.map(usize::from);
         security.apply(c);
     });
     for a in listen {

@@ -29,6 +29,10 @@ pub(crate) struct Args {
     /// (first come stays until preempted).
     #[arg(long, default_value = "share", value_parser = ["share", "fifo"])]
     admission: String,
+    /// Threads the nodes' sites run on (default: one per core; 1 puts the
+    /// whole run on one thread, as before issue 21).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
     /// Seconds the clients send.
     #[arg(long, default_value_t = 20.0)]
     duration: f64,
@@ -92,13 +96,15 @@ pub(crate) fn run(a: Args) -> ExitCode {
         transport: a.transport.clone(),
         rounds: a.rounds,
         cookies,
+        threads: a.threads.map(usize::from),
     };
     if !a.sweep.is_empty() {
         return run_sweep(cfg, &a.sweep, a.json, a.plot.as_deref());
     }
     eprintln!(
-        "sitenet stress: {} clients, server slot limit {}, policy {}, admission {}, {} s over {}, {} cuts/s, seed {}",
-        cfg.clients, cfg.slots, cfg.policy, cfg.admission, a.duration, a.transport, cfg.cut_rate, cfg.seed
+        "sitenet stress: {} clients, server slot limit {}, policy {}, admission {}, {} s over {}, {} cuts/s, seed {}, {} threads",
+        cfg.clients, cfg.slots, cfg.policy, cfg.admission, a.duration, a.transport, cfg.cut_rate, cfg.seed,
+        cfg.threads.unwrap_or_else(sitenet::default_threads)
     );
     let r = run_with_bar(&cfg);
     let report = match r {
@@ -208,8 +214,8 @@ fn run_sweep(
 fn print_report(r: &StressReport) {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
-        "{} clients over {}, {:.1} s sending ({:.1} s in all), policy {}, admission {}, seed {}",
-        r.clients, r.transport, r.duration_s, r.elapsed_s, r.policy, r.admission, r.seed
+        "{} clients over {}, {:.1} s sending ({:.1} s in all), policy {}, admission {}, seed {}, {} threads",
+        r.clients, r.transport, r.duration_s, r.elapsed_s, r.policy, r.admission, r.seed, r.threads
     );
     println!(
         "messages: sent {}, delivered {}, lost {}, duplicated {}, reordered {} ({:.1} MiB of bodies)",
