@@ -79,6 +79,18 @@ fn a_run_with_fixed_rounds_ends_when_every_client_is_done() {
     assert_eq!(r.sent, 16 * 5 * 8);
     assert_eq!(r.round_trips, 16 * 5);
     assert!(r.duration_s < 120.0, "ended with the work, not the clock");
+    // Issue 21's keys: the mean among the probes, p99 over p50 in every
+    // sample, the drain marked at the end; and, the same work for every
+    // client, every percentile of the per-client counts is that work.
+    assert!(r.rtt_min_us as f64 <= r.rtt_mean_us && r.rtt_mean_us <= r.rtt_max_us as f64);
+    assert!(r.rtt_p50_us <= r.rtt_p99_us && r.rtt_p99_us <= r.rtt_max_us);
+    for s in &r.timeline {
+        assert!(s.rtt_p99_us >= s.rtt_p50_us, "{s:?}");
+        assert!(!s.draining || s.t_s >= r.duration_s, "{s:?}");
+    }
+    assert!(r.timeline.last().is_some_and(|s| s.draining));
+    assert_eq!(r.per_client_delivered_quantiles, vec![5 * 8; 101]);
+    assert_eq!(r.fairness_jain, 1.0);
 }
 
 #[test]
