@@ -93,6 +93,25 @@ fn a_run_with_fixed_rounds_ends_when_every_client_is_done() {
     assert_eq!(r.fairness_jain, 1.0);
 }
 
+/// The cutter sleeps between cuts; a run that stops waited out its sleep
+/// (once 0.75 s at every size of a sweep, whose total time then measured
+/// it). A mean gap of 100 s: had the run waited, it would take 50 s or
+/// more, whatever the machine.
+#[test]
+fn a_run_of_fixed_rounds_does_not_wait_for_the_next_cut() {
+    let cfg = StressConfig {
+        clients: 4,
+        rounds: Some(2),
+        duration: Duration::from_secs(600),
+        cut_rate: 0.01,
+        ..small("default", 5)
+    };
+    let r = run(&cfg, |_| {}).expect("the run starts");
+    assert!(r.failures().is_empty(), "{:?}", r.failures());
+    assert_eq!(r.round_trips, 4 * 2);
+    assert!(r.elapsed_s < 50.0, "waited for the cutter: {r:?}");
+}
+
 #[test]
 fn the_stress_runs_over_unix_sockets_and_mem_channels_too() {
     for transport in ["unix", "mem"] {

@@ -327,6 +327,11 @@ pub fn run(
     let sending = start.elapsed().min(cfg.duration);
     shared.stop();
     if let Some(c) = cuts {
+        // The cutter sleeps between cuts (up to 1.5 × the mean gap, 0.75 s
+        // at the default rate): stopped where it waits, not waited for —
+        // the drain, and so a run of fixed rounds' total time, once
+        // included the rest of that sleep (0.75 s at every sweep size).
+        c.abort();
         let _ = rt.block_on(c);
     }
     injector.disarm_cuts();
