@@ -290,10 +290,12 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
         "unused_site_bytes",
         "accepts_refused",
         "grants",
+        "rtt_min_us",
+        "rtt_max_us",
     ] {
         assert!(v.get(key).is_some_and(|x| x.is_u64()), "key {key}: {v}");
     }
-    for key in ["elapsed_s", "duration_s", "fairness_jain"] {
+    for key in ["elapsed_s", "duration_s", "fairness_jain", "rtt_mean_us"] {
         assert!(v.get(key).is_some_and(|x| x.is_f64()), "key {key}: {v}");
     }
     // Issue 21: 12 clients on 4 slots wait in the server's line (room for
@@ -329,6 +331,7 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
     for w in t[..t.len() - 1].windows(2) {
         assert!(w[1] - w[0] >= 0.09, "samples {w:?} too close: {t:?}");
     }
+    round_trips_and_fairness_are_sane(&v);
 
     for bad in [
         vec!["stress", "--policy", "lru"],
@@ -389,6 +392,53 @@ fn stats_asks_a_running_node_for_its_resources() {
     assert_eq!(bad.code(), Some(2));
 }
 
+/// The round-trip and fairness keys of one `stress --json` report (issue
+/// 21): the mean between the fastest and slowest probe, p99 over p50 in
+/// the report and in every timeline sample that had probes, the drain
+/// marked from the end of sending on, the per-client percentiles sorted
+/// and around the mean.
+fn round_trips_and_fairness_are_sane(v: &serde_json::Value) {
+    let u = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+    let (min, p50, p99, max) = (
+        u("rtt_min_us"),
+        u("rtt_p50_us"),
+        u("rtt_p99_us"),
+        u("rtt_max_us"),
+    );
+    let mean = v["rtt_mean_us"].as_f64().unwrap();
+    assert!(min > 0 && min <= p50 && p50 <= p99 && p99 <= max, "{v}");
+    assert!(min as f64 <= mean && mean <= max as f64, "mean {mean}: {v}");
+    let timeline = v["timeline"].as_array().unwrap();
+    let mut draining = false;
+    for s in timeline {
+        let (p50, p99) = (s["rtt_p50_us"].as_u64(), s["rtt_p99_us"].as_u64());
+        let (p50, p99) = (p50.unwrap(), p99.expect("rtt_p99_us in every sample"));
+        assert_eq!(p50 == 0, p99 == 0, "both or neither: {s}");
+        assert!(p99 >= p50, "{s}");
+        let d = s["draining"].as_bool().expect("draining in every sample");
+        assert!(d || !draining, "the drain does not end before the run: {s}");
+        if d {
+            let (t, sending) = (s["t_s"].as_f64(), v["duration_s"].as_f64());
+            assert!(t.unwrap() >= sending.unwrap(), "{s}");
+        }
+        draining = d;
+    }
+    assert!(draining, "the last sample is the drain's end");
+    let q: Vec<u64> = v["per_client_delivered_quantiles"]
+        .as_array()
+        .expect("per_client_delivered_quantiles")
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(q.len(), 101, "{v}");
+    assert!(q.windows(2).all(|w| w[0] <= w[1]), "sorted: {q:?}");
+    let per_client = u("delivered") as f64 / u("clients") as f64;
+    assert!(
+        q[0] as f64 <= per_client && per_client <= q[100] as f64,
+        "{q:?}"
+    );
+}
+
 /// `--plot` draws a run and `--sweep` runs several sizes and draws them.
 #[test]
 fn stress_draws_a_run_and_a_sweep_as_svg() {
@@ -412,9 +462,21 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
         .status()
         .unwrap();
     assert!(status.success());
-    assert!(std::fs::read_to_string(&run_svg)
-        .unwrap()
-        .starts_with("<svg"));
+    let svg = std::fs::read_to_string(&run_svg).unwrap();
+    assert!(svg.starts_with("<svg"));
+    // Issue 21: round trips on a log scale with p50 and p99, the drain
+    // shaded, and a per-client panel captioned with the fairness.
+    for caption in [
+        "round trip per 100 ms (log scale): p50 and p99",
+        "drain (sending stopped)",
+        "per-client completion",
+        "(Jain ",
+        "admission share",
+        "slots in use",
+        "preemptions so far",
+    ] {
+        assert!(svg.contains(caption), "no {caption:?} in the run's plot");
+    }
 
     let sweep_svg = dir.join("sweep.svg");
     let out = Command::new(BIN)
@@ -432,10 +494,46 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[1]["clients"], 5);
     assert_eq!(runs[1]["lost"], 0);
-    assert!(std::fs::read_to_string(&sweep_svg)
-        .unwrap()
-        .starts_with("<svg"));
+    for r in runs {
+        round_trips_and_fairness_are_sane(r);
+    }
+    let svg = std::fs::read_to_string(&sweep_svg).unwrap();
+    assert!(svg.starts_with("<svg"));
+    for caption in [
+        "round trip against clients (log scale): mean, p50 and p99",
+        "total time against clients",
+    ] {
+        assert!(svg.contains(caption), "no {caption:?} in the sweep's plot");
+    }
     let _ = std::fs::remove_dir_all(&dir);
+
+    // The sweep's table has the mean round trip (the Mozart paper's
+    // measure) beside p50 and p99.
+    let out = Command::new(BIN)
+        .args(["stress", "--sweep", "2", "--slots", "3", "--rounds", "2"])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let table = String::from_utf8(out.stdout).unwrap();
+    let mut lines = table.lines();
+    let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        head[..5],
+        [
+            "clients",
+            "rtt_mean_ms",
+            "rtt_p50_ms",
+            "rtt_p99_ms",
+            "total_s"
+        ],
+        "{table}"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(row.len(), head.len(), "{table}");
+    assert_eq!(row[0], "2");
+    let mean: f64 = row[1].parse().unwrap();
+    assert!(mean > 0.0, "{table}");
 }
 
 /// `sitenet node` prints its transport-memory bound at start, on stderr

@@ -97,6 +97,37 @@ fn a_run_with_fixed_rounds_ends_when_every_client_is_done() {
     assert_eq!(r.sent, 16 * 5 * 8);
     assert_eq!(r.round_trips, 16 * 5);
     assert!(r.duration_s < 120.0, "ended with the work, not the clock");
+    // Issue 21's keys: the mean among the probes, p99 over p50 in every
+    // sample, the drain marked at the end; and, the same work for every
+    // client, every percentile of the per-client counts is that work.
+    assert!(r.rtt_min_us as f64 <= r.rtt_mean_us && r.rtt_mean_us <= r.rtt_max_us as f64);
+    assert!(r.rtt_p50_us <= r.rtt_p99_us && r.rtt_p99_us <= r.rtt_max_us);
+    for s in &r.timeline {
+        assert!(s.rtt_p99_us >= s.rtt_p50_us, "{s:?}");
+        assert!(!s.draining || s.t_s >= r.duration_s, "{s:?}");
+    }
+    assert!(r.timeline.last().is_some_and(|s| s.draining));
+    assert_eq!(r.per_client_delivered_quantiles, vec![5 * 8; 101]);
+    assert_eq!(r.fairness_jain, 1.0);
+}
+
+/// The cutter sleeps between cuts; a run that stops waited out its sleep
+/// (once 0.75 s at every size of a sweep, whose total time then measured
+/// it). A mean gap of 100 s: had the run waited, it would take 50 s or
+/// more, whatever the machine.
+#[test]
+fn a_run_of_fixed_rounds_does_not_wait_for_the_next_cut() {
+    let cfg = StressConfig {
+        clients: 4,
+        rounds: Some(2),
+        duration: Duration::from_secs(600),
+        cut_rate: 0.01,
+        ..small("default", 5)
+    };
+    let r = run(&cfg, |_| {}).expect("the run starts");
+    assert!(r.failures().is_empty(), "{:?}", r.failures());
+    assert_eq!(r.round_trips, 4 * 2);
+    assert!(r.elapsed_s < 50.0, "waited for the cutter: {r:?}");
 }
 
 #[test]

@@ -29,6 +29,9 @@ pub(crate) struct Shared {
     rounds: Option<u64>,
     /// Clients that finished their rounds.
     finished: AtomicU64,
+    /// Told each time a client finishes its rounds (the run's watch loop
+    /// waits on it between samples).
+    pub(crate) finished_wake: tokio::sync::Notify,
     /// Messages queued by all clients.
     pub(crate) sent: AtomicU64,
     /// Every probe's round trip, µs.
@@ -50,6 +53,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             rounds,
             finished: AtomicU64::new(0),
+            finished_wake: tokio::sync::Notify::new(),
             sent: AtomicU64::new(0),
             rtt: Mutex::new(histogram()),
             window: Mutex::new(histogram()),
@@ -76,14 +80,16 @@ impl Shared {
         let _ = self.window.lock().record(us);
     }
 
-    /// The median of the probes since the last call (0 if none), and a new
-    /// window.
-    pub(crate) fn take_window_p50(&self) -> u64 {
+    /// The median and the 99th percentile of the probes since the last
+    /// call ((0, 0) if none), and a new window: one timeline sample's
+    /// round trips. Both, because a median alone hides the probes that
+    /// waited (for a slot, behind a big message) — the ones a user feels.
+    pub(crate) fn take_window(&self) -> (u64, u64) {
         let mut w = self.window.lock();
         let p = if w.is_empty() {
-            0
+            (0, 0)
         } else {
-            w.value_at_quantile(0.5)
+            (w.value_at_quantile(0.5), w.value_at_quantile(0.99))
         };
         w.reset();
         p
@@ -157,6 +163,7 @@ pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Share
         }
     }
     shared.finished.fetch_add(1, Ordering::Relaxed);
+    shared.finished_wake.notify_one();
     // Everything queued must be acknowledged: the run then checks that the
     // server delivered exactly what was sent.
     loop {

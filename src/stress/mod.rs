@@ -9,15 +9,14 @@
 
 mod check;
 mod client;
+mod report;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-
 pub use check::{Checker, StressData, StressPing, StressPong};
+pub use report::{jain, quantiles, Sample, StressReport};
 
 use crate::protocols::slots::{by_name, Admission, SlotConfig};
 use crate::transport::{FaultInjector, TransController};
@@ -128,149 +127,6 @@ pub struct Progress {
     pub slots_in_use: usize,
     /// Preemptions so far.
     pub preemptions: u64,
-}
-
-/// One point of the run's timeline (every 100 ms), for plots.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Sample {
-    /// Seconds since the clients started.
-    pub t_s: f64,
-    /// Median round trip of the probes answered in this interval (µs; 0
-    /// if none).
-    pub rtt_p50_us: u64,
-    /// The server's slots in use.
-    pub slots_in_use: usize,
-    /// Preemptions so far.
-    pub preemptions: u64,
-}
-
-/// The outcome of a run. The JSON keys are a contract (`sitenet stress
-/// --json`).
-#[derive(Debug, Clone, Serialize)]
-pub struct StressReport {
-    /// Client sites.
-    pub clients: usize,
-    /// Messages the clients queued (and the server must deliver).
-    pub sent: u64,
-    /// Messages the server delivered.
-    pub delivered: u64,
-    /// Sent and never delivered.
-    pub lost: u64,
-    /// Delivered twice.
-    pub duplicated: u64,
-    /// Delivered ahead of an earlier message of the same client and level.
-    pub reordered: u64,
-    /// Body bytes delivered.
-    pub bytes: u64,
-    /// Channels the server preempted.
-    pub preemptions: u64,
-    /// The same, by the reason that decided.
-    pub preemptions_by_reason: BTreeMap<String, u64>,
-    /// Accepts the server closed at once (at its hard limit, its line full
-    /// or the client unable to wait).
-    pub accepts_refused: u64,
-    /// Slots the server granted from its waiting line (clients told to wait
-    /// instead of refused, let in when a slot freed).
-    pub grants: u64,
-    /// Most clients in the server's line at once.
-    pub peak_line: usize,
-    /// Jain's fairness index of the messages the server delivered per
-    /// client, (Σx)² / (n·Σx²): 1 when every client got as much through,
-    /// 1/n when one client got everything.
-    pub fairness_jain: f64,
-    /// The server's admission policy: `share` or `fifo`.
-    pub admission: String,
-    /// The threads the run's nodes ran their sites on (issue 21).
-    pub threads: usize,
-    /// Channels the clients opened beyond their first.
-    pub reconnects: u64,
-    /// Messages resent after a lost channel.
-    pub retransmitted: u64,
-    /// Channels cut on purpose.
-    pub cuts: u64,
-    /// Most server slots in use at once.
-    pub peak_slots: usize,
-    /// The server's hard slot limit.
-    pub slot_limit: usize,
-    /// Most bytes of channel buffers the server held at once.
-    pub peak_transport_bytes: u64,
-    /// What they may never exceed: slot limit × 2 × buffer size.
-    pub transport_bytes_bound: u64,
-    /// Median round trip of the clients' probes, µs.
-    pub rtt_p50_us: u64,
-    /// 99th percentile, µs.
-    pub rtt_p99_us: u64,
-    /// Probes answered.
-    pub round_trips: u64,
-    /// Memory one idle remote site costs (entry, ComObject, session),
-    /// measured in this run: resident memory grown by creating idle sites,
-    /// divided by their number (so it includes the allocator's own
-    /// overhead).
-    pub idle_site_bytes: u64,
-    /// The same for a site only referenced, never used: its ComObject is
-    /// not started, so it costs its entry.
-    pub unused_site_bytes: u64,
-    /// The preemption policy.
-    pub policy: String,
-    /// The byte channels used.
-    pub transport: String,
-    /// The seed (replays the workload and the cuts).
-    pub seed: u64,
-    /// Seconds the clients sent (the configured duration, or less when
-    /// every client finished its rounds first).
-    pub duration_s: f64,
-    /// Seconds the whole run took, draining included.
-    pub elapsed_s: f64,
-    /// The timeline, every 100 ms.
-    pub timeline: Vec<Sample>,
-}
-
-impl StressReport {
-    /// What went wrong, if anything: each entry makes `sitenet stress` exit
-    /// with 1.
-    pub fn failures(&self) -> Vec<String> {
-        let mut f = Vec::new();
-        if self.lost > 0 {
-            f.push(format!("{} messages lost", self.lost));
-        }
-        if self.duplicated > 0 {
-            f.push(format!("{} messages delivered twice", self.duplicated));
-        }
-        if self.reordered > 0 {
-            f.push(format!("{} messages out of order", self.reordered));
-        }
-        if self.peak_slots > self.slot_limit {
-            f.push(format!(
-                "{} slots in use, beyond the limit of {}",
-                self.peak_slots, self.slot_limit
-            ));
-        }
-        if self.peak_transport_bytes > self.transport_bytes_bound {
-            f.push(format!(
-                "{} bytes of transport buffers, beyond the bound of {}",
-                self.peak_transport_bytes, self.transport_bytes_bound
-            ));
-        }
-        f
-    }
-}
-
-/// Jain's fairness index of `x`: (Σx)² / (n·Σx²), in [1/n, 1]; 1 for no
-/// values or all zero (nothing to be unfair about).
-///
-/// ```
-/// use sitenet::stress::jain;
-/// assert_eq!(jain(&[5, 5, 5, 5]), 1.0);
-/// assert_eq!(jain(&[8, 0, 0, 0]), 0.25);
-/// assert!((jain(&[1, 2, 3]) - 36.0 / 42.0).abs() < 1e-12);
-/// ```
-pub fn jain(x: &[u64]) -> f64 {
-    let sum: f64 = x.iter().map(|&v| v as f64).sum();
-    let squares: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    if squares == 0.0 {
-        return 1.0;
-    }
-    sum * sum / (x.len() as f64 * squares)
 }
 
 /// Resident memory of this process, in bytes (0 where it cannot be read).
@@ -398,8 +254,9 @@ pub fn run(
         .map_err(StressError::Node)?;
     let target = server.listen_addresses()[0].clone();
 
+    // The cutter and the sampling only: the clients run on their nodes.
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|e| StressError::Config(format!("cannot start a runtime: {e}")))?;
@@ -418,7 +275,21 @@ pub fn run(
             .start()?;
         let site = node.site(&target)?;
         let seed = cfg.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        tasks.push(rt.spawn(client::run(i as u32, site, seed, shared.clone())));
+        // The client's loop runs on its node's home thread, where its one
+        // site (the server) lives too: what it sends is a queue push, not
+        // a wake of another thread — as a runtime's own code on the node's
+        // threads would (and `--threads 1` is the whole run on one).
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        let work = client::run(i as u32, site, seed, shared.clone());
+        if !node.runtime().spawn(async move {
+            work.await;
+            let _ = done.send(());
+        }) {
+            return Err(StressError::Config(
+                "the nodes' runtime does not run".into(),
+            ));
+        }
+        tasks.push(finished);
         clients.push(node);
     }
     let cuts = (cfg.cut_rate > 0.0).then(|| {
@@ -448,21 +319,41 @@ pub fn run(
             slots_in_use: s.in_use,
             preemptions: s.total_preemptions(),
         };
+        let (rtt_p50_us, rtt_p99_us) = shared.take_window();
         timeline.push(Sample {
             t_s: p.elapsed.as_secs_f64(),
-            rtt_p50_us: shared.take_window_p50(),
+            rtt_p50_us,
+            rtt_p99_us,
+            draining,
             slots_in_use: s.in_use,
             preemptions: p.preemptions,
         });
         p
     };
+    // A sample every 100 ms; woken early when a client finishes its
+    // rounds, so that a run of fixed work ends when its last client does,
+    // not at the next tick (a sweep's total time is not rounded up to
+    // 100 ms).
+    let mut next = tokio::time::Instant::now() + Duration::from_millis(100);
     while start.elapsed() < cfg.duration && shared.done() < cfg.clients {
-        std::thread::sleep(Duration::from_millis(100));
-        progress(&sample(false, &mut timeline));
+        let finished = rt.block_on(async {
+            tokio::time::timeout_at(next, shared.finished_wake.notified())
+                .await
+                .is_ok()
+        });
+        if !finished {
+            progress(&sample(false, &mut timeline));
+            next = tokio::time::Instant::now() + Duration::from_millis(100);
+        }
     }
     let sending = start.elapsed().min(cfg.duration);
     shared.stop();
     if let Some(c) = cuts {
+        // The cutter sleeps between cuts (up to 1.5 × the mean gap, 0.75 s
+        // at the default rate): stopped where it waits, not waited for —
+        // the drain, and so a run of fixed rounds' total time, once
+        // included the rest of that sleep (0.75 s at every sweep size).
+        c.abort();
         let _ = rt.block_on(c);
     }
     injector.disarm_cuts();
@@ -496,6 +387,7 @@ pub fn run(
     let rtt = shared.rtt.lock().clone();
     let sent = shared.sent.load(Ordering::Relaxed);
     let delivered = checker.delivered.load(Ordering::Relaxed);
+    let per_client = checker.per_client(cfg.clients);
     let report = StressReport {
         clients: cfg.clients,
         sent,
@@ -514,7 +406,8 @@ pub fn run(
         accepts_refused: s.accepts_refused,
         grants: s.grants,
         peak_line: s.peak_line,
-        fairness_jain: jain(&checker.per_client(cfg.clients)),
+        fairness_jain: jain(&per_client),
+        per_client_delivered_quantiles: quantiles(&per_client),
         admission: s.admission.to_string(),
         threads: server.runtime().threads(),
         reconnects: opened,
@@ -526,6 +419,10 @@ pub fn run(
         transport_bytes_bound: server_stats.transport_bytes_bound,
         rtt_p50_us: rtt.value_at_quantile(0.5),
         rtt_p99_us: rtt.value_at_quantile(0.99),
+        rtt_mean_us: rtt.mean(),
+        rtt_min_us: rtt.min(),
+        // (Undefined for an empty histogram.)
+        rtt_max_us: if rtt.is_empty() { 0 } else { rtt.max() },
         round_trips: rtt.len(),
         idle_site_bytes,
         unused_site_bytes,
