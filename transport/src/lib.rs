@@ -52,6 +52,7 @@ pub mod controller;
 pub mod fault;
 pub mod mem;
 pub mod plug;
+mod tcp_tuning;
 pub mod tls;
 
 pub use address::{is_scheme_name, Address, AddressError};

@@ -177,8 +177,7 @@ pub struct ComObject {
     closing: bool,
     actions: VecDeque<Action>,
     stats: Option<Box<ComStats>>,
-    /// Session counters at the last activity check.
-    /// (sent, delivered) at the last activity check.
+    /// Session counters (sent, delivered) at the last activity check.
     seen: (u32, u32),
 }
 
