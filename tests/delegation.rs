@@ -124,6 +124,9 @@ async fn a_forwarded_request_forwarded_again_keeps_its_origin() {
     // The origin is what the forwarders claim; the owner also sees who
     // actually delivered the request: the last forwarder.
     assert_eq!(r.msg.via, Some(c.id().to_string()));
+    // D counts its reply once its own thread has written it, which may be
+    // just after A read it (sites run on several threads).
+    assert!(d.wait_until(|m| m.messages_sent >= 1, PATIENCE).await);
     assert_eq!(d.metrics().messages_sent, 1);
 }
 
@@ -146,6 +149,9 @@ async fn a_request_to_the_local_site_forwarded_is_answered_by_the_final_site() {
         "C saw B as the sender"
     );
     assert_eq!(b.metrics().messages_sent, 1, "B sent only the forward");
+    // C counts its reply once its own thread has written it, which may be
+    // just after B read it (sites run on several threads).
+    assert!(c.wait_until(|m| m.messages_sent >= 1, PATIENCE).await);
     assert_eq!(c.metrics().messages_sent, 1, "C answered B");
 }
 
