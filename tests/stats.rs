@@ -91,34 +91,3 @@ async fn pending_handshakes_show_in_the_stats_with_their_bound() {
     drop(idle);
     assert!(eventually(|| server.stats().handshakes_pending == 0).await);
 }
-
-/// `SiteStats::connected_us`: the time the site's channels worked, the
-/// live one counted to the read (what `sitenet stress` computes its
-/// admission fairness from), and no more once no channel works.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connected_time_counts_the_live_channel_and_stops_with_it() {
-    let server = listening_node();
-    let sink = Sink::install(&server, 1, None);
-    let client = Node::builder().start().unwrap();
-    let site = client.site(addr(&server)).unwrap();
-    site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
-    sink.wait().await;
-    let connected_us = |n: &Node| n.stats().per_site[0].connected_us;
-    let first = connected_us(&client);
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    let live = connected_us(&client);
-    assert!(
-        live > first,
-        "a working channel's time grows: {first} then {live}"
-    );
-    assert!(connected_us(&server) > 0);
-    client.close_hard(&site);
-    assert!(
-        eventually(|| client.metrics().channels_closed >= 1).await,
-        "the channel closes"
-    );
-    let closed = connected_us(&client);
-    assert!(closed >= live, "{live} then {closed}");
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    assert_eq!(connected_us(&client), closed, "no channel, no time added");
-}

@@ -109,9 +109,6 @@ fn a_run_with_fixed_rounds_ends_when_every_client_is_done() {
     assert!(r.timeline.last().is_some_and(|s| s.draining));
     assert_eq!(r.per_client_delivered_quantiles, vec![5 * 8; 101]);
     assert_eq!(r.fairness_jain, 1.0);
-    // Every client held a slot of the server at some time.
-    assert_eq!(r.per_client_slot_ms_quantiles.len(), 101);
-    assert!(r.fairness_jain_slot_time > 0.0 && r.fairness_jain_slot_time <= 1.0);
 }
 
 /// The cutter sleeps between cuts; a run that stops waited out its sleep

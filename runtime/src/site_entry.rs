@@ -157,9 +157,6 @@ pub(crate) struct SiteEntry {
     pub(crate) pending_requests: std::sync::atomic::AtomicU32,
     /// A channel works for this site (for `Node::stats`).
     pub(crate) connected: std::sync::atomic::AtomicBool,
-    /// Time channels of this site worked, closed ones summed, and since
-    /// when the one working now works (for `Node::stats`).
-    pub(crate) connected_time: Mutex<(std::time::Duration, Option<std::time::Instant>)>,
     /// A channel has worked for this site once (a monitor's first event
     /// says when it has not).
     pub(crate) contacted: std::sync::atomic::AtomicBool,
@@ -248,7 +245,6 @@ impl SiteEntry {
             poke_on_unref: std::sync::atomic::AtomicBool::new(false),
             pending_requests: std::sync::atomic::AtomicU32::new(0),
             connected: std::sync::atomic::AtomicBool::new(false),
-            connected_time: Mutex::new((std::time::Duration::ZERO, None)),
             contacted: std::sync::atomic::AtomicBool::new(false),
             reclaimed: std::sync::atomic::AtomicBool::new(false),
             stats: Mutex::new(None),

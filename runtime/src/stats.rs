@@ -89,10 +89,4 @@ pub struct SiteStats {
     pub preemptions: u64,
     /// Messages queued, partly sent or unacknowledged.
     pub queue_depth: u64,
-    /// How long channels of this site have worked in all, µs, the one
-    /// working now included (to when the stats were read). On a node with
-    /// a slot controller, the time the site held a slot: what the
-    /// admission policy gave it (`sitenet stress` computes its admission
-    /// fairness from it).
-    pub connected_us: u64,
 }

@@ -174,21 +174,6 @@ fn settle(node: &Node) {
     let _ = rx.recv_timeout(Duration::from_secs(60));
 }
 
-/// The time each client (in order) has held a slot of the server, µs:
-/// the server's per-site `connected_us`, as read now.
-fn slot_time_us(server: &Node, clients: &[Node]) -> Vec<u64> {
-    let by_site: std::collections::HashMap<String, u64> = server
-        .stats()
-        .per_site
-        .into_iter()
-        .filter_map(|s| Some((s.site?, s.connected_us)))
-        .collect();
-    clients
-        .iter()
-        .map(|c| by_site.get(&c.id().to_string()).copied().unwrap_or(0))
-        .collect()
-}
-
 /// Timers short enough for a run of seconds (the defaults suit
 /// long-lived deployments).
 fn quick(c: &mut NodeConfig) {
@@ -363,10 +348,6 @@ pub fn run(
     }
     let sending = start.elapsed().min(cfg.duration);
     shared.stop();
-    // What the server's admission gave each client while they all wanted
-    // a slot: its slot time so far (the drain, when clients go quiet and
-    // whoever holds a slot keeps it, is not the admission's doing).
-    let slot_us = slot_time_us(&server, &clients);
     if let Some(c) = cuts {
         // The cutter sleeps between cuts (up to 1.5 × the mean gap, 0.75 s
         // at the default rate): stopped where it waits, not waited for —
@@ -427,8 +408,6 @@ pub fn run(
         peak_line: s.peak_line,
         fairness_jain: jain(&per_client),
         per_client_delivered_quantiles: quantiles(&per_client),
-        fairness_jain_slot_time: jain(&slot_us),
-        per_client_slot_ms_quantiles: quantiles(&slot_us).iter().map(|us| us / 1000).collect(),
         admission: s.admission.to_string(),
         threads: server.runtime().threads(),
         reconnects: opened,

@@ -72,17 +72,6 @@ pub struct StressReport {
     /// not carry 10,000 counts, and the curve drawn from the 101 looks the
     /// same.
     pub per_client_delivered_quantiles: Vec<u64>,
-    /// Jain's index of the time each client held one of the server's
-    /// slots while the clients sent (`SiteStats::connected_us` on the
-    /// server): what the admission policy gave each client, whatever each
-    /// did with it. With more than one thread `fairness_jain` also carries
-    /// the CPU each client's loop and channel got (which thread's busy
-    /// slot holders it shared, whether its two ends ran on one thread —
-    /// see docs/architecture.md, "Every core"); this one does not.
-    pub fairness_jain_slot_time: f64,
-    /// The slot time behind `fairness_jain_slot_time`, ms per client, at
-    /// every percent (as `per_client_delivered_quantiles`).
-    pub per_client_slot_ms_quantiles: Vec<u64>,
     /// The server's admission policy: `share` or `fifo`.
     pub admission: String,
     /// The threads the run's nodes ran their sites on (issue 21).

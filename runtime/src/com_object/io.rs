@@ -408,7 +408,6 @@ impl ComObject {
         self.entry
             .connected
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        self.entry.connected_time.lock().1 = Some(std::time::Instant::now());
         self.entry
             .contacted
             .store(true, std::sync::atomic::Ordering::Release);
@@ -465,12 +464,6 @@ impl ComObject {
         self.entry
             .connected
             .store(false, std::sync::atomic::Ordering::Relaxed);
-        {
-            let mut t = self.entry.connected_time.lock();
-            if let Some(since) = t.1.take() {
-                t.0 += since.elapsed();
-            }
-        }
         self.node
             .counters
             .channel_buffer_bytes

@@ -265,19 +265,13 @@ impl ComObject {
     /// made from what it keeps while parked. `None` for a site never used.
     pub(crate) fn site_stats(entry: &SiteEntry) -> Option<SiteStats> {
         let slot = entry.actor.lock();
-        let mut st = if slot.state == ActorState::Parked {
+        if slot.state == ActorState::Parked {
             let parked = slot.held.as_ref()?.downcast_ref::<ParkedActor>()?;
             let mut st = SiteStats::default();
             fill_stats(&mut st, entry, parked);
-            st
-        } else {
-            entry.stats.lock().as_deref().cloned()?
-        };
-        // At the time of reading, not of the last publication.
-        let (closed, since) = *entry.connected_time.lock();
-        let live = since.map_or(std::time::Duration::ZERO, |s| s.elapsed());
-        st.connected_us = (closed + live).as_micros() as u64;
-        Some(st)
+            return Some(st);
+        }
+        entry.stats.lock().as_deref().cloned()
     }
 }
 

@@ -229,8 +229,8 @@ fn per_client(r: &StressReport, area: &Area<'_>) -> Result<()> {
     let mut c = chart(
         area,
         format!(
-            "{RUN_CLIENTS}: messages delivered per client, sorted (Jain {:.3}; of slot time {:.3}; admission {})",
-            r.fairness_jain, r.fairness_jain_slot_time, r.admission
+            "{RUN_CLIENTS}: messages delivered per client, sorted (Jain {:.3}, admission {})",
+            r.fairness_jain, r.admission
         ),
         (100.0, "percent of clients (least served first)"),
         (y_max.max(mean).max(1.0) * 1.1, "messages"),

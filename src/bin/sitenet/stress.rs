@@ -256,8 +256,8 @@ fn print_report(r: &StressReport) {
         r.accepts_refused
     );
     println!(
-        "line: {} let in from the line (peak {} waiting); fairness (Jain) of slot time per client {:.3}, of messages per client {:.3}",
-        r.grants, r.peak_line, r.fairness_jain_slot_time, r.fairness_jain
+        "line: {} let in from the line (peak {} waiting); fairness (Jain, messages per client) {:.3}",
+        r.grants, r.peak_line, r.fairness_jain
     );
     println!(
         "channels: {} cuts, {} reconnects, {} messages retransmitted",
