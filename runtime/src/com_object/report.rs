@@ -66,12 +66,7 @@ impl ComObject {
             st.capabilities = caps.map(|c| c.to_string());
         }
         st.connected = self.live.is_some();
-        st.messages_sent = s.sent_by_level;
-        st.bytes_sent = s.bytes_by_level;
-        st.messages_received = s.delivered_by_level;
-        st.retransmitted = s.retransmitted;
-        st.reconnects = u64::from(self.channels_opened.saturating_sub(1));
-        st.preemptions = u64::from(self.preempted);
+        fill_counters(st, &s, self.channels_opened, self.preempted);
         st.queue_depth = self.com.session().pending_messages() as u64;
     }
 
@@ -112,6 +107,23 @@ impl ComObject {
             self.node.changed.notify_waiters();
         }
     }
+}
+
+/// The site's counters in `st`, from its session's and the actor's own:
+/// what a running actor publishes and a parked site's stats are made of
+/// alike (`slot.rs`).
+pub(super) fn fill_counters(
+    st: &mut crate::stats::SiteStats,
+    s: &sitenet_protocols::SessionStats,
+    channels_opened: u32,
+    preempted: u32,
+) {
+    st.messages_sent = s.sent_by_level;
+    st.bytes_sent = s.bytes_by_level;
+    st.messages_received = s.delivered_by_level;
+    st.retransmitted = s.retransmitted;
+    st.reconnects = u64::from(channels_opened.saturating_sub(1));
+    st.preemptions = u64::from(preempted);
 }
 
 /// The site's id, the address it was asked for and the addresses in

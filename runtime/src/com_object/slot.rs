@@ -283,11 +283,6 @@ fn fill_stats(st: &mut SiteStats, entry: &SiteEntry, p: &ParkedActor) {
     st.capabilities = None;
     st.capabilities_bits = None;
     st.connected = false;
-    st.messages_sent = s.sent_by_level;
-    st.bytes_sent = s.bytes_by_level;
-    st.messages_received = s.delivered_by_level;
-    st.retransmitted = s.retransmitted;
-    st.reconnects = u64::from(p.channels_opened.saturating_sub(1));
-    st.preemptions = u64::from(p.preempted);
+    super::report::fill_counters(st, &s, p.channels_opened, p.preempted);
     st.queue_depth = 0;
 }
