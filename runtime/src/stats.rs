@@ -90,3 +90,14 @@ pub struct SiteStats {
     /// Messages queued, partly sent or unacknowledged.
     pub queue_depth: u64,
 }
+
+impl SiteStats {
+    /// How much the node has served the site: the messages exchanged with
+    /// it (sent once, delivered), as the sessions count them
+    /// (`SessionStats::served`). The waiting line lets the least served in
+    /// first under `Admission::Share` (see `docs/architecture.md`).
+    pub fn served(&self) -> u64 {
+        let sum = |a: &[u64; 4]| a.iter().fold(0u64, |s, &n| s.saturating_add(n));
+        sum(&self.messages_sent).saturating_add(sum(&self.messages_received))
+    }
+}

@@ -58,6 +58,7 @@ pub struct SlotInfo {
     buffers_empty: AtomicBool,
     queues_empty: AtomicBool,
     callable: AtomicBool,
+    served: AtomicU64,
 }
 
 /// One report of a channel's state: the policy's own
@@ -75,6 +76,7 @@ impl SlotInfo {
         self.buffers_empty.store(r.buffers_empty, Ordering::Relaxed);
         self.queues_empty.store(r.queues_empty, Ordering::Relaxed);
         self.callable.store(r.callable, Ordering::Relaxed);
+        self.served.store(r.served, Ordering::Relaxed);
     }
 
     fn load(&self, epoch: Instant) -> ChannelReport {
@@ -86,6 +88,7 @@ impl SlotInfo {
             buffers_empty: self.buffers_empty.load(Ordering::Relaxed),
             queues_empty: self.queues_empty.load(Ordering::Relaxed),
             callable: self.callable.load(Ordering::Relaxed),
+            served: self.served.load(Ordering::Relaxed),
         }
     }
 }

@@ -173,4 +173,12 @@ impl SessionStats {
         bytes_by_level: [0; 4],
         delivered_by_level: [0; 4],
     };
+
+    /// How much this node has served the site: the messages exchanged
+    /// with it (sent once, delivered). The waiting line's
+    /// [`Admission::Share`](crate::slots::Admission::Share) lets the least
+    /// served in first, so the work done is shared, not only the slot time.
+    pub fn served(&self) -> u64 {
+        self.sent.saturating_add(self.delivered)
+    }
 }

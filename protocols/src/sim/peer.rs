@@ -53,6 +53,15 @@ impl Peer {
         }
     }
 
+    /// How much the node has served this site (see
+    /// [`SessionStats::served`](crate::session::SessionStats::served)).
+    pub(super) fn served(&self) -> u64 {
+        match &self.parked {
+            Some(p) => p.session_stats().served(),
+            None => self.com.session().stats_ref().served(),
+        }
+    }
+
     /// The machine's next deadline (parked: the one it kept).
     pub(super) fn deadline(&self) -> Option<std::time::Instant> {
         match &self.parked {

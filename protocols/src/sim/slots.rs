@@ -30,7 +30,8 @@ impl Sim {
     ) {
         let now = self.instant();
         let can_wait = neg.caps.contains(Capabilities::LINE).then_some(neg.site);
-        match self.nodes[m].slots.accept_or_wait(now, can_wait) {
+        let served = self.nodes[m].peers.get(&neg.site).map_or(0, |p| p.served());
+        match self.nodes[m].slots.accept_or_wait(now, can_wait, served) {
             Accepted::Slot(holder) => self.adopt(m, (c, e), &neg, nonce, holder),
             Accepted::Refused => {
                 self.counts.accepts_refused += 1;
@@ -238,6 +239,7 @@ impl Sim {
                 buffers_empty: end.inb.is_empty() && end.outb.is_empty(),
                 queues_empty: s.queued_bytes() == 0,
                 callable: p.com.addresses().can_open(),
+                served: s.stats_ref().served(),
             })
         });
         self.line_expired(n, &tick.expired);

@@ -1,6 +1,6 @@
 //! The waiting line of accepted peers (issue 21): peers that completed
 //! their handshake while every channel slot was in use, told to wait
-//! instead of being refused, and let in first come, first served.
+//! instead of being refused, and let in when their turn comes.
 //!
 //! What a peer may cost here is bounded: the line holds at most
 //! [`SlotConfig::line`](super::SlotConfig::line) entries in all, at most
@@ -14,8 +14,23 @@
 //! Tickets increase with arrival, so the first entry of the map is the
 //! head of the line and, every entry being held equally long, also the
 //! first to expire.
+//!
+//! **Who is next.** Under [`Admission::Fifo`](super::Admission::Fifo) the
+//! head. Under [`Admission::Share`](super::Admission::Share) the peer
+//! that has been served least (start-time fair queuing over the service
+//! the driver reports — messages exchanged with that site so far): each
+//! entry's key is its service, raised to the key of the last peer let in
+//! (the line's *floor*), so a newcomer or a peer served long ago queues
+//! behind those already waiting at that level instead of jumping all of
+//! them, and ties go by arrival. A peer that moves many messages per turn
+//! (a fast client, or one whose end of the pair shares a thread with ours)
+//! thus waits while slower ones catch up, and the work done, not only the
+//! slot time, is shared. Since a peer that does nothing keeps a low key,
+//! the head of the line is let in first once it has waited
+//! [`SlotConfig::rotation`](super::SlotConfig::rotation): nobody waits
+//! longer than that for others to cut ahead.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use crate::site::SiteId;
@@ -24,6 +39,8 @@ use crate::site::SiteId;
 struct Entry {
     peer: SiteId,
     since: Instant,
+    /// Its place in the least-served order (see the module documentation).
+    key: u64,
 }
 
 /// See the module documentation.
@@ -33,6 +50,10 @@ pub(super) struct Line {
     entries: BTreeMap<u64, Entry>,
     /// Each peer's one entry.
     by_peer: HashMap<SiteId, u64>,
+    /// (key, ticket) of every entry: the least served first.
+    by_service: BTreeSet<(u64, u64)>,
+    /// The key of the last entry let in: newcomers queue at it or above.
+    floor: u64,
 }
 
 impl Line {
@@ -49,36 +70,60 @@ impl Line {
         self.by_peer.get(&peer).copied()
     }
 
-    /// Puts `peer` at the back with `ticket` (larger than every ticket
-    /// given before). The caller removed its older entry first.
-    pub(super) fn push(&mut self, ticket: u64, peer: SiteId, now: Instant) {
+    /// Puts `peer`, served `served` so far, in line with `ticket` (larger
+    /// than every ticket given before). The caller removed its older entry
+    /// first.
+    pub(super) fn push(&mut self, ticket: u64, peer: SiteId, now: Instant, served: u64) {
         debug_assert!(self
             .entries
             .last_key_value()
             .is_none_or(|(t, _)| *t < ticket));
         debug_assert!(!self.by_peer.contains_key(&peer));
-        self.entries.insert(ticket, Entry { peer, since: now });
+        let key = served.max(self.floor);
+        self.entries.insert(
+            ticket,
+            Entry {
+                peer,
+                since: now,
+                key,
+            },
+        );
         self.by_peer.insert(peer, ticket);
+        self.by_service.insert((key, ticket));
     }
 
-    /// The head's ticket.
+    /// The head's ticket (the longest waiting).
     pub(super) fn front(&self) -> Option<u64> {
         self.entries.first_key_value().map(|(t, _)| *t)
     }
 
-    /// Takes the head of the line.
-    pub(super) fn pop(&mut self) -> Option<(u64, SiteId)> {
-        let (ticket, e) = self.entries.pop_first()?;
-        self.by_peer.remove(&e.peer);
-        Some((ticket, e.peer))
+    /// Who is let in next: the head if `least_served` is false or the head
+    /// has waited `rotation` at `now`; else the least served.
+    pub(super) fn next(&self, least_served: bool, now: Instant, rotation: Duration) -> Option<u64> {
+        let (&head, e) = self.entries.first_key_value()?;
+        if !least_served || now.saturating_duration_since(e.since) >= rotation {
+            return Some(head);
+        }
+        self.by_service.first().map(|&(_, t)| t)
     }
 
-    /// Removes `ticket`; false if it was not in line.
+    /// Lets `ticket` in: it leaves the line and raises the floor to its key.
+    pub(super) fn take(&mut self, ticket: u64) -> Option<SiteId> {
+        let e = self.entries.remove(&ticket)?;
+        self.by_peer.remove(&e.peer);
+        self.by_service.remove(&(e.key, ticket));
+        self.floor = self.floor.max(e.key);
+        Some(e.peer)
+    }
+
+    /// Removes `ticket` (it left before its turn); false if it was not in
+    /// line.
     pub(super) fn remove(&mut self, ticket: u64) -> bool {
         let Some(e) = self.entries.remove(&ticket) else {
             return false;
         };
         self.by_peer.remove(&e.peer);
+        self.by_service.remove(&(e.key, ticket));
         true
     }
 
@@ -91,7 +136,8 @@ impl Line {
     pub(super) fn expire(&mut self, now: Instant, hold: Duration) -> Vec<u64> {
         let mut out = Vec::new();
         while self.deadline(hold).is_some_and(|d| d <= now) {
-            if let Some((t, _)) = self.pop() {
+            if let Some(t) = self.front() {
+                self.remove(t);
                 out.push(t);
             }
         }

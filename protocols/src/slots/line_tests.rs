@@ -9,9 +9,9 @@ use proptest::prelude::*;
 
 use super::*;
 
-const MS: Duration = Duration::from_millis(1);
+pub(super) const MS: Duration = Duration::from_millis(1);
 
-fn table(weak: usize, hard: usize, line: usize, admission: Admission) -> SlotTable {
+pub(super) fn table(weak: usize, hard: usize, line: usize, admission: Admission) -> SlotTable {
     let mut cfg = SlotConfig::new(weak, hard).unwrap();
     cfg.line = line;
     cfg.line_hold = 1000 * MS;
@@ -22,12 +22,12 @@ fn table(weak: usize, hard: usize, line: usize, admission: Admission) -> SlotTab
     SlotTable::new(cfg, Box::new(DefaultPolicy { min_hold: 50 * MS }))
 }
 
-fn site(n: u128) -> Option<SiteId> {
+pub(super) fn site(n: u128) -> Option<SiteId> {
     Some(SiteId(n))
 }
 
 /// A channel busy with traffic at `at` (nothing idle about it).
-fn busy(at: Instant) -> ChannelReport {
+pub(super) fn busy(at: Instant) -> ChannelReport {
     ChannelReport {
         closeable: true,
         last_active: at,
@@ -36,11 +36,12 @@ fn busy(at: Instant) -> ChannelReport {
         buffers_empty: false,
         queues_empty: false,
         callable: false,
+        served: 0,
     }
 }
 
 /// A channel that carried its last message at `at` and holds nothing.
-fn quiet_since(at: Instant) -> ChannelReport {
+pub(super) fn quiet_since(at: Instant) -> ChannelReport {
     ChannelReport {
         buffers_empty: true,
         queues_empty: true,
@@ -48,13 +49,13 @@ fn quiet_since(at: Instant) -> ChannelReport {
     }
 }
 
-fn full(t: &mut SlotTable, now: Instant) -> Vec<u64> {
+pub(super) fn full(t: &mut SlotTable, now: Instant) -> Vec<u64> {
     let hard = t.config().hard;
     (0..hard).map(|_| t.accept(now).unwrap()).collect()
 }
 
 fn wait(t: &mut SlotTable, now: Instant, peer: u128) -> (u64, usize, Option<u64>) {
-    match t.accept_or_wait(now, site(peer)) {
+    match t.accept_or_wait(now, site(peer), 0) {
         Accepted::Wait {
             ticket,
             position,
@@ -91,16 +92,16 @@ fn a_full_line_refuses_as_a_full_table_did_and_a_peer_that_cannot_wait_is_refuse
     full(&mut t, t0);
     wait(&mut t, t0, 1);
     wait(&mut t, t0, 2);
-    assert_eq!(t.accept_or_wait(t0, site(3)), Accepted::Refused);
+    assert_eq!(t.accept_or_wait(t0, site(3), 0), Accepted::Refused);
     // Without the line capability: refused at the hard limit, as before.
-    assert_eq!(t.accept_or_wait(t0, None), Accepted::Refused);
+    assert_eq!(t.accept_or_wait(t0, None, 0), Accepted::Refused);
     assert_eq!(t.accept(t0), None);
     assert_eq!(t.stats().accepts_refused, 3);
     assert_eq!(t.in_line(), 2);
     // No line at all: every accept past the hard limit is refused.
     let mut none = table(1, 2, 0, Admission::Share);
     full(&mut none, t0);
-    assert_eq!(none.accept_or_wait(t0, site(1)), Accepted::Refused);
+    assert_eq!(none.accept_or_wait(t0, site(1), 0), Accepted::Refused);
 }
 
 #[test]
@@ -322,7 +323,7 @@ proptest! {
                     }
                     Grant::Queued(w) => connects.push_back(w),
                 },
-                Op::Accept(peer) => match t.accept_or_wait(now, site(peer as u128)) {
+                Op::Accept(peer) => match t.accept_or_wait(now, site(peer as u128), 0) {
                     Accepted::Slot(h) => {
                         prop_assert!(holders.len() < hard && line.is_empty());
                         holders.push(h);

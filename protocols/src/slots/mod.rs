@@ -37,6 +37,7 @@
 //! Time is an argument and nothing here does I/O: the runtime's
 //! TransController drives it, and tests drive it with a virtual clock.
 
+mod config;
 mod line;
 mod policy;
 mod turns;
@@ -44,6 +45,7 @@ mod turns;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
+pub use config::{SlotConfig, SlotConfigError, DEFAULT_LINE, MAX_DERIVED_HARD, RESERVED_FDS};
 pub use policy::{
     by_name, Candidate, ChannelReport, DefaultPolicy, Naive, PreemptReason, PreemptionPolicy,
 };
@@ -51,114 +53,6 @@ pub use turns::Admission;
 
 use crate::site::SiteId;
 use crate::timer::{Timer, TimerTable};
-
-/// File descriptors a process keeps outside its channel slots (listeners,
-/// the runtime's own, stdio, files the application opens).
-pub const RESERVED_FDS: u64 = 64;
-
-/// Largest hard limit derived from the descriptor limit: beyond it the
-/// transport memory (two buffers per slot) matters more than descriptors.
-pub const MAX_DERIVED_HARD: usize = 16_384;
-
-/// The waiting line's length when the limits are given rather than derived
-/// ([`SlotConfig::new`]): each entry holds a connection (a descriptor, on
-/// TCP) and its two handshake rings.
-pub const DEFAULT_LINE: usize = 1024;
-
-/// The limits and the preemption tick.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotConfig {
-    /// Slots a ComObject may take to connect (the stable size). At most
-    /// `hard - 1`: one slot is always left for accepts.
-    pub weak: usize,
-    /// Slots never exceeded, accepts included.
-    pub hard: usize,
-    /// Time between two preemption ticks while slots are short.
-    pub preempt_interval: Duration,
-    /// Accepted peers that may wait in line for a slot at most (issue 21);
-    /// 0: none, every accept past the hard limit is refused. Each holds a
-    /// connection — a descriptor on TCP — beside the hard limit's.
-    pub line: usize,
-    /// How long a peer may wait in line; then its connection is closed and
-    /// it retries after its backoff.
-    pub line_hold: Duration,
-    /// Who gives a slot up while peers wait in line (see [`Admission`]).
-    pub admission: Admission,
-    /// [`Admission::Share`]: a holder gives way after this long while peers
-    /// wait.
-    pub turn: Duration,
-    /// [`Admission::Share`]: a holder with nothing in flight that has
-    /// carried no message for this long gives way while peers wait (and a
-    /// new holder keeps its slot at least this long).
-    pub turn_idle: Duration,
-}
-
-/// A limit that cannot work.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SlotConfigError {
-    /// The hard limit leaves no slot to connect and one to accept.
-    #[error("hard slot limit {0} is below 2: one slot to connect and one to accept are needed")]
-    HardTooSmall(usize),
-    /// The weak limit is zero: no site could ever connect.
-    #[error("weak slot limit is 0: no site could connect; use at least 1")]
-    WeakZero,
-}
-
-impl SlotConfig {
-    /// Limits as given; the weak limit is lowered to `hard - 1` if needed
-    /// (as in Mozart: one slot is always kept for accepts).
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// use sitenet_protocols::slots::{SlotConfig, SlotConfigError};
-    ///
-    /// let cfg = SlotConfig::new(100, 50)?;
-    /// assert_eq!((cfg.weak, cfg.hard), (49, 50)); // one slot kept for accepts
-    /// assert_eq!(SlotConfig::new(1, 1), Err(SlotConfigError::HardTooSmall(1)));
-    /// assert_eq!(SlotConfig::new(0, 10), Err(SlotConfigError::WeakZero));
-    ///
-    /// // Derived from RLIMIT_NOFILE: 64 descriptors kept, 120 for pending
-    /// // handshakes, 120 for the waiting line, 3/4 of the rest to connect.
-    /// let cfg = SlotConfig::from_fd_limit(1024);
-    /// assert_eq!((cfg.weak, cfg.hard, cfg.line), (540, 720, 120));
-    /// # Ok::<(), SlotConfigError>(())
-    /// ```
-    pub fn new(weak: usize, hard: usize) -> Result<Self, SlotConfigError> {
-        if hard < 2 {
-            return Err(SlotConfigError::HardTooSmall(hard));
-        }
-        if weak == 0 {
-            return Err(SlotConfigError::WeakZero);
-        }
-        Ok(Self {
-            weak: weak.min(hard - 1),
-            hard,
-            preempt_interval: Duration::from_millis(20),
-            line: DEFAULT_LINE,
-            line_hold: Duration::from_secs(30),
-            admission: Admission::default(),
-            turn: Duration::from_millis(500),
-            turn_idle: Duration::from_millis(50),
-        })
-    }
-
-    /// Limits derived from the process's descriptor limit (RLIMIT_NOFILE's
-    /// soft value): the hard limit leaves [`RESERVED_FDS`] descriptors for
-    /// everything else, [`handshake_fds`](crate::admission::handshake_fds)
-    /// for pending handshakes, which hold a descriptor but no slot, and as
-    /// many for the waiting line (at most [`MAX_DERIVED_HARD`]); the weak
-    /// limit is three quarters of it, the rest kept for accepts.
-    pub fn from_fd_limit(nofile: u64) -> Self {
-        let pending = crate::admission::handshake_fds(nofile) as u64;
-        let hard =
-            (nofile.saturating_sub(RESERVED_FDS + 2 * pending) as usize).clamp(2, MAX_DERIVED_HARD);
-        let weak = (hard * 3 / 4).max(1);
-        let mut cfg = Self::new(weak, hard).expect("derived limits are valid");
-        cfg.line = pending as usize;
-        cfg
-    }
-}
 
 /// What [`SlotTable::request`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +131,14 @@ impl SlotStats {
     }
 }
 
+/// A slot held: since when, and the service its site had when the table
+/// first saw its report (the start of its turn's work).
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    granted_at: Instant,
+    served_from: Option<u64>,
+}
+
 /// See the module documentation.
 ///
 /// # Example
@@ -268,6 +170,7 @@ impl SlotStats {
 ///     buffers_empty: true,
 ///     queues_empty: true,
 ///     callable: true,
+///     served: 0,
 /// };
 /// let tick = slots.handle_timeout(now, |_holder| Some(quiet));
 /// assert_eq!(tick.victims, [(first, PreemptReason::LeastRecentlyActive)]);
@@ -281,8 +184,8 @@ impl SlotStats {
 pub struct SlotTable {
     cfg: SlotConfig,
     policy: Box<dyn PreemptionPolicy>,
-    /// Holder id → when granted. Ids increase, so this is grant order.
-    holders: BTreeMap<u64, Instant>,
+    /// Holder id → its grant. Ids increase, so this is grant order.
+    holders: BTreeMap<u64, Held>,
     /// Waiters' tickets, first come first served.
     waiting: VecDeque<u64>,
     /// Accepted peers waiting for a slot (issue 21).
@@ -365,7 +268,13 @@ impl SlotTable {
 
     fn grant(&mut self, now: Instant) -> u64 {
         let h = self.id();
-        self.holders.insert(h, now);
+        self.holders.insert(
+            h,
+            Held {
+                granted_at: now,
+                served_from: None,
+            },
+        );
         self.stats.granted += 1;
         self.stats.peak_in_use = self.stats.peak_in_use.max(self.holders.len());
         h
@@ -397,7 +306,7 @@ impl SlotTable {
     /// once). For a peer that cannot wait in line; see
     /// [`accept_or_wait`](Self::accept_or_wait).
     pub fn accept(&mut self, now: Instant) -> Option<u64> {
-        match self.accept_or_wait(now, None) {
+        match self.accept_or_wait(now, None, 0) {
             Accepted::Slot(h) => Some(h),
             _ => None,
         }
@@ -407,8 +316,11 @@ impl SlotTable {
     /// it cannot wait — it lacks the `line` capability): a slot if below the
     /// hard limit; else a place in line (one per site: a newer connection
     /// replaces the site's older entry, and goes to the back); else, the
-    /// line full, refused.
-    pub fn accept_or_wait(&mut self, now: Instant, peer: Option<SiteId>) -> Accepted {
+    /// line full, refused. `served` is how much this node has served the
+    /// site so far (messages exchanged with it): under
+    /// [`Admission::Share`] the least served in line is let in first (see
+    /// `line.rs`); 0 for all makes the line first come, first served.
+    pub fn accept_or_wait(&mut self, now: Instant, peer: Option<SiteId>, served: u64) -> Accepted {
         if self.in_use() < self.cfg.hard {
             // Nobody waits in line while a slot is free: a release serves
             // the line at once.
@@ -431,7 +343,7 @@ impl SlotTable {
             self.stats.line_left += 1;
         }
         let ticket = self.id();
-        self.line.push(ticket, peer, now);
+        self.line.push(ticket, peer, now, served);
         self.stats.line_waits += 1;
         self.stats.peak_line = self.stats.peak_line.max(self.line.len());
         self.arm(now);
@@ -454,11 +366,12 @@ impl SlotTable {
     }
 
     /// Slot `holder` is free again (its channel is gone). The slot goes to
-    /// the head of a line at once: below the weak limit, a site waiting to
-    /// connect; below the hard limit, the first accepted peer in line — or,
-    /// while both wait, whichever has waited longest (tickets of both lines
-    /// come from one counter), so neither line starves the other. Returned
-    /// as (its ticket, its new holder id).
+    /// a line at once: below the weak limit, a site waiting to connect;
+    /// below the hard limit, the next accepted peer in line (the head, or
+    /// under [`Admission::Share`] the least served) — or, while both wait,
+    /// the line whose head has waited longest (tickets of both lines come
+    /// from one counter), so neither line starves the other. Returned as
+    /// (its ticket, its new holder id).
     pub fn release(&mut self, holder: u64, now: Instant) -> Option<(u64, u64)> {
         self.holders.remove(&holder)?;
         self.preempting.remove(&holder);
@@ -468,14 +381,28 @@ impl SlotTable {
             (Some(c), Some(a)) if c < a => self.waiting.pop_front(),
             (Some(_), None) if self.in_use() < self.cfg.weak => self.waiting.pop_front(),
             (_, Some(_)) => {
-                self.stats.grants += 1;
-                self.line.pop().map(|(t, _)| t)
+                let share = self.cfg.admission == Admission::Share;
+                let next = self.line.next(share, now, self.cfg.rotation);
+                let t = next.filter(|&t| self.line.take(t).is_some());
+                self.stats.grants += u64::from(t.is_some());
+                t
             }
             _ => None,
         };
         let granted = served.map(|w| (w, self.grant(now)));
         self.arm(now);
         granted
+    }
+
+    /// [`Admission::Share`]'s turn now: [`SlotConfig::turn`], shortened so
+    /// that the whole line is served within about [`SlotConfig::rotation`],
+    /// never below [`SlotConfig::turn_min`].
+    pub fn turn_now(&self) -> Duration {
+        let c = &self.cfg;
+        let line = u32::try_from(self.line.len().max(1)).unwrap_or(u32::MAX);
+        let slots = u32::try_from(c.hard).unwrap_or(u32::MAX);
+        let per_round = c.rotation.checked_mul(slots).unwrap_or(Duration::MAX) / line;
+        per_round.min(c.turn).max(c.turn_min.min(c.turn))
     }
 
     /// Slots in use, not counting those already being preempted.
@@ -544,20 +471,28 @@ impl SlotTable {
             self.arm(now);
             return tick;
         }
+        let preempting = &self.preempting;
         let candidates: Vec<Candidate> = self
             .holders
-            .iter()
-            .filter(|(h, _)| !self.preempting.contains(h))
-            .filter_map(|(&h, &granted_at)| {
-                describe(h).map(|channel| Candidate {
+            .iter_mut()
+            .filter(|(h, _)| !preempting.contains(h))
+            .filter_map(|(&h, held)| {
+                let channel = describe(h)?;
+                let from = *held.served_from.get_or_insert(channel.served);
+                Some(Candidate {
                     holder: h,
-                    granted_at,
+                    granted_at: held.granted_at,
                     channel,
+                    moved: channel.served.saturating_sub(from),
                 })
             })
             .collect();
         tick.victims = match self.turns_wanted() {
-            Some(want) => turns::share(now, &candidates, want, self.cfg.turn, self.cfg.turn_idle),
+            Some(want) => {
+                let turn = self.turn_now();
+                let c = &self.cfg;
+                turns::share(now, &candidates, want, turn, c.turn_idle, c.turn_work)
+            }
             None => self.policy.choose(now, &candidates).into_iter().collect(),
         };
         for &(h, reason) in &tick.victims {
@@ -573,5 +508,7 @@ impl SlotTable {
 
 #[cfg(test)]
 mod line_tests;
+#[cfg(test)]
+mod share_tests;
 #[cfg(test)]
 mod tests;

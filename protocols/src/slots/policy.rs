@@ -29,6 +29,10 @@ pub struct ChannelReport {
     /// The peer listens, so it can be called back (an accept-only client
     /// cannot: preempting it leaves the reconnect to the client).
     pub callable: bool,
+    /// Messages exchanged with the site so far
+    /// ([`SessionStats::served`](crate::session::SessionStats::served)):
+    /// the table measures a turn's work from it.
+    pub served: u64,
 }
 
 /// What a slot holder looks like to a policy: its slot, and what its owner
@@ -41,6 +45,9 @@ pub struct Candidate {
     pub granted_at: Instant,
     /// The channel, as its owner reported it.
     pub channel: ChannelReport,
+    /// Messages exchanged with the site since the table first saw this
+    /// holder's report (about its grant): the work of its turn so far.
+    pub moved: u64,
 }
 
 /// Why a policy chose its victim (one counter each in metrics).
@@ -172,15 +179,16 @@ impl PreemptionPolicy for Naive {
 ///     buffers_empty: true,
 ///     queues_empty: true,
 ///     callable: true,
+///     served: 0,
 /// };
 /// let a_second_ago = now - Duration::from_secs(1);
 /// let candidates = [
 ///     // The least recently active, but a message is half received on it.
-///     Candidate { holder: 1, granted_at: t0, channel: channel(t0, true) },
+///     Candidate { holder: 1, granted_at: t0, channel: channel(t0, true), moved: 0 },
 ///     // Quiet, active a second ago.
-///     Candidate { holder: 2, granted_at: t0, channel: channel(a_second_ago, false) },
+///     Candidate { holder: 2, granted_at: t0, channel: channel(a_second_ago, false), moved: 0 },
 ///     // Quiet and idle, but it got its slot just now.
-///     Candidate { holder: 3, granted_at: now, channel: channel(t0, false) },
+///     Candidate { holder: 3, granted_at: now, channel: channel(t0, false), moved: 0 },
 /// ];
 /// let policy = DefaultPolicy::default(); // min_hold: 100 ms
 /// assert_eq!(policy.choose(now, &candidates), Some((2, PreemptReason::LeastRecentlyActive)));

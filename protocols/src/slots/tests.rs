@@ -25,6 +25,7 @@ fn quiet(now: Instant) -> ChannelReport {
         buffers_empty: true,
         queues_empty: true,
         callable: true,
+        served: 0,
     }
 }
 
@@ -33,6 +34,7 @@ fn candidate(holder: u64, granted_at: Instant, channel: ChannelReport) -> Candid
         holder,
         granted_at,
         channel,
+        moved: 0,
     }
 }
 

@@ -15,9 +15,18 @@
 //!   holder that has had its turn ([`SlotConfig::turn`](super::SlotConfig::turn))
 //!   gives way, and so does one that has gone quiet for
 //!   [`SlotConfig::turn_idle`](super::SlotConfig::turn_idle) — as many per
-//!   tick as there are peers waiting — so every waiting peer is let in
-//!   within about (its place in line / slots) turns, and a peer done with
-//!   its work does not sit on a slot others wait for. With nobody in line
+//!   tick as there are peers waiting — so a peer done with its work does
+//!   not sit on a slot others wait for. A long line shortens the turns
+//!   ([`SlotTable::turn_now`](super::SlotTable::turn_now): the whole line
+//!   served within about [`SlotConfig::rotation`](super::SlotConfig::rotation),
+//!   no turn below [`SlotConfig::turn_min`](super::SlotConfig::turn_min)),
+//!   and the freed slot goes to the peer in line this node has served
+//!   least (messages exchanged so far), so what is shared is the work
+//!   done, not only the time held: a turn also ends once the holder has
+//!   exchanged [`SlotConfig::turn_work`](super::SlotConfig::turn_work)
+//!   messages, and a peer that moves ten times the messages per turn
+//!   waits while the others catch up. No peer waits
+//!   longer than `rotation` for others to go first. With nobody in line
 //!   the preemption policy rules, as with `Fifo`.
 //!
 //! `Share` is the default because sitenet serves many sites on few
@@ -83,21 +92,25 @@ const MID_MESSAGE_TURNS: u32 = 4;
 
 /// `Share`'s choice while peers wait: up to `want` holders, those gone
 /// quiet first (least recently active first), then those past their turn
-/// (longest held first), a holder in the middle of a message only past
-/// [`MID_MESSAGE_TURNS`] turns. A holder is never chosen within
-/// `turn_idle` of its grant (it has not started yet).
+/// (longest held first, whether its turn's time or its `turn_work`
+/// messages are over), a holder in the middle of a message only past
+/// [`MID_MESSAGE_TURNS`] turns of time. A holder is never chosen within
+/// `turn_idle` (or its turn, if shorter) of its grant: it has not started
+/// yet.
 pub(super) fn share(
     now: Instant,
     candidates: &[Candidate],
     want: usize,
     turn: Duration,
     turn_idle: Duration,
+    turn_work: u64,
 ) -> Vec<(u64, PreemptReason)> {
     let held = |c: &Candidate| now.saturating_duration_since(c.granted_at);
+    let started = turn_idle.min(turn);
     let eligible = || {
         candidates
             .iter()
-            .filter(|c| c.channel.closeable && held(c) >= turn_idle)
+            .filter(|c| c.channel.closeable && held(c) >= started)
     };
     let quiet = |c: &Candidate| {
         let r = &c.channel;
@@ -117,7 +130,7 @@ pub(super) fn share(
             } else {
                 turn
             };
-            held(c) >= t
+            held(c) >= t || (!c.channel.mid_message && c.moved >= turn_work)
         })
         .collect();
     over.sort_by_key(|c| (c.granted_at, c.holder));

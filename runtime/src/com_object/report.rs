@@ -46,6 +46,7 @@ impl ComObject {
             buffers_empty: live.t.inb.is_empty() && !live.t.out_pending(),
             queues_empty: session.queued_bytes() == 0,
             callable: self.com.addresses().can_open(),
+            served: session.stats_ref().served(),
         };
         self.node.slots.report(&live.slot_info, &report);
     }

@@ -67,8 +67,9 @@ impl NodeInner {
     ) {
         let neg = &accepted.neg;
         let can_wait = neg.caps.contains(Capabilities::LINE).then_some(neg.site);
+        let served = can_wait.map_or(0, |site| self.served(site));
         let (tx, turn) = oneshot::channel();
-        match self.slots.accept_or_wait(can_wait, move |t| {
+        match self.slots.accept_or_wait(can_wait, served, move |t| {
             let _ = tx.send(t);
         }) {
             AcceptOrWait::Slot(lease) => {

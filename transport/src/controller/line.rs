@@ -59,7 +59,10 @@ impl TransController {
     /// cannot wait in line — it lacks the `line` capability): its slot now
     /// if one is free below the hard limit; else a place in the line, and
     /// `on_turn` runs with the slot when a slot frees for it (or with
-    /// [`LineEnd`] if its place ends first); else refused.
+    /// [`LineEnd`] if its place ends first); else refused. `served` is
+    /// how much the node has served that site so far (messages exchanged,
+    /// [`SessionStats::served`](sitenet_protocols::session::SessionStats::served)):
+    /// under `Admission::Share` the least served in line goes first.
     ///
     /// ```
     /// use std::sync::mpsc;
@@ -72,7 +75,7 @@ impl TransController {
     /// // At the hard limit a peer that can wait is given a place in line …
     /// let (tx, rx) = mpsc::channel();
     /// let AcceptOrWait::Wait { position, .. } =
-    ///     ctrl.accept_or_wait(Some(SiteId(7)), move |turn| tx.send(turn).unwrap())
+    ///     ctrl.accept_or_wait(Some(SiteId(7)), 0, move |turn| tx.send(turn).unwrap())
     /// else {
     ///     panic!("a place in line")
     /// };
@@ -83,18 +86,19 @@ impl TransController {
     /// let s = ctrl.stats();
     /// assert_eq!((s.in_use, s.in_line, s.grants, s.accepts_refused), (2, 0, 1, 0));
     /// // A peer that cannot wait is refused at the hard limit, as before.
-    /// assert!(matches!(ctrl.accept_or_wait(None, |_| {}), AcceptOrWait::Refused));
+    /// assert!(matches!(ctrl.accept_or_wait(None, 0, |_| {}), AcceptOrWait::Refused));
     /// drop(lease);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn accept_or_wait(
         &self,
         site: Option<SiteId>,
+        served: u64,
         on_turn: impl FnOnce(Result<SlotLease, LineEnd>) + Send + 'static,
     ) -> AcceptOrWait {
         let mut st = self.inner.state.lock();
         let hold = st.table.config().line_hold;
-        let (r, replaced) = match st.table.accept_or_wait(Instant::now(), site) {
+        let (r, replaced) = match st.table.accept_or_wait(Instant::now(), site, served) {
             Accepted::Slot(h) => {
                 st.holders.insert(
                     h,

@@ -28,6 +28,7 @@ fn report(callable: bool) -> SlotReport {
         buffers_empty: true,
         queues_empty: true,
         callable,
+        served: 0,
     }
 }
 
@@ -181,7 +182,7 @@ fn the_line_calls_back_with_the_slot_or_with_why_its_place_ended() {
         let tx = tx.clone();
         // The lease itself is sent: dropping it here would give the slot
         // to the next in line at once.
-        match c.accept_or_wait(Some(SiteId(site)), move |r| tx.send((site, r)).unwrap()) {
+        match c.accept_or_wait(Some(SiteId(site)), 0, move |r| tx.send((site, r)).unwrap()) {
             AcceptOrWait::Wait { ticket, .. } => ticket,
             other => panic!("{other:?}"),
         }
@@ -246,7 +247,7 @@ fn under_share_holders_past_their_turn_give_way_one_per_peer_waiting() {
     }
     let mut tickets = Vec::new();
     for site in [10u128, 11] {
-        match c.accept_or_wait(Some(SiteId(site)), |_| {}) {
+        match c.accept_or_wait(Some(SiteId(site)), 0, |_| {}) {
             AcceptOrWait::Wait { ticket, .. } => tickets.push(ticket),
             other => panic!("{other:?}"),
         }

@@ -1,0 +1,134 @@
+//! The slot table's limits and knobs ([`SlotConfig`]): the weak and hard
+//! limits, the preemption tick, the waiting line's bound and hold, and the
+//! turns of [`Admission::Share`].
+
+use std::time::Duration;
+
+use super::Admission;
+
+/// File descriptors a process keeps outside its channel slots (listeners,
+/// the runtime's own, stdio, files the application opens).
+pub const RESERVED_FDS: u64 = 64;
+
+/// Largest hard limit derived from the descriptor limit: beyond it the
+/// transport memory (two buffers per slot) matters more than descriptors.
+pub const MAX_DERIVED_HARD: usize = 16_384;
+
+/// The waiting line's length when the limits are given rather than derived
+/// ([`SlotConfig::new`]): each entry holds a connection (a descriptor, on
+/// TCP) and its two handshake rings.
+pub const DEFAULT_LINE: usize = 1024;
+
+/// The limits and the preemption tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotConfig {
+    /// Slots a ComObject may take to connect (the stable size). At most
+    /// `hard - 1`: one slot is always left for accepts.
+    pub weak: usize,
+    /// Slots never exceeded, accepts included.
+    pub hard: usize,
+    /// Time between two preemption ticks while slots are short.
+    pub preempt_interval: Duration,
+    /// Accepted peers that may wait in line for a slot at most (issue 21);
+    /// 0: none, every accept past the hard limit is refused. Each holds a
+    /// connection — a descriptor on TCP — beside the hard limit's.
+    pub line: usize,
+    /// How long a peer may wait in line; then its connection is closed and
+    /// it retries after its backoff.
+    pub line_hold: Duration,
+    /// Who gives a slot up while peers wait in line (see [`Admission`]).
+    pub admission: Admission,
+    /// [`Admission::Share`]: a holder gives way after this long while peers
+    /// wait — at most; a long line shortens the turns (see `rotation`).
+    pub turn: Duration,
+    /// [`Admission::Share`]: the shortest turn, however long the line (a
+    /// turn costs the peer a reconnect).
+    pub turn_min: Duration,
+    /// [`Admission::Share`]: a holder that has exchanged this many messages
+    /// with its site since its grant has had its turn, however short (but
+    /// never within `turn_idle` of its grant, or its turn if shorter): a
+    /// peer that moves a hundred times the
+    /// messages per millisecond of another does not keep its slot for the
+    /// same time.
+    pub turn_work: u64,
+    /// [`Admission::Share`]: how long one round of the whole line should
+    /// take. Turns shrink to `rotation × hard / peers in line` (within
+    /// `turn_min..=turn`), so 10,000 peers on 30 slots each get a turn in
+    /// seconds rather than minutes; and a peer that has waited this long is
+    /// let in next even if others have been served less.
+    pub rotation: Duration,
+    /// [`Admission::Share`]: a holder with nothing in flight that has
+    /// carried no message for this long gives way while peers wait (and a
+    /// new holder keeps its slot at least this long).
+    pub turn_idle: Duration,
+}
+
+/// A limit that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotConfigError {
+    /// The hard limit leaves no slot to connect and one to accept.
+    #[error("hard slot limit {0} is below 2: one slot to connect and one to accept are needed")]
+    HardTooSmall(usize),
+    /// The weak limit is zero: no site could ever connect.
+    #[error("weak slot limit is 0: no site could connect; use at least 1")]
+    WeakZero,
+}
+
+impl SlotConfig {
+    /// Limits as given; the weak limit is lowered to `hard - 1` if needed
+    /// (as in Mozart: one slot is always kept for accepts).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use sitenet_protocols::slots::{SlotConfig, SlotConfigError};
+    ///
+    /// let cfg = SlotConfig::new(100, 50)?;
+    /// assert_eq!((cfg.weak, cfg.hard), (49, 50)); // one slot kept for accepts
+    /// assert_eq!(SlotConfig::new(1, 1), Err(SlotConfigError::HardTooSmall(1)));
+    /// assert_eq!(SlotConfig::new(0, 10), Err(SlotConfigError::WeakZero));
+    ///
+    /// // Derived from RLIMIT_NOFILE: 64 descriptors kept, 120 for pending
+    /// // handshakes, 120 for the waiting line, 3/4 of the rest to connect.
+    /// let cfg = SlotConfig::from_fd_limit(1024);
+    /// assert_eq!((cfg.weak, cfg.hard, cfg.line), (540, 720, 120));
+    /// # Ok::<(), SlotConfigError>(())
+    /// ```
+    pub fn new(weak: usize, hard: usize) -> Result<Self, SlotConfigError> {
+        if hard < 2 {
+            return Err(SlotConfigError::HardTooSmall(hard));
+        }
+        if weak == 0 {
+            return Err(SlotConfigError::WeakZero);
+        }
+        Ok(Self {
+            weak: weak.min(hard - 1),
+            hard,
+            preempt_interval: Duration::from_millis(20),
+            line: DEFAULT_LINE,
+            line_hold: Duration::from_secs(30),
+            admission: Admission::default(),
+            turn: Duration::from_millis(500),
+            turn_min: Duration::from_millis(20),
+            turn_work: 16_384,
+            rotation: Duration::from_secs(5),
+            turn_idle: Duration::from_millis(50),
+        })
+    }
+
+    /// Limits derived from the process's descriptor limit (RLIMIT_NOFILE's
+    /// soft value): the hard limit leaves [`RESERVED_FDS`] descriptors for
+    /// everything else, [`handshake_fds`](crate::admission::handshake_fds)
+    /// for pending handshakes, which hold a descriptor but no slot, and as
+    /// many for the waiting line (at most [`MAX_DERIVED_HARD`]); the weak
+    /// limit is three quarters of it, the rest kept for accepts.
+    pub fn from_fd_limit(nofile: u64) -> Self {
+        let pending = crate::admission::handshake_fds(nofile) as u64;
+        let hard =
+            (nofile.saturating_sub(RESERVED_FDS + 2 * pending) as usize).clamp(2, MAX_DERIVED_HARD);
+        let weak = (hard * 3 / 4).max(1);
+        let mut cfg = Self::new(weak, hard).expect("derived limits are valid");
+        cfg.line = pending as usize;
+        cfg
+    }
+}

@@ -1,0 +1,162 @@
+//! [`Admission::Share`] on a virtual clock (issue 21): the least served in
+//! line goes first, newcomers queue at the line's floor, nobody waits
+//! longer than the rotation for others to cut ahead, a long line shortens
+//! the turns, and a turn ends with its work as well as its time.
+
+use std::time::{Duration, Instant};
+
+use super::line_tests::{busy, full, site, table, MS};
+use super::*;
+
+/// `peer`, served `served` so far, takes a place in line.
+fn wait_served(t: &mut SlotTable, now: Instant, peer: u128, served: u64) -> u64 {
+    match t.accept_or_wait(now, site(peer), served) {
+        Accepted::Wait { ticket, .. } => ticket,
+        other => panic!("expected a place in line, got {other:?}"),
+    }
+}
+
+/// The tickets served by releasing every slot in `held`, in order.
+fn serve_all(t: &mut SlotTable, held: &[u64], now: Instant) -> Vec<u64> {
+    held.iter()
+        .filter_map(|&h| t.release(h, now).map(|g| g.0))
+        .collect()
+}
+
+#[test]
+fn share_lets_the_least_served_in_first_and_fifo_the_first_come() {
+    let t0 = Instant::now();
+    for admission in Admission::ALL {
+        let mut t = table(2, 3, 10, admission);
+        let held = full(&mut t, t0);
+        let a = wait_served(&mut t, t0, 1, 900);
+        let b = wait_served(&mut t, t0, 2, 100);
+        let c = wait_served(&mut t, t0, 3, 500);
+        let order = serve_all(&mut t, &held, t0 + MS);
+        match admission {
+            Admission::Share => assert_eq!(order, [b, c, a], "least served first"),
+            Admission::Fifo => assert_eq!(order, [a, b, c], "first come first"),
+        }
+    }
+}
+
+#[test]
+fn a_newcomer_queues_at_the_floor_behind_those_already_waiting_there() {
+    let t0 = Instant::now();
+    let mut t = table(3, 4, 10, Admission::Share);
+    let held = full(&mut t, t0);
+    let a = wait_served(&mut t, t0, 1, 100);
+    let b = wait_served(&mut t, t0, 2, 100);
+    assert_eq!(t.release(held[0], t0).map(|g| g.0), Some(a));
+    // The floor is now 100: a peer never served, and one served 50, queue
+    // at 100 too — behind `b`, in arrival order — not ahead of everyone.
+    let c = wait_served(&mut t, t0, 3, 0);
+    let d = wait_served(&mut t, t0, 4, 50);
+    // One served less than the floor's newcomers? Nobody: 100 is the least.
+    let e = wait_served(&mut t, t0, 5, 101);
+    assert_eq!(serve_all(&mut t, &held[1..], t0), [b, c, d]);
+    assert_eq!(t.in_line(), 1);
+    let _ = e;
+}
+
+#[test]
+fn a_peer_served_more_waits_no_longer_than_the_rotation() {
+    let t0 = Instant::now();
+    let mut t = table(1, 2, 100, Admission::Share);
+    t.cfg.rotation = 300 * MS;
+    t.cfg.line_hold = 10 * t.cfg.rotation;
+    let mut holders = full(&mut t, t0);
+    let heavy = wait_served(&mut t, t0, 1, 1_000_000);
+    // Peers never served keep arriving and go first while `heavy` waits
+    // less than the rotation …
+    let mut now = t0;
+    let mut next_peer = 2;
+    let mut served_heavy_at = None;
+    while served_heavy_at.is_none() {
+        now += 10 * MS;
+        wait_served(&mut t, now, next_peer, 0);
+        next_peer += 1;
+        let h = holders.remove(0);
+        let (ticket, nh) = t.release(h, now).expect("the line is served");
+        holders.push(nh);
+        if ticket == heavy {
+            served_heavy_at = Some(now);
+        }
+    }
+    // … and it is let in at the first release once it has waited that long.
+    assert_eq!(served_heavy_at, Some(t0 + 300 * MS));
+}
+
+#[test]
+fn a_long_line_shortens_the_turns_to_serve_it_within_the_rotation() {
+    let t0 = Instant::now();
+    let mut t = table(24, 30, 20_000, Admission::Share);
+    t.cfg.turn = 500 * MS;
+    t.cfg.turn_min = 20 * MS;
+    t.cfg.turn_idle = 10 * MS;
+    t.cfg.rotation = Duration::from_secs(5);
+    assert_eq!(t.turn_now(), 500 * MS, "an empty line: the full turn");
+    let held = full(&mut t, t0);
+    let mut peer = 0;
+    let mut line_of = |t: &mut SlotTable, n: usize| {
+        while t.in_line() < n {
+            peer += 1;
+            wait_served(t, t0, peer, 0);
+        }
+    };
+    line_of(&mut t, 170);
+    // 5 s × 30 slots / 170 = 882 ms: longer than a turn, so a turn.
+    assert_eq!(t.turn_now(), 500 * MS);
+    line_of(&mut t, 1_000);
+    assert_eq!(t.turn_now(), 150 * MS);
+    line_of(&mut t, 10_000);
+    assert_eq!(t.turn_now(), 20 * MS, "never below turn_min");
+    // The tick uses it: busy holders give way after 20 ms, not 500.
+    let at = t0 + 20 * MS;
+    let tick = t.handle_timeout(at, |_| Some(busy(at)));
+    assert_eq!(tick.victims.len(), held.len());
+    assert!(tick.victims.iter().all(|v| v.1 == PreemptReason::TurnOver));
+}
+
+#[test]
+fn a_holder_that_moved_its_turns_work_gives_way_before_its_time() {
+    let t0 = Instant::now();
+    let mut t = table(1, 2, 10, Admission::Share);
+    t.cfg.turn_work = 1_000;
+    let held = full(&mut t, t0);
+    wait_served(&mut t, t0, 1, 0);
+    let report = |served: u64, at: Instant| ChannelReport { served, ..busy(at) };
+    // The first report the table sees is where a turn's work starts, so a
+    // site served long before this grant starts afresh.
+    let at = t0 + 5 * MS;
+    let first = t.handle_timeout(at, |h| {
+        Some(report(if h == held[0] { 50_000 } else { 7 }, at))
+    });
+    assert!(
+        first.victims.is_empty(),
+        "within turn_idle nobody gives way"
+    );
+    // 30 ms in (its 100 ms turn not over): the first has moved 1,000, the
+    // second 999.
+    let at = t0 + 30 * MS;
+    let tick = t.handle_timeout(at, |h| {
+        Some(report(if h == held[0] { 51_000 } else { 1_006 }, at))
+    });
+    assert_eq!(tick.victims, [(held[0], PreemptReason::TurnOver)]);
+    // Mid-message, the work does not end a turn (only four turns' time).
+    let mut t = table(1, 2, 10, Admission::Share);
+    t.cfg.turn_work = 1_000;
+    let held = full(&mut t, t0);
+    wait_served(&mut t, t0, 1, 0);
+    let mid = |served: u64, at: Instant| ChannelReport {
+        mid_message: true,
+        ..report(served, at)
+    };
+    let only_first = |h: u64, served: u64, at| (h == held[0]).then(|| mid(served, at));
+    t.handle_timeout(t0 + 5 * MS, |h| only_first(h, 0, t0 + 5 * MS));
+    let at = t0 + 30 * MS;
+    assert!(t
+        .handle_timeout(at, |h| only_first(h, 5_000, at))
+        .victims
+        .is_empty());
+}
