@@ -275,3 +275,78 @@ fn a_runtime_pool_spreads_nodes_and_sites() {
     };
     assert_eq!(on(&a), on(&b));
 }
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Hello {
+    client: u32,
+}
+impl sitenet::Message for Hello {
+    const ID: u32 = 4_323;
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Back;
+impl sitenet::Message for Back {
+    const ID: u32 = 4_324;
+}
+
+/// Issue 21: a site first met on an in-process channel runs on the thread
+/// that connected it, so both ends of the pair share a thread and talk
+/// without waking another. Each of six clients, on nodes spread over a
+/// three-thread pool, says hello; the server's handler (on the server's
+/// site for that client) records its thread and answers; the client's
+/// handler (on its site for the server, the thread that connected)
+/// records its own. Placed by key instead, the server's sites would cycle
+/// over the threads out of step with the clients'.
+#[test]
+fn a_site_met_on_an_in_process_channel_runs_on_the_thread_that_connected() {
+    const CLIENTS: u32 = 6;
+    let rt = sitenet::Runtime::pool("colocate", 3);
+    let server = Node::builder()
+        .runtime(rt.clone())
+        .listen(sitenet::Address::unique_mem("colocate").to_string())
+        .start()
+        .unwrap();
+    type Seen = Arc<Mutex<Vec<(u32, std::thread::ThreadId)>>>;
+    let at_server: Seen = Arc::default();
+    let seen = at_server.clone();
+    server
+        .handle(move |ctx, m: Hello| {
+            seen.lock()
+                .unwrap()
+                .push((m.client, std::thread::current().id()));
+            ctx.sender().try_send(&Back).unwrap();
+        })
+        .unwrap();
+    let at_client: Seen = Arc::default();
+    let clients: Vec<Node> = (0..CLIENTS)
+        .map(|i| {
+            let node = Node::builder().runtime(rt.clone()).start().unwrap();
+            let seen = at_client.clone();
+            node.handle(move |_ctx, _: Back| {
+                seen.lock().unwrap().push((i, std::thread::current().id()));
+            })
+            .unwrap();
+            node
+        })
+        .collect();
+    block_on(async {
+        for (i, c) in clients.iter().enumerate() {
+            let site = c.site(addr(&server)).unwrap();
+            site.send(&Hello { client: i as u32 }).await.unwrap();
+        }
+    });
+    for c in &clients {
+        assert!(c
+            .wait_until_blocking(|m| m.messages_delivered >= 1, PATIENCE)
+            .unwrap());
+    }
+    let mut s = at_server.lock().unwrap().clone();
+    let mut c = at_client.lock().unwrap().clone();
+    s.sort_by_key(|e| e.0);
+    c.sort_by_key(|e| e.0);
+    assert_eq!(s.len(), CLIENTS as usize);
+    assert_eq!(s, c, "each pair on one thread (client, thread)");
+    let threads: HashSet<_> = s.iter().map(|e| e.1).collect();
+    assert!(threads.len() > 1, "the pairs spread over the pool");
+}

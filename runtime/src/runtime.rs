@@ -15,6 +15,9 @@
 //! lives on one thread of the pool ([`Runtime::arbiter_for`]: the site's
 //! key in its node's table, offset by the node's home), so one site's
 //! traffic never crosses threads and a node's many sites share every core.
+//! A site first heard of on an in-process (`mem:`) channel lives instead
+//! on the thread that connected it ([`Runtime::worker_of`]), where the
+//! other end's site runs: the pair then talks without waking a thread.
 //! Other threads hand a site messages through its outbox (bounded per
 //! priority class, FIFO per sender) and a wake; nothing blocks a pool
 //! thread on another.
@@ -222,6 +225,22 @@ impl Runtime {
     pub fn arbiter_for(&self, key: usize) -> &ArbiterHandle {
         let n = self.threads();
         &self.pool.workers[(self.home + key % n) % n].arbiter
+    }
+
+    /// The index in the pool of thread `t`, if it is one of the pool's:
+    /// where a site whose peer runs on `t` may be placed
+    /// ([`arbiter_at`](Self::arbiter_at)).
+    pub fn worker_of(&self, t: ThreadId) -> Option<usize> {
+        self.pool
+            .workers
+            .iter()
+            .position(|w| w.thread.get() == Some(&t))
+    }
+
+    /// The arbiter of the pool's thread `index` (modulo the pool's size).
+    pub fn arbiter_at(&self, index: usize) -> &ArbiterHandle {
+        let n = self.threads();
+        &self.pool.workers[index % n].arbiter
     }
 
     /// Runs a future on the runtime's home thread.

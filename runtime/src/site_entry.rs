@@ -163,6 +163,11 @@ pub(crate) struct SiteEntry {
     /// The entry was reclaimed (its actor stopped for good): a send
     /// through a handle that kept it fails instead of waiting for ever.
     pub(crate) reclaimed: std::sync::atomic::AtomicBool,
+    /// The pool thread its ComObject runs on, if chosen when the entry was
+    /// made (the thread of the peer's end of an in-process channel);
+    /// [`NO_HOME`]: the key decides (`Runtime::arbiter_for`). Set before
+    /// the actor first starts, never changed after.
+    pub(crate) home: std::sync::atomic::AtomicU16,
     /// The counters its ComObject last published (for `Node::stats`);
     /// allocated at the first publication, so a site never used costs a
     /// pointer.
@@ -171,6 +176,9 @@ pub(crate) struct SiteEntry {
     /// Current fault state, the monitors watching it, and why.
     pub(crate) fault: Mutex<Fault>,
 }
+
+/// [`SiteEntry::home`] when the site's key decides its thread.
+pub(crate) const NO_HOME: u16 = u16::MAX;
 
 /// The reason of a monitor's first event on a site no channel has
 /// reached yet: `Ok` only means nothing failed so far.
@@ -247,6 +255,7 @@ impl SiteEntry {
             connected: std::sync::atomic::AtomicBool::new(false),
             contacted: std::sync::atomic::AtomicBool::new(false),
             reclaimed: std::sync::atomic::AtomicBool::new(false),
+            home: std::sync::atomic::AtomicU16::new(NO_HOME),
             stats: Mutex::new(None),
             fault: Mutex::new(Fault {
                 state: FaultState::Ok,

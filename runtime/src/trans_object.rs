@@ -121,6 +121,11 @@ impl TransObject {
         self.tls.as_ref().is_some_and(|t| t.has_input())
     }
 
+    /// See [`Channel::connector_thread`].
+    pub(crate) fn connector_thread(&self) -> Option<std::thread::ThreadId> {
+        self.ch.connector_thread()
+    }
+
     /// The peer's address, for logs and fault reports.
     pub(crate) fn peer(&self) -> &str {
         &self.peer

@@ -23,7 +23,10 @@ const BIG_MAX: usize = 4 << 20;
 
 /// State shared by the run and its clients.
 pub(crate) struct Shared {
-    pub(crate) start: Instant,
+    /// Set once every client's node runs: the clients start together, so
+    /// that those made first (10,000 nodes take seconds to make) do not
+    /// run alone meanwhile and skew the fairness the run measures.
+    go: tokio::sync::watch::Sender<bool>,
     stop: AtomicBool,
     /// Bursts per client, if the run has a fixed amount of work.
     rounds: Option<u64>,
@@ -34,12 +37,34 @@ pub(crate) struct Shared {
     pub(crate) finished_wake: tokio::sync::Notify,
     /// Messages queued by all clients.
     pub(crate) sent: AtomicU64,
-    /// Every probe's round trip, µs.
-    pub(crate) rtt: Mutex<Histogram<u64>>,
-    /// The probes since the last timeline sample.
-    window: Mutex<Histogram<u64>>,
+    /// Every probe's round trip, µs, in [`SHARDS`] histograms (a client
+    /// records in its own, `client % SHARDS`), so clients on different
+    /// threads seldom wait for one another's lock.
+    rtt: Box<[Mutex<Histogram<u64>>]>,
+    /// The probes since the last timeline sample, sharded as `rtt`.
+    window: Box<[Mutex<Histogram<u64>>]>,
     /// Message bodies are slices of this (no copy per message).
     pattern: Bytes,
+}
+
+/// Histograms of round trips per run (see [`Shared::rtt`]).
+const SHARDS: usize = 16;
+
+fn histograms() -> Box<[Mutex<Histogram<u64>>]> {
+    (0..SHARDS).map(|_| Mutex::new(histogram())).collect()
+}
+
+/// All of `shards` in one histogram.
+fn merged(shards: &[Mutex<Histogram<u64>>], reset: bool) -> Histogram<u64> {
+    let mut all = histogram();
+    for s in shards {
+        let mut h = s.lock();
+        let _ = all.add(&*h);
+        if reset {
+            h.reset();
+        }
+    }
+    all
 }
 
 fn histogram() -> Histogram<u64> {
@@ -49,16 +74,21 @@ fn histogram() -> Histogram<u64> {
 impl Shared {
     pub(crate) fn new(rounds: Option<u64>) -> Self {
         Self {
-            start: Instant::now(),
+            go: tokio::sync::watch::Sender::new(false),
             stop: AtomicBool::new(false),
             rounds,
             finished: AtomicU64::new(0),
             finished_wake: tokio::sync::Notify::new(),
             sent: AtomicU64::new(0),
-            rtt: Mutex::new(histogram()),
-            window: Mutex::new(histogram()),
+            rtt: histograms(),
+            window: histograms(),
             pattern: Bytes::from((0..BIG_MAX).map(|i| (i % 251) as u8).collect::<Vec<u8>>()),
         }
+    }
+
+    /// Lets every client start.
+    pub(crate) fn go(&self) {
+        self.go.send_replace(true);
     }
 
     pub(crate) fn stopped(&self) -> bool {
@@ -74,10 +104,16 @@ impl Shared {
         self.finished.load(Ordering::Relaxed) as usize
     }
 
-    fn record_rtt(&self, d: Duration) {
+    fn record_rtt(&self, client: u32, d: Duration) {
         let us = (d.as_micros() as u64).clamp(1, 600_000_000);
-        let _ = self.rtt.lock().record(us);
-        let _ = self.window.lock().record(us);
+        let shard = client as usize % SHARDS;
+        let _ = self.rtt[shard].lock().record(us);
+        let _ = self.window[shard].lock().record(us);
+    }
+
+    /// Every probe's round trip of the run so far, µs.
+    pub(crate) fn rtt(&self) -> Histogram<u64> {
+        merged(&self.rtt, false)
     }
 
     /// The median and the 99th percentile of the probes since the last
@@ -85,14 +121,12 @@ impl Shared {
     /// round trips. Both, because a median alone hides the probes that
     /// waited (for a slot, behind a big message) — the ones a user feels.
     pub(crate) fn take_window(&self) -> (u64, u64) {
-        let mut w = self.window.lock();
-        let p = if w.is_empty() {
+        let w = merged(&self.window, true);
+        if w.is_empty() {
             (0, 0)
         } else {
             (w.value_at_quantile(0.5), w.value_at_quantile(0.99))
-        };
-        w.reset();
-        p
+        }
     }
 }
 
@@ -122,8 +156,10 @@ pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Share
     let mut seq = [0u64; 5];
     let mut last_big: Option<Instant> = None;
     let mut rounds = 0u64;
+    let _ = shared.go.subscribe().wait_for(|go| *go).await;
     'run: while !shared.stopped() && shared.rounds.is_none_or(|r| rounds < r) {
         rounds += 1;
+        let mut queued = 0;
         for _ in 0..BURST {
             // At most one multi-MiB message per client every few seconds.
             let big_allowed = last_big.is_none_or(|t| t.elapsed() > Duration::from_secs(3));
@@ -144,11 +180,14 @@ pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Share
                 .await
             {
                 tracing::warn!(client, error = %e, "stress client cannot send");
+                shared.sent.fetch_add(queued, Ordering::Relaxed);
                 break 'run;
             }
             seq[level as usize] += 1;
-            shared.sent.fetch_add(1, Ordering::Relaxed);
+            queued += 1;
         }
+        // Once per burst: a counter every client on every thread adds to.
+        shared.sent.fetch_add(queued, Ordering::Relaxed);
         let t = Instant::now();
         match site
             .request_with::<StressPing, StressPong>(
@@ -158,7 +197,7 @@ pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Share
             )
             .await
         {
-            Ok(_) => shared.record_rtt(t.elapsed()),
+            Ok(_) => shared.record_rtt(client, t.elapsed()),
             Err(e) => tracing::warn!(client, error = %e, "stress probe failed"),
         }
     }

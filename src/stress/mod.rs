@@ -13,9 +13,9 @@ mod report;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-pub use check::{Checker, StressData, StressPing, StressPong};
+pub use check::{Checker, StressData, StressPing, StressPong, Totals};
 pub use report::{jain, quantiles, Sample, StressReport};
 
 use crate::protocols::slots::{by_name, Admission, SlotConfig};
@@ -230,7 +230,7 @@ pub fn run(
     let pki = (cfg.transport == "tls").then(RunPki::new).transpose()?;
     let slots = TransController::new(slot_cfg, policy);
     let injector = FaultInjector::new(cfg.seed);
-    let checker = Arc::new(Checker::default());
+    let checker = Arc::new(Checker::new(cfg.clients));
     let server_tls = pki.as_ref().map(RunPki::site).transpose()?;
     let server = Node::builder()
         .listen(listen.clone())
@@ -305,8 +305,10 @@ pub fn run(
         })
     });
 
-    // Watch the run: progress, timeline, then the end of sending.
-    let start = shared.start;
+    // Watch the run: progress, timeline, then the end of sending. It
+    // starts once every node runs.
+    let start = Instant::now();
+    shared.go();
     let mut timeline = Vec::new();
     let sample = |draining: bool, timeline: &mut Vec<Sample>| {
         let s = slots.stats();
@@ -315,7 +317,7 @@ pub fn run(
             duration: cfg.duration,
             draining,
             sent: shared.sent.load(Ordering::Relaxed),
-            delivered: checker.delivered.load(Ordering::Relaxed),
+            delivered: checker.totals().delivered,
             slots_in_use: s.in_use,
             preemptions: s.total_preemptions(),
         };
@@ -384,18 +386,19 @@ pub fn run(
         opened += m.channels_opened.saturating_sub(1);
         retransmitted += m.messages_retransmitted;
     }
-    let rtt = shared.rtt.lock().clone();
+    let rtt = shared.rtt();
     let sent = shared.sent.load(Ordering::Relaxed);
-    let delivered = checker.delivered.load(Ordering::Relaxed);
-    let per_client = checker.per_client(cfg.clients);
+    let totals = checker.totals();
+    let delivered = totals.delivered;
+    let per_client = checker.per_client();
     let report = StressReport {
         clients: cfg.clients,
         sent,
         delivered,
         lost: sent.saturating_sub(delivered),
-        duplicated: checker.duplicated.load(Ordering::Relaxed),
-        reordered: checker.reordered.load(Ordering::Relaxed),
-        bytes: checker.bytes.load(Ordering::Relaxed),
+        duplicated: totals.duplicated,
+        reordered: totals.reordered,
+        bytes: totals.bytes,
         preemptions: s.total_preemptions(),
         preemptions_by_reason: s
             .preemptions

@@ -126,6 +126,19 @@ impl Channel {
         }
     }
 
+    /// For an in-process channel's accepting end, the thread that
+    /// connected it ([`MemChannel::connector_thread`]), through a fault
+    /// wrapper too; `None` for every other channel. See
+    /// `docs/architecture.md`, "Every core": the accepting node runs a new
+    /// site of such a channel on that thread.
+    pub fn connector_thread(&self) -> Option<std::thread::ThreadId> {
+        match self {
+            Self::Mem(m) => m.connector_thread(),
+            Self::Faulty(f) => f.inner().connector_thread(),
+            Self::Tcp(_) | Self::Unix(_) | Self::Plugged(_) => None,
+        }
+    }
+
     /// Moves the channel's socket to the I/O driver of the tokio runtime
     /// this is called on (it must be called inside one). A socket belongs
     /// to the runtime it was accepted or connected on: its readiness is

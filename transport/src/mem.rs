@@ -148,6 +148,9 @@ pub struct MemChannel {
     tx: Arc<Pipe>,
     /// For [`peer`](Self::peer).
     peer: String,
+    /// On the accepting end, the thread that connected (see
+    /// [`connector_thread`](Self::connector_thread)).
+    connector: Option<std::thread::ThreadId>,
 }
 
 impl MemChannel {
@@ -168,11 +171,13 @@ impl MemChannel {
                 rx: ba.clone(),
                 tx: ab.clone(),
                 peer: peer_of_a,
+                connector: None,
             },
             Self {
                 rx: ab,
                 tx: ba,
                 peer: peer_of_b,
+                connector: None,
             },
         )
     }
@@ -191,7 +196,9 @@ impl MemChannel {
             )
         })?;
         let n = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
-        let (ours, theirs) = Self::pair_named(format!("mem:{name}"), format!("mem:(client {n})"));
+        let (ours, mut theirs) =
+            Self::pair_named(format!("mem:{name}"), format!("mem:(client {n})"));
+        theirs.connector = Some(std::thread::current().id());
         {
             let mut q = listener.queue.lock();
             if q.closed {
@@ -212,6 +219,15 @@ impl MemChannel {
         }
         listener.notify.notify_waiters();
         Ok(ours)
+    }
+
+    /// On the accepting end, the thread that called
+    /// [`connect`](Self::connect) (`None` on the connecting end and for a
+    /// [`pair`](Self::pair)). Both ends live in this process: a runtime
+    /// may serve the accepting end on that same thread, so the two sites
+    /// talk without waking another thread for every exchange.
+    pub fn connector_thread(&self) -> Option<std::thread::ThreadId> {
+        self.connector
     }
 
     /// Waits until a read may make progress: bytes are waiting, or the

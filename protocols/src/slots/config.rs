@@ -45,18 +45,23 @@ pub struct SlotConfig {
     /// turn costs the peer a reconnect).
     pub turn_min: Duration,
     /// [`Admission::Share`]: a holder that has exchanged this many messages
-    /// with its site since its grant has had its turn, however short (but
-    /// never within `turn_idle` of its grant, or its turn if shorter): a
+    /// with its site since its grant has had its turn, however short: a
     /// peer that moves a hundred times the
     /// messages per millisecond of another does not keep its slot for the
-    /// same time.
+    /// same time. A long line shortens it as it shortens the turn
+    /// (`SlotTable::turn_work_now`).
     pub turn_work: u64,
     /// [`Admission::Share`]: how long one round of the whole line should
     /// take. Turns shrink to `rotation × hard / peers in line` (within
     /// `turn_min..=turn`), so 10,000 peers on 30 slots each get a turn in
-    /// seconds rather than minutes; and a peer that has waited this long is
-    /// let in next even if others have been served less.
+    /// seconds rather than minutes.
     pub rotation: Duration,
+    /// [`Admission::Share`]: a peer that has waited in line this long is let
+    /// in next even if others have been served less (the least served go
+    /// first otherwise, and a peer that does nothing stays least served).
+    /// Above `rotation`, or the fast are let back before the slow catch
+    /// up; below `line_hold`, or it never applies.
+    pub max_wait: Duration,
     /// [`Admission::Share`]: a holder with nothing in flight that has
     /// carried no message for this long gives way while peers wait (and a
     /// new holder keeps its slot at least this long).
@@ -112,6 +117,7 @@ impl SlotConfig {
             turn_min: Duration::from_millis(20),
             turn_work: 16_384,
             rotation: Duration::from_secs(5),
+            max_wait: Duration::from_secs(20),
             turn_idle: Duration::from_millis(50),
         })
     }

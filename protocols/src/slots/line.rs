@@ -27,7 +27,7 @@
 //! thus waits while slower ones catch up, and the work done, not only the
 //! slot time, is shared. Since a peer that does nothing keeps a low key,
 //! the head of the line is let in first once it has waited
-//! [`SlotConfig::rotation`](super::SlotConfig::rotation): nobody waits
+//! [`SlotConfig::max_wait`](super::SlotConfig::max_wait): nobody waits
 //! longer than that for others to cut ahead.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -98,10 +98,10 @@ impl Line {
     }
 
     /// Who is let in next: the head if `least_served` is false or the head
-    /// has waited `rotation` at `now`; else the least served.
-    pub(super) fn next(&self, least_served: bool, now: Instant, rotation: Duration) -> Option<u64> {
+    /// has waited `max_wait` at `now`; else the least served.
+    pub(super) fn next(&self, least_served: bool, now: Instant, max_wait: Duration) -> Option<u64> {
         let (&head, e) = self.entries.first_key_value()?;
-        if !least_served || now.saturating_duration_since(e.since) >= rotation {
+        if !least_served || now.saturating_duration_since(e.since) >= max_wait {
             return Some(head);
         }
         self.by_service.first().map(|&(_, t)| t)

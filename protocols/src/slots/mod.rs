@@ -382,7 +382,7 @@ impl SlotTable {
             (Some(_), None) if self.in_use() < self.cfg.weak => self.waiting.pop_front(),
             (_, Some(_)) => {
                 let share = self.cfg.admission == Admission::Share;
-                let next = self.line.next(share, now, self.cfg.rotation);
+                let next = self.line.next(share, now, self.cfg.max_wait);
                 let t = next.filter(|&t| self.line.take(t).is_some());
                 self.stats.grants += u64::from(t.is_some());
                 t
@@ -403,6 +403,16 @@ impl SlotTable {
         let slots = u32::try_from(c.hard).unwrap_or(u32::MAX);
         let per_round = c.rotation.checked_mul(slots).unwrap_or(Duration::MAX) / line;
         per_round.min(c.turn).max(c.turn_min.min(c.turn))
+    }
+
+    /// [`Admission::Share`]'s work per turn now: [`SlotConfig::turn_work`]
+    /// shortened as the turn is ([`turn_now`](Self::turn_now) /
+    /// [`SlotConfig::turn`]), at least 1.
+    pub fn turn_work_now(&self) -> u64 {
+        let c = &self.cfg;
+        let (now, full) = (self.turn_now().as_micros(), c.turn.as_micros().max(1));
+        let work = u128::from(c.turn_work) * now / full;
+        u64::try_from(work).unwrap_or(u64::MAX).max(1)
     }
 
     /// Slots in use, not counting those already being preempted.
@@ -478,7 +488,13 @@ impl SlotTable {
             .filter(|(h, _)| !preempting.contains(h))
             .filter_map(|(&h, held)| {
                 let channel = describe(h)?;
-                let from = *held.served_from.get_or_insert(channel.served);
+                // A channel not yet working has not reported its service:
+                // its turn's work starts at its first real report.
+                let from = match held.served_from {
+                    Some(f) => f,
+                    None if channel.closeable => *held.served_from.insert(channel.served),
+                    None => channel.served,
+                };
                 Some(Candidate {
                     holder: h,
                     granted_at: held.granted_at,
@@ -490,8 +506,8 @@ impl SlotTable {
         tick.victims = match self.turns_wanted() {
             Some(want) => {
                 let turn = self.turn_now();
-                let c = &self.cfg;
-                turns::share(now, &candidates, want, turn, c.turn_idle, c.turn_work)
+                let work = self.turn_work_now();
+                turns::share(now, &candidates, want, turn, self.cfg.turn_idle, work)
             }
             None => self.policy.choose(now, &candidates).into_iter().collect(),
         };

@@ -60,15 +60,15 @@ fn a_newcomer_queues_at_the_floor_behind_those_already_waiting_there() {
 }
 
 #[test]
-fn a_peer_served_more_waits_no_longer_than_the_rotation() {
+fn a_peer_served_more_waits_no_longer_than_max_wait() {
     let t0 = Instant::now();
     let mut t = table(1, 2, 100, Admission::Share);
-    t.cfg.rotation = 300 * MS;
-    t.cfg.line_hold = 10 * t.cfg.rotation;
+    t.cfg.max_wait = 300 * MS;
+    t.cfg.line_hold = 10 * t.cfg.max_wait;
     let mut holders = full(&mut t, t0);
     let heavy = wait_served(&mut t, t0, 1, 1_000_000);
     // Peers never served keep arriving and go first while `heavy` waits
-    // less than the rotation …
+    // less than max_wait …
     let mut now = t0;
     let mut next_peer = 2;
     let mut served_heavy_at = None;
@@ -159,4 +159,81 @@ fn a_holder_that_moved_its_turns_work_gives_way_before_its_time() {
         .handle_timeout(at, |h| only_first(h, 5_000, at))
         .victims
         .is_empty());
+}
+
+#[test]
+fn a_holder_that_did_its_work_gives_way_even_before_turn_idle() {
+    let t0 = Instant::now();
+    let mut t = table(1, 2, 10, Admission::Share);
+    t.cfg.turn_work = 1_000;
+    t.cfg.turn_idle = 50 * MS;
+    let held = full(&mut t, t0);
+    wait_served(&mut t, t0, 1, 0);
+    let report = |served: u64, at: Instant| ChannelReport { served, ..busy(at) };
+    let first = |h: u64, served: u64, at| (h == held[0]).then(|| report(served, at));
+    let tick = 5 * MS; // the table's preemption interval
+    let at = t0 + tick;
+    assert!(t.handle_timeout(at, |h| first(h, 0, at)).victims.is_empty());
+    // 10 ms in (turn_idle is 50): a fast peer moved its turn's work.
+    let at = t0 + 2 * tick;
+    let done = t.handle_timeout(at, |h| first(h, 1_000, at));
+    assert_eq!(done.victims, [(held[0], PreemptReason::TurnOver)]);
+}
+
+#[test]
+fn a_turns_work_counts_from_the_first_report_of_a_working_channel() {
+    let t0 = Instant::now();
+    let mut t = table(1, 2, 10, Admission::Share);
+    t.cfg.turn_work = 1_000;
+    let held = full(&mut t, t0);
+    wait_served(&mut t, t0, 1, 0);
+    // Before its first report the owner's record is blank (not closeable,
+    // served 0); the site was served 50,000 before this grant.
+    let blank = |at: Instant| ChannelReport {
+        closeable: false,
+        served: 0,
+        ..busy(at)
+    };
+    let working = |served: u64, at: Instant| ChannelReport { served, ..busy(at) };
+    let first = |h: u64, r: ChannelReport| (h == held[0]).then_some(r);
+    t.cfg.turn_idle = 50 * MS;
+    let tick = 5 * MS; // the table's preemption interval
+    let at = t0 + tick;
+    assert!(t
+        .handle_timeout(at, |h| first(h, blank(at)))
+        .victims
+        .is_empty());
+    let at = t0 + 2 * tick;
+    assert!(t
+        .handle_timeout(at, |h| first(h, working(50_000, at)))
+        .victims
+        .is_empty());
+    // 999 more: not yet (a blank first record would have counted 50,999).
+    let at = t0 + 3 * tick;
+    assert!(t
+        .handle_timeout(at, |h| first(h, working(50_999, at)))
+        .victims
+        .is_empty());
+    let at = t0 + 4 * tick;
+    let done = t.handle_timeout(at, |h| first(h, working(51_000, at)));
+    assert_eq!(done.victims, [(held[0], PreemptReason::TurnOver)]);
+}
+
+#[test]
+fn a_long_line_shortens_the_turns_work_as_it_shortens_the_turn() {
+    let t0 = Instant::now();
+    let mut t = table(24, 30, 20_000, Admission::Share);
+    t.cfg.turn = 500 * MS;
+    t.cfg.turn_min = 20 * MS;
+    t.cfg.rotation = Duration::from_secs(5);
+    t.cfg.turn_work = 16_000;
+    assert_eq!(t.turn_work_now(), 16_000);
+    full(&mut t, t0);
+    for peer in 0..1_000 {
+        wait_served(&mut t, t0, peer, 0);
+    }
+    // A 150 ms turn of 500: 3/10 of the work.
+    assert_eq!(t.turn_work_now(), 4_800);
+    t.cfg.turn_work = 1;
+    assert_eq!(t.turn_work_now(), 1, "never 0");
 }

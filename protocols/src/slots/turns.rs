@@ -26,7 +26,8 @@
 //!   exchanged [`SlotConfig::turn_work`](super::SlotConfig::turn_work)
 //!   messages, and a peer that moves ten times the messages per turn
 //!   waits while the others catch up. No peer waits
-//!   longer than `rotation` for others to go first. With nobody in line
+//!   longer than [`SlotConfig::max_wait`](super::SlotConfig::max_wait)
+//!   for others to go first. With nobody in line
 //!   the preemption policy rules, as with `Fifo`.
 //!
 //! `Share` is the default because sitenet serves many sites on few
@@ -95,8 +96,8 @@ const MID_MESSAGE_TURNS: u32 = 4;
 /// (longest held first, whether its turn's time or its `turn_work`
 /// messages are over), a holder in the middle of a message only past
 /// [`MID_MESSAGE_TURNS`] turns of time. A holder is never chosen within
-/// `turn_idle` (or its turn, if shorter) of its grant: it has not started
-/// yet.
+/// `turn_idle` (or its turn, if shorter) of its grant — it has not started
+/// yet — unless it has done its turn's work already.
 pub(super) fn share(
     now: Instant,
     candidates: &[Candidate],
@@ -107,10 +108,11 @@ pub(super) fn share(
 ) -> Vec<(u64, PreemptReason)> {
     let held = |c: &Candidate| now.saturating_duration_since(c.granted_at);
     let started = turn_idle.min(turn);
+    let worked = |c: &Candidate| !c.channel.mid_message && c.moved >= turn_work;
     let eligible = || {
         candidates
             .iter()
-            .filter(|c| c.channel.closeable && held(c) >= started)
+            .filter(|c| c.channel.closeable && (held(c) >= started || worked(c)))
     };
     let quiet = |c: &Candidate| {
         let r = &c.channel;
@@ -130,7 +132,7 @@ pub(super) fn share(
             } else {
                 turn
             };
-            held(c) >= t || (!c.channel.mid_message && c.moved >= turn_work)
+            held(c) >= t || worked(c)
         })
         .collect();
     over.sort_by_key(|c| (c.granted_at, c.holder));

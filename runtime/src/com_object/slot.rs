@@ -155,6 +155,16 @@ impl ComObject {
         (slot.state == ActorState::Running).then(|| f(Self::addr_in(&slot)))
     }
 
+    /// The arbiter the site's ComObject runs on, for the whole life of the
+    /// entry: the one chosen when it was made ([`SiteEntry::home`]), else
+    /// the one its key gives.
+    fn thread_of<'a>(node: &'a NodeInner, entry: &SiteEntry) -> &'a actix_rt::ArbiterHandle {
+        match entry.home.load(std::sync::atomic::Ordering::Relaxed) {
+            crate::site_entry::NO_HOME => node.rt.arbiter_for(entry.key),
+            h => node.rt.arbiter_at(usize::from(h)),
+        }
+    }
+
     /// Starts the ComObject of an entry that never had one, with `book`,
     /// in `slot` (its lock held, and the site table's: see the module
     /// documentation).
@@ -166,7 +176,7 @@ impl ComObject {
     ) {
         debug_assert_eq!(slot.state, ActorState::Never);
         let (n, e) = (node.clone(), entry.clone());
-        let addr = ComObject::start_in_arbiter(node.rt.arbiter_for(entry.key), move |_| {
+        let addr = ComObject::start_in_arbiter(Self::thread_of(node, entry), move |_| {
             ComObject::new(n, e, book)
         });
         slot.held = Some(Box::new(addr));
@@ -189,7 +199,7 @@ impl ComObject {
         fill_stats(&mut st, entry, &parked);
         *entry.stats.lock() = Some(Box::new(st));
         let (n, e) = (node.clone(), entry.clone());
-        let addr = ComObject::start_in_arbiter(node.rt.arbiter_for(entry.key), move |_| {
+        let addr = ComObject::start_in_arbiter(Self::thread_of(node, entry), move |_| {
             ComObject::resume(n, e, *parked)
         });
         slot.held = Some(Box::new(addr));

@@ -175,6 +175,11 @@ enum Wait {
 }
 
 impl FaultyChannel {
+    /// The wrapped channel.
+    pub(crate) fn inner(&self) -> &Channel {
+        &self.shared.inner
+    }
+
     /// Waits until a read may make progress (see [`Channel::readable`]).
     /// Returns at once on a cut channel (reads then see end of stream). In
     /// delay mode, returns when queued bytes become due; in a black hole,
