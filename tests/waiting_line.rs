@@ -290,3 +290,83 @@ async fn regression_a_site_waiting_in_line_longer_than_the_linger_is_not_forgott
     holders[1].shutdown(Duration::from_secs(5)).await;
     server.shutdown(Duration::from_secs(5)).await;
 }
+
+/// Regression (issue 21, found draining the 10,000-client stress): a client
+/// let in from the line that is done — its last `SiteRef` gone, nothing
+/// pending — closes its channel at once, so the next in line gets the
+/// slot. It used to notice only at its next timer (its delayed ack, 20 ms
+/// by default: a drain of 10,000 waited 20 ms per client, 7 s in all);
+/// here every timer of both sides is a minute away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_client_let_in_from_the_line_and_done_gives_its_slot_back_at_once() {
+    // Over the weak limit the preemption policy never takes a slot back
+    // (min_hold): only a quiet holder giving way to the line does.
+    let mut cfg = SlotConfig::new(1, 2).unwrap();
+    cfg.preempt_interval = Duration::from_millis(5);
+    cfg.turn = Duration::from_secs(600);
+    cfg.turn_idle = Duration::from_millis(10);
+    let slots = TransController::new(
+        cfg,
+        Box::new(DefaultPolicy {
+            min_hold: Duration::from_secs(3600),
+        }),
+    );
+    // No heartbeat wakes the client, and its own ack waits a minute.
+    let quiet = |c: &mut NodeConfig| {
+        quick(c);
+        c.heartbeat_interval = Duration::from_secs(60);
+        c.silence_timeout = Duration::from_secs(300);
+    };
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            quiet(c);
+            c.trans_controller = Some(slots.clone());
+        })
+        .start()
+        .unwrap();
+    let sink = Sink::install(&server, 3, None);
+    // Two holders take both slots, then go quiet (and keep their sites).
+    let holders: Vec<Node> = (0..2)
+        .map(|_| Node::builder().configure(quick).start().unwrap())
+        .collect();
+    let mut held = Vec::new();
+    for (stream, h) in holders.iter().enumerate() {
+        let s = h.site(addr(&server)).unwrap();
+        s.send(&Numbered {
+            stream: stream as u32,
+            seq: 0,
+        })
+        .await
+        .unwrap();
+        s.flush(PATIENCE).await.unwrap();
+        held.push(s);
+    }
+    // The client waits in line; a quiet holder gives way; it is served.
+    let client = Node::builder()
+        .configure(|c| {
+            quiet(c);
+            c.ack_delay = Duration::from_secs(60);
+        })
+        .start()
+        .unwrap();
+    let site = client.site(addr(&server)).unwrap();
+    site.send(&Numbered { stream: 9, seq: 0 }).await.unwrap();
+    site.flush(PATIENCE).await.unwrap();
+    sink.wait().await;
+    let m = client.metrics();
+    assert_eq!(m.line_waits, 1, "it came in from the line: {m:?}");
+    // Done: its channel closes now, not at a timer a minute away.
+    drop(site);
+    assert!(
+        client
+            .wait_until(|m| m.weak_closes_started >= 1, Duration::from_secs(20))
+            .await,
+        "the client let in from the line kept its slot after its work"
+    );
+    assert!(eventually(|| slots.stats().in_use == 1).await);
+    drop(held);
+    for n in holders.into_iter().chain([client, server]) {
+        n.shutdown(Duration::from_secs(5)).await;
+    }
+}

@@ -273,6 +273,22 @@ impl ComObject {
             && !self.has_need()
     }
 
+    /// True if the driver should be told at once when the last reference
+    /// to the site goes: the site is [idle without a
+    /// channel](Self::idle_without_channel) (the reclaim rule's clock
+    /// starts then), or its working channel would be closed weakly as soon
+    /// as nothing refers to it — one the peer let in from its waiting line,
+    /// or whose peer cleared its own reference (issue 21: a client done
+    /// with its work otherwise held the server's slot until its next
+    /// timer, its delayed ack, 20 ms later — and the whole drain of a
+    /// 10,000-client line waited for it).
+    pub fn wake_when_unreferenced(&self) -> bool {
+        self.idle_without_channel()
+            || ((self.via_line || self.peer_cleared)
+                && self.working_channel().is_some()
+                && self.session.close_phase() == ClosePhase::Open)
+    }
+
     /// True if the site may be forgotten once the linger time has passed
     /// (not while a connection of it waits in our line).
     fn unneeded(&self) -> bool {

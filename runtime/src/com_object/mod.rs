@@ -291,14 +291,15 @@ impl ComObject {
         self.park_if_idle(ctx, now);
     }
 
-    /// While only references keep the site (no channel, nothing pending),
-    /// asks to be woken when the last one goes, then re-reads the count: a
-    /// reference dropped in between is seen by one side or the other
-    /// (both use `SeqCst`), so the reclaim rule never waits for a wake that
-    /// does not come.
+    /// While the last reference going would start a rule (the reclaim
+    /// rule, or the weak close of a channel let in from a line:
+    /// `ComObject::wake_when_unreferenced`), asks to be woken when it goes,
+    /// then re-reads the count: a reference dropped in between is seen by
+    /// one side or the other (both use `SeqCst`), so the rule never waits
+    /// for a wake that does not come.
     fn watch_unref(&mut self, ctx: &mut Context<Self>, now: Instant) {
         use std::sync::atomic::Ordering::SeqCst;
-        let watch = self.com.idle_without_channel();
+        let watch = self.com.wake_when_unreferenced();
         self.entry.poke_on_unref.store(watch, SeqCst);
         if watch && self.entry.refs.load(SeqCst) == 0 {
             self.com.set_has_refs(false, now);
