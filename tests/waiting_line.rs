@@ -46,6 +46,28 @@ fn server_on(slots: &TransController) -> Node {
         .unwrap()
 }
 
+/// Two client nodes that each send one message to `server`, see it
+/// acknowledged and keep their sites: their channels stay, and so do the
+/// slots they hold. The nodes, and the sites they hold.
+async fn hold_two_slots(server: &Node) -> (Vec<Node>, Vec<sitenet::SiteRef>) {
+    let holders: Vec<Node> = (0..2)
+        .map(|_| Node::builder().configure(quick).start().unwrap())
+        .collect();
+    let mut held = Vec::new();
+    for (stream, h) in holders.iter().enumerate() {
+        let site = h.site(addr(server)).unwrap();
+        site.send(&Numbered {
+            stream: stream as u32,
+            seq: 0,
+        })
+        .await
+        .unwrap();
+        site.flush(PATIENCE).await.unwrap();
+        held.push(site);
+    }
+    (holders, held)
+}
+
 /// `clients` clients each stream `per_client` numbered messages to the
 /// server, then ask it one request; returns the client nodes.
 async fn serve(server: &Node, clients: u32, per_client: u64, client: impl Fn() -> Node) {
@@ -172,22 +194,8 @@ async fn a_client_that_gives_up_leaves_the_line_and_comes_back_in_turn() {
     );
     let server = server_on(&slots);
     let sink = Sink::install(&server, 3, None);
-    let holders: Vec<Node> = (0..2)
-        .map(|_| Node::builder().configure(quick).start().unwrap())
-        .collect();
     // Held on to: their channels stay, and so do their slots.
-    let mut held = Vec::new();
-    for (stream, h) in holders.iter().enumerate() {
-        let site = h.site(addr(&server)).unwrap();
-        site.send(&Numbered {
-            stream: stream as u32,
-            seq: 0,
-        })
-        .await
-        .unwrap();
-        site.flush(PATIENCE).await.unwrap();
-        held.push(site);
-    }
+    let (holders, held) = hold_two_slots(&server).await;
     let patient = Node::builder()
         .configure(|c| {
             quick(c);
@@ -256,21 +264,7 @@ async fn regression_a_site_waiting_in_line_longer_than_the_linger_is_not_forgott
     client.close_hard(&site);
     assert!(eventually(|| slots.stats().in_use == 0).await);
     // Two holders take both slots and keep them.
-    let holders: Vec<Node> = (0..2)
-        .map(|_| Node::builder().configure(quick).start().unwrap())
-        .collect();
-    let mut held = Vec::new();
-    for (stream, h) in holders.iter().enumerate() {
-        let s = h.site(addr(&server)).unwrap();
-        s.send(&Numbered {
-            stream: stream as u32,
-            seq: 0,
-        })
-        .await
-        .unwrap();
-        s.flush(PATIENCE).await.unwrap();
-        held.push(s);
-    }
+    let (holders, held) = hold_two_slots(&server).await;
     // The client comes back: it waits in line, three linger times.
     site.send(&Numbered { stream: 9, seq: 1 }).await.unwrap();
     assert!(eventually(|| slots.stats().in_line == 1).await);
@@ -327,21 +321,7 @@ async fn regression_a_client_let_in_from_the_line_and_done_gives_its_slot_back_a
         .unwrap();
     let sink = Sink::install(&server, 3, None);
     // Two holders take both slots, then go quiet (and keep their sites).
-    let holders: Vec<Node> = (0..2)
-        .map(|_| Node::builder().configure(quick).start().unwrap())
-        .collect();
-    let mut held = Vec::new();
-    for (stream, h) in holders.iter().enumerate() {
-        let s = h.site(addr(&server)).unwrap();
-        s.send(&Numbered {
-            stream: stream as u32,
-            seq: 0,
-        })
-        .await
-        .unwrap();
-        s.flush(PATIENCE).await.unwrap();
-        held.push(s);
-    }
+    let (holders, held) = hold_two_slots(&server).await;
     // The client waits in line; a quiet holder gives way; it is served.
     let client = Node::builder()
         .configure(|c| {
