@@ -168,7 +168,8 @@ impl ComObject {
         if self.phase == Phase::Failed {
             return;
         }
-        tracing::warn!(reason = %why, "site failed permanently");
+        // The driver logs it with the site's name and what was handed back.
+        tracing::debug!(reason = %why, "site failed permanently");
         self.end_everything();
         let (not_sent, maybe) = self.session.take_all();
         let reason = why.to_string();

@@ -458,7 +458,23 @@ impl ComObject {
                         });
                         back.not_sent.push(m);
                     }
-                    tracing::warn!(site = ?self.entry.id.get(), %reason, not_sent = back.not_sent.len(), maybe_delivered = back.maybe_delivered.len(), "site failed permanently");
+                    // A peer that left in order (its node's graceful
+                    // shutdown) with nothing handed back is news, not a
+                    // fault: a run of 10,000 clients ending would print
+                    // 10,000 warnings.
+                    let orderly = failure == sitenet_protocols::SiteFailure::ShutDown
+                        && back.not_sent.is_empty()
+                        && back.maybe_delivered.is_empty();
+                    let (site, not_sent, maybe) = (
+                        self.entry.id.get(),
+                        back.not_sent.len(),
+                        back.maybe_delivered.len(),
+                    );
+                    if orderly {
+                        tracing::info!(?site, %reason, "site left (shut down in order)");
+                    } else {
+                        tracing::warn!(?site, %reason, not_sent, maybe_delivered = maybe, "site failed permanently");
+                    }
                     self.report_fault(self.address_string(), reason.clone(), true);
                     self.entry
                         .handed
