@@ -240,9 +240,6 @@ pub fn run(
             c.tls = server_tls;
             c.trans_controller = Some(slots.clone());
             c.fault_injector = Some(injector.clone());
-            if let Some(a) = std::env::var("SACKD").ok().and_then(|v| v.parse().ok()) {
-                c.ack_delay = Duration::from_millis(a);
-            }
             c.threads = cfg.threads;
         })
         .start()?;
@@ -274,9 +271,6 @@ pub fn run(
                 c.cookies = cfg.cookies.clone();
                 c.tls = tls;
                 c.threads = cfg.threads;
-                if let Some(a) = std::env::var("CACKD").ok().and_then(|v| v.parse().ok()) {
-                    c.ack_delay = Duration::from_millis(a);
-                }
             })
             .start()?;
         let site = node.site(&target)?;

@@ -15,12 +15,14 @@
 //! * **The waiting line** (issue 21). A peer that presented itself when
 //!   every slot up to the hard limit is in use is not refused: if it can
 //!   wait (it has the `line` capability) it is told to wait and queues in
-//!   a bounded first-come line of accepted peers
+//!   a bounded line of accepted peers
 //!   ([`accept_or_wait`](SlotTable::accept_or_wait); `line.rs` has the
-//!   bounds), and is let in when a slot frees. Only a full line, or a peer
-//!   that cannot wait, is refused as before.
-//! * A slot given back ([`release`](SlotTable::release)) goes to the head of
-//!   a line first — the connects' line below the weak limit, the accepted
+//!   bounds and the order: first come under [`Admission::Fifo`], least
+//!   served first under [`Admission::Share`]), and is let in when a slot
+//!   frees. Only a full line, or a peer that cannot wait, is refused as
+//!   before.
+//! * A slot given back ([`release`](SlotTable::release)) goes to a line
+//!   first — the connects' line below the weak limit, the accepted
 //!   peers' line below the hard limit, the one that waited longest when
 //!   both wait: a site whose channel was just preempted and that asks
 //!   again queues behind the sites that waited, instead of taking its slot

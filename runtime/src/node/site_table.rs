@@ -235,10 +235,7 @@ impl NodeInner {
                     let e = self.new_entry(&mut t, None);
                     // A site met on an in-process channel runs where its
                     // end of the pair does (see `Runtime::worker_of`).
-                    let home = adopt
-                        .trans
-                        .connector_thread()
-                        .filter(|_| std::env::var("SITENET_NOCOLOC").is_err());
+                    let home = adopt.trans.connector_thread();
                     if let Some(i) = home.and_then(|th| self.rt.worker_of(th)) {
                         let i = u16::try_from(i).unwrap_or(crate::site_entry::NO_HOME);
                         e.home.store(i, Ordering::Relaxed);
