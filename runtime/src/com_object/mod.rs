@@ -458,23 +458,7 @@ impl ComObject {
                         });
                         back.not_sent.push(m);
                     }
-                    // A peer that left in order (its node's graceful
-                    // shutdown) with nothing handed back is news, not a
-                    // fault: a run of 10,000 clients ending would print
-                    // 10,000 warnings.
-                    let orderly = failure == sitenet_protocols::SiteFailure::ShutDown
-                        && back.not_sent.is_empty()
-                        && back.maybe_delivered.is_empty();
-                    let (site, not_sent, maybe) = (
-                        self.entry.id.get(),
-                        back.not_sent.len(),
-                        back.maybe_delivered.len(),
-                    );
-                    if orderly {
-                        tracing::info!(?site, %reason, "site left (shut down in order)");
-                    } else {
-                        tracing::warn!(?site, %reason, not_sent, maybe_delivered = maybe, "site failed permanently");
-                    }
+                    report::log_failure(self.entry.id.get(), &failure, &reason, &back);
                     self.report_fault(self.address_string(), reason.clone(), true);
                     self.entry
                         .handed

@@ -178,3 +178,21 @@ impl Reported {
         }
     }
 }
+
+/// Logs a permanent failure of `site`: at WARN with what was handed back,
+/// except a peer that left in order (its node's graceful shutdown) with
+/// nothing handed back, which is news, not a fault, at INFO — a run of
+/// 10,000 clients ending would otherwise print 10,000 warnings.
+pub(super) fn log_failure(
+    site: Option<sitenet_protocols::SiteId>,
+    failure: &sitenet_protocols::SiteFailure,
+    reason: &str,
+    back: &crate::site_entry::Returned,
+) {
+    let (not_sent, maybe_delivered) = (back.not_sent.len(), back.maybe_delivered.len());
+    if *failure == sitenet_protocols::SiteFailure::ShutDown && not_sent + maybe_delivered == 0 {
+        tracing::info!(?site, %reason, "site left (shut down in order)");
+    } else {
+        tracing::warn!(?site, %reason, not_sent, maybe_delivered, "site failed permanently");
+    }
+}
