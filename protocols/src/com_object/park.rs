@@ -219,7 +219,7 @@ impl Parked {
     /// The state it parked in (closed, backoff, waiting for a callback or
     /// failed).
     pub fn state(&self) -> ComState {
-        match self.fields().phase {
+        match unpack_phase(&mut Unpacker::new(&self.packed)) {
             Phase::Backoff => ComState::Backoff,
             Phase::WaitingForCallback => ComState::WaitingForCallback,
             Phase::Failed => ComState::Failed,
@@ -229,7 +229,9 @@ impl Parked {
 
     /// The site's fault state.
     pub fn fault_state(&self) -> FaultState {
-        self.fields().fault
+        let mut u = Unpacker::new(&self.packed);
+        unpack_phase(&mut u);
+        unpack_fault(&mut u)
     }
 
     /// The session's counters.
@@ -257,6 +259,28 @@ impl Parked {
     /// struct itself): what measures report.
     pub fn packed_len(&self) -> usize {
         self.packed.len()
+    }
+}
+
+/// The phase, the packed form's first value: read alone by
+/// [`Parked::state`], which a driver asks of every parked site (the
+/// simulator's audit, every simulated second) and which need not unpack
+/// the rest.
+fn unpack_phase(u: &mut Unpacker<'_>) -> Phase {
+    match u.u64() {
+        1 => Phase::Backoff,
+        2 => Phase::WaitingForCallback,
+        3 => Phase::Failed,
+        _ => Phase::Closed,
+    }
+}
+
+/// The fault state, the packed form's second value.
+fn unpack_fault(u: &mut Unpacker<'_>) -> FaultState {
+    match u.u64() {
+        1 => FaultState::TempFailed,
+        2 => FaultState::PermFailed,
+        _ => FaultState::Ok,
     }
 }
 
@@ -311,17 +335,8 @@ impl Fields {
 
     fn unpack(bytes: &[u8], base: Instant) -> Self {
         let mut u = Unpacker::new(bytes);
-        let phase = match u.u64() {
-            1 => Phase::Backoff,
-            2 => Phase::WaitingForCallback,
-            3 => Phase::Failed,
-            _ => Phase::Closed,
-        };
-        let fault = match u.u64() {
-            1 => FaultState::TempFailed,
-            2 => FaultState::PermFailed,
-            _ => FaultState::Ok,
-        };
+        let phase = unpack_phase(&mut u);
+        let fault = unpack_fault(&mut u);
         let [up, has_refs, peer_cleared, owed_reopen, give_up_unreachable, weak_rejected, unneeded, has_stats] =
             u.flags();
         let jitter_state = u.u64();

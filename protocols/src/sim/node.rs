@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::address_book::AddressBook;
 use crate::com_object::{Action, ChannelEnd, ComConfig, ComObject, OpenFailure, OpenRequest};
@@ -159,6 +159,10 @@ impl Sim {
     /// parked if it may park (as the runtime's actor does after every
     /// turn), with its timer armed.
     pub(super) fn put_back(&mut self, n: usize, peer: SiteId, mut p: Box<Peer>) {
+        // Read before parking: a parked form's deadline is the one its
+        // machine had (`ComObject::park` asserts it), and reading it back
+        // would unpack the form.
+        let deadline = p.deadline();
         if !p.reclaim && p.live.is_none() && p.opening.is_none() && p.slot == Slot::None {
             if let Some(kept) = p.com.park(self.instant()) {
                 p.parked = Some(kept);
@@ -176,19 +180,22 @@ impl Sim {
             self.counts.reclaimed += 1;
             return;
         }
-        // As the runtime's actor: the one timer is replaced only when a
-        // deadline moves earlier (the heartbeat's moves later with every
-        // frame sent); one that fires early finds nothing due and re-arms.
-        let at = p
-            .deadline()
-            .map(|i| i.saturating_duration_since(self.t0).max(self.now));
+        self.arm(n, peer, &mut p, deadline);
+        self.nodes[n].peers.insert(peer, p);
+        self.rearm_slots(n);
+    }
+
+    /// Arms `peer`'s timer event for its machine's `deadline`, as the
+    /// runtime's actor does: the one timer is replaced only when a
+    /// deadline moves earlier (the heartbeat's moves later with every
+    /// frame sent); one that fires early finds nothing due and re-arms.
+    pub(super) fn arm(&mut self, n: usize, peer: SiteId, p: &mut Peer, deadline: Option<Instant>) {
+        let at = deadline.map(|i| i.saturating_duration_since(self.t0).max(self.now));
         if let Some(t) = at.filter(|t| p.armed.is_none_or(|armed| *t < armed)) {
             let inc = self.nodes[n].incarnation;
             self.at(t, Ev::ComTimer { node: n, inc, peer });
             p.armed = Some(t);
         }
-        self.nodes[n].peers.insert(peer, p);
-        self.rearm_slots(n);
     }
 
     /// Carries out every action of the machine, in order.
