@@ -49,7 +49,7 @@ pub type PreemptFn = Arc<dyn Fn(LeaseId, PreemptReason) + Send + Sync>;
 
 /// What the owner of a slot reports about its channel, for the policy.
 /// Atomics: the owner stores, the tick thread loads, nobody waits.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SlotInfo {
     closeable: AtomicBool,
     last_active_us: AtomicU64,
@@ -59,6 +59,33 @@ pub struct SlotInfo {
     queues_empty: AtomicBool,
     callable: AtomicBool,
     served: AtomicU64,
+    /// `served` at the first report of the channel working ([`NOT_YET`]
+    /// before it): where its turn's work starts
+    /// ([`ChannelReport::served_from`]).
+    served_from: AtomicU64,
+    /// This channel's owner has told the tick its turn's work is done
+    /// (once per channel: the tick then decides).
+    work_told: AtomicBool,
+}
+
+/// No value yet, in an atomic that holds an `Option<u64>`.
+const NOT_YET: u64 = u64::MAX;
+
+impl Default for SlotInfo {
+    fn default() -> Self {
+        Self {
+            closeable: AtomicBool::default(),
+            last_active_us: AtomicU64::default(),
+            mid_message: AtomicBool::default(),
+            replies_expected: AtomicBool::default(),
+            buffers_empty: AtomicBool::default(),
+            queues_empty: AtomicBool::default(),
+            callable: AtomicBool::default(),
+            served: AtomicU64::default(),
+            served_from: AtomicU64::new(NOT_YET),
+            work_told: AtomicBool::default(),
+        }
+    }
 }
 
 /// One report of a channel's state: the policy's own
@@ -77,6 +104,21 @@ impl SlotInfo {
         self.queues_empty.store(r.queues_empty, Ordering::Relaxed);
         self.callable.store(r.callable, Ordering::Relaxed);
         self.served.store(r.served, Ordering::Relaxed);
+        if r.closeable {
+            let from = r.served_from.unwrap_or(r.served);
+            let _ = self.served_from.compare_exchange(
+                NOT_YET,
+                from,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// The work of this channel's turn so far, once it has worked.
+    fn moved(&self, r: &SlotReport) -> Option<u64> {
+        let from = self.served_from.load(Ordering::Relaxed);
+        (from != NOT_YET).then(|| r.served.saturating_sub(from))
     }
 
     fn load(&self, epoch: Instant) -> ChannelReport {
@@ -89,6 +131,7 @@ impl SlotInfo {
             queues_empty: self.queues_empty.load(Ordering::Relaxed),
             callable: self.callable.load(Ordering::Relaxed),
             served: self.served.load(Ordering::Relaxed),
+            served_from: Some(self.served_from.load(Ordering::Relaxed)).filter(|f| *f != NOT_YET),
         }
     }
 }
@@ -178,6 +221,15 @@ struct Inner {
     tick: Condvar,
     /// Time origin of [`SlotInfo`]'s timestamps.
     epoch: Instant,
+    /// The table's work per turn while peers wait
+    /// ([`SlotTable::turn_work_due`]; [`NOT_YET`] while nobody waits),
+    /// published by the tick for owners' reports to compare against
+    /// without the lock.
+    turn_work: AtomicU64,
+    /// An owner reported its turn's work done since the last tick:
+    /// the tick thread asks the table at once
+    /// ([`SlotTable::handle_turn_work`]) instead of at the next tick.
+    work_due: AtomicBool,
 }
 
 /// See the module documentation. Cheap to clone; all clones are one
@@ -257,6 +309,8 @@ impl TransController {
             }),
             tick: Condvar::new(),
             epoch: Instant::now(),
+            turn_work: AtomicU64::new(NOT_YET),
+            work_due: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -403,9 +457,22 @@ impl TransController {
         }
     }
 
-    /// Records a report of a channel's state (see [`SlotInfo`]).
+    /// Records a report of a channel's state (see [`SlotInfo`]). A holder
+    /// that has done its turn's work while peers wait in line wakes the
+    /// tick thread to let the next in at once, not at the next tick: an
+    /// in-process pair moves thousands of messages in one 20 ms tick.
+    /// Lock-free, as before: two atomic loads, and one store per turn.
     pub fn report(&self, info: &SlotInfo, report: &SlotReport) {
         info.store(self.inner.epoch, report);
+        let due = self.inner.turn_work.load(Ordering::Relaxed);
+        if due != NOT_YET
+            && report.closeable
+            && info.moved(report).is_some_and(|m| m >= due)
+            && !info.work_told.swap(true, Ordering::Relaxed)
+        {
+            self.inner.work_due.store(true, Ordering::Release);
+            self.inner.tick.notify_one();
+        }
     }
 
     /// Counters and limits, now.
@@ -503,16 +570,17 @@ fn tick_loop(weak: Weak<Inner>) {
         };
         let mut st = inner.state.lock();
         let now = Instant::now();
-        match st.table.poll_timeout() {
-            None => {
-                inner.tick.wait_for(&mut st, RECHECK);
-                continue;
-            }
-            Some(at) if at > now => {
-                inner.tick.wait_for(&mut st, (at - now).min(RECHECK));
-                continue;
-            }
-            Some(_) => {}
+        // What owners compare their turn's work against (the line may have
+        // changed since the last pass: every change wakes this thread).
+        let due = st.table.turn_work_due().unwrap_or(NOT_YET);
+        inner.turn_work.store(due, Ordering::Relaxed);
+        let work = inner.work_due.swap(false, Ordering::Acquire);
+        let next = st.table.poll_timeout();
+        let timeout = next.is_some_and(|at| at <= now);
+        if !timeout && !work {
+            let wait = next.map_or(RECHECK, |at| (at - now).min(RECHECK));
+            inner.tick.wait_for(&mut st, wait);
+            continue;
         }
         let State {
             table,
@@ -521,12 +589,17 @@ fn tick_loop(weak: Weak<Inner>) {
             ..
         } = &mut *st;
         let epoch = inner.epoch;
-        let tick = table.handle_timeout(now, |h| {
+        let describe = |h| {
             holders
                 .get(&h)
-                .and_then(|x| x.info.as_ref())
+                .and_then(|x: &Holder| x.info.as_ref())
                 .map(|i| i.load(epoch))
-        });
+        };
+        let tick = if timeout {
+            table.handle_timeout(now, describe)
+        } else {
+            table.handle_turn_work(now, describe)
+        };
         let calls: Vec<_> = tick
             .victims
             .iter()

@@ -240,6 +240,7 @@ impl Sim {
                 queues_empty: s.queued_bytes() == 0,
                 callable: p.com.addresses().can_open(),
                 served: s.stats_ref().served(),
+                served_from: None,
             })
         });
         self.line_expired(n, &tick.expired);

@@ -37,6 +37,7 @@ pub(super) fn busy(at: Instant) -> ChannelReport {
         queues_empty: false,
         callable: false,
         served: 0,
+        served_from: None,
     }
 }
 

@@ -33,6 +33,13 @@ pub struct ChannelReport {
     /// ([`SessionStats::served`](crate::session::SessionStats::served)):
     /// the table measures a turn's work from it.
     pub served: u64,
+    /// `served` when the channel first reported itself working, if the
+    /// owner kept it (the transport's `SlotInfo` does): where the turn's
+    /// work starts. `None`: the table counts from the first report it
+    /// reads at a tick, which misses what a fast holder moved before it
+    /// (a tick is 20 ms; an in-process pair moves thousands of messages
+    /// in that time).
+    pub served_from: Option<u64>,
 }
 
 /// What a slot holder looks like to a policy: its slot, and what its owner
@@ -180,6 +187,7 @@ impl PreemptionPolicy for Naive {
 ///     queues_empty: true,
 ///     callable: true,
 ///     served: 0,
+///     served_from: None,
 /// };
 /// let a_second_ago = now - Duration::from_secs(1);
 /// let candidates = [

@@ -192,6 +192,7 @@ fn a_turns_work_counts_from_the_first_report_of_a_working_channel() {
     let blank = |at: Instant| ChannelReport {
         closeable: false,
         served: 0,
+        served_from: None,
         ..busy(at)
     };
     let working = |served: u64, at: Instant| ChannelReport { served, ..busy(at) };
@@ -236,4 +237,93 @@ fn a_long_line_shortens_the_turns_work_as_it_shortens_the_turn() {
     assert_eq!(t.turn_work_now(), 4_800);
     t.cfg.turn_work = 1;
     assert_eq!(t.turn_work_now(), 1, "never 0");
+}
+
+#[test]
+fn a_holder_past_its_work_gives_way_between_ticks() {
+    let t0 = Instant::now();
+    let mut t = table(1, 2, 10, Admission::Share);
+    t.cfg.turn_work = 1_000;
+    let held = full(&mut t, t0);
+    // Nobody waits: no turns, nothing to tell owners, nobody gives way.
+    assert_eq!(t.turn_work_due(), None);
+    let report = |served: u64, at: Instant| ChannelReport {
+        served,
+        served_from: Some(100),
+        ..busy(at)
+    };
+    let first = |h: u64, served: u64, at| (h == held[0]).then(|| report(served, at));
+    assert!(t
+        .handle_turn_work(t0, |h| first(h, 5_000, t0))
+        .victims
+        .is_empty());
+    wait_served(&mut t, t0, 1, 0);
+    assert_eq!(t.turn_work_due(), Some(1_000));
+    let tick = t.poll_timeout();
+    // 1 ms after its grant, 999 messages since its channel first worked:
+    // not yet.
+    let at = t0 + MS;
+    assert!(t
+        .handle_turn_work(at, |h| first(h, 1_099, at))
+        .victims
+        .is_empty());
+    assert_eq!(t.poll_timeout(), tick, "the tick is not consumed");
+    // 1,000: at once, without waiting for the tick.
+    let done = t.handle_turn_work(at, |h| first(h, 1_100, at));
+    assert_eq!(done.victims, [(held[0], PreemptReason::TurnOver)]);
+    // Already giving way: not chosen twice; one peer waits, one gives way.
+    assert!(t
+        .handle_turn_work(at, |h| first(h, 9_999, at))
+        .victims
+        .is_empty());
+}
+
+#[test]
+fn regression_a_fast_holders_work_counts_from_its_owners_record_not_the_first_tick() {
+    // A tick is 20 ms; an in-process pair moved 10,000 messages before the
+    // first tick read its report, and that work was not counted, so its
+    // turn lasted two ticks and ten times the others' work (10,000 mem
+    // clients on two threads: Jain 0.36). The owner's record of where the
+    // channel's work started counts it.
+    let t0 = Instant::now();
+    for (served_from, gives_way) in [(None, false), (Some(0), true)] {
+        let mut t = table(1, 2, 10, Admission::Share);
+        t.cfg.turn_work = 1_000;
+        t.cfg.turn_idle = 20 * MS;
+        let held = full(&mut t, t0);
+        wait_served(&mut t, t0, 1, 0);
+        let at = t0 + 20 * MS;
+        let r = ChannelReport {
+            served: 10_000,
+            served_from,
+            ..busy(at)
+        };
+        let victims = t
+            .handle_timeout(at, |h| (h == held[0]).then_some(r))
+            .victims;
+        assert_eq!(
+            !victims.is_empty(),
+            gives_way,
+            "served_from {served_from:?}"
+        );
+    }
+}
+
+#[test]
+fn under_fifo_no_holder_gives_way_for_its_work() {
+    let t0 = Instant::now();
+    let mut t = table(1, 2, 10, Admission::Fifo);
+    t.cfg.turn_work = 1;
+    let held = full(&mut t, t0);
+    wait_served(&mut t, t0, 1, 0);
+    assert_eq!(t.turn_work_due(), None);
+    let r = ChannelReport {
+        served: 10_000,
+        served_from: Some(0),
+        ..busy(t0)
+    };
+    assert!(t
+        .handle_turn_work(t0, |h| (h == held[0]).then_some(r))
+        .victims
+        .is_empty());
 }

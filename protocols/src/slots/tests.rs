@@ -26,6 +26,7 @@ fn quiet(now: Instant) -> ChannelReport {
         queues_empty: true,
         callable: true,
         served: 0,
+        served_from: None,
     }
 }
 

@@ -128,7 +128,7 @@ pub(super) fn share(
         .filter(|c| !quiet(c))
         .filter(|c| {
             let t = if c.channel.mid_message {
-                turn * MID_MESSAGE_TURNS
+                turn.saturating_mul(MID_MESSAGE_TURNS)
             } else {
                 turn
             };

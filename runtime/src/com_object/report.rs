@@ -47,6 +47,7 @@ impl ComObject {
             queues_empty: session.queued_bytes() == 0,
             callable: self.com.addresses().can_open(),
             served: session.stats_ref().served(),
+            served_from: None,
         };
         self.node.slots.report(&live.slot_info, &report);
     }

@@ -29,6 +29,7 @@ fn report(callable: bool) -> SlotReport {
         queues_empty: true,
         callable,
         served: 0,
+        served_from: None,
     }
 }
 
@@ -273,4 +274,61 @@ fn under_share_holders_past_their_turn_give_way_one_per_peer_waiting() {
     for t in tickets {
         c.leave_line(t);
     }
+}
+
+/// Issue 21: a holder that did its turn's work while a peer waits gives
+/// way when its owner reports it, not at the next tick (here an hour
+/// away): on two threads an in-process pair moved 10,000 messages in the
+/// two 20 ms ticks its turn lasted while others moved a hundred.
+#[test]
+fn a_holder_reporting_its_turns_work_done_gives_way_before_the_tick() {
+    let c = line_ctrl(1, 2, |cfg| {
+        cfg.preempt_interval = Duration::from_secs(3600);
+        cfg.turn = Duration::from_secs(3600);
+        cfg.turn_idle = Duration::from_secs(3600);
+        cfg.turn_work = 100;
+    });
+    let (tx, rx) = mpsc::channel();
+    let fast = c.accept().unwrap();
+    let slow = c.accept().unwrap();
+    let mut infos = Vec::new();
+    for (lease, who) in [(&fast, "fast"), (&slow, "slow")] {
+        let info = Arc::new(SlotInfo::default());
+        let tx = tx.clone();
+        lease.attach(
+            info.clone(),
+            Arc::new(move |_lease, why| {
+                let _ = tx.send((who, why));
+            }),
+        );
+        infos.push(info);
+    }
+    // Both channels work, served 5,000 before this turn.
+    let at = |served| SlotReport {
+        served,
+        ..report(true)
+    };
+    for info in &infos {
+        c.report(info, &at(5_000));
+    }
+    match c.accept_or_wait(Some(SiteId(9)), 0, |_| {}) {
+        AcceptOrWait::Wait { .. } => {}
+        other => panic!("{other:?}"),
+    }
+    // The owners report as they do, every few milliseconds: the fast one
+    // moves 50 messages between reports, the slow one 1.
+    let mut served = (5_000, 5_000);
+    let (who, why) = loop {
+        served = (served.0 + 50, served.1 + 1);
+        c.report(&infos[0], &at(served.0));
+        c.report(&infos[1], &at(served.1));
+        if let Ok(called) = rx.recv_timeout(Duration::from_millis(10)) {
+            break called;
+        }
+        assert!(served.0 < 5_000 + 50 * 6_000, "never preempted");
+    };
+    assert_eq!((who, why), ("fast", PreemptReason::TurnOver));
+    assert!(served.0 - 5_000 >= 100, "not before its work was done");
+    // One peer waits and one holder gives way: the slow one stays.
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
 }
