@@ -107,7 +107,9 @@ pub struct StressReport {
     /// Memory one idle remote site costs (entry, ComObject, session),
     /// measured in this run: resident memory grown by creating idle sites,
     /// divided by their number (so it includes the allocator's own
-    /// overhead).
+    /// overhead, and what each site's actor used before it parked: freed,
+    /// but kept resident; `tests/idle_site_memory.rs` counts what a parked
+    /// site holds, about a third of this).
     pub idle_site_bytes: u64,
     /// The same for a site only referenced, never used: its ComObject is
     /// not started, so it costs its entry.
