@@ -1,0 +1,103 @@
+//! What the owner of a slot reports about its channel ([`SlotInfo`]):
+//! atomics the owner stores and the tick thread loads, and where the
+//! channel's turn started, for the slot table's turns.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sitenet_protocols::slots::ChannelReport;
+
+/// What the owner of a slot reports about its channel, for the policy.
+/// Atomics: the owner stores, the tick thread loads, nobody waits.
+#[derive(Debug)]
+pub struct SlotInfo {
+    closeable: AtomicBool,
+    last_active_us: AtomicU64,
+    mid_message: AtomicBool,
+    replies_expected: AtomicBool,
+    buffers_empty: AtomicBool,
+    queues_empty: AtomicBool,
+    callable: AtomicBool,
+    served: AtomicU64,
+    /// `served` at the first report of the channel working ([`NOT_YET`]
+    /// before it): where its turn's work starts
+    /// ([`ChannelReport::served_from`]).
+    served_from: AtomicU64,
+    /// This channel's owner has told the tick its turn's work is done
+    /// (once per channel: the tick then decides).
+    work_told: AtomicBool,
+}
+
+/// No value yet, in an atomic that holds an `Option<u64>`.
+pub(super) const NOT_YET: u64 = u64::MAX;
+
+impl Default for SlotInfo {
+    fn default() -> Self {
+        Self {
+            closeable: AtomicBool::default(),
+            last_active_us: AtomicU64::default(),
+            mid_message: AtomicBool::default(),
+            replies_expected: AtomicBool::default(),
+            buffers_empty: AtomicBool::default(),
+            queues_empty: AtomicBool::default(),
+            callable: AtomicBool::default(),
+            served: AtomicU64::default(),
+            served_from: AtomicU64::new(NOT_YET),
+            work_told: AtomicBool::default(),
+        }
+    }
+}
+
+/// One report of a channel's state: the policy's own
+/// [`ChannelReport`], under the name owners know it by.
+pub type SlotReport = ChannelReport;
+
+impl SlotInfo {
+    pub(super) fn store(&self, epoch: Instant, r: &SlotReport) {
+        let us = r.last_active.saturating_duration_since(epoch).as_micros() as u64;
+        self.closeable.store(r.closeable, Ordering::Relaxed);
+        self.last_active_us.store(us, Ordering::Relaxed);
+        self.mid_message.store(r.mid_message, Ordering::Relaxed);
+        self.replies_expected
+            .store(r.replies_expected, Ordering::Relaxed);
+        self.buffers_empty.store(r.buffers_empty, Ordering::Relaxed);
+        self.queues_empty.store(r.queues_empty, Ordering::Relaxed);
+        self.callable.store(r.callable, Ordering::Relaxed);
+        self.served.store(r.served, Ordering::Relaxed);
+        if r.closeable {
+            let from = r.served_from.unwrap_or(r.served);
+            let _ = self.served_from.compare_exchange(
+                NOT_YET,
+                from,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// True the first time it is asked: the owner tells the tick its
+    /// turn's work is done once per channel.
+    pub(super) fn first_work_told(&self) -> bool {
+        !self.work_told.swap(true, Ordering::Relaxed)
+    }
+
+    /// The work of this channel's turn so far, once it has worked.
+    pub(super) fn moved(&self, r: &SlotReport) -> Option<u64> {
+        let from = self.served_from.load(Ordering::Relaxed);
+        (from != NOT_YET).then(|| r.served.saturating_sub(from))
+    }
+
+    pub(super) fn load(&self, epoch: Instant) -> ChannelReport {
+        ChannelReport {
+            closeable: self.closeable.load(Ordering::Relaxed),
+            last_active: epoch + Duration::from_micros(self.last_active_us.load(Ordering::Relaxed)),
+            mid_message: self.mid_message.load(Ordering::Relaxed),
+            replies_expected: self.replies_expected.load(Ordering::Relaxed),
+            buffers_empty: self.buffers_empty.load(Ordering::Relaxed),
+            queues_empty: self.queues_empty.load(Ordering::Relaxed),
+            callable: self.callable.load(Ordering::Relaxed),
+            served: self.served.load(Ordering::Relaxed),
+            served_from: Some(self.served_from.load(Ordering::Relaxed)).filter(|f| *f != NOT_YET),
+        }
+    }
+}
