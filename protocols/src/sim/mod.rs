@@ -392,10 +392,7 @@ impl Sim {
                 // of a large run's timers) only re-arms; the machine is
                 // not taken out (nothing it does changes with time alone).
                 if p.parked.is_none() && p.com.poll_timeout().is_none_or(|t| t > now) {
-                    p.armed = p
-                        .com
-                        .poll_timeout()
-                        .map(|i| i.saturating_duration_since(t0).max(self.now));
+                    p.armed = node::timer_at(t0, self.now, p.com.poll_timeout());
                     if let Some(t) = p.armed {
                         let inc = self.nodes[node].incarnation;
                         self.at(t, Ev::ComTimer { node, inc, peer });

@@ -190,7 +190,7 @@ impl Sim {
     /// deadline moves earlier (the heartbeat's moves later with every
     /// frame sent); one that fires early finds nothing due and re-arms.
     pub(super) fn arm(&mut self, n: usize, peer: SiteId, p: &mut Peer, deadline: Option<Instant>) {
-        let at = deadline.map(|i| i.saturating_duration_since(self.t0).max(self.now));
+        let at = timer_at(self.t0, self.now, deadline);
         if let Some(t) = at.filter(|t| p.armed.is_none_or(|armed| *t < armed)) {
             let inc = self.nodes[n].incarnation;
             self.at(t, Ev::ComTimer { node: n, inc, peer });
@@ -455,4 +455,10 @@ impl Sim {
         }
         self.app_call(n, |app, ctx| app.handed_back(ctx, peer, &body, maybe));
     }
+}
+
+/// The simulated time of a machine's `deadline` (its clock starts at
+/// `t0`), never before `now`: when its timer event fires.
+pub(super) fn timer_at(t0: Instant, now: Duration, deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|i| i.saturating_duration_since(t0).max(now))
 }
