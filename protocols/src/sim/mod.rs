@@ -375,40 +375,9 @@ impl Sim {
         self.trace_event(&ev);
         match ev {
             Ev::ComTimer { node, inc, peer } => {
-                if !self.alive(node, inc) {
-                    return;
+                if self.alive(node, inc) {
+                    self.on_com_timer(node, peer);
                 }
-                // A timer replaced by an earlier one is no event of the
-                // machine's (a tenth of a large run's events): nothing to
-                // take out and put back.
-                let (t0, now) = (self.t0, self.instant());
-                let Some(p) = self.nodes[node].peers.get_mut(&peer) else {
-                    return;
-                };
-                if p.armed != Some(self.now) {
-                    return;
-                }
-                // One that fires early (its deadline moved later: a fifth
-                // of a large run's timers) only re-arms; the machine is
-                // not taken out (nothing it does changes with time alone).
-                if p.parked.is_none() && p.com.poll_timeout().is_none_or(|t| t > now) {
-                    p.armed = node::timer_at(t0, self.now, p.com.poll_timeout());
-                    if let Some(t) = p.armed {
-                        let inc = self.nodes[node].incarnation;
-                        self.at(t, Ev::ComTimer { node, inc, peer });
-                    }
-                    self.rearm_slots(node);
-                    return;
-                }
-                let Some(mut p) = self.take_peer(node, peer) else {
-                    return;
-                };
-                p.armed = None;
-                if p.com.poll_timeout().is_some_and(|t| t <= now) {
-                    p.com.handle_timeout(now);
-                    self.drive_peer(node, peer, &mut p);
-                }
-                self.put_back(node, peer, p);
             }
             Ev::SlotTimer { node, inc } => {
                 if self.alive(node, inc) && self.nodes[node].slot_armed == Some(self.now) {
