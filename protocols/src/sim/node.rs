@@ -147,8 +147,9 @@ impl Sim {
         // One that fires early (its deadline moved later: a fifth of a
         // large run's timers) only re-arms; the machine is not taken out
         // (nothing it does changes with time alone).
-        if p.parked.is_none() && p.com.poll_timeout().is_none_or(|t| t > now) {
-            p.armed = timer_at(t0, self.now, p.com.poll_timeout());
+        let due = p.parked.is_none().then(|| p.com.poll_timeout());
+        if let Some(deadline) = due.filter(|d| d.is_none_or(|t| t > now)) {
+            p.armed = timer_at(t0, self.now, deadline);
             if let Some(t) = p.armed {
                 let inc = self.nodes[n].incarnation;
                 self.at(t, Ev::ComTimer { node: n, inc, peer });
