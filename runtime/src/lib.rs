@@ -31,6 +31,7 @@ pub mod cookie_file;
 mod cooperation;
 mod delivery;
 pub mod error;
+mod events;
 mod handlers;
 #[cfg(test)]
 mod layers;
@@ -56,17 +57,18 @@ mod tracked;
 mod trans_object;
 
 pub use batch::{Batch, Done, OpError, OpResult, Report as BatchReport, Submitted, WaitTimedOut};
+pub use com_object::FaultReport;
 pub use config::NodeConfig;
 pub use cooperation::{Answer, CoopError, Cooperation, Expect};
 pub use delivery::Delivery;
 pub use error::SiteFailure;
 pub use error::WouldDeadlock;
 pub use error::{DecodeError, DeliveryError, FlushError, NodeError, RequestError, SendError};
+pub use events::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
 pub use handlers::{AsyncCtx, Ctx, Outcome, Responder, Unhandled};
 pub use message::{Message, RawMessage, Reply, RequestId, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
-pub use node::{FaultReport, Node, NodeBuilder, ShutdownReport};
-pub use node::{NodeEvent, NodeEvents, PeerRefusal, ToAddress, EVENTS_QUEUED};
+pub use node::{Node, NodeBuilder, ShutdownReport, ToAddress};
 pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES};
 pub use runtime::{default_threads, Runtime};
 pub use site::{FaultEvent, FaultState, HandedBack, ReturnedMessage, SiteRef, NOT_CONTACTED};

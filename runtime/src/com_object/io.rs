@@ -56,7 +56,7 @@ impl Live {
 
 /// Accounts a change of a live channel's ring sizes in the node's gauge
 /// (and its peak).
-pub(super) fn ring_bytes_changed(node: &crate::node::NodeInner, delta: i64) {
+pub(super) fn ring_bytes_changed(node: &super::NodeShared, delta: i64) {
     use std::sync::atomic::Ordering::Relaxed;
     let c = &node.counters;
     if delta > 0 {

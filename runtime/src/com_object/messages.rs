@@ -192,7 +192,7 @@ impl Handler<Adopt> for ComObject {
             // The site is known under another entry (this one merged into
             // it, or another entry has the id): route the channel by id,
             // counted on its way there.
-            self.node.route_accepted(Adopt {
+            self.node.clone().route_accepted(Adopt {
                 trans,
                 neg,
                 nonce,

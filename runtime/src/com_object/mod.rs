@@ -15,6 +15,7 @@
 //! cannot deadlock. Both are bounded per turn (reads by count, writes by
 //! bytes), so one fast peer cannot stall every other actor on the thread.
 
+mod host;
 mod inbox;
 mod io;
 mod messages;
@@ -22,7 +23,9 @@ mod open;
 mod report;
 mod slot;
 
-pub(crate) use inbox::{Inbox, MakeInbox};
+pub use host::FaultReport;
+pub(crate) use host::{ComHost, NodeShared};
+pub(crate) use inbox::Inbox;
 use io::Live;
 pub(crate) use messages::{Adopt, Kill, Learn, PeerInLine, Poke, Preempt, SlotGranted, Stop, Wake};
 #[cfg(feature = "test-hooks")]
@@ -40,8 +43,6 @@ use sitenet_protocols::{
 };
 
 use crate::metrics::Counters;
-use crate::node::SiteRef;
-use crate::node::{FaultReport, NodeInner};
 use crate::site_entry::{Returned, SiteEntry};
 
 /// Reads per readiness event before yielding to other actors on the thread
@@ -64,7 +65,7 @@ pub(super) const SLOT_REPORT_EVERY: std::time::Duration = std::time::Duration::f
 static NEXT_OPENER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 pub(crate) struct ComObject {
-    node: Arc<NodeInner>,
+    node: Arc<dyn ComHost>,
     entry: Arc<SiteEntry>,
     com: ComLogic,
     /// The working channel (boxed: an idle site has none, and thousands of
@@ -89,7 +90,7 @@ pub(crate) struct ComObject {
     /// stays alive and forwards what still reaches it there. A counted
     /// reference: `SiteRef`s to this entry follow the redirect, so the other
     /// entry is not reclaimed while this one is referenced.
-    merged: Option<Box<SiteRef>>,
+    merged: Option<Box<dyn std::any::Any + Send>>,
     /// Where the site stands with the slot controller.
     slot: Slot,
     /// When `slot_info` and the site's stats may be written next (an
@@ -135,7 +136,7 @@ impl Actor for ComObject {
 }
 
 impl ComObject {
-    pub(crate) fn new(node: Arc<NodeInner>, entry: Arc<SiteEntry>, book: AddressBook) -> Self {
+    pub(crate) fn new(node: Arc<dyn ComHost>, entry: Arc<SiteEntry>, book: AddressBook) -> Self {
         let com = ComLogic::new(
             node.com_cfg.clone(),
             node.budget.clone(),
@@ -149,8 +150,8 @@ impl ComObject {
     }
 
     /// The actor driving `com`, the machine of `entry`'s site.
-    fn with_machine(node: Arc<NodeInner>, entry: Arc<SiteEntry>, com: ComLogic) -> Self {
-        let inbox = (node.inbox)(node.clone(), entry.clone());
+    fn with_machine(node: Arc<dyn ComHost>, entry: Arc<SiteEntry>, com: ComLogic) -> Self {
+        let inbox = node.clone().inbox(entry.clone());
         Self {
             node,
             entry,

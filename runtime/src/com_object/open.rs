@@ -13,7 +13,6 @@ use sitenet_protocols::{Initiator, OpenRequest, Opened};
 use super::{ComObject, SlotGranted};
 use crate::channel_io::{connect_and_open, Dial, OpenFailure};
 use crate::metrics::Counters;
-use crate::node::SiteRef;
 use crate::site_entry::SiteEntry;
 use crate::trans_object::TransObject;
 
@@ -204,7 +203,7 @@ impl ComObject {
             return;
         }
         tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
-        self.merged = Some(Box::new(SiteRef::counted(other.clone(), self.node.clone())));
+        self.merged = Some(self.node.clone().hold(other.clone()));
         // What the machine holds is older than what is still in the outbox;
         // `seal_into` moves both, in that order.
         let older = self.com.merge_out();
@@ -213,7 +212,7 @@ impl ComObject {
             let _ = entry.redirect.set(other.clone());
         });
         if wake {
-            other.wake(&self.node);
+            self.node.clone().wake(&other);
         }
         // The machine's actions (abandon the open, close a channel) are
         // carried out; it does nothing more after that.

@@ -39,9 +39,8 @@ use actix::prelude::*;
 use sitenet_protocols::{AddressBook, Parked};
 
 use super::report::Reported;
-use super::ComObject;
+use super::{ComHost, ComObject, NodeShared};
 use crate::metrics::Counters;
-use crate::node::NodeInner;
 use crate::site_entry::{ActorSlot, ActorState, SiteEntry};
 use crate::stats::SiteStats;
 
@@ -105,7 +104,7 @@ impl ComObject {
     ///
     /// Never called with the site table's lock held for an entry that may
     /// never have started (starting one takes that lock first).
-    pub(crate) fn send<M>(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>, msg: M) -> bool
+    pub(crate) fn send<M, H: ComHost>(node: &Arc<H>, entry: &Arc<SiteEntry>, msg: M) -> bool
     where
         M: Message<Result = ()> + Send + 'static,
         ComObject: Handler<Counted<M>>,
@@ -119,7 +118,7 @@ impl ComObject {
                 ActorState::Parked => Self::unpark_in(node, entry, &mut slot),
                 ActorState::Never => {
                     drop(slot);
-                    node.start_unstarted(entry);
+                    node.clone().start_unstarted(entry);
                     continue;
                 }
             }
@@ -133,7 +132,11 @@ impl ComObject {
     /// but only if it ever started: an entry that never did is not
     /// started for it (its machine, made later, starts from what the
     /// entry holds then). False if nothing was sent.
-    pub(crate) fn send_if_started<M>(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>, msg: M) -> bool
+    pub(crate) fn send_if_started<M, H: ComHost>(
+        node: &Arc<H>,
+        entry: &Arc<SiteEntry>,
+        msg: M,
+    ) -> bool
     where
         M: Message<Result = ()> + Send + 'static,
         ComObject: Handler<Counted<M>>,
@@ -158,7 +161,7 @@ impl ComObject {
     /// The arbiter the site's ComObject runs on, for the whole life of the
     /// entry: the one chosen when it was made ([`SiteEntry::home`]), else
     /// the one its key gives.
-    fn thread_of<'a>(node: &'a NodeInner, entry: &SiteEntry) -> &'a actix_rt::ArbiterHandle {
+    fn thread_of<'a>(node: &'a NodeShared, entry: &SiteEntry) -> &'a actix_rt::ArbiterHandle {
         match entry.home.load(std::sync::atomic::Ordering::Relaxed) {
             crate::site_entry::NO_HOME => node.rt.arbiter_for(entry.key),
             h => node.rt.arbiter_at(usize::from(h)),
@@ -168,14 +171,14 @@ impl ComObject {
     /// Starts the ComObject of an entry that never had one, with `book`,
     /// in `slot` (its lock held, and the site table's: see the module
     /// documentation).
-    pub(crate) fn start_in(
-        node: &Arc<NodeInner>,
+    pub(crate) fn start_in<H: ComHost>(
+        node: &Arc<H>,
         entry: &Arc<SiteEntry>,
         slot: &mut ActorSlot,
         book: AddressBook,
     ) {
         debug_assert_eq!(slot.state, ActorState::Never);
-        let (n, e) = (node.clone(), entry.clone());
+        let (n, e): (Arc<dyn ComHost>, _) = (node.clone(), entry.clone());
         let addr = ComObject::start_in_arbiter(Self::thread_of(node, entry), move |_| {
             ComObject::new(n, e, book)
         });
@@ -185,7 +188,7 @@ impl ComObject {
 
     /// Starts the actor of a parked entry again from what it kept, its
     /// lock held.
-    fn unpark_in(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>, slot: &mut ActorSlot) {
+    fn unpark_in<H: ComHost>(node: &Arc<H>, entry: &Arc<SiteEntry>, slot: &mut ActorSlot) {
         let parked: Box<ParkedActor> = slot
             .held
             .take()
@@ -198,7 +201,7 @@ impl ComObject {
         let mut st = SiteStats::default();
         fill_stats(&mut st, entry, &parked);
         *entry.stats.lock() = Some(Box::new(st));
-        let (n, e) = (node.clone(), entry.clone());
+        let (n, e): (Arc<dyn ComHost>, _) = (node.clone(), entry.clone());
         let addr = ComObject::start_in_arbiter(Self::thread_of(node, entry), move |_| {
             ComObject::resume(n, e, *parked)
         });
@@ -210,7 +213,7 @@ impl ComObject {
 
     /// The actor of a site that parked: its machine from what it kept,
     /// its counters where they were.
-    fn resume(node: Arc<NodeInner>, entry: Arc<SiteEntry>, p: ParkedActor) -> Self {
+    fn resume(node: Arc<dyn ComHost>, entry: Arc<SiteEntry>, p: ParkedActor) -> Self {
         let com =
             sitenet_protocols::ComObject::unpark(p.com, node.com_cfg.clone(), node.budget.clone());
         let mut me = Self::with_machine(node, entry, com);

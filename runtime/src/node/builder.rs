@@ -130,7 +130,7 @@ impl NodeBuilder {
     /// checks the configuration, binds the listeners and makes the node's
     /// state; nothing listens yet.
     /// `inbox` makes each ComObject's inbox (delivery to the handlers).
-    pub(crate) fn bind(mut self, inbox: crate::com_object::MakeInbox) -> Result<Bound, NodeError> {
+    pub(crate) fn bind(mut self, inbox: super::MakeInbox) -> Result<Bound, NodeError> {
         if let Some(e) = self.transport_error {
             return Err(e.into());
         }
@@ -220,40 +220,43 @@ impl NodeBuilder {
             cfg.site_ref_claims_per_peer,
             cfg.plugged_schemes(),
         ));
-        let inner = Arc::new(NodeInner {
+        let shared = NodeShared {
             id,
             budget,
             budget_released,
             cfg,
             rt: rt.clone(),
             listen,
+            deliveries: Default::default(),
+            counters: Counters::default(),
+            slots,
+            com_cfg,
+            shut_down: AtomicBool::new(false),
+            leave_on_shutdown: AtomicBool::new(true),
+            acked: Notify::new(),
+            events: crate::events::EventHub::default(),
+            peer_logs: Default::default(),
+            pairs,
+            changed: Notify::new(),
+            keys,
+            speaks: self.speaks,
+        };
+        let inner = Arc::new(NodeInner {
+            shared,
             handlers: Handlers::default(),
             inbox,
             sites,
             requests: Arc::default(),
             parked: Arc::default(),
-            deliveries: Default::default(),
             cooperations: Default::default(),
-            counters: Counters::default(),
-            slots,
-            com_cfg,
-            shut_down: AtomicBool::new(false),
             closing: AtomicBool::new(false),
-            leave_on_shutdown: AtomicBool::new(true),
             stop_listeners: tokio::sync::watch::Sender::new(false),
             async_idle: Notify::new(),
-            acked: Notify::new(),
             faults: Mutex::new(VecDeque::new()),
-            events: super::EventHub::default(),
             handshakes: super::accept::Handshakes::new(cfg_admission),
-            peer_logs: Default::default(),
-            pairs,
             output,
-            changed: Notify::new(),
             listeners_done: Mutex::new(Vec::new()),
             local: std::sync::OnceLock::new(),
-            keys,
-            speaks: self.speaks,
         });
         inner.start_request_timer();
         inner.start_parked_timer();

@@ -7,7 +7,6 @@ mod builder;
 mod cooperations;
 mod decoding;
 mod descriptor;
-mod events;
 mod handler_table;
 mod in_flight;
 mod line;
@@ -18,12 +17,12 @@ mod site_table;
 mod to_address;
 mod watch;
 
+use crate::com_object::FaultReport;
+use crate::events::PeerRefusal;
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
 pub(crate) use cooperations::{Coop, OpenCooperations};
 pub(crate) use decoding::{decoding_on, with_decoding_node};
-pub(crate) use events::EventHub;
-pub use events::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
 pub(crate) use handler_table::{error_detail, error_reply, ErrorReply};
 pub use handler_table::{BodySink, Ctx, Unhandled};
 pub(crate) use handler_table::{Erased, ErasedStream, Handlers, NoReply, RemoteError};
@@ -45,7 +44,7 @@ use tokio::sync::{oneshot, Notify};
 use sitenet_protocols::{LocalInfo, ReassemblyBudget, SiteId};
 use sitenet_transport::{Address, BoundListener};
 
-use crate::com_object::{Kill, Stop};
+use crate::com_object::{ComHost, Inbox, Kill, NodeShared, Stop};
 use crate::config::NodeConfig;
 use crate::error::{NodeError, RequestError};
 use crate::metrics::{Counters, Metrics};
@@ -58,20 +57,6 @@ const LISTENER_STOP_LIMIT: Duration = Duration::from_secs(5);
 /// How many fault reports a node keeps for [`Node::faults`].
 const FAULT_HISTORY: usize = 256;
 
-/// A fault observed by the node: a channel closed because its peer broke the
-/// protocol, or a site that failed permanently.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FaultReport {
-    /// The site, if it had identified itself.
-    pub site: Option<SiteId>,
-    /// The peer's address.
-    pub peer: String,
-    /// What went wrong.
-    pub reason: String,
-    /// True if the site is gone for good.
-    pub permanent: bool,
-}
-
 /// What a graceful shutdown left behind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ShutdownReport {
@@ -83,14 +68,13 @@ pub struct ShutdownReport {
 
 /// State shared by the node's handles and actors.
 pub(crate) struct NodeInner {
-    pub(crate) id: SiteId,
-    pub(crate) cfg: NodeConfig,
-    pub(crate) rt: Runtime,
-    listen: Vec<Address>,
+    /// What the node shares with its ComObjects (read here through
+    /// `Deref`).
+    shared: NodeShared,
     pub(crate) handlers: Handlers,
     /// Makes each ComObject's inbox (the handlers' and the stream sinks'
     /// side of delivery, layers above the actor), given by `start`.
-    pub(crate) inbox: crate::com_object::MakeInbox,
+    pub(crate) inbox: MakeInbox,
     sites: Mutex<SiteTable>,
     /// Requests awaiting replies, by correlation id, and their deadlines
     /// (see `requests`).
@@ -98,82 +82,104 @@ pub(crate) struct NodeInner {
     /// The deadlines of parked sites, and whether the runtime runs (see
     /// `parked`).
     parked: Arc<parked::ParkedTimers>,
-    /// The completions of tracked messages (`SiteRef::send_tracked`).
-    pub(crate) deliveries: crate::delivery::Deliveries,
     /// The open cooperations, for the declared reply types.
     pub(crate) cooperations: OpenCooperations,
-    pub(crate) counters: Counters,
-    /// The channel slots (shared with the other nodes of the process unless
-    /// configured otherwise).
-    pub(crate) slots: sitenet_transport::TransController,
-    /// The ComObjects' tunables, one copy for all of them.
-    pub(crate) com_cfg: Arc<sitenet_protocols::ComConfig>,
-    pub(crate) budget: ReassemblyBudget,
-    /// Notified whenever reassembly budget is given back: channels whose
-    /// input waits for budget resume reading.
-    pub(crate) budget_released: Arc<Notify>,
-    shut_down: AtomicBool,
     /// `shutdown` began (see [`is_closing`](Self::is_closing)).
     closing: AtomicBool,
-    /// The shutdown tells connected peers the site is leaving (a LEAVING
-    /// frame); only sitenet's tests that stand a shutdown in for a crash
-    /// turn it off (`Node::crash_on_shutdown`, feature `test-hooks`).
-    pub(crate) leave_on_shutdown: AtomicBool,
     /// Level-triggered stop signal of the accept loops and the running
     /// async handlers (`in_flight`): a loop between two accepts cannot
     /// miss it (a `Notify` could be missed there).
     stop_listeners: tokio::sync::watch::Sender<bool>,
     /// Notified when the last running async handler ends (`in_flight`).
     async_idle: Notify,
-    /// Notified whenever acknowledgements free bytes or a site fails.
-    pub(crate) acked: Notify,
     faults: Mutex<VecDeque<FaultReport>>,
-    /// Subscribers to the node's events (`Node::events`).
-    pub(crate) events: EventHub,
     /// The accepted connections in their handshake, and the rules that
     /// close them.
     handshakes: accept::Handshakes,
     /// The output bounds every entry's outbox counts against: the site's
     /// and the node's (shared by all of them).
     pub(crate) output: crate::outbox::OutputBound,
-    /// Per-peer budgets of log lines about bad input.
-    pub(crate) peer_logs: crate::peer_logs::PeerLogs,
-    /// The pairs' secrets kept when their entries were forgotten
-    /// (`NodeConfig::remembered_pairs`).
-    pub(crate) pairs: Mutex<sitenet_protocols::PairMemory>,
-    /// Notified when a channel opens or closes or a fault state changes.
-    pub(crate) changed: Notify,
     /// One receiver per listener, completed when its accept loop has ended
     /// and the socket is closed.
     listeners_done: Mutex<Vec<oneshot::Receiver<()>>>,
     /// This node as a site (`Node::local_site`), made on first need.
     pub(crate) local: std::sync::OnceLock<Arc<crate::site_entry::SiteEntry>>,
-    /// The cookies this node proves and accepts (empty: the open level),
-    /// from `NodeConfig::cookies`; shared by every handshake.
-    pub(crate) keys: sitenet_protocols::Keyring,
-    /// The versions and capabilities this node offers in its handshakes.
-    pub(crate) speaks: sitenet_protocols::Speaks,
+}
+
+/// Makes a ComObject's inbox for its node and site (installed in
+/// [`NodeInner::inbox`] when the node starts; see [`ComHost::inbox`]).
+pub(crate) type MakeInbox = fn(Arc<NodeInner>, Arc<SiteEntry>) -> Box<dyn Inbox>;
+
+impl std::ops::Deref for NodeInner {
+    type Target = NodeShared;
+
+    fn deref(&self) -> &NodeShared {
+        &self.shared
+    }
+}
+
+/// The node's tables as its ComObjects ask them: each call is the node's
+/// own method of the same name.
+impl ComHost for NodeInner {
+    fn bind_site_id(&self, entry: &Arc<SiteEntry>, id: SiteId) -> Result<(), Arc<SiteEntry>> {
+        NodeInner::bind_site_id(self, entry, id)
+    }
+
+    fn adoption(
+        &self,
+        entry: &SiteEntry,
+        merged: bool,
+        claimed: SiteId,
+    ) -> sitenet_protocols::site_index::Adoption {
+        NodeInner::adoption(self, entry, merged, claimed)
+    }
+
+    fn route_accepted(self: Arc<Self>, adopt: crate::com_object::Adopt) {
+        NodeInner::route_accepted(&self, adopt)
+    }
+
+    fn claim_proven(&self, entry: &Arc<SiteEntry>) {
+        NodeInner::claim_proven(self, entry)
+    }
+
+    fn reclaim(&self, entry: &Arc<SiteEntry>) -> bool {
+        NodeInner::reclaim(self, entry)
+    }
+
+    fn fail_requests(&self, site: &Arc<SiteEntry>, failure: &sitenet_protocols::SiteFailure) {
+        NodeInner::fail_requests(self, site, failure)
+    }
+
+    fn record_fault(&self, f: FaultReport) {
+        NodeInner::record_fault(self, f)
+    }
+
+    fn park_deadline(&self, key: usize, at: std::time::Instant) {
+        NodeInner::park_deadline(self, key, at)
+    }
+
+    fn unpark_deadline(&self, key: usize, at: std::time::Instant) {
+        NodeInner::unpark_deadline(self, key, at)
+    }
+
+    fn wake(self: Arc<Self>, entry: &Arc<SiteEntry>) {
+        entry.wake(&self)
+    }
+
+    fn start_unstarted(self: Arc<Self>, entry: &Arc<SiteEntry>) {
+        NodeInner::start_unstarted(&self, entry)
+    }
+
+    fn inbox(self: Arc<Self>, entry: Arc<SiteEntry>) -> Box<dyn Inbox> {
+        (self.inbox)(self.clone(), entry)
+    }
+
+    fn hold(self: Arc<Self>, entry: Arc<SiteEntry>) -> Box<dyn std::any::Any + Send> {
+        Box::new(SiteRef::counted(entry, self))
+    }
 }
 
 impl NodeInner {
-    pub(crate) fn is_shut_down(&self) -> bool {
-        self.shut_down.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn local_info(&self) -> LocalInfo {
-        LocalInfo {
-            site: self.id,
-            listen: self.listen.iter().map(ToString::to_string).collect(),
-            buffer_size: self.cfg.buffer_size,
-            max_message: self.cfg.max_message_size,
-            speaks: self.speaks,
-        }
-    }
-
-    pub(crate) fn listen_addresses(&self) -> Vec<String> {
-        self.listen.iter().map(ToString::to_string).collect()
-    }
-
     pub(crate) fn max_message_to(&self, e: &SiteEntry) -> u64 {
         match e.peer_max.load(Ordering::Acquire) {
             0 => self.cfg.max_message_size,

@@ -1,0 +1,165 @@
+//! The node as its ComObjects see it (issue 19, the runtime's layers):
+//! the state they share with it ([`NodeShared`]) and the node's tables
+//! they ask ([`ComHost`]).
+//!
+//! The ComObject actor is a layer below the node: the node starts it,
+//! sends it messages and drops it, so the actor may not name the node's
+//! type. What it needs from above is a handful of questions to the site
+//! table, the request table and the parked sites' timers — "is this entry
+//! site X, or is another one?", "may I be reclaimed?", "fail the requests
+//! this site owed" — and those are the [`ComHost`] trait, which the node
+//! (`NodeInner`) implements. Everything else it reads — counters,
+//! configuration, the slot controller, the reassembly budget, the
+//! notifications — is plain shared state, kept here in [`NodeShared`]
+//! and reached through `Deref` from both sides, so neither side's code
+//! says which half a field lives in.
+
+use std::any::Any;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use sitenet_protocols::site_index::Adoption;
+use sitenet_protocols::{LocalInfo, ReassemblyBudget, SiteFailure, SiteId};
+use sitenet_transport::Address;
+
+use super::{Adopt, Inbox};
+use crate::config::NodeConfig;
+use crate::events::EventHub;
+use crate::metrics::Counters;
+use crate::runtime::Runtime;
+use crate::site_entry::SiteEntry;
+
+/// A fault observed by the node: a channel closed because its peer broke the
+/// protocol, or a site that failed permanently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FaultReport {
+    /// The site, if it had identified itself.
+    pub site: Option<SiteId>,
+    /// The peer's address.
+    pub peer: String,
+    /// What went wrong.
+    pub reason: String,
+    /// True if the site is gone for good.
+    pub permanent: bool,
+}
+
+/// What a node shares with its ComObjects: read by both, owned by the
+/// node (see the module documentation). The node's own tables are not
+/// here; the ComObjects reach them through [`ComHost`].
+pub(crate) struct NodeShared {
+    pub(crate) id: SiteId,
+    pub(crate) cfg: NodeConfig,
+    pub(crate) rt: Runtime,
+    pub(crate) listen: Vec<Address>,
+    /// The completions of tracked messages (`SiteRef::send_tracked`).
+    pub(crate) deliveries: crate::delivery::Deliveries,
+    pub(crate) counters: Counters,
+    /// The channel slots (shared with the other nodes of the process unless
+    /// configured otherwise).
+    pub(crate) slots: sitenet_transport::TransController,
+    /// The ComObjects' tunables, one copy for all of them.
+    pub(crate) com_cfg: Arc<sitenet_protocols::ComConfig>,
+    pub(crate) budget: ReassemblyBudget,
+    /// Notified whenever reassembly budget is given back: channels whose
+    /// input waits for budget resume reading.
+    pub(crate) budget_released: Arc<Notify>,
+    /// The node has stopped: no actor starts any more.
+    pub(crate) shut_down: AtomicBool,
+    /// The shutdown tells connected peers the site is leaving (a LEAVING
+    /// frame); only sitenet's tests that stand a shutdown in for a crash
+    /// turn it off (`Node::crash_on_shutdown`, feature `test-hooks`).
+    pub(crate) leave_on_shutdown: AtomicBool,
+    /// Notified whenever acknowledgements free bytes or a site fails.
+    pub(crate) acked: Notify,
+    /// Subscribers to the node's events (`Node::events`).
+    pub(crate) events: EventHub,
+    /// Per-peer budgets of log lines about bad input.
+    pub(crate) peer_logs: crate::peer_logs::PeerLogs,
+    /// The pairs' secrets kept when their entries were forgotten
+    /// (`NodeConfig::remembered_pairs`).
+    pub(crate) pairs: parking_lot::Mutex<sitenet_protocols::PairMemory>,
+    /// Notified when a channel opens or closes or a fault state changes.
+    pub(crate) changed: Notify,
+    /// The cookies this node proves and accepts (empty: the open level),
+    /// from `NodeConfig::cookies`; shared by every handshake.
+    pub(crate) keys: sitenet_protocols::Keyring,
+    /// The versions and capabilities this node offers in its handshakes.
+    pub(crate) speaks: sitenet_protocols::Speaks,
+}
+
+impl NodeShared {
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
+    }
+
+    /// What this node tells a peer about itself in a handshake.
+    pub(crate) fn local_info(&self) -> LocalInfo {
+        LocalInfo {
+            site: self.id,
+            listen: self.listen_addresses(),
+            buffer_size: self.cfg.buffer_size,
+            max_message: self.cfg.max_message_size,
+            speaks: self.speaks,
+        }
+    }
+
+    pub(crate) fn listen_addresses(&self) -> Vec<String> {
+        self.listen.iter().map(ToString::to_string).collect()
+    }
+}
+
+/// The node's tables, as a ComObject asks them (see the module
+/// documentation). Implemented by the node; the ComObject holds an
+/// `Arc<dyn ComHost>` and reads the shared state through `Deref`.
+pub(crate) trait ComHost: Deref<Target = NodeShared> + Send + Sync + 'static {
+    /// Records that `entry` is site `id`; if another entry already is,
+    /// returns that one (the caller merges into it).
+    fn bind_site_id(&self, entry: &Arc<SiteEntry>, id: SiteId) -> Result<(), Arc<SiteEntry>>;
+
+    /// Whether `entry` (`merged`: it merged into another) adopts an
+    /// accepted channel naming site `claimed`, or routes it again.
+    fn adoption(&self, entry: &SiteEntry, merged: bool, claimed: SiteId) -> Adoption;
+
+    /// A channel accepted for a site another entry turned out to be:
+    /// hands it to the entry that is the site.
+    fn route_accepted(self: Arc<Self>, adopt: Adopt);
+
+    /// The entry's claimed identity was proven by a handshake.
+    fn claim_proven(&self, entry: &Arc<SiteEntry>);
+
+    /// Forgets `entry` if nothing holds it any more (re-checked under the
+    /// table's lock); false if it must stay.
+    fn reclaim(&self, entry: &Arc<SiteEntry>) -> bool;
+
+    /// Fails every request still waiting for a reply from `site`.
+    fn fail_requests(&self, site: &Arc<SiteEntry>, failure: &SiteFailure);
+
+    /// Keeps `f` for `Node::faults`.
+    fn record_fault(&self, f: FaultReport);
+
+    /// A parked site's deadline (called under its slot's lock).
+    fn park_deadline(&self, key: usize, at: Instant);
+
+    /// The deadline of a site that starts again (under its slot's lock).
+    fn unpark_deadline(&self, key: usize, at: Instant);
+
+    /// Wakes `entry`'s ComObject (started or unparked if need be) to drain
+    /// its outbox: what a merged entry does for the one it merged into.
+    fn wake(self: Arc<Self>, entry: &Arc<SiteEntry>);
+
+    /// Starts the ComObject of an entry that never had one.
+    fn start_unstarted(self: Arc<Self>, entry: &Arc<SiteEntry>);
+
+    /// Makes the [`Inbox`] of `entry`'s ComObject (the handlers and stream
+    /// sinks above the actor).
+    fn inbox(self: Arc<Self>, entry: Arc<SiteEntry>) -> Box<dyn Inbox>;
+
+    /// A counted reference to `entry` (a `SiteRef`), held while a merged
+    /// ComObject still routes to it; dropping it gives the count back.
+    fn hold(self: Arc<Self>, entry: Arc<SiteEntry>) -> Box<dyn Any + Send>;
+}
