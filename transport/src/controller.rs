@@ -465,6 +465,51 @@ impl SlotLease {
     pub fn controller(&self) -> &TransController {
         &self.ctrl
     }
+
+    /// Asked by the channel's owner on every turn, with the messages it
+    /// has `served` so far: must it give the slot up now? True if the tick
+    /// has chosen it already (its preempt callback may still be on its
+    /// way), or if its turn's work has been done while peers wait in line
+    /// ([`Admission::Share`](sitenet_protocols::slots::Admission)):
+    /// lock-free until it has (three atomic loads); then, once per
+    /// channel, the table decides on the owner's fresh `report`
+    /// (`SlotTable::give_way_for_work`). True: close the channel now
+    /// (CLOSE_HARD); a preempt callback that follows is stale. The owner
+    /// ends its own turn because the way round (its report every few
+    /// milliseconds, the tick thread, a message back to its actor queued
+    /// behind the others) let an in-process pair move ten times its
+    /// turn's work.
+    pub fn must_give_way(
+        &self,
+        info: &SlotInfo,
+        served: u64,
+        report: impl FnOnce() -> SlotReport,
+    ) -> bool {
+        if info.is_preempted() {
+            return true;
+        }
+        let inner = &self.ctrl.inner;
+        let due = inner.turn_work.load(Ordering::Relaxed);
+        if due == NOT_YET || !info.worked(served, due) {
+            return false;
+        }
+        let r = report();
+        if !r.closeable || r.mid_message || !info.first_work_told() {
+            return false;
+        }
+        info.store(inner.epoch, &r);
+        let r = info.load(inner.epoch);
+        let gave = inner
+            .state
+            .lock()
+            .table
+            .give_way_for_work(self.holder, Instant::now(), r);
+        if gave {
+            info.preempt();
+            tracing::debug!(lease = ?self.id(), "turn's work done: giving the slot up");
+        }
+        gave
+    }
 }
 
 impl Drop for SlotLease {
@@ -518,10 +563,11 @@ fn tick_loop(weak: Weak<Inner>) {
             .victims
             .iter()
             .filter_map(|&(h, reason)| {
-                holders
-                    .get(&h)
-                    .and_then(|x| x.preempt.clone())
-                    .map(|f| (f, LeaseId(h), reason))
+                let holder = holders.get(&h)?;
+                if let Some(info) = &holder.info {
+                    info.preempt();
+                }
+                holder.preempt.clone().map(|f| (f, LeaseId(h), reason))
             })
             .collect();
         let expired: Vec<LineFn> = tick.expired.iter().filter_map(|t| line.remove(t)).collect();

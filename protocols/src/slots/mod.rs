@@ -542,6 +542,32 @@ impl SlotTable {
         tick
     }
 
+    /// A holder's owner asks, between ticks, whether its own turn's work is
+    /// done ([`Admission::Share`], peers in line): the rule of
+    /// [`handle_turn_work`](Self::handle_turn_work) for this holder alone,
+    /// on the owner's fresh `report`. True: it is marked as giving way
+    /// (counted as [`PreemptReason::TurnOver`]) and the owner closes its
+    /// channel now — no tick to wait for and no preemption to deliver to
+    /// it, during which an in-process pair moves thousands of messages
+    /// more (a 5 s run of 2,000 mem clients: turns of up to 6,890
+    /// messages against a quantum of 655). False: nothing changes; the
+    /// tick decides as before.
+    pub fn give_way_for_work(&mut self, holder: u64, now: Instant, report: ChannelReport) -> bool {
+        let Some(want) = self.turns_wanted().filter(|w| *w > 0) else {
+            return false;
+        };
+        if self.preempting.contains(&holder) || !self.holders.contains_key(&holder) {
+            return false;
+        }
+        let candidates = self.candidates(&mut |h| (h == holder).then_some(report));
+        let never = Duration::MAX;
+        let work = self.turn_work_now();
+        let victims = turns::share(now, &candidates, want.min(1), never, never, work);
+        self.preempt(&victims);
+        self.arm(now);
+        !victims.is_empty()
+    }
+
     /// The holders not already giving way, as `describe` reports them,
     /// with the work of each one's turn so far: from the service its
     /// owner kept when the channel first worked

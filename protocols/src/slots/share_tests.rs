@@ -327,3 +327,43 @@ fn under_fifo_no_holder_gives_way_for_its_work() {
         .victims
         .is_empty());
 }
+
+#[test]
+fn an_owner_past_its_turns_work_gives_way_itself() {
+    let t0 = Instant::now();
+    let mut t = table(1, 2, 10, Admission::Share);
+    t.cfg.turn_work = 1_000;
+    let held = full(&mut t, t0);
+    let r = |served: u64| ChannelReport {
+        served,
+        served_from: Some(100),
+        ..busy(t0)
+    };
+    // Nobody waits: no turns, nobody gives way, however much it moved.
+    assert!(!t.give_way_for_work(held[0], t0, r(50_000)));
+    wait_served(&mut t, t0, 1, 0);
+    let at = t0 + MS;
+    assert!(!t.give_way_for_work(held[0], at, r(1_099)), "999: not yet");
+    let mid = ChannelReport {
+        mid_message: true,
+        ..r(5_000)
+    };
+    assert!(
+        !t.give_way_for_work(held[0], at, mid),
+        "mid-message: spared"
+    );
+    assert!(!t.give_way_for_work(99, at, r(5_000)), "not a holder");
+    assert!(t.short());
+    assert!(t.give_way_for_work(held[0], at, r(1_100)));
+    assert_eq!(
+        t.stats().preemptions[PreemptReason::TurnOver as usize],
+        1,
+        "counted as a turn over"
+    );
+    assert!(!t.short(), "one waits, one gives way: no preemption due");
+    // Once; and one peer waiting has its slot coming: nobody else gives way.
+    assert!(!t.give_way_for_work(held[0], at, r(9_999)));
+    assert!(!t.give_way_for_work(held[1], at, r(9_999)));
+    // Its channel closed, the slot goes to the peer in line.
+    assert!(t.release(held[0], at).is_some());
+}

@@ -147,6 +147,10 @@ impl Handler<Preempt> for ComObject {
             .as_ref()
             .and_then(|l| l.t.lease.as_ref())
             .is_some_and(|l| l.id() == lease);
+        if self.gave_way == Some(lease) {
+            // Given up already, on the turn that found it chosen.
+            return;
+        }
         if !holds {
             // Meant for a channel since gone (this lease was given back).
             tracing::debug!(site = ?self.entry.id.get(), ?lease, "late preemption ignored");

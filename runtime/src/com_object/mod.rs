@@ -103,6 +103,9 @@ pub(crate) struct ComObject {
     channels_opened: u32,
     /// Channels closed because the slot controller preempted them.
     preempted: u32,
+    /// The slot this actor gave up on its own (`give_way_if_due`): the
+    /// preemption that may follow for it is expected, not stale.
+    gave_way: Option<sitenet_transport::LeaseId>,
     /// Where delivered messages go (it holds the streamed messages being
     /// received, by lane).
     inbox: Box<dyn Inbox>,
@@ -170,6 +173,7 @@ impl ComObject {
             report_pending: false,
             channels_opened: 0,
             preempted: 0,
+            gave_way: None,
             inbox,
         }
     }
@@ -284,6 +288,7 @@ impl ComObject {
         self.take_outbox(false);
         self.sync_refs();
         self.act(ctx);
+        self.give_way_if_due(now);
         self.flush(ctx, now);
         self.act(ctx);
         self.account(now);

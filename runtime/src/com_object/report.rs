@@ -30,11 +30,45 @@ impl ComObject {
     }
 
     fn report_slot(&self) {
+        if let Some(live) = &self.live {
+            self.node
+                .slots
+                .report(&live.slot_info, &self.slot_report(live));
+        }
+    }
+
+    /// Gives the channel's slot up, as a preemption does (CLOSE_HARD),
+    /// on the first turn that finds it must (`SlotLease::must_give_way`):
+    /// the slot table chose it, or its turn's work is done while peers
+    /// wait in line — not when the tick thread's message arrives.
+    pub(super) fn give_way_if_due(&mut self, now: Instant) {
         let Some(live) = &self.live else {
             return;
         };
+        let Some(lease) = live
+            .t
+            .lease
+            .as_ref()
+            .filter(|l| self.gave_way != Some(l.id()))
+        else {
+            return;
+        };
+        let served = self.com.session().stats_ref().served();
+        if !lease.must_give_way(&live.slot_info, served, || self.slot_report(live)) {
+            return;
+        }
+        tracing::debug!(site = ?self.entry.id.get(), "channel slot given up");
+        self.gave_way = Some(lease.id());
+        if self.com.close_hard(now) {
+            Counters::add(&self.node.counters.preemptions, 1);
+            self.preempted = self.preempted.saturating_add(1);
+        }
+    }
+
+    /// The slot controller's picture of the live channel.
+    fn slot_report(&self, live: &super::Live) -> sitenet_transport::SlotReport {
         let session = self.com.session();
-        let report = sitenet_transport::SlotReport {
+        sitenet_transport::SlotReport {
             closeable: self.com.state() == sitenet_protocols::ComState::Working,
             last_active: self.com.last_activity(),
             mid_message: session.mid_message(),
@@ -48,8 +82,7 @@ impl ComObject {
             callable: self.com.addresses().can_open(),
             served: session.stats_ref().served(),
             served_from: None,
-        };
-        self.node.slots.report(&live.slot_info, &report);
+        }
     }
 
     /// Publishes the site's counters for `Node::stats`.

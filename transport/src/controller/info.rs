@@ -26,6 +26,10 @@ pub struct SlotInfo {
     /// This channel's owner has told the tick its turn's work is done
     /// (once per channel: the tick then decides).
     work_told: AtomicBool,
+    /// The table chose this channel to give way: set before its preempt
+    /// callback is called, read by the owner on its next turn (the
+    /// callback's message may wait behind thousands of others).
+    preempted: AtomicBool,
 }
 
 /// No value yet, in an atomic that holds an `Option<u64>`.
@@ -44,6 +48,7 @@ impl Default for SlotInfo {
             served: AtomicU64::default(),
             served_from: AtomicU64::new(NOT_YET),
             work_told: AtomicBool::default(),
+            preempted: AtomicBool::default(),
         }
     }
 }
@@ -79,6 +84,24 @@ impl SlotInfo {
     /// turn's work is done once per channel.
     pub(super) fn first_work_told(&self) -> bool {
         !self.work_told.swap(true, Ordering::Relaxed)
+    }
+
+    /// Marks this channel as chosen to give way (the tick thread, before
+    /// it calls the preempt callback).
+    pub(super) fn preempt(&self) {
+        self.preempted.store(true, Ordering::Release);
+    }
+
+    /// True once the slot table chose this channel to give way.
+    pub(super) fn is_preempted(&self) -> bool {
+        self.preempted.load(Ordering::Acquire)
+    }
+
+    /// True if this channel has exchanged `due` messages or more since it
+    /// first worked (`served` now): no lock, two loads.
+    pub(super) fn worked(&self, served: u64, due: u64) -> bool {
+        let from = self.served_from.load(Ordering::Relaxed);
+        from != NOT_YET && served.saturating_sub(from) >= due
     }
 
     /// The work of this channel's turn so far, once it has worked.

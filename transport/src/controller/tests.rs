@@ -332,3 +332,108 @@ fn a_holder_reporting_its_turns_work_done_gives_way_before_the_tick() {
     // One peer waits and one holder gives way: the slow one stays.
     assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
 }
+
+/// Attaches a fresh `SlotInfo` to each lease, its preemption sent on `tx`
+/// under its name.
+fn attach_all(
+    leases: &[(&SlotLease, &'static str)],
+    tx: &mpsc::Sender<(&'static str, PreemptReason)>,
+) -> Vec<Arc<SlotInfo>> {
+    leases
+        .iter()
+        .map(|(lease, who)| {
+            let info = Arc::new(SlotInfo::default());
+            let (tx, who) = (tx.clone(), *who);
+            lease.attach(
+                info.clone(),
+                Arc::new(move |_lease, why| {
+                    let _ = tx.send((who, why));
+                }),
+            );
+            info
+        })
+        .collect()
+}
+
+#[test]
+fn an_owner_past_its_turns_work_gives_way_on_its_own_turn() {
+    let c = line_ctrl(1, 2, |cfg| {
+        cfg.preempt_interval = Duration::from_secs(3600);
+        cfg.turn = Duration::from_secs(3600);
+        cfg.turn_idle = Duration::from_secs(3600);
+        cfg.turn_work = 100;
+    });
+    let (tx, rx) = mpsc::channel();
+    let fast = c.accept().unwrap();
+    let slow = c.accept().unwrap();
+    let infos = attach_all(&[(&fast, "fast"), (&slow, "slow")], &tx);
+    let at = |served| SlotReport {
+        served,
+        ..report(true)
+    };
+    for info in &infos {
+        c.report(info, &at(5_000));
+    }
+    // Nobody waits: no turns, however much a channel moved.
+    assert!(!fast.must_give_way(&infos[0], 50_000, || at(50_000)));
+    match c.accept_or_wait(Some(SiteId(9)), 0, |_| {}) {
+        AcceptOrWait::Wait { .. } => {}
+        other => panic!("{other:?}"),
+    }
+    // 99 messages into its turn, never; at 100, on its own turn once the
+    // tick thread has published the turn's work (it wakes on the line's
+    // change), with no preemption sent to it.
+    let mut asked = 0;
+    while !fast.must_give_way(&infos[0], 5_100, || at(5_100)) {
+        assert!(!fast.must_give_way(&infos[0], 5_099, || at(5_099)));
+        assert!(rx.recv_timeout(Duration::from_millis(10)).is_err());
+        asked += 1;
+        assert!(asked < 6_000, "the turn's work was never published");
+    }
+    let turn_over = c
+        .stats()
+        .preemptions
+        .into_iter()
+        .find(|(r, _)| *r == "turn_over");
+    assert_eq!(turn_over, Some(("turn_over", 1)));
+    // One peer waits and one holder gives way: the slow one stays, and
+    // nobody is preempted.
+    assert!(!slow.must_give_way(&infos[1], 9_000, || at(9_000)));
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    // Giving the slot back lets the peer in line in.
+    drop(fast);
+    assert_eq!(c.stats().grants, 1);
+}
+
+#[test]
+fn an_owner_chosen_by_the_tick_gives_way_before_its_preemption_arrives() {
+    let c = line_ctrl(1, 2, |cfg| {
+        cfg.preempt_interval = Duration::from_millis(1);
+        cfg.turn = Duration::from_millis(1);
+        cfg.turn_min = Duration::from_millis(1);
+        cfg.turn_idle = Duration::from_millis(1);
+    });
+    let (tx, rx) = mpsc::channel();
+    let a = c.accept().unwrap();
+    let b = c.accept().unwrap();
+    let infos = attach_all(&[(&a, "a"), (&b, "b")], &tx);
+    for info in &infos {
+        c.report(info, &report(true));
+    }
+    assert!(!a.must_give_way(&infos[0], 0, || report(true)));
+    match c.accept_or_wait(Some(SiteId(9)), 0, |_| {}) {
+        AcceptOrWait::Wait { .. } => {}
+        other => panic!("{other:?}"),
+    }
+    let (who, _) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a holder preempted");
+    let (chosen, other) = match who {
+        "a" => ((&a, &infos[0]), (&b, &infos[1])),
+        _ => ((&b, &infos[1]), (&a, &infos[0])),
+    };
+    // The owner knows on its next turn, whatever its work, without the
+    // callback's message.
+    assert!(chosen.0.must_give_way(chosen.1, 0, || panic!("not asked")));
+    assert!(!other.0.must_give_way(other.1, 0, || report(true)));
+}
