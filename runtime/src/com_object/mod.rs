@@ -489,28 +489,6 @@ impl ComObject {
         }
     }
 
-    /// Records a fault of this site in the node's fault history.
-    pub(super) fn report_fault(&self, peer: String, reason: String, permanent: bool) {
-        self.node.record_fault(FaultReport {
-            site: self.entry.id.get(),
-            peer,
-            reason,
-            permanent,
-        });
-    }
-
-    /// Tells the node's event subscribers, if there are any (the event is
-    /// built only then).
-    pub(super) fn publish(
-        &self,
-        make: impl FnOnce(Option<sitenet_protocols::SiteId>, Option<String>) -> crate::NodeEvent,
-    ) {
-        if self.node.events.wanted() {
-            let address = self.entry.address.as_deref().map(str::to_string);
-            self.node.events.publish(make(self.entry.id.get(), address));
-        }
-    }
-
     pub(super) fn set_fault(&mut self, state: FaultState, reason: &str) {
         if self.entry.set_fault(state, reason) {
             tracing::info!(site = ?self.entry.id.get(), ?state, %reason, "fault state");

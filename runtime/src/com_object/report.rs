@@ -1,4 +1,5 @@
-//! What a ComObject tells others about its site: at most every
+//! What a ComObject tells others about its site: its faults (the node's
+//! fault history) and events (the node's subscribers); at most every
 //! [`SLOT_REPORT_EVERY`], the slot controller's picture of its channel (for
 //! the preemption policy) and the site's counters (for `Node::stats`); on
 //! every turn, the acknowledged bytes its outbox gets back and the
@@ -6,10 +7,32 @@
 
 use std::time::Instant;
 
-use super::{ComObject, SLOT_REPORT_EVERY};
+use super::{ComObject, FaultReport, SLOT_REPORT_EVERY};
 use crate::metrics::Counters;
 
 impl ComObject {
+    /// Records a fault of this site in the node's fault history.
+    pub(super) fn report_fault(&self, peer: String, reason: String, permanent: bool) {
+        self.node.record_fault(FaultReport {
+            site: self.entry.id.get(),
+            peer,
+            reason,
+            permanent,
+        });
+    }
+
+    /// Tells the node's event subscribers, if there are any (the event is
+    /// built only then).
+    pub(super) fn publish(
+        &self,
+        make: impl FnOnce(Option<sitenet_protocols::SiteId>, Option<String>) -> crate::NodeEvent,
+    ) {
+        if self.node.events.wanted() {
+            let address = self.entry.address.as_deref().map(str::to_string);
+            self.node.events.publish(make(self.entry.id.get(), address));
+        }
+    }
+
     /// Tells the slot controller what the live channel is doing, and
     /// publishes the site's counters (at most every [`SLOT_REPORT_EVERY`]:
     /// the policy and `Node::stats` need a recent picture, not one per

@@ -291,18 +291,7 @@ fn a_holder_reporting_its_turns_work_done_gives_way_before_the_tick() {
     let (tx, rx) = mpsc::channel();
     let fast = c.accept().unwrap();
     let slow = c.accept().unwrap();
-    let mut infos = Vec::new();
-    for (lease, who) in [(&fast, "fast"), (&slow, "slow")] {
-        let info = Arc::new(SlotInfo::default());
-        let tx = tx.clone();
-        lease.attach(
-            info.clone(),
-            Arc::new(move |_lease, why| {
-                let _ = tx.send((who, why));
-            }),
-        );
-        infos.push(info);
-    }
+    let infos = attach_all(&[(&fast, "fast"), (&slow, "slow")], &tx);
     // Both channels work, served 5,000 before this turn.
     let at = |served| SlotReport {
         served,
