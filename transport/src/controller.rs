@@ -146,6 +146,15 @@ struct Inner {
     work_due: AtomicBool,
 }
 
+impl Inner {
+    /// True if `info`'s channel, `served` messages now, has done the turn's
+    /// work published while peers wait (never while nobody does): no lock.
+    fn turn_worked(&self, info: &SlotInfo, served: u64) -> bool {
+        let due = self.turn_work.load(Ordering::Relaxed);
+        due != NOT_YET && info.worked(served, due)
+    }
+}
+
 /// See the module documentation. Cheap to clone; all clones are one
 /// controller.
 ///
@@ -378,11 +387,7 @@ impl TransController {
     /// Lock-free, as before: two atomic loads, and one store per turn.
     pub fn report(&self, info: &SlotInfo, report: &SlotReport) {
         info.store(self.inner.epoch, report);
-        let due = self.inner.turn_work.load(Ordering::Relaxed);
-        if due != NOT_YET
-            && report.closeable
-            && info.moved(report).is_some_and(|m| m >= due)
-            && info.first_work_told()
+        if report.closeable && self.inner.turn_worked(info, report.served) && info.first_work_told()
         {
             self.inner.work_due.store(true, Ordering::Release);
             self.inner.tick.notify_one();
@@ -489,8 +494,7 @@ impl SlotLease {
             return true;
         }
         let inner = &self.ctrl.inner;
-        let due = inner.turn_work.load(Ordering::Relaxed);
-        if due == NOT_YET || !info.worked(served, due) {
+        if !inner.turn_worked(info, served) {
             return false;
         }
         let r = report();

@@ -104,12 +104,6 @@ impl SlotInfo {
         from != NOT_YET && served.saturating_sub(from) >= due
     }
 
-    /// The work of this channel's turn so far, once it has worked.
-    pub(super) fn moved(&self, r: &SlotReport) -> Option<u64> {
-        let from = self.served_from.load(Ordering::Relaxed);
-        (from != NOT_YET).then(|| r.served.saturating_sub(from))
-    }
-
     pub(super) fn load(&self, epoch: Instant) -> ChannelReport {
         ChannelReport {
             closeable: self.closeable.load(Ordering::Relaxed),

@@ -282,44 +282,83 @@ fn under_share_holders_past_their_turn_give_way_one_per_peer_waiting() {
 /// two 20 ms ticks its turn lasted while others moved a hundred.
 #[test]
 fn a_holder_reporting_its_turns_work_done_gives_way_before_the_tick() {
-    let c = line_ctrl(1, 2, |cfg| {
-        cfg.preempt_interval = Duration::from_secs(3600);
-        cfg.turn = Duration::from_secs(3600);
-        cfg.turn_idle = Duration::from_secs(3600);
-        cfg.turn_work = 100;
-    });
-    let (tx, rx) = mpsc::channel();
-    let fast = c.accept().unwrap();
-    let slow = c.accept().unwrap();
-    let infos = attach_all(&[(&fast, "fast"), (&slow, "slow")], &tx);
-    // Both channels work, served 5,000 before this turn.
-    let at = |served| SlotReport {
-        served,
-        ..report(true)
+    // The leases stay held for the whole test.
+    let WorkingPair {
+        c,
+        fast: _fast,
+        slow: _slow,
+        infos,
+        rx,
+    } = WorkingPair::new();
+    wait_in_line(&c);
+    // The owners report as they do, every few milliseconds: the fast one
+    // moves 50 messages between reports, the slow one 1.
+    let mut moved = (5_000, 5_000);
+    let (who, why) = loop {
+        moved = (moved.0 + 50, moved.1 + 1);
+        c.report(&infos[0], &served(moved.0));
+        c.report(&infos[1], &served(moved.1));
+        if let Ok(called) = rx.recv_timeout(Duration::from_millis(10)) {
+            break called;
+        }
+        assert!(moved.0 < 5_000 + 50 * 6_000, "never preempted");
     };
-    for info in &infos {
-        c.report(info, &at(5_000));
+    assert_eq!((who, why), ("fast", PreemptReason::TurnOver));
+    assert!(moved.0 - 5_000 >= 100, "not before its work was done");
+    // One peer waits and one holder gives way: the slow one stays.
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+}
+
+/// Two working holders, "fast" and "slow", each served 5,000 messages
+/// before this turn, of a controller whose ticks are an hour away and
+/// whose turn is 100 messages: only work ends a turn here.
+struct WorkingPair {
+    c: TransController,
+    fast: SlotLease,
+    slow: SlotLease,
+    infos: Vec<Arc<SlotInfo>>,
+    rx: mpsc::Receiver<(&'static str, PreemptReason)>,
+}
+
+impl WorkingPair {
+    fn new() -> Self {
+        let c = line_ctrl(1, 2, |cfg| {
+            cfg.preempt_interval = Duration::from_secs(3600);
+            cfg.turn = Duration::from_secs(3600);
+            cfg.turn_idle = Duration::from_secs(3600);
+            cfg.turn_work = 100;
+        });
+        let (tx, rx) = mpsc::channel();
+        let fast = c.accept().unwrap();
+        let slow = c.accept().unwrap();
+        let infos = attach_all(&[(&fast, "fast"), (&slow, "slow")], &tx);
+        for info in &infos {
+            c.report(info, &served(5_000));
+        }
+        Self {
+            c,
+            fast,
+            slow,
+            infos,
+            rx,
+        }
     }
+}
+
+/// A working channel's report, `n` messages served.
+fn served(n: u64) -> SlotReport {
+    SlotReport {
+        served: n,
+        ..report(true)
+    }
+}
+
+/// A peer takes a place in `c`'s line (every slot is held).
+fn wait_in_line(c: &TransController) {
     match c.accept_or_wait(Some(SiteId(9)), 0, |_| {}) {
         AcceptOrWait::Wait { .. } => {}
         other => panic!("{other:?}"),
     }
-    // The owners report as they do, every few milliseconds: the fast one
-    // moves 50 messages between reports, the slow one 1.
-    let mut served = (5_000, 5_000);
-    let (who, why) = loop {
-        served = (served.0 + 50, served.1 + 1);
-        c.report(&infos[0], &at(served.0));
-        c.report(&infos[1], &at(served.1));
-        if let Ok(called) = rx.recv_timeout(Duration::from_millis(10)) {
-            break called;
-        }
-        assert!(served.0 < 5_000 + 50 * 6_000, "never preempted");
-    };
-    assert_eq!((who, why), ("fast", PreemptReason::TurnOver));
-    assert!(served.0 - 5_000 >= 100, "not before its work was done");
-    // One peer waits and one holder gives way: the slow one stays.
-    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
 }
 
 /// Attaches a fresh `SlotInfo` to each lease, its preemption sent on `tx`
@@ -346,35 +385,22 @@ fn attach_all(
 
 #[test]
 fn an_owner_past_its_turns_work_gives_way_on_its_own_turn() {
-    let c = line_ctrl(1, 2, |cfg| {
-        cfg.preempt_interval = Duration::from_secs(3600);
-        cfg.turn = Duration::from_secs(3600);
-        cfg.turn_idle = Duration::from_secs(3600);
-        cfg.turn_work = 100;
-    });
-    let (tx, rx) = mpsc::channel();
-    let fast = c.accept().unwrap();
-    let slow = c.accept().unwrap();
-    let infos = attach_all(&[(&fast, "fast"), (&slow, "slow")], &tx);
-    let at = |served| SlotReport {
-        served,
-        ..report(true)
-    };
-    for info in &infos {
-        c.report(info, &at(5_000));
-    }
+    let WorkingPair {
+        c,
+        fast,
+        slow,
+        infos,
+        rx,
+    } = WorkingPair::new();
     // Nobody waits: no turns, however much a channel moved.
-    assert!(!fast.must_give_way(&infos[0], 50_000, || at(50_000)));
-    match c.accept_or_wait(Some(SiteId(9)), 0, |_| {}) {
-        AcceptOrWait::Wait { .. } => {}
-        other => panic!("{other:?}"),
-    }
+    assert!(!fast.must_give_way(&infos[0], 50_000, || served(50_000)));
+    wait_in_line(&c);
     // 99 messages into its turn, never; at 100, on its own turn once the
     // tick thread has published the turn's work (it wakes on the line's
     // change), with no preemption sent to it.
     let mut asked = 0;
-    while !fast.must_give_way(&infos[0], 5_100, || at(5_100)) {
-        assert!(!fast.must_give_way(&infos[0], 5_099, || at(5_099)));
+    while !fast.must_give_way(&infos[0], 5_100, || served(5_100)) {
+        assert!(!fast.must_give_way(&infos[0], 5_099, || served(5_099)));
         assert!(rx.recv_timeout(Duration::from_millis(10)).is_err());
         asked += 1;
         assert!(asked < 6_000, "the turn's work was never published");
@@ -387,7 +413,7 @@ fn an_owner_past_its_turns_work_gives_way_on_its_own_turn() {
     assert_eq!(turn_over, Some(("turn_over", 1)));
     // One peer waits and one holder gives way: the slow one stays, and
     // nobody is preempted.
-    assert!(!slow.must_give_way(&infos[1], 9_000, || at(9_000)));
+    assert!(!slow.must_give_way(&infos[1], 9_000, || served(9_000)));
     assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
     // Giving the slot back lets the peer in line in.
     drop(fast);
@@ -410,10 +436,7 @@ fn an_owner_chosen_by_the_tick_gives_way_before_its_preemption_arrives() {
         c.report(info, &report(true));
     }
     assert!(!a.must_give_way(&infos[0], 0, || report(true)));
-    match c.accept_or_wait(Some(SiteId(9)), 0, |_| {}) {
-        AcceptOrWait::Wait { .. } => {}
-        other => panic!("{other:?}"),
-    }
+    wait_in_line(&c);
     let (who, _) = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("a holder preempted");
