@@ -62,7 +62,7 @@ pub use controller::{
     SlotReport, SlotSnapshot, TransController, WaitTicket,
 };
 pub use fault::{FaultInjector, FaultyChannel, SeedReportGuard};
-pub use mem::{MemChannel, MemListener, MEM_BACKLOG, MEM_PIPE_CAPACITY};
+pub use mem::{MemAcceptor, MemChannel, MemLanes, MemListener, MEM_BACKLOG, MEM_PIPE_CAPACITY};
 pub use plug::{
     PluggedChannel, PluggedListener, RegisterError, StreamChannel, Transport, TransportChannel,
     TransportListener, TransportRegistry,

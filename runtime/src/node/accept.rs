@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use sitenet_protocols::admission::{Admission, AdmissionConfig, Dropped, Source};
-use sitenet_transport::{Channel, Listener};
+use sitenet_transport::{Channel, Listener, MemLanes};
 use tokio::sync::{oneshot, Notify};
 
 use super::{FaultReport, NodeInner, PeerRefusal};
@@ -141,6 +141,31 @@ impl NodeInner {
                         // e.g. out of file descriptors: back off a little.
                         actix_rt::time::sleep(Duration::from_millis(10)).await;
                     }
+                },
+            }
+            if self.is_shut_down() {
+                return;
+            }
+        }
+    }
+
+    /// Accepts the connections to a mem listener made on this thread, until
+    /// the node stops or the listener closes. Started on each of the
+    /// runtime's threads beside the [`accept_loop`](Self::accept_loop):
+    /// a connect made on a thread then wakes a task of that thread, not
+    /// the listener's, which under load waits in the other thread's remote
+    /// queue for hundreds of milliseconds (see `sitenet_transport::mem`'s
+    /// lanes), and the handshake runs where the peer's ComObject will.
+    pub(super) async fn accept_lane(self: Arc<Self>, lanes: MemLanes) {
+        let acceptor = lanes.acceptor_here();
+        let mut stop = self.stop_listeners.subscribe();
+        loop {
+            tokio::select! {
+                _ = stopped(&mut stop) => return,
+                r = acceptor.accept() => match r {
+                    Ok(ch) => self.clone().on_accepted(Channel::Mem(ch), false),
+                    // The listener is gone: its node is stopping.
+                    Err(_) => return,
                 },
             }
             if self.is_shut_down() {

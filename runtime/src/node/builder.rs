@@ -284,9 +284,23 @@ impl Bound {
             let node = inner.clone();
             let (done_tx, done_rx) = oneshot::channel();
             inner.listeners_done.lock().push(done_rx);
+            let lanes_rt = rt.clone();
             rt.spawn(async move {
                 match b.into_listener() {
-                    Ok(l) => node.accept_loop(l).await,
+                    Ok(l) => {
+                        // A mem listener accepts on every thread the
+                        // connections made there (`accept_lane`).
+                        if let (sitenet_transport::Listener::Mem(m), true) =
+                            (&l, lanes_rt.threads() > 1)
+                        {
+                            for i in 0..lanes_rt.threads() {
+                                let lanes = m.lanes();
+                                let node = node.clone();
+                                lanes_rt.arbiter_at(i).spawn(node.accept_lane(lanes));
+                            }
+                        }
+                        node.accept_loop(l).await
+                    }
                     Err(e) => {
                         tracing::error!(error = %e, "cannot register listener with the runtime")
                     }

@@ -18,6 +18,15 @@
 //! Memory is bounded: each direction holds at most [`MEM_PIPE_CAPACITY`]
 //! bytes (the writer gets `WouldBlock` while it is full), and a listener
 //! queues at most [`MEM_BACKLOG`] connections not yet accepted.
+//!
+//! A listener may also have an accept lane per thread ([`MemLanes`],
+//! `lanes.rs`): connections made on a thread with a lane are accepted by
+//! that thread's [`MemAcceptor`], so the connect wakes a task of its own
+//! thread rather than the listener's.
+
+mod lanes;
+
+pub use lanes::{MemAcceptor, MemLanes};
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -207,7 +216,7 @@ impl MemChannel {
                     format!("the listener at mem:{name} was closed"),
                 ));
             }
-            if q.pending.len() >= MEM_BACKLOG {
+            if q.queued() >= MEM_BACKLOG {
                 return Err(io::Error::new(
                     io::ErrorKind::ConnectionRefused,
                     format!(
@@ -215,7 +224,18 @@ impl MemChannel {
                     ),
                 ));
             }
-            q.pending.push_back(theirs);
+            // Queued for this thread's own acceptor if it has one, else
+            // for the listener's.
+            match q.lanes.get_mut(&std::thread::current().id()) {
+                Some(lane) => {
+                    lane.pending.push_back(theirs);
+                    let wake = lane.notify.clone();
+                    drop(q);
+                    wake.notify_waiters();
+                    return Ok(ours);
+                }
+                None => q.pending.push_back(theirs),
+            }
         }
         listener.notify.notify_waiters();
         Ok(ours)
@@ -370,6 +390,8 @@ struct ListenerShared {
 #[derive(Default)]
 struct AcceptQueue {
     pending: VecDeque<MemChannel>,
+    /// The threads that accept their own connections (see `lanes.rs`).
+    lanes: HashMap<std::thread::ThreadId, lanes::Lane>,
     /// The listener was dropped: connects that found it in the registry just
     /// before are refused.
     closed: bool,
@@ -462,13 +484,17 @@ impl Drop for MemListener {
                 reg.remove(&self.shared.name);
             }
         }
-        let pending = {
+        let (pending, lanes) = {
             let mut q = self.shared.queue.lock();
             q.closed = true;
-            std::mem::take(&mut q.pending)
+            (std::mem::take(&mut q.pending), std::mem::take(&mut q.lanes))
         };
-        // Dropped outside the lock: each drop wakes its connecting end.
+        // Dropped outside the lock: each drop wakes its connecting end;
+        // the lanes' acceptors wake to find the listener closed.
         drop(pending);
+        for lane in lanes.into_values() {
+            lane.notify.notify_waiters();
+        }
     }
 }
 
