@@ -62,6 +62,15 @@ pub use controller::{
     SlotReport, SlotSnapshot, TransController, WaitTicket,
 };
 pub use fault::{FaultInjector, FaultyChannel, SeedReportGuard};
+/// A current-thread runtime with I/O and time, for this crate's unit tests.
+#[cfg(test)]
+pub(crate) fn test_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime")
+}
+
 pub use mem::{MemAcceptor, MemChannel, MemLanes, MemListener, MEM_BACKLOG, MEM_PIPE_CAPACITY};
 pub use plug::{
     PluggedChannel, PluggedListener, RegisterError, StreamChannel, Transport, TransportChannel,

@@ -130,23 +130,20 @@ impl Handshakes {
 
 impl NodeInner {
     pub(super) async fn accept_loop(self: Arc<Self>, listener: Listener) {
-        let mut stop = self.stop_listeners.subscribe();
-        loop {
-            tokio::select! {
-                _ = stopped(&mut stop) => return,
-                r = listener.accept_tuned(self.cfg.tcp_tuning()) => match r {
-                    Ok(ch) => self.clone().on_accepted(ch, listener.is_tls()),
+        let (l, tuning) = (&listener, self.cfg.tcp_tuning());
+        self.serve_accepts(|| async move {
+            loop {
+                match l.accept_tuned(tuning).await {
+                    Ok(ch) => return Some((ch, l.is_tls())),
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
                         // e.g. out of file descriptors: back off a little.
                         actix_rt::time::sleep(Duration::from_millis(10)).await;
                     }
-                },
+                }
             }
-            if self.is_shut_down() {
-                return;
-            }
-        }
+        })
+        .await;
     }
 
     /// Accepts the connections to a mem listener made on this thread, until
@@ -157,15 +154,27 @@ impl NodeInner {
     /// queue for hundreds of milliseconds (see `sitenet_transport::mem`'s
     /// lanes), and the handshake runs where the peer's ComObject will.
     pub(super) async fn accept_lane(self: Arc<Self>, lanes: MemLanes) {
-        let acceptor = lanes.acceptor_here();
+        let acceptor = &lanes.acceptor_here();
+        // An error: the listener is gone, its node is stopping.
+        self.serve_accepts(
+            || async move { Some((Channel::Mem(acceptor.accept().await.ok()?), false)) },
+        )
+        .await;
+    }
+
+    /// Hands what `accept` yields (a channel, and whether it runs TLS) to
+    /// the handshake, until the node stops or `accept` yields `None`.
+    async fn serve_accepts<F: std::future::Future<Output = Option<(Channel, bool)>>>(
+        self: &Arc<Self>,
+        mut accept: impl FnMut() -> F,
+    ) {
         let mut stop = self.stop_listeners.subscribe();
         loop {
             tokio::select! {
                 _ = stopped(&mut stop) => return,
-                r = acceptor.accept() => match r {
-                    Ok(ch) => self.clone().on_accepted(Channel::Mem(ch), false),
-                    // The listener is gone: its node is stopping.
-                    Err(_) => return,
+                r = accept() => match r {
+                    Some((ch, tls)) => self.clone().on_accepted(ch, tls),
+                    None => return,
                 },
             }
             if self.is_shut_down() {

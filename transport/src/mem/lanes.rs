@@ -192,12 +192,7 @@ mod tests {
         (name, l)
     }
 
-    fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    }
+    use crate::test_runtime as rt;
 
     /// A connect made on a thread with a lane is that lane's: the
     /// listener's own accept does not see it, and a connect from a thread

@@ -207,8 +207,9 @@ impl MemChannel {
         let n = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
         let (ours, mut theirs) =
             Self::pair_named(format!("mem:{name}"), format!("mem:(client {n})"));
-        theirs.connector = Some(std::thread::current().id());
-        {
+        let here = std::thread::current().id();
+        theirs.connector = Some(here);
+        let lane_wake = {
             let mut q = listener.queue.lock();
             if q.closed {
                 return Err(io::Error::new(
@@ -226,18 +227,21 @@ impl MemChannel {
             }
             // Queued for this thread's own acceptor if it has one, else
             // for the listener's.
-            match q.lanes.get_mut(&std::thread::current().id()) {
+            match q.lanes.get_mut(&here) {
                 Some(lane) => {
                     lane.pending.push_back(theirs);
-                    let wake = lane.notify.clone();
-                    drop(q);
-                    wake.notify_waiters();
-                    return Ok(ours);
+                    Some(lane.notify.clone())
                 }
-                None => q.pending.push_back(theirs),
+                None => {
+                    q.pending.push_back(theirs);
+                    None
+                }
             }
-        }
-        listener.notify.notify_waiters();
+        };
+        lane_wake
+            .as_deref()
+            .unwrap_or(&listener.notify)
+            .notify_waiters();
         Ok(ours)
     }
 

@@ -86,12 +86,7 @@ fn registry(capacity: usize) -> TransportRegistry {
     r
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use crate::test_runtime as rt;
 
 #[test]
 fn a_registered_scheme_parses_and_prints_back() {
