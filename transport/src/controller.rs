@@ -32,11 +32,13 @@ use sitenet_protocols::slots::{
 };
 
 mod info;
+mod lane;
 mod line;
 
 use info::NOT_YET;
 pub use info::{SlotInfo, SlotReport};
 
+pub use lane::Lane;
 pub use line::{AcceptOrWait, LineEnd, LineFn, LineTicket};
 
 /// Called with the lease when a waiting site's turn comes.
@@ -271,10 +273,13 @@ impl TransController {
     }
 
     /// A site wants a slot to connect: now, or in line (then `on_grant`
-    /// runs with the lease, on whichever thread frees a slot).
+    /// runs with the lease, on whichever thread frees a slot). The channel
+    /// counts for the calling thread's [`Lane`]: call it on the thread
+    /// that will own the channel (a ComObject asks on its own).
     pub fn request(&self, on_grant: impl FnOnce(SlotLease) + Send + 'static) -> Requested {
         let mut st = self.inner.state.lock();
-        let r = match st.table.request(Instant::now()) {
+        let lane = Some(Lane::current().0);
+        let r = match st.table.request_on(Instant::now(), lane) {
             Grant::Now(h) => {
                 st.holders.insert(
                     h,

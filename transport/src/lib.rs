@@ -58,7 +58,7 @@ pub mod tls;
 pub use address::{is_scheme_name, Address, AddressError};
 pub use channel::{BoundListener, Channel, Listener};
 pub use controller::{
-    fd_limit, AcceptOrWait, LeaseId, LineEnd, LineTicket, Requested, SlotInfo, SlotLease,
+    fd_limit, AcceptOrWait, Lane, LeaseId, LineEnd, LineTicket, Requested, SlotInfo, SlotLease,
     SlotReport, SlotSnapshot, TransController, WaitTicket,
 };
 pub use fault::{FaultInjector, FaultyChannel, SeedReportGuard};

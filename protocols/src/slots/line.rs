@@ -28,11 +28,14 @@
 //! slot time, is shared. Since a peer that does nothing keeps a low key,
 //! the head of the line is let in first once it has waited
 //! [`SlotConfig::max_wait`](super::SlotConfig::max_wait): nobody waits
-//! longer than that for others to cut ahead.
+//! longer than that for others to cut ahead. Under `Share` the least
+//! served of a lighter lane may also go first (`lanes.rs`: holders spread
+//! over the threads), within the same bound.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use super::lanes::LaneLoad;
 use crate::site::SiteId;
 
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +44,8 @@ struct Entry {
     since: Instant,
     /// Its place in the least-served order (see the module documentation).
     key: u64,
+    /// The thread its channel will run on, if known (`lanes.rs`).
+    lane: Option<u32>,
 }
 
 /// See the module documentation.
@@ -52,6 +57,9 @@ pub(super) struct Line {
     by_peer: HashMap<SiteId, u64>,
     /// (key, ticket) of every entry: the least served first.
     by_service: BTreeSet<(u64, u64)>,
+    /// (lane, key, ticket) of every entry whose lane is known: each lane's
+    /// least served first.
+    by_lane: BTreeSet<(u32, u64, u64)>,
     /// The key of the last entry let in: newcomers queue at it or above.
     floor: u64,
 }
@@ -70,10 +78,17 @@ impl Line {
         self.by_peer.get(&peer).copied()
     }
 
-    /// Puts `peer`, served `served` so far, in line with `ticket` (larger
-    /// than every ticket given before). The caller removed its older entry
-    /// first.
-    pub(super) fn push(&mut self, ticket: u64, peer: SiteId, now: Instant, served: u64) {
+    /// Puts `peer`, served `served` so far, its channel on `lane`, in line
+    /// with `ticket` (larger than every ticket given before). The caller
+    /// removed its older entry first.
+    pub(super) fn push(
+        &mut self,
+        ticket: u64,
+        peer: SiteId,
+        now: Instant,
+        served: u64,
+        lane: Option<u32>,
+    ) {
         debug_assert!(self
             .entries
             .last_key_value()
@@ -86,10 +101,14 @@ impl Line {
                 peer,
                 since: now,
                 key,
+                lane,
             },
         );
         self.by_peer.insert(peer, ticket);
         self.by_service.insert((key, ticket));
+        if let Some(l) = lane {
+            self.by_lane.insert((l, key, ticket));
+        }
     }
 
     /// The head's ticket (the longest waiting).
@@ -98,20 +117,63 @@ impl Line {
     }
 
     /// Who is let in next: the head if `least_served` is false or the head
-    /// has waited `max_wait` at `now`; else the least served.
-    pub(super) fn next(&self, least_served: bool, now: Instant, max_wait: Duration) -> Option<u64> {
+    /// has waited `max_wait` at `now`; else the least served, unless a
+    /// lane with fewer working holders (`load`) than that one's has peers
+    /// in line: then the least served of the least loaded such lane.
+    pub(super) fn next(
+        &self,
+        least_served: bool,
+        now: Instant,
+        max_wait: Duration,
+        load: &LaneLoad,
+    ) -> Option<u64> {
         let (&head, e) = self.entries.first_key_value()?;
         if !least_served || now.saturating_duration_since(e.since) >= max_wait {
             return Some(head);
         }
-        self.by_service.first().map(|&(_, t)| t)
+        let &(_, least) = self.by_service.first()?;
+        let Some(lane) = self.entries.get(&least).and_then(|e| e.lane) else {
+            return Some(least);
+        };
+        match load.lighter(lane, self.lanes()) {
+            Some(l) => self.least_served_on(l).or(Some(least)),
+            None => Some(least),
+        }
+    }
+
+    /// The lanes with peers in line, each once, in order.
+    pub(super) fn lanes(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut from = 0u32;
+        std::iter::from_fn(move || {
+            let &(l, _, _) = self.by_lane.range((from, 0, 0)..).next()?;
+            from = l.checked_add(1)?;
+            Some(l)
+        })
+    }
+
+    /// The least served entry of `lane`.
+    fn least_served_on(&self, lane: u32) -> Option<u64> {
+        self.by_lane
+            .range((lane, 0, 0)..=(lane, u64::MAX, u64::MAX))
+            .next()
+            .map(|&(_, _, t)| t)
+    }
+
+    /// Since when `ticket` waits, if it is in line.
+    #[cfg(test)]
+    pub(super) fn since(&self, ticket: u64) -> Option<Instant> {
+        self.entries.get(&ticket).map(|e| e.since)
+    }
+
+    /// The lane of `ticket`'s channel, if it is in line and its lane known.
+    pub(super) fn lane_of(&self, ticket: u64) -> Option<u32> {
+        self.entries.get(&ticket).and_then(|e| e.lane)
     }
 
     /// Lets `ticket` in: it leaves the line and raises the floor to its key.
     pub(super) fn take(&mut self, ticket: u64) -> Option<SiteId> {
         let e = self.entries.remove(&ticket)?;
-        self.by_peer.remove(&e.peer);
-        self.by_service.remove(&(e.key, ticket));
+        self.forget(ticket, &e);
         self.floor = self.floor.max(e.key);
         Some(e.peer)
     }
@@ -122,9 +184,17 @@ impl Line {
         let Some(e) = self.entries.remove(&ticket) else {
             return false;
         };
+        self.forget(ticket, &e);
+        true
+    }
+
+    /// Drops the indexes of `ticket`, already out of `entries`.
+    fn forget(&mut self, ticket: u64, e: &Entry) {
         self.by_peer.remove(&e.peer);
         self.by_service.remove(&(e.key, ticket));
-        true
+        if let Some(l) = e.lane {
+            self.by_lane.remove(&(l, e.key, ticket));
+        }
     }
 
     /// When the head's hold time is over.

@@ -40,6 +40,7 @@
 //! TransController drives it, and tests drive it with a virtual clock.
 
 mod config;
+mod lanes;
 mod line;
 mod policy;
 mod turns;
@@ -140,6 +141,8 @@ impl SlotStats {
 struct Held {
     granted_at: Instant,
     served_from: Option<u64>,
+    /// The thread its channel runs on, if known (`lanes.rs`).
+    lane: Option<u32>,
 }
 
 /// See the module documentation.
@@ -190,12 +193,15 @@ pub struct SlotTable {
     policy: Box<dyn PreemptionPolicy>,
     /// Holder id → its grant. Ids increase, so this is grant order.
     holders: BTreeMap<u64, Held>,
-    /// Waiters' tickets, first come first served.
-    waiting: VecDeque<u64>,
+    /// Waiters, first come first served: (ticket, lane of the channel it
+    /// will open).
+    waiting: VecDeque<(u64, Option<u32>)>,
     /// Accepted peers waiting for a slot (issue 21).
     line: line::Line,
     /// Holders asked to give their slot back.
     preempting: BTreeSet<u64>,
+    /// Working holders (not giving way) per lane (`lanes.rs`).
+    load: lanes::LaneLoad,
     next_id: u64,
     timers: TimerTable,
     stats: SlotStats,
@@ -211,6 +217,7 @@ impl SlotTable {
             waiting: VecDeque::new(),
             line: line::Line::default(),
             preempting: BTreeSet::new(),
+            load: lanes::LaneLoad::default(),
             next_id: 1,
             timers: TimerTable::default(),
             stats: SlotStats::default(),
@@ -270,15 +277,17 @@ impl SlotTable {
         self.next_id - 1
     }
 
-    fn grant(&mut self, now: Instant) -> u64 {
+    fn grant(&mut self, now: Instant, lane: Option<u32>) -> u64 {
         let h = self.id();
         self.holders.insert(
             h,
             Held {
                 granted_at: now,
                 served_from: None,
+                lane,
             },
         );
+        self.load.add(lane);
         self.stats.granted += 1;
         self.stats.peak_in_use = self.stats.peak_in_use.max(self.holders.len());
         h
@@ -286,11 +295,19 @@ impl SlotTable {
 
     /// A ComObject wants a slot to connect.
     pub fn request(&mut self, now: Instant) -> Grant {
+        self.request_on(now, None)
+    }
+
+    /// [`request`](Self::request) for a channel that will run on `lane`
+    /// (the thread its owner runs on; see [`release`](Self::release)). A
+    /// site waiting to connect is served in order, whatever its lane; the
+    /// lane counts once it holds the slot.
+    pub fn request_on(&mut self, now: Instant, lane: Option<u32>) -> Grant {
         if self.waiting.is_empty() && self.in_use() < self.cfg.weak {
-            return Grant::Now(self.grant(now));
+            return Grant::Now(self.grant(now, lane));
         }
         let w = self.id();
-        self.waiting.push_back(w);
+        self.waiting.push_back((w, lane));
         self.stats.queued += 1;
         self.stats.peak_waiting = self.stats.peak_waiting.max(self.waiting.len());
         self.arm(now);
@@ -301,7 +318,7 @@ impl SlotTable {
     /// was not waiting (already served: release that slot instead).
     pub fn cancel(&mut self, waiter: u64) -> bool {
         let before = self.waiting.len();
-        self.waiting.retain(|&w| w != waiter);
+        self.waiting.retain(|&(w, _)| w != waiter);
         before != self.waiting.len()
     }
 
@@ -325,11 +342,25 @@ impl SlotTable {
     /// [`Admission::Share`] the least served in line is let in first (see
     /// `line.rs`); 0 for all makes the line first come, first served.
     pub fn accept_or_wait(&mut self, now: Instant, peer: Option<SiteId>, served: u64) -> Accepted {
+        self.accept_or_wait_on(now, peer, served, None)
+    }
+
+    /// [`accept_or_wait`](Self::accept_or_wait) for a channel that will run
+    /// on `lane` (the thread its owner runs on, `None` if not known):
+    /// under [`Admission::Share`] a slot freed goes to a peer of a lane
+    /// with fewer working holders first (see [`release`](Self::release)).
+    pub fn accept_or_wait_on(
+        &mut self,
+        now: Instant,
+        peer: Option<SiteId>,
+        served: u64,
+        lane: Option<u32>,
+    ) -> Accepted {
         if self.in_use() < self.cfg.hard {
             // Nobody waits in line while a slot is free: a release serves
             // the line at once.
             debug_assert!(self.line.is_empty());
-            let h = self.grant(now);
+            let h = self.grant(now, lane);
             self.arm(now);
             return Accepted::Slot(h);
         }
@@ -347,7 +378,7 @@ impl SlotTable {
             self.stats.line_left += 1;
         }
         let ticket = self.id();
-        self.line.push(ticket, peer, now, served);
+        self.line.push(ticket, peer, now, served, lane);
         self.stats.line_waits += 1;
         self.stats.peak_line = self.stats.peak_line.max(self.line.len());
         self.arm(now);
@@ -372,28 +403,33 @@ impl SlotTable {
     /// Slot `holder` is free again (its channel is gone). The slot goes to
     /// a line at once: below the weak limit, a site waiting to connect;
     /// below the hard limit, the next accepted peer in line (the head, or
-    /// under [`Admission::Share`] the least served) — or, while both wait,
-    /// the line whose head has waited longest (tickets of both lines come
-    /// from one counter), so neither line starves the other. Returned as
-    /// (its ticket, its new holder id).
+    /// under [`Admission::Share`] the least served — of a lane with fewer
+    /// working holders than the least served's own, if one has peers in
+    /// line: the holders stay spread over the threads, `lanes.rs`) — or,
+    /// while both wait, the line whose head has waited longest (tickets of
+    /// both lines come from one counter), so neither line starves the
+    /// other. Returned as (its ticket, its new holder id).
     pub fn release(&mut self, holder: u64, now: Instant) -> Option<(u64, u64)> {
-        self.holders.remove(&holder)?;
-        self.preempting.remove(&holder);
-        let connect = self.waiting.front().copied();
+        let held = self.holders.remove(&holder)?;
+        if !self.preempting.remove(&holder) {
+            self.load.sub(held.lane);
+        }
+        let connect = self.waiting.front().map(|&(w, _)| w);
         let accept = self.line.front().filter(|_| self.in_use() < self.cfg.hard);
         let served = match (connect, accept) {
             (Some(c), Some(a)) if c < a => self.waiting.pop_front(),
             (Some(_), None) if self.in_use() < self.cfg.weak => self.waiting.pop_front(),
             (_, Some(_)) => {
                 let share = self.cfg.admission == Admission::Share;
-                let next = self.line.next(share, now, self.cfg.max_wait);
-                let t = next.filter(|&t| self.line.take(t).is_some());
+                let next = self.line.next(share, now, self.cfg.max_wait, &self.load);
+                let t = next.map(|t| (t, self.line.lane_of(t)));
+                let t = t.filter(|&(t, _)| self.line.take(t).is_some());
                 self.stats.grants += u64::from(t.is_some());
                 t
             }
             _ => None,
         };
-        let granted = served.map(|w| (w, self.grant(now)));
+        let granted = served.map(|(w, lane)| (w, self.grant(now, lane)));
         self.arm(now);
         granted
     }
@@ -502,6 +538,8 @@ impl SlotTable {
     }
 }
 
+#[cfg(test)]
+mod lanes_tests;
 #[cfg(test)]
 mod line_tests;
 #[cfg(test)]

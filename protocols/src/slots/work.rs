@@ -110,7 +110,10 @@ impl SlotTable {
     /// Marks `victims` as giving way, counted by reason.
     pub(super) fn preempt(&mut self, victims: &[(u64, PreemptReason)]) {
         for &(h, reason) in victims {
-            self.preempting.insert(h);
+            if self.preempting.insert(h) {
+                self.load
+                    .sub(self.holders.get(&h).and_then(|held| held.lane));
+            }
             self.stats.preemptions[reason as usize] += 1;
         }
     }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use sitenet_protocols::handshake::{write_wait, Wait};
 use sitenet_protocols::Capabilities;
-use sitenet_transport::{AcceptOrWait, LineEnd, LineTicket, SlotLease};
+use sitenet_transport::{AcceptOrWait, Lane, LineEnd, LineTicket, SlotLease};
 use tokio::sync::oneshot;
 
 use super::{NodeInner, PeerRefusal};
@@ -53,6 +53,15 @@ enum Left {
 }
 
 impl NodeInner {
+    /// The thread an accepted channel's work will run on, as the slot
+    /// controller counts it (`Lane`): a channel from this pool's thread
+    /// (in-process) runs where it was connected (see `Runtime::worker_of`);
+    /// any other is placed by its site's key once adopted, not known yet.
+    fn lane_of(&self, trans: &TransObject) -> Option<Lane> {
+        let th = trans.connector_thread()?;
+        self.rt.worker_of(th).map(|_| Lane::of(th))
+    }
+
     /// An accepted channel whose peer presented itself: its slot now, and
     /// it is routed to its site's ComObject; or, past the hard limit, a
     /// place in line for a peer that can wait (the `line` capability); or,
@@ -68,10 +77,13 @@ impl NodeInner {
         let neg = &accepted.neg;
         let can_wait = neg.caps.contains(Capabilities::LINE).then_some(neg.site);
         let served = can_wait.map_or(0, |site| self.served(site));
+        let lane = self.lane_of(&trans);
         let (tx, turn) = oneshot::channel();
-        match self.slots.accept_or_wait(can_wait, served, move |t| {
-            let _ = tx.send(t);
-        }) {
+        match self
+            .slots
+            .accept_or_wait_on(can_wait, served, lane, move |t| {
+                let _ = tx.send(t);
+            }) {
             AcceptOrWait::Slot(lease) => {
                 trans.lease = Some(lease);
                 self.adopt(trans, accepted);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use sitenet_protocols::slots::{Accepted, Admission};
 use sitenet_protocols::SiteId;
 
-use super::{Holder, SlotLease, TransController};
+use super::{Holder, Lane, SlotLease, TransController};
 
 /// Why a place in line ended without a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -96,9 +96,52 @@ impl TransController {
         served: u64,
         on_turn: impl FnOnce(Result<SlotLease, LineEnd>) + Send + 'static,
     ) -> AcceptOrWait {
+        self.accept_or_wait_on(site, served, None, on_turn)
+    }
+
+    /// [`accept_or_wait`](Self::accept_or_wait) for a channel whose work
+    /// will run on `lane` (`None`: not known yet). Under `Admission::Share`
+    /// a freed slot goes first to a peer of a lane with fewer working
+    /// holders than the least served peer's, within the line's
+    /// `max_wait`: the holders stay spread over the threads.
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use sitenet_protocols::{slots::{Admission, DefaultPolicy, SlotConfig}, SiteId};
+    /// use sitenet_transport::controller::{AcceptOrWait, Lane, TransController};
+    ///
+    /// let mut cfg = SlotConfig::new(1, 2)?;
+    /// cfg.admission = Admission::Share;
+    /// let ctrl = TransController::new(cfg, Box::new(DefaultPolicy::default()));
+    /// let (a, b) = (Some(Lane(1)), Some(Lane(2)));
+    /// let AcceptOrWait::Slot(first) = ctrl.accept_or_wait_on(None, 0, a, |_| {}) else { panic!() };
+    /// let AcceptOrWait::Slot(_second) = ctrl.accept_or_wait_on(None, 0, a, |_| {}) else { panic!() };
+    /// // Lane 1 runs both holders. Site 7 (lane 1) has been served least …
+    /// let (tx, rx) = mpsc::channel();
+    /// let t7 = tx.clone();
+    /// ctrl.accept_or_wait_on(Some(SiteId(7)), 0, a, move |t| t7.send((7, t)).unwrap());
+    /// ctrl.accept_or_wait_on(Some(SiteId(8)), 900, b, move |t| tx.send((8, t)).unwrap());
+    /// // … but the freed slot goes to site 8, whose lane runs none.
+    /// drop(first);
+    /// let (site, lease) = rx.recv()?;
+    /// assert_eq!(site, 8);
+    /// assert!(lease.is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn accept_or_wait_on(
+        &self,
+        site: Option<SiteId>,
+        served: u64,
+        lane: Option<Lane>,
+        on_turn: impl FnOnce(Result<SlotLease, LineEnd>) + Send + 'static,
+    ) -> AcceptOrWait {
         let mut st = self.inner.state.lock();
         let hold = st.table.config().line_hold;
-        let (r, replaced) = match st.table.accept_or_wait(Instant::now(), site, served) {
+        let lane = lane.map(|l| l.0);
+        let (r, replaced) = match st
+            .table
+            .accept_or_wait_on(Instant::now(), site, served, lane)
+        {
             Accepted::Slot(h) => {
                 st.holders.insert(
                     h,
