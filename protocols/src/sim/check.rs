@@ -257,8 +257,12 @@ impl Sim {
                 if live && matches!(end.role, super::net::Role::Acceptor { .. }) {
                     pending[end.node] += 1;
                 }
-                if live && matches!(end.role, super::net::Role::InLine { .. }) {
-                    in_line[end.node] += 1;
+                // A connection whose turn came (its event not run yet) no
+                // longer has a place in the table's line.
+                if let super::net::Role::InLine { ticket, .. } = end.role {
+                    if live && !self.nodes[end.node].turning.contains(&ticket) {
+                        in_line[end.node] += 1;
+                    }
                 }
                 if live {
                     rings[end.node] += end.ring_bytes();

@@ -191,6 +191,7 @@ impl Sim {
         node.holders.clear();
         node.waiters.clear();
         node.line.clear();
+        node.turning.clear();
         self.oracle.crashed(id);
         self.directory.retain(|s| *s != id);
         self.trace(n, "crash", &[id.0]);

@@ -530,6 +530,7 @@ impl Sim {
             holders: BTreeMap::new(),
             waiters: BTreeMap::new(),
             line: BTreeMap::new(),
+            turning: std::collections::BTreeSet::new(),
             slot_armed: None,
             pairs: PairMemory::new(1024),
             requests: crate::requests::RequestTable::default(),

@@ -49,6 +49,11 @@ pub(super) struct Node {
     /// Line ticket → the accepted connection (connection, end) waiting in
     /// the slot table's line with it (issue 21).
     pub(super) line: BTreeMap<u64, (u64, usize)>,
+    /// Line tickets given their turn by the slot table whose turn event
+    /// has not run yet: their connections still wait in `line`, but the
+    /// table holds their slot, not their place (the runtime's moment
+    /// between the controller's callback and the adoption).
+    pub(super) turning: std::collections::BTreeSet<u64>,
     pub(super) slot_armed: Option<Duration>,
     pub(super) pairs: PairMemory,
     pub(super) next_opener: u64,

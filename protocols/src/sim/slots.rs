@@ -89,6 +89,7 @@ impl Sim {
     /// A slot freed for the entry `ticket` of node `m`'s line, as `holder`:
     /// its connection is adopted; gone meanwhile, the slot goes back.
     pub(super) fn on_line_turn(&mut self, m: usize, ticket: u64, holder: u64) {
+        self.nodes[m].turning.remove(&ticket);
         let Some((c, e)) = self.nodes[m].line.remove(&ticket) else {
             return self.release_slot(m, holder);
         };
@@ -169,6 +170,7 @@ impl Sim {
                 break;
             }
             if node.line.contains_key(&ticket) {
+                node.turning.insert(ticket);
                 let ev = Ev::LineTurn {
                     node: n,
                     inc,
