@@ -256,3 +256,23 @@ fn regression_the_audit_does_not_count_a_granted_turn_as_waiting() {
         assert_eq!(r.verdict, Verdict::Ok, "seed {seed}: {r:?}");
     }
 }
+
+/// A line turn the site's ComObject refused leaked its slot in the
+/// simulator's driver: the connection's role was set aside as closed
+/// while it was handed over, so closing it after the refusal found it
+/// closed already and never gave the slot back. The site then worked
+/// with one slot fewer; after it crashed, the dead incarnation's end still
+/// held the slot and the audit counted it for the new one ("holds 4 slots,
+/// above its hard limit 3"). The runtime gives the slot back (the refused
+/// channel's lease drops with it). Found by the same search as above
+/// (seed 5001194); failed before the fix.
+#[test]
+fn regression_a_refused_line_turn_gives_its_slot_back() {
+    let r = Sim::new(SimConfig {
+        weak_slots: 2,
+        hard_slots: 3,
+        ..cfg(10, 5_001_194, Faults::Heavy)
+    })
+    .run();
+    assert_eq!(r.verdict, Verdict::Ok, "{r:?}");
+}

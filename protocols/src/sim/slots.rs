@@ -96,7 +96,9 @@ impl Sim {
         let Some(conn) = self.conns.get_mut(&c) else {
             return self.release_slot(m, holder);
         };
-        let role = std::mem::replace(&mut conn.ends[e].role, Role::Closed);
+        // Set aside as open (not `Closed`): the adoption may refuse and
+        // close it, and closing a closed end gives no slot back.
+        let role = std::mem::replace(&mut conn.ends[e].role, Role::NotYet);
         let Role::InLine { neg, nonce, .. } = role else {
             conn.ends[e].role = role;
             return self.release_slot(m, holder);
