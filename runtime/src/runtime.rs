@@ -223,8 +223,22 @@ impl Runtime {
     /// table is `key` (see the module documentation): the same for the
     /// site's whole life, spread over the pool from the node's home.
     pub fn arbiter_for(&self, key: usize) -> &ArbiterHandle {
+        &self.pool.workers[self.index_for(key)].arbiter
+    }
+
+    /// The index in the pool of the thread [`arbiter_for`](Self::arbiter_for)
+    /// gives `key`.
+    pub fn index_for(&self, key: usize) -> usize {
         let n = self.threads();
-        &self.pool.workers[(self.home + key % n) % n].arbiter
+        (self.home + key % n) % n
+    }
+
+    /// The pool's thread `index` (modulo the pool's size), once it has
+    /// started: what names it to code that counts work per thread (the
+    /// slot controller's lanes).
+    pub fn thread_at(&self, index: usize) -> Option<ThreadId> {
+        let n = self.threads();
+        self.pool.workers[index % n].thread.get().copied()
     }
 
     /// The index in the pool of thread `t`, if it is one of the pool's:

@@ -162,9 +162,14 @@ impl ComObject {
     /// entry: the one chosen when it was made ([`SiteEntry::home`]), else
     /// the one its key gives.
     fn thread_of<'a>(node: &'a NodeShared, entry: &SiteEntry) -> &'a actix_rt::ArbiterHandle {
+        node.rt.arbiter_at(Self::worker_of(node, entry))
+    }
+
+    /// The index in the pool of [`thread_of`](Self::thread_of)'s thread.
+    pub(crate) fn worker_of(node: &NodeShared, entry: &SiteEntry) -> usize {
         match entry.home.load(std::sync::atomic::Ordering::Relaxed) {
-            crate::site_entry::NO_HOME => node.rt.arbiter_for(entry.key),
-            h => node.rt.arbiter_at(usize::from(h)),
+            crate::site_entry::NO_HOME => node.rt.index_for(entry.key),
+            h => usize::from(h),
         }
     }
 

@@ -23,8 +23,9 @@ use tokio::sync::oneshot;
 
 use super::{NodeInner, PeerRefusal};
 use crate::channel_io::Accepted;
-use crate::com_object::Adopt;
+use crate::com_object::{Adopt, ComObject};
 use crate::metrics::Counters;
+use crate::site_entry::SiteEntry;
 use crate::trans_object::TransObject;
 
 /// One place in line: what `accept_or_wait` gave, and where its turn comes.
@@ -56,10 +57,16 @@ impl NodeInner {
     /// The thread an accepted channel's work will run on, as the slot
     /// controller counts it (`Lane`): a channel from this pool's thread
     /// (in-process) runs where it was connected (see `Runtime::worker_of`);
-    /// any other is placed by its site's key once adopted, not known yet.
-    fn lane_of(&self, trans: &TransObject) -> Option<Lane> {
-        let th = trans.connector_thread()?;
-        self.rt.worker_of(th).map(|_| Lane::of(th))
+    /// any other on the thread of its site's entry, if the site is `known`
+    /// (a peer back for another turn); a new site's thread is chosen when
+    /// its entry is made, after its turn: not known yet.
+    fn lane_of(&self, trans: &TransObject, known: Option<&SiteEntry>) -> Option<Lane> {
+        let connector = trans.connector_thread();
+        if let Some(th) = connector.filter(|th| self.rt.worker_of(*th).is_some()) {
+            return Some(Lane::of(th));
+        }
+        let index = ComObject::worker_of(self, known?);
+        self.rt.thread_at(index).map(Lane::of)
     }
 
     /// An accepted channel whose peer presented itself: its slot now, and
@@ -76,8 +83,12 @@ impl NodeInner {
     ) {
         let neg = &accepted.neg;
         let can_wait = neg.caps.contains(Capabilities::LINE).then_some(neg.site);
-        let served = can_wait.map_or(0, |site| self.served(site));
-        let lane = self.lane_of(&trans);
+        let known = can_wait.and_then(|site| self.known(site));
+        let served = known
+            .as_ref()
+            .and_then(|e| ComObject::site_stats(e))
+            .map_or(0, |s| s.served());
+        let lane = self.lane_of(&trans, known.as_deref());
         let (tx, turn) = oneshot::channel();
         match self
             .slots

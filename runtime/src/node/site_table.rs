@@ -275,17 +275,13 @@ impl NodeInner {
         Some(entry)
     }
 
-    /// How much this node has served site `id` so far (the messages
-    /// exchanged with it, [`SiteStats::served`](crate::stats::SiteStats::served)),
-    /// for the waiting line's order; 0 for a site it does not know.
-    pub(crate) fn served(&self, id: SiteId) -> u64 {
-        let entry = {
-            let t = self.sites.lock();
-            t.index.id(id).map(|k| t.entries[k].clone())
-        };
-        entry
-            .and_then(|e| ComObject::site_stats(&e))
-            .map_or(0, |s| s.served())
+    /// The entry of site `id`, if this node has one: for the waiting line,
+    /// how much this node has served it so far (the messages exchanged
+    /// with it, [`SiteStats::served`](crate::stats::SiteStats::served); 0
+    /// for a site it does not know) and the thread it runs on.
+    pub(crate) fn known(&self, id: SiteId) -> Option<Arc<SiteEntry>> {
+        let t = self.sites.lock();
+        t.index.id(id).map(|k| t.entries[k].clone())
     }
 
     /// The connection [`waiting_in_line`](Self::waiting_in_line) counted
