@@ -37,6 +37,24 @@ fn counted(t: &SlotTable, lane: u32) -> usize {
         .count()
 }
 
+/// A table of 3 weak and 4 hard slots, held on `lanes`; peer 1 and then
+/// peer 2 in line, each (served so far, lane); the first holder's slot
+/// freed `after` that. Returns (whom it went to, peer 1's ticket, peer 2's).
+fn first_freed(
+    admission: Admission,
+    lanes: [Option<u32>; 4],
+    one: (u64, Option<u32>),
+    two: (u64, Option<u32>),
+    after: std::time::Duration,
+) -> (Option<u64>, u64, u64) {
+    let t0 = Instant::now();
+    let mut t = table(3, 4, 10, admission);
+    let h = lanes.map(|l| hold(&mut t, t0, l));
+    let a = wait_on(&mut t, t0, 1, one.0, one.1);
+    let b = wait_on(&mut t, t0, 2, two.0, two.1);
+    (t.release(h[0], t0 + after).map(|g| g.0), a, b)
+}
+
 #[test]
 fn share_serves_a_lighter_lane_before_the_least_served_of_a_heavier_one() {
     let t0 = Instant::now();
@@ -55,40 +73,36 @@ fn share_serves_a_lighter_lane_before_the_least_served_of_a_heavier_one() {
 
 #[test]
 fn a_peer_passed_over_for_its_lane_goes_first_once_it_waited_max_wait() {
-    let t0 = Instant::now();
-    let mut t = table(3, 4, 10, Admission::Share);
-    let max_wait = t.config().max_wait;
-    let h: Vec<u64> = [0, 0, 0, 1].map(|l| hold(&mut t, t0, Some(l))).into();
-    let a = wait_on(&mut t, t0, 1, 0, Some(0));
-    let _b = wait_on(&mut t, t0 + MS, 2, 500, Some(1));
+    let heavy = [Some(0), Some(0), Some(0), Some(1)];
+    let max_wait = table(3, 4, 10, Admission::Share).config().max_wait;
+    let (got, a, b) = first_freed(Admission::Share, heavy, (0, Some(0)), (500, Some(1)), MS);
+    assert_eq!(got, Some(b), "passed over before its bound");
     // The head has waited its bound: no lane passes it over.
-    assert_eq!(t.release(h[0], t0 + max_wait).map(|g| g.0), Some(a));
+    let (got, a2, _) = first_freed(
+        Admission::Share,
+        heavy,
+        (0, Some(0)),
+        (500, Some(1)),
+        max_wait,
+    );
+    assert_eq!(got, Some(a2));
+    assert_eq!(a, a2);
 }
 
 #[test]
 fn fifo_and_unknown_lanes_keep_the_order() {
-    let t0 = Instant::now();
+    let heavy = [Some(0), Some(0), Some(0), Some(1)];
     // Fifo: the head, whatever the lanes.
-    let mut t = table(3, 4, 10, Admission::Fifo);
-    let h: Vec<u64> = [0, 0, 0, 1].map(|l| hold(&mut t, t0, Some(l))).into();
-    let a = wait_on(&mut t, t0, 1, 0, Some(0));
-    let _b = wait_on(&mut t, t0, 2, 0, Some(1));
-    assert_eq!(t.release(h[0], t0 + MS).map(|g| g.0), Some(a));
+    let (got, a, _) = first_freed(Admission::Fifo, heavy, (0, Some(0)), (0, Some(1)), MS);
+    assert_eq!(got, Some(a));
     // Share, the least served's lane unknown: never passed over.
-    let mut t = table(3, 4, 10, Admission::Share);
-    let h: Vec<u64> = [0, 0, 0, 1].map(|l| hold(&mut t, t0, Some(l))).into();
-    let a = wait_on(&mut t, t0, 1, 0, None);
-    let _b = wait_on(&mut t, t0, 2, 500, Some(1));
-    assert_eq!(t.release(h[0], t0 + MS).map(|g| g.0), Some(a));
+    let (got, a, _) = first_freed(Admission::Share, heavy, (0, None), (500, Some(1)), MS);
+    assert_eq!(got, Some(a));
     // Holders of unknown lanes count for none: lane 1, running none of
     // the known ones, is the lighter.
-    let mut t = table(3, 4, 10, Admission::Share);
-    let h: Vec<u64> = [None, None, None, Some(0)]
-        .map(|l| hold(&mut t, t0, l))
-        .into();
-    let _a = wait_on(&mut t, t0, 1, 0, Some(0));
-    let b = wait_on(&mut t, t0, 2, 500, Some(1));
-    assert_eq!(t.release(h[0], t0 + MS).map(|g| g.0), Some(b));
+    let unknown = [None, None, None, Some(0)];
+    let (got, _, b) = first_freed(Admission::Share, unknown, (0, Some(0)), (500, Some(1)), MS);
+    assert_eq!(got, Some(b));
 }
 
 #[test]
