@@ -54,6 +54,7 @@ fn per_site(
 /// machine keeps.
 #[test]
 fn an_idle_remote_site_costs_at_most_1_kib() {
+    let _measuring = common::counting::one_at_a_time();
     let node = sitenet::Node::builder().start().unwrap();
     // `prepare` makes the site's ComObject without opening a channel; with
     // nothing to do, it parks.
@@ -84,6 +85,7 @@ fn an_idle_remote_site_costs_at_most_1_kib() {
 /// ComObject is not started, so it costs its entry in the site table.
 #[test]
 fn a_site_never_used_costs_its_entry_only() {
+    let _measuring = common::counting::one_at_a_time();
     let node = sitenet::Node::builder().start().unwrap();
     let cost = per_site(&node, 2_000, |_| {}, |_| true, |_| {});
     eprintln!("a site never used costs {cost} bytes");
@@ -107,6 +109,7 @@ fn a_site_never_used_costs_its_entry_only() {
 /// behind (a ring alone is 4 KiB).
 #[test]
 fn a_site_that_talked_and_left_keeps_nothing_of_its_channel() {
+    let _measuring = common::counting::one_at_a_time();
     use sitenet::services::{Echo, EchoReply};
     const N: i64 = 200;
     let server = sitenet::Node::builder()
@@ -156,6 +159,7 @@ fn a_site_that_talked_and_left_keeps_nothing_of_its_channel() {
 /// session, its reclaim deadline in the node's one table.
 #[test]
 fn a_site_that_exchanged_messages_and_idles_costs_at_most_1_kib() {
+    let _measuring = common::counting::one_at_a_time();
     use sitenet::services::{Echo, EchoReply};
     const N: i64 = 200;
     let server = sitenet::Node::builder()
