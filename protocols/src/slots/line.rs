@@ -165,17 +165,14 @@ impl Line {
         self.entries.get(&ticket).map(|e| e.since)
     }
 
-    /// The lane of `ticket`'s channel, if it is in line and its lane known.
-    pub(super) fn lane_of(&self, ticket: u64) -> Option<u32> {
-        self.entries.get(&ticket).and_then(|e| e.lane)
-    }
-
-    /// Lets `ticket` in: it leaves the line and raises the floor to its key.
-    pub(super) fn take(&mut self, ticket: u64) -> Option<SiteId> {
+    /// Lets `ticket` in: it leaves the line and raises the floor to its
+    /// key. Returns the lane of its channel (`None` if not known), or
+    /// `None` if it was not in line.
+    pub(super) fn take(&mut self, ticket: u64) -> Option<Option<u32>> {
         let e = self.entries.remove(&ticket)?;
         self.forget(ticket, &e);
         self.floor = self.floor.max(e.key);
-        Some(e.peer)
+        Some(e.lane)
     }
 
     /// Removes `ticket` (it left before its turn); false if it was not in

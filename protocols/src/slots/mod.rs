@@ -422,8 +422,7 @@ impl SlotTable {
             (_, Some(_)) => {
                 let share = self.cfg.admission == Admission::Share;
                 let next = self.line.next(share, now, self.cfg.max_wait, &self.load);
-                let t = next.map(|t| (t, self.line.lane_of(t)));
-                let t = t.filter(|&(t, _)| self.line.take(t).is_some());
+                let t = next.and_then(|t| Some((t, self.line.take(t)?)));
                 self.stats.grants += u64::from(t.is_some());
                 t
             }
