@@ -1,6 +1,6 @@
 //! `sitenet sim`: the JSON keys scripts read, the same seed giving the same
-//! digest from two processes, the search without a seed, the trace, and
-//! usage errors.
+//! digest from two processes, the search without a seed, the trace, sends
+//! by address, and usage errors.
 
 mod common;
 
@@ -97,8 +97,32 @@ fn bad_options_are_usage_errors() {
         &["sim", "--duration", "0", "--seed", "1"],
         &["sim", "--faults", "some", "--seed", "1"],
         &["sim", "--hard-slots", "1", "--seed", "1"],
+        &["sim", "--address-sends", "1.5", "--seed", "1"],
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
+}
+
+/// `--address-sends`: a share of the messages goes to sites' addresses, and
+/// the figures say how many such entries were bound and merged (0 without
+/// it).
+#[test]
+fn address_sends_bind_and_merge_entries() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "3", "--address-sends", "0.8"]);
+    let v = json_of(&args);
+    assert_eq!(v["verdict"], "ok", "{v}");
+    assert!(
+        v["bound"].as_u64().unwrap() + v["merges"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+    let mut plain = SMALL.to_vec();
+    plain.extend(["--seed", "3"]);
+    let v = json_of(&plain);
+    assert_eq!(
+        (v["bound"].as_u64(), v["merges"].as_u64()),
+        (Some(0), Some(0)),
+        "{v}"
+    );
 }

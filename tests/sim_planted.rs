@@ -73,3 +73,36 @@ fn without_a_planted_bug_the_same_seeds_hold() {
         );
     }
 }
+
+/// Half of the one-way messages go to a site's address: entries bind and
+/// merge (see protocols/tests/sim.rs).
+fn by_address(seed: u64) -> SimConfig {
+    SimConfig {
+        address_sends: 0.5,
+        ..cfg(seed)
+    }
+}
+
+/// A merge of an entry reached by address that loses a message it held is
+/// caught: the message is neither delivered nor handed back.
+#[test]
+fn a_merge_that_drops_a_message_is_caught() {
+    plant(Some(Bug::MergeDropsNewest));
+    let found = (0..WITHIN).find_map(|seed| match Sim::new(by_address(seed)).run().verdict {
+        Verdict::Ok => None,
+        Verdict::Violation { step, what, .. } => Some((seed, step, what)),
+    });
+    plant(None);
+    let Some((seed, step, what)) = found else {
+        panic!("MergeDropsNewest planted, and no checker failed within {WITHIN} seeds");
+    };
+    assert!(step > 0);
+    println!("MergeDropsNewest: caught at seed {seed}, step {step}: {what}");
+    for seed in 0..WITHIN {
+        assert_eq!(
+            Sim::new(by_address(seed)).run().verdict,
+            Verdict::Ok,
+            "seed {seed}"
+        );
+    }
+}

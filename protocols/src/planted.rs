@@ -20,6 +20,10 @@ pub enum Bug {
     /// A preemption (CLOSE_HARD from the slot controller) drops the
     /// ledger of unacknowledged messages.
     PreemptionDropsLedger,
+    /// The merge of an entry reached by address into the entry its site
+    /// already has drops the newest message it held (neither moved nor
+    /// handed back).
+    MergeDropsNewest,
 }
 
 thread_local! {

@@ -195,6 +195,10 @@ impl ComObject {
             "an unidentified site has nothing unacknowledged"
         );
         not_sent.extend(maybe.into_iter().map(|(_, m)| m));
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::active(crate::planted::Bug::MergeDropsNewest) {
+            not_sent.pop();
+        }
         not_sent
     }
 

@@ -32,6 +32,9 @@ pub(super) struct Outgoing {
     pub(super) origin: Option<SiteId>,
     /// A request's timeout.
     pub(super) timeout: Option<Duration>,
+    /// Sent to the address where `to` listens, not to `to` itself
+    /// ([`AppCtx::send_to_address_of`]).
+    pub(super) by_address: bool,
 }
 
 /// A request an application received, to answer with [`AppCtx::reply`] or
@@ -123,6 +126,27 @@ impl AppCtx<'_> {
             corr: 0,
             origin: None,
             timeout: None,
+            by_address: false,
+        });
+    }
+
+    /// Sends `body` at `priority` to the address where `site` listens now,
+    /// as a runtime sends to a site it knows only by its address: the node
+    /// does not know which site answers there until it connects. Its entry
+    /// is then bound to that site (whichever incarnation it is by then),
+    /// or, if the node already has an entry for that site, merges into it
+    /// and its messages follow, in order. A message handed back is
+    /// reported for `site`.
+    pub fn send_to_address_of(&mut self, site: SiteId, priority: Priority, body: impl Into<Bytes>) {
+        self.out.push(Outgoing {
+            to: site,
+            priority,
+            body: body.into(),
+            kind: MessageKind::OneWay,
+            corr: 0,
+            origin: None,
+            timeout: None,
+            by_address: true,
         });
     }
 
@@ -145,6 +169,7 @@ impl AppCtx<'_> {
             corr,
             origin: None,
             timeout: Some(timeout),
+            by_address: false,
         });
         corr
     }
@@ -161,6 +186,7 @@ impl AppCtx<'_> {
             corr: req.corr,
             origin: None,
             timeout: None,
+            by_address: false,
         });
     }
 
@@ -175,6 +201,7 @@ impl AppCtx<'_> {
             corr: req.corr,
             origin: Some(req.origin),
             timeout: None,
+            by_address: false,
         });
     }
 
@@ -278,6 +305,9 @@ pub struct Workload {
     pub stray: f64,
     /// Largest body of a "large" message (at least 16 bytes).
     pub large: usize,
+    /// Chance that a one-way message goes to its site's address rather
+    /// than its id ([`AppCtx::send_to_address_of`]).
+    pub by_address: f64,
 }
 
 impl Default for Workload {
@@ -290,6 +320,7 @@ impl Default for Workload {
             neighbours: 3,
             stray: 0.2,
             large: 40 * 1024,
+            by_address: 0.0,
         }
     }
 }
@@ -327,6 +358,8 @@ impl Application for Workload {
                 let expect = Self::answer_to(&body);
                 let corr = ctx.request(to, p, body, Duration::from_secs(5));
                 self.pending.insert(corr, expect);
+            } else if self.by_address > 0.0 && ctx.rng.gen_bool(self.by_address.min(1.0)) {
+                ctx.send_to_address_of(to, p, body);
             } else {
                 ctx.send(to, p, body);
             }

@@ -27,7 +27,11 @@ enum Fate {
 #[derive(Debug)]
 struct Record {
     from: SiteId,
+    /// The site the application named.
     to: SiteId,
+    /// Sent to the address of node `place` (where `to` listened): any
+    /// incarnation there may receive it.
+    place: Option<usize>,
     priority: u8,
     seq: u64,
     /// The body's hash, checked on delivery.
@@ -49,6 +53,19 @@ fn hash(body: &[u8]) -> u64 {
         h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+/// A stream's destination as a violation names it: a site, or the
+/// address of a node (an even key).
+struct Dest(SiteId);
+
+impl std::fmt::Display for Dest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 .0 {
+            d if d & 1 == 0 => write!(f, "the address of node {:x}", d >> 1),
+            _ => write!(f, "{}", self.0),
+        }
+    }
 }
 
 /// One sender's messages to one site at one priority, in sending order.
@@ -75,13 +92,25 @@ pub(super) struct Oracle {
 
 impl Oracle {
     /// A message about to be queued; returns its id.
-    pub(super) fn sent(&mut self, from: SiteId, to: SiteId, priority: u8, body: &[u8]) -> u64 {
+    /// `place`: sent to the address of that node, not to site `to`; such
+    /// messages are a stream of their own per address (an even key: site
+    /// ids are odd).
+    pub(super) fn sent(
+        &mut self,
+        from: SiteId,
+        to: SiteId,
+        place: Option<usize>,
+        priority: u8,
+        body: &[u8],
+    ) -> u64 {
         let id = self.msgs.len() as u64;
-        let s = self.streams.entry((from, to, priority)).or_default();
+        let dest = place.map_or(to, |m| SiteId((m as u128) << 1));
+        let s = self.streams.entry((from, dest, priority)).or_default();
         s.ids.push(id);
         self.msgs.push(Record {
             from,
             to,
+            place,
             priority,
             seq: s.ids.len() as u64,
             hash: hash(body),
@@ -98,11 +127,18 @@ impl Oracle {
         self.crashed.insert(site);
     }
 
-    /// Message `id` was delivered at `at`, on the channel from `from`.
+    /// The site the application named when it sent message `id`.
+    pub(super) fn named(&self, id: u64) -> Option<SiteId> {
+        self.msgs.get(id as usize).map(|r| r.to)
+    }
+
+    /// Message `id` was delivered at `at` (node `node`), on the channel
+    /// from `from`.
     pub(super) fn deliver(
         &mut self,
         id: u64,
         at: SiteId,
+        node: usize,
         from: SiteId,
         body: &[u8],
     ) -> Result<(), String> {
@@ -115,7 +151,11 @@ impl Oracle {
                 r.from
             ));
         }
-        if r.to != at || r.from != from {
+        let right_place = match r.place {
+            Some(m) => m == node,
+            None => r.to == at,
+        };
+        if !right_place || r.from != from {
             return Err(format!(
                 "message {id} from {} to {} was delivered at {at} as coming from {from}",
                 r.from, r.to
@@ -137,7 +177,8 @@ impl Oracle {
                 ))
             }
         }
-        let (key, seq) = ((r.from, r.to, r.priority), r.seq);
+        let dest = r.place.map_or(r.to, |m| SiteId((m as u128) << 1));
+        let (key, seq) = ((r.from, dest, r.priority), r.seq);
         self.delivered += 1;
         let s = self
             .streams
@@ -146,7 +187,10 @@ impl Oracle {
         if seq <= s.last_delivered {
             return Err(format!(
                 "FIFO broken from {} to {} at priority {}: #{seq} delivered after #{}",
-                key.0, key.1, key.2, s.last_delivered
+                key.0,
+                Dest(key.1),
+                key.2,
+                s.last_delivered
             ));
         }
         // A gap is allowed only over messages already handed back.
@@ -156,7 +200,7 @@ impl Oracle {
                 return Err(format!(
                     "FIFO broken from {} to {} at priority {}: #{seq} delivered before #{skipped}, \
                      which was neither delivered nor handed back",
-                    key.0, key.1, key.2
+                    key.0, Dest(key.1), key.2
                 ));
             }
         }
@@ -319,6 +363,9 @@ impl Sim {
                      (bound {bound})",
                     node.id, pending[n], rings[n]
                 );
+                return self.violation(what);
+            }
+            if let Err(what) = self.check_site_table(n) {
                 return self.violation(what);
             }
             for (peer, p) in super::node::sorted_peers(&node.peers) {

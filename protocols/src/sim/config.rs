@@ -34,6 +34,13 @@ pub struct SimConfig {
     pub latency: (Duration, Duration),
     /// Each link's bandwidth, bytes per second.
     pub bandwidth: u64,
+    /// The share of the default [`Workload`](super::Workload)'s one-way
+    /// messages sent to a site's address rather than its id (as a runtime
+    /// reaches a site it knows only by address): such an entry binds to
+    /// whichever incarnation answers there, or merges into the entry the
+    /// node already has for it. 0 by default, so that a seed runs as it
+    /// did before this existed.
+    pub address_sends: f64,
 }
 
 impl Default for SimConfig {
@@ -51,6 +58,7 @@ impl Default for SimConfig {
             buffer_size: 16 * 1024,
             latency: (Duration::from_micros(100), Duration::from_millis(2)),
             bandwidth: 100_000_000,
+            address_sends: 0.0,
         }
     }
 }
@@ -107,6 +115,12 @@ pub struct Report {
     pub line_waits: u64,
     /// Of those, let in when a slot freed.
     pub line_grants: u64,
+    /// Entries reached by address that their first handshake bound to
+    /// the site answering there.
+    pub bound: u64,
+    /// Of entries reached by address, those whose site the node knew
+    /// under another entry already: everything they held moved there.
+    pub merges: u64,
     /// Sites forgotten by the reclaim rule.
     pub reclaimed: u64,
     /// Times a ComObject parked (no channel, nothing pending: issue 21),

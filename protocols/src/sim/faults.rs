@@ -7,6 +7,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use super::net::{Role, Seg};
+use super::sites::SITE_CLAIMS;
 use super::{Ev, Sim};
 
 /// How many faults a run injects.
@@ -188,6 +189,8 @@ impl Sim {
         node.up = false;
         let (id, inc) = (node.id, node.incarnation);
         node.peers.clear();
+        node.keys.clear();
+        node.index = crate::site_index::SiteIndex::new(SITE_CLAIMS.0, SITE_CLAIMS.1);
         node.holders.clear();
         node.waiters.clear();
         node.line.clear();

@@ -4,7 +4,6 @@
 //! handshake deadline. The same machines the runtime's TransObject and
 //! accept loop drive, in the same order.
 
-use crate::address_book::AddressBook;
 use crate::com_object::{AcceptOutcome, Loss, OpenFailure};
 use crate::error::OpenError;
 use crate::handshake::{write_answer, Acceptor, NegotiateAns};
@@ -202,6 +201,7 @@ impl Sim {
         let (peer, attempt) = (*peer, *attempt);
         let before = end.inb.len();
         let r = hs.handle_input(&mut end.inb, &mut end.outb);
+        let presented = hs.presented();
         let wait = hs.take_wait();
         if wait.is_some() {
             *waiting = true;
@@ -227,6 +227,32 @@ impl Sim {
             return true;
         }
         p.opening = None;
+        // An entry reached by address learns here which site answers
+        // there: bound to it, or merged into the entry the node has for
+        // it (`sites.rs`). As the runtime, a failure that says the site is
+        // gone for good binds nothing.
+        let found = match &opened {
+            Ok(o) => Some(o.present.site),
+            Err(err) if !err.is_permanent() => presented,
+            Err(_) => None,
+        };
+        let (peer, mut p) = match found.filter(|_| super::peer::unbound(peer)) {
+            Some(id) => match self.found(n, peer, p, id, (c, e)) {
+                Some((id, mut p)) => {
+                    if opened.is_err() {
+                        // Known now: the next attempt proves a pair this
+                        // node kept (a refusal as `Unproven` said it must),
+                        // as the runtime's `recall_pair`.
+                        if let Some(kept) = self.nodes[n].pairs.take(id) {
+                            p.com.recall(kept);
+                        }
+                    }
+                    (id, p)
+                }
+                None => return true,
+            },
+            None => (peer, p),
+        };
         match opened {
             Ok(opened) => {
                 if let Some(id) = p.com.open_succeeded(attempt, &opened, now) {
@@ -333,9 +359,7 @@ impl Sim {
     ) {
         let now = self.instant();
         let peer = neg.site;
-        let book = AddressBook::claimed(neg.listen.iter().map(String::as_str));
-        let existed = self.nodes[m].peers.contains_key(&peer);
-        let mut p = self.peer_or_new(m, peer, book);
+        let (mut p, existed) = self.entry_for_accept(m, peer, &neg.listen);
         if !existed {
             // Made by the accept: nothing of the application refers to it.
             p.com.set_has_refs(false, now);

@@ -63,6 +63,7 @@ mod node;
 mod peer;
 mod queue;
 mod shrink;
+mod sites;
 mod slots;
 mod trace;
 mod traffic;
@@ -184,6 +185,8 @@ pub(super) struct Counts {
     handshakes_dropped: u64,
     line_waits: u64,
     line_grants: u64,
+    bound: u64,
+    merges: u64,
 }
 
 /// A simulation in progress. See the module documentation.
@@ -227,9 +230,11 @@ pub struct Sim {
 impl Sim {
     /// A simulation of `cfg.sites` sites, each running a [`Workload`].
     pub fn new(cfg: SimConfig) -> Self {
+        let mut workload = Workload::default();
+        workload.by_address = cfg.address_sends;
         Self::with_app(
             cfg,
-            Box::new(|_| Box::new(Workload::default()) as Box<dyn Application>),
+            Box::new(move |_| Box::new(workload.clone()) as Box<dyn Application>),
         )
     }
 
@@ -360,6 +365,8 @@ impl Sim {
             accepts_refused: self.counts.accepts_refused,
             line_waits: self.counts.line_waits,
             line_grants: self.counts.line_grants,
+            bound: self.counts.bound,
+            merges: self.counts.merges,
             reclaimed: self.counts.reclaimed,
             parks: self.counts.parks,
             unparks: self.counts.unparks,
@@ -551,6 +558,9 @@ impl Sim {
             paused_until: Duration::ZERO,
             app: (self.factory)(id),
             retransmitted: 0,
+            index: crate::site_index::SiteIndex::new(sites::SITE_CLAIMS.0, sites::SITE_CLAIMS.1),
+            keys: slab::Slab::new(),
+            next_unbound: 0,
         }
     }
 

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::address_book::AddressBook;
 use crate::com_object::{Action, ChannelEnd, ComConfig, ComObject, OpenFailure, OpenRequest};
 use crate::error::HandedBack;
 use crate::handshake::{Initiator, LocalInfo, PairMemory, HANDSHAKE_TIMEOUT, MIN_BUFFER};
@@ -62,6 +61,15 @@ pub(super) struct Node {
     pub(super) app: Box<dyn Application>,
     /// Retransmissions of ComObjects this incarnation dropped.
     pub(super) retransmitted: u64,
+    /// The site table's rules ([`sites`](super::sites)): which entry an
+    /// address, an id or an accepted channel names, binding, merging and
+    /// the reclaim re-check.
+    pub(super) index: crate::site_index::SiteIndex,
+    /// The index's keys → each entry's key in `peers` (its site id, or
+    /// while it is unbound an even stand-in: [`unbound`](super::peer::unbound)).
+    pub(super) keys: slab::Slab<SiteId>,
+    /// Stand-ins given so far (the next is twice this plus two).
+    pub(super) next_unbound: u128,
     /// The requests it awaits answers to (the runtime's table): by
     /// correlation number, the site asked, the number again for the
     /// driver.
@@ -89,40 +97,6 @@ impl Node {
 }
 
 impl Sim {
-    /// The ComObject for `peer` at node `n`, made if the node has none
-    /// (`book`: where it can be called).
-    pub(super) fn peer_or_new(&mut self, n: usize, peer: SiteId, book: AddressBook) -> Box<Peer> {
-        if let Some(p) = self.take_peer(n, peer) {
-            return p;
-        }
-        let seed = self.rand_u64();
-        let now = self.instant();
-        let node = &mut self.nodes[n];
-        node.next_opener += 1;
-        let mut com = ComObject::new(
-            node.cfg.clone(),
-            node.budget.clone(),
-            node.id,
-            book,
-            node.next_opener,
-            seed,
-            now,
-        );
-        if let Some(c) = node.pairs.take(peer) {
-            com.recall(c);
-        }
-        Box::new(Peer {
-            com,
-            parked: None,
-            armed: None,
-            slot: Slot::None,
-            opening: None,
-            live: None,
-            reclaim: false,
-            last_send: None,
-        })
-    }
-
     /// Takes `peer`'s ComObject at node `n` out of its table to feed it
     /// an input: started again from what it kept if it was parked. Every
     /// input goes through here.
@@ -214,11 +188,12 @@ impl Sim {
         if p.reclaim {
             self.trace(n, "reclaim", &[peer.0]);
             let node = &mut self.nodes[n];
-            if let Some(c) = p.com.continuity() {
+            if let Some(c) = p.com.continuity().filter(|_| !super::peer::unbound(peer)) {
                 node.pairs.keep(peer, c);
             }
             node.retransmitted += p.retransmitted();
             self.counts.reclaimed += 1;
+            self.forget(n, peer, &p);
             return;
         }
         self.arm(n, peer, &mut p, deadline);
@@ -391,9 +366,12 @@ impl Sim {
         };
         let nonce = self.rand_nonce();
         let node = &self.nodes[n];
+        // An entry reached by address does not know which site answers
+        // there until this handshake says so.
+        let expect = (!super::peer::unbound(peer)).then_some(peer);
         let hs = Initiator::new(
             node.local_info(),
-            Some(peer),
+            expect,
             req.last_received,
             req.last_generation,
             nonce,
@@ -485,7 +463,7 @@ impl Sim {
     }
 
     /// A message handed back to node `n`'s application.
-    fn handed_back(&mut self, n: usize, peer: SiteId, m: &OutMessage, maybe: bool) {
+    pub(super) fn handed_back(&mut self, n: usize, peer: SiteId, m: &OutMessage, maybe: bool) {
         let body: Vec<u8> = m.body.iter().flat_map(|b| b.iter().copied()).collect();
         let Some(id) = super::message_id(m.kind, &m.header) else {
             return self.violation(format!("a handed-back message has no envelope: {m:?}"));
@@ -494,7 +472,10 @@ impl Sim {
         if let Err(e) = self.oracle.hand_back(id, maybe) {
             return self.violation(e);
         }
-        self.app_call(n, |app, ctx| app.handed_back(ctx, peer, &body, maybe));
+        // The site the application named (an entry reached by address may
+        // not know it).
+        let to = self.oracle.named(id).unwrap_or(peer);
+        self.app_call(n, |app, ctx| app.handed_back(ctx, to, &body, maybe));
     }
 }
 

@@ -42,6 +42,19 @@ pub(super) struct Peer {
     /// When the application last sent to the site (it holds a reference
     /// until [`SimConfig::hold_references`](super::SimConfig) after).
     pub(super) last_send: Option<Duration>,
+    /// The entry's key in its node's site table ([`SiteIndex`](crate::site_index::SiteIndex)).
+    pub(super) key: usize,
+    /// The address the entry was made for, if the application named the
+    /// site by its address ([`AppCtx::send_to_address_of`](super::AppCtx::send_to_address_of)).
+    pub(super) address: Option<std::sync::Arc<str>>,
+}
+
+/// True if `key` names an entry not bound to a site yet: the application
+/// reached it by address, and it has not connected there. Such an entry is
+/// keyed by an even stand-in ([`Sim::unbound_key`](super::Sim)); every
+/// real site id is odd.
+pub(super) fn unbound(key: SiteId) -> bool {
+    key.0 & 1 == 0
 }
 
 impl Peer {

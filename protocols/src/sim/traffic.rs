@@ -4,7 +4,6 @@
 
 use bytes::Bytes;
 
-use crate::address_book::AddressBook;
 use crate::delegation::{classify, Delivered};
 use crate::message::{wrap_origin, InMessage, MessageKind, OutMessage};
 use crate::requests::Reply;
@@ -91,12 +90,10 @@ impl Sim {
             }
             self.rearm_requests(n);
         }
-        let id = self.oracle.sent(me, to, o.priority as u8, &o.body);
-        self.trace(
-            n,
-            "send",
-            &[to.0, id as u128, o.priority as u128, o.kind as u128],
-        );
+        let place = o.by_address.then(|| self.by_address[&address]);
+        let id = self.oracle.sent(me, to, place, o.priority as u8, &o.body);
+        let how = o.kind as u128 | u128::from(o.by_address) << 8;
+        self.trace(n, "send", &[to.0, id as u128, o.priority as u128, how]);
         let envelope = Bytes::copy_from_slice(&id.to_le_bytes());
         let header = match o.origin {
             Some(origin) => {
@@ -111,7 +108,11 @@ impl Sim {
         let mut msg = OutMessage::new(o.priority, SIM_TYPE, header, smallvec::smallvec![o.body]);
         msg.kind = o.kind;
         msg.corr = o.corr;
-        let mut p = self.peer_or_new(n, to, AddressBook::given(&address));
+        let (key, mut p) = if o.by_address {
+            self.entry_at_address(n, &address)
+        } else {
+            (to, self.entry_for_id(n, to, &address))
+        };
         // The application holds a reference to a site it sends to.
         p.com.set_has_refs(true, self.instant());
         p.last_send = Some(self.now);
@@ -129,8 +130,8 @@ impl Sim {
                 .collect::<Vec<_>>();
             self.app_call(n, |app, ctx| app.handed_back(ctx, to, &body, maybe));
         }
-        self.drive_peer(n, to, &mut p);
-        self.put_back(n, to, p);
+        self.drive_peer(n, key, &mut p);
+        self.put_back(n, key, p);
     }
 
     /// A message delivered at node `n` on the channel from `peer`: what it
@@ -149,7 +150,7 @@ impl Sim {
         };
         self.trace(n, "deliver", &[peer.0, id as u128, kind as u128]);
         let me = self.nodes[n].id;
-        if let Err(e) = self.oracle.deliver(id, me, peer, &m.body) {
+        if let Err(e) = self.oracle.deliver(id, me, n, peer, &m.body) {
             return self.violation(e);
         }
         let body = m.body;

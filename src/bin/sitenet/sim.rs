@@ -37,6 +37,11 @@ pub(crate) struct Args {
     /// Each site's hard channel slot limit (never exceeded).
     #[arg(long, default_value_t = 12)]
     hard_slots: usize,
+    /// The share (0 to 1) of one-way messages sent to a site's address
+    /// rather than its id: each node's site table then binds such entries,
+    /// and merges one into the entry it already has for the site.
+    #[arg(long, default_value_t = 0.0)]
+    address_sends: f64,
     /// Without --seed: wall-clock seconds to spend trying seeds.
     #[arg(long, default_value_t = 30.0)]
     search: f64,
@@ -78,6 +83,8 @@ struct Json {
     requests: u64,
     late_replies: u64,
     handshakes_dropped: u64,
+    bound: u64,
+    merges: u64,
     events: u64,
     sim_s: f64,
     wall_s: f64,
@@ -146,6 +153,8 @@ impl Json {
             requests: r.requests,
             late_replies: r.late_replies,
             handshakes_dropped: r.handshakes_dropped,
+            bound: r.bound,
+            merges: r.merges,
             events: r.events,
             sim_s: r.sim_s,
             wall_s,
@@ -171,6 +180,12 @@ pub(crate) fn run(a: Args) -> ExitCode {
     if a.sites < 2 {
         return crate::usage(format!("--sites must be at least 2, got {}", a.sites));
     }
+    if !(0.0..=1.0).contains(&a.address_sends) {
+        return crate::usage(format!(
+            "--address-sends is a share between 0 and 1, got {}",
+            a.address_sends
+        ));
+    }
     if a.hard_slots < 2 || a.weak_slots == 0 {
         return crate::usage("--hard-slots must be at least 2 and --weak-slots at least 1");
     }
@@ -183,6 +198,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         faults,
         weak_slots: a.weak_slots,
         hard_slots: a.hard_slots,
+        address_sends: a.address_sends,
         ..SimConfig::default()
     };
     match a.seed {
@@ -298,6 +314,8 @@ fn add(mut a: Json, b: &Json) -> Json {
     a.reclaimed += b.reclaimed;
     a.parks += b.parks;
     a.unparks += b.unparks;
+    a.bound += b.bound;
+    a.merges += b.merges;
     a.requests += b.requests;
     a.late_replies += b.late_replies;
     a.handshakes_dropped += b.handshakes_dropped;
@@ -323,14 +341,15 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
         runs,
         command: format!(
             "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} \
-             --weak-slots {} --hard-slots {} --trace",
+             --weak-slots {} --hard-slots {} --address-sends {} --trace",
             small.seed,
             small.sites,
             small.faults.name(),
             small.duration.as_secs_f64(),
             small.settle.as_secs_f64(),
             small.weak_slots,
-            small.hard_slots
+            small.hard_slots,
+            small.address_sends
         ),
     }
 }
@@ -365,6 +384,10 @@ fn print(j: &Json, json: bool) {
         j.opens, j.retransmitted, j.reclaimed, j.handshakes_dropped
     );
     println!("idle sites:     {} parks, {} unparks", j.parks, j.unparks);
+    println!(
+        "site table:     {} entries reached by address bound, {} merged",
+        j.bound, j.merges
+    );
     println!(
         "requests:       {} sent (each ended once), {} late replies",
         j.requests, j.late_replies

@@ -1,0 +1,314 @@
+//! Each simulated node's site table: the runtime's [`SiteIndex`] over the
+//! node's entries, so that its rules run under faults too: which entry an
+//! address, a site id or an accepted channel names, the one moment an id
+//! is bound to an entry reached by address, the merge of such an entry
+//! into the one a site already has, and the reclaim re-check.
+//!
+//! An entry is keyed in the node's table by its site id once it has one;
+//! an entry the application reached by address
+//! ([`AppCtx::send_to_address_of`](super::AppCtx::send_to_address_of)) is
+//! keyed by an even stand-in until its first handshake says which site
+//! answers there ([`unbound`]): then it is bound and goes on under that
+//! id, or, if the node already has an entry with the id, everything it
+//! holds moves there, in order ([`ComObject::merge_out`]), and it is
+//! forgotten — as the runtime's `merge_into` does. The audit checks that
+//! the index and the table agree ([`Sim::check_site_table`]).
+//!
+//! [`ComObject::merge_out`]: crate::com_object::ComObject::merge_out
+
+use std::sync::Arc;
+
+use crate::address_book::AddressBook;
+use crate::com_object::{ComObject, ComState};
+use crate::error::HandedBack;
+use crate::site::SiteId;
+use crate::site_index::{At, Bind, Counts, Described, Reclaim, Route, Site, Word};
+
+use super::net::Seg;
+use super::peer::{unbound, Peer, Slot};
+use super::Sim;
+
+/// The bounds of the claims a peer's words may make (forwarded origins,
+/// `SiteRef`s): the runtime's defaults.
+pub(super) const SITE_CLAIMS: (u32, u32) = (16, 1024);
+
+impl Sim {
+    /// The entry for site `id` at node `n`, on the application's word (a
+    /// site of the directory, at `address`: a runtime's
+    /// `site(descriptor)`), made if the node has none.
+    pub(super) fn entry_for_id(&mut self, n: usize, id: SiteId, address: &str) -> Box<Peer> {
+        let node = &mut self.nodes[n];
+        let new_key = node.keys.vacant_key();
+        let word = node
+            .index
+            .described(id, &[address.to_owned()], Word::User, new_key, |_| true);
+        match word {
+            Ok(Described::Known { key, .. }) => self.entry_at_key(n, key, id),
+            // The user's word makes no claim, so nothing refuses it.
+            Ok(Described::New) | Err(_) => {
+                let book = node
+                    .index
+                    .take_book(new_key)
+                    .unwrap_or_else(|| AddressBook::given(address));
+                node.keys.insert(id);
+                self.new_entry(n, id, new_key, book, None)
+            }
+        }
+    }
+
+    /// The entry `address` names at node `n` (its own, or an alias a merge
+    /// made), made unbound if none does or if that entry failed
+    /// permanently (the address may be a new incarnation's now). Returns
+    /// its key in the table.
+    pub(super) fn entry_at_address(&mut self, n: usize, address: &str) -> (SiteId, Box<Peer>) {
+        let node = &mut self.nodes[n];
+        let new_key = node.keys.vacant_key();
+        let (peers, keys) = (&node.peers, &node.keys);
+        let failed = |k: usize| {
+            keys.get(k)
+                .and_then(|key| peers.get(key))
+                .is_none_or(|p| p.state() == ComState::Failed)
+        };
+        match node.index.at_address(address, new_key, failed) {
+            At::Existing(k) => {
+                let key = node.keys[k];
+                (key, self.entry_at_key(n, k, key))
+            }
+            At::New(text) => {
+                node.next_unbound += 1;
+                let key = SiteId(node.next_unbound << 1);
+                node.keys.insert(key);
+                let book = AddressBook::given_shared(text.clone());
+                (key, self.new_entry(n, key, new_key, book, Some(text)))
+            }
+        }
+    }
+
+    /// The entry an accepted channel whose NEGOTIATE names site `id` goes
+    /// to at node `m` ([`SiteIndex::route`](crate::site_index::SiteIndex::route)),
+    /// and whether it existed (a new one calls the peer back only at the
+    /// addresses it claimed).
+    pub(super) fn entry_for_accept(
+        &mut self,
+        m: usize,
+        id: SiteId,
+        listen: &[String],
+    ) -> (Box<Peer>, bool) {
+        let node = &mut self.nodes[m];
+        let new_key = node.keys.vacant_key();
+        match node.index.route(id, listen, new_key) {
+            Route::Existing(k) => (self.entry_at_key(m, k, id), true),
+            Route::New(book) => {
+                node.keys.insert(id);
+                (self.new_entry(m, id, new_key, book, None), false)
+            }
+        }
+    }
+
+    /// Entry `k` of node `n`'s index, which the index says is `expect`'s
+    /// (the table keys it so): taken out to be driven.
+    fn entry_at_key(&mut self, n: usize, k: usize, expect: SiteId) -> Box<Peer> {
+        let key = self.nodes[n].keys.get(k).copied();
+        if let Some(p) = key
+            .filter(|key| *key == expect)
+            .and_then(|key| self.take_peer(n, key))
+        {
+            return p;
+        }
+        let what = format!(
+            "{}'s site table names entry {k} for {expect}, which its table holds as {key:?}",
+            self.nodes[n].id
+        );
+        self.violation(what);
+        // Go on with a fresh machine until the run stops at this step.
+        let book = AddressBook::default();
+        self.new_entry(n, expect, k, book, None)
+    }
+
+    /// A new entry of node `n`: keyed `peer` in its table, `key` in its
+    /// index.
+    fn new_entry(
+        &mut self,
+        n: usize,
+        peer: SiteId,
+        key: usize,
+        book: AddressBook,
+        address: Option<Arc<str>>,
+    ) -> Box<Peer> {
+        let seed = self.rand_u64();
+        let now = self.instant();
+        let node = &mut self.nodes[n];
+        node.next_opener += 1;
+        let mut com = ComObject::new(
+            node.cfg.clone(),
+            node.budget.clone(),
+            node.id,
+            book,
+            node.next_opener,
+            seed,
+            now,
+        );
+        if !unbound(peer) {
+            if let Some(c) = node.pairs.take(peer) {
+                com.recall(c);
+            }
+        }
+        Box::new(Peer {
+            com,
+            parked: None,
+            armed: None,
+            slot: Slot::None,
+            opening: None,
+            live: None,
+            reclaim: false,
+            last_send: None,
+            key,
+            address,
+        })
+    }
+
+    /// Unbound entry `peer` of node `n` connected to its address and found
+    /// site `id` (its handshake said so, whether or not it then opened: on
+    /// `conn`). Bound: it goes on under `id`, returned. If the node has an
+    /// entry with `id` already, this one merges into it and is gone
+    /// (`None`); `conn` is closed, as the runtime drops the transport.
+    pub(super) fn found(
+        &mut self,
+        n: usize,
+        peer: SiteId,
+        mut p: Box<Peer>,
+        id: SiteId,
+        conn: (u64, usize),
+    ) -> Option<(SiteId, Box<Peer>)> {
+        let node = &mut self.nodes[n];
+        let site = Site {
+            key: p.key,
+            id: None,
+            address: p.address.as_ref(),
+        };
+        let into = match node.index.bind(site, id) {
+            Bind::Same | Bind::Bound => {
+                node.keys[p.key] = id;
+                if let Slot::Waiting(t) = p.slot {
+                    node.waiters.insert(t, id);
+                }
+                // Its timer event names the stand-in: armed again under
+                // the id when it is put back.
+                p.armed = None;
+                self.counts.bound += 1;
+                self.trace(n, "bound", &[peer.0, id.0]);
+                return Some((id, p));
+            }
+            Bind::MergeInto(k) => node.keys[k],
+        };
+        self.counts.merges += 1;
+        self.trace(n, "merge", &[peer.0, into.0]);
+        self.close_end(conn.0, conn.1, Seg::Fin);
+        let now = self.instant();
+        let Some(mut t) = self.take_peer(n, into) else {
+            let what = format!(
+                "{}'s site table merges into a missing entry",
+                self.nodes[n].id
+            );
+            self.violation(what);
+            return None;
+        };
+        if t.state() == ComState::Failed {
+            // That incarnation failed here permanently: it stays failed,
+            // and so does this reference to it; its messages are handed
+            // back now (the runtime's `merge_into` kills it).
+            self.put_back(n, into, t);
+            p.com.kill(now);
+            self.drive_peer(n, peer, &mut p);
+            self.put_back(n, peer, p);
+            return None;
+        }
+        // What this entry holds is older than anything sent through the
+        // other from now on; it goes after what the other holds already.
+        let older = p.com.merge_out();
+        self.drive_peer(n, peer, &mut p);
+        for m in older {
+            if let Err(refused) = t.com.queue(m) {
+                let (err, m) = *refused;
+                let maybe = err.handed_back() == HandedBack::MaybeDelivered;
+                self.handed_back(n, into, &m, maybe);
+            }
+        }
+        // The application's reference follows the messages.
+        if let Some(at) = p.last_send {
+            t.com.set_has_refs(true, now);
+            t.last_send = Some(t.last_send.map_or(at, |s| s.max(at)));
+        }
+        self.drive_peer(n, into, &mut t);
+        self.put_back(n, into, t);
+        self.forget(n, peer, &p);
+        None
+    }
+
+    /// The reclaim re-check for entry `peer` of node `n`, which nothing of
+    /// the driver's holds any more: it leaves the index (its id, its own
+    /// address and its aliases, never another entry's).
+    pub(super) fn forget(&mut self, n: usize, peer: SiteId, p: &Peer) {
+        let node = &mut self.nodes[n];
+        let site = Site {
+            key: p.key,
+            id: (!unbound(peer)).then_some(peer),
+            address: p.address.as_ref(),
+        };
+        let idle = Counts {
+            refs: 0,
+            adopting: 0,
+            queued: 0,
+            current: true,
+        };
+        match node.index.reclaim(site, idle) {
+            Reclaim::Forget { .. } => {
+                node.keys.remove(p.key);
+            }
+            Reclaim::Keep => {
+                let what = format!("{}'s site table kept {peer}, which nothing holds", node.id);
+                self.violation(what);
+            }
+        }
+    }
+
+    /// Node `n`'s site table agrees with its entries: every key of the
+    /// index names an entry, every entry is the index's, and each bound
+    /// one is found by its id.
+    pub(super) fn check_site_table(&self, n: usize) -> Result<(), String> {
+        let node = &self.nodes[n];
+        if node.keys.len() != node.peers.len() {
+            return Err(format!(
+                "{}'s site table has {} entries for {} ComObjects",
+                node.id,
+                node.keys.len(),
+                node.peers.len()
+            ));
+        }
+        for (k, key) in &node.keys {
+            if node.peers.get(key).is_none_or(|p| p.key != k) {
+                return Err(format!(
+                    "{}'s site table entry {k} ({key}) has no ComObject",
+                    node.id
+                ));
+            }
+            if !unbound(*key) && node.index.id(*key) != Some(k) {
+                return Err(format!(
+                    "{}'s site table does not find {key} by its id",
+                    node.id
+                ));
+            }
+        }
+        if let Some(k) = node
+            .index
+            .referenced_keys()
+            .find(|k| !node.keys.contains(*k))
+        {
+            return Err(format!(
+                "{}'s site table names entry {k}, which was forgotten",
+                node.id
+            ));
+        }
+        Ok(())
+    }
+}
