@@ -561,6 +561,8 @@ impl Sim {
             index: crate::site_index::SiteIndex::new(sites::SITE_CLAIMS.0, sites::SITE_CLAIMS.1),
             keys: slab::Slab::new(),
             next_unbound: 0,
+            release_at: Duration::MAX,
+            table_changed: false,
         }
     }
 

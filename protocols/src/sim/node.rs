@@ -70,6 +70,12 @@ pub(super) struct Node {
     pub(super) keys: slab::Slab<SiteId>,
     /// Stand-ins given so far (the next is twice this plus two).
     pub(super) next_unbound: u128,
+    /// No reference is due to be let go before this (at or before the
+    /// earliest `Peer::last_send` plus the hold).
+    pub(super) release_at: Duration,
+    /// An entry was made, bound, merged or forgotten since the last audit
+    /// (which then checks the table: [`Sim::check_site_table`]).
+    pub(super) table_changed: bool,
     /// The requests it awaits answers to (the runtime's table): by
     /// correlation number, the site asked, the number again for the
     /// driver.

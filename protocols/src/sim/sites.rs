@@ -12,7 +12,8 @@
 //! id, or, if the node already has an entry with the id, everything it
 //! holds moves there, in order ([`ComObject::merge_out`]), and it is
 //! forgotten — as the runtime's `merge_into` does. The audit checks that
-//! the index and the table agree ([`Sim::check_site_table`]).
+//! the index and the table agree ([`Sim::check_site_table`]) on every node
+//! whose table changed since the last audit.
 //!
 //! [`ComObject::merge_out`]: crate::com_object::ComObject::merge_out
 
@@ -139,6 +140,7 @@ impl Sim {
         let now = self.instant();
         let node = &mut self.nodes[n];
         node.next_opener += 1;
+        node.table_changed = true;
         let mut com = ComObject::new(
             node.cfg.clone(),
             node.budget.clone(),
@@ -181,6 +183,7 @@ impl Sim {
         conn: (u64, usize),
     ) -> Option<(SiteId, Box<Peer>)> {
         let node = &mut self.nodes[n];
+        node.table_changed = true;
         let site = Site {
             key: p.key,
             id: None,
@@ -250,6 +253,7 @@ impl Sim {
     /// address and its aliases, never another entry's).
     pub(super) fn forget(&mut self, n: usize, peer: SiteId, p: &Peer) {
         let node = &mut self.nodes[n];
+        node.table_changed = true;
         let site = Site {
             key: p.key,
             id: (!unbound(peer)).then_some(peer),
