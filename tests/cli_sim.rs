@@ -106,17 +106,27 @@ fn bad_options_are_usage_errors() {
 
 /// `--address-sends`: a share of the messages goes to sites' addresses, and
 /// the figures say how many such entries were bound and merged (0 without
-/// it).
+/// it); `--peer-claims`: forwarded origins are claims of their forwarder.
 #[test]
 fn address_sends_bind_and_merge_entries() {
     let mut args = SMALL.to_vec();
-    args.extend(["--seed", "3", "--address-sends", "0.8"]);
+    args.extend([
+        "--seed",
+        "3",
+        "--address-sends",
+        "0.8",
+        "--peer-claims",
+        "2",
+    ]);
     let v = json_of(&args);
     assert_eq!(v["verdict"], "ok", "{v}");
     assert!(
         v["bound"].as_u64().unwrap() + v["merges"].as_u64().unwrap() > 0,
         "{v}"
     );
+    for key in ["origins_claimed", "origins_refused"] {
+        assert!(v[key].is_u64(), "no {key:?} in {v}");
+    }
     let mut plain = SMALL.to_vec();
     plain.extend(["--seed", "3"]);
     let v = json_of(&plain);

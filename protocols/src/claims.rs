@@ -97,6 +97,16 @@ impl<K: Copy + Eq + Hash> Claims<K> {
         self.held.get(&holder).copied().unwrap_or(0)
     }
 
+    /// Every key a claim names: each claimed entry and its holder (with
+    /// duplicates). For checks that a claim never outlives an entry it
+    /// names (`SiteIndex::referenced_keys`).
+    pub fn keys(&self) -> impl Iterator<Item = K> + '_ {
+        self.holder
+            .iter()
+            .flat_map(|(claimed, holder)| [*claimed, *holder])
+            .chain(self.held.keys().copied())
+    }
+
     /// How many entries are claimed.
     pub fn len(&self) -> usize {
         self.holder.len()

@@ -24,6 +24,9 @@ pub enum Bug {
     /// already has drops the newest message it held (neither moved nor
     /// handed back).
     MergeDropsNewest,
+    /// The reclaim re-check forgets an entry but not the claim a peer held
+    /// on it: the peer's bound is spent for ever, one claim per entry.
+    ReclaimKeepsClaims,
 }
 
 thread_local! {

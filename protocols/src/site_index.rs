@@ -420,8 +420,14 @@ impl SiteIndex {
             return Reclaim::Keep;
         }
         let key = site.key;
-        self.forward_claims.forget(key);
-        self.ref_claims.forget(key);
+        #[cfg(feature = "planted-bugs")]
+        let keep_claims = crate::planted::active(crate::planted::Bug::ReclaimKeepsClaims);
+        #[cfg(not(feature = "planted-bugs"))]
+        let keep_claims = false;
+        if !keep_claims {
+            self.forward_claims.forget(key);
+            self.ref_claims.forget(key);
+        }
         self.books.remove(&key);
         let id = site.id.filter(|id| self.by_id.get(id) == Some(&key));
         if let Some(id) = &id {
@@ -463,7 +469,7 @@ impl SiteIndex {
         self.books.contains_key(&key)
     }
 
-    /// Every key an id, address, alias list or book refers to, with
+    /// Every key an id, address, alias list, book or claim refers to, with
     /// duplicates: for checks that each is a live entry (tests, the
     /// simulator's checkers).
     pub fn referenced_keys(&self) -> impl Iterator<Item = usize> + '_ {
@@ -473,6 +479,8 @@ impl SiteIndex {
             .chain(self.aliases.keys())
             .chain(self.books.keys())
             .copied()
+            .chain(self.forward_claims.keys())
+            .chain(self.ref_claims.keys())
     }
 }
 

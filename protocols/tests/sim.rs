@@ -287,18 +287,29 @@ fn by_address(sites: usize, seed: u64) -> SimConfig {
     }
 }
 
+/// The same, and a forwarded request's origin the node does not know is an
+/// entry on the forwarder's word: a claim it holds, two at most (the
+/// runtime's default is 16), so that some are refused.
+fn with_claims(seed: u64) -> SimConfig {
+    SimConfig {
+        peer_claims: Some(2),
+        ..by_address(30, seed)
+    }
+}
+
 #[test]
 fn entries_reached_by_address_bind_or_merge_and_every_checker_holds() {
-    let (mut bound, mut merges, mut failed) = (0, 0, Vec::new());
+    let (mut bound, mut merges, mut claimed, mut failed) = (0, 0, 0, Vec::new());
     for seed in 0..100 {
-        let r = Sim::new(by_address(30, seed)).run();
+        let r = Sim::new(with_claims(seed)).run();
         if r.verdict != Verdict::Ok {
             failed.push((seed, r.verdict.clone()));
         }
         bound += r.bound;
         merges += r.merges;
+        claimed += r.origins_claimed;
         if seed < 5 {
-            let again = Sim::new(by_address(30, seed)).run();
+            let again = Sim::new(with_claims(seed)).run();
             assert_eq!(r.digest, again.digest, "seed {seed} is not deterministic");
         }
     }
@@ -307,9 +318,10 @@ fn entries_reached_by_address_bind_or_merge_and_every_checker_holds() {
         bound > 100 && merges > 100,
         "{bound} bound, {merges} merged"
     );
-    // Off by default: no entry is reached by address.
+    assert!(claimed > 100, "{claimed} origins claimed");
+    // Off by default: no entry is reached by address, no origin claimed.
     let r = Sim::new(cfg(30, 0, Faults::Heavy)).run();
-    assert_eq!((r.bound, r.merges), (0, 0));
+    assert_eq!((r.bound, r.merges, r.origins_claimed), (0, 0, 0));
 }
 
 /// An entry reached by address whose first handshake was refused (the

@@ -41,6 +41,15 @@ pub struct SimConfig {
     /// node already has for it. 0 by default, so that a seed runs as it
     /// did before this existed.
     pub address_sends: f64,
+    /// With `Some(bound)`, a forwarded request's origin the node does not
+    /// know becomes an entry on the forwarder's word, a claim it holds, as
+    /// in the runtime: a forwarder holds at most `bound` claims on sites not
+    /// proven yet (the runtime's default is 16), and a request beyond it is
+    /// refused; the origin's book is tried once at each address. `None` by
+    /// default, so that a seed runs as it did before this existed: the
+    /// origin's entry is then made on the user's word when the application
+    /// answers.
+    pub peer_claims: Option<u32>,
 }
 
 impl Default for SimConfig {
@@ -59,6 +68,7 @@ impl Default for SimConfig {
             latency: (Duration::from_micros(100), Duration::from_millis(2)),
             bandwidth: 100_000_000,
             address_sends: 0.0,
+            peer_claims: None,
         }
     }
 }
@@ -121,6 +131,12 @@ pub struct Report {
     /// Of entries reached by address, those whose site the node knew
     /// under another entry already: everything they held moved there.
     pub merges: u64,
+    /// Entries made for forwarded requests' origins on the forwarder's
+    /// word ([`SimConfig::peer_claims`]).
+    pub origins_claimed: u64,
+    /// Forwarded requests refused because the forwarder held its bound of
+    /// claims on sites not yet proven ([`SimConfig::peer_claims`]).
+    pub origins_refused: u64,
     /// Sites forgotten by the reclaim rule.
     pub reclaimed: u64,
     /// Times a ComObject parked (no channel, nothing pending: issue 21),

@@ -7,7 +7,6 @@ use std::time::Duration;
 use rand::Rng;
 
 use super::net::{Role, Seg};
-use super::sites::SITE_CLAIMS;
 use super::{Ev, Sim};
 
 /// How many faults a run injects.
@@ -185,12 +184,13 @@ impl Sim {
             return;
         }
         let n = up[self.rng.gen_range(0..up.len())];
+        let index = self.new_index();
         let node = &mut self.nodes[n];
         node.up = false;
         let (id, inc) = (node.id, node.incarnation);
         node.peers.clear();
         node.keys.clear();
-        node.index = crate::site_index::SiteIndex::new(SITE_CLAIMS.0, SITE_CLAIMS.1);
+        node.index = index;
         node.holders.clear();
         node.waiters.clear();
         node.line.clear();

@@ -187,6 +187,8 @@ pub(super) struct Counts {
     line_grants: u64,
     bound: u64,
     merges: u64,
+    origins_claimed: u64,
+    origins_refused: u64,
 }
 
 /// A simulation in progress. See the module documentation.
@@ -367,6 +369,8 @@ impl Sim {
             line_grants: self.counts.line_grants,
             bound: self.counts.bound,
             merges: self.counts.merges,
+            origins_claimed: self.counts.origins_claimed,
+            origins_refused: self.counts.origins_refused,
             reclaimed: self.counts.reclaimed,
             parks: self.counts.parks,
             unparks: self.counts.unparks,
@@ -558,7 +562,7 @@ impl Sim {
             paused_until: Duration::ZERO,
             app: (self.factory)(id),
             retransmitted: 0,
-            index: crate::site_index::SiteIndex::new(sites::SITE_CLAIMS.0, sites::SITE_CLAIMS.1),
+            index: self.new_index(),
             keys: slab::Slab::new(),
             next_unbound: 0,
             release_at: Duration::MAX,

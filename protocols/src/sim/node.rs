@@ -291,7 +291,9 @@ impl Sim {
                 }
                 // No one watches a simulated node's events (the machine's rule
                 // for them has its own tests).
-                Action::Proven | Action::Up => {}
+                // A claim a peer held on the site ends once it is proven.
+                Action::Proven => self.nodes[n].index.proven(p.key),
+                Action::Up => {}
                 Action::Failed {
                     failure,
                     not_sent,

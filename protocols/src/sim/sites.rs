@@ -22,18 +22,26 @@ use std::sync::Arc;
 use crate::address_book::AddressBook;
 use crate::com_object::{ComObject, ComState};
 use crate::error::HandedBack;
-use crate::site::SiteId;
-use crate::site_index::{At, Bind, Counts, Described, Reclaim, Route, Site, Word};
+use crate::site::{SiteDescriptor, SiteId};
+use crate::site_index::{At, Bind, Counts, Described, Reclaim, Route, Site, SiteIndex, Word};
 
 use super::net::Seg;
 use super::peer::{unbound, Peer, Slot};
 use super::Sim;
 
-/// The bounds of the claims a peer's words may make (forwarded origins,
-/// `SiteRef`s): the runtime's defaults.
-pub(super) const SITE_CLAIMS: (u32, u32) = (16, 1024);
+/// The runtime's default bounds of the claims a peer's words may make:
+/// forwarded origins, `SiteRef`s.
+const SITE_CLAIMS: (u32, u32) = (16, 1024);
 
 impl Sim {
+    /// A node's empty site table: a forwarder may hold
+    /// [`SimConfig::peer_claims`](super::SimConfig::peer_claims) claims (the
+    /// runtime's default without it).
+    pub(super) fn new_index(&self) -> SiteIndex {
+        let forward = self.cfg.peer_claims.unwrap_or(SITE_CLAIMS.0);
+        SiteIndex::new(forward, SITE_CLAIMS.1)
+    }
+
     /// The entry for site `id` at node `n`, on the application's word (a
     /// site of the directory, at `address`: a runtime's
     /// `site(descriptor)`), made if the node has none.
@@ -102,6 +110,58 @@ impl Sim {
             Route::New(book) => {
                 node.keys.insert(id);
                 (self.new_entry(m, id, new_key, book, None), false)
+            }
+        }
+    }
+
+    /// The origin of a forwarded request that `via` delivered at node `n`,
+    /// as the runtime's `forward_origin` makes it: a site the node does
+    /// not know becomes an entry on `via`'s word — a claim `via` holds,
+    /// released when the site is proven or the entry leaves, its book
+    /// tried once at each address — and beyond `via`'s bound the request
+    /// is refused (false: it ends here, and its requester times out).
+    /// Only with [`SimConfig::peer_claims`](super::SimConfig::peer_claims).
+    pub(super) fn origin_entry(&mut self, n: usize, via: SiteId, origin: &SiteDescriptor) -> bool {
+        let node = &mut self.nodes[n];
+        if origin.id == node.id {
+            return true;
+        }
+        let Some(peer) = node.index.id(via) else {
+            let what = format!(
+                "{}'s site table does not find {via}, which delivered",
+                node.id
+            );
+            self.violation(what);
+            return false;
+        };
+        let new_key = node.keys.vacant_key();
+        let word = Word::Peer {
+            peer,
+            forward: true,
+        };
+        match node
+            .index
+            .described(origin.id, &origin.addresses, word, new_key, |_| true)
+        {
+            Ok(Described::Known { .. }) => true,
+            Ok(Described::New) => {
+                let book = node.index.take_book(new_key).unwrap_or_default();
+                node.keys.insert(origin.id);
+                let mut p = self.new_entry(n, origin.id, new_key, book, None);
+                self.counts.origins_claimed += 1;
+                self.trace(n, "origin_claimed", &[via.0, origin.id.0]);
+                // The request holds a reference to its origin until it is
+                // answered: held as a site the application sent to.
+                p.last_send = Some(self.now);
+                let node = &mut self.nodes[n];
+                node.release_at = node.release_at.min(self.now + self.cfg.hold_references);
+                self.put_back(n, origin.id, p);
+                true
+            }
+            Err(_) => {
+                self.counts.origins_refused += 1;
+                self.trace(n, "origin_refused", &[via.0, origin.id.0]);
+                false
             }
         }
     }

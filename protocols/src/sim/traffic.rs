@@ -178,6 +178,10 @@ impl Sim {
                 self.app_call(n, |app, ctx| app.requested(ctx, req));
             }
             Delivered::Forwarded { origin, .. } => {
+                if self.cfg.peer_claims.is_some() && !self.origin_entry(n, peer, &origin) {
+                    // Refused: the request ends here, answered to nobody.
+                    return;
+                }
                 let req = Request::new(origin.id, peer, m.priority, body, corr, kind);
                 self.app_call(n, |app, ctx| app.requested(ctx, req));
             }

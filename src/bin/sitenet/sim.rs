@@ -42,6 +42,12 @@ pub(crate) struct Args {
     /// and merges one into the entry it already has for the site.
     #[arg(long, default_value_t = 0.0)]
     address_sends: f64,
+    /// A forwarded request's origin the node does not know becomes an
+    /// entry on the forwarder's word, a claim it holds, as in the runtime:
+    /// each forwarder may hold this many claims on sites not proven yet
+    /// (the runtime's default is 16); a request beyond is refused.
+    #[arg(long)]
+    peer_claims: Option<u32>,
     /// Without --seed: wall-clock seconds to spend trying seeds.
     #[arg(long, default_value_t = 30.0)]
     search: f64,
@@ -85,6 +91,8 @@ struct Json {
     handshakes_dropped: u64,
     bound: u64,
     merges: u64,
+    origins_claimed: u64,
+    origins_refused: u64,
     events: u64,
     sim_s: f64,
     wall_s: f64,
@@ -155,6 +163,8 @@ impl Json {
             handshakes_dropped: r.handshakes_dropped,
             bound: r.bound,
             merges: r.merges,
+            origins_claimed: r.origins_claimed,
+            origins_refused: r.origins_refused,
             events: r.events,
             sim_s: r.sim_s,
             wall_s,
@@ -199,6 +209,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         weak_slots: a.weak_slots,
         hard_slots: a.hard_slots,
         address_sends: a.address_sends,
+        peer_claims: a.peer_claims,
         ..SimConfig::default()
     };
     match a.seed {
@@ -316,6 +327,8 @@ fn add(mut a: Json, b: &Json) -> Json {
     a.unparks += b.unparks;
     a.bound += b.bound;
     a.merges += b.merges;
+    a.origins_claimed += b.origins_claimed;
+    a.origins_refused += b.origins_refused;
     a.requests += b.requests;
     a.late_replies += b.late_replies;
     a.handshakes_dropped += b.handshakes_dropped;
@@ -341,7 +354,7 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
         runs,
         command: format!(
             "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} \
-             --weak-slots {} --hard-slots {} --address-sends {} --trace",
+             --weak-slots {} --hard-slots {} --address-sends {}{} --trace",
             small.seed,
             small.sites,
             small.faults.name(),
@@ -349,7 +362,10 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
             small.settle.as_secs_f64(),
             small.weak_slots,
             small.hard_slots,
-            small.address_sends
+            small.address_sends,
+            small
+                .peer_claims
+                .map_or(String::new(), |b| format!(" --peer-claims {b}"))
         ),
     }
 }
@@ -385,8 +401,8 @@ fn print(j: &Json, json: bool) {
     );
     println!("idle sites:     {} parks, {} unparks", j.parks, j.unparks);
     println!(
-        "site table:     {} entries reached by address bound, {} merged",
-        j.bound, j.merges
+        "site table:     {} entries reached by address bound, {} merged; forwarded origins: {} claimed, {} refused",
+        j.bound, j.merges, j.origins_claimed, j.origins_refused
     );
     println!(
         "requests:       {} sent (each ended once), {} late replies",
