@@ -339,3 +339,24 @@ fn regression_an_entry_bound_by_a_refusal_proves_the_pair_its_node_kept() {
     assert_eq!(r.verdict, Verdict::Ok, "{r:?}");
     assert!(r.bound > 0);
 }
+
+/// The simulator's driver armed a node's slot timer at the table's
+/// deadline even when that deadline had already passed: the event was
+/// scheduled for now but recorded for the past time, so it found itself
+/// stale, and the node's preemption tick never fired again. Its waiting
+/// sites then waited for a slot to free on its own (here 30 s at a time,
+/// with 2 weak slots), and a message sent at 16 s was still queued when
+/// the run ended ("neither delivered nor handed back"). The runtime's
+/// tick thread handles a past deadline at once (`at <= now`). Found by a
+/// search with entries reached by address (30 sites, heavy faults, 2 / 4
+/// slots, seed 8026651); failed before the fix.
+#[test]
+fn regression_a_slot_deadline_already_past_still_fires() {
+    let r = Sim::new(SimConfig {
+        weak_slots: 2,
+        hard_slots: 4,
+        ..by_address(30, 8_026_651)
+    })
+    .run();
+    assert_eq!(r.verdict, Verdict::Ok, "{r:?}");
+}

@@ -205,17 +205,21 @@ impl Sim {
         self.put_back(n, peer, p);
     }
 
+    /// Keeps one timer event at node `n`'s slot table's deadline, as the
+    /// controller's tick thread waits for it.
     pub(super) fn rearm_slots(&mut self, n: usize) {
         let node = &mut self.nodes[n];
+        // A deadline already past fires now, and is armed as now: the
+        // event checks it fires at the armed time (else it is stale).
         let at = node
             .slots
             .poll_timeout()
-            .map(|i| i.saturating_duration_since(self.t0));
+            .map(|i| i.saturating_duration_since(self.t0).max(self.now));
         if at != node.slot_armed {
             node.slot_armed = at;
             if let Some(t) = at {
                 let inc = node.incarnation;
-                self.at(t.max(self.now), Ev::SlotTimer { node: n, inc });
+                self.at(t, Ev::SlotTimer { node: n, inc });
             }
         }
     }
