@@ -289,10 +289,10 @@ impl Sim {
                         p.reclaim = true;
                     }
                 }
-                // No one watches a simulated node's events (the machine's rule
-                // for them has its own tests).
                 // A claim a peer held on the site ends once it is proven.
                 Action::Proven => self.nodes[n].index.proven(p.key),
+                // No one watches a simulated node's events (the machine's rule
+                // for them has its own tests).
                 Action::Up => {}
                 Action::Failed {
                     failure,
