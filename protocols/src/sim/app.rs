@@ -118,15 +118,20 @@ impl AppCtx<'_> {
     /// handler's sends leave after it). Sending to a site that failed hands
     /// the message back through [`Application::handed_back`].
     pub fn send(&mut self, to: SiteId, priority: Priority, body: impl Into<Bytes>) {
+        self.one_way(to, priority, body.into(), false);
+    }
+
+    /// A one-way message (`by_address`: to where `to` listens).
+    fn one_way(&mut self, to: SiteId, priority: Priority, body: Bytes, by_address: bool) {
         self.out.push(Outgoing {
             to,
             priority,
-            body: body.into(),
+            body,
             kind: MessageKind::OneWay,
             corr: 0,
             origin: None,
             timeout: None,
-            by_address: false,
+            by_address,
         });
     }
 
@@ -137,17 +142,28 @@ impl AppCtx<'_> {
     /// or, if the node already has an entry for that site, merges into it
     /// and its messages follow, in order. A message handed back is
     /// reported for `site`.
+    ///
+    /// ```
+    /// use sitenet_protocols::sim::{AppCtx, Application, Sim, SimConfig, Verdict};
+    /// use sitenet_protocols::Priority;
+    ///
+    /// struct ByAddress;
+    /// impl Application for ByAddress {
+    ///     fn tick(&mut self, ctx: &mut AppCtx<'_>) {
+    ///         if let Some(to) = ctx.random_peer() {
+    ///             ctx.send_to_address_of(to, Priority::Medium, b"hi".to_vec());
+    ///         }
+    ///     }
+    /// }
+    /// let cfg = SimConfig { sites: 6, seed: 3, ..SimConfig::default() };
+    /// let r = Sim::with_app(cfg, Box::new(|_| Box::new(ByAddress))).run();
+    /// assert_eq!(r.verdict, Verdict::Ok);
+    /// // Each site's first send to an address binds an entry, or merges
+    /// // it into the one the site has already.
+    /// assert!(r.bound + r.merges > 0);
+    /// ```
     pub fn send_to_address_of(&mut self, site: SiteId, priority: Priority, body: impl Into<Bytes>) {
-        self.out.push(Outgoing {
-            to: site,
-            priority,
-            body: body.into(),
-            kind: MessageKind::OneWay,
-            corr: 0,
-            origin: None,
-            timeout: None,
-            by_address: true,
-        });
+        self.one_way(site, priority, body.into(), true);
     }
 
     /// Sends a request to `to`; its one outcome comes to
