@@ -59,6 +59,15 @@ fn hash(body: &[u8]) -> u64 {
 /// address of a node (an even key).
 struct Dest(SiteId);
 
+impl Dest {
+    /// The destination of a stream of messages to site `to`, or (`place`)
+    /// to the address of that node: a key of its own per address, even
+    /// where site ids are odd.
+    fn key(to: SiteId, place: Option<usize>) -> SiteId {
+        place.map_or(to, |m| SiteId((m as u128) << 1))
+    }
+}
+
 impl std::fmt::Display for Dest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 .0 {
@@ -93,8 +102,7 @@ pub(super) struct Oracle {
 impl Oracle {
     /// A message about to be queued; returns its id.
     /// `place`: sent to the address of that node, not to site `to`; such
-    /// messages are a stream of their own per address (an even key: site
-    /// ids are odd).
+    /// messages are a stream of their own per address ([`Dest::key`]).
     pub(super) fn sent(
         &mut self,
         from: SiteId,
@@ -104,8 +112,10 @@ impl Oracle {
         body: &[u8],
     ) -> u64 {
         let id = self.msgs.len() as u64;
-        let dest = place.map_or(to, |m| SiteId((m as u128) << 1));
-        let s = self.streams.entry((from, dest, priority)).or_default();
+        let s = self
+            .streams
+            .entry((from, Dest::key(to, place), priority))
+            .or_default();
         s.ids.push(id);
         self.msgs.push(Record {
             from,
@@ -177,8 +187,7 @@ impl Oracle {
                 ))
             }
         }
-        let dest = r.place.map_or(r.to, |m| SiteId((m as u128) << 1));
-        let (key, seq) = ((r.from, dest, r.priority), r.seq);
+        let (key, seq) = ((r.from, Dest::key(r.to, r.place), r.priority), r.seq);
         self.delivered += 1;
         let s = self
             .streams
