@@ -152,9 +152,7 @@ impl Sim {
                 self.trace(n, "origin_claimed", &[via.0, origin.id.0]);
                 // The request holds a reference to its origin until it is
                 // answered: held as a site the application sent to.
-                p.last_send = Some(self.now);
-                let node = &mut self.nodes[n];
-                node.release_at = node.release_at.min(self.now + self.cfg.hold_references);
+                self.referenced(n, &mut p);
                 self.put_back(n, origin.id, p);
                 true
             }

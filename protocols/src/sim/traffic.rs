@@ -50,6 +50,15 @@ impl Sim {
         }
     }
 
+    /// Node `n`'s application refers to `p`'s site now: it holds the
+    /// reference for [`SimConfig::hold_references`] from here, and the
+    /// node's next release is due by then at the latest.
+    pub(super) fn referenced(&mut self, n: usize, p: &mut super::node::Peer) {
+        p.last_send = Some(self.now);
+        let node = &mut self.nodes[n];
+        node.release_at = node.release_at.min(self.now + self.cfg.hold_references);
+    }
+
     /// Calls node `n`'s application; what it sends leaves afterwards.
     pub(super) fn app_call(
         &mut self,
@@ -128,9 +137,7 @@ impl Sim {
         };
         // The application holds a reference to a site it sends to.
         p.com.set_has_refs(true, self.instant());
-        p.last_send = Some(self.now);
-        let node = &mut self.nodes[n];
-        node.release_at = node.release_at.min(self.now + self.cfg.hold_references);
+        self.referenced(n, &mut p);
         if let Err(refused) = p.com.queue(msg) {
             let (err, m) = *refused;
             let maybe = err.handed_back() == crate::error::HandedBack::MaybeDelivered;
