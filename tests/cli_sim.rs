@@ -98,6 +98,7 @@ fn bad_options_are_usage_errors() {
         &["sim", "--faults", "some", "--seed", "1"],
         &["sim", "--hard-slots", "1", "--seed", "1"],
         &["sim", "--address-sends", "1.5", "--seed", "1"],
+        &["sim", "--cooperations", "-0.1", "--seed", "1"],
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -135,4 +136,23 @@ fn address_sends_bind_and_merge_entries() {
         (Some(0), Some(0)),
         "{v}"
     );
+}
+
+/// `--cooperations`: sites open cooperations, and the figures say how each
+/// ended (every one once); without it, none.
+#[test]
+fn cooperations_are_opened_and_each_ends_once() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "3", "--cooperations", "0.5"]);
+    let v = json_of(&args);
+    assert_eq!(v["verdict"], "ok", "{v}");
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k:?} in {v}"));
+    let ended =
+        n("coops_completed") + n("coops_timed_out") + n("coops_failed") + n("coops_cancelled");
+    assert!(n("cooperations") > 0 && ended > 0, "{v}");
+    assert!(ended <= n("cooperations"), "{v}");
+    assert!(v["coop_discarded"].is_u64(), "{v}");
+    let mut plain = SMALL.to_vec();
+    plain.extend(["--seed", "3"]);
+    assert_eq!(json_of(&plain)["cooperations"].as_u64(), Some(0));
 }

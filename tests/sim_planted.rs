@@ -124,3 +124,28 @@ fn a_reclaim_that_keeps_a_claim_is_caught() {
         ..by_address(seed)
     });
 }
+
+/// Sites open cooperations (a scatter/gather to their neighbours, with
+/// votes) on a third of their ticks.
+fn with_cooperations(seed: u64) -> SimConfig {
+    SimConfig {
+        cooperations: 0.3,
+        ..cfg(seed)
+    }
+}
+
+/// A cooperation whose descriptor for one site takes a reply from any
+/// site is caught: the application finds a descriptor filled by a site it
+/// did not wait for.
+#[test]
+fn a_descriptor_filled_by_another_site_is_caught() {
+    assert_caught_in(Bug::CoopIgnoresFrom, with_cooperations);
+}
+
+/// An ended cooperation that leaves one of its requests in the request
+/// table is caught: the audit finds a request awaiting a cooperation that
+/// is not open.
+#[test]
+fn an_ended_cooperation_that_keeps_a_request_is_caught() {
+    assert_caught_in(Bug::CoopKeepsRequests, with_cooperations);
+}

@@ -15,6 +15,12 @@
 //! * A body longer than the descriptor's limit is truncated to it, and its
 //!   real size kept ([`Filled::size`]); a shorter one is fine.
 //! * The end is final: complete, cancelled, timed out or failed, once.
+//! * **Its requests end with it.** The requests sent for it are recorded
+//!   ([`Cooperation::sent`]); once it has ended, [`Cooperation::take_requests`]
+//!   hands them over, and the driver forgets them in its request table, so
+//!   a reply that comes later is unknown there (discarded and counted), not
+//!   offered to a cooperation that is over. A request sent after the end is
+//!   refused at once (`sent` returns false).
 //!
 //! Sites are a type parameter `S` (the runtime's site handles), compared
 //! with `==`.
@@ -48,6 +54,10 @@ impl<S> Expect<S> {
     where
         S: PartialEq,
     {
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::active(crate::planted::Bug::CoopIgnoresFrom) {
+            return self.type_id.is_none_or(|t| t == type_id);
+        }
         self.from.as_ref().is_none_or(|f| f == from) && self.type_id.is_none_or(|t| t == type_id)
     }
 }
@@ -147,6 +157,9 @@ pub enum Offered {
 pub struct Cooperation<S> {
     descriptors: Vec<(Expect<S>, Option<Filled<S>>)>,
     end: Option<End<S>>,
+    /// Correlation numbers of the requests sent for it, until
+    /// [`take_requests`](Self::take_requests) hands them over.
+    requests: Vec<u64>,
 }
 
 impl<S> Default for Cooperation<S> {
@@ -154,6 +167,7 @@ impl<S> Default for Cooperation<S> {
         Self {
             descriptors: Vec::new(),
             end: None,
+            requests: Vec::new(),
         }
     }
 }
@@ -268,6 +282,32 @@ impl<S: PartialEq + Clone> Cooperation<S> {
     /// Descriptors not filled yet.
     pub fn missing(&self) -> usize {
         self.descriptors.iter().filter(|(_, f)| f.is_none()).count()
+    }
+
+    /// Request `corr` was registered for it (its reply will be offered
+    /// here). False if it has ended already: the driver forgets the
+    /// request at once, since nothing would ever hand it over.
+    pub fn sent(&mut self, corr: u64) -> bool {
+        if self.end.is_some() {
+            return false;
+        }
+        self.requests.push(corr);
+        true
+    }
+
+    /// Once it has ended, the requests sent for it (each once: they are
+    /// handed over, and a second call returns none); the driver forgets
+    /// them in its request table. Before the end, none: they still await
+    /// their replies.
+    pub fn take_requests(&mut self) -> Vec<u64> {
+        if self.end.is_none() {
+            return Vec::new();
+        }
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::active(crate::planted::Bug::CoopKeepsRequests) {
+            self.requests.pop();
+        }
+        std::mem::take(&mut self.requests)
     }
 }
 
@@ -416,6 +456,21 @@ mod tests {
         c.expect(from(1));
         assert!(c.time_out());
         assert_eq!(c.end(), Some(&End::TimedOut));
+    }
+
+    #[test]
+    fn its_requests_are_handed_over_once_when_it_ends_and_none_after() {
+        let mut c = Cooperation::new();
+        c.expect(from(1));
+        c.expect(from(2));
+        assert!(c.sent(10) && c.sent(11));
+        assert!(c.take_requests().is_empty(), "still awaiting their replies");
+        c.offer(1, 0, Bytes::new(), body(1));
+        assert!(c.time_out());
+        assert_eq!(c.take_requests(), [10, 11], "every one, the answered too");
+        assert!(c.take_requests().is_empty(), "handed over once");
+        assert!(!c.sent(12), "a request after the end is refused");
+        assert!(c.take_requests().is_empty());
     }
 
     proptest! {

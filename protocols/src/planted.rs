@@ -27,6 +27,12 @@ pub enum Bug {
     /// The reclaim re-check forgets an entry but not the claim a peer held
     /// on it: the peer's bound is spent for ever, one claim per entry.
     ReclaimKeepsClaims,
+    /// A cooperation's descriptor from one site is filled by a reply from
+    /// any site (the receive descriptor's site is ignored).
+    CoopIgnoresFrom,
+    /// An ended cooperation hands over all its requests but the last: that
+    /// one stays in the request table, awaiting a cooperation that is over.
+    CoopKeepsRequests,
 }
 
 thread_local! {

@@ -227,6 +227,12 @@ impl<S, W, H: std::hash::BuildHasher> RequestTable<S, W, H> {
         self.pending.drain().map(|(_, p)| p.waiter).collect()
     }
 
+    /// Every pending request's number and awaiter, in no particular order
+    /// (for a driver's own checks).
+    pub fn awaiters(&self) -> impl Iterator<Item = (u64, &W)> {
+        self.pending.iter().map(|(&c, p)| (c, &p.waiter))
+    }
+
     /// How many requests are pending.
     pub fn len(&self) -> usize {
         self.pending.len()

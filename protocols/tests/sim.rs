@@ -324,6 +324,60 @@ fn entries_reached_by_address_bind_or_merge_and_every_checker_holds() {
     assert_eq!((r.bound, r.merges, r.origins_claimed), (0, 0, 0));
 }
 
+/// Cooperations under faults: 30 sites, heavy faults, 3 weak and 5 hard
+/// slots, and a third of the ticks open one (the default workload's
+/// scatter/gather: requests to one to three neighbours, descriptors from
+/// that neighbour or from any site, half the time a vote expected too).
+/// Every cooperation ends exactly once, each way it can: completed, timed
+/// out, failed with a site it waited for, cancelled; every answer is one
+/// its requests asked for, and a descriptor from a site is filled by that
+/// site (the workload checks); no request outlives its cooperation in
+/// the request table (the audit checks).
+#[test]
+fn cooperations_end_once_each_way_and_every_checker_holds() {
+    let shape = |seed| SimConfig {
+        weak_slots: 3,
+        hard_slots: 5,
+        cooperations: 0.3,
+        ..cfg(30, seed, Faults::Heavy)
+    };
+    let mut ends = [0u64; 5];
+    let mut failed = Vec::new();
+    for seed in 0..100 {
+        let r = Sim::new(shape(seed)).run();
+        if r.verdict != Verdict::Ok {
+            failed.push((seed, r.verdict.clone()));
+        }
+        let each = [
+            r.coops_completed,
+            r.coops_timed_out,
+            r.coops_failed,
+            r.coops_cancelled,
+            r.coop_discarded,
+        ];
+        for (total, n) in ends.iter_mut().zip(each) {
+            *total += n;
+        }
+        assert!(r.cooperations >= each[..4].iter().sum::<u64>());
+        if seed < 5 {
+            let again = Sim::new(shape(seed)).run();
+            assert_eq!(r.digest, again.digest, "seed {seed} is not deterministic");
+        }
+    }
+    assert!(failed.is_empty(), "failing seeds: {failed:#?}");
+    let [completed, timed_out, failed_site, cancelled, discarded] = ends;
+    assert!(
+        completed > 1000 && timed_out > 1000 && cancelled > 100 && discarded > 1000,
+        "{ends:?}"
+    );
+    assert!(
+        failed_site > 0,
+        "no cooperation failed with its site: {ends:?}"
+    );
+    // Off by default.
+    assert_eq!(Sim::new(cfg(30, 0, Faults::Heavy)).run().cooperations, 0);
+}
+
 /// An entry reached by address whose first handshake was refused (the
 /// peer remembered a pair with this site, which the new entry did not
 /// prove) is bound to the site the refusal named, but it kept calling

@@ -205,10 +205,9 @@ pub enum CoopError {
 
 /// A cooperation's state, shared by its handles and its pending requests.
 pub(crate) struct CoopState {
+    /// The machine, which also records its requests (removed from the
+    /// node's table when it ends: `Cooperation::take_requests`).
     machine: Mutex<machine::Cooperation<SiteKey>>,
-    /// Its requests still awaiting a reply (removed from the node's table
-    /// when it ends).
-    corrs: Mutex<Vec<u64>>,
     changed: Notify,
     shut_down: std::sync::atomic::AtomicBool,
     /// Live `Cooperation` handles (the node's table holds the state too).
@@ -271,7 +270,7 @@ impl CoopState {
     /// It ended: its other requests are forgotten (their replies will be
     /// discarded and counted) and every waiter wakes.
     fn ended(&self, node: &NodeInner) {
-        let corrs = std::mem::take(&mut *self.corrs.lock());
+        let corrs = self.machine.lock().take_requests();
         node.forget_requests(&corrs);
         self.changed.notify_waiters();
     }
@@ -325,7 +324,6 @@ impl Cooperation {
     pub(crate) fn new(node: Arc<NodeInner>) -> Self {
         let state = Arc::new(CoopState {
             machine: Mutex::new(machine::Cooperation::new()),
-            corrs: Mutex::new(Vec::new()),
             changed: Notify::new(),
             shut_down: Default::default(),
             handles: std::sync::atomic::AtomicUsize::new(1),
@@ -362,13 +360,14 @@ impl Cooperation {
         let m = site.encode(req, opts, MessageKind::Request, corr)?;
         self.node
             .register_coop_request(corr, site.entry.resolved(), self.state.clone());
-        self.state.corrs.lock().push(corr);
+        let recorded = self.state.machine.lock().sent(corr);
         if let Err(e) = site.post(m).await {
             self.node.cancel_request(corr);
             return Err(e);
         }
-        // Ended meanwhile (or before): its reply will find nothing.
-        if self.state.machine.lock().end().is_some() {
+        // Ended before (not recorded) or meanwhile: its reply will find
+        // nothing.
+        if !recorded || self.state.machine.lock().end().is_some() {
             self.node.forget_requests(&[corr]);
         }
         Ok(())

@@ -15,10 +15,29 @@ use bytes::Bytes;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::cooperation::{Cooperation, End, Expect};
 use crate::delegation::reply_kind;
 use crate::message::MessageKind;
 use crate::priority::Priority;
 use crate::site::SiteId;
+
+use super::{COOP_REPLY_TYPE, SIM_TYPE};
+
+/// What an application asked for during a callback, carried out after it,
+/// in the order asked.
+#[derive(Debug)]
+pub(super) enum Op {
+    /// A message.
+    Send(Outgoing),
+    /// A new cooperation: its descriptors, and how long it waits.
+    Open {
+        coop: u64,
+        expect: Vec<Expect<SiteId>>,
+        timeout: Duration,
+    },
+    /// A cooperation cancelled.
+    Cancel(u64),
+}
 
 /// What an application asked to send, carried out after its callback.
 #[derive(Debug)]
@@ -35,6 +54,29 @@ pub(super) struct Outgoing {
     /// Sent to the address where `to` listens, not to `to` itself
     /// ([`AppCtx::send_to_address_of`]).
     pub(super) by_address: bool,
+    /// Its message type: [`SIM_TYPE`], or [`COOP_REPLY_TYPE`] for a
+    /// cooperation reply ([`AppCtx::send_coop_reply`]).
+    pub(super) type_id: u32,
+    /// The cooperation a request belongs to ([`AppCtx::coop_request`]).
+    pub(super) coop: Option<u64>,
+}
+
+impl Outgoing {
+    /// A message of the simulator's type, no request, sent to `to`'s id.
+    fn to(to: SiteId, priority: Priority, body: Bytes, kind: MessageKind) -> Self {
+        Self {
+            to,
+            priority,
+            body,
+            kind,
+            corr: 0,
+            origin: None,
+            timeout: None,
+            by_address: false,
+            type_id: SIM_TYPE,
+            coop: None,
+        }
+    }
 }
 
 /// A request an application received, to answer with [`AppCtx::reply`] or
@@ -110,7 +152,9 @@ pub struct AppCtx<'a> {
     /// The run's random source: every random choice of an application
     /// must come from here, or the run stops being reproducible.
     pub rng: &'a mut ChaCha8Rng,
-    pub(super) out: &'a mut Vec<Outgoing>,
+    pub(super) out: &'a mut Vec<Op>,
+    /// The number the site's next cooperation gets.
+    pub(super) next_coop: &'a mut u64,
 }
 
 impl AppCtx<'_> {
@@ -123,16 +167,10 @@ impl AppCtx<'_> {
 
     /// A one-way message (`by_address`: to where `to` listens).
     fn one_way(&mut self, to: SiteId, priority: Priority, body: Bytes, by_address: bool) {
-        self.out.push(Outgoing {
-            to,
-            priority,
-            body,
-            kind: MessageKind::OneWay,
-            corr: 0,
-            origin: None,
-            timeout: None,
+        self.out.push(Op::Send(Outgoing {
             by_address,
-        });
+            ..Outgoing::to(to, priority, body, MessageKind::OneWay)
+        }));
     }
 
     /// Sends `body` at `priority` to the address where `site` listens now,
@@ -177,16 +215,11 @@ impl AppCtx<'_> {
         timeout: Duration,
     ) -> u64 {
         let corr = self.rng.gen::<u64>() | 1;
-        self.out.push(Outgoing {
-            to,
-            priority,
-            body: body.into(),
-            kind: MessageKind::Request,
+        self.out.push(Op::Send(Outgoing {
             corr,
-            origin: None,
             timeout: Some(timeout),
-            by_address: false,
-        });
+            ..Outgoing::to(to, priority, body.into(), MessageKind::Request)
+        }));
         corr
     }
 
@@ -194,31 +227,121 @@ impl AppCtx<'_> {
     /// forwarded here).
     pub fn reply(&mut self, req: &Request, body: impl Into<Bytes>) {
         let kind = reply_kind(req.kind).expect("a request awaits an answer");
-        self.out.push(Outgoing {
-            to: req.origin,
-            priority: req.priority,
-            body: body.into(),
-            kind,
+        self.out.push(Op::Send(Outgoing {
             corr: req.corr,
-            origin: None,
-            timeout: None,
-            by_address: false,
-        });
+            ..Outgoing::to(req.origin, req.priority, body.into(), kind)
+        }));
     }
 
     /// Hands `req` on to `to`, which answers its origin directly (three
     /// messages instead of four).
     pub fn forward(&mut self, req: &Request, to: SiteId) {
-        self.out.push(Outgoing {
-            to,
-            priority: req.priority,
-            body: req.body.clone(),
-            kind: MessageKind::Forward,
+        self.out.push(Op::Send(Outgoing {
             corr: req.corr,
             origin: Some(req.origin),
-            timeout: None,
-            by_address: false,
+            ..Outgoing::to(to, req.priority, req.body.clone(), MessageKind::Forward)
+        }));
+    }
+
+    /// Opens a cooperation (Paradis-Net's, the runtime's
+    /// `Node::cooperation`): replies described by `expect`, each filled by
+    /// the first reply that matches it — a reply to one of its requests
+    /// ([`coop_request`](Self::coop_request)), or a cooperation reply
+    /// ([`send_coop_reply`](Self::send_coop_reply)) from any site. It ends
+    /// once: complete when every descriptor is filled, failed when a site
+    /// an unfilled descriptor waits for fails permanently, timed out after
+    /// `timeout`, or cancelled ([`cancel`](Self::cancel)); then
+    /// [`Application::cooperation_ended`] is told, with the number returned
+    /// here. The rules are the runtime's own (`sitenet_protocols::cooperation`).
+    /// Replies of requests go at [`SIM_TYPE`]; cooperation replies at
+    /// [`COOP_REPLY_TYPE`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sitenet_protocols::cooperation::{Cooperation, End, Expect};
+    /// use sitenet_protocols::sim::{
+    ///     AppCtx, Application, Faults, Request, Sim, SimConfig, Verdict, SIM_TYPE,
+    /// };
+    /// use sitenet_protocols::{Priority, SiteId};
+    ///
+    /// /// Site 0 asks its two neighbours once; each answers.
+    /// #[derive(Default)]
+    /// struct Gather { ended: Vec<bool> }
+    /// impl Application for Gather {
+    ///     fn start(&mut self, ctx: &mut AppCtx<'_>) {
+    ///         if ctx.me != ctx.sites[0] {
+    ///             return;
+    ///         }
+    ///         let (a, b) = (ctx.sites[1], ctx.sites[2]);
+    ///         let from = |s| Expect { from: Some(s), type_id: Some(SIM_TYPE), max_body: None };
+    ///         let c = ctx.cooperation(vec![from(a), from(b)], Duration::from_secs(20));
+    ///         ctx.coop_request(c, a, Priority::Medium, b"count".to_vec());
+    ///         ctx.coop_request(c, b, Priority::Medium, b"count".to_vec());
+    ///     }
+    ///     fn requested(&mut self, ctx: &mut AppCtx<'_>, req: Request) {
+    ///         ctx.reply(&req, b"1".to_vec());
+    ///     }
+    ///     fn cooperation_ended(&mut self, _: &mut AppCtx<'_>, _: u64, c: &Cooperation<SiteId>) {
+    ///         self.ended.push(c.end() == Some(&End::Complete));
+    ///     }
+    ///     fn check(&self, ctx: &AppCtx<'_>) -> Result<(), String> {
+    ///         let want: &[bool] = if ctx.me == ctx.sites[0] { &[true] } else { &[] };
+    ///         (self.ended == want).then_some(()).ok_or(format!("{:?}", self.ended))
+    ///     }
+    /// }
+    /// // No faults: with them, a restarted site 0 would start (and ask) again.
+    /// let cfg = SimConfig { sites: 3, seed: 1, faults: Faults::None, ..SimConfig::default() };
+    /// let r = Sim::with_app(cfg, Box::new(|_| Box::new(Gather::default()))).run();
+    /// assert_eq!(r.verdict, Verdict::Ok);
+    /// assert_eq!((r.cooperations, r.coops_completed), (1, 1));
+    /// ```
+    pub fn cooperation(&mut self, expect: Vec<Expect<SiteId>>, timeout: Duration) -> u64 {
+        *self.next_coop += 1;
+        let coop = *self.next_coop;
+        self.out.push(Op::Open {
+            coop,
+            expect,
+            timeout,
         });
+        coop
+    }
+
+    /// Sends a request to `to` for cooperation `coop`: its reply is offered
+    /// to the cooperation's descriptors (and discarded, counted, if none
+    /// takes it or the cooperation has ended). Returns its correlation
+    /// number. The request has no timeout of its own: the cooperation's
+    /// is its wait.
+    pub fn coop_request(
+        &mut self,
+        coop: u64,
+        to: SiteId,
+        priority: Priority,
+        body: impl Into<Bytes>,
+    ) -> u64 {
+        let corr = self.rng.gen::<u64>() | 1;
+        self.out.push(Op::Send(Outgoing {
+            corr,
+            coop: Some(coop),
+            ..Outgoing::to(to, priority, body.into(), MessageKind::Request)
+        }));
+        corr
+    }
+
+    /// Sends `body` to `to` as a cooperation reply (the runtime's types
+    /// declared by `Node::cooperation_reply`, such as a vote): there it
+    /// fills the first of that site's open cooperations, oldest first,
+    /// with an unfilled descriptor it matches, or is discarded and counted.
+    pub fn send_coop_reply(&mut self, to: SiteId, priority: Priority, body: impl Into<Bytes>) {
+        self.out.push(Op::Send(Outgoing {
+            type_id: COOP_REPLY_TYPE,
+            ..Outgoing::to(to, priority, body.into(), MessageKind::OneWay)
+        }));
+    }
+
+    /// Cancels cooperation `coop` (nothing if it has ended): its requests
+    /// are forgotten, and [`Application::cooperation_ended`] is told.
+    pub fn cancel(&mut self, coop: u64) {
+        self.out.push(Op::Cancel(coop));
     }
 
     /// The `k`-th site after this one in the directory, wrapping around
@@ -273,6 +396,11 @@ pub trait Application {
     /// A request this site sent (the number [`AppCtx::request`] returned)
     /// ended: exactly once per request.
     fn answered(&mut self, _ctx: &mut AppCtx<'_>, _corr: u64, _answer: Answer) {}
+    /// A cooperation this site opened ([`AppCtx::cooperation`], the number
+    /// it returned) ended: exactly once per cooperation. `c` says how
+    /// ([`Cooperation::end`]) and holds the replies that filled its
+    /// descriptors ([`Cooperation::filled`]).
+    fn cooperation_ended(&mut self, _ctx: &mut AppCtx<'_>, _coop: u64, _c: &Cooperation<SiteId>) {}
     /// The application's own invariant, checked on every live site once
     /// the run has settled (after the simulator's checkers held): an
     /// `Err` is a violation, reported with the seed like the others.
@@ -324,7 +452,27 @@ pub struct Workload {
     /// Chance that a one-way message goes to its site's address rather
     /// than its id ([`AppCtx::send_to_address_of`]).
     pub by_address: f64,
+    /// Chance that a tick also opens a cooperation (0 by default, so that
+    /// a seed runs as it did before cooperations were simulated): see
+    /// [`Workload::gather`].
+    pub cooperations: f64,
+    /// Open cooperations: each descriptor's site (if it names one), and
+    /// the answers its requests must get.
+    gathers: std::collections::BTreeMap<u64, Gather>,
 }
+
+/// What the workload remembers of a cooperation it opened.
+#[derive(Debug, Clone)]
+struct Gather {
+    /// Each descriptor's site, if it names one (`None`: any site).
+    from: Vec<Option<SiteId>>,
+    /// The answers its requests must get, one each.
+    answers: Vec<Bytes>,
+}
+
+/// The first byte after a body's length in the workload's cooperation
+/// requests: a site that answers one may also send a vote.
+const GATHER_MARK: u8 = 0xC0;
 
 impl Default for Workload {
     fn default() -> Self {
@@ -337,6 +485,8 @@ impl Default for Workload {
             stray: 0.2,
             large: 40 * 1024,
             by_address: 0.0,
+            cooperations: 0.0,
+            gathers: Default::default(),
         }
     }
 }
@@ -357,6 +507,9 @@ impl Workload {
 
 impl Application for Workload {
     fn tick(&mut self, ctx: &mut AppCtx<'_>) {
+        if self.cooperations > 0.0 && ctx.rng.gen_bool(self.cooperations.min(1.0)) {
+            self.gather(ctx);
+        }
         if !ctx.rng.gen_bool(self.rate.clamp(0.0, 1.0)) {
             return;
         }
@@ -383,6 +536,11 @@ impl Application for Workload {
     }
 
     fn requested(&mut self, ctx: &mut AppCtx<'_>, req: Request) {
+        // A cooperation's request: half the time a vote goes back too.
+        if self.cooperations > 0.0 && req.body.get(8) == Some(&GATHER_MARK) && ctx.rng.gen_bool(0.5)
+        {
+            ctx.send_coop_reply(req.origin, req.priority, ctx.me.0.to_le_bytes().to_vec());
+        }
         if !req.forwarded() && ctx.rng.gen_ratio(1, 5) {
             if let Some(next) = ctx.neighbour(1).filter(|s| *s != req.origin) {
                 return ctx.forward(&req, next);
@@ -406,18 +564,116 @@ impl Application for Workload {
         }
     }
 
+    fn cooperation_ended(&mut self, _ctx: &mut AppCtx<'_>, coop: u64, c: &Cooperation<SiteId>) {
+        let Some(g) = self.gathers.remove(&coop) else {
+            self.wrong
+                .get_or_insert_with(|| format!("cooperation {coop} ended twice, or never opened"));
+            return;
+        };
+        if let Err(e) = Self::check_gather(&g, c) {
+            self.wrong
+                .get_or_insert_with(|| format!("cooperation {coop}: {e}"));
+        }
+    }
+
     fn check(&self, _ctx: &AppCtx<'_>) -> Result<(), String> {
-        match (&self.wrong, self.pending.len()) {
-            (Some(w), _) => Err(w.clone()),
-            (None, 0) => Ok(()),
-            (None, n) => Err(format!(
+        match (&self.wrong, self.pending.len(), self.gathers.len()) {
+            (Some(w), _, _) => Err(w.clone()),
+            (None, 0, 0) => Ok(()),
+            (None, n, 0) => Err(format!(
                 "{n} requests never ended (no answer, timeout or failure)"
             )),
+            (None, _, n) => Err(format!("{n} cooperations never ended")),
         }
     }
 }
 
 impl Workload {
+    /// A cooperation, as a runtime's scatter/gather: requests to one to
+    /// three of the site's neighbours, each descriptor either from that
+    /// neighbour or from any site (a neighbour that forwards the request
+    /// has another site answer: only an "any" descriptor takes that
+    /// answer), and half the time one more descriptor for a vote (a
+    /// cooperation reply its requests' sites may send); a wait of 2 to 8
+    /// s; one in twenty cancelled at once. Its end is checked: every
+    /// answer is one its requests asked for (each once), a descriptor
+    /// from a site was filled by that site, and it completed exactly when
+    /// every descriptor was filled.
+    pub fn gather(&mut self, ctx: &mut AppCtx<'_>) {
+        let k = ctx.rng.gen_range(1..=3usize);
+        let sites: Vec<SiteId> = (1..=k).filter_map(|i| ctx.neighbour(i)).collect();
+        if sites.is_empty() {
+            return;
+        }
+        let mut expect = Vec::new();
+        let mut from = Vec::new();
+        for s in &sites {
+            let site = ctx.rng.gen_bool(0.5).then_some(*s);
+            from.push(site);
+            expect.push(Expect {
+                from: site,
+                type_id: Some(SIM_TYPE),
+                max_body: None,
+            });
+        }
+        if ctx.rng.gen_bool(0.5) {
+            from.push(None);
+            expect.push(Expect {
+                type_id: Some(COOP_REPLY_TYPE),
+                ..Expect::any()
+            });
+        }
+        let timeout = Duration::from_secs(ctx.rng.gen_range(2..=8));
+        let coop = ctx.cooperation(expect, timeout);
+        let mut answers = Vec::new();
+        for s in sites {
+            let p = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
+            let mut body = Self::body(ctx.rng, self.large).to_vec();
+            body[8] = GATHER_MARK;
+            answers.push(Self::answer_to(&body));
+            ctx.coop_request(coop, s, p, body);
+        }
+        if ctx.rng.gen_ratio(1, 20) {
+            ctx.cancel(coop);
+        }
+        self.gathers.insert(coop, Gather { from, answers });
+    }
+
+    /// A cooperation's end agrees with what it asked (see [`gather`](Self::gather)).
+    fn check_gather(g: &Gather, c: &Cooperation<SiteId>) -> Result<(), String> {
+        let mut answers = g.answers.clone();
+        let mut filled = 0;
+        for (i, f) in c.filled().enumerate() {
+            let Some(f) = f else { continue };
+            filled += 1;
+            if let Some(Some(s)) = g.from.get(i) {
+                if f.from != *s {
+                    return Err(format!(
+                        "descriptor {i} waits for {s}, filled by {}",
+                        f.from
+                    ));
+                }
+            }
+            if f.type_id == SIM_TYPE {
+                let Some(a) = answers.iter().position(|a| *a == f.body) else {
+                    return Err(format!(
+                        "descriptor {i} filled by an answer never asked for"
+                    ));
+                };
+                answers.swap_remove(a);
+            }
+        }
+        let complete = filled == g.from.len();
+        if (c.end() == Some(&End::Complete)) != complete {
+            return Err(format!(
+                "{filled} of {} descriptors filled, and it ended {:?}",
+                g.from.len(),
+                c.end()
+            ));
+        }
+        Ok(())
+    }
+
     /// The answer a request's body gets: the body reversed.
     fn answer_to(body: &[u8]) -> Bytes {
         body.iter().rev().copied().collect::<Vec<u8>>().into()

@@ -97,6 +97,8 @@ pub(super) struct Oracle {
     /// Requests sent, and those not ended yet (by requester, number).
     pub(super) requests: u64,
     open_requests: BTreeSet<(SiteId, u64)>,
+    /// Cooperations not ended yet (by site, number).
+    open_coops: BTreeSet<(SiteId, u64)>,
 }
 
 impl Oracle {
@@ -264,6 +266,24 @@ impl Oracle {
         Ok(())
     }
 
+    /// Site `at` opened cooperation `coop`.
+    pub(super) fn coop_opened(&mut self, at: SiteId, coop: u64) -> Result<(), String> {
+        if !self.open_coops.insert((at, coop)) {
+            return Err(format!("{at} opened cooperation {coop} twice"));
+        }
+        Ok(())
+    }
+
+    /// Cooperation `coop` of site `at` ended.
+    pub(super) fn coop_ended(&mut self, at: SiteId, coop: u64) -> Result<(), String> {
+        if !self.open_coops.remove(&(at, coop)) {
+            return Err(format!(
+                "cooperation {coop} of {at} ended twice, or was never opened"
+            ));
+        }
+        Ok(())
+    }
+
     /// After the run settled: every message of a sender still up was
     /// delivered or handed back.
     pub(super) fn finish(&self) -> Result<(), String> {
@@ -284,6 +304,13 @@ impl Oracle {
             return Err(format!(
                 "request {corr:#x} of {at} never ended (no answer, timeout or failure)"
             ));
+        }
+        if let Some((at, coop)) = self
+            .open_coops
+            .iter()
+            .find(|(at, _)| !self.crashed.contains(at))
+        {
+            return Err(format!("cooperation {coop} of {at} never ended"));
         }
         Ok(())
     }
@@ -381,6 +408,9 @@ impl Sim {
                     return self.violation(what);
                 }
             }
+            if let Err(what) = self.check_coop_requests(n) {
+                return self.violation(what);
+            }
             // Visited in the table's order (no sort: the audit runs every
             // simulated second); the first stuck site by id is reported.
             let stuck = node.peers.iter().filter(|(_, p)| {
@@ -428,6 +458,7 @@ impl Sim {
                 continue;
             }
             let mut out = Vec::new();
+            let mut next_coop = 0;
             let node = &self.nodes[n];
             let ctx = super::app::AppCtx {
                 me: node.id,
@@ -435,6 +466,7 @@ impl Sim {
                 sites: &self.directory,
                 rng: &mut self.rng,
                 out: &mut out,
+                next_coop: &mut next_coop,
             };
             if let Err(e) = node.app.check(&ctx) {
                 let what = format!("the application at {} says: {e}", node.id);

@@ -50,6 +50,12 @@ pub struct SimConfig {
     /// origin's entry is then made on the user's word when the application
     /// answers.
     pub peer_claims: Option<u32>,
+    /// The chance that a tick of the default [`Workload`](super::Workload)
+    /// also opens a cooperation ([`Workload::gather`](super::Workload::gather)):
+    /// requests to its neighbours whose replies, and votes, fill its
+    /// descriptors, by the runtime's rules. 0 by default, so that a seed
+    /// runs as it did before cooperations were simulated.
+    pub cooperations: f64,
 }
 
 impl Default for SimConfig {
@@ -69,6 +75,7 @@ impl Default for SimConfig {
             bandwidth: 100_000_000,
             address_sends: 0.0,
             peer_claims: None,
+            cooperations: 0.0,
         }
     }
 }
@@ -148,6 +155,22 @@ pub struct Report {
     pub requests: u64,
     /// Replies that came after their request had ended.
     pub late_replies: u64,
+    /// Cooperations opened ([`AppCtx::cooperation`](super::AppCtx::cooperation)),
+    /// each ended exactly once: completed, timed out, failed (a site it
+    /// waited for failed permanently) or cancelled.
+    pub cooperations: u64,
+    /// See `cooperations`.
+    pub coops_completed: u64,
+    /// See `cooperations`.
+    pub coops_timed_out: u64,
+    /// See `cooperations`.
+    pub coops_failed: u64,
+    /// See `cooperations`.
+    pub coops_cancelled: u64,
+    /// Replies offered to a cooperation that took none of them (it had
+    /// ended, or no unfilled descriptor matched), and cooperation replies
+    /// no open cooperation took: discarded, as the runtime counts them.
+    pub coop_discarded: u64,
     /// Pending handshakes admission closed (silent, too slow, or dropped
     /// for room).
     pub handshakes_dropped: u64,

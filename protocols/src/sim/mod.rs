@@ -1,9 +1,10 @@
-//! A deterministic simulator of many sites: each the real [`ComObject`]
-//! and handshake machines and a [`SlotTable`](crate::slots::SlotTable) —
+//! A deterministic simulator of many sites: each the real
+//! [`ComObject`](crate::com_object::ComObject) and handshake machines and a
+//! [`SlotTable`] —
 //! the code the runtime's actors drive — over a virtual network, in one
 //! thread, on a virtual clock that jumps to the next deadline.
 //!
-//! * **The network** ([`net`]): per-link latency and bandwidth, socket
+//! * **The network** (`net`): per-link latency and bandwidth, socket
 //!   buffers, bytes in order within a connection (reordering only across
 //!   connections, as with a real stream transport), FIN and reset.
 //! * **Faults** (by [`Faults`] level, in the fault phase): connections cut
@@ -11,11 +12,14 @@
 //!   between two sets of sites, site crashes and restarts as new
 //!   incarnations, slow readers; and preemption, from the slot limits.
 //! * **Parking** (issue 21): after each input the driver parks every
-//!   ComObject the rule allows ([`ComObject::park`]) and starts it again
+//!   ComObject the rule allows ([`ComObject::park`](crate::com_object::ComObject::park)) and starts it again
 //!   for its next input or deadline ([`Report::parks`]), as the runtime
 //!   does: every checker also checks that a park loses nothing.
 //! * **Applications** ([`Application`]): each site runs one, the default a
-//!   random [`Workload`]; a runtime author plugs in their own protocol.
+//!   random [`Workload`]; a runtime author plugs in their own protocol:
+//!   messages, requests (answered now or later, or forwarded), and
+//!   cooperations ([`AppCtx::cooperation`], driven by the runtime's
+//!   [`Cooperation`](crate::cooperation::Cooperation) machine: `coops`).
 //! * **Checkers**, during every run: per-priority FIFO and exactly-once
 //!   delivery, every message delivered or handed back, bodies intact, no
 //!   protocol fault between honest sites, slots never above the hard
@@ -56,6 +60,7 @@ mod builds;
 mod check;
 mod config;
 mod conns;
+mod coops;
 mod faults;
 mod io;
 mod net;
@@ -75,7 +80,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-pub use app::{AppCtx, AppFactory, Application, Workload};
+pub use app::{Answer, AppCtx, AppFactory, Application, Request, Workload};
 pub use config::{Report, SimConfig, Verdict};
 pub use faults::Faults;
 pub use shrink::{shrink, shrink_with};
@@ -92,6 +97,10 @@ use self::trace::Trace;
 
 /// The message type id the simulator's envelopes carry.
 pub const SIM_TYPE: u32 = 0x5153;
+
+/// The message type of cooperation replies ([`AppCtx::send_coop_reply`]):
+/// the type a runtime declares with `Node::cooperation_reply`.
+pub const COOP_REPLY_TYPE: u32 = 0x5154;
 
 /// Something scheduled (the queue orders events by time, then by the order
 /// they were scheduled in).
@@ -189,6 +198,12 @@ pub(super) struct Counts {
     merges: u64,
     origins_claimed: u64,
     origins_refused: u64,
+    cooperations: u64,
+    coops_completed: u64,
+    coops_timed_out: u64,
+    coops_failed: u64,
+    coops_cancelled: u64,
+    coop_discarded: u64,
 }
 
 /// A simulation in progress. See the module documentation.
@@ -223,7 +238,7 @@ pub struct Sim {
     counts: Counts,
     factory: AppFactory,
     /// Application sends made during a callback, carried out after it.
-    sends: Vec<(usize, u32, app::Outgoing)>,
+    sends: Vec<(usize, u32, app::Op)>,
     verdict: Option<Verdict>,
     /// When the last open attempt started.
     last_open: Option<Duration>,
@@ -234,6 +249,7 @@ impl Sim {
     pub fn new(cfg: SimConfig) -> Self {
         let mut workload = Workload::default();
         workload.by_address = cfg.address_sends;
+        workload.cooperations = cfg.cooperations;
         Self::with_app(
             cfg,
             Box::new(move |_| Box::new(workload.clone()) as Box<dyn Application>),
@@ -371,6 +387,12 @@ impl Sim {
             merges: self.counts.merges,
             origins_claimed: self.counts.origins_claimed,
             origins_refused: self.counts.origins_refused,
+            cooperations: self.counts.cooperations,
+            coops_completed: self.counts.coops_completed,
+            coops_timed_out: self.counts.coops_timed_out,
+            coops_failed: self.counts.coops_failed,
+            coops_cancelled: self.counts.coops_cancelled,
+            coop_discarded: self.counts.coop_discarded,
             reclaimed: self.counts.reclaimed,
             parks: self.counts.parks,
             unparks: self.counts.unparks,
@@ -545,6 +567,9 @@ impl Sim {
             slot_armed: None,
             pairs: PairMemory::new(1024),
             requests: crate::requests::RequestTable::default(),
+            coops: BTreeMap::new(),
+            coop_deadlines: crate::timer::TimerQueue::default(),
+            next_coop: 0,
             req_armed: None,
             // The runtime's defaults for a process with 1,024 descriptors.
             admission: crate::admission::Admission::new(

@@ -77,9 +77,16 @@ pub(super) struct Node {
     /// (which then checks the table: [`Sim::check_site_table`]).
     pub(super) table_changed: bool,
     /// The requests it awaits answers to (the runtime's table): by
-    /// correlation number, the site asked, the number again for the
-    /// driver.
-    pub(super) requests: crate::requests::RequestTable<SiteId, u64, FixedHash>,
+    /// correlation number, the site asked, who awaits it (the application
+    /// under the number again, or one of its cooperations).
+    pub(super) requests: crate::requests::RequestTable<SiteId, super::coops::Awaiter, FixedHash>,
+    /// The application's open cooperations, oldest first (by number):
+    /// see [`coops`](super::coops).
+    pub(super) coops: BTreeMap<u64, super::coops::OpenCoop>,
+    /// When each open cooperation's wait ends.
+    pub(super) coop_deadlines: crate::timer::TimerQueue<u64>,
+    /// The number its application's last cooperation got.
+    pub(super) next_coop: u64,
     /// When the request timer event in the queue fires.
     pub(super) req_armed: Option<Duration>,
     /// Pending handshakes of accepted connections (the runtime's accept

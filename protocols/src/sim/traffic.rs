@@ -11,8 +11,9 @@ use crate::message::{wrap_origin, InMessage, MessageKind, OutMessage};
 use crate::requests::Reply;
 use crate::site::{SiteDescriptor, SiteId};
 
-use super::app::{Answer, AppCtx, Application, Outgoing, Request};
-use super::{envelope_id, Ev, Sim, SIM_TYPE};
+use super::app::{Answer, AppCtx, Application, Op, Outgoing, Request};
+use super::coops::Awaiter;
+use super::{envelope_id, Ev, Sim, COOP_REPLY_TYPE, SIM_TYPE};
 
 impl Sim {
     /// The application lets go of the sites it has not sent to for
@@ -73,6 +74,7 @@ impl Sim {
             sites: &self.directory,
             rng: &mut self.rng,
             out: &mut out,
+            next_coop: &mut node.next_coop,
         };
         f(node.app.as_mut(), &mut ctx);
         let inc = node.incarnation;
@@ -81,9 +83,18 @@ impl Sim {
 
     pub(super) fn run_sends(&mut self) {
         while !self.sends.is_empty() {
-            for (n, inc, o) in std::mem::take(&mut self.sends) {
-                if self.alive(n, inc) {
-                    self.send(n, o);
+            for (n, inc, op) in std::mem::take(&mut self.sends) {
+                if !self.alive(n, inc) {
+                    continue;
+                }
+                match op {
+                    Op::Send(o) => self.send(n, o),
+                    Op::Open {
+                        coop,
+                        expect,
+                        timeout,
+                    } => self.open_coop(n, coop, expect, timeout),
+                    Op::Cancel(coop) => self.cancel_coop(n, coop),
                 }
             }
         }
@@ -104,17 +115,30 @@ impl Sim {
         }
         if let Some(timeout) = o.timeout {
             let deadline = self.instant() + timeout;
-            self.nodes[n]
-                .requests
-                .register(o.corr, to, o.corr, Some((deadline, timeout)));
+            self.nodes[n].requests.register(
+                o.corr,
+                to,
+                Awaiter::App(o.corr),
+                Some((deadline, timeout)),
+            );
             if let Err(e) = self.oracle.request(me, o.corr) {
                 return self.violation(e);
             }
             self.rearm_requests(n);
         }
+        if let Some(coop) = o.coop {
+            // As the runtime's `Cooperation::request`: registered, then
+            // recorded by the cooperation (forgotten if it is not open).
+            let waiter = Awaiter::Coop(coop);
+            self.nodes[n].requests.register(o.corr, to, waiter, None);
+            self.coop_sent(n, coop, o.corr);
+        }
         let place = o.by_address.then(|| self.by_address[&address]);
         let id = self.oracle.sent(me, to, place, o.priority as u8, &o.body);
-        let how = o.kind as u128 | u128::from(o.by_address) << 8;
+        let how = o.kind as u128
+            | u128::from(o.by_address) << 8
+            | u128::from(o.type_id == COOP_REPLY_TYPE) << 9
+            | u128::from(o.coop.is_some()) << 10;
         self.trace(n, "send", &[to.0, id as u128, o.priority as u128, how]);
         let envelope = Bytes::copy_from_slice(&id.to_le_bytes());
         let header = match o.origin {
@@ -127,7 +151,7 @@ impl Sim {
             }
             None => envelope,
         };
-        let mut msg = OutMessage::new(o.priority, SIM_TYPE, header, smallvec::smallvec![o.body]);
+        let mut msg = OutMessage::new(o.priority, o.type_id, header, smallvec::smallvec![o.body]);
         msg.kind = o.kind;
         msg.corr = o.corr;
         let (key, mut p) = if o.by_address {
@@ -177,6 +201,11 @@ impl Sim {
         }
         let body = m.body;
         match meaning {
+            Delivered::Handle
+                if kind == MessageKind::OneWay && m.prelude.type_id == COOP_REPLY_TYPE =>
+            {
+                self.coop_reply(n, peer, body);
+            }
             Delivered::Handle if kind == MessageKind::OneWay => {
                 self.app_call(n, |app, ctx| app.received(ctx, peer, &body));
             }
@@ -197,11 +226,12 @@ impl Sim {
                     .requests
                     .reply(corr, &peer, delegated, |s, f| s == f)
                 {
-                    Reply::Complete(corr) => {
+                    Reply::Complete(Awaiter::App(corr)) => {
                         let answer = Answer::Reply { from: peer, body };
                         self.answered(n, corr, answer);
                         self.rearm_requests(n);
                     }
+                    Reply::Complete(Awaiter::Coop(coop)) => self.coop_replied(n, coop, peer, body),
                     Reply::FromAnotherSite => {
                         self.violation(format!(
                             "{me} got a plain reply to request {corr:#x} from {peer}, \
@@ -238,7 +268,14 @@ impl Sim {
 
     /// Keeps one timer event at the node's earliest request deadline.
     pub(super) fn rearm_requests(&mut self, n: usize) {
-        let next = self.nodes[n].requests.poll_timeout();
+        let node = &self.nodes[n];
+        let next = match (
+            node.requests.poll_timeout(),
+            node.coop_deadlines.next_deadline(),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let inc = self.nodes[n].incarnation;
         let armed = self.nodes[n].req_armed;
         self.nodes[n].req_armed = self.rearm(next, armed, Ev::Requests { node: n, inc });
@@ -271,9 +308,13 @@ impl Sim {
         }
         self.nodes[n].req_armed = None;
         let now = self.instant();
-        for (corr, _, _, _) in self.nodes[n].requests.expire(now) {
-            self.answered(n, corr, Answer::TimedOut);
+        for (corr, awaiter, _, _) in self.nodes[n].requests.expire(now) {
+            // Only the application's requests have deadlines.
+            if let Awaiter::App(_) = awaiter {
+                self.answered(n, corr, Answer::TimedOut);
+            }
         }
+        self.expire_coops(n, now);
         self.rearm_requests(n);
     }
 
@@ -282,9 +323,15 @@ impl Sim {
         let mut failed = self.nodes[n].requests.fail_site(|s| *s == peer);
         // The table's order is a hash map's: the trace takes them sorted.
         failed.sort_unstable();
-        for corr in failed {
-            self.answered(n, corr, Answer::SiteFailed);
+        let mut coops = Vec::new();
+        for awaiter in failed {
+            match awaiter {
+                Awaiter::App(corr) => self.answered(n, corr, Answer::SiteFailed),
+                Awaiter::Coop(coop) => coops.push(coop),
+            }
         }
+        coops.dedup();
+        self.coops_site_failed(n, peer, &coops);
         self.rearm_requests(n);
     }
 }

@@ -48,6 +48,12 @@ pub(crate) struct Args {
     /// (the runtime's default is 16); a request beyond is refused.
     #[arg(long)]
     peer_claims: Option<u32>,
+    /// The chance (0 to 1) that a site's tick also opens a cooperation: a
+    /// scatter/gather to its neighbours whose replies, and votes, fill its
+    /// receive descriptors by the runtime's rules; it completes, times
+    /// out, fails with a site it waits for, or is cancelled, once.
+    #[arg(long, default_value_t = 0.0)]
+    cooperations: f64,
     /// Without --seed: wall-clock seconds to spend trying seeds.
     #[arg(long, default_value_t = 30.0)]
     search: f64,
@@ -93,6 +99,12 @@ struct Json {
     merges: u64,
     origins_claimed: u64,
     origins_refused: u64,
+    cooperations: u64,
+    coops_completed: u64,
+    coops_timed_out: u64,
+    coops_failed: u64,
+    coops_cancelled: u64,
+    coop_discarded: u64,
     events: u64,
     sim_s: f64,
     wall_s: f64,
@@ -165,6 +177,12 @@ impl Json {
             merges: r.merges,
             origins_claimed: r.origins_claimed,
             origins_refused: r.origins_refused,
+            cooperations: r.cooperations,
+            coops_completed: r.coops_completed,
+            coops_timed_out: r.coops_timed_out,
+            coops_failed: r.coops_failed,
+            coops_cancelled: r.coops_cancelled,
+            coop_discarded: r.coop_discarded,
             events: r.events,
             sim_s: r.sim_s,
             wall_s,
@@ -196,6 +214,12 @@ pub(crate) fn run(a: Args) -> ExitCode {
             a.address_sends
         ));
     }
+    if !(0.0..=1.0).contains(&a.cooperations) {
+        return crate::usage(format!(
+            "--cooperations is a chance between 0 and 1, got {}",
+            a.cooperations
+        ));
+    }
     if a.hard_slots < 2 || a.weak_slots == 0 {
         return crate::usage("--hard-slots must be at least 2 and --weak-slots at least 1");
     }
@@ -210,6 +234,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         hard_slots: a.hard_slots,
         address_sends: a.address_sends,
         peer_claims: a.peer_claims,
+        cooperations: a.cooperations,
         ..SimConfig::default()
     };
     match a.seed {
@@ -329,6 +354,12 @@ fn add(mut a: Json, b: &Json) -> Json {
     a.merges += b.merges;
     a.origins_claimed += b.origins_claimed;
     a.origins_refused += b.origins_refused;
+    a.cooperations += b.cooperations;
+    a.coops_completed += b.coops_completed;
+    a.coops_timed_out += b.coops_timed_out;
+    a.coops_failed += b.coops_failed;
+    a.coops_cancelled += b.coops_cancelled;
+    a.coop_discarded += b.coop_discarded;
     a.requests += b.requests;
     a.late_replies += b.late_replies;
     a.handshakes_dropped += b.handshakes_dropped;
@@ -354,7 +385,7 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
         runs,
         command: format!(
             "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} \
-             --weak-slots {} --hard-slots {} --address-sends {}{} --trace",
+             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {}{} --trace",
             small.seed,
             small.sites,
             small.faults.name(),
@@ -363,6 +394,7 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
             small.weak_slots,
             small.hard_slots,
             small.address_sends,
+            small.cooperations,
             small
                 .peer_claims
                 .map_or(String::new(), |b| format!(" --peer-claims {b}"))
@@ -408,6 +440,17 @@ fn print(j: &Json, json: bool) {
         "requests:       {} sent (each ended once), {} late replies",
         j.requests, j.late_replies
     );
+    if j.cooperations > 0 {
+        println!(
+            "cooperations:   {} opened: {} completed, {} timed out, {} failed, {} cancelled; {} replies discarded",
+            j.cooperations,
+            j.coops_completed,
+            j.coops_timed_out,
+            j.coops_failed,
+            j.coops_cancelled,
+            j.coop_discarded
+        );
+    }
     println!(
         "speed:          {:.1} simulated s in {:.2} s: {:.1} sim s per wall s, {:.0} events/s",
         j.sim_s, j.wall_s, j.speed, j.events_per_s
