@@ -120,6 +120,18 @@ impl Sim {
                 return;
             }
             let (got, last) = conn.read_in(e);
+            // Nothing read and nothing left in the ring: a working
+            // channel's machine has nothing to take, and a turn would
+            // change nothing (the loop's last pass after every arrival
+            // had been one: take out, drive, put back).
+            let end = &conn.ends[e];
+            if got == 0 && last.is_none() && end.inb.is_empty() {
+                if let Role::Working { peer, .. } = end.role {
+                    if self.nodes[n].peers.contains_key(&peer) {
+                        return;
+                    }
+                }
+            }
             if got > 0 && conn.blocked[1 - e] && conn.ends[1 - e].is_open() {
                 // Room in the socket buffer for a sender that waits for it.
                 conn.blocked[1 - e] = false;
