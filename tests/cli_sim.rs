@@ -99,6 +99,7 @@ fn bad_options_are_usage_errors() {
         &["sim", "--hard-slots", "1", "--seed", "1"],
         &["sim", "--address-sends", "1.5", "--seed", "1"],
         &["sim", "--cooperations", "-0.1", "--seed", "1"],
+        &["sim", "--site-refs", "2", "--seed", "1"],
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -155,4 +156,22 @@ fn cooperations_are_opened_and_each_ends_once() {
     let mut plain = SMALL.to_vec();
     plain.extend(["--seed", "3"]);
     assert_eq!(json_of(&plain)["cooperations"].as_u64(), Some(0));
+}
+
+/// `--site-refs`: messages name other sites; the figures say how many were
+/// handled, how many of those sites became claims, and how many were
+/// refused (`--peer-claims` bounds the claims); without it, none.
+#[test]
+fn site_refs_are_handled_claimed_or_refused() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "3", "--site-refs", "0.5", "--peer-claims", "1"]);
+    let v = json_of(&args);
+    assert_eq!(v["verdict"], "ok", "{v}");
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k:?} in {v}"));
+    assert!(n("site_refs") > 0 && n("site_refs_claimed") > 0, "{v}");
+    assert!(n("site_refs_claimed") <= n("site_refs"), "{v}");
+    assert!(v["site_refs_refused"].is_u64(), "{v}");
+    let mut plain = SMALL.to_vec();
+    plain.extend(["--seed", "3"]);
+    assert_eq!(json_of(&plain)["site_refs"].as_u64(), Some(0));
 }

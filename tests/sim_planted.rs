@@ -149,3 +149,13 @@ fn a_descriptor_filled_by_another_site_is_caught() {
 fn an_ended_cooperation_that_keeps_a_request_is_caught() {
     assert_caught_in(Bug::CoopKeepsRequests, with_cooperations);
 }
+
+/// The same bug, with claims made by sites named in messages (`SiteRef`s,
+/// the runtime's default bound of 1,024) rather than forwarded origins.
+#[test]
+fn a_reclaim_that_keeps_a_site_ref_claim_is_caught() {
+    assert_caught_in(Bug::ReclaimKeepsClaims, |seed| SimConfig {
+        site_refs: 0.4,
+        ..cfg(seed)
+    });
+}

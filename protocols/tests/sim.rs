@@ -378,6 +378,47 @@ fn cooperations_end_once_each_way_and_every_checker_holds() {
     assert_eq!(Sim::new(cfg(30, 0, Faults::Heavy)).run().cooperations, 0);
 }
 
+/// Sites named in messages (`SiteRef`s) under faults: 30 sites, heavy
+/// faults, 3 weak and 5 hard slots, two fifths of the one-way messages
+/// naming another site, whose receiver sends to it half the time; a peer
+/// may hold one claim at a time, so that many are refused. A site the
+/// receiver does not know becomes an entry on the sender's word, a claim
+/// released once the site is proven or the entry leaves (the audit checks
+/// the table and its claims agree); beyond the bound the message is not
+/// handled. Every checker holds.
+#[test]
+fn sites_named_in_messages_are_claims_and_every_checker_holds() {
+    let shape = |seed| SimConfig {
+        weak_slots: 3,
+        hard_slots: 5,
+        site_refs: 0.4,
+        peer_claims: Some(1),
+        ..cfg(30, seed, Faults::Heavy)
+    };
+    let (mut handled, mut claimed, mut refused, mut failed) = (0, 0, 0, Vec::new());
+    for seed in 0..100 {
+        let r = Sim::new(shape(seed)).run();
+        if r.verdict != Verdict::Ok {
+            failed.push((seed, r.verdict.clone()));
+        }
+        handled += r.site_refs;
+        claimed += r.site_refs_claimed;
+        refused += r.site_refs_refused;
+        if seed < 5 {
+            let again = Sim::new(shape(seed)).run();
+            assert_eq!(r.digest, again.digest, "seed {seed} is not deterministic");
+        }
+    }
+    assert!(failed.is_empty(), "failing seeds: {failed:#?}");
+    assert!(
+        claimed > 1000 && handled > claimed && refused > 10,
+        "{handled} handled, {claimed} claimed, {refused} refused"
+    );
+    // Off by default.
+    let r = Sim::new(cfg(30, 0, Faults::Heavy)).run();
+    assert_eq!((r.site_refs, r.site_refs_refused), (0, 0));
+}
+
 /// An entry reached by address whose first handshake was refused (the
 /// peer remembered a pair with this site, which the new entry did not
 /// prove) is bound to the site the refusal named, but it kept calling

@@ -59,6 +59,8 @@ pub(super) struct Outgoing {
     pub(super) type_id: u32,
     /// The cooperation a request belongs to ([`AppCtx::coop_request`]).
     pub(super) coop: Option<u64>,
+    /// A site a one-way message names ([`AppCtx::send_site_ref`]).
+    pub(super) site_ref: Option<SiteId>,
 }
 
 impl Outgoing {
@@ -75,6 +77,7 @@ impl Outgoing {
             by_address: false,
             type_id: SIM_TYPE,
             coop: None,
+            site_ref: None,
         }
     }
 }
@@ -202,6 +205,28 @@ impl AppCtx<'_> {
     /// ```
     pub fn send_to_address_of(&mut self, site: SiteId, priority: Priority, body: impl Into<Bytes>) {
         self.one_way(site, priority, body.into(), true);
+    }
+
+    /// Sends `body` to `to` with a reference to `site` in it, as a
+    /// runtime's message carrying a `SiteRef`: `to`'s node learns the site
+    /// on this site's word. A site it does not know becomes an entry there,
+    /// a claim this site holds (bounded per peer: the runtime's
+    /// `site_ref_claims_per_peer`, [`SimConfig::peer_claims`](super::SimConfig::peer_claims)
+    /// here), released once the site is proven; beyond the bound the
+    /// message cannot be decoded and is not handled (as the runtime's
+    /// decode error). Handled, it comes to
+    /// [`Application::received_site_ref`].
+    pub fn send_site_ref(
+        &mut self,
+        to: SiteId,
+        priority: Priority,
+        body: impl Into<Bytes>,
+        site: SiteId,
+    ) {
+        self.out.push(Op::Send(Outgoing {
+            site_ref: Some(site),
+            ..Outgoing::to(to, priority, body.into(), MessageKind::OneWay)
+        }));
     }
 
     /// Sends a request to `to`; its one outcome comes to
@@ -378,6 +403,13 @@ pub trait Application {
     fn tick(&mut self, _ctx: &mut AppCtx<'_>) {}
     /// A message from `from` arrived (delivered once, in order per priority).
     fn received(&mut self, _ctx: &mut AppCtx<'_>, _from: SiteId, _body: &[u8]) {}
+    /// A message from `from` naming `site` arrived
+    /// ([`AppCtx::send_site_ref`]): its node knows the site now (the
+    /// application may send to it). By default, [`received`](Self::received).
+    fn received_site_ref(&mut self, ctx: &mut AppCtx<'_>, from: SiteId, body: &[u8], site: SiteId) {
+        let _ = site;
+        self.received(ctx, from, body);
+    }
     /// A message sent to `to` was handed back: `maybe_delivered` says it
     /// was sent and never acknowledged (it may have arrived), otherwise it
     /// never arrived.
@@ -456,6 +488,11 @@ pub struct Workload {
     /// a seed runs as it did before cooperations were simulated): see
     /// [`Workload::gather`].
     pub cooperations: f64,
+    /// Chance that a one-way message to a site also names another (a
+    /// `SiteRef` in it: [`AppCtx::send_site_ref`]); the site that gets it
+    /// sends to the site named, half the time. 0 by default, so that a
+    /// seed runs as it did before.
+    pub site_refs: f64,
     /// Open cooperations: each descriptor's site (if it names one), and
     /// the answers its requests must get.
     gathers: std::collections::BTreeMap<u64, Gather>,
@@ -486,6 +523,7 @@ impl Default for Workload {
             large: 40 * 1024,
             by_address: 0.0,
             cooperations: 0.0,
+            site_refs: 0.0,
             gathers: Default::default(),
         }
     }
@@ -529,9 +567,24 @@ impl Application for Workload {
                 self.pending.insert(corr, expect);
             } else if self.by_address > 0.0 && ctx.rng.gen_bool(self.by_address.min(1.0)) {
                 ctx.send_to_address_of(to, p, body);
+            } else if self.site_refs > 0.0 && ctx.rng.gen_bool(self.site_refs.min(1.0)) {
+                match ctx.random_peer().filter(|s| *s != to) {
+                    Some(site) => ctx.send_site_ref(to, p, body, site),
+                    None => ctx.send(to, p, body),
+                }
             } else {
                 ctx.send(to, p, body);
             }
+        }
+    }
+
+    fn received_site_ref(&mut self, ctx: &mut AppCtx<'_>, _from: SiteId, _: &[u8], site: SiteId) {
+        // Half the time, a word to the site named (its node learned it on
+        // the sender's word: a claim until the site is proven).
+        if site != ctx.me && ctx.rng.gen_bool(0.5) {
+            let p = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
+            let body = Self::body(ctx.rng, 256);
+            ctx.send(site, p, body);
         }
     }
 

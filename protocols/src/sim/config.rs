@@ -56,6 +56,14 @@ pub struct SimConfig {
     /// descriptors, by the runtime's rules. 0 by default, so that a seed
     /// runs as it did before cooperations were simulated.
     pub cooperations: f64,
+    /// The share of the default [`Workload`](super::Workload)'s one-way
+    /// messages that name another site (a `SiteRef` in them,
+    /// [`AppCtx::send_site_ref`](super::AppCtx::send_site_ref)): the node
+    /// that gets one learns the site on its sender's word, a claim the
+    /// sender holds (at most [`peer_claims`](Self::peer_claims), else the
+    /// runtime's default of 1,024), and sends to it half the time. 0 by
+    /// default, so that a seed runs as it did before.
+    pub site_refs: f64,
 }
 
 impl Default for SimConfig {
@@ -76,6 +84,7 @@ impl Default for SimConfig {
             address_sends: 0.0,
             peer_claims: None,
             cooperations: 0.0,
+            site_refs: 0.0,
         }
     }
 }
@@ -155,6 +164,17 @@ pub struct Report {
     pub requests: u64,
     /// Replies that came after their request had ended.
     pub late_replies: u64,
+    /// Messages naming a site ([`SimConfig::site_refs`]) that their
+    /// receiver handled: the site was known, or became an entry on the
+    /// sender's word.
+    pub site_refs: u64,
+    /// Of those, the sites the receiver did not know: entries made on the
+    /// sender's word, claims it held until the site was proven.
+    pub site_refs_claimed: u64,
+    /// Messages naming a site their receiver did not know, from a sender
+    /// that held its bound of claims: not decoded, not handled (the
+    /// runtime's decode error).
+    pub site_refs_refused: u64,
     /// Cooperations opened ([`AppCtx::cooperation`](super::AppCtx::cooperation)),
     /// each ended exactly once: completed, timed out, failed (a site it
     /// waited for failed permanently) or cancelled.

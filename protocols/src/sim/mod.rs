@@ -198,6 +198,9 @@ pub(super) struct Counts {
     merges: u64,
     origins_claimed: u64,
     origins_refused: u64,
+    site_refs: u64,
+    site_refs_claimed: u64,
+    site_refs_refused: u64,
     cooperations: u64,
     coops_completed: u64,
     coops_timed_out: u64,
@@ -250,6 +253,7 @@ impl Sim {
         let mut workload = Workload::default();
         workload.by_address = cfg.address_sends;
         workload.cooperations = cfg.cooperations;
+        workload.site_refs = cfg.site_refs;
         Self::with_app(
             cfg,
             Box::new(move |_| Box::new(workload.clone()) as Box<dyn Application>),
@@ -387,6 +391,9 @@ impl Sim {
             merges: self.counts.merges,
             origins_claimed: self.counts.origins_claimed,
             origins_refused: self.counts.origins_refused,
+            site_refs: self.counts.site_refs,
+            site_refs_claimed: self.counts.site_refs_claimed,
+            site_refs_refused: self.counts.site_refs_refused,
             cooperations: self.counts.cooperations,
             coops_completed: self.counts.coops_completed,
             coops_timed_out: self.counts.coops_timed_out,
@@ -609,7 +616,19 @@ impl Sim {
 
 /// The message id an envelope's header carries.
 pub(super) fn envelope_id(header: &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(header.try_into().ok()?))
+    Some(u64::from_le_bytes(header.get(..8)?.try_into().ok()?))
+}
+
+/// The site a one-way message's envelope names after its id
+/// ([`AppCtx::send_site_ref`]), as a descriptor's text; `None` if it names
+/// none, `Some(Err)` if what follows the id is not a descriptor.
+pub(super) fn envelope_site(header: &[u8]) -> Option<Result<crate::site::SiteDescriptor, String>> {
+    let rest = header.get(8..).filter(|r| !r.is_empty())?;
+    Some(
+        std::str::from_utf8(rest)
+            .map_err(|e| e.to_string())
+            .and_then(|t| t.parse().map_err(|e| format!("{e}"))),
+    )
 }
 
 /// The message id of a message of `kind` (a forwarded request's is inside

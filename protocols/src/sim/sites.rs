@@ -34,12 +34,13 @@ use super::Sim;
 const SITE_CLAIMS: (u32, u32) = (16, 1024);
 
 impl Sim {
-    /// A node's empty site table: a forwarder may hold
-    /// [`SimConfig::peer_claims`](super::SimConfig::peer_claims) claims (the
-    /// runtime's default without it).
+    /// A node's empty site table: a peer may hold
+    /// [`SimConfig::peer_claims`](super::SimConfig::peer_claims) claims of
+    /// each kind (the runtime's defaults without it).
     pub(super) fn new_index(&self) -> SiteIndex {
         let forward = self.cfg.peer_claims.unwrap_or(SITE_CLAIMS.0);
-        SiteIndex::new(forward, SITE_CLAIMS.1)
+        let refs = self.cfg.peer_claims.unwrap_or(SITE_CLAIMS.1);
+        SiteIndex::new(forward, refs)
     }
 
     /// The entry for site `id` at node `n`, on the application's word (a
@@ -122,8 +123,23 @@ impl Sim {
     /// is refused (false: it ends here, and its requester times out).
     /// Only with [`SimConfig::peer_claims`](super::SimConfig::peer_claims).
     pub(super) fn origin_entry(&mut self, n: usize, via: SiteId, origin: &SiteDescriptor) -> bool {
+        self.peer_word(n, via, origin, true)
+    }
+
+    /// A site named in a one-way message `via` delivered at node `n` (a
+    /// `SiteRef`, as the runtime's decoding makes it): a site the node
+    /// does not know becomes an entry on `via`'s word, a claim `via`
+    /// holds; beyond `via`'s bound, false (the message is not handled).
+    pub(super) fn site_ref_entry(&mut self, n: usize, via: SiteId, site: &SiteDescriptor) -> bool {
+        self.peer_word(n, via, site, false)
+    }
+
+    /// Site `d` as `via` named it at node `n` (`forward`: as a forwarded
+    /// request's origin; else as a `SiteRef`): known, or made an entry,
+    /// or refused (false).
+    fn peer_word(&mut self, n: usize, via: SiteId, d: &SiteDescriptor, forward: bool) -> bool {
         let node = &mut self.nodes[n];
-        if origin.id == node.id {
+        if d.id == node.id {
             return true;
         }
         let Some(peer) = node.index.id(via) else {
@@ -135,30 +151,44 @@ impl Sim {
             return false;
         };
         let new_key = node.keys.vacant_key();
-        let word = Word::Peer {
-            peer,
-            forward: true,
-        };
+        let word = Word::Peer { peer, forward };
         match node
             .index
-            .described(origin.id, &origin.addresses, word, new_key, |_| true)
+            .described(d.id, &d.addresses, word, new_key, |_| true)
         {
-            Ok(Described::Known { .. }) => true,
-            Ok(Described::New) => {
-                let book = node.index.take_book(new_key).unwrap_or_default();
-                node.keys.insert(origin.id);
-                let mut p = self.new_entry(n, origin.id, new_key, book, None);
-                self.counts.origins_claimed += 1;
-                self.trace(n, "origin_claimed", &[via.0, origin.id.0]);
-                // The request holds a reference to its origin until it is
-                // answered: held as a site the application sent to.
-                self.referenced(n, &mut p);
-                self.put_back(n, origin.id, p);
+            Ok(Described::Known { .. }) => {
+                if !forward {
+                    self.counts.site_refs += 1;
+                }
                 true
             }
-            Err(_) => {
+            Ok(Described::New) => {
+                let book = node.index.take_book(new_key).unwrap_or_default();
+                node.keys.insert(d.id);
+                let mut p = self.new_entry(n, d.id, new_key, book, None);
+                if forward {
+                    self.counts.origins_claimed += 1;
+                    self.trace(n, "origin_claimed", &[via.0, d.id.0]);
+                } else {
+                    self.counts.site_refs += 1;
+                    self.counts.site_refs_claimed += 1;
+                    self.trace(n, "site_ref_claimed", &[via.0, d.id.0]);
+                }
+                // The request holds a reference to its origin until it is
+                // answered, the application to a site it was told of for
+                // a while: held as a site the application sent to.
+                self.referenced(n, &mut p);
+                self.put_back(n, d.id, p);
+                true
+            }
+            Err(_) if forward => {
                 self.counts.origins_refused += 1;
-                self.trace(n, "origin_refused", &[via.0, origin.id.0]);
+                self.trace(n, "origin_refused", &[via.0, d.id.0]);
+                false
+            }
+            Err(_) => {
+                self.counts.site_refs_refused += 1;
+                self.trace(n, "site_ref_refused", &[via.0, d.id.0]);
                 false
             }
         }

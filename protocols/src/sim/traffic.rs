@@ -13,7 +13,7 @@ use crate::site::{SiteDescriptor, SiteId};
 
 use super::app::{Answer, AppCtx, Application, Op, Outgoing, Request};
 use super::coops::Awaiter;
-use super::{envelope_id, Ev, Sim, COOP_REPLY_TYPE, SIM_TYPE};
+use super::{envelope_id, envelope_site, Ev, Sim, COOP_REPLY_TYPE, SIM_TYPE};
 
 impl Sim {
     /// The application lets go of the sites it has not sent to for
@@ -138,7 +138,8 @@ impl Sim {
         let how = o.kind as u128
             | u128::from(o.by_address) << 8
             | u128::from(o.type_id == COOP_REPLY_TYPE) << 9
-            | u128::from(o.coop.is_some()) << 10;
+            | u128::from(o.coop.is_some()) << 10
+            | u128::from(o.site_ref.is_some()) << 11;
         self.trace(n, "send", &[to.0, id as u128, o.priority as u128, how]);
         let envelope = Bytes::copy_from_slice(&id.to_le_bytes());
         let header = match o.origin {
@@ -149,7 +150,20 @@ impl Sim {
                 };
                 wrap_origin(&d.to_string(), &envelope).expect("a short origin block")
             }
-            None => envelope,
+            None => match o.site_ref {
+                // The envelope names the site after the id, as its
+                // descriptor (a `SiteRef` serialises to one).
+                Some(site) => {
+                    let d = SiteDescriptor {
+                        id: site,
+                        addresses: self.addresses.get(&site).cloned().into_iter().collect(),
+                    };
+                    let mut h = envelope.to_vec();
+                    h.extend_from_slice(d.to_string().as_bytes());
+                    Bytes::from(h)
+                }
+                None => envelope,
+            },
         };
         let mut msg = OutMessage::new(o.priority, o.type_id, header, smallvec::smallvec![o.body]);
         msg.kind = o.kind;
@@ -206,9 +220,20 @@ impl Sim {
             {
                 self.coop_reply(n, peer, body);
             }
-            Delivered::Handle if kind == MessageKind::OneWay => {
-                self.app_call(n, |app, ctx| app.received(ctx, peer, &body));
-            }
+            Delivered::Handle if kind == MessageKind::OneWay => match envelope_site(&m.header) {
+                None => self.app_call(n, |app, ctx| app.received(ctx, peer, &body)),
+                Some(Err(e)) => {
+                    self.violation(format!("a site reference that is no descriptor: {e}"))
+                }
+                Some(Ok(d)) => {
+                    // Decoded on the sender's word; refused beyond its
+                    // claims, the message is not handled.
+                    if self.site_ref_entry(n, peer, &d) {
+                        let site = d.id;
+                        self.app_call(n, |app, ctx| app.received_site_ref(ctx, peer, &body, site));
+                    }
+                }
+            },
             Delivered::Handle => {
                 let req = Request::new(peer, peer, m.priority, body, corr, kind);
                 self.app_call(n, |app, ctx| app.requested(ctx, req));

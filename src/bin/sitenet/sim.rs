@@ -54,6 +54,11 @@ pub(crate) struct Args {
     /// out, fails with a site it waits for, or is cancelled, once.
     #[arg(long, default_value_t = 0.0)]
     cooperations: f64,
+    /// The share (0 to 1) of one-way messages that name another site (a
+    /// SiteRef in them): the receiver learns the site on the sender's word,
+    /// a claim the sender holds (--peer-claims bounds it), and sends to it.
+    #[arg(long, default_value_t = 0.0)]
+    site_refs: f64,
     /// Without --seed: wall-clock seconds to spend trying seeds.
     #[arg(long, default_value_t = 30.0)]
     search: f64,
@@ -99,6 +104,9 @@ struct Json {
     merges: u64,
     origins_claimed: u64,
     origins_refused: u64,
+    site_refs: u64,
+    site_refs_claimed: u64,
+    site_refs_refused: u64,
     cooperations: u64,
     coops_completed: u64,
     coops_timed_out: u64,
@@ -177,6 +185,9 @@ impl Json {
             merges: r.merges,
             origins_claimed: r.origins_claimed,
             origins_refused: r.origins_refused,
+            site_refs: r.site_refs,
+            site_refs_claimed: r.site_refs_claimed,
+            site_refs_refused: r.site_refs_refused,
             cooperations: r.cooperations,
             coops_completed: r.coops_completed,
             coops_timed_out: r.coops_timed_out,
@@ -214,6 +225,12 @@ pub(crate) fn run(a: Args) -> ExitCode {
             a.address_sends
         ));
     }
+    if !(0.0..=1.0).contains(&a.site_refs) {
+        return crate::usage(format!(
+            "--site-refs is a share between 0 and 1, got {}",
+            a.site_refs
+        ));
+    }
     if !(0.0..=1.0).contains(&a.cooperations) {
         return crate::usage(format!(
             "--cooperations is a chance between 0 and 1, got {}",
@@ -235,6 +252,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         address_sends: a.address_sends,
         peer_claims: a.peer_claims,
         cooperations: a.cooperations,
+        site_refs: a.site_refs,
         ..SimConfig::default()
     };
     match a.seed {
@@ -354,6 +372,9 @@ fn add(mut a: Json, b: &Json) -> Json {
     a.merges += b.merges;
     a.origins_claimed += b.origins_claimed;
     a.origins_refused += b.origins_refused;
+    a.site_refs += b.site_refs;
+    a.site_refs_claimed += b.site_refs_claimed;
+    a.site_refs_refused += b.site_refs_refused;
     a.cooperations += b.cooperations;
     a.coops_completed += b.coops_completed;
     a.coops_timed_out += b.coops_timed_out;
@@ -385,7 +406,7 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
         runs,
         command: format!(
             "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} \
-             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {}{} --trace",
+             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {}{} --trace",
             small.seed,
             small.sites,
             small.faults.name(),
@@ -395,6 +416,7 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
             small.hard_slots,
             small.address_sends,
             small.cooperations,
+            small.site_refs,
             small
                 .peer_claims
                 .map_or(String::new(), |b| format!(" --peer-claims {b}"))
@@ -436,6 +458,12 @@ fn print(j: &Json, json: bool) {
         "site table:     {} entries reached by address bound, {} merged; forwarded origins: {} claimed, {} refused",
         j.bound, j.merges, j.origins_claimed, j.origins_refused
     );
+    if j.site_refs + j.site_refs_refused > 0 {
+        println!(
+            "site refs:      {} handled ({} sites claimed), {} refused",
+            j.site_refs, j.site_refs_claimed, j.site_refs_refused
+        );
+    }
     println!(
         "requests:       {} sent (each ended once), {} late replies",
         j.requests, j.late_replies
