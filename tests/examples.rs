@@ -215,6 +215,13 @@ fn sim_counter_converges_under_heavy_faults() {
 }
 
 #[test]
+fn sim_quorum_commits_writes_under_heavy_faults() {
+    let out = run("sim_quorum", &["--sites", "8", "--seeds", "2"]);
+    assert!(out.contains("2 of 2 seeds held"), "{out}");
+    assert!(out.contains("committed"), "{out}");
+}
+
+#[test]
 fn custom_transport_carries_messages_and_replies_over_pipes() {
     let out = run("custom_transport", &["--adds", "20"]);
     for line in [
