@@ -100,6 +100,7 @@ fn bad_options_are_usage_errors() {
         &["sim", "--address-sends", "1.5", "--seed", "1"],
         &["sim", "--cooperations", "-0.1", "--seed", "1"],
         &["sim", "--site-refs", "2", "--seed", "1"],
+        &["sim", "--batches", "1.01", "--seed", "1"],
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -174,4 +175,24 @@ fn site_refs_are_handled_claimed_or_refused() {
     let mut plain = SMALL.to_vec();
     plain.extend(["--seed", "3"]);
     assert_eq!(json_of(&plain)["site_refs"].as_u64(), Some(0));
+}
+
+/// `--batches`: sites submit batches, and the figures say how many, their
+/// operations, the retries and the failures; without it, none.
+#[test]
+fn batches_are_submitted_and_counted() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "3", "--batches", "0.5"]);
+    let v = json_of(&args);
+    assert_eq!(v["verdict"], "ok", "{v}");
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k:?} in {v}"));
+    assert!(
+        n("batches") > 0 && n("batch_ops") >= 2 * n("batches"),
+        "{v}"
+    );
+    assert!(n("batch_ops_failed") <= n("batch_ops"), "{v}");
+    assert!(v["batch_retries"].is_u64(), "{v}");
+    let mut plain = SMALL.to_vec();
+    plain.extend(["--seed", "3"]);
+    assert_eq!(json_of(&plain)["batches"].as_u64(), Some(0));
 }

@@ -159,3 +159,21 @@ fn a_reclaim_that_keeps_a_site_ref_claim_is_caught() {
         ..cfg(seed)
     });
 }
+
+/// Sites submit batches (sends and requests to their neighbours, each
+/// retried on the site then at the address, at most twice) on two fifths
+/// of their ticks.
+fn with_batches(seed: u64) -> SimConfig {
+    SimConfig {
+        batches: 0.4,
+        ..cfg(seed)
+    }
+}
+
+/// A batch that retries a send handed back as maybe delivered is caught:
+/// the send is delivered twice, to the site that failed and to the one
+/// now at its address.
+#[test]
+fn a_batch_that_retries_a_maybe_delivered_send_is_caught() {
+    assert_caught_in(Bug::RetryMaybeDelivered, with_batches);
+}

@@ -60,6 +60,12 @@ impl Tried {
 /// Whether an operation whose try ended as `tried`, after `tries` retries
 /// already, is tried again under a batch allowing `max_retry`.
 pub fn may_retry(tried: Tried, tries: u32, max_retry: u32) -> bool {
+    #[cfg(feature = "planted-bugs")]
+    if crate::planted::active(crate::planted::Bug::RetryMaybeDelivered)
+        && tried == Tried::MaybeDelivered
+    {
+        return tries < max_retry;
+    }
     tries < max_retry
         && matches!(
             tried,

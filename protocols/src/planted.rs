@@ -33,6 +33,9 @@ pub enum Bug {
     /// An ended cooperation hands over all its requests but the last: that
     /// one stays in the request table, awaiting a cooperation that is over.
     CoopKeepsRequests,
+    /// A batch retries a send handed back as maybe delivered (it may then
+    /// be applied twice).
+    RetryMaybeDelivered,
 }
 
 thread_local! {

@@ -419,6 +419,45 @@ fn sites_named_in_messages_are_claims_and_every_checker_holds() {
     assert_eq!((r.site_refs, r.site_refs_refused), (0, 0));
 }
 
+/// Batches under faults: 30 sites, heavy faults, 3 weak and 5 hard slots,
+/// two fifths of the ticks submit one (two to five sends and requests to
+/// the site's neighbours, at most two retries each). A send is done when
+/// acknowledged (a tracked message: the ack that frees it must follow its
+/// delivery); an operation whose site failed is retried on the site now
+/// at its address by the runtime's rule, so a send is never delivered
+/// twice; every batch ends once, every outcome of its operation's kind and
+/// every answer the one asked for (the workload checks).
+#[test]
+fn batches_retry_by_the_rule_and_every_checker_holds() {
+    let shape = |seed| SimConfig {
+        weak_slots: 3,
+        hard_slots: 5,
+        batches: 0.4,
+        ..cfg(30, seed, Faults::Heavy)
+    };
+    let (mut ops, mut retries, mut failed_ops, mut failed) = (0, 0, 0, Vec::new());
+    for seed in 0..100 {
+        let r = Sim::new(shape(seed)).run();
+        if r.verdict != Verdict::Ok {
+            failed.push((seed, r.verdict.clone()));
+        }
+        ops += r.batch_ops;
+        retries += r.batch_retries;
+        failed_ops += r.batch_ops_failed;
+        if seed < 5 {
+            let again = Sim::new(shape(seed)).run();
+            assert_eq!(r.digest, again.digest, "seed {seed} is not deterministic");
+        }
+    }
+    assert!(failed.is_empty(), "failing seeds: {failed:#?}");
+    assert!(
+        ops > 10_000 && retries > 100 && failed_ops > 100,
+        "{ops} operations, {retries} retried, {failed_ops} failed"
+    );
+    // Off by default.
+    assert_eq!(Sim::new(cfg(30, 0, Faults::Heavy)).run().batches, 0);
+}
+
 /// An entry reached by address whose first handshake was refused (the
 /// peer remembered a pair with this site, which the new entry did not
 /// prove) is bound to the site the refusal named, but it kept calling

@@ -37,6 +37,74 @@ pub(super) enum Op {
     },
     /// A cooperation cancelled.
     Cancel(u64),
+    /// A batch submitted: its operations, and how often one may be retried.
+    Batch {
+        batch: u64,
+        ops: Vec<BatchOp>,
+        max_retry: u32,
+    },
+    /// Operation `op` of batch `batch` is tried again (on the site now at
+    /// its site's address), after the event that ended its last try.
+    Retry { batch: u64, op: usize },
+}
+
+/// One operation of a batch ([`AppCtx::batch`]), as the runtime's
+/// `Batch::send` and `Batch::request`.
+#[derive(Debug, Clone)]
+pub enum BatchOp {
+    /// A one-way message: done when `to` acknowledges it.
+    Send {
+        /// The site.
+        to: SiteId,
+        /// Its priority.
+        priority: Priority,
+        /// What it says.
+        body: Bytes,
+    },
+    /// A request: done with its answer.
+    Request {
+        /// The site asked.
+        to: SiteId,
+        /// Its priority.
+        priority: Priority,
+        /// What it asks.
+        body: Bytes,
+        /// How long each try waits for the answer.
+        timeout: Duration,
+    },
+}
+
+impl BatchOp {
+    /// The site it is for.
+    pub fn to(&self) -> SiteId {
+        match self {
+            BatchOp::Send { to, .. } | BatchOp::Request { to, .. } => *to,
+        }
+    }
+}
+
+/// How an operation of a batch ended, after its retries
+/// ([`Application::batch_done`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpOutcome {
+    /// A send the site acknowledged.
+    Sent,
+    /// A request's answer, from the site that gave it.
+    Reply {
+        /// Who answered.
+        from: SiteId,
+        /// What it answered.
+        body: Bytes,
+    },
+    /// A send handed back as never sent (not retried: no retries left).
+    NotSent,
+    /// A send handed back as maybe delivered: never retried, since it
+    /// could then be applied twice.
+    MaybeDelivered,
+    /// A request that got no answer within its timeout.
+    TimedOut,
+    /// A request whose site failed before its answer (no retries left).
+    SiteFailed,
 }
 
 /// What an application asked to send, carried out after its callback.
@@ -61,6 +129,9 @@ pub(super) struct Outgoing {
     pub(super) coop: Option<u64>,
     /// A site a one-way message names ([`AppCtx::send_site_ref`]).
     pub(super) site_ref: Option<SiteId>,
+    /// The batch operation it is a try of (a send then is tracked: its
+    /// acknowledgement completes the operation).
+    pub(super) batch: Option<(u64, usize)>,
 }
 
 impl Outgoing {
@@ -78,6 +149,42 @@ impl Outgoing {
             type_id: SIM_TYPE,
             coop: None,
             site_ref: None,
+            batch: None,
+        }
+    }
+
+    /// A try of operation `index` of batch `batch`, to `to` (its site's
+    /// address, for a retry).
+    pub(super) fn batch_try(
+        batch: u64,
+        index: usize,
+        op: &BatchOp,
+        corr: u64,
+        by_address: bool,
+    ) -> Self {
+        let (to, priority, body, kind, timeout) = match op {
+            BatchOp::Send { to, priority, body } => {
+                (*to, *priority, body.clone(), MessageKind::OneWay, None)
+            }
+            BatchOp::Request {
+                to,
+                priority,
+                body,
+                timeout,
+            } => (
+                *to,
+                *priority,
+                body.clone(),
+                MessageKind::Request,
+                Some(*timeout),
+            ),
+        };
+        Self {
+            corr,
+            timeout,
+            by_address,
+            batch: Some((batch, index)),
+            ..Self::to(to, priority, body, kind)
         }
     }
 }
@@ -156,7 +263,7 @@ pub struct AppCtx<'a> {
     /// must come from here, or the run stops being reproducible.
     pub rng: &'a mut ChaCha8Rng,
     pub(super) out: &'a mut Vec<Op>,
-    /// The number the site's next cooperation gets.
+    /// The last number a cooperation or a batch of the site got.
     pub(super) next_coop: &'a mut u64,
 }
 
@@ -363,6 +470,62 @@ impl AppCtx<'_> {
         }));
     }
 
+    /// Submits a batch (the runtime's `Batch`, IBP's operation lists):
+    /// every operation is in flight at once; a send is done when its site
+    /// acknowledges it, a request with its answer. An operation whose site
+    /// failed is tried again, on the site now at that site's address (a
+    /// restarted process), up to `max_retry` times — only if it cannot have
+    /// been applied (never sent) or is a request whose answer never came:
+    /// the runtime's rule, `sitenet_protocols::batch::may_retry`. When
+    /// every operation has ended, [`Application::batch_done`] is told, with
+    /// the number returned here.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use sitenet_protocols::sim::{
+    ///     AppCtx, Application, BatchOp, Faults, OpOutcome, Sim, SimConfig, Verdict,
+    /// };
+    /// use sitenet_protocols::Priority;
+    ///
+    /// /// Site 0 sends one message to each other site, as one batch.
+    /// #[derive(Default)]
+    /// struct Broadcast { done: Vec<OpOutcome> }
+    /// impl Application for Broadcast {
+    ///     fn start(&mut self, ctx: &mut AppCtx<'_>) {
+    ///         if ctx.me == ctx.sites[0] {
+    ///             let body = Bytes::from_static(b"hello");
+    ///             let ops = ctx.sites[1..].iter().map(|&to| BatchOp::Send {
+    ///                 to, priority: Priority::Medium, body: body.clone(),
+    ///             });
+    ///             ctx.batch(ops.collect(), 2);
+    ///         }
+    ///     }
+    ///     fn batch_done(&mut self, _: &mut AppCtx<'_>, _: u64, outcomes: &[(OpOutcome, u32)]) {
+    ///         self.done.extend(outcomes.iter().map(|(o, _)| o.clone()));
+    ///     }
+    ///     fn check(&self, ctx: &AppCtx<'_>) -> Result<(), String> {
+    ///         let want = if ctx.me == ctx.sites[0] { ctx.sites.len() - 1 } else { 0 };
+    ///         let all_sent = self.done.iter().all(|o| *o == OpOutcome::Sent);
+    ///         (self.done.len() == want && all_sent).then_some(()).ok_or(format!("{:?}", self.done))
+    ///     }
+    /// }
+    /// let cfg = SimConfig { sites: 5, seed: 2, faults: Faults::None, ..SimConfig::default() };
+    /// let r = Sim::with_app(cfg, Box::new(|_| Box::new(Broadcast::default()))).run();
+    /// assert_eq!(r.verdict, Verdict::Ok);
+    /// assert_eq!((r.batches, r.batch_ops), (1, 4));
+    /// ```
+    pub fn batch(&mut self, ops: Vec<BatchOp>, max_retry: u32) -> u64 {
+        *self.next_coop += 1;
+        let batch = *self.next_coop;
+        self.out.push(Op::Batch {
+            batch,
+            ops,
+            max_retry,
+        });
+        batch
+    }
+
     /// Cancels cooperation `coop` (nothing if it has ended): its requests
     /// are forgotten, and [`Application::cooperation_ended`] is told.
     pub fn cancel(&mut self, coop: u64) {
@@ -433,6 +596,10 @@ pub trait Application {
     /// ([`Cooperation::end`]) and holds the replies that filled its
     /// descriptors ([`Cooperation::filled`]).
     fn cooperation_ended(&mut self, _ctx: &mut AppCtx<'_>, _coop: u64, _c: &Cooperation<SiteId>) {}
+    /// A batch this site submitted ([`AppCtx::batch`], the number it
+    /// returned) ended: every operation's outcome, in the order given, with
+    /// the retries it took; exactly once per batch.
+    fn batch_done(&mut self, _ctx: &mut AppCtx<'_>, _batch: u64, _outcomes: &[(OpOutcome, u32)]) {}
     /// The application's own invariant, checked on every live site once
     /// the run has settled (after the simulator's checkers held): an
     /// `Err` is a violation, reported with the seed like the others.
@@ -493,9 +660,15 @@ pub struct Workload {
     /// sends to the site named, half the time. 0 by default, so that a
     /// seed runs as it did before.
     pub site_refs: f64,
+    /// Chance that a tick also submits a batch (0 by default, so that a
+    /// seed runs as it did before): see [`Workload::submit`].
+    pub batches: f64,
     /// Open cooperations: each descriptor's site (if it names one), and
     /// the answers its requests must get.
     gathers: std::collections::BTreeMap<u64, Gather>,
+    /// Batches not ended: per operation, the answer a request must get
+    /// (`None` for a send).
+    submitted: std::collections::BTreeMap<u64, Vec<Option<Bytes>>>,
 }
 
 /// What the workload remembers of a cooperation it opened.
@@ -524,7 +697,9 @@ impl Default for Workload {
             by_address: 0.0,
             cooperations: 0.0,
             site_refs: 0.0,
+            batches: 0.0,
             gathers: Default::default(),
+            submitted: Default::default(),
         }
     }
 }
@@ -547,6 +722,9 @@ impl Application for Workload {
     fn tick(&mut self, ctx: &mut AppCtx<'_>) {
         if self.cooperations > 0.0 && ctx.rng.gen_bool(self.cooperations.min(1.0)) {
             self.gather(ctx);
+        }
+        if self.batches > 0.0 && ctx.rng.gen_bool(self.batches.min(1.0)) {
+            self.submit(ctx);
         }
         if !ctx.rng.gen_bool(self.rate.clamp(0.0, 1.0)) {
             return;
@@ -629,10 +807,23 @@ impl Application for Workload {
         }
     }
 
+    fn batch_done(&mut self, _ctx: &mut AppCtx<'_>, batch: u64, outcomes: &[(OpOutcome, u32)]) {
+        let Some(answers) = self.submitted.remove(&batch) else {
+            self.wrong
+                .get_or_insert_with(|| format!("batch {batch} ended twice, or never submitted"));
+            return;
+        };
+        if let Err(e) = Self::check_batch(&answers, outcomes) {
+            self.wrong
+                .get_or_insert_with(|| format!("batch {batch}: {e}"));
+        }
+    }
+
     fn check(&self, _ctx: &AppCtx<'_>) -> Result<(), String> {
         match (&self.wrong, self.pending.len(), self.gathers.len()) {
             (Some(w), _, _) => Err(w.clone()),
-            (None, 0, 0) => Ok(()),
+            (None, 0, 0) if self.submitted.is_empty() => Ok(()),
+            (None, 0, 0) => Err(format!("{} batches never ended", self.submitted.len())),
             (None, n, 0) => Err(format!(
                 "{n} requests never ended (no answer, timeout or failure)"
             )),
@@ -690,6 +881,66 @@ impl Workload {
             ctx.cancel(coop);
         }
         self.gathers.insert(coop, Gather { from, answers });
+    }
+
+    /// A batch, as a runtime's: two to five operations to the site's
+    /// neighbours (a third of them requests, 5 s each), at most two
+    /// retries each. Its end is checked: an outcome per operation, of its
+    /// kind (a send is sent, never sent or maybe delivered; a request
+    /// answered, timed out or its site failed), every answer the one its
+    /// request asked for, and no retry after a send that may have been
+    /// delivered.
+    pub fn submit(&mut self, ctx: &mut AppCtx<'_>) {
+        let mut ops = Vec::new();
+        let mut answers = Vec::new();
+        for _ in 0..ctx.rng.gen_range(2..=5) {
+            let k = ctx.rng.gen_range(1..=self.neighbours.max(1));
+            let Some(to) = ctx.neighbour(k) else { break };
+            let priority = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
+            let body = Self::body(ctx.rng, self.large);
+            if ctx.rng.gen_ratio(1, 3) {
+                answers.push(Some(Self::answer_to(&body)));
+                let timeout = Duration::from_secs(5);
+                ops.push(BatchOp::Request {
+                    to,
+                    priority,
+                    body,
+                    timeout,
+                });
+            } else {
+                answers.push(None);
+                ops.push(BatchOp::Send { to, priority, body });
+            }
+        }
+        let batch = ctx.batch(ops, 2);
+        self.submitted.insert(batch, answers);
+    }
+
+    /// A batch's outcomes agree with what it asked (see [`submit`](Self::submit)).
+    fn check_batch(answers: &[Option<Bytes>], outcomes: &[(OpOutcome, u32)]) -> Result<(), String> {
+        if answers.len() != outcomes.len() {
+            return Err(format!(
+                "{} outcomes for {} operations",
+                outcomes.len(),
+                answers.len()
+            ));
+        }
+        for (i, (want, (outcome, retries))) in answers.iter().zip(outcomes).enumerate() {
+            let fits = match (want, outcome) {
+                (None, OpOutcome::Sent | OpOutcome::NotSent) => true,
+                // Never retried: it could have been applied.
+                (None, OpOutcome::MaybeDelivered) => true,
+                (Some(w), OpOutcome::Reply { body, .. }) => body == w,
+                (Some(_), OpOutcome::TimedOut | OpOutcome::SiteFailed) => true,
+                _ => false,
+            };
+            if !fits || *retries > 2 {
+                return Err(format!(
+                    "operation {i} ended {outcome:?} after {retries} retries"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// A cooperation's end agrees with what it asked (see [`gather`](Self::gather)).

@@ -99,6 +99,8 @@ pub(super) struct Oracle {
     open_requests: BTreeSet<(SiteId, u64)>,
     /// Cooperations not ended yet (by site, number).
     open_coops: BTreeSet<(SiteId, u64)>,
+    /// Batches not ended yet (by site, number).
+    open_batches: BTreeSet<(SiteId, u64)>,
 }
 
 impl Oracle {
@@ -266,6 +268,31 @@ impl Oracle {
         Ok(())
     }
 
+    /// Message `id` was delivered (whatever happened to it since).
+    pub(super) fn was_delivered(&self, id: u64) -> bool {
+        self.msgs
+            .get(id as usize)
+            .is_some_and(|r| matches!(r.fate, Fate::Delivered | Fate::DeliveredMaybe))
+    }
+
+    /// Site `at` submitted batch `batch`.
+    pub(super) fn batch_opened(&mut self, at: SiteId, batch: u64) -> Result<(), String> {
+        if !self.open_batches.insert((at, batch)) {
+            return Err(format!("{at} submitted batch {batch} twice"));
+        }
+        Ok(())
+    }
+
+    /// Batch `batch` of site `at` ended.
+    pub(super) fn batch_ended(&mut self, at: SiteId, batch: u64) -> Result<(), String> {
+        if !self.open_batches.remove(&(at, batch)) {
+            return Err(format!(
+                "batch {batch} of {at} ended twice, or was never submitted"
+            ));
+        }
+        Ok(())
+    }
+
     /// Site `at` opened cooperation `coop`.
     pub(super) fn coop_opened(&mut self, at: SiteId, coop: u64) -> Result<(), String> {
         if !self.open_coops.insert((at, coop)) {
@@ -311,6 +338,13 @@ impl Oracle {
             .find(|(at, _)| !self.crashed.contains(at))
         {
             return Err(format!("cooperation {coop} of {at} never ended"));
+        }
+        if let Some((at, batch)) = self
+            .open_batches
+            .iter()
+            .find(|(at, _)| !self.crashed.contains(at))
+        {
+            return Err(format!("batch {batch} of {at} never ended"));
         }
         Ok(())
     }

@@ -64,6 +64,12 @@ pub struct SimConfig {
     /// runtime's default of 1,024), and sends to it half the time. 0 by
     /// default, so that a seed runs as it did before.
     pub site_refs: f64,
+    /// The chance that a tick of the default [`Workload`](super::Workload)
+    /// also submits a batch ([`AppCtx::batch`](super::AppCtx::batch)): two
+    /// to five sends and requests to the site's neighbours, each retried
+    /// on the site then at its site's address up to twice, by the
+    /// runtime's rule. 0 by default, so that a seed runs as it did before.
+    pub batches: f64,
 }
 
 impl Default for SimConfig {
@@ -85,6 +91,7 @@ impl Default for SimConfig {
             peer_claims: None,
             cooperations: 0.0,
             site_refs: 0.0,
+            batches: 0.0,
         }
     }
 }
@@ -175,6 +182,16 @@ pub struct Report {
     /// that held its bound of claims: not decoded, not handled (the
     /// runtime's decode error).
     pub site_refs_refused: u64,
+    /// Batches submitted ([`AppCtx::batch`](super::AppCtx::batch)), each
+    /// ended exactly once, and their operations.
+    pub batches: u64,
+    /// See `batches`.
+    pub batch_ops: u64,
+    /// Operations tried again after their site failed (the runtime's
+    /// rule: never sent, or a request whose answer never came).
+    pub batch_retries: u64,
+    /// Operations that ended without success after their retries.
+    pub batch_ops_failed: u64,
     /// Cooperations opened ([`AppCtx::cooperation`](super::AppCtx::cooperation)),
     /// each ended exactly once: completed, timed out, failed (a site it
     /// waited for failed permanently) or cancelled.

@@ -38,6 +38,9 @@ pub(super) enum Awaiter {
     App(u64),
     /// Cooperation `coop` of the application.
     Coop(u64),
+    /// Operation `op` of batch `batch` of the application
+    /// ([`batches`](super::batches)).
+    Batch(u64, usize),
 }
 
 /// An open cooperation of a simulated node.
@@ -222,6 +225,14 @@ impl Sim {
     pub(super) fn check_coop_requests(&self, n: usize) -> Result<(), String> {
         let node = &self.nodes[n];
         for (corr, awaiter) in node.requests.awaiters() {
+            if let Awaiter::Batch(batch, _) = awaiter {
+                if !node.batches.contains_key(batch) {
+                    return Err(format!(
+                        "{}'s request {corr:#x} awaits batch {batch}, which has ended",
+                        node.id
+                    ));
+                }
+            }
             if let Awaiter::Coop(coop) = awaiter {
                 if !node.coops.contains_key(coop) {
                     return Err(format!(

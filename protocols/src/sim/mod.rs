@@ -56,6 +56,7 @@
 //! ```
 
 mod app;
+mod batches;
 mod builds;
 mod check;
 mod config;
@@ -80,7 +81,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-pub use app::{Answer, AppCtx, AppFactory, Application, Request, Workload};
+pub use app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request, Workload};
 pub use config::{Report, SimConfig, Verdict};
 pub use faults::Faults;
 pub use shrink::{shrink, shrink_with};
@@ -201,6 +202,10 @@ pub(super) struct Counts {
     site_refs: u64,
     site_refs_claimed: u64,
     site_refs_refused: u64,
+    batches: u64,
+    batch_ops: u64,
+    batch_retries: u64,
+    batch_ops_failed: u64,
     cooperations: u64,
     coops_completed: u64,
     coops_timed_out: u64,
@@ -254,6 +259,7 @@ impl Sim {
         workload.by_address = cfg.address_sends;
         workload.cooperations = cfg.cooperations;
         workload.site_refs = cfg.site_refs;
+        workload.batches = cfg.batches;
         Self::with_app(
             cfg,
             Box::new(move |_| Box::new(workload.clone()) as Box<dyn Application>),
@@ -394,6 +400,10 @@ impl Sim {
             site_refs: self.counts.site_refs,
             site_refs_claimed: self.counts.site_refs_claimed,
             site_refs_refused: self.counts.site_refs_refused,
+            batches: self.counts.batches,
+            batch_ops: self.counts.batch_ops,
+            batch_retries: self.counts.batch_retries,
+            batch_ops_failed: self.counts.batch_ops_failed,
             cooperations: self.counts.cooperations,
             coops_completed: self.counts.coops_completed,
             coops_timed_out: self.counts.coops_timed_out,
@@ -577,6 +587,9 @@ impl Sim {
             coops: BTreeMap::new(),
             coop_deadlines: crate::timer::TimerQueue::default(),
             next_coop: 0,
+            batches: BTreeMap::new(),
+            tracked: BTreeMap::new(),
+            aliases: BTreeMap::new(),
             req_armed: None,
             // The runtime's defaults for a process with 1,024 descriptors.
             admission: crate::admission::Admission::new(

@@ -85,8 +85,18 @@ pub(super) struct Node {
     pub(super) coops: BTreeMap<u64, super::coops::OpenCoop>,
     /// When each open cooperation's wait ends.
     pub(super) coop_deadlines: crate::timer::TimerQueue<u64>,
-    /// The number its application's last cooperation got.
+    /// The number its application's last cooperation or batch got.
     pub(super) next_coop: u64,
+    /// The application's batches not ended yet: see
+    /// [`batches`](super::batches).
+    pub(super) batches: BTreeMap<u64, super::batches::SimBatch>,
+    /// Tracked messages (a batch's sends) not acknowledged or handed back
+    /// yet: token → batch, operation.
+    pub(super) tracked: BTreeMap<u64, (u64, usize)>,
+    /// What each stand-in of an entry reached by address became: the site
+    /// it was bound to, or the entry it merged into (the runtime's entries
+    /// resolve so; a request sent through one is answered by that site).
+    pub(super) aliases: BTreeMap<SiteId, SiteId>,
     /// When the request timer event in the queue fires.
     pub(super) req_armed: Option<Duration>,
     /// Pending handshakes of accepted connections (the runtime's accept
@@ -95,6 +105,15 @@ pub(super) struct Node {
     pub(super) admitted: BTreeMap<u64, (u64, usize)>,
     /// When the admission timer event in the queue fires.
     pub(super) adm_armed: Option<Duration>,
+}
+
+/// The key `key` goes by now: itself, unless it is a stand-in that was
+/// bound or merged ([`Node::aliases`]).
+pub(super) fn resolve(aliases: &BTreeMap<SiteId, SiteId>, mut key: SiteId) -> SiteId {
+    while let Some(&next) = aliases.get(&key) {
+        key = next;
+    }
+    key
 }
 
 impl Node {
@@ -179,7 +198,10 @@ impl Sim {
         self.act(n, peer, p);
         let now = self.instant();
         p.com.take_freed(now);
-        p.com.take_delivered();
+        let acked = p.com.take_delivered();
+        if !acked.is_empty() {
+            self.batch_acked(n, acked);
+        }
         self.act(n, peer, p);
     }
 
@@ -486,6 +508,10 @@ impl Sim {
         self.trace(n, "handed_back", &[id as u128, maybe as u128]);
         if let Err(e) = self.oracle.hand_back(id, maybe) {
             return self.violation(e);
+        }
+        if m.tracked {
+            // A batch's send: the batch retries it or ends it.
+            return self.batch_handed_back(n, m.corr, maybe);
         }
         // The site the application named (an entry reached by address may
         // not know it).

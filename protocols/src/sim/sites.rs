@@ -280,6 +280,7 @@ impl Sim {
         let into = match node.index.bind(site, id) {
             Bind::Same | Bind::Bound => {
                 node.keys[p.key] = id;
+                node.aliases.insert(peer, id);
                 if let Slot::Waiting(t) = p.slot {
                     node.waiters.insert(t, id);
                 }
@@ -290,7 +291,11 @@ impl Sim {
                 self.trace(n, "bound", &[peer.0, id.0]);
                 return Some((id, p));
             }
-            Bind::MergeInto(k) => node.keys[k],
+            Bind::MergeInto(k) => {
+                let into = node.keys[k];
+                node.aliases.insert(peer, into);
+                into
+            }
         };
         self.counts.merges += 1;
         self.trace(n, "merge", &[peer.0, into.0]);

@@ -11,8 +11,11 @@ use crate::message::{wrap_origin, InMessage, MessageKind, OutMessage};
 use crate::requests::Reply;
 use crate::site::{SiteDescriptor, SiteId};
 
-use super::app::{Answer, AppCtx, Application, Op, Outgoing, Request};
+use crate::batch::Tried;
+
+use super::app::{Answer, AppCtx, Application, Op, OpOutcome, Outgoing, Request};
 use super::coops::Awaiter;
+use super::node::resolve;
 use super::{envelope_id, envelope_site, Ev, Sim, COOP_REPLY_TYPE, SIM_TYPE};
 
 impl Sim {
@@ -95,6 +98,12 @@ impl Sim {
                         timeout,
                     } => self.open_coop(n, coop, expect, timeout),
                     Op::Cancel(coop) => self.cancel_coop(n, coop),
+                    Op::Batch {
+                        batch,
+                        ops,
+                        max_retry,
+                    } => self.submit_batch(n, batch, ops, max_retry),
+                    Op::Retry { batch, op } => self.try_op(n, batch, op),
                 }
             }
         }
@@ -113,14 +122,14 @@ impl Sim {
         if to == me {
             return;
         }
-        if let Some(timeout) = o.timeout {
-            let deadline = self.instant() + timeout;
-            self.nodes[n].requests.register(
-                o.corr,
-                to,
-                Awaiter::App(o.corr),
-                Some((deadline, timeout)),
-            );
+        let deadline = o.timeout.map(|t| (self.instant() + t, t));
+        // A batch's request is registered with the entry it goes
+        // through, below.
+        if deadline.is_some() && o.batch.is_none() {
+            let waiter = Awaiter::App(o.corr);
+            self.nodes[n]
+                .requests
+                .register(o.corr, to, waiter, deadline);
             if let Err(e) = self.oracle.request(me, o.corr) {
                 return self.violation(e);
             }
@@ -135,11 +144,15 @@ impl Sim {
         }
         let place = o.by_address.then(|| self.by_address[&address]);
         let id = self.oracle.sent(me, to, place, o.priority as u8, &o.body);
+        if let Some((batch, i)) = o.batch {
+            self.batch_sent(n, batch, i, id);
+        }
         let how = o.kind as u128
             | u128::from(o.by_address) << 8
             | u128::from(o.type_id == COOP_REPLY_TYPE) << 9
             | u128::from(o.coop.is_some()) << 10
-            | u128::from(o.site_ref.is_some()) << 11;
+            | u128::from(o.site_ref.is_some()) << 11
+            | u128::from(o.batch.is_some()) << 12;
         self.trace(n, "send", &[to.0, id as u128, o.priority as u128, how]);
         let envelope = Bytes::copy_from_slice(&id.to_le_bytes());
         let header = match o.origin {
@@ -168,11 +181,22 @@ impl Sim {
         let mut msg = OutMessage::new(o.priority, o.type_id, header, smallvec::smallvec![o.body]);
         msg.kind = o.kind;
         msg.corr = o.corr;
+        // A batch's send is tracked: its acknowledgement completes it.
+        msg.tracked = o.batch.is_some() && o.kind == MessageKind::OneWay;
         let (key, mut p) = if o.by_address {
             self.entry_at_address(n, &address)
         } else {
             (to, self.entry_for_id(n, to, &address))
         };
+        if let (Some((batch, i)), Some(_)) = (o.batch, deadline) {
+            // Sent through this entry, answered by whichever site it
+            // turns out to be (a retry goes to the site's address).
+            let waiter = Awaiter::Batch(batch, i);
+            self.nodes[n]
+                .requests
+                .register(o.corr, key, waiter, deadline);
+            self.rearm_requests(n);
+        }
         // The application holds a reference to a site it sends to.
         p.com.set_has_refs(true, self.instant());
         self.referenced(n, &mut p);
@@ -182,6 +206,11 @@ impl Sim {
             self.trace(n, "refused_send", &[id as u128]);
             if let Err(e) = self.oracle.hand_back(id, maybe) {
                 self.violation(e);
+            }
+            if m.tracked {
+                self.batch_handed_back(n, m.corr, maybe);
+                self.drive_peer(n, key, &mut p);
+                return self.put_back(n, key, p);
             }
             let body = m
                 .body
@@ -247,16 +276,20 @@ impl Sim {
                 self.app_call(n, |app, ctx| app.requested(ctx, req));
             }
             Delivered::Reply { delegated } => {
-                match self.nodes[n]
-                    .requests
-                    .reply(corr, &peer, delegated, |s, f| s == f)
-                {
+                let node = &mut self.nodes[n];
+                let (requests, aliases) = (&mut node.requests, &node.aliases);
+                match requests.reply(corr, &peer, delegated, |s, f| resolve(aliases, *s) == *f) {
                     Reply::Complete(Awaiter::App(corr)) => {
                         let answer = Answer::Reply { from: peer, body };
                         self.answered(n, corr, answer);
                         self.rearm_requests(n);
                     }
                     Reply::Complete(Awaiter::Coop(coop)) => self.coop_replied(n, coop, peer, body),
+                    Reply::Complete(Awaiter::Batch(batch, i)) => {
+                        let answer = OpOutcome::Reply { from: peer, body };
+                        self.op_ended(n, batch, i, answer);
+                        self.rearm_requests(n);
+                    }
                     Reply::FromAnotherSite => {
                         self.violation(format!(
                             "{me} got a plain reply to request {corr:#x} from {peer}, \
@@ -334,9 +367,13 @@ impl Sim {
         self.nodes[n].req_armed = None;
         let now = self.instant();
         for (corr, awaiter, _, _) in self.nodes[n].requests.expire(now) {
-            // Only the application's requests have deadlines.
-            if let Awaiter::App(_) = awaiter {
-                self.answered(n, corr, Answer::TimedOut);
+            // A cooperation's requests have no deadline of their own.
+            match awaiter {
+                Awaiter::App(_) => self.answered(n, corr, Answer::TimedOut),
+                Awaiter::Batch(batch, i) => {
+                    self.op_failed(n, batch, i, Tried::Other, OpOutcome::TimedOut);
+                }
+                Awaiter::Coop(_) => {}
             }
         }
         self.expire_coops(n, now);
@@ -345,7 +382,9 @@ impl Sim {
 
     /// A site failed permanently at node `n`: the requests awaiting it end.
     pub(super) fn requests_failed(&mut self, n: usize, peer: SiteId) {
-        let mut failed = self.nodes[n].requests.fail_site(|s| *s == peer);
+        let node = &mut self.nodes[n];
+        let (requests, aliases) = (&mut node.requests, &node.aliases);
+        let mut failed = requests.fail_site(|s| resolve(aliases, *s) == peer);
         // The table's order is a hash map's: the trace takes them sorted.
         failed.sort_unstable();
         let mut coops = Vec::new();
@@ -353,6 +392,10 @@ impl Sim {
             match awaiter {
                 Awaiter::App(corr) => self.answered(n, corr, Answer::SiteFailed),
                 Awaiter::Coop(coop) => coops.push(coop),
+                Awaiter::Batch(batch, i) => {
+                    let outcome = OpOutcome::SiteFailed;
+                    self.op_failed(n, batch, i, Tried::RequestSiteFailed, outcome);
+                }
             }
         }
         coops.dedup();

@@ -59,6 +59,11 @@ pub(crate) struct Args {
     /// a claim the sender holds (--peer-claims bounds it), and sends to it.
     #[arg(long, default_value_t = 0.0)]
     site_refs: f64,
+    /// The chance (0 to 1) that a site's tick also submits a batch: sends
+    /// and requests to its neighbours, a send done when acknowledged, each
+    /// retried on the site then at its address by the runtime's rule.
+    #[arg(long, default_value_t = 0.0)]
+    batches: f64,
     /// Without --seed: wall-clock seconds to spend trying seeds.
     #[arg(long, default_value_t = 30.0)]
     search: f64,
@@ -107,6 +112,10 @@ struct Json {
     site_refs: u64,
     site_refs_claimed: u64,
     site_refs_refused: u64,
+    batches: u64,
+    batch_ops: u64,
+    batch_retries: u64,
+    batch_ops_failed: u64,
     cooperations: u64,
     coops_completed: u64,
     coops_timed_out: u64,
@@ -188,6 +197,10 @@ impl Json {
             site_refs: r.site_refs,
             site_refs_claimed: r.site_refs_claimed,
             site_refs_refused: r.site_refs_refused,
+            batches: r.batches,
+            batch_ops: r.batch_ops,
+            batch_retries: r.batch_retries,
+            batch_ops_failed: r.batch_ops_failed,
             cooperations: r.cooperations,
             coops_completed: r.coops_completed,
             coops_timed_out: r.coops_timed_out,
@@ -231,6 +244,12 @@ pub(crate) fn run(a: Args) -> ExitCode {
             a.site_refs
         ));
     }
+    if !(0.0..=1.0).contains(&a.batches) {
+        return crate::usage(format!(
+            "--batches is a chance between 0 and 1, got {}",
+            a.batches
+        ));
+    }
     if !(0.0..=1.0).contains(&a.cooperations) {
         return crate::usage(format!(
             "--cooperations is a chance between 0 and 1, got {}",
@@ -253,6 +272,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         peer_claims: a.peer_claims,
         cooperations: a.cooperations,
         site_refs: a.site_refs,
+        batches: a.batches,
         ..SimConfig::default()
     };
     match a.seed {
@@ -375,6 +395,10 @@ fn add(mut a: Json, b: &Json) -> Json {
     a.site_refs += b.site_refs;
     a.site_refs_claimed += b.site_refs_claimed;
     a.site_refs_refused += b.site_refs_refused;
+    a.batches += b.batches;
+    a.batch_ops += b.batch_ops;
+    a.batch_retries += b.batch_retries;
+    a.batch_ops_failed += b.batch_ops_failed;
     a.cooperations += b.cooperations;
     a.coops_completed += b.coops_completed;
     a.coops_timed_out += b.coops_timed_out;
@@ -406,7 +430,7 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
         runs,
         command: format!(
             "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} \
-             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {}{} --trace",
+             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} --batches {}{} --trace",
             small.seed,
             small.sites,
             small.faults.name(),
@@ -417,6 +441,7 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
             small.address_sends,
             small.cooperations,
             small.site_refs,
+            small.batches,
             small
                 .peer_claims
                 .map_or(String::new(), |b| format!(" --peer-claims {b}"))
@@ -468,6 +493,12 @@ fn print(j: &Json, json: bool) {
         "requests:       {} sent (each ended once), {} late replies",
         j.requests, j.late_replies
     );
+    if j.batches > 0 {
+        println!(
+            "batches:        {} submitted, {} operations ({} retried, {} failed)",
+            j.batches, j.batch_ops, j.batch_retries, j.batch_ops_failed
+        );
+    }
     if j.cooperations > 0 {
         println!(
             "cooperations:   {} opened: {} completed, {} timed out, {} failed, {} cancelled; {} replies discarded",
