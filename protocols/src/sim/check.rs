@@ -85,7 +85,7 @@ struct Stream {
 }
 
 /// The record of every application message.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Oracle {
     msgs: Vec<Record>,
     streams: BTreeMap<(SiteId, SiteId, u8), Stream>,
@@ -96,11 +96,75 @@ pub(super) struct Oracle {
     pub(super) handed_back: u64,
     /// Requests sent, and those not ended yet (by requester, number).
     pub(super) requests: u64,
-    open_requests: BTreeSet<(SiteId, u64)>,
-    /// Cooperations not ended yet (by site, number).
-    open_coops: BTreeSet<(SiteId, u64)>,
-    /// Batches not ended yet (by site, number).
-    open_batches: BTreeSet<(SiteId, u64)>,
+    open_requests: Ongoing,
+    /// Cooperations not ended yet.
+    open_coops: Ongoing,
+    /// Batches not ended yet.
+    open_batches: Ongoing,
+}
+
+/// Things of one kind (requests, cooperations, batches) that each site
+/// started and that must each end exactly once, by site and number.
+#[derive(Debug)]
+struct Ongoing {
+    /// What they are, for the messages.
+    what: &'static str,
+    open: BTreeSet<(SiteId, u64)>,
+}
+
+impl Ongoing {
+    fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            open: BTreeSet::new(),
+        }
+    }
+
+    /// Site `at` started number `n`.
+    fn start(&mut self, at: SiteId, n: u64) -> Result<(), String> {
+        match self.open.insert((at, n)) {
+            true => Ok(()),
+            false => Err(format!(
+                "{at} started {} {n:#x} while it was open",
+                self.what
+            )),
+        }
+    }
+
+    /// Number `n` of site `at` ended.
+    fn end(&mut self, at: SiteId, n: u64) -> Result<(), String> {
+        match self.open.remove(&(at, n)) {
+            true => Ok(()),
+            false => Err(format!(
+                "{} {n:#x} of {at} ended twice, or never started",
+                self.what
+            )),
+        }
+    }
+
+    /// After the run settled: none of a site that did not crash is open.
+    fn finish(&self, crashed: &BTreeSet<SiteId>) -> Result<(), String> {
+        match self.open.iter().find(|(at, _)| !crashed.contains(at)) {
+            None => Ok(()),
+            Some((at, n)) => Err(format!("{} {n:#x} of {at} never ended", self.what)),
+        }
+    }
+}
+
+impl Default for Oracle {
+    fn default() -> Self {
+        Self {
+            msgs: Vec::new(),
+            streams: BTreeMap::new(),
+            crashed: BTreeSet::new(),
+            delivered: 0,
+            handed_back: 0,
+            requests: 0,
+            open_requests: Ongoing::new("request"),
+            open_coops: Ongoing::new("cooperation"),
+            open_batches: Ongoing::new("batch"),
+        }
+    }
 }
 
 impl Oracle {
@@ -250,22 +314,12 @@ impl Oracle {
     /// Site `at` sent request `corr`.
     pub(super) fn request(&mut self, at: SiteId, corr: u64) -> Result<(), String> {
         self.requests += 1;
-        if !self.open_requests.insert((at, corr)) {
-            return Err(format!(
-                "{at} sent request {corr:#x} while one with that number was open"
-            ));
-        }
-        Ok(())
+        self.open_requests.start(at, corr)
     }
 
     /// Request `corr` of site `at` ended (answer, timeout or failure).
     pub(super) fn answered(&mut self, at: SiteId, corr: u64) -> Result<(), String> {
-        if !self.open_requests.remove(&(at, corr)) {
-            return Err(format!(
-                "request {corr:#x} of {at} ended twice, or was never sent"
-            ));
-        }
-        Ok(())
+        self.open_requests.end(at, corr)
     }
 
     /// Message `id` was delivered (whatever happened to it since).
@@ -277,38 +331,22 @@ impl Oracle {
 
     /// Site `at` submitted batch `batch`.
     pub(super) fn batch_opened(&mut self, at: SiteId, batch: u64) -> Result<(), String> {
-        if !self.open_batches.insert((at, batch)) {
-            return Err(format!("{at} submitted batch {batch} twice"));
-        }
-        Ok(())
+        self.open_batches.start(at, batch)
     }
 
     /// Batch `batch` of site `at` ended.
     pub(super) fn batch_ended(&mut self, at: SiteId, batch: u64) -> Result<(), String> {
-        if !self.open_batches.remove(&(at, batch)) {
-            return Err(format!(
-                "batch {batch} of {at} ended twice, or was never submitted"
-            ));
-        }
-        Ok(())
+        self.open_batches.end(at, batch)
     }
 
     /// Site `at` opened cooperation `coop`.
     pub(super) fn coop_opened(&mut self, at: SiteId, coop: u64) -> Result<(), String> {
-        if !self.open_coops.insert((at, coop)) {
-            return Err(format!("{at} opened cooperation {coop} twice"));
-        }
-        Ok(())
+        self.open_coops.start(at, coop)
     }
 
     /// Cooperation `coop` of site `at` ended.
     pub(super) fn coop_ended(&mut self, at: SiteId, coop: u64) -> Result<(), String> {
-        if !self.open_coops.remove(&(at, coop)) {
-            return Err(format!(
-                "cooperation {coop} of {at} ended twice, or was never opened"
-            ));
-        }
-        Ok(())
+        self.open_coops.end(at, coop)
     }
 
     /// After the run settled: every message of a sender still up was
@@ -323,29 +361,9 @@ impl Oracle {
                 ));
             }
         }
-        if let Some((at, corr)) = self
-            .open_requests
-            .iter()
-            .find(|(at, _)| !self.crashed.contains(at))
-        {
-            return Err(format!(
-                "request {corr:#x} of {at} never ended (no answer, timeout or failure)"
-            ));
-        }
-        if let Some((at, coop)) = self
-            .open_coops
-            .iter()
-            .find(|(at, _)| !self.crashed.contains(at))
-        {
-            return Err(format!("cooperation {coop} of {at} never ended"));
-        }
-        if let Some((at, batch)) = self
-            .open_batches
-            .iter()
-            .find(|(at, _)| !self.crashed.contains(at))
-        {
-            return Err(format!("batch {batch} of {at} never ended"));
-        }
+        self.open_requests.finish(&self.crashed)?;
+        self.open_coops.finish(&self.crashed)?;
+        self.open_batches.finish(&self.crashed)?;
         Ok(())
     }
 }
