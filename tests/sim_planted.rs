@@ -86,18 +86,24 @@ fn by_address(seed: u64) -> SimConfig {
 /// `bug` planted in runs of `shape`: caught within `WITHIN` seeds (the step
 /// named), and the same seeds hold without it.
 fn assert_caught_in(bug: Bug, shape: fn(u64) -> SimConfig) {
+    assert_caught_within(bug, shape, WITHIN);
+}
+
+/// [`assert_caught_in`] within `within` seeds, for a bug only some runs
+/// give a chance to show.
+fn assert_caught_within(bug: Bug, shape: fn(u64) -> SimConfig, within: u64) {
     plant(Some(bug));
-    let found = (0..WITHIN).find_map(|seed| match Sim::new(shape(seed)).run().verdict {
+    let found = (0..within).find_map(|seed| match Sim::new(shape(seed)).run().verdict {
         Verdict::Ok => None,
         Verdict::Violation { step, what, .. } => Some((seed, step, what)),
     });
     plant(None);
     let Some((seed, step, what)) = found else {
-        panic!("{bug:?} planted, and no checker failed within {WITHIN} seeds");
+        panic!("{bug:?} planted, and no checker failed within {within} seeds");
     };
     assert!(step > 0);
     println!("{bug:?}: caught at seed {seed}, step {step}: {what}");
-    for seed in 0..WITHIN {
+    for seed in 0..within {
         assert_eq!(
             Sim::new(shape(seed)).run().verdict,
             Verdict::Ok,
@@ -161,19 +167,22 @@ fn a_reclaim_that_keeps_a_site_ref_claim_is_caught() {
 }
 
 /// Sites submit batches (sends and requests to their neighbours, each
-/// retried on the site then at the address, at most twice) on two fifths
+/// retried on the site then at the address, at most twice) on four fifths
 /// of their ticks.
 fn with_batches(seed: u64) -> SimConfig {
     SimConfig {
-        batches: 0.4,
+        batches: 0.8,
         ..cfg(seed)
     }
 }
 
 /// A batch that retries a send handed back as maybe delivered is caught:
 /// the send is delivered twice, to the site that failed and to the one
-/// now at its address.
+/// now at its address. Only a run where a site crashes between
+/// delivering a batch's send and acknowledging it can show it: about one
+/// seed in seven (3 of the first 20 at this shape, the first at seed 2),
+/// so it is given 30 seeds.
 #[test]
 fn a_batch_that_retries_a_maybe_delivered_send_is_caught() {
-    assert_caught_in(Bug::RetryMaybeDelivered, with_batches);
+    assert_caught_within(Bug::RetryMaybeDelivered, with_batches, 30);
 }

@@ -426,7 +426,8 @@ fn sites_named_in_messages_are_claims_and_every_checker_holds() {
 /// delivery); an operation whose site failed is retried on the site now
 /// at its address by the runtime's rule, so a send is never delivered
 /// twice; every batch ends once, every outcome of its operation's kind and
-/// every answer the one asked for (the workload checks).
+/// every answer the one asked for (the workload checks); half of them are
+/// waited for, and what a wait reports is what the batch ends with.
 #[test]
 fn batches_retry_by_the_rule_and_every_checker_holds() {
     let shape = |seed| SimConfig {

@@ -46,6 +46,8 @@ pub(super) enum Op {
     /// Operation `op` of batch `batch` is tried again (on the site now at
     /// its site's address), after the event that ended its last try.
     Retry { batch: u64, op: usize },
+    /// The application waits for all of batch `batch`, at most `timeout`.
+    WaitBatch { batch: u64, timeout: Duration },
 }
 
 /// One operation of a batch ([`AppCtx::batch`]), as the runtime's
@@ -526,6 +528,17 @@ impl AppCtx<'_> {
         batch
     }
 
+    /// Waits for every operation of `batch`, at most `timeout` (the
+    /// runtime's `Submitted::wait_all`, by the same rule:
+    /// `sitenet_protocols::batch::WaitAll`): [`Application::batch_waited`]
+    /// is told what is known when nothing is pending or the time is up,
+    /// whichever comes first — then the batch goes on, and
+    /// [`Application::batch_done`] still comes when it ends. Nothing if
+    /// the batch has ended already, or is waited for already.
+    pub fn wait_batch(&mut self, batch: u64, timeout: Duration) {
+        self.out.push(Op::WaitBatch { batch, timeout });
+    }
+
     /// Cancels cooperation `coop` (nothing if it has ended): its requests
     /// are forgotten, and [`Application::cooperation_ended`] is told.
     pub fn cancel(&mut self, coop: u64) {
@@ -600,6 +613,10 @@ pub trait Application {
     /// returned) ended: every operation's outcome, in the order given, with
     /// the retries it took; exactly once per batch.
     fn batch_done(&mut self, _ctx: &mut AppCtx<'_>, _batch: u64, _outcomes: &[(OpOutcome, u32)]) {}
+    /// A wait for all of `batch` ([`AppCtx::wait_batch`]) is over: every
+    /// outcome known by then, by operation (`None`: not ended yet). Told
+    /// before [`batch_done`](Self::batch_done) when the batch ends first.
+    fn batch_waited(&mut self, _ctx: &mut AppCtx<'_>, _batch: u64, _known: &[Option<OpOutcome>]) {}
     /// The application's own invariant, checked on every live site once
     /// the run has settled (after the simulator's checkers held): an
     /// `Err` is a violation, reported with the seed like the others.
@@ -669,6 +686,8 @@ pub struct Workload {
     /// Batches not ended: per operation, the answer a request must get
     /// (`None` for a send).
     submitted: std::collections::BTreeMap<u64, Vec<Option<Bytes>>>,
+    /// Batches waited for whose wait has not reported yet.
+    waited: std::collections::BTreeSet<u64>,
 }
 
 /// What the workload remembers of a cooperation it opened.
@@ -700,6 +719,7 @@ impl Default for Workload {
             batches: 0.0,
             gathers: Default::default(),
             submitted: Default::default(),
+            waited: Default::default(),
         }
     }
 }
@@ -817,6 +837,21 @@ impl Application for Workload {
             self.wrong
                 .get_or_insert_with(|| format!("batch {batch}: {e}"));
         }
+        if self.waited.remove(&batch) {
+            self.wrong
+                .get_or_insert_with(|| format!("batch {batch} ended before its wait reported"));
+        }
+    }
+
+    fn batch_waited(&mut self, _ctx: &mut AppCtx<'_>, batch: u64, known: &[Option<OpOutcome>]) {
+        let fits = self
+            .submitted
+            .get(&batch)
+            .is_some_and(|a| a.len() == known.len());
+        if !self.waited.remove(&batch) || !fits {
+            self.wrong
+                .get_or_insert_with(|| format!("a wait for batch {batch} it did not ask for"));
+        }
     }
 
     fn check(&self, _ctx: &AppCtx<'_>) -> Result<(), String> {
@@ -885,11 +920,12 @@ impl Workload {
 
     /// A batch, as a runtime's: two to five operations to the site's
     /// neighbours (a third of them requests, 5 s each), at most two
-    /// retries each. Its end is checked: an outcome per operation, of its
-    /// kind (a send is sent, never sent or maybe delivered; a request
-    /// answered, timed out or its site failed), every answer the one its
-    /// request asked for, and no retry after a send that may have been
-    /// delivered.
+    /// retries each; half the time waited for, 0.1 to 6 s
+    /// ([`AppCtx::wait_batch`]). Its end is checked: an outcome per
+    /// operation, of its kind (a send is sent, never sent or maybe
+    /// delivered; a request answered, timed out or its site failed), every
+    /// answer the one its request asked for, no retry after a send that
+    /// may have been delivered, and a wait's report told before the end.
     pub fn submit(&mut self, ctx: &mut AppCtx<'_>) {
         let mut ops = Vec::new();
         let mut answers = Vec::new();
@@ -912,8 +948,14 @@ impl Workload {
                 ops.push(BatchOp::Send { to, priority, body });
             }
         }
+        let waits = !ops.is_empty() && ctx.rng.gen_bool(0.5);
         let batch = ctx.batch(ops, 2);
         self.submitted.insert(batch, answers);
+        if waits {
+            let timeout = Duration::from_millis(ctx.rng.gen_range(100..6_000));
+            ctx.wait_batch(batch, timeout);
+            self.waited.insert(batch);
+        }
     }
 
     /// A batch's outcomes agree with what it asked (see [`submit`](Self::submit)).

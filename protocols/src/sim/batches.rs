@@ -23,7 +23,9 @@
 //! [`ComObject::take_delivered`]: crate::com_object::ComObject::take_delivered
 //! [`Awaiter::Batch`]: super::coops::Awaiter::Batch
 
-use crate::batch::{may_retry, Tried};
+use std::time::{Duration, Instant};
+
+use crate::batch::{may_retry, BatchWait, Tried, WaitAll};
 
 use super::app::{BatchOp, Op, OpOutcome, Outgoing};
 use super::Sim;
@@ -33,8 +35,15 @@ use super::Sim;
 pub(super) struct SimBatch {
     ops: Vec<OpState>,
     max_retry: u32,
-    /// Operations not ended yet.
-    pending: usize,
+    /// The outcomes, recorded by the runtime's machine (an operation that
+    /// ends twice is refused there).
+    wait: BatchWait<OpOutcome>,
+    /// The application's wait for all of it, if it asked
+    /// ([`AppCtx::wait_batch`](super::AppCtx::wait_batch)), until it is
+    /// told.
+    waiting: Option<WaitAll>,
+    /// What that wait reported, checked against the end.
+    reported: Option<Vec<Option<OpOutcome>>>,
 }
 
 #[derive(Debug)]
@@ -44,7 +53,6 @@ struct OpState {
     retries: u32,
     /// The oracle's ids of the messages its tries sent.
     sent: Vec<u64>,
-    outcome: Option<OpOutcome>,
 }
 
 impl Sim {
@@ -64,7 +72,6 @@ impl Sim {
                 op,
                 retries: 0,
                 sent: Vec::new(),
-                outcome: None,
             })
             .collect();
         self.nodes[n].batches.insert(
@@ -72,7 +79,9 @@ impl Sim {
             SimBatch {
                 ops,
                 max_retry,
-                pending,
+                wait: BatchWait::new(pending),
+                waiting: None,
+                reported: None,
             },
         );
         if pending == 0 {
@@ -173,14 +182,10 @@ impl Sim {
         let Some(b) = self.nodes[n].batches.get_mut(&batch) else {
             return;
         };
-        let state = &mut b.ops[i];
-        if state.outcome.is_some() {
-            let what = format!("operation {i} of batch {batch} ended twice");
-            return self.violation(what);
+        if let Err(e) = b.wait.completed(i, outcome) {
+            return self.violation(format!("batch {batch}: {e}"));
         }
-        state.outcome = Some(outcome);
-        b.pending -= 1;
-        let last = b.pending == 0;
+        let last = b.wait.pending() == 0;
         self.counts.batch_ops_failed += u64::from(failed);
         self.trace(
             n,
@@ -192,9 +197,59 @@ impl Sim {
         }
     }
 
+    /// Node `n`'s application waits for every operation of `batch`, at
+    /// most `timeout` (the runtime's `Submitted::wait_all`).
+    pub(super) fn wait_batch(&mut self, n: usize, batch: u64, timeout: Duration) {
+        let now = self.instant();
+        let node = &mut self.nodes[n];
+        let Some(b) = node.batches.get_mut(&batch).filter(|b| b.waiting.is_none()) else {
+            return;
+        };
+        let all = b.wait.wait_all(now, timeout);
+        b.waiting = Some(all);
+        node.batch_waits.set(batch, all.deadline());
+        self.rearm_requests(n);
+    }
+
+    /// Node `n`'s waits for batches whose deadline has come: each reports
+    /// what is known by then.
+    pub(super) fn expire_batch_waits(&mut self, n: usize, now: Instant) {
+        let due: Vec<u64> = self.nodes[n].batch_waits.expire(now).collect();
+        for batch in due {
+            self.batch_waited(n, batch, now);
+        }
+    }
+
+    /// The wait for `batch` at node `n` is over at `now` if nothing is
+    /// pending or its deadline has come (past it, one last look at what
+    /// came: `WaitAll::next_wait`); then its application is told what is
+    /// known, by operation.
+    fn batch_waited(&mut self, n: usize, batch: u64, now: Instant) {
+        let node = &mut self.nodes[n];
+        let Some(b) = node.batches.get_mut(&batch) else {
+            return;
+        };
+        let Some(all) = b.waiting else { return };
+        let left = all.next_wait(now, &b.wait);
+        if left.is_some_and(|d| d > Duration::ZERO) {
+            return;
+        }
+        b.waiting = None;
+        node.batch_waits.stop(batch, all.deadline());
+        let report = b.wait.results().to_vec();
+        b.reported = Some(report.clone());
+        let known = report.iter().filter(|r| r.is_some()).count();
+        self.trace(n, "batch_waited", &[batch.into(), known as u128]);
+        self.app_call(n, |app, ctx| app.batch_waited(ctx, batch, &report));
+    }
+
     /// Every operation of `batch` at node `n` ended: checked, and its
     /// application told.
     fn batch_ended(&mut self, n: usize, batch: u64) {
+        // A wait for all of it is over now: told first, as the runtime's
+        // `wait_all` returns when nothing is pending.
+        let now = self.instant();
+        self.batch_waited(n, batch, now);
         let Some(b) = self.nodes[n].batches.remove(&batch) else {
             return;
         };
@@ -224,10 +279,22 @@ impl Sim {
         if let Err(e) = self.oracle.batch_ended(me, batch) {
             return self.violation(e);
         }
-        let outcomes: Vec<(OpOutcome, u32)> = b
-            .ops
+        let results = b.wait.into_results();
+        // What a wait reported is what the batch ended with, where known.
+        let differs = b.reported.as_ref().and_then(|r| {
+            r.iter()
+                .zip(&results)
+                .position(|(seen, end)| seen.is_some() && seen != end)
+        });
+        if let Some(i) = differs {
+            let what =
+                format!("batch {batch}'s wait reported operation {i} otherwise than it ended");
+            return self.violation(what);
+        }
+        let outcomes: Vec<(OpOutcome, u32)> = results
             .into_iter()
-            .map(|op| (op.outcome.expect("every operation ended"), op.retries))
+            .zip(b.ops)
+            .map(|(r, op)| (r.expect("every operation ended"), op.retries))
             .collect();
         self.app_call(n, |app, ctx| app.batch_done(ctx, batch, &outcomes));
     }

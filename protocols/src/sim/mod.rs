@@ -589,6 +589,7 @@ impl Sim {
             next_coop: 0,
             batches: BTreeMap::new(),
             tracked: BTreeMap::new(),
+            batch_waits: crate::timer::TimerQueue::default(),
             aliases: BTreeMap::new(),
             req_armed: None,
             // The runtime's defaults for a process with 1,024 descriptors.

@@ -90,6 +90,9 @@ pub(super) struct Node {
     /// The application's batches not ended yet: see
     /// [`batches`](super::batches).
     pub(super) batches: BTreeMap<u64, super::batches::SimBatch>,
+    /// When each batch's wait for all of it ends
+    /// ([`AppCtx::wait_batch`](super::AppCtx::wait_batch)).
+    pub(super) batch_waits: crate::timer::TimerQueue<u64>,
     /// Tracked messages (a batch's sends) not acknowledged or handed back
     /// yet: token → batch, operation.
     pub(super) tracked: BTreeMap<u64, (u64, usize)>,

@@ -104,6 +104,7 @@ impl Sim {
                         max_retry,
                     } => self.submit_batch(n, batch, ops, max_retry),
                     Op::Retry { batch, op } => self.try_op(n, batch, op),
+                    Op::WaitBatch { batch, timeout } => self.wait_batch(n, batch, timeout),
                 }
             }
         }
@@ -327,13 +328,14 @@ impl Sim {
     /// Keeps one timer event at the node's earliest request deadline.
     pub(super) fn rearm_requests(&mut self, n: usize) {
         let node = &self.nodes[n];
-        let next = match (
+        let next = [
             node.requests.poll_timeout(),
             node.coop_deadlines.next_deadline(),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+            node.batch_waits.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let inc = self.nodes[n].incarnation;
         let armed = self.nodes[n].req_armed;
         self.nodes[n].req_armed = self.rearm(next, armed, Ev::Requests { node: n, inc });
@@ -377,6 +379,7 @@ impl Sim {
             }
         }
         self.expire_coops(n, now);
+        self.expire_batch_waits(n, now);
         self.rearm_requests(n);
     }
 
