@@ -72,9 +72,9 @@ impl Node {
 
     /// A stream of what the node learns about other sites and peers from
     /// now on: a site up, unreachable or down for good, a peer refused
-    /// (see [`NodeEvent`]). Each call is a subscriber of its own, with its
+    /// (see [`NodeEvent`](crate::NodeEvent)). Each call is a subscriber of its own, with its
     /// own bounded queue: one that reads too slowly reads
-    /// [`NodeEvent::Lagged`] with the count it missed, and never holds the
+    /// [`NodeEvent::Lagged`](crate::NodeEvent::Lagged) with the count it missed, and never holds the
     /// node back. The stream ends when the node is gone.
     ///
     /// ```

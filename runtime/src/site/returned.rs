@@ -12,7 +12,7 @@ use crate::node::NodeInner;
 /// What a permanently failed site handed back: nothing is silently
 /// dropped. Each message can be read ([`ReturnedMessage::decode`],
 /// [`body`](ReturnedMessage::body)) and sent again elsewhere
-/// ([`SiteRef::resend`]) without the application's own serde.
+/// ([`SiteRef::resend`](crate::SiteRef::resend)) without the application's own serde.
 #[derive(Debug, Clone, Default)]
 pub struct HandedBack {
     /// Never completely sent, so never delivered: safe to send elsewhere.
@@ -26,7 +26,7 @@ pub struct HandedBack {
 /// queued: its type id, its typed header (empty for a message sent raw)
 /// and its body. [`decode`](Self::decode) reads a typed one back as its
 /// type — `SiteRef`s inside included, while the node lives — and
-/// [`SiteRef::resend`] sends a one-way message again, to any site.
+/// [`SiteRef::resend`](crate::SiteRef::resend) sends a one-way message again, to any site.
 #[derive(Clone)]
 pub struct ReturnedMessage {
     pub(crate) message: OutMessage,
