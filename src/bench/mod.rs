@@ -288,7 +288,7 @@ pub fn sitenet_server(
 }
 
 /// Serves `kind` (`sitenet`, `sitenet-tls` with the certificates in
-/// `tls_dir` as [`tls::BenchPki`] wrote them, or `raw`) until the process
+/// `tls_dir` as `tls::BenchPki` wrote them, or `raw`) until the process
 /// is killed, after printing `{"listen": "…"}` on stdout (the `--serve`
 /// mode of `sitenet bench`, which the processes mode starts).
 pub fn serve(kind: &str, tls_dir: Option<&std::path::Path>) -> Result<(), BenchError> {
