@@ -73,6 +73,7 @@ mod sites;
 mod slots;
 mod trace;
 mod traffic;
+mod workload;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -81,10 +82,11 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-pub use app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request, Workload};
+pub use app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request};
 pub use config::{Report, SimConfig, Verdict};
 pub use faults::Faults;
 pub use shrink::{shrink, shrink_with};
+pub use workload::Workload;
 
 use crate::com_object::ComConfig;
 use crate::handshake::{Nonce, PairMemory};
