@@ -460,7 +460,7 @@ impl Sim {
                     return self.violation(what);
                 }
             }
-            if let Err(what) = self.check_coop_requests(n) {
+            if let Err(what) = self.check_awaited_requests(n) {
                 return self.violation(what);
             }
             // Visited in the table's order (no sort: the audit runs every

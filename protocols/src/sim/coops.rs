@@ -17,7 +17,7 @@
 //!   ([`Cooperation::take_requests`]) are forgotten in the request table
 //!   (a later reply is late there), and its application is told once. The
 //!   audit checks that no request in a table awaits a cooperation that is
-//!   not open ([`Sim::check_coop_requests`]).
+//!   not open ([`Sim::check_awaited_requests`]).
 //!
 //! [`COOP_REPLY_TYPE`]: super::COOP_REPLY_TYPE
 
@@ -221,8 +221,9 @@ impl Sim {
     }
 
     /// No request in node `n`'s table awaits a cooperation that is not
-    /// open: an ended one's are forgotten with it.
-    pub(super) fn check_coop_requests(&self, n: usize) -> Result<(), String> {
+    /// open, or a batch that has ended: either hands its requests over
+    /// (or ends by them) when it ends.
+    pub(super) fn check_awaited_requests(&self, n: usize) -> Result<(), String> {
         let node = &self.nodes[n];
         for (corr, awaiter) in node.requests.awaiters() {
             if let Awaiter::Batch(batch, _) = awaiter {
