@@ -1,6 +1,6 @@
 //! `sitenet sim`: the JSON keys scripts read, the same seed giving the same
 //! digest from two processes, the search without a seed, the trace, sends
-//! by address, and usage errors.
+//! by address, the output bound, and usage errors.
 
 mod common;
 
@@ -101,6 +101,17 @@ fn bad_options_are_usage_errors() {
         &["sim", "--cooperations", "-0.1", "--seed", "1"],
         &["sim", "--site-refs", "2", "--seed", "1"],
         &["sim", "--batches", "1.01", "--seed", "1"],
+        &["sim", "--bursts", "-1", "--seed", "1"],
+        &["sim", "--output-bound", "1000", "--seed", "1"],
+        &[
+            "sim",
+            "--output-bound",
+            "200000",
+            "--node-output-bound",
+            "100000",
+            "--seed",
+            "1",
+        ],
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -195,4 +206,22 @@ fn batches_are_submitted_and_counted() {
     let mut plain = SMALL.to_vec();
     plain.extend(["--seed", "3"]);
     assert_eq!(json_of(&plain)["batches"].as_u64(), Some(0));
+}
+
+/// `--output-bound` and `--bursts`: bursts fill the small bound, senders
+/// wait in line (`send_waits`), and no site holds more than its node bound
+/// (`output_peak`, twice the entry's bound by default); without them,
+/// nobody waits.
+#[test]
+fn an_output_bound_makes_senders_wait() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "2", "--output-bound", "98304", "--bursts", "0.5"]);
+    let v = json_of(&args);
+    assert_eq!(v["verdict"], "ok", "{v}");
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k:?} in {v}"));
+    assert!(n("send_waits") > 0, "{v}");
+    assert!(n("output_peak") > 0 && n("output_peak") <= 2 * 98304, "{v}");
+    let mut plain = SMALL.to_vec();
+    plain.extend(["--seed", "2"]);
+    assert_eq!(json_of(&plain)["send_waits"].as_u64(), Some(0));
 }

@@ -186,3 +186,28 @@ fn with_batches(seed: u64) -> SimConfig {
 fn a_batch_that_retries_a_maybe_delivered_send_is_caught() {
     assert_caught_within(Bug::RetryMaybeDelivered, with_batches, 30);
 }
+
+/// A small output bound that bursts fill: senders wait in line at the
+/// outbox, served as acknowledgements free room.
+fn with_output_bound(seed: u64) -> SimConfig {
+    SimConfig {
+        sites: 20,
+        output_bound: Some(96 * 1024),
+        bursts: 0.5,
+        ..cfg(seed)
+    }
+}
+
+/// A line that skips a waiting sender leaves it waiting for ever: the
+/// audit finds a line whose head has no turn.
+#[test]
+fn a_line_that_skips_a_waiting_sender_is_caught() {
+    assert_caught_in(Bug::LineSkipsNext, with_output_bound);
+}
+
+/// Bytes freed against the wrong class: the entry gives back more of one
+/// class than it held (and keeps the others' for ever).
+#[test]
+fn bytes_freed_against_the_wrong_class_are_caught() {
+    assert_caught_in(Bug::FreedInLowestClass, with_output_bound);
+}

@@ -36,6 +36,12 @@ pub enum Bug {
     /// A batch retries a send handed back as maybe delivered (it may then
     /// be applied twice).
     RetryMaybeDelivered,
+    /// A sender served at the outbox moves its line on by two: the next
+    /// waiter's turn never comes.
+    LineSkipsNext,
+    /// What an acknowledgement frees is counted against the lowest class,
+    /// whatever the message's class was.
+    FreedInLowestClass,
 }
 
 thread_local! {

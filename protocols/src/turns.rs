@@ -75,6 +75,10 @@ impl Turns {
             return false;
         }
         self.advance();
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::active(crate::planted::Bug::LineSkipsNext) && self.waiting() {
+            self.advance();
+        }
         true
     }
 

@@ -459,6 +459,45 @@ fn batches_retry_by_the_rule_and_every_checker_holds() {
     assert_eq!(Sim::new(cfg(30, 0, Faults::Heavy)).run().batches, 0);
 }
 
+/// The output bounds under faults: 20 sites, heavy faults, tight slots, an
+/// output bound of 96 KiB per entry (192 KiB per site) and bursts of four
+/// to eight large messages that exceed it, half of the sends by address
+/// (entries that merge, their waiting senders with them). Senders wait in
+/// line and are served in order as acknowledgements free room: every
+/// checker holds (per-priority FIFO through the lines, the node's count
+/// equal to its entries' and within its bound, nobody waiting for room
+/// that is free, nothing held once the run settles), and the same seed
+/// gives the same digest.
+#[test]
+fn senders_wait_for_room_in_order_and_every_checker_holds() {
+    let shape = |seed| SimConfig {
+        weak_slots: 3,
+        hard_slots: 5,
+        output_bound: Some(96 * 1024),
+        bursts: 0.4,
+        address_sends: 0.5,
+        ..cfg(20, seed, Faults::Heavy)
+    };
+    let (mut waits, mut peak, mut failed) = (0, 0, Vec::new());
+    for seed in 0..60 {
+        let r = Sim::new(shape(seed)).run();
+        if r.verdict != Verdict::Ok {
+            failed.push((seed, r.verdict.clone()));
+        }
+        waits += r.send_waits;
+        peak = peak.max(r.output_peak);
+        if seed < 3 {
+            let again = Sim::new(shape(seed)).run();
+            assert_eq!(r.digest, again.digest, "seed {seed} is not deterministic");
+        }
+    }
+    assert!(failed.is_empty(), "failing seeds: {failed:#?}");
+    assert!(waits > 10_000, "{waits} sends waited");
+    assert!(peak > 96 * 1024 && peak <= 2 * 96 * 1024, "peak {peak}");
+    // The runtime's default bound: the default workload never waits.
+    assert_eq!(Sim::new(cfg(20, 0, Faults::Heavy)).run().send_waits, 0);
+}
+
 /// An entry reached by address whose first handshake was refused (the
 /// peer remembered a pair with this site, which the new entry did not
 /// prove) is bound to the site the refusal named, but it kept calling

@@ -463,6 +463,12 @@ impl Sim {
             if let Err(what) = self.check_awaited_requests(n) {
                 return self.violation(what);
             }
+            // The output bounds: the node's count is its entries', within
+            // its bound, and nobody waits for room that is there.
+            let entries = node.peers.iter().map(|(key, p)| (*key, &p.out));
+            if let Err(what) = node.out.check(entries) {
+                return self.violation(format!("{}: {what}", node.id));
+            }
             // Visited in the table's order (no sort: the audit runs every
             // simulated second); the first stuck site by id is reported.
             let stuck = node.peers.iter().filter(|(_, p)| {
@@ -548,6 +554,17 @@ impl Sim {
                     );
                     return self.violation(what);
                 }
+            }
+        }
+        for node in self.nodes.iter().filter(|n| n.up) {
+            // Everything acknowledged or handed back gave its bytes back.
+            if node.out.bytes() > 0 {
+                let what = format!(
+                    "{} still counts {} output bytes after the run settled",
+                    node.id,
+                    node.out.bytes()
+                );
+                return self.violation(what);
             }
         }
     }

@@ -70,6 +70,44 @@ pub struct SimConfig {
     /// on the site then at its site's address up to twice, by the
     /// runtime's rule. 0 by default, so that a seed runs as it did before.
     pub batches: f64,
+    /// The bytes one entry may hold (queued and unacknowledged, each
+    /// message by its footprint), as the runtime's
+    /// `NodeConfig::output_bound`: a send beyond it waits in line for
+    /// acknowledgements to free room, one line per priority. `None`:
+    /// the runtime's default, 512 MiB, which the default workload never
+    /// reaches. Keep it at least twice the largest message (the default
+    /// workload's is 40 KiB and a little), as the runtime does.
+    pub output_bound: Option<u64>,
+    /// The bytes all of a node's entries may hold together, as the
+    /// runtime's `NodeConfig::node_output_bound` (each entry within a fair
+    /// share once the node is half full). `None`: twice
+    /// [`output_bound`](Self::output_bound), the ratio of the runtime's
+    /// defaults (1 GiB to 512 MiB). Never less than `output_bound`.
+    pub node_output_bound: Option<u64>,
+    /// The chance that a tick of the default [`Workload`](super::Workload)
+    /// also sends a burst: four to eight messages of up to its largest
+    /// size to one neighbour, faster than a slow link takes them (what
+    /// fills an output bound). 0 by default, so that a seed runs as it did
+    /// before.
+    pub bursts: f64,
+}
+
+impl SimConfig {
+    /// The runtime's default output bound of one site.
+    pub const DEFAULT_OUTPUT_BOUND: u64 = 512 << 20;
+
+    /// The bytes one entry may hold.
+    pub fn output_bound(&self) -> u64 {
+        self.output_bound.unwrap_or(Self::DEFAULT_OUTPUT_BOUND)
+    }
+
+    /// The bytes a node's entries may hold together.
+    pub fn node_output_bound(&self) -> u64 {
+        let site = self.output_bound();
+        self.node_output_bound
+            .unwrap_or(site.saturating_mul(2))
+            .max(site)
+    }
 }
 
 impl Default for SimConfig {
@@ -92,6 +130,9 @@ impl Default for SimConfig {
             cooperations: 0.0,
             site_refs: 0.0,
             batches: 0.0,
+            output_bound: None,
+            node_output_bound: None,
+            bursts: 0.0,
         }
     }
 }
@@ -208,6 +249,12 @@ pub struct Report {
     /// ended, or no unfilled descriptor matched), and cooperation replies
     /// no open cooperation took: discarded, as the runtime counts them.
     pub coop_discarded: u64,
+    /// Sends that found no room under the output bounds (or others of
+    /// their class waiting) and waited in line ([`SimConfig::output_bound`]).
+    pub send_waits: u64,
+    /// The most output bytes one node held at once (every entry's
+    /// queued and unacknowledged messages, by footprint).
+    pub output_peak: u64,
     /// Pending handshakes admission closed (silent, too slow, or dropped
     /// for room).
     pub handshakes_dropped: u64,

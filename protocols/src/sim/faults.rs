@@ -226,7 +226,8 @@ impl Sim {
         let inc = self.nodes[n].incarnation + 1;
         let address = self.nodes[n].address.clone();
         let node = self.new_node(inc, address);
-        self.nodes[n] = node;
+        let gone = std::mem::replace(&mut self.nodes[n], node);
+        self.counts.output_peak = self.counts.output_peak.max(gone.out.peak);
         self.counts.restarts += 1;
         self.directory = self.nodes.iter().filter(|n| n.up).map(|n| n.id).collect();
         self.start_node(n);

@@ -20,6 +20,10 @@
 //!   messages, requests (answered now or later, or forwarded), and
 //!   cooperations ([`AppCtx::cooperation`], driven by the runtime's
 //!   [`Cooperation`](crate::cooperation::Cooperation) machine: `coops`).
+//! * **Output bounds** (`outbox`): every send holds its bytes under the
+//!   runtime's bounds until acknowledged or handed back; with a small
+//!   [`SimConfig::output_bound`] senders wait in line, one line per
+//!   priority ([`Turns`](crate::turns::Turns)), served in turn.
 //! * **Checkers**, during every run: per-priority FIFO and exactly-once
 //!   delivery, every message delivered or handed back, bodies intact, no
 //!   protocol fault between honest sites, slots never above the hard
@@ -66,6 +70,7 @@ mod faults;
 mod io;
 mod net;
 mod node;
+mod outbox;
 mod peer;
 mod queue;
 mod shrink;
@@ -214,6 +219,9 @@ pub(super) struct Counts {
     coops_failed: u64,
     coops_cancelled: u64,
     coop_discarded: u64,
+    send_waits: u64,
+    /// The most output bytes a node held, over nodes that are gone.
+    output_peak: u64,
 }
 
 /// A simulation in progress. See the module documentation.
@@ -249,6 +257,8 @@ pub struct Sim {
     factory: AppFactory,
     /// Application sends made during a callback, carried out after it.
     sends: Vec<(usize, u32, app::Op)>,
+    /// Nodes where room may have freed for senders waiting in line.
+    serve: std::collections::BTreeSet<usize>,
     verdict: Option<Verdict>,
     /// When the last open attempt started.
     last_open: Option<Duration>,
@@ -262,6 +272,7 @@ impl Sim {
         workload.cooperations = cfg.cooperations;
         workload.site_refs = cfg.site_refs;
         workload.batches = cfg.batches;
+        workload.bursts = cfg.bursts;
         Self::with_app(
             cfg,
             Box::new(move |_| Box::new(workload.clone()) as Box<dyn Application>),
@@ -295,6 +306,7 @@ impl Sim {
             counts: Counts::default(),
             factory,
             sends: Vec::new(),
+            serve: std::collections::BTreeSet::new(),
             verdict: None,
             last_open: None,
             cfg,
@@ -412,6 +424,12 @@ impl Sim {
             coops_failed: self.counts.coops_failed,
             coops_cancelled: self.counts.coops_cancelled,
             coop_discarded: self.counts.coop_discarded,
+            send_waits: self.counts.send_waits,
+            output_peak: self
+                .nodes
+                .iter()
+                .map(|n| n.out.peak)
+                .fold(self.counts.output_peak, u64::max),
             reclaimed: self.counts.reclaimed,
             parks: self.counts.parks,
             unparks: self.counts.unparks,
@@ -615,6 +633,7 @@ impl Sim {
             next_unbound: 0,
             release_at: Duration::MAX,
             table_changed: false,
+            out: outbox::NodeOut::new(self.cfg.output_bound(), self.cfg.node_output_bound()),
         }
     }
 

@@ -76,6 +76,9 @@ pub(super) struct Node {
     /// An entry was made, bound, merged or forgotten since the last audit
     /// (which then checks the table: [`Sim::check_site_table`]).
     pub(super) table_changed: bool,
+    /// The output bytes its entries hold, its bounds, and which entries
+    /// have senders waiting ([`outbox`](super::outbox)).
+    pub(super) out: super::outbox::NodeOut,
     /// The requests it awaits answers to (the runtime's table): by
     /// correlation number, the site asked, who awaits it (the application
     /// under the number again, or one of its cooperations).
@@ -200,7 +203,13 @@ impl Sim {
         self.flush(p);
         self.act(n, peer, p);
         let now = self.instant();
-        p.com.take_freed(now);
+        let freed = p.com.take_freed(now);
+        if freed.messages > 0 {
+            if let Err(e) = self.nodes[n].out.release_freed(&mut p.out, &freed) {
+                self.violation(e);
+            }
+            self.room_freed(n);
+        }
         let acked = p.com.take_delivered();
         if !acked.is_empty() {
             self.batch_acked(n, acked);
@@ -314,10 +323,16 @@ impl Sim {
                 Action::ClaimRefused { .. } => self.counts.claims_refused += 1,
                 Action::HandBack { error, message } => {
                     let maybe = error.handed_back() == HandedBack::MaybeDelivered;
+                    self.release_handed_back(n, p, &message);
                     self.handed_back(n, peer, &message, maybe);
                 }
                 Action::Reclaim => {
-                    if p.live.is_none() && p.opening.is_none() && p.slot == Slot::None {
+                    // A waiting sender holds a reference, as in the runtime.
+                    if p.live.is_none()
+                        && p.opening.is_none()
+                        && p.slot == Slot::None
+                        && !p.out.waiting()
+                    {
                         p.reclaim = true;
                     }
                 }
@@ -334,11 +349,19 @@ impl Sim {
                     self.trace(n, "failed", &[peer.0]);
                     tracing::trace!(site = %self.nodes[n].id, %peer, %failure, "site failed");
                     for m in &not_sent {
+                        self.release_handed_back(n, p, m);
                         self.handed_back(n, peer, m, false);
                     }
                     for m in &maybe_delivered {
+                        self.release_handed_back(n, p, m);
                         self.handed_back(n, peer, m, true);
                     }
+                    // Its outbox closes: every sender waiting there fails
+                    // at once, its message never sent.
+                    for (_, w) in p.out.take_waiting() {
+                        self.handed_back(n, peer, &w.msg, false);
+                    }
+                    self.nodes[n].out.waiters.remove(&peer);
                     self.requests_failed(n, peer);
                 }
             }
@@ -500,6 +523,14 @@ impl Sim {
         if let Some(h) = holder {
             self.release_slot(node, h);
         }
+    }
+
+    /// Gives back the bytes of `m`, which entry `p` handed back.
+    fn release_handed_back(&mut self, n: usize, p: &mut Peer, m: &OutMessage) {
+        if let Err(e) = self.nodes[n].out.release_msg(&mut p.out, m) {
+            self.violation(e);
+        }
+        self.room_freed(n);
     }
 
     /// A message handed back to node `n`'s application.

@@ -47,6 +47,9 @@ pub(super) struct Peer {
     /// The address the entry was made for, if the application named the
     /// site by its address ([`AppCtx::send_to_address_of`](super::AppCtx::send_to_address_of)).
     pub(super) address: Option<std::sync::Arc<str>>,
+    /// The bytes it holds against the output bounds, and the senders
+    /// waiting for room ([`outbox`](super::outbox)).
+    pub(super) out: super::outbox::SiteOut,
 }
 
 /// True if `key` names an entry not bound to a site yet: the application

@@ -244,6 +244,7 @@ impl Sim {
             }
         }
         Box::new(Peer {
+            out: Default::default(),
             com,
             parked: None,
             armed: None,
@@ -284,6 +285,10 @@ impl Sim {
                 if let Slot::Waiting(t) = p.slot {
                     node.waiters.insert(t, id);
                 }
+                // Its waiting senders are known by its key too.
+                if node.out.waiters.remove(&peer) {
+                    node.out.waiters.insert(id);
+                }
                 // Its timer event names the stand-in: armed again under
                 // the id when it is put back.
                 p.armed = None;
@@ -322,14 +327,29 @@ impl Sim {
         // What this entry holds is older than anything sent through the
         // other from now on; it goes after what the other holds already.
         let older = p.com.merge_out();
+        // Their bytes go with them (the runtime's `move_bytes_to`).
+        if let Err(e) = self.nodes[n].out.move_bytes(&mut p.out, &mut t.out, &older) {
+            self.violation(e);
+        }
         self.drive_peer(n, peer, &mut p);
         for m in older {
             if let Err(refused) = t.com.queue(m) {
                 let (err, m) = *refused;
                 let maybe = err.handed_back() == HandedBack::MaybeDelivered;
+                if let Err(e) = self.nodes[n].out.release_msg(&mut t.out, &m) {
+                    self.violation(e);
+                }
                 self.handed_back(n, into, &m, maybe);
             }
         }
+        // Its waiting senders follow the redirect: behind the other's, in
+        // their order (see `outbox`).
+        let out = &mut self.nodes[n].out;
+        out.waiters.remove(&peer);
+        for (_, w) in p.out.take_waiting() {
+            out.join(into, &mut t.out, w);
+        }
+        self.room_freed(n);
         // The application's reference follows the messages.
         if let Some(at) = p.last_send {
             t.com.set_has_refs(true, now);
@@ -345,6 +365,19 @@ impl Sim {
     /// the driver's holds any more: it leaves the index (its id, its own
     /// address and its aliases, never another entry's).
     pub(super) fn forget(&mut self, n: usize, peer: SiteId, p: &Peer) {
+        if p.out.bytes() > 0 || p.out.waiting() {
+            let what = format!(
+                "{} forgot its entry for {peer} holding {} output bytes{}",
+                self.nodes[n].id,
+                p.out.bytes(),
+                if p.out.waiting() {
+                    " with senders waiting"
+                } else {
+                    ""
+                }
+            );
+            return self.violation(what);
+        }
         let node = &mut self.nodes[n];
         node.table_changed = true;
         let site = Site {

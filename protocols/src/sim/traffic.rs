@@ -16,6 +16,8 @@ use crate::batch::Tried;
 use super::app::{Answer, AppCtx, Application, Op, OpOutcome, Outgoing, Request};
 use super::coops::Awaiter;
 use super::node::resolve;
+use super::outbox::Waiting;
+use super::peer::Peer;
 use super::{envelope_id, envelope_site, Ev, Sim, COOP_REPLY_TYPE, SIM_TYPE};
 
 impl Sim {
@@ -36,6 +38,11 @@ impl Sim {
         let mut next = Duration::MAX;
         let mut idle: Vec<SiteId> = Vec::new();
         for (id, p) in &node.peers {
+            if p.out.waiting() {
+                // A waiting sender holds its reference (its turn renews it).
+                next = next.min(self.now + hold);
+                continue;
+            }
             match p.last_send {
                 Some(t) if t <= since => idle.push(*id),
                 Some(t) => next = next.min(t + hold),
@@ -85,7 +92,15 @@ impl Sim {
     }
 
     pub(super) fn run_sends(&mut self) {
-        while !self.sends.is_empty() {
+        loop {
+            if self.sends.is_empty() {
+                // Then the senders waiting where room may have freed.
+                match self.serve.pop_first() {
+                    Some(n) => self.serve_waiting(n),
+                    None => break,
+                }
+                continue;
+            }
             for (n, inc, op) in std::mem::take(&mut self.sends) {
                 if !self.alive(n, inc) {
                     continue;
@@ -201,27 +216,53 @@ impl Sim {
         // The application holds a reference to a site it sends to.
         p.com.set_has_refs(true, self.instant());
         self.referenced(n, &mut p);
-        if let Err(refused) = p.com.queue(msg) {
-            let (err, m) = *refused;
-            let maybe = err.handed_back() == crate::error::HandedBack::MaybeDelivered;
-            self.trace(n, "refused_send", &[id as u128]);
-            if let Err(e) = self.oracle.hand_back(id, maybe) {
-                self.violation(e);
-            }
-            if m.tracked {
-                self.batch_handed_back(n, m.corr, maybe);
-                self.drive_peer(n, key, &mut p);
-                return self.put_back(n, key, p);
-            }
-            let body = m
-                .body
-                .iter()
-                .flat_map(|b| b.iter().copied())
-                .collect::<Vec<_>>();
-            self.app_call(n, |app, ctx| app.handed_back(ctx, to, &body, maybe));
+        // Within the output bounds, or in line for room (the runtime's
+        // `Outbox::reserve`).
+        let (class, size) = (msg.share_class(), msg.footprint());
+        let out = &mut self.nodes[n].out;
+        if out.try_reserve(&mut p.out, class, size) {
+            self.queue_out(n, &mut p, msg, id, to);
+        } else {
+            out.join(key, &mut p.out, Waiting { msg, id, to });
+            self.counts.send_waits += 1;
+            self.trace(n, "send_wait", &[id as u128, class as u128]);
         }
         self.drive_peer(n, key, &mut p);
         self.put_back(n, key, p);
+    }
+
+    /// Queues message `id` (to site `to`), its bytes reserved, in entry
+    /// `p`'s ComObject; one it refuses is handed back at once.
+    pub(super) fn queue_out(
+        &mut self,
+        n: usize,
+        p: &mut Peer,
+        msg: OutMessage,
+        id: u64,
+        to: SiteId,
+    ) {
+        let Err(refused) = p.com.queue(msg) else {
+            return;
+        };
+        let (err, m) = *refused;
+        if let Err(e) = self.nodes[n].out.release_msg(&mut p.out, &m) {
+            return self.violation(e);
+        }
+        self.room_freed(n);
+        let maybe = err.handed_back() == crate::error::HandedBack::MaybeDelivered;
+        self.trace(n, "refused_send", &[id as u128]);
+        if let Err(e) = self.oracle.hand_back(id, maybe) {
+            self.violation(e);
+        }
+        if m.tracked {
+            return self.batch_handed_back(n, m.corr, maybe);
+        }
+        let body = m
+            .body
+            .iter()
+            .flat_map(|b| b.iter().copied())
+            .collect::<Vec<_>>();
+        self.app_call(n, |app, ctx| app.handed_back(ctx, to, &body, maybe));
     }
 
     /// A message delivered at node `n` on the channel from `peer`: what it

@@ -68,6 +68,9 @@ pub struct Workload {
     /// Chance that a tick also submits a batch (0 by default, so that a
     /// seed runs as it did before): see [`Workload::submit`].
     pub batches: f64,
+    /// Chance that a tick also sends a burst (0 by default, so that a
+    /// seed runs as it did before): see [`Workload::burst`].
+    pub bursts: f64,
     /// Open cooperations: each descriptor's site (if it names one), and
     /// the answers its requests must get.
     gathers: std::collections::BTreeMap<u64, Gather>,
@@ -105,6 +108,7 @@ impl Default for Workload {
             cooperations: 0.0,
             site_refs: 0.0,
             batches: 0.0,
+            bursts: 0.0,
             gathers: Default::default(),
             submitted: Default::default(),
             waited: Default::default(),
@@ -113,6 +117,25 @@ impl Default for Workload {
 }
 
 impl Workload {
+    /// Four to eight one-way messages of half to all of the largest size,
+    /// at one priority, to one neighbour: more than a small output bound
+    /// holds until the first are acknowledged, so the later ones wait in
+    /// line ([`SimConfig::output_bound`](super::SimConfig::output_bound))
+    /// and must still arrive in order.
+    pub fn burst(&mut self, ctx: &mut AppCtx<'_>) {
+        let k = ctx.rng.gen_range(1..=self.neighbours.max(1));
+        let Some(to) = ctx.neighbour(k) else { return };
+        let p = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
+        let large = self.large.max(32);
+        for _ in 0..ctx.rng.gen_range(4..=8) {
+            let len = ctx.rng.gen_range(large / 2..=large);
+            let fill: u8 = ctx.rng.gen();
+            let mut v = vec![fill; len];
+            v[..8].copy_from_slice(&(len as u64).to_le_bytes());
+            ctx.send(to, p, Bytes::from(v));
+        }
+    }
+
     fn body(rng: &mut ChaCha8Rng, large: usize) -> Bytes {
         let len = if rng.gen_ratio(1, 20) {
             rng.gen_range(16..large.max(17))
@@ -133,6 +156,9 @@ impl Application for Workload {
         }
         if self.batches > 0.0 && ctx.rng.gen_bool(self.batches.min(1.0)) {
             self.submit(ctx);
+        }
+        if self.bursts > 0.0 && ctx.rng.gen_bool(self.bursts.min(1.0)) {
+            self.burst(ctx);
         }
         if !ctx.rng.gen_bool(self.rate.clamp(0.0, 1.0)) {
             return;

@@ -11,6 +11,11 @@ use serde::Serialize;
 
 use sitenet_protocols::sim::{self, Faults, Report, Sim, SimConfig, Verdict};
 
+/// The smallest `--output-bound`: twice the default workload's largest
+/// message (40 KiB of body, and its header and record), as the runtime
+/// keeps its bound at least twice its largest message.
+const MIN_OUTPUT_BOUND: u64 = 96 * 1024;
+
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// Number of simulated sites.
@@ -64,6 +69,23 @@ pub(crate) struct Args {
     /// retried on the site then at its address by the runtime's rule.
     #[arg(long, default_value_t = 0.0)]
     batches: f64,
+    /// The bytes each site's entry for another may hold (queued and
+    /// unacknowledged), as the runtime's output bound: a send beyond it
+    /// waits in line until acknowledgements free room, and lines keep each
+    /// sender's order. Default: the runtime's 512 MiB. At least 96 KiB
+    /// (twice the default workload's largest message).
+    #[arg(long)]
+    output_bound: Option<u64>,
+    /// The bytes all of a site's entries may hold together, as the
+    /// runtime's node output bound (each entry within a fair share once it
+    /// is half full). Default: twice --output-bound.
+    #[arg(long)]
+    node_output_bound: Option<u64>,
+    /// The chance (0 to 1) that a site's tick also sends a burst of four
+    /// to eight large messages to one neighbour: what fills a small
+    /// --output-bound.
+    #[arg(long, default_value_t = 0.0)]
+    bursts: f64,
     /// Without --seed: wall-clock seconds to spend trying seeds.
     #[arg(long, default_value_t = 30.0)]
     search: f64,
@@ -116,6 +138,8 @@ struct Json {
     batch_ops: u64,
     batch_retries: u64,
     batch_ops_failed: u64,
+    send_waits: u64,
+    output_peak: u64,
     cooperations: u64,
     coops_completed: u64,
     coops_timed_out: u64,
@@ -201,6 +225,8 @@ impl Json {
             batch_ops: r.batch_ops,
             batch_retries: r.batch_retries,
             batch_ops_failed: r.batch_ops_failed,
+            send_waits: r.send_waits,
+            output_peak: r.output_peak,
             cooperations: r.cooperations,
             coops_completed: r.coops_completed,
             coops_timed_out: r.coops_timed_out,
@@ -250,6 +276,25 @@ pub(crate) fn run(a: Args) -> ExitCode {
             a.batches
         ));
     }
+    if !(0.0..=1.0).contains(&a.bursts) {
+        return crate::usage(format!(
+            "--bursts is a chance between 0 and 1, got {}",
+            a.bursts
+        ));
+    }
+    if let Some(b) = a.output_bound.filter(|b| *b < MIN_OUTPUT_BOUND) {
+        return crate::usage(format!(
+            "--output-bound must be at least {MIN_OUTPUT_BOUND} bytes (twice the largest \
+             message the workload sends), got {b}"
+        ));
+    }
+    if let (Some(node), Some(site)) = (a.node_output_bound, a.output_bound) {
+        if node < site {
+            return crate::usage(format!(
+                "--node-output-bound ({node}) must be at least --output-bound ({site})"
+            ));
+        }
+    }
     if !(0.0..=1.0).contains(&a.cooperations) {
         return crate::usage(format!(
             "--cooperations is a chance between 0 and 1, got {}",
@@ -273,6 +318,9 @@ pub(crate) fn run(a: Args) -> ExitCode {
         cooperations: a.cooperations,
         site_refs: a.site_refs,
         batches: a.batches,
+        output_bound: a.output_bound,
+        node_output_bound: a.node_output_bound,
+        bursts: a.bursts,
         ..SimConfig::default()
     };
     match a.seed {
@@ -399,6 +447,8 @@ fn add(mut a: Json, b: &Json) -> Json {
     a.batch_ops += b.batch_ops;
     a.batch_retries += b.batch_retries;
     a.batch_ops_failed += b.batch_ops_failed;
+    a.send_waits += b.send_waits;
+    a.output_peak = a.output_peak.max(b.output_peak);
     a.cooperations += b.cooperations;
     a.coops_completed += b.coops_completed;
     a.coops_timed_out += b.coops_timed_out;
@@ -430,7 +480,7 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
         runs,
         command: format!(
             "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} \
-             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} --batches {}{} --trace",
+             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} --batches {} --bursts {}{}{} --trace",
             small.seed,
             small.sites,
             small.faults.name(),
@@ -442,9 +492,14 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
             small.cooperations,
             small.site_refs,
             small.batches,
+            small.bursts,
             small
                 .peer_claims
-                .map_or(String::new(), |b| format!(" --peer-claims {b}"))
+                .map_or(String::new(), |b| format!(" --peer-claims {b}")),
+            small.output_bound.map_or(String::new(), |b| format!(
+                " --output-bound {b} --node-output-bound {}",
+                small.node_output_bound()
+            ))
         ),
     }
 }
@@ -497,6 +552,12 @@ fn print(j: &Json, json: bool) {
         println!(
             "batches:        {} submitted, {} operations ({} retried, {} failed)",
             j.batches, j.batch_ops, j.batch_retries, j.batch_ops_failed
+        );
+    }
+    if j.send_waits > 0 {
+        println!(
+            "output bound:   {} sends waited for room; a site held at most {} bytes for others",
+            j.send_waits, j.output_peak
         );
     }
     if j.cooperations > 0 {

@@ -1,0 +1,478 @@
+//! The output bound in the simulator: what `runtime/src/outbox/` does with
+//! its locks and atomics, over plain counters. Every entry holds the bytes
+//! of its messages from the send until they are acknowledged or handed
+//! back (`OutMessage::footprint`), per class; a send is admitted only
+//! within the site's bound and each class's reserve
+//! ([`admits_class`]) and within the node's bound and the site's fair
+//! share of it ([`admits`]); a sender that finds no room, or finds others
+//! of its class waiting, waits in that class's line ([`Turns`]) and is
+//! served in its turn when acknowledgements free room.
+//!
+//! What the simulator checks with it: that the bytes a node counts are the
+//! sum of its entries' and never above its bound, that no entry holds
+//! bytes once it is forgotten or the run has settled (every release
+//! accounted for), that nobody waits while its turn has room (a missed
+//! wake-up), and — through the FIFO checker — that the lines keep each
+//! sender's order, a merge's too.
+//!
+//! Two departures from the runtime, both deliberate: a sender never gives
+//! up its turn (a request that times out while it waits is sent when its
+//! turn comes, and its reply is late, where the runtime's drops the send),
+//! and the senders waiting at an entry that merges into another join the
+//! other's lines, in their order (the runtime's follow the redirect when
+//! room frees, racing the other's waiters). Each keeps every sender's
+//! order, which is what the checkers judge.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::message::OutMessage;
+use crate::output_share::{admits, admits_class, Freed, CLASSES};
+use crate::site::SiteId;
+use crate::turns::{Ticket, Turns};
+
+use super::Sim;
+
+/// A send waiting for room: the message, and what the driver needs to
+/// hand it back.
+pub(super) struct Waiting {
+    pub(super) msg: OutMessage,
+    /// The oracle's id of the message.
+    pub(super) id: u64,
+    /// The site the application named.
+    pub(super) to: SiteId,
+}
+
+/// The lines of one entry, one per class (made for the first wait).
+#[derive(Default)]
+pub(super) struct Lines {
+    turns: [Turns; CLASSES],
+    waiting: [BTreeMap<Ticket, Waiting>; CLASSES],
+}
+
+/// What one entry holds against the bounds, and its waiting senders.
+#[derive(Default)]
+pub(super) struct SiteOut {
+    held: [u64; CLASSES],
+    lines: Option<Box<Lines>>,
+}
+
+impl SiteOut {
+    /// Bytes held, every class.
+    pub(super) fn bytes(&self) -> u64 {
+        self.held.iter().sum()
+    }
+
+    /// Senders wait here.
+    pub(super) fn waiting(&self) -> bool {
+        self.lines
+            .as_ref()
+            .is_some_and(|l| l.waiting.iter().any(|w| !w.is_empty()))
+    }
+
+    /// Senders of `class` wait here: a new one goes behind them.
+    fn class_waits(&self, class: usize) -> bool {
+        self.lines
+            .as_ref()
+            .is_some_and(|l| l.turns[class].waiting())
+    }
+
+    /// Every waiting send, class by class, each class in its line's order;
+    /// the lines are gone.
+    pub(super) fn take_waiting(&mut self) -> Vec<(usize, Waiting)> {
+        let Some(lines) = self.lines.take() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (class, w) in lines.waiting.into_iter().enumerate() {
+            out.extend(w.into_values().map(|w| (class, w)));
+        }
+        out
+    }
+}
+
+/// A node's count of the bytes all its entries hold, its bounds, and
+/// which entries have senders waiting.
+pub(super) struct NodeOut {
+    site_bound: u64,
+    node_bound: u64,
+    bytes: u64,
+    /// Entries holding bytes (the fair share's divisor).
+    holders: usize,
+    /// Entries with senders waiting (by key), visited in this order when
+    /// room may have freed.
+    pub(super) waiters: BTreeSet<SiteId>,
+    /// The most bytes the node held at once.
+    pub(super) peak: u64,
+}
+
+impl NodeOut {
+    pub(super) fn new(site_bound: u64, node_bound: u64) -> Self {
+        Self {
+            site_bound,
+            node_bound: node_bound.max(site_bound),
+            bytes: 0,
+            holders: 0,
+            waiters: BTreeSet::new(),
+            peak: 0,
+        }
+    }
+
+    /// Reserves `n` bytes of `class` for `site`, unless senders of that
+    /// class wait there (they go first) or a bound refuses them.
+    pub(super) fn try_reserve(&mut self, site: &mut SiteOut, class: usize, n: u64) -> bool {
+        !site.class_waits(class) && self.reserve_now(site, class, n)
+    }
+
+    /// Reserves `n` bytes of `class` under both bounds, or nothing: the
+    /// runtime's `Outbox::reserve_now` (the site counted among the
+    /// holders while the node's rule is asked).
+    fn reserve_now(&mut self, site: &mut SiteOut, class: usize, n: u64) -> bool {
+        if !admits_class(self.site_bound, &site.held, class, n) {
+            return false;
+        }
+        let before = site.bytes();
+        let holders = self.holders + usize::from(before == 0);
+        if !admits(self.node_bound, self.bytes + n, holders, before, n) {
+            return false;
+        }
+        site.held[class] += n;
+        self.bytes += n;
+        self.holders = holders;
+        self.peak = self.peak.max(self.bytes);
+        true
+    }
+
+    /// Gives back `n` bytes of `class` that `site` held (acknowledged,
+    /// handed back, refused). More than it holds is a bookkeeping bug.
+    pub(super) fn release(
+        &mut self,
+        site: &mut SiteOut,
+        class: usize,
+        n: u64,
+    ) -> Result<(), String> {
+        if n == 0 {
+            return Ok(());
+        }
+        let Some(left) = site.held[class].checked_sub(n) else {
+            return Err(format!(
+                "{n} bytes of class {class} given back by an entry holding {}",
+                site.held[class]
+            ));
+        };
+        site.held[class] = left;
+        self.bytes -= n;
+        if site.bytes() == 0 {
+            self.holders -= 1;
+        }
+        Ok(())
+    }
+
+    /// Gives back what acknowledgements freed.
+    pub(super) fn release_freed(
+        &mut self,
+        site: &mut SiteOut,
+        freed: &Freed,
+    ) -> Result<(), String> {
+        for (class, &n) in freed.by_class.iter().enumerate() {
+            self.release(site, class, n)?;
+        }
+        Ok(())
+    }
+
+    /// Gives back the bytes of `m`.
+    pub(super) fn release_msg(&mut self, site: &mut SiteOut, m: &OutMessage) -> Result<(), String> {
+        self.release(site, m.share_class(), m.footprint())
+    }
+
+    /// Moves the bytes of `msgs` from `from` to `to`, entries of this
+    /// node (a merge): neither bound is asked, the node's count stays.
+    pub(super) fn move_bytes(
+        &mut self,
+        from: &mut SiteOut,
+        to: &mut SiteOut,
+        msgs: &[OutMessage],
+    ) -> Result<(), String> {
+        for m in msgs {
+            let (class, n) = (m.share_class(), m.footprint());
+            let before = to.bytes();
+            self.release(from, class, n)?;
+            to.held[class] += n;
+            self.bytes += n;
+            if before == 0 {
+                self.holders += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// `w` waits at entry `key` (`site`) in its class's line: its ticket.
+    pub(super) fn join(&mut self, key: SiteId, site: &mut SiteOut, w: Waiting) -> Ticket {
+        let class = w.msg.share_class();
+        let lines = site.lines.get_or_insert_with(Box::default);
+        let ticket = lines.turns[class].join();
+        lines.waiting[class].insert(ticket, w);
+        self.waiters.insert(key);
+        ticket
+    }
+
+    /// The send whose turn it is in `class`'s line at `site`, if its
+    /// bytes fit now (reserved for it, and the line moves on).
+    pub(super) fn serve(&mut self, site: &mut SiteOut, class: usize) -> Option<Waiting> {
+        let (ticket, n) = {
+            let lines = site.lines.as_ref()?;
+            let (t, w) = lines.waiting[class]
+                .iter()
+                .find(|(t, _)| lines.turns[class].is_turn(**t))?;
+            (*t, w.msg.footprint())
+        };
+        if !self.reserve_now(site, class, n) {
+            return None;
+        }
+        let lines = site.lines.as_mut().expect("checked above");
+        lines.turns[class].served(ticket);
+        let w = lines.waiting[class].remove(&ticket).expect("found above");
+        if lines.waiting.iter().all(BTreeMap::is_empty) {
+            site.lines = None;
+        }
+        Some(w)
+    }
+
+    /// A waiting sender at `site` that could go and does not: its turn has
+    /// room now (a release that woke nobody), or nobody's turn comes (a
+    /// line that lost its head). `None` if every line is as it must be.
+    pub(super) fn stuck(&self, site: &SiteOut) -> Option<String> {
+        let lines = site.lines.as_ref()?;
+        for class in 0..CLASSES {
+            let waiting = &lines.waiting[class];
+            if waiting.is_empty() {
+                continue;
+            }
+            let Some((_, w)) = waiting
+                .iter()
+                .find(|(t, _)| lines.turns[class].is_turn(**t))
+            else {
+                return Some(format!(
+                    "{} sends of class {class} wait and none has its turn",
+                    waiting.len()
+                ));
+            };
+            let mut probe = SiteOut {
+                held: site.held,
+                lines: None,
+            };
+            let mut node = NodeOut {
+                waiters: BTreeSet::new(),
+                ..*self
+            };
+            if node.reserve_now(&mut probe, class, w.msg.footprint()) {
+                return Some(format!(
+                    "a send of class {class} waits for room it has ({} bytes held, the node {})",
+                    site.bytes(),
+                    self.bytes
+                ));
+            }
+        }
+        None
+    }
+
+    /// Checks the node's count against its entries' (`sites`: every
+    /// entry's holdings and whether senders wait there, by key).
+    pub(super) fn check<'a>(
+        &self,
+        sites: impl Iterator<Item = (SiteId, &'a SiteOut)>,
+    ) -> Result<(), String> {
+        let (mut bytes, mut holders) = (0, 0);
+        for (key, site) in sites {
+            bytes += site.bytes();
+            holders += usize::from(site.bytes() > 0);
+            if site.waiting() != self.waiters.contains(&key) {
+                return Err(format!(
+                    "the node's list of entries with waiting senders is wrong about {key}"
+                ));
+            }
+            if let Some(what) = self.stuck(site) {
+                return Err(format!("at the entry for {key}: {what}"));
+            }
+        }
+        if bytes != self.bytes || holders != self.holders {
+            return Err(format!(
+                "the node counts {} output bytes in {} entries, its entries hold {bytes} in {holders}",
+                self.bytes, self.holders
+            ));
+        }
+        if self.bytes > self.node_bound {
+            return Err(format!(
+                "the node holds {} output bytes, above its bound {}",
+                self.bytes, self.node_bound
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes held by all entries.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Sim {
+    /// Bytes were given back at node `n`: its waiting senders are tried
+    /// once the event's work is done (as a release wakes the runtime's).
+    pub(super) fn room_freed(&mut self, n: usize) {
+        if !self.nodes[n].out.waiters.is_empty() {
+            self.serve.insert(n);
+        }
+    }
+
+    /// Serves node `n`'s waiting senders whose turn has room, entry by
+    /// entry in the order of their keys, each class's line in its order.
+    pub(super) fn serve_waiting(&mut self, n: usize) {
+        let keys: Vec<SiteId> = self.nodes[n].out.waiters.iter().copied().collect();
+        for key in keys {
+            let Some(mut p) = self.take_peer(n, key) else {
+                let what = format!(
+                    "{} has senders waiting at an entry for {key} it does not have",
+                    self.nodes[n].id
+                );
+                return self.violation(what);
+            };
+            let mut served = false;
+            for class in 0..CLASSES {
+                while let Some(w) = self.nodes[n].out.serve(&mut p.out, class) {
+                    self.trace(n, "send_go", &[w.id as u128, class as u128]);
+                    // The sender held its reference while it waited.
+                    p.last_send = Some(self.now);
+                    self.queue_out(n, &mut p, w.msg, w.id, w.to);
+                    served = true;
+                }
+            }
+            if !p.out.waiting() {
+                self.nodes[n].out.waiters.remove(&key);
+            }
+            if served {
+                self.drive_peer(n, key, &mut p);
+            }
+            self.put_back(n, key, p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::priority::Priority;
+
+    fn msg(priority: Priority, len: usize) -> OutMessage {
+        OutMessage::new(
+            priority,
+            1,
+            Bytes::new(),
+            smallvec::smallvec![Bytes::from(vec![0u8; len])],
+        )
+    }
+
+    fn waiting(priority: Priority, len: usize, id: u64) -> Waiting {
+        Waiting {
+            msg: msg(priority, len),
+            id,
+            to: SiteId(1),
+        }
+    }
+
+    const KEY: SiteId = SiteId(3);
+
+    #[test]
+    fn a_send_beyond_the_bound_waits_and_is_served_in_order_when_room_frees() {
+        let mut node = NodeOut::new(10_000, 20_000);
+        let mut site = SiteOut::default();
+        let low = Priority::ALL[0];
+        let first = msg(low, 6_000);
+        let (class, n) = (first.share_class(), first.footprint());
+        assert!(
+            node.try_reserve(&mut site, class, n),
+            "an empty entry takes any message"
+        );
+        assert!(
+            !node.try_reserve(&mut site, class, n),
+            "the second is beyond the bound"
+        );
+        node.join(KEY, &mut site, waiting(low, 6_000, 1));
+        node.join(KEY, &mut site, waiting(low, 10, 2));
+        // A small one of the same class may not pass the waiting ones.
+        assert!(!node.try_reserve(&mut site, class, 100));
+        assert!(node.serve(&mut site, class).is_none(), "no room yet");
+        assert_eq!(
+            node.stuck(&site),
+            None,
+            "waiting for room that is not there"
+        );
+        assert_eq!(node.check([(KEY, &site)].into_iter()), Ok(()));
+        node.release_msg(&mut site, &first).unwrap();
+        assert!(node.stuck(&site).is_some(), "room now: a wake-up is owed");
+        let ids: Vec<u64> = std::iter::from_fn(|| node.serve(&mut site, class))
+            .map(|w| w.id)
+            .collect();
+        assert_eq!(ids, [1, 2], "served in the order they waited");
+        assert!(!site.waiting());
+        node.waiters.remove(&KEY);
+        assert_eq!(node.check([(KEY, &site)].into_iter()), Ok(()));
+    }
+
+    #[test]
+    fn another_class_keeps_its_reserve_while_one_class_waits() {
+        let mut node = NodeOut::new(100_000, 200_000);
+        let mut site = SiteOut::default();
+        let (low, high) = (Priority::ALL[0], Priority::ALL[3]);
+        let big = msg(low, 90_000);
+        assert!(node.try_reserve(&mut site, big.share_class(), big.footprint()));
+        let small = msg(low, 10_000);
+        assert!(!node.try_reserve(&mut site, small.share_class(), small.footprint()));
+        node.join(KEY, &mut site, waiting(low, 10_000, 1));
+        let urgent = msg(high, 1_000);
+        assert!(
+            node.try_reserve(&mut site, urgent.share_class(), urgent.footprint()),
+            "a level-4 send is not refused by a level-1 backlog"
+        );
+    }
+
+    #[test]
+    fn bookkeeping_errors_are_reported() {
+        let mut node = NodeOut::new(10_000, 20_000);
+        let mut site = SiteOut::default();
+        let m = msg(Priority::ALL[1], 100);
+        assert!(
+            node.release_msg(&mut site, &m).is_err(),
+            "given back, never held"
+        );
+        assert!(node.try_reserve(&mut site, m.share_class(), m.footprint()));
+        let other = SiteOut::default();
+        let err = node
+            .check([(KEY, &other)].into_iter())
+            .expect_err("the node counts bytes its entries do not hold");
+        assert!(err.contains("counts"), "{err}");
+        node.join(KEY, &mut site, waiting(Priority::ALL[1], 100_000, 7));
+        node.waiters.clear();
+        let err = node.check([(KEY, &site)].into_iter()).unwrap_err();
+        assert!(err.contains("waiting senders"), "{err}");
+    }
+
+    #[test]
+    fn a_merge_moves_bytes_without_changing_the_node_count() {
+        let mut node = NodeOut::new(10_000, 20_000);
+        let (mut from, mut to) = (SiteOut::default(), SiteOut::default());
+        let msgs = [msg(Priority::ALL[0], 500), msg(Priority::ALL[2], 700)];
+        for m in &msgs {
+            assert!(node.try_reserve(&mut from, m.share_class(), m.footprint()));
+        }
+        let before = node.bytes();
+        node.move_bytes(&mut from, &mut to, &msgs).unwrap();
+        assert_eq!(
+            (from.bytes(), to.bytes(), node.bytes()),
+            (0, before, before)
+        );
+        let entries = [(KEY, &from), (SiteId(5), &to)];
+        assert_eq!(node.check(entries.into_iter()), Ok(()));
+    }
+}
