@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use common::counting::{Counting, LIVE};
 
 use common::*;
-use sitenet::{Node, Priority, Runtime, SendError, SendOptions};
+use sitenet::{Node, Priority, RequestError, Runtime, SendError, SendOptions};
 
 #[global_allocator]
 static A: Counting = Counting;
@@ -161,4 +161,66 @@ fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
     site.flush_blocking(PATIENCE).unwrap();
     assert_eq!(*received.lock().unwrap(), [0, 1, 2, 3]);
     eprintln!("{backlog} level-1 messages of 16 KiB filled the level's part of a 4 MiB bound");
+}
+
+/// A request that waits for room in a full outbox ends at its timeout, and
+/// gives its turn up (its message is never sent). Its timeout covered only
+/// the wait for the answer: a consumer that stalled kept the requester
+/// waiting as long as it stalled, whatever timeout it asked for. Found by
+/// reading the runtime against the simulator's model of the outbox
+/// (issue 19).
+#[test]
+fn regression_a_request_waiting_for_room_ends_at_its_timeout() {
+    const BOUND: u64 = 4 << 20;
+    let (server, release_tx, entered_rx) = stalled_consumer(|_, _| {});
+    let client = client_bounded(BOUND);
+    let site = client.site(addr(&server)).unwrap();
+    site.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
+    entered_rx
+        .recv_timeout(PATIENCE)
+        .expect("the consumer stalls");
+    let filler = SendOptions::new().body(vec![1u8; 16 << 10]);
+    let mut backlog = 0u64;
+    while site
+        .try_send_with(
+            &Numbered {
+                stream: 1,
+                seq: backlog,
+            },
+            filler.clone(),
+        )
+        .is_ok()
+    {
+        backlog += 1;
+        assert!(backlog < 1_000_000, "the bound never said no");
+    }
+    // Then tiny ones, until not even the request would fit.
+    while site
+        .try_send_with(
+            &Numbered {
+                stream: 1,
+                seq: backlog,
+            },
+            SendOptions::new().body(vec![1u8; 16]),
+        )
+        .is_ok()
+    {
+        backlog += 1;
+        assert!(backlog < 10_000_000, "the bound never said no");
+    }
+    // A request of the same level waits in line behind the full bound.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let requester = site.clone();
+    std::thread::spawn(move || {
+        let asked = Numbered { stream: 2, seq: 0 };
+        let r = requester
+            .request_blocking::<Numbered, Numbered>(&asked, std::time::Duration::from_millis(200));
+        let _ = tx.send(r);
+    });
+    let r = rx
+        .recv_timeout(PATIENCE / 4)
+        .expect("the request ended while the consumer still stalled");
+    assert!(matches!(r, Err(RequestError::Timeout(_))), "{r:?}");
+    drop(release_tx);
+    site.flush_blocking(PATIENCE).unwrap();
 }

@@ -11,7 +11,10 @@ use crate::node::ErrorReply;
 
 impl SiteRef {
     /// Sends a request at medium priority and waits for its reply, at most
-    /// `timeout`. A late reply is discarded.
+    /// `timeout`. A late reply is discarded. The timeout covers the wait
+    /// for room in a full output bound too: a request that times out
+    /// before its message could be queued gives its place in line up, and
+    /// its message is never sent.
     ///
     /// The request is encoded when this is called: the future borrows
     /// neither `req` nor this `SiteRef` (it holds a reference of its own to
@@ -265,14 +268,28 @@ impl SiteRef {
             type_id = m.type_id,
             to = ?self.entry.resolved().id.get(),
         );
-        let rx = self
+        let mut rx = self
             .node
             .register_request(corr, self.entry.resolved(), timeout);
         tracing::Instrument::instrument(
             async move {
-                if let Err(e) = self.post(m).await {
-                    self.node.cancel_request(corr);
-                    return Err(e.into());
+                // The wait for room in the outbox counts against the
+                // timeout too: a request that ends first (its deadline,
+                // its site's failure) stops waiting and gives its turn up,
+                // its message never sent. Awaiting the send alone kept the
+                // caller waiting for as long as the peer left the bound
+                // full, whatever timeout it asked for.
+                let posted = self.post(m);
+                futures::pin_mut!(posted);
+                match futures::future::select(posted, &mut rx).await {
+                    futures::future::Either::Left((Ok(()), _)) => {}
+                    futures::future::Either::Left((Err(e), _)) => {
+                        self.node.cancel_request(corr);
+                        return Err(e.into());
+                    }
+                    futures::future::Either::Right((ended, _)) => {
+                        return ended.unwrap_or(Err(RequestError::Shutdown));
+                    }
                 }
                 match rx.await {
                     Ok(r) => r,
