@@ -211,3 +211,12 @@ fn a_line_that_skips_a_waiting_sender_is_caught() {
 fn bytes_freed_against_the_wrong_class_are_caught() {
     assert_caught_in(Bug::FreedInLowestClass, with_output_bound);
 }
+
+/// A turn given up behind the head and then forgotten stops the line when
+/// it reaches that ticket: the audit finds senders waiting and nobody's
+/// turn. Requests give their turns up at their deadlines only when they
+/// wait that long, so not every run shows it.
+#[test]
+fn a_line_that_forgets_a_turn_given_up_is_caught() {
+    assert_caught_within(Bug::GiveUpForgetsTurn, with_output_bound, 20);
+}

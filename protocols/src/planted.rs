@@ -42,6 +42,9 @@ pub enum Bug {
     /// What an acknowledgement frees is counted against the lowest class,
     /// whatever the message's class was.
     FreedInLowestClass,
+    /// A waiter that gives its turn up behind the head is not remembered:
+    /// when the line reaches its ticket, nobody's turn comes.
+    GiveUpForgetsTurn,
 }
 
 thread_local! {

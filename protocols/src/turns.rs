@@ -90,6 +90,10 @@ impl Turns {
             self.advance();
             true
         } else {
+            #[cfg(feature = "planted-bugs")]
+            if crate::planted::active(crate::planted::Bug::GiveUpForgetsTurn) {
+                return false;
+            }
             if (self.head..self.next).contains(&ticket.0) {
                 self.abandoned.insert(ticket.0);
             }

@@ -463,7 +463,9 @@ fn batches_retry_by_the_rule_and_every_checker_holds() {
 /// output bound of 96 KiB per entry (192 KiB per site) and bursts of four
 /// to eight large messages that exceed it, half of the sends by address
 /// (entries that merge, their waiting senders with them). Senders wait in
-/// line and are served in order as acknowledgements free room: every
+/// line and are served in order as acknowledgements free room (a request
+/// whose deadline passes first gives its turn up, its message never sent):
+/// every
 /// checker holds (per-priority FIFO through the lines, the node's count
 /// equal to its entries' and within its bound, nobody waiting for room
 /// that is free, nothing held once the run settles), and the same seed
@@ -478,13 +480,14 @@ fn senders_wait_for_room_in_order_and_every_checker_holds() {
         address_sends: 0.5,
         ..cfg(20, seed, Faults::Heavy)
     };
-    let (mut waits, mut peak, mut failed) = (0, 0, Vec::new());
+    let (mut waits, mut given_up, mut peak, mut failed) = (0, 0, 0, Vec::new());
     for seed in 0..60 {
         let r = Sim::new(shape(seed)).run();
         if r.verdict != Verdict::Ok {
             failed.push((seed, r.verdict.clone()));
         }
         waits += r.send_waits;
+        given_up += r.sends_given_up;
         peak = peak.max(r.output_peak);
         if seed < 3 {
             let again = Sim::new(shape(seed)).run();
@@ -493,6 +496,7 @@ fn senders_wait_for_room_in_order_and_every_checker_holds() {
     }
     assert!(failed.is_empty(), "failing seeds: {failed:#?}");
     assert!(waits > 10_000, "{waits} sends waited");
+    assert!(given_up > 0, "no request gave up its turn at its deadline");
     assert!(peak > 96 * 1024 && peak <= 2 * 96 * 1024, "peak {peak}");
     // The runtime's default bound: the default workload never waits.
     assert_eq!(Sim::new(cfg(20, 0, Faults::Heavy)).run().send_waits, 0);

@@ -311,6 +311,25 @@ impl Oracle {
         Ok(())
     }
 
+    /// Message `id` was given up before it was ever queued (a request
+    /// that ended while it waited for room): it never goes, and nobody is
+    /// told of it but its requester.
+    pub(super) fn given_up(&mut self, id: u64) -> Result<(), String> {
+        let Some(r) = self.msgs.get_mut(id as usize) else {
+            return Err(format!("message {id} given up but never sent"));
+        };
+        match r.fate {
+            Fate::Pending => {
+                r.fate = Fate::NotSent;
+                Ok(())
+            }
+            _ => Err(format!(
+                "message {id} ({} → {}) given up after it went",
+                r.from, r.to
+            )),
+        }
+    }
+
     /// Site `at` sent request `corr`.
     pub(super) fn request(&mut self, at: SiteId, corr: u64) -> Result<(), String> {
         self.requests += 1;

@@ -252,6 +252,10 @@ pub struct Report {
     /// Sends that found no room under the output bounds (or others of
     /// their class waiting) and waited in line ([`SimConfig::output_bound`]).
     pub send_waits: u64,
+    /// Of those, requests that ended (their deadline) while they waited:
+    /// their turn given up, their message never sent, as the runtime's
+    /// requester does.
+    pub sends_given_up: u64,
     /// The most output bytes one node held at once (every entry's
     /// queued and unacknowledged messages, by footprint).
     pub output_peak: u64,

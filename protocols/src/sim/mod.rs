@@ -220,6 +220,7 @@ pub(super) struct Counts {
     coops_cancelled: u64,
     coop_discarded: u64,
     send_waits: u64,
+    sends_given_up: u64,
     /// The most output bytes a node held, over nodes that are gone.
     output_peak: u64,
 }
@@ -425,6 +426,7 @@ impl Sim {
             coops_cancelled: self.counts.coops_cancelled,
             coop_discarded: self.counts.coop_discarded,
             send_waits: self.counts.send_waits,
+            sends_given_up: self.counts.sends_given_up,
             output_peak: self
                 .nodes
                 .iter()

@@ -15,17 +15,18 @@
 //! wake-up), and — through the FIFO checker — that the lines keep each
 //! sender's order, a merge's too.
 //!
-//! Two departures from the runtime, both deliberate: a sender never gives
-//! up its turn (a request that times out while it waits is sent when its
-//! turn comes, and its reply is late, where the runtime's drops the send),
-//! and the senders waiting at an entry that merges into another join the
-//! other's lines, in their order (the runtime's follow the redirect when
-//! room frees, racing the other's waiters). Each keeps every sender's
-//! order, which is what the checkers judge.
+//! A request whose deadline passes while it waits gives its turn up
+//! ([`Turns::give_up`]) and its message never goes, as the runtime's
+//! requester does; a one-way send waits until its turn or its site's
+//! failure. One departure from the runtime, deliberate: the senders
+//! waiting at an entry that merges into another join the other's lines,
+//! in their order (the runtime's follow the redirect when room frees,
+//! racing the other's waiters). Both keep every sender's order, which is
+//! what the checkers judge.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::message::OutMessage;
+use crate::message::{MessageKind, OutMessage};
 use crate::output_share::{admits, admits_class, Freed, CLASSES};
 use crate::site::SiteId;
 use crate::turns::{Ticket, Turns};
@@ -74,6 +75,25 @@ impl SiteOut {
         self.lines
             .as_ref()
             .is_some_and(|l| l.turns[class].waiting())
+    }
+
+    /// Takes the waiting request `corr` out of its line, its turn given
+    /// up (the runtime's `Turns::give_up`, when the sender's future is
+    /// dropped).
+    pub(super) fn give_up(&mut self, corr: u64) -> Option<Waiting> {
+        let lines = self.lines.as_mut()?;
+        let (class, ticket) = (0..CLASSES).find_map(|class| {
+            lines.waiting[class]
+                .iter()
+                .find(|(_, w)| w.msg.kind == MessageKind::Request && w.msg.corr == corr)
+                .map(|(t, _)| (class, *t))
+        })?;
+        lines.turns[class].give_up(ticket);
+        let w = lines.waiting[class].remove(&ticket);
+        if lines.waiting.iter().all(BTreeMap::is_empty) {
+            self.lines = None;
+        }
+        w
     }
 
     /// Every waiting send, class by class, each class in its line's order;
@@ -322,6 +342,34 @@ impl Sim {
         if !self.nodes[n].out.waiters.is_empty() {
             self.serve.insert(n);
         }
+    }
+
+    /// Request `corr` of node `n` ended (its deadline) while its message
+    /// may still wait for room: the runtime's requester stops waiting and
+    /// gives its turn up, so the message never goes.
+    pub(super) fn give_up_waiting(&mut self, n: usize, corr: u64) {
+        let node = &mut self.nodes[n];
+        if node.out.waiters.is_empty() {
+            return;
+        }
+        let found = node.out.waiters.iter().find_map(|key| {
+            let p = node.peers.get_mut(key)?;
+            let w = p.out.give_up(corr)?;
+            Some((*key, w, p.out.waiting()))
+        });
+        let Some((key, w, still)) = found else {
+            return;
+        };
+        if !still {
+            node.out.waiters.remove(&key);
+        }
+        self.counts.sends_given_up += 1;
+        self.trace(n, "send_given_up", &[w.id as u128]);
+        if let Err(e) = self.oracle.given_up(w.id) {
+            return self.violation(e);
+        }
+        // The next in line may have room now.
+        self.serve.insert(n);
     }
 
     /// Serves node `n`'s waiting senders whose turn has room, entry by

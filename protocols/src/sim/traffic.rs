@@ -410,6 +410,7 @@ impl Sim {
         self.nodes[n].req_armed = None;
         let now = self.instant();
         for (corr, awaiter, _, _) in self.nodes[n].requests.expire(now) {
+            self.give_up_waiting(n, corr);
             // A cooperation's requests have no deadline of their own.
             match awaiter {
                 Awaiter::App(_) => self.answered(n, corr, Answer::TimedOut),

@@ -139,6 +139,7 @@ struct Json {
     batch_retries: u64,
     batch_ops_failed: u64,
     send_waits: u64,
+    sends_given_up: u64,
     output_peak: u64,
     cooperations: u64,
     coops_completed: u64,
@@ -226,6 +227,7 @@ impl Json {
             batch_retries: r.batch_retries,
             batch_ops_failed: r.batch_ops_failed,
             send_waits: r.send_waits,
+            sends_given_up: r.sends_given_up,
             output_peak: r.output_peak,
             cooperations: r.cooperations,
             coops_completed: r.coops_completed,
@@ -448,6 +450,7 @@ fn add(mut a: Json, b: &Json) -> Json {
     a.batch_retries += b.batch_retries;
     a.batch_ops_failed += b.batch_ops_failed;
     a.send_waits += b.send_waits;
+    a.sends_given_up += b.sends_given_up;
     a.output_peak = a.output_peak.max(b.output_peak);
     a.cooperations += b.cooperations;
     a.coops_completed += b.coops_completed;
@@ -556,8 +559,9 @@ fn print(j: &Json, json: bool) {
     }
     if j.send_waits > 0 {
         println!(
-            "output bound:   {} sends waited for room; a site held at most {} bytes for others",
-            j.send_waits, j.output_peak
+            "output bound:   {} sends waited for room ({} requests gave up at their deadline); \
+             a site held at most {} bytes for others",
+            j.send_waits, j.sends_given_up, j.output_peak
         );
     }
     if j.cooperations > 0 {
