@@ -215,6 +215,17 @@ fn sim_counter_converges_under_heavy_faults() {
 }
 
 #[test]
+fn sim_stream_ships_chunks_in_order_under_a_small_output_bound() {
+    let out = run("sim_stream", &["--sites", "8", "--seeds", "2"]);
+    assert!(out.contains("2 of 2 seeds held"), "{out}");
+    assert!(out.contains("sends waited for room"), "{out}");
+    assert!(
+        !out.contains(" 0 sends waited"),
+        "the bound never made a send wait: {out}"
+    );
+}
+
+#[test]
 fn sim_quorum_commits_writes_under_heavy_faults() {
     let out = run("sim_quorum", &["--sites", "8", "--seeds", "2"]);
     assert!(out.contains("2 of 2 seeds held"), "{out}");

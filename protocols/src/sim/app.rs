@@ -272,7 +272,10 @@ pub struct AppCtx<'a> {
 impl AppCtx<'_> {
     /// Sends `body` to `to` at `priority`, once the callback returns (as a
     /// handler's sends leave after it). Sending to a site that failed hands
-    /// the message back through [`Application::handed_back`].
+    /// the message back through [`Application::handed_back`]. Beyond the
+    /// output bound ([`SimConfig::output_bound`](super::SimConfig::output_bound))
+    /// the message waits in its priority's line and goes in its turn, as
+    /// the runtime's `SiteRef::send` waits for room.
     pub fn send(&mut self, to: SiteId, priority: Priority, body: impl Into<Bytes>) {
         self.one_way(to, priority, body.into(), false);
     }
