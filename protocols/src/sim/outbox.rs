@@ -50,6 +50,17 @@ pub(super) struct Lines {
     waiting: [BTreeMap<Ticket, Waiting>; CLASSES],
 }
 
+impl Lines {
+    /// The send whose turn it is in `class`'s line, if any (the line
+    /// decides: [`Turns::is_turn`]).
+    fn head(&self, class: usize) -> Option<(Ticket, &Waiting)> {
+        self.waiting[class]
+            .iter()
+            .find(|(t, _)| self.turns[class].is_turn(**t))
+            .map(|(t, w)| (*t, w))
+    }
+}
+
 /// What one entry holds against the bounds, and its waiting senders.
 #[derive(Default)]
 pub(super) struct SiteOut {
@@ -143,21 +154,28 @@ impl NodeOut {
         !site.class_waits(class) && self.reserve_now(site, class, n)
     }
 
-    /// Reserves `n` bytes of `class` under both bounds, or nothing: the
-    /// runtime's `Outbox::reserve_now` (the site counted among the
-    /// holders while the node's rule is asked).
-    fn reserve_now(&mut self, site: &mut SiteOut, class: usize, n: u64) -> bool {
+    /// Whether `n` more bytes of `class` fit `site` under both bounds: the
+    /// runtime's `Outbox::reserve_now` asks the class rule, then the
+    /// node's with the site counted among the holders.
+    fn fits(&self, site: &SiteOut, class: usize, n: u64) -> bool {
         if !admits_class(self.site_bound, &site.held, class, n) {
             return false;
         }
         let before = site.bytes();
         let holders = self.holders + usize::from(before == 0);
-        if !admits(self.node_bound, self.bytes + n, holders, before, n) {
+        admits(self.node_bound, self.bytes + n, holders, before, n)
+    }
+
+    /// Reserves `n` bytes of `class` under both bounds, or nothing.
+    fn reserve_now(&mut self, site: &mut SiteOut, class: usize, n: u64) -> bool {
+        if !self.fits(site, class, n) {
             return false;
+        }
+        if site.bytes() == 0 {
+            self.holders += 1;
         }
         site.held[class] += n;
         self.bytes += n;
-        self.holders = holders;
         self.peak = self.peak.max(self.bytes);
         true
     }
@@ -239,11 +257,8 @@ impl NodeOut {
     /// bytes fit now (reserved for it, and the line moves on).
     pub(super) fn serve(&mut self, site: &mut SiteOut, class: usize) -> Option<Waiting> {
         let (ticket, n) = {
-            let lines = site.lines.as_ref()?;
-            let (t, w) = lines.waiting[class]
-                .iter()
-                .find(|(t, _)| lines.turns[class].is_turn(**t))?;
-            (*t, w.msg.footprint())
+            let (t, w) = site.lines.as_ref()?.head(class)?;
+            (t, w.msg.footprint())
         };
         if !self.reserve_now(site, class, n) {
             return None;
@@ -267,24 +282,13 @@ impl NodeOut {
             if waiting.is_empty() {
                 continue;
             }
-            let Some((_, w)) = waiting
-                .iter()
-                .find(|(t, _)| lines.turns[class].is_turn(**t))
-            else {
+            let Some((_, w)) = lines.head(class) else {
                 return Some(format!(
                     "{} sends of class {class} wait and none has its turn",
                     waiting.len()
                 ));
             };
-            let mut probe = SiteOut {
-                held: site.held,
-                lines: None,
-            };
-            let mut node = NodeOut {
-                waiters: BTreeSet::new(),
-                ..*self
-            };
-            if node.reserve_now(&mut probe, class, w.msg.footprint()) {
+            if self.fits(site, class, w.msg.footprint()) {
                 return Some(format!(
                     "a send of class {class} waits for room it has ({} bytes held, the node {})",
                     site.bytes(),
