@@ -225,3 +225,17 @@ fn an_output_bound_makes_senders_wait() {
     plain.extend(["--seed", "2"]);
     assert_eq!(json_of(&plain)["send_waits"].as_u64(), Some(0));
 }
+
+/// `--outbox-queue`: sends wait in their entry's outbox queue until its
+/// ComObject's next turn; with sends by address, merges order the queues
+/// and every checker holds. A run of its own: not the digest without it.
+#[test]
+fn the_outbox_queue_is_an_option_of_its_own() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "4", "--address-sends", "0.5"]);
+    let plain = json_of(&args);
+    args.push("--outbox-queue");
+    let queued = json_of(&args);
+    assert_eq!(queued["verdict"], "ok", "{queued}");
+    assert_ne!(queued["digest"], plain["digest"]);
+}

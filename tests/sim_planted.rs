@@ -220,3 +220,28 @@ fn bytes_freed_against_the_wrong_class_are_caught() {
 fn a_line_that_forgets_a_turn_given_up_is_caught() {
     assert_caught_within(Bug::GiveUpForgetsTurn, with_output_bound, 20);
 }
+
+/// Sends by address wait in their entry's outbox queue until its
+/// ComObject's next turn (up to 5 ms later): a merge can find some there.
+fn with_outbox_queue(seed: u64) -> SimConfig {
+    SimConfig {
+        sites: 20,
+        address_sends: 0.8,
+        outbox_queue: true,
+        // Sends every 20 ms: a merge often finds one queued (with the
+        // default slot limits: tight ones and that much traffic by
+        // address congest the waiting lines, a finding of its own).
+        tick: Duration::from_millis(20),
+        weak_slots: 8,
+        hard_slots: 12,
+        duration: Duration::from_secs(5),
+        ..cfg(seed)
+    }
+}
+
+/// A merge that puts the merging entry's queue before what its machine
+/// held breaks the order of the messages its sender sent to that address.
+#[test]
+fn a_merge_that_puts_the_queue_first_is_caught() {
+    assert_caught_within(Bug::MergeLineQueueFirst, with_outbox_queue, 40);
+}

@@ -45,6 +45,9 @@ pub enum Bug {
     /// A waiter that gives its turn up behind the head is not remembered:
     /// when the line reaches its ticket, nobody's turn comes.
     GiveUpForgetsTurn,
+    /// A merge puts what the merging entry's outbox queued before what its
+    /// ComObject held (which is older).
+    MergeLineQueueFirst,
 }
 
 thread_local! {

@@ -117,6 +117,16 @@ impl Turns {
 /// (zero: `theirs` is untouched). See the module documentation for why
 /// this keeps every sender's order.
 pub fn merge_line<T>(older: Vec<T>, mine: &mut Vec<T>, theirs: &mut Vec<T>) -> usize {
+    #[cfg(feature = "planted-bugs")]
+    if crate::planted::active(crate::planted::Bug::MergeLineQueueFirst) {
+        let mut older = older;
+        let mut moved = std::mem::take(mine);
+        moved.append(&mut older);
+        let n = moved.len();
+        moved.append(theirs);
+        *theirs = moved;
+        return n;
+    }
     let mut moved = older;
     moved.append(mine);
     let n = moved.len();

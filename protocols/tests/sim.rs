@@ -502,6 +502,70 @@ fn senders_wait_for_room_in_order_and_every_checker_holds() {
     assert_eq!(Sim::new(cfg(20, 0, Faults::Heavy)).run().send_waits, 0);
 }
 
+/// Sends wait in their entry's outbox queue until its ComObject's next
+/// turn (up to 5 ms, with `outbox_queue`), so merges of entries reached
+/// by address find sends queued on either side and order them by the
+/// runtime's `merge_line`; sites tick every 20 ms to make that common, a
+/// small output bound and bursts make senders wait too. Every checker
+/// holds (FIFO to each address through the merges, nothing stranded in a
+/// queue without its drain, nothing held at the end), and the same seed
+/// gives the same digest.
+#[test]
+fn outbox_queues_merge_in_order_and_every_checker_holds() {
+    let shape = |seed| SimConfig {
+        address_sends: 0.8,
+        outbox_queue: true,
+        tick: Duration::from_millis(20),
+        duration: Duration::from_secs(5),
+        output_bound: Some(96 * 1024),
+        bursts: 0.02,
+        ..cfg(20, seed, Faults::Heavy)
+    };
+    let (mut merges, mut waits, mut failed) = (0, 0, Vec::new());
+    for seed in 0..40 {
+        let r = Sim::new(shape(seed)).run();
+        if r.verdict != Verdict::Ok {
+            failed.push((seed, r.verdict.clone()));
+        }
+        merges += r.merges;
+        waits += r.send_waits;
+        if seed < 3 {
+            let again = Sim::new(shape(seed)).run();
+            assert_eq!(r.digest, again.digest, "seed {seed} is not deterministic");
+        }
+    }
+    assert!(failed.is_empty(), "failing seeds: {failed:#?}");
+    assert!(
+        merges > 1_000 && waits > 100,
+        "{merges} merges, {waits} waits"
+    );
+}
+
+/// Found, not fixed: with sites that send every 20 ms, four sends in five
+/// by address, 3 weak and 5 hard slots and heavy faults, 4 seeds in 300
+/// (167, 168, 186, 285) do not converge. A site's hard slots are all held
+/// by open attempts waiting in full peers' lines, each until its give-up
+/// (30 s), while its other entries wait for a slot; after each give-up the
+/// same chain forms again, and the settle phase ends with messages queued.
+/// At seed 167 one site ends with five attempts in peers' lines and nine
+/// entries waiting for a slot, 44 messages queued at one. The waiting line
+/// (issue 21) lets an attempt hold its slot for the whole wait; a site
+/// whose own line and slots are full has no way to take it back.
+#[test]
+#[ignore = "a known liveness gap of the waiting line under congestion (see the comment)"]
+fn known_attempts_waiting_in_lines_can_hold_every_slot_of_a_site() {
+    let r = Sim::new(SimConfig {
+        weak_slots: 3,
+        hard_slots: 5,
+        address_sends: 0.8,
+        tick: Duration::from_millis(20),
+        duration: Duration::from_secs(5),
+        ..cfg(20, 167, Faults::Heavy)
+    })
+    .run();
+    assert_eq!(r.verdict, Verdict::Ok, "{r:?}");
+}
+
 /// An entry reached by address whose first handshake was refused (the
 /// peer remembered a pair with this site, which the new entry did not
 /// prove) is bound to the site the refusal named, but it kept calling

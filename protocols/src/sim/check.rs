@@ -482,6 +482,19 @@ impl Sim {
             if let Err(what) = self.check_awaited_requests(n) {
                 return self.violation(what);
             }
+            // A queued send is on its way into the machine: its drain is
+            // scheduled (a push that woke nobody would strand it).
+            if let Some((key, _)) = node
+                .peers
+                .iter()
+                .find(|(_, p)| !p.queued.is_empty() && !p.drain_armed)
+            {
+                let what = format!(
+                    "{}'s outbox queue for {key} holds sends and no drain is coming",
+                    node.id
+                );
+                return self.violation(what);
+            }
             // The output bounds: the node's count is its entries', within
             // its bound, and nobody waits for room that is there.
             let entries = node.peers.iter().map(|(key, p)| (*key, &p.out));

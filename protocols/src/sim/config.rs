@@ -90,6 +90,14 @@ pub struct SimConfig {
     /// fills an output bound). 0 by default, so that a seed runs as it did
     /// before.
     pub bursts: f64,
+    /// A send with room waits in its entry's outbox queue until the
+    /// ComObject's next turn (an event soon after, as the runtime's actor
+    /// is woken through its mailbox), instead of entering the machine at
+    /// once. An entry reached by address that merges then moves what its
+    /// machine held, then what its queue held, in front of the other
+    /// entry's queue (the runtime's `turns::merge_line`). Off by default,
+    /// so that a seed runs as it did before.
+    pub outbox_queue: bool,
 }
 
 impl SimConfig {
@@ -133,6 +141,7 @@ impl Default for SimConfig {
             output_bound: None,
             node_output_bound: None,
             bursts: 0.0,
+            outbox_queue: false,
         }
     }
 }

@@ -179,6 +179,12 @@ pub(super) enum Ev {
         inc: u32,
     },
     Audit,
+    /// Entry `peer`'s ComObject at node `n` takes its outbox queue.
+    Drain {
+        node: usize,
+        inc: u32,
+        peer: SiteId,
+    },
 }
 
 /// Bits of a queue key that name the event's slot in the slab.
@@ -494,6 +500,11 @@ impl Sim {
             Ev::Heal => self.heal(),
             Ev::Restart { node } => self.restart(node),
             Ev::Resume { node, inc } => self.resume(node, inc),
+            Ev::Drain { node, inc, peer } => {
+                if self.alive(node, inc) {
+                    self.drain(node, peer);
+                }
+            }
             Ev::Requests { node, inc } => {
                 if self.alive(node, inc) {
                     self.on_request_timer(node);

@@ -225,7 +225,13 @@ impl Sim {
         // machine had (`ComObject::park` asserts it), and reading it back
         // would unpack the form.
         let deadline = p.deadline();
-        if !p.reclaim && p.live.is_none() && p.opening.is_none() && p.slot == Slot::None {
+        // Nothing may wait in its outbox queue either (the runtime's rule).
+        if !p.reclaim
+            && p.live.is_none()
+            && p.opening.is_none()
+            && p.slot == Slot::None
+            && p.queued.is_empty()
+        {
             if let Some(kept) = p.com.park(self.instant()) {
                 p.parked = Some(kept);
                 self.counts.parks += 1;
@@ -332,6 +338,7 @@ impl Sim {
                         && p.opening.is_none()
                         && p.slot == Slot::None
                         && !p.out.waiting()
+                        && p.queued.is_empty()
                     {
                         p.reclaim = true;
                     }
@@ -355,6 +362,11 @@ impl Sim {
                     for m in &maybe_delivered {
                         self.release_handed_back(n, p, m);
                         self.handed_back(n, peer, m, true);
+                    }
+                    // What its outbox queue held never went either.
+                    for w in std::mem::take(&mut p.queued) {
+                        self.release_handed_back(n, p, &w.msg);
+                        self.handed_back(n, peer, &w.msg, false);
                     }
                     // Its outbox closes: every sender waiting there fails
                     // at once, its message never sent.

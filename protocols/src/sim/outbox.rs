@@ -31,7 +31,21 @@ use crate::output_share::{admits, admits_class, Freed, CLASSES};
 use crate::site::SiteId;
 use crate::turns::{Ticket, Turns};
 
-use super::Sim;
+use std::time::Duration;
+
+use rand::Rng;
+
+use super::node::resolve;
+use super::peer::Peer;
+use super::{Ev, Sim};
+
+/// The longest a wake takes through an actor's mailbox, in the simulator
+/// (with [`SimConfig::outbox_queue`](super::SimConfig::outbox_queue)): a
+/// drain comes up to 5 ms after the push that scheduled it — an actor
+/// whose thread is busy — so that other events (a handshake, a merge) come
+/// in between often enough to be seen. A shorter hop (50 us) made a merge
+/// find a queued send about once in a hundred runs.
+const MAILBOX_HOP_NS: u64 = 5_000_000;
 
 /// A send waiting for room: the message, and what the driver needs to
 /// hand it back.
@@ -340,6 +354,53 @@ impl NodeOut {
 }
 
 impl Sim {
+    /// A send with its bytes reserved goes into entry `key`'s ComObject
+    /// now, or (with [`SimConfig::outbox_queue`](super::SimConfig::outbox_queue))
+    /// into its outbox queue, which the machine takes on its next turn: a
+    /// drain event soon after (the runtime's wake through the actor's
+    /// mailbox), scheduled by the push that finds the queue unwatched.
+    pub(super) fn enqueue(&mut self, n: usize, key: SiteId, p: &mut Peer, w: Waiting) {
+        if !self.cfg.outbox_queue {
+            return self.queue_out(n, p, w.msg, w.id, w.to);
+        }
+        p.queued.push(w);
+        self.arm_drain(n, key, p);
+    }
+
+    /// Schedules entry `key`'s drain if something is queued and none is.
+    pub(super) fn arm_drain(&mut self, n: usize, key: SiteId, p: &mut Peer) {
+        if p.drain_armed || p.queued.is_empty() {
+            return;
+        }
+        p.drain_armed = true;
+        let hop = Duration::from_nanos(self.rng.gen_range(0..=MAILBOX_HOP_NS));
+        let inc = self.nodes[n].incarnation;
+        self.at(
+            self.now + hop,
+            Ev::Drain {
+                node: n,
+                inc,
+                peer: key,
+            },
+        );
+    }
+
+    /// Entry `peer`'s ComObject at node `n` takes its outbox queue (its key
+    /// may have become another's since: a stand-in bound to its site, or
+    /// an entry merged into another).
+    pub(super) fn drain(&mut self, n: usize, peer: SiteId) {
+        let key = resolve(&self.nodes[n].aliases, peer);
+        let Some(mut p) = self.take_peer(n, key) else {
+            return;
+        };
+        p.drain_armed = false;
+        for w in std::mem::take(&mut p.queued) {
+            self.queue_out(n, &mut p, w.msg, w.id, w.to);
+        }
+        self.drive_peer(n, key, &mut p);
+        self.put_back(n, key, p);
+    }
+
     /// Bytes were given back at node `n`: its waiting senders are tried
     /// once the event's work is done (as a release wakes the runtime's).
     pub(super) fn room_freed(&mut self, n: usize) {
@@ -394,7 +455,7 @@ impl Sim {
                     self.trace(n, "send_go", &[w.id as u128, class as u128]);
                     // The sender held its reference while it waited.
                     p.last_send = Some(self.now);
-                    self.queue_out(n, &mut p, w.msg, w.id, w.to);
+                    self.enqueue(n, key, &mut p, w);
                     served = true;
                 }
             }

@@ -50,6 +50,11 @@ pub(super) struct Peer {
     /// The bytes it holds against the output bounds, and the senders
     /// waiting for room ([`outbox`](super::outbox)).
     pub(super) out: super::outbox::SiteOut,
+    /// Sends with their bytes reserved, not yet in the machine (only with
+    /// [`SimConfig::outbox_queue`](super::SimConfig::outbox_queue)), and
+    /// whether the drain that takes them is scheduled.
+    pub(super) queued: Vec<super::outbox::Waiting>,
+    pub(super) drain_armed: bool,
 }
 
 /// True if `key` names an entry not bound to a site yet: the application

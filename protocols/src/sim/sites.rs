@@ -24,8 +24,10 @@ use crate::com_object::{ComObject, ComState};
 use crate::error::HandedBack;
 use crate::site::{SiteDescriptor, SiteId};
 use crate::site_index::{At, Bind, Counts, Described, Reclaim, Route, Site, SiteIndex, Word};
+use crate::turns::merge_line;
 
 use super::net::Seg;
+use super::outbox::Waiting;
 use super::peer::{unbound, Peer, Slot};
 use super::Sim;
 
@@ -245,6 +247,8 @@ impl Sim {
         }
         Box::new(Peer {
             out: Default::default(),
+            queued: Vec::new(),
+            drain_armed: false,
             com,
             parked: None,
             armed: None,
@@ -332,14 +336,34 @@ impl Sim {
             self.violation(e);
         }
         self.drive_peer(n, peer, &mut p);
-        for m in older {
-            if let Err(refused) = t.com.queue(m) {
-                let (err, m) = *refused;
-                let maybe = err.handed_back() == HandedBack::MaybeDelivered;
-                if let Err(e) = self.nodes[n].out.release_msg(&mut t.out, &m) {
-                    self.violation(e);
+        if self.cfg.outbox_queue {
+            // As the runtime's `Outbox::seal_into`: what the machine held,
+            // then what its queue held, in front of the other's queue.
+            let mine: Vec<_> = p.queued.iter().map(|w| w.msg.clone()).collect();
+            if let Err(e) = self.nodes[n].out.move_bytes(&mut p.out, &mut t.out, &mine) {
+                self.violation(e);
+            }
+            let mut held = Vec::with_capacity(older.len());
+            for msg in older {
+                let Some(id) = super::message_id(msg.kind, &msg.header) else {
+                    self.violation(format!("a merged message has no envelope: {msg:?}"));
+                    continue;
+                };
+                let to = self.oracle.named(id).unwrap_or(into);
+                held.push(Waiting { msg, id, to });
+            }
+            merge_line(held, &mut p.queued, &mut t.queued);
+            self.arm_drain(n, into, &mut t);
+        } else {
+            for m in older {
+                if let Err(refused) = t.com.queue(m) {
+                    let (err, m) = *refused;
+                    let maybe = err.handed_back() == HandedBack::MaybeDelivered;
+                    if let Err(e) = self.nodes[n].out.release_msg(&mut t.out, &m) {
+                        self.violation(e);
+                    }
+                    self.handed_back(n, into, &m, maybe);
                 }
-                self.handed_back(n, into, &m, maybe);
             }
         }
         // Its waiting senders follow the redirect: behind the other's, in

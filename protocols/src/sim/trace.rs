@@ -113,6 +113,7 @@ impl super::Sim {
             Ev::Requests { node, .. } => ("request_timer", node, [0; 3]),
             Ev::Admission { node, .. } => ("admission_timer", node, [0; 3]),
             Ev::Audit => ("audit", 0, [0; 3]),
+            Ev::Drain { node, peer, .. } => ("drain", node, [peer.0, 0, 0]),
         };
         self.trace(n, kind, &values);
     }

@@ -221,7 +221,7 @@ impl Sim {
         let (class, size) = (msg.share_class(), msg.footprint());
         let out = &mut self.nodes[n].out;
         if out.try_reserve(&mut p.out, class, size) {
-            self.queue_out(n, &mut p, msg, id, to);
+            self.enqueue(n, key, &mut p, Waiting { msg, id, to });
         } else {
             out.join(key, &mut p.out, Waiting { msg, id, to });
             self.counts.send_waits += 1;

@@ -86,6 +86,12 @@ pub(crate) struct Args {
     /// --output-bound.
     #[arg(long, default_value_t = 0.0)]
     bursts: f64,
+    /// A send waits in its entry's outbox queue until the ComObject's next
+    /// turn (an event up to 50 us later, the runtime's wake through the
+    /// actor's mailbox), so that a merge can come in between and order the
+    /// queues as the runtime's does.
+    #[arg(long)]
+    outbox_queue: bool,
     /// Without --seed: wall-clock seconds to spend trying seeds.
     #[arg(long, default_value_t = 30.0)]
     search: f64,
@@ -323,6 +329,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         output_bound: a.output_bound,
         node_output_bound: a.node_output_bound,
         bursts: a.bursts,
+        outbox_queue: a.outbox_queue,
         ..SimConfig::default()
     };
     match a.seed {
@@ -483,7 +490,7 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
         runs,
         command: format!(
             "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} \
-             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} --batches {} --bursts {}{}{} --trace",
+             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} --batches {} --bursts {}{}{}{} --trace",
             small.seed,
             small.sites,
             small.faults.name(),
@@ -502,7 +509,12 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
             small.output_bound.map_or(String::new(), |b| format!(
                 " --output-bound {b} --node-output-bound {}",
                 small.node_output_bound()
-            ))
+            )),
+            if small.outbox_queue {
+                " --outbox-queue"
+            } else {
+                ""
+            }
         ),
     }
 }
