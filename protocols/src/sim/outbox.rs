@@ -23,17 +23,24 @@
 //! in their order (the runtime's follow the redirect when room frees,
 //! racing the other's waiters). Both keep every sender's order, which is
 //! what the checkers judge.
+//!
+//! With [`SimConfig::outbox_queue`](super::SimConfig::outbox_queue) a send
+//! that has room waits in its entry's outbox queue until the ComObject's
+//! next turn (a drain event, the runtime's wake through the actor's
+//! mailbox), and a merge puts what the merging machine held, then what its
+//! queue held, in front of the other entry's queue
+//! ([`merge_line`](crate::turns::merge_line)), as the runtime's
+//! `Outbox::seal_into` does.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use rand::Rng;
 
 use crate::message::{MessageKind, OutMessage};
 use crate::output_share::{admits, admits_class, Freed, CLASSES};
 use crate::site::SiteId;
 use crate::turns::{Ticket, Turns};
-
-use std::time::Duration;
-
-use rand::Rng;
 
 use super::node::resolve;
 use super::peer::Peer;
