@@ -24,6 +24,10 @@ use std::time::Duration;
 use sitenet::protocols::sim::{AppCtx, Application, Faults, Sim, SimConfig, Verdict};
 use sitenet::protocols::{Priority, SiteId};
 
+#[path = "common/args.rs"]
+mod args;
+use args::arg;
+
 /// What each site counted, and since when it is up: the truth the views
 /// are checked against (shared by the sites of one run; the simulator runs
 /// them all on this thread).
@@ -110,15 +114,6 @@ impl Coin for AppCtx<'_> {
         use rand::Rng;
         self.rng.gen_bool(p)
     }
-}
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn main() {

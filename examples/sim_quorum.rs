@@ -30,6 +30,10 @@ use sitenet::protocols::sim::{
 };
 use sitenet::protocols::{Priority, SiteId};
 
+#[path = "common/args.rs"]
+mod args;
+use args::arg;
+
 /// Replicas a write goes to, and acknowledgements it needs.
 const REPLICAS: usize = 4;
 const QUORUM: usize = 3;
@@ -118,15 +122,6 @@ impl Application for Replica {
             n => Err(format!("{n} writes never ended")),
         }
     }
-}
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn main() {

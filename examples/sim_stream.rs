@@ -22,6 +22,10 @@ use std::time::Duration;
 use sitenet::protocols::sim::{AppCtx, Application, Faults, Sim, SimConfig, Verdict};
 use sitenet::protocols::{Priority, SiteId};
 
+#[path = "common/args.rs"]
+mod args;
+use args::arg;
+
 /// The size of a chunk's body.
 const CHUNK: usize = 24 * 1024;
 /// Chunks shipped per tick (a tick is a simulated second).
@@ -70,15 +74,6 @@ impl Application for Shipper {
     fn check(&self, _ctx: &AppCtx<'_>) -> Result<(), String> {
         self.broken.clone().map_or(Ok(()), Err)
     }
-}
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn main() {

@@ -129,10 +129,8 @@ impl Workload {
         let large = self.large.max(32);
         for _ in 0..ctx.rng.gen_range(4..=8) {
             let len = ctx.rng.gen_range(large / 2..=large);
-            let fill: u8 = ctx.rng.gen();
-            let mut v = vec![fill; len];
-            v[..8].copy_from_slice(&(len as u64).to_le_bytes());
-            ctx.send(to, p, Bytes::from(v));
+            let body = Self::filled(ctx.rng, len);
+            ctx.send(to, p, body);
         }
     }
 
@@ -142,6 +140,12 @@ impl Workload {
         } else {
             rng.gen_range(16..256)
         };
+        Self::filled(rng, len)
+    }
+
+    /// A body of `len` bytes (at least 8): its length, then one random
+    /// byte repeated.
+    fn filled(rng: &mut ChaCha8Rng, len: usize) -> Bytes {
         let fill: u8 = rng.gen();
         let mut v = vec![fill; len];
         v[..8].copy_from_slice(&(len as u64).to_le_bytes());
