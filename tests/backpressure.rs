@@ -179,34 +179,23 @@ fn regression_a_request_waiting_for_room_ends_at_its_timeout() {
     entered_rx
         .recv_timeout(PATIENCE)
         .expect("the consumer stalls");
-    let filler = SendOptions::new().body(vec![1u8; 16 << 10]);
+    // 16 KiB messages, then tiny ones, until not even the request fits.
     let mut backlog = 0u64;
-    while site
-        .try_send_with(
-            &Numbered {
-                stream: 1,
-                seq: backlog,
-            },
-            filler.clone(),
-        )
-        .is_ok()
-    {
-        backlog += 1;
-        assert!(backlog < 1_000_000, "the bound never said no");
-    }
-    // Then tiny ones, until not even the request would fit.
-    while site
-        .try_send_with(
-            &Numbered {
-                stream: 1,
-                seq: backlog,
-            },
-            SendOptions::new().body(vec![1u8; 16]),
-        )
-        .is_ok()
-    {
-        backlog += 1;
-        assert!(backlog < 10_000_000, "the bound never said no");
+    for size in [16 << 10, 16] {
+        let filler = SendOptions::new().body(vec![1u8; size]);
+        while site
+            .try_send_with(
+                &Numbered {
+                    stream: 1,
+                    seq: backlog,
+                },
+                filler.clone(),
+            )
+            .is_ok()
+        {
+            backlog += 1;
+            assert!(backlog < 10_000_000, "the bound never said no");
+        }
     }
     // A request of the same level waits in line behind the full bound.
     let (tx, rx) = std::sync::mpsc::channel();
