@@ -7,9 +7,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
 
-use sitenet_protocols::sim::{self, Faults, Report, Sim, SimConfig, Verdict};
+use sitenet_protocols::sim::{self, Faults, Sim, SimConfig, Verdict};
+
+mod figures;
+
+use figures::{add, print, verdict_code, Json, Shrunk};
 
 /// The smallest `--output-bound`: twice the default workload's largest
 /// message (40 KiB of body, and its header and record), as the runtime
@@ -108,150 +111,6 @@ pub(crate) struct Args {
     /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
-}
-
-/// One run's figures, as `--json` prints them.
-#[derive(Serialize)]
-struct Json {
-    verdict: &'static str,
-    seed: Option<u64>,
-    sites: usize,
-    faults: &'static str,
-    digest: String,
-    messages: u64,
-    delivered: u64,
-    handed_back: u64,
-    cuts: u64,
-    partitions: u64,
-    preemptions: u64,
-    restarts: u64,
-    retransmitted: u64,
-    opens: u64,
-    reclaimed: u64,
-    parks: u64,
-    unparks: u64,
-    requests: u64,
-    late_replies: u64,
-    handshakes_dropped: u64,
-    bound: u64,
-    merges: u64,
-    origins_claimed: u64,
-    origins_refused: u64,
-    site_refs: u64,
-    site_refs_claimed: u64,
-    site_refs_refused: u64,
-    batches: u64,
-    batch_ops: u64,
-    batch_retries: u64,
-    batch_ops_failed: u64,
-    send_waits: u64,
-    sends_given_up: u64,
-    output_peak: u64,
-    cooperations: u64,
-    coops_completed: u64,
-    coops_timed_out: u64,
-    coops_failed: u64,
-    coops_cancelled: u64,
-    coop_discarded: u64,
-    events: u64,
-    sim_s: f64,
-    wall_s: f64,
-    speed: f64,
-    events_per_s: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    violation: Option<ViolationJson>,
-    /// Search mode: seeds tried, and those that failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seeds_tried: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    failing_seeds: Option<Vec<u64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    shrunk: Option<Shrunk>,
-}
-
-#[derive(Serialize)]
-struct ViolationJson {
-    step: u64,
-    at_s: f64,
-    what: String,
-}
-
-#[derive(Serialize)]
-struct Shrunk {
-    sites: usize,
-    faults: &'static str,
-    duration_s: f64,
-    runs: u32,
-    command: String,
-}
-
-impl Json {
-    fn new(r: &Report, faults: Faults, wall: Duration) -> Self {
-        let wall_s = wall.as_secs_f64().max(1e-9);
-        let violation = match &r.verdict {
-            Verdict::Ok => None,
-            Verdict::Violation { step, at, what } => Some(ViolationJson {
-                step: *step,
-                at_s: at.as_secs_f64(),
-                what: what.clone(),
-            }),
-        };
-        Self {
-            verdict: if violation.is_some() {
-                "violation"
-            } else {
-                "ok"
-            },
-            seed: Some(r.seed),
-            sites: r.sites,
-            faults: faults.name(),
-            digest: r.digest.clone(),
-            messages: r.messages,
-            delivered: r.delivered,
-            handed_back: r.handed_back,
-            cuts: r.cuts,
-            partitions: r.partitions,
-            preemptions: r.preemptions,
-            restarts: r.restarts,
-            retransmitted: r.retransmitted,
-            opens: r.opens,
-            reclaimed: r.reclaimed,
-            parks: r.parks,
-            unparks: r.unparks,
-            requests: r.requests,
-            late_replies: r.late_replies,
-            handshakes_dropped: r.handshakes_dropped,
-            bound: r.bound,
-            merges: r.merges,
-            origins_claimed: r.origins_claimed,
-            origins_refused: r.origins_refused,
-            site_refs: r.site_refs,
-            site_refs_claimed: r.site_refs_claimed,
-            site_refs_refused: r.site_refs_refused,
-            batches: r.batches,
-            batch_ops: r.batch_ops,
-            batch_retries: r.batch_retries,
-            batch_ops_failed: r.batch_ops_failed,
-            send_waits: r.send_waits,
-            sends_given_up: r.sends_given_up,
-            output_peak: r.output_peak,
-            cooperations: r.cooperations,
-            coops_completed: r.coops_completed,
-            coops_timed_out: r.coops_timed_out,
-            coops_failed: r.coops_failed,
-            coops_cancelled: r.coops_cancelled,
-            coop_discarded: r.coop_discarded,
-            events: r.events,
-            sim_s: r.sim_s,
-            wall_s,
-            speed: r.sim_s / wall_s,
-            events_per_s: r.events as f64 / wall_s,
-            violation,
-            seeds_tried: None,
-            failing_seeds: None,
-            shrunk: None,
-        }
-    }
 }
 
 pub(crate) fn run(a: Args) -> ExitCode {
@@ -431,48 +290,6 @@ fn search(cfg: SimConfig, a: &Args) -> ExitCode {
     verdict_code(&json)
 }
 
-/// Sums `b`'s counts into `a` (which keeps its seed, digest and violation).
-fn add(mut a: Json, b: &Json) -> Json {
-    a.messages += b.messages;
-    a.delivered += b.delivered;
-    a.handed_back += b.handed_back;
-    a.cuts += b.cuts;
-    a.partitions += b.partitions;
-    a.preemptions += b.preemptions;
-    a.restarts += b.restarts;
-    a.retransmitted += b.retransmitted;
-    a.opens += b.opens;
-    a.reclaimed += b.reclaimed;
-    a.parks += b.parks;
-    a.unparks += b.unparks;
-    a.bound += b.bound;
-    a.merges += b.merges;
-    a.origins_claimed += b.origins_claimed;
-    a.origins_refused += b.origins_refused;
-    a.site_refs += b.site_refs;
-    a.site_refs_claimed += b.site_refs_claimed;
-    a.site_refs_refused += b.site_refs_refused;
-    a.batches += b.batches;
-    a.batch_ops += b.batch_ops;
-    a.batch_retries += b.batch_retries;
-    a.batch_ops_failed += b.batch_ops_failed;
-    a.send_waits += b.send_waits;
-    a.sends_given_up += b.sends_given_up;
-    a.output_peak = a.output_peak.max(b.output_peak);
-    a.cooperations += b.cooperations;
-    a.coops_completed += b.coops_completed;
-    a.coops_timed_out += b.coops_timed_out;
-    a.coops_failed += b.coops_failed;
-    a.coops_cancelled += b.coops_cancelled;
-    a.coop_discarded += b.coop_discarded;
-    a.requests += b.requests;
-    a.late_replies += b.late_replies;
-    a.handshakes_dropped += b.handshakes_dropped;
-    a.events += b.events;
-    a.sim_s += b.sim_s;
-    a
-}
-
 fn shrink(cfg: &SimConfig) -> Shrunk {
     eprintln!("sitenet sim: shrinking seed {}", cfg.seed);
     let (small, runs) = sim::shrink(cfg, |c| {
@@ -516,103 +333,5 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
                 ""
             }
         ),
-    }
-}
-
-fn print(j: &Json, json: bool) {
-    if json {
-        println!("{}", serde_json::to_string(j).expect("serialisable"));
-        return;
-    }
-    match &j.violation {
-        None => println!("verdict:        ok (every checker held)"),
-        Some(v) => println!(
-            "verdict:        VIOLATION at step {} ({:.6}s): {}",
-            v.step, v.at_s, v.what
-        ),
-    }
-    match (&j.seeds_tried, &j.failing_seeds) {
-        (Some(n), Some(f)) => println!("seeds:          {n} tried, failing: {f:?}"),
-        _ => println!("seed:           {}", j.seed.unwrap_or_default()),
-    }
-    println!("sites:          {} ({} faults)", j.sites, j.faults);
-    println!(
-        "messages:       {} sent, {} delivered, {} handed back",
-        j.messages, j.delivered, j.handed_back
-    );
-    println!(
-        "faults:         {} cuts, {} partitions, {} restarts, {} preemptions",
-        j.cuts, j.partitions, j.restarts, j.preemptions
-    );
-    println!(
-        "channels:       {} opens, {} retransmitted, {} sites reclaimed, {} handshakes dropped",
-        j.opens, j.retransmitted, j.reclaimed, j.handshakes_dropped
-    );
-    println!("idle sites:     {} parks, {} unparks", j.parks, j.unparks);
-    println!(
-        "site table:     {} entries reached by address bound, {} merged; forwarded origins: {} claimed, {} refused",
-        j.bound, j.merges, j.origins_claimed, j.origins_refused
-    );
-    if j.site_refs + j.site_refs_refused > 0 {
-        println!(
-            "site refs:      {} handled ({} sites claimed), {} refused",
-            j.site_refs, j.site_refs_claimed, j.site_refs_refused
-        );
-    }
-    println!(
-        "requests:       {} sent (each ended once), {} late replies",
-        j.requests, j.late_replies
-    );
-    if j.batches > 0 {
-        println!(
-            "batches:        {} submitted, {} operations ({} retried, {} failed)",
-            j.batches, j.batch_ops, j.batch_retries, j.batch_ops_failed
-        );
-    }
-    if j.send_waits > 0 {
-        println!(
-            "output bound:   {} sends waited for room ({} requests gave up at their deadline); \
-             a site held at most {} bytes for others",
-            j.send_waits, j.sends_given_up, j.output_peak
-        );
-    }
-    if j.cooperations > 0 {
-        println!(
-            "cooperations:   {} opened: {} completed, {} timed out, {} failed, {} cancelled; {} replies discarded",
-            j.cooperations,
-            j.coops_completed,
-            j.coops_timed_out,
-            j.coops_failed,
-            j.coops_cancelled,
-            j.coop_discarded
-        );
-    }
-    println!(
-        "speed:          {:.1} simulated s in {:.2} s: {:.1} sim s per wall s, {:.0} events/s",
-        j.sim_s, j.wall_s, j.speed, j.events_per_s
-    );
-    println!("digest:         {}", j.digest);
-    if let Some(s) = &j.shrunk {
-        println!(
-            "shrunk:         {} sites, {} faults, {:.1}s still fail ({} runs): {}",
-            s.sites, s.faults, s.duration_s, s.runs, s.command
-        );
-    }
-}
-
-fn verdict_code(j: &Json) -> ExitCode {
-    let failing = j.failing_seeds.as_ref().is_some_and(|f| !f.is_empty());
-    if j.violation.is_some() || failing {
-        if let Some(v) = &j.violation {
-            eprintln!(
-                "sitenet: simulation violation (seed {}, step {}): {}",
-                j.seed.unwrap_or_default(),
-                v.step,
-                v.what
-            );
-        }
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
     }
 }
