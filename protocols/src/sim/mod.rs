@@ -60,6 +60,7 @@
 //! ```
 
 mod app;
+mod audit;
 mod batches;
 mod builds;
 mod check;

@@ -1,0 +1,226 @@
+//! The checks the simulator makes of its sites beside the message record
+//! ([`Oracle`](super::check::Oracle)): the audit once a simulated second
+//! (slots, rings, pending handshakes, the waiting line, the site table,
+//! awaited requests, the output bounds, stuck ComObjects) and the final
+//! checks once the run has settled (every message accounted for, the
+//! applications' own checks, quiet, every pair converged, nothing held).
+
+use crate::com_object::ComState;
+
+use super::node::Slot;
+use super::Sim;
+
+impl Sim {
+    /// The checks made once a simulated second: slots, rings, stuck
+    /// ComObjects.
+    pub(super) fn audit(&mut self) {
+        let hard = self.cfg.hard_slots.max(2);
+        let ring_max =
+            2 * (self.cfg.buffer_size as usize).max(crate::handshake::MIN_BUFFER as usize);
+        let mut held = vec![0usize; self.nodes.len()];
+        let mut pending = vec![0usize; self.nodes.len()];
+        let mut in_line = vec![0usize; self.nodes.len()];
+        let mut rings = vec![0usize; self.nodes.len()];
+        let mut too_big = None;
+        'conns: for (c, conn) in self.conns.iter() {
+            for end in &conn.ends {
+                let live = self.nodes[end.node].incarnation == end.incarnation;
+                if end.holder.is_some() {
+                    held[end.node] += 1;
+                }
+                if live && matches!(end.role, super::net::Role::Acceptor { .. }) {
+                    pending[end.node] += 1;
+                }
+                // A connection whose turn came (its event not run yet) no
+                // longer has a place in the table's line.
+                if let super::net::Role::InLine { ticket, .. } = end.role {
+                    if live && !self.nodes[end.node].turning.contains(&ticket) {
+                        in_line[end.node] += 1;
+                    }
+                }
+                if live {
+                    rings[end.node] += end.ring_bytes();
+                }
+                if end.ring_bytes() > ring_max {
+                    too_big = Some(format!(
+                        "connection {c} holds {} ring bytes",
+                        end.ring_bytes()
+                    ));
+                    break 'conns;
+                }
+            }
+        }
+        if let Some(what) = too_big {
+            return self.violation(what);
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            if !node.up {
+                continue;
+            }
+            if held[n] > hard || node.slots.in_use() > hard {
+                let what = format!(
+                    "{} holds {} slots, above its hard limit {hard}",
+                    node.id, held[n]
+                );
+                return self.violation(what);
+            }
+            // The waiting line (issue 21): within its bound, one entry per
+            // connection parked in it, and nobody waiting while a slot is
+            // free.
+            let line_max = node.slots.config().line;
+            if in_line[n] != node.slots.in_line()
+                || in_line[n] > line_max
+                || (in_line[n] > 0 && node.slots.in_use() < hard)
+            {
+                let what = format!(
+                    "{} has {} connections in line, its table {} (bound {line_max}), {} slots in use",
+                    node.id,
+                    in_line[n],
+                    node.slots.in_line(),
+                    node.slots.in_use()
+                );
+                return self.violation(what);
+            }
+            // Transport memory: the rings of its slots, and of the pending
+            // handshakes admission lets it hold and the connections in its
+            // line (small rings).
+            let max_pending = node.admission.config().max_pending;
+            let small = 2 * crate::handshake::MIN_BUFFER as usize;
+            let bound = hard * ring_max + (max_pending + in_line[n]) * small;
+            if pending[n] > max_pending || rings[n] > bound {
+                let what = format!(
+                    "{} holds {} pending handshakes (cap {max_pending}) and {} ring bytes \
+                     (bound {bound})",
+                    node.id, pending[n], rings[n]
+                );
+                return self.violation(what);
+            }
+            // The site table, if it changed since the last audit (a check
+            // of every node's was most of a 1,000-site run's audit).
+            if node.table_changed {
+                if let Err(what) = self.check_site_table(n) {
+                    return self.violation(what);
+                }
+            }
+            if let Err(what) = self.check_awaited_requests(n) {
+                return self.violation(what);
+            }
+            // A queued send is on its way into the machine: its drain is
+            // scheduled (a push that woke nobody would strand it).
+            if let Some((key, _)) = node
+                .peers
+                .iter()
+                .find(|(_, p)| !p.queued.is_empty() && !p.drain_armed)
+            {
+                let what = format!(
+                    "{}'s outbox queue for {key} holds sends and no drain is coming",
+                    node.id
+                );
+                return self.violation(what);
+            }
+            // The output bounds: the node's count is its entries', within
+            // its bound, and nobody waits for room that is there.
+            let entries = node.peers.iter().map(|(key, p)| (*key, &p.out));
+            if let Err(what) = node.out.check(entries) {
+                return self.violation(format!("{}: {what}", node.id));
+            }
+            // Visited in the table's order (no sort: the audit runs every
+            // simulated second); the first stuck site by id is reported.
+            let stuck = node.peers.iter().filter(|(_, p)| {
+                match p.state() {
+                    ComState::Opening => p.opening.is_none(),
+                    ComState::WaitingForSlot => !matches!(p.slot, Slot::Waiting(_)),
+                    // In a peer's line: its attempt in flight, and a
+                    // give-up deadline.
+                    ComState::WaitingForCallback if p.com.in_line() => {
+                        p.opening.is_none() || p.com.poll_timeout().is_none()
+                    }
+                    ComState::ClosingWeak
+                    | ComState::ClosingHard
+                    | ComState::WaitingForDisconnect => p.deadline().is_none(),
+                    _ => false,
+                }
+            });
+            if let Some((peer, p)) = stuck.min_by_key(|(peer, _)| **peer) {
+                let what = format!(
+                    "{}'s ComObject for {peer} is stuck in {:?}",
+                    node.id,
+                    p.state()
+                );
+                return self.violation(what);
+            }
+        }
+        for node in &mut self.nodes {
+            node.table_changed = false;
+        }
+    }
+
+    /// After the settle phase: every message accounted for, every pair of
+    /// live sites converged.
+    pub(super) fn final_checks(&mut self) {
+        self.audit();
+        if self.verdict.is_some() {
+            return;
+        }
+        if let Err(e) = self.oracle.finish() {
+            return self.violation(e);
+        }
+        // The applications' own invariants.
+        for n in 0..self.nodes.len() {
+            if !self.nodes[n].up {
+                continue;
+            }
+            let mut out = Vec::new();
+            let mut next_coop = 0;
+            let node = &self.nodes[n];
+            let ctx = super::app::AppCtx {
+                me: node.id,
+                now: self.now,
+                sites: &self.directory,
+                rng: &mut self.rng,
+                out: &mut out,
+                next_coop: &mut next_coop,
+            };
+            if let Err(e) = node.app.check(&ctx) {
+                let what = format!("the application at {} says: {e}", node.id);
+                return self.violation(what);
+            }
+        }
+        // Quiet at the end: the last third of the settle phase opens no
+        // channel (everything owed was delivered long before; an open then
+        // is churn, as when sites reopened preempted channels without need).
+        let quiet_from = self.cfg.duration + self.cfg.settle * 2 / 3;
+        if let Some(at) = self.last_open.filter(|at| *at > quiet_from) {
+            let what = format!(
+                "channels still opening {:.1}s after the faults stopped, with nothing to send",
+                (at - self.cfg.duration).as_secs_f64()
+            );
+            return self.violation(what);
+        }
+        for node in &self.nodes {
+            for (peer, p) in super::node::sorted_peers(&node.peers) {
+                let (queued, unacked) = p.pending();
+                if p.state() != ComState::Failed && (queued > 0 || unacked > 0) {
+                    let what = format!(
+                        "{} and {peer} did not converge: {:?}, {queued} queued, \
+                         {unacked} unacknowledged",
+                        node.id,
+                        p.state(),
+                    );
+                    return self.violation(what);
+                }
+            }
+        }
+        for node in self.nodes.iter().filter(|n| n.up) {
+            // Everything acknowledged or handed back gave its bytes back.
+            if node.out.bytes() > 0 {
+                let what = format!(
+                    "{} still counts {} output bytes after the run settled",
+                    node.id,
+                    node.out.bytes()
+                );
+                return self.violation(what);
+            }
+        }
+    }
+}
