@@ -74,6 +74,7 @@ mod node;
 mod outbox;
 mod peer;
 mod queue;
+mod report;
 mod shrink;
 mod sites;
 mod slots;
@@ -102,6 +103,7 @@ use crate::slots::{DefaultPolicy, SlotConfig, SlotTable};
 
 use self::check::Oracle;
 use self::node::Node;
+use self::report::Counts;
 use self::trace::Trace;
 
 /// The message type id the simulator's envelopes carry.
@@ -192,45 +194,6 @@ pub(super) enum Ev {
 const SLOT_BITS: u32 = 24;
 /// Bits of a queue key that hold the scheduling order (above the slot).
 const SEQ_BITS: u32 = 64 - SLOT_BITS;
-
-#[derive(Debug, Default)]
-pub(super) struct Counts {
-    cuts: u64,
-    partitions: u64,
-    restarts: u64,
-    preemptions: u64,
-    opens: u64,
-    accepts_refused: u64,
-    reclaimed: u64,
-    parks: u64,
-    unparks: u64,
-    claims_refused: u64,
-    late_replies: u64,
-    handshakes_dropped: u64,
-    line_waits: u64,
-    line_grants: u64,
-    bound: u64,
-    merges: u64,
-    origins_claimed: u64,
-    origins_refused: u64,
-    site_refs: u64,
-    site_refs_claimed: u64,
-    site_refs_refused: u64,
-    batches: u64,
-    batch_ops: u64,
-    batch_retries: u64,
-    batch_ops_failed: u64,
-    cooperations: u64,
-    coops_completed: u64,
-    coops_timed_out: u64,
-    coops_failed: u64,
-    coops_cancelled: u64,
-    coop_discarded: u64,
-    send_waits: u64,
-    sends_given_up: u64,
-    /// The most output bytes a node held, over nodes that are gone.
-    output_peak: u64,
-}
 
 /// A simulation in progress. See the module documentation.
 pub struct Sim {
@@ -385,69 +348,6 @@ impl Sim {
     pub fn run(mut self) -> Report {
         self.run_until(Duration::MAX);
         self.finish()
-    }
-
-    /// Ends the run: the final checks (if it ran to its end) and the report.
-    pub fn finish(mut self) -> Report {
-        if self.verdict.is_none() {
-            self.now = self.now.max(self.end);
-            self.final_checks();
-        }
-        let retransmitted = self
-            .nodes
-            .iter()
-            .map(|n| n.retransmitted + n.peers.values().map(|p| p.retransmitted()).sum::<u64>())
-            .sum();
-        Report {
-            seed: self.cfg.seed,
-            sites: self.cfg.sites,
-            verdict: self.verdict.clone().unwrap_or(Verdict::Ok),
-            digest: self.trace.digest(),
-            messages: self.oracle.messages(),
-            delivered: self.oracle.delivered,
-            handed_back: self.oracle.handed_back,
-            cuts: self.counts.cuts,
-            partitions: self.counts.partitions,
-            preemptions: self.counts.preemptions,
-            restarts: self.counts.restarts,
-            retransmitted,
-            opens: self.counts.opens,
-            accepts_refused: self.counts.accepts_refused,
-            line_waits: self.counts.line_waits,
-            line_grants: self.counts.line_grants,
-            bound: self.counts.bound,
-            merges: self.counts.merges,
-            origins_claimed: self.counts.origins_claimed,
-            origins_refused: self.counts.origins_refused,
-            site_refs: self.counts.site_refs,
-            site_refs_claimed: self.counts.site_refs_claimed,
-            site_refs_refused: self.counts.site_refs_refused,
-            batches: self.counts.batches,
-            batch_ops: self.counts.batch_ops,
-            batch_retries: self.counts.batch_retries,
-            batch_ops_failed: self.counts.batch_ops_failed,
-            cooperations: self.counts.cooperations,
-            coops_completed: self.counts.coops_completed,
-            coops_timed_out: self.counts.coops_timed_out,
-            coops_failed: self.counts.coops_failed,
-            coops_cancelled: self.counts.coops_cancelled,
-            coop_discarded: self.counts.coop_discarded,
-            send_waits: self.counts.send_waits,
-            sends_given_up: self.counts.sends_given_up,
-            output_peak: self
-                .nodes
-                .iter()
-                .map(|n| n.out.peak)
-                .fold(self.counts.output_peak, u64::max),
-            reclaimed: self.counts.reclaimed,
-            parks: self.counts.parks,
-            unparks: self.counts.unparks,
-            requests: self.oracle.requests,
-            late_replies: self.counts.late_replies,
-            handshakes_dropped: self.counts.handshakes_dropped,
-            sim_s: self.now.min(self.end).as_secs_f64(),
-            events: self.step,
-        }
     }
 
     fn handle(&mut self, ev: Ev) {
