@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use crate::batch::{may_retry, BatchWait, Tried, WaitAll};
 
-use super::app::{BatchOp, Op, OpOutcome, Outgoing};
+use super::app::{BatchOp, OpOutcome};
+use super::ops::{Op, Outgoing};
 use super::Sim;
 
 /// A batch of a simulated node, until every operation has ended.

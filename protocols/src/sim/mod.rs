@@ -71,6 +71,7 @@ mod faults;
 mod io;
 mod net;
 mod node;
+mod ops;
 mod outbox;
 mod peer;
 mod queue;
@@ -227,7 +228,7 @@ pub struct Sim {
     counts: Counts,
     factory: AppFactory,
     /// Application sends made during a callback, carried out after it.
-    sends: Vec<(usize, u32, app::Op)>,
+    sends: Vec<(usize, u32, ops::Op)>,
     /// Nodes where room may have freed for senders waiting in line.
     serve: std::collections::BTreeSet<usize>,
     verdict: Option<Verdict>,

@@ -13,9 +13,10 @@ use crate::site::{SiteDescriptor, SiteId};
 
 use crate::batch::Tried;
 
-use super::app::{Answer, AppCtx, Application, Op, OpOutcome, Outgoing, Request};
+use super::app::{Answer, AppCtx, Application, OpOutcome, Request};
 use super::coops::Awaiter;
 use super::node::resolve;
+use super::ops::{Op, Outgoing};
 use super::outbox::Waiting;
 use super::peer::Peer;
 use super::{envelope_id, envelope_site, Ev, Sim, COOP_REPLY_TYPE, SIM_TYPE};
