@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use common::counting::{Counting, LIVE};
 
 use common::*;
-use sitenet::{Node, Priority, RequestError, Runtime, SendError, SendOptions};
+use sitenet::{Node, Priority, RequestError, Runtime, SendError, SendOptions, SiteRef};
 
 #[global_allocator]
 static A: Counting = Counting;
@@ -60,21 +60,26 @@ fn client_bounded(bound: u64) -> Node {
         .unwrap()
 }
 
+/// A client bounded at `bound`, and its site for `server` (a
+/// [`stalled_consumer`]) after a first message that stalls it: what the
+/// client sends next queues behind, unacknowledged.
+fn stall(server: &Node, entered: &std::sync::mpsc::Receiver<()>, bound: u64) -> (Node, SiteRef) {
+    let client = client_bounded(bound);
+    let site = client.site(addr(server)).unwrap();
+    site.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
+    entered.recv_timeout(PATIENCE).expect("the consumer stalls");
+    (client, site)
+}
+
 #[test]
 fn tiny_messages_to_a_stalled_consumer_stay_within_the_bound() {
     const BOUND: u64 = 4 << 20;
     // The consumer stalls, so nothing is acknowledged once the first
     // message arrives.
     let (server, release_tx, entered_rx) = stalled_consumer(|_, _| {});
-    let client = client_bounded(BOUND);
-    let site = client.site(addr(&server)).unwrap();
     // The first message opens the channel and stalls the consumer: what
     // follows queues behind it.
-    site.try_send_with(&Numbered { stream: 0, seq: 0 }, SendOptions::default())
-        .unwrap();
-    entered_rx
-        .recv_timeout(PATIENCE)
-        .expect("the consumer stalls");
+    let (_client, site) = stall(&server, &entered_rx, BOUND);
     let before = LIVE.load(Ordering::Relaxed);
     // Tiny messages, each with a body of its own, until the bound says no.
     let mut sent = 0u64;
@@ -122,12 +127,7 @@ fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
             r.lock().unwrap().push(m.seq);
         }
     });
-    let client = client_bounded(BOUND);
-    let site = client.site(addr(&server)).unwrap();
-    site.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
-    entered_rx
-        .recv_timeout(PATIENCE)
-        .expect("the consumer stalls");
+    let (_client, site) = stall(&server, &entered_rx, BOUND);
     let low = SendOptions::new()
         .priority(Priority::Background)
         .body(vec![1u8; 16 << 10]);
@@ -173,12 +173,7 @@ fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
 fn regression_a_request_waiting_for_room_ends_at_its_timeout() {
     const BOUND: u64 = 4 << 20;
     let (server, release_tx, entered_rx) = stalled_consumer(|_, _| {});
-    let client = client_bounded(BOUND);
-    let site = client.site(addr(&server)).unwrap();
-    site.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
-    entered_rx
-        .recv_timeout(PATIENCE)
-        .expect("the consumer stalls");
+    let (_client, site) = stall(&server, &entered_rx, BOUND);
     // 16 KiB messages, then tiny ones, until not even the request fits.
     let mut backlog = 0u64;
     for size in [16 << 10, 16] {
