@@ -29,6 +29,21 @@ fn controller(weak: usize, hard: usize, f: impl FnOnce(&mut SlotConfig)) -> Tran
     )
 }
 
+/// One slot to connect and one to accept, `Fifo`, and a policy that never
+/// preempts within a test: holders keep their slots until they go.
+fn never_preempting() -> TransController {
+    TransController::new(
+        {
+            let mut c = SlotConfig::new(1, 2).unwrap();
+            c.admission = Admission::Fifo;
+            c
+        },
+        Box::new(DefaultPolicy {
+            min_hold: Duration::from_secs(3600),
+        }),
+    )
+}
+
 fn quick(c: &mut NodeConfig) {
     c.reconnect_min = Duration::from_millis(5);
     c.reconnect_max = Duration::from_millis(100);
@@ -180,18 +195,8 @@ async fn a_client_that_cannot_wait_and_a_full_line_are_refused_as_before_losing_
 /// in once a slot frees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_gives_up_leaves_the_line_and_comes_back_in_turn() {
-    // Fifo, and a policy that never preempts within the test: the two
-    // holders keep their slots until they go.
-    let slots = TransController::new(
-        {
-            let mut c = SlotConfig::new(1, 2).unwrap();
-            c.admission = Admission::Fifo;
-            c
-        },
-        Box::new(DefaultPolicy {
-            min_hold: Duration::from_secs(3600),
-        }),
-    );
+    // The two holders keep their slots until they go.
+    let slots = never_preempting();
     let server = server_on(&slots);
     let sink = Sink::install(&server, 3, None);
     // Held on to: their channels stay, and so do their slots.
@@ -235,16 +240,7 @@ async fn a_client_that_gives_up_leaves_the_line_and_comes_back_in_turn() {
 /// reclaim rule forget the site, and the client found a fresh session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_site_waiting_in_line_longer_than_the_linger_is_not_forgotten() {
-    let slots = TransController::new(
-        {
-            let mut c = SlotConfig::new(1, 2).unwrap();
-            c.admission = Admission::Fifo;
-            c
-        },
-        Box::new(DefaultPolicy {
-            min_hold: Duration::from_secs(3600),
-        }),
-    );
+    let slots = never_preempting();
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
         .configure(|c| {
@@ -349,4 +345,68 @@ async fn regression_a_client_let_in_from_the_line_and_done_gives_its_slot_back_a
     for n in holders.into_iter().chain([client, server]) {
         n.shutdown(Duration::from_secs(5)).await;
     }
+}
+
+/// A client whose one slot to connect is held by its open attempt waiting
+/// in a full server's line gives that slot to a site waiting at the client
+/// (`SlotConfig::line_yield`, `PreemptReason::LineWait`): its message to
+/// a second server goes at once, not after the wait's give-up deadline
+/// (an hour here). The attempt leaves the line and asks again, and its
+/// message is delivered once the server has room. Before, the attempt was
+/// no candidate for preemption; nodes whose slots all waited in each
+/// other's lines stalled together (the simulator's
+/// `regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_attempt_waiting_in_a_peers_line_gives_its_slot_to_a_site_waiting_here() {
+    // The full server keeps its holders.
+    let full_slots = never_preempting();
+    let full = server_on(&full_slots);
+    let full_sink = Sink::install(&full, 3, None);
+    let (holders, held) = hold_two_slots(&full).await;
+    let free = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(quick)
+        .start()
+        .unwrap();
+    let free_sink = Sink::install(&free, 1, None);
+    let client_slots = controller(1, 2, |c| {
+        c.admission = Admission::Fifo;
+        c.line_yield = Duration::from_millis(100);
+    });
+    let client = Node::builder()
+        .configure(|c| {
+            quick(c);
+            c.line_give_up = Duration::from_secs(3600);
+            c.trans_controller = Some(client_slots.clone());
+        })
+        .start()
+        .unwrap();
+    let waiting = client.site(addr(&full)).unwrap();
+    waiting.send(&Numbered { stream: 9, seq: 0 }).await.unwrap();
+    assert!(eventually(|| full_slots.stats().in_line == 1).await);
+    assert_eq!(client_slots.stats().in_use, 1, "the attempt holds the slot");
+    let other = client.site(addr(&free)).unwrap();
+    other.send(&Numbered { stream: 1, seq: 0 }).await.unwrap();
+    free_sink.wait().await;
+    other.flush(PATIENCE).await.unwrap();
+    let m = client.metrics();
+    assert!(m.line_yields >= 1, "{m:?}");
+    assert_eq!(m.line_give_ups, 0, "{m:?}");
+    let s = client_slots.stats();
+    assert!(
+        s.preemptions
+            .iter()
+            .any(|&(r, n)| r == "line_wait" && n >= 1),
+        "{s:?}"
+    );
+    // The server gets room: the message that waited is delivered, once.
+    drop(held);
+    holders[0].shutdown(Duration::from_secs(5)).await;
+    full_sink.wait().await;
+    waiting.flush(PATIENCE).await.unwrap();
+    assert_eq!(full_sink.out_of_order.load(Ordering::Relaxed), 0);
+    client.shutdown(Duration::from_secs(5)).await;
+    free.shutdown(Duration::from_secs(5)).await;
+    holders[1].shutdown(Duration::from_secs(5)).await;
+    full.shutdown(Duration::from_secs(5)).await;
 }

@@ -152,6 +152,10 @@ counters! {
     line_waits,
     /// Waits in a peer's line given up at `NodeConfig::line_give_up`.
     line_give_ups,
+    /// Waits in a peer's line left early: the slot they held went to a
+    /// site waiting at this node (`SlotConfig::line_yield`; also counted
+    /// in `preemptions`).
+    line_yields,
     /// Gauge: bytes of ByteBuffers held by working channels (two fixed
     /// buffers per channel; it never grows with traffic).
     channel_buffer_bytes: gauge,

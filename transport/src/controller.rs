@@ -461,7 +461,11 @@ impl fmt::Debug for SlotLease {
 impl SlotLease {
     /// The owner of the channel says how to describe it to the policy and
     /// how to ask it to give the slot back. Until then the channel is not a
-    /// candidate for preemption (it is still in its handshake).
+    /// candidate for preemption (it is still in its handshake). An owner
+    /// may attach while its open attempt runs, and again (a new `info`)
+    /// when the channel works: an attempt reported waiting in the peer's
+    /// line ([`SlotReport::in_peer_line_since`]) may be asked to give
+    /// its slot back (`PreemptReason::LineWait`).
     pub fn attach(&self, info: Arc<SlotInfo>, preempt: PreemptFn) {
         self.ctrl.attach(self.holder, info, preempt);
     }

@@ -102,6 +102,8 @@ enum Phase {
     /// the `ReconnectBackoff` timer is the give-up deadline.
     InLine {
         attempt: u64,
+        /// When the peer first told it to wait.
+        since: Instant,
     },
     Backoff,
     Failed,
@@ -318,7 +320,7 @@ impl ComObject {
     /// opening, or one waiting in the peer's line.
     pub fn opening(&self) -> Option<u64> {
         match self.phase {
-            Phase::Opening { attempt } | Phase::InLine { attempt } => Some(attempt),
+            Phase::Opening { attempt } | Phase::InLine { attempt, .. } => Some(attempt),
             _ => None,
         }
     }
@@ -326,6 +328,18 @@ impl ComObject {
     /// True while our open attempt waits in the peer's line (issue 21).
     pub fn in_line(&self) -> bool {
         matches!(self.phase, Phase::InLine { .. })
+    }
+
+    /// Since when our open attempt waits in the peer's line, if it does:
+    /// the driver puts it in the slot controller's report of the attempt's
+    /// slot ([`ChannelReport::in_peer_line_since`](crate::slots::ChannelReport::in_peer_line_since)),
+    /// so that a node short of slots can take this one back
+    /// ([`leave_peer_line`](Self::leave_peer_line)).
+    pub fn in_line_since(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::InLine { since, .. } => Some(since),
+            _ => None,
+        }
     }
 
     /// True once the site failed permanently (or was merged away).

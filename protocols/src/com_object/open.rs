@@ -194,7 +194,10 @@ impl ComObject {
         }
         tracing::debug!(?hold, "told to wait in the peer's line");
         self.count().line_waits += 1;
-        self.phase = Phase::InLine { attempt };
+        self.phase = Phase::InLine {
+            attempt,
+            since: now,
+        };
         let wait = self.cfg.line_give_up.min(hold);
         self.timers.set(Timer::ReconnectBackoff, now + wait);
     }
@@ -209,6 +212,32 @@ impl ComObject {
         self.phase = Phase::Closed;
         self.schedule_backoff(now);
         self.update();
+    }
+
+    /// This node's slot table took back the slot our open attempt holds
+    /// while it waits in the peer's line
+    /// ([`PreemptReason::LineWait`](crate::slots::PreemptReason::LineWait)):
+    /// a site waits here for a slot, and this one moves nothing until the
+    /// peer lets it in. The attempt is abandoned ([`Action::AbandonOpen`]:
+    /// the driver closes its connection, which gives the slot back) and
+    /// the site asks for a slot again at once ([`Action::RequestSlot`]),
+    /// behind those already waiting — no fault and no backoff: the peer is
+    /// only busy, and this node chose. Without it, a node whose slots are
+    /// all held by attempts in full peers' lines serves nobody until the
+    /// first give-up deadline, and nodes that wait in each other's lines
+    /// that way stall together. False, and nothing done, unless the attempt
+    /// waits in line.
+    pub fn leave_peer_line(&mut self, now: Instant) -> bool {
+        self.tick(now);
+        if !self.in_line() {
+            return false;
+        }
+        tracing::debug!("left the peer's line: a site waits here for the slot");
+        self.actions.push_back(Action::AbandonOpen);
+        self.timers.stop(Timer::ReconnectBackoff);
+        self.phase = Phase::Closed;
+        self.update();
+        true
     }
 
     /// A channel the peer opened reached NEGOTIATE naming this site, after

@@ -198,6 +198,10 @@ pub struct Report {
     pub line_waits: u64,
     /// Of those, let in when a slot freed.
     pub line_grants: u64,
+    /// Open attempts waiting in a peer's line that gave their slot to a
+    /// site waiting at their own node (`PreemptReason::LineWait`; also
+    /// counted in `preemptions`).
+    pub line_yields: u64,
     /// Entries reached by address that their first handshake bound to
     /// the site answering there.
     pub bound: u64,

@@ -234,8 +234,27 @@ impl Sim {
         let tick = slots.handle_timeout(now, |h| {
             let (c, e) = holders.get(&h)?;
             let end = &conns.get(c)?.ends[*e];
-            let Role::Working { peer, .. } = end.role else {
-                return None;
+            let peer = match end.role {
+                Role::Working { peer, .. } => peer,
+                // Our attempt, told to wait in the peer's line: a holder
+                // that moves nothing, which the table may take back.
+                Role::Initiator { peer, .. } => {
+                    let p = peers.get(&peer)?;
+                    let since = p.com.in_line_since()?;
+                    return (p.opening == Some((p.com.opening()?, *c))).then(|| ChannelReport {
+                        closeable: false,
+                        last_active: p.com.last_activity(),
+                        mid_message: false,
+                        replies_expected: p.com.awaiting_replies(),
+                        buffers_empty: true,
+                        queues_empty: false,
+                        callable: p.com.addresses().can_open(),
+                        served: p.com.session().stats_ref().served(),
+                        served_from: None,
+                        in_peer_line_since: Some(since),
+                    });
+                }
+                _ => return None,
             };
             let p = peers.get(&peer)?;
             let s = p.com.session();
@@ -249,13 +268,14 @@ impl Sim {
                 callable: p.com.addresses().can_open(),
                 served: s.stats_ref().served(),
                 served_from: None,
+                in_peer_line_since: None,
             })
         });
         self.line_expired(n, &tick.expired);
         for (h, _) in tick.victims {
             let peer = self.nodes[n].holders.get(&h).and_then(|(c, e)| {
                 match self.conns.get(c)?.ends[*e].role {
-                    Role::Working { peer, .. } => Some(peer),
+                    Role::Working { peer, .. } | Role::Initiator { peer, .. } => Some(peer),
                     _ => None,
                 }
             });
@@ -264,6 +284,10 @@ impl Sim {
                     if p.com.close_hard(now) {
                         self.counts.preemptions += 1;
                         self.trace(n, "preempt", &[peer.0]);
+                    } else if p.com.leave_peer_line(now) {
+                        self.counts.preemptions += 1;
+                        self.counts.line_yields += 1;
+                        self.trace(n, "leave_line", &[peer.0]);
                     }
                     self.drive_peer(n, peer, &mut p);
                     self.put_back(n, peer, p);

@@ -66,6 +66,15 @@ pub struct SlotConfig {
     /// carried no message for this long gives way while peers wait (and a
     /// new holder keeps its slot at least this long).
     pub turn_idle: Duration,
+    /// An open attempt of ours that has waited this long in a full peer's
+    /// line gives its slot back when a site (or a peer) waits here for one
+    /// ([`PreemptReason::LineWait`](super::PreemptReason::LineWait)): after
+    /// the quiet channels, before the busy ones. Short enough that a node
+    /// whose slots all wait in others' lines does not stall its own sites
+    /// (nodes that wait in each other's lines that way would stall
+    /// together until a give-up deadline); long enough that an attempt
+    /// near the front of a line is not sent to the back at every tick.
+    pub line_yield: Duration,
 }
 
 /// A limit that cannot work.
@@ -119,6 +128,7 @@ impl SlotConfig {
             rotation: Duration::from_secs(5),
             max_wait: Duration::from_secs(20),
             turn_idle: Duration::from_millis(50),
+            line_yield: Duration::from_secs(1),
         })
     }
 

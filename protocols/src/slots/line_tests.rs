@@ -38,6 +38,7 @@ pub(super) fn busy(at: Instant) -> ChannelReport {
         callable: false,
         served: 0,
         served_from: None,
+        in_peer_line_since: None,
     }
 }
 

@@ -40,6 +40,29 @@ pub struct ChannelReport {
     /// (a tick is 20 ms; an in-process pair moves thousands of messages
     /// in that time).
     pub served_from: Option<u64>,
+    /// Not a working channel but our open attempt, waiting in the peer's
+    /// line since then (issue 21): it holds the slot (its connection is
+    /// open) and moves nothing until the peer lets it in. Never
+    /// `closeable` and never a policy's choice: the table itself takes it
+    /// back for a site waiting here
+    /// ([`SlotConfig::line_yield`](super::SlotConfig::line_yield),
+    /// [`PreemptReason::LineWait`]), and the owner leaves the line instead
+    /// of closing a channel.
+    pub in_peer_line_since: Option<Instant>,
+}
+
+impl ChannelReport {
+    /// Nothing to send, nothing half sent or received, no reply awaited:
+    /// closing it interrupts no work, so it gives way before an attempt
+    /// waiting in a peer's line does (which moves nothing either, but
+    /// gives up its place in that line).
+    pub fn is_idle(&self) -> bool {
+        self.closeable
+            && self.buffers_empty
+            && self.queues_empty
+            && !self.mid_message
+            && !self.replies_expected
+    }
 }
 
 /// What a slot holder looks like to a policy: its slot, and what its owner
@@ -83,11 +106,16 @@ pub enum PreemptReason {
     /// [`Admission::Share`](super::Admission::Share): a holder that has had
     /// its turn while peers wait in line gives way (issue 21).
     TurnOver = 7,
+    /// Our open attempt waiting in a full peer's line gives its slot to a
+    /// site (or peer) waiting here: it moves nothing, and a node whose
+    /// slots all wait in others' lines would otherwise serve nobody until
+    /// a give-up deadline.
+    LineWait = 8,
 }
 
 impl PreemptReason {
     /// Every reason, in counter order.
-    pub const ALL: [PreemptReason; 8] = [
+    pub const ALL: [PreemptReason; 9] = [
         PreemptReason::NaiveIdle,
         PreemptReason::NaiveBuffersEmpty,
         PreemptReason::NaiveFirst,
@@ -96,6 +124,7 @@ impl PreemptReason {
         PreemptReason::Busy,
         PreemptReason::TurnIdle,
         PreemptReason::TurnOver,
+        PreemptReason::LineWait,
     ];
 
     /// A short name for reports.
@@ -109,6 +138,7 @@ impl PreemptReason {
             PreemptReason::Busy => "busy",
             PreemptReason::TurnIdle => "turn_idle",
             PreemptReason::TurnOver => "turn_over",
+            PreemptReason::LineWait => "line_wait",
         }
     }
 }
@@ -188,6 +218,7 @@ impl PreemptionPolicy for Naive {
 ///     callable: true,
 ///     served: 0,
 ///     served_from: None,
+///     in_peer_line_since: None,
 /// };
 /// let a_second_ago = now - Duration::from_secs(1);
 /// let candidates = [

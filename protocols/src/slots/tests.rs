@@ -27,6 +27,7 @@ fn quiet(now: Instant) -> ChannelReport {
         callable: true,
         served: 0,
         served_from: None,
+        in_peer_line_since: None,
     }
 }
 

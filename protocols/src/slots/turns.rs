@@ -92,19 +92,19 @@ impl std::fmt::Display for Admission {
 const MID_MESSAGE_TURNS: u32 = 4;
 
 /// `Share`'s choice while peers wait: up to `want` holders, those gone
-/// quiet first (least recently active first), then those past their turn
-/// (longest held first, whether its turn's time or its `turn_work`
-/// messages are over), a holder in the middle of a message only past
-/// [`MID_MESSAGE_TURNS`] turns of time. A holder is never chosen within
-/// `turn_idle` (or its turn, if shorter) of its grant — it has not started
-/// yet — unless it has done its turn's work already.
+/// quiet first (least recently active first), then our open attempts that
+/// have waited `line_yield` in a peer's line ([`line_waiters`]), then those
+/// past their turn (longest held first, whether its turn's time or its
+/// `turn_work` messages are over), a holder in the middle of a message only
+/// past [`MID_MESSAGE_TURNS`] turns of time. A holder is never chosen
+/// within `turn_idle` (or its turn, if shorter) of its grant — it has not
+/// started yet — unless it has done its turn's work already.
 pub(super) fn share(
     now: Instant,
     candidates: &[Candidate],
     want: usize,
-    turn: Duration,
-    turn_idle: Duration,
-    turn_work: u64,
+    (turn, turn_idle, turn_work): (Duration, Duration, u64),
+    line_yield: Duration,
 ) -> Vec<(u64, PreemptReason)> {
     let held = |c: &Candidate| now.saturating_duration_since(c.granted_at);
     let started = turn_idle.min(turn);
@@ -138,7 +138,29 @@ pub(super) fn share(
     over.sort_by_key(|c| (c.granted_at, c.holder));
     idle.iter()
         .map(|c| (c.holder, PreemptReason::TurnIdle))
+        .chain(line_waiters(now, candidates, line_yield))
         .chain(over.iter().map(|c| (c.holder, PreemptReason::TurnOver)))
         .take(want)
         .collect()
+}
+
+/// Our open attempts that have waited `line_yield` or more in a peer's line
+/// ([`ChannelReport::in_peer_line_since`](super::ChannelReport::in_peer_line_since)),
+/// the longest waiting first, as [`PreemptReason::LineWait`] victims: they
+/// hold a slot and move nothing, so they give way after the quiet holders
+/// and before the working ones.
+pub(super) fn line_waiters(
+    now: Instant,
+    candidates: &[Candidate],
+    line_yield: Duration,
+) -> impl Iterator<Item = (u64, PreemptReason)> {
+    let mut waiting: Vec<(Instant, u64)> = candidates
+        .iter()
+        .filter_map(|c| Some((c.channel.in_peer_line_since?, c.holder)))
+        .filter(|(since, _)| now.saturating_duration_since(*since) >= line_yield)
+        .collect();
+    waiting.sort_unstable();
+    waiting
+        .into_iter()
+        .map(|(_, h)| (h, PreemptReason::LineWait))
 }

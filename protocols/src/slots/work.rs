@@ -44,7 +44,7 @@ impl SlotTable {
         // only the work done counts.
         let never = Duration::MAX;
         let work = self.turn_work_now();
-        tick.victims = turns::share(now, &candidates, want, never, never, work);
+        tick.victims = turns::share(now, &candidates, want, (never, never, work), never);
         self.preempt(&tick.victims);
         self.arm(now);
         tick
@@ -70,7 +70,7 @@ impl SlotTable {
         let candidates = self.candidates(&mut |h| (h == holder).then_some(report));
         let never = Duration::MAX;
         let work = self.turn_work_now();
-        let victims = turns::share(now, &candidates, want.min(1), never, never, work);
+        let victims = turns::share(now, &candidates, want.min(1), (never, never, work), never);
         self.preempt(&victims);
         self.arm(now);
         !victims.is_empty()
@@ -110,6 +110,9 @@ impl SlotTable {
     /// Marks `victims` as giving way, counted by reason.
     pub(super) fn preempt(&mut self, victims: &[(u64, PreemptReason)]) {
         for &(h, reason) in victims {
+            if reason == PreemptReason::LineWait {
+                self.yielding.insert(h);
+            }
             if self.preempting.insert(h) {
                 self.load
                     .sub(self.holders.get(&h).and_then(|held| held.lane));

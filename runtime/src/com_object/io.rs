@@ -397,13 +397,7 @@ impl ComObject {
         self.channels_opened = self.channels_opened.saturating_add(1);
         let slot_info = std::sync::Arc::<sitenet_transport::SlotInfo>::default();
         if let Some(lease) = &t.lease {
-            let addr = ctx.address();
-            lease.attach(
-                slot_info.clone(),
-                std::sync::Arc::new(move |lease, reason| {
-                    addr.do_send(super::Preempt { lease, reason })
-                }),
-            );
+            lease.attach(slot_info.clone(), super::open::preempt_fn(ctx));
         }
         self.entry
             .connected

@@ -151,6 +151,14 @@ impl Handler<Preempt> for ComObject {
             // Given up already, on the turn that found it chosen.
             return;
         }
+        if !holds && self.leave_peer_line(lease, ctx) {
+            // Our open attempt, waiting in the peer's line, gave its slot
+            // to a site waiting here; it asks for one again.
+            tracing::debug!(site = ?self.entry.id.get(), reason = reason.name(), "left the peer's line");
+            crate::metrics::Counters::add(&self.node.counters.preemptions, 1);
+            self.preempted = self.preempted.saturating_add(1);
+            return;
+        }
         if !holds {
             // Meant for a channel since gone (this lease was given back).
             tracing::debug!(site = ?self.entry.id.get(), ?lease, "late preemption ignored");

@@ -64,6 +64,17 @@ pub(super) const SLOT_REPORT_EVERY: std::time::Duration = std::time::Duration::f
 /// reserved for "unknown".
 static NEXT_OPENER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// An open attempt in progress: its number, its future (which holds the
+/// slot lease), and what the slot controller is told of it (an attempt
+/// waiting in the peer's line may be taken back).
+pub(super) struct Opening {
+    attempt: u64,
+    handle: SpawnHandle,
+    /// The attempt's slot lease, if it took one.
+    lease: Option<sitenet_transport::LeaseId>,
+    slot_info: Arc<sitenet_transport::SlotInfo>,
+}
+
 pub(crate) struct ComObject {
     node: Arc<dyn ComHost>,
     entry: Arc<SiteEntry>,
@@ -71,8 +82,8 @@ pub(crate) struct ComObject {
     /// The working channel (boxed: an idle site has none, and thousands of
     /// idle sites should not each carry its room).
     live: Option<Box<Live>>,
-    /// The open attempt in progress (its number) and its future.
-    opening: Option<(u64, SpawnHandle)>,
+    /// The open attempt in progress.
+    opening: Option<Opening>,
     timer: Option<(Instant, SpawnHandle)>,
     /// The counters last added to the node's metrics (only those;
     /// allocated when the first one moves).
@@ -385,8 +396,9 @@ impl ComObject {
                 }
                 Action::Open(req) => self.start_open(req, ctx),
                 Action::AbandonOpen => {
-                    if let Some((_, h)) = self.opening.take() {
-                        ctx.cancel_future(h);
+                    if let Some(o) = self.opening.take() {
+                        // Its slot lease, in the future, goes back with it.
+                        ctx.cancel_future(o.handle);
                     }
                 }
                 Action::CloseChannel { id, end } => self.close_channel(id, end, ctx),

@@ -9,8 +9,10 @@ use actix::fut;
 use actix::prelude::*;
 
 use sitenet_protocols::{Initiator, OpenRequest, Opened};
+use sitenet_transport::controller::PreemptFn;
+use sitenet_transport::{LeaseId, SlotInfo, SlotReport};
 
-use super::{ComObject, SlotGranted};
+use super::{ComObject, Opening, SlotGranted};
 use crate::channel_io::{connect_and_open, Dial, OpenFailure};
 use crate::metrics::Counters;
 use crate::site_entry::SiteEntry;
@@ -51,6 +53,14 @@ impl Slot {
     }
 }
 
+/// How the slot controller asks this ComObject to give a slot back (a
+/// [`super::Preempt`] through its mailbox), for a working channel or an
+/// open attempt alike.
+pub(super) fn preempt_fn(ctx: &mut Context<ComObject>) -> PreemptFn {
+    let addr = ctx.address();
+    Arc::new(move |lease, reason| addr.do_send(super::Preempt { lease, reason }))
+}
+
 /// Our open attempt `attempt` waits in the peer's line (issue 21) for at
 /// most `hold`, the peer says.
 #[derive(Message)]
@@ -68,6 +78,24 @@ impl Handler<OpenWaiting> for ComObject {
             Counters::add(&self.node.counters.line_waits, 1);
         }
         self.com.open_waiting(msg.attempt, msg.hold, Instant::now());
+        if let (Some(since), Some(o)) = (self.com.in_line_since(), &self.opening) {
+            // A holder that moves nothing: the slot table may take it back
+            // for a site waiting here.
+            let session = self.com.session();
+            let report = SlotReport {
+                closeable: false,
+                last_active: self.com.last_activity(),
+                mid_message: false,
+                replies_expected: false,
+                buffers_empty: true,
+                queues_empty: session.queued_bytes() == 0,
+                callable: self.com.addresses().can_open(),
+                served: session.stats_ref().served(),
+                served_from: None,
+                in_peer_line_since: Some(since),
+            };
+            self.node.slots.report(&o.slot_info, &report);
+        }
         self.drive(ctx);
     }
 }
@@ -131,12 +159,39 @@ impl ComObject {
         // only if the answer came at once, and is then ignored).
         let me = ctx.address();
         let on_wait = move |hold| me.do_send(OpenWaiting { attempt, hold });
-        let f = connect_and_open(addr, self.slot.take_granted(), Dial::new(cfg), hs, on_wait);
-        let h = ctx.spawn(
+        let lease = self.slot.take_granted();
+        // Described to the slot controller while the attempt runs (not a
+        // candidate until it waits in the peer's line: see `OpenWaiting`).
+        let slot_info = Arc::<SlotInfo>::default();
+        if let Some(l) = &lease {
+            l.attach(slot_info.clone(), preempt_fn(ctx));
+        }
+        let lease_id = lease.as_ref().map(|l| l.id());
+        let f = connect_and_open(addr, lease, Dial::new(cfg), hs, on_wait);
+        let handle = ctx.spawn(
             fut::wrap_future::<_, Self>(f)
                 .map(move |res, act, ctx| act.on_opened(attempt, res, ctx)),
         );
-        self.opening = Some((attempt, h));
+        self.opening = Some(Opening {
+            attempt,
+            handle,
+            lease: lease_id,
+            slot_info,
+        });
+    }
+
+    /// Our open attempt leaves the peer's line: this node's slot table took
+    /// its slot back for a site waiting here (`PreemptReason::LineWait`).
+    /// False if the attempt `lease` is for no longer waits in line.
+    pub(super) fn leave_peer_line(&mut self, lease: LeaseId, ctx: &mut Context<Self>) -> bool {
+        if self.opening.as_ref().and_then(|o| o.lease) != Some(lease)
+            || !self.com.leave_peer_line(Instant::now())
+        {
+            return false;
+        }
+        Counters::add(&self.node.counters.line_yields, 1);
+        self.drive(ctx);
+        true
     }
 
     pub(super) fn on_opened(
@@ -145,7 +200,7 @@ impl ComObject {
         res: Result<(TransObject, Opened), (OpenFailure, Option<sitenet_protocols::SiteId>)>,
         ctx: &mut Context<Self>,
     ) {
-        if self.opening.as_ref().map(|o| o.0) != Some(attempt) {
+        if self.opening.as_ref().map(|o| o.attempt) != Some(attempt) {
             return; // abandoned: another channel won
         }
         self.opening = None;

@@ -105,6 +105,7 @@ impl ComObject {
             callable: self.com.addresses().can_open(),
             served: session.stats_ref().served(),
             served_from: None,
+            in_peer_line_since: None,
         }
     }
 

@@ -23,6 +23,10 @@ pub struct SlotInfo {
     /// before it): where its turn's work starts
     /// ([`ChannelReport::served_from`]).
     served_from: AtomicU64,
+    /// Since when (µs after the controller's epoch; [`NOT_YET`]: not) the
+    /// owner's open attempt waits in the peer's line
+    /// ([`ChannelReport::in_peer_line_since`]).
+    in_line_since_us: AtomicU64,
     /// This channel's owner has told the tick its turn's work is done
     /// (once per channel: the tick then decides).
     work_told: AtomicBool,
@@ -47,10 +51,17 @@ impl Default for SlotInfo {
             callable: AtomicBool::default(),
             served: AtomicU64::default(),
             served_from: AtomicU64::new(NOT_YET),
+            in_line_since_us: AtomicU64::new(NOT_YET),
             work_told: AtomicBool::default(),
             preempted: AtomicBool::default(),
         }
     }
+}
+
+/// `at` in µs after `epoch` (0 before it), below [`NOT_YET`].
+fn micros(epoch: Instant, at: Instant) -> u64 {
+    let us = at.saturating_duration_since(epoch).as_micros();
+    u64::try_from(us).unwrap_or(NOT_YET - 1).min(NOT_YET - 1)
 }
 
 /// One report of a channel's state: the policy's own
@@ -59,7 +70,7 @@ pub type SlotReport = ChannelReport;
 
 impl SlotInfo {
     pub(super) fn store(&self, epoch: Instant, r: &SlotReport) {
-        let us = r.last_active.saturating_duration_since(epoch).as_micros() as u64;
+        let us = micros(epoch, r.last_active);
         self.closeable.store(r.closeable, Ordering::Relaxed);
         self.last_active_us.store(us, Ordering::Relaxed);
         self.mid_message.store(r.mid_message, Ordering::Relaxed);
@@ -69,6 +80,8 @@ impl SlotInfo {
         self.queues_empty.store(r.queues_empty, Ordering::Relaxed);
         self.callable.store(r.callable, Ordering::Relaxed);
         self.served.store(r.served, Ordering::Relaxed);
+        let since = r.in_peer_line_since.map_or(NOT_YET, |t| micros(epoch, t));
+        self.in_line_since_us.store(since, Ordering::Relaxed);
         if r.closeable {
             let from = r.served_from.unwrap_or(r.served);
             let _ = self.served_from.compare_exchange(
@@ -115,6 +128,9 @@ impl SlotInfo {
             callable: self.callable.load(Ordering::Relaxed),
             served: self.served.load(Ordering::Relaxed),
             served_from: Some(self.served_from.load(Ordering::Relaxed)).filter(|f| *f != NOT_YET),
+            in_peer_line_since: Some(self.in_line_since_us.load(Ordering::Relaxed))
+                .filter(|us| *us != NOT_YET)
+                .map(|us| epoch + Duration::from_micros(us)),
         }
     }
 }

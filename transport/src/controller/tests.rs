@@ -30,6 +30,7 @@ fn report(callable: bool) -> SlotReport {
         callable,
         served: 0,
         served_from: None,
+        in_peer_line_since: None,
     }
 }
 
@@ -115,6 +116,54 @@ fn past_the_weak_limit_the_tick_preempts_the_policys_choice() {
     let s = c.stats();
     assert_eq!(s.total_preemptions(), 2);
     assert_eq!(s.in_use, 1);
+}
+
+/// An open attempt's lease, attached while it runs and reported waiting in
+/// the peer's line, is asked to give its slot back to a site waiting here
+/// once it has waited `line_yield`; the report survives the atomics (the
+/// time it joined, to the microsecond).
+#[test]
+fn an_attempt_reported_waiting_in_a_peers_line_gives_its_slot_to_a_waiter() {
+    let mut cfg = SlotConfig::new(1, 2).unwrap();
+    cfg.preempt_interval = Duration::from_millis(5);
+    cfg.line_yield = Duration::from_millis(20);
+    let c = TransController::new(cfg, Box::new(DefaultPolicy::default()));
+    let (tx, rx) = mpsc::channel();
+    let Requested::Granted(attempt) = c.request(|_| {}) else {
+        panic!("below the weak limit")
+    };
+    let info = Arc::new(SlotInfo::default());
+    attempt.attach(
+        info.clone(),
+        Arc::new(move |lease, why| {
+            let _ = tx.send((lease, why));
+        }),
+    );
+    let since = Instant::now();
+    let waiting = SlotReport {
+        closeable: false,
+        in_peer_line_since: Some(since),
+        ..report(true)
+    };
+    c.report(&info, &waiting);
+    let loaded = info.load(c.inner.epoch);
+    let lost = since.saturating_duration_since(loaded.in_peer_line_since.unwrap());
+    assert!(lost < Duration::from_micros(1), "{lost:?}");
+    assert!(!loaded.closeable);
+    // Another site wants a slot: the attempt gives its slot back.
+    let (granted_tx, granted_rx) = mpsc::channel();
+    let Requested::Queued(_) = c.request(move |l| {
+        let _ = granted_tx.send(l);
+    }) else {
+        panic!("at the weak limit")
+    };
+    let (lease, why) = rx.recv_timeout(PATIENCE).unwrap();
+    assert_eq!((lease, why), (attempt.id(), PreemptReason::LineWait));
+    drop(attempt);
+    let next = granted_rx.recv_timeout(PATIENCE).unwrap();
+    assert_ne!(next.id(), lease);
+    let s = c.stats();
+    assert!(s.preemptions.contains(&("line_wait", 1)), "{s:?}");
 }
 
 #[test]

@@ -208,3 +208,42 @@ fn a_site_waiting_in_our_line_is_neither_given_up_nor_forgotten() {
     h.advance(Duration::from_secs(1));
     assert!(h.com.is_failed());
 }
+
+/// The slot table took the attempt's slot back for a site waiting at this
+/// node (`PreemptReason::LineWait`): the attempt is abandoned and the site
+/// asks for a slot again at once — no fault, no backoff — and a late
+/// answer to the abandoned attempt is ignored.
+#[test]
+fn leaving_the_peers_line_abandons_the_attempt_and_asks_for_a_slot_again_at_once() {
+    let mut h = H::new(line_cfg(Duration::from_secs(60)), true);
+    let attempt = h.queue_and_request_open();
+    // Not in line yet: nothing to leave.
+    assert_eq!(h.com.in_line_since(), None);
+    assert!(!h.com.leave_peer_line(h.now));
+    assert!(h.actions().is_empty());
+    let told = h.now;
+    h.com.open_waiting(attempt, HOLD, h.now);
+    h.now += Duration::from_secs(3);
+    // A later WAIT does not move the time it joined.
+    h.com.open_waiting(attempt, HOLD, h.now);
+    assert_eq!(h.com.in_line_since(), Some(told));
+    assert!(h.com.leave_peer_line(h.now));
+    let a = h.actions();
+    assert!(
+        matches!(a[..], [Action::AbandonOpen, Action::RequestSlot]),
+        "{a:?}"
+    );
+    assert_eq!(h.com.state(), ComState::WaitingForSlot);
+    assert_eq!((h.com.opening(), h.com.in_line_since()), (None, None));
+    assert_eq!(h.com.fault_state(), FaultState::Ok, "busy is no fault");
+    assert_eq!(h.com.stats().line_give_ups, 0, "not a give-up");
+    // The give-up deadline went with the attempt.
+    assert_eq!(h.com.poll_timeout(), None);
+    assert!(!h.com.leave_peer_line(h.now), "once");
+    assert_eq!(
+        h.com.open_succeeded(attempt, &opened(1, 1 << 20), h.now),
+        None
+    );
+    // The next slot starts the next attempt.
+    assert_eq!(h.grant(), attempt + 1);
+}
