@@ -587,6 +587,35 @@ fn regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes() {
     assert!(yields > 0, "no attempt left a line");
 }
 
+/// The congested shapes that stalled at every seed before open attempts
+/// waiting in peers' lines gave their slots back (see the regression
+/// above): 50 seeds each of 30 sites with 2 weak and 3 hard slots and
+/// 10 ms ticks, and of 20 sites with 1 / 2 slots, half the sends by
+/// address; heavy faults. Every run must converge.
+#[test]
+fn congested_slots_hold_over_seeds() {
+    let mut failed = Vec::new();
+    for (sites, (weak, hard), tick_ms, address_sends) in
+        [(30, (2, 3), 10, 0.8), (20, (1, 2), 20, 0.5)]
+    {
+        for seed in 0..50 {
+            let r = Sim::new(SimConfig {
+                weak_slots: weak,
+                hard_slots: hard,
+                address_sends,
+                tick: Duration::from_millis(tick_ms),
+                duration: Duration::from_secs(5),
+                ..cfg(sites, seed, Faults::Heavy)
+            })
+            .run();
+            if r.verdict != Verdict::Ok {
+                failed.push((sites, seed, r.verdict));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "failing runs: {failed:#?}");
+}
+
 /// An entry reached by address whose first handshake was refused (the
 /// peer remembered a pair with this site, which the new entry did not
 /// prove) is bound to the site the refusal named, but it kept calling
