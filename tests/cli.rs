@@ -130,6 +130,15 @@ fn usage_errors_exit_2_and_failures_exit_1() {
     assert_eq!(out.status.code(), Some(2));
     let out = Command::new(BIN).args(["ping"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // Regression: a time past what a clock holds panicked (exit 101).
+    for huge in [
+        &["ping", "tcp:127.0.0.1:9", "--timeout", "1e30"][..],
+        &["stress", "--duration", "1e300"],
+    ] {
+        let out = Command::new(BIN).args(huge).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{huge:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("at most"));
+    }
     // A port nobody listens on (bound, then released).
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

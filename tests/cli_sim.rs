@@ -95,6 +95,11 @@ fn bad_options_are_usage_errors() {
     for args in [
         &["sim", "--sites", "1", "--seed", "1"][..],
         &["sim", "--duration", "0", "--seed", "1"],
+        // Regression: a duration past what a clock holds panicked.
+        &["sim", "--duration", "1e30", "--seed", "1"],
+        &["sim", "--settle", "inf", "--seed", "1"],
+        &["sim", "--tick", "0", "--seed", "1"],
+        &["sim", "--tick", "0.0001", "--seed", "1"],
         &["sim", "--faults", "some", "--seed", "1"],
         &["sim", "--hard-slots", "1", "--seed", "1"],
         &["sim", "--address-sends", "1.5", "--seed", "1"],
@@ -115,6 +120,8 @@ fn bad_options_are_usage_errors() {
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
 
@@ -238,4 +245,24 @@ fn the_outbox_queue_is_an_option_of_its_own() {
     let queued = json_of(&args);
     assert_eq!(queued["verdict"], "ok", "{queued}");
     assert_ne!(queued["digest"], plain["digest"]);
+}
+
+/// `--tick`: a shorter application tick sends more in the same simulated
+/// time, and with few slots it congests them: attempts wait in peers'
+/// lines and every checker still holds (the shapes of
+/// `regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes`
+/// come from the command line too).
+#[test]
+fn a_shorter_tick_sends_more() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "3", "--weak-slots", "1", "--hard-slots", "2"]);
+    let plain = json_of(&args);
+    args.extend(["--tick", "0.02"]);
+    let fast = json_of(&args);
+    assert_eq!(fast["verdict"], "ok", "{fast}");
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap();
+    assert!(
+        n(&fast, "messages") > 10 * n(&plain, "messages"),
+        "{plain} {fast}"
+    );
 }

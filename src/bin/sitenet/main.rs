@@ -445,14 +445,18 @@ struct SendResult {
 }
 
 pub(crate) fn seconds(name: &str, v: f64) -> Result<Duration, String> {
-    if v.is_finite() && v > 0.0 {
+    if v.is_finite() && v > 0.0 && v <= MAX_SECONDS {
         Ok(Duration::from_secs_f64(v))
     } else {
         Err(format!(
-            "--{name} must be a positive number of seconds, got {v}"
+            "--{name} must be a positive number of seconds, at most {MAX_SECONDS:e}, got {v}"
         ))
     }
 }
+
+/// The longest time an option takes (about 31 years): a clock plus more
+/// than that overflows, and nothing a user means lasts longer.
+const MAX_SECONDS: f64 = 1e9;
 
 // One argument per `send` option.
 #[allow(clippy::too_many_arguments)]

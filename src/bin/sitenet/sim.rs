@@ -19,6 +19,10 @@ use figures::{add, print, verdict_code, Json, Shrunk};
 /// keeps its bound at least twice its largest message.
 const MIN_OUTPUT_BOUND: u64 = 96 * 1024;
 
+/// The shortest `--tick`: a thousand acts per simulated second per site is
+/// load enough, and a shorter one only makes a run that never ends.
+const MIN_TICK: Duration = Duration::from_millis(1);
+
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// Number of simulated sites.
@@ -39,6 +43,11 @@ pub(crate) struct Args {
     /// How many faults: cuts, partitions, crashes and restarts, slow readers.
     #[arg(long, default_value = "light", value_parser = ["none", "light", "heavy"])]
     faults: String,
+    /// Seconds between two acts of each site's application (sends,
+    /// requests, the chances of the options below): a shorter tick loads
+    /// the network more (at least 0.001).
+    #[arg(long, default_value_t = 1.0)]
+    tick: f64,
     /// Each site's weak channel slot limit (connects beyond it wait in line).
     #[arg(long, default_value_t = 8)]
     weak_slots: usize,
@@ -122,6 +131,17 @@ pub(crate) fn run(a: Args) -> ExitCode {
         Ok(d) => d,
         Err(e) => return crate::usage(e),
     };
+    let tick = match crate::seconds("tick", a.tick) {
+        Ok(d) if d >= MIN_TICK => d,
+        Ok(_) => {
+            return crate::usage(format!(
+                "--tick must be at least {} s, got {}",
+                MIN_TICK.as_secs_f64(),
+                a.tick
+            ))
+        }
+        Err(e) => return crate::usage(e),
+    };
     if a.sites < 2 {
         return crate::usage(format!("--sites must be at least 2, got {}", a.sites));
     }
@@ -178,6 +198,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         duration,
         settle,
         faults,
+        tick,
         weak_slots: a.weak_slots,
         hard_slots: a.hard_slots,
         address_sends: a.address_sends,
@@ -306,13 +327,14 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
         duration_s: small.duration.as_secs_f64(),
         runs,
         command: format!(
-            "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} \
+            "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} --tick {} \
              --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} --batches {} --bursts {}{}{}{} --trace",
             small.seed,
             small.sites,
             small.faults.name(),
             small.duration.as_secs_f64(),
             small.settle.as_secs_f64(),
+            small.tick.as_secs_f64(),
             small.weak_slots,
             small.hard_slots,
             small.address_sends,
