@@ -266,3 +266,16 @@ fn a_shorter_tick_sends_more() {
         "{plain} {fast}"
     );
 }
+
+/// `--adopt-hop`: accepted channels reach their entries' ComObjects
+/// through the mailbox; every checker holds, and it is a run of its own.
+#[test]
+fn the_adopt_hop_is_an_option_of_its_own() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "5", "--tick", "0.2"]);
+    let plain = json_of(&args);
+    args.push("--adopt-hop");
+    let hopped = json_of(&args);
+    assert_eq!(hopped["verdict"], "ok", "{hopped}");
+    assert_ne!(hopped["digest"], plain["digest"]);
+}

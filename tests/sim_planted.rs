@@ -229,8 +229,9 @@ fn with_outbox_queue(seed: u64) -> SimConfig {
         address_sends: 0.8,
         outbox_queue: true,
         // Sends every 20 ms: a merge often finds one queued (with the
-        // default slot limits: tight ones and that much traffic by
-        // address congest the waiting lines, a finding of its own).
+        // default slot limits, as when this test was written: tight ones
+        // and that much traffic stalled in the waiting lines until
+        // attempts in peers' lines gave their slots back).
         tick: Duration::from_millis(20),
         weak_slots: 8,
         hard_slots: 12,
@@ -244,4 +245,29 @@ fn with_outbox_queue(seed: u64) -> SimConfig {
 #[test]
 fn a_merge_that_puts_the_queue_first_is_caught() {
     assert_caught_within(Bug::MergeLineQueueFirst, with_outbox_queue, 40);
+}
+
+/// Accepted channels reach their entries' ComObjects through the mailbox
+/// (up to 5 ms later); sites send every 200 ms and hold their references
+/// only 200 ms, so entries are often unneeded and their reclaim rule
+/// sometimes fires while a channel is on its way.
+fn with_adopt_hop(seed: u64) -> SimConfig {
+    SimConfig {
+        sites: 20,
+        adopt_hop: true,
+        tick: Duration::from_millis(200),
+        hold_references: Duration::from_millis(200),
+        weak_slots: 8,
+        hard_slots: 12,
+        duration: Duration::from_secs(30),
+        ..cfg(seed)
+    }
+}
+
+/// A reclaim re-check that ignores an accepted channel on its way forgets
+/// the entry the channel was routed to: the channel arrives at an entry
+/// that is gone (the runtime's `SiteEntry::adopting` rule).
+#[test]
+fn a_reclaim_that_ignores_a_channel_on_its_way_is_caught() {
+    assert_caught_within(Bug::ReclaimIgnoresAdopting, with_adopt_hop, 10);
 }

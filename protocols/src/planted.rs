@@ -48,6 +48,10 @@ pub enum Bug {
     /// A merge puts what the merging entry's outbox queued before what its
     /// ComObject held (which is older).
     MergeLineQueueFirst,
+    /// The reclaim re-check forgets an entry while an accepted channel is
+    /// on its way to it (`Counts::adopting` ignored): the channel arrives
+    /// at an entry that is gone.
+    ReclaimIgnoresAdopting,
 }
 
 thread_local! {

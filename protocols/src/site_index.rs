@@ -416,6 +416,15 @@ impl SiteIndex {
     /// (own and aliases) leave before its key can name another entry; an
     /// id or address that names another entry by then stays.
     pub fn reclaim(&mut self, site: Site<'_>, counts: Counts) -> Reclaim {
+        #[cfg(feature = "planted-bugs")]
+        let counts = if crate::planted::active(crate::planted::Bug::ReclaimIgnoresAdopting) {
+            Counts {
+                adopting: 0,
+                ..counts
+            }
+        } else {
+            counts
+        };
         if counts.refs > 0 || counts.adopting > 0 || counts.queued > 0 || !counts.current {
             return Reclaim::Keep;
         }

@@ -616,6 +616,55 @@ fn congested_slots_hold_over_seeds() {
     assert!(failed.is_empty(), "failing runs: {failed:#?}");
 }
 
+/// Accepted channels reach their entries' ComObjects through the mailbox
+/// (`SimConfig::adopt_hop`): counted on their entries meanwhile, which the
+/// reclaim re-check keeps (`reclaims_kept`), while the machines go on and
+/// peers give up. 40 seeds of sites that send every 200 ms and hold their
+/// references 200 ms (entries often unneeded), heavy faults, and 20 of a
+/// congested shape with sends by address; every run must hold, and a seed
+/// run twice gives the same digest.
+#[test]
+fn the_adopt_hop_holds_over_seeds() {
+    let idle = |seed| SimConfig {
+        adopt_hop: true,
+        tick: Duration::from_millis(200),
+        hold_references: Duration::from_millis(200),
+        ..cfg(20, seed, Faults::Heavy)
+    };
+    let congested = |seed| SimConfig {
+        adopt_hop: true,
+        tick: Duration::from_millis(50),
+        weak_slots: 3,
+        hard_slots: 5,
+        address_sends: 0.5,
+        duration: Duration::from_secs(10),
+        ..cfg(20, seed, Faults::Heavy)
+    };
+    let (mut failed, mut kept) = (Vec::new(), 0);
+    let runs = (0..40).map(idle).chain((0..20).map(congested));
+    for shape in runs {
+        let seed = shape.seed;
+        let r = Sim::new(shape).run();
+        if r.verdict != Verdict::Ok {
+            failed.push((seed, r.verdict));
+        }
+        kept += r.reclaims_kept;
+    }
+    assert!(failed.is_empty(), "failing seeds: {failed:#?}");
+    assert!(kept > 0, "no reclaim found a channel on its way");
+    let (a, b) = (Sim::new(idle(3)).run(), Sim::new(idle(3)).run());
+    assert_eq!(a.digest, b.digest);
+    assert_ne!(
+        a.digest,
+        Sim::new(SimConfig {
+            adopt_hop: false,
+            ..idle(3)
+        })
+        .run()
+        .digest
+    );
+}
+
 /// An entry reached by address whose first handshake was refused (the
 /// peer remembered a pair with this site, which the new entry did not
 /// prove) is bound to the site the refusal named, but it kept calling

@@ -105,6 +105,13 @@ impl Sim {
             if let Err(what) = self.check_awaited_requests(n) {
                 return self.violation(what);
             }
+            // Each entry counts the accepted channels on their way to it,
+            // and no channel is on its way to an entry that is gone.
+            if self.cfg.adopt_hop {
+                if let Err(what) = node.adopting.check(&node.peers) {
+                    return self.violation(format!("{}: {what}", node.id));
+                }
+            }
             // A queued send is on its way into the machine: its drain is
             // scheduled (a push that woke nobody would strand it).
             if let Some((key, _)) = node

@@ -98,6 +98,13 @@ pub struct SimConfig {
     /// entry's queue (the runtime's `turns::merge_line`). Off by default,
     /// so that a seed runs as it did before.
     pub outbox_queue: bool,
+    /// An accepted channel reaches its entry's ComObject through the
+    /// entry's mailbox (an event up to 5 ms after it was routed there, as
+    /// the runtime's `Adopt` message does) instead of at once: counted on
+    /// the entry meanwhile, which the reclaim re-check then keeps, while
+    /// the machine goes on (opens, parks, fails) and the peer may close.
+    /// Off by default, so that a seed runs as it did before.
+    pub adopt_hop: bool,
 }
 
 impl SimConfig {
@@ -142,6 +149,7 @@ impl Default for SimConfig {
             node_output_bound: None,
             bursts: 0.0,
             outbox_queue: false,
+            adopt_hop: false,
         }
     }
 }
@@ -202,6 +210,10 @@ pub struct Report {
     /// site waiting at their own node (`PreemptReason::LineWait`; also
     /// counted in `preemptions`).
     pub line_yields: u64,
+    /// Reclaims the site table's re-check refused because an accepted
+    /// channel was on its way to the entry (only with
+    /// [`SimConfig::adopt_hop`]).
+    pub reclaims_kept: u64,
     /// Entries reached by address that their first handshake bound to
     /// the site answering there.
     pub bound: u64,

@@ -195,6 +195,7 @@ impl Sim {
         node.waiters.clear();
         node.line.clear();
         node.turning.clear();
+        node.adopting = Default::default();
         self.oracle.crashed(id);
         self.directory.retain(|s| *s != id);
         self.trace(n, "crash", &[id.0]);

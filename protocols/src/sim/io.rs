@@ -193,7 +193,7 @@ impl Sim {
             }
             // Parked in line: an honest initiator sends nothing until
             // answered.
-            Role::InLine { .. } | Role::NotYet | Role::Closed => false,
+            Role::InLine { .. } | Role::Adopting | Role::NotYet | Role::Closed => false,
         }
     }
 
@@ -360,8 +360,27 @@ impl Sim {
     }
 
     /// Hands the accepted channel `c` (end `e`, holding slot `holder`) of
-    /// node `m` to its site's ComObject, which decides and answers.
+    /// node `m` to its site's ComObject, which decides and answers: at
+    /// once, or (with [`SimConfig::adopt_hop`](super::SimConfig::adopt_hop))
+    /// through the entry's mailbox (`adopt.rs`).
     pub(super) fn adopt(
+        &mut self,
+        m: usize,
+        (c, e): (u64, usize),
+        neg: &crate::handshake::Negotiate,
+        nonce: crate::handshake::Nonce,
+        holder: u64,
+    ) {
+        if self.cfg.adopt_hop {
+            self.send_adopt(m, (c, e), neg, nonce, holder);
+        } else {
+            self.adopt_now(m, (c, e), neg, nonce, holder);
+        }
+    }
+
+    /// The site's ComObject takes the accepted channel `c`: see
+    /// [`adopt`](Self::adopt).
+    pub(super) fn adopt_now(
         &mut self,
         m: usize,
         (c, e): (u64, usize),
@@ -491,7 +510,7 @@ impl Sim {
                 self.close_end(c, e, Seg::Fin);
                 self.peer_in_line(n, site, false);
             }
-            Role::Acceptor { .. } | Role::NotYet | Role::Closed => {
+            Role::Acceptor { .. } | Role::Adopting | Role::NotYet | Role::Closed => {
                 self.close_end(c, e, Seg::Fin);
             }
         }
@@ -540,7 +559,10 @@ impl Sim {
                 let n = end.node;
                 self.drive(n, peer);
             }
-            Role::Initiator { .. } | Role::Acceptor { .. } | Role::InLine { .. } => {
+            Role::Initiator { .. }
+            | Role::Acceptor { .. }
+            | Role::InLine { .. }
+            | Role::Adopting => {
                 self.send_out(c, e);
             }
             Role::NotYet | Role::Closed => {}

@@ -59,6 +59,7 @@
 //! assert_eq!(Sim::new(cfg).run().digest, report.digest);
 //! ```
 
+mod adopt;
 mod app;
 mod audit;
 mod batches;
@@ -183,6 +184,13 @@ pub(super) enum Ev {
         inc: u32,
     },
     Audit,
+    /// An accepted channel reaches its entry's ComObject
+    /// ([`SimConfig::adopt_hop`]).
+    Adopt {
+        node: usize,
+        inc: u32,
+        id: u64,
+    },
     /// Entry `peer`'s ComObject at node `n` takes its outbox queue.
     Drain {
         node: usize,
@@ -412,6 +420,11 @@ impl Sim {
                     self.on_request_timer(node);
                 }
             }
+            Ev::Adopt { node, inc, id } => {
+                if self.alive(node, inc) {
+                    self.on_adopt(node, id);
+                }
+            }
             Ev::Admission { node, inc } => {
                 if self.alive(node, inc) {
                     self.on_admission_timer(node);
@@ -516,6 +529,7 @@ impl Sim {
             waiters: BTreeMap::new(),
             line: BTreeMap::new(),
             turning: std::collections::BTreeSet::new(),
+            adopting: Default::default(),
             slot_armed: None,
             pairs: PairMemory::new(1024),
             requests: crate::requests::RequestTable::default(),

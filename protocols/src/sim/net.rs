@@ -58,6 +58,10 @@ pub(super) enum Role {
         nonce: Nonce,
         ticket: u64,
     },
+    /// An accepted connection on its way to its site's ComObject
+    /// ([`SimConfig::adopt_hop`](super::SimConfig::adopt_hop)): it holds
+    /// its slot, and nothing is read until the ComObject answers.
+    Adopting,
     /// A working channel of the site's ComObject for `peer`.
     Working { peer: SiteId, id: ChannelId },
     /// Closed by this side (or by the crash of its site).

@@ -53,6 +53,9 @@ pub(super) struct Node {
     /// table holds their slot, not their place (the runtime's moment
     /// between the controller's callback and the adoption).
     pub(super) turning: std::collections::BTreeSet<u64>,
+    /// Accepted channels on their way to their entries' ComObjects
+    /// (`adopt.rs`).
+    pub(super) adopting: super::adopt::Adopting,
     pub(super) slot_armed: Option<Duration>,
     pub(super) pairs: PairMemory,
     pub(super) next_opener: u64,
@@ -238,16 +241,22 @@ impl Sim {
                 self.trace(n, "park", &[peer.0]);
             }
         }
-        if p.reclaim {
+        if std::mem::take(&mut p.reclaim) {
             self.trace(n, "reclaim", &[peer.0]);
-            let node = &mut self.nodes[n];
-            if let Some(c) = p.com.continuity().filter(|_| !super::peer::unbound(peer)) {
-                node.pairs.keep(peer, c);
+            if self.forget(n, peer, &p) {
+                let node = &mut self.nodes[n];
+                if let Some(c) = p.com.continuity().filter(|_| !super::peer::unbound(peer)) {
+                    node.pairs.keep(peer, c);
+                }
+                node.retransmitted += p.retransmitted();
+                self.counts.reclaimed += 1;
+                return;
             }
-            node.retransmitted += p.retransmitted();
-            self.counts.reclaimed += 1;
-            self.forget(n, peer, &p);
-            return;
+            // The table's re-check kept it: a channel is on its way to it
+            // (the runtime's `adopting`). The machine's rule asks again
+            // after another linger time.
+            self.counts.reclaims_kept += 1;
+            self.trace(n, "reclaim_kept", &[peer.0]);
         }
         self.arm(n, peer, &mut p, deadline);
         self.nodes[n].peers.insert(peer, p);

@@ -55,6 +55,10 @@ pub(super) struct Peer {
     /// whether the drain that takes them is scheduled.
     pub(super) queued: Vec<super::outbox::Waiting>,
     pub(super) drain_armed: bool,
+    /// Accepted channels routed to this entry, on their way to its
+    /// ComObject ([`SimConfig::adopt_hop`](super::SimConfig::adopt_hop)):
+    /// while any is, the reclaim re-check keeps the entry.
+    pub(super) adopting: u32,
 }
 
 /// True if `key` names an entry not bound to a site yet: the application

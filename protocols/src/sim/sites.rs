@@ -249,6 +249,7 @@ impl Sim {
             out: Default::default(),
             queued: Vec::new(),
             drain_armed: false,
+            adopting: 0,
             com,
             parked: None,
             armed: None,
@@ -386,9 +387,11 @@ impl Sim {
     }
 
     /// The reclaim re-check for entry `peer` of node `n`, which nothing of
-    /// the driver's holds any more: it leaves the index (its id, its own
-    /// address and its aliases, never another entry's).
-    pub(super) fn forget(&mut self, n: usize, peer: SiteId, p: &Peer) {
+    /// the driver's holds any more but the accepted channels on their way
+    /// to it: forgotten (true), it leaves the index (its id, its own
+    /// address and its aliases, never another entry's); kept (false) while
+    /// a channel is on its way.
+    pub(super) fn forget(&mut self, n: usize, peer: SiteId, p: &Peer) -> bool {
         if p.out.bytes() > 0 || p.out.waiting() {
             let what = format!(
                 "{} forgot its entry for {peer} holding {} output bytes{}",
@@ -400,7 +403,8 @@ impl Sim {
                     ""
                 }
             );
-            return self.violation(what);
+            self.violation(what);
+            return true;
         }
         let node = &mut self.nodes[n];
         node.table_changed = true;
@@ -409,19 +413,22 @@ impl Sim {
             id: (!unbound(peer)).then_some(peer),
             address: p.address.as_ref(),
         };
-        let idle = Counts {
+        let counts = Counts {
             refs: 0,
-            adopting: 0,
+            adopting: p.adopting as usize,
             queued: 0,
             current: true,
         };
-        match node.index.reclaim(site, idle) {
+        match node.index.reclaim(site, counts) {
             Reclaim::Forget { .. } => {
                 node.keys.remove(p.key);
+                true
             }
+            Reclaim::Keep if p.adopting > 0 => false,
             Reclaim::Keep => {
                 let what = format!("{}'s site table kept {peer}, which nothing holds", node.id);
                 self.violation(what);
+                true
             }
         }
     }

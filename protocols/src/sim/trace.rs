@@ -114,6 +114,7 @@ impl super::Sim {
             Ev::Admission { node, .. } => ("admission_timer", node, [0; 3]),
             Ev::Audit => ("audit", 0, [0; 3]),
             Ev::Drain { node, peer, .. } => ("drain", node, [peer.0, 0, 0]),
+            Ev::Adopt { node, id, .. } => ("adopt", node, [id as u128, 0, 0]),
         };
         self.trace(n, kind, &values);
     }

@@ -99,11 +99,18 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0.0)]
     bursts: f64,
     /// A send waits in its entry's outbox queue until the ComObject's next
-    /// turn (an event up to 50 us later, the runtime's wake through the
+    /// turn (an event up to 5 ms later, the runtime's wake through the
     /// actor's mailbox), so that a merge can come in between and order the
     /// queues as the runtime's does.
     #[arg(long)]
     outbox_queue: bool,
+    /// An accepted channel reaches its entry's ComObject through the
+    /// entry's mailbox (an event up to 5 ms after it was routed there, the
+    /// runtime's Adopt message), counted on the entry meanwhile: the
+    /// machine opens, parks or fails in between, the reclaim re-check must
+    /// keep the entry, and the peer may give up.
+    #[arg(long)]
+    adopt_hop: bool,
     /// Without --seed: wall-clock seconds to spend trying seeds.
     #[arg(long, default_value_t = 30.0)]
     search: f64,
@@ -210,6 +217,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         node_output_bound: a.node_output_bound,
         bursts: a.bursts,
         outbox_queue: a.outbox_queue,
+        adopt_hop: a.adopt_hop,
         ..SimConfig::default()
     };
     match a.seed {
@@ -328,7 +336,7 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
         runs,
         command: format!(
             "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} --tick {} \
-             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} --batches {} --bursts {}{}{}{} --trace",
+             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} --batches {} --bursts {}{}{}{}{} --trace",
             small.seed,
             small.sites,
             small.faults.name(),
@@ -353,7 +361,8 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
                 " --outbox-queue"
             } else {
                 ""
-            }
+            },
+            if small.adopt_hop { " --adopt-hop" } else { "" }
         ),
     }
 }
