@@ -562,14 +562,6 @@ fn outbox_queues_merge_in_order_and_every_checker_holds() {
 /// shape and 200 of each tighter one converge. Failed before the fix.
 #[test]
 fn regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes() {
-    let congested = |sites, (weak, hard), tick_ms, address_sends, seed| SimConfig {
-        weak_slots: weak,
-        hard_slots: hard,
-        address_sends,
-        tick: Duration::from_millis(tick_ms),
-        duration: Duration::from_secs(5),
-        ..cfg(sites, seed, Faults::Heavy)
-    };
     let mut yields = 0;
     for shape in [
         congested(20, (3, 5), 20, 0.8, 167),
@@ -587,6 +579,26 @@ fn regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes() {
     assert!(yields > 0, "no attempt left a line");
 }
 
+/// `sites` that act every `tick_ms`, `address_sends` of their sends by
+/// address, with few slots, heavy faults, 5 s of them: the shapes that
+/// congest the slots and the waiting lines.
+fn congested(
+    sites: usize,
+    (weak, hard): (usize, usize),
+    tick_ms: u64,
+    address_sends: f64,
+    seed: u64,
+) -> SimConfig {
+    SimConfig {
+        weak_slots: weak,
+        hard_slots: hard,
+        address_sends,
+        tick: Duration::from_millis(tick_ms),
+        duration: Duration::from_secs(5),
+        ..cfg(sites, seed, Faults::Heavy)
+    }
+}
+
 /// The congested shapes that stalled at every seed before open attempts
 /// waiting in peers' lines gave their slots back (see the regression
 /// above): 50 seeds each of 30 sites with 2 weak and 3 hard slots and
@@ -595,19 +607,9 @@ fn regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes() {
 #[test]
 fn congested_slots_hold_over_seeds() {
     let mut failed = Vec::new();
-    for (sites, (weak, hard), tick_ms, address_sends) in
-        [(30, (2, 3), 10, 0.8), (20, (1, 2), 20, 0.5)]
-    {
+    for (sites, slots, tick_ms, address_sends) in [(30, (2, 3), 10, 0.8), (20, (1, 2), 20, 0.5)] {
         for seed in 0..50 {
-            let r = Sim::new(SimConfig {
-                weak_slots: weak,
-                hard_slots: hard,
-                address_sends,
-                tick: Duration::from_millis(tick_ms),
-                duration: Duration::from_secs(5),
-                ..cfg(sites, seed, Faults::Heavy)
-            })
-            .run();
+            let r = Sim::new(congested(sites, slots, tick_ms, address_sends, seed)).run();
             if r.verdict != Verdict::Ok {
                 failed.push((sites, seed, r.verdict));
             }

@@ -93,13 +93,8 @@ impl Sim {
         nonce: Nonce,
         holder: u64,
     ) {
-        let now = self.instant();
         let peer = neg.site;
-        let (mut p, existed) = self.entry_for_accept(m, peer, &neg.listen);
-        if !existed {
-            // Made by the accept: nothing of the application refers to it.
-            p.com.set_has_refs(false, now);
-        }
+        let mut p = self.accepted_entry(m, neg);
         p.adopting += 1;
         self.drive_peer(m, peer, &mut p);
         self.put_back(m, peer, p);

@@ -378,6 +378,21 @@ impl Sim {
         }
     }
 
+    /// The entry of node `m` for the site an accepted channel's NEGOTIATE
+    /// names: the one its site table routes the channel to, or a new one
+    /// (nothing of the application refers to it).
+    pub(super) fn accepted_entry(
+        &mut self,
+        m: usize,
+        neg: &crate::handshake::Negotiate,
+    ) -> Box<super::peer::Peer> {
+        let (mut p, existed) = self.entry_for_accept(m, neg.site, &neg.listen);
+        if !existed {
+            p.com.set_has_refs(false, self.instant());
+        }
+        p
+    }
+
     /// The site's ComObject takes the accepted channel `c`: see
     /// [`adopt`](Self::adopt).
     pub(super) fn adopt_now(
@@ -390,11 +405,7 @@ impl Sim {
     ) {
         let now = self.instant();
         let peer = neg.site;
-        let (mut p, existed) = self.entry_for_accept(m, peer, &neg.listen);
-        if !existed {
-            // Made by the accept: nothing of the application refers to it.
-            p.com.set_has_refs(false, now);
-        }
+        let mut p = self.accepted_entry(m, neg);
         let conn = self.conns.get_mut(&c).expect("still open");
         let end = &mut conn.ends[e];
         match p.com.accepted(neg, nonce, now) {
