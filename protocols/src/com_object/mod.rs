@@ -151,6 +151,11 @@ pub struct ComObject {
     /// or two while a newer replaces an older): the site is calling us, so
     /// it is neither given up nor forgotten meanwhile.
     peer_in_line: u8,
+    /// Our attempts that left the peer's line in a row to give their slot
+    /// back ([`leave_peer_line`](Self::leave_peer_line)), since a channel
+    /// last worked: each doubles how long the next waits before its slot
+    /// may be taken (`ChannelReport::line_yields`).
+    line_yields: u8,
     /// The peer said (CLEAR_REFERENCE) that it holds no reference to us,
     /// and has not used the channel since: with none on our side either,
     /// neither needs the channel, and the linger rule does not wait.
@@ -223,6 +228,7 @@ impl ComObject {
             has_refs: true,
             via_line: false,
             peer_in_line: 0,
+            line_yields: 0,
             peer_cleared: false,
             awaiting_replies: false,
             owed_reopen: false,
@@ -340,6 +346,17 @@ impl ComObject {
             Phase::InLine { since, .. } => Some(since),
             _ => None,
         }
+    }
+
+    /// How many attempts to this site in a row left the peer's line to
+    /// give their slot back, since a channel last worked (at most 255):
+    /// the driver reports it with the wait
+    /// ([`ChannelReport::line_yields`](crate::slots::ChannelReport::line_yields)),
+    /// and each doubles how long the next attempt waits before its slot
+    /// may be taken, so that an attempt that keeps being sent to the back
+    /// of a long line still reaches its front.
+    pub fn line_yields(&self) -> u8 {
+        self.line_yields
     }
 
     /// True once the site failed permanently (or was merged away).

@@ -79,6 +79,7 @@ impl ComObject {
             return None;
         }
         let via_line = self.in_line();
+        self.line_yields = 0;
         // The peer lists every address it listens on: later opens use the
         // best transport the two sites share.
         self.book.succeeded();
@@ -233,6 +234,7 @@ impl ComObject {
             return false;
         }
         tracing::debug!("left the peer's line: a site waits here for the slot");
+        self.line_yields = self.line_yields.saturating_add(1);
         self.actions.push_back(Action::AbandonOpen);
         self.timers.stop(Timer::ReconnectBackoff);
         self.phase = Phase::Closed;

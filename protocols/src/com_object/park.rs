@@ -183,6 +183,9 @@ impl ComObject {
             has_refs: f.has_refs,
             via_line: false,
             peer_in_line: 0,
+            // A parked site needs no channel: its next attempt starts
+            // with the whole patience.
+            line_yields: 0,
             peer_cleared: f.peer_cleared,
             awaiting_replies: false,
             owed_reopen: f.owed_reopen,

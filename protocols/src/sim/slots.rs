@@ -252,6 +252,7 @@ impl Sim {
                         served: p.com.session().stats_ref().served(),
                         served_from: None,
                         in_peer_line_since: Some(since),
+                        line_yields: p.com.line_yields(),
                     });
                 }
                 _ => return None,
@@ -269,6 +270,7 @@ impl Sim {
                 served: s.stats_ref().served(),
                 served_from: None,
                 in_peer_line_since: None,
+                line_yields: 0,
             })
         });
         self.line_expired(n, &tick.expired);

@@ -39,6 +39,7 @@ pub(super) fn busy(at: Instant) -> ChannelReport {
         served: 0,
         served_from: None,
         in_peer_line_since: None,
+        line_yields: 0,
     }
 }
 

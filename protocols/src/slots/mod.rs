@@ -189,6 +189,7 @@ struct Held {
 ///     served: 0,
 ///     served_from: None,
 ///     in_peer_line_since: None,
+///     line_yields: 0,
 /// };
 /// let tick = slots.handle_timeout(now, |_holder| Some(quiet));
 /// assert_eq!(tick.victims, [(first, PreemptReason::LeastRecentlyActive)]);

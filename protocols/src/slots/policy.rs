@@ -49,6 +49,14 @@ pub struct ChannelReport {
     /// [`PreemptReason::LineWait`]), and the owner leaves the line instead
     /// of closing a channel.
     pub in_peer_line_since: Option<Instant>,
+    /// With `in_peer_line_since`: how many attempts to the same site in a
+    /// row gave their slot back before this one
+    /// ([`ComObject::line_yields`](crate::com_object::ComObject::line_yields)).
+    /// Each doubles the wait before this one's slot may be taken (at most
+    /// 32 × `line_yield`): an attempt sent to the back of a long line
+    /// again and again would otherwise never reach its front (the peer's
+    /// line counts its wait from when it joined).
+    pub line_yields: u8,
 }
 
 impl ChannelReport {
@@ -219,6 +227,7 @@ impl PreemptionPolicy for Naive {
 ///     served: 0,
 ///     served_from: None,
 ///     in_peer_line_since: None,
+///     line_yields: 0,
 /// };
 /// let a_second_ago = now - Duration::from_secs(1);
 /// let candidates = [

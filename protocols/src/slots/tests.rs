@@ -28,6 +28,7 @@ fn quiet(now: Instant) -> ChannelReport {
         served: 0,
         served_from: None,
         in_peer_line_since: None,
+        line_yields: 0,
     }
 }
 

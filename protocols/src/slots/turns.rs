@@ -144,8 +144,15 @@ pub(super) fn share(
         .collect()
 }
 
+/// The most a site's attempts in a row double their patience in a peer's
+/// line (`line_yield` × 2^5: 32 s at the default, past the line's own
+/// 30 s hold).
+const MAX_YIELD_DOUBLINGS: u8 = 5;
+
 /// Our open attempts that have waited `line_yield` or more in a peer's line
 /// ([`ChannelReport::in_peer_line_since`](super::ChannelReport::in_peer_line_since)),
+/// doubled for each attempt to the same site that gave way before it
+/// ([`ChannelReport::line_yields`](super::ChannelReport::line_yields)),
 /// the longest waiting first, as [`PreemptReason::LineWait`] victims: they
 /// hold a slot and move nothing, so they give way after the quiet holders
 /// and before the working ones.
@@ -154,10 +161,18 @@ pub(super) fn line_waiters(
     candidates: &[Candidate],
     line_yield: Duration,
 ) -> impl Iterator<Item = (u64, PreemptReason)> {
+    let patience = |c: &Candidate| {
+        let doublings = c.channel.line_yields.min(MAX_YIELD_DOUBLINGS);
+        line_yield.saturating_mul(1 << doublings)
+    };
     let mut waiting: Vec<(Instant, u64)> = candidates
         .iter()
+        .filter(|c| {
+            c.channel
+                .in_peer_line_since
+                .is_some_and(|since| now.saturating_duration_since(since) >= patience(c))
+        })
         .filter_map(|c| Some((c.channel.in_peer_line_since?, c.holder)))
-        .filter(|(since, _)| now.saturating_duration_since(*since) >= line_yield)
         .collect();
     waiting.sort_unstable();
     waiting

@@ -127,3 +127,28 @@ fn under_share_a_peer_in_our_line_takes_the_slot_of_our_attempt_in_another_line(
     assert_eq!(t.release(ours, now).map(|(w, _)| w), Some(ticket));
     let _ = accepted;
 }
+
+/// A site whose attempts gave way before waits twice as long for each,
+/// up to 32 times `line_yield`: sent to the back of a long line again and
+/// again, it would otherwise never reach its front.
+#[test]
+fn each_attempt_that_gave_way_doubles_the_next_ones_patience() {
+    let t0 = Instant::now();
+    let again = |yields: u8, waited: u32| {
+        let (mut t, [a, _], _) = two_held_and_one_waiting(default_policy());
+        let line_yield = t.config().line_yield;
+        let now = t0 + line_yield * waited;
+        let report = ChannelReport {
+            line_yields: yields,
+            ..in_line(t0)
+        };
+        t.handle_timeout(now, |h| Some(if h == a { report } else { busy(now) }))
+            .victims
+            .contains(&(a, PreemptReason::LineWait))
+    };
+    assert!(again(0, 1));
+    assert!(!again(2, 3), "two before it: four times the wait");
+    assert!(again(2, 4));
+    assert!(!again(200, 31), "at most 32 times");
+    assert!(again(200, 32));
+}

@@ -93,6 +93,7 @@ impl Handler<OpenWaiting> for ComObject {
                 served: session.stats_ref().served(),
                 served_from: None,
                 in_peer_line_since: Some(since),
+                line_yields: self.com.line_yields(),
             };
             self.node.slots.report(&o.slot_info, &report);
         }

@@ -106,6 +106,7 @@ impl ComObject {
             served: session.stats_ref().served(),
             served_from: None,
             in_peer_line_since: None,
+            line_yields: 0,
         }
     }
 

@@ -2,7 +2,7 @@
 //! atomics the owner stores and the tick thread loads, and where the
 //! channel's turn started, for the slot table's turns.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use sitenet_protocols::slots::ChannelReport;
@@ -27,6 +27,8 @@ pub struct SlotInfo {
     /// owner's open attempt waits in the peer's line
     /// ([`ChannelReport::in_peer_line_since`]).
     in_line_since_us: AtomicU64,
+    /// [`ChannelReport::line_yields`].
+    line_yields: AtomicU8,
     /// This channel's owner has told the tick its turn's work is done
     /// (once per channel: the tick then decides).
     work_told: AtomicBool,
@@ -52,6 +54,7 @@ impl Default for SlotInfo {
             served: AtomicU64::default(),
             served_from: AtomicU64::new(NOT_YET),
             in_line_since_us: AtomicU64::new(NOT_YET),
+            line_yields: AtomicU8::default(),
             work_told: AtomicBool::default(),
             preempted: AtomicBool::default(),
         }
@@ -82,6 +85,7 @@ impl SlotInfo {
         self.served.store(r.served, Ordering::Relaxed);
         let since = r.in_peer_line_since.map_or(NOT_YET, |t| micros(epoch, t));
         self.in_line_since_us.store(since, Ordering::Relaxed);
+        self.line_yields.store(r.line_yields, Ordering::Relaxed);
         if r.closeable {
             let from = r.served_from.unwrap_or(r.served);
             let _ = self.served_from.compare_exchange(
@@ -131,6 +135,7 @@ impl SlotInfo {
             in_peer_line_since: Some(self.in_line_since_us.load(Ordering::Relaxed))
                 .filter(|us| *us != NOT_YET)
                 .map(|us| epoch + Duration::from_micros(us)),
+            line_yields: self.line_yields.load(Ordering::Relaxed),
         }
     }
 }

@@ -31,6 +31,7 @@ fn report(callable: bool) -> SlotReport {
         served: 0,
         served_from: None,
         in_peer_line_since: None,
+        line_yields: 0,
     }
 }
 
@@ -143,6 +144,7 @@ fn an_attempt_reported_waiting_in_a_peers_line_gives_its_slot_to_a_waiter() {
     let waiting = SlotReport {
         closeable: false,
         in_peer_line_since: Some(since),
+        line_yields: 0,
         ..report(true)
     };
     c.report(&info, &waiting);
@@ -150,6 +152,13 @@ fn an_attempt_reported_waiting_in_a_peers_line_gives_its_slot_to_a_waiter() {
     let lost = since.saturating_duration_since(loaded.in_peer_line_since.unwrap());
     assert!(lost < Duration::from_micros(1), "{lost:?}");
     assert!(!loaded.closeable);
+    let again = SlotReport {
+        line_yields: 3,
+        ..waiting
+    };
+    c.report(&info, &again);
+    assert_eq!(info.load(c.inner.epoch).line_yields, 3);
+    c.report(&info, &waiting);
     // Another site wants a slot: the attempt gives its slot back.
     let (granted_tx, granted_rx) = mpsc::channel();
     let Requested::Queued(_) = c.request(move |l| {

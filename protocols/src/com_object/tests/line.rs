@@ -240,10 +240,23 @@ fn leaving_the_peers_line_abandons_the_attempt_and_asks_for_a_slot_again_at_once
     // The give-up deadline went with the attempt.
     assert_eq!(h.com.poll_timeout(), None);
     assert!(!h.com.leave_peer_line(h.now), "once");
+    assert_eq!(h.com.line_yields(), 1);
     assert_eq!(
         h.com.open_succeeded(attempt, &opened(1, 1 << 20), h.now),
         None
     );
-    // The next slot starts the next attempt.
-    assert_eq!(h.grant(), attempt + 1);
+    // The next slot starts the next attempt; it gives way too, and the
+    // count goes on until a channel works.
+    let next = h.grant();
+    assert_eq!(next, attempt + 1);
+    h.com.open_waiting(next, HOLD, h.now);
+    assert!(h.com.leave_peer_line(h.now));
+    assert_eq!(h.com.line_yields(), 2);
+    h.actions();
+    let last = h.grant();
+    assert!(h
+        .com
+        .open_succeeded(last, &opened(1, 1 << 20), h.now)
+        .is_some());
+    assert_eq!(h.com.line_yields(), 0);
 }
