@@ -265,6 +265,13 @@ fn a_shorter_tick_sends_more() {
         n(&fast, "messages") > 10 * n(&plain, "messages"),
         "{plain} {fast}"
     );
+    // The lines' figures: peers told to wait and let in, our attempts
+    // that gave their slot back.
+    assert!(n(&fast, "line_waits") > 0, "{fast}");
+    assert!(n(&fast, "line_grants") > 0, "{fast}");
+    for k in ["accepts_refused", "line_yields", "reclaims_kept"] {
+        assert!(fast[k].is_u64(), "no {k:?} in {fast}");
+    }
 }
 
 /// `--adopt-hop`: accepted channels reach their entries' ComObjects

@@ -52,6 +52,11 @@ pub(super) struct Json {
     coops_failed: u64,
     coops_cancelled: u64,
     coop_discarded: u64,
+    accepts_refused: u64,
+    line_waits: u64,
+    line_grants: u64,
+    line_yields: u64,
+    reclaims_kept: u64,
     pub(super) events: u64,
     pub(super) sim_s: f64,
     pub(super) wall_s: f64,
@@ -140,6 +145,11 @@ impl Json {
             coops_failed: r.coops_failed,
             coops_cancelled: r.coops_cancelled,
             coop_discarded: r.coop_discarded,
+            accepts_refused: r.accepts_refused,
+            line_waits: r.line_waits,
+            line_grants: r.line_grants,
+            line_yields: r.line_yields,
+            reclaims_kept: r.reclaims_kept,
             events: r.events,
             sim_s: r.sim_s,
             wall_s,
@@ -187,6 +197,11 @@ pub(super) fn add(mut a: Json, b: &Json) -> Json {
     a.coops_failed += b.coops_failed;
     a.coops_cancelled += b.coops_cancelled;
     a.coop_discarded += b.coop_discarded;
+    a.accepts_refused += b.accepts_refused;
+    a.line_waits += b.line_waits;
+    a.line_grants += b.line_grants;
+    a.line_yields += b.line_yields;
+    a.reclaims_kept += b.reclaims_kept;
     a.requests += b.requests;
     a.late_replies += b.late_replies;
     a.handshakes_dropped += b.handshakes_dropped;
@@ -225,6 +240,19 @@ pub(super) fn print(j: &Json, json: bool) {
         j.opens, j.retransmitted, j.reclaimed, j.handshakes_dropped
     );
     println!("idle sites:     {} parks, {} unparks", j.parks, j.unparks);
+    if j.line_waits + j.accepts_refused > 0 {
+        println!(
+            "waiting lines:  {} peers told to wait, {} let in, {} refused; \
+             {} of our attempts gave their slot back",
+            j.line_waits, j.line_grants, j.accepts_refused, j.line_yields
+        );
+    }
+    if j.reclaims_kept > 0 {
+        println!(
+            "adoption:       {} reclaims kept for a channel on its way",
+            j.reclaims_kept
+        );
+    }
     println!(
         "site table:     {} entries reached by address bound, {} merged; forwarded origins: {} claimed, {} refused",
         j.bound, j.merges, j.origins_claimed, j.origins_refused
