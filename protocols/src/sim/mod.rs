@@ -68,6 +68,7 @@ mod check;
 mod config;
 mod conns;
 mod coops;
+mod envelope;
 mod faults;
 mod io;
 mod net;
@@ -104,6 +105,7 @@ use crate::site::SiteId;
 use crate::slots::{DefaultPolicy, SlotConfig, SlotTable};
 
 use self::check::Oracle;
+use self::envelope::{envelope_id, envelope_site, message_id};
 use self::node::Node;
 use self::report::Counts;
 use self::trace::Trace;
@@ -575,33 +577,5 @@ impl Sim {
             .rng
             .gen_range(Duration::ZERO..self.cfg.tick.max(Duration::from_nanos(1)));
         self.at(self.now + phase, Ev::Tick { node: n, inc });
-    }
-}
-
-/// The message id an envelope's header carries.
-pub(super) fn envelope_id(header: &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(header.get(..8)?.try_into().ok()?))
-}
-
-/// The site a one-way message's envelope names after its id
-/// ([`AppCtx::send_site_ref`]), as a descriptor's text; `None` if it names
-/// none, `Some(Err)` if what follows the id is not a descriptor.
-pub(super) fn envelope_site(header: &[u8]) -> Option<Result<crate::site::SiteDescriptor, String>> {
-    let rest = header.get(8..).filter(|r| !r.is_empty())?;
-    Some(
-        std::str::from_utf8(rest)
-            .map_err(|e| e.to_string())
-            .and_then(|t| t.parse().map_err(|e| format!("{e}"))),
-    )
-}
-
-/// The message id of a message of `kind` (a forwarded request's is inside
-/// its origin block).
-pub(super) fn message_id(kind: crate::message::MessageKind, header: &[u8]) -> Option<u64> {
-    if kind == crate::message::MessageKind::Forward {
-        let (_, inner) = crate::message::unwrap_origin(&bytes::Bytes::copy_from_slice(header))?;
-        envelope_id(&inner)
-    } else {
-        envelope_id(header)
     }
 }

@@ -1,0 +1,108 @@
+//! What a driver reads of a ComObject: its state, named after what it
+//! waits for; its channel or open attempt (and the wait in the peer's
+//! line); its addresses, fault state, session and counters; whether it
+//! has need of a channel. Nothing here changes the machine.
+
+use std::time::Instant;
+
+use super::{ComObject, ComState, ComStats, FaultState, Phase};
+use crate::address_book::AddressBook;
+use crate::com_object::ChannelId;
+use crate::session::{ClosePhase, Session};
+
+impl ComObject {
+    /// The state, named after what it waits for.
+    pub fn state(&self) -> ComState {
+        match self.phase {
+            Phase::Closed => ComState::Closed,
+            Phase::WaitingForSlot => ComState::WaitingForSlot,
+            Phase::Opening { .. } => ComState::Opening,
+            Phase::Working { .. } => match self.session.close_phase() {
+                ClosePhase::Open => ComState::Working,
+                ClosePhase::ClosingWeak { .. } => ComState::ClosingWeak,
+                ClosePhase::ClosingHard { .. } => ComState::ClosingHard,
+                ClosePhase::PeerClosing { .. } | ClosePhase::Done => ComState::WaitingForDisconnect,
+            },
+            Phase::WaitingForCallback | Phase::InLine { .. } => ComState::WaitingForCallback,
+            Phase::Backoff => ComState::Backoff,
+            Phase::Failed => ComState::Failed,
+        }
+    }
+
+    /// The addresses the peer can be called at, best first (empty: it
+    /// only connects to us).
+    pub fn addresses(&self) -> &AddressBook {
+        &self.book
+    }
+
+    /// The working channel, if any.
+    pub fn working_channel(&self) -> Option<ChannelId> {
+        match self.phase {
+            Phase::Working { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+
+    /// The open attempt in progress, if any (its sequence number): one
+    /// opening, or one waiting in the peer's line.
+    pub fn opening(&self) -> Option<u64> {
+        match self.phase {
+            Phase::Opening { attempt } | Phase::InLine { attempt, .. } => Some(attempt),
+            _ => None,
+        }
+    }
+
+    /// True while our open attempt waits in the peer's line (issue 21).
+    pub fn in_line(&self) -> bool {
+        matches!(self.phase, Phase::InLine { .. })
+    }
+
+    /// Since when our open attempt waits in the peer's line, if it does:
+    /// the driver puts it in the slot controller's report of the attempt's
+    /// slot ([`ChannelReport::in_peer_line_since`](crate::slots::ChannelReport::in_peer_line_since)),
+    /// so that a node short of slots can take this one back
+    /// ([`leave_peer_line`](Self::leave_peer_line)).
+    pub fn in_line_since(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::InLine { since, .. } => Some(since),
+            _ => None,
+        }
+    }
+
+    /// How many attempts to this site in a row left the peer's line to
+    /// give their slot back, since a channel last worked (at most 255):
+    /// the driver reports it with the wait
+    /// ([`ChannelReport::line_yields`](crate::slots::ChannelReport::line_yields)),
+    /// and each doubles how long the next attempt waits before its slot
+    /// may be taken, so that an attempt that keeps being sent to the back
+    /// of a long line still reaches its front.
+    pub fn line_yields(&self) -> u8 {
+        self.line_yields
+    }
+
+    /// True once the site failed permanently (or was merged away).
+    pub fn is_failed(&self) -> bool {
+        self.phase == Phase::Failed
+    }
+
+    /// The site's fault state.
+    pub fn fault_state(&self) -> FaultState {
+        self.fault
+    }
+
+    /// The session (queues, numbering, counters), read-only.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ComStats {
+        self.stats.as_deref().copied().unwrap_or_default()
+    }
+
+    /// True if messages are queued, partly sent or unacknowledged, or
+    /// replies are awaited.
+    pub fn has_need(&self) -> bool {
+        self.awaiting_replies || self.session.pending_messages() > 0
+    }
+}
