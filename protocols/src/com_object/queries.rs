@@ -9,6 +9,7 @@ use super::{ComObject, ComState, ComStats, FaultState, Phase};
 use crate::address_book::AddressBook;
 use crate::com_object::ChannelId;
 use crate::session::{ClosePhase, Session};
+use crate::slots::ChannelReport;
 
 impl ComObject {
     /// The state, named after what it waits for.
@@ -67,6 +68,29 @@ impl ComObject {
             Phase::InLine { since, .. } => Some(since),
             _ => None,
         }
+    }
+
+    /// What the slot controller is told of the slot our open attempt holds
+    /// while it waits in the peer's line, if it does: not a working
+    /// channel (never `closeable`), waiting since then, after this many
+    /// attempts in a row gave way ([`line_yields`](Self::line_yields)).
+    /// The runtime's driver and the simulator's report it alike.
+    pub fn line_wait_report(&self) -> Option<ChannelReport> {
+        let since = self.in_line_since()?;
+        let session = self.session();
+        Some(ChannelReport {
+            closeable: false,
+            last_active: self.last_activity(),
+            mid_message: false,
+            replies_expected: self.awaiting_replies(),
+            buffers_empty: true,
+            queues_empty: session.queued_bytes() == 0,
+            callable: self.addresses().can_open(),
+            served: session.stats_ref().served(),
+            served_from: None,
+            in_peer_line_since: Some(since),
+            line_yields: self.line_yields(),
+        })
     }
 
     /// How many attempts to this site in a row left the peer's line to

@@ -240,20 +240,8 @@ impl Sim {
                 // that moves nothing, which the table may take back.
                 Role::Initiator { peer, .. } => {
                     let p = peers.get(&peer)?;
-                    let since = p.com.in_line_since()?;
-                    return (p.opening == Some((p.com.opening()?, *c))).then(|| ChannelReport {
-                        closeable: false,
-                        last_active: p.com.last_activity(),
-                        mid_message: false,
-                        replies_expected: p.com.awaiting_replies(),
-                        buffers_empty: true,
-                        queues_empty: false,
-                        callable: p.com.addresses().can_open(),
-                        served: p.com.session().stats_ref().served(),
-                        served_from: None,
-                        in_peer_line_since: Some(since),
-                        line_yields: p.com.line_yields(),
-                    });
+                    let ours = p.opening == Some((p.com.opening()?, *c));
+                    return p.com.line_wait_report().filter(|_| ours);
                 }
                 _ => return None,
             };

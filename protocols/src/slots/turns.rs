@@ -167,12 +167,9 @@ pub(super) fn line_waiters(
     };
     let mut waiting: Vec<(Instant, u64)> = candidates
         .iter()
-        .filter(|c| {
-            c.channel
-                .in_peer_line_since
-                .is_some_and(|since| now.saturating_duration_since(since) >= patience(c))
-        })
-        .filter_map(|c| Some((c.channel.in_peer_line_since?, c.holder)))
+        .filter_map(|c| Some((c.channel.in_peer_line_since?, c)))
+        .filter(|(since, c)| now.saturating_duration_since(*since) >= patience(c))
+        .map(|(since, c)| (since, c.holder))
         .collect();
     waiting.sort_unstable();
     waiting

@@ -43,7 +43,7 @@ fn default_policy() -> Box<dyn PreemptionPolicy> {
 
 #[test]
 fn an_attempt_in_a_peers_line_gives_its_slot_to_a_site_waiting_here_before_a_channel_at_work() {
-    let (mut t, [a, b], waiter) = two_held_and_one_waiting(default_policy());
+    let (mut t, [a, _], waiter) = two_held_and_one_waiting(default_policy());
     let t0 = Instant::now();
     let now = t0 + 2 * t.config().line_yield;
     let tick = t.handle_timeout(now, |h| Some(if h == a { in_line(t0) } else { busy(now) }));
@@ -57,7 +57,6 @@ fn an_attempt_in_a_peers_line_gives_its_slot_to_a_site_waiting_here_before_a_cha
     // The owner left the line and closed its connection: the slot is the
     // waiter's.
     assert_eq!(t.release(a, now).map(|(w, _)| w), Some(waiter));
-    let _ = b;
 }
 
 #[test]
@@ -113,7 +112,7 @@ fn under_share_a_peer_in_our_line_takes_the_slot_of_our_attempt_in_another_line(
     cfg.admission = Admission::Share;
     let mut t = SlotTable::new(cfg, default_policy());
     let ours = connect(&mut t, t0);
-    let accepted = t.accept(t0).expect("below the hard limit");
+    t.accept(t0).expect("below the hard limit");
     let Accepted::Wait { ticket, .. } = t.accept_or_wait(t0, site(7), 0) else {
         panic!("full: the peer waits")
     };
@@ -125,7 +124,6 @@ fn under_share_a_peer_in_our_line_takes_the_slot_of_our_attempt_in_another_line(
     assert_eq!(tick.victims[0], (ours, PreemptReason::LineWait));
     assert_eq!(tick.victims.len(), 1, "one per peer waiting");
     assert_eq!(t.release(ours, now).map(|(w, _)| w), Some(ticket));
-    let _ = accepted;
 }
 
 /// A site whose attempts gave way before waits twice as long for each,

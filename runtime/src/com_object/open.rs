@@ -10,7 +10,7 @@ use actix::prelude::*;
 
 use sitenet_protocols::{Initiator, OpenRequest, Opened};
 use sitenet_transport::controller::PreemptFn;
-use sitenet_transport::{LeaseId, SlotInfo, SlotReport};
+use sitenet_transport::{LeaseId, SlotInfo};
 
 use super::{ComObject, Opening, SlotGranted};
 use crate::channel_io::{connect_and_open, Dial, OpenFailure};
@@ -78,23 +78,9 @@ impl Handler<OpenWaiting> for ComObject {
             Counters::add(&self.node.counters.line_waits, 1);
         }
         self.com.open_waiting(msg.attempt, msg.hold, Instant::now());
-        if let (Some(since), Some(o)) = (self.com.in_line_since(), &self.opening) {
+        if let (Some(report), Some(o)) = (self.com.line_wait_report(), &self.opening) {
             // A holder that moves nothing: the slot table may take it back
             // for a site waiting here.
-            let session = self.com.session();
-            let report = SlotReport {
-                closeable: false,
-                last_active: self.com.last_activity(),
-                mid_message: false,
-                replies_expected: false,
-                buffers_empty: true,
-                queues_empty: session.queued_bytes() == 0,
-                callable: self.com.addresses().can_open(),
-                served: session.stats_ref().served(),
-                served_from: None,
-                in_peer_line_since: Some(since),
-                line_yields: self.com.line_yields(),
-            };
             self.node.slots.report(&o.slot_info, &report);
         }
         self.drive(ctx);
