@@ -204,3 +204,41 @@ async fn close_racing_with_a_lost_channel_and_reconnect() {
     assert_eq!(sink.out_of_order.load(Ordering::Acquire), 0);
     assert_eq!(server.metrics().messages_delivered, N);
 }
+
+/// The runtime side of
+/// `site_needs::regression_a_site_with_messages_queued_reopens_at_once_after_a_peers_hard_close`
+/// (found by `sitenet sim`): a server preempts a client's channel
+/// (CLOSE_HARD), and the client then has messages to send. The server
+/// cannot call back (the client does not listen) and would not (it has
+/// nothing for the client). The client used to wait
+/// `reopen_after_peer_hard_close` (5 s by default, an hour here) before
+/// reopening; now its messages reopen the channel at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_site_preempted_with_messages_to_send_does_not_wait_for_a_callback() {
+    const N: u64 = 100;
+    let server = listening_node();
+    let sink = Sink::install(&server, N, None);
+    let client = Node::builder()
+        .configure(|c| c.reopen_after_peer_hard_close = Duration::from_secs(3600))
+        .start()
+        .unwrap();
+    let site = client.site(addr(&server)).unwrap();
+    site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
+    site.flush(PATIENCE).await.unwrap();
+    let back = server
+        .site_by_id(client.id())
+        .expect("server knows the client");
+    server.close_hard(&back);
+    assert!(
+        client.wait_until(|m| m.orderly_closes == 1, PATIENCE).await,
+        "{:?}",
+        client.metrics()
+    );
+    for seq in 1..N {
+        site.send(&Numbered { stream: 0, seq }).await.unwrap();
+    }
+    site.flush(PATIENCE).await.unwrap();
+    sink.wait().await;
+    assert_eq!(sink.total.load(Ordering::Acquire), N);
+    assert_eq!(client.metrics().channels_opened, 2);
+}

@@ -269,5 +269,5 @@ fn with_adopt_hop(seed: u64) -> SimConfig {
 /// that is gone (the runtime's `SiteEntry::adopting` rule).
 #[test]
 fn a_reclaim_that_ignores_a_channel_on_its_way_is_caught() {
-    assert_caught_within(Bug::ReclaimIgnoresAdopting, with_adopt_hop, 10);
+    assert_caught_within(Bug::ReclaimIgnoresAdopting, with_adopt_hop, 40);
 }

@@ -703,3 +703,36 @@ fn regression_a_slot_deadline_already_past_still_fires() {
     .run();
     assert_eq!(r.verdict, Verdict::Ok, "{r:?}");
 }
+
+/// Found by a search over combinations of `sitenet sim`'s options (7 sites,
+/// 2 weak and 4 hard slots, 10 ms ticks, bursts into the smallest output
+/// bound, a fifth of the sends by address, the outbox queue; no faults at
+/// all): 3 seeds in 8 ended with "channels still opening 59.5 s after the
+/// faults stopped", and with other options "message … neither delivered
+/// nor handed back after the run settled". The backlog was draining at a
+/// tenth of its pace: a site whose channel a peer short of slots preempted
+/// (CLOSE_HARD) while it still had messages queued waited the whole
+/// `reopen_after_peer_hard_close` (5 s) for a callback that never came —
+/// the preempting side calls back only for messages of its own. Seed 1
+/// delivered its last message 65 s in; now 15 s in. A site with messages
+/// to send reopens at once (`ComObject::close_done`). Failed before the
+/// fix.
+#[test]
+fn regression_a_site_preempted_with_messages_queued_does_not_wait_for_a_callback() {
+    for seed in [1, 4, 7] {
+        let r = Sim::new(SimConfig {
+            weak_slots: 2,
+            hard_slots: 4,
+            tick: Duration::from_millis(10),
+            duration: Duration::from_secs(10),
+            address_sends: 0.2,
+            bursts: 0.1,
+            output_bound: Some(98_304),
+            outbox_queue: true,
+            ..cfg(7, seed, Faults::None)
+        })
+        .run();
+        assert_eq!(r.verdict, Verdict::Ok, "seed {seed}: {r:?}");
+        assert!(r.preemptions > 0, "seed {seed}: no preemption");
+    }
+}

@@ -487,3 +487,53 @@ fn regression_a_callable_site_does_not_reopen_after_a_peers_hard_close_without_n
     h.com.queue(msg()).unwrap();
     assert!(h.actions().iter().any(|a| matches!(a, Action::RequestSlot)));
 }
+
+/// Found by `sitenet sim` (7 sites, 2 / 4 slots, 10 ms ticks, bursts into a
+/// small output bound, sends by address, the outbox queue; seed 1): a site
+/// whose channel a peer short of slots preempted (CLOSE_HARD) while it
+/// still had messages queued waited the whole `reopen_after_peer_hard_close`
+/// (5 s) for a callback. The preempting side calls back only when it has
+/// something to send itself, so the queue sat idle for 5 s at every
+/// preemption: the run's backlog drained at a tenth of its pace and had not
+/// drained a minute after the faults stopped. A site with something to
+/// send reopens at once (a peer at its hard limit puts it in its line).
+#[test]
+fn regression_a_site_with_messages_queued_reopens_at_once_after_a_peers_hard_close() {
+    let mut h = H::with(true, true);
+    let id = h.working_and_acked(false);
+    h.peer_closes_hard(id);
+    // Queued while the close runs: it may not go out on this channel.
+    h.com.queue(msg()).unwrap();
+    h.transmit();
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    let mut acts = h.actions();
+    h.com.channel_closed(id, h.now);
+    acts.extend(h.actions());
+    assert!(h.com.has_need());
+    assert!(
+        acts.iter().any(|a| matches!(a, Action::RequestSlot)),
+        "a message to send: reopen at once, not after the callback wait ({acts:?}, {:?})",
+        h.com.state()
+    );
+    assert_eq!(h.com.state(), ComState::WaitingForSlot);
+}
+
+/// The same rule when the need comes while the site waits for the call:
+/// a message queued then ends the wait at once.
+#[test]
+fn a_message_queued_while_waiting_for_the_peers_call_opens_at_once() {
+    let mut h = H::with(true, true);
+    let id = h.working_and_acked(false);
+    h.peer_closes_hard(id);
+    h.transmit();
+    h.lose(id);
+    assert_eq!(h.com.state(), ComState::WaitingForCallback);
+    assert!(h.actions().is_empty());
+    h.com.queue(msg()).unwrap();
+    let acts = h.actions();
+    assert!(
+        acts.iter().any(|a| matches!(a, Action::RequestSlot)),
+        "{acts:?}"
+    );
+    assert_eq!(h.com.state(), ComState::WaitingForSlot);
+}

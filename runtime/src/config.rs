@@ -131,7 +131,10 @@ pub struct NodeConfig {
     /// they grow back to `buffer_size` as soon as traffic needs them.
     pub ring_idle: Duration,
     /// After the peer closed hard (it is short of resources and will come
-    /// back), wait this long before reconnecting ourselves.
+    /// back when it has something for us), wait this long before
+    /// reconnecting ourselves, while we have nothing to send: a site with
+    /// messages to send reopens at once, since the peer calls back only
+    /// for messages of its own.
     pub reopen_after_peer_hard_close: Duration,
     /// Longest wait in a peer's line (issue 21): a peer whose slots are full
     /// tells an opening site to wait and lets it in when a slot frees; a

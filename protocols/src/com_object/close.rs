@@ -66,14 +66,22 @@ impl ComObject {
                 self.phase = Phase::Closed;
             }
             CloseReason::PeerHard => {
-                // The peer is short of resources and will call back; only if
-                // it does not do we reconnect, later.
+                // The peer is short of resources and will call back when it
+                // has something for us; only if it does not do we reconnect,
+                // later. With messages of our own to send we do not wait:
+                // the peer calls back only for its own, so our queue would
+                // sit idle for the whole wait at every preemption. A peer
+                // still at its hard limit puts our open in its line.
                 self.owed_reopen = true;
-                self.phase = Phase::WaitingForCallback;
-                self.timers.set(
-                    Timer::ReconnectBackoff,
-                    now + self.cfg.reopen_after_peer_hard_close,
-                );
+                if self.has_messages_to_send() {
+                    self.phase = Phase::Closed;
+                } else {
+                    self.phase = Phase::WaitingForCallback;
+                    self.timers.set(
+                        Timer::ReconnectBackoff,
+                        now + self.cfg.reopen_after_peer_hard_close,
+                    );
+                }
             }
             CloseReason::Timeout => self.schedule_backoff(now),
         }

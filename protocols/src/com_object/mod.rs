@@ -413,6 +413,13 @@ impl ComObject {
         if self.session.has_refused() {
             self.take_refused();
         }
+        // Waiting for a peer that closed hard to call back is for a site
+        // with nothing to send; a message queued meanwhile ends the wait
+        // (see `close_done`).
+        if self.phase == Phase::WaitingForCallback && self.has_messages_to_send() {
+            self.timers.stop(Timer::ReconnectBackoff);
+            self.phase = Phase::Closed;
+        }
         // The common case, on every batch sent or received: the site is
         // referenced and not waiting to open, and neither the linger nor the
         // reclaim clock runs (both need no references), so nothing can

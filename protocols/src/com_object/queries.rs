@@ -127,6 +127,14 @@ impl ComObject {
     /// True if messages are queued, partly sent or unacknowledged, or
     /// replies are awaited.
     pub fn has_need(&self) -> bool {
-        self.awaiting_replies || self.session.pending_messages() > 0
+        self.awaiting_replies || self.has_messages_to_send()
+    }
+
+    /// True if messages wait to go to the peer (queued, partly sent, or
+    /// sent and not acknowledged: all go on the next channel). Unlike
+    /// awaited replies, which the peer brings when it calls back, only a
+    /// channel we open moves these.
+    pub(super) fn has_messages_to_send(&self) -> bool {
+        self.session.pending_messages() > 0
     }
 }

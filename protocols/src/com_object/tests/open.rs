@@ -165,13 +165,17 @@ fn an_eof_after_the_peers_hard_close_waits_for_the_peer_to_call_back() {
     c.reopen_after_peer_hard_close = Duration::from_secs(3);
     let mut h = H::new(c, true);
     let id = h.working();
-    // The peer's CLOSE_HARD arrives; we grant it.
+    // Our message goes out, and the peer's CLOSE_HARD acknowledges it: we
+    // have nothing left to send (with something, we would reopen at once:
+    // `site_needs::regression_a_site_with_messages_queued_reopens_at_once_after_a_peers_hard_close`).
+    h.com.poll_transmit(h.now, &mut ByteBuffer::new(65_536));
     let mut input = ByteBuffer::new(4096);
     let mut hb = [0u8; crate::frame::HEADER_LEN];
-    crate::frame::FrameHeader::control(crate::frame::FrameKind::CloseHard, 0, 0).encode(&mut hb);
+    crate::frame::FrameHeader::control(crate::frame::FrameKind::CloseHard, 0, 1).encode(&mut hb);
     input.push(&hb);
     assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
     assert_eq!(h.com.state(), ComState::WaitingForDisconnect);
+    assert!(!h.com.has_need());
     h.com.channel_lost(id, Loss::Eof, h.now);
     let a = h.actions();
     assert!(
