@@ -271,3 +271,26 @@ fn with_adopt_hop(seed: u64) -> SimConfig {
 fn a_reclaim_that_ignores_a_channel_on_its_way_is_caught() {
     assert_caught_within(Bug::ReclaimIgnoresAdopting, with_adopt_hop, 40);
 }
+
+/// Every site keeps its references to the sites it sent to until the end,
+/// so that each references more sites than it has slots: channels are
+/// preempted, and the preempted side has nothing to send.
+fn references_kept(seed: u64) -> SimConfig {
+    SimConfig {
+        sites: 20,
+        weak_slots: 3,
+        hard_slots: 5,
+        hold_references: Duration::from_secs(1_000),
+        faults: Faults::None,
+        ..cfg(seed)
+    }
+}
+
+/// A site that reopens a channel its peer closed hard, with nothing to send
+/// and a peer that can call it back, churns through the slot limits for
+/// ever after the traffic stopped (the simulator's first finding): the
+/// final quiet check catches it.
+#[test]
+fn a_reopen_without_need_after_a_hard_close_is_caught() {
+    assert_caught_within(Bug::ReopenWithoutNeed, references_kept, 3);
+}

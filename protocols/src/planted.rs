@@ -52,6 +52,11 @@ pub enum Bug {
     /// on its way to it (`Counts::adopting` ignored): the channel arrives
     /// at an entry that is gone.
     ReclaimIgnoresAdopting,
+    /// A site whose peer closed its channel hard reopens it after the
+    /// callback wait while it still references the peer, with nothing to
+    /// send and though the peer can call it back (the simulator's first
+    /// finding: idle churn through the slot limits, for ever).
+    ReopenWithoutNeed,
 }
 
 thread_local! {

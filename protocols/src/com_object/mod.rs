@@ -327,6 +327,10 @@ impl ComObject {
     /// peer closed ours hard, we still reference it, and it cannot call us
     /// back (see `owed_reopen` and `ComConfig::callable`).
     fn wants_channel(&self) -> bool {
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::active(crate::planted::Bug::ReopenWithoutNeed) {
+            return self.has_need() || (self.owed_reopen && self.has_refs);
+        }
         self.has_need() || (self.owed_reopen && self.has_refs && !self.cfg.callable)
     }
 

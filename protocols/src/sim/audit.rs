@@ -5,10 +5,18 @@
 //! checks once the run has settled (every message accounted for, the
 //! applications' own checks, quiet, every pair converged, nothing held).
 
+use std::time::Duration;
+
 use crate::com_object::ComState;
 
 use super::node::Slot;
 use super::Sim;
+
+/// How long after the last message was delivered or handed back a
+/// channel may still open (an unacknowledged message reopening a channel
+/// preempted before its ack came, through a peer's line): twice the
+/// linger time.
+const QUIET_AFTER_LAST_MESSAGE: Duration = Duration::from_secs(20);
 
 impl Sim {
     /// The checks made once a simulated second: slots, rings, stuck
@@ -194,13 +202,24 @@ impl Sim {
             }
         }
         // Quiet at the end: the last third of the settle phase opens no
-        // channel (everything owed was delivered long before; an open then
-        // is churn, as when sites reopened preempted channels without need).
-        let quiet_from = self.cfg.duration + self.cfg.settle * 2 / 3;
+        // channel, nor does the time after the last message was delivered
+        // or handed back, once a grace has passed (everything owed was
+        // delivered by then; an open is churn, as when sites reopened
+        // preempted channels without need). A backlog still draining
+        // late in the settle phase (a workload beyond what the slots and
+        // the output bounds carry) opens channels for what it sends: that
+        // is no churn, and the message checks say whether it drained.
+        let settled = self.cfg.duration + self.cfg.settle * 2 / 3;
+        let drained = self
+            .last_message
+            .map_or(Duration::ZERO, |t| t + QUIET_AFTER_LAST_MESSAGE);
+        let quiet_from = settled.max(drained);
         if let Some(at) = self.last_open.filter(|at| *at > quiet_from) {
             let what = format!(
-                "channels still opening {:.1}s after the faults stopped, with nothing to send",
-                (at - self.cfg.duration).as_secs_f64()
+                "channels still opening {:.1}s after the faults stopped, with nothing to send \
+                 (the last message was delivered or handed back at {:.1}s)",
+                (at - self.cfg.duration).as_secs_f64(),
+                self.last_message.unwrap_or_default().as_secs_f64()
             );
             return self.violation(what);
         }

@@ -244,6 +244,9 @@ pub struct Sim {
     verdict: Option<Verdict>,
     /// When the last open attempt started.
     last_open: Option<Duration>,
+    /// When a message was last delivered or handed back (the final quiet
+    /// check counts from it when it is late).
+    last_message: Option<Duration>,
 }
 
 impl Sim {
@@ -291,6 +294,7 @@ impl Sim {
             serve: std::collections::BTreeSet::new(),
             verdict: None,
             last_open: None,
+            last_message: None,
             cfg,
         };
         for n in 0..sim.cfg.sites {

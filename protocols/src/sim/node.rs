@@ -561,6 +561,7 @@ impl Sim {
             return self.violation(format!("a handed-back message has no envelope: {m:?}"));
         };
         self.trace(n, "handed_back", &[id as u128, maybe as u128]);
+        self.last_message = Some(self.now);
         if let Err(e) = self.oracle.hand_back(id, maybe) {
             return self.violation(e);
         }

@@ -281,6 +281,7 @@ impl Sim {
             return self.violation(format!("a message without an envelope arrived: {m:?}"));
         };
         self.trace(n, "deliver", &[peer.0, id as u128, kind as u128]);
+        self.last_message = Some(self.now);
         let me = self.nodes[n].id;
         if let Err(e) = self.oracle.deliver(id, me, n, peer, &m.body) {
             return self.violation(e);
