@@ -736,3 +736,36 @@ fn regression_a_site_preempted_with_messages_queued_does_not_wait_for_a_callback
         assert!(r.preemptions > 0, "seed {seed}: no preemption");
     }
 }
+
+/// A workload that sends far more than the output bounds let through (5
+/// sites, 10 ms ticks, every option that sends, the smallest
+/// bound) has not drained when the settle phase ends: the verdict says
+/// the message still waits for room at its sender — overload, which a
+/// longer settle shows, not a message the protocol lost. Found by a
+/// search over the command's options, where it read like a lost message.
+#[test]
+fn a_backlog_still_waiting_for_room_is_named_as_such() {
+    let shape = |settle| SimConfig {
+        weak_slots: 1,
+        hard_slots: 5,
+        tick: Duration::from_millis(10),
+        address_sends: 0.5,
+        cooperations: 0.5,
+        batches: 0.5,
+        bursts: 0.5,
+        output_bound: Some(98_304),
+        outbox_queue: true,
+        settle: Duration::from_secs(settle),
+        ..cfg(5, 684_002_679, Faults::Light)
+    };
+    let r = Sim::new(shape(60)).run();
+    let Verdict::Violation { what, .. } = &r.verdict else {
+        panic!("the backlog drained within 60 s: {r:?}")
+    };
+    assert!(
+        what.contains("still waits for room in its sender's output bound"),
+        "{what}"
+    );
+    let r = Sim::new(shape(600)).run();
+    assert_eq!(r.verdict, Verdict::Ok, "with a longer settle it drains: {r:?}");
+}

@@ -170,6 +170,28 @@ impl Sim {
         }
     }
 
+    /// Where message `id` still waits to enter its sender's machine, if it
+    /// does: a run whose workload sends more than the output bounds let
+    /// through is told apart from a message the protocol lost.
+    fn still_waiting(&self, id: u64) -> Option<String> {
+        for node in self.nodes.iter().filter(|n| n.up) {
+            for (_, p) in super::node::sorted_peers(&node.peers) {
+                if p.out.holds_waiting(id) {
+                    let waiting: usize = node.peers.values().map(|p| p.out.waiting_count()).sum();
+                    return Some(format!(
+                        "it still waits for room in its sender's output bound, as do {waiting} \
+                         sends at that site: the workload sends more than the output bounds let \
+                         through within the settle phase (a longer --settle shows whether it drains)"
+                    ));
+                }
+                if p.queued.iter().any(|w| w.id == id) {
+                    return Some("it still waits in its entry's outbox queue".into());
+                }
+            }
+        }
+        None
+    }
+
     /// After the settle phase: every message accounted for, every pair of
     /// live sites converged.
     pub(super) fn final_checks(&mut self) {
@@ -178,7 +200,14 @@ impl Sim {
             return;
         }
         if let Err(e) = self.oracle.finish() {
-            return self.violation(e);
+            let where_ = self
+                .oracle
+                .first_pending()
+                .and_then(|id| self.still_waiting(id));
+            return self.violation(match where_ {
+                Some(w) => format!("{e}: {w}"),
+                None => e,
+            });
         }
         // The applications' own invariants.
         for n in 0..self.nodes.len() {

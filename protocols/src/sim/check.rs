@@ -366,6 +366,15 @@ impl Oracle {
 
     /// After the run settled: every message of a sender still up was
     /// delivered or handed back.
+    /// The first message of a live sender neither delivered nor handed
+    /// back (the one [`finish`](Self::finish) names).
+    pub(super) fn first_pending(&self) -> Option<u64> {
+        self.msgs
+            .iter()
+            .position(|r| r.fate == Fate::Pending && !self.crashed.contains(&r.from))
+            .map(|i| i as u64)
+    }
+
     pub(super) fn finish(&self) -> Result<(), String> {
         for (id, r) in self.msgs.iter().enumerate() {
             if r.fate == Fate::Pending && !self.crashed.contains(&r.from) {

@@ -102,6 +102,20 @@ impl SiteOut {
             .is_some_and(|l| l.waiting.iter().any(|w| !w.is_empty()))
     }
 
+    /// How many senders wait here.
+    pub(super) fn waiting_count(&self) -> usize {
+        self.lines
+            .as_ref()
+            .map_or(0, |l| l.waiting.iter().map(BTreeMap::len).sum())
+    }
+
+    /// True if message `id` (the oracle's) waits here for room.
+    pub(super) fn holds_waiting(&self, id: u64) -> bool {
+        self.lines
+            .as_ref()
+            .is_some_and(|l| l.waiting.iter().any(|w| w.values().any(|w| w.id == id)))
+    }
+
     /// Senders of `class` wait here: a new one goes behind them.
     fn class_waits(&self, class: usize) -> bool {
         self.lines
