@@ -170,9 +170,11 @@ impl Sim {
         }
     }
 
-    /// Where message `id` still waits to enter its sender's machine, if it
-    /// does: a run whose workload sends more than the output bounds let
-    /// through is told apart from a message the protocol lost.
+    /// Where message `id` still waits at its sender, if it does: to enter
+    /// its machine (for room in the output bound), or in the machine with
+    /// others for the same site. A run whose workload sends more than the
+    /// slots and the bounds let through in the settle phase is told apart
+    /// from a message the protocol lost (which no sender holds).
     fn still_waiting(&self, id: u64) -> Option<String> {
         for node in self.nodes.iter().filter(|n| n.up) {
             for (_, p) in super::node::sorted_peers(&node.peers) {
@@ -189,7 +191,22 @@ impl Sim {
                 }
             }
         }
-        None
+        // Not waiting to enter: in its sender's machine, queued or sent and
+        // not acknowledged, if the sender still holds messages for the site.
+        let (from, to) = self.oracle.route(id)?;
+        let node = self.nodes.iter().find(|n| n.up && n.id == from)?;
+        let (queued, unacked) = node.peers.get(&to)?.pending();
+        let all: usize = node.peers.values().map(|p| p.pending().0).sum();
+        let waiting: usize = node.peers.values().map(|p| p.out.waiting_count()).sum();
+        (queued + unacked > 0).then(|| {
+            format!(
+                "its sender still holds {queued} messages queued and {unacked} unacknowledged \
+                 for that site ({:?}), {all} queued for all sites and {waiting} sends waiting \
+                 for room: the backlog had not drained within the settle phase (a longer \
+                 --settle shows whether it drains)",
+                node.peers[&to].state()
+            )
+        })
     }
 
     /// After the settle phase: every message accounted for, every pair of

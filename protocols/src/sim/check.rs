@@ -375,6 +375,12 @@ impl Oracle {
             .map(|i| i as u64)
     }
 
+    /// Message `id`'s sender and the site it was sent to.
+    pub(super) fn route(&self, id: u64) -> Option<(SiteId, SiteId)> {
+        let r = self.msgs.get(usize::try_from(id).ok()?)?;
+        Some((r.from, r.to))
+    }
+
     pub(super) fn finish(&self) -> Result<(), String> {
         for (id, r) in self.msgs.iter().enumerate() {
             if r.fate == Fate::Pending && !self.crashed.contains(&r.from) {
