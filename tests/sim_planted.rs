@@ -269,7 +269,7 @@ fn with_adopt_hop(seed: u64) -> SimConfig {
 /// that is gone (the runtime's `SiteEntry::adopting` rule).
 #[test]
 fn a_reclaim_that_ignores_a_channel_on_its_way_is_caught() {
-    assert_caught_within(Bug::ReclaimIgnoresAdopting, with_adopt_hop, 40);
+    assert_caught_within(Bug::ReclaimIgnoresAdopting, with_adopt_hop, 90);
 }
 
 /// Every site keeps its references to the sites it sent to until the end,

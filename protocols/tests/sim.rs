@@ -621,9 +621,10 @@ fn congested_slots_hold_over_seeds() {
 /// Accepted channels reach their entries' ComObjects through the mailbox
 /// (`SimConfig::adopt_hop`): counted on their entries meanwhile, which the
 /// reclaim re-check keeps (`reclaims_kept`), while the machines go on and
-/// peers give up. 40 seeds of sites that send every 200 ms and hold their
+/// peers give up. 90 seeds of sites that send every 200 ms and hold their
 /// references 200 ms (entries often unneeded), heavy faults, and 20 of a
-/// congested shape with sends by address; every run must hold, and a seed
+/// congested shape with sends by address (a reclaim meets a channel on its
+/// way about once in a hundred runs: seeds 82, 175, 276); every run must hold, and a seed
 /// run twice gives the same digest.
 #[test]
 fn the_adopt_hop_holds_over_seeds() {
@@ -643,7 +644,7 @@ fn the_adopt_hop_holds_over_seeds() {
         ..cfg(20, seed, Faults::Heavy)
     };
     let (mut failed, mut kept) = (Vec::new(), 0);
-    let runs = (0..40).map(idle).chain((0..20).map(congested));
+    let runs = (0..90).map(idle).chain((0..20).map(congested));
     for shape in runs {
         let seed = shape.seed;
         let r = Sim::new(shape).run();
@@ -772,22 +773,21 @@ fn a_backlog_still_waiting_for_room_is_named_as_such() {
         Verdict::Ok,
         "with a longer settle it drains: {r:?}"
     );
-    // Another such run (12 sites, heavy faults, batches and bursts): the
-    // first message not delivered is in its sender's machine, with others
-    // for the same site, while hundreds of sends still wait for room.
+    // Without an output bound, a backlog waits in the senders' machines:
+    // one second of settling after ten of bursts through 1 / 2 slots. The
+    // verdict says how much the sender still holds.
     let r = Sim::new(SimConfig {
-        weak_slots: 3,
-        hard_slots: 6,
+        weak_slots: 1,
+        hard_slots: 2,
         tick: Duration::from_millis(10),
-        batches: 0.5,
         bursts: 0.5,
-        output_bound: Some(98_304),
-        outbox_queue: true,
-        ..cfg(12, 859_800_700, Faults::Heavy)
+        duration: Duration::from_secs(10),
+        settle: Duration::from_secs(1),
+        ..cfg(20, 1, Faults::None)
     })
     .run();
     let Verdict::Violation { what, .. } = &r.verdict else {
-        panic!("the backlog drained within 60 s: {r:?}")
+        panic!("the backlog drained within a second: {r:?}")
     };
     assert!(what.contains("its sender still holds"), "{what}");
 }

@@ -80,6 +80,15 @@ impl H {
             acts.iter().any(|a| matches!(a, Action::RequestSlot)),
             "{acts:?}"
         );
+        self.open_requested(generation, peer_fresh)
+    }
+
+    /// [`open`](Self::open) once the machine has asked for its slot.
+    fn open_requested(
+        &mut self,
+        generation: u64,
+        peer_fresh: bool,
+    ) -> sitenet_protocols::ChannelId {
         self.com.slot_granted();
         let acts = self.actions();
         let Some(Action::Open(req)) = acts.into_iter().find(|a| matches!(a, Action::Open(_)))
@@ -536,4 +545,72 @@ fn a_message_queued_while_waiting_for_the_peers_call_opens_at_once() {
         "{acts:?}"
     );
     assert_eq!(h.com.state(), ComState::WaitingForSlot);
+}
+
+/// The attacker's side of the rule above: a peer that accepts our channel
+/// and closes it hard at once, acknowledging nothing, would make a site with
+/// messages queued dial it again and again with no wait at all (each open
+/// works, so no backoff grows). The channel moved nothing: the site waits
+/// for the callback as before, and a message queued behind the ones it
+/// already had does not end the wait.
+#[test]
+fn a_peer_that_closes_hard_without_acknowledging_anything_is_not_redialled_at_once() {
+    let mut h = H::with(true, true);
+    let id = h.working_and_acked(false);
+    // A message goes out; the peer's CLOSE_HARD acknowledges only the
+    // first, as before this channel: nothing moved on it.
+    h.com.queue(msg()).unwrap();
+    h.transmit();
+    let mut input = ByteBuffer::new(4096);
+    let mut hb = [0u8; sitenet_protocols::frame::HEADER_LEN];
+    sitenet_protocols::frame::FrameHeader::control(
+        sitenet_protocols::frame::FrameKind::CloseHard,
+        0,
+        1,
+    )
+    .encode(&mut hb);
+    input.push(&hb);
+    h.com.handle_input(id, h.now, &mut input, &mut |_| {});
+    // That channel had moved message 1: the site reopens at once, on a
+    // channel whose peer acknowledges nothing and closes it hard again.
+    h.transmit();
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    let mut acts = h.actions();
+    h.com.channel_closed(id, h.now);
+    acts.extend(h.actions());
+    assert!(
+        acts.iter().any(|a| matches!(a, Action::RequestSlot)),
+        "{acts:?}"
+    );
+    let id = h.open_requested(2, false);
+    h.transmit();
+    let mut input = ByteBuffer::new(4096);
+    sitenet_protocols::frame::FrameHeader::control(
+        sitenet_protocols::frame::FrameKind::CloseHard,
+        0,
+        1,
+    )
+    .encode(&mut hb);
+    input.push(&hb);
+    h.com.handle_input(id, h.now, &mut input, &mut |_| {});
+    h.transmit();
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    let mut acts = h.actions();
+    h.com.channel_closed(id, h.now);
+    acts.extend(h.actions());
+    assert!(h.com.has_need());
+    assert!(
+        !acts.iter().any(|a| matches!(a, Action::RequestSlot)),
+        "nothing moved on the channel: no reopen at once ({acts:?})"
+    );
+    assert_eq!(h.com.state(), ComState::WaitingForCallback);
+    h.com.queue(msg()).unwrap();
+    assert!(
+        !h.actions().iter().any(|a| matches!(a, Action::RequestSlot)),
+        "a message behind others does not end the wait"
+    );
+    // The wait ends by its timer, as before.
+    let at = h.com.poll_timeout().expect("the callback wait");
+    h.advance_to(at);
+    assert!(h.actions().iter().any(|a| matches!(a, Action::RequestSlot)));
 }

@@ -71,9 +71,13 @@ impl ComObject {
                 // later. With messages of our own to send we do not wait:
                 // the peer calls back only for its own, so our queue would
                 // sit idle for the whole wait at every preemption. A peer
-                // still at its hard limit puts our open in its line.
+                // still at its hard limit puts our open in its line. But
+                // only if the channel moved some of ours (the peer
+                // acknowledged one on it): a peer that accepts and closes
+                // hard at once, acknowledging nothing, would otherwise have
+                // us dial it again and again with no wait at all.
                 self.owed_reopen = true;
-                if self.has_messages_to_send() {
+                if self.has_messages_to_send() && self.session.acked_on_channel() {
                     self.phase = Phase::Closed;
                 } else {
                     self.phase = Phase::WaitingForCallback;

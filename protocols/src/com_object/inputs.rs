@@ -27,7 +27,11 @@ impl ComObject {
         if self.phase == Phase::Failed {
             return Err(Box::new((Refusal::SiteFailed, msg)));
         }
+        let had_messages = self.has_messages_to_send();
         self.session.queue(msg)?;
+        if !had_messages {
+            self.need_ends_callback_wait();
+        }
         self.update();
         Ok(())
     }
@@ -54,13 +58,17 @@ impl ComObject {
         // Only a need appearing changes what happens next (open; stop the
         // linger and reclaim clocks): a batch queued behind others does not.
         let had_need = self.has_need();
+        let had_messages = self.has_messages_to_send();
         for m in batch.drain(..) {
             if let Err(r) = self.session.queue(m) {
                 let (e, m) = *r;
                 refused(e, m);
             }
         }
-        if !had_need {
+        if !had_messages && self.has_messages_to_send() {
+            self.need_ends_callback_wait();
+            self.update();
+        } else if !had_need {
             self.update();
         }
     }

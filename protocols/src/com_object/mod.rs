@@ -411,18 +411,24 @@ impl ComObject {
     // Internals shared by the submodules
     // ------------------------------------------------------------------
 
+    /// A site waiting for a peer that closed hard to call back, with
+    /// nothing of its own to send until now, got something to send: the
+    /// peer calls back only for messages of its own, so the wait ends (see
+    /// `close_done`). Asked when messages are queued to an empty queue
+    /// only: one that waits with messages already (the channel moved none
+    /// of them) keeps waiting.
+    fn need_ends_callback_wait(&mut self) {
+        if self.phase == Phase::WaitingForCallback {
+            self.timers.stop(Timer::ReconnectBackoff);
+            self.phase = Phase::Closed;
+        }
+    }
+
     /// Re-evaluates what to do next after any input: open if there is need,
     /// keep the linger and reclaim timers.
     fn update(&mut self) {
         if self.session.has_refused() {
             self.take_refused();
-        }
-        // Waiting for a peer that closed hard to call back is for a site
-        // with nothing to send; a message queued meanwhile ends the wait
-        // (see `close_done`).
-        if self.phase == Phase::WaitingForCallback && self.has_messages_to_send() {
-            self.timers.stop(Timer::ReconnectBackoff);
-            self.phase = Phase::Closed;
         }
         // The common case, on every batch sent or received: the site is
         // referenced and not waiting to open, and neither the linger nor the

@@ -40,6 +40,9 @@ pub(super) struct Link {
     /// Deliveries in slices, so acks and heartbeats go out between
     /// handler calls (see `pace.rs`).
     pub(super) pace: Pace,
+    /// Our highest message number the peer had acknowledged when the
+    /// channel came up (see `Session::acked_on_channel`).
+    pub(super) acked_at_up: u64,
 }
 
 impl Link {
@@ -70,6 +73,7 @@ impl Link {
             last_bytes: now,
             rate_deadline: None,
             pace: Pace::default(),
+            acked_at_up: 0,
         }
     }
 

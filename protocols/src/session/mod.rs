@@ -242,13 +242,15 @@ impl Session {
         )?;
         self.last_generation = self.last_generation.max(params.generation);
         // The peer learned our last_received in the handshake.
-        self.link = Some(Box::new(Link::new(
+        let mut link = Box::new(Link::new(
             params,
             self.recv.last_received,
             self.ack_hold,
             &self.cfg,
             now,
-        )));
+        ));
+        link.acked_at_up = self.send.acked();
+        self.link = Some(link);
         Ok(())
     }
 

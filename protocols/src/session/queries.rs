@@ -62,6 +62,15 @@ impl Session {
         self.send.pending_messages()
     }
 
+    /// True if the peer acknowledged a message of ours on the working
+    /// channel since it came up: the channel moved something (a peer that
+    /// accepts and closes at once, acknowledging nothing, moved nothing).
+    pub fn acked_on_channel(&self) -> bool {
+        self.link
+            .as_ref()
+            .is_some_and(|l| self.send.acked() > l.acked_at_up)
+    }
+
     /// Messages completely sent and not yet acknowledged.
     pub fn unacked(&self) -> usize {
         self.send.unacked()

@@ -541,6 +541,12 @@ impl Sender {
         self.traffic.as_ref().map_or(0, |t| t.ledger.len())
     }
 
+    /// Our highest message number the peer acknowledged: numbers are
+    /// given in order and the ledger holds every one not acknowledged.
+    pub(crate) fn acked(&self) -> u64 {
+        self.last_sent - self.unacked() as u64
+    }
+
     /// Takes every message out (the site failed for good): never completely
     /// sent, and sent but not acknowledged.
     pub(crate) fn take_all(&mut self) -> (Vec<OutMessage>, Vec<(u64, OutMessage)>) {
