@@ -134,7 +134,9 @@ pub struct NodeConfig {
     /// back when it has something for us), wait this long before
     /// reconnecting ourselves, while we have nothing to send: a site with
     /// messages to send reopens at once, since the peer calls back only
-    /// for messages of its own.
+    /// for messages of its own — if the peer acknowledged one of them on
+    /// the channel it closed (a peer that acknowledged nothing could
+    /// otherwise have us redial it in a loop).
     pub reopen_after_peer_hard_close: Duration,
     /// Longest wait in a peer's line (issue 21): a peer whose slots are full
     /// tells an opening site to wait and lets it in when a slot frees; a

@@ -37,7 +37,9 @@ pub struct ComConfig {
     /// After the peer's hard close, wait this long for it to call back
     /// before reconnecting ourselves — only with nothing to send: with
     /// messages to send the site reopens at once (the peer calls back only
-    /// for messages of its own).
+    /// for messages of its own), if the peer acknowledged one of them on
+    /// the channel it closed (one that acknowledged nothing could have us
+    /// redial it in a loop).
     pub reopen_after_peer_hard_close: Duration,
     /// Longest wait in a peer's line (issue 21): an open attempt the peer
     /// told to wait is abandoned after this long (or after the peer's own

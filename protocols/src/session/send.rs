@@ -544,7 +544,7 @@ impl Sender {
     /// Our highest message number the peer acknowledged: numbers are
     /// given in order and the ledger holds every one not acknowledged.
     pub(crate) fn acked(&self) -> u64 {
-        self.last_sent - self.unacked() as u64
+        self.last_sent.saturating_sub(self.unacked() as u64)
     }
 
     /// Takes every message out (the site failed for good): never completely
