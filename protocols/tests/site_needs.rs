@@ -141,6 +141,16 @@ impl H {
         self.com.handle_input(id, self.now, &mut input, &mut |_| {});
     }
 
+    /// The channel ends (EOF) and the driver closes it: every action the
+    /// machine asked for meanwhile.
+    fn lose_with_actions(&mut self, id: sitenet_protocols::ChannelId) -> Vec<Action> {
+        self.com.channel_lost(id, Loss::Eof, self.now);
+        let mut acts = self.actions();
+        self.com.channel_closed(id, self.now);
+        acts.extend(self.actions());
+        acts
+    }
+
     /// The channel ends (EOF) and the driver closes it.
     fn lose(&mut self, id: sitenet_protocols::ChannelId) {
         self.com.channel_lost(id, Loss::Eof, self.now);
@@ -514,10 +524,7 @@ fn regression_a_site_with_messages_queued_reopens_at_once_after_a_peers_hard_clo
     // Queued while the close runs: it may not go out on this channel.
     h.com.queue(msg()).unwrap();
     h.transmit();
-    h.com.channel_lost(id, Loss::Eof, h.now);
-    let mut acts = h.actions();
-    h.com.channel_closed(id, h.now);
-    acts.extend(h.actions());
+    let acts = h.lose_with_actions(id);
     assert!(h.com.has_need());
     assert!(
         acts.iter().any(|a| matches!(a, Action::RequestSlot)),
@@ -561,43 +568,20 @@ fn a_peer_that_closes_hard_without_acknowledging_anything_is_not_redialled_at_on
     // first, as before this channel: nothing moved on it.
     h.com.queue(msg()).unwrap();
     h.transmit();
-    let mut input = ByteBuffer::new(4096);
-    let mut hb = [0u8; sitenet_protocols::frame::HEADER_LEN];
-    sitenet_protocols::frame::FrameHeader::control(
-        sitenet_protocols::frame::FrameKind::CloseHard,
-        0,
-        1,
-    )
-    .encode(&mut hb);
-    input.push(&hb);
-    h.com.handle_input(id, h.now, &mut input, &mut |_| {});
+    h.peer_closes_hard(id);
     // That channel had moved message 1: the site reopens at once, on a
     // channel whose peer acknowledges nothing and closes it hard again.
     h.transmit();
-    h.com.channel_lost(id, Loss::Eof, h.now);
-    let mut acts = h.actions();
-    h.com.channel_closed(id, h.now);
-    acts.extend(h.actions());
+    let acts = h.lose_with_actions(id);
     assert!(
         acts.iter().any(|a| matches!(a, Action::RequestSlot)),
         "{acts:?}"
     );
     let id = h.open_requested(2, false);
     h.transmit();
-    let mut input = ByteBuffer::new(4096);
-    sitenet_protocols::frame::FrameHeader::control(
-        sitenet_protocols::frame::FrameKind::CloseHard,
-        0,
-        1,
-    )
-    .encode(&mut hb);
-    input.push(&hb);
-    h.com.handle_input(id, h.now, &mut input, &mut |_| {});
+    h.peer_closes_hard(id);
     h.transmit();
-    h.com.channel_lost(id, Loss::Eof, h.now);
-    let mut acts = h.actions();
-    h.com.channel_closed(id, h.now);
-    acts.extend(h.actions());
+    let acts = h.lose_with_actions(id);
     assert!(h.com.has_need());
     assert!(
         !acts.iter().any(|a| matches!(a, Action::RequestSlot)),
