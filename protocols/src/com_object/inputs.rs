@@ -27,9 +27,10 @@ impl ComObject {
         if self.phase == Phase::Failed {
             return Err(Box::new((Refusal::SiteFailed, msg)));
         }
-        let had_messages = self.has_messages_to_send();
+        // Asked only while waiting for a callback: not on every send.
+        let ends_wait = self.phase == Phase::WaitingForCallback && !self.has_messages_to_send();
         self.session.queue(msg)?;
-        if !had_messages {
+        if ends_wait {
             self.need_ends_callback_wait();
         }
         self.update();
@@ -58,14 +59,14 @@ impl ComObject {
         // Only a need appearing changes what happens next (open; stop the
         // linger and reclaim clocks): a batch queued behind others does not.
         let had_need = self.has_need();
-        let had_messages = self.has_messages_to_send();
+        let ends_wait = self.phase == Phase::WaitingForCallback && !self.has_messages_to_send();
         for m in batch.drain(..) {
             if let Err(r) = self.session.queue(m) {
                 let (e, m) = *r;
                 refused(e, m);
             }
         }
-        if !had_messages && self.has_messages_to_send() {
+        if ends_wait && self.has_messages_to_send() {
             self.need_ends_callback_wait();
             self.update();
         } else if !had_need {

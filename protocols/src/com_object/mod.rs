@@ -414,14 +414,12 @@ impl ComObject {
     /// A site waiting for a peer that closed hard to call back, with
     /// nothing of its own to send until now, got something to send: the
     /// peer calls back only for messages of its own, so the wait ends (see
-    /// `close_done`). Asked when messages are queued to an empty queue
-    /// only: one that waits with messages already (the channel moved none
-    /// of them) keeps waiting.
+    /// `close_done`). Called when messages are queued to an empty queue
+    /// while waiting only: one that waits with messages already (the
+    /// channel moved none of them) keeps waiting.
     fn need_ends_callback_wait(&mut self) {
-        if self.phase == Phase::WaitingForCallback {
-            self.timers.stop(Timer::ReconnectBackoff);
-            self.phase = Phase::Closed;
-        }
+        self.timers.stop(Timer::ReconnectBackoff);
+        self.phase = Phase::Closed;
     }
 
     /// Re-evaluates what to do next after any input: open if there is need,
