@@ -176,28 +176,27 @@ impl Sim {
     /// slots and the bounds let through in the settle phase is told apart
     /// from a message the protocol lost (which no sender holds).
     fn still_waiting(&self, id: u64) -> Option<String> {
-        for node in self.nodes.iter().filter(|n| n.up) {
-            for (_, p) in super::node::sorted_peers(&node.peers) {
-                if p.out.holds_waiting(id) {
-                    let waiting: usize = node.peers.values().map(|p| p.out.waiting_count()).sum();
-                    return Some(format!(
-                        "it still waits for room in its sender's output bound, as do {waiting} \
-                         sends at that site: the workload sends more than the output bounds let \
-                         through within the settle phase (a longer --settle shows whether it drains)"
-                    ));
-                }
-                if p.queued.iter().any(|w| w.id == id) {
-                    return Some("it still waits in its entry's outbox queue".into());
-                }
-            }
-        }
-        // Not waiting to enter: in its sender's machine, queued or sent and
-        // not acknowledged, if the sender still holds messages for the site.
         let (from, to) = self.oracle.route(id)?;
         let node = self.nodes.iter().find(|n| n.up && n.id == from)?;
+        let waiting: usize = node.peers.values().map(|p| p.out.waiting_count()).sum();
+        // Waiting to enter its machine, at whichever entry it was sent
+        // through (one reached by address is keyed by a stand-in).
+        for (_, p) in super::node::sorted_peers(&node.peers) {
+            if p.out.holds_waiting(id) {
+                return Some(format!(
+                    "it still waits for room in its sender's output bound, as do {waiting} \
+                     sends at that site: the workload sends more than the output bounds let \
+                     through within the settle phase (a longer --settle shows whether it drains)"
+                ));
+            }
+            if p.queued.iter().any(|w| w.id == id) {
+                return Some("it still waits in its entry's outbox queue".into());
+            }
+        }
+        // In its sender's machine, queued or sent and not acknowledged, if
+        // the sender still holds messages for the site.
         let (queued, unacked) = node.peers.get(&to)?.pending();
         let all: usize = node.peers.values().map(|p| p.pending().0).sum();
-        let waiting: usize = node.peers.values().map(|p| p.out.waiting_count()).sum();
         (queued + unacked > 0).then(|| {
             format!(
                 "its sender still holds {queued} messages queued and {unacked} unacknowledged \
