@@ -70,6 +70,36 @@ fn without_a_seed_it_searches_and_reports_the_seeds_it_tried() {
     assert!(v["seed"].is_null(), "no failing seed to name");
 }
 
+/// `--jobs`: seeds run on several threads; the summary sums the seeds
+/// tried, consecutive from the first, each the run it is alone (its
+/// messages are the sum of the seeds' own, run one by one). A search of a
+/// microsecond runs the first seed, and maybe the next on the other thread.
+#[test]
+fn a_search_on_several_threads_sums_the_seeds_it_tried() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--search", "0.000001", "--first-seed", "100", "--jobs", "2"]);
+    let v = json_of(&args);
+    assert_eq!(v["verdict"], "ok");
+    assert_eq!(v["failing_seeds"], serde_json::json!([]));
+    let tried = v["seeds_tried"].as_u64().unwrap();
+    assert!(tried >= 1);
+    let mut messages = 0;
+    for seed in 100..100 + tried.min(3) {
+        let mut one = SMALL.to_vec();
+        let seed = seed.to_string();
+        one.extend(["--seed", &seed]);
+        messages += json_of(&one)["messages"].as_u64().unwrap();
+    }
+    let total = v["messages"].as_u64().unwrap();
+    if tried <= 3 {
+        assert_eq!(total, messages);
+    } else {
+        assert!(total > messages);
+    }
+    let out = run(&["sim", "--search", "1", "--jobs", "5000"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
 #[test]
 fn the_trace_prints_one_line_per_event() {
     let out = run(&[

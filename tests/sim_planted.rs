@@ -74,6 +74,44 @@ fn without_a_planted_bug_the_same_seeds_hold() {
     }
 }
 
+/// A search on several threads (`sitenet sim --jobs`) finds what a search
+/// on one finds: each worker plants the bug on its own thread (the switch
+/// is per thread), and the failing seeds among the first `WITHIN` are the
+/// sequential search's, each failing at the same step.
+#[test]
+fn a_search_on_two_threads_finds_the_seeds_one_thread_finds() {
+    let bug = Bug::AckFreesOneMore;
+    let sequential: Vec<(u64, u64)> = (0..WITHIN)
+        .filter_map(|seed| {
+            plant(Some(bug));
+            let verdict = Sim::new(cfg(seed)).run().verdict;
+            plant(None);
+            match verdict {
+                Verdict::Ok => None,
+                Verdict::Violation { step, .. } => Some((seed, step)),
+            }
+        })
+        .collect();
+    assert!(!sequential.is_empty(), "{bug:?} is caught within {WITHIN}");
+    let mut parallel = Vec::new();
+    let tried = sitenet_protocols::sim::search_with(
+        &cfg(0),
+        2,
+        |taken| taken < WITHIN,
+        |c| {
+            plant(Some(bug));
+            Sim::new(c)
+        },
+        |run| {
+            if let Verdict::Violation { step, .. } = run.report.verdict {
+                parallel.push((run.report.seed, step));
+            }
+        },
+    );
+    parallel.sort();
+    assert_eq!(tried, WITHIN);
+    assert_eq!(parallel, sequential);
+}
 /// Half of the one-way messages go to a site's address: entries bind and
 /// merge (see protocols/tests/sim.rs).
 fn by_address(seed: u64) -> SimConfig {

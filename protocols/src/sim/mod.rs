@@ -38,6 +38,9 @@
 //!   `BTreeMap` or visited sorted, and the one hash map (a node's
 //!   ComObjects) has a fixed hasher. The trace of events is hashed with SHA-256
 //!   ([`Report::digest`]); [`Sim::set_trace`] prints it.
+//! * **Searching**: [`search`] and [`search_with`] try consecutive seeds on
+//!   several threads, each run on its own, so a search uses every core
+//!   without changing any run; [`shrink`] makes a failing one small.
 //!
 //! # Example
 //!
@@ -78,6 +81,7 @@ mod outbox;
 mod peer;
 mod queue;
 mod report;
+mod search;
 mod shrink;
 mod sites;
 mod slots;
@@ -95,6 +99,7 @@ use rand_chacha::ChaCha8Rng;
 pub use app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request};
 pub use config::{Report, SimConfig, Verdict};
 pub use faults::Faults;
+pub use search::{search, search_with, SearchRun};
 pub use shrink::{shrink, shrink_with};
 pub use workload::Workload;
 

@@ -19,6 +19,10 @@ use figures::{add, print, verdict_code, Json, Shrunk};
 /// keeps its bound at least twice its largest message.
 const MIN_OUTPUT_BOUND: u64 = 96 * 1024;
 
+/// The most threads `--jobs` may ask for: a run is a thread's work for
+/// seconds, and more threads than cores only share them.
+const MAX_JOBS: usize = 1024;
+
 /// The shortest `--tick`: a thousand acts per simulated second per site is
 /// load enough, and a shorter one only makes a run that never ends.
 const MIN_TICK: Duration = Duration::from_millis(1);
@@ -117,6 +121,11 @@ pub(crate) struct Args {
     /// Without --seed: the first seed tried (then the next ones).
     #[arg(long, default_value_t = 0)]
     first_seed: u64,
+    /// Without --seed: how many seeds run at once, each on its own thread
+    /// (0: one per core). Every run is the one it would be alone; more
+    /// jobs only try more seeds in the --search time.
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
     /// On a violation, shrink the run (fewer sites, fewer faults, a shorter
     /// fault phase) to the smallest that still fails, and print it.
     #[arg(long)]
@@ -264,6 +273,13 @@ fn search(cfg: SimConfig, a: &Args) -> ExitCode {
         Ok(d) => d,
         Err(e) => return crate::usage(e),
     };
+    let jobs = match a.jobs {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n if n > MAX_JOBS => {
+            return crate::usage(format!("--jobs must be at most {MAX_JOBS}, got {n}"))
+        }
+        n => n,
+    };
     let start = Instant::now();
     let bar = ProgressBar::new(budget.as_millis() as u64);
     bar.set_style(
@@ -271,35 +287,35 @@ fn search(cfg: SimConfig, a: &Args) -> ExitCode {
             .expect("valid template")
             .progress_chars("=> "),
     );
+    // Runs end in any order on several threads; they are summed in seed
+    // order (those that end early wait in `ended`, a few at most), so the
+    // summary depends only on which seeds ran.
+    let mut ended = std::collections::BTreeMap::new();
+    let mut next = 0u64;
     let mut failing = Vec::new();
-    let mut tried = 0u64;
     let mut total: Option<Json> = None;
-    let mut seed = cfg.seed;
-    while start.elapsed() < budget || tried == 0 {
-        let run_start = Instant::now();
-        let report = Sim::new(SimConfig {
-            seed,
-            ..cfg.clone()
-        })
-        .run();
-        let one = Json::new(&report, cfg.faults, run_start.elapsed());
-        tried += 1;
-        if report.verdict != Verdict::Ok {
-            eprintln!(
-                "sitenet sim: seed {seed} fails: {}",
-                one.violation.as_ref().map_or("", |v| v.what.as_str())
-            );
-            failing.push(seed);
+    let tried = sim::search(&cfg, jobs, budget, |run| {
+        let seed = run.report.seed;
+        let one = Json::new(&run.report, cfg.faults, run.wall);
+        if let Some(v) = &one.violation {
+            eprintln!("sitenet sim: seed {seed} fails: {}", v.what);
         }
-        total = Some(match total {
-            None => one,
-            Some(t) if t.violation.is_none() && one.violation.is_some() => add(one, &t),
-            Some(t) => add(t, &one),
-        });
+        ended.insert(seed.wrapping_sub(cfg.seed), one);
+        while let Some(one) = ended.remove(&next) {
+            if one.violation.is_some() {
+                failing.push(cfg.seed.wrapping_add(next));
+            }
+            total = Some(match total.take() {
+                None => one,
+                Some(t) if t.violation.is_none() && one.violation.is_some() => add(one, &t),
+                Some(t) => add(t, &one),
+            });
+            next += 1;
+        }
         bar.set_position(start.elapsed().as_millis().min(budget.as_millis()) as u64);
-        bar.set_message(format!("{tried} seeds, {} failing", failing.len()));
-        seed = seed.wrapping_add(1);
-    }
+        bar.set_message(format!("{next} seeds, {} failing", failing.len()));
+    });
+    debug_assert!(ended.is_empty() && next == tried, "every seed taken is run");
     bar.finish_and_clear();
     let mut json = total.expect("at least one run");
     json.wall_s = start.elapsed().as_secs_f64();
