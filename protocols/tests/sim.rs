@@ -194,6 +194,62 @@ fn an_applications_check_can_fail_the_run() {
     assert!(what.contains("doubts everything"), "{what}");
 }
 
+/// A panic in a site's code (here an application's own `assert!` in a
+/// callback, the way a runtime author writes checks) ends the run as a
+/// violation at the step it happened in, with its message, instead of
+/// unwinding out of the simulator: a search names the seed that panicked,
+/// and the same seed panics at the same step again. A panic in a final
+/// check is one too.
+#[test]
+fn a_panic_in_a_sites_code_is_a_violation_at_its_step() {
+    struct Fussy {
+        heard: u64,
+    }
+    impl Application for Fussy {
+        fn tick(&mut self, ctx: &mut AppCtx<'_>) {
+            if let Some(to) = ctx.random_peer() {
+                ctx.send(to, Priority::Medium, b"x".to_vec());
+            }
+        }
+        fn received(&mut self, _ctx: &mut AppCtx<'_>, _from: SiteId, _body: &[u8]) {
+            self.heard += 1;
+            assert!(self.heard < 3, "heard {} messages, can bear 2", self.heard);
+        }
+    }
+    let run = || {
+        Sim::with_app(
+            cfg(4, 9, Faults::Light),
+            Box::new(|_| Box::new(Fussy { heard: 0 })),
+        )
+        .run()
+    };
+    let r = run();
+    let Verdict::Violation { step, what, .. } = r.verdict else {
+        panic!("the panic was not a violation: {r:?}")
+    };
+    assert!(
+        what.contains("panicked") && what.contains("can bear 2"),
+        "{what}"
+    );
+    assert!(step > 0);
+    let Verdict::Violation { step: again, .. } = run().verdict else {
+        panic!("the same seed did not panic again")
+    };
+    assert_eq!(again, step);
+
+    struct Crashes;
+    impl Application for Crashes {
+        fn check(&self, _ctx: &AppCtx<'_>) -> Result<(), String> {
+            panic!("the check itself broke")
+        }
+    }
+    let r = Sim::with_app(cfg(3, 1, Faults::None), Box::new(|_| Box::new(Crashes))).run();
+    let Verdict::Violation { what, .. } = r.verdict else {
+        panic!("the check's panic was not a violation")
+    };
+    assert!(what.contains("the check itself broke"), "{what}");
+}
+
 /// Found at the end of the session that built the simulator (see
 /// docs/architecture.md, "The simulator"): 10 sites, heavy faults, 2 weak
 /// and 3 hard slots, seed 503948. Two channels accepted at about the same

@@ -342,7 +342,36 @@ impl Sim {
 
     /// Runs every event up to simulated time `until`. False once the run is
     /// over (its end reached, nothing left to happen, or a violation).
+    ///
+    /// A panic in a site's code — a machine's assertion, or an
+    /// application's own `assert!` in a callback — ends the run as a
+    /// violation at the step it happened in, with its message, rather than
+    /// unwinding out of the simulator: a search then names the seed that
+    /// panicked (and can shrink it) like any other failing one. The panic
+    /// hook still prints where it happened.
     pub fn run_until(&mut self, until: Duration) -> bool {
+        if self.verdict.is_some() {
+            return false;
+        }
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_events(until)));
+        run.unwrap_or_else(|payload| {
+            self.panicked(payload.as_ref());
+            false
+        })
+    }
+
+    /// Ends the run as a violation: something panicked at this step.
+    pub(super) fn panicked(&mut self, payload: &(dyn std::any::Any + Send)) {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        self.violation(format!("a site's code panicked: {message}"));
+    }
+
+    /// [`run_until`](Self::run_until)'s loop.
+    fn run_events(&mut self, until: Duration) -> bool {
         while self.verdict.is_none() {
             let Some(key) = self.queue.peek() else {
                 return false;

@@ -52,7 +52,13 @@ impl Sim {
     pub fn finish(mut self) -> Report {
         if self.verdict.is_none() {
             self.now = self.now.max(self.end);
-            self.final_checks();
+            // The applications' checks are their code: a panic there is a
+            // violation too (see `run_until`).
+            let checks =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.final_checks()));
+            if let Err(payload) = checks {
+                self.panicked(payload.as_ref());
+            }
         }
         let retransmitted = self
             .nodes
