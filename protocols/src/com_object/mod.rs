@@ -12,7 +12,7 @@
 //! # States
 //!
 //! Named after what each waits for ([`ComState`]); the close phases are the
-//! session's ([`ClosePhase`]):
+//! session's ([`ClosePhase`](crate::session::ClosePhase)):
 //!
 //! ```text
 //!                 need                 slot_granted            open_succeeded
