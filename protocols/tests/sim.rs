@@ -199,7 +199,7 @@ fn an_applications_check_can_fail_the_run() {
 /// violation at the step it happened in, with its message, instead of
 /// unwinding out of the simulator: a search names the seed that panicked,
 /// and the same seed panics at the same step again. A panic in a final
-/// check is one too.
+/// check, or in an application's `start`, is one too.
 #[test]
 fn a_panic_in_a_sites_code_is_a_violation_at_its_step() {
     struct Fussy {
@@ -248,6 +248,18 @@ fn a_panic_in_a_sites_code_is_a_violation_at_its_step() {
         panic!("the check's panic was not a violation")
     };
     assert!(what.contains("the check itself broke"), "{what}");
+
+    struct NoStart;
+    impl Application for NoStart {
+        fn start(&mut self, _ctx: &mut AppCtx<'_>) {
+            panic!("cannot start")
+        }
+    }
+    let r = Sim::with_app(cfg(3, 1, Faults::None), Box::new(|_| Box::new(NoStart))).run();
+    let Verdict::Violation { step, what, .. } = r.verdict else {
+        panic!("start's panic was not a violation")
+    };
+    assert!(what.contains("cannot start") && step == 0, "{step} {what}");
 }
 
 /// Found at the end of the session that built the simulator (see

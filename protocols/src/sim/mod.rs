@@ -309,8 +309,15 @@ impl Sim {
             sim.nodes.push(node);
         }
         sim.directory = sim.nodes.iter().map(|n| n.id).collect();
-        for n in 0..sim.nodes.len() {
-            sim.start_node(n);
+        // The applications' `start` is their code: a panic there is a
+        // violation at step 0 (see `run_until`), and the run does not go on.
+        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for n in 0..sim.nodes.len() {
+                sim.start_node(n);
+            }
+        }));
+        if let Err(payload) = started {
+            sim.panicked(payload.as_ref());
         }
         sim.schedule_fault();
         sim.at(Duration::from_secs(1), Ev::Audit);
