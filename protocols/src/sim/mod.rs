@@ -78,6 +78,7 @@ mod net;
 mod node;
 mod ops;
 mod outbox;
+mod panics;
 mod peer;
 mod queue;
 mod report;
@@ -310,15 +311,12 @@ impl Sim {
         }
         sim.directory = sim.nodes.iter().map(|n| n.id).collect();
         // The applications' `start` is their code: a panic there is a
-        // violation at step 0 (see `run_until`), and the run does not go on.
-        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // violation at step 0 (`sim/panics.rs`), and the run does not go on.
+        sim.guarded(|sim| {
             for n in 0..sim.nodes.len() {
                 sim.start_node(n);
             }
-        }));
-        if let Err(payload) = started {
-            sim.panicked(payload.as_ref());
-        }
+        });
         sim.schedule_fault();
         sim.at(Duration::from_secs(1), Ev::Audit);
         sim
@@ -353,28 +351,10 @@ impl Sim {
     /// A panic in a site's code — a machine's assertion, or an
     /// application's own `assert!` in a callback — ends the run as a
     /// violation at the step it happened in, with its message, rather than
-    /// unwinding out of the simulator: a search then names the seed that
-    /// panicked (and can shrink it) like any other failing one. The panic
-    /// hook still prints where it happened.
+    /// unwinding out of the simulator (`sim/panics.rs`): a search then
+    /// names the seed that panicked, like any other failing one.
     pub fn run_until(&mut self, until: Duration) -> bool {
-        if self.verdict.is_some() {
-            return false;
-        }
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_events(until)));
-        run.unwrap_or_else(|payload| {
-            self.panicked(payload.as_ref());
-            false
-        })
-    }
-
-    /// Ends the run as a violation: something panicked at this step.
-    pub(super) fn panicked(&mut self, payload: &(dyn std::any::Any + Send)) {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".to_owned());
-        self.violation(format!("a site's code panicked: {message}"));
+        self.verdict.is_none() && self.guarded(|s| s.run_events(until)).unwrap_or(false)
     }
 
     /// [`run_until`](Self::run_until)'s loop.
@@ -533,21 +513,6 @@ impl Sim {
                 what,
             });
         }
-    }
-
-    /// A link's latency and bandwidth: fixed per pair of sites for the
-    /// run, drawn from the seed and the pair (not from the run's generator,
-    /// so that a link's draw does not depend on when it is first used).
-    pub(super) fn link(&self, a: usize, b: usize) -> (Duration, u64) {
-        let (lo, hi) = (a.min(b) as u64, a.max(b) as u64);
-        let mut r = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ (lo << 32 | hi).rotate_left(17));
-        let (min, max) = self.cfg.latency;
-        let latency = if max > min {
-            r.gen_range(min..=max)
-        } else {
-            min
-        };
-        (latency, self.cfg.bandwidth)
     }
 
     fn new_node(&mut self, incarnation: u32, address: String) -> Node {

@@ -9,6 +9,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use crate::byte_buffer::ByteBuffer;
 use crate::com_object::ChannelId;
@@ -248,5 +250,22 @@ impl Conn {
                 _ => 0,
             })
             .sum()
+    }
+}
+
+impl super::Sim {
+    /// A link's latency and bandwidth: fixed per pair of sites for the
+    /// run, drawn from the seed and the pair (not from the run's generator,
+    /// so that a link's draw does not depend on when it is first used).
+    pub(super) fn link(&self, a: usize, b: usize) -> (Duration, u64) {
+        let (lo, hi) = (a.min(b) as u64, a.max(b) as u64);
+        let mut r = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ (lo << 32 | hi).rotate_left(17));
+        let (min, max) = self.cfg.latency;
+        let latency = if max > min {
+            r.gen_range(min..=max)
+        } else {
+            min
+        };
+        (latency, self.cfg.bandwidth)
     }
 }

@@ -53,12 +53,8 @@ impl Sim {
         if self.verdict.is_none() {
             self.now = self.now.max(self.end);
             // The applications' checks are their code: a panic there is a
-            // violation too (see `run_until`).
-            let checks =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.final_checks()));
-            if let Err(payload) = checks {
-                self.panicked(payload.as_ref());
-            }
+            // violation too (`sim/panics.rs`).
+            self.guarded(Self::final_checks);
         }
         let retransmitted = self
             .nodes
