@@ -27,8 +27,7 @@ impl ComObject {
         if self.phase == Phase::Failed {
             return Err(Box::new((Refusal::SiteFailed, msg)));
         }
-        // Asked only while waiting for a callback: not on every send.
-        let ends_wait = self.phase == Phase::WaitingForCallback && !self.has_messages_to_send();
+        let ends_wait = self.waits_for_callback_idle();
         self.session.queue(msg)?;
         if ends_wait {
             self.need_ends_callback_wait();
@@ -59,7 +58,7 @@ impl ComObject {
         // Only a need appearing changes what happens next (open; stop the
         // linger and reclaim clocks): a batch queued behind others does not.
         let had_need = self.has_need();
-        let ends_wait = self.phase == Phase::WaitingForCallback && !self.has_messages_to_send();
+        let ends_wait = self.waits_for_callback_idle();
         for m in batch.drain(..) {
             if let Err(r) = self.session.queue(m) {
                 let (e, m) = *r;

@@ -137,4 +137,12 @@ impl ComObject {
     pub(super) fn has_messages_to_send(&self) -> bool {
         self.session.pending_messages() > 0
     }
+
+    /// Waiting for a peer that closed hard to call back, with nothing of
+    /// our own to send: a message queued now ends the wait
+    /// (`need_ends_callback_wait`). Asked before queueing, on the phase
+    /// first, so that a send outside the wait costs one compare.
+    pub(super) fn waits_for_callback_idle(&self) -> bool {
+        self.phase == Phase::WaitingForCallback && !self.has_messages_to_send()
+    }
 }

@@ -195,7 +195,8 @@ impl Sim {
         }
         // In its sender's machine, queued or sent and not acknowledged, if
         // the sender still holds messages for the site.
-        let (queued, unacked) = node.peers.get(&to)?.pending();
+        let entry = node.peers.get(&to)?;
+        let (queued, unacked) = entry.pending();
         let all: usize = node.peers.values().map(|p| p.pending().0).sum();
         (queued + unacked > 0).then(|| {
             format!(
@@ -203,7 +204,7 @@ impl Sim {
                  for that site ({:?}), {all} queued for all sites and {waiting} sends waiting \
                  for room: the backlog had not drained within the settle phase (a longer \
                  --settle shows whether it drains)",
-                node.peers[&to].state()
+                entry.state()
             )
         })
     }
