@@ -369,7 +369,7 @@ fn a_holder_reporting_its_turns_work_done_gives_way_before_the_tick() {
 
 /// Two working holders, "fast" and "slow", each served 5,000 messages
 /// before this turn, of a controller whose ticks are an hour away and
-/// whose turn is 100 messages: only work ends a turn here.
+/// whose turn is 100 messages, unshortened: only work ends a turn here.
 struct WorkingPair {
     c: TransController,
     fast: SlotLease,
@@ -385,6 +385,9 @@ impl WorkingPair {
             cfg.turn = Duration::from_secs(3600);
             cfg.turn_idle = Duration::from_secs(3600);
             cfg.turn_work = 100;
+            // Else the rotation (5 s over two slots) would shorten the
+            // hour's turn, and its work with it, to one message.
+            cfg.rotation = Duration::from_secs(3600);
         });
         let (tx, rx) = mpsc::channel();
         let fast = c.accept().unwrap();
@@ -457,8 +460,11 @@ fn an_owner_past_its_turns_work_gives_way_on_its_own_turn() {
     // tick thread has published the turn's work (it wakes on the line's
     // change), with no preemption sent to it.
     let mut asked = 0;
-    while !fast.must_give_way(&infos[0], 5_100, || served(5_100)) {
+    loop {
         assert!(!fast.must_give_way(&infos[0], 5_099, || served(5_099)));
+        if fast.must_give_way(&infos[0], 5_100, || served(5_100)) {
+            break;
+        }
         assert!(rx.recv_timeout(Duration::from_millis(10)).is_err());
         asked += 1;
         assert!(asked < 6_000, "the turn's work was never published");
