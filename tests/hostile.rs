@@ -84,6 +84,49 @@ async fn regression_malformed_messages_do_not_flood_the_log() {
     assert!(m.logs_suppressed >= N - written, "{m:?}");
 }
 
+/// An accept loop out of file descriptors wrote a warning every 10 ms,
+/// for as long as it lasted (a hundred lines a second, unlimited): the
+/// errors are counted (`accept_errors`) and their lines limited as a
+/// peer's are. The connection waiting meanwhile is accepted once
+/// descriptors are back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_accept_errors_do_not_flood_the_log() {
+    const NOFILE: rlimit::Resource = rlimit::Resource::NOFILE;
+    use tokio::io::AsyncReadExt;
+    let warnings = count_warnings();
+    let server = listening_node();
+    let to: std::net::SocketAddr = addr(&server).strip_prefix("tcp:").unwrap().parse().unwrap();
+    // The client's descriptor first; then none left in this process (each
+    // test runs in a process of its own under nextest).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    let (soft, hard) = rlimit::getrlimit(NOFILE).unwrap();
+    let held = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    rlimit::setrlimit(NOFILE, held, hard).unwrap();
+    let mut filler = Vec::new();
+    while let Ok(f) = std::fs::File::open("/dev/null") {
+        filler.push(f);
+    }
+    let mut stream = socket.connect(to).await.unwrap();
+    assert!(eventually(|| server.metrics().accept_errors >= 100).await);
+    let m = server.metrics();
+    let written = warnings.load(Ordering::Relaxed);
+    assert!(
+        written <= 10,
+        "{written} warnings for {} failed accepts",
+        m.accept_errors
+    );
+    assert!(m.logs_suppressed >= m.accept_errors - written, "{m:?}");
+    // Descriptors back: the waiting connection is accepted, and the node
+    // speaks first in the open protocol.
+    drop(filler);
+    rlimit::setrlimit(NOFILE, soft, hard).unwrap();
+    let mut first = [0u8; 1];
+    tokio::time::timeout(PATIENCE, stream.read_exact(&mut first))
+        .await
+        .expect("the node answers once it can accept")
+        .unwrap();
+}
+
 /// Issue 17 (logs): an accepted channel whose NEGOTIATE breaks the
 /// protocol (here: it claims to have received messages this node never
 /// sent) wrote an unlimited warning line per connection beside the

@@ -138,6 +138,10 @@ counters! {
     /// Accepted connections closed at once: the slot controller was at its
     /// hard limit, and its waiting line full (or the peer cannot wait).
     accepts_refused,
+    /// Times accepting a connection failed at the listener (out of file
+    /// descriptors, most often: the accept loop waits 10 ms and tries
+    /// again, and its warnings are rate-limited as a peer's are).
+    accept_errors,
     /// Times a site had to wait in line for a channel slot.
     slot_waits,
     /// Accepted peers this node told to wait in its line (its slots full)
@@ -167,9 +171,10 @@ counters! {
     /// Explicit acknowledgement frames written (most acknowledgements ride
     /// on data frames and cost none).
     ack_frames_sent,
-    /// Log lines about a peer's bad input not written: past a few per peer
-    /// every 10 s they are counted here and summarised in the next line
-    /// written (`sitenet_protocols::log_limit`).
+    /// Log lines about a peer's bad input (or a listener's failed accepts)
+    /// not written: past a few per peer every 10 s they are counted here
+    /// and summarised in the next line written
+    /// (`sitenet_protocols::log_limit`).
     logs_suppressed,
     /// Stats queries refused: from another host (see
     /// `NodeConfig::stats_from_anywhere`) or naming a forwarded origin.

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use sitenet_protocols::admission::{Admission, AdmissionConfig, Dropped, Source};
+use sitenet_protocols::log_limit::{LogLimit, LogVerdict};
 use sitenet_transport::{Channel, Listener, MemLanes};
 use tokio::sync::{oneshot, Notify};
 
@@ -131,12 +132,22 @@ impl Handshakes {
 impl NodeInner {
     pub(super) async fn accept_loop(self: Arc<Self>, listener: Listener) {
         let (l, tuning) = (&listener, self.cfg.tcp_tuning());
+        let counters = &self.counters;
+        // Out of descriptors, every try fails for as long as it lasts: a
+        // few lines per window, the rest counted (as a peer's bad input).
+        let logs = &Mutex::new(LogLimit::default());
         self.serve_accepts(|| async move {
             loop {
                 match l.accept_tuned(tuning).await {
                     Ok(ch) => return Some((ch, l.is_tls())),
                     Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
+                        Counters::add(&counters.accept_errors, 1);
+                        match logs.lock().check(Instant::now()) {
+                            LogVerdict::Log { suppressed } => {
+                                tracing::warn!(error = %e, suppressed, "accept failed");
+                            }
+                            LogVerdict::Suppress => Counters::add(&counters.logs_suppressed, 1),
+                        }
                         // e.g. out of file descriptors: back off a little.
                         actix_rt::time::sleep(Duration::from_millis(10)).await;
                     }
