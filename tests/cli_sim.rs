@@ -138,6 +138,9 @@ fn bad_options_are_usage_errors() {
         &["sim", "--batches", "1.01", "--seed", "1"],
         &["sim", "--bursts", "-1", "--seed", "1"],
         &["sim", "--output-bound", "1000", "--seed", "1"],
+        // Regression: a number of sites past what memory holds aborted
+        // (its nodes' table alone asked for 222 GB).
+        &["sim", "--sites", "100000000", "--seed", "1"],
         &[
             "sim",
             "--output-bound",
@@ -152,6 +155,7 @@ fn bad_options_are_usage_errors() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.contains("memory allocation"), "{args:?}: {err}");
     }
 }
 

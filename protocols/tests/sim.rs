@@ -859,3 +859,12 @@ fn a_backlog_still_waiting_for_room_is_named_as_such() {
     };
     assert!(what.contains("its sender still holds"), "{what}");
 }
+
+/// More sites than memory holds is refused with what the bound is, not an
+/// allocation failure that aborts the process (`sitenet sim --sites
+/// 100000000` asked for 222 GB at once).
+#[test]
+#[should_panic(expected = "a simulation takes at most 1000000 sites")]
+fn more_sites_than_the_bound_is_refused_by_name() {
+    let _ = Sim::new(cfg(sitenet_protocols::sim::MAX_SITES + 1, 1, Faults::None));
+}

@@ -182,14 +182,34 @@ fn quick(c: &mut NodeConfig) {
     c.reopen_after_peer_hard_close = Duration::from_millis(30);
 }
 
+/// The most clients one run takes ([`StressConfig::clients`]): each is a
+/// node of its own in this process, some 34 KB over `mem` (10,000 took
+/// 338 MB), more over TCP, with a descriptor or two each. A million is
+/// past most machines already; more would only fail later, for want of
+/// memory.
+pub const MAX_CLIENTS: usize = 1_000_000;
+
+/// Checks a number of clients (1 to [`MAX_CLIENTS`]) before a run: a
+/// sweep checks every count it is given before it runs the first.
+pub fn check_clients(clients: usize) -> Result<(), StressError> {
+    if clients == 0 {
+        return Err(StressError::Config("--clients must be at least 1".into()));
+    }
+    if clients > MAX_CLIENTS {
+        return Err(StressError::Config(format!(
+            "--clients must be at most {MAX_CLIENTS} (each client is a node in this \
+             process, some 34 KB and a descriptor or two), got {clients}"
+        )));
+    }
+    Ok(())
+}
+
 /// Runs the stress test, calling `progress` every 100 ms.
 pub fn run(
     cfg: &StressConfig,
     mut progress: impl FnMut(&Progress),
 ) -> Result<StressReport, StressError> {
-    if cfg.clients == 0 {
-        return Err(StressError::Config("--clients must be at least 1".into()));
-    }
+    check_clients(cfg.clients)?;
     let min_hold = Duration::from_millis(50);
     let policy = by_name(&cfg.policy, min_hold).ok_or_else(|| {
         StressError::Config(format!(

@@ -98,7 +98,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 pub use app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request};
-pub use config::{Report, SimConfig, Verdict};
+pub use config::{Report, SimConfig, Verdict, MAX_SITES};
 pub use faults::Faults;
 pub use search::{search, search_with, SearchRun};
 pub use shrink::{shrink, shrink_with};
@@ -275,7 +275,16 @@ impl Sim {
     /// The one clock read of the simulator is here: an origin for the
     /// `Instant`s the machines take. Only differences from it are used,
     /// so nothing of the run depends on its value.
+    ///
+    /// # Panics
+    ///
+    /// With more than [`MAX_SITES`] sites (more would not fit in memory).
     pub fn with_app(cfg: SimConfig, factory: AppFactory) -> Self {
+        assert!(
+            cfg.sites <= MAX_SITES,
+            "a simulation takes at most {MAX_SITES} sites (SimConfig::sites is {})",
+            cfg.sites
+        );
         let mut sim = Self {
             end: cfg.duration + cfg.settle,
             t0: Instant::now(),

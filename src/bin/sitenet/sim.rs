@@ -29,7 +29,7 @@ const MIN_TICK: Duration = Duration::from_millis(1);
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Number of simulated sites.
+    /// Number of simulated sites (2 to 1,000,000; each is a node in memory).
     #[arg(long, default_value_t = 50)]
     sites: usize,
     /// The seed of the run. Without it, seeds are tried for --search
@@ -160,6 +160,14 @@ pub(crate) fn run(a: Args) -> ExitCode {
     };
     if a.sites < 2 {
         return crate::usage(format!("--sites must be at least 2, got {}", a.sites));
+    }
+    if a.sites > sim::MAX_SITES {
+        return crate::usage(format!(
+            "--sites must be at most {} (each site is a node in memory, some 35 to 65 KB \
+             at its peak: 100,000 took 3.4 GB), got {}",
+            sim::MAX_SITES,
+            a.sites
+        ));
     }
     if !(0.0..=1.0).contains(&a.address_sends) {
         return crate::usage(format!(

@@ -9,7 +9,7 @@ use sitenet::stress::{self, StressConfig, StressReport};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Client sites (each a node of its own in this process).
+    /// Client sites (each a node of its own in this process; 1 to 1,000,000).
     #[arg(long, default_value_t = 200)]
     clients: usize,
     /// The server's hard limit of channel slots (its weak limit is four
@@ -80,6 +80,16 @@ pub(crate) fn run(a: Args) -> ExitCode {
             "stress runs every node in this process, each a site of its own: \
              use --transport tls, which makes a CA for the run and a certificate per node",
         );
+    }
+    // Every count is checked before anything runs (a sweep's too).
+    for &n in a
+        .sweep
+        .iter()
+        .chain(a.sweep.is_empty().then_some(&a.clients))
+    {
+        if let Err(e) = stress::check_clients(n) {
+            return crate::usage(e);
+        }
     }
     let cookies = match a.auth.load() {
         Ok(s) => s.cookies,
