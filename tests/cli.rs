@@ -139,6 +139,20 @@ fn usage_errors_exit_2_and_failures_exit_1() {
         assert_eq!(out.status.code(), Some(2), "{huge:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("at most"));
     }
+    // Regression: a body past memory aborted the process (it is made
+    // before anything is sent), and `send --count 0` sent one message and
+    // then reported loss (exit 1).
+    for bad in [
+        &["ping", "tcp:127.0.0.1:9", "--size", "100000000000"][..],
+        &["send", "tcp:127.0.0.1:9", "--size", "100000000000"],
+        &["ping", "tcp:127.0.0.1:9", "--count", "0"],
+        &["send", "tcp:127.0.0.1:9", "--count", "0"],
+    ] {
+        let out = Command::new(BIN).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("memory allocation"), "{bad:?}: {err}");
+    }
     // A port nobody listens on (bound, then released).
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

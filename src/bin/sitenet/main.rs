@@ -68,10 +68,11 @@ enum Cmd {
         /// descriptor ID@ADDR,ADDR,… (its site id and listen list: the best
         /// transport on this host is used).
         addr: String,
-        /// Number of round trips.
-        #[arg(long, default_value_t = 1000)]
+        /// Number of round trips (at least 1).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
         count: u64,
-        /// Body bytes per request (echoed back).
+        /// Body bytes per request (echoed back), at most the maximum
+        /// message (256 MiB, header included).
         #[arg(long, default_value_t = 64)]
         size: usize,
         /// Print the result as one JSON object.
@@ -90,10 +91,11 @@ enum Cmd {
         /// descriptor ID@ADDR,ADDR,… (its site id and listen list: the best
         /// transport on this host is used).
         addr: String,
-        /// Number of messages.
-        #[arg(long, default_value_t = 100_000)]
+        /// Number of messages (at least 1).
+        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
         count: u64,
-        /// Body bytes per message.
+        /// Body bytes per message, at most the maximum message (256 MiB,
+        /// header included).
         #[arg(long, default_value_t = 64)]
         size: usize,
         /// Priority level: 2 (low), 3 (medium) or 4 (high).
@@ -381,7 +383,7 @@ fn run_ping(
     timeout: f64,
     auth: auth::Auth,
 ) -> ExitCode {
-    if let Err(e) = check_target(addr) {
+    if let Err(e) = check_target(addr).and(body_size(size)) {
         return usage(e);
     }
     let timeout = match seconds("timeout", timeout) {
@@ -458,6 +460,20 @@ pub(crate) fn seconds(name: &str, v: f64) -> Result<Duration, String> {
 /// than that overflows, and nothing a user means lasts longer.
 const MAX_SECONDS: f64 = 1e9;
 
+/// `--size` of `ping` and `send`: a body no larger than the maximum message
+/// (header and body together) the nodes take by default. It is made before
+/// anything is sent, so a size past memory aborted the process.
+fn body_size(size: usize) -> Result<usize, String> {
+    let max = sitenet::NodeConfig::default().max_message_size;
+    if size as u64 <= max {
+        Ok(size)
+    } else {
+        Err(format!(
+            "--size must be at most {max} bytes (the maximum message, header included), got {size}"
+        ))
+    }
+}
+
 // One argument per `send` option.
 #[allow(clippy::too_many_arguments)]
 fn run_send(
@@ -471,7 +487,7 @@ fn run_send(
     auth: auth::Auth,
 ) -> ExitCode {
     use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
-    if let Err(e) = check_target(addr) {
+    if let Err(e) = check_target(addr).and(body_size(size)) {
         return usage(e);
     }
     let (timeout, give_up) = match (seconds("timeout", timeout), seconds("give-up", give_up)) {
