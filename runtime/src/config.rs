@@ -6,7 +6,16 @@ use sitenet_protocols::scheduler::SchedulerConfig;
 use sitenet_protocols::SessionConfig;
 use sitenet_transport::TransController;
 
+/// The longest duration a setting of [`NodeConfig`] takes: 10^9 seconds
+/// (about 31 years). A longer one, `Duration::MAX` included, counts as
+/// this, which is never in practice: a deadline further from now than the
+/// clock holds is not something a node can wait for.
+pub const MAX_DURATION: Duration = Duration::from_secs(1_000_000_000);
+
 /// Everything tunable about a node. `Default` gives the design's defaults (docs/architecture.md).
+///
+/// Every duration is at most [`MAX_DURATION`] (a longer one counts as it),
+/// so `Duration::MAX` may be given for "never".
 ///
 /// ```
 /// use std::time::Duration;
@@ -342,6 +351,30 @@ impl NodeConfig {
 
     /// Clamps values into their allowed ranges (documented on each field).
     pub(crate) fn normalised(mut self) -> Self {
+        // `Duration::MAX` (never) and its kin: a deadline that far from now
+        // overflowed the clock, and the node's actors panicked.
+        for d in [
+            &mut self.ack_delay,
+            &mut self.background_promotion,
+            &mut self.handshake_timeout,
+            &mut self.connect_timeout,
+            &mut self.reconnect_min,
+            &mut self.reconnect_max,
+            &mut self.handshake_silence,
+            &mut self.heartbeat_interval,
+            &mut self.silence_timeout,
+            &mut self.close_timeout,
+            &mut self.reassembly_idle,
+            &mut self.turn_budget,
+            &mut self.linger,
+            &mut self.ring_idle,
+            &mut self.reopen_after_peer_hard_close,
+            &mut self.line_give_up,
+            &mut self.unreachable_give_up,
+        ] {
+            *d = (*d).min(MAX_DURATION);
+        }
+        self.give_up_after = self.give_up_after.map(|d| d.min(MAX_DURATION));
         self.buffer_size = self
             .buffer_size
             .max(sitenet_protocols::handshake::MIN_BUFFER);

@@ -58,7 +58,7 @@ mod trans_object;
 
 pub use batch::{Batch, Done, OpError, OpResult, Report as BatchReport, Submitted, WaitTimedOut};
 pub use com_object::FaultReport;
-pub use config::NodeConfig;
+pub use config::{NodeConfig, MAX_DURATION};
 pub use cooperation::{Answer, CoopError, Cooperation, Expect};
 pub use delivery::Delivery;
 pub use error::SiteFailure;

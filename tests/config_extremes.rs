@@ -1,0 +1,74 @@
+//! A node's settings at their extremes: every duration `Duration::MAX`
+//! (never), and two nodes still exchange, with nothing panicking.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use sitenet::{Node, NodeConfig};
+
+/// Every duration setting of a node to `d`.
+fn every_duration(c: &mut NodeConfig, d: Duration) {
+    c.ack_delay = d;
+    c.background_promotion = d;
+    c.handshake_timeout = d;
+    c.connect_timeout = d;
+    c.reconnect_min = d;
+    c.reconnect_max = d;
+    c.handshake_silence = d;
+    c.heartbeat_interval = d;
+    c.silence_timeout = d;
+    c.close_timeout = d;
+    c.reassembly_idle = d;
+    c.turn_budget = d;
+    c.linger = d;
+    c.ring_idle = d;
+    c.reopen_after_peer_hard_close = d;
+    c.line_give_up = d;
+    c.give_up_after = Some(d);
+    c.unreachable_give_up = d;
+}
+
+/// Two nodes set to `d` everywhere exchange a request and its reply.
+async fn exchange_with_every_duration(d: Duration) {
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(services)
+        .configure(|c| every_duration(c, d))
+        .start()
+        .unwrap();
+    let client = Node::builder()
+        .configure(|c| every_duration(c, d))
+        .start()
+        .unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    for seq in 0..3 {
+        echo(&site, seq).await;
+    }
+    assert_eq!(client.metrics().handler_panics, 0);
+    assert_eq!(server.metrics().handler_panics, 0);
+}
+
+/// Regression: `Duration::MAX` for "never" (an ack delay, a handshake
+/// timeout, the heartbeat, the silence timeout, the reassembly's idle
+/// time, the linger time) made a deadline past what the clock holds, and
+/// the node's actors panicked ("overflow when adding duration to
+/// instant"): the request never got its reply. A duration is now at most
+/// `MAX_DURATION` (about 31 years), and the node says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durations_of_never_are_taken_as_the_longest_a_node_waits() {
+    exchange_with_every_duration(Duration::MAX).await;
+    let node = Node::builder()
+        .configure(|c| every_duration(c, Duration::MAX))
+        .start()
+        .unwrap();
+    let cfg = node.config();
+    assert_eq!(cfg.linger, sitenet::MAX_DURATION);
+    assert_eq!(cfg.give_up_after, Some(sitenet::MAX_DURATION));
+    assert_eq!(
+        sitenet::MAX_DURATION,
+        Duration::from_secs(1_000_000_000),
+        "the documented value"
+    );
+}
