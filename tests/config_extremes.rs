@@ -42,7 +42,7 @@ async fn exchange_with_every_duration(d: Duration) {
         .configure(|c| every_duration(c, d))
         .start()
         .unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     for seq in 0..3 {
         echo(&site, seq).await;
     }
