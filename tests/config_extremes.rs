@@ -72,3 +72,50 @@ async fn durations_of_never_are_taken_as_the_longest_a_node_waits() {
         "the documented value"
     );
 }
+
+/// Settings no node can work with are refused when it starts, by name:
+/// a zero bound on connecting or on the open protocol (a channel opened
+/// only by a race, if at all: two nodes set so exchanged in some runs and
+/// timed out in others), a zero heartbeat interval, and a silence timeout
+/// no longer than the heartbeat interval (an idle channel taken for dead
+/// between two heartbeats).
+#[test]
+fn settings_that_cannot_work_are_refused_by_name() {
+    type Set = fn(&mut NodeConfig);
+    let cases: [(&str, Set); 7] = [
+        ("connect_timeout", |c| c.connect_timeout = Duration::ZERO),
+        ("handshake_timeout", |c| {
+            c.handshake_timeout = Duration::ZERO
+        }),
+        ("handshake_silence", |c| {
+            c.handshake_silence = Duration::ZERO
+        }),
+        ("heartbeat_interval", |c| {
+            c.heartbeat_interval = Duration::ZERO
+        }),
+        ("silence_timeout", |c| c.silence_timeout = Duration::ZERO),
+        ("silence_timeout", |c| {
+            c.silence_timeout = Duration::from_millis(500);
+        }),
+        ("silence_timeout", |c| {
+            c.heartbeat_interval = Duration::from_secs(5);
+        }),
+    ];
+    for (name, set) in cases {
+        let e = Node::builder()
+            .configure(set)
+            .start()
+            .err()
+            .unwrap_or_else(|| panic!("{name}: a node started"));
+        assert!(matches!(e, sitenet::NodeError::Config(_)), "{name}: {e:?}");
+        assert!(e.to_string().contains(name), "{name}: {e}");
+    }
+    // A faster failure detector, consistent, starts.
+    Node::builder()
+        .configure(|c| {
+            c.heartbeat_interval = Duration::from_millis(250);
+            c.silence_timeout = Duration::from_secs(2);
+        })
+        .start()
+        .unwrap();
+}

@@ -59,9 +59,9 @@ pub struct NodeConfig {
     pub lane_weights: [u32; 3],
     /// Level 1 waits at most this long before competing as level 2.
     pub background_promotion: Duration,
-    /// Bound on the open protocol.
+    /// Bound on the open protocol (above zero).
     pub handshake_timeout: Duration,
-    /// Bound on establishing a TCP connection.
+    /// Bound on establishing a TCP connection (above zero).
     pub connect_timeout: Duration,
     /// The kernel's receive buffer of each TCP channel (`SO_RCVBUF`),
     /// connected or accepted. The default, 256 KiB, keeps a backlog in
@@ -102,12 +102,14 @@ pub struct NodeConfig {
     /// An accepted connection that has sent nothing for this long is
     /// closed (an honest initiator answers PRESENT within a round trip);
     /// one that has spoken has until `handshake_timeout`. 2 s by default;
-    /// never more than `handshake_timeout`.
+    /// never more than `handshake_timeout`; above zero.
     pub handshake_silence: Duration,
-    /// Send a heartbeat on a channel idle this long.
+    /// Send a heartbeat on a channel idle this long (above zero).
     pub heartbeat_interval: Duration,
     /// A channel silent this long is presumed dead: the site is temporarily
-    /// failed and reconnected.
+    /// failed and reconnected. Longer than `heartbeat_interval` (else an
+    /// idle peer is taken for failed between two of its heartbeats), or
+    /// [`MAX_DURATION`]: never.
     pub silence_timeout: Duration,
     /// Bound on every wait of the close protocol.
     pub close_timeout: Duration,
@@ -389,6 +391,40 @@ impl NodeConfig {
         self.max_pending_handshakes_per_source = a.max_per_source;
         self.handshake_silence = a.silence;
         self
+    }
+
+    /// Refuses, by name, settings no node can work with (after
+    /// [`normalised`](Self::normalised)): a zero bound on connecting or on
+    /// the open protocol (no channel would ever open, or only by a race),
+    /// a zero heartbeat interval (a heartbeat on every turn), and a silence
+    /// timeout no longer than the heartbeat interval (an idle channel
+    /// declared dead between two heartbeats, again and again).
+    pub(crate) fn check(&self) -> Result<(), String> {
+        type Get = fn(&NodeConfig) -> Duration;
+        let above_zero: [(&str, Get); 5] = [
+            ("connect_timeout", |c| c.connect_timeout),
+            ("handshake_timeout", |c| c.handshake_timeout),
+            ("handshake_silence", |c| c.handshake_silence),
+            ("heartbeat_interval", |c| c.heartbeat_interval),
+            ("silence_timeout", |c| c.silence_timeout),
+        ];
+        for (name, get) in above_zero {
+            if get(self).is_zero() {
+                return Err(format!(
+                    "NodeConfig::{name} is zero: it must be above zero (the default is {:?})",
+                    get(&Self::default())
+                ));
+            }
+        }
+        if self.silence_timeout <= self.heartbeat_interval && self.silence_timeout < MAX_DURATION {
+            return Err(format!(
+                "NodeConfig::silence_timeout ({:?}) must be longer than heartbeat_interval \
+                 ({:?}): an idle peer would be taken for failed between two of its \
+                 heartbeats (the defaults are 5 s and 1 s; MAX_DURATION means never)",
+                self.silence_timeout, self.heartbeat_interval
+            ));
+        }
+        Ok(())
     }
 
     /// The bounds on pending handshakes, for `sitenet_protocols::admission`.

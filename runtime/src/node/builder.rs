@@ -136,6 +136,7 @@ impl NodeBuilder {
         }
         self.cfg.transports.extend(&self.transports)?;
         let cfg = self.cfg.normalised();
+        cfg.check().map_err(NodeError::Config)?;
         let output = crate::outbox::OutputBound {
             site: cfg.output_bound,
             node: crate::outbox::NodeOutput::new(cfg.node_output_bound),
