@@ -119,3 +119,41 @@ fn settings_that_cannot_work_are_refused_by_name() {
         .start()
         .unwrap();
 }
+
+/// Every size, count and bound of a node at its type's largest value:
+/// taken as "no limit", and two such nodes exchange. Regression: a
+/// `max_message_size` of `u64::MAX` overflowed doubling it into the
+/// output bound's floor (a panic in a debug build, a wrapped bound in a
+/// release one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_sizes_and_counts_are_taken() {
+    fn largest(c: &mut NodeConfig) {
+        c.buffer_size = u32::MAX;
+        c.max_message_size = u64::MAX;
+        c.output_bound = u64::MAX;
+        c.reassembly_budget = u64::MAX;
+        c.ack_bytes = u64::MAX;
+        c.ack_messages = u32::MAX;
+        c.max_pending_handshakes = usize::MAX;
+        c.max_pending_handshakes_per_source = usize::MAX;
+        c.reassembly_min_rate = u64::MAX;
+        c.sink_streams_per_sender = usize::MAX;
+        c.node_output_bound = u64::MAX;
+        c.forward_claims_per_peer = u32::MAX;
+        c.site_ref_claims_per_peer = u32::MAX;
+        c.remembered_pairs = usize::MAX;
+        c.max_async_handlers = usize::MAX;
+    }
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(services)
+        .configure(largest)
+        .start()
+        .unwrap();
+    let client = Node::builder().configure(largest).start().unwrap();
+    let site = client.site(addr(&server)).unwrap();
+    for seq in 0..3 {
+        echo(&site, seq).await;
+    }
+    assert_eq!(client.config().output_bound, u64::MAX);
+}

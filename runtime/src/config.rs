@@ -383,7 +383,9 @@ impl NodeConfig {
         self.max_message_size = self
             .max_message_size
             .max(sitenet_protocols::PRELUDE_LEN as u64);
-        self.output_bound = self.output_bound.max(2 * self.max_message_size);
+        self.output_bound = self
+            .output_bound
+            .max(self.max_message_size.saturating_mul(2));
         self.node_output_bound = self.node_output_bound.max(self.output_bound);
         self.max_async_handlers = self.max_async_handlers.max(1);
         let a = self.admission();
