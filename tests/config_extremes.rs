@@ -157,3 +157,36 @@ async fn the_largest_sizes_and_counts_are_taken() {
     }
     assert_eq!(client.config().output_bound, u64::MAX);
 }
+
+/// Regression: `Duration::MAX` given to a wait for "no timeout" (a
+/// request's, a batch's) panicked at once ("overflow when adding duration
+/// to instant"), in the caller's task. Every wait takes it as the longest
+/// one (`sitenet_protocols::timer::MAX_WAIT`, about 31 years).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_of_never_are_taken_by_requests_batches_and_flushes() {
+    use sitenet::services::{Echo, EchoReply};
+    let server = listening_node();
+    let client = Node::builder().start().unwrap();
+    let site = client.site(addr(&server)).unwrap();
+    let never = Duration::MAX;
+    let r = site
+        .request::<Echo, EchoReply>(&Echo { seq: 1 }, never)
+        .await
+        .unwrap();
+    assert_eq!(r.msg.seq, 1);
+    site.flush(never).await.unwrap();
+    let mut b = client.batch();
+    b.request(&site, &Echo { seq: 2 }, never).unwrap();
+    assert!(b.submit().wait_all(never).await.all_ok());
+    let mut b = client.batch();
+    b.request(&site, &Echo { seq: 3 }, never).unwrap();
+    assert!(b.submit().wait_any(never).await.is_some());
+    let s = site.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        s.request_blocking::<Echo, EchoReply>(&Echo { seq: 4 }, never)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.msg.seq, 4);
+}

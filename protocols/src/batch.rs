@@ -163,10 +163,12 @@ impl<R> BatchWait<R> {
         (self.left > 0).then_some(timeout)
     }
 
-    /// Starts a wait for every operation at `now`, lasting `timeout`.
+    /// Starts a wait for every operation at `now`, lasting `timeout` (at
+    /// most [`MAX_WAIT`](crate::timer::MAX_WAIT): `Duration::MAX` waits
+    /// as long as anything does, and does not overflow the clock).
     pub fn wait_all(&self, now: Instant, timeout: Duration) -> WaitAll {
         WaitAll {
-            deadline: now + timeout,
+            deadline: crate::timer::later(now, timeout),
         }
     }
 
@@ -220,6 +222,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Regression: a wait for all with `Duration::MAX` ("no timeout")
+    /// overflowed the clock and panicked; it waits the longest a wait does.
+    #[test]
+    fn a_wait_for_all_of_never_waits_the_longest_wait() {
+        let now = Instant::now();
+        let batch = BatchWait::<()>::new(1);
+        let wait = batch.wait_all(now, Duration::MAX);
+        assert_eq!(wait.next_wait(now, &batch), Some(crate::timer::MAX_WAIT));
     }
 
     #[test]

@@ -13,7 +13,27 @@
 //!
 //! Time is always an argument: nothing here reads a clock.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// The longest any wait lasts: 10^9 seconds (about 31 years). A longer
+/// one, such as `Duration::MAX` given for "no timeout", is taken as this:
+/// a deadline the clock holds rather than an overflow (which panics).
+pub const MAX_WAIT: Duration = Duration::from_secs(1_000_000_000);
+
+/// `now` plus `d`, at most [`MAX_WAIT`] later: where a deadline is made
+/// from a duration a caller gave.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use sitenet_protocols::timer::{later, MAX_WAIT};
+///
+/// let now = Instant::now();
+/// assert_eq!(later(now, Duration::from_secs(5)), now + Duration::from_secs(5));
+/// assert_eq!(later(now, Duration::MAX), now + MAX_WAIT); // no overflow
+/// ```
+pub fn later(now: Instant, d: Duration) -> Instant {
+    now + d.min(MAX_WAIT)
+}
 
 /// One wait of the protocol. Each variant has at most one deadline per state
 /// machine (one session, one ComObject).

@@ -10,7 +10,7 @@ use sitenet_transport::TransController;
 /// (about 31 years). A longer one, `Duration::MAX` included, counts as
 /// this, which is never in practice: a deadline further from now than the
 /// clock holds is not something a node can wait for.
-pub const MAX_DURATION: Duration = Duration::from_secs(1_000_000_000);
+pub const MAX_DURATION: Duration = sitenet_protocols::timer::MAX_WAIT;
 
 /// Everything tunable about a node. `Default` gives the design's defaults (docs/architecture.md).
 ///

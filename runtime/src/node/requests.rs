@@ -97,7 +97,7 @@ impl NodeInner {
         timeout: Duration,
     ) -> oneshot::Receiver<Result<InMessage, RequestError>> {
         let (tx, rx) = oneshot::channel();
-        let deadline = Instant::now() + timeout;
+        let deadline = sitenet_protocols::timer::later(Instant::now(), timeout);
         let earliest = self.requests.table.lock().register(
             corr,
             Awaited::new(entry),
