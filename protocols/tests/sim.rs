@@ -864,7 +864,54 @@ fn a_backlog_still_waiting_for_room_is_named_as_such() {
 /// allocation failure that aborts the process (`sitenet sim --sites
 /// 100000000` asked for 222 GB at once).
 #[test]
-#[should_panic(expected = "a simulation takes at most 1000000 sites")]
+#[should_panic(expected = "SimConfig::sites must be 2 to 1000000, got 1000001")]
 fn more_sites_than_the_bound_is_refused_by_name() {
     let _ = Sim::new(cfg(sitenet_protocols::sim::MAX_SITES + 1, 1, Faults::None));
+}
+
+/// A configuration no run can be made of is refused by field, before the
+/// run: each of these hung (a zero tick: every tick at one instant, for
+/// ever), overflowed the clock (a phase, a latency or a hold time of
+/// `Duration::MAX`), or reported a violation that was the
+/// configuration's (a buffer below the handshake's smallest failed every
+/// handshake "between honest sites"; no settle phase or no bandwidth left
+/// messages "neither delivered nor handed back"; no sites: "a site's code
+/// panicked").
+#[test]
+fn a_configuration_no_run_can_be_made_of_is_refused_by_field() {
+    type Set = fn(&mut SimConfig);
+    let cases: [(&str, Set); 13] = [
+        ("sites", |c| c.sites = 0),
+        ("sites", |c| c.sites = 1),
+        ("weak_slots", |c| c.weak_slots = 0),
+        ("hard_slots", |c| c.hard_slots = 1),
+        ("tick", |c| c.tick = Duration::ZERO),
+        ("duration", |c| c.duration = Duration::MAX),
+        ("settle", |c| c.settle = Duration::ZERO),
+        ("settle", |c| c.settle = Duration::MAX),
+        ("hold_references", |c| c.hold_references = Duration::MAX),
+        ("latency.1", |c| c.latency.1 = Duration::MAX),
+        ("buffer_size", |c| c.buffer_size = 0),
+        ("bandwidth", |c| c.bandwidth = 0),
+        ("address_sends", |c| c.address_sends = f64::NAN),
+    ];
+    for (field, set) in cases {
+        let mut c = cfg(5, 1, Faults::Heavy);
+        set(&mut c);
+        let e = Sim::try_new(c)
+            .err()
+            .unwrap_or_else(|| panic!("{field}: a run was made"));
+        assert!(e.to_string().contains(field), "{field}: {e}");
+    }
+    // The defaults, and the ends of each range, are taken.
+    let mut c = cfg(2, 1, Faults::None);
+    c.tick = sitenet_protocols::sim::MIN_TICK;
+    c.duration = Duration::from_millis(10);
+    c.settle = Duration::from_secs(1);
+    c.weak_slots = 1;
+    c.hard_slots = 2;
+    c.bursts = 1.0;
+    assert!(c.check().is_ok());
+    assert!(SimConfig::default().check().is_ok());
+    assert_eq!(Sim::try_new(c).unwrap().run().verdict, Verdict::Ok);
 }

@@ -15,7 +15,8 @@ pub const MAX_SITES: usize = 1_000_000;
 /// What to simulate.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
-    /// Number of sites: 2 to [`MAX_SITES`].
+    /// Number of sites: 2 to [`MAX_SITES`] (every field's range:
+    /// [`check`](Self::check)).
     pub sites: usize,
     /// Seeds every random choice of the run.
     pub seed: u64,
@@ -114,9 +115,139 @@ pub struct SimConfig {
     pub adopt_hop: bool,
 }
 
+/// The longest time a [`SimConfig`] takes (its phases, its tick, a link's
+/// latency, how long references are held): 10^9 seconds, as the clock's
+/// longest wait ([`MAX_WAIT`](crate::timer::MAX_WAIT)).
+pub const MAX_SIM_TIME: Duration = crate::timer::MAX_WAIT;
+
+/// The shortest tick of the applications: a shorter one schedules more
+/// ticks than the run could ever get through (zero: all at one instant,
+/// for ever).
+pub const MIN_TICK: Duration = Duration::from_millis(1);
+
+/// A [`SimConfig`] no run can be made of: which field, and why. A run of
+/// it would hang, overflow the clock, or report a violation that is the
+/// configuration's, not the protocol's (a buffer below the handshake's
+/// smallest fails every handshake; no settle phase leaves messages in
+/// flight).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimConfigError {
+    /// `sites` is below 2 or above [`MAX_SITES`].
+    #[error("SimConfig::sites must be 2 to {MAX_SITES}, got {0}")]
+    Sites(usize),
+    /// Fewer than one slot to connect, or two in all.
+    #[error(
+        "SimConfig::weak_slots must be at least 1 and hard_slots at least 2, got {weak} and {hard}"
+    )]
+    Slots {
+        /// The weak limit given.
+        weak: usize,
+        /// The hard limit given.
+        hard: usize,
+    },
+    /// A time out of its range.
+    #[error("SimConfig::{field} must be {range}, got {got:?}")]
+    Time {
+        /// The field.
+        field: &'static str,
+        /// The range it takes.
+        range: &'static str,
+        /// What it was given.
+        got: Duration,
+    },
+    /// A buffer below the handshake's smallest.
+    #[error(
+        "SimConfig::buffer_size must be at least {min} bytes (the handshake's smallest buffer), got {0}",
+        min = crate::handshake::MIN_BUFFER
+    )]
+    BufferSize(u32),
+    /// A link that carries nothing.
+    #[error("SimConfig::bandwidth must be at least 1 byte per second, got 0")]
+    Bandwidth,
+    /// A chance or a share outside 0 to 1 (or not a number).
+    #[error("SimConfig::{field} is a chance between 0 and 1, got {got}")]
+    Chance {
+        /// The field.
+        field: &'static str,
+        /// What it was given.
+        got: f64,
+    },
+}
+
 impl SimConfig {
     /// The runtime's default output bound of one site.
     pub const DEFAULT_OUTPUT_BOUND: u64 = 512 << 20;
+
+    /// Checks that a run can be made of this configuration
+    /// ([`Sim::try_new`](super::Sim::try_new) does; `Sim::new` panics with
+    /// the error): sites 2 to [`MAX_SITES`]; at least 1 weak and 2 hard
+    /// slots; a tick of [`MIN_TICK`] or more; a settle phase; no time past
+    /// [`MAX_SIM_TIME`]; a buffer of the handshake's smallest or more; a
+    /// bandwidth; chances between 0 and 1.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sitenet_protocols::sim::{SimConfig, SimConfigError};
+    ///
+    /// assert!(SimConfig::default().check().is_ok());
+    /// let zero_tick = SimConfig { tick: Duration::ZERO, ..SimConfig::default() };
+    /// assert!(matches!(zero_tick.check(), Err(SimConfigError::Time { field: "tick", .. })));
+    /// ```
+    pub fn check(&self) -> Result<(), SimConfigError> {
+        if !(2..=MAX_SITES).contains(&self.sites) {
+            return Err(SimConfigError::Sites(self.sites));
+        }
+        if self.weak_slots == 0 || self.hard_slots < 2 {
+            return Err(SimConfigError::Slots {
+                weak: self.weak_slots,
+                hard: self.hard_slots,
+            });
+        }
+        let up_to = "at most 10^9 s";
+        let times = [
+            ("duration", self.duration, Duration::ZERO, up_to),
+            (
+                "settle",
+                self.settle,
+                Duration::from_nanos(1),
+                "above zero and at most 10^9 s",
+            ),
+            ("tick", self.tick, MIN_TICK, "1 ms to 10^9 s"),
+            (
+                "hold_references",
+                self.hold_references,
+                Duration::ZERO,
+                up_to,
+            ),
+            ("latency.0", self.latency.0, Duration::ZERO, up_to),
+            ("latency.1", self.latency.1, Duration::ZERO, up_to),
+        ];
+        for (field, got, min, range) in times {
+            if got < min || got > MAX_SIM_TIME {
+                return Err(SimConfigError::Time { field, range, got });
+            }
+        }
+        if self.buffer_size < crate::handshake::MIN_BUFFER {
+            return Err(SimConfigError::BufferSize(self.buffer_size));
+        }
+        if self.bandwidth == 0 {
+            return Err(SimConfigError::Bandwidth);
+        }
+        let chances = [
+            ("address_sends", self.address_sends),
+            ("cooperations", self.cooperations),
+            ("site_refs", self.site_refs),
+            ("batches", self.batches),
+            ("bursts", self.bursts),
+        ];
+        for (field, got) in chances {
+            if !(0.0..=1.0).contains(&got) {
+                return Err(SimConfigError::Chance { field, got });
+            }
+        }
+        Ok(())
+    }
 
     /// The bytes one entry may hold.
     pub fn output_bound(&self) -> u64 {

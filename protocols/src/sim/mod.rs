@@ -98,7 +98,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 pub use app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request};
-pub use config::{Report, SimConfig, Verdict, MAX_SITES};
+pub use config::{Report, SimConfig, SimConfigError, Verdict, MAX_SIM_TIME, MAX_SITES, MIN_TICK};
 pub use faults::Faults;
 pub use search::{search, search_with, SearchRun};
 pub use shrink::{shrink, shrink_with};
@@ -257,17 +257,24 @@ pub struct Sim {
 
 impl Sim {
     /// A simulation of `cfg.sites` sites, each running a [`Workload`].
+    ///
+    /// # Panics
+    ///
+    /// As [`with_app`](Self::with_app).
     pub fn new(cfg: SimConfig) -> Self {
+        let factory = Self::workloads(&cfg);
+        Self::with_app(cfg, factory)
+    }
+
+    /// Every site's [`Workload`], as `cfg` sets it.
+    fn workloads(cfg: &SimConfig) -> AppFactory {
         let mut workload = Workload::default();
         workload.by_address = cfg.address_sends;
         workload.cooperations = cfg.cooperations;
         workload.site_refs = cfg.site_refs;
         workload.batches = cfg.batches;
         workload.bursts = cfg.bursts;
-        Self::with_app(
-            cfg,
-            Box::new(move |_| Box::new(workload.clone()) as Box<dyn Application>),
-        )
+        Box::new(move |_| Box::new(workload.clone()) as Box<dyn Application>)
     }
 
     /// A simulation whose sites run the applications `factory` makes.
@@ -278,13 +285,29 @@ impl Sim {
     ///
     /// # Panics
     ///
-    /// With more than [`MAX_SITES`] sites (more would not fit in memory).
+    /// With a configuration no run can be made of ([`SimConfig::check`];
+    /// [`try_with_app`](Self::try_with_app) returns the error instead).
     pub fn with_app(cfg: SimConfig, factory: AppFactory) -> Self {
-        assert!(
-            cfg.sites <= MAX_SITES,
-            "a simulation takes at most {MAX_SITES} sites (SimConfig::sites is {})",
-            cfg.sites
-        );
+        match Self::try_with_app(cfg, factory) {
+            Ok(sim) => sim,
+            Err(e) => panic!("{e} (Sim::try_with_app returns this as an error)"),
+        }
+    }
+
+    /// [`new`](Self::new), or why no run can be made of `cfg`.
+    pub fn try_new(cfg: SimConfig) -> Result<Self, SimConfigError> {
+        let factory = Self::workloads(&cfg);
+        Self::try_with_app(cfg, factory)
+    }
+
+    /// [`with_app`](Self::with_app), or why no run can be made of `cfg`.
+    pub fn try_with_app(cfg: SimConfig, factory: AppFactory) -> Result<Self, SimConfigError> {
+        cfg.check()?;
+        Ok(Self::build(cfg, factory))
+    }
+
+    /// A simulation of a configuration already checked.
+    fn build(cfg: SimConfig, factory: AppFactory) -> Self {
         let mut sim = Self {
             end: cfg.duration + cfg.settle,
             t0: Instant::now(),

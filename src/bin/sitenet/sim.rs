@@ -237,6 +237,10 @@ pub(crate) fn run(a: Args) -> ExitCode {
         adopt_hop: a.adopt_hop,
         ..SimConfig::default()
     };
+    // What the options above did not already refuse by their flag's name.
+    if let Err(e) = cfg.check() {
+        return crate::usage(e);
+    }
     match a.seed {
         Some(_) => one(cfg, &a),
         None => search(cfg, &a),
