@@ -35,12 +35,16 @@ impl H {
 
     /// `callable`: this node listens (see `ComConfig::callable`).
     fn with(can_open: bool, callable: bool) -> Self {
-        let now = Instant::now();
         let cfg = ComConfig {
             linger: LINGER,
             callable,
             ..ComConfig::default()
         };
+        Self::with_cfg(can_open, cfg)
+    }
+
+    fn with_cfg(can_open: bool, cfg: ComConfig) -> Self {
+        let now = Instant::now();
         Self {
             com: ComObject::new(
                 cfg,
@@ -597,4 +601,46 @@ fn a_peer_that_closes_hard_without_acknowledging_anything_is_not_redialled_at_on
     let at = h.com.poll_timeout().expect("the callback wait");
     h.advance_to(at);
     assert!(h.actions().iter().any(|a| matches!(a, Action::RequestSlot)));
+}
+
+/// Regression: `Duration::MAX` in a machine's configuration, for "never"
+/// (no linger, no heartbeat, no silence timeout, no give-up), overflowed
+/// the clock and panicked wherever the machine made a deadline of it. Each
+/// such deadline is at most `timer::MAX_WAIT` away.
+#[test]
+fn durations_of_never_in_the_configuration_do_not_overflow_the_machine() {
+    let never = Duration::MAX;
+    let session = sitenet_protocols::SessionConfig {
+        ack_delay: never,
+        heartbeat_interval: never,
+        silence_timeout: never,
+        close_timeout: never,
+        reassembly_idle: never,
+        turn_budget: Some(never),
+        ..sitenet_protocols::SessionConfig::default()
+    };
+    let cfg = ComConfig {
+        session: std::sync::Arc::new(session),
+        reconnect_min: never,
+        reconnect_max: never,
+        linger: never,
+        ring_idle: never,
+        reopen_after_peer_hard_close: never,
+        line_give_up: never,
+        give_up_after: Some(never),
+        unreachable_give_up: never,
+        ..ComConfig::default()
+    };
+    let mut h = H::with_cfg(true, cfg);
+    let id = h.working_and_acked(true);
+    h.com.set_has_refs(false, h.now);
+    h.peer_closes_hard(id);
+    h.lose(id);
+    let far = h.now + sitenet_protocols::timer::MAX_WAIT;
+    let next = h.com.poll_timeout().expect("a deadline: the reclaim");
+    assert!(next <= far, "{next:?} past {far:?}");
+    h.advance_to(h.now + Duration::from_secs(1));
+    h.com.queue(msg()).unwrap();
+    let acts = h.actions();
+    assert!(h.com.poll_timeout().is_none_or(|t| t <= far), "{acts:?}");
 }

@@ -76,6 +76,44 @@ pub struct ComConfig {
     pub decide: fn(LinkView, &crate::handshake::Negotiate) -> Decision,
 }
 
+impl ComConfig {
+    /// `cfg`, with every wait at most [`MAX_WAIT`](crate::timer::MAX_WAIT)
+    /// (a copy only if one is longer), its session's too: `Duration::MAX`
+    /// given for "never" made a deadline past what the clock holds, and
+    /// the machine panicked where it set its timer.
+    pub(crate) fn bounded(cfg: Arc<ComConfig>) -> Arc<ComConfig> {
+        let max = crate::timer::MAX_WAIT;
+        let waits = [
+            cfg.reconnect_min,
+            cfg.reconnect_max,
+            cfg.linger,
+            cfg.ring_idle,
+            cfg.reopen_after_peer_hard_close,
+            cfg.line_give_up,
+            cfg.give_up_after.unwrap_or_default(),
+            cfg.unreachable_give_up,
+        ];
+        if waits.iter().all(|d| *d <= max) && cfg.session.within_bounds() {
+            return cfg;
+        }
+        let mut c = (*cfg).clone();
+        c.session = SessionConfig::bounded(c.session.clone());
+        for d in [
+            &mut c.reconnect_min,
+            &mut c.reconnect_max,
+            &mut c.linger,
+            &mut c.ring_idle,
+            &mut c.reopen_after_peer_hard_close,
+            &mut c.line_give_up,
+            &mut c.unreachable_give_up,
+        ] {
+            *d = (*d).min(max);
+        }
+        c.give_up_after = c.give_up_after.map(|d| d.min(max));
+        Arc::new(c)
+    }
+}
+
 impl Default for ComConfig {
     fn default() -> Self {
         Self {

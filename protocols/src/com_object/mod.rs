@@ -205,7 +205,7 @@ impl ComObject {
         seed: u64,
         now: Instant,
     ) -> Self {
-        let mut cfg: Arc<ComConfig> = cfg.into();
+        let mut cfg = ComConfig::bounded(cfg.into());
         if cfg.local != local {
             // A node shares one configuration with its id in it; anything
             // else (tests of several sites) gets its own copy.

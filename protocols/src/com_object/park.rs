@@ -164,6 +164,7 @@ impl ComObject {
             packed,
         } = parked;
         let f = Fields::unpack(&packed, base);
+        let cfg = ComConfig::bounded(cfg);
         let session = Session::unparked(f.session, cfg.session.clone(), budget);
         ComObject {
             session,

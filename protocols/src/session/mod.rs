@@ -157,7 +157,7 @@ pub struct Session {
 impl Session {
     /// A session with no channel yet.
     pub fn new(cfg: impl Into<std::sync::Arc<SessionConfig>>, budget: ReassemblyBudget) -> Self {
-        let cfg = cfg.into();
+        let cfg = SessionConfig::bounded(cfg.into());
         Self {
             send: Sender::new(),
             recv: Receiver::new(&budget),

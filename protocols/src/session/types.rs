@@ -1,5 +1,6 @@
 //! The session's configuration, events, channel parameters and counters.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ProtocolError;
@@ -49,6 +50,46 @@ pub struct SessionConfig {
 }
 
 impl SessionConfig {
+    /// `cfg`, with every wait at most [`MAX_WAIT`](crate::timer::MAX_WAIT)
+    /// (a copy only if one is longer): `Duration::MAX` given for "never"
+    /// made a deadline past what the clock holds, and the session panicked
+    /// where it set its timer.
+    pub(crate) fn bounded(cfg: Arc<SessionConfig>) -> Arc<SessionConfig> {
+        if cfg.within_bounds() {
+            return cfg;
+        }
+        let max = crate::timer::MAX_WAIT;
+        let mut c = (*cfg).clone();
+        for d in [
+            &mut c.ack_delay,
+            &mut c.heartbeat_interval,
+            &mut c.silence_timeout,
+            &mut c.close_timeout,
+            &mut c.reassembly_idle,
+            &mut c.scheduler.promote_after,
+        ] {
+            *d = (*d).min(max);
+        }
+        c.turn_budget = c.turn_budget.map(|d| d.min(max));
+        Arc::new(c)
+    }
+
+    /// True if no wait is longer than [`MAX_WAIT`](crate::timer::MAX_WAIT).
+    pub(crate) fn within_bounds(&self) -> bool {
+        let max = crate::timer::MAX_WAIT;
+        [
+            self.ack_delay,
+            self.heartbeat_interval,
+            self.silence_timeout,
+            self.close_timeout,
+            self.reassembly_idle,
+            self.scheduler.promote_after,
+            self.turn_budget.unwrap_or_default(),
+        ]
+        .iter()
+        .all(|d| *d <= max)
+    }
+
     /// How long a slice of deliveries should take (see `pace.rs`), if
     /// deliveries are paced.
     pub(crate) fn pace_target(&self) -> Option<Duration> {
