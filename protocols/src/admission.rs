@@ -95,6 +95,8 @@ impl AdmissionConfig {
     pub fn normalised(mut self) -> Self {
         self.max_pending = self.max_pending.max(1);
         self.max_per_source = self.max_per_source.max(1);
+        // `Duration::MAX` for "never" is a deadline the clock holds.
+        self.timeout = self.timeout.min(crate::timer::MAX_WAIT);
         self.silence = self.silence.min(self.timeout);
         self
     }

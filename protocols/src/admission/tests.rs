@@ -247,3 +247,21 @@ proptest! {
         }
     }
 }
+
+/// Regression: `Duration::MAX` for the handshake's bounds ("never")
+/// overflowed the clock where a pending handshake got its deadline.
+#[test]
+fn bounds_of_never_do_not_overflow_the_clock() {
+    let t0 = Instant::now();
+    let mut adm = Admission::new(AdmissionConfig {
+        silence: Duration::MAX,
+        timeout: Duration::MAX,
+        ..cfg(4, 2)
+    });
+    let a = adm.admit(t0, v4(1));
+    adm.spoke(a.ticket);
+    adm.admit(t0, v4(2));
+    let far = t0 + crate::timer::MAX_WAIT;
+    assert!(adm.poll_timeout().is_some_and(|at| at <= far));
+    assert!(adm.handle_timeout(t0 + Duration::from_secs(1)).is_empty());
+}

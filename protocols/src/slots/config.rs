@@ -89,6 +89,27 @@ pub enum SlotConfigError {
 }
 
 impl SlotConfig {
+    /// This configuration with every wait at most
+    /// [`MAX_WAIT`](crate::timer::MAX_WAIT): `Duration::MAX` given for
+    /// "never" made a deadline past what the clock holds, and the table
+    /// panicked where it armed its timer. [`SlotTable::new`](super::SlotTable::new)
+    /// takes it so.
+    pub fn bounded(mut self) -> Self {
+        for d in [
+            &mut self.preempt_interval,
+            &mut self.line_hold,
+            &mut self.turn,
+            &mut self.turn_min,
+            &mut self.rotation,
+            &mut self.max_wait,
+            &mut self.turn_idle,
+            &mut self.line_yield,
+        ] {
+            *d = (*d).min(crate::timer::MAX_WAIT);
+        }
+        self
+    }
+
     /// Limits as given; the weak limit is lowered to `hard - 1` if needed
     /// (as in Mozart: one slot is always kept for accepts).
     ///

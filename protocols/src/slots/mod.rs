@@ -227,7 +227,7 @@ impl SlotTable {
     /// An empty table.
     pub fn new(cfg: SlotConfig, policy: Box<dyn PreemptionPolicy>) -> Self {
         Self {
-            cfg,
+            cfg: cfg.bounded(),
             policy,
             holders: BTreeMap::new(),
             waiting: VecDeque::new(),

@@ -318,3 +318,38 @@ proptest! {
         }
     }
 }
+
+/// Regression: `Duration::MAX` in a `SlotConfig`, for "never" (no
+/// preemption tick, no hold in line, no turn), overflowed the clock and
+/// panicked where the table armed its timer; each wait is at most
+/// `timer::MAX_WAIT` away.
+#[test]
+fn durations_of_never_do_not_overflow_the_table() {
+    let never = Duration::MAX;
+    let mut cfg = SlotConfig::new(1, 2).unwrap();
+    cfg.preempt_interval = never;
+    cfg.line_hold = never;
+    cfg.turn = never;
+    cfg.turn_min = never;
+    cfg.rotation = never;
+    cfg.max_wait = never;
+    cfg.turn_idle = never;
+    cfg.line_yield = never;
+    let mut t = SlotTable::new(
+        cfg,
+        Box::new(DefaultPolicy {
+            min_hold: Duration::ZERO,
+        }),
+    );
+    let now = Instant::now();
+    for _ in 0..2 {
+        t.accept(now).expect("below the hard limit");
+    }
+    let _ = t.request(now);
+    let _ = t.accept_or_wait(now, Some(SiteId(9)), 0);
+    let far = now + crate::timer::MAX_WAIT;
+    assert!(t.poll_timeout().is_none_or(|at| at <= far));
+    let later = now + Duration::from_secs(1);
+    let _ = t.handle_timeout(later, |_| Some(quiet(later)));
+    assert_eq!(t.config().preempt_interval, crate::timer::MAX_WAIT);
+}
