@@ -7,13 +7,11 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use serde::{Deserialize, Serialize};
 
-use sitenet::{metrics_http, Address, Node, SendOptions};
+use sitenet::{metrics_http, Address, Node};
 
 #[derive(Parser)]
 #[command(
@@ -168,7 +166,9 @@ mod bench;
 mod cert;
 mod cookie;
 mod demo;
+mod ping;
 mod plot;
+mod send;
 mod sim;
 mod stats;
 mod stress;
@@ -214,7 +214,7 @@ fn main() -> ExitCode {
             json,
             timeout,
             auth,
-        } => run_ping(&addr, count, size, json, timeout, auth),
+        } => ping::run_ping(&addr, count, size, json, timeout, auth),
         Cmd::Send {
             addr,
             count,
@@ -224,7 +224,7 @@ fn main() -> ExitCode {
             timeout,
             give_up,
             auth,
-        } => run_send(&addr, count, size, priority, json, timeout, give_up, auth),
+        } => send::run_send(&addr, count, size, priority, json, timeout, give_up, auth),
         Cmd::Demo { json } => demo::run(json),
         Cmd::Stress(args) => stress::run(args),
         Cmd::Sim(args) => sim::run(args),
@@ -362,90 +362,6 @@ fn run_node(
     ExitCode::SUCCESS
 }
 
-/// The result of `sitenet ping` (JSON keys are a stable contract).
-#[derive(Debug, Serialize, Deserialize)]
-struct PingResult {
-    count: u64,
-    size: usize,
-    min_us: f64,
-    p50_us: f64,
-    p99_us: f64,
-    max_us: f64,
-    mean_us: f64,
-    site_id: String,
-}
-
-fn run_ping(
-    addr: &str,
-    count: u64,
-    size: usize,
-    json: bool,
-    timeout: f64,
-    auth: auth::Auth,
-) -> ExitCode {
-    if let Err(e) = check_target(addr).and(body_size(size)) {
-        return usage(e);
-    }
-    let timeout = match seconds("timeout", timeout) {
-        Ok(t) => t,
-        Err(e) => return usage(e),
-    };
-    let security = match auth.load() {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let (node, site) = match client(addr, |c| {
-        c.connect_timeout = timeout;
-        security.apply(c);
-    }) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    let hist = match sitenet::bench::echo_round_trips(&node, &site, count, size, timeout) {
-        Ok(h) => h,
-        Err(e) => return failure(format!("ping {addr}: {e}")),
-    };
-    let us = |ns: u64| ns as f64 / 1000.0;
-    let r = PingResult {
-        count,
-        size,
-        min_us: us(hist.min()),
-        p50_us: us(hist.value_at_quantile(0.5)),
-        p99_us: us(hist.value_at_quantile(0.99)),
-        max_us: us(hist.max()),
-        mean_us: hist.mean() / 1000.0,
-        site_id: site.id().map(|i| i.to_string()).unwrap_or_default(),
-    };
-    if json {
-        println!("{}", serde_json::to_string(&r).expect("serialisable"));
-    } else {
-        println!(
-            "{} round trips of {} bytes to {addr}: min {:.1} µs, p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
-            r.count, r.size, r.min_us, r.p50_us, r.p99_us, r.max_us
-        );
-    }
-    node.shutdown_blocking(Duration::from_secs(1))
-        .unwrap_or_default();
-    ExitCode::SUCCESS
-}
-
-/// The result of `sitenet send` (JSON keys are a stable contract).
-#[derive(Debug, Serialize, Deserialize)]
-struct SendResult {
-    sent: u64,
-    delivered: u64,
-    duplicates: u64,
-    out_of_order: u64,
-    missing: u64,
-    reconnects: u64,
-    retransmitted: u64,
-    msgs_per_sec: f64,
-    elapsed_s: f64,
-    size: usize,
-    priority: u8,
-    site_id: String,
-}
-
 pub(crate) fn seconds(name: &str, v: f64) -> Result<Duration, String> {
     if v.is_finite() && v > 0.0 && v <= MAX_SECONDS {
         Ok(Duration::from_secs_f64(v))
@@ -463,7 +379,7 @@ const MAX_SECONDS: f64 = 1e9;
 /// `--size` of `ping` and `send`: a body no larger than the maximum message
 /// (header and body together) the nodes take by default. It is made before
 /// anything is sent, so a size past memory aborted the process.
-fn body_size(size: usize) -> Result<usize, String> {
+pub(crate) fn body_size(size: usize) -> Result<usize, String> {
     let max = sitenet::NodeConfig::default().max_message_size;
     if size as u64 <= max {
         Ok(size)
@@ -471,137 +387,5 @@ fn body_size(size: usize) -> Result<usize, String> {
         Err(format!(
             "--size must be at most {max} bytes (the maximum message, header included), got {size}"
         ))
-    }
-}
-
-// One argument per `send` option.
-#[allow(clippy::too_many_arguments)]
-fn run_send(
-    addr: &str,
-    count: u64,
-    size: usize,
-    priority: u8,
-    json: bool,
-    timeout: f64,
-    give_up: f64,
-    auth: auth::Auth,
-) -> ExitCode {
-    use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
-    if let Err(e) = check_target(addr).and(body_size(size)) {
-        return usage(e);
-    }
-    let (timeout, give_up) = match (seconds("timeout", timeout), seconds("give-up", give_up)) {
-        (Ok(t), Ok(g)) => (t, g),
-        (Err(e), _) | (_, Err(e)) => return usage(e),
-    };
-    let prio = sitenet::Priority::from_lane(priority).expect("validated by clap");
-    let security = match auth.load() {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let (node, site) = match client(addr, |c| {
-        c.connect_timeout = timeout;
-        c.give_up_after = Some(give_up);
-        security.apply(c);
-    }) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    let stream: u64 = rand::random();
-    let body = Bytes::from(vec![0x5Au8; size]);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let s = site.clone();
-    let target = addr.to_string();
-    node.runtime().spawn(async move {
-        let addr = target;
-        let r: Result<(Duration, SinkVerdict), String> = async {
-            // The first message waits for the node, bounded by --timeout.
-            let t0 = Instant::now();
-            let opts = || SendOptions::new().priority(prio).body(body.clone());
-            s.send_with(&SinkData { stream, seq: 0 }, opts())
-                .await
-                .map_err(|e| e.to_string())?;
-            if let Err(e) = s.flush(timeout).await {
-                return Err(format!("{addr} unreachable: {e}"));
-            }
-            for seq in 1..count {
-                if let Err(e) = s.send_with(&SinkData { stream, seq }, opts()).await {
-                    return Err(e.to_string());
-                }
-            }
-            // Every message acknowledged: retried while the node is only
-            // temporarily failed, up to --give-up.
-            loop {
-                match s.flush(give_up).await {
-                    Ok(()) => break,
-                    Err(sitenet::FlushError::Timeout { .. }) => continue,
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
-            let elapsed = t0.elapsed();
-            let v = s
-                .request_with::<SinkQuery, SinkVerdict>(
-                    &SinkQuery {
-                        stream,
-                        expected: count,
-                    },
-                    SendOptions::new().priority(prio),
-                    give_up,
-                )
-                .await
-                .map_err(|e| format!("asking the sink for its verdict: {e}"))?;
-            Ok((elapsed, v.msg))
-        }
-        .await;
-        let _ = tx.send(r);
-    });
-    let r = rx.recv().expect("send task reports");
-    let m = node.metrics();
-    let (elapsed, v) = match r {
-        Ok(x) => x,
-        Err(e) => {
-            let (not_sent, maybe) = site
-                .failure()
-                .map(|(_, b)| (b.not_sent.len(), b.maybe_delivered.len()))
-                .unwrap_or((0, 0));
-            if let Some((reason, _)) = site.failure() {
-                return failure(format!(
-                    "site {addr} failed permanently ({reason}): not_sent {not_sent}, maybe_delivered {maybe}"
-                ));
-            }
-            return failure(e);
-        }
-    };
-    let r = SendResult {
-        sent: count,
-        delivered: v.delivered,
-        duplicates: v.duplicates,
-        out_of_order: v.out_of_order,
-        missing: v.missing,
-        reconnects: m.channels_opened.saturating_sub(1),
-        retransmitted: m.messages_retransmitted,
-        msgs_per_sec: count as f64 / elapsed.as_secs_f64(),
-        elapsed_s: elapsed.as_secs_f64(),
-        size,
-        priority,
-        site_id: site.id().map(|i| i.to_string()).unwrap_or_default(),
-    };
-    if json {
-        println!("{}", serde_json::to_string(&r).expect("serialisable"));
-    } else {
-        println!(
-            "{} messages of {} bytes at priority {} to {addr}: delivered {}, duplicates {}, out of order {}, missing {}; \
-             {} reconnects, {} retransmitted; {:.0} msg/s",
-            r.sent, r.size, r.priority, r.delivered, r.duplicates, r.out_of_order, r.missing, r.reconnects,
-            r.retransmitted, r.msgs_per_sec
-        );
-    }
-    node.shutdown_blocking(Duration::from_secs(1))
-        .unwrap_or_default();
-    let clean = r.delivered == count && r.duplicates == 0 && r.out_of_order == 0 && r.missing == 0;
-    if clean {
-        ExitCode::SUCCESS
-    } else {
-        failure("the sink saw loss, duplicates or reordering")
     }
 }
