@@ -35,6 +35,17 @@ pub fn later(now: Instant, d: Duration) -> Instant {
     now + d.min(MAX_WAIT)
 }
 
+/// Bounds each of `waits` to [`MAX_WAIT`]; true if one was longer. What
+/// every configuration with waits in it does to the ones it was given.
+pub fn bound<const N: usize>(waits: [&mut Duration; N]) -> bool {
+    let mut changed = false;
+    for d in waits {
+        changed |= *d > MAX_WAIT;
+        *d = (*d).min(MAX_WAIT);
+    }
+    changed
+}
+
 /// One wait of the protocol. Each variant has at most one deadline per state
 /// machine (one session, one ComObject).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

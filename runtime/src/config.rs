@@ -355,7 +355,7 @@ impl NodeConfig {
     pub(crate) fn normalised(mut self) -> Self {
         // `Duration::MAX` (never) and its kin: a deadline that far from now
         // overflowed the clock, and the node's actors panicked.
-        for d in [
+        sitenet_protocols::timer::bound([
             &mut self.ack_delay,
             &mut self.background_promotion,
             &mut self.handshake_timeout,
@@ -373,10 +373,10 @@ impl NodeConfig {
             &mut self.reopen_after_peer_hard_close,
             &mut self.line_give_up,
             &mut self.unreachable_give_up,
-        ] {
-            *d = (*d).min(MAX_DURATION);
+        ]);
+        if let Some(d) = &mut self.give_up_after {
+            sitenet_protocols::timer::bound([d]);
         }
-        self.give_up_after = self.give_up_after.map(|d| d.min(MAX_DURATION));
         self.buffer_size = self
             .buffer_size
             .max(sitenet_protocols::handshake::MIN_BUFFER);

@@ -96,9 +96,10 @@ impl ComConfig {
         if waits.iter().all(|d| *d <= max) && cfg.session.within_bounds() {
             return cfg;
         }
+        // Checked above without a copy: copying shares its two `Arc`s.
         let mut c = (*cfg).clone();
         c.session = SessionConfig::bounded(c.session.clone());
-        for d in [
+        crate::timer::bound([
             &mut c.reconnect_min,
             &mut c.reconnect_max,
             &mut c.linger,
@@ -106,10 +107,10 @@ impl ComConfig {
             &mut c.reopen_after_peer_hard_close,
             &mut c.line_give_up,
             &mut c.unreachable_give_up,
-        ] {
-            *d = (*d).min(max);
+        ]);
+        if let Some(d) = &mut c.give_up_after {
+            crate::timer::bound([d]);
         }
-        c.give_up_after = c.give_up_after.map(|d| d.min(max));
         Arc::new(c)
     }
 }

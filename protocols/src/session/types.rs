@@ -55,39 +55,36 @@ impl SessionConfig {
     /// made a deadline past what the clock holds, and the session panicked
     /// where it set its timer.
     pub(crate) fn bounded(cfg: Arc<SessionConfig>) -> Arc<SessionConfig> {
-        if cfg.within_bounds() {
-            return cfg;
-        }
-        let max = crate::timer::MAX_WAIT;
+        // Plain data: the copy is on the stack, and kept only if it changed.
         let mut c = (*cfg).clone();
-        for d in [
-            &mut c.ack_delay,
-            &mut c.heartbeat_interval,
-            &mut c.silence_timeout,
-            &mut c.close_timeout,
-            &mut c.reassembly_idle,
-            &mut c.scheduler.promote_after,
-        ] {
-            *d = (*d).min(max);
+        if c.bound_waits() {
+            Arc::new(c)
+        } else {
+            cfg
         }
-        c.turn_budget = c.turn_budget.map(|d| d.min(max));
-        Arc::new(c)
     }
 
     /// True if no wait is longer than [`MAX_WAIT`](crate::timer::MAX_WAIT).
     pub(crate) fn within_bounds(&self) -> bool {
-        let max = crate::timer::MAX_WAIT;
-        [
-            self.ack_delay,
-            self.heartbeat_interval,
-            self.silence_timeout,
-            self.close_timeout,
-            self.reassembly_idle,
-            self.scheduler.promote_after,
-            self.turn_budget.unwrap_or_default(),
-        ]
-        .iter()
-        .all(|d| *d <= max)
+        !self.clone().bound_waits()
+    }
+
+    /// Bounds every wait to [`MAX_WAIT`](crate::timer::MAX_WAIT); true if
+    /// one was longer.
+    fn bound_waits(&mut self) -> bool {
+        let waits = crate::timer::bound([
+            &mut self.ack_delay,
+            &mut self.heartbeat_interval,
+            &mut self.silence_timeout,
+            &mut self.close_timeout,
+            &mut self.reassembly_idle,
+            &mut self.scheduler.promote_after,
+        ]);
+        let turn = self
+            .turn_budget
+            .as_mut()
+            .is_some_and(|d| crate::timer::bound([d]));
+        waits | turn
     }
 
     /// How long a slice of deliveries should take (see `pace.rs`), if

@@ -95,7 +95,7 @@ impl SlotConfig {
     /// panicked where it armed its timer. [`SlotTable::new`](super::SlotTable::new)
     /// takes it so.
     pub fn bounded(mut self) -> Self {
-        for d in [
+        crate::timer::bound([
             &mut self.preempt_interval,
             &mut self.line_hold,
             &mut self.turn,
@@ -104,9 +104,7 @@ impl SlotConfig {
             &mut self.max_wait,
             &mut self.turn_idle,
             &mut self.line_yield,
-        ] {
-            *d = (*d).min(crate::timer::MAX_WAIT);
-        }
+        ]);
         self
     }
 
