@@ -7,7 +7,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use sitenet_protocols::sim::{AppCtx, Application, Faults, Sim, SimConfig, Verdict};
+use sitenet_protocols::sim::{
+    AppCtx, AppFactory, Application, Faults, Sim, SimConfig, Verdict, Workload,
+};
 use sitenet_protocols::{Priority, SiteId};
 
 fn cfg(sites: usize, seed: u64, faults: Faults) -> SimConfig {
@@ -812,8 +814,22 @@ fn regression_a_site_preempted_with_messages_queued_does_not_wait_for_a_callback
 /// the message still waits for room at its sender — overload, which a
 /// longer settle shows, not a message the protocol lost. Found by a
 /// search over the command's options, where it read like a lost message.
+/// The workload here keeps sending while its sends wait
+/// (`Workload::max_waiting` off), as the default did when it was found.
 #[test]
 fn a_backlog_still_waiting_for_room_is_named_as_such() {
+    let eager = |cfg: SimConfig| {
+        let mut w = Workload::default();
+        w.by_address = cfg.address_sends;
+        w.cooperations = cfg.cooperations;
+        w.batches = cfg.batches;
+        w.bursts = cfg.bursts;
+        w.max_waiting = usize::MAX;
+        Sim::with_app(
+            cfg,
+            Box::new(move |_| Box::new(w.clone()) as Box<dyn Application>),
+        )
+    };
     let shape = |settle| SimConfig {
         weak_slots: 1,
         hard_slots: 5,
@@ -827,7 +843,7 @@ fn a_backlog_still_waiting_for_room_is_named_as_such() {
         settle: Duration::from_secs(settle),
         ..cfg(5, 684_002_679, Faults::Light)
     };
-    let r = Sim::new(shape(60)).run();
+    let r = eager(shape(60)).run();
     let Verdict::Violation { what, .. } = &r.verdict else {
         panic!("the backlog drained within 60 s: {r:?}")
     };
@@ -835,7 +851,7 @@ fn a_backlog_still_waiting_for_room_is_named_as_such() {
         what.contains("still waits for room in its sender's output bound"),
         "{what}"
     );
-    let r = Sim::new(shape(200)).run();
+    let r = eager(shape(200)).run();
     assert_eq!(
         r.verdict,
         Verdict::Ok,
@@ -858,6 +874,57 @@ fn a_backlog_still_waiting_for_room_is_named_as_such() {
         panic!("the backlog drained within a second: {r:?}")
     };
     assert!(what.contains("its sender still holds"), "{what}");
+}
+
+/// Found by a search over `sitenet sim`'s options: 10 ms ticks and bursts
+/// into a small output bound aborted the process when memory ran out
+/// (1.8 GB at 50 sites after five simulated seconds, 10 runs in 2,386 at
+/// the search's 6 GiB limit). The workload sent on every tick while its
+/// earlier sends still waited for room, so the waiting bodies piled up
+/// without bound; a runtime's senders blocked in `send().await` send
+/// nothing more. Now a tick sends nothing while 16 of the site's sends or
+/// more wait (`Workload::max_waiting`): the most that wait at once stays
+/// within one tick's sends of it, and the backlog drains in the settle
+/// phase. The old behaviour, kept behind `max_waiting: usize::MAX`, piles
+/// up hundreds within the same five seconds.
+#[test]
+fn regression_an_overloaded_workload_does_not_pile_its_waiting_sends_up() {
+    let shape = |seed| SimConfig {
+        tick: Duration::from_millis(10),
+        bursts: 0.5,
+        output_bound: Some(98_304),
+        duration: Duration::from_secs(5),
+        ..cfg(20, seed, Faults::Light)
+    };
+    for seed in 0..3 {
+        let r = Sim::new(shape(seed)).run();
+        assert_eq!(r.verdict, Verdict::Ok, "seed {seed}: {r:?}");
+        assert!(r.send_waits > 1_000, "seed {seed}: {r:?}");
+        // 15 waiting, then a tick's burst (8) and messages (3), and the
+        // replies its received requests ask for.
+        assert!(
+            r.waiting_peak >= 16 && r.waiting_peak <= 40,
+            "seed {seed}: {} sends waited at once",
+            r.waiting_peak
+        );
+    }
+    let mut eager = Workload::default();
+    eager.bursts = 0.5;
+    eager.max_waiting = usize::MAX;
+    let factory: AppFactory = Box::new(move |_| Box::new(eager.clone()) as Box<dyn Application>);
+    let r = Sim::with_app(
+        SimConfig {
+            settle: Duration::from_secs(1),
+            ..shape(0)
+        },
+        factory,
+    )
+    .run();
+    assert!(
+        r.waiting_peak > 400,
+        "a workload that never holds off: {} sends waited at once",
+        r.waiting_peak
+    );
 }
 
 /// More sites than memory holds is refused with what the bound is, not an

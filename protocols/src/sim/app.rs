@@ -156,6 +156,14 @@ pub struct AppCtx<'a> {
     /// The run's random source: every random choice of an application
     /// must come from here, or the run stops being reproducible.
     pub rng: &'a mut ChaCha8Rng,
+    /// How many of this site's sends wait for room in its output bounds
+    /// now ([`SimConfig::output_bound`](super::SimConfig::output_bound)):
+    /// in the runtime, senders still blocked in `send().await`. They hold
+    /// their bodies until their turn, so an application that keeps sending
+    /// regardless piles them up without bound, which no runtime
+    /// application with a task per sender can do; the default workload
+    /// holds off ([`Workload::max_waiting`](super::Workload::max_waiting)).
+    pub waiting: usize,
     pub(super) out: &'a mut Vec<Op>,
     /// The last number a cooperation or a batch of the site got.
     pub(super) next_coop: &'a mut u64,

@@ -239,6 +239,7 @@ impl Sim {
                 now: self.now,
                 sites: &self.directory,
                 rng: &mut self.rng,
+                waiting: node.out.sends_waiting(),
                 out: &mut out,
                 next_coop: &mut next_coop,
             };

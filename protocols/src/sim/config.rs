@@ -422,6 +422,11 @@ pub struct Report {
     /// The most output bytes one node held at once (every entry's
     /// queued and unacknowledged messages, by footprint).
     pub output_peak: u64,
+    /// The most sends that waited for room at one node at once: what an
+    /// application that keeps sending while its sends wait piles up
+    /// ([`Workload::max_waiting`](super::Workload::max_waiting) holds the
+    /// default workload's down).
+    pub waiting_peak: u64,
     /// Pending handshakes admission closed (silent, too slow, or dropped
     /// for room).
     pub handshakes_dropped: u64,

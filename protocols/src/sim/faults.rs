@@ -229,6 +229,7 @@ impl Sim {
         let node = self.new_node(inc, address);
         let gone = std::mem::replace(&mut self.nodes[n], node);
         self.counts.output_peak = self.counts.output_peak.max(gone.out.peak);
+        self.counts.waiting_peak = self.counts.waiting_peak.max(gone.out.waiting_peak as u64);
         self.counts.restarts += 1;
         self.directory = self.nodes.iter().filter(|n| n.up).map(|n| n.id).collect();
         self.start_node(n);

@@ -379,10 +379,9 @@ impl Sim {
                     }
                     // Its outbox closes: every sender waiting there fails
                     // at once, its message never sent.
-                    for (_, w) in p.out.take_waiting() {
+                    for (_, w) in self.nodes[n].out.leave(peer, &mut p.out) {
                         self.handed_back(n, peer, &w.msg, false);
                     }
-                    self.nodes[n].out.waiters.remove(&peer);
                     self.requests_failed(n, peer);
                 }
             }

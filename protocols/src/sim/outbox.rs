@@ -126,7 +126,7 @@ impl SiteOut {
     /// Takes the waiting request `corr` out of its line, its turn given
     /// up (the runtime's `Turns::give_up`, when the sender's future is
     /// dropped).
-    pub(super) fn give_up(&mut self, corr: u64) -> Option<Waiting> {
+    fn give_up(&mut self, corr: u64) -> Option<Waiting> {
         let lines = self.lines.as_mut()?;
         let (class, ticket) = (0..CLASSES).find_map(|class| {
             lines.waiting[class]
@@ -144,7 +144,7 @@ impl SiteOut {
 
     /// Every waiting send, class by class, each class in its line's order;
     /// the lines are gone.
-    pub(super) fn take_waiting(&mut self) -> Vec<(usize, Waiting)> {
+    fn take_waiting(&mut self) -> Vec<(usize, Waiting)> {
         let Some(lines) = self.lines.take() else {
             return Vec::new();
         };
@@ -169,6 +169,11 @@ pub(super) struct NodeOut {
     pub(super) waiters: BTreeSet<SiteId>,
     /// The most bytes the node held at once.
     pub(super) peak: u64,
+    /// Sends waiting in the lines of all its entries (what its
+    /// application sees as [`AppCtx::waiting`](super::AppCtx::waiting)).
+    sends_waiting: usize,
+    /// The most sends that waited at once.
+    pub(super) waiting_peak: usize,
 }
 
 impl NodeOut {
@@ -180,6 +185,8 @@ impl NodeOut {
             holders: 0,
             waiters: BTreeSet::new(),
             peak: 0,
+            sends_waiting: 0,
+            waiting_peak: 0,
         }
     }
 
@@ -285,7 +292,40 @@ impl NodeOut {
         let ticket = lines.turns[class].join();
         lines.waiting[class].insert(ticket, w);
         self.waiters.insert(key);
+        self.sends_waiting += 1;
+        self.waiting_peak = self.waiting_peak.max(self.sends_waiting);
         ticket
+    }
+
+    /// Every send waiting at entry `key` (`site`), class by class, each
+    /// class in its line's order; the entry's lines are gone (its site
+    /// failed, or it merged into another).
+    pub(super) fn leave(&mut self, key: SiteId, site: &mut SiteOut) -> Vec<(usize, Waiting)> {
+        self.waiters.remove(&key);
+        let all = site.take_waiting();
+        self.sends_waiting -= all.len();
+        all
+    }
+
+    /// Takes the waiting request `corr` out of its line at entry `key`
+    /// (`site`), its turn given up.
+    pub(super) fn give_up(
+        &mut self,
+        key: SiteId,
+        site: &mut SiteOut,
+        corr: u64,
+    ) -> Option<Waiting> {
+        let w = site.give_up(corr)?;
+        self.sends_waiting -= 1;
+        if !site.waiting() {
+            self.waiters.remove(&key);
+        }
+        Some(w)
+    }
+
+    /// How many sends wait in the lines of all its entries.
+    pub(super) fn sends_waiting(&self) -> usize {
+        self.sends_waiting
     }
 
     /// The send whose turn it is in `class`'s line at `site`, if its
@@ -304,6 +344,7 @@ impl NodeOut {
         if lines.waiting.iter().all(BTreeMap::is_empty) {
             site.lines = None;
         }
+        self.sends_waiting -= 1;
         Some(w)
     }
 
@@ -340,10 +381,11 @@ impl NodeOut {
         &self,
         sites: impl Iterator<Item = (SiteId, &'a SiteOut)>,
     ) -> Result<(), String> {
-        let (mut bytes, mut holders) = (0, 0);
+        let (mut bytes, mut holders, mut waiting) = (0, 0, 0);
         for (key, site) in sites {
             bytes += site.bytes();
             holders += usize::from(site.bytes() > 0);
+            waiting += site.waiting_count();
             if site.waiting() != self.waiters.contains(&key) {
                 return Err(format!(
                     "the node's list of entries with waiting senders is wrong about {key}"
@@ -357,6 +399,12 @@ impl NodeOut {
             return Err(format!(
                 "the node counts {} output bytes in {} entries, its entries hold {bytes} in {holders}",
                 self.bytes, self.holders
+            ));
+        }
+        if waiting != self.sends_waiting {
+            return Err(format!(
+                "the node counts {} sends waiting for room, its entries' lines hold {waiting}",
+                self.sends_waiting
             ));
         }
         if self.bytes > self.node_bound {
@@ -438,17 +486,14 @@ impl Sim {
         if node.out.waiters.is_empty() {
             return;
         }
-        let found = node.out.waiters.iter().find_map(|key| {
-            let p = node.peers.get_mut(key)?;
-            let w = p.out.give_up(corr)?;
-            Some((*key, w, p.out.waiting()))
-        });
-        let Some((key, w, still)) = found else {
+        let (out, peers) = (&mut node.out, &mut node.peers);
+        let keys: Vec<SiteId> = out.waiters.iter().copied().collect();
+        let Some(w) = keys.into_iter().find_map(|key| {
+            let p = peers.get_mut(&key)?;
+            out.give_up(key, &mut p.out, corr)
+        }) else {
             return;
         };
-        if !still {
-            node.out.waiters.remove(&key);
-        }
         self.counts.sends_given_up += 1;
         self.trace(n, "send_given_up", &[w.id as u128]);
         if let Err(e) = self.oracle.given_up(w.id) {
@@ -590,6 +635,48 @@ mod tests {
         node.waiters.clear();
         let err = node.check([(KEY, &site)].into_iter()).unwrap_err();
         assert!(err.contains("waiting senders"), "{err}");
+    }
+
+    /// The node's count of waiting sends (what its application sees)
+    /// follows every way a send stops waiting: served, given up, handed
+    /// back or moved with its entry; the audit compares it with the lines.
+    #[test]
+    fn the_count_of_waiting_sends_follows_every_way_out_of_a_line() {
+        let mut node = NodeOut::new(10_000, 20_000);
+        let mut site = SiteOut::default();
+        let low = Priority::ALL[0];
+        let first = msg(low, 9_000);
+        assert!(node.try_reserve(&mut site, first.share_class(), first.footprint()));
+        let mut request = waiting(low, 5_000, 2);
+        request.msg.kind = MessageKind::Request;
+        request.msg.corr = 77;
+        node.join(KEY, &mut site, waiting(low, 5_000, 1));
+        node.join(KEY, &mut site, request);
+        node.join(KEY, &mut site, waiting(low, 9_000, 3));
+        assert_eq!((node.sends_waiting(), node.waiting_peak), (3, 3));
+        assert_eq!(node.give_up(KEY, &mut site, 77).map(|w| w.id), Some(2));
+        assert!(node.give_up(KEY, &mut site, 77).is_none(), "once");
+        assert_eq!(node.sends_waiting(), 2);
+        node.release_msg(&mut site, &first).unwrap();
+        assert_eq!(
+            node.serve(&mut site, first.share_class()).map(|w| w.id),
+            Some(1)
+        );
+        assert_eq!(node.sends_waiting(), 1);
+        assert_eq!(node.check([(KEY, &site)].into_iter()), Ok(()));
+        let left: Vec<u64> = node
+            .leave(KEY, &mut site)
+            .into_iter()
+            .map(|(_, w)| w.id)
+            .collect();
+        assert_eq!(left, [3]);
+        assert_eq!((node.sends_waiting(), node.waiting_peak), (0, 3));
+        assert!(node.waiters.is_empty());
+        assert_eq!(node.check([(KEY, &site)].into_iter()), Ok(()));
+        // A count the lines do not bear out is reported.
+        node.sends_waiting = 1;
+        let err = node.check([(KEY, &site)].into_iter()).unwrap_err();
+        assert!(err.contains("sends waiting"), "{err}");
     }
 
     #[test]

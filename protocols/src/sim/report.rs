@@ -45,6 +45,8 @@ pub(super) struct Counts {
     pub(super) sends_given_up: u64,
     /// The most output bytes a node held, over nodes that are gone.
     pub(super) output_peak: u64,
+    /// The most sends waiting at a node, over nodes that are gone.
+    pub(super) waiting_peak: u64,
 }
 
 impl Sim {
@@ -104,6 +106,11 @@ impl Sim {
                 .iter()
                 .map(|n| n.out.peak)
                 .fold(self.counts.output_peak, u64::max),
+            waiting_peak: self
+                .nodes
+                .iter()
+                .map(|n| n.out.waiting_peak as u64)
+                .fold(self.counts.waiting_peak, u64::max),
             reclaimed: self.counts.reclaimed,
             parks: self.counts.parks,
             unparks: self.counts.unparks,

@@ -370,8 +370,7 @@ impl Sim {
         // Its waiting senders follow the redirect: behind the other's, in
         // their order (see `outbox`).
         let out = &mut self.nodes[n].out;
-        out.waiters.remove(&peer);
-        for (_, w) in p.out.take_waiting() {
+        for (_, w) in out.leave(peer, &mut p.out) {
             out.join(into, &mut t.out, w);
         }
         self.room_freed(n);

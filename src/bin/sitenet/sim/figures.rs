@@ -46,6 +46,7 @@ pub(super) struct Json {
     send_waits: u64,
     sends_given_up: u64,
     output_peak: u64,
+    waiting_peak: u64,
     cooperations: u64,
     coops_completed: u64,
     coops_timed_out: u64,
@@ -139,6 +140,7 @@ impl Json {
             send_waits: r.send_waits,
             sends_given_up: r.sends_given_up,
             output_peak: r.output_peak,
+            waiting_peak: r.waiting_peak,
             cooperations: r.cooperations,
             coops_completed: r.coops_completed,
             coops_timed_out: r.coops_timed_out,
@@ -191,6 +193,7 @@ pub(super) fn add(mut a: Json, b: &Json) -> Json {
     a.send_waits += b.send_waits;
     a.sends_given_up += b.sends_given_up;
     a.output_peak = a.output_peak.max(b.output_peak);
+    a.waiting_peak = a.waiting_peak.max(b.waiting_peak);
     a.cooperations += b.cooperations;
     a.coops_completed += b.coops_completed;
     a.coops_timed_out += b.coops_timed_out;
@@ -276,8 +279,8 @@ pub(super) fn print(j: &Json, json: bool) {
     if j.send_waits > 0 {
         println!(
             "output bound:   {} sends waited for room ({} requests gave up at their deadline); \
-             a site held at most {} bytes for others",
-            j.send_waits, j.sends_given_up, j.output_peak
+             a site held at most {} bytes for others, and at most {} sends waited at once",
+            j.send_waits, j.sends_given_up, j.output_peak, j.waiting_peak
         );
     }
     if j.cooperations > 0 {
