@@ -927,6 +927,53 @@ fn regression_an_overloaded_workload_does_not_pile_its_waiting_sends_up() {
     );
 }
 
+/// Found by the same search: with the default output bound, the runtime's
+/// 512 MiB per entry and 1 GiB per node, an overloaded workload made each
+/// of 150 simulated nodes hold up to its gigabyte, and the run aborted at
+/// 4 GB; a node bound given alone (`--node-output-bound 4000000`) was
+/// raised to the entry's 512 MiB, silently. The default now keeps all the
+/// sites' bounds within 2 GiB together (they share one process), and a node
+/// bound given alone caps the entry's default: here a node held 6 MB under
+/// a 1 MiB node bound before.
+#[test]
+fn regression_the_default_output_bounds_fit_one_process() {
+    for sites in [2, 3, 50, 150, 1_000, 10_000] {
+        let c = cfg(sites, 1, Faults::None);
+        let all = c.node_output_bound() * sites as u64;
+        assert!(
+            all <= SimConfig::DEFAULT_OUTPUT_MEMORY,
+            "{sites} sites may hold {all} bytes"
+        );
+        assert_eq!(c.node_output_bound(), 2 * c.output_bound());
+        assert!(c.output_bound() >= SimConfig::MIN_DEFAULT_OUTPUT_BOUND);
+    }
+    assert_eq!(
+        cfg(2, 1, Faults::None).output_bound(),
+        SimConfig::DEFAULT_OUTPUT_BOUND
+    );
+    // Given, a bound is taken as it is.
+    let given = SimConfig {
+        output_bound: Some(SimConfig::DEFAULT_OUTPUT_BOUND),
+        ..cfg(1_000, 1, Faults::None)
+    };
+    assert_eq!(given.output_bound(), SimConfig::DEFAULT_OUTPUT_BOUND);
+    // A node bound given alone bounds the node.
+    let r = Sim::new(SimConfig {
+        tick: Duration::from_millis(10),
+        bursts: 0.5,
+        duration: Duration::from_secs(5),
+        node_output_bound: Some(1 << 20),
+        ..cfg(20, 1, Faults::Light)
+    })
+    .run();
+    assert_eq!(r.verdict, Verdict::Ok, "{r:?}");
+    assert!(
+        r.output_peak > 0 && r.output_peak <= 1 << 20,
+        "a node held {} bytes under a node bound of 1 MiB",
+        r.output_peak
+    );
+}
+
 /// More sites than memory holds is refused with what the bound is, not an
 /// allocation failure that aborts the process (`sitenet sim --sites
 /// 100000000` asked for 222 GB at once).

@@ -82,15 +82,20 @@ pub struct SimConfig {
     /// message by its footprint), as the runtime's
     /// `NodeConfig::output_bound`: a send beyond it waits in line for
     /// acknowledgements to free room, one line per priority. `None`:
-    /// the runtime's default, 512 MiB, which the default workload never
-    /// reaches. Keep it at least twice the largest message (the default
+    /// the runtime's default, 512 MiB, scaled down so that the default
+    /// bounds of all the sites together hold at most
+    /// [`DEFAULT_OUTPUT_MEMORY`](Self::DEFAULT_OUTPUT_MEMORY)
+    /// ([`default_output_bound`](Self::default_output_bound)): a
+    /// simulation's nodes share one process, where each runtime node has
+    /// its own. Keep it at least twice the largest message (the default
     /// workload's is 40 KiB and a little), as the runtime does.
     pub output_bound: Option<u64>,
     /// The bytes all of a node's entries may hold together, as the
     /// runtime's `NodeConfig::node_output_bound` (each entry within a fair
     /// share once the node is half full). `None`: twice
     /// [`output_bound`](Self::output_bound), the ratio of the runtime's
-    /// defaults (1 GiB to 512 MiB). Never less than `output_bound`.
+    /// defaults (1 GiB to 512 MiB). Never less than `output_bound`; given
+    /// without it, the entry's default is at most this.
     pub node_output_bound: Option<u64>,
     /// The chance that a tick of the default [`Workload`](super::Workload)
     /// also sends a burst: four to eight messages of up to its largest
@@ -179,6 +184,37 @@ impl SimConfig {
     /// The runtime's default output bound of one site.
     pub const DEFAULT_OUTPUT_BOUND: u64 = 512 << 20;
 
+    /// What the default output bounds of all a simulation's sites hold
+    /// together at most (each node's bound is twice its entries'): 2 GiB.
+    /// The runtime's defaults are for one node in a process; at the
+    /// runtime's 512 MiB an overloaded workload made each of 150 simulated
+    /// nodes hold up to 1 GiB, and the run aborted for want of memory.
+    pub const DEFAULT_OUTPUT_MEMORY: u64 = 2 << 30;
+
+    /// The smallest default output bound of an entry, whatever the number
+    /// of sites: twice the default workload's largest message and more.
+    pub const MIN_DEFAULT_OUTPUT_BOUND: u64 = 96 << 10;
+
+    /// The default output bound of one entry with `sites` sites: the
+    /// runtime's [`DEFAULT_OUTPUT_BOUND`](Self::DEFAULT_OUTPUT_BOUND), or
+    /// less so that every node's default bound together is within
+    /// [`DEFAULT_OUTPUT_MEMORY`](Self::DEFAULT_OUTPUT_MEMORY), and never
+    /// below [`MIN_DEFAULT_OUTPUT_BOUND`](Self::MIN_DEFAULT_OUTPUT_BOUND)
+    /// (past about 11,000 sites the floor decides, and the whole grows
+    /// with the sites again).
+    ///
+    /// ```
+    /// use sitenet_protocols::sim::SimConfig;
+    ///
+    /// assert_eq!(SimConfig::default_output_bound(2), SimConfig::DEFAULT_OUTPUT_BOUND);
+    /// assert_eq!(SimConfig::default_output_bound(1_000), 1_073_741);
+    /// assert_eq!(SimConfig::default_output_bound(100_000), 96 * 1024);
+    /// ```
+    pub fn default_output_bound(sites: usize) -> u64 {
+        let per_node = Self::DEFAULT_OUTPUT_MEMORY / (sites.max(1) as u64);
+        (per_node / 2).clamp(Self::MIN_DEFAULT_OUTPUT_BOUND, Self::DEFAULT_OUTPUT_BOUND)
+    }
+
     /// Checks that a run can be made of this configuration
     /// ([`Sim::try_new`](super::Sim::try_new) does; `Sim::new` panics with
     /// the error): sites 2 to [`MAX_SITES`]; at least 1 weak and 2 hard
@@ -249,9 +285,15 @@ impl SimConfig {
         Ok(())
     }
 
-    /// The bytes one entry may hold.
+    /// The bytes one entry may hold: as given, or the default for the
+    /// number of sites ([`default_output_bound`](Self::default_output_bound)),
+    /// at most the node's bound if that is given.
     pub fn output_bound(&self) -> u64 {
-        self.output_bound.unwrap_or(Self::DEFAULT_OUTPUT_BOUND)
+        self.output_bound.unwrap_or_else(|| {
+            let default = Self::default_output_bound(self.sites);
+            self.node_output_bound
+                .map_or(default, |node| default.min(node))
+        })
     }
 
     /// The bytes a node's entries may hold together.

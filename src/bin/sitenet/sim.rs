@@ -88,8 +88,11 @@ pub(crate) struct Args {
     /// The bytes each site's entry for another may hold (queued and
     /// unacknowledged), as the runtime's output bound: a send beyond it
     /// waits in line until acknowledgements free room, and lines keep each
-    /// sender's order. Default: the runtime's 512 MiB. At least 96 KiB
-    /// (twice the default workload's largest message).
+    /// sender's order. Default: the runtime's 512 MiB, less with more than
+    /// two sites so that all the sites' bounds together hold at most 2 GiB
+    /// (1 GiB / sites; 1 MiB at 1,000 sites), and at most
+    /// --node-output-bound; never below 96 KiB. At least 96 KiB (twice the
+    /// default workload's largest message).
     #[arg(long)]
     output_bound: Option<u64>,
     /// The bytes all of a site's entries may hold together, as the
