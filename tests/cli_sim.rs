@@ -133,10 +133,11 @@ fn bad_options_are_usage_errors() {
         &["sim", "--faults", "some", "--seed", "1"],
         &["sim", "--hard-slots", "1", "--seed", "1"],
         &["sim", "--address-sends", "1.5", "--seed", "1"],
-        &["sim", "--cooperations", "-0.1", "--seed", "1"],
+        &["sim", "--cooperations=-0.1", "--seed", "1"],
+        &["sim", "--weak-slots", "0", "--seed", "1"],
         &["sim", "--site-refs", "2", "--seed", "1"],
         &["sim", "--batches", "1.01", "--seed", "1"],
-        &["sim", "--bursts", "-1", "--seed", "1"],
+        &["sim", "--bursts=-1", "--seed", "1"],
         &["sim", "--output-bound", "1000", "--seed", "1"],
         // Regression: a number of sites past what memory holds aborted
         // (its nodes' table alone asked for 222 GB).
@@ -156,6 +157,11 @@ fn bad_options_are_usage_errors() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(!err.contains("memory allocation"), "{args:?}: {err}");
+        // The option is named, not the library's field (`SimConfig::check`
+        // makes most of these checks; the command says which flag).
+        let flag = args[1].split('=').next().unwrap();
+        assert!(err.contains(flag), "{args:?}: {err}");
+        assert!(!err.contains("SimConfig::"), "{args:?}: {err}");
     }
 }
 

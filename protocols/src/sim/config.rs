@@ -134,17 +134,17 @@ pub const MIN_TICK: Duration = Duration::from_millis(1);
 /// it would hang, overflow the clock, or report a violation that is the
 /// configuration's, not the protocol's (a buffer below the handshake's
 /// smallest fails every handshake; no settle phase leaves messages in
-/// flight).
+/// flight). [`field`](Self::field) and [`requirement`](Self::requirement)
+/// let a front end name its own option instead (`sitenet sim` says
+/// `--tick` where the library says `SimConfig::tick`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SimConfigError {
     /// `sites` is below 2 or above [`MAX_SITES`].
-    #[error("SimConfig::sites must be 2 to {MAX_SITES}, got {0}")]
+    #[error("SimConfig::{} {}", self.field(), self.requirement())]
     Sites(usize),
     /// Fewer than one slot to connect, or two in all.
-    #[error(
-        "SimConfig::weak_slots must be at least 1 and hard_slots at least 2, got {weak} and {hard}"
-    )]
+    #[error("SimConfig::{} {}", self.field(), self.requirement())]
     Slots {
         /// The weak limit given.
         weak: usize,
@@ -152,7 +152,7 @@ pub enum SimConfigError {
         hard: usize,
     },
     /// A time out of its range.
-    #[error("SimConfig::{field} must be {range}, got {got:?}")]
+    #[error("SimConfig::{} {}", self.field(), self.requirement())]
     Time {
         /// The field.
         field: &'static str,
@@ -162,22 +162,53 @@ pub enum SimConfigError {
         got: Duration,
     },
     /// A buffer below the handshake's smallest.
-    #[error(
-        "SimConfig::buffer_size must be at least {min} bytes (the handshake's smallest buffer), got {0}",
-        min = crate::handshake::MIN_BUFFER
-    )]
+    #[error("SimConfig::{} {}", self.field(), self.requirement())]
     BufferSize(u32),
     /// A link that carries nothing.
-    #[error("SimConfig::bandwidth must be at least 1 byte per second, got 0")]
+    #[error("SimConfig::{} {}", self.field(), self.requirement())]
     Bandwidth,
     /// A chance or a share outside 0 to 1 (or not a number).
-    #[error("SimConfig::{field} is a chance between 0 and 1, got {got}")]
+    #[error("SimConfig::{} {}", self.field(), self.requirement())]
     Chance {
         /// The field.
         field: &'static str,
         /// What it was given.
         got: f64,
     },
+}
+
+impl SimConfigError {
+    /// The field of [`SimConfig`] that no run can be made of.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::Sites(_) => "sites",
+            Self::Slots { weak: 0, .. } => "weak_slots",
+            Self::Slots { .. } => "hard_slots",
+            Self::Time { field, .. } | Self::Chance { field, .. } => field,
+            Self::BufferSize(_) => "buffer_size",
+            Self::Bandwidth => "bandwidth",
+        }
+    }
+
+    /// What the field must be, and what it was given: the error's message
+    /// after the field's name.
+    pub fn requirement(&self) -> String {
+        match self {
+            Self::Sites(got) => format!(
+                "must be 2 to {MAX_SITES} (each site is a node in memory, some 35 to 65 KB at \
+                 its peak: 100,000 took 3.4 GB), got {got}"
+            ),
+            Self::Slots { weak: 0, .. } => "must be at least 1, got 0".into(),
+            Self::Slots { hard, .. } => format!("must be at least 2, got {hard}"),
+            Self::Time { range, got, .. } => format!("must be {range}, got {got:?}"),
+            Self::BufferSize(got) => format!(
+                "must be at least {} bytes (the handshake's smallest buffer), got {got}",
+                crate::handshake::MIN_BUFFER
+            ),
+            Self::Bandwidth => "must be at least 1 byte per second, got 0".into(),
+            Self::Chance { got, .. } => format!("is a chance between 0 and 1, got {got}"),
+        }
+    }
 }
 
 impl SimConfig {

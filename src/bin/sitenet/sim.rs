@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use sitenet_protocols::sim::{self, Faults, Sim, SimConfig, Verdict};
+use sitenet_protocols::sim::{self, Faults, Sim, SimConfig, SimConfigError, Verdict};
 
 mod figures;
 
@@ -16,16 +16,13 @@ use figures::{add, print, verdict_code, Json, Shrunk};
 
 /// The smallest `--output-bound`: twice the default workload's largest
 /// message (40 KiB of body, and its header and record), as the runtime
-/// keeps its bound at least twice its largest message.
-const MIN_OUTPUT_BOUND: u64 = 96 * 1024;
+/// keeps its bound at least twice its largest message; the floor of the
+/// library's default too.
+const MIN_OUTPUT_BOUND: u64 = SimConfig::MIN_DEFAULT_OUTPUT_BOUND;
 
 /// The most threads `--jobs` may ask for: a run is a thread's work for
 /// seconds, and more threads than cores only share them.
 const MAX_JOBS: usize = 1024;
-
-/// The shortest `--tick`: a thousand acts per simulated second per site is
-/// load enough, and a shorter one only makes a run that never ends.
-const MIN_TICK: Duration = Duration::from_millis(1);
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -151,51 +148,9 @@ pub(crate) fn run(a: Args) -> ExitCode {
         Err(e) => return crate::usage(e),
     };
     let tick = match crate::seconds("tick", a.tick) {
-        Ok(d) if d >= MIN_TICK => d,
-        Ok(_) => {
-            return crate::usage(format!(
-                "--tick must be at least {} s, got {}",
-                MIN_TICK.as_secs_f64(),
-                a.tick
-            ))
-        }
+        Ok(d) => d,
         Err(e) => return crate::usage(e),
     };
-    if a.sites < 2 {
-        return crate::usage(format!("--sites must be at least 2, got {}", a.sites));
-    }
-    if a.sites > sim::MAX_SITES {
-        return crate::usage(format!(
-            "--sites must be at most {} (each site is a node in memory, some 35 to 65 KB \
-             at its peak: 100,000 took 3.4 GB), got {}",
-            sim::MAX_SITES,
-            a.sites
-        ));
-    }
-    if !(0.0..=1.0).contains(&a.address_sends) {
-        return crate::usage(format!(
-            "--address-sends is a share between 0 and 1, got {}",
-            a.address_sends
-        ));
-    }
-    if !(0.0..=1.0).contains(&a.site_refs) {
-        return crate::usage(format!(
-            "--site-refs is a share between 0 and 1, got {}",
-            a.site_refs
-        ));
-    }
-    if !(0.0..=1.0).contains(&a.batches) {
-        return crate::usage(format!(
-            "--batches is a chance between 0 and 1, got {}",
-            a.batches
-        ));
-    }
-    if !(0.0..=1.0).contains(&a.bursts) {
-        return crate::usage(format!(
-            "--bursts is a chance between 0 and 1, got {}",
-            a.bursts
-        ));
-    }
     if let Some(b) = a.output_bound.filter(|b| *b < MIN_OUTPUT_BOUND) {
         return crate::usage(format!(
             "--output-bound must be at least {MIN_OUTPUT_BOUND} bytes (twice the largest \
@@ -208,15 +163,6 @@ pub(crate) fn run(a: Args) -> ExitCode {
                 "--node-output-bound ({node}) must be at least --output-bound ({site})"
             ));
         }
-    }
-    if !(0.0..=1.0).contains(&a.cooperations) {
-        return crate::usage(format!(
-            "--cooperations is a chance between 0 and 1, got {}",
-            a.cooperations
-        ));
-    }
-    if a.hard_slots < 2 || a.weak_slots == 0 {
-        return crate::usage("--hard-slots must be at least 2 and --weak-slots at least 1");
     }
     let faults: Faults = a.faults.parse().expect("clap checked the level");
     let cfg = SimConfig {
@@ -240,13 +186,38 @@ pub(crate) fn run(a: Args) -> ExitCode {
         adopt_hop: a.adopt_hop,
         ..SimConfig::default()
     };
-    // What the options above did not already refuse by their flag's name.
+    // The library's check, told by the option's name.
     if let Err(e) = cfg.check() {
-        return crate::usage(e);
+        return crate::usage(flag_error(&e));
     }
     match a.seed {
         Some(_) => one(cfg, &a),
         None => search(cfg, &a),
+    }
+}
+
+/// The fields of `SimConfig` that an option of `sitenet sim` sets, by the
+/// option's name (an underscore for its dash).
+const FLAG_FIELDS: [&str; 11] = [
+    "sites",
+    "duration",
+    "settle",
+    "tick",
+    "weak_slots",
+    "hard_slots",
+    "address_sends",
+    "cooperations",
+    "site_refs",
+    "batches",
+    "bursts",
+];
+
+/// `SimConfig::check`'s error, naming the option that set the field (one
+/// no option sets keeps the library's words).
+fn flag_error(e: &SimConfigError) -> String {
+    match FLAG_FIELDS.contains(&e.field()) {
+        true => format!("--{} {}", e.field().replace('_', "-"), e.requirement()),
+        false => e.to_string(),
     }
 }
 
