@@ -35,6 +35,35 @@ pub fn later(now: Instant, d: Duration) -> Instant {
     now + d.min(MAX_WAIT)
 }
 
+/// The shortest period of a wait that repeats (the heartbeat, the slot
+/// table's preemption tick): 1 ms. At zero the machine is due again at the
+/// very instant it handled the wait, so a driver that follows
+/// `poll_timeout` spins there for ever (a session with a zero heartbeat
+/// interval wrote a heartbeat on every turn of its driver, at one
+/// instant). A shorter period given is taken as this.
+pub const MIN_PERIOD: Duration = Duration::from_millis(1);
+
+/// Raises each of `periods` to at least [`MIN_PERIOD`]; true if one was
+/// shorter. What a configuration does to the periods of its repeating
+/// waits.
+///
+/// ```
+/// use std::time::Duration;
+/// use sitenet_protocols::timer::{at_least_min_period, MIN_PERIOD};
+///
+/// let (mut heartbeat, mut tick) = (Duration::ZERO, Duration::from_secs(1));
+/// assert!(at_least_min_period([&mut heartbeat, &mut tick]));
+/// assert_eq!((heartbeat, tick), (MIN_PERIOD, Duration::from_secs(1)));
+/// ```
+pub fn at_least_min_period<const N: usize>(periods: [&mut Duration; N]) -> bool {
+    let mut changed = false;
+    for d in periods {
+        changed |= *d < MIN_PERIOD;
+        *d = (*d).max(MIN_PERIOD);
+    }
+    changed
+}
+
 /// Bounds each of `waits` to [`MAX_WAIT`]; true if one was longer. What
 /// every configuration with waits in it does to the ones it was given.
 pub fn bound<const N: usize>(waits: [&mut Duration; N]) -> bool {

@@ -644,3 +644,81 @@ fn durations_of_never_in_the_configuration_do_not_overflow_the_machine() {
     let acts = h.actions();
     assert!(h.com.poll_timeout().is_none_or(|t| t <= far), "{acts:?}");
 }
+
+/// Regression: a zero heartbeat interval in a sans-IO user's
+/// `SessionConfig` made a heartbeat due at every turn of the driver, at one
+/// instant: each one written set the next at the same instant, so a
+/// driver that follows `poll_timeout` spun, writing heartbeats. The period
+/// is at least `timer::MIN_PERIOD`. Every other wait of `ComConfig` and
+/// `SessionConfig` was tried at zero too, one at a time, through a
+/// working channel, a queued message, the last reference dropped and a
+/// lost channel: none was due again at the instant it was handled (a zero
+/// silence timeout fails the channel at once; a zero give-up, the site).
+#[test]
+fn regression_a_zero_heartbeat_interval_does_not_spin_the_driver() {
+    type Set = fn(&mut ComConfig, &mut sitenet_protocols::SessionConfig);
+    let cases: [(&str, Set); 14] = [
+        ("heartbeat_interval", |_, s| {
+            s.heartbeat_interval = Duration::ZERO
+        }),
+        ("ack_delay", |_, s| s.ack_delay = Duration::ZERO),
+        ("silence_timeout", |_, s| s.silence_timeout = Duration::ZERO),
+        ("close_timeout", |_, s| s.close_timeout = Duration::ZERO),
+        ("reassembly_idle", |_, s| s.reassembly_idle = Duration::ZERO),
+        ("promote_after", |_, s| {
+            s.scheduler.promote_after = Duration::ZERO
+        }),
+        ("turn_budget", |_, s| s.turn_budget = Some(Duration::ZERO)),
+        ("reconnect", |c, _| {
+            c.reconnect_min = Duration::ZERO;
+            c.reconnect_max = Duration::ZERO;
+        }),
+        ("linger", |c, _| c.linger = Duration::ZERO),
+        ("ring_idle", |c, _| c.ring_idle = Duration::ZERO),
+        ("reopen_after_peer_hard_close", |c, _| {
+            c.reopen_after_peer_hard_close = Duration::ZERO
+        }),
+        ("line_give_up", |c, _| c.line_give_up = Duration::ZERO),
+        ("give_up_after", |c, _| {
+            c.give_up_after = Some(Duration::ZERO)
+        }),
+        ("unreachable_give_up", |c, _| {
+            c.unreachable_give_up = Duration::ZERO
+        }),
+    ];
+    for (name, set) in cases {
+        let mut session = sitenet_protocols::SessionConfig::default();
+        let mut cfg = ComConfig::default();
+        set(&mut cfg, &mut session);
+        cfg.session = std::sync::Arc::new(session);
+        let mut h = H::with_cfg(true, cfg);
+        let id = h.working_and_acked(true);
+        // Handles every timer due now, writing what the machine has to
+        // write, as a driver does: a bounded number of turns.
+        let settle = |h: &mut H, at: &str| {
+            let now = h.now;
+            let mut turns = 0;
+            while h.com.poll_timeout().is_some_and(|t| t <= now) {
+                h.com.handle_timeout(now);
+                let _ = h.actions();
+                let _ = h.transmit();
+                turns += 1;
+                assert!(
+                    turns < 100,
+                    "{name} = 0: due at one instant for ever ({at})"
+                );
+            }
+        };
+        settle(&mut h, "working");
+        h.com.queue(msg()).unwrap();
+        settle(&mut h, "a message queued");
+        h.com.set_has_refs(false, h.now);
+        settle(&mut h, "no reference left");
+        if h.com.state() == ComState::Working {
+            h.lose(id);
+            settle(&mut h, "its channel lost");
+        }
+        h.advance_to(h.now + Duration::from_secs(100));
+        settle(&mut h, "100 s later");
+    }
+}

@@ -51,9 +51,12 @@ pub struct SessionConfig {
 
 impl SessionConfig {
     /// `cfg`, with every wait at most [`MAX_WAIT`](crate::timer::MAX_WAIT)
-    /// (a copy only if one is longer): `Duration::MAX` given for "never"
-    /// made a deadline past what the clock holds, and the session panicked
-    /// where it set its timer.
+    /// and the heartbeat's period at least
+    /// [`MIN_PERIOD`](crate::timer::MIN_PERIOD) (a copy only if one was
+    /// out of its range): `Duration::MAX` given for "never" made a deadline
+    /// past what the clock holds, and the session panicked where it set its
+    /// timer; a zero heartbeat interval made a heartbeat due at every turn
+    /// of the driver, at one instant.
     pub(crate) fn bounded(cfg: Arc<SessionConfig>) -> Arc<SessionConfig> {
         // Plain data: the copy is on the stack, and kept only if it changed.
         let mut c = (*cfg).clone();
@@ -64,14 +67,15 @@ impl SessionConfig {
         }
     }
 
-    /// True if no wait is longer than [`MAX_WAIT`](crate::timer::MAX_WAIT).
+    /// True if no wait is out of its range (see [`bounded`](Self::bounded)).
     pub(crate) fn within_bounds(&self) -> bool {
         !self.clone().bound_waits()
     }
 
-    /// Bounds every wait to [`MAX_WAIT`](crate::timer::MAX_WAIT); true if
-    /// one was longer.
+    /// Bounds every wait to [`MAX_WAIT`](crate::timer::MAX_WAIT), and the
+    /// heartbeat's period from below; true if one was out of its range.
     fn bound_waits(&mut self) -> bool {
+        let period = crate::timer::at_least_min_period([&mut self.heartbeat_interval]);
         let waits = crate::timer::bound([
             &mut self.ack_delay,
             &mut self.heartbeat_interval,
@@ -84,7 +88,7 @@ impl SessionConfig {
             .turn_budget
             .as_mut()
             .is_some_and(|d| crate::timer::bound([d]));
-        waits | turn
+        waits | turn | period
     }
 
     /// How long a slice of deliveries should take (see `pace.rs`), if

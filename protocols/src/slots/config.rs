@@ -90,11 +90,15 @@ pub enum SlotConfigError {
 
 impl SlotConfig {
     /// This configuration with every wait at most
-    /// [`MAX_WAIT`](crate::timer::MAX_WAIT): `Duration::MAX` given for
-    /// "never" made a deadline past what the clock holds, and the table
-    /// panicked where it armed its timer. [`SlotTable::new`](super::SlotTable::new)
-    /// takes it so.
+    /// [`MAX_WAIT`](crate::timer::MAX_WAIT) and the preemption tick's
+    /// period at least [`MIN_PERIOD`](crate::timer::MIN_PERIOD):
+    /// `Duration::MAX` given for "never" made a deadline past what the clock
+    /// holds, and the table panicked where it armed its timer; a zero
+    /// period made the tick due again at the instant it ran, for as long as
+    /// slots were short. [`SlotTable::new`](super::SlotTable::new) takes it
+    /// so.
     pub fn bounded(mut self) -> Self {
+        crate::timer::at_least_min_period([&mut self.preempt_interval]);
         crate::timer::bound([
             &mut self.preempt_interval,
             &mut self.line_hold,

@@ -353,3 +353,37 @@ fn durations_of_never_do_not_overflow_the_table() {
     let _ = t.handle_timeout(later, |_| Some(quiet(later)));
     assert_eq!(t.config().preempt_interval, crate::timer::MAX_WAIT);
 }
+
+/// Regression: a preemption tick of zero period was due again at the
+/// instant it ran, for as long as slots were short: a driver that follows
+/// `poll_timeout` spun there (here, with no holder it may preempt, for
+/// ever). The period is at least `timer::MIN_PERIOD`.
+#[test]
+fn a_tick_of_zero_period_is_not_due_again_at_once() {
+    let mut cfg = SlotConfig::new(1, 2).unwrap();
+    cfg.preempt_interval = Duration::ZERO;
+    let mut t = SlotTable::new(
+        cfg,
+        Box::new(DefaultPolicy {
+            min_hold: Duration::ZERO,
+        }),
+    );
+    let now = Instant::now();
+    for _ in 0..2 {
+        t.accept(now).expect("below the hard limit");
+    }
+    assert!(t.short(), "two holders above a weak limit of one");
+    let mut ticks = 0;
+    while let Some(at) = t.poll_timeout().filter(|at| *at <= now) {
+        // Every holder is still in its handshake: none may be preempted.
+        let _ = t.handle_timeout(at, |_| None);
+        ticks += 1;
+        assert!(ticks < 100, "the tick is due at {now:?} for ever");
+    }
+    assert_eq!(
+        t.poll_timeout(),
+        Some(now + crate::timer::MIN_PERIOD),
+        "the next tick a period later"
+    );
+    assert_eq!(t.config().preempt_interval, crate::timer::MIN_PERIOD);
+}
