@@ -3,7 +3,9 @@
 //! chunks, more each second than a small output bound holds. In the
 //! runtime `SiteRef::send` then waits for room; in the simulator the send
 //! waits in line the same way (`Report::send_waits`), served in turn as
-//! acknowledgements free room. The protocol's claim: each replica gets
+//! acknowledgements free room, and the shipper, like a runtime task that
+//! awaits its sends, ships nothing more while a tick's worth still waits
+//! (`AppCtx::waiting`). The protocol's claim: each replica gets
 //! each shipper's chunks in order and without a gap, whatever the cuts,
 //! partitions, slow readers and restarts (a restarted site is a new site,
 //! with a stream of its own).
@@ -46,6 +48,13 @@ impl Application for Shipper {
         let Some(replica) = ctx.neighbour(1) else {
             return;
         };
+        // A runtime shipper awaits each `send`: it ships no more while a
+        // tick's worth of its chunks still waits for room
+        // (`AppCtx::waiting`), so its backlog stays bounded however slow
+        // the replica is.
+        if ctx.waiting >= PER_TICK as usize {
+            return;
+        }
         let next = self.next.entry(replica).or_insert(0);
         for _ in 0..PER_TICK {
             let mut chunk = vec![0x5a; CHUNK];
@@ -97,8 +106,15 @@ fn main() {
         match &r.verdict {
             Verdict::Ok => println!(
                 "seed {seed}: in order: {} chunks sent, {} delivered, {} handed back; \
-                 {} sends waited for room, at most {} bytes held by a site (bound {} per replica)",
-                r.messages, r.delivered, r.handed_back, r.send_waits, r.output_peak, bound
+                 {} sends waited for room (at most {} at once), at most {} bytes held by a site \
+                 (bound {} per replica)",
+                r.messages,
+                r.delivered,
+                r.handed_back,
+                r.send_waits,
+                r.waiting_peak,
+                r.output_peak,
+                bound
             ),
             Verdict::Violation { step, what, .. } => {
                 failed += 1;
