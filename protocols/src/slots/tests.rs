@@ -16,6 +16,16 @@ fn table(weak: usize, hard: usize) -> SlotTable {
     )
 }
 
+/// A table of `cfg` whose policy may preempt at once.
+fn table_of(cfg: SlotConfig) -> SlotTable {
+    SlotTable::new(
+        cfg,
+        Box::new(DefaultPolicy {
+            min_hold: Duration::ZERO,
+        }),
+    )
+}
+
 fn quiet(now: Instant) -> ChannelReport {
     ChannelReport {
         closeable: true,
@@ -335,12 +345,7 @@ fn durations_of_never_do_not_overflow_the_table() {
     cfg.max_wait = never;
     cfg.turn_idle = never;
     cfg.line_yield = never;
-    let mut t = SlotTable::new(
-        cfg,
-        Box::new(DefaultPolicy {
-            min_hold: Duration::ZERO,
-        }),
-    );
+    let mut t = table_of(cfg);
     let now = Instant::now();
     for _ in 0..2 {
         t.accept(now).expect("below the hard limit");
@@ -362,12 +367,7 @@ fn durations_of_never_do_not_overflow_the_table() {
 fn a_tick_of_zero_period_is_not_due_again_at_once() {
     let mut cfg = SlotConfig::new(1, 2).unwrap();
     cfg.preempt_interval = Duration::ZERO;
-    let mut t = SlotTable::new(
-        cfg,
-        Box::new(DefaultPolicy {
-            min_hold: Duration::ZERO,
-        }),
-    );
+    let mut t = table_of(cfg);
     let now = Instant::now();
     for _ in 0..2 {
         t.accept(now).expect("below the hard limit");
