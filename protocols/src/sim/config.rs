@@ -179,6 +179,19 @@ pub enum SimConfigError {
 
 impl SimConfigError {
     /// The field of [`SimConfig`] that no run can be made of.
+    ///
+    /// ```
+    /// use sitenet_protocols::sim::SimConfig;
+    ///
+    /// let c = SimConfig { weak_slots: 0, ..SimConfig::default() };
+    /// let e = c.check().unwrap_err();
+    /// assert_eq!(e.field(), "weak_slots");
+    /// assert_eq!(e.requirement(), "must be at least 1, got 0");
+    /// // What a command line says with its own option's name:
+    /// let flag = format!("--{} {}", e.field().replace('_', "-"), e.requirement());
+    /// assert_eq!(flag, "--weak-slots must be at least 1, got 0");
+    /// assert_eq!(e.to_string(), "SimConfig::weak_slots must be at least 1, got 0");
+    /// ```
     pub fn field(&self) -> &'static str {
         match self {
             Self::Sites(_) => "sites",
