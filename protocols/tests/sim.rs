@@ -974,6 +974,40 @@ fn regression_the_default_output_bounds_fit_one_process() {
     );
 }
 
+/// Regression: the default workload's public fields at their extremes. A
+/// NaN chance (`rate`, `stray`, `requests`) panicked on the first tick
+/// (the random source refuses it; the run reported "a site's code
+/// panicked"), `large: 1 << 40` aborted the process on a body past memory,
+/// and `max_waiting: 0` sent nothing at all. A NaN chance is now 0, a body
+/// is at most `Workload::MAX_LARGE`, and a tick with nothing waiting may
+/// always send.
+#[test]
+fn regression_a_workload_given_fields_at_their_extremes_runs() {
+    type Set = fn(&mut Workload);
+    let cases: [(&str, Set, bool); 4] = [
+        ("rate", |w| w.rate = f64::NAN, false),
+        ("stray", |w| w.stray = f64::NAN, true),
+        ("requests", |w| w.requests = f64::NAN, true),
+        ("max_waiting", |w| w.max_waiting = 0, true),
+    ];
+    for (field, set, sends) in cases {
+        let mut w = Workload::default();
+        set(&mut w);
+        let factory: AppFactory = Box::new(move |_| Box::new(w.clone()) as Box<dyn Application>);
+        let r = Sim::with_app(
+            SimConfig {
+                duration: Duration::from_secs(5),
+                ..cfg(5, 1, Faults::Light)
+            },
+            factory,
+        )
+        .run();
+        assert_eq!(r.verdict, Verdict::Ok, "{field}: {r:?}");
+        assert_eq!(r.messages > 0, sends, "{field}: {} messages", r.messages);
+    }
+    // `large` past memory: `workload::tests::bodies_are_never_larger_than_max_large`.
+}
+
 /// More sites than memory holds is refused with what the bound is, not an
 /// allocation failure that aborts the process (`sitenet sim --sites
 /// 100000000` asked for 222 GB at once).

@@ -51,7 +51,8 @@ pub struct Workload {
     pub neighbours: usize,
     /// Chance that a message goes to a random site instead.
     pub stray: f64,
-    /// Largest body of a "large" message (at least 16 bytes).
+    /// Largest body of a "large" message (at least 16 bytes, at most
+    /// [`Workload::MAX_LARGE`]).
     pub large: usize,
     /// Chance that a one-way message goes to its site's address rather
     /// than its id ([`AppCtx::send_to_address_of`]).
@@ -72,7 +73,8 @@ pub struct Workload {
     /// seed runs as it did before): see [`Workload::burst`].
     pub bursts: f64,
     /// A tick sends nothing (no message, request, burst, batch or
-    /// cooperation) while this many of the site's sends or more still wait
+    /// cooperation) while this many of the site's sends or more (and at
+    /// least one) still wait
     /// for room in its output bounds ([`AppCtx::waiting`]), as a runtime's
     /// senders blocked in `send().await` send nothing more. Without it a
     /// workload that sends faster than the bounds let through piles its
@@ -97,6 +99,16 @@ struct Gather {
     from: Vec<Option<SiteId>>,
     /// The answers its requests must get, one each.
     answers: Vec<Bytes>,
+}
+
+/// `p` as a chance: within 0 and 1, and 0 for a NaN (which the random
+/// source refuses: a workload with a NaN rate panicked on its first tick).
+fn chance(p: f64) -> f64 {
+    if p > 0.0 {
+        p.min(1.0)
+    } else {
+        0.0
+    }
 }
 
 /// The first byte after a body's length in the workload's cooperation
@@ -127,6 +139,17 @@ impl Default for Workload {
 }
 
 impl Workload {
+    /// The largest body the workload makes, whatever [`large`](Self::large)
+    /// says: 128 MiB, half the node's largest message, so that a body and
+    /// its envelope always fit one. A larger `large` made bodies past
+    /// memory (`1 << 40`: the process aborted on the allocation).
+    pub const MAX_LARGE: usize = 128 << 20;
+
+    /// [`large`](Self::large), within [`MAX_LARGE`](Self::MAX_LARGE).
+    fn large(&self) -> usize {
+        self.large.min(Self::MAX_LARGE)
+    }
+
     /// Four to eight one-way messages of half to all of the largest size,
     /// at one priority, to one neighbour: more than a small output bound
     /// holds until the first are acknowledged, so the later ones wait in
@@ -136,7 +159,7 @@ impl Workload {
         let k = ctx.rng.gen_range(1..=self.neighbours.max(1));
         let Some(to) = ctx.neighbour(k) else { return };
         let p = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
-        let large = self.large.max(32);
+        let large = self.large().max(32);
         for _ in 0..ctx.rng.gen_range(4..=8) {
             let len = ctx.rng.gen_range(large / 2..=large);
             let body = Self::filled(ctx.rng, len);
@@ -165,7 +188,7 @@ impl Workload {
 
 impl Application for Workload {
     fn tick(&mut self, ctx: &mut AppCtx<'_>) {
-        if ctx.waiting >= self.max_waiting {
+        if ctx.waiting > 0 && ctx.waiting >= self.max_waiting {
             return;
         }
         if self.cooperations > 0.0 && ctx.rng.gen_bool(self.cooperations.min(1.0)) {
@@ -177,11 +200,11 @@ impl Application for Workload {
         if self.bursts > 0.0 && ctx.rng.gen_bool(self.bursts.min(1.0)) {
             self.burst(ctx);
         }
-        if !ctx.rng.gen_bool(self.rate.clamp(0.0, 1.0)) {
+        if !ctx.rng.gen_bool(chance(self.rate)) {
             return;
         }
         for _ in 0..ctx.rng.gen_range(1..=3) {
-            let to = if ctx.rng.gen_bool(self.stray.clamp(0.0, 1.0)) {
+            let to = if ctx.rng.gen_bool(chance(self.stray)) {
                 ctx.random_peer()
             } else {
                 let k = ctx.rng.gen_range(1..=self.neighbours.max(1));
@@ -189,8 +212,8 @@ impl Application for Workload {
             };
             let Some(to) = to else { return };
             let p = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
-            let body = Self::body(ctx.rng, self.large);
-            if ctx.rng.gen_bool(self.requests.clamp(0.0, 1.0)) {
+            let body = Self::body(ctx.rng, self.large());
+            if ctx.rng.gen_bool(chance(self.requests)) {
                 let expect = Self::answer_to(&body);
                 let corr = ctx.request(to, p, body, Duration::from_secs(5));
                 self.pending.insert(corr, expect);
@@ -338,7 +361,7 @@ impl Workload {
         let mut answers = Vec::new();
         for s in sites {
             let p = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
-            let mut body = Self::body(ctx.rng, self.large).to_vec();
+            let mut body = Self::body(ctx.rng, self.large()).to_vec();
             body[8] = GATHER_MARK;
             answers.push(Self::answer_to(&body));
             ctx.coop_request(coop, s, p, body);
@@ -364,7 +387,7 @@ impl Workload {
             let k = ctx.rng.gen_range(1..=self.neighbours.max(1));
             let Some(to) = ctx.neighbour(k) else { break };
             let priority = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
-            let body = Self::body(ctx.rng, self.large);
+            let body = Self::body(ctx.rng, self.large());
             if ctx.rng.gen_ratio(1, 3) {
                 answers.push(Some(Self::answer_to(&body)));
                 let timeout = Duration::from_secs(5);
@@ -454,5 +477,36 @@ impl Workload {
     /// The answer a request's body gets: the body reversed.
     fn answer_to(body: &[u8]) -> Bytes {
         body.iter().rev().copied().collect::<Vec<u8>>().into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+
+    /// Regression: `large: 1 << 40` made bodies past memory (the process
+    /// aborted on the allocation); every body and burst takes `large`
+    /// through [`Workload::large`], at most [`Workload::MAX_LARGE`].
+    #[test]
+    fn bodies_are_never_larger_than_max_large() {
+        let mut w = Workload::default();
+        for large in [1 << 40, usize::MAX] {
+            w.large = large;
+            assert_eq!(w.large(), Workload::MAX_LARGE);
+        }
+        w.large = 1_000;
+        assert_eq!(w.large(), 1_000, "a smaller one is taken as it is");
+        // Most bodies are small (16 to 255 bytes), one in twenty up to
+        // `large`.
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let longest = (0..1_000)
+            .map(|_| Workload::body(&mut rng, w.large()).len())
+            .max();
+        assert!(
+            longest.is_some_and(|l| (256..1_000).contains(&l)),
+            "{longest:?}"
+        );
     }
 }
