@@ -1008,6 +1008,78 @@ fn regression_a_workload_given_fields_at_their_extremes_runs() {
     // `large` past memory: `workload::tests::bodies_are_never_larger_than_max_large`.
 }
 
+/// Regression: an application's wait of "never" (`Duration::MAX`) for a
+/// request, a cooperation or a batch's request overflowed the simulated
+/// clock, and the run reported "a site's code panicked: overflow when
+/// adding duration to instant". The runtime bounds such deadlines
+/// (`timer::later`), and so does the simulator now: the waits end with
+/// their answers, every checker holds.
+#[test]
+fn regression_waits_of_never_in_an_application_do_not_overflow_the_clock() {
+    use sitenet_protocols::cooperation::{Cooperation, Expect};
+    use sitenet_protocols::sim::{Answer, BatchOp, OpOutcome, Request};
+
+    #[derive(Default)]
+    struct Patient {
+        asked: bool,
+        ended: Rc<RefCell<Vec<&'static str>>>,
+    }
+    impl Application for Patient {
+        fn tick(&mut self, ctx: &mut AppCtx<'_>) {
+            let Some(to) = ctx.neighbour(1).filter(|_| !self.asked) else {
+                return;
+            };
+            self.asked = true;
+            ctx.request(to, Priority::Medium, b"req".to_vec(), Duration::MAX);
+            let coop = ctx.cooperation(vec![Expect::any()], Duration::MAX);
+            ctx.coop_request(coop, to, Priority::Medium, b"coop".to_vec());
+            let op = BatchOp::Request {
+                to,
+                priority: Priority::Low,
+                body: b"batch".to_vec().into(),
+                timeout: Duration::MAX,
+            };
+            let batch = ctx.batch(vec![op], 2);
+            ctx.wait_batch(batch, Duration::MAX);
+        }
+        fn requested(&mut self, ctx: &mut AppCtx<'_>, req: Request) {
+            ctx.reply(&req, req.body.clone());
+        }
+        fn answered(&mut self, _: &mut AppCtx<'_>, _: u64, answer: Answer) {
+            assert!(matches!(answer, Answer::Reply { .. }), "{answer:?}");
+            self.ended.borrow_mut().push("request");
+        }
+        fn cooperation_ended(&mut self, _: &mut AppCtx<'_>, _: u64, _: &Cooperation<SiteId>) {
+            self.ended.borrow_mut().push("cooperation");
+        }
+        fn batch_done(&mut self, _: &mut AppCtx<'_>, _: u64, outcomes: &[(OpOutcome, u32)]) {
+            assert_eq!(outcomes.len(), 1);
+            self.ended.borrow_mut().push("batch");
+        }
+    }
+    let ended = Rc::new(RefCell::new(Vec::new()));
+    let seen = ended.clone();
+    let factory: AppFactory = Box::new(move |_| {
+        Box::new(Patient {
+            asked: false,
+            ended: seen.clone(),
+        }) as Box<dyn Application>
+    });
+    let r = Sim::with_app(
+        SimConfig {
+            duration: Duration::from_secs(5),
+            ..cfg(4, 1, Faults::None)
+        },
+        factory,
+    )
+    .run();
+    assert_eq!(r.verdict, Verdict::Ok, "{r:?}");
+    let mut ended = ended.borrow().clone();
+    ended.sort_unstable();
+    ended.dedup();
+    assert_eq!(ended, ["batch", "cooperation", "request"]);
+}
+
 /// More sites than memory holds is refused with what the bound is, not an
 /// allocation failure that aborts the process (`sitenet sim --sites
 /// 100000000` asked for 222 GB at once).

@@ -70,7 +70,9 @@ impl Sim {
         for e in expect {
             machine.expect(e);
         }
-        let deadline = self.instant() + timeout;
+        // At most `timer::MAX_WAIT` away (`Duration::MAX` overflowed the
+        // clock), as the runtime's cooperation's wait.
+        let deadline = crate::timer::later(self.instant(), timeout);
         if machine.wait_starts() {
             return self.coop_ended(n, coop, machine);
         }

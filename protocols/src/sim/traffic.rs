@@ -140,7 +140,11 @@ impl Sim {
         if to == me {
             return;
         }
-        let deadline = o.timeout.map(|t| (self.instant() + t, t));
+        // At most `timer::MAX_WAIT` away, as the runtime's `request` makes
+        // it (`Duration::MAX`, "never", overflowed the clock).
+        let deadline = o
+            .timeout
+            .map(|t| (crate::timer::later(self.instant(), t), t));
         // A batch's request is registered with the entry it goes
         // through, below.
         if deadline.is_some() && o.batch.is_none() {
