@@ -101,7 +101,7 @@ use rand_chacha::ChaCha8Rng;
 pub use app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request};
 pub use config::{Report, SimConfig, SimConfigError, Verdict, MAX_SIM_TIME, MAX_SITES, MIN_TICK};
 pub use faults::Faults;
-pub use search::{search, search_with, SearchRun};
+pub use search::{search, search_with, SearchRun, MAX_JOBS};
 pub use shrink::{shrink, shrink_with};
 pub use workload::Workload;
 

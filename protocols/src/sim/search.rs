@@ -24,8 +24,13 @@ pub struct SearchRun {
     pub wall: Duration,
 }
 
+/// The most threads a search runs: a run is a thread's work for seconds,
+/// and more threads than cores only share them. More asked for are this
+/// many (a million panicked when the system refused a thread).
+pub const MAX_JOBS: usize = 1024;
+
 /// Runs seeds `cfg.seed`, `cfg.seed + 1`, … on `jobs` threads (at least
-/// one) while `more(taken)` says to go on, where `taken` counts the seeds
+/// one, at most [`MAX_JOBS`]) while `more(taken)` says to go on, where `taken` counts the seeds
 /// handed out so far; the first seed always runs. Each run is made by
 /// `make` on the thread that runs it (a test plants a bug there: the
 /// switch is per thread) and reported to `each` on the caller's thread,
@@ -45,7 +50,7 @@ pub fn search_with(
     let taken = AtomicU64::new(0);
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|s| {
-        for _ in 0..jobs.max(1) {
+        for _ in 0..jobs.clamp(1, MAX_JOBS) {
             let tx = tx.clone();
             let (taken, more, make) = (&taken, &more, &make);
             s.spawn(move || loop {
@@ -124,6 +129,23 @@ mod tests {
         assert_eq!(n, 6);
         runs.sort();
         runs
+    }
+
+    /// Regression: `jobs` past what the system gives was taken as asked
+    /// (a thread spawned per job, for ever at `usize::MAX`); it is at most
+    /// `MAX_JOBS`, and every seed handed out still runs once.
+    #[test]
+    fn more_jobs_than_the_bound_are_the_bound() {
+        let mut seeds = Vec::new();
+        let n = search_with(
+            &small(7),
+            usize::MAX,
+            |taken| taken < 3,
+            Sim::new,
+            |r| seeds.push(r.report.seed),
+        );
+        seeds.sort_unstable();
+        assert_eq!((n, seeds), (3, vec![7, 8, 9]));
     }
 
     /// The seeds tried are consecutive from the first, each run once, and

@@ -20,9 +20,8 @@ use figures::{add, print, verdict_code, Json, Shrunk};
 /// library's default too.
 const MIN_OUTPUT_BOUND: u64 = SimConfig::MIN_DEFAULT_OUTPUT_BOUND;
 
-/// The most threads `--jobs` may ask for: a run is a thread's work for
-/// seconds, and more threads than cores only share them.
-const MAX_JOBS: usize = 1024;
+/// The most threads `--jobs` may ask for (the library's bound).
+const MAX_JOBS: usize = sim::MAX_JOBS;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
