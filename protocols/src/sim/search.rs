@@ -26,16 +26,17 @@ pub struct SearchRun {
 
 /// The most threads a search runs: a run is a thread's work for seconds,
 /// and more threads than cores only share them. More asked for are this
-/// many (a million panicked when the system refused a thread).
+/// many (at `usize::MAX` a search spawned threads for ever).
 pub const MAX_JOBS: usize = 1024;
 
 /// Runs seeds `cfg.seed`, `cfg.seed + 1`, … on `jobs` threads (at least
-/// one, at most [`MAX_JOBS`]) while `more(taken)` says to go on, where `taken` counts the seeds
-/// handed out so far; the first seed always runs. Each run is made by
-/// `make` on the thread that runs it (a test plants a bug there: the
-/// switch is per thread) and reported to `each` on the caller's thread,
-/// in the order runs end. Every seed handed out is run, so the seeds
-/// reported are exactly `cfg.seed .. cfg.seed + n` for the `n` returned.
+/// one, at most [`MAX_JOBS`]) while `more(taken)` says to go on, where
+/// `taken` counts the seeds handed out so far; the first seed always runs.
+/// Each run is made by `make` on the thread that runs it (a test plants a
+/// bug there: the switch is per thread) and reported to `each` on the
+/// caller's thread, in the order runs end. Every seed handed out is run,
+/// so the seeds reported are exactly `cfg.seed .. cfg.seed + n` for the
+/// `n` returned.
 ///
 /// `each` sees runs as they end, not in seed order: a caller that prints
 /// a summary sorts them by seed first, so that the summary depends only on

@@ -74,9 +74,9 @@ pub struct Workload {
     pub bursts: f64,
     /// A tick sends nothing (no message, request, burst, batch or
     /// cooperation) while this many of the site's sends or more (and at
-    /// least one) still wait
-    /// for room in its output bounds ([`AppCtx::waiting`]), as a runtime's
-    /// senders blocked in `send().await` send nothing more. Without it a
+    /// least one) still wait for room in its output bounds
+    /// ([`AppCtx::waiting`]), as a runtime's senders blocked in
+    /// `send().await` send nothing more. Without it a
     /// workload that sends faster than the bounds let through piles its
     /// waiting bodies up until the simulator's memory runs out (10 ms
     /// ticks and bursts into a 96 KiB bound: 1.8 GB at 50 sites after five
@@ -146,7 +146,7 @@ impl Workload {
     pub const MAX_LARGE: usize = 128 << 20;
 
     /// [`large`](Self::large), within [`MAX_LARGE`](Self::MAX_LARGE).
-    fn large(&self) -> usize {
+    fn largest_body(&self) -> usize {
         self.large.min(Self::MAX_LARGE)
     }
 
@@ -159,7 +159,7 @@ impl Workload {
         let k = ctx.rng.gen_range(1..=self.neighbours.max(1));
         let Some(to) = ctx.neighbour(k) else { return };
         let p = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
-        let large = self.large().max(32);
+        let large = self.largest_body().max(32);
         for _ in 0..ctx.rng.gen_range(4..=8) {
             let len = ctx.rng.gen_range(large / 2..=large);
             let body = Self::filled(ctx.rng, len);
@@ -212,7 +212,7 @@ impl Application for Workload {
             };
             let Some(to) = to else { return };
             let p = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
-            let body = Self::body(ctx.rng, self.large());
+            let body = Self::body(ctx.rng, self.largest_body());
             if ctx.rng.gen_bool(chance(self.requests)) {
                 let expect = Self::answer_to(&body);
                 let corr = ctx.request(to, p, body, Duration::from_secs(5));
@@ -361,7 +361,7 @@ impl Workload {
         let mut answers = Vec::new();
         for s in sites {
             let p = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
-            let mut body = Self::body(ctx.rng, self.large()).to_vec();
+            let mut body = Self::body(ctx.rng, self.largest_body()).to_vec();
             body[8] = GATHER_MARK;
             answers.push(Self::answer_to(&body));
             ctx.coop_request(coop, s, p, body);
@@ -387,7 +387,7 @@ impl Workload {
             let k = ctx.rng.gen_range(1..=self.neighbours.max(1));
             let Some(to) = ctx.neighbour(k) else { break };
             let priority = Priority::ALL[ctx.rng.gen_range(0..Priority::ALL.len())];
-            let body = Self::body(ctx.rng, self.large());
+            let body = Self::body(ctx.rng, self.largest_body());
             if ctx.rng.gen_ratio(1, 3) {
                 answers.push(Some(Self::answer_to(&body)));
                 let timeout = Duration::from_secs(5);
@@ -488,21 +488,21 @@ mod tests {
 
     /// Regression: `large: 1 << 40` made bodies past memory (the process
     /// aborted on the allocation); every body and burst takes `large`
-    /// through [`Workload::large`], at most [`Workload::MAX_LARGE`].
+    /// through `Workload::largest_body`, at most [`Workload::MAX_LARGE`].
     #[test]
     fn bodies_are_never_larger_than_max_large() {
         let mut w = Workload::default();
         for large in [1 << 40, usize::MAX] {
             w.large = large;
-            assert_eq!(w.large(), Workload::MAX_LARGE);
+            assert_eq!(w.largest_body(), Workload::MAX_LARGE);
         }
         w.large = 1_000;
-        assert_eq!(w.large(), 1_000, "a smaller one is taken as it is");
+        assert_eq!(w.largest_body(), 1_000, "a smaller one is taken as it is");
         // Most bodies are small (16 to 255 bytes), one in twenty up to
         // `large`.
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let longest = (0..1_000)
-            .map(|_| Workload::body(&mut rng, w.large()).len())
+            .map(|_| Workload::body(&mut rng, w.largest_body()).len())
             .max();
         assert!(
             longest.is_some_and(|l| (256..1_000).contains(&l)),
