@@ -819,16 +819,9 @@ fn regression_a_site_preempted_with_messages_queued_does_not_wait_for_a_callback
 #[test]
 fn a_backlog_still_waiting_for_room_is_named_as_such() {
     let eager = |cfg: SimConfig| {
-        let mut w = Workload::default();
-        w.by_address = cfg.address_sends;
-        w.cooperations = cfg.cooperations;
-        w.batches = cfg.batches;
-        w.bursts = cfg.bursts;
+        let mut w = Workload::for_config(&cfg);
         w.max_waiting = usize::MAX;
-        Sim::with_app(
-            cfg,
-            Box::new(move |_| Box::new(w.clone()) as Box<dyn Application>),
-        )
+        Sim::with_app(cfg, w.factory())
     };
     let shape = |settle| SimConfig {
         weak_slots: 1,
@@ -908,18 +901,13 @@ fn regression_an_overloaded_workload_does_not_pile_its_waiting_sends_up() {
             r.waiting_peak
         );
     }
-    let mut eager = Workload::default();
-    eager.bursts = 0.5;
+    let cfg = SimConfig {
+        settle: Duration::from_secs(1),
+        ..shape(0)
+    };
+    let mut eager = Workload::for_config(&cfg);
     eager.max_waiting = usize::MAX;
-    let factory: AppFactory = Box::new(move |_| Box::new(eager.clone()) as Box<dyn Application>);
-    let r = Sim::with_app(
-        SimConfig {
-            settle: Duration::from_secs(1),
-            ..shape(0)
-        },
-        factory,
-    )
-    .run();
+    let r = Sim::with_app(cfg, eager.factory()).run();
     assert!(
         r.waiting_peak > 400,
         "a workload that never holds off: {} sends waited at once",
@@ -993,13 +981,12 @@ fn regression_a_workload_given_fields_at_their_extremes_runs() {
     for (field, set, sends) in cases {
         let mut w = Workload::default();
         set(&mut w);
-        let factory: AppFactory = Box::new(move |_| Box::new(w.clone()) as Box<dyn Application>);
         let r = Sim::with_app(
             SimConfig {
                 duration: Duration::from_secs(5),
                 ..cfg(5, 1, Faults::Light)
             },
-            factory,
+            w.factory(),
         )
         .run();
         assert_eq!(r.verdict, Verdict::Ok, "{field}: {r:?}");

@@ -23,13 +23,7 @@ impl Sim {
 
     /// Every site's [`Workload`], as `cfg` sets it.
     fn workloads(cfg: &SimConfig) -> AppFactory {
-        let mut workload = Workload::default();
-        workload.by_address = cfg.address_sends;
-        workload.cooperations = cfg.cooperations;
-        workload.site_refs = cfg.site_refs;
-        workload.batches = cfg.batches;
-        workload.bursts = cfg.bursts;
-        Box::new(move |_| Box::new(workload.clone()) as Box<dyn Application>)
+        Workload::for_config(cfg).factory()
     }
 
     /// A simulation whose sites run the applications `factory` makes.

@@ -13,7 +13,8 @@ use crate::cooperation::{Cooperation, End, Expect};
 use crate::priority::Priority;
 use crate::site::SiteId;
 
-use super::app::{Answer, AppCtx, Application, BatchOp, OpOutcome, Request};
+use super::app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request};
+use super::config::SimConfig;
 use super::{COOP_REPLY_TYPE, SIM_TYPE};
 
 /// The default workload: on each tick, with probability `rate`, one to
@@ -28,13 +29,12 @@ use super::{COOP_REPLY_TYPE, SIM_TYPE};
 /// one). To change it, set its public fields on a `Workload::default()`:
 ///
 /// ```
-/// use sitenet_protocols::sim::{AppFactory, Application, Sim, SimConfig, Workload};
+/// use sitenet_protocols::sim::{Sim, SimConfig, Workload};
 ///
 /// let mut busy = Workload::default();
 /// busy.rate = 1.0;
 /// busy.requests = 0.5;
-/// let factory: AppFactory = Box::new(move |_| Box::new(busy.clone()) as Box<dyn Application>);
-/// let sim = Sim::with_app(SimConfig { sites: 4, ..SimConfig::default() }, factory);
+/// let sim = Sim::with_app(SimConfig { sites: 4, ..SimConfig::default() }, busy.factory());
 /// # let _ = sim;
 /// ```
 #[derive(Debug, Clone)]
@@ -139,6 +139,29 @@ impl Default for Workload {
 }
 
 impl Workload {
+    /// The workload `cfg`'s options ask for, the one [`Sim::new`](super::Sim::new)
+    /// gives every site: the default, with `cfg`'s chances of sends by
+    /// address, cooperations, sites named in messages, batches and bursts.
+    /// Change a field and pass [`factory`](Self::factory) to
+    /// [`Sim::with_app`](super::Sim::with_app) to run the same options with
+    /// it.
+    pub fn for_config(cfg: &SimConfig) -> Self {
+        Self {
+            by_address: cfg.address_sends,
+            cooperations: cfg.cooperations,
+            site_refs: cfg.site_refs,
+            batches: cfg.batches,
+            bursts: cfg.bursts,
+            ..Self::default()
+        }
+    }
+
+    /// A factory that gives every site a copy of this workload, for
+    /// [`Sim::with_app`](super::Sim::with_app).
+    pub fn factory(self) -> AppFactory {
+        Box::new(move |_| Box::new(self.clone()) as Box<dyn Application>)
+    }
+
     /// The largest body the workload makes, whatever [`large`](Self::large)
     /// says: 128 MiB, half the node's largest message, so that a body and
     /// its envelope always fit one. A larger `large` made bodies past
