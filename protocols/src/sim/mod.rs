@@ -450,3 +450,41 @@ impl Sim {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A long run's checkers kept a full record and a stream number for
+    /// every message sent, and a stream for every pair of incarnations
+    /// that ever talked: 50 sites with heavy faults peaked at 35 MB after
+    /// 3,000 simulated seconds and 76 MB after 10,000, growing for ever.
+    /// They now keep only what is not settled.
+    #[test]
+    fn regression_the_checkers_keep_only_what_is_not_settled() {
+        let mut sim = Sim::new(SimConfig {
+            sites: 20,
+            seed: 3,
+            faults: Faults::Heavy,
+            duration: Duration::from_secs(600),
+            ..SimConfig::default()
+        });
+        let end = sim.end();
+        while sim.run_until(sim.now() + Duration::from_secs(20)) {
+            sim.oracle.check_kept();
+            if sim.now() >= end {
+                break;
+            }
+        }
+        let sent = sim.oracle.messages() as usize;
+        let (kept, numbers) = (sim.oracle.kept(), sim.oracle.kept_numbers());
+        sim.oracle.check_kept();
+        let r = sim.finish();
+        assert_eq!(r.verdict, Verdict::Ok, "{r:?}");
+        assert!(r.restarts > 100 && sent > 10_000, "{r:?}");
+        assert!(
+            kept * 20 < sent && numbers * 20 < sent,
+            "{kept} records and {numbers} stream numbers kept of {sent} messages"
+        );
+    }
+}
