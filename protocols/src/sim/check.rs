@@ -498,7 +498,7 @@ impl Oracle {
         };
         let (key, seq) = ((r_from, Dest::key(r_to, r_place), r.priority), r.seq);
         self.delivered += 1;
-        let Some(s) = self.streams.get_mut(&key) else {
+        let Some(s) = self.streams.get(&key) else {
             return Err(format!(
                 "message {id} from {r_from} to {r_to} was delivered, but its stream is gone \
                  (the checker's own fault)"
@@ -517,13 +517,7 @@ impl Oracle {
         // let go from the front of the stream were handed back as never
         // delivered: every delivered one is before the last delivery).
         for skipped in s.last_delivered.max(s.dropped) + 1..seq {
-            let sid = s.id(skipped);
-            let fate = sid.and_then(|sid| {
-                self.msgs
-                    .get(&sid)
-                    .map(|r| r.fate)
-                    .or_else(|| self.fates.get(sid))
-            });
+            let fate = s.id(skipped).and_then(|sid| self.fate(sid));
             let handed_back = matches!(fate, Some(Fate::NotSent | Fate::Maybe));
             if !handed_back {
                 return Err(format!(
@@ -533,7 +527,9 @@ impl Oracle {
                 ));
             }
         }
-        s.last_delivered = seq;
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.last_delivered = seq;
+        }
         self.settle(id, fate);
         Ok(())
     }
