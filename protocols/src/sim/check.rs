@@ -433,8 +433,8 @@ impl Oracle {
     /// Message `id`'s sender and destination as a violation names them
     /// (only the destination once its record is gone).
     fn route_of(&self, id: u64) -> String {
-        match self.msgs.get(&id) {
-            Some(r) => format!("{} → {}", self.sites.get(r.from), self.sites.get(r.to)),
+        match self.route(id) {
+            Some((from, to)) => format!("{from} → {to}"),
             None => format!("→ {}", self.settled_to(id)),
         }
     }
@@ -496,7 +496,7 @@ impl Oracle {
             Fate::Maybe => Fate::DeliveredMaybe,
             settled => unreachable!("a settled message keeps no record: {settled:?}"),
         };
-        let (key, seq) = ((r_from, Dest::key(r_to, r_place), r.priority), r.seq);
+        let (key, seq) = (self.stream_key(r), r.seq);
         self.delivered += 1;
         let Some(s) = self.streams.get(&key) else {
             return Err(format!(
