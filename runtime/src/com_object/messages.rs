@@ -221,8 +221,13 @@ impl Handler<Adopt> for ComObject {
             AcceptOutcome::Refuse(reason) => {
                 tracing::debug!(site = %neg.site, peer = %trans.peer(), ?reason, "refusing accepted channel");
                 write_answer(&mut trans.outb, &NegotiateAns::Refuse(reason));
+                // Written by a task of its own, not the actor's: the actor
+                // may park (stop) in the drive below, and a future spawned
+                // in its context would go with it, leaving the peer a bare
+                // close it cannot tell from a crash. Bounded by the
+                // handshake timeout; the channel's slot goes back with it.
                 let limit = self.node.cfg.handshake_timeout;
-                ctx.spawn(fut::wrap_future(flush_and_close(trans, limit)));
+                actix_rt::spawn(flush_and_close(trans, limit));
             }
             AcceptOutcome::Protocol(e) => {
                 // The fault is reported, and logged through the peer's rate
