@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use actix::fut;
 use actix::prelude::*;
 
 use sitenet_protocols::handshake::write_answer;
