@@ -97,7 +97,10 @@ async fn regression_a_claim_on_an_idle_confirmed_site_is_answered_with_a_refusal
     );
     let answer = forge_claim(addr(&server), client.id()).await;
     assert!(
-        matches!(answer, Err(Some(OpenError::Refused(RefuseReason::Unproven)))),
+        matches!(
+            answer,
+            Err(Some(OpenError::Refused(RefuseReason::Unproven)))
+        ),
         "a claim on an idle confirmed site got {answer:?}"
     );
     assert_eq!(server.metrics().unproven_claims_refused, 1);
@@ -128,4 +131,126 @@ async fn regression_a_claim_on_a_site_that_left_is_answered_with_a_refusal() {
         matches!(answer, Err(Some(OpenError::Refused(RefuseReason::Closing)))),
         "a claim on a site that left got {answer:?}"
     );
+}
+
+/// The node remembers a bounded number of pair secrets after it forgets
+/// their sites. Throw-away handshakes — many fresh sites that each talk
+/// once and go, from the victim's own address — must not push a
+/// confirmed site's secret out of that memory: a stranger then claiming
+/// the site's id is refused, and the site itself, back, gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_throwaway_pairs_cannot_flush_a_confirmed_sites_secret() {
+    const REMEMBERED: usize = 16;
+    let fast = |c: &mut sitenet::NodeConfig| {
+        c.linger = Duration::from_millis(100);
+        c.remembered_pairs = REMEMBERED;
+    };
+    let server = hello_server(fast);
+    let client = Node::builder().configure(fast).start().unwrap();
+    let site = client.site(&addr(&server)).unwrap();
+    assert_eq!(hello(&site, 1).await, 1);
+    // The client goes idle: both sides forget each other and keep the
+    // pair's secret.
+    drop(site);
+    assert!(
+        server
+            .wait_until(|m| m.sites_reclaimed == 1, PATIENCE)
+            .await,
+        "{:?}",
+        server.metrics()
+    );
+    // Ten times as many throw-away sites as the memory holds, half of them
+    // confirming their pair (they send a message), all from 127.0.0.1.
+    let target = addr(&server);
+    let throwaways = 10 * REMEMBERED as u64;
+    tokio::task::spawn_blocking(move || {
+        for i in 0..throwaways {
+            let mut p = RawPeer::connect(&target);
+            if i % 2 == 0 {
+                p.send(
+                    731,
+                    sitenet::protocols::MessageKind::OneWay,
+                    0,
+                    &[0xc0],
+                    &[],
+                );
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        server
+            .wait_until(|m| m.sites_reclaimed > throwaways, PATIENCE)
+            .await,
+        "{:?}",
+        server.metrics()
+    );
+    // A stranger claims the client's id: refused, the secret still held.
+    let answer = forge_claim(addr(&server), client.id()).await;
+    assert!(
+        matches!(
+            answer,
+            Err(Some(OpenError::Refused(RefuseReason::Unproven)))
+        ),
+        "a stranger's claim on a confirmed site's id got {answer:?}"
+    );
+    // The client, back, proves the pair and is served.
+    let site = client.site(&addr(&server)).unwrap();
+    assert_eq!(hello(&site, 2).await, 2);
+}
+
+/// A node takes its id from its TLS certificate, so a restart keeps it. A
+/// site that shut down in order (it wrote LEAVING: the node marked it shut
+/// down) and starts again with its certificate is let in at once, on a new
+/// entry, not refused as `Closing` until the node forgets the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_site_restarted_with_its_certificate_after_leaving_is_let_in_at_once() {
+    use sitenet::transport::tls::certs::{self, Validity};
+    use sitenet::transport::tls::TlsIdentity;
+    let ca = certs::new_ca().unwrap();
+    let identity = |site: SiteId| {
+        let s = certs::new_site(&ca, site, &Validity::default()).expect("site certificate");
+        TlsIdentity::from_pem(&s.cert_pem, &s.key_pem, &ca.cert_pem).expect("identity")
+    };
+    let server_id = identity(SiteId(rand::random()));
+    // The old entry would be forgotten only after the linger time: longer
+    // than the test's patience, so a refusal until then shows.
+    let server = Node::builder()
+        .listen("tls:127.0.0.1:0")
+        .configure(move |c| {
+            services(c);
+            c.tls = Some(server_id);
+            c.linger = 2 * PATIENCE;
+        })
+        .start()
+        .expect("node starts");
+    let a = SiteId(rand::random());
+    let client = |id: TlsIdentity| {
+        Node::builder()
+            .configure(move |c| c.tls = Some(id))
+            .start()
+            .expect("node starts")
+    };
+    let first = client(identity(a));
+    let site = first.site(addr(&server)).unwrap();
+    echo(&site, 0).await;
+    drop(site);
+    let perm = server.metrics().perm_failures;
+    first.shutdown(Duration::from_secs(10)).await;
+    drop(first);
+    assert!(
+        server
+            .wait_until(|m| m.perm_failures > perm, PATIENCE)
+            .await,
+        "the server saw the site leave: {:?}",
+        server.metrics()
+    );
+    let again = client(identity(a));
+    assert_eq!(again.id(), a);
+    let site = again.site(addr(&server)).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), echo(&site, 1))
+        .await
+        .expect("the restarted site is let in at once");
+    assert_eq!(server.metrics().unproven_claims_refused, 0);
 }

@@ -138,6 +138,11 @@ impl Dropped {
 pub struct Source(Option<IpAddr>);
 
 impl Source {
+    /// The source of channels that have no address (a Unix socket, an
+    /// in-process channel), and of a pair whose channel's address is not
+    /// known.
+    pub const UNADDRESSED: Source = Source(None);
+
     /// The source of a connection from `ip` (`None`: a Unix socket or an
     /// in-process channel). An IPv4-mapped IPv6 address is its IPv4
     /// address; other IPv6 addresses count by their /64 prefix.

@@ -454,6 +454,29 @@ impl SiteIndex {
         Reclaim::Forget { id, addresses }
     }
 
+    /// Entry `site` no longer speaks for its site, though it lives on for
+    /// whoever holds it: its site failed for good and came back under the
+    /// same id ([`AcceptOutcome::Restarted`](crate::AcceptOutcome::Restarted)).
+    /// Its id and its addresses (own and aliases) leave the index, so the
+    /// next channel or contact naming them makes a new entry; what the
+    /// index keeps of the entry otherwise goes when it is reclaimed
+    /// ([`reclaim`](Self::reclaim) then leaves the new entry's names alone).
+    pub fn retire(&mut self, site: Site<'_>) {
+        let key = site.key;
+        if let Some(id) = site.id {
+            if self.by_id.get(&id) == Some(&key) {
+                self.by_id.remove(&id);
+            }
+        }
+        let own = site.address.cloned();
+        let aliases = self.aliases.get(&key).cloned().unwrap_or_default();
+        for a in own.into_iter().chain(aliases) {
+            if self.by_address.get(&a) == Some(&key) {
+                self.by_address.remove(&a);
+            }
+        }
+    }
+
     /// The entry with site id `id`, if any.
     pub fn id(&self, id: SiteId) -> Option<usize> {
         self.by_id.get(&id).copied()

@@ -971,6 +971,7 @@ mod model {
     const PRIMED: Continuity = Continuity {
         current: PairSecret([0x5E; 16]),
         confirmed: true,
+        source: sitenet_protocols::admission::Source::UNADDRESSED,
     };
 
     /// The session both sites number in after a channel that worked before
@@ -1618,6 +1619,12 @@ mod model {
                 AcceptOutcome::Protocol(e) => {
                     self.violations
                         .push(format!("site {s}: accept on channel {c} failed: {e}"));
+                    self.close(c, s);
+                }
+                AcceptOutcome::Restarted => {
+                    self.violations.push(format!(
+                        "site {s}: a claim without a certificate on channel {c} was taken for a restart"
+                    ));
                     self.close(c, s);
                 }
             }

@@ -70,6 +70,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::address_book::AddressBook;
+use crate::admission::Source;
 use crate::handshake::{Attempt, Continuity};
 use crate::link::{Decision, LinkView};
 use crate::reassembly::ReassemblyBudget;
@@ -306,6 +307,16 @@ impl ComObject {
     pub fn recall(&mut self, c: Continuity) {
         if self.continuity.is_none() {
             self.continuity = Some(Box::new(c));
+        }
+    }
+
+    /// The channel being attached comes from `source` (its peer's
+    /// address): the pair's secret is charged to it if this node keeps the
+    /// secret after forgetting the site ([`PairMemory`](crate::PairMemory)).
+    /// Called by the driver as it attaches a working channel.
+    pub fn channel_from(&mut self, source: Source) {
+        if let Some(c) = self.continuity.as_deref_mut() {
+            c.source = source;
         }
     }
 

@@ -8,6 +8,7 @@ use rand::{Rng, SeedableRng};
 
 use super::{AcceptOutcome, Action, ComObject, FaultState, OpenFailure, OpenRequest, Phase};
 use crate::address_book::Fallback;
+use crate::admission::Source;
 use crate::error::{OpenError, ProtocolError};
 use crate::handshake::{
     Attempt, Claim, Continuity, HandshakeNonces, Negotiate, NegotiateAns, Nonce, Opened,
@@ -103,6 +104,7 @@ impl ComObject {
             self.continuity = Some(Box::new(Continuity {
                 current: secret,
                 confirmed: true,
+                source: Source::UNADDRESSED,
             }));
         } else {
             // The peer checked our proof: it holds our secret.
@@ -284,6 +286,9 @@ impl ComObject {
         now: Instant,
     ) -> AcceptOutcome {
         self.tick(now);
+        if self.phase == Phase::Failed && !self.closing && certificate.proves(neg.site) {
+            return AcceptOutcome::Restarted;
+        }
         let hs = HandshakeNonces {
             acceptor: self.cfg.local,
             acceptor_nonce: nonce,
@@ -398,6 +403,7 @@ impl ComObject {
             self.continuity = Some(Box::new(Continuity {
                 current: hs.pair_secret(),
                 confirmed: false,
+                source: Source::UNADDRESSED,
             }));
         }
         // The acceptor may lower the buffer size, never raise it.

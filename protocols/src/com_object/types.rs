@@ -234,6 +234,14 @@ pub enum AcceptOutcome {
     /// messages never sent): close the channel without an answer and report
     /// the fault.
     Protocol(ProtocolError),
+    /// This site failed for good (it left in order, was given up or
+    /// killed), and the claimant's verified certificate names it: the site
+    /// restarted (a node takes its id from its certificate, so a restart
+    /// keeps the id). This machine's session is over and stays failed for
+    /// whoever holds it; the driver retires the entry from the site table
+    /// and routes the channel to a new entry for the site, whose machine
+    /// then decides on it as on any first contact.
+    Restarted,
 }
 
 /// Counters of one ComObject (monotonic; the driver reports differences).

@@ -17,10 +17,9 @@
 //! (from the stats service, a descriptor, a log) from taking its session
 //! over. Authentication comes next.
 
-use std::collections::{HashMap, VecDeque};
-
 use serde::{Deserialize, Serialize};
 
+use crate::admission::Source;
 use crate::site::SiteId;
 
 /// 32 random bytes one side contributes to a handshake (drawn by the
@@ -126,6 +125,13 @@ pub struct Continuity {
     /// this side learnt it as initiator (from the answer itself). Until
     /// then the answer that agreed it may have been lost.
     pub confirmed: bool,
+    /// Where the pair's latest channel came from (its peer's address, by
+    /// [`Source`]): the [`PairMemory`](super::PairMemory) charges the
+    /// secret to it once the site's entry is forgotten, so what one
+    /// address makes the node remember never pushes out what others did.
+    /// [`Source::UNADDRESSED`] until the driver says
+    /// ([`ComObject::channel_from`](crate::ComObject::channel_from)).
+    pub source: Source,
 }
 
 /// What a NEGOTIATE's proof shows, given what this side holds.
@@ -152,78 +158,6 @@ impl Continuity {
                 pair_confirmed: this.is_some_and(|c| c.confirmed),
             },
         }
-    }
-}
-
-/// The pairs' secrets a node kept when it forgot their sites' entries
-/// (the reclaim rule): a site that comes back later still proves the pair,
-/// so a peer that kept its own entry (it holds a `SiteRef` to us) does not
-/// refuse us as a stranger. At most `capacity` are kept; the oldest go
-/// first (that site is then refused by a peer that kept a confirmed secret,
-/// until the peer forgets it too).
-#[derive(Debug, Default)]
-pub struct PairMemory {
-    capacity: usize,
-    secrets: HashMap<SiteId, Continuity>,
-    /// Kept order, oldest first (ids taken since, or kept again later, are
-    /// dropped when the queue grows past twice the capacity).
-    order: VecDeque<SiteId>,
-}
-
-impl PairMemory {
-    /// A memory of at most `capacity` secrets (0: keeps none).
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            capacity,
-            ..Self::default()
-        }
-    }
-
-    /// Keeps the secret of the pair with `site`, whose entry is forgotten.
-    pub fn keep(&mut self, site: SiteId, c: Continuity) {
-        if self.capacity == 0 {
-            return;
-        }
-        if self.secrets.insert(site, c).is_none() {
-            self.order.push_back(site);
-        }
-        while self.secrets.len() > self.capacity {
-            match self.order.pop_front() {
-                Some(old) => {
-                    self.secrets.remove(&old);
-                }
-                None => break,
-            }
-        }
-        if self.order.len() > 2 * self.capacity + 16 {
-            // Each id kept once, at its latest place.
-            let mut seen = std::collections::HashSet::new();
-            let mut order: VecDeque<SiteId> = self
-                .order
-                .iter()
-                .rev()
-                .filter(|id| self.secrets.contains_key(id) && seen.insert(**id))
-                .copied()
-                .collect();
-            order.make_contiguous().reverse();
-            self.order = order;
-        }
-    }
-
-    /// The secret kept for `site`, if any (it leaves the memory: the
-    /// site's new entry holds it now).
-    pub fn take(&mut self, site: SiteId) -> Option<Continuity> {
-        self.secrets.remove(&site)
-    }
-
-    /// Secrets kept.
-    pub fn len(&self) -> usize {
-        self.secrets.len()
-    }
-
-    /// True if none is kept.
-    pub fn is_empty(&self) -> bool {
-        self.secrets.is_empty()
     }
 }
 
@@ -423,35 +357,11 @@ mod tests {
     }
 
     #[test]
-    fn the_memory_keeps_the_newest_and_stays_bounded() {
-        let c = |b: u8| Continuity {
-            current: PairSecret([b; 16]),
-            confirmed: true,
-        };
-        let mut m = PairMemory::new(3);
-        for i in 0..5u8 {
-            m.keep(SiteId(i as u128), c(i));
-        }
-        assert_eq!(m.len(), 3);
-        assert_eq!(m.take(SiteId(0)), None, "the oldest went first");
-        assert_eq!(m.take(SiteId(4)), Some(c(4)));
-        assert_eq!(m.take(SiteId(4)), None, "taken once");
-        // Keeping and taking again and again leaves the order bounded.
-        for _ in 0..1000 {
-            m.keep(SiteId(9), c(9));
-            assert_eq!(m.take(SiteId(9)), Some(c(9)));
-        }
-        assert!(m.order.len() <= 2 * 3 + 16 + 1, "{}", m.order.len());
-        let mut none = PairMemory::new(0);
-        none.keep(SiteId(1), c(1));
-        assert!(none.is_empty());
-    }
-
-    #[test]
     fn judging() {
         let held = Continuity {
             current: hs(1, 2).pair_secret(),
             confirmed: true,
+            source: crate::admission::Source::UNADDRESSED,
         };
         let other = hs(3, 4).pair_secret();
         let now = hs(9, 9);

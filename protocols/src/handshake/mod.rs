@@ -89,6 +89,7 @@ pub mod continuity;
 pub mod cookie;
 mod initiator;
 mod messages;
+pub mod pair_memory;
 
 use std::time::Duration;
 
@@ -96,10 +97,11 @@ use serde::{Deserialize, Serialize};
 
 pub use acceptor::Acceptor;
 pub use certificate::PeerCertificate;
-pub use continuity::{Claim, Continuity, HandshakeNonces, Nonce, PairMemory, PairSecret, Proof};
+pub use continuity::{Claim, Continuity, HandshakeNonces, Nonce, PairSecret, Proof};
 pub use cookie::{AuthFailure, Cookie, CookieError, CookieProof, Keyring};
 pub use initiator::{Initiator, Opened};
 pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason, SessionTag, Wait};
+pub use pair_memory::PairMemory;
 
 use crate::byte_buffer::ByteBuffer;
 use crate::error::{FrameError, OpenError, ProtocolError};

@@ -418,6 +418,16 @@ impl Sim {
                 self.trace(m, "refused", &[peer.0, c as u128]);
                 self.drive_peer(m, peer, &mut p);
             }
+            AcceptOutcome::Restarted => {
+                // Only a verified certificate names a restarted site, and
+                // simulated channels carry none.
+                self.nodes[m].holders.insert(holder, (c, e));
+                end.holder = Some(holder);
+                self.close_end(c, e, Seg::Fin);
+                self.violation(format!(
+                    "{peer}'s claim, without a certificate, was taken for a restart"
+                ));
+            }
             AcceptOutcome::Protocol(err) => {
                 self.nodes[m].holders.insert(holder, (c, e));
                 end.holder = Some(holder);
@@ -579,6 +589,13 @@ impl Sim {
             Role::NotYet | Role::Closed => {}
         }
     }
+}
+
+/// The source a node's pair memory charges the pair with `peer` to: one
+/// per site, as each simulated site has an address of its own.
+pub(super) fn pair_source(peer: crate::site::SiteId) -> crate::admission::Source {
+    let ip = std::net::Ipv4Addr::from(peer.0 as u32);
+    crate::admission::Source::of(Some(ip.into()))
 }
 
 /// The address a simulated site's connections come from (admission's

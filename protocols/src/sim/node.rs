@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use crate::com_object::{Action, ChannelEnd, ComConfig, ComObject, OpenFailure, OpenRequest};
 use crate::error::HandedBack;
-use crate::handshake::{Initiator, LocalInfo, PairMemory, HANDSHAKE_TIMEOUT, MIN_BUFFER};
+use crate::handshake::{
+    Continuity, Initiator, LocalInfo, PairMemory, HANDSHAKE_TIMEOUT, MIN_BUFFER,
+};
 use crate::message::OutMessage;
 use crate::reassembly::ReassemblyBudget;
 use crate::site::SiteId;
@@ -246,7 +248,9 @@ impl Sim {
             if self.forget(n, peer, &p) {
                 let node = &mut self.nodes[n];
                 if let Some(c) = p.com.continuity().filter(|_| !super::peer::unbound(peer)) {
-                    node.pairs.keep(peer, c);
+                    // Charged to the peer's own address, as each simulated site has one.
+                    let source = super::io::pair_source(peer);
+                    node.pairs.keep(peer, Continuity { source, ..c });
                 }
                 node.retransmitted += p.retransmitted();
                 self.counts.reclaimed += 1;

@@ -533,3 +533,43 @@ fn adopting_an_accepted_channel_here_or_rerouting_it() {
     assert_eq!(ix.address(B), Some(0));
     assert_eq!(ix.id(SiteId(7)), Some(0), "the id stays entry 0's");
 }
+
+/// A retired entry (its site failed and came back under the same id)
+/// gives up its id and address: the next channel naming the id makes a new
+/// entry, and the retired entry's reclaim later leaves the new one's names.
+#[test]
+fn a_retired_entry_gives_its_id_and_address_to_the_site_restarted() {
+    let mut ix = SiteIndex::new(16, 1024);
+    let a = new_at(&mut ix, A, 0);
+    let id = SiteId(7);
+    assert_eq!(
+        ix.bind(
+            Site {
+                key: 0,
+                id: None,
+                address: Some(&a)
+            },
+            id
+        ),
+        Bind::Bound
+    );
+    let old = Site {
+        key: 0,
+        id: Some(id),
+        address: Some(&a),
+    };
+    assert_eq!(ix.route(id, &[], 1), Route::Existing(0));
+    ix.retire(old);
+    assert_eq!((ix.id(id), ix.address(A)), (None, None));
+    assert!(matches!(ix.route(id, &[], 1), Route::New(_)));
+    assert_eq!(ix.id(id), Some(1));
+    let gone = ix.reclaim(old, idle());
+    assert_eq!(
+        gone,
+        Reclaim::Forget {
+            id: None,
+            addresses: vec![]
+        }
+    );
+    assert_eq!(ix.id(id), Some(1), "the new entry keeps the id");
+}

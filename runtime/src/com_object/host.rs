@@ -136,6 +136,12 @@ pub(crate) trait ComHost: Deref<Target = NodeShared> + Send + Sync + 'static {
     /// table's lock); false if it must stay.
     fn reclaim(&self, entry: &Arc<SiteEntry>) -> bool;
 
+    /// `entry`'s site failed for good and came back under the same id (a
+    /// restart proven by its certificate): the entry no longer names the
+    /// site, so the next contact makes a new entry; it lives on, failed,
+    /// for whoever holds it.
+    fn retire(&self, entry: &Arc<SiteEntry>);
+
     /// Fails every request still waiting for a reply from `site`.
     fn fail_requests(&self, site: &Arc<SiteEntry>, failure: &SiteFailure);
 

@@ -392,6 +392,11 @@ impl ComObject {
                 .peer_max
                 .store(p, std::sync::atomic::Ordering::Release);
         }
+        // The pair's secret is charged to the address this channel comes
+        // from, should the node keep it after forgetting the site.
+        let ip = crate::channel_io::peer_ip(&t.peer());
+        self.com
+            .channel_from(sitenet_protocols::admission::Source::of(ip));
         // A new channel: the next account reports its state.
         self.report_next = None;
         self.channels_opened = self.channels_opened.saturating_add(1);

@@ -228,6 +228,21 @@ impl Handler<Adopt> for ComObject {
                 let limit = self.node.cfg.handshake_timeout;
                 actix_rt::spawn(flush_and_close(trans, limit));
             }
+            AcceptOutcome::Restarted => {
+                // The site failed for good and is back, its certificate
+                // says, under the same id: a new entry takes the channel,
+                // and this one stays failed for whoever holds it.
+                tracing::debug!(site = %neg.site, peer = %trans.peer(), "a failed site is back with its certificate: a new entry takes its channel");
+                self.node.retire(&self.entry);
+                self.node.clone().route_accepted(Adopt {
+                    trans,
+                    neg,
+                    nonce,
+                    cookie,
+                    certificate,
+                });
+                return;
+            }
             AcceptOutcome::Protocol(e) => {
                 // The fault is reported, and logged through the peer's rate
                 // limit, by the ReportFault action (issue 17): a warning

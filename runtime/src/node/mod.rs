@@ -146,6 +146,10 @@ impl ComHost for NodeInner {
         NodeInner::reclaim(self, entry)
     }
 
+    fn retire(&self, entry: &Arc<SiteEntry>) {
+        NodeInner::retire(self, entry)
+    }
+
     fn fail_requests(&self, site: &Arc<SiteEntry>, failure: &sitenet_protocols::SiteFailure) {
         NodeInner::fail_requests(self, site, failure)
     }

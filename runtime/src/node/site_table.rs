@@ -326,6 +326,12 @@ impl NodeInner {
         }
     }
 
+    /// Takes `entry`'s id and addresses from the table (see
+    /// `SiteIndex::retire`): its site restarted under the same id.
+    pub(crate) fn retire(&self, entry: &Arc<SiteEntry>) {
+        self.sites.lock().index.retire(site(entry));
+    }
+
     /// Whether `entry` (`merged`: it merged into another) adopts an accepted
     /// channel naming site `claimed`, or routes it again
     /// (`SiteIndex::adoption` decides; bound here, the entry's id is set).

@@ -299,6 +299,56 @@ fn a_peer_that_leaves_is_failed_at_once_and_what_it_never_acknowledged_handed_ba
         .any(|a| matches!(a, Action::RequestSlot | Action::Open(_))));
 }
 
+/// A site that left is over: a claim on its id is refused as `Closing`,
+/// unless the claimant's verified certificate names the site — then the
+/// site restarted (its id comes from its certificate), and the driver is
+/// told to let it in on a new entry. While this node itself shuts down,
+/// even a certified claim is refused.
+#[test]
+fn a_certified_claim_on_a_site_that_left_is_the_site_restarted() {
+    use crate::handshake::PeerCertificate;
+    let mut h = H::new(cfg(), true);
+    let id = h.working();
+    let mut input = ByteBuffer::new(4096);
+    let mut hb = [0u8; crate::frame::HEADER_LEN];
+    crate::frame::FrameHeader::control(crate::frame::FrameKind::Leaving, 0, 0).encode(&mut hb);
+    input.push(&hb);
+    h.com.handle_input(id, h.now, &mut input, &mut |_| {});
+    h.actions();
+    assert_eq!(h.com.state(), ComState::Failed);
+    let claim = negotiate(1, Attempt { opener: 9, seq: 1 });
+    let out = h.com.accepted(&claim, NONCE, h.now);
+    assert!(
+        matches!(out, AcceptOutcome::Refuse(RefuseReason::Closing)),
+        "{out:?}"
+    );
+    let other = PeerCertificate::Names(SiteId(0xC0FFEE));
+    let out = h.com.accepted_as(&claim, NONCE, other, h.now);
+    assert!(
+        matches!(out, AcceptOutcome::Refuse(RefuseReason::Closing)),
+        "{out:?}"
+    );
+    let out = h
+        .com
+        .accepted_as(&claim, NONCE, PeerCertificate::Names(PEER), h.now);
+    assert!(matches!(out, AcceptOutcome::Restarted), "{out:?}");
+    assert_eq!(
+        h.com.state(),
+        ComState::Failed,
+        "the old session stays over"
+    );
+    // This node shutting down: refused whoever claims.
+    h.com.shutdown(h.now);
+    h.actions();
+    let out = h
+        .com
+        .accepted_as(&claim, NONCE, PeerCertificate::Names(PEER), h.now);
+    assert!(
+        matches!(out, AcceptOutcome::Refuse(RefuseReason::Closing)),
+        "{out:?}"
+    );
+}
+
 /// A site that connected to us and named no address we can reach, with a
 /// message queued for it: its channel is lost.
 fn unreachable_site_lost(c: ComConfig) -> H {

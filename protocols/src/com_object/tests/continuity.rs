@@ -360,6 +360,7 @@ fn a_secret_kept_across_a_forgotten_entry_still_protects_the_pair() {
     h.com.recall(Continuity {
         current: PAIR,
         confirmed: true,
+        source: crate::admission::Source::UNADDRESSED,
     });
     let out = h.com.accepted(&forged(0), NONCE, h.now);
     assert_refused_on_record(&mut h, out, 1);

@@ -57,6 +57,7 @@ fn regression_a_fresh_answer_nobody_read_is_given_again() {
     h.com.recall(Continuity {
         current: PAIR,
         confirmed: true,
+        source: crate::admission::Source::UNADDRESSED,
     });
     let first = Negotiate {
         last_received: 5,
@@ -260,6 +261,7 @@ fn regression_an_open_after_an_unread_fresh_answer_claims_its_generation() {
     h.com.recall(Continuity {
         current: PAIR,
         confirmed: true,
+        source: crate::admission::Source::UNADDRESSED,
     });
     let (generation, req) = fresh_then_open(&mut h, 1);
     assert_eq!(
