@@ -79,6 +79,7 @@ pub mod claims;
 pub mod com_object;
 pub mod cooperation;
 pub mod delegation;
+pub mod dial_bound;
 pub mod deliver;
 pub mod error;
 pub mod frame;
