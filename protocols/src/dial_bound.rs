@@ -31,9 +31,9 @@
 //!
 //! An entry leaves this ledger when its site is proven (it is then an
 //! ordinary site, see [`Action::Proven`](crate::Action::Proven)) or when
-//! it leaves the table. When the *asking* peer's entry leaves (the peer
-//! went), the forwarded origins it named are abandoned:
-//! [`DialBound::forget`] returns them, the driver ends their dials and
+//! it leaves the table. When the *asking* peer goes (it fails for good, or
+//! its entry leaves), the forwarded origins it named are abandoned:
+//! [`DialBound::asker_gone`] (and [`DialBound::forget`]) return them, the driver ends their dials and
 //! fails them at once, and any later dial of theirs is refused
 //! ([`DialRefused::AskerGone`]); a reply to a request made through a peer
 //! that is gone is not worth a connection to an address it named. Sites
@@ -183,7 +183,9 @@ pub enum DialRefused {
     },
     /// The peer that named this forwarded origin has gone: the reply is
     /// not worth a connection to an address it named.
-    #[error("the peer that forwarded the request naming this site has gone; its reply is not delivered")]
+    #[error(
+        "the peer that forwarded the request naming this site has gone; its reply is not delivered"
+    )]
     AskerGone,
 }
 
@@ -340,14 +342,22 @@ impl<K: Copy + Eq + Hash> DialBound<K> {
         self.leave(entry);
     }
 
-    /// Entry `key` leaves the table: its own dial ends, and if it asked
-    /// for others, the forwarded origins it named are returned, to be
-    /// abandoned (their dials end now and any later one is refused); the
-    /// sites its `SiteRef`s named keep counting against its source.
+    /// Entry `key` leaves the table: its own dial ends, and what it asked
+    /// for is treated as by [`asker_gone`](Self::asker_gone) (returned:
+    /// the forwarded origins to abandon).
     pub fn forget(&mut self, key: K) -> Vec<K> {
         self.leave(key);
+        self.asker_gone(key)
+    }
+
+    /// The peer of entry `asker` has gone for good (it failed
+    /// permanently, or its entry leaves): the forwarded origins it named
+    /// are returned, to be abandoned (their dials end now and any later
+    /// one is refused); the sites its `SiteRef`s named keep counting
+    /// against its source. Nothing the second time.
+    pub fn asker_gone(&mut self, asker: K) -> Vec<K> {
         let mut abandoned = Vec::new();
-        for e in self.by_asker.remove(&key).unwrap_or_default() {
+        for e in self.by_asker.remove(&asker).unwrap_or_default() {
             let Some(n) = self.named.get_mut(&e) else {
                 continue;
             };

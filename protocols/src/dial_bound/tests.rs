@@ -157,6 +157,18 @@ fn the_asker_going_abandons_its_forwarded_origins_not_its_site_refs() {
 }
 
 #[test]
+fn an_asker_failing_abandons_its_origins_before_its_entry_leaves() {
+    let mut d = DialBound::new(bounds(64, 16, 16));
+    d.named(10u32, 1, source(1), true);
+    d.dial(10, host(1)).unwrap().unwrap();
+    assert_eq!(d.asker_gone(1), [10]);
+    assert_eq!(d.dialing(), 0);
+    assert!(d.asker_gone(1).is_empty(), "once");
+    assert!(d.forget(1).is_empty(), "nothing more when its entry leaves");
+    assert_eq!(d.dial(10, host(1)), Err(DialRefused::AskerGone));
+}
+
+#[test]
 fn zero_bounds_are_raised_to_one() {
     let mut d = DialBound::new(bounds(0, 0, 0));
     assert_eq!(d.bounds(), bounds(1, 1, 1));
@@ -185,6 +197,9 @@ enum Op {
     Forget {
         key: u8,
     },
+    AskerGone {
+        key: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -201,6 +216,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0..12u8).prop_map(|entry| Op::End { entry }),
         (0..12u8).prop_map(|entry| Op::Proven { entry }),
         (0..12u8).prop_map(|key| Op::Forget { key }),
+        (0..12u8).prop_map(|key| Op::AskerGone { key }),
     ]
 }
 
@@ -251,6 +267,12 @@ proptest! {
                     d.proven(entry);
                     live.remove(&entry);
                     sources.remove(&entry);
+                }
+                Op::AskerGone { key } => {
+                    for e in d.asker_gone(key) {
+                        live.remove(&e);
+                        abandoned.insert(e);
+                    }
                 }
                 Op::Forget { key } => {
                     live.remove(&key);
