@@ -80,6 +80,7 @@ pub mod com_object;
 pub mod cooperation;
 pub mod delegation;
 pub mod deliver;
+pub mod dial_bound;
 pub mod error;
 pub mod frame;
 pub mod handshake;

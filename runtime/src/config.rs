@@ -288,6 +288,23 @@ pub struct NodeConfig {
     /// [`NodeBuilder::transport`](crate::NodeBuilder::transport) is the
     /// short way to add one. Empty by default.
     pub transports: sitenet_transport::TransportRegistry,
+    /// Dials to addresses only a peer named (a forwarded request's origin,
+    /// a site a peer's `SiteRef` named, until its id is proven) the node
+    /// makes at once, all peers together: without a bound, peers naming
+    /// fresh origins at a third party's addresses make the node an
+    /// amplifier against it. A dial beyond it is refused at once (the
+    /// entry tries its next address, or fails; see
+    /// `sitenet_protocols::dial_bound`). 64 by default; at least 1.
+    pub peer_word_dials: u32,
+    /// Of [`peer_word_dials`](Self::peer_word_dials), the most the peers
+    /// from one source address (an IPv4 address, an IPv6 /64) make at
+    /// once, so one source never takes the node's whole bound. 16 by
+    /// default; at least 1.
+    pub peer_word_dials_per_source: u32,
+    /// Of [`peer_word_dials`](Self::peer_word_dials), the most the node
+    /// makes to one destination host at once (an IP address, an IPv6 /64,
+    /// a host name), whoever asked. 4 by default; at least 1.
+    pub peer_word_dials_per_host: u32,
 }
 
 impl Default for NodeConfig {
@@ -339,6 +356,9 @@ impl Default for NodeConfig {
             tls: None,
             max_async_handlers: 10_000,
             transports: sitenet_transport::TransportRegistry::new(),
+            peer_word_dials: 64,
+            peer_word_dials_per_source: 16,
+            peer_word_dials_per_host: 4,
         }
     }
 }
@@ -388,6 +408,10 @@ impl NodeConfig {
             .max(self.max_message_size.saturating_mul(2));
         self.node_output_bound = self.node_output_bound.max(self.output_bound);
         self.max_async_handlers = self.max_async_handlers.max(1);
+        let d = self.dial_bounds();
+        self.peer_word_dials = d.node;
+        self.peer_word_dials_per_source = d.per_source;
+        self.peer_word_dials_per_host = d.per_host;
         let a = self.admission();
         self.max_pending_handshakes = a.max_pending;
         self.max_pending_handshakes_per_source = a.max_per_source;
@@ -436,6 +460,17 @@ impl NodeConfig {
             max_per_source: self.max_pending_handshakes_per_source,
             silence: self.handshake_silence,
             timeout: self.handshake_timeout,
+        }
+        .normalised()
+    }
+
+    /// The bounds on dials on peers' words, for
+    /// `sitenet_protocols::dial_bound` (each at least 1).
+    pub(crate) fn dial_bounds(&self) -> sitenet_protocols::dial_bound::DialBounds {
+        sitenet_protocols::dial_bound::DialBounds {
+            node: self.peer_word_dials,
+            per_source: self.peer_word_dials_per_source,
+            per_host: self.peer_word_dials_per_host,
         }
         .normalised()
     }

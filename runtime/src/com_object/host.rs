@@ -23,6 +23,7 @@ use std::time::Instant;
 use serde::Serialize;
 use tokio::sync::Notify;
 
+use sitenet_protocols::dial_bound::{DialRefused, DialTicket};
 use sitenet_protocols::site_index::Adoption;
 use sitenet_protocols::{LocalInfo, ReassemblyBudget, SiteFailure, SiteId};
 use sitenet_transport::Address;
@@ -141,6 +142,23 @@ pub(crate) trait ComHost: Deref<Target = NodeShared> + Send + Sync + 'static {
     /// site, so the next contact makes a new entry; it lives on, failed,
     /// for whoever holds it.
     fn retire(&self, entry: &Arc<SiteEntry>);
+
+    /// Whether `entry` may dial `address` now: the bounds on dials on a
+    /// peer's word (`sitenet_protocols::dial_bound`). `Ok(Some(ticket))`:
+    /// counted until [`dial_ended`](Self::dial_ended); `Ok(None)`: not on
+    /// a peer's word.
+    fn dial_on_word(
+        &self,
+        entry: &SiteEntry,
+        address: &str,
+    ) -> Result<Option<DialTicket>, DialRefused>;
+
+    /// A dial counted by [`dial_on_word`](Self::dial_on_word) ended.
+    fn dial_ended(&self, key: usize, ticket: DialTicket);
+
+    /// `entry`'s site failed for good: the dials of the forwarded origins
+    /// it named are abandoned.
+    fn asker_gone(&self, entry: &Arc<SiteEntry>);
 
     /// Fails every request still waiting for a reply from `site`.
     fn fail_requests(&self, site: &Arc<SiteEntry>, failure: &SiteFailure);

@@ -30,6 +30,7 @@ use io::Live;
 pub(crate) use messages::{Adopt, Kill, Learn, PeerInLine, Poke, Preempt, SlotGranted, Stop, Wake};
 #[cfg(feature = "test-hooks")]
 pub(crate) use messages::{ChannelLease, CloseHard, HoldBusy};
+pub(crate) use open::AbandonDial;
 use open::Slot;
 use report::Reported;
 
@@ -488,6 +489,8 @@ impl ComObject {
                         .store(true, std::sync::atomic::Ordering::Release);
                     self.entry.outbox.close();
                     self.node.fail_requests(&self.entry, &failure);
+                    // Gone for good: what was dialed on its word is not.
+                    self.node.asker_gone(&self.entry);
                     self.node.acked.notify_waiters();
                     // Last: whoever hears of it finds the failure and what
                     // was handed back on record (`SiteRef::failure`).

@@ -8,11 +8,12 @@ use std::time::Instant;
 use actix::fut;
 use actix::prelude::*;
 
-use sitenet_protocols::{Initiator, OpenRequest, Opened};
+use sitenet_protocols::dial_bound::{DialRefused, DialTicket};
+use sitenet_protocols::{Initiator, OpenRequest, Opened, SiteFailure};
 use sitenet_transport::controller::PreemptFn;
 use sitenet_transport::{LeaseId, SlotInfo};
 
-use super::{ComObject, Opening, SlotGranted};
+use super::{ComHost, ComObject, Opening, SlotGranted};
 use crate::channel_io::{connect_and_open, Dial, OpenFailure};
 use crate::metrics::Counters;
 use crate::site_entry::SiteEntry;
@@ -87,6 +88,44 @@ impl Handler<OpenWaiting> for ComObject {
     }
 }
 
+/// The peer on whose word this entry dials (a forwarded request's origin
+/// it named) has gone (`sitenet_protocols::dial_bound`): the dial in
+/// progress is abandoned and the site fails as not reached, handing back
+/// what it held (the reply), so its entry goes like any failed one.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct AbandonDial;
+
+impl Handler<AbandonDial> for ComObject {
+    type Result = ();
+
+    fn handle(&mut self, _: AbandonDial, ctx: &mut Context<Self>) {
+        if self.live.is_some() {
+            // Proven meanwhile (its channel works): an ordinary site now.
+            return;
+        }
+        tracing::debug!(site = ?self.entry.id.get(), "the peer that named this site went: its dial is abandoned");
+        self.take_outbox(false);
+        self.com.fail(SiteFailure::NotReached, Instant::now());
+        self.drive(ctx);
+    }
+}
+
+/// A dial counted against the bounds on dials on a peer's word, held by
+/// the open attempt's future: the count ends with it, whether the attempt
+/// finishes or is abandoned (the future dropped).
+struct DialPermit {
+    node: Arc<dyn ComHost>,
+    key: usize,
+    ticket: DialTicket,
+}
+
+impl Drop for DialPermit {
+    fn drop(&mut self) {
+        self.node.dial_ended(self.key, self.ticket);
+    }
+}
+
 impl ComObject {
     /// Asks the slot controller for a channel slot: granted now (the open
     /// starts at once), or later through [`SlotGranted`], in line.
@@ -119,6 +158,29 @@ impl ComObject {
                 let failure = sitenet_protocols::OpenFailure::Transport(e.to_string());
                 self.com
                     .open_failed(req.attempt.seq, failure, Instant::now());
+                return;
+            }
+        };
+        // An address only a peer named is dialed within the bounds on such
+        // dials; refused beyond them, the attempt fails at once as one
+        // that did not connect (the next address is tried), and a
+        // forwarded origin whose peer went fails for good.
+        let permit = match self.node.dial_on_word(&self.entry, &req.address) {
+            Ok(ticket) => ticket.map(|ticket| DialPermit {
+                node: self.node.clone(),
+                key: self.entry.key,
+                ticket,
+            }),
+            Err(refused) => {
+                self.slot.take_granted();
+                tracing::debug!(address = %req.address, reason = %refused, "dial refused");
+                let now = Instant::now();
+                if refused == DialRefused::AskerGone {
+                    self.com.fail(SiteFailure::NotReached, now);
+                } else {
+                    let failure = sitenet_protocols::OpenFailure::Transport(refused.to_string());
+                    self.com.open_failed(req.attempt.seq, failure, now);
+                }
                 return;
             }
         };
@@ -155,6 +217,11 @@ impl ComObject {
         }
         let lease_id = lease.as_ref().map(|l| l.id());
         let f = connect_and_open(addr, lease, Dial::new(cfg), hs, on_wait);
+        let f = async move {
+            let r = f.await;
+            drop(permit);
+            r
+        };
         let handle = ctx.spawn(
             fut::wrap_future::<_, Self>(f)
                 .map(move |res, act, ctx| act.on_opened(attempt, res, ctx)),

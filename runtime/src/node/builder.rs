@@ -219,6 +219,7 @@ impl NodeBuilder {
         let sites = Mutex::new(SiteTable::new(
             cfg.forward_claims_per_peer,
             cfg.site_ref_claims_per_peer,
+            cfg.dial_bounds(),
             cfg.plugged_schemes(),
         ));
         let shared = NodeShared {

@@ -150,6 +150,25 @@ impl ComHost for NodeInner {
         NodeInner::retire(self, entry)
     }
 
+    fn dial_on_word(
+        &self,
+        entry: &SiteEntry,
+        address: &str,
+    ) -> Result<
+        Option<sitenet_protocols::dial_bound::DialTicket>,
+        sitenet_protocols::dial_bound::DialRefused,
+    > {
+        NodeInner::dial_on_word(self, entry, address)
+    }
+
+    fn dial_ended(&self, key: usize, ticket: sitenet_protocols::dial_bound::DialTicket) {
+        NodeInner::dial_ended(self, key, ticket)
+    }
+
+    fn asker_gone(&self, entry: &Arc<SiteEntry>) {
+        NodeInner::asker_gone(self, entry)
+    }
+
     fn fail_requests(&self, site: &Arc<SiteEntry>, failure: &sitenet_protocols::SiteFailure) {
         NodeInner::fail_requests(self, site, failure)
     }

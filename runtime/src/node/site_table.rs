@@ -20,6 +20,8 @@ use std::sync::Arc;
 
 use slab::Slab;
 
+use sitenet_protocols::admission::Source;
+use sitenet_protocols::dial_bound::{DialBound, DialBounds, DialHost, DialRefused, DialTicket};
 use sitenet_protocols::site_index::{
     Adoption, At, Bind, Counts, Described, Reclaim, Route, Site, SiteIndex, Word,
 };
@@ -28,7 +30,7 @@ use sitenet_transport::Address;
 
 use super::NodeInner;
 use super::SiteRef;
-use crate::com_object::{Adopt, ComObject, Learn, PeerInLine, Wake};
+use crate::com_object::{AbandonDial, Adopt, ComObject, Learn, PeerInLine, Wake};
 use crate::metrics::Counters;
 use crate::site_entry::{ActorState, SiteEntry};
 
@@ -39,19 +41,40 @@ pub(crate) use sitenet_protocols::site_index::ClaimRefused;
 pub(crate) struct SiteTable {
     pub(crate) entries: Slab<Arc<SiteEntry>>,
     index: SiteIndex,
+    /// The dials of entries made on a peer's word, and who asked
+    /// (`sitenet_protocols::dial_bound`).
+    dials: DialBound<usize>,
 }
 
 impl SiteTable {
     /// An empty table; a peer may hold `forward_claims` claims made by
     /// forwarded origins and `ref_claims` made by its `SiteRef`s
-    /// (`NodeConfig::forward_claims_per_peer`, `site_ref_claims_per_peer`).
-    /// Its books keep addresses of the `plugged` transports.
-    pub(crate) fn new(forward_claims: u32, ref_claims: u32, plugged: PluggedSchemes) -> Self {
+    /// (`NodeConfig::forward_claims_per_peer`, `site_ref_claims_per_peer`),
+    /// and the entries made on peers' words dial within `dials`
+    /// (`NodeConfig::peer_word_dials` and its kin). Its books keep
+    /// addresses of the `plugged` transports.
+    pub(crate) fn new(
+        forward_claims: u32,
+        ref_claims: u32,
+        dials: DialBounds,
+        plugged: PluggedSchemes,
+    ) -> Self {
         Self {
             entries: Slab::new(),
             index: SiteIndex::new(forward_claims, ref_claims).with_plugged(plugged),
+            dials: DialBound::new(dials),
         }
     }
+}
+
+/// The source address of `peer`'s channel as the dial bounds count it
+/// (`Source`: an IPv6 address by its /64; `None` for a channel without an
+/// address, or none). Its channel is published before its first message is
+/// handled, so a peer naming sites in a message has one.
+fn source_of(peer: &SiteEntry) -> Source {
+    let stats = peer.stats.lock();
+    let channel = stats.as_ref().and_then(|s| s.channel.as_deref());
+    Source::of(channel.and_then(crate::channel_io::peer_ip))
 }
 
 /// An entry's identity as the index reads it.
@@ -149,6 +172,11 @@ impl NodeInner {
     /// entry leaves. A forwarded origin's entry is tried once at each
     /// address (`AddressBook::claimed_once`). Counted under the table's
     /// lock.
+    ///
+    /// Such an entry also dials on the peer's word: its dials count
+    /// against the bounds on dials on peers' words, charged to the peer's
+    /// source address ([`dial_on_word`](Self::dial_on_word)), and a
+    /// forwarded origin's are abandoned when the peer's entry leaves.
     pub(crate) fn site_described(
         self: &Arc<Self>,
         d: &SiteDescriptor,
@@ -166,6 +194,13 @@ impl NodeInner {
                 peer: peer.key,
                 forward,
             },
+        };
+        // Read before the table's lock (the entry's own lock is taken).
+        let asker = match (word, by) {
+            (Word::Peer { peer, forward }, Named::ByPeer { peer: e, .. }) => {
+                Some((peer, forward, source_of(e)))
+            }
+            _ => None,
         };
         let mut t = self.sites.lock();
         let t = &mut *t;
@@ -191,6 +226,9 @@ impl NodeInner {
                 // a reference decoded and dropped unused costs nothing after.
                 let e = self.new_entry(t, None);
                 let _ = e.id.set(d.id);
+                if let Some((peer, forward, source)) = asker {
+                    t.dials.named(e.key, peer, source, forward);
+                }
                 Ok(SiteRef::counted(e, self.clone()))
             }
             Err(refused) => {
@@ -203,7 +241,54 @@ impl NodeInner {
     /// The site's id is proven (its first channel works): a claim a peer
     /// held on its entry ends, and the peer may name another.
     pub(crate) fn claim_proven(&self, entry: &Arc<SiteEntry>) {
-        self.sites.lock().index.proven(entry.key);
+        let mut t = self.sites.lock();
+        t.index.proven(entry.key);
+        t.dials.proven(entry.key);
+    }
+
+    /// `entry` is about to dial `address`: allowed, and counted until the
+    /// ticket is handed to [`dial_ended`](Self::dial_ended), if the entry
+    /// was made on a peer's word and the bounds on such dials have room
+    /// (`Ok(None)`: not on a peer's word, not counted); refused if not
+    /// (see `sitenet_protocols::dial_bound`).
+    pub(crate) fn dial_on_word(
+        &self,
+        entry: &SiteEntry,
+        address: &str,
+    ) -> Result<Option<DialTicket>, DialRefused> {
+        let mut t = self.sites.lock();
+        if !t
+            .entries
+            .get(entry.key)
+            .is_some_and(|e| std::ptr::eq(&**e, entry))
+        {
+            // Not (or no longer) the table's: nothing to count it under.
+            return Ok(None);
+        }
+        t.dials.dial(entry.key, DialHost::of(address))
+    }
+
+    /// The peer of `entry` failed for good: the dials of the forwarded
+    /// origins it named are abandoned (each origin's ComObject fails it
+    /// now, and one that never started is refused its first dial), as
+    /// when its entry leaves ([`reclaim`](Self::reclaim)).
+    pub(crate) fn asker_gone(&self, entry: &Arc<SiteEntry>) {
+        let mut t = self.sites.lock();
+        if !t
+            .entries
+            .get(entry.key)
+            .is_some_and(|e| Arc::ptr_eq(e, entry))
+        {
+            return;
+        }
+        let gone = t.dials.asker_gone(entry.key);
+        abandon(t, gone);
+    }
+
+    /// The dial [`dial_on_word`](Self::dial_on_word) counted for `entry`
+    /// under `ticket` ended (connected, failed or abandoned).
+    pub(crate) fn dial_ended(&self, key: usize, ticket: DialTicket) {
+        self.sites.lock().dials.ended(key, ticket);
     }
 
     /// A reference to the site with this id, if the table has it.
@@ -306,6 +391,9 @@ impl NodeInner {
     /// to it: no `SiteRef`, no accepted channel on its way, nothing queued.
     /// Its ids and addresses leave the table with it. True if it was
     /// removed (its ComObject then stops).
+    ///
+    /// When the entry is a peer that named forwarded origins, their dials
+    /// are abandoned ([`asker_gone`](Self::asker_gone)).
     pub(crate) fn reclaim(&self, entry: &Arc<SiteEntry>) -> bool {
         let mut t = self.sites.lock();
         let counts = Counts {
@@ -321,6 +409,8 @@ impl NodeInner {
             Reclaim::Keep => false,
             Reclaim::Forget { .. } => {
                 t.entries.remove(entry.key);
+                let gone = t.dials.forget(entry.key);
+                abandon(t, gone);
                 true
             }
         }
@@ -377,6 +467,24 @@ impl NodeInner {
             .iter()
             .map(|(_, e)| e.clone())
             .collect()
+    }
+}
+
+/// Tells the ComObjects of the forwarded origins in `keys`, whose asking
+/// peer went, to abandon their dials (after the table's lock `t` is let
+/// go). A running actor is told; a parked or unstarted one dials nothing
+/// now, and is refused when it tries.
+fn abandon(t: parking_lot::MutexGuard<'_, SiteTable>, keys: Vec<usize>) {
+    if keys.is_empty() {
+        return;
+    }
+    let origins: Vec<_> = keys
+        .into_iter()
+        .filter_map(|k| t.entries.get(k).cloned())
+        .collect();
+    drop(t);
+    for origin in origins {
+        ComObject::if_running(&origin, |a| a.do_send(AbandonDial));
     }
 }
 
