@@ -3,9 +3,9 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-use common::cli::{json_of, start_node_with, Killed, BIN};
+use common::cli::{json_of, sitenet, start_node_with, Killed};
 
 fn start_node() -> (Killed, serde_json::Value) {
     start_node_on(&["tcp:127.0.0.1:0"])
@@ -29,8 +29,12 @@ fn node_prints_its_identity_and_ping_measures_round_trips() {
         "real port: {listen}"
     );
 
-    // The library reaches the same site the node announced.
-    let client = sitenet::Node::builder().start().unwrap();
+    // The library reaches the same site the node announced, proving the
+    // cookie the node holds.
+    let client = sitenet::Node::builder()
+        .configure(|c| c.cookies = vec![common::cli::cookie()])
+        .start()
+        .unwrap();
     let site = client.site(listen).unwrap();
     let r = site
         .request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
@@ -106,7 +110,7 @@ fn ping_takes_a_descriptor_and_uses_the_unix_socket_it_lists() {
         "clients on this host came over the unix socket: {channels:?}"
     );
     // A malformed descriptor is a usage error.
-    let out = Command::new(BIN)
+    let out = sitenet()
         .args(["ping", "xyz@tcp:127.0.0.1:1"])
         .output()
         .unwrap();
@@ -117,25 +121,22 @@ fn ping_takes_a_descriptor_and_uses_the_unix_socket_it_lists() {
 
 #[test]
 fn usage_errors_exit_2_and_failures_exit_1() {
-    let out = Command::new(BIN)
-        .args(["ping", "127.0.0.1:7000"])
-        .output()
-        .unwrap();
+    let out = sitenet().args(["ping", "127.0.0.1:7000"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("tcp:HOST:PORT"));
-    let out = Command::new(BIN)
+    let out = sitenet()
         .args(["node", "--listen", "tcp:127.0.0.1:notaport"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = Command::new(BIN).args(["ping"]).output().unwrap();
+    let out = sitenet().args(["ping"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     // Regression: a time past what a clock holds panicked (exit 101).
     for huge in [
         &["ping", "tcp:127.0.0.1:9", "--timeout", "1e30"][..],
         &["stress", "--duration", "1e300"],
     ] {
-        let out = Command::new(BIN).args(huge).output().unwrap();
+        let out = sitenet().args(huge).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{huge:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("at most"));
     }
@@ -148,7 +149,7 @@ fn usage_errors_exit_2_and_failures_exit_1() {
         &["ping", "tcp:127.0.0.1:9", "--count", "0"],
         &["send", "tcp:127.0.0.1:9", "--count", "0"],
     ] {
-        let out = Command::new(BIN).args(bad).output().unwrap();
+        let out = sitenet().args(bad).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("memory allocation"), "{bad:?}: {err}");
@@ -159,7 +160,7 @@ fn usage_errors_exit_2_and_failures_exit_1() {
         .local_addr()
         .unwrap()
         .port();
-    let out = Command::new(BIN)
+    let out = sitenet()
         .args([
             "ping",
             &format!("tcp:127.0.0.1:{port}"),
@@ -181,7 +182,7 @@ fn usage_errors_exit_2_and_failures_exit_1() {
 
 #[test]
 fn demo_runs_alone() {
-    let out = Command::new(BIN).args(["demo", "--json"]).output().unwrap();
+    let out = sitenet().args(["demo", "--json"]).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -209,10 +210,11 @@ fn send_exits_1_on_a_new_incarnation_a_shutdown_or_after_give_up() {
             .start()
             .unwrap();
         let addr = node.listen_addresses()[0].clone();
-        let child = Command::new(BIN)
+        let child = sitenet()
             .args([
                 "send",
                 &addr,
+                "--open",
                 "--count",
                 "20000000",
                 "--size",
@@ -274,7 +276,7 @@ fn send_exits_1_on_a_new_incarnation_a_shutdown_or_after_give_up() {
 /// that loses nothing and keeps its bounds, exit code 0; bad options exit 2.
 #[test]
 fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
-    let out = Command::new(BIN)
+    let out = sitenet()
         .args([
             "stress",
             "--clients",
@@ -368,7 +370,7 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
         vec!["stress", "--clients", "100000000"],
         vec!["stress", "--sweep", "100000,100000000"],
     ] {
-        let s = Command::new(BIN)
+        let s = sitenet()
             .args(&bad)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -383,7 +385,7 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
 fn stats_asks_a_running_node_for_its_resources() {
     let (_node, first) = start_node_with(&["--listen", "tcp:127.0.0.1:0", "--admission", "fifo"]);
     let listen = first["listen"][0].as_str().unwrap().to_string();
-    let out = Command::new(BIN)
+    let out = sitenet()
         .args(["stats", &listen, "--json"])
         .stderr(Stdio::null())
         .output()
@@ -405,14 +407,14 @@ fn stats_asks_a_running_node_for_its_resources() {
     );
     assert!(v["per_site"].is_array());
     // Text form, and the usual exit codes.
-    let out = Command::new(BIN).args(["stats", &listen]).output().unwrap();
+    let out = sitenet().args(["stats", &listen]).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("slots:") && text.contains("admission fifo"),
         "{text}"
     );
-    let bad = Command::new(BIN)
+    let bad = sitenet()
         .args(["stats", "nowhere"])
         .stderr(Stdio::null())
         .status()
@@ -473,7 +475,7 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
     let dir = std::env::temp_dir().join(format!("sitenet-plot-{}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).unwrap();
     let run_svg = dir.join("run.svg");
-    let status = Command::new(BIN)
+    let status = sitenet()
         .args([
             "stress",
             "--clients",
@@ -507,7 +509,7 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
     }
 
     let sweep_svg = dir.join("sweep.svg");
-    let out = Command::new(BIN)
+    let out = sitenet()
         .args([
             "stress", "--sweep", "2,5", "--slots", "3", "--rounds", "3", "--json",
         ])
@@ -537,7 +539,7 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
 
     // The sweep's table has the mean round trip (the Mozart paper's
     // measure) beside p50 and p99.
-    let out = Command::new(BIN)
+    let out = sitenet()
         .args(["stress", "--sweep", "2", "--slots", "3", "--rounds", "2"])
         .stderr(Stdio::null())
         .output()
@@ -568,7 +570,7 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
 /// (stdout's first line stays the documented identity line).
 #[test]
 fn node_prints_its_transport_bound_on_stderr() {
-    let mut child = Command::new(BIN)
+    let mut child = sitenet()
         .args(["node", "--listen", "tcp:127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -10,9 +10,8 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use common::cli::BIN;
+use common::cli::sitenet;
 use sitenet::protocols::PROTOCOL_VERSION;
 
 fn root() -> PathBuf {
@@ -107,7 +106,7 @@ fn every_documented_flag_is_one_the_command_takes() {
     );
     let commands: BTreeSet<&str> = flags.iter().map(|(_, c, _)| c.as_str()).collect();
     for cmd in commands {
-        let out = Command::new(BIN)
+        let out = sitenet()
             .args([cmd, "--help"])
             .output()
             .expect("sitenet runs");

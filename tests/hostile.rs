@@ -223,7 +223,7 @@ async fn regression_a_short_honest_run_leaves_nothing_owed() {
         .unwrap();
     for round in 0..10 {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_sitenet"))
-            .args(["ping", &addr(&server), "--count", "3", "--json"])
+            .args(["ping", &addr(&server), "--count", "3", "--json", "--open"])
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");

@@ -194,7 +194,11 @@ async fn a_request_forwarded_back_to_its_origin_is_answered_locally() {
 /// permanent failure, the message handed back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn its_own_listen_address_is_the_local_site_and_another_name_a_clear_failure() {
-    let a = Node::builder().listen("tcp:0.0.0.0:0").start().unwrap();
+    let a = Node::builder()
+        .listen("tcp:0.0.0.0:0")
+        .open()
+        .start()
+        .unwrap();
     a.handle(|ctx, Add(n): Add| {
         let _ = ctx.reply(&Add(n * 10));
     })

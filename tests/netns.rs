@@ -209,10 +209,15 @@ fn two_hosts_survive_a_cut_link_without_loss() {
     let node_log = logs.join(format!("netns-{tag}-node.log"));
     let send_log = logs.join(format!("netns-{tag}-send.log"));
 
-    // The node, in A. Its first stdout line announces the real port.
+    // The node, in A. Its first stdout line announces the real port. Open
+    // on both sides, chosen explicitly (`--open`): the test is about the
+    // link, and the members' level is tested over loopback
+    // (tests/cli_members.rs).
     let listen = format!("tcp:{ADDR_A}:0");
     let mut child = Command::new(&ns.ip)
-        .args(["netns", "exec", &ns.a, BIN, "node", "--listen", &listen])
+        .args([
+            "netns", "exec", &ns.a, BIN, "node", "--open", "--listen", &listen,
+        ])
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -263,6 +268,7 @@ fn two_hosts_survive_a_cut_link_without_loss() {
             BIN,
             "stats",
             &addr,
+            "--open",
             "--timeout",
             "30",
         ])
@@ -281,7 +287,7 @@ fn two_hosts_survive_a_cut_link_without_loss() {
     // The sender, in B.
     let t_send = Instant::now();
     let child = Command::new(&ns.ip)
-        .args(["netns", "exec", &ns.b, BIN, "send", &addr])
+        .args(["netns", "exec", &ns.b, BIN, "send", &addr, "--open"])
         .args([
             "--count",
             &COUNT.to_string(),

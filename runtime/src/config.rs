@@ -265,6 +265,18 @@ pub struct NodeConfig {
     /// (another CA, expired) fails with `OpenError::Tls`. Combines with
     /// [`cookies`](Self::cookies). `None` (the default): no TLS.
     pub tls: Option<sitenet_transport::tls::TlsIdentity>,
+    /// The open level, chosen explicitly: with no [`cookies`](Self::cookies)
+    /// and no [`tls`](Self::tls), a node that listens where other hosts
+    /// can reach it (a `tcp:` address that is not loopback, such as
+    /// `tcp:0.0.0.0:7000`) lets ANYONE WHO REACHES THE PORT BE ANY SITE.
+    /// That is refused at start ([`NodeError::OpenToNetwork`](crate::NodeError::OpenToNetwork))
+    /// unless this is true, so a node is never open to a network by
+    /// accident. Listening on loopback, `unix:` or `mem:` addresses needs
+    /// no choice (only this host, or this process, reaches them), and a
+    /// plugged transport's addresses are its own to judge.
+    /// [`NodeBuilder::open`](crate::NodeBuilder::open) sets it; `sitenet
+    /// node --open` too. `false` by default.
+    pub allow_open: bool,
     /// Async handler futures ([`Node::handle_async`](crate::Node::handle_async))
     /// the node runs at once, all types together. A peer sending a million
     /// requests must not make the node hold a million futures: at the cap
@@ -354,6 +366,7 @@ impl Default for NodeConfig {
             remembered_pairs: 16 * 1024,
             cookies: Vec::new(),
             tls: None,
+            allow_open: false,
             max_async_handlers: 10_000,
             transports: sitenet_transport::TransportRegistry::new(),
             peer_word_dials: 64,

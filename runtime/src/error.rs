@@ -58,6 +58,22 @@ pub enum NodeError {
     /// for the handshake); the message says what to change.
     #[error("invalid node configuration: {0}")]
     Config(String),
+    /// The node would listen where other hosts reach it (`addr`, a
+    /// `tcp:` address that is not loopback) at the open level, where
+    /// anyone who reaches the port can be any site, and the open level was
+    /// not chosen explicitly. Give the node a cookie or a certificate, or
+    /// choose the open level ([`NodeConfig::allow_open`](crate::NodeConfig::allow_open)).
+    #[error(
+        "{addr} is reachable from other hosts and this node has no cookie and no certificate, \
+         so anyone who reaches it can be any site: give it a cookie (NodeConfig::cookies; \
+         --cookie-file), a certificate (NodeConfig::tls; --cert), or choose the open level \
+         explicitly (NodeConfig::allow_open, NodeBuilder::open(); --open), or listen on \
+         loopback (tcp:127.0.0.1:PORT)"
+    )]
+    OpenToNetwork {
+        /// The listen address (as bound: the real port).
+        addr: String,
+    },
     /// A transport could not be plugged in
     /// ([`NodeBuilder::transport`](crate::NodeBuilder::transport)): a
     /// built-in scheme, not a scheme name, or one taken.

@@ -6,6 +6,33 @@ use std::process::{Child, Command, Stdio};
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sitenet");
 
+/// The binary, proving by default a cookie file of this test process's own
+/// (`SITENET_COOKIE_FILE` under the target's temporary directory, made by
+/// the first command that needs it): the commands a test runs are members
+/// of each other's nodes, and nothing is written under the real
+/// `~/.config`.
+pub fn sitenet() -> Command {
+    let mut c = Command::new(BIN);
+    c.env("SITENET_COOKIE_FILE", cookie_file());
+    c
+}
+
+/// The cookie file [`sitenet`] commands prove by default.
+pub fn cookie_file() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("cli-cookies")
+        .join(std::process::id().to_string())
+        .join("cookie")
+}
+
+/// The cookie [`sitenet`] commands prove by default, for a library node
+/// that talks to them.
+pub fn cookie() -> sitenet::protocols::Cookie {
+    sitenet::cookie_file::load_or_create(&cookie_file())
+        .expect("the test's cookie file")
+        .0
+}
+
 /// A child process, killed and reaped when dropped (a failing test leaves
 /// no node running).
 pub struct Killed(pub Child);
@@ -20,7 +47,7 @@ impl Drop for Killed {
 /// Starts `sitenet node ARGS` and parses its first stdout line
 /// (`{"site_id", "listen", "protocol"}`).
 pub fn start_node_with(args: &[&str]) -> (Killed, serde_json::Value) {
-    let mut child = Command::new(BIN)
+    let mut child = sitenet()
         .arg("node")
         .args(args)
         .stdout(Stdio::piped())
@@ -38,7 +65,7 @@ pub fn start_node_with(args: &[&str]) -> (Killed, serde_json::Value) {
 
 /// Runs the binary with `args`, which must succeed, and parses its JSON.
 pub fn json_of(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(BIN).args(args).output().unwrap();
+    let out = sitenet().args(args).output().unwrap();
     assert!(
         out.status.success(),
         "{args:?} failed: {}",
@@ -57,5 +84,5 @@ pub fn fresh_dir(prefix: &str, name: &str) -> std::path::PathBuf {
 
 /// Runs the binary with `args`, whatever its exit.
 pub fn run(args: &[&str]) -> std::process::Output {
-    Command::new(BIN).args(args).output().unwrap()
+    sitenet().args(args).output().unwrap()
 }

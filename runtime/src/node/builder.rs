@@ -102,6 +102,27 @@ impl NodeBuilder {
         self
     }
 
+    /// Chooses the open level explicitly ([`NodeConfig::allow_open`]): a
+    /// node with no cookie and no certificate may then listen where other
+    /// hosts reach it, and ANYONE WHO REACHES IT CAN BE ANY SITE. Without
+    /// this, such a listen is refused at start
+    /// ([`NodeError::OpenToNetwork`]); loopback, `unix:` and `mem:`
+    /// listens need no choice.
+    ///
+    /// ```
+    /// use sitenet_runtime::{Node, NodeError};
+    ///
+    /// let e = Node::builder().listen("tcp:0.0.0.0:0").start().unwrap_err();
+    /// assert!(matches!(e, NodeError::OpenToNetwork { .. }));
+    /// let node = Node::builder().listen("tcp:0.0.0.0:0").open().start()?;
+    /// # let _ = node.shutdown_blocking(std::time::Duration::from_secs(1));
+    /// # Ok::<(), sitenet_runtime::NodeError>(())
+    /// ```
+    pub fn open(mut self) -> Self {
+        self.cfg.allow_open = true;
+        self
+    }
+
     /// Runs the node's actors on the process-wide pool of `threads`
     /// threads (see [`NodeConfig::threads`]), its sites spread over them.
     /// A runtime given with [`runtime`](Self::runtime) takes precedence.
@@ -176,10 +197,22 @@ impl NodeBuilder {
                     addr: a.clone(),
                     source,
                 })?;
-            listen.push(b.local_address().map_err(|source| NodeError::Bind {
+            let local = b.local_address().map_err(|source| NodeError::Bind {
                 addr: a.clone(),
                 source,
-            })?);
+            })?;
+            // Open to other hosts only by choice. Judged on the address as
+            // bound: a host name resolved, the wildcard kept as such.
+            if reachable_from_other_hosts(&local)
+                && cfg.cookies.is_empty()
+                && cfg.tls.is_none()
+                && !cfg.allow_open
+            {
+                return Err(NodeError::OpenToNetwork {
+                    addr: local.to_string(),
+                });
+            }
+            listen.push(local);
             bound.push(b);
         }
         // Under TLS the site is the one its certificate names.
@@ -263,6 +296,19 @@ impl NodeBuilder {
         inner.start_request_timer();
         inner.start_parked_timer();
         Ok(Bound { inner, bound, rt })
+    }
+}
+
+/// Whether a bound listen address can be reached from other hosts: a
+/// `tcp:` address on anything but loopback (the wildcard `0.0.0.0` or `::`
+/// included). `tls:` needs a certificate anyway; `unix:` and `mem:` never
+/// leave the host; a plugged transport's addresses are its own to judge.
+fn reachable_from_other_hosts(addr: &Address) -> bool {
+    match addr {
+        Address::Tcp { host, .. } => host
+            .parse::<std::net::IpAddr>()
+            .map_or(host != "localhost", |ip| !ip.is_loopback()),
+        _ => false,
     }
 }
 

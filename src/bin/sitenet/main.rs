@@ -58,7 +58,7 @@ enum Cmd {
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
         threads: Option<u16>,
         #[command(flatten)]
-        auth: auth::Auth,
+        auth: auth::Members,
     },
     /// Measure round trips to a node's echo service.
     Ping {
@@ -80,7 +80,7 @@ enum Cmd {
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
         #[command(flatten)]
-        auth: auth::Auth,
+        auth: auth::Members,
     },
     /// Stream numbered messages to a node's sink, wait until every one is
     /// acknowledged, and report the sink's verdict (loss, duplicates, order).
@@ -110,7 +110,7 @@ enum Cmd {
         #[arg(long, default_value_t = 60.0)]
         give_up: f64,
         #[command(flatten)]
-        auth: auth::Auth,
+        auth: auth::Members,
     },
     /// Start two nodes in this process, exchange messages and request/replies,
     /// and print what happened.
@@ -149,7 +149,7 @@ enum Cmd {
         #[arg(long, default_value_t = 5.0)]
         timeout: f64,
         #[command(flatten)]
-        auth: auth::Auth,
+        auth: auth::Members,
     },
     /// Shared-secret authentication (the cookie level): `sitenet cookie
     /// new PATH` writes a fresh random cookie, readable by its owner only.
@@ -180,10 +180,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // A simulation's thousands of sites fail and restart on purpose: their
     // warnings would bury the verdict (RUST_LOG still chooses).
-    let quiet = if matches!(cli.cmd, Cmd::Sim(_)) {
-        "error"
-    } else {
-        "warn"
+    let quiet = match cli.cmd {
+        Cmd::Sim(_) => "error",
+        // A client's site failing is the command's own error, printed once
+        // by the command (which says what to do), not also as a warning.
+        Cmd::Ping { .. } | Cmd::Send { .. } | Cmd::Stats { .. } => {
+            "warn,sitenet_runtime::com_object::report=error"
+        }
+        _ => "warn",
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -256,7 +260,7 @@ fn run_node(
     metrics: Option<String>,
     admission: Option<String>,
     threads: Option<u16>,
-    auth: auth::Auth,
+    auth: auth::Members,
 ) -> ExitCode {
     if listen.is_empty() {
         let scheme = if auth.has_tls() { "tls" } else { "tcp" };
@@ -272,13 +276,13 @@ fn run_node(
             return usage(format!("--metrics: {e}"));
         }
     }
-    let security = match auth.load() {
+    let security = match auth.load("node") {
         Ok(s) => s,
         Err(code) => return code,
     };
     if security.cookies.is_empty() && security.tls.is_none() {
         eprintln!(
-            "sitenet node: no --cookie-file and no --cert: ANYONE WHO REACHES THE LISTEN ADDRESSES CAN BE ANY SITE"
+            "sitenet node: --open (no cookie, no certificate): ANYONE WHO REACHES THE LISTEN ADDRESSES CAN BE ANY SITE"
         );
     }
     // The CLI's node serves echo (`sitenet ping`) and the sink (`sitenet send`).

@@ -27,7 +27,7 @@ pub(crate) fn run_ping(
     size: usize,
     json: bool,
     timeout: f64,
-    auth: auth::Auth,
+    auth: auth::Members,
 ) -> ExitCode {
     if let Err(e) = check_target(addr).and(body_size(size)) {
         return usage(e);
@@ -36,19 +36,22 @@ pub(crate) fn run_ping(
         Ok(t) => t,
         Err(e) => return usage(e),
     };
-    let security = match auth.load() {
+    let security = match auth.load("ping") {
         Ok(s) => s,
         Err(code) => return code,
     };
     let (node, site) = match client(addr, |c| {
         c.connect_timeout = timeout;
-        security.apply(c);
+        security.clone().apply(c);
     }) {
         Ok(x) => x,
         Err(code) => return code,
     };
     let hist = match sitenet::bench::echo_round_trips(&node, &site, count, size, timeout) {
         Ok(h) => h,
+        Err(_) if auth::refused_for_authentication(&site) => {
+            return failure(security.refused_by(addr))
+        }
         Err(e) => return failure(format!("ping {addr}: {e}")),
     };
     let us = |ns: u64| ns as f64 / 1000.0;

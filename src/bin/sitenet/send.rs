@@ -38,7 +38,7 @@ pub(crate) fn run_send(
     json: bool,
     timeout: f64,
     give_up: f64,
-    auth: auth::Auth,
+    auth: auth::Members,
 ) -> ExitCode {
     use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
     if let Err(e) = check_target(addr).and(body_size(size)) {
@@ -49,14 +49,14 @@ pub(crate) fn run_send(
         (Err(e), _) | (_, Err(e)) => return usage(e),
     };
     let prio = sitenet::Priority::from_lane(priority).expect("validated by clap");
-    let security = match auth.load() {
+    let security = match auth.load("send") {
         Ok(s) => s,
         Err(code) => return code,
     };
     let (node, site) = match client(addr, |c| {
         c.connect_timeout = timeout;
         c.give_up_after = Some(give_up);
-        security.apply(c);
+        security.clone().apply(c);
     }) {
         Ok(x) => x,
         Err(code) => return code,
@@ -113,6 +113,9 @@ pub(crate) fn run_send(
     let m = node.metrics();
     let (elapsed, v) = match r {
         Ok(x) => x,
+        Err(_) if auth::refused_for_authentication(&site) => {
+            return failure(security.refused_by(addr))
+        }
         Err(e) => {
             let (not_sent, maybe) = site
                 .failure()

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use sitenet::SendOptions;
 
-pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::auth::Auth) -> ExitCode {
+pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::auth::Members) -> ExitCode {
     use sitenet::services::{StatsQuery, StatsReply};
     if let Err(e) = crate::check_target(addr) {
         return crate::usage(e);
@@ -15,13 +15,13 @@ pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::auth::Auth)
         Ok(t) => t,
         Err(e) => return crate::usage(e),
     };
-    let security = match auth.load() {
+    let security = match auth.load("stats") {
         Ok(s) => s,
         Err(code) => return code,
     };
     let (_node, site) = match crate::client(addr, |c| {
         c.connect_timeout = timeout;
-        security.apply(c);
+        security.clone().apply(c);
     }) {
         Ok(x) => x,
         Err(code) => return code,
@@ -33,6 +33,9 @@ pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::auth::Auth)
     );
     let json_text = match reply {
         Ok(r) => r.msg.json,
+        Err(_) if crate::auth::refused_for_authentication(&site) => {
+            return crate::failure(security.refused_by(addr))
+        }
         Err(e) => return crate::failure(format!("{addr} did not answer: {e}")),
     };
     if json {

@@ -145,6 +145,9 @@ pub struct TlsIdentity {
     site: SiteId,
     client: Arc<ClientConfig>,
     server: Arc<ServerConfig>,
+    /// The file the CA certificates came from (`None` from PEM text): a
+    /// refusal of trust names it.
+    ca_file: Option<Arc<Path>>,
 }
 
 impl std::fmt::Debug for TlsIdentity {
@@ -174,12 +177,14 @@ impl TlsIdentity {
             })
         };
         let key_pem = zeroize::Zeroizing::new(read(key)?);
-        Self::build(
+        let mut id = Self::build(
             parse_certs(cert, &read(cert)?)?,
             parse_key(key, &key_pem)?,
             parse_certs(ca, &read(ca)?)?,
             cert,
-        )
+        )?;
+        id.ca_file = Some(Arc::from(ca));
+        Ok(id)
     }
 
     /// The same from PEM text (tests, and programs that keep their
@@ -236,6 +241,7 @@ impl TlsIdentity {
             site,
             client: Arc::new(client),
             server: Arc::new(server),
+            ca_file: None,
         })
     }
 
@@ -261,14 +267,14 @@ impl TlsIdentity {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let conn = rustls::ClientConnection::new(self.client.clone(), name)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok(TlsSession::new(conn.into()))
+        Ok(TlsSession::new(conn.into(), self.ca_file.clone()))
     }
 
     /// A session for a channel this site accepted.
     pub fn server_session(&self) -> io::Result<TlsSession> {
         let conn = rustls::ServerConnection::new(self.server.clone())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok(TlsSession::new(conn.into()))
+        Ok(TlsSession::new(conn.into(), self.ca_file.clone()))
     }
 }
 

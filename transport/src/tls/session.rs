@@ -3,6 +3,8 @@
 //! pumps a TLS channel exactly as a plain one.
 
 use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::Arc;
 
 use sitenet_protocols::SiteId;
 
@@ -31,6 +33,9 @@ pub struct TlsSession {
     plaintext: usize,
     /// The site the peer's certificate names, once the handshake checked it.
     peer: Option<SiteId>,
+    /// The file of the CA certificates this site trusts, if it came from
+    /// one: a refusal names it.
+    ca: Option<Arc<Path>>,
 }
 
 impl std::fmt::Debug for TlsSession {
@@ -69,20 +74,123 @@ impl Write for Io<'_> {
     }
 }
 
-/// The error a failed TLS handshake or record becomes: `InvalidData` with
-/// the rustls error inside, so the driver can tell it from a socket's.
-fn tls_error(e: rustls::Error) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, e)
+/// TLS refusing a channel: rustls's error, and what a user can do about
+/// it. A refusal of trust says which side does not trust which CA, in
+/// place of rustls's `BadSignature` or `received fatal alert:
+/// DecryptError`.
+#[derive(Debug)]
+struct Refused {
+    error: rustls::Error,
+    /// This side dialed (the peer is the node it dials).
+    dialer: bool,
+    /// The file of the CA certificates this side trusts.
+    ca: Option<Arc<Path>>,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use rustls::AlertDescription as A;
+        use rustls::CertificateError as C;
+        use rustls::Error as E;
+        let ours = match &self.ca {
+            Some(p) => format!("--ca ({})", p.display()),
+            None => "trusted CA".into(),
+        };
+        match (&self.error, self.dialer) {
+            (E::InvalidCertificate(C::UnknownIssuer | C::BadSignature), true) => write!(
+                f,
+                "this node's certificate is not signed by your {ours}: trust the CA that \
+                 signed it, or give the node a certificate of your CA"
+            ),
+            (E::InvalidCertificate(C::UnknownIssuer | C::BadSignature), false) => write!(
+                f,
+                "the dialing site's certificate is not signed by this node's {ours}: it is \
+                 not a member of this deployment"
+            ),
+            (
+                E::InvalidCertificate(
+                    c @ (C::Expired
+                    | C::ExpiredContext { .. }
+                    | C::NotValidYet
+                    | C::NotValidYetContext { .. }),
+                ),
+                dialer,
+            ) => write!(
+                f,
+                "{} certificate is not valid now ({c}): renew it (`sitenet cert site`) or \
+                 check the clocks",
+                if dialer {
+                    "this node's"
+                } else {
+                    "the dialing site's"
+                }
+            ),
+            (
+                E::AlertReceived(
+                    a @ (A::UnknownCA
+                    | A::DecryptError
+                    | A::BadCertificate
+                    | A::CertificateUnknown
+                    | A::UnsupportedCertificate),
+                ),
+                true,
+            ) => write!(
+                f,
+                "the node does not trust your certificate's CA (it answered {a:?}): use a \
+                 certificate signed by the node's CA, or have the node trust yours"
+            ),
+            (
+                E::AlertReceived(
+                    a @ (A::UnknownCA
+                    | A::DecryptError
+                    | A::BadCertificate
+                    | A::CertificateUnknown
+                    | A::UnsupportedCertificate),
+                ),
+                false,
+            ) => write!(
+                f,
+                "the dialing site does not trust this node's certificate's CA (it answered {a:?})"
+            ),
+            (E::AlertReceived(A::CertificateExpired), true) => write!(
+                f,
+                "the node refused your certificate as not valid now (expired or not yet \
+                 valid): renew it (`sitenet cert site`) or check the clocks"
+            ),
+            (E::AlertReceived(A::CertificateExpired), false) => write!(
+                f,
+                "the dialing site refused this node's certificate as not valid now (expired \
+                 or not yet valid)"
+            ),
+            (e, _) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Refused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
 }
 
 impl TlsSession {
-    pub(super) fn new(mut conn: rustls::Connection) -> Self {
+    pub(super) fn new(mut conn: rustls::Connection, ca: Option<Arc<Path>>) -> Self {
         conn.set_buffer_limit(Some(TLS_SEND_LIMIT));
         Self {
             conn,
             plaintext: 0,
             peer: None,
+            ca,
         }
+    }
+
+    /// The error a failed TLS handshake or record becomes: `InvalidData`
+    /// with the refusal inside, so the driver can tell it from a socket's
+    /// ([`refusal`](Self::refusal)).
+    fn refused(&self, error: rustls::Error) -> io::Error {
+        let dialer = matches!(self.conn, rustls::Connection::Client(_));
+        let ca = self.ca.clone();
+        io::Error::new(io::ErrorKind::InvalidData, Refused { error, dialer, ca })
     }
 
     /// Reads decrypted bytes into `buf`: what the session holds first,
@@ -120,7 +228,7 @@ impl TlsSession {
                 Err(e) => {
                     // rustls queued an alert telling the peer why.
                     let _ = self.write_pending_to(io);
-                    return Err(tls_error(e));
+                    return Err(self.refused(e));
                 }
             };
             self.plaintext = state.plaintext_bytes_to_read();
@@ -224,7 +332,7 @@ impl TlsSession {
     /// the peer or its records, not the socket failing: what it said.
     pub fn refusal(e: &io::Error) -> Option<String> {
         e.get_ref()
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .and_then(|inner| inner.downcast_ref::<Refused>())
             .map(|t| t.to_string())
     }
 }

@@ -71,6 +71,20 @@ fn names_no_site() -> rustls::Error {
     rustls::Error::InvalidCertificate(CertificateError::NotValidForName)
 }
 
+/// webpki's verdict, with a signature that does not verify against the
+/// trusted CA of the same name said as what it means here: the certificate
+/// is not signed by a CA this site trusts (`UnknownIssuer`, whose alert
+/// tells the peer `UnknownCA`, where `BadSignature`'s says
+/// `DecryptError`).
+fn as_trust(e: rustls::Error) -> rustls::Error {
+    match e {
+        rustls::Error::InvalidCertificate(CertificateError::BadSignature) => {
+            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer)
+        }
+        e => e,
+    }
+}
+
 /// A dialing site's check of the certificate the acceptor presents: the
 /// site it names is read from it, then webpki verifies the chain, the
 /// validity and that name (the name the dialer passed to rustls is
@@ -105,6 +119,7 @@ impl ServerCertVerifier for SiteServerVerifier {
         let name = ServerName::try_from(site_name(site)).map_err(|_| names_no_site())?;
         self.inner
             .verify_server_cert(end_entity, intermediates, &name, ocsp_response, now)
+            .map_err(as_trust)
     }
 
     signatures_by_inner!();
@@ -151,6 +166,7 @@ impl ClientCertVerifier for SiteClientVerifier {
         site_of_cert(end_entity).ok_or_else(names_no_site)?;
         self.inner
             .verify_client_cert(end_entity, intermediates, now)
+            .map_err(as_trust)
     }
 
     signatures_by_inner!();
