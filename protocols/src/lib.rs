@@ -83,6 +83,7 @@ pub mod deliver;
 pub mod error;
 pub mod frame;
 pub mod handshake;
+pub mod input_budget;
 pub mod lane_slots;
 pub mod ledger;
 pub mod link;

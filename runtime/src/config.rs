@@ -288,6 +288,20 @@ pub struct NodeConfig {
     /// [`NodeBuilder::transport`](crate::NodeBuilder::transport) is the
     /// short way to add one. Empty by default.
     pub transports: sitenet_transport::TransportRegistry,
+    /// Messages of a peer the node refuses (a header that does not
+    /// decode, a type nobody handles, a forwarded request refused) that
+    /// one channel may send at once before its reading pauses: each takes
+    /// a token from the channel's bucket, refilled at
+    /// [`refused_input_rate`](Self::refused_input_rate), and a channel in
+    /// debt is not read until it has paid it back (at most a second at a
+    /// time; see `sitenet_protocols::input_budget`). A peer's junk costs
+    /// it its own throughput, not the node's thread and memory. 1,024 by
+    /// default; at least 1.
+    pub refused_input_burst: u32,
+    /// Refused messages per second a channel may send in the long run
+    /// (see [`refused_input_burst`](Self::refused_input_burst)). 256 by
+    /// default; at least 1.
+    pub refused_input_rate: u32,
 }
 
 impl Default for NodeConfig {
@@ -339,6 +353,8 @@ impl Default for NodeConfig {
             tls: None,
             max_async_handlers: 10_000,
             transports: sitenet_transport::TransportRegistry::new(),
+            refused_input_burst: sitenet_protocols::input_budget::DEFAULT_BURST,
+            refused_input_rate: sitenet_protocols::input_budget::DEFAULT_RATE,
         }
     }
 }
@@ -388,6 +404,8 @@ impl NodeConfig {
             .max(self.max_message_size.saturating_mul(2));
         self.node_output_bound = self.node_output_bound.max(self.output_bound);
         self.max_async_handlers = self.max_async_handlers.max(1);
+        self.refused_input_burst = self.refused_input_burst.max(1);
+        self.refused_input_rate = self.refused_input_rate.max(1);
         let a = self.admission();
         self.max_pending_handshakes = a.max_pending;
         self.max_pending_handshakes_per_source = a.max_per_source;

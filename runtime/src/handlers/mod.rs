@@ -173,6 +173,28 @@ pub(crate) fn decode_reply<R: Message>(
     })
 }
 
+thread_local! {
+    /// Messages refused on this thread (see [`refused_here`]).
+    static REFUSED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts a message the node refused — its header did not decode, no
+/// handler takes it, its forwarded origin is refused — in the node's
+/// `unhandled` counter and in this thread's count.
+fn count_refused(node: &Arc<NodeInner>) {
+    Counters::add(&node.counters.unhandled, 1);
+    REFUSED.with(|r| r.set(r.get().wrapping_add(1)));
+}
+
+/// Messages refused on this thread so far. Handlers run synchronously on
+/// the thread of the ComObject that delivers their messages, so what this
+/// grows by across a slice of a channel's input is what that channel's
+/// peer sent and the node refused: the ComObject charges it to the
+/// channel's refusal budget (`sitenet_protocols::input_budget`).
+pub(crate) fn refused_here() -> u64 {
+    REFUSED.with(|r| r.get())
+}
+
 pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
     if id >= RESERVED_IDS {
         return Err(NodeError::ReservedId(id));
@@ -210,7 +232,7 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
             call(node, &o.entry, from, Some(origin.to_string()), h, header, m);
         }
         Delivered::Unhandled(why) => {
-            Counters::add(&node.counters.unhandled, 1);
+            count_refused(node);
             let reason = why.reason(type_id);
             match why {
                 Why::MalformedOrigin => {
@@ -320,7 +342,7 @@ fn forward_origin(
     match node.site_described(d, by) {
         Ok(origin) => Some(origin),
         Err(refused) => {
-            Counters::add(&node.counters.unhandled, 1);
+            count_refused(node);
             let reason = format!("forwarded request naming origin {}: {refused}", d.id);
             if let Some(suppressed) = node.peer_logs.site(via, &node.counters) {
                 tracing::warn!(type_id, suppressed, "{reason}");
@@ -348,7 +370,7 @@ pub(crate) fn handler_outcome<T>(
     match result {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(reason)) => {
-            Counters::add(&node.counters.unhandled, 1);
+            count_refused(node);
             if let Some(suppressed) = node.peer_logs.site(from, &node.counters) {
                 tracing::warn!(type_id, %reason, suppressed, "{what}: message not handled");
             }
