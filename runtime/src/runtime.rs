@@ -74,6 +74,26 @@ struct Worker {
 
 static SHARED: OnceLock<Runtime> = OnceLock::new();
 
+/// Tells the allocator to return the memory it holds free to the system
+/// (glibc: `malloc_trim(0)`, every arena, free pages inside the heaps
+/// too). Freed memory stays in the process otherwise: glibc returns only
+/// the top of each heap, and a node's threads each have arenas of their
+/// own. Called after large releases (`outbox::node_output`), never on a
+/// pool thread. Does nothing with other allocators and C libraries.
+pub(crate) fn give_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn malloc_trim(pad: usize) -> std::os::raw::c_int;
+        }
+        // SAFETY: malloc_trim takes no pointer, is thread-safe (it locks
+        // each arena in turn) and only returns free memory to the system.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
 /// The process-wide pools made by [`Runtime::shared_with_threads`], by
 /// their number of threads.
 static SIZED: Mutex<Vec<Runtime>> = Mutex::new(Vec::new());
