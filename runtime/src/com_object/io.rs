@@ -126,7 +126,7 @@ fn feed(
 /// (the thread's refusal count was `before` it) to the channel's refusal
 /// budget; how the read turn ends, if it ends here.
 fn charged(live: &mut Live, fed: Fed, before: u64) -> Option<ReadTurn> {
-    let refused = crate::handlers::refused_here().wrapping_sub(before);
+    let refused = crate::runtime::refused_here().wrapping_sub(before);
     let pause = match refused {
         0 => None,
         n => live.refusals.charge(n, Instant::now()),
@@ -364,7 +364,7 @@ impl ComObject {
         self.com.begin_turn(now);
         // Bytes left over from the handshake (or from a blocked, yielded
         // or paused turn) first.
-        let refused = crate::handlers::refused_here();
+        let refused = crate::runtime::refused_here();
         let fed = feed(&mut self.com, &mut live.t, deliver, id, now);
         if let Some(turn) = charged(live, fed, refused) {
             return turn;
@@ -405,7 +405,7 @@ impl ComObject {
                 self.com.channel_lost(id, loss, Instant::now());
                 return ReadTurn::Ended;
             }
-            let refused = crate::handlers::refused_here();
+            let refused = crate::runtime::refused_here();
             let fed = feed(&mut self.com, &mut live.t, deliver, id, Instant::now());
             if let Some(turn) = charged(live, fed, refused) {
                 return turn;

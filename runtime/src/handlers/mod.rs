@@ -173,26 +173,11 @@ pub(crate) fn decode_reply<R: Message>(
     })
 }
 
-thread_local! {
-    /// Messages refused on this thread (see [`refused_here`]).
-    static REFUSED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// Counts a message the node refused — its header did not decode, no
-/// handler takes it, its forwarded origin is refused — in the node's
-/// `unhandled` counter and in this thread's count.
+/// Counts a message the node refused in the node's `unhandled` counter
+/// and in this thread's count (`runtime::count_refusal`).
 fn count_refused(node: &Arc<NodeInner>) {
     Counters::add(&node.counters.unhandled, 1);
-    REFUSED.with(|r| r.set(r.get().wrapping_add(1)));
-}
-
-/// Messages refused on this thread so far. Handlers run synchronously on
-/// the thread of the ComObject that delivers their messages, so what this
-/// grows by across a slice of a channel's input is what that channel's
-/// peer sent and the node refused: the ComObject charges it to the
-/// channel's refusal budget (`sitenet_protocols::input_budget`).
-pub(crate) fn refused_here() -> u64 {
-    REFUSED.with(|r| r.get())
+    crate::runtime::count_refusal();
 }
 
 pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {

@@ -110,7 +110,7 @@ impl NodeOutput {
                 for wait in [TRIM_DELAY, TRIM_INTERVAL] {
                     std::thread::sleep(wait);
                     let started = std::time::Instant::now();
-                    crate::runtime::give_memory_back();
+                    give_memory_back();
                     tracing::debug!(took = ?started.elapsed(), "freed output memory given back to the system");
                 }
                 std::thread::sleep(TRIM_INTERVAL);
@@ -184,5 +184,25 @@ impl<'a> NodeWait<'a> {
 impl Drop for NodeWait<'_> {
     fn drop(&mut self) {
         self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Tells the allocator to return the memory it holds free to the system
+/// (glibc: `malloc_trim(0)`, every arena, free pages inside the heaps
+/// too). Freed memory stays in the process otherwise: glibc returns only
+/// the top of each heap, and a node's threads each have arenas of their
+/// own. Called after large releases ([`NodeOutput::release`]), never on a
+/// pool thread. Does nothing with other allocators and C libraries.
+fn give_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn malloc_trim(pad: usize) -> std::os::raw::c_int;
+        }
+        // SAFETY: malloc_trim takes no pointer, is thread-safe (it locks
+        // each arena in turn) and only returns free memory to the system.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }
