@@ -317,6 +317,20 @@ pub struct NodeConfig {
     /// makes to one destination host at once (an IP address, an IPv6 /64,
     /// a host name), whoever asked. 4 by default; at least 1.
     pub peer_word_dials_per_host: u32,
+    /// Messages of a peer the node refuses (a header that does not
+    /// decode, a type nobody handles, a forwarded request refused) that
+    /// one channel may send at once before its reading pauses: each takes
+    /// a token from the channel's bucket, refilled at
+    /// [`refused_input_rate`](Self::refused_input_rate), and a channel in
+    /// debt is not read until it has paid it back (at most a second at a
+    /// time; see `sitenet_protocols::input_budget`). A peer's junk costs
+    /// it its own throughput, not the node's thread and memory. 1,024 by
+    /// default; at least 1.
+    pub refused_input_burst: u32,
+    /// Refused messages per second a channel may send in the long run
+    /// (see [`refused_input_burst`](Self::refused_input_burst)). 256 by
+    /// default; at least 1.
+    pub refused_input_rate: u32,
 }
 
 impl Default for NodeConfig {
@@ -372,6 +386,8 @@ impl Default for NodeConfig {
             peer_word_dials: 64,
             peer_word_dials_per_source: 16,
             peer_word_dials_per_host: 4,
+            refused_input_burst: sitenet_protocols::input_budget::DEFAULT_BURST,
+            refused_input_rate: sitenet_protocols::input_budget::DEFAULT_RATE,
         }
     }
 }
@@ -425,6 +441,8 @@ impl NodeConfig {
         self.peer_word_dials = d.node;
         self.peer_word_dials_per_source = d.per_source;
         self.peer_word_dials_per_host = d.per_host;
+        self.refused_input_burst = self.refused_input_burst.max(1);
+        self.refused_input_rate = self.refused_input_rate.max(1);
         let a = self.admission();
         self.max_pending_handshakes = a.max_pending;
         self.max_pending_handshakes_per_source = a.max_per_source;

@@ -74,6 +74,26 @@ struct Worker {
 
 static SHARED: OnceLock<Runtime> = OnceLock::new();
 
+thread_local! {
+    /// Messages refused on this thread (see [`refused_here`]).
+    static REFUSED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts, in this thread's count, a message the node refused — its
+/// header did not decode, no handler takes it, its forwarded origin is
+/// refused (the handlers call it where they count `Metrics::unhandled`).
+pub(crate) fn count_refusal() {
+    REFUSED.with(|r| r.set(r.get().wrapping_add(1)));
+}
+
+/// Messages refused on this thread so far. Handlers run synchronously on
+/// the thread of the ComObject that delivers their messages, so what this
+/// grows by across a slice of a channel's input is what that channel's
+/// peer sent and the node refused: the ComObject charges it to the
+/// channel's refusal budget (`sitenet_protocols::input_budget`).
+pub(crate) fn refused_here() -> u64 {
+    REFUSED.with(|r| r.get())
+}
 /// The process-wide pools made by [`Runtime::shared_with_threads`], by
 /// their number of threads.
 static SIZED: Mutex<Vec<Runtime>> = Mutex::new(Vec::new());

@@ -6,6 +6,7 @@ use std::time::Instant;
 use actix::fut;
 use actix::prelude::*;
 
+use sitenet_protocols::input_budget::RefusalBudget;
 use sitenet_protocols::{ChannelId, Loss};
 
 use super::{ComObject, READS_PER_TURN, WRITE_BYTES_PER_TURN};
@@ -22,6 +23,9 @@ pub(super) struct Live {
     pub(super) batch: Vec<sitenet_protocols::OutMessage>,
     pub(super) read: Option<SpawnHandle>,
     pub(super) write: Option<SpawnHandle>,
+    /// What the peer's refused messages cost it: reading pauses while the
+    /// bucket is in debt.
+    pub(super) refusals: RefusalBudget,
 }
 
 /// How a read turn ended.
@@ -34,6 +38,9 @@ pub(super) enum ReadTurn {
     /// The turn's handler time is spent (`Session::turn_spent`) with input
     /// left in the ring: let the thread's other work run, then go on.
     Yield,
+    /// The peer's refused messages put its refusal budget in debt: read
+    /// nothing more until this time.
+    Paused(Instant),
     /// The channel ended.
     Ended,
 }
@@ -112,6 +119,23 @@ fn feed(
         if com.turn_spent(now) {
             return Fed::Yield;
         }
+    }
+}
+
+/// Charges the messages the node refused while feeding a slice of input
+/// (the thread's refusal count was `before` it) to the channel's refusal
+/// budget; how the read turn ends, if it ends here.
+fn charged(live: &mut Live, fed: Fed, before: u64) -> Option<ReadTurn> {
+    let refused = crate::runtime::refused_here().wrapping_sub(before);
+    let pause = match refused {
+        0 => None,
+        n => live.refusals.charge(n, Instant::now()),
+    };
+    match (fed, pause) {
+        (Fed::Ended, _) => Some(ReadTurn::Ended),
+        (_, Some(until)) => Some(ReadTurn::Paused(until)),
+        (Fed::Yield, None) => Some(ReadTurn::Yield),
+        (Fed::Done, None) => None,
     }
 }
 
@@ -251,6 +275,22 @@ impl ComObject {
             ReadTurn::Up => self.arm(Readiness::Read, ctx),
             // Reading stops until the reassembly budget is given back.
             ReadTurn::Blocked => self.wait_for_budget(id, epoch, ctx),
+            ReadTurn::Paused(until) => {
+                tracing::debug!(
+                    site = ?self.entry.id.get(),
+                    refused = self.live.as_ref().map_or(0, |l| l.refusals.refused()),
+                    pause = ?until.saturating_duration_since(Instant::now()),
+                    "the peer's refused messages pause its input"
+                );
+                let resume = actix_rt::time::sleep_until(until.into());
+                ctx.spawn(
+                    fut::wrap_future::<_, Self>(resume).map(move |(), act, ctx| {
+                        if act.live.as_ref().is_some_and(|l| l.id == id) {
+                            act.on_readable(ctx);
+                        }
+                    }),
+                );
+            }
             // The rest of the input, once the thread's other work ran.
             ReadTurn::Yield => {
                 ctx.spawn(fut::wrap_future::<_, Self>(tokio::task::yield_now()).map(
@@ -322,12 +362,12 @@ impl ComObject {
         };
         let now = Instant::now();
         self.com.begin_turn(now);
-        // Bytes left over from the handshake (or from a blocked or yielded
-        // turn) first.
-        match feed(&mut self.com, &mut live.t, deliver, id, now) {
-            Fed::Done => {}
-            Fed::Ended => return ReadTurn::Ended,
-            Fed::Yield => return ReadTurn::Yield,
+        // Bytes left over from the handshake (or from a blocked, yielded
+        // or paused turn) first.
+        let refused = crate::runtime::refused_here();
+        let fed = feed(&mut self.com, &mut live.t, deliver, id, now);
+        if let Some(turn) = charged(live, fed, refused) {
+            return turn;
         }
         for _ in 0..READS_PER_TURN {
             if self.com.input_blocked() {
@@ -365,10 +405,10 @@ impl ComObject {
                 self.com.channel_lost(id, loss, Instant::now());
                 return ReadTurn::Ended;
             }
-            match feed(&mut self.com, &mut live.t, deliver, id, Instant::now()) {
-                Fed::Done => {}
-                Fed::Ended => return ReadTurn::Ended,
-                Fed::Yield => return ReadTurn::Yield,
+            let refused = crate::runtime::refused_here();
+            let fed = feed(&mut self.com, &mut live.t, deliver, id, Instant::now());
+            if let Some(turn) = charged(live, fed, refused) {
+                return turn;
             }
         }
         if self.com.input_blocked() {
@@ -427,6 +467,11 @@ impl ComObject {
             batch: Vec::new(),
             read: None,
             write: None,
+            refusals: RefusalBudget::new(
+                self.node.cfg.refused_input_burst,
+                self.node.cfg.refused_input_rate,
+                Instant::now(),
+            ),
         }));
         Counters::add(&self.node.counters.channels_opened, 1);
         // The peer's addresses, learned in the handshake, are published

@@ -173,6 +173,13 @@ pub(crate) fn decode_reply<R: Message>(
     })
 }
 
+/// Counts a message the node refused in the node's `unhandled` counter
+/// and in this thread's count (`runtime::count_refusal`).
+fn count_refused(node: &Arc<NodeInner>) {
+    Counters::add(&node.counters.unhandled, 1);
+    crate::runtime::count_refusal();
+}
+
 pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
     if id >= RESERVED_IDS {
         return Err(NodeError::ReservedId(id));
@@ -210,7 +217,7 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
             call(node, &o.entry, from, Some(origin.to_string()), h, header, m);
         }
         Delivered::Unhandled(why) => {
-            Counters::add(&node.counters.unhandled, 1);
+            count_refused(node);
             let reason = why.reason(type_id);
             match why {
                 Why::MalformedOrigin => {
@@ -320,7 +327,7 @@ fn forward_origin(
     match node.site_described(d, by) {
         Ok(origin) => Some(origin),
         Err(refused) => {
-            Counters::add(&node.counters.unhandled, 1);
+            count_refused(node);
             let reason = format!("forwarded request naming origin {}: {refused}", d.id);
             if let Some(suppressed) = node.peer_logs.site(via, &node.counters) {
                 tracing::warn!(type_id, suppressed, "{reason}");
@@ -348,7 +355,7 @@ pub(crate) fn handler_outcome<T>(
     match result {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(reason)) => {
-            Counters::add(&node.counters.unhandled, 1);
+            count_refused(node);
             if let Some(suppressed) = node.peer_logs.site(from, &node.counters) {
                 tracing::warn!(type_id, %reason, suppressed, "{what}: message not handled");
             }

@@ -2,7 +2,7 @@
 //! each site within its fair share once the node is half full
 //! (`sitenet_protocols::output_share::admits`).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -21,6 +21,11 @@ pub(crate) struct NodeOutput {
     /// atomic add.
     waiting: AtomicUsize,
     pub(super) space: Notify,
+    /// The most `bytes` has been since the allocator was last told to
+    /// give memory back (see [`worth_trimming`]).
+    peak_since_trim: AtomicU64,
+    /// A trim is scheduled or running (at most one at a time).
+    trimming: AtomicBool,
 }
 
 impl NodeOutput {
@@ -31,6 +36,8 @@ impl NodeOutput {
             holders: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             space: Notify::new(),
+            peak_since_trim: AtomicU64::new(0),
+            trimming: AtomicBool::new(false),
         })
     }
 
@@ -55,6 +62,10 @@ impl NodeOutput {
                 let after = cur + n;
                 admits(self.bound, after, holders, site_before, n).then_some(after)
             })
+            .map(|before| {
+                self.peak_since_trim
+                    .fetch_max(before + n, Ordering::Relaxed);
+            })
             .is_ok()
     }
 
@@ -72,12 +83,72 @@ impl NodeOutput {
         }
     }
 
-    pub(super) fn release(&self, n: u64) {
-        self.bytes.fetch_sub(n, Ordering::AcqRel);
+    pub(super) fn release(self: &Arc<Self>, n: u64) {
+        let now = self.bytes.fetch_sub(n, Ordering::AcqRel) - n;
         if self.waiting.load(Ordering::Acquire) > 0 {
             self.space.notify_waiters();
         }
+        if worth_trimming(self.peak_since_trim.load(Ordering::Relaxed), now)
+            && !self.trimming.swap(true, Ordering::AcqRel)
+        {
+            self.schedule_trim();
+        }
     }
+
+    /// Tells the allocator to give the memory freed with the output back
+    /// to the system, on a thread of its own: a little later (what was
+    /// accounted as released is being freed now), then not again for
+    /// [`TRIM_INTERVAL`].
+    fn schedule_trim(self: &Arc<Self>) {
+        let node = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("sitenet-trim".into())
+            .spawn(move || {
+                // Once soon, and once more when what the release let go
+                // of (the sites' channels and actors, which stop after
+                // their output is handed back) is freed too.
+                for wait in [TRIM_DELAY, TRIM_INTERVAL] {
+                    std::thread::sleep(wait);
+                    let started = std::time::Instant::now();
+                    give_memory_back();
+                    tracing::debug!(took = ?started.elapsed(), "freed output memory given back to the system");
+                }
+                std::thread::sleep(TRIM_INTERVAL);
+                if let Some(node) = node.upgrade() {
+                    node.peak_since_trim
+                        .store(node.bytes(), Ordering::Relaxed);
+                    node.trimming.store(false, Ordering::Release);
+                }
+            });
+        if spawned.is_err() {
+            // No thread now: the next large release tries again.
+            self.trimming.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Output released at once that makes giving memory back worth its cost
+/// (a `malloc_trim` walks the allocator's free lists: about a millisecond
+/// per hundred megabytes).
+pub(crate) const TRIM_DROP: u64 = 32 << 20;
+
+/// How long after a large release the allocator is told to give memory
+/// back: the release is accounted before its buffers are freed.
+const TRIM_DELAY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// At most one trim per this long, however the output comes and goes.
+const TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether the output held went down enough from `peak` (its most since
+/// the last trim) to `now` for memory to be worth giving back: by at least
+/// [`TRIM_DROP`], and to at most half the peak. Sites that held megabytes
+/// they were owed and vanished free them inside the allocator, which keeps
+/// them (glibc's arenas of the threads that freed them) unless told: a
+/// node that let a wave of such sites come and go would stay as large as
+/// at its peak. A steady flow (the output held going up and down by less)
+/// never trims.
+pub(crate) fn worth_trimming(peak: u64, now: u64) -> bool {
+    peak.saturating_sub(now) >= TRIM_DROP && now <= peak / 2
 }
 
 /// The two bounds an outbox counts against: its site's and its node's.
@@ -113,5 +184,25 @@ impl<'a> NodeWait<'a> {
 impl Drop for NodeWait<'_> {
     fn drop(&mut self) {
         self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Tells the allocator to return the memory it holds free to the system
+/// (glibc: `malloc_trim(0)`, every arena, free pages inside the heaps
+/// too). Freed memory stays in the process otherwise: glibc returns only
+/// the top of each heap, and a node's threads each have arenas of their
+/// own. Called after large releases ([`NodeOutput::release`]), never on a
+/// pool thread. Does nothing with other allocators and C libraries.
+fn give_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn malloc_trim(pad: usize) -> std::os::raw::c_int;
+        }
+        // SAFETY: malloc_trim takes no pointer, is thread-safe (it locks
+        // each arena in turn) and only returns free memory to the system.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }

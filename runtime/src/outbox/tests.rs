@@ -243,3 +243,17 @@ fn regression_a_low_backlog_refuses_neither_a_high_send_nor_a_system_answer() {
         "held per class"
     );
 }
+
+#[test]
+fn memory_is_given_back_only_after_a_large_drop_in_output() {
+    use super::node_output::{worth_trimming, TRIM_DROP};
+    // A steady flow going up and down by less than the drop: never.
+    assert!(!worth_trimming(TRIM_DROP - 1, 0));
+    assert!(!worth_trimming(10 * TRIM_DROP, 9 * TRIM_DROP));
+    // Most of a large peak released: yes.
+    assert!(worth_trimming(TRIM_DROP, 0));
+    assert!(worth_trimming(4 * TRIM_DROP, 2 * TRIM_DROP));
+    assert!(!worth_trimming(4 * TRIM_DROP, 2 * TRIM_DROP + 1));
+    // A peak below what is held now (reset while output came): no.
+    assert!(!worth_trimming(0, u64::MAX));
+}
