@@ -11,10 +11,21 @@
 //! ([`Limits::max_head_bytes`]) within a deadline for the whole head
 //! ([`Limits::head_timeout`], not per read: a peer dripping a byte at a
 //! time is cut off all the same), the answer is written within
-//! [`Limits::write_timeout`], and at most [`Limits::max_connections`]
-//! connections are served at once — further ones wait in the listen
-//! backlog until one ends. What a connection can make the server hold is
-//! therefore bounded whatever it sends.
+//! [`Limits::write_timeout`], and every connection is accepted at once and
+//! served on a task of its own, so scrapes are answered concurrently.
+//! At most [`Limits::max_connections`] connections are held at once, and
+//! one source address (an IPv6 /64) holds at most
+//! [`Limits::max_per_source`] of them once the server is half full: the
+//! same table as the node's pending handshakes
+//! (`sitenet_protocols::admission`). Past a bound, the newcomer is served
+//! and the oldest connection still sending its head, of the source holding
+//! the most, is closed for it. Refusing the newcomer instead would let
+//! connections that send nothing hold the endpoint for their whole
+//! deadline, again and again; dropping the oldest silent one means an
+//! honest scraper, which sends its head at once, is answered unless idle
+//! connections keep arriving faster than it writes a few hundred bytes.
+//! What a connection can make the server hold is therefore bounded
+//! whatever it sends.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,13 +38,18 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::HashMap;
 use std::io;
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+use sitenet_protocols::admission::{Admission, AdmissionConfig, Source};
+use sitenet_protocols::log_limit::{LogLimit, LogVerdict};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 
 use crate::{Address, AddressError, Node, OPENMETRICS_CONTENT_TYPE};
 
@@ -54,19 +70,27 @@ pub struct Limits {
     /// The time a client has to take the whole answer; then the connection
     /// is dropped.
     pub write_timeout: Duration,
-    /// Connections served at once; more wait in the listen backlog.
+    /// Connections held at once (at least 1); past it, the oldest one
+    /// still sending its head (of the source holding the most) is closed
+    /// for the newcomer.
     pub max_connections: usize,
+    /// Connections one source address (an IPv6 /64) holds at most (at
+    /// least 1) once the server holds half of `max_connections`; past it,
+    /// that source's oldest one still sending its head is closed for its
+    /// newcomer.
+    pub max_per_source: usize,
 }
 
 impl Default for Limits {
-    /// 8 KiB of head within 5 s, the answer taken within 10 s, 16
-    /// connections at once.
+    /// 8 KiB of head within 5 s, the answer taken within 10 s, 64
+    /// connections at once, 16 from one source once 32 are held.
     fn default() -> Self {
         Self {
             max_head_bytes: 8 * 1024,
             head_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(10),
-            max_connections: 16,
+            max_connections: 64,
+            max_per_source: 16,
         }
     }
 }
@@ -136,29 +160,95 @@ where
     F: Fn() -> String + Send + Sync + 'static,
 {
     let render = Arc::new(render);
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let held = Arc::new(Held::new(&limits));
+    // Out of descriptors, every accept fails for as long as it lasts: a
+    // few lines per window, the rest counted in the next line.
+    let mut accept_logs = LogLimit::default();
     loop {
-        // A permit first, then the connection: past the cap, peers wait in
-        // the backlog instead of costing a task each.
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return; // never closed
-        };
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
+                if let LogVerdict::Log { suppressed } = accept_logs.check(Instant::now()) {
+                    tracing::warn!(error = %e, suppressed, "metrics: accepting a connection failed");
+                }
                 // Out of descriptors, most likely: wait instead of spinning.
-                tracing::warn!(error = %e, "metrics: accepting a connection failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
+        let (ticket, closed) = held.admit(peer.ip());
         let render = render.clone();
         let limits = limits.clone();
+        let held = held.clone();
         tokio::spawn(async move {
-            answer(stream, &*render, &limits).await;
+            tokio::select! {
+                _ = answer(stream, &*render, &limits, || held.spoke(ticket)) => {}
+                // Its place was given to a newer connection.
+                _ = closed => {
+                    tracing::debug!(%peer, "metrics: idle connection closed for a newer one");
+                }
+            }
+            held.finish(ticket);
             tracing::trace!(%peer, "metrics: connection done");
-            drop(permit);
         });
+    }
+}
+
+/// The connections held at once: the admission table (the bounds, and who
+/// is closed past them) and, for each, the sender that closes it.
+struct Held {
+    state: Mutex<HeldState>,
+}
+
+struct HeldState {
+    table: Admission,
+    close: HashMap<u64, oneshot::Sender<()>>,
+}
+
+impl Held {
+    fn new(limits: &Limits) -> Self {
+        let cfg = AdmissionConfig {
+            max_pending: limits.max_connections.max(1),
+            max_per_source: limits.max_per_source.max(1),
+            // The deadlines are kept by each connection's task; the table
+            // only chooses who makes room.
+            silence: limits.head_timeout,
+            timeout: limits.head_timeout.saturating_add(limits.write_timeout),
+        }
+        .normalised();
+        Self {
+            state: Mutex::new(HeldState {
+                table: Admission::new(cfg),
+                close: HashMap::new(),
+            }),
+        }
+    }
+
+    /// Takes a connection from `ip` on; closes the one it replaces, if a
+    /// bound was hit. The receiver completes when this one is closed so.
+    fn admit(&self, ip: IpAddr) -> (u64, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        let mut st = self.state.lock();
+        let a = st.table.admit(Instant::now(), Source::of(Some(ip)));
+        st.close.insert(a.ticket, tx);
+        if let Some((victim, _)) = a.dropped {
+            if let Some(close) = st.close.remove(&victim) {
+                let _ = close.send(());
+            }
+        }
+        (a.ticket, rx)
+    }
+
+    /// The connection's head is read: it is closed for a newcomer only if
+    /// no connection is still sending its head.
+    fn spoke(&self, ticket: u64) {
+        self.state.lock().table.spoke(ticket);
+    }
+
+    fn finish(&self, ticket: u64) {
+        let mut st = self.state.lock();
+        st.table.finish(ticket);
+        st.close.remove(&ticket);
     }
 }
 
@@ -176,6 +266,7 @@ async fn answer(
     mut stream: TcpStream,
     render: &(dyn Fn() -> String + Send + Sync),
     limits: &Limits,
+    head_read: impl FnOnce(),
 ) {
     let _ = stream.set_nodelay(true);
     let head = tokio::time::timeout(
@@ -183,6 +274,7 @@ async fn answer(
         read_head(&mut stream, limits.max_head_bytes),
     )
     .await;
+    head_read();
     let response = match head {
         Ok(Ok(head)) => route(&head, render),
         Ok(Err(HeadError::TooLarge)) => {

@@ -342,11 +342,11 @@ fn a_dripping_request_head_meets_the_deadline() {
     drip.join().unwrap();
 }
 
-/// Past `max_connections`, a scraper waits for a connection to end
-/// instead of the server taking on more: silent clients hold the two
-/// places until their deadline, then the scrape is answered.
+/// Past `max_connections`, a scraper is answered at once: the oldest
+/// connection still sending its head is closed to make room for it, the
+/// other keeps its place until its own deadline (answered 408).
 #[test]
-fn connections_past_the_cap_wait_their_turn() {
+fn past_the_cap_the_oldest_silent_connection_makes_room() {
     let rt = server_runtime();
     let limits = Limits {
         max_connections: 2,
@@ -359,10 +359,15 @@ fn connections_past_the_cap_wait_their_turn() {
         .collect();
     let (status, _, body) = get(&address, "/metrics");
     assert_eq!((status, body.as_str()), (200, "# EOF\n"));
-    for mut s in silent {
-        s.set_read_timeout(Some(PATIENCE)).unwrap();
-        let mut answer = String::new();
-        let _ = s.read_to_string(&mut answer);
-        assert!(answer.starts_with("HTTP/1.1 408 "), "{answer:?}");
-    }
+    let answers: Vec<String> = silent
+        .into_iter()
+        .map(|mut s| {
+            s.set_read_timeout(Some(PATIENCE)).unwrap();
+            let mut answer = Vec::new();
+            let _ = s.read_to_end(&mut answer);
+            String::from_utf8_lossy(&answer).into_owned()
+        })
+        .collect();
+    assert_eq!(answers[0], "", "the oldest is closed without an answer");
+    assert!(answers[1].starts_with("HTTP/1.1 408 "), "{:?}", answers[1]);
 }

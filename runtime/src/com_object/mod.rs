@@ -44,6 +44,7 @@ use sitenet_protocols::{
 };
 
 use crate::metrics::Counters;
+use crate::peer_logs::LogKind;
 use crate::site_entry::{Returned, SiteEntry};
 
 /// Reads per readiness event before yielding to other actors on the thread
@@ -284,7 +285,14 @@ impl ComObject {
                 // The site failed between the sender's check and the queue.
                 back.not_sent.push(m);
             } else {
-                tracing::warn!(site = ?self.entry.id.get(), error = %e, "message handed back");
+                let kind = LogKind::HandedBack;
+                if let Some(suppressed) =
+                    self.node
+                        .peer_logs
+                        .site(&self.entry, kind, &self.node.counters)
+                {
+                    tracing::warn!(site = ?self.entry.id.get(), error = %e, suppressed, "message handed back");
+                }
                 handed.refused.push((e, m));
             }
         }
@@ -407,18 +415,22 @@ impl ComObject {
                 Action::Fault { state, reason } => self.set_fault(state, &reason),
                 Action::ClaimRefused { reason } => {
                     Counters::add(&self.node.counters.unproven_claims_refused, 1);
-                    if let Some(suppressed) =
-                        self.node.peer_logs.site(&self.entry, &self.node.counters)
-                    {
+                    if let Some(suppressed) = self.node.peer_logs.site(
+                        &self.entry,
+                        LogKind::ClaimRefused,
+                        &self.node.counters,
+                    ) {
                         tracing::warn!(site = ?self.entry.id.get(), %reason, suppressed, "refused a claim on a site's id");
                     }
                     self.report_fault("a channel claiming the site".into(), reason, false);
                 }
                 Action::ReportFault { reason } => {
                     Counters::add(&self.node.counters.protocol_errors, 1);
-                    if let Some(suppressed) =
-                        self.node.peer_logs.site(&self.entry, &self.node.counters)
-                    {
+                    if let Some(suppressed) = self.node.peer_logs.site(
+                        &self.entry,
+                        LogKind::ProtocolBroken,
+                        &self.node.counters,
+                    ) {
                         tracing::warn!(site = ?self.entry.id.get(), peer = %self.peer_string(), %reason, suppressed, "peer broke the protocol");
                     }
                     self.report_fault(self.peer_string(), reason, false);
@@ -477,7 +489,7 @@ impl ComObject {
                         });
                         back.not_sent.push(m);
                     }
-                    report::log_failure(self.entry.id.get(), &failure, &reason, &back);
+                    self.log_failure(&failure, &reason, &back);
                     self.report_fault(self.address_string(), reason.clone(), true);
                     self.entry
                         .handed
@@ -506,7 +518,14 @@ impl ComObject {
 
     pub(super) fn set_fault(&mut self, state: FaultState, reason: &str) {
         if self.entry.set_fault(state, reason) {
-            tracing::info!(site = ?self.entry.id.get(), ?state, %reason, "fault state");
+            let kind = LogKind::FaultState;
+            if let Some(suppressed) =
+                self.node
+                    .peer_logs
+                    .site(&self.entry, kind, &self.node.counters)
+            {
+                tracing::info!(site = ?self.entry.id.get(), ?state, %reason, suppressed, "fault state");
+            }
             let c = &self.node.counters;
             match state {
                 FaultState::TempFailed => {

@@ -238,20 +238,37 @@ impl Reported {
     }
 }
 
-/// Logs a permanent failure of `site`: at WARN with what was handed back,
-/// except a peer that left in order (its node's graceful shutdown) with
-/// nothing handed back, which is news, not a fault, at INFO — a run of
-/// 10,000 clients ending would otherwise print 10,000 warnings.
-pub(super) fn log_failure(
-    site: Option<sitenet_protocols::SiteId>,
-    failure: &sitenet_protocols::SiteFailure,
-    reason: &str,
-    back: &crate::site_entry::Returned,
-) {
-    let (not_sent, maybe_delivered) = (back.not_sent.len(), back.maybe_delivered.len());
-    if *failure == sitenet_protocols::SiteFailure::ShutDown && not_sent + maybe_delivered == 0 {
-        tracing::info!(?site, %reason, "site left (shut down in order)");
-    } else {
-        tracing::warn!(?site, %reason, not_sent, maybe_delivered, "site failed permanently");
+impl ComObject {
+    /// Logs a permanent failure of this site: at WARN with what was handed
+    /// back, except a peer that left in order (its node's graceful
+    /// shutdown) with nothing handed back, which is news, not a fault, at
+    /// INFO — a run of 10,000 clients ending would otherwise print 10,000
+    /// warnings. Either goes through the node's log limits: a stream of
+    /// throw-away sites, each failing once, is a few lines per window and
+    /// a summary, not a line each.
+    pub(super) fn log_failure(
+        &self,
+        failure: &sitenet_protocols::SiteFailure,
+        reason: &str,
+        back: &crate::site_entry::Returned,
+    ) {
+        use crate::peer_logs::LogKind;
+        let site = self.entry.id.get();
+        let (not_sent, maybe_delivered) = (back.not_sent.len(), back.maybe_delivered.len());
+        let (logs, counters) = (&self.node.peer_logs, &self.node.counters);
+        if *failure == sitenet_protocols::SiteFailure::ShutDown && not_sent + maybe_delivered == 0 {
+            if let Some(suppressed) = logs.site(&self.entry, LogKind::SiteLeft, counters) {
+                tracing::info!(?site, %reason, suppressed, "site left (shut down in order)");
+            }
+        } else if let Some(suppressed) = logs.site(&self.entry, LogKind::SiteFailed, counters) {
+            tracing::warn!(
+                ?site,
+                %reason,
+                not_sent,
+                maybe_delivered,
+                suppressed,
+                "site failed permanently"
+            );
+        }
     }
 }

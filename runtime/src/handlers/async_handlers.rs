@@ -328,7 +328,11 @@ fn refuse_busy(ctx: &mut Ctx<'_>, header: &Bytes) {
          (NodeConfig::max_async_handlers); the handler was not run",
         ctx.node.cfg.max_async_handlers
     );
-    if let Some(suppressed) = ctx.node.peer_logs.site(ctx.from, &ctx.node.counters) {
+    if let Some(suppressed) = ctx.node.peer_logs.site(
+        ctx.from,
+        crate::peer_logs::LogKind::Unhandled,
+        &ctx.node.counters,
+    ) {
         tracing::warn!(type_id = ctx.type_id, suppressed, "{reason}");
     }
     match ctx.responder() {

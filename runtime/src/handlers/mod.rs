@@ -221,7 +221,11 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
             let reason = why.reason(type_id);
             match why {
                 Why::MalformedOrigin => {
-                    if let Some(suppressed) = node.peer_logs.site(from, &node.counters) {
+                    if let Some(suppressed) = node.peer_logs.site(
+                        from,
+                        crate::peer_logs::LogKind::Unhandled,
+                        &node.counters,
+                    ) {
                         tracing::warn!(type_id, suppressed, "{reason}");
                     }
                 }
@@ -329,7 +333,10 @@ fn forward_origin(
         Err(refused) => {
             count_refused(node);
             let reason = format!("forwarded request naming origin {}: {refused}", d.id);
-            if let Some(suppressed) = node.peer_logs.site(via, &node.counters) {
+            if let Some(suppressed) =
+                node.peer_logs
+                    .site(via, crate::peer_logs::LogKind::Unhandled, &node.counters)
+            {
                 tracing::warn!(type_id, suppressed, "{reason}");
             }
             call_unhandled(node, via, type_id, reason, header.clone(), body.clone());
@@ -356,7 +363,10 @@ pub(crate) fn handler_outcome<T>(
         Ok(Ok(v)) => Ok(v),
         Ok(Err(reason)) => {
             count_refused(node);
-            if let Some(suppressed) = node.peer_logs.site(from, &node.counters) {
+            if let Some(suppressed) =
+                node.peer_logs
+                    .site(from, crate::peer_logs::LogKind::Unhandled, &node.counters)
+            {
                 tracing::warn!(type_id, %reason, suppressed, "{what}: message not handled");
             }
             call_unhandled(
@@ -371,7 +381,14 @@ pub(crate) fn handler_outcome<T>(
         }
         Err(_) => {
             Counters::add(&node.counters.handler_panics, 1);
-            tracing::error!(type_id, "{what} panicked; the message counts as delivered");
+            let kind = crate::peer_logs::LogKind::HandlerPanicked;
+            if let Some(suppressed) = node.peer_logs.site(from, kind, &node.counters) {
+                tracing::error!(
+                    type_id,
+                    suppressed,
+                    "{what} panicked; the message counts as delivered"
+                );
+            }
             Err(format!("{what} for type {type_id:#x} panicked"))
         }
     }

@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use sitenet_protocols::admission::{Admission, AdmissionConfig, Dropped, Source};
-use sitenet_protocols::log_limit::{LogLimit, LogVerdict};
 use sitenet_transport::{Channel, Listener, MemLanes};
 use tokio::sync::{oneshot, Notify};
 
 use super::{FaultReport, NodeInner, PeerRefusal};
 use crate::channel_io::{accept_until_negotiate, flush_and_close, OpenFailure, Tls};
 use crate::metrics::Counters;
+use crate::peer_logs::LogKind;
 use sitenet_protocols::OpenError;
 
 /// Completes once the stop signal is set (at once if it already is).
@@ -135,18 +135,15 @@ impl NodeInner {
         let counters = &self.counters;
         // Out of descriptors, every try fails for as long as it lasts: a
         // few lines per window, the rest counted (as a peer's bad input).
-        let logs = &Mutex::new(LogLimit::default());
+        let logs = &self.peer_logs;
         self.serve_accepts(|| async move {
             loop {
                 match l.accept_tuned(tuning).await {
                     Ok(ch) => return Some((ch, l.is_tls())),
                     Err(e) => {
                         Counters::add(&counters.accept_errors, 1);
-                        match logs.lock().check(Instant::now()) {
-                            LogVerdict::Log { suppressed } => {
-                                tracing::warn!(error = %e, suppressed, "accept failed");
-                            }
-                            LogVerdict::Suppress => Counters::add(&counters.logs_suppressed, 1),
+                        if let Some(suppressed) = logs.node(LogKind::AcceptFailed, counters) {
+                            tracing::warn!(error = %e, suppressed, "accept failed");
                         }
                         // e.g. out of file descriptors: back off a little.
                         actix_rt::time::sleep(Duration::from_millis(10)).await;
@@ -247,7 +244,12 @@ impl NodeInner {
                 Some(id) => match id.server_session() {
                     Ok(s) => Some(s),
                     Err(e) => {
-                        tracing::error!(error = %e, "cannot start TLS on an accepted channel");
+                        if let Some(suppressed) =
+                            self.peer_logs
+                                .address(ip, LogKind::TlsStart, &self.counters)
+                        {
+                            tracing::error!(error = %e, suppressed, "cannot start TLS on an accepted channel");
+                        }
                         self.handshakes.finish(ticket, &self.counters);
                         return;
                     }
@@ -291,16 +293,22 @@ impl NodeInner {
                     // TLS) before anything was allocated for it. Its
                     // refusal (in the output ring, or TLS's alert) is
                     // written, then the channel closed; logged through the
-                    // source's limit.
+                    // source's limit, at WARN: what `sitenet node` shows by
+                    // default, so an operator sees who is turned away.
                     Counters::add(&self.counters.auth_refused, 1);
-                    if let Some(suppressed) = self.peer_logs.address(ip, &self.counters) {
-                        tracing::info!(%peer, reason = %why, suppressed, "authentication failed: connection refused");
+                    if let Some(suppressed) =
+                        self.peer_logs.address(ip, LogKind::Refused, &self.counters)
+                    {
+                        tracing::warn!(%peer, reason = %why, suppressed, "not a member: connection refused");
                     }
                     self.peer_refused(&peer, PeerRefusal::Handshake(why));
                     flush_and_close(trans, self.cfg.handshake_timeout).await;
                 }
                 Err((ch, e)) => {
-                    if let Some(suppressed) = self.peer_logs.address(ip, &self.counters) {
+                    if let Some(suppressed) =
+                        self.peer_logs
+                            .address(ip, LogKind::HandshakeFailed, &self.counters)
+                    {
                         tracing::info!(%peer, error = %e, suppressed, "accepted channel closed during the handshake");
                     }
                     if let OpenFailure::Open(why) = &e {

@@ -295,6 +295,15 @@ impl NodeBuilder {
         });
         inner.start_request_timer();
         inner.start_parked_timer();
+        // The summaries of the log lines peers caused that the limits
+        // dropped, when no line comes to carry them.
+        let mut stop = inner.stop_listeners.subscribe();
+        inner.rt.spawn(
+            inner
+                .peer_logs
+                .clone()
+                .summaries(async move { super::accept::stopped(&mut stop).await }),
+        );
         Ok(Bound { inner, bound, rt })
     }
 }

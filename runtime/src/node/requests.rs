@@ -186,7 +186,11 @@ impl NodeInner {
             Reply::Complete(w) => w,
             Reply::FromAnotherSite => {
                 Counters::add(&self.counters.replies_discarded, 1);
-                if let Some(suppressed) = self.peer_logs.site(from, &self.counters) {
+                if let Some(suppressed) = self.peer_logs.site(
+                    from,
+                    crate::peer_logs::LogKind::MisdirectedReply,
+                    &self.counters,
+                ) {
                     tracing::warn!(corr = m.prelude.corr, site = ?from.id.get(), suppressed, "reply from a site the request was not sent to; discarded");
                 }
                 return;
