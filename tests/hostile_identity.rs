@@ -116,7 +116,7 @@ async fn regression_a_claim_on_a_site_that_left_is_answered_with_a_refusal() {
     let server = hello_server(|_| {});
     let client = Node::builder().start().unwrap();
     let id = client.id();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     assert_eq!(hello(&site, 1).await, 1);
     let parks = server.metrics().parks;
     drop(site);
@@ -147,7 +147,7 @@ async fn regression_throwaway_pairs_cannot_flush_a_confirmed_sites_secret() {
     };
     let server = hello_server(fast);
     let client = Node::builder().configure(fast).start().unwrap();
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     assert_eq!(hello(&site, 1).await, 1);
     // The client goes idle: both sides forget each other and keep the
     // pair's secret.
@@ -196,7 +196,7 @@ async fn regression_throwaway_pairs_cannot_flush_a_confirmed_sites_secret() {
         "a stranger's claim on a confirmed site's id got {answer:?}"
     );
     // The client, back, proves the pair and is served.
-    let site = client.site(&addr(&server)).unwrap();
+    let site = client.site(addr(&server)).unwrap();
     assert_eq!(hello(&site, 2).await, 2);
 }
 

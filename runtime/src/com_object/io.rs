@@ -434,7 +434,7 @@ impl ComObject {
         }
         // The pair's secret is charged to the address this channel comes
         // from, should the node keep it after forgetting the site.
-        let ip = crate::channel_io::peer_ip(&t.peer());
+        let ip = crate::channel_io::peer_ip(t.peer());
         self.com
             .channel_from(sitenet_protocols::admission::Source::of(ip));
         // A new channel: the next account reports its state.
