@@ -41,6 +41,7 @@ impl Sim {
                 ticket,
                 position,
                 replaced,
+                evicted,
             } => {
                 let site = neg.site;
                 self.counts.line_waits += 1;
@@ -48,6 +49,14 @@ impl Sim {
                 if let Some((oc, oe)) = replaced.and_then(|t| self.nodes[m].line.remove(&t)) {
                     // The same site's older connection, which it gave up.
                     self.close_end(oc, oe, Seg::Fin);
+                }
+                if let Some((oc, oe)) = evicted.and_then(|t| self.nodes[m].line.remove(&t)) {
+                    // Another source's place, dropped to make room.
+                    let other = self.in_line_site(oc, oe);
+                    self.close_end(oc, oe, Seg::Fin);
+                    if let Some(other) = other {
+                        self.peer_in_line(m, other, false);
+                    }
                 }
                 let hold = self.nodes[m].slots.config().line_hold;
                 let wait = Wait {

@@ -31,11 +31,19 @@
 //! longer than that for others to cut ahead. Under `Share` the least
 //! served of a lighter lane may also go first (`lanes.rs`: holders spread
 //! over the threads), within the same bound.
+//!
+//! **Sources.** Each entry is charged to the source address of its
+//! connection (`sources.rs`): under either policy the entries of sources
+//! within their share of the slots go before those of a source past it,
+//! and a full line makes room for a newcomer from another source by
+//! dropping the newest entry of the source holding the most places, if
+//! that is more than its share of the line.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use super::lanes::LaneLoad;
+use crate::admission::Source;
 use crate::site::SiteId;
 
 #[derive(Debug, Clone, Copy)]
@@ -46,6 +54,8 @@ struct Entry {
     key: u64,
     /// The thread its channel will run on, if known (`lanes.rs`).
     lane: Option<u32>,
+    /// Who it is charged to (`sources.rs`).
+    source: Source,
 }
 
 /// See the module documentation.
@@ -62,6 +72,8 @@ pub(super) struct Line {
     by_lane: BTreeSet<(u32, u64, u64)>,
     /// The key of the last entry let in: newcomers queue at it or above.
     floor: u64,
+    /// Each source's entries, oldest first.
+    by_source: HashMap<Source, BTreeSet<u64>>,
 }
 
 impl Line {
@@ -78,13 +90,34 @@ impl Line {
         self.by_peer.get(&peer).copied()
     }
 
-    /// Puts `peer`, served `served` so far, its channel on `lane`, in line
-    /// with `ticket` (larger than every ticket given before). The caller
-    /// removed its older entry first.
+    /// Places held by `source`.
+    pub(super) fn places(&self, source: Source) -> usize {
+        self.by_source.get(&source).map_or(0, BTreeSet::len)
+    }
+
+    /// The sources holding places.
+    pub(super) fn sources(&self) -> impl Iterator<Item = Source> + '_ {
+        self.by_source.keys().copied()
+    }
+
+    /// The source with an address, other than `except`, holding the most
+    /// places (among equals, the one whose newest entry is newest), with
+    /// its count and its newest entry.
+    pub(super) fn heaviest_except(&self, except: Source) -> Option<(Source, usize, u64)> {
+        self.by_source
+            .iter()
+            .filter(|(s, _)| s.has_address() && **s != except)
+            .filter_map(|(s, t)| Some((*s, t.len(), *t.last()?)))
+            .max_by_key(|&(_, n, newest)| (n, newest))
+    }
+
+    /// Puts `peer`, served `served` so far, its channel on `lane`, charged
+    /// to `source`, in line with `ticket` (larger than every ticket given
+    /// before). The caller removed its older entry first.
     pub(super) fn push(
         &mut self,
         ticket: u64,
-        peer: SiteId,
+        (peer, source): (SiteId, Source),
         now: Instant,
         served: u64,
         lane: Option<u32>,
@@ -102,8 +135,10 @@ impl Line {
                 since: now,
                 key,
                 lane,
+                source,
             },
         );
+        self.by_source.entry(source).or_default().insert(ticket);
         self.by_peer.insert(peer, ticket);
         self.by_service.insert((key, ticket));
         if let Some(l) = lane {
@@ -116,27 +151,42 @@ impl Line {
         self.entries.first_key_value().map(|(t, _)| *t)
     }
 
-    /// Who is let in next: the head if `least_served` is false or the head
-    /// has waited `max_wait` at `now`; else the least served, unless a
-    /// lane with fewer working holders (`load`) than that one's has peers
-    /// in line: then the least served of the least loaded such lane.
+    /// Who is let in next, among the entries whose source `within` its
+    /// share of the slots if there are any, else among all: the first to
+    /// come if `least_served` is false; else the head if it has waited
+    /// `max_wait` at `now`; else the least served, unless a lane with
+    /// fewer working holders (`load`) than that one's has peers in line:
+    /// then the least served of the least loaded such lane.
     pub(super) fn next(
         &self,
         least_served: bool,
         now: Instant,
         max_wait: Duration,
         load: &LaneLoad,
+        within: impl Fn(Source) -> bool,
     ) -> Option<u64> {
+        let ok = |t: &u64| self.entries.get(t).is_some_and(|e| within(e.source));
         let (&head, e) = self.entries.first_key_value()?;
-        if !least_served || now.saturating_duration_since(e.since) >= max_wait {
+        if !least_served {
+            return self.entries.keys().copied().find(|t| ok(t)).or(Some(head));
+        }
+        if now.saturating_duration_since(e.since) >= max_wait {
             return Some(head);
         }
-        let &(_, least) = self.by_service.first()?;
+        let least = self
+            .by_service
+            .iter()
+            .map(|&(_, t)| t)
+            .find(ok)
+            .or_else(|| self.by_service.first().map(|&(_, t)| t))?;
         let Some(lane) = self.entries.get(&least).and_then(|e| e.lane) else {
             return Some(least);
         };
+        let preferred = ok(&least);
         match load.lighter(lane, self.lanes()) {
-            Some(l) => self.least_served_on(l).or(Some(least)),
+            Some(l) => self
+                .least_served_on(l, |t| !preferred || ok(t))
+                .or(Some(least)),
             None => Some(least),
         }
     }
@@ -151,12 +201,12 @@ impl Line {
         })
     }
 
-    /// The least served entry of `lane`.
-    fn least_served_on(&self, lane: u32) -> Option<u64> {
+    /// The least served entry of `lane` that passes `ok`.
+    fn least_served_on(&self, lane: u32, ok: impl Fn(&u64) -> bool) -> Option<u64> {
         self.by_lane
             .range((lane, 0, 0)..=(lane, u64::MAX, u64::MAX))
-            .next()
             .map(|&(_, _, t)| t)
+            .find(ok)
     }
 
     /// Since when `ticket` waits, if it is in line.
@@ -166,13 +216,13 @@ impl Line {
     }
 
     /// Lets `ticket` in: it leaves the line and raises the floor to its
-    /// key. Returns the lane of its channel (`None` if not known), or
-    /// `None` if it was not in line.
-    pub(super) fn take(&mut self, ticket: u64) -> Option<Option<u32>> {
+    /// key. Returns the lane of its channel (`None` if not known) and its
+    /// source, or `None` if it was not in line.
+    pub(super) fn take(&mut self, ticket: u64) -> Option<(Option<u32>, Source)> {
         let e = self.entries.remove(&ticket)?;
         self.forget(ticket, &e);
         self.floor = self.floor.max(e.key);
-        Some(e.lane)
+        Some((e.lane, e.source))
     }
 
     /// Removes `ticket` (it left before its turn); false if it was not in
@@ -187,6 +237,12 @@ impl Line {
 
     /// Drops the indexes of `ticket`, already out of `entries`.
     fn forget(&mut self, ticket: u64, e: &Entry) {
+        if let Some(set) = self.by_source.get_mut(&e.source) {
+            set.remove(&ticket);
+            if set.is_empty() {
+                self.by_source.remove(&e.source);
+            }
+        }
         self.by_peer.remove(&e.peer);
         self.by_service.remove(&(e.key, ticket));
         if let Some(l) = e.lane {

@@ -63,6 +63,7 @@ fn wait(t: &mut SlotTable, now: Instant, peer: u128) -> (u64, usize, Option<u64>
             ticket,
             position,
             replaced,
+            evicted: None,
         } => (ticket, position, replaced),
         other => panic!("expected a place in line, got {other:?}"),
     }
@@ -331,7 +332,9 @@ proptest! {
                         prop_assert!(holders.len() < hard && line.is_empty());
                         holders.push(h);
                     }
-                    Accepted::Wait { ticket, position, replaced } => {
+                    Accepted::Wait { ticket, position, replaced, evicted } => {
+                        // No source is charged: nobody is evicted.
+                        prop_assert_eq!(evicted, None);
                         prop_assert_eq!(holders.len(), hard);
                         let had = line.iter().position(|e| e.1 == peer);
                         prop_assert_eq!(replaced, had.map(|i| line[i].0));

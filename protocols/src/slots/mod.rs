@@ -27,6 +27,14 @@
 //!   both wait: a site whose channel was just preempted and that asks
 //!   again queues behind the sites that waited, instead of taking its slot
 //!   straight back.
+//! * **Sources** (`sources.rs`). An accepted channel and a place in line
+//!   are charged to the source address of the connection
+//!   ([`accept_or_wait_from`](SlotTable::accept_or_wait_from)), since a
+//!   peer chooses its site id freely: while another source wants slots, a
+//!   source past its [`fair_share`] is served after the others, gives its
+//!   slots back first, and loses its newest place in a full line to a
+//!   newcomer from elsewhere. One source alone may still use every slot
+//!   and every place.
 //! * **Preemption.** While the slots in use exceed the weak limit (or reach
 //!   it with sites waiting), the [`Timer::Preemption`] tick asks the
 //!   [`PreemptionPolicy`] for one victim per tick; the driver closes that
@@ -53,16 +61,18 @@ mod config;
 mod lanes;
 mod line;
 mod policy;
+mod sources;
 mod turns;
 mod work;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 pub use config::{SlotConfig, SlotConfigError, DEFAULT_LINE, MAX_DERIVED_HARD, RESERVED_FDS};
 pub use policy::{
     by_name, Candidate, ChannelReport, DefaultPolicy, Naive, PreemptReason, PreemptionPolicy,
 };
+pub use sources::{fair_share, Source};
 pub use turns::Admission;
 
 use crate::site::SiteId;
@@ -95,6 +105,10 @@ pub enum Accepted {
         /// The same site's older entry, which this one replaced: close
         /// that connection.
         replaced: Option<u64>,
+        /// The entry dropped to make room for this one, of the source
+        /// holding more than its share of the line (`sources.rs`): close
+        /// that connection.
+        evicted: Option<u64>,
     },
     /// No slot and no room in line (or the peer cannot wait): close it.
     Refused,
@@ -136,6 +150,9 @@ pub struct SlotStats {
     pub line_left: u64,
     /// Most peers in line at once.
     pub peak_line: usize,
+    /// Entries dropped from a full line to make room for a newcomer from
+    /// another source, their source holding more than its share.
+    pub line_evicted: u64,
 }
 
 impl SlotStats {
@@ -153,6 +170,8 @@ struct Held {
     served_from: Option<u64>,
     /// The thread its channel runs on, if known (`lanes.rs`).
     lane: Option<u32>,
+    /// Who it is charged to (`sources.rs`).
+    source: Source,
 }
 
 /// See the module documentation.
@@ -218,6 +237,8 @@ pub struct SlotTable {
     yielding: BTreeSet<u64>,
     /// Working holders (not giving way) per lane (`lanes.rs`).
     load: lanes::LaneLoad,
+    /// Holders per source (`sources.rs`).
+    held_by: HashMap<Source, usize>,
     next_id: u64,
     timers: TimerTable,
     stats: SlotStats,
@@ -235,6 +256,7 @@ impl SlotTable {
             preempting: BTreeSet::new(),
             yielding: BTreeSet::new(),
             load: lanes::LaneLoad::default(),
+            held_by: HashMap::new(),
             next_id: 1,
             timers: TimerTable::default(),
             stats: SlotStats::default(),
@@ -294,7 +316,7 @@ impl SlotTable {
         self.next_id - 1
     }
 
-    fn grant(&mut self, now: Instant, lane: Option<u32>) -> u64 {
+    fn grant(&mut self, now: Instant, lane: Option<u32>, source: Source) -> u64 {
         let h = self.id();
         self.holders.insert(
             h,
@@ -302,12 +324,41 @@ impl SlotTable {
                 granted_at: now,
                 served_from: None,
                 lane,
+                source,
             },
         );
+        *self.held_by.entry(source).or_default() += 1;
         self.load.add(lane);
         self.stats.granted += 1;
         self.stats.peak_in_use = self.stats.peak_in_use.max(self.holders.len());
         h
+    }
+
+    /// Slots held by channels charged to `source`.
+    pub fn held_by(&self, source: Source) -> usize {
+        self.held_by.get(&source).copied().unwrap_or(0)
+    }
+
+    /// Places in line held by `source`.
+    pub fn in_line_from(&self, source: Source) -> usize {
+        self.line.places(source)
+    }
+
+    /// The sources that hold a slot or a place in line, `also` among them.
+    fn wanting(&self, also: Option<Source>) -> usize {
+        let extra = also.filter(|s| !self.held_by.contains_key(s) && self.line.places(*s) == 0);
+        let waiting_only = self
+            .line
+            .sources()
+            .filter(|s| !self.held_by.contains_key(s))
+            .count();
+        self.held_by.len() + waiting_only + usize::from(extra.is_some())
+    }
+
+    /// True if `source` holds more than its [`fair_share`] of the slots
+    /// (a source with no address never does).
+    fn past_share(&self, source: Source, share: usize) -> bool {
+        source.has_address() && self.held_by(source) > share
     }
 
     /// A ComObject wants a slot to connect.
@@ -321,7 +372,8 @@ impl SlotTable {
     /// lane counts once it holds the slot.
     pub fn request_on(&mut self, now: Instant, lane: Option<u32>) -> Grant {
         if self.waiting.is_empty() && self.in_use() < self.cfg.weak {
-            return Grant::Now(self.grant(now, lane));
+            // Our own initiative: charged to no remote source.
+            return Grant::Now(self.grant(now, lane, Source::of(None)));
         }
         let w = self.id();
         self.waiting.push_back((w, lane));
@@ -366,6 +418,8 @@ impl SlotTable {
     /// on `lane` (the thread its owner runs on, `None` if not known):
     /// under [`Admission::Share`] a slot freed goes to a peer of a lane
     /// with fewer working holders first (see [`release`](Self::release)).
+    /// Charged to no source address: see
+    /// [`accept_or_wait_from`](Self::accept_or_wait_from).
     pub fn accept_or_wait_on(
         &mut self,
         now: Instant,
@@ -373,11 +427,28 @@ impl SlotTable {
         served: u64,
         lane: Option<u32>,
     ) -> Accepted {
+        self.accept_or_wait_from(now, peer, served, lane, Source::of(None))
+    }
+
+    /// [`accept_or_wait_on`](Self::accept_or_wait_on) for a channel
+    /// accepted from `source`, which its slot or its place is charged to
+    /// (`sources.rs`): a full line makes room for it by dropping the
+    /// newest entry of the source holding the most places, if that is
+    /// more than its [`fair_share`] of the line and more than `source`
+    /// ([`Accepted::Wait::evicted`](Accepted::Wait)).
+    pub fn accept_or_wait_from(
+        &mut self,
+        now: Instant,
+        peer: Option<SiteId>,
+        served: u64,
+        lane: Option<u32>,
+        source: Source,
+    ) -> Accepted {
         if self.in_use() < self.cfg.hard {
             // Nobody waits in line while a slot is free: a release serves
             // the line at once.
             debug_assert!(self.line.is_empty());
-            let h = self.grant(now, lane);
+            let h = self.grant(now, lane, source);
             self.arm(now);
             return Accepted::Slot(h);
         }
@@ -386,16 +457,22 @@ impl SlotTable {
             return Accepted::Refused;
         };
         let replaced = self.line.of(peer);
+        let mut evicted = None;
         if replaced.is_none() && self.line.len() >= self.cfg.line {
-            self.stats.accepts_refused += 1;
-            return Accepted::Refused;
+            evicted = self.line_room_for(source);
+            let Some(victim) = evicted else {
+                self.stats.accepts_refused += 1;
+                return Accepted::Refused;
+            };
+            self.line.remove(victim);
+            self.stats.line_evicted += 1;
         }
         if let Some(old) = replaced {
             self.line.remove(old);
             self.stats.line_left += 1;
         }
         let ticket = self.id();
-        self.line.push(ticket, peer, now, served, lane);
+        self.line.push(ticket, (peer, source), now, served, lane);
         self.stats.line_waits += 1;
         self.stats.peak_line = self.stats.peak_line.max(self.line.len());
         self.arm(now);
@@ -403,7 +480,21 @@ impl SlotTable {
             ticket,
             position: self.line.len(),
             replaced,
+            evicted,
         }
+    }
+
+    /// The entry a full line drops for a newcomer from `source`: the
+    /// newest of the other source with an address holding the most
+    /// places, if it holds more than its share of the line and more than
+    /// `source` does (else the newcomer would only take its turn to be
+    /// the heaviest).
+    fn line_room_for(&self, source: Source) -> Option<u64> {
+        let (_, places, newest) = self.line.heaviest_except(source)?;
+        let own = self.line.places(source);
+        let wanting = self.line.sources().count() + usize::from(own == 0);
+        let share = fair_share(self.cfg.line, wanting);
+        (places > share && places > own).then_some(newest)
     }
 
     /// A peer left the line before its turn (it closed its connection, or
@@ -430,6 +521,12 @@ impl SlotTable {
     /// first. Returned as (its ticket, its new holder id).
     pub fn release(&mut self, holder: u64, now: Instant) -> Option<(u64, u64)> {
         let held = self.holders.remove(&holder)?;
+        if let Some(n) = self.held_by.get_mut(&held.source) {
+            *n -= 1;
+            if *n == 0 {
+                self.held_by.remove(&held.source);
+            }
+        }
         if !self.preempting.remove(&holder) {
             self.load.sub(held.lane);
         }
@@ -441,20 +538,31 @@ impl SlotTable {
             // waiting here: given to another attempt of ours, it would
             // likely wait in a line too, and when every node's slots wait
             // in others' lines, only letting a peer in moves anything.
-            (Some(c), Some(a)) if c < a && !yielded => self.waiting.pop_front(),
-            (Some(_), None) if self.in_use() < self.cfg.weak => self.waiting.pop_front(),
+            (Some(c), Some(a)) if c < a && !yielded => self.pop_waiting(),
+            (Some(_), None) if self.in_use() < self.cfg.weak => self.pop_waiting(),
             (_, Some(_)) => {
-                let share = self.cfg.admission == Admission::Share;
-                let next = self.line.next(share, now, self.cfg.max_wait, &self.load);
+                let least_served = self.cfg.admission == Admission::Share;
+                let share = fair_share(self.cfg.hard, self.wanting(None));
+                let within = |s| !self.past_share(s, share);
+                let next = self
+                    .line
+                    .next(least_served, now, self.cfg.max_wait, &self.load, within);
                 let t = next.and_then(|t| Some((t, self.line.take(t)?)));
                 self.stats.grants += u64::from(t.is_some());
                 t
             }
             _ => None,
         };
-        let granted = served.map(|(w, lane)| (w, self.grant(now, lane)));
+        let granted = served.map(|(w, (lane, source))| (w, self.grant(now, lane, source)));
         self.arm(now);
         granted
+    }
+
+    /// The first site waiting to connect, with its lane; its slot is
+    /// charged to no remote source (our own initiative).
+    fn pop_waiting(&mut self) -> Option<(u64, (Option<u32>, Source))> {
+        let (w, lane) = self.waiting.pop_front()?;
+        Some((w, (lane, Source::of(None))))
     }
 
     /// [`Admission::Share`]'s turn now: [`SlotConfig::turn`], shortened so
@@ -520,6 +628,34 @@ impl SlotTable {
         }
     }
 
+    /// The tick's victims among `candidates`: under [`Admission::Share`]
+    /// with peers in line, the turns over ([`turns::share`]); otherwise the
+    /// policy's victim if it is idle, else our longest wait in a peer's
+    /// line, else the policy's victim at work.
+    fn victims(&self, now: Instant, candidates: &[Candidate]) -> Vec<(u64, PreemptReason)> {
+        let line_yield = self.cfg.line_yield;
+        match self.turns_wanted() {
+            Some(want) => {
+                let turn = (self.turn_now(), self.cfg.turn_idle, self.turn_work_now());
+                turns::share(now, candidates, want, turn, line_yield)
+            }
+            None => match self.policy.choose(now, candidates) {
+                Some(v)
+                    if candidates
+                        .iter()
+                        .any(|c| c.holder == v.0 && c.channel.is_idle()) =>
+                {
+                    vec![v]
+                }
+                busy => turns::line_waiters(now, candidates, line_yield)
+                    .next()
+                    .or(busy)
+                    .into_iter()
+                    .collect(),
+            },
+        }
+    }
+
     /// The tick: line entries past their hold time leave it
     /// ([`Tick::expired`]); then, if slots are still short, victims among
     /// the holders whose channel `describe` reports (a holder it returns
@@ -549,29 +685,25 @@ impl SlotTable {
             return tick;
         }
         let candidates = self.candidates(&mut describe);
-        let line_yield = self.cfg.line_yield;
-        tick.victims = match self.turns_wanted() {
-            Some(want) => {
-                let turn = (self.turn_now(), self.cfg.turn_idle, self.turn_work_now());
-                turns::share(now, &candidates, want, turn, line_yield)
-            }
-            // The policy's victim if it is idle; else our longest wait in
-            // a peer's line; else the policy's victim at work.
-            None => match self.policy.choose(now, &candidates) {
-                Some(v)
-                    if candidates
-                        .iter()
-                        .any(|c| c.holder == v.0 && c.channel.is_idle()) =>
-                {
-                    vec![v]
-                }
-                busy => turns::line_waiters(now, &candidates, line_yield)
-                    .next()
-                    .or(busy)
-                    .into_iter()
-                    .collect(),
-            },
+        // The holders of sources past their share give way first, if any
+        // of them can (`sources.rs`).
+        let share = fair_share(self.cfg.hard, self.wanting(None));
+        let heavy: Vec<Candidate> = candidates
+            .iter()
+            .filter(|c| {
+                self.holders
+                    .get(&c.holder)
+                    .is_some_and(|h| self.past_share(h.source, share))
+            })
+            .copied()
+            .collect();
+        tick.victims = match heavy.is_empty() {
+            true => Vec::new(),
+            false => self.victims(now, &heavy),
         };
+        if tick.victims.is_empty() {
+            tick.victims = self.victims(now, &candidates);
+        }
         self.preempt(&tick.victims);
         self.timers
             .set(Timer::Preemption, now + self.cfg.preempt_interval);
@@ -586,6 +718,8 @@ mod lanes_tests;
 mod line_tests;
 #[cfg(test)]
 mod share_tests;
+#[cfg(test)]
+mod sources_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sitenet_protocols::handshake::{write_wait, Wait};
+use sitenet_protocols::slots::Source;
 use sitenet_protocols::Capabilities;
 use sitenet_transport::{AcceptOrWait, Lane, LineEnd, LineTicket, SlotLease};
 use tokio::sync::oneshot;
@@ -74,7 +75,9 @@ impl NodeInner {
     /// place in line for a peer that can wait (the `line` capability); or,
     /// the line full (or the peer unable to wait), the connection is
     /// closed at once, not left hanging: the peer retries after its
-    /// backoff.
+    /// backoff. The slot or place is charged to the peer's source address
+    /// (`peer`'s IP; an IPv6 /64), so one address cannot keep others out
+    /// by presenting fresh site ids (`sitenet_protocols::slots`).
     pub(super) async fn adopt_or_wait(
         self: Arc<Self>,
         mut trans: TransObject,
@@ -89,10 +92,12 @@ impl NodeInner {
             .and_then(|e| ComObject::site_stats(e))
             .map_or(0, |s| s.served());
         let lane = self.lane_of(&trans, known.as_deref());
+        // Charged to the peer's address, not to the site id it chose.
+        let source = Source::of(crate::channel_io::peer_ip(&peer));
         let (tx, turn) = oneshot::channel();
         match self
             .slots
-            .accept_or_wait_on(can_wait, served, lane, move |t| {
+            .accept_or_wait_from(can_wait, served, lane, source, move |t| {
                 let _ = tx.send(t);
             }) {
             AcceptOrWait::Slot(lease) => {

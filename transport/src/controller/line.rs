@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use sitenet_protocols::slots::{Accepted, Admission};
+use sitenet_protocols::slots::{Accepted, Admission, Source};
 use sitenet_protocols::SiteId;
 
 use super::{Holder, Lane, SlotLease, TransController};
@@ -23,6 +23,11 @@ pub enum LineEnd {
     /// this one up): close it.
     #[error("replaced by a newer connection of the same site")]
     Replaced,
+    /// The line was full and its source held more than its share of it:
+    /// its place went to a newcomer from another source (close it; the
+    /// peer retries after its backoff).
+    #[error("its source held more than its share of the line: the place went to another source")]
+    Evicted,
 }
 
 /// Called once when a place in line ends: with the slot (the peer's turn)
@@ -135,43 +140,91 @@ impl TransController {
         lane: Option<Lane>,
         on_turn: impl FnOnce(Result<SlotLease, LineEnd>) + Send + 'static,
     ) -> AcceptOrWait {
+        self.accept_or_wait_from(site, served, lane, Source::of(None), on_turn)
+    }
+
+    /// [`accept_or_wait_on`](Self::accept_or_wait_on) for a channel
+    /// accepted from `source` (its peer's address: an IPv4 address or an
+    /// IPv6 /64), which its slot or place is charged to: while another
+    /// source wants slots, one past its fair share is served after the
+    /// others, gives its slots back first, and loses its newest place in a
+    /// full line to a newcomer from elsewhere ([`LineEnd::Evicted`]); see
+    /// `sitenet_protocols::slots`' `sources.rs`. A channel our own node
+    /// opened is charged to no remote source.
+    ///
+    /// ```
+    /// use sitenet_protocols::{slots::{DefaultPolicy, SlotConfig, Source}, SiteId};
+    /// use sitenet_transport::controller::{AcceptOrWait, LineEnd, TransController};
+    ///
+    /// let mut cfg = SlotConfig::new(1, 2)?;
+    /// cfg.line = 2;
+    /// let ctrl = TransController::new(cfg, Box::new(DefaultPolicy::default()));
+    /// let hog = Source::of(Some("192.0.2.1".parse()?));
+    /// let other = Source::of(Some("192.0.2.2".parse()?));
+    /// // One source takes both slots and both places: nobody else wants them.
+    /// let _a = ctrl.accept_or_wait_from(None, 0, None, hog, |_| {});
+    /// let _b = ctrl.accept_or_wait_from(None, 0, None, hog, |_| {});
+    /// ctrl.accept_or_wait_from(Some(SiteId(1)), 0, None, hog, |_| {});
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// ctrl.accept_or_wait_from(Some(SiteId(2)), 0, None, hog, move |t| {
+    ///     tx.send(t.err()).unwrap()
+    /// });
+    /// // Another source finds the line full: the hog's newest place is its.
+    /// let w = ctrl.accept_or_wait_from(Some(SiteId(3)), 0, None, other, |_| {});
+    /// assert!(matches!(w, AcceptOrWait::Wait { position: 2, .. }));
+    /// assert_eq!(rx.recv()?, Some(LineEnd::Evicted));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn accept_or_wait_from(
+        &self,
+        site: Option<SiteId>,
+        served: u64,
+        lane: Option<Lane>,
+        source: Source,
+        on_turn: impl FnOnce(Result<SlotLease, LineEnd>) + Send + 'static,
+    ) -> AcceptOrWait {
         let mut st = self.inner.state.lock();
         let hold = st.table.config().line_hold;
         let lane = lane.map(|l| l.0);
-        let (r, replaced) = match st
-            .table
-            .accept_or_wait_on(Instant::now(), site, served, lane)
-        {
-            Accepted::Slot(h) => {
-                st.holders.insert(
-                    h,
-                    Holder {
-                        info: None,
-                        preempt: None,
-                    },
-                );
-                (AcceptOrWait::Slot(self.lease(h)), None)
-            }
-            Accepted::Wait {
-                ticket,
-                position,
-                replaced,
-            } => {
-                st.line.insert(ticket, Box::new(on_turn));
-                let old = replaced.and_then(|t| st.line.remove(&t));
-                let w = AcceptOrWait::Wait {
-                    ticket: LineTicket(ticket),
+        let (r, ended) =
+            match st
+                .table
+                .accept_or_wait_from(Instant::now(), site, served, lane, source)
+            {
+                Accepted::Slot(h) => {
+                    st.holders.insert(
+                        h,
+                        Holder {
+                            info: None,
+                            preempt: None,
+                        },
+                    );
+                    (AcceptOrWait::Slot(self.lease(h)), Vec::new())
+                }
+                Accepted::Wait {
+                    ticket,
                     position,
-                    hold,
-                };
-                (w, old)
-            }
-            Accepted::Refused => (AcceptOrWait::Refused, None),
-        };
+                    replaced,
+                    evicted,
+                } => {
+                    st.line.insert(ticket, Box::new(on_turn));
+                    let ended = [(replaced, LineEnd::Replaced), (evicted, LineEnd::Evicted)]
+                        .into_iter()
+                        .filter_map(|(t, why)| Some((st.line.remove(&t?)?, why)))
+                        .collect();
+                    let w = AcceptOrWait::Wait {
+                        ticket: LineTicket(ticket),
+                        position,
+                        hold,
+                    };
+                    (w, ended)
+                }
+                Accepted::Refused => (AcceptOrWait::Refused, Vec::new()),
+            };
         drop(st);
         self.inner.tick.notify_one();
-        if let Some(f) = replaced {
-            f(Err(LineEnd::Replaced));
+        for (f, why) in ended {
+            f(Err(why));
         }
         r
     }
