@@ -195,11 +195,16 @@ pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level
         assert_eq!(r.msg.seq, seq);
     }
     // N + 1 forwards and the client's 20 echoes, each counted as delivered
-    // before it is handled: the last one's part is awaited too.
+    // before it is handled; every forward either refused (the peer held
+    // its bound of claims) or made a claim whose origin was then not
+    // reached (a permanent failure): the last one's part is awaited too.
+    // Claims end as their origins fail, so over the run the forwarder may
+    // make more than 16, never more than 16 at once.
     assert!(
         eventually(|| {
             let m = server.metrics();
-            m.messages_delivered >= delivered_before + N + 1 + 20 && m.unhandled > N - 16
+            m.messages_delivered >= delivered_before + N + 1 + 20
+                && m.claims_refused + m.perm_failures >= N
         })
         .await,
         "{:?}",
@@ -210,9 +215,8 @@ pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level
     let grown = proc_status_bytes("VmRSS").saturating_sub(rss_before);
     assert!(sites <= 2 + 16, "{sites} site entries after {N} forwards");
     let m = server.metrics();
-    assert!(m.claims_refused >= N - 16, "{m:?}");
     assert!(
-        m.unhandled > N - 16,
+        m.unhandled > m.claims_refused,
         "refused and handler-less forwards: {m:?}"
     );
     // Everything the forwards made goes once the forwarder has gone.
