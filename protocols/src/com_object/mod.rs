@@ -85,6 +85,12 @@ pub use types::{
     OpenFailure, OpenRequest, SiteFailure,
 };
 
+/// Why a site with messages owed to it and no channel is temporarily
+/// failed when this node cannot call it (it connected to us, and named no
+/// address we can reach): only its calling back moves them.
+pub const OWED_UNREACHABLE: &str =
+    "messages are owed to the site, and no channel or address reaches it";
+
 /// Where the ComObject stands (the states other than the session's close
 /// phases).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -462,6 +468,15 @@ impl ComObject {
                 // Named on a peer's word at no address this node can try:
                 // its one attempt is over before it starts.
                 return self.fail(SiteFailure::NotReached, self.clock);
+            } else if self.has_messages_to_send() {
+                // Messages are owed to a site this node cannot call: only
+                // the site calling back carries them. It is unreachable
+                // until it does — also after a channel that ended in
+                // order (replies queued during a weak close stay for the
+                // next channel) — and is given up after the unreachable
+                // give-up, what it was owed handed back. Left Ok, no
+                // deadline would ever release them.
+                self.set_fault(FaultState::TempFailed, OWED_UNREACHABLE.into(), self.clock);
             }
         }
         self.update_linger();

@@ -448,3 +448,82 @@ fn the_unreachable_give_up_never_lengthens_or_replaces_the_configured_one() {
         }
     }
 }
+
+/// Found with 32 readers that asked for replies and vanished without
+/// reading (`tests/hostile_output_release.rs`, 1 run in 4 under load):
+/// the peer cleared its reference, so the idle channel began to close
+/// weakly at once; the requests read meanwhile queued replies, which
+/// stay for the next channel. The peer's EOF ended the weak close in
+/// order: the site was left Ok, with no channel, no address to call and
+/// no deadline, and its replies (6.5 MB each) held for ever. Messages
+/// owed to a site that cannot be called back make it unreachable, and it
+/// is given up after the unreachable give-up with them handed back.
+#[test]
+fn regression_messages_owed_after_an_orderly_close_to_an_uncallable_site_are_given_up() {
+    let c = ComConfig {
+        give_up_after: None,
+        unreachable_give_up: Duration::from_secs(15),
+        ..ComConfig::default()
+    };
+    let mut h = H::new(c, false);
+    let out = h
+        .com
+        .accepted(&negotiate(0, Attempt { opener: 9, seq: 1 }), NONCE, h.now);
+    let AcceptOutcome::Accept { id, .. } = out else {
+        panic!("{out:?}")
+    };
+    h.com.set_has_refs(false, h.now);
+    // The peer holds no reference to us: the idle channel closes weakly.
+    let mut input = ByteBuffer::new(4096);
+    let mut hb = [0u8; crate::frame::HEADER_LEN];
+    crate::frame::FrameHeader::control(crate::frame::FrameKind::ClearReference, 0, 0)
+        .encode(&mut hb);
+    input.push(&hb);
+    assert!(h.com.handle_input(id, h.now, &mut input, &mut |_| {}));
+    let mut out = ByteBuffer::new(65_536);
+    while h.com.state() != ComState::ClosingWeak {
+        h.run_to_next_deadline();
+        out.clear();
+        h.com.poll_transmit(h.now, &mut out);
+    }
+    // A reply is queued during the close; then the peer's EOF ends it.
+    h.com.queue(msg(10)).unwrap();
+    out.clear();
+    h.com.poll_transmit(h.now, &mut out);
+    h.actions();
+    h.com.channel_lost(id, Loss::Eof, h.now);
+    let acts = h.actions();
+    assert!(
+        acts.iter().any(|a| matches!(
+            a,
+            Action::Fault {
+                state: FaultState::TempFailed,
+                ..
+            }
+        )),
+        "not unreachable: {acts:?}"
+    );
+    let t0 = h.now;
+    let failed = loop {
+        h.run_to_next_deadline();
+        assert!(h.now - t0 <= Duration::from_secs(15), "not given up");
+        if let Some(a) = h
+            .actions()
+            .into_iter()
+            .find(|a| matches!(a, Action::Failed { .. }))
+        {
+            break a;
+        }
+    };
+    assert_eq!(h.now - t0, Duration::from_secs(15));
+    let Action::Failed {
+        failure,
+        not_sent,
+        maybe_delivered,
+    } = failed
+    else {
+        unreachable!()
+    };
+    assert_eq!(failure, SiteFailure::Unreachable(Duration::from_secs(15)));
+    assert_eq!(not_sent.len() + maybe_delivered.len(), 1, "handed back");
+}
