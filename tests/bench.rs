@@ -93,3 +93,66 @@ fn bench_only_runs_the_named_workloads_and_refuses_an_unknown_one() {
         "{err}"
     );
 }
+
+/// `bench --against OTHER` runs both binaries alternated and prints, per
+/// workload, each one's figure, each one's raw baseline and this one's
+/// speed-up with its spread. Here the other binary is this one: every
+/// figure is measured and the spread brackets the speed-up.
+#[test]
+fn bench_against_another_binary_pairs_every_row_with_its_speedup_and_spread() {
+    let out = Command::new(BIN)
+        .args([
+            "bench", "--quick", "--rounds", "2", "--json", "--only", "rtt_64",
+        ])
+        .args(["--only", "throughput_64", "--against", BIN])
+        .stderr(Stdio::null())
+        .output()
+        .expect("sitenet bench runs");
+    assert!(out.status.success(), "exit {:?}", out.status);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["against"], BIN);
+    assert_eq!(v["rounds"], 2);
+    let rows = v["rows"].as_array().expect("rows");
+    let names: Vec<_> = rows
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["rtt_64", "throughput_64"]);
+    for r in rows {
+        for key in ["this", "other", "this_raw_tcp", "other_raw_tcp", "speedup"] {
+            let x = r[key].as_f64().unwrap_or(0.0);
+            assert!(x > 0.0 && x.is_finite(), "{key} in {r}");
+        }
+        let (lo, mid, hi) = (
+            r["speedup_min"].as_f64().unwrap(),
+            r["speedup"].as_f64().unwrap(),
+            r["speedup_max"].as_f64().unwrap(),
+        );
+        assert!(lo <= mid && mid <= hi, "{r}");
+    }
+}
+
+/// `--against` a path that is no file is a usage error (exit 2), and a
+/// binary whose `bench --json` fails is a failure (exit 1) naming it.
+#[test]
+fn bench_against_refuses_a_missing_binary_and_names_one_that_fails() {
+    let out = Command::new(BIN)
+        .args(["bench", "--quick", "--against", "/nonexistent/sitenet"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/sitenet"));
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "--quick",
+            "--only",
+            "rtt_64",
+            "--against",
+            "/bin/false",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/bin/false"));
+}

@@ -16,6 +16,7 @@
 //! executable, `sitenet bench --serve sitenet|raw`), the way users deploy;
 //! otherwise on threads of this process.
 
+pub mod against;
 pub mod raw;
 mod site;
 mod tls;
@@ -97,6 +98,14 @@ pub enum BenchError {
     /// The sitenet client node could not start.
     #[error(transparent)]
     Node(#[from] crate::NodeError),
+    /// A run of `bench --against`'s binaries failed (which, and why).
+    #[error("{}: {why}", .exe.display())]
+    Against {
+        /// The binary whose run failed.
+        exe: PathBuf,
+        /// What went wrong.
+        why: String,
+    },
 }
 
 /// The workloads' names, in the order they run.

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Args as ClapArgs;
+use sitenet::bench::against::{self, AgainstConfig};
 use sitenet::bench::{BenchConfig, Row};
 
 /// The `bench` command's options.
@@ -28,6 +29,11 @@ pub(crate) struct Args {
     /// hol_64_behind_64m`; every workload when absent.
     #[arg(long, value_name = "WORKLOAD")]
     only: Vec<String>,
+    /// Measure this binary against another build (an older release, say):
+    /// both run every round, alternated in one sitting, and each row gives
+    /// this one's speed-up over the other with its spread across rounds.
+    #[arg(long, value_name = "OTHER_BINARY")]
+    against: Option<std::path::PathBuf>,
     /// Serve one side for the processes mode (`sitenet` or `raw`) and print
     /// its address; used by `--processes` itself.
     #[arg(long, hide = true)]
@@ -51,6 +57,17 @@ pub(crate) fn run(a: Args) -> ExitCode {
         Ok(t) => t,
         Err(e) => return crate::usage(e),
     };
+    if let Some(other) = a.against {
+        return against(
+            other,
+            a.rounds,
+            a.processes,
+            a.quick,
+            a.only,
+            timeout,
+            a.json,
+        );
+    }
     let cfg = BenchConfig {
         processes: a.processes,
         rounds: a.rounds,
@@ -70,6 +87,76 @@ pub(crate) fn run(a: Args) -> ExitCode {
         );
     } else {
         print_table(&rows, a.processes, a.rounds);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--against OTHER`: both binaries alternated, a row per workload.
+fn against(
+    other: std::path::PathBuf,
+    rounds: usize,
+    processes: bool,
+    quick: bool,
+    only: Vec<String>,
+    timeout: std::time::Duration,
+    json: bool,
+) -> ExitCode {
+    let this = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return crate::failure(format!("cannot find this binary: {e}")),
+    };
+    if !other.is_file() {
+        return crate::usage(format!(
+            "--against {}: no such file (give the path of another sitenet binary)",
+            other.display()
+        ));
+    }
+    let cfg = AgainstConfig {
+        other: other.clone(),
+        this,
+        rounds,
+        processes,
+        quick,
+        only,
+        timeout,
+    };
+    let rows = match against::run(&cfg, |w| eprintln!("sitenet bench --against: {w}…")) {
+        Ok(r) => r,
+        Err(e) => return crate::failure(e),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "against": other.display().to_string(),
+                "rows": rows,
+                "processes": processes,
+                "rounds": rounds,
+            })
+        );
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "this binary against {}, alternated, {rounds} round(s); speed-up > 1: this one is faster",
+        other.display()
+    );
+    println!(
+        "{:<20} {:>6} {:>12} {:>12} {:>12} {:>12} {:>8} {:>15}",
+        "workload", "unit", "this", "other", "raw (this)", "raw (other)", "speed-up", "spread"
+    );
+    for r in &rows {
+        println!(
+            "{:<20} {:>6} {:>12} {:>12} {:>12} {:>12} {:>7.2}x {:>6.2}–{:<6.2}",
+            r.workload,
+            r.unit,
+            fmt(r.this),
+            fmt(r.other),
+            fmt(r.this_raw_tcp),
+            fmt(r.other_raw_tcp),
+            r.speedup,
+            r.speedup_min,
+            r.speedup_max
+        );
     }
     ExitCode::SUCCESS
 }
