@@ -19,7 +19,12 @@ use sitenet::Node;
 /// Readers that never read, and then vanish.
 const HOGS: usize = 16;
 
-/// What resident memory may stay above its level before the hogs came.
+/// What resident memory may stay above its level before the hogs came:
+/// this much, or half of what it grew at its peak if that is more (what
+/// the allocator keeps after giving the rest back varies from run to run
+/// with how the freed memory was spread over its heaps: 12 to 56 MiB above
+/// the baseline, in 14 runs, for peaks 103 to 150 MiB above it; a node
+/// that gave nothing back kept 106 MiB of its 123).
 const MARGIN: u64 = 48 << 20;
 
 #[test]
@@ -55,7 +60,12 @@ fn memory_owed_to_vanished_readers_returns_to_the_system() {
             server.stats().output_bytes
         );
         let held = server.stats().output_bytes;
-        let rss_peak = proc_status_bytes("VmRSS");
+        // The peak: resident memory once everything owed is held.
+        let mut rss_peak = proc_status_bytes("VmRSS");
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            rss_peak = rss_peak.max(proc_status_bytes("VmRSS"));
+        }
 
         drop(hogs);
         assert!(
@@ -77,9 +87,10 @@ fn memory_owed_to_vanished_readers_returns_to_the_system() {
         echo(&client.site(&target).unwrap(), 1).await;
         // Given a few seconds (the allocator gives memory back when the
         // node tells it to, not at once), not the test's whole patience.
+        let allowed = MARGIN.max(rss_peak.saturating_sub(rss_before) / 2);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let returned = loop {
-            if proc_status_bytes("VmRSS") < rss_before + MARGIN {
+            if proc_status_bytes("VmRSS") < rss_before + allowed {
                 break true;
             }
             if std::time::Instant::now() > deadline {

@@ -104,14 +104,28 @@ impl NodeOutput {
         let spawned = std::thread::Builder::new()
             .name("sitenet-trim".into())
             .spawn(move || {
-                // Once soon, and once more when what the release let go
-                // of (the sites' channels and actors, which stop after
-                // their output is handed back) is freed too.
-                for wait in [TRIM_DELAY, TRIM_INTERVAL] {
-                    std::thread::sleep(wait);
+                // Once soon; then once per interval for as long as the
+                // output held keeps falling (sites given up one after
+                // another), and once more an interval after it stopped:
+                // what the releases let go of (the sites' channels and
+                // actors, which stop after their output is handed back)
+                // is freed by then too. A release during the run is
+                // covered by a later trim of the same run.
+                let held = || node.upgrade().map(|n| n.bytes());
+                std::thread::sleep(TRIM_DELAY);
+                let mut last = held();
+                loop {
                     let started = std::time::Instant::now();
                     give_memory_back();
                     tracing::debug!(took = ?started.elapsed(), "freed output memory given back to the system");
+                    std::thread::sleep(TRIM_INTERVAL);
+                    let now = held();
+                    let falling = matches!((last, now), (Some(a), Some(b)) if b < a);
+                    if !falling {
+                        give_memory_back();
+                        break;
+                    }
+                    last = now;
                 }
                 std::thread::sleep(TRIM_INTERVAL);
                 if let Some(node) = node.upgrade() {
