@@ -47,10 +47,13 @@ async fn hello(site: &sitenet::SiteRef, n: u64) -> u64 {
         .0
 }
 
-/// Claims `id` at `target` without any proof, as a stranger would: the
-/// node's answer (`None`: it closed the channel without one).
-async fn forge_claim(target: String, id: SiteId) -> Result<(), Option<OpenError>> {
-    tokio::task::spawn_blocking(move || {
+/// Claims `id` at `server` without any proof, as a stranger would, and
+/// checks the node answers with a refusal for `reason` (not a bare close:
+/// `None` there is a channel closed without an answer). `what` names the
+/// claim in the failure message.
+async fn assert_claim_refused(server: &Node, id: SiteId, reason: RefuseReason, what: &str) {
+    let target = addr(server);
+    let answer = tokio::task::spawn_blocking(move || {
         RawPeer::open(
             &target,
             id,
@@ -60,7 +63,11 @@ async fn forge_claim(target: String, id: SiteId) -> Result<(), Option<OpenError>
         .map(drop)
     })
     .await
-    .unwrap()
+    .unwrap();
+    assert!(
+        matches!(&answer, Err(Some(OpenError::Refused(r))) if *r == reason),
+        "{what} got {answer:?}, not a refusal as {reason:?}"
+    );
 }
 
 /// A claim on the id of a site the node has a confirmed session with,
@@ -95,14 +102,13 @@ async fn regression_a_claim_on_an_idle_confirmed_site_is_answered_with_a_refusal
         "{:?}",
         server.metrics()
     );
-    let answer = forge_claim(addr(&server), client.id()).await;
-    assert!(
-        matches!(
-            answer,
-            Err(Some(OpenError::Refused(RefuseReason::Unproven)))
-        ),
-        "a claim on an idle confirmed site got {answer:?}"
-    );
+    assert_claim_refused(
+        &server,
+        client.id(),
+        RefuseReason::Unproven,
+        "a claim on an idle confirmed site",
+    )
+    .await;
     assert_eq!(server.metrics().unproven_claims_refused, 1);
     // The genuine site, back, is still served.
     relay.release();
@@ -126,11 +132,13 @@ async fn regression_a_claim_on_a_site_that_left_is_answered_with_a_refusal() {
         "{:?}",
         server.metrics()
     );
-    let answer = forge_claim(addr(&server), id).await;
-    assert!(
-        matches!(answer, Err(Some(OpenError::Refused(RefuseReason::Closing)))),
-        "a claim on a site that left got {answer:?}"
-    );
+    assert_claim_refused(
+        &server,
+        id,
+        RefuseReason::Closing,
+        "a claim on a site that left",
+    )
+    .await;
 }
 
 /// The node remembers a bounded number of pair secrets after it forgets
@@ -187,14 +195,13 @@ async fn regression_throwaway_pairs_cannot_flush_a_confirmed_sites_secret() {
         server.metrics()
     );
     // A stranger claims the client's id: refused, the secret still held.
-    let answer = forge_claim(addr(&server), client.id()).await;
-    assert!(
-        matches!(
-            answer,
-            Err(Some(OpenError::Refused(RefuseReason::Unproven)))
-        ),
-        "a stranger's claim on a confirmed site's id got {answer:?}"
-    );
+    assert_claim_refused(
+        &server,
+        client.id(),
+        RefuseReason::Unproven,
+        "a stranger's claim on a confirmed site's id",
+    )
+    .await;
     // The client, back, proves the pair and is served.
     let site = client.site(addr(&server)).unwrap();
     assert_eq!(hello(&site, 2).await, 2);

@@ -184,73 +184,57 @@ impl Handler<Poke> for ComObject {
 impl Handler<Adopt> for ComObject {
     type Result = ();
 
-    fn handle(&mut self, msg: Adopt, ctx: &mut Context<Self>) {
+    fn handle(&mut self, mut msg: Adopt, ctx: &mut Context<Self>) {
         // Taken: the entry may be reclaimed again once the machine agrees.
         self.entry
             .adopting
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        let Adopt {
-            mut trans,
-            neg,
-            nonce,
-            cookie,
-            certificate,
-        } = msg;
         let adoption = self
             .node
-            .adoption(&self.entry, self.merged.is_some(), neg.site);
+            .adoption(&self.entry, self.merged.is_some(), msg.neg.site);
         if adoption == Adoption::Reroute {
             // The site is known under another entry (this one merged into
             // it, or another entry has the id): route the channel by id,
             // counted on its way there.
-            self.node.clone().route_accepted(Adopt {
-                trans,
-                neg,
-                nonce,
-                cookie,
-                certificate,
-            });
+            self.node.clone().route_accepted(msg);
             return;
         }
         self.recall_pair();
-        match self
+        let outcome = self
             .com
-            .accepted_as(&neg, nonce, certificate, Instant::now())
-        {
+            .accepted_as(&msg.neg, msg.nonce, msg.certificate, Instant::now());
+        match outcome {
             AcceptOutcome::Refuse(reason) => {
-                tracing::debug!(site = %neg.site, peer = %trans.peer(), ?reason, "refusing accepted channel");
-                write_answer(&mut trans.outb, &NegotiateAns::Refuse(reason));
+                tracing::debug!(site = %msg.neg.site, peer = %msg.trans.peer(), ?reason, "refusing accepted channel");
+                write_answer(&mut msg.trans.outb, &NegotiateAns::Refuse(reason));
                 // Written by a task of its own, not the actor's: the actor
                 // may park (stop) in the drive below, and a future spawned
                 // in its context would go with it, leaving the peer a bare
                 // close it cannot tell from a crash. Bounded by the
                 // handshake timeout; the channel's slot goes back with it.
                 let limit = self.node.cfg.handshake_timeout;
-                actix_rt::spawn(flush_and_close(trans, limit));
+                actix_rt::spawn(flush_and_close(msg.trans, limit));
             }
             AcceptOutcome::Restarted => {
                 // The site failed for good and is back, its certificate
                 // says, under the same id: a new entry takes the channel,
                 // and this one stays failed for whoever holds it.
-                tracing::debug!(site = %neg.site, peer = %trans.peer(), "a failed site is back with its certificate: a new entry takes its channel");
+                tracing::debug!(site = %msg.neg.site, peer = %msg.trans.peer(), "a failed site is back with its certificate: a new entry takes its channel");
                 self.node.retire(&self.entry);
-                self.node.clone().route_accepted(Adopt {
-                    trans,
-                    neg,
-                    nonce,
-                    cookie,
-                    certificate,
-                });
+                self.node.clone().route_accepted(msg);
                 return;
             }
             AcceptOutcome::Protocol(e) => {
                 // The fault is reported, and logged through the peer's rate
-                // limit, by the ReportFault action (issue 17): a warning
-                // here too was one unlimited line per bad handshake.
-                tracing::debug!(site = %neg.site, error = %e, "closing accepted channel");
-                drop(trans);
+                // limit, by the ReportFault action: a warning here too was
+                // one unlimited line per bad handshake.
+                tracing::debug!(site = %msg.neg.site, error = %e, "closing accepted channel");
+                drop(msg.trans);
             }
             AcceptOutcome::Accept { id, answer } => {
+                let Adopt {
+                    mut trans, cookie, ..
+                } = msg;
                 // Full-size rings only now that the channel is accepted,
                 // and its socket read on this site's thread from now on.
                 trans.resize(self.node.cfg.buffer_size as usize);
