@@ -84,6 +84,7 @@ pub mod dial_bound;
 pub mod error;
 pub mod frame;
 pub mod handshake;
+pub mod idle_spin;
 pub mod input_budget;
 pub mod lane_slots;
 pub mod ledger;

@@ -33,6 +33,7 @@ mod delivery;
 pub mod error;
 mod events;
 mod handlers;
+pub mod idle_spin;
 #[cfg(test)]
 mod layers;
 mod local;

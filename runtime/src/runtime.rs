@@ -316,8 +316,14 @@ fn start_thread(name: String) -> Worker {
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
-            let sys = actix_rt::System::new();
+            let sys = actix_rt::System::with_tokio_rt(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("building a sitenet runtime thread's tokio runtime")
+            });
             sys.block_on(async move {
+                actix_rt::spawn(crate::idle_spin::spinner(crate::idle_spin::config()));
                 tx.send((actix_rt::Arbiter::current(), std::thread::current().id()))
                     .expect("runtime handle receiver lives");
             });

@@ -257,7 +257,10 @@ impl TransObject {
         };
         match r {
             Ok(0) => Ok(ReadStatus::Eof),
-            Ok(n) => Ok(ReadStatus::Read(n)),
+            Ok(n) => {
+                crate::idle_spin::note_io();
+                Ok(ReadStatus::Read(n))
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(ReadStatus::WouldBlock),
             Err(e) => Err(e),
         }
@@ -294,6 +297,7 @@ impl TransObject {
             match w {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
+                    crate::idle_spin::note_io();
                     self.outb.consume(n);
                     st.written += n;
                     st.calls += 1;
