@@ -422,13 +422,15 @@ async fn requests_time_out_in_the_order_of_their_deadlines() {
 }
 
 /// Nodes that leave their TCP receive buffers to the kernel's autotuning
-/// (`NodeConfig::tcp_receive_buffer = None`, for long fat links) connect,
+/// (`NodeConfig::tcp_receive_buffer` and `tcp_loopback_receive_buffer`
+/// `None`, for long fat links) connect,
 /// accept and carry 8 MiB messages both ways like any other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_with_autotuned_receive_buffers_carry_large_messages() {
     let autotuned = |c: &mut sitenet::NodeConfig| {
         services(c);
         c.tcp_receive_buffer = None;
+        c.tcp_loopback_receive_buffer = None;
     };
     let a = sitenet::Node::builder()
         .listen("tcp:127.0.0.1:0")

@@ -72,6 +72,15 @@ pub struct NodeConfig {
     /// `None` leaves it to the kernel's autotuning: for long fat links,
     /// where throughput matters more than overtaking.
     pub tcp_receive_buffer: Option<usize>,
+    /// The kernel's receive buffer of a TCP channel whose peer is on this
+    /// host (a loopback address), used instead of `tcp_receive_buffer`
+    /// for it, with an unsent backlog of 32 KiB. Default 64 KiB:
+    /// loopback's bandwidth-delay product is a few kilobytes, and a larger
+    /// window only queues bytes ahead of an urgent message (measured over
+    /// loopback against 256 KiB: bulk 1.27× faster, an urgent message
+    /// behind a 64 MiB one 0.5 ms against 1.1 ms). `None` treats such a
+    /// peer as any other.
+    pub tcp_loopback_receive_buffer: Option<usize>,
     /// First reconnect delay; doubles per failed attempt …
     pub reconnect_min: Duration,
     /// … up to this, with ±20% jitter.
@@ -348,6 +357,9 @@ impl Default for NodeConfig {
             handshake_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             tcp_receive_buffer: Some(sitenet_transport::channel::TCP_RECEIVE_BUFFER),
+            tcp_loopback_receive_buffer: Some(
+                sitenet_transport::channel::TCP_LOOPBACK_RECEIVE_BUFFER,
+            ),
             reconnect_min: Duration::from_millis(10),
             reconnect_max: Duration::from_secs(5),
             max_pending_handshakes: sitenet_protocols::admission::handshake_fds(
@@ -393,10 +405,12 @@ impl Default for NodeConfig {
 }
 
 impl NodeConfig {
-    /// How TCP channels are set up, from [`tcp_receive_buffer`](Self::tcp_receive_buffer).
+    /// How TCP channels are set up, from [`tcp_receive_buffer`](Self::tcp_receive_buffer)
+    /// and [`tcp_loopback_receive_buffer`](Self::tcp_loopback_receive_buffer).
     pub(crate) fn tcp_tuning(&self) -> sitenet_transport::channel::TcpTuning {
         sitenet_transport::channel::TcpTuning {
             receive_buffer: self.tcp_receive_buffer,
+            loopback_receive_buffer: self.tcp_loopback_receive_buffer,
         }
     }
 

@@ -40,7 +40,10 @@ use crate::fault::FaultyChannel;
 use crate::mem::{MemChannel, MemListener};
 use crate::plug::{unregistered, PluggedChannel, PluggedListener};
 use crate::tcp_tuning::tune_tcp;
-pub use crate::tcp_tuning::{TcpTuning, TCP_NOTSENT_LOWAT, TCP_RECEIVE_BUFFER};
+pub use crate::tcp_tuning::{
+    TcpTuning, TCP_LOOPBACK_NOTSENT_LOWAT, TCP_LOOPBACK_RECEIVE_BUFFER, TCP_NOTSENT_LOWAT,
+    TCP_RECEIVE_BUFFER,
+};
 
 /// A connected byte channel. Cheap readiness futures take `&self`, so the
 /// driver can await readability and writability concurrently.

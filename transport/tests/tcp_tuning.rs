@@ -6,7 +6,7 @@
 mod common;
 
 use common::within;
-use sitenet_transport::channel::{TcpTuning, TCP_RECEIVE_BUFFER};
+use sitenet_transport::channel::{TcpTuning, TCP_LOOPBACK_RECEIVE_BUFFER, TCP_RECEIVE_BUFFER};
 use sitenet_transport::{Address, Channel, Listener};
 
 /// A connected pair over loopback, both ends tuned with `tuning`.
@@ -32,8 +32,22 @@ fn untuned() -> usize {
 
 #[tokio::test]
 async fn the_receive_buffer_is_bounded_by_default_set_on_request_or_left_to_the_kernel() {
-    // Default: bounded (Linux reports twice what was set).
+    // Default, peer on this host: the loopback bound (Linux reports twice
+    // what was set).
     let (c, a) = pair(TcpTuning::default()).await;
+    for ch in [&c, &a] {
+        let n = ch.tcp_receive_buffer().unwrap();
+        assert!(
+            (TCP_LOOPBACK_RECEIVE_BUFFER..=2 * TCP_LOOPBACK_RECEIVE_BUFFER).contains(&n),
+            "{n}"
+        );
+    }
+    // The bound for other peers, when loopback gets no bound of its own.
+    let (c, a) = pair(TcpTuning {
+        loopback_receive_buffer: None,
+        ..TcpTuning::default()
+    })
+    .await;
     for ch in [&c, &a] {
         let n = ch.tcp_receive_buffer().unwrap();
         assert!(
@@ -43,16 +57,18 @@ async fn the_receive_buffer_is_bounded_by_default_set_on_request_or_left_to_the_
     }
     // A size of the node's choosing, on both sides.
     let (c, a) = pair(TcpTuning {
-        receive_buffer: Some(64 << 10),
+        receive_buffer: Some(96 << 10),
+        loopback_receive_buffer: None,
     })
     .await;
     for ch in [&c, &a] {
         let n = ch.tcp_receive_buffer().unwrap();
-        assert!(((64 << 10)..=(128 << 10)).contains(&n), "{n}");
+        assert!(((96 << 10)..=(192 << 10)).contains(&n), "{n}");
     }
     // None: untouched, as the kernel sets up any socket.
     let (c, a) = pair(TcpTuning {
         receive_buffer: None,
+        loopback_receive_buffer: None,
     })
     .await;
     let kernel = untuned();
