@@ -223,7 +223,7 @@ pub struct Sim {
     /// Keys of the scheduled events, earliest first: the time in
     /// nanoseconds (high 64 bits), then the scheduling order, then the
     /// event's slot in `events` (low bits). Ordered by time, then by the
-    /// order they were scheduled in, never by the event itself; the heap
+    /// order they were scheduled in, never by the event itself; the queue
     /// moves 16-byte keys, not events.
     queue: queue::EventQueue,
     events: slab::Slab<Ev>,
