@@ -167,6 +167,9 @@ impl TransObject {
     /// Replaces the input ring by one of `size` bytes (at least what it
     /// holds), keeping its contents. Returns the change in ring bytes.
     pub(crate) fn resize_in(&mut self, size: usize) -> i64 {
+        if let Some(t) = self.tls.as_mut() {
+            t.release_idle();
+        }
         self.inb.resize(size)
     }
 

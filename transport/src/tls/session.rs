@@ -19,8 +19,9 @@ use crate::Channel;
 /// [`Channel::try_write_vectored`]: they move bytes between the caller's
 /// buffers and the socket without blocking, `WouldBlock` when the socket
 /// has nothing to give or take now, `Ok(0)` from a read at the end of the
-/// stream. Two differences the driver must know: plaintext can wait inside
-/// the session while the socket is not readable ([`has_input`]), and
+/// stream. Two differences the driver must know: plaintext (and ciphertext
+/// read ahead) can wait inside the session while the socket is not
+/// readable ([`has_input`]), and
 /// ciphertext can wait to be sent while the driver has nothing left to
 /// write ([`wants_write`]).
 ///
@@ -36,6 +37,68 @@ pub struct TlsSession {
     /// The file of the CA certificates this site trusts, if it came from
     /// one: a refusal names it.
     ca: Option<Arc<Path>>,
+    /// Ciphertext read from the socket that rustls has not taken yet.
+    ahead: ReadAhead,
+}
+
+/// How much ciphertext one socket read takes. rustls asks for at most
+/// 4 KiB per read, so a 16 KiB record took four or five system calls;
+/// reading ahead into this buffer takes a burst of records in one, and
+/// rustls copies its 4 KiB pieces from memory.
+const READ_AHEAD: usize = 64 << 10;
+
+/// Ciphertext read ahead of rustls (see [`READ_AHEAD`]). The buffer is
+/// allocated on the first read and kept while the session works; a
+/// session whose rings are shrunk for idleness gives it back
+/// ([`TlsSession::release_idle`]).
+#[derive(Default)]
+struct ReadAhead {
+    buf: Vec<u8>,
+    at: usize,
+    end: usize,
+}
+
+impl ReadAhead {
+    /// Serves `out` from the bytes read ahead, reading the socket (one
+    /// call, up to [`READ_AHEAD`] bytes) when none are left.
+    fn read(&mut self, io: &mut impl Read, out: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.end {
+            if self.buf.is_empty() {
+                self.buf = vec![0; READ_AHEAD];
+            }
+            self.at = 0;
+            self.end = 0;
+            self.end = io.read(&mut self.buf)?;
+        }
+        let n = out.len().min(self.end - self.at);
+        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+
+    /// Bytes read ahead and not yet taken.
+    fn held(&self) -> usize {
+        self.end - self.at
+    }
+
+    /// Gives the buffer back if it holds nothing.
+    fn release_idle(&mut self) {
+        if self.held() == 0 {
+            *self = Self::default();
+        }
+    }
+}
+
+/// The socket as rustls reads it: through the read-ahead buffer.
+struct Ahead<'a, R> {
+    ahead: &'a mut ReadAhead,
+    io: &'a mut R,
+}
+
+impl<R: Read> Read for Ahead<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.ahead.read(self.io, buf)
+    }
 }
 
 impl std::fmt::Debug for TlsSession {
@@ -181,6 +244,7 @@ impl TlsSession {
             plaintext: 0,
             peer: None,
             ca,
+            ahead: ReadAhead::default(),
         }
     }
 
@@ -222,7 +286,10 @@ impl TlsSession {
             }
             self.plaintext = 0;
             // Nothing decrypted is waiting: take what the socket has.
-            let eof = self.conn.read_tls(io)? == 0;
+            let eof = self.conn.read_tls(&mut Ahead {
+                ahead: &mut self.ahead,
+                io,
+            })? == 0;
             let state = match self.conn.process_new_packets() {
                 Ok(s) => s,
                 Err(e) => {
@@ -311,10 +378,17 @@ impl TlsSession {
         self.conn.wants_write()
     }
 
-    /// Decrypted bytes wait to be read: the socket may never become
-    /// readable for them, so the driver reads before it waits.
+    /// Gives back the buffer of ciphertext read ahead if it holds nothing:
+    /// for a session that has gone idle (its driver shrinks its rings).
+    pub fn release_idle(&mut self) {
+        self.ahead.release_idle();
+    }
+
+    /// Decrypted bytes, or ciphertext read ahead of rustls, wait to be
+    /// read: the socket may never become readable for them, so the driver
+    /// reads before it waits.
     pub fn has_input(&self) -> bool {
-        self.plaintext > 0
+        self.plaintext > 0 || self.ahead.held() > 0
     }
 
     /// The site the peer's certificate names, once the TLS handshake
