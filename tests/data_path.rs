@@ -147,3 +147,35 @@ fn queued_small_messages_share_frames_on_the_wire() {
         "{N} messages of 64 B took {wire} B of frames (one frame each: {alone} B; packed: at most {packed_at_most} B)"
     );
 }
+
+/// A reply queued by a handler while its request is delivered is written
+/// by the same turn of the ComObject: answering costs no wake.
+#[test]
+fn a_handlers_reply_costs_no_wake() {
+    const N: u64 = 1_000;
+    let server = listening_node_on(Runtime::dedicated("dp-echo-server"));
+    let client = Node::builder()
+        .runtime(Runtime::dedicated("dp-echo-client"))
+        .start()
+        .unwrap();
+    let site = client.site(addr(&server)).unwrap();
+    let echo = |seq| {
+        let r = site
+            .request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
+                &sitenet::services::Echo { seq },
+                std::time::Duration::from_secs(30),
+            )
+            .unwrap();
+        assert_eq!(r.msg.seq, seq);
+    };
+    echo(0);
+    let before = server.metrics().wakes;
+    for seq in 1..=N {
+        echo(seq);
+    }
+    let wakes = server.metrics().wakes - before;
+    assert!(
+        wakes < N / 10,
+        "{wakes} wakes of the server's ComObject for {N} replies"
+    );
+}

@@ -270,7 +270,13 @@ impl ComObject {
         };
         self.sync_refs();
         let epoch = self.node.budget.releases();
-        match self.read_and_process(id) {
+        // What is queued while this turn delivers (a handler's reply, above
+        // all) is taken right after, in this turn: it needs no wake, which
+        // would cost another turn of the actor for nothing.
+        self.entry.outbox.hold_wakes();
+        let turn = self.read_and_process(id);
+        self.take_outbox(true);
+        match turn {
             ReadTurn::Ended => return self.drive(ctx),
             ReadTurn::Up => self.arm(Readiness::Read, ctx),
             // Reading stops until the reassembly budget is given back.

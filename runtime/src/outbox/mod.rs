@@ -400,6 +400,15 @@ impl Outbox {
             && !other.wake_pending.swap(true, Ordering::AcqRel)
     }
 
+    /// Called by the actor before a turn that drains the outbox at its end
+    /// (`drain_on_wake`) whatever happens: pushes meanwhile — a handler's
+    /// reply to what the turn delivers, above all — wake nobody, since the
+    /// turn takes them. The actor must clear the flag (`drain_on_wake`) in
+    /// the same turn, or later pushes would never wake it.
+    pub(crate) fn hold_wakes(&self) {
+        self.wake_pending.store(true, Ordering::Release);
+    }
+
     /// Called by the actor on a wake: clears the flag, then takes everything.
     pub(crate) fn drain_on_wake(&self, into: &mut Vec<OutMessage>) {
         self.wake_pending.store(false, Ordering::Release);
