@@ -143,6 +143,31 @@ pub fn trap() -> (String, Arc<AtomicU64>) {
     (at, dials)
 }
 
+/// A listener like [`trap`] that also counts the connections open at once:
+/// each is read until the dialing node closes it. Returns the address,
+/// the count of connections made and the most open at once.
+pub fn trap_counting_open() -> (String, Arc<AtomicU64>, Arc<AtomicU64>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = format!("tcp:{}", l.local_addr().unwrap());
+    let (dials, peak) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let open = Arc::new(AtomicU64::new(0));
+    let (d, p) = (dials.clone(), peak.clone());
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            d.fetch_add(1, Ordering::SeqCst);
+            let now = open.fetch_add(1, Ordering::SeqCst) + 1;
+            p.fetch_max(now, Ordering::SeqCst);
+            let open = open.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while matches!(std::io::Read::read(&mut s, &mut buf), Ok(n) if n > 0) {}
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (at, dials, peak)
+}
+
 /// The body of tests/hostile.rs's `regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed` at `level`.
 pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level) {
     use sitenet::protocols::{MessageKind, SiteId};
@@ -159,7 +184,7 @@ pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level
         .start()
         .unwrap();
     let target = addr(&server);
-    let (trap_at, dials) = trap();
+    let (trap_at, dials, open_at_once) = trap_counting_open();
     let delivered_before = server.metrics().messages_delivered;
     let rss_before = proc_status_bytes("VmRSS");
     let mut p = level.raw(&target);
@@ -226,10 +251,16 @@ pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level
         "{} sites left",
         server.site_count()
     );
+    // Claims end as their origins fail, and a later forward may then make
+    // a new one: the bound is on the dials open at once, not on the run.
     let d = dials.load(Ordering::SeqCst);
-    assert!(d <= 16, "{d} dials to addresses the forwarder named");
+    let at_once = open_at_once.load(Ordering::SeqCst);
+    assert!(
+        at_once <= 16,
+        "{at_once} dials at once to addresses the forwarder named ({d} in all)"
+    );
     eprintln!(
-        "{N} forwards: at most {sites} entries, {d} dials, {} refused, {} reclaimed, \
+        "{N} forwards: at most {sites} entries, {d} dials ({at_once} at once), {} refused, {} reclaimed, \
          resident memory +{} KiB",
         server.metrics().claims_refused,
         server.metrics().sites_reclaimed,
