@@ -36,12 +36,15 @@ impl IdCell {
 }
 
 /// What runs an entry's site, its type erased: the ComObject actor's
-/// address (`Addr<ComObject>`) while it runs, what its machine keeps
-/// while it is parked (issue 21). Both are a layer above the entry
-/// (docs/architecture.md, "The runtime's layers"), and only that layer
-/// puts them in and reads them back (`com_object/slot.rs`); which one
-/// is held is the slot's [`ActorState`], so reading one back never fails.
-pub(crate) type Erased = Box<dyn std::any::Any + Send + Sync>;
+/// address (`Addr<ComObject>`) while it runs, the node's table of parked
+/// forms (which holds what its machine keeps, at
+/// [`ActorSlot::parked_at`]) while it is parked. Both are a layer above
+/// the entry (docs/architecture.md, "The runtime's layers"), and only
+/// that layer puts them in and reads them back (`com_object/slot.rs`);
+/// which one is held is the slot's [`ActorState`], so reading one back
+/// never fails. Shared (`Arc`), so that parking puts the node's table
+/// here without allocating.
+pub(crate) type Erased = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
 /// Where an entry's ComObject stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,12 +68,15 @@ pub(crate) enum ActorState {
 #[derive(Debug)]
 pub(crate) struct ActorSlot {
     pub(crate) state: ActorState,
-    /// The address (running) or the parked machine (parked).
+    /// The address (running) or the node's table of parked forms
+    /// (parked).
     pub(crate) held: Option<Erased>,
     /// Messages sent to the running actor through the slot and not yet
     /// handled: it parks only when none waits in its mailbox (a stopped
     /// actor's mailbox is dropped).
     pub(crate) queued: u32,
+    /// Parked: where its machine's parked form is in the node's table.
+    pub(crate) parked_at: u32,
 }
 
 impl ActorSlot {
@@ -78,6 +84,7 @@ impl ActorSlot {
         state: ActorState::Never,
         held: None,
         queued: 0,
+        parked_at: 0,
     };
 }
 
