@@ -71,7 +71,7 @@ macro_rules! counted {
             type Result = ();
 
             fn handle(&mut self, Counted(m): Counted<$m>, ctx: &mut Context<Self>) {
-                self.entry.actor.lock().queued -= 1;
+                self.entry.actor.lock().handled_one();
                 <Self as Handler<$m>>::handle(self, m, ctx);
             }
         }
@@ -172,7 +172,7 @@ impl ComObject {
                     continue;
                 }
             }
-            slot.queued += 1;
+            slot.queue_one();
             Self::addr_in(&slot).do_send(Counted(msg));
             return true;
         }
@@ -237,15 +237,13 @@ impl ComObject {
         let addr = ComObject::start_in_arbiter(Self::thread_of(node, entry), move |_| {
             ComObject::new(n, e, book)
         });
-        slot.held = Some(Arc::new(addr));
-        slot.state = ActorState::Running;
+        slot.run(Arc::new(addr));
     }
 
     /// Starts the actor of a parked entry again from what it kept, its
     /// lock held.
     fn unpark_in<H: ComHost>(node: &Arc<H>, entry: &Arc<SiteEntry>, slot: &mut ActorSlot) {
-        let parked = Self::forms_in(slot).remove(slot.parked_at);
-        slot.held = None;
+        let parked = Self::forms_in(slot).remove(slot.parked_at());
         if let Some(at) = parked.com.deadline() {
             node.unpark_deadline(entry.key, at);
         }
@@ -257,8 +255,7 @@ impl ComObject {
         let addr = ComObject::start_in_arbiter(Self::thread_of(node, entry), move |_| {
             ComObject::resume(n, e, parked)
         });
-        slot.held = Some(Arc::new(addr));
-        slot.state = ActorState::Running;
+        slot.run(Arc::new(addr));
         Counters::add(&node.counters.unparks, 1);
         node.changed.notify_waiters();
     }
@@ -296,7 +293,9 @@ impl ComObject {
         }
         let deadline = {
             let mut slot = self.entry.actor.lock();
-            if slot.state != ActorState::Running || slot.queued > 0 || !self.entry.outbox.is_empty()
+            if slot.state != ActorState::Running
+                || slot.queued() > 0
+                || !self.entry.outbox.is_empty()
             {
                 return;
             }
@@ -305,13 +304,12 @@ impl ComObject {
             };
             let deadline = com.deadline();
             let forms = &self.node.parked_forms;
-            slot.parked_at = forms.insert(ParkedActor {
+            let at = forms.insert(ParkedActor {
                 com,
                 channels_opened: self.channels_opened,
                 preempted: self.preempted,
             });
-            slot.held = Some(forms.clone());
-            slot.state = ActorState::Parked;
+            slot.park(forms.clone(), at);
             // The parked form answers `Node::stats` now.
             *self.entry.stats.lock() = None;
             if let Some(at) = deadline {
@@ -336,7 +334,7 @@ impl ComObject {
             let forms = Self::forms_in(&slot);
             let t = forms.0.lock();
             let mut st = SiteStats::default();
-            fill_stats(&mut st, entry, t.get(slot.parked_at as usize)?);
+            fill_stats(&mut st, entry, t.get(slot.parked_at() as usize)?);
             return Some(st);
         }
         entry.stats.lock().as_deref().cloned()
