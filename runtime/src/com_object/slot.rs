@@ -319,6 +319,8 @@ impl ComObject {
         };
         tracing::trace!(site = ?self.entry.id.get(), ?deadline, "site parked");
         Counters::add(&self.node.counters.parks, 1);
+        // A wave of parks gives the actors' memory back to the system.
+        self.entry.outbox.site_parked();
         self.node.changed.notify_waiters();
         if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);

@@ -154,6 +154,11 @@ pub(crate) struct Outbox {
 }
 
 impl Outbox {
+    /// Its site parked (see [`NodeOutput::site_parked`]).
+    pub(crate) fn site_parked(&self) {
+        self.node.site_parked();
+    }
+
     pub(crate) fn new(bound: OutputBound) -> Self {
         Self {
             queue: Mutex::new(Queue::default()),

@@ -26,6 +26,9 @@ pub(crate) struct NodeOutput {
     peak_since_trim: AtomicU64,
     /// A trim is scheduled or running (at most one at a time).
     trimming: AtomicBool,
+    /// Sites parked since the allocator was last told to give memory back
+    /// (see [`worth_trimming_after_parks`]).
+    parked_since_trim: AtomicU64,
 }
 
 impl NodeOutput {
@@ -38,6 +41,7 @@ impl NodeOutput {
             space: Notify::new(),
             peak_since_trim: AtomicU64::new(0),
             trimming: AtomicBool::new(false),
+            parked_since_trim: AtomicU64::new(0),
         })
     }
 
@@ -95,6 +99,16 @@ impl NodeOutput {
         }
     }
 
+    /// One of the node's sites parked: its actor (its task, mailbox and
+    /// session) is freed. After a wave of them the allocator is told to
+    /// give that memory back, as after a large release of output.
+    pub(crate) fn site_parked(self: &Arc<Self>) {
+        let n = self.parked_since_trim.fetch_add(1, Ordering::Relaxed) + 1;
+        if worth_trimming_after_parks(n) && !self.trimming.swap(true, Ordering::AcqRel) {
+            self.schedule_trim();
+        }
+    }
+
     /// Tells the allocator to give the memory freed with the output back
     /// to the system, on a thread of its own: a little later (what was
     /// accounted as released is being freed now), then not again for
@@ -110,27 +124,34 @@ impl NodeOutput {
                 // what the releases let go of (the sites' channels and
                 // actors, which stop after their output is handed back)
                 // is freed by then too. A release during the run is
-                // covered by a later trim of the same run.
+                // covered by a later trim of the same run; so are the
+                // parks counted before the last trim (later ones count
+                // towards the next).
                 let held = || node.upgrade().map(|n| n.bytes());
                 std::thread::sleep(TRIM_DELAY);
                 let mut last = held();
-                loop {
+                let covered = loop {
                     let started = std::time::Instant::now();
                     give_memory_back();
-                    tracing::debug!(took = ?started.elapsed(), "freed output memory given back to the system");
+                    tracing::debug!(took = ?started.elapsed(), "freed memory given back to the system");
                     std::thread::sleep(TRIM_INTERVAL);
                     let now = held();
                     let falling = matches!((last, now), (Some(a), Some(b)) if b < a);
                     if !falling {
+                        let covered = node
+                            .upgrade()
+                            .map_or(0, |n| n.parked_since_trim.load(Ordering::Relaxed));
                         give_memory_back();
-                        break;
+                        break covered;
                     }
                     last = now;
-                }
+                };
                 std::thread::sleep(TRIM_INTERVAL);
                 if let Some(node) = node.upgrade() {
                     node.peak_since_trim
                         .store(node.bytes(), Ordering::Relaxed);
+                    node.parked_since_trim
+                        .fetch_sub(covered, Ordering::Relaxed);
                     node.trimming.store(false, Ordering::Release);
                 }
             });
@@ -139,6 +160,21 @@ impl NodeOutput {
             self.trimming.store(false, Ordering::Release);
         }
     }
+}
+
+/// Sites parked that make giving memory back worth its cost: each frees
+/// its actor's task (about 1.3 KB, on the pool thread it ran on) and its
+/// mailbox (about 350 bytes, on the thread that started it), which the
+/// allocator keeps (glibc: in its fast bins and the pool threads' heaps)
+/// however few bytes the parked sites hold. 1,024 of them free about
+/// 1.7 MB; measured with 5,000 sites parked at once, the process kept
+/// about 1,050 bytes resident per site, 770 after a trim.
+pub(crate) const TRIM_PARKS: u64 = 1024;
+
+/// Whether `parked` sites parked since the last trim make one worth its
+/// cost (at most one runs per [`TRIM_INTERVAL`] whatever asks for it).
+pub(crate) fn worth_trimming_after_parks(parked: u64) -> bool {
+    parked >= TRIM_PARKS
 }
 
 /// Output released at once that makes giving memory back worth its cost
