@@ -478,6 +478,20 @@ mod tests {
         OpenFailure::Transport("connection refused".into())
     }
 
+    /// A book of one address (a site the user named, the common case)
+    /// keeps it inline: thousands of idle sites each keep a book, and a
+    /// small block of its own per book would be made on whichever thread
+    /// starts the site. A second address moves them out, both kept.
+    #[test]
+    fn a_book_of_one_address_keeps_it_inline() {
+        let mut b = AddressBook::given("tcp:127.0.0.1:1");
+        assert!(!b.known.spilled());
+        assert!(std::mem::size_of::<AddressBook>() <= 40);
+        b.learn(["mem:b"]);
+        assert!(b.known.spilled());
+        assert_eq!(b.addresses().count(), 2);
+    }
+
     fn wrong_identity() -> OpenFailure {
         OpenFailure::Open(OpenError::WrongIdentity {
             expected: SiteId(1),

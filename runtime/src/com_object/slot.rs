@@ -120,12 +120,6 @@ impl ParkedForms {
         }
         p
     }
-
-    /// Forms kept now (tests).
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.0.lock().len()
-    }
 }
 
 impl ComObject {
