@@ -26,9 +26,6 @@ pub(crate) struct NodeOutput {
     peak_since_trim: AtomicU64,
     /// A trim is scheduled or running (at most one at a time).
     trimming: AtomicBool,
-    /// Sites parked since the allocator was last told to give memory back
-    /// (see [`worth_trimming_after_parks`]).
-    parked_since_trim: AtomicU64,
 }
 
 impl NodeOutput {
@@ -41,7 +38,6 @@ impl NodeOutput {
             space: Notify::new(),
             peak_since_trim: AtomicU64::new(0),
             trimming: AtomicBool::new(false),
-            parked_since_trim: AtomicU64::new(0),
         })
     }
 
@@ -100,11 +96,17 @@ impl NodeOutput {
     }
 
     /// One of the node's sites parked: its actor (its task, mailbox and
-    /// session) is freed. After a wave of them the allocator is told to
-    /// give that memory back, as after a large release of output.
+    /// session) is freed. After a wave of them, in this node or others of
+    /// the process, the allocator is told to give that memory back, as
+    /// after a large release of output (by this node's trim thread unless
+    /// it runs one already).
     pub(crate) fn site_parked(self: &Arc<Self>) {
-        let n = self.parked_since_trim.fetch_add(1, Ordering::Relaxed) + 1;
-        if worth_trimming_after_parks(n) && !self.trimming.swap(true, Ordering::AcqRel) {
+        let n = PARKED_SINCE_TRIM.fetch_add(1, Ordering::Relaxed) + 1;
+        if worth_trimming_after_parks(n)
+            && !PARK_TRIM.swap(true, Ordering::AcqRel)
+            && !self.trimming.swap(true, Ordering::AcqRel)
+        {
+            // (A trim this node runs already covers the parks as it ends.)
             self.schedule_trim();
         }
     }
@@ -138,25 +140,24 @@ impl NodeOutput {
                     let now = held();
                     let falling = matches!((last, now), (Some(a), Some(b)) if b < a);
                     if !falling {
-                        let covered = node
-                            .upgrade()
-                            .map_or(0, |n| n.parked_since_trim.load(Ordering::Relaxed));
+                        let covered = PARKED_SINCE_TRIM.load(Ordering::Relaxed);
                         give_memory_back();
                         break covered;
                     }
                     last = now;
                 };
                 std::thread::sleep(TRIM_INTERVAL);
+                PARKED_SINCE_TRIM.fetch_sub(covered, Ordering::Relaxed);
+                PARK_TRIM.store(false, Ordering::Release);
                 if let Some(node) = node.upgrade() {
                     node.peak_since_trim
                         .store(node.bytes(), Ordering::Relaxed);
-                    node.parked_since_trim
-                        .fetch_sub(covered, Ordering::Relaxed);
                     node.trimming.store(false, Ordering::Release);
                 }
             });
         if spawned.is_err() {
-            // No thread now: the next large release tries again.
+            // No thread now: the next large release (or park) tries again.
+            PARK_TRIM.store(false, Ordering::Release);
             self.trimming.store(false, Ordering::Release);
         }
     }
@@ -170,6 +171,16 @@ impl NodeOutput {
 /// 1.7 MB; measured with 5,000 sites parked at once, the process kept
 /// about 1,050 bytes resident per site, 770 after a trim.
 pub(crate) const TRIM_PARKS: u64 = 1024;
+
+/// Sites parked in this process since the allocator was last told to give
+/// memory back (see [`worth_trimming_after_parks`]): the allocator is the
+/// process's, and a hundred nodes parking a thousand sites each free as
+/// much as one parking a hundred thousand.
+static PARKED_SINCE_TRIM: AtomicU64 = AtomicU64::new(0);
+
+/// A trim asked for by parks is scheduled or running, in some node of the
+/// process (one at a time, whichever node's parks asked).
+static PARK_TRIM: AtomicBool = AtomicBool::new(false);
 
 /// Whether `parked` sites parked since the last trim make one worth its
 /// cost (at most one runs per [`TRIM_INTERVAL`] whatever asks for it).
