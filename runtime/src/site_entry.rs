@@ -15,33 +15,36 @@ use crate::outbox::Outbox;
 /// sent to it.
 pub(crate) type Refused = Vec<(sitenet_protocols::Refusal, OutMessage)>;
 
-/// A site id set once, stored as two words: a `u128` would make every
-/// entry 16-aligned and pad it (thousands of entries pay for that).
+/// A site id set once, stored as four 32-bit words: a `u128` would make
+/// every entry 16-aligned and pad it, and two `u64`s pad the cell's
+/// 4-byte state to 8 (thousands of entries pay for that).
 #[derive(Debug, Default)]
-pub(crate) struct IdCell(OnceLock<[u64; 2]>);
+pub(crate) struct IdCell(OnceLock<[u32; 4]>);
 
 impl IdCell {
     pub(crate) fn get(&self) -> Option<SiteId> {
         self.0
             .get()
-            .map(|w| SiteId((u128::from(w[0]) << 64) | u128::from(w[1])))
+            .map(|w| SiteId(w.iter().fold(0u128, |id, &x| (id << 32) | u128::from(x))))
     }
 
     /// Sets the id unless one is set already (then it stays).
     pub(crate) fn set(&self, id: SiteId) -> Result<(), SiteId> {
-        self.0
-            .set([(id.0 >> 64) as u64, id.0 as u64])
-            .map_err(|_| id)
+        let w = |i: u32| (id.0 >> (96 - 32 * i)) as u32;
+        self.0.set([w(0), w(1), w(2), w(3)]).map_err(|_| id)
     }
 }
 
 /// What runs an entry's site, its type erased: the ComObject actor's
-/// address (`Addr<ComObject>`) while it runs, what its machine keeps
-/// while it is parked (issue 21). Both are a layer above the entry
-/// (docs/architecture.md, "The runtime's layers"), and only that layer
-/// puts them in and reads them back (`com_object/slot.rs`); which one
-/// is held is the slot's [`ActorState`], so reading one back never fails.
-pub(crate) type Erased = Box<dyn std::any::Any + Send + Sync>;
+/// address (`Addr<ComObject>`) while it runs, the node's table of parked
+/// forms (which holds what its machine keeps, at
+/// [`ActorSlot::parked_at`]) while it is parked. Both are a layer above
+/// the entry (docs/architecture.md, "The runtime's layers"), and only
+/// that layer puts them in and reads them back (`com_object/slot.rs`);
+/// which one is held is the slot's [`ActorState`], so reading one back
+/// never fails. Shared (`Arc`), so that parking puts the node's table
+/// here without allocating.
+pub(crate) type Erased = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
 /// Where an entry's ComObject stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,20 +68,68 @@ pub(crate) enum ActorState {
 #[derive(Debug)]
 pub(crate) struct ActorSlot {
     pub(crate) state: ActorState,
-    /// The address (running) or the parked machine (parked).
+    /// The address (running) or the node's table of parked forms
+    /// (parked).
     pub(crate) held: Option<Erased>,
-    /// Messages sent to the running actor through the slot and not yet
-    /// handled: it parks only when none waits in its mailbox (a stopped
-    /// actor's mailbox is dropped).
-    pub(crate) queued: u32,
+    /// Running: the messages sent to the actor through the slot and not
+    /// yet handled (it parks only when none waits in its mailbox: a
+    /// stopped actor's mailbox is dropped). Parked: where its machine's
+    /// parked form is in the node's table (no message waits for a parked
+    /// actor: a send starts it first). One word for both, read through
+    /// the methods below.
+    word: u32,
 }
 
 impl ActorSlot {
     const NEVER: ActorSlot = ActorSlot {
         state: ActorState::Never,
         held: None,
-        queued: 0,
+        word: 0,
     };
+
+    /// Messages sent to the running actor and not yet handled (0 unless
+    /// it runs).
+    pub(crate) fn queued(&self) -> u32 {
+        if self.state == ActorState::Running {
+            self.word
+        } else {
+            0
+        }
+    }
+
+    /// One more message sent to the running actor.
+    pub(crate) fn queue_one(&mut self) {
+        debug_assert_eq!(self.state, ActorState::Running);
+        self.word += 1;
+    }
+
+    /// The running actor took one of the messages sent to it.
+    pub(crate) fn handled_one(&mut self) {
+        debug_assert_eq!(self.state, ActorState::Running);
+        self.word -= 1;
+    }
+
+    /// The actor runs, nothing sent to it yet; `held` is its address.
+    pub(crate) fn run(&mut self, held: Erased) {
+        self.state = ActorState::Running;
+        self.held = Some(held);
+        self.word = 0;
+    }
+
+    /// The site parked: `forms` is the node's table of parked forms, its
+    /// own at `at`.
+    pub(crate) fn park(&mut self, forms: Erased, at: u32) {
+        debug_assert_eq!(self.queued(), 0);
+        self.state = ActorState::Parked;
+        self.held = Some(forms);
+        self.word = at;
+    }
+
+    /// Where a parked site's form is in the node's table.
+    pub(crate) fn parked_at(&self) -> u32 {
+        debug_assert_eq!(self.state, ActorState::Parked);
+        self.word
+    }
 }
 
 /// A site's fault state, the monitors watching it and why it is
@@ -128,22 +179,18 @@ pub(crate) struct SiteEntry {
     /// descriptor, have none.
     pub(crate) address: Option<Arc<str>>,
     pub(crate) id: IdCell,
-    /// What the site handed back: its permanent failure, and messages it
-    /// refused while it lives (boxed when the first comes: rare, and every
-    /// idle site would carry the room).
-    pub(crate) handed: Mutex<Option<Box<Handed>>>,
+    /// What few sites need, allocated when first needed (see [`Rare`]):
+    /// every idle site would carry the room.
+    rare: OnceLock<Box<Rare>>,
     /// True once the failure is on record: checked on every send without a
     /// lock.
     pub(crate) has_failed: std::sync::atomic::AtomicBool,
-    /// Set when this entry turned out to be another entry's site (contacted
-    /// under an address the peer did not list): sends follow it.
-    pub(crate) redirect: OnceLock<Arc<SiteEntry>>,
     /// Largest message the peer accepts (0 until a handshake told it).
     pub(crate) peer_max: std::sync::atomic::AtomicU64,
     /// Live `SiteRef`s (a weak close is considered only when none is left,
     /// and the entry is reclaimed only then). Changed only with `SeqCst`
     /// when it may reach 0 (see `poke_on_unref`).
-    pub(crate) refs: std::sync::atomic::AtomicUsize,
+    pub(crate) refs: std::sync::atomic::AtomicU32,
     /// Accepted channels routed to this entry and not yet taken by its
     /// ComObject (incremented under the site table's lock): the entry is
     /// not reclaimed while one is on its way.
@@ -175,6 +222,18 @@ pub(crate) struct SiteEntry {
     pub(crate) stats: Mutex<Option<Box<crate::stats::SiteStats>>>,
     /// Current fault state, the monitors watching it, and why.
     pub(crate) fault: Mutex<Fault>,
+}
+
+/// What few entries need: kept out of line, made on first need.
+#[derive(Debug, Default)]
+pub(crate) struct Rare {
+    /// Set when this entry turned out to be another entry's site
+    /// (contacted under an address the peer did not list): sends follow
+    /// it.
+    pub(crate) redirect: OnceLock<Arc<SiteEntry>>,
+    /// What the site handed back: its permanent failure, and messages it
+    /// refused while it lives.
+    pub(crate) handed: Mutex<Option<Box<Handed>>>,
 }
 
 /// [`SiteEntry::home`] when the site's key decides its thread.
@@ -244,11 +303,10 @@ impl SiteEntry {
             actor: Mutex::new(ActorSlot::NEVER),
             address,
             id: IdCell::default(),
-            handed: Mutex::new(None),
+            rare: OnceLock::new(),
             has_failed: std::sync::atomic::AtomicBool::new(false),
-            redirect: OnceLock::new(),
             peer_max: std::sync::atomic::AtomicU64::new(0),
-            refs: std::sync::atomic::AtomicUsize::new(0),
+            refs: std::sync::atomic::AtomicU32::new(0),
             adopting: std::sync::atomic::AtomicU32::new(0),
             poke_on_unref: std::sync::atomic::AtomicBool::new(false),
             pending_requests: std::sync::atomic::AtomicU32::new(0),
@@ -266,10 +324,31 @@ impl SiteEntry {
 
     pub(crate) fn resolved(self: &Arc<Self>) -> &Arc<Self> {
         let mut e = self;
-        while let Some(next) = e.redirect.get() {
+        while let Some(next) = e.rare.get().and_then(|r| r.redirect.get()) {
             e = next;
         }
         e
+    }
+
+    /// Sends to this entry follow `other` from now on (unless they follow
+    /// another already).
+    pub(crate) fn redirect_to(&self, other: Arc<SiteEntry>) {
+        let _ = self.rare().redirect.set(other);
+    }
+
+    /// What the site handed back, made on first need (to record
+    /// something).
+    pub(crate) fn handed(&self) -> &Mutex<Option<Box<Handed>>> {
+        &self.rare().handed
+    }
+
+    /// What the site handed back, if anything ever was (to read it).
+    pub(crate) fn handed_if_any(&self) -> Option<&Mutex<Option<Box<Handed>>>> {
+        self.rare.get().map(|r| &r.handed)
+    }
+
+    fn rare(&self) -> &Rare {
+        self.rare.get_or_init(Box::default)
     }
 
     /// True if `self` and `other` are one site: the same entry once
@@ -282,7 +361,7 @@ impl SiteEntry {
         if !self.has_failed.load(std::sync::atomic::Ordering::Acquire) {
             return None;
         }
-        let handed = self.handed.lock();
+        let handed = self.handed_if_any()?.lock();
         handed.as_deref()?.failed.as_ref().map(|(r, _)| r.clone())
     }
 
@@ -378,12 +457,37 @@ mod tests {
     fn a_site_whose_failure_is_on_record_reads_perm_failed() {
         let e = SiteEntry::new(0, None, crate::outbox::OutputBound::alone(1 << 20));
         assert_eq!(e.fault_state(), FaultState::Ok);
-        *e.handed.lock() = Some(Box::new(Handed {
+        *e.handed().lock() = Some(Box::new(Handed {
             failed: Some((SiteFailure::Killed, Returned::default())),
             refused: Vec::new(),
         }));
         e.has_failed
             .store(true, std::sync::atomic::Ordering::Release);
         assert_eq!(e.fault_state(), FaultState::PermFailed);
+    }
+
+    /// Every site the node knows costs an entry, used or not: 328 bytes
+    /// keep it in a 352-byte block of the allocator with its `Arc`
+    /// (anything rare goes in [`Rare`], or boxed on first need).
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn an_entry_fits_in_328_bytes() {
+        assert!(
+            std::mem::size_of::<SiteEntry>() <= 328,
+            "{} bytes",
+            std::mem::size_of::<SiteEntry>()
+        );
+        assert!(std::mem::size_of::<Mutex<ActorSlot>>() <= 32);
+    }
+
+    /// The id reads back as set, and a second set leaves it.
+    #[test]
+    fn an_id_is_set_once_and_reads_back_whole() {
+        let c = IdCell::default();
+        assert_eq!(c.get(), None);
+        let id = SiteId(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+        assert_eq!(c.set(id), Ok(()));
+        assert_eq!(c.set(SiteId(1)), Err(SiteId(1)));
+        assert_eq!(c.get(), Some(id));
     }
 }

@@ -31,7 +31,7 @@ use crate::reassembly::ReassemblyBudget;
 use crate::session::park::SessionFields;
 use crate::session::{Session, SessionStats};
 use crate::timer::{ComTimers, Timer};
-use crate::varint::{Packer, Unpacker};
+use crate::varint::{Packed, Packer, Unpacker};
 
 /// A parked ComObject: what it keeps while its site is idle (see the
 /// module documentation), most of it packed into a few dozen bytes.
@@ -43,8 +43,11 @@ pub struct Parked {
     base: Instant,
     book: AddressBook,
     continuity: Option<Box<Continuity>>,
-    /// Everything else ([`Fields`]), packed.
-    packed: Box<[u8]>,
+    /// Everything else ([`Fields`]), packed: inline for any site but one
+    /// with unusually large counters, so parking allocates nothing that
+    /// outlives it but what the site already had (its book's addresses
+    /// and the secret).
+    packed: Packed,
 }
 
 /// The values a parked machine keeps besides its book and secret,
@@ -263,6 +266,13 @@ impl Parked {
     /// struct itself): what measures report.
     pub fn packed_len(&self) -> usize {
         self.packed.len()
+    }
+
+    /// True if the packed fields are kept inside this value (no
+    /// allocation of their own): a driver that keeps thousands of parked
+    /// sites in one table keeps them in one block.
+    pub fn packed_inline(&self) -> bool {
+        self.packed.is_inline()
     }
 }
 

@@ -91,6 +91,8 @@ pub(crate) struct NodeShared {
     pub(crate) keys: sitenet_protocols::Keyring,
     /// The versions and capabilities this node offers in its handshakes.
     pub(crate) speaks: sitenet_protocols::Speaks,
+    /// What its parked sites keep, in one table (`com_object/slot.rs`).
+    pub(crate) parked_forms: Arc<super::slot::ParkedForms>,
 }
 
 impl NodeShared {

@@ -279,7 +279,7 @@ impl ComObject {
             }
         });
         {
-            let mut handed = self.entry.handed.lock();
+            let mut handed = self.entry.handed().lock();
             let handed = handed.get_or_insert_with(Box::default);
             if let Some((_, back)) = &mut handed.failed {
                 // The site failed between the sender's check and the queue.
@@ -466,7 +466,7 @@ impl ComObject {
                     // `SiteFailed`: they belong to this failure's
                     // `not_sent` (newer than the machine's), not to
                     // `take_refused`.
-                    if let Some(handed) = self.entry.handed.lock().as_deref_mut() {
+                    if let Some(handed) = self.entry.handed().lock().as_deref_mut() {
                         let (late, other): (Vec<_>, Vec<_>) = std::mem::take(&mut handed.refused)
                             .into_iter()
                             .partition(|(e, _)| {
@@ -492,7 +492,7 @@ impl ComObject {
                     self.log_failure(&failure, &reason, &back);
                     self.report_fault(self.address_string(), reason.clone(), true);
                     self.entry
-                        .handed
+                        .handed()
                         .lock()
                         .get_or_insert_with(Box::default)
                         .failed = Some((failure.clone(), back));

@@ -318,7 +318,7 @@ impl ComObject {
         let older = self.com.merge_out();
         let entry = self.entry.clone();
         let wake = self.entry.outbox.seal_into(&other.outbox, older, || {
-            let _ = entry.redirect.set(other.clone());
+            entry.redirect_to(other.clone());
         });
         if wake {
             self.node.clone().wake(&other);

@@ -275,6 +275,7 @@ impl NodeBuilder {
             changed: Notify::new(),
             keys,
             speaks: self.speaks,
+            parked_forms: Default::default(),
         };
         let inner = Arc::new(NodeInner {
             shared,

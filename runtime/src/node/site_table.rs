@@ -397,7 +397,7 @@ impl NodeInner {
     pub(crate) fn reclaim(&self, entry: &Arc<SiteEntry>) -> bool {
         let mut t = self.sites.lock();
         let counts = Counts {
-            refs: entry.refs.load(Ordering::SeqCst),
+            refs: entry.refs.load(Ordering::SeqCst) as usize,
             adopting: entry.adopting.load(Ordering::SeqCst) as usize,
             queued: entry.outbox.bytes(),
             current: t

@@ -70,8 +70,10 @@ pub(crate) const SEND_BATCH: u64 = 64 * 1024;
 #[derive(Debug, Default)]
 struct Queue {
     msgs: Vec<OutMessage>,
-    /// Wire bytes pushed since the actor last drained the queue.
-    batched: u64,
+    /// Wire bytes pushed since the actor last drained the queue (only
+    /// compared with [`SEND_BATCH`]: saturating, 32 bits keep the queue's
+    /// lock and fields in 40 bytes).
+    batched: u32,
     /// The site merged into another entry: pushes are refused, and the
     /// sender re-resolves its entry (see [`Outbox::seal_into`]).
     sealed: bool,
@@ -152,6 +154,11 @@ pub(crate) struct Outbox {
 }
 
 impl Outbox {
+    /// Its site parked (see [`NodeOutput::site_parked`]).
+    pub(crate) fn site_parked(&self) {
+        self.node.site_parked();
+    }
+
     pub(crate) fn new(bound: OutputBound) -> Self {
         Self {
             queue: Mutex::new(Queue::default()),
@@ -358,10 +365,11 @@ impl Outbox {
             if q.sealed {
                 return Pushed::Sealed(m);
             }
-            let before = q.batched;
-            q.batched += m.wire_len();
+            let before = u64::from(q.batched);
+            let len = u32::try_from(m.wire_len()).unwrap_or(u32::MAX);
+            q.batched = q.batched.saturating_add(len);
             q.msgs.push(m);
-            before < SEND_BATCH && q.batched >= SEND_BATCH
+            before < SEND_BATCH && u64::from(q.batched) >= SEND_BATCH
         };
         let wake = !self.wake_pending.load(Ordering::Acquire)
             && !self.wake_pending.swap(true, Ordering::AcqRel);

@@ -95,6 +95,22 @@ impl NodeOutput {
         }
     }
 
+    /// One of the node's sites parked: its actor (its task, mailbox and
+    /// session) is freed. After a wave of them, in this node or others of
+    /// the process, the allocator is told to give that memory back, as
+    /// after a large release of output (by this node's trim thread unless
+    /// it runs one already).
+    pub(crate) fn site_parked(self: &Arc<Self>) {
+        let n = PARKED_SINCE_TRIM.fetch_add(1, Ordering::Relaxed) + 1;
+        if worth_trimming_after_parks(n)
+            && !PARK_TRIM.swap(true, Ordering::AcqRel)
+            && !self.trimming.swap(true, Ordering::AcqRel)
+        {
+            // (A trim this node runs already covers the parks as it ends.)
+            self.schedule_trim();
+        }
+    }
+
     /// Tells the allocator to give the memory freed with the output back
     /// to the system, on a thread of its own: a little later (what was
     /// accounted as released is being freed now), then not again for
@@ -110,24 +126,29 @@ impl NodeOutput {
                 // what the releases let go of (the sites' channels and
                 // actors, which stop after their output is handed back)
                 // is freed by then too. A release during the run is
-                // covered by a later trim of the same run.
+                // covered by a later trim of the same run; so are the
+                // parks counted before the last trim (later ones count
+                // towards the next).
                 let held = || node.upgrade().map(|n| n.bytes());
                 std::thread::sleep(TRIM_DELAY);
                 let mut last = held();
-                loop {
+                let covered = loop {
                     let started = std::time::Instant::now();
                     give_memory_back();
-                    tracing::debug!(took = ?started.elapsed(), "freed output memory given back to the system");
+                    tracing::debug!(took = ?started.elapsed(), "freed memory given back to the system");
                     std::thread::sleep(TRIM_INTERVAL);
                     let now = held();
                     let falling = matches!((last, now), (Some(a), Some(b)) if b < a);
                     if !falling {
+                        let covered = PARKED_SINCE_TRIM.load(Ordering::Relaxed);
                         give_memory_back();
-                        break;
+                        break covered;
                     }
                     last = now;
-                }
+                };
                 std::thread::sleep(TRIM_INTERVAL);
+                PARKED_SINCE_TRIM.fetch_sub(covered, Ordering::Relaxed);
+                PARK_TRIM.store(false, Ordering::Release);
                 if let Some(node) = node.upgrade() {
                     node.peak_since_trim
                         .store(node.bytes(), Ordering::Relaxed);
@@ -135,10 +156,36 @@ impl NodeOutput {
                 }
             });
         if spawned.is_err() {
-            // No thread now: the next large release tries again.
+            // No thread now: the next large release (or park) tries again.
+            PARK_TRIM.store(false, Ordering::Release);
             self.trimming.store(false, Ordering::Release);
         }
     }
+}
+
+/// Sites parked that make giving memory back worth its cost: each frees
+/// its actor's task (about 1.3 KB, on the pool thread it ran on) and its
+/// mailbox (about 350 bytes, on the thread that started it), which the
+/// allocator keeps (glibc: in its fast bins and the pool threads' heaps)
+/// however few bytes the parked sites hold. 1,024 of them free about
+/// 1.7 MB; measured with 5,000 sites parked at once, the process kept
+/// about 1,050 bytes resident per site, 770 after a trim.
+pub(crate) const TRIM_PARKS: u64 = 1024;
+
+/// Sites parked in this process since the allocator was last told to give
+/// memory back (see [`worth_trimming_after_parks`]): the allocator is the
+/// process's, and a hundred nodes parking a thousand sites each free as
+/// much as one parking a hundred thousand.
+static PARKED_SINCE_TRIM: AtomicU64 = AtomicU64::new(0);
+
+/// A trim asked for by parks is scheduled or running, in some node of the
+/// process (one at a time, whichever node's parks asked).
+static PARK_TRIM: AtomicBool = AtomicBool::new(false);
+
+/// Whether `parked` sites parked since the last trim make one worth its
+/// cost (at most one runs per [`TRIM_INTERVAL`] whatever asks for it).
+pub(crate) fn worth_trimming_after_parks(parked: u64) -> bool {
+    parked >= TRIM_PARKS
 }
 
 /// Output released at once that makes giving memory back worth its cost

@@ -257,3 +257,14 @@ fn memory_is_given_back_only_after_a_large_drop_in_output() {
     // A peak below what is held now (reset while output came): no.
     assert!(!worth_trimming(0, u64::MAX));
 }
+
+/// A wave of parked sites is worth giving memory back for (their actors'
+/// memory stays in the allocator otherwise), a few parks are not.
+#[test]
+fn a_wave_of_parks_is_worth_a_trim_and_a_few_are_not() {
+    use super::node_output::{worth_trimming_after_parks, TRIM_PARKS};
+    assert!(!worth_trimming_after_parks(0));
+    assert!(!worth_trimming_after_parks(TRIM_PARKS - 1));
+    assert!(worth_trimming_after_parks(TRIM_PARKS));
+    assert!(worth_trimming_after_parks(u64::MAX));
+}

@@ -104,7 +104,7 @@ impl SiteRef {
     /// each message can be decoded ([`ReturnedMessage::decode`]) and sent
     /// again, to this site's successor or another ([`SiteRef::resend`]).
     pub fn failure(&self) -> Option<(SiteFailure, HandedBack)> {
-        let handed = self.entry.resolved().handed.lock();
+        let handed = self.entry.resolved().handed_if_any()?.lock();
         let (reason, back) = handed.as_deref()?.failed.as_ref()?;
         let node = Arc::downgrade(&self.node);
         let returned = |list: &[OutMessage]| {
@@ -130,7 +130,10 @@ impl SiteRef {
     /// were never sent (`Metrics::handed_back` counts them); nothing is
     /// resent for ever or dropped silently.
     pub fn take_refused(&self) -> Vec<(sitenet_protocols::Refusal, OutMessage)> {
-        let mut handed = self.entry.resolved().handed.lock();
+        let Some(handed) = self.entry.resolved().handed_if_any() else {
+            return Vec::new();
+        };
+        let mut handed = handed.lock();
         let Some(h) = handed.as_deref_mut() else {
             return Vec::new();
         };

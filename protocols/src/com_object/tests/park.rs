@@ -292,9 +292,23 @@ fn a_parked_site_keeps_little() {
     let p = h.com.park(h.now).expect("parkable");
     // Numbering, tag, timers and every counter (most of them small).
     assert!(p.packed_len() <= 96, "packed in {} bytes", p.packed_len());
-    assert!(std::mem::size_of::<Parked>() <= 80);
+    // Inline: parking allocates nothing of its own (a driver keeps the
+    // parked forms of thousands of sites in one table, and a small block
+    // per site made on the actor's thread would keep that thread's freed
+    // memory resident).
+    assert!(p.packed_inline(), "packed in {} bytes", p.packed_len());
+    assert!(std::mem::size_of::<Parked>() <= 160);
     // The machine left behind is empty and opens nothing.
     assert_eq!(h.com.session().last_sent(), 0);
     h.com.queue(msg(1)).unwrap();
     assert!(h.actions().is_empty());
+}
+
+/// A site prepared but never connected parks too, its form inline.
+#[test]
+fn a_site_never_connected_parks_inline() {
+    let mut h = H::new(cfg(), true);
+    h.actions();
+    let p = h.com.park(h.now).expect("parkable");
+    assert!(p.packed_inline(), "packed in {} bytes", p.packed_len());
 }
