@@ -141,20 +141,41 @@ fn resident_bytes() -> u64 {
 /// (no channel, no traffic) and the resident memory it grows by is divided
 /// among them — first while they are only referenced (their ComObjects not
 /// started: they cost their entries), then once each ComObject was started,
-/// as the first message to it would, and left idle. Returns (idle, never
-/// used). Both figures include the allocator's own overhead.
+/// as the first message to it would, and left idle: parked, and what their
+/// actors used while they ran given back to the system (resident memory
+/// read every 200 ms until it stops falling, at most 3 s). Returns (idle,
+/// never used). Both figures include the allocator's own overhead.
 fn measure_idle_site_bytes(n: u64) -> Result<(u64, u64), StressError> {
     let node = Node::builder().start()?;
+    // The node's own start (its tasks on the runtime) is not the sites'.
+    settle(&node);
     let before = resident_bytes();
     let sites: Vec<_> = (0..n)
         .map(|i| node.site(format!("tcp:127.0.0.1:{}", 1 + i)))
         .collect::<Result<_, _>>()?;
     let referenced = resident_bytes();
+    let parks = node.metrics().parks;
     for s in &sites {
         s.prepare();
     }
     settle(&node);
-    let started = resident_bytes();
+    // Idle means parked: wait until every site's ComObject has parked, then
+    // until what their actors used while they ran has been given back (the
+    // node trims after a wave of parks), each wait bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while node.metrics().parks - parks < n && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut started = resident_bytes();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = resident_bytes();
+        if now >= started {
+            break;
+        }
+        started = now;
+    }
     drop(sites);
     node.shutdown_blocking(Duration::from_millis(100))
         .unwrap_or_default();

@@ -104,12 +104,12 @@ pub struct StressReport {
     pub rtt_max_us: u64,
     /// Probes answered.
     pub round_trips: u64,
-    /// Memory one idle remote site costs (entry, ComObject, session),
-    /// measured in this run: resident memory grown by creating idle sites,
-    /// divided by their number (so it includes the allocator's own
-    /// overhead, and what each site's actor used before it parked: freed,
-    /// but kept resident; `tests/idle_site_memory.rs` counts what a parked
-    /// site holds, about a third of this).
+    /// Memory one idle remote site costs (entry, parked ComObject),
+    /// measured in this run: resident memory grown by 5,000 sites started
+    /// and parked, divided by their number, once the node has given back
+    /// what their actors used while they ran (so it includes the
+    /// allocator's own overhead; `tests/idle_site_memory.rs` counts what a
+    /// parked site holds with a counting allocator).
     pub idle_site_bytes: u64,
     /// The same for a site only referenced, never used: its ComObject is
     /// not started, so it costs its entry.
