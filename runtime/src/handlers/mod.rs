@@ -204,7 +204,10 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
         Delivered::Reply { .. } => node.complete_request(from, m),
         Delivered::Handle => {
             if let Some(h) = handler {
-                let header = m.header.clone();
+                // Moved, not cloned: a clone is two atomic operations on
+                // the arena chunk every small message of a frame shares.
+                let mut m = m;
+                let header = std::mem::take(&mut m.header);
                 call(node, from, from, None, h, header, m);
             }
         }
