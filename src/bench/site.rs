@@ -128,7 +128,9 @@ pub(super) fn stream(
 /// Queues a `big`-byte message at priority 2 and, right after it, a
 /// `small`-byte echo request at priority 4; returns how long after the
 /// small one was queued its reply came back. The levels are separate
-/// lanes: the small message need not wait for the big one.
+/// lanes: the small message need not wait for the big one. An untimed
+/// echo first makes sure the channel is open, as the raw baseline
+/// connects before its clock starts.
 pub(super) fn head_of_line(
     node: &Node,
     site: &SiteRef,
@@ -141,6 +143,9 @@ pub(super) fn head_of_line(
     let small_body = Bytes::from(vec![0x22u8; small]);
     let stream: u64 = rand::random();
     on_node(node, async move {
+        site.request::<Echo, EchoReply>(&Echo { seq: 0 }, timeout)
+            .await
+            .map_err(|e| failed("echo")(e.to_string()))?;
         site.send_with(
             &SinkData { stream, seq: 0 },
             SendOptions::new().priority(Priority::Low).body(big_body),
