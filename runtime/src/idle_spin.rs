@@ -5,7 +5,7 @@
 //! [`sitenet_protocols::idle_spin`]; the figures: docs/performance.md).
 //!
 //! Each pool thread runs one *spinner* task. Socket reads and writes that
-//! move bytes count themselves ([`note_io`]) and wake the spinner if it
+//! move bytes count themselves (`note_io`) and wake the spinner if it
 //! sleeps. While the window is open the spinner yields to the scheduler
 //! each turn: tokio then runs every ready task, polls the I/O driver with
 //! a zero timeout (the socket's readiness is seen without a sleep) and
