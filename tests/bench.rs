@@ -1,5 +1,6 @@
 //! `sitenet bench`: both stacks on every documented workload, the JSON
-//! contract (`rows` of `workload`, `unit`, `sitenet`, `raw_tcp`, `ratio`),
+//! contract (`rows` of `workload`, `unit`, `sitenet`, `raw_tcp`, `ratio`,
+//! and for round trips `sitenet_p99`, `raw_tcp_p99`),
 //! and the processes mode. Figures are not checked against targets here
 //! (a debug build on a busy machine says nothing about speed): only that
 //! each is measured.
@@ -40,6 +41,18 @@ fn check_rows(v: &serde_json::Value) {
         assert!(f("sitenet") > 0.0 && f("raw_tcp") > 0.0, "{row}");
         let ratio = f("sitenet") / f("raw_tcp");
         assert!((f("ratio") - ratio).abs() <= 1e-9 * ratio.max(1.0), "{row}");
+        // Round trips also give their 99th percentiles, at least the median.
+        if unit == "us" {
+            assert!(
+                f("sitenet_p99") >= f("sitenet") && f("raw_tcp_p99") >= f("raw_tcp"),
+                "{row}"
+            );
+        } else {
+            assert!(
+                row.get("sitenet_p99").is_none() && row.get("raw_tcp_p99").is_none(),
+                "{row}"
+            );
+        }
     }
 }
 

@@ -78,6 +78,13 @@ pub struct Row {
     pub raw_tcp: f64,
     /// sitenet / raw TCP.
     pub ratio: f64,
+    /// Round trips only: sitenet's 99th percentile in µs (median of the
+    /// rounds' p99s); absent from other rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sitenet_p99: Option<f64>,
+    /// Round trips only: the raw TCP baseline's 99th percentile in µs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_tcp_p99: Option<f64>,
 }
 
 /// Why the bench could not run or a workload failed.
@@ -400,12 +407,15 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
         };
         let mut s_figs = Vec::new();
         let mut r_figs = Vec::new();
+        let (mut s_p99s, mut r_p99s) = (Vec::new(), Vec::new());
         for _ in 0..cfg.rounds.max(1) {
             let (sf, rf) = match work {
                 Work::Rtt { size, count } => {
                     let h = site::echo_round_trips(client, site, count, size, t)?;
                     let r = raw_rt.block_on(raw::rtt(&raw_addr, count, size, t))?;
                     let zero = Duration::ZERO;
+                    s_p99s.push(p99_us(&h));
+                    r_p99s.push(p99_us(&r));
                     (work.figure(Some(&h), zero), work.figure(Some(&r), zero))
                 }
                 Work::Stream { size, count, .. } => {
@@ -423,6 +433,7 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
             r_figs.push(rf);
         }
         let (sitenet, raw_tcp) = (median(&mut s_figs), median(&mut r_figs));
+        let p99 = |v: &mut Vec<f64>| (!v.is_empty()).then(|| median(v));
         rows.push(Row {
             workload: name,
             unit,
@@ -433,6 +444,8 @@ pub fn run(cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>
             } else {
                 0.0
             },
+            sitenet_p99: p99(&mut s_p99s),
+            raw_tcp_p99: p99(&mut r_p99s),
         });
     }
     drop(site);
@@ -497,6 +510,11 @@ impl TlsSide {
         }
         drop(self.process);
     }
+}
+
+/// The 99th percentile of round trips recorded in nanoseconds, in µs.
+fn p99_us(h: &hdrhistogram::Histogram<u64>) -> f64 {
+    h.value_at_quantile(0.99) as f64 / 1e3
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -10,7 +10,7 @@ use sitenet::bench::{BenchConfig, Row};
 /// The `bench` command's options.
 #[derive(ClapArgs)]
 pub(crate) struct Args {
-    /// Print {"rows": [{"workload", "unit", "sitenet", "raw_tcp", "ratio"}, …]}.
+    /// Print {"rows": [{"workload", "unit", "sitenet", "raw_tcp", "ratio", and for round trips "sitenet_p99", "raw_tcp_p99"}, …]}.
     #[arg(long)]
     json: bool,
     /// Run each server in its own OS process, the way users deploy.
@@ -169,12 +169,16 @@ fn print_table(rows: &[Row], processes: bool, rounds: usize) {
     };
     println!("sitenet against raw tokio TCP, {how}, median of {rounds}");
     println!(
-        "{:<20} {:>6} {:>14} {:>14} {:>7}",
-        "workload", "unit", "sitenet", "raw tcp", "ratio"
+        "{:<20} {:>6} {:>14} {:>14} {:>7}   {:>12} {:>12}",
+        "workload", "unit", "sitenet", "raw tcp", "ratio", "sitenet p99", "raw p99"
     );
     for r in rows {
+        let p99s = match (r.sitenet_p99, r.raw_tcp_p99) {
+            (Some(s), Some(t)) => format!("   {:>12} {:>12}", fmt(s), fmt(t)),
+            _ => String::new(),
+        };
         println!(
-            "{:<20} {:>6} {:>14} {:>14} {:>6.2}x",
+            "{:<20} {:>6} {:>14} {:>14} {:>6.2}x{p99s}",
             r.workload,
             r.unit,
             fmt(r.sitenet),
