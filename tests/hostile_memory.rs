@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::raw::RawPeer;
 use common::*;
+use sitenet::protocols::Keyring;
 use sitenet::Node;
 
 /// Readers that never read, and then vanish.
@@ -30,15 +31,7 @@ const MARGIN: u64 = 48 << 20;
 #[test]
 fn memory_owed_to_vanished_readers_returns_to_the_system() {
     block_on(async {
-        let server = Node::builder()
-            .listen("tcp:127.0.0.1:0")
-            .configure(|c| {
-                services(c);
-                c.unreachable_give_up = Duration::from_secs(1);
-                c.linger = Duration::from_secs(1);
-            })
-            .start()
-            .expect("node starts");
+        let server = quick_give_up_node();
         let target = addr(&server);
         // A first round trip, so the node's steady state is in the baseline.
         let client = Node::builder().start().unwrap();
@@ -46,13 +39,7 @@ fn memory_owed_to_vanished_readers_returns_to_the_system() {
         let rss_before = proc_status_bytes("VmRSS");
         let buffers_before = server.metrics().channel_buffer_bytes;
 
-        let hogs: Vec<_> = (0..HOGS)
-            .map(|_| {
-                let target = target.clone();
-                std::thread::spawn(move || RawPeer::echo_hog(&target))
-            })
-            .collect();
-        let hogs: Vec<_> = hogs.into_iter().map(|h| h.join().unwrap()).collect();
+        let hogs = RawPeer::echo_hogs(&target, HOGS, Keyring::default());
         // The node holds what it owes them (each asked for 6.4 MB).
         assert!(
             eventually(|| server.stats().output_bytes > (HOGS as u64) << 20).await,

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::raw::RawPeer;
 use common::*;
+use sitenet::protocols::Keyring;
 use sitenet::Node;
 
 /// Readers that never read, and then vanish (with fewer, a reader whose
@@ -76,27 +77,13 @@ fn holders(server: &Node) -> String {
 #[test]
 fn output_held_for_vanished_readers_is_released_to_zero() {
     block_on(async {
-        let server = Node::builder()
-            .listen("tcp:127.0.0.1:0")
-            .configure(|c| {
-                services(c);
-                c.unreachable_give_up = Duration::from_secs(1);
-                c.linger = Duration::from_secs(1);
-            })
-            .start()
-            .expect("node starts");
+        let server = quick_give_up_node();
         let target = addr(&server);
         let client = Node::builder().start().unwrap();
         echo(&client.site(&target).unwrap(), 0).await;
 
         for round in 0..ROUNDS {
-            let hogs: Vec<_> = (0..HOGS)
-                .map(|_| {
-                    let target = target.clone();
-                    std::thread::spawn(move || RawPeer::echo_hog(&target))
-                })
-                .collect();
-            let hogs: Vec<_> = hogs.into_iter().map(|h| h.join().unwrap()).collect();
+            let hogs = RawPeer::echo_hogs(&target, HOGS, Keyring::default());
             // The node holds what it owes them.
             assert!(
                 eventually(|| server.stats().output_bytes > (HOGS as u64) << 20).await,

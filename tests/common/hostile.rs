@@ -91,13 +91,7 @@ pub async fn replies_owed_to_vanished_readers_are_bounded_and_released(level: &L
         .unwrap();
     let target = addr(&server);
     // Six peers that never read, each asking for 6.4 MB of echoes.
-    let hogs: Vec<_> = (0..6)
-        .map(|_| {
-            let (target, keys) = (target.clone(), level.keys());
-            std::thread::spawn(move || raw::RawPeer::echo_hog_keyed(&target, keys))
-        })
-        .collect();
-    let hogs: Vec<_> = hogs.into_iter().map(|h| h.join().unwrap()).collect();
+    let hogs = raw::RawPeer::echo_hogs(&target, 6, level.keys());
     // A client that reads is still answered while they hold their share.
     let client = level.node();
     let site = client.site(&target).unwrap();

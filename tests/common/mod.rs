@@ -73,6 +73,22 @@ pub fn listening_node_on(rt: Runtime) -> Node {
 }
 
 /// Turns on sitenet's own services (echo, sink): off by default.
+/// A listening node with the built-in services that gives up on an
+/// unreachable site and lingers on an idle channel one second each: what
+/// it holds for readers that vanish is released within seconds.
+#[allow(dead_code)] // not every test binary uses it
+pub fn quick_give_up_node() -> Node {
+    Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.unreachable_give_up = Duration::from_secs(1);
+            c.linger = Duration::from_secs(1);
+        })
+        .start()
+        .expect("node starts")
+}
+
 pub fn services(c: &mut sitenet::NodeConfig) {
     c.builtin_services = true;
 }

@@ -118,15 +118,23 @@ impl RawPeer {
             .expect("handshake")
     }
 
-    /// A fresh peer (see [`connect`](Self::connect)) that asks the
-    /// node's echo service for 200 echoes of 32 KiB bodies (6.4 MB of
-    /// replies) and never reads: what the node then owes it is held until
-    /// the peer reads, goes, or is given up. Returned to keep the channel.
-    pub fn echo_hog(target: &str) -> Self {
-        Self::echo_hog_keyed(target, Keyring::default())
+    /// `n` [`echo_hog_keyed`](Self::echo_hog_keyed)s connecting at once,
+    /// each on a thread of its own.
+    pub fn echo_hogs(target: &str, n: usize, keys: Keyring) -> Vec<Self> {
+        let hogs: Vec<_> = (0..n)
+            .map(|_| {
+                let (target, keys) = (target.to_string(), keys.clone());
+                std::thread::spawn(move || Self::echo_hog_keyed(&target, keys))
+            })
+            .collect();
+        hogs.into_iter().map(|h| h.join().unwrap()).collect()
     }
 
-    /// [`echo_hog`](Self::echo_hog) proving the cookies in `keys`.
+    /// A fresh peer proving the cookies in `keys` (see
+    /// [`connect_keyed`](Self::connect_keyed)) that asks the node's echo
+    /// service for 200 echoes of 32 KiB bodies (6.4 MB of replies) and
+    /// never reads: what the node then owes it is held until the peer
+    /// reads, goes, or is given up. Returned to keep the channel.
     pub fn echo_hog_keyed(target: &str, keys: Keyring) -> Self {
         let mut p = Self::connect_keyed(target, keys);
         let mut w = Wire::default();
@@ -398,7 +406,7 @@ impl Wire {
 }
 
 /// 200 echo requests with 32 KiB bodies (6.4 MB of replies): what
-/// [`RawPeer::echo_hog`] asks for and never reads.
+/// [`RawPeer::echo_hog_keyed`] asks for and never reads.
 pub fn echo_hog_requests(w: &mut Wire) {
     use sitenet::services::Echo;
     use sitenet::Message;
