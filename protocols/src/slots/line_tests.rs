@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
+use crate::site::SiteId;
 
 pub(super) const MS: Duration = Duration::from_millis(1);
 

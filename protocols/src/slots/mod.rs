@@ -57,6 +57,8 @@
 //! Time is an argument and nothing here does I/O: the runtime's
 //! TransController drives it, and tests drive it with a virtual clock.
 
+mod accepting;
+mod answers;
 mod config;
 mod lanes;
 mod line;
@@ -68,6 +70,7 @@ mod work;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+pub use answers::{Accepted, Grant, SlotStats, Tick};
 pub use config::{SlotConfig, SlotConfigError, DEFAULT_LINE, MAX_DERIVED_HARD, RESERVED_FDS};
 pub use policy::{
     by_name, Candidate, ChannelReport, DefaultPolicy, Naive, PreemptReason, PreemptionPolicy,
@@ -75,92 +78,7 @@ pub use policy::{
 pub use sources::{fair_share, Source};
 pub use turns::Admission;
 
-use crate::site::SiteId;
 use crate::timer::{Timer, TimerTable};
-
-/// What [`SlotTable::request`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Grant {
-    /// A slot now: the holder id to release it with.
-    Now(u64),
-    /// No slot yet: the waiter's ticket (it is served by a later
-    /// [`release`](SlotTable::release), or withdrawn with
-    /// [`cancel`](SlotTable::cancel)).
-    Queued(u64),
-}
-
-/// What [`SlotTable::accept_or_wait`] did with an accepted peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Accepted {
-    /// A slot now: the holder id to release it with.
-    Slot(u64),
-    /// In line: tell the peer to wait; a later [`release`](SlotTable::release)
-    /// serves `ticket`, or a tick expires it, or the driver withdraws it
-    /// ([`leave_line`](SlotTable::leave_line)) when the peer closes.
-    Wait {
-        /// Its place, for the grant.
-        ticket: u64,
-        /// Its position when it joined (1: next).
-        position: usize,
-        /// The same site's older entry, which this one replaced: close
-        /// that connection.
-        replaced: Option<u64>,
-        /// The entry dropped to make room for this one, of the source
-        /// holding more than its share of the line (`sources.rs`): close
-        /// that connection.
-        evicted: Option<u64>,
-    },
-    /// No slot and no room in line (or the peer cannot wait): close it.
-    Refused,
-}
-
-/// What a [`SlotTable::handle_timeout`] tick decided.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tick {
-    /// Holders to close with CLOSE_HARD, and why.
-    pub victims: Vec<(u64, PreemptReason)>,
-    /// Line entries whose hold time is over: close their connections.
-    pub expired: Vec<u64>,
-}
-
-/// Counters of a slot table.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SlotStats {
-    /// Slots granted (connects and accepts).
-    pub granted: u64,
-    /// Requests that had to wait.
-    pub queued: u64,
-    /// Accepts refused at the hard limit (the line full, or a peer that
-    /// cannot wait).
-    pub accepts_refused: u64,
-    /// Preemptions, by [`PreemptReason`] (index = reason as u8).
-    pub preemptions: [u64; PreemptReason::ALL.len()],
-    /// Most slots in use at once.
-    pub peak_in_use: usize,
-    /// Most sites waiting at once.
-    pub peak_waiting: usize,
-    /// Accepted peers told to wait in line.
-    pub line_waits: u64,
-    /// Slots granted from the line.
-    pub grants: u64,
-    /// Entries whose hold time ran out.
-    pub line_expired: u64,
-    /// Entries that left before their turn (the peer closed, or a newer
-    /// connection of the same site replaced it).
-    pub line_left: u64,
-    /// Most peers in line at once.
-    pub peak_line: usize,
-    /// Entries dropped from a full line to make room for a newcomer from
-    /// another source, their source holding more than its share.
-    pub line_evicted: u64,
-}
-
-impl SlotStats {
-    /// All preemptions, whatever the reason.
-    pub fn total_preemptions(&self) -> u64 {
-        self.preemptions.iter().sum()
-    }
-}
 
 /// A slot held: since when, and the service its site had when the table
 /// first saw its report (the start of its turn's work).
@@ -389,123 +307,6 @@ impl SlotTable {
         let before = self.waiting.len();
         self.waiting.retain(|&(w, _)| w != waiter);
         before != self.waiting.len()
-    }
-
-    /// An accepted channel's peer presented itself and the channel is
-    /// adopted: a slot if below the hard limit, else `None` (close it at
-    /// once). For a peer that cannot wait in line; see
-    /// [`accept_or_wait`](Self::accept_or_wait).
-    pub fn accept(&mut self, now: Instant) -> Option<u64> {
-        match self.accept_or_wait(now, None, 0) {
-            Accepted::Slot(h) => Some(h),
-            _ => None,
-        }
-    }
-
-    /// An accepted channel's peer presented itself as site `peer` (`None`:
-    /// it cannot wait — it lacks the `line` capability): a slot if below the
-    /// hard limit; else a place in line (one per site: a newer connection
-    /// replaces the site's older entry, and goes to the back); else, the
-    /// line full, refused. `served` is how much this node has served the
-    /// site so far (messages exchanged with it): under
-    /// [`Admission::Share`] the least served in line is let in first (see
-    /// `line.rs`); 0 for all makes the line first come, first served.
-    pub fn accept_or_wait(&mut self, now: Instant, peer: Option<SiteId>, served: u64) -> Accepted {
-        self.accept_or_wait_on(now, peer, served, None)
-    }
-
-    /// [`accept_or_wait`](Self::accept_or_wait) for a channel that will run
-    /// on `lane` (the thread its owner runs on, `None` if not known):
-    /// under [`Admission::Share`] a slot freed goes to a peer of a lane
-    /// with fewer working holders first (see [`release`](Self::release)).
-    /// Charged to no source address: see
-    /// [`accept_or_wait_from`](Self::accept_or_wait_from).
-    pub fn accept_or_wait_on(
-        &mut self,
-        now: Instant,
-        peer: Option<SiteId>,
-        served: u64,
-        lane: Option<u32>,
-    ) -> Accepted {
-        self.accept_or_wait_from(now, peer, served, lane, Source::of(None))
-    }
-
-    /// [`accept_or_wait_on`](Self::accept_or_wait_on) for a channel
-    /// accepted from `source`, which its slot or its place is charged to
-    /// (`sources.rs`): a full line makes room for it by dropping the
-    /// newest entry of the source holding the most places, if that is
-    /// more than its [`fair_share`] of the line and more than `source`
-    /// ([`Accepted::Wait::evicted`](Accepted::Wait)).
-    pub fn accept_or_wait_from(
-        &mut self,
-        now: Instant,
-        peer: Option<SiteId>,
-        served: u64,
-        lane: Option<u32>,
-        source: Source,
-    ) -> Accepted {
-        if self.in_use() < self.cfg.hard {
-            // Nobody waits in line while a slot is free: a release serves
-            // the line at once.
-            debug_assert!(self.line.is_empty());
-            let h = self.grant(now, lane, source);
-            self.arm(now);
-            return Accepted::Slot(h);
-        }
-        let Some(peer) = peer else {
-            self.stats.accepts_refused += 1;
-            return Accepted::Refused;
-        };
-        let replaced = self.line.of(peer);
-        let mut evicted = None;
-        if replaced.is_none() && self.line.len() >= self.cfg.line {
-            evicted = self.line_room_for(source);
-            let Some(victim) = evicted else {
-                self.stats.accepts_refused += 1;
-                return Accepted::Refused;
-            };
-            self.line.remove(victim);
-            self.stats.line_evicted += 1;
-        }
-        if let Some(old) = replaced {
-            self.line.remove(old);
-            self.stats.line_left += 1;
-        }
-        let ticket = self.id();
-        self.line.push(ticket, (peer, source), now, served, lane);
-        self.stats.line_waits += 1;
-        self.stats.peak_line = self.stats.peak_line.max(self.line.len());
-        self.arm(now);
-        Accepted::Wait {
-            ticket,
-            position: self.line.len(),
-            replaced,
-            evicted,
-        }
-    }
-
-    /// The entry a full line drops for a newcomer from `source`: the
-    /// newest of the other source with an address holding the most
-    /// places, if it holds more than its share of the line and more than
-    /// `source` does (else the newcomer would only take its turn to be
-    /// the heaviest).
-    fn line_room_for(&self, source: Source) -> Option<u64> {
-        let (_, places, newest) = self.line.heaviest_except(source)?;
-        let own = self.line.places(source);
-        let wanting = self.line.sources().count() + usize::from(own == 0);
-        let share = fair_share(self.cfg.line, wanting);
-        (places > share && places > own).then_some(newest)
-    }
-
-    /// A peer left the line before its turn (it closed its connection, or
-    /// the node stops). False if it was not in line.
-    pub fn leave_line(&mut self, ticket: u64, now: Instant) -> bool {
-        let left = self.line.remove(ticket);
-        if left {
-            self.stats.line_left += 1;
-            self.arm(now);
-        }
-        left
     }
 
     /// Slot `holder` is free again (its channel is gone). The slot goes to

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
+use crate::site::SiteId;
 
 fn table(weak: usize, hard: usize) -> SlotTable {
     SlotTable::new(
