@@ -1,5 +1,5 @@
 //! Async handlers, typed remote errors and handlers without `Sync`
-//! (issue 20): `Node::handle_async` runs a future per message on the
+//!: `Node::handle_async` runs a future per message on the
 //! node's runtime and answers with its output; `handle_result` and async
 //! handlers may answer `Err(e)` with a type of the application's, which
 //! `SiteRef::request_result` hands back to be matched; the node runs a

@@ -168,7 +168,7 @@ fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
 /// the wait for the answer: a consumer that stalled kept the requester
 /// waiting as long as it stalled, whatever timeout it asked for. Found by
 /// reading the runtime against the simulator's model of the outbox
-/// (issue 19).
+///.
 #[test]
 fn regression_a_request_waiting_for_room_ends_at_its_timeout() {
     const BOUND: u64 = 4 << 20;

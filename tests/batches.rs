@@ -262,7 +262,7 @@ async fn next_done_tells_a_timeout_from_the_end() {
     assert!(running.next_done(short).await.unwrap().is_none());
 }
 
-/// Batches work against async handlers (issue 20): every request of the
+/// Batches work against async handlers: every request of the
 /// batch is in flight at once at the server — its futures all wait
 /// together before any answers — and a handler's typed error is that
 /// operation's failure, its value rendered in the reason.

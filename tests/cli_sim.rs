@@ -50,7 +50,7 @@ fn one_seed_prints_the_verdict_and_the_figures() {
     assert_eq!(v["sites"], 8);
     assert_eq!(v["sim_s"], 23.0);
     assert!(v["messages"].as_u64().unwrap() > 0);
-    // Idle sites park and start again (issue 21) in every run.
+    // Idle sites park and start again in every run.
     assert!(v["parks"].as_u64().unwrap() > 0);
     assert_eq!(v["digest"].as_str().unwrap().len(), 64);
     // Another process, the same seed: the same run.

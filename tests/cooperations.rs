@@ -349,7 +349,7 @@ async fn regression_an_answer_names_a_site_that_was_not_reclaimed() {
     common::echo(&answers[0].from, 2).await;
 }
 
-/// Cooperations work against async handlers (issue 20): each site's
+/// Cooperations work against async handlers: each site's
 /// future awaits before it answers (the last asked answers first), the
 /// replies fill their descriptors; a handler's typed error fails the
 /// cooperation with the handler's reason, as any error reply does.

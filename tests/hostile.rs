@@ -1,4 +1,4 @@
-//! The hostile-peer suite (issue 17): what a peer that breaks the rules —
+//! The hostile-peer suite: what a peer that breaks the rules —
 //! on purpose or by bug — may cost a node. Each test states its bound; a
 //! legitimate site keeps working beside the attack.
 

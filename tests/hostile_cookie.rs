@@ -1,4 +1,4 @@
-//! The hostile-peer suite (issue 17) run again against nodes that hold a
+//! The hostile-peer suite run again against nodes that hold a
 //! cookie (issue 18, item 5).
 //!
 //! Non-members (no cookie, or a wrong one) make the siege's attacks while a
@@ -481,7 +481,7 @@ async fn under_a_cookie_replies_owed_to_vanished_members_are_still_bounded() {
 
 /// What the cookie does not stop: a member claiming another member's id.
 /// A member forging the id of a member cut off in its backoff is refused
-/// by the continuity proof (issue 17), not the cookie: the victim, back,
+/// by the continuity proof, not the cookie: the victim, back,
 /// gets every reply once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_a_cookie_a_member_forging_another_members_id_breaks_nothing() {

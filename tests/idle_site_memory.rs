@@ -105,7 +105,7 @@ fn a_site_never_used_costs_its_entry_only() {
 /// time forgets it. It keeps its counters and its failure, and nothing of
 /// the channel: no rings, no queues, no spare capacity in its outbox or
 /// action queue. Measured about 3.2 KB with its actor; 904-920 bytes
-/// parked (issue 21). The bound catches anything of the channel left
+/// parked. The bound catches anything of the channel left
 /// behind (a ring alone is 4 KiB).
 #[test]
 fn a_site_that_talked_and_left_keeps_nothing_of_its_channel() {
@@ -205,7 +205,7 @@ fn a_site_that_exchanged_messages_and_idles_costs_at_most_1_kib() {
     assert!(per_site > 0);
     // Measured 663-679 bytes (the entry, about 470 with the site table's
     // share; what the ComObject keeps parked, its deadline in the node's
-    // table). Before parking (issue 21) the actor, its task and the
+    // table). Before parking the actor, its task and the
     // session stayed: 2.7 KB. Issue 21's target: 1 KiB.
     assert!(per_site <= 1024, "an idle site costs {per_site} bytes");
 }

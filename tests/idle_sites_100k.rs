@@ -1,5 +1,5 @@
 //! 100,000 idle remote sites in one process, over the mem transport
-//! (issue 21): 1,000 clients each exchange messages with 100 servers and
+//!: 1,000 clients each exchange messages with 100 servers and
 //! go quiet; the servers keep an entry for every client that talked to
 //! them (their linger time is long), parked. What the process holds for
 //! them is measured with the counting allocator, and its resident memory

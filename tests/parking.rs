@@ -1,4 +1,4 @@
-//! Idle sites parked (issue 21): a site with no channel and nothing
+//! Idle sites parked: a site with no channel and nothing
 //! pending has no actor; what its ComObject must remember stays in its
 //! entry, and the next message, accepted channel or deadline starts it
 //! again. Nothing may be lost or reordered across a park: numbering and

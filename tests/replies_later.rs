@@ -1,4 +1,4 @@
-//! Replies later (issue 20): a handler takes its request's `Responder` and
+//! Replies later: a handler takes its request's `Responder` and
 //! answers from a spawned task or another thread; every request gets one
 //! answer — the reply, an error, or "no reply" at once when the handler
 //! answers nothing or drops the responder, so no caller waits out its

@@ -1,4 +1,4 @@
-//! The hostile-peer suite's siege (issue 17): one node under every attack
+//! The hostile-peer suite's siege: one node under every attack
 //! at once — sockets that never speak, garbage, oversized and truncated
 //! frames, wrong versions, malformed messages, readers that never read,
 //! partial messages that stall, forwarded requests naming fresh origins,

@@ -57,7 +57,7 @@ fn sixteen_clients_on_five_slots_with_cuts_lose_nothing_under_either_policy() {
         assert!(ticks > 0, "progress was reported");
         assert!(!r.timeline.is_empty());
         // The reasons counted belong to the policy that ran, or to the
-        // admission policy's turns while clients waited in line (issue 21).
+        // admission policy's turns while clients waited in line.
         for reason in r.preemptions_by_reason.keys() {
             if !reason.starts_with("turn_") {
                 assert_eq!(reason.starts_with("naive"), policy == "naive", "{reason}");

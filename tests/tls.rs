@@ -1,4 +1,4 @@
-//! The TLS level over real sockets (issue 18): mutual TLS in which each
+//! The TLS level over real sockets: mutual TLS in which each
 //! site's certificate names its site id, driven inside the TransObject. A
 //! member can be only the site its certificate names; a certificate from
 //! another CA, or an expired one, gets nowhere; a node without a

@@ -126,7 +126,7 @@ async fn request_reply_and_errors() {
         matches!(e, sitenet::RequestError::Remote(ref r) if r.contains("no handler")),
         "{e:?}"
     );
-    // A handler that answers nothing: "no reply" at once (issue 20), not
+    // A handler that answers nothing: "no reply" at once, not
     // a timeout.
     let kept = std::sync::Mutex::new(Vec::new());
     server

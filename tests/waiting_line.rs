@@ -1,4 +1,4 @@
-//! The waiting line over real sockets (issue 21): a server whose channel
+//! The waiting line over real sockets: a server whose channel
 //! slots are full tells a client that completed its handshake to wait and
 //! lets it in when a slot frees, instead of refusing it into a reconnect
 //! storm. More clients than slots are all served, nothing is lost and,

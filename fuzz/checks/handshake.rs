@@ -116,7 +116,7 @@ pub fn check(data: &[u8]) {
         }
     }
 
-    // The same bytes into an acceptor holding a cookie (issue 18): it never
+    // The same bytes into an acceptor holding a cookie: it never
     // returns a NEGOTIATE that did not prove the cookie, and never computes
     // its own proof for one that failed.
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);

@@ -1,4 +1,4 @@
-//! Claims: the site entries a peer's words made this node create (issue 17).
+//! Claims: the site entries a peer's words made this node create.
 //!
 //! A forwarded request names its origin, and a `SiteRef` in a message names
 //! a site, by a descriptor the peer chose: for an id the node does not know,

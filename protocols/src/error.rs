@@ -203,11 +203,11 @@ pub enum OpenError {
     /// (`LocalInfo::validate` reports it when the node starts).
     #[error("this node's handshake does not fit: {0}")]
     LocalConfig(String),
-    /// The peer is not a member (issue 18): it proved no cookie, a wrong
+    /// The peer is not a member: it proved no cookie, a wrong
     /// one, or refused this node's. A permanent failure.
     #[error("authentication failed: {0}")]
     AuthenticationFailed(crate::handshake::cookie::AuthFailure),
-    /// TLS (issue 18): the peer claimed a site its certificate does not
+    /// TLS: the peer claimed a site its certificate does not
     /// name, or proved no certificate to a node that requires one. A
     /// permanent failure.
     #[error(

@@ -33,7 +33,7 @@ use crate::error::FrameError;
 /// 18); version 6 the session tags of NEGOTIATE and NEGOTIATE_ANS (which
 /// numbering of the pair each side is in: `handshake::SessionTag`, issue
 /// 19) and the `LEAVING` frame (a graceful shutdown, issue 20). Up to 6 the
-/// versions had to match exactly. Version 7 (issue 20) negotiates: PRESENT
+/// versions had to match exactly. Version 7 negotiates: PRESENT
 /// offers a range of versions and a set of capabilities, NEGOTIATE chooses
 /// the highest common version and the shared capabilities
 /// ([`crate::version`]), and the handshake's messages carry named fields so

@@ -1,4 +1,4 @@
-//! The node's output bound and each site's fair share of it (issue 17),
+//! The node's output bound and each site's fair share of it,
 //! and each class's share of a site's bound (issue 21: the four levels and
 //! the node's own messages). The rules the runtime's outboxes apply, here
 //! so that they are tested on their own and a simulator applies the same.

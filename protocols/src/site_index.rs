@@ -16,7 +16,7 @@
 //!   calls the site at the descriptor's addresses. Those are claims, never
 //!   bound to the site in the index. Only the user's word teaches a known
 //!   site more addresses: a peer's could otherwise name a known site at
-//!   addresses of its choosing (issue 17). A new entry on a peer's word is
+//!   addresses of its choosing. A new entry on a peer's word is
 //!   a claim that peer holds ([`Claims`]), refused beyond its bound, and
 //!   released when the site is proven ([`proven`](SiteIndex::proven)) or
 //!   the entry leaves ([`described`](SiteIndex::described)).

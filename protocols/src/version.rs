@@ -102,7 +102,7 @@ impl Capabilities {
     /// fails the site at once as shut down. Without it the peer sees the
     /// channel close and retries as after a crash.
     pub const LEAVING: Self = Self(1 << 1);
-    /// The waiting line (issue 21): an acceptor whose channel slots are
+    /// The waiting line: an acceptor whose channel slots are
     /// full answers a NEGOTIATE with a `WAIT` frame and keeps the
     /// connection in a bounded line until a slot frees, then answers.
     /// Without it such a connection is closed at once (the initiator

@@ -1,4 +1,4 @@
-//! The TLS level of the open protocol (issue 18): once TLS verified the
+//! The TLS level of the open protocol: once TLS verified the
 //! peer's certificate, the handshake machines bind the site it names to
 //! the site the peer claims. A member can be only the site its certificate
 //! names; a channel that proved no certificate to a node that requires one

@@ -2328,7 +2328,7 @@ fn handshake_payloads_are_encoded_as_documented() {
         key("cookie")
     )));
     assert_eq!(rmp_serde::from_slice::<Negotiate>(&bytes).unwrap(), proven);
-    // With a cookie proof (issue 18): {key_id, 32-byte MAC as a bin}.
+    // With a cookie proof: {key_id, 32-byte MAC as a bin}.
     let authenticated = Negotiate {
         cookie: Some(CookieProof {
             key_id: 0x0102_0304_0506_0708,

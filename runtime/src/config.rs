@@ -158,7 +158,7 @@ pub struct NodeConfig {
     /// the channel it closed (a peer that acknowledged nothing could
     /// otherwise have us redial it in a loop).
     pub reopen_after_peer_hard_close: Duration,
-    /// Longest wait in a peer's line (issue 21): a peer whose slots are full
+    /// Longest wait in a peer's line: a peer whose slots are full
     /// tells an opening site to wait and lets it in when a slot frees; a
     /// site waits at most this long (or the peer's own hold time, if
     /// shorter), in `WaitingForCallback`, and then retries after its
@@ -180,7 +180,7 @@ pub struct NodeConfig {
     /// ([`Runtime::shared_with_threads`](crate::Runtime::shared_with_threads)),
     /// its sites spread over them. `None` (the default): the caller's actix
     /// arbiter if it runs in one, else the process's default pool, one
-    /// thread per core (issue 21). `Some(1)` keeps a node's whole life on
+    /// thread per core. `Some(1)` keeps a node's whole life on
     /// one thread.
     pub threads: Option<usize>,
     /// A site temporarily failed for this long is declared permanently
@@ -229,7 +229,7 @@ pub struct NodeConfig {
     /// `Metrics::stats_refused`).
     pub stats_from_anywhere: bool,
     /// Sites one peer may make this node create by naming them as a
-    /// forwarded request's origin, at once (issue 17). Such an entry is a
+    /// forwarded request's origin, at once. Such an entry is a
     /// claim the forwarder holds until the origin's id is proven (a
     /// channel to it works) or the entry is reclaimed; it is tried once
     /// at each address it was named at (a delegated reply), and fails as

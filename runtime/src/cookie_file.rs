@@ -1,4 +1,4 @@
-//! Cookie files (issue 18): a cookie kept on disk as 64 hexadecimal
+//! Cookie files: a cookie kept on disk as 64 hexadecimal
 //! digits, readable by its owner only. As ssh refuses a private key that
 //! others can read, a cookie file readable by group or others is refused:
 //! a secret anyone on the host can read makes anyone on the host a member.

@@ -1,9 +1,9 @@
-//! The runtime's layers (issue 19), checked: every module of `src/` has a
+//! The runtime's layers, checked: every module of `src/` has a
 //! layer, and a module may import (`crate::…`) only modules of lower
 //! layers — except the upward imports listed in [`UPWARD`], the ones left
 //! to remove. A new upward import fails the test, and so does a listed
 //! one that is gone (the list only shrinks). docs/architecture.md, "The
-//! runtime's layers (issue 19)", describes the order.
+//! runtime's layers", describes the order.
 //!
 //! Granularity: a module is a top-level file or directory of `src/`
 //! (`node/site_table.rs` is `node`); `super::` is the module itself; a

@@ -12,7 +12,7 @@
 //! handler returned, as a peer's acknowledgement would say. The local
 //! site never fails; it has no ComObject, no session, no channel.
 //!
-//! No rule here is worth a sans-IO type (issue 19): the order is the
+//! No rule here is worth a sans-IO type: the order is the
 //! queue's, and "delivered" is simply after the handler returned; see
 //! docs/architecture.md, "The node's rules in `protocols`".
 

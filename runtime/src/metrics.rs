@@ -118,7 +118,7 @@ counters! {
     /// Site entries forgotten by the reclaim rule (no `SiteRef`, nothing
     /// pending, no channel for the linger time): their memory is returned.
     sites_reclaimed,
-    /// Times an idle site's ComObject parked (issue 21): no channel,
+    /// Times an idle site's ComObject parked: no channel,
     /// nothing pending, so its actor stopped and what its machine keeps
     /// (numbering, the pair's secret, addresses, deadlines, counters)
     /// stayed in the site's entry, packed.
@@ -145,7 +145,7 @@ counters! {
     /// Times a site had to wait in line for a channel slot.
     slot_waits,
     /// Accepted peers this node told to wait in its line (its slots full)
-    /// instead of refusing them (issue 21).
+    /// instead of refusing them.
     line_told_to_wait,
     /// Accepted peers let in from this node's line when a slot freed.
     line_granted,
@@ -189,7 +189,7 @@ counters! {
     unproven_claims_refused,
     /// Accepted connections refused because their NEGOTIATE proved no
     /// cookie this node holds, or proved one while this node holds none
-    /// (issue 18): nothing was allocated for them (no site entry, no slot).
+    ///: nothing was allocated for them (no site entry, no slot).
     auth_refused,
     /// Gauge: async handler futures running now (`Node::handle_async`),
     /// at most `NodeConfig::max_async_handlers`.

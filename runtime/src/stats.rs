@@ -22,7 +22,7 @@ pub struct NodeStats {
     pub sites_live: usize,
     /// Of those, sites with no channel.
     pub sites_idle: usize,
-    /// Of those, sites whose ComObject is parked (issue 21): no actor, no
+    /// Of those, sites whose ComObject is parked: no actor, no
     /// session, what it must remember kept in the site's entry, packed.
     pub sites_parked: usize,
     /// Sites forgotten by the reclaim rule since the node started.

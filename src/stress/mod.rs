@@ -32,7 +32,7 @@ pub struct StressConfig {
     /// The server's preemption policy: `naive` or `default`.
     pub policy: String,
     /// Who gives a slot up while clients wait in the server's line, and so
-    /// who is served next (issue 21): `Share` (the default) or `Fifo`.
+    /// who is served next: `Share` (the default) or `Fifo`.
     pub admission: Admission,
     /// How long the clients send.
     pub duration: Duration,
@@ -53,7 +53,7 @@ pub struct StressConfig {
     /// 18; empty: the open level), to measure the cookie level under
     /// churn: every reconnect runs the proofs again.
     pub cookies: Vec<crate::protocols::Cookie>,
-    /// The threads every node of the run runs its sites on (issue 21):
+    /// The threads every node of the run runs its sites on:
     /// the process-wide pool of that many. `None`: the default pool, one
     /// thread per core.
     pub threads: Option<usize>,

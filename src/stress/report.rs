@@ -74,7 +74,7 @@ pub struct StressReport {
     pub per_client_delivered_quantiles: Vec<u64>,
     /// The server's admission policy: `share` or `fifo`.
     pub admission: String,
-    /// The threads the run's nodes ran their sites on (issue 21).
+    /// The threads the run's nodes ran their sites on.
     pub threads: usize,
     /// Channels the clients opened beyond their first.
     pub reconnects: u64,

@@ -1,7 +1,7 @@
-//! Bodies of tests/hostile.rs's regressions (issue 17) run at a security
+//! Bodies of tests/hostile.rs's regressions run at a security
 //! level: the open level there, and in tests/hostile_cookie.rs with the
 //! attacked node, its clients and the attackers all members of one cookie
-//! (issue 18) — a member's attacks must stay within the same bounds.
+//! — a member's attacks must stay within the same bounds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

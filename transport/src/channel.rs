@@ -148,7 +148,7 @@ impl Channel {
     /// polled there, and every event of a socket read on another thread
     /// would cross threads. A node accepts on one thread and hands each
     /// channel, once its handshake is done, to the thread of the site it
-    /// serves (issue 21), which calls this first.
+    /// serves, which calls this first.
     ///
     /// The socket's descriptor is duplicated and registered here; the old
     /// one is deregistered and closed. Nothing the socket holds is lost:

@@ -92,7 +92,7 @@ pub struct SlotSnapshot {
     /// Preemptions by reason (`naive_idle`, `least_recently_active`, …).
     pub preemptions: Vec<(&'static str, u64)>,
     /// Who gives a slot up while peers wait in line: `fifo` or `share`
-    /// (issue 21).
+    ///.
     pub admission: &'static str,
     /// Accepted peers waiting in line now.
     pub in_line: usize,

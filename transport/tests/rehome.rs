@@ -1,4 +1,4 @@
-//! `Channel::rehome` (issue 21): a channel accepted on one thread's
+//! `Channel::rehome`: a channel accepted on one thread's
 //! runtime and handed to another's works there on its own, even once the
 //! runtime that accepted it is gone, and loses none of the bytes that
 //! waited in the socket meanwhile.

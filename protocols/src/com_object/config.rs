@@ -41,7 +41,7 @@ pub struct ComConfig {
     /// the channel it closed (one that acknowledged nothing could have us
     /// redial it in a loop).
     pub reopen_after_peer_hard_close: Duration,
-    /// Longest wait in a peer's line (issue 21): an open attempt the peer
+    /// Longest wait in a peer's line: an open attempt the peer
     /// told to wait is abandoned after this long (or after the peer's own
     /// hold time, if shorter), and the site retries after its backoff.
     pub line_give_up: Duration,

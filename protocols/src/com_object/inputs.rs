@@ -98,7 +98,7 @@ impl ComObject {
     }
 
     /// A connection of the peer joined (`true`) or left (`false`) this
-    /// node's waiting line (issue 21). While one waits, the site is calling
+    /// node's waiting line. While one waits, the site is calling
     /// us: its give-up timer does not run (a client that cannot be called
     /// back would otherwise be failed as unreachable while it waits its
     /// turn) and it is not forgotten (its session, with the numbers of the

@@ -273,7 +273,7 @@ impl ComObject {
     }
 
     /// [`accepted`](Self::accepted), knowing what TLS proved of the peer
-    /// (issue 18). A peer whose verified certificate names the site it
+    ///. A peer whose verified certificate names the site it
     /// claims is that site, whatever it proves of the pair's secret: an
     /// unproven claim from it is the site restarted (a node takes its id
     /// from its certificate, so a restart keeps it), not a takeover, and it
@@ -383,7 +383,7 @@ impl ComObject {
                 });
             }
         }
-        // The NEGOTIATE's listen list adds nothing to the book (issue 17):
+        // The NEGOTIATE's listen list adds nothing to the book:
         // anyone may send one naming this site, and its addresses would be
         // tried on every reconnect and handed on. The driver gives a site
         // first met this way the list of the NEGOTIATE that made its

@@ -1,4 +1,4 @@
-//! Parking (issue 21): a site with nothing queued, nothing unacknowledged
+//! Parking: a site with nothing queued, nothing unacknowledged
 //! and no channel needs no driver. Its machine gives up everything but
 //! what it must remember — the numbering both ways and the session's tag,
 //! the pair's secret, the address book, the fault state, the open and

@@ -53,7 +53,7 @@ impl ComObject {
         }
     }
 
-    /// True while our open attempt waits in the peer's line (issue 21).
+    /// True while our open attempt waits in the peer's line.
     pub fn in_line(&self) -> bool {
         matches!(self.phase, Phase::InLine { .. })
     }

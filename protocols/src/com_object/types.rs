@@ -270,7 +270,7 @@ pub struct ComStats {
     /// Channels claiming this site refused for want of a proof of the
     /// pair's continuity.
     pub unproven_claims_refused: u64,
-    /// Open attempts the peer told to wait in its line (issue 21).
+    /// Open attempts the peer told to wait in its line.
     pub line_waits: u64,
     /// Waits in the peer's line given up at the deadline.
     pub line_give_ups: u64,
@@ -297,7 +297,7 @@ pub enum ComState {
     /// The peer closed hard (it is short of resources) and will call back;
     /// we wait for it before reconnecting ourselves. Also: our open attempt
     /// waits in the peer's line, and the peer lets it in when a slot frees
-    /// (issue 21) — with a give-up deadline, after which we retry.
+    /// — with a give-up deadline, after which we retry.
     WaitingForCallback,
     /// A channel was lost or an open failed; we wait for the backoff.
     Backoff,

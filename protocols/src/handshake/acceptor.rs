@@ -72,7 +72,7 @@ impl Acceptor {
         }
     }
 
-    /// This node speaks TLS (issue 18): NEGOTIATE must claim the site the
+    /// This node speaks TLS: NEGOTIATE must claim the site the
     /// peer's certificate names ([`certified`](Self::certified)), or it is
     /// refused before it is returned, with
     /// [`OpenError::NotCertified`].

@@ -1,4 +1,4 @@
-//! Continuity of a site pair (issue 17): a site id is a claim anyone can
+//! Continuity of a site pair: a site id is a claim anyone can
 //! make, so a NEGOTIATE naming a site this node already has a session with
 //! must prove that it comes from the same peer.
 //!

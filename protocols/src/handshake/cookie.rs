@@ -1,4 +1,4 @@
-//! The cookie level (issue 18): only members holding a shared secret get
+//! The cookie level: only members holding a shared secret get
 //! past the handshake.
 //!
 //! A cookie is 32 random bytes shared by every node of a deployment; its

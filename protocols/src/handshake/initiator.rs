@@ -131,7 +131,7 @@ impl Initiator {
         }
     }
 
-    /// This node speaks TLS (issue 18): PRESENT must name the site the
+    /// This node speaks TLS: PRESENT must name the site the
     /// acceptor's certificate names ([`certified`](Self::certified)), or
     /// the open fails with [`OpenError::NotCertified`]. Has no effect once
     /// PRESENT was handled.
@@ -323,7 +323,7 @@ impl Initiator {
                         return Ok(None);
                     };
                     if h.kind == FrameKind::Wait {
-                        // In the acceptor's line (issue 21): only if both
+                        // In the acceptor's line: only if both
                         // sides agreed to the line; the answer still comes.
                         let wait = Some(read_wait(&proposed, &payload)?);
                         *self = Self::ExpectAnswer {

@@ -17,7 +17,7 @@
 //! and its channel closed, not as a fault: the peer reconnects and resends
 //! them from their first fragment — which frees budget for the oldest.
 //!
-//! # Progress means bytes; the oldest holder has a deadline (issue 17)
+//! # Progress means bytes; the oldest holder has a deadline
 //!
 //! Before these rules one peer kept the whole budget with one zero-byte
 //! continuation frame per lane every 29 s: an empty frame counted as

@@ -72,7 +72,7 @@ impl Sim {
                 );
                 return self.violation(what);
             }
-            // The waiting line (issue 21): within its bound, one entry per
+            // The waiting line: within its bound, one entry per
             // connection parked in it, and nobody waiting while a slot is
             // free.
             let line_max = node.slots.config().line;

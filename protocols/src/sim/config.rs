@@ -426,7 +426,7 @@ pub struct Report {
     /// Accepted channels refused at the hard slot limit (the waiting line
     /// full, or the peer of a build without it).
     pub accepts_refused: u64,
-    /// Accepted peers told to wait in a site's line (issue 21).
+    /// Accepted peers told to wait in a site's line.
     pub line_waits: u64,
     /// Of those, let in when a slot freed.
     pub line_grants: u64,

@@ -11,7 +11,7 @@
 //!   at a random byte (a frame may be cut in the middle), partitions
 //!   between two sets of sites, site crashes and restarts as new
 //!   incarnations, slow readers; and preemption, from the slot limits.
-//! * **Parking** (issue 21): after each input the driver parks every
+//! * **Parking**: after each input the driver parks every
 //!   ComObject the rule allows ([`ComObject::park`](crate::com_object::ComObject::park)) and starts it again
 //!   for its next input or deadline ([`Report::parks`]), as the runtime
 //!   does: every checker also checks that a park loses nothing.

@@ -48,7 +48,7 @@ pub(super) struct Node {
     /// Slot ticket → the site waiting with it.
     pub(super) waiters: BTreeMap<u64, SiteId>,
     /// Line ticket → the accepted connection (connection, end) waiting in
-    /// the slot table's line with it (issue 21).
+    /// the slot table's line with it.
     pub(super) line: BTreeMap<u64, (u64, usize)>,
     /// Line tickets given their turn by the slot table whose turn event
     /// has not run yet: their connections still wait in `line`, but the

@@ -24,7 +24,7 @@ pub(super) struct Peer {
     /// once the peer is taken out of its node's table
     /// ([`Sim::take_peer`]), which starts it again from what it kept.
     pub(super) com: ComObject,
-    /// What the machine kept while it is parked (issue 21): the driver
+    /// What the machine kept while it is parked: the driver
     /// parks it whenever the rule allows, as the runtime does, and starts
     /// it again for its next input or deadline.
     pub(super) parked: Option<Parked>,

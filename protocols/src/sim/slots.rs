@@ -1,5 +1,5 @@
 //! A site's channel slots in the simulator: grants and releases, the
-//! preemption tick, and the waiting line (issue 21) as the runtime's
+//! preemption tick, and the waiting line as the runtime's
 //! accept path drives it (`runtime/src/node/line.rs`): an accepted
 //! connection whose peer presented itself while every slot was in use is
 //! told to wait and parked on its handshake rings in the slot table's

@@ -29,7 +29,7 @@ pub struct SlotConfig {
     pub hard: usize,
     /// Time between two preemption ticks while slots are short.
     pub preempt_interval: Duration,
-    /// Accepted peers that may wait in line for a slot at most (issue 21);
+    /// Accepted peers that may wait in line for a slot at most;
     /// 0: none, every accept past the hard limit is refused. Each holds a
     /// connection — a descriptor on TCP — beside the hard limit's.
     pub line: usize,

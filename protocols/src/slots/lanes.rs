@@ -1,4 +1,4 @@
-//! Lanes: the threads the slot holders' channels run on (issue 21), and
+//! Lanes: the threads the slot holders' channels run on, and
 //! the rule that keeps the holders spread over them.
 //!
 //! A process serves its channels on several threads, and a channel's work

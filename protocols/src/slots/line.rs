@@ -1,4 +1,4 @@
-//! The waiting line of accepted peers (issue 21): peers that completed
+//! The waiting line of accepted peers: peers that completed
 //! their handshake while every channel slot was in use, told to wait
 //! instead of being refused, and let in when their turn comes.
 //!

@@ -1,4 +1,4 @@
-//! The waiting line (issue 21) on a virtual clock: order, bound, one entry
+//! The waiting line on a virtual clock: order, bound, one entry
 //! per peer, leaving and expiry, grants on release, and the two admission
 //! policies; a property test against a model.
 

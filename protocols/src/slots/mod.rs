@@ -12,7 +12,7 @@
 //!   refused, and the driver closes it at once rather than leave it
 //!   hanging. A connection still in its handshake holds no slot and is no
 //!   slot pressure: it is bounded by [`crate::admission`] instead.
-//! * **The waiting line** (issue 21). A peer that presented itself when
+//! * **The waiting line**. A peer that presented itself when
 //!   every slot up to the hard limit is in use is not refused: if it can
 //!   wait (it has the `line` capability) it is told to wait and queues in
 //!   a bounded line of accepted peers
@@ -145,7 +145,7 @@ pub struct SlotTable {
     /// Waiters, first come first served: (ticket, lane of the channel it
     /// will open).
     waiting: VecDeque<(u64, Option<u32>)>,
-    /// Accepted peers waiting for a slot (issue 21).
+    /// Accepted peers waiting for a slot.
     line: line::Line,
     /// Holders asked to give their slot back.
     preempting: BTreeSet<u64>,
@@ -201,7 +201,7 @@ impl SlotTable {
         self.waiting.len()
     }
 
-    /// Accepted peers waiting in line (issue 21).
+    /// Accepted peers waiting in line.
     pub fn in_line(&self) -> usize {
         self.line.len()
     }

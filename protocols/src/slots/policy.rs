@@ -41,7 +41,7 @@ pub struct ChannelReport {
     /// in that time).
     pub served_from: Option<u64>,
     /// Not a working channel but our open attempt, waiting in the peer's
-    /// line since then (issue 21): it holds the slot (its connection is
+    /// line since then: it holds the slot (its connection is
     /// open) and moves nothing until the peer lets it in. Never
     /// `closeable` and never a policy's choice: the table itself takes it
     /// back for a site waiting here
@@ -109,10 +109,10 @@ pub enum PreemptReason {
     /// the middle of a message or awaits replies.
     Busy = 5,
     /// [`Admission::Share`](super::Admission::Share): a holder gone quiet
-    /// while peers wait in line gives way (issue 21).
+    /// while peers wait in line gives way.
     TurnIdle = 6,
     /// [`Admission::Share`](super::Admission::Share): a holder that has had
-    /// its turn while peers wait in line gives way (issue 21).
+    /// its turn while peers wait in line gives way.
     TurnOver = 7,
     /// Our open attempt waiting in a full peer's line gives its slot to a
     /// site (or peer) waiting here: it moves nothing, and a node whose

@@ -1,4 +1,4 @@
-//! [`Admission::Share`] on a virtual clock (issue 21): the least served in
+//! [`Admission::Share`] on a virtual clock: the least served in
 //! line goes first, newcomers queue at the line's floor, nobody waits
 //! longer than the rotation for others to cut ahead, a long line shortens
 //! the turns, and a turn ends with its work as well as its time.

@@ -1,5 +1,5 @@
 //! Who is served when slots are short and peers wait in line: the named
-//! admission policies (issue 21).
+//! admission policies.
 //!
 //! The Mozart paper: "different applications might favor clients getting
 //! done fast, while others might want to let clients use resources

@@ -35,7 +35,7 @@ pub(crate) struct Adopt {
 }
 
 /// A connection of this site joined (`true`) or left (`false`) the node's
-/// waiting line (issue 21): while it waits, the site is calling us, and is
+/// waiting line: while it waits, the site is calling us, and is
 /// neither given up nor forgotten.
 #[derive(Message)]
 #[rtype(result = "()")]

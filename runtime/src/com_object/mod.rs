@@ -126,7 +126,7 @@ pub(crate) struct ComObject {
 impl Actor for ComObject {
     type Context = Context<Self>;
 
-    /// Reclaimable from the moment it exists (issue 17): a ComObject
+    /// Reclaimable from the moment it exists: a ComObject
     /// started for a site nobody then uses (a `SiteRef` decoded and
     /// dropped, a forwarded origin whose handler does not answer,
     /// `prepare`) learns now whether references are held, and asks to be
@@ -139,7 +139,7 @@ impl Actor for ComObject {
         self.rearm_timer(ctx, now);
         self.watch_unref(ctx, now);
         // Started with nothing to do (`SiteRef::prepare`), or for a
-        // message it then finds it has no need of: it parks (issue 21).
+        // message it then finds it has no need of: it parks.
         self.park_if_idle(ctx, now);
     }
 

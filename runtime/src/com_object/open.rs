@@ -62,7 +62,7 @@ pub(super) fn preempt_fn(ctx: &mut Context<ComObject>) -> PreemptFn {
     Arc::new(move |lease, reason| addr.do_send(super::Preempt { lease, reason }))
 }
 
-/// Our open attempt `attempt` waits in the peer's line (issue 21) for at
+/// Our open attempt `attempt` waits in the peer's line for at
 /// most `hold`, the peer says.
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -1,7 +1,7 @@
 //! The entry's slot (`SiteEntry::actor`) and everything that goes through
 //! it: starting a site's ComObject on first need, sending it a message,
 //! parking it when its machine may park, and starting it again from what
-//! it kept (issue 21).
+//! it kept.
 //!
 //! **Parking.** A ComObject whose machine may park
 //! (`sitenet_protocols::ComObject::parkable`: no channel, nothing pending,

@@ -81,7 +81,7 @@ where
 
 /// A handler that is `FnMut` (and not `Sync`), made one the handler table
 /// can hold: behind a mutex. The sites of a node run on several threads
-/// (issue 21), so two may call it at once: the second waits its turn (a
+///, so two may call it at once: the second waits its turn (a
 /// handler is short; it runs on a pool thread, never on the caller's).
 /// A handler re-entered on its own thread while it runs (it would wait
 /// for itself for ever) fails the message instead.

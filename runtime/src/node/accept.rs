@@ -289,7 +289,7 @@ impl NodeInner {
                     ),
                 )) => {
                     // Not a member, or not the site its certificate names
-                    // (issue 18): refused by the acceptor's machine (or by
+                    //: refused by the acceptor's machine (or by
                     // TLS) before anything was allocated for it. Its
                     // refusal (in the output ring, or TLS's alert) is
                     // written, then the channel closed; logged through the

@@ -1,5 +1,5 @@
 //! An accepted peer that presented itself (NEGOTIATE) while every channel
-//! slot was in use waits in the slot controller's line (issue 21) instead
+//! slot was in use waits in the slot controller's line instead
 //! of being refused into a reconnect storm: its connection stays parked on
 //! the small rings of its handshake (no slot, no site entry, no
 //! ComObject), it is told to wait (a `WAIT` frame), and when its turn comes

@@ -1,4 +1,4 @@
-//! The deadlines of parked sites (issue 21): a parked site has no actor,
+//! The deadlines of parked sites: a parked site has no actor,
 //! hence no timer of its own, yet its machine may wait for something — the
 //! reclaim rule's linger time, a give-up, the end of a backoff, the wait
 //! for a peer to call back. The node keeps every such deadline in one

@@ -164,7 +164,7 @@ impl NodeInner {
     /// adds addresses to a site the table knows: a peer's (a `SiteRef` in a
     /// message, a forwarded origin) could otherwise name a known site at
     /// addresses of its choosing, tried on every reconnect and handed on
-    /// (issue 17).
+    ///.
     ///
     /// A new entry on a peer's word is a claim that peer holds (see
     /// `sitenet_protocols::claims`): refused beyond its bound (counted),
@@ -344,7 +344,7 @@ impl NodeInner {
         }
     }
 
-    /// A connection naming site `id` waits in the node's line (issue 21):
+    /// A connection naming site `id` waits in the node's line:
     /// the site's entry, if the node has one, counts it as on its way
     /// (`adopting`, so the table does not reclaim it) and its ComObject is
     /// told (it neither gives the site up nor forgets it meanwhile). The

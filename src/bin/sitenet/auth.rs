@@ -1,4 +1,4 @@
-//! The security options of every command that talks to a node (issue 18):
+//! The security options of every command that talks to a node:
 //! `--cookie-file PATH` (the cookie level) and `--cert`, `--key`, `--ca`
 //! (the TLS level); and, for `node`, `ping`, `send` and `stats`, the
 //! user's own cookie file when neither is given, or `--open` (the open

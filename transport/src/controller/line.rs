@@ -1,4 +1,4 @@
-//! The controller's side of the waiting line (issue 21): an accepted peer
+//! The controller's side of the waiting line: an accepted peer
 //! that presented itself past the hard limit is given a place
 //! ([`TransController::accept_or_wait`]) and called back — with the slot
 //! when its turn comes, or with why its place ended. The rule (bounds,

@@ -1,5 +1,5 @@
 //! Accept lanes: a mem listener's connections accepted on the thread that
-//! made them (issue 21).
+//! made them.
 //!
 //! Why: a runtime's threads are actix arbiters, each a tokio `LocalSet`,
 //! and a task woken from another thread waits in the set's remote queue,

@@ -1,4 +1,4 @@
-//! A claim on the peer's id must prove the pair's continuity (issue 17):
+//! A claim on the peer's id must prove the pair's continuity:
 //! forged claims leave the genuine pair's session, numbering, queues and
 //! channel untouched, and no claim hands out a generation without a
 //! successor.

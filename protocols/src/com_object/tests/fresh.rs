@@ -1,4 +1,4 @@
-//! Fresh answers and new sessions (issue 19): what the simulator found
+//! Fresh answers and new sessions: what the simulator found
 //! when a site that forgot its peer, or a peer in another numbering,
 //! answers "fresh" — the answer holds until the peer shows it read it (it
 //! names the answer's session tag), and a proven claim from another

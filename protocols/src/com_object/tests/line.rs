@@ -1,4 +1,4 @@
-//! Waiting in the peer's line (issue 21): the attempt stays ours in
+//! Waiting in the peer's line: the attempt stays ours in
 //! `WaitingForCallback`, with a give-up deadline instead of the backoff.
 
 use super::*;

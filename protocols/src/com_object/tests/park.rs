@@ -1,4 +1,4 @@
-//! Parking (issue 21): the rule, the compact form, and twin runs — one
+//! Parking: the rule, the compact form, and twin runs — one
 //! machine that never parks, one that parks and unparks at every
 //! opportunity, fed the same inputs on the same virtual clock — which must
 //! act alike and look alike after every input.
@@ -264,7 +264,7 @@ fn a_machine_parks_only_when_it_waits_for_nothing_but_inputs_and_deadlines() {
     h.com.set_awaiting_replies(false);
     h.actions();
     assert!(h.com.parkable(h.now));
-    // The peer's connection waits in this node's line (issue 21): the
+    // The peer's connection waits in this node's line: the
     // machine counts it, and a parked form would lose the count.
     h.com.set_peer_in_line(true, h.now);
     h.actions();
