@@ -12,7 +12,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-use sitenet::protocols::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
+use sitenet::protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
 use sitenet::protocols::{
     ByteBuffer, ChannelParams, MessageKind, OutMessage, Priority, ReassemblyBudget, Session,
     SessionConfig,

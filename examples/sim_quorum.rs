@@ -24,11 +24,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::Rng;
-use sitenet::protocols::cooperation::{Cooperation, End, Expect};
-use sitenet::protocols::sim::{
-    AppCtx, Application, Faults, Request, Sim, SimConfig, Verdict, SIM_TYPE,
-};
+use sitenet::protocols::node::cooperation::{Cooperation, End, Expect};
 use sitenet::protocols::{Priority, SiteId};
+use sitenet::sim::{AppCtx, Application, Faults, Request, Sim, SimConfig, Verdict, SIM_TYPE};
 
 #[path = "common/args.rs"]
 mod args;

@@ -42,6 +42,7 @@ pub mod stress;
 
 pub use sitenet_protocols as protocols;
 pub use sitenet_runtime::*;
+pub use sitenet_sim as sim;
 pub use sitenet_transport as transport;
 pub use sitenet_transport::{Address, AddressError};
 

@@ -17,7 +17,7 @@
 //! one source address (an IPv6 /64) holds at most
 //! [`Limits::max_per_source`] of them once the server is half full: the
 //! same table as the node's pending handshakes
-//! (`sitenet_protocols::admission`). Past a bound, the newcomer is served
+//! (`sitenet_protocols::slots::admission`). Past a bound, the newcomer is served
 //! and the oldest connection still sending its head, of the source holding
 //! the most, is closed for it. Refusing the newcomer instead would let
 //! connections that send nothing hold the endpoint for their whole
@@ -45,8 +45,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use sitenet_protocols::admission::{Admission, AdmissionConfig, Source};
-use sitenet_protocols::log_limit::{LogLimit, LogVerdict};
+use sitenet_protocols::node::log_limit::{LogLimit, LogVerdict};
+use sitenet_protocols::slots::admission::{Admission, AdmissionConfig, Source};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;

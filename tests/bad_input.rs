@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use sitenet::protocols::handshake::{read_frame, MAX_HANDSHAKE_PAYLOAD};
+use sitenet::protocols::connection::handshake::{read_frame, MAX_HANDSHAKE_PAYLOAD};
 use sitenet::protocols::{ByteBuffer, FrameKind, PROTOCOL_VERSION};
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Node, Runtime, SendOptions};

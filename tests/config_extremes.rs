@@ -161,7 +161,7 @@ async fn the_largest_sizes_and_counts_are_taken() {
 /// Regression: `Duration::MAX` given to a wait for "no timeout" (a
 /// request's, a batch's) panicked at once ("overflow when adding duration
 /// to instant"), in the caller's task. Every wait takes it as the longest
-/// one (`sitenet_protocols::timer::MAX_WAIT`, about 31 years).
+/// one (`sitenet_protocols::base::timer::MAX_WAIT`, about 31 years).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_of_never_are_taken_by_requests_batches_and_flushes() {
     use sitenet::services::{Echo, EchoReply};

@@ -81,7 +81,7 @@ fn reply_frame(
     msg_number: u64,
     header: &[u8],
 ) {
-    use sitenet::protocols::frame::{FrameHeader, FrameKind};
+    use sitenet::protocols::wire::frame::{FrameHeader, FrameKind};
     let mut payload = sitenet::protocols::Prelude {
         type_id: IAm::ID,
         kind,
@@ -113,7 +113,7 @@ fn send_frames(s: &mut TcpStream, f: impl FnOnce(&mut Vec<u8>)) {
 /// 3,486 times in 40 s). A peer now holds budget only for bytes it sent.
 #[test]
 fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
-    use sitenet::protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST};
+    use sitenet::protocols::wire::frame::{FrameHeader, FrameKind, FLAG_FIRST};
     use sitenet::protocols::{MessageKind, Prelude};
     const MAX: u64 = 1 << 20;
     let server = Node::builder()

@@ -403,7 +403,10 @@ async fn regression_idle_sockets_never_cut_a_node_off() {
 
     const SOURCES: u8 = 45;
     const CAP: usize = 120;
-    assert_eq!(sitenet::protocols::admission::handshake_fds(1024), CAP);
+    assert_eq!(
+        sitenet::protocols::slots::admission::handshake_fds(1024),
+        CAP
+    );
     // Both ends of every socket are in this process: the attack is scaled
     // down if the descriptor limit is below what it needs (2 × 1,050 + 512).
     let fds = sitenet::transport::controller::fd_limit() as usize;
@@ -752,7 +755,7 @@ impl Message for Blob {
 /// delivered, and the honest client is never taken for dead meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
-    use sitenet::protocols::frame::FLAG_FIRST;
+    use sitenet::protocols::wire::frame::FLAG_FIRST;
     use std::io::Write;
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -834,7 +837,7 @@ async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
 
 /// One DATA frame of a message fragment on lane 2, as a raw peer sends it.
 fn fragment_frame(flags: u8, offset: u64, number: u64, payload: &[u8]) -> Vec<u8> {
-    use sitenet::protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
+    use sitenet::protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN};
     let h = FrameHeader {
         kind: FrameKind::Data,
         lane: 2,
@@ -877,7 +880,7 @@ fn blob_wire(header_len: usize) -> Vec<u8> {
 /// oldest's message is received; no paused channel is taken for dead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_two_transfers_over_the_budget_do_not_livelock() {
-    use sitenet::protocols::frame::{FLAG_FIRST, FLAG_LAST};
+    use sitenet::protocols::wire::frame::{FLAG_FIRST, FLAG_LAST};
     use std::io::Write;
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")

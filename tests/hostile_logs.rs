@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::raw::RawPeer;
 use common::*;
 use parking_lot::Mutex;
-use sitenet::protocols::log_limit::{LINES_PER_WINDOW, NODE_LINES_PER_WINDOW};
+use sitenet::protocols::node::log_limit::{LINES_PER_WINDOW, NODE_LINES_PER_WINDOW};
 use sitenet::protocols::{Cookie, Keyring, MessageKind, SiteId};
 use sitenet::services::Echo;
 use sitenet::{Message, Node};

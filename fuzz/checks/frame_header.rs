@@ -1,7 +1,7 @@
 //! Frame header decoding: never panics; every accepted header re-encodes to
 //! exactly the 32 bytes it was decoded from, and satisfies the header rules.
 
-use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_PAYLOAD};
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_PAYLOAD};
 
 /// The check, for one input.
 pub fn check(data: &[u8]) {

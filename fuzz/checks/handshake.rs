@@ -2,7 +2,7 @@
 //! Acceptor), in chunks: never panics, never stalls, and what they accept
 //! passed every check.
 
-use sitenet_protocols::handshake::{LocalInfo, MAX_GENERATION, MAX_LISTEN, MIN_BUFFER};
+use sitenet_protocols::connection::handshake::{LocalInfo, MAX_GENERATION, MAX_LISTEN, MIN_BUFFER};
 use sitenet_protocols::{
     decide, Acceptor, ByteBuffer, Cookie, Decision, Initiator, Keyring, LinkView, OpenError,
     SiteId, Speaks, PROTOCOL_VERSION,

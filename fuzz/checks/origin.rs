@@ -8,9 +8,9 @@
 //! text, however long, is refused or done, never a panic.
 
 use bytes::Bytes;
-use sitenet_protocols::address_book::MAX_ADDRESS_LEN;
-use sitenet_protocols::message::{unwrap_origin, wrap_origin};
-use sitenet_protocols::site::{MAX_DESCRIPTOR_ADDRESSES, MAX_DESCRIPTOR_LEN};
+use sitenet_protocols::base::site::{MAX_DESCRIPTOR_ADDRESSES, MAX_DESCRIPTOR_LEN};
+use sitenet_protocols::connection::address_book::MAX_ADDRESS_LEN;
+use sitenet_protocols::wire::message::{unwrap_origin, wrap_origin};
 use sitenet_protocols::SiteDescriptor;
 
 /// The check, for one input.

@@ -6,7 +6,7 @@
 //! paced session does after a pause) yields exactly the rest.
 
 use bytes::{Bytes, BytesMut};
-use sitenet_protocols::packed::{write_entry, Entries};
+use sitenet_protocols::connection::packed::{write_entry, Entries};
 use sitenet_protocols::{ByteBuffer, OutMessage, Priority};
 
 /// The check, for one input.

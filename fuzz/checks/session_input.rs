@@ -10,8 +10,8 @@
 //! progress each time.
 
 use bytes::Bytes;
-use sitenet_protocols::handshake::MIN_BUFFER;
-use sitenet_protocols::message::Prelude;
+use sitenet_protocols::connection::handshake::MIN_BUFFER;
+use sitenet_protocols::wire::message::Prelude;
 use sitenet_protocols::{
     ByteBuffer, ChannelParams, Deliver, InMessage, OutMessage, Priority, ReassemblyBudget, Session,
     SessionConfig, StreamAbort,

@@ -22,7 +22,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::rc::Rc;
 use std::sync::OnceLock;
 
-use sitenet_protocols::handshake::{LocalInfo, MIN_BUFFER};
+use sitenet_protocols::connection::handshake::{LocalInfo, MIN_BUFFER};
 use sitenet_protocols::{Acceptor, ByteBuffer, Keyring, SiteId};
 use sitenet_transport::tls::certs::{self, Validity};
 use sitenet_transport::tls::{TlsIdentity, TlsSession};

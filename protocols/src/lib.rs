@@ -6,24 +6,29 @@
 //! deliver, deadlines). No tokio, no actix, no sockets, no clock — so every
 //! rule is testable deterministically, with virtual time.
 //!
-//! * [`frame`] — the versioned frame header (`docs/protocol.md`).
-//! * [`byte_buffer`] — the fixed-capacity ring of each channel direction.
-//! * [`message`] — the message envelope: prelude, typed header, body parts.
-//! * [`marshal`] / [`reassembly`] — a message into frames and back, a frame at
-//!   a time, within size limits and a reassembly budget.
-//! * [`scheduler`] — which level sends the next frame (by bytes, weighted).
-//! * [`ledger`] — the unacknowledged messages.
-//! * [`handshake`] / [`link`] — the open protocol and which channel a site
-//!   pair keeps.
-//! * [`session`] — all of it together for one remote site.
-//! * [`com_object`] — the connection logic of one remote site around its
-//!   session: opening and backoff, the link decision, linger and weak close,
-//!   give-up, permanent failure and what it hands back.
+//! The crate is four layers and a leaf, each a folder that imports only
+//! the ones below it (`src/layers.rs` checks it; docs/architecture.md,
+//! "Layers", gives the reasons):
+//!
+//! * [`base`] — the leaf: site ids, priorities and output classes, shared
+//!   limits, the [`Timer`] enum and its table of deadlines.
+//! * [`wire`] — bytes: the versioned frame header (`docs/protocol.md`), the
+//!   fixed-capacity ring of each channel direction ([`ByteBuffer`]), the
+//!   message envelope, marshaling a message into frames, version ranges.
 //! * [`slots`] — the TransController's decisions: channel slots under a
-//!   weak and a hard limit, a fair line of waiters, and the preemption
-//!   policies.
-//! * [`timer`] — every wait as a variant of one [`Timer`] enum, and the table of
-//!   deadlines that consumes a timer when it fires.
+//!   weak and a hard limit, a fair line of waiters, the preemption
+//!   policies, and the admission of handshakes by source.
+//! * [`connection`] — one remote site: the open protocol
+//!   ([`connection::handshake`]), which channel a pair keeps, the
+//!   [`Session`] (reassembly, scheduler, ledger of unacknowledged
+//!   messages), and the [`ComObject`] machine around it: opening and
+//!   backoff, linger and weak close, give-up, permanent failure and what
+//!   it hands back.
+//! * [`node`] — many sites: the site table and its reclaim, requests,
+//!   delegation, cooperations, batches, the line of senders.
+//!
+//! The deterministic simulator that runs these machines by the thousand is
+//! its own crate, `sitenet-sim`.
 //!
 //! # Example
 //!
@@ -71,70 +76,40 @@
 
 #![warn(missing_docs)]
 
-pub mod address_book;
-pub mod admission;
-pub mod batch;
-pub mod byte_buffer;
-pub mod claims;
-pub mod com_object;
-pub mod cooperation;
-pub mod delegation;
-pub mod deliver;
-pub mod dial_bound;
-pub mod error;
-pub mod frame;
-pub mod handshake;
-pub mod idle_spin;
-pub mod input_budget;
-pub mod lane_slots;
-pub mod ledger;
-pub mod link;
-pub mod log_limit;
-pub mod marshal;
-pub mod message;
-pub mod output_share;
-pub mod packed;
-#[cfg(feature = "planted-bugs")]
-pub mod planted;
-pub mod priority;
-pub mod reassembly;
-pub mod requests;
-pub mod scheduler;
-pub mod session;
-pub mod sim;
-pub mod site;
-pub mod site_index;
+pub mod base;
+pub mod connection;
+pub mod node;
 pub mod slots;
-pub mod timer;
-pub mod turns;
-pub(crate) mod varint;
-pub mod version;
+pub mod wire;
 
-pub use address_book::{AddressBook, Fallback, PluggedSchemes, TransportKind};
-pub use byte_buffer::ByteBuffer;
-pub use com_object::{
+#[cfg(test)]
+mod layers;
+
+pub use base::priority::Priority;
+pub use base::site::{DescriptorError, SiteDescriptor, SiteId};
+pub use base::timer::{ComTimers, SessionTimers, Timer, TimerTable};
+pub use connection::address_book::{AddressBook, Fallback, PluggedSchemes, TransportKind};
+pub use connection::com_object::{
     AcceptOutcome, Action, ChannelEnd, ChannelId, ComConfig, ComObject, ComState, ComStats,
     FaultState, Loss, OpenFailure, OpenRequest, Parked, SiteFailure,
 };
-pub use deliver::{Deliver, StreamAbort};
-pub use error::{FrameError, OpenError, ProtocolError, Refusal};
-pub use frame::{
-    FrameHeader, FrameKind, FRAME_FORMAT, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION,
-};
-pub use handshake::{
+pub use connection::deliver::{Deliver, StreamAbort};
+pub use connection::error::{FrameError, OpenError, ProtocolError, Refusal};
+pub use connection::handshake::{
     Acceptor, Attempt, AuthFailure, Claim, Continuity, Cookie, CookieProof, HandshakeNonces,
     Initiator, Keyring, LocalInfo, Negotiate, NegotiateAns, Nonce, Opened, PairMemory, PairSecret,
     PeerCertificate, Present, Proof, RefuseReason, SessionTag,
 };
-pub use link::{decide, Decision, LinkView};
-pub use message::{
-    Body, InMessage, MessageKind, OutMessage, Prelude, MESSAGE_OVERHEAD, PRELUDE_LEN,
-};
-pub use priority::Priority;
-pub use reassembly::{Blocked, BudgetShare, ReassemblyBudget};
-pub use session::{
+pub use connection::link::{decide, Decision, LinkView};
+pub use connection::reassembly::{Blocked, BudgetShare, ReassemblyBudget};
+pub use connection::session::{
     ChannelParams, ClosePhase, CloseReason, Session, SessionConfig, SessionEvent, SessionStats,
 };
-pub use site::{DescriptorError, SiteDescriptor, SiteId};
-pub use timer::{ComTimers, SessionTimers, Timer, TimerTable};
-pub use version::{Agreed, Capabilities, Speaks, VersionRange, MIN_PROTOCOL_VERSION};
+pub use wire::byte_buffer::ByteBuffer;
+pub use wire::frame::{
+    FrameHeader, FrameKind, FRAME_FORMAT, HEADER_LEN, MAX_FRAME_LEN, PROTOCOL_VERSION,
+};
+pub use wire::message::{
+    Body, InMessage, MessageKind, OutMessage, Prelude, MESSAGE_OVERHEAD, PRELUDE_LEN,
+};
+pub use wire::version::{Agreed, Capabilities, Speaks, VersionRange, MIN_PROTOCOL_VERSION};

@@ -5,7 +5,7 @@
 //! its given address or when no address is left.
 
 use proptest::prelude::*;
-use sitenet_protocols::address_book::MAX_ADDRESSES;
+use sitenet_protocols::connection::address_book::MAX_ADDRESSES;
 use sitenet_protocols::{
     AddressBook, Fallback, OpenError, OpenFailure, RefuseReason, SiteId, TransportKind,
 };

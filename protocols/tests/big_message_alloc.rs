@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use common::Pair;
-use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use sitenet_protocols::{ByteBuffer, OutMessage, Priority, SessionConfig, PRELUDE_LEN};
 
 /// Counts live and peak heap bytes.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{completed_numbers, working_session_at};
-use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use sitenet_protocols::{ByteBuffer, OutMessage, Priority, ReassemblyBudget, SessionConfig};
 
 const RING: usize = 65_536;

@@ -4,7 +4,9 @@
 //! names; a channel that proved no certificate to a node that requires one
 //! gets nowhere.
 
-use sitenet_protocols::handshake::{read_frame, LocalInfo, MAX_HANDSHAKE_PAYLOAD, MIN_BUFFER};
+use sitenet_protocols::connection::handshake::{
+    read_frame, LocalInfo, MAX_HANDSHAKE_PAYLOAD, MIN_BUFFER,
+};
 use sitenet_protocols::{
     Acceptor, ByteBuffer, FrameKind, Initiator, Keyring, NegotiateAns, OpenError, PeerCertificate,
     RefuseReason, SiteId,

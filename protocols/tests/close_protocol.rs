@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{frame_bytes, slice, Pair};
-use sitenet_protocols::frame::{FrameHeader, FrameKind};
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind};
 use sitenet_protocols::{
     ClosePhase, CloseReason, OutMessage, Priority, ProtocolError, SessionConfig, SessionEvent,
 };

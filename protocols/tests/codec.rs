@@ -11,8 +11,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{body_equals, slice, Pair};
 use proptest::prelude::*;
-use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
-use sitenet_protocols::handshake::MIN_BUFFER;
+use sitenet_protocols::connection::handshake::MIN_BUFFER;
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use sitenet_protocols::{MessageKind, OutMessage, Priority, SessionConfig};
 
 /// One message of the property test, with its direction.

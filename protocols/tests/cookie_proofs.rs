@@ -2,8 +2,10 @@
 //! initiator proves first, the acceptor checks before it returns NEGOTIATE
 //! to its driver, then proves itself in its answer.
 
-use sitenet_protocols::handshake::MIN_BUFFER;
-use sitenet_protocols::handshake::{read_frame, write_answer, LocalInfo, MAX_HANDSHAKE_PAYLOAD};
+use sitenet_protocols::connection::handshake::MIN_BUFFER;
+use sitenet_protocols::connection::handshake::{
+    read_frame, write_answer, LocalInfo, MAX_HANDSHAKE_PAYLOAD,
+};
 use sitenet_protocols::{
     Acceptor, AuthFailure, ByteBuffer, Cookie, FrameKind, Initiator, Keyring, Negotiate,
     NegotiateAns, OpenError, Opened, RefuseReason, SiteId,
@@ -64,7 +66,7 @@ fn run(
         .unwrap();
     let mut n: Negotiate = rmp_serde::from_slice(&payload).unwrap();
     tamper(&mut n);
-    assert!(sitenet_protocols::handshake::write_control(
+    assert!(sitenet_protocols::connection::handshake::write_control(
         &mut to_b,
         FrameKind::Negotiate,
         &n
@@ -256,7 +258,7 @@ fn the_mac_is_compared_in_constant_time() {
     // The check goes through subtle's ConstantTimeEq, never `==` on the
     // MAC bytes (an early exit would leak how many leading bytes a forger
     // got right).
-    let src = include_str!("../src/handshake/cookie.rs");
+    let src = include_str!("../src/connection/handshake/cookie.rs");
     let check = &src[src.find("fn check<").expect("the check")..];
     assert!(check.contains(".ct_eq(&proof.mac)"));
     assert!(!check.contains("== proof.mac") && !check.contains("proof.mac =="));

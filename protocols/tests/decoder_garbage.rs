@@ -10,10 +10,12 @@ use std::time::Instant;
 use bytes::Bytes;
 use common::{frame_bytes, fresh, params, slice, take_out, working_session};
 use proptest::prelude::*;
-use sitenet_protocols::frame::{
+use sitenet_protocols::connection::handshake::{
+    self, LocalInfo, MAX_HANDSHAKE_PAYLOAD, MIN_BUFFER,
+};
+use sitenet_protocols::wire::frame::{
     FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST, HEADER_LEN, MAX_FRAME_PAYLOAD,
 };
-use sitenet_protocols::handshake::{self, LocalInfo, MAX_HANDSHAKE_PAYLOAD, MIN_BUFFER};
 use sitenet_protocols::PROTOCOL_VERSION;
 use sitenet_protocols::{
     Acceptor, ByteBuffer, FrameError, InMessage, Initiator, MessageKind, Negotiate, NegotiateAns,

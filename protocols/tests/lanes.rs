@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{body_equals, slice, FrameTap, Pair};
-use sitenet_protocols::frame::FrameKind;
-use sitenet_protocols::scheduler::SchedulerConfig;
+use sitenet_protocols::connection::scheduler::SchedulerConfig;
+use sitenet_protocols::wire::frame::FrameKind;
 use sitenet_protocols::{ByteBuffer, OutMessage, Priority, SessionConfig};
 
 const MIB: usize = 1 << 20;

@@ -4,7 +4,7 @@
 //! capability agreed; a `WAIT` otherwise, or a malformed one, ends the
 //! open.
 
-use sitenet_protocols::handshake::{self, write_answer, write_wait, Wait, MIN_BUFFER};
+use sitenet_protocols::connection::handshake::{self, write_answer, write_wait, Wait, MIN_BUFFER};
 use sitenet_protocols::{
     decide, Acceptor, ByteBuffer, Capabilities, Decision, FrameKind, Initiator, LinkView,
     LocalInfo, NegotiateAns, OpenError, ProtocolError, SiteId, Speaks,

@@ -10,8 +10,10 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 use common::{body_equals, slice, Pair};
-use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN};
-use sitenet_protocols::handshake::{self, write_answer, LocalInfo, Opened, MAX_LISTEN, MIN_BUFFER};
+use sitenet_protocols::connection::handshake::{
+    self, write_answer, LocalInfo, Opened, MAX_LISTEN, MIN_BUFFER,
+};
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use sitenet_protocols::{
     decide, Acceptor, Attempt, ByteBuffer, ChannelParams, CookieProof, Decision, Initiator,
     LinkView, Negotiate, NegotiateAns, OpenError, OutMessage, PairSecret, Present, Priority,
@@ -971,7 +973,7 @@ mod model {
     const PRIMED: Continuity = Continuity {
         current: PairSecret([0x5E; 16]),
         confirmed: true,
-        source: sitenet_protocols::admission::Source::UNADDRESSED,
+        source: sitenet_protocols::slots::admission::Source::UNADDRESSED,
     };
 
     /// The session both sites number in after a channel that worked before
@@ -1921,7 +1923,10 @@ fn scenarios() -> Vec<Scenario> {
             "a stranger claims S's id (generation 2^63 - 2) while S reopens",
             |d| {
                 let mut w = after_working(2, &[S], [1, 1], d);
-                w.forged_negotiate(S, sitenet_protocols::handshake::MAX_GENERATION - 1);
+                w.forged_negotiate(
+                    S,
+                    sitenet_protocols::connection::handshake::MAX_GENERATION - 1,
+                );
                 w
             },
         ),
@@ -2228,7 +2233,7 @@ fn handshake_payloads_are_encoded_as_documented() {
         }
         impl<T: serde::Serialize> Enc for T {
             fn enc(&self) -> Vec<u8> {
-                sitenet_protocols::handshake::encode_control(self)
+                sitenet_protocols::connection::handshake::encode_control(self)
             }
         }
     }

@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use common::{frame_bytes, fresh, slice, working_session, Pair};
-use sitenet_protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST};
-use sitenet_protocols::handshake::MIN_BUFFER;
-use sitenet_protocols::packed::{self, PACK_MAX_ENTRY};
+use sitenet_protocols::connection::handshake::MIN_BUFFER;
+use sitenet_protocols::connection::packed::{self, PACK_MAX_ENTRY};
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, FLAG_FIRST};
 use sitenet_protocols::{
     ByteBuffer, InMessage, MessageKind, OutMessage, Prelude, Priority, ProtocolError,
     ReassemblyBudget, Session, SessionConfig,

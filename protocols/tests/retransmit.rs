@@ -11,7 +11,7 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 mod common;
 use common::{completed_numbers, take_out};
-use sitenet_protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, HEADER_LEN};
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, FLAG_FIRST, HEADER_LEN};
 use sitenet_protocols::{
     ByteBuffer, ChannelParams, InMessage, OutMessage, Priority, ReassemblyBudget, Session,
     SessionConfig,

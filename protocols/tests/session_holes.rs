@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{frame_bytes, slice, working_session_at, Pair};
-use sitenet_protocols::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST, HEADER_LEN};
-use sitenet_protocols::scheduler::SchedulerConfig;
+use sitenet_protocols::connection::scheduler::SchedulerConfig;
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, FLAG_FIRST, FLAG_LAST, HEADER_LEN};
 use sitenet_protocols::{
     ByteBuffer, ChannelParams, InMessage, MessageKind, OutMessage, Prelude, Priority,
     ReassemblyBudget, Session, SessionConfig, SessionEvent, PRELUDE_LEN,

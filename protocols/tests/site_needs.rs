@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sitenet_protocols::handshake::{
+use sitenet_protocols::connection::handshake::{
     Attempt, HandshakeNonces, Negotiate, NegotiateAns, Nonce, Opened, PairSecret, Present,
 };
 use sitenet_protocols::{
@@ -134,9 +134,9 @@ impl H {
     /// message 1).
     fn peer_closes_hard(&mut self, id: sitenet_protocols::ChannelId) {
         let mut input = ByteBuffer::new(4096);
-        let mut hb = [0u8; sitenet_protocols::frame::HEADER_LEN];
-        sitenet_protocols::frame::FrameHeader::control(
-            sitenet_protocols::frame::FrameKind::CloseHard,
+        let mut hb = [0u8; sitenet_protocols::wire::frame::HEADER_LEN];
+        sitenet_protocols::wire::frame::FrameHeader::control(
+            sitenet_protocols::wire::frame::FrameKind::CloseHard,
             0,
             1,
         )
@@ -175,9 +175,9 @@ impl H {
     /// Feeds the peer's ack of everything up to `n`.
     fn ack(&mut self, id: sitenet_protocols::ChannelId, n: u64) {
         let mut input = ByteBuffer::new(4096);
-        let mut hb = [0u8; sitenet_protocols::frame::HEADER_LEN];
-        sitenet_protocols::frame::FrameHeader::control(
-            sitenet_protocols::frame::FrameKind::Ack,
+        let mut hb = [0u8; sitenet_protocols::wire::frame::HEADER_LEN];
+        sitenet_protocols::wire::frame::FrameHeader::control(
+            sitenet_protocols::wire::frame::FrameKind::Ack,
             0,
             n,
         )
@@ -636,7 +636,7 @@ fn durations_of_never_in_the_configuration_do_not_overflow_the_machine() {
     h.com.set_has_refs(false, h.now);
     h.peer_closes_hard(id);
     h.lose(id);
-    let far = h.now + sitenet_protocols::timer::MAX_WAIT;
+    let far = h.now + sitenet_protocols::base::timer::MAX_WAIT;
     let next = h.com.poll_timeout().expect("a deadline: the reclaim");
     assert!(next <= far, "{next:?} past {far:?}");
     h.advance_to(h.now + Duration::from_secs(1));

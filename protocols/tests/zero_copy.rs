@@ -11,8 +11,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use common::{body_equals, slice, take_out, working_session, Pair};
 use proptest::prelude::*;
-use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
-use sitenet_protocols::marshal::SHARE_MIN;
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
+use sitenet_protocols::wire::marshal::SHARE_MIN;
 use sitenet_protocols::{ByteBuffer, OutMessage, Priority, ReassemblyBudget, SessionConfig};
 
 /// The frames in a byte stream: their headers.

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use thiserror::Error;
 use tokio::sync::mpsc;
 
-use sitenet_protocols::batch::{may_retry, BatchWait, Tried};
+use sitenet_protocols::node::batch::{may_retry, BatchWait, Tried};
 use sitenet_protocols::OutMessage;
 
 use crate::error::{DeliveryError, RequestError, SendError};
@@ -74,7 +74,7 @@ pub enum OpError {
 
 impl OpError {
     /// How this try ended, for the retry rule
-    /// (`sitenet_protocols::batch::may_retry`: only what cannot have been
+    /// (`sitenet_protocols::node::batch::may_retry`: only what cannot have been
     /// applied at the failed site, or a request whose reply was not seen).
     fn tried(&self) -> Tried {
         match self {
@@ -288,7 +288,7 @@ pub struct Submitted {
     node: Arc<NodeInner>,
     rx: mpsc::UnboundedReceiver<(usize, OpResult)>,
     /// What is done and what each produced; how long a wait lasts
-    /// (`sitenet_protocols::batch`: this only awaits).
+    /// (`sitenet_protocols::node::batch`: this only awaits).
     wait: BatchWait<OpResult>,
 }
 

@@ -2,14 +2,14 @@
 //! ComObject: the initiator's connect-and-negotiate and the acceptor's
 //! present-and-wait. Both own the [`TransObject`] by value and bound every
 //! wait by the handshake timeout; the protocol itself is decided by the
-//! sans-IO machines in `sitenet_protocols::handshake`.
+//! sans-IO machines in `sitenet_protocols::connection::handshake`.
 
 use std::io;
 use std::time::Duration;
 
 use thiserror::Error;
 
-use sitenet_protocols::handshake::MIN_BUFFER;
+use sitenet_protocols::connection::handshake::MIN_BUFFER;
 use sitenet_protocols::{
     Acceptor, Initiator, LocalInfo, Negotiate, Nonce, OpenError, Opened, SiteId,
 };
@@ -33,7 +33,7 @@ pub(crate) enum OpenFailure {
     Open(#[from] OpenError),
     /// The admission rules closed the pending handshake.
     #[error("closed in its handshake: {0}")]
-    Dropped(sitenet_protocols::admission::Dropped),
+    Dropped(sitenet_protocols::slots::admission::Dropped),
     #[error("the node is stopping")]
     Stopping,
 }
@@ -213,7 +213,7 @@ pub(crate) async fn accept_until_negotiate(
     local: LocalInfo,
     keys: sitenet_protocols::Keyring,
     tls: Tls,
-    dropped: tokio::sync::oneshot::Receiver<sitenet_protocols::admission::Dropped>,
+    dropped: tokio::sync::oneshot::Receiver<sitenet_protocols::slots::admission::Dropped>,
     spoke: impl FnOnce(),
 ) -> Result<(TransObject, Accepted), (TransObject, OpenFailure)> {
     let mut t = TransObject::new(ch, MIN_BUFFER as usize, None);
@@ -286,7 +286,7 @@ pub(crate) struct Tls {
     pub(crate) required: bool,
 }
 
-/// A handshake nonce (see `sitenet_protocols::handshake::continuity`):
+/// A handshake nonce (see `sitenet_protocols::connection::handshake::continuity`):
 /// drawn here, by the driver, since the protocol machines never draw one.
 pub(crate) fn fresh_nonce() -> Nonce {
     rand::random()

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sitenet_protocols::scheduler::SchedulerConfig;
+use sitenet_protocols::connection::scheduler::SchedulerConfig;
 use sitenet_protocols::SessionConfig;
 use sitenet_transport::TransController;
 
@@ -10,7 +10,7 @@ use sitenet_transport::TransController;
 /// (about 31 years). A longer one, `Duration::MAX` included, counts as
 /// this, which is never in practice: a deadline further from now than the
 /// clock holds is not something a node can wait for.
-pub const MAX_DURATION: Duration = sitenet_protocols::timer::MAX_WAIT;
+pub const MAX_DURATION: Duration = sitenet_protocols::base::timer::MAX_WAIT;
 
 /// Everything tunable about a node. `Default` gives the design's defaults (docs/architecture.md).
 ///
@@ -91,8 +91,8 @@ pub struct NodeConfig {
     /// pressure; this cap bounds its descriptors instead. At the cap a new
     /// connection is still admitted and the oldest silent pending one (of
     /// the source holding the most) is closed: see
-    /// `sitenet_protocols::admission` for why the oldest, not the newest.
-    /// The default is [`handshake_fds`](sitenet_protocols::admission::handshake_fds)
+    /// `sitenet_protocols::slots::admission` for why the oldest, not the newest.
+    /// The default is [`handshake_fds`](sitenet_protocols::slots::admission::handshake_fds)
     /// of the process's descriptor limit — an eighth of what the 64
     /// reserved descriptors leave, 8 to 1,024 (120 at the common limit of
     /// 1,024) — the room the process's slot limits
@@ -252,7 +252,7 @@ pub struct NodeConfig {
     /// default; 0 keeps none.
     pub remembered_pairs: usize,
     /// The shared secrets that make a peer a member (issue 18, the cookie
-    /// level; see `sitenet_protocols::handshake::cookie`). Empty (the
+    /// level; see `sitenet_protocols::connection::handshake::cookie`). Empty (the
     /// default) is the open level: ANYONE WHO REACHES THE PORT IS ANY
     /// SITE. With cookies, every channel's handshake proves the first one
     /// both ways (HMAC-SHA256 over the transcript, once per channel, never
@@ -315,7 +315,7 @@ pub struct NodeConfig {
     /// fresh origins at a third party's addresses make the node an
     /// amplifier against it. A dial beyond it is refused at once (the
     /// entry tries its next address, or fails; see
-    /// `sitenet_protocols::dial_bound`). 64 by default; at least 1.
+    /// `sitenet_protocols::slots::dial_bound`). 64 by default; at least 1.
     pub peer_word_dials: u32,
     /// Of [`peer_word_dials`](Self::peer_word_dials), the most the peers
     /// from one source address (an IPv4 address, an IPv6 /64) make at
@@ -332,7 +332,7 @@ pub struct NodeConfig {
     /// a token from the channel's bucket, refilled at
     /// [`refused_input_rate`](Self::refused_input_rate), and a channel in
     /// debt is not read until it has paid it back (at most a second at a
-    /// time; see `sitenet_protocols::input_budget`). A peer's junk costs
+    /// time; see `sitenet_protocols::connection::input_budget`). A peer's junk costs
     /// it its own throughput, not the node's thread and memory. 1,024 by
     /// default; at least 1.
     pub refused_input_burst: u32,
@@ -362,7 +362,7 @@ impl Default for NodeConfig {
             ),
             reconnect_min: Duration::from_millis(10),
             reconnect_max: Duration::from_secs(5),
-            max_pending_handshakes: sitenet_protocols::admission::handshake_fds(
+            max_pending_handshakes: sitenet_protocols::slots::admission::handshake_fds(
                 sitenet_transport::controller::fd_limit(),
             ),
             max_pending_handshakes_per_source: 8,
@@ -398,8 +398,8 @@ impl Default for NodeConfig {
             peer_word_dials: 64,
             peer_word_dials_per_source: 16,
             peer_word_dials_per_host: 4,
-            refused_input_burst: sitenet_protocols::input_budget::DEFAULT_BURST,
-            refused_input_rate: sitenet_protocols::input_budget::DEFAULT_RATE,
+            refused_input_burst: sitenet_protocols::connection::input_budget::DEFAULT_BURST,
+            refused_input_rate: sitenet_protocols::connection::input_budget::DEFAULT_RATE,
         }
     }
 }
@@ -418,7 +418,7 @@ impl NodeConfig {
     pub(crate) fn normalised(mut self) -> Self {
         // `Duration::MAX` (never) and its kin: a deadline that far from now
         // overflowed the clock, and the node's actors panicked.
-        sitenet_protocols::timer::bound([
+        sitenet_protocols::base::timer::bound([
             &mut self.ack_delay,
             &mut self.background_promotion,
             &mut self.handshake_timeout,
@@ -438,11 +438,11 @@ impl NodeConfig {
             &mut self.unreachable_give_up,
         ]);
         if let Some(d) = &mut self.give_up_after {
-            sitenet_protocols::timer::bound([d]);
+            sitenet_protocols::base::timer::bound([d]);
         }
         self.buffer_size = self
             .buffer_size
-            .max(sitenet_protocols::handshake::MIN_BUFFER);
+            .max(sitenet_protocols::connection::handshake::MIN_BUFFER);
         self.max_message_size = self
             .max_message_size
             .max(sitenet_protocols::PRELUDE_LEN as u64);
@@ -498,9 +498,9 @@ impl NodeConfig {
         Ok(())
     }
 
-    /// The bounds on pending handshakes, for `sitenet_protocols::admission`.
-    pub(crate) fn admission(&self) -> sitenet_protocols::admission::AdmissionConfig {
-        sitenet_protocols::admission::AdmissionConfig {
+    /// The bounds on pending handshakes, for `sitenet_protocols::slots::admission`.
+    pub(crate) fn admission(&self) -> sitenet_protocols::slots::admission::AdmissionConfig {
+        sitenet_protocols::slots::admission::AdmissionConfig {
             max_pending: self.max_pending_handshakes,
             max_per_source: self.max_pending_handshakes_per_source,
             silence: self.handshake_silence,
@@ -510,9 +510,9 @@ impl NodeConfig {
     }
 
     /// The bounds on dials on peers' words, for
-    /// `sitenet_protocols::dial_bound` (each at least 1).
-    pub(crate) fn dial_bounds(&self) -> sitenet_protocols::dial_bound::DialBounds {
-        sitenet_protocols::dial_bound::DialBounds {
+    /// `sitenet_protocols::slots::dial_bound` (each at least 1).
+    pub(crate) fn dial_bounds(&self) -> sitenet_protocols::slots::dial_bound::DialBounds {
+        sitenet_protocols::slots::dial_bound::DialBounds {
             node: self.peer_word_dials,
             per_source: self.peer_word_dials_per_source,
             per_host: self.peer_word_dials_per_host,

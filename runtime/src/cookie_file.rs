@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use sitenet_protocols::handshake::cookie::COOKIE_LEN;
+use sitenet_protocols::connection::handshake::cookie::COOKIE_LEN;
 use sitenet_protocols::Cookie;
 use thiserror::Error;
 use zeroize::Zeroizing;
@@ -39,7 +39,7 @@ pub enum CookieFileError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        source: sitenet_protocols::handshake::CookieError,
+        source: sitenet_protocols::connection::handshake::CookieError,
     },
     /// `create` never overwrites a file.
     #[error("cookie file {0} exists; not overwriting it")]

@@ -10,7 +10,7 @@
 //! one-way messages of the types declared cooperation replies
 //! (`Node::cooperation_reply`): answers a site sends on its own, such as a
 //! vote, fill the first open cooperation with a matching descriptor. The matching rules are the protocol's, in
-//! `sitenet_protocols::cooperation`; this module routes replies to them.
+//! `sitenet_protocols::node::cooperation`; this module routes replies to them.
 //!
 //! [`Node::cooperation`]: crate::Node::cooperation
 
@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use thiserror::Error;
 use tokio::sync::Notify;
 
-use sitenet_protocols::cooperation::{self as machine, End, Offered};
+use sitenet_protocols::node::cooperation::{self as machine, End, Offered};
 use sitenet_protocols::{InMessage, MessageKind, SiteId};
 
 use crate::error::SendError;

@@ -2,7 +2,7 @@
 //! of work right after socket I/O polls its sockets without blocking for a
 //! short, adaptive while before it sleeps, so a reply that comes back
 //! within microseconds finds it awake (the rule and its reasons:
-//! [`sitenet_protocols::idle_spin`]; the figures: docs/performance.md).
+//! [`sitenet_protocols::node::idle_spin`]; the figures: docs/performance.md).
 //!
 //! Each pool thread runs one *spinner* task. Socket reads and writes that
 //! move bytes count themselves (`note_io`) and wake the spinner if it
@@ -14,7 +14,7 @@
 //! another thread is waiting for. When the window is spent the spinner
 //! sleeps, and the thread blocks in the driver as usual.
 //!
-//! The longest spin is [`sitenet_protocols::idle_spin::SpinConfig::max`]
+//! The longest spin is [`sitenet_protocols::node::idle_spin::SpinConfig::max`]
 //! (default 100 µs); `SITENET_IDLE_SPIN_US` (microseconds, `0` turns it
 //! off) or [`set_idle_spin`] change it for threads started afterwards.
 
@@ -24,8 +24,8 @@ use std::sync::OnceLock;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-pub use sitenet_protocols::idle_spin::SpinConfig;
-use sitenet_protocols::idle_spin::{IdleSpin, IdleStep};
+pub use sitenet_protocols::node::idle_spin::SpinConfig;
+use sitenet_protocols::node::idle_spin::{IdleSpin, IdleStep};
 
 thread_local! {
     /// This thread's socket reads and writes that moved bytes.

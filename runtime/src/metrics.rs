@@ -174,7 +174,7 @@ counters! {
     /// Log lines about a peer's bad input (or a listener's failed accepts)
     /// not written: past a few per peer every 10 s they are counted here
     /// and summarised in the next line written
-    /// (`sitenet_protocols::log_limit`).
+    /// (`sitenet_protocols::node::log_limit`).
     logs_suppressed,
     /// Stats queries refused: from another host (see
     /// `NodeConfig::stats_from_anywhere`) or naming a forwarded origin.
@@ -185,7 +185,7 @@ counters! {
     claims_refused,
     /// Channels refused because their NEGOTIATE named a site this node has
     /// a session with and did not prove the pair's continuity (a stranger
-    /// claiming the site's id; see `sitenet_protocols::handshake::continuity`).
+    /// claiming the site's id; see `sitenet_protocols::connection::handshake::continuity`).
     unproven_claims_refused,
     /// Accepted connections refused because their NEGOTIATE proved no
     /// cookie this node holds, or proved one while this node holds none

@@ -1,5 +1,5 @@
 //! Rate-limited logging of what peers cause: the driver of
-//! `sitenet_protocols::log_limit` (the rule lives there). Every line a peer
+//! `sitenet_protocols::node::log_limit` (the rule lives there). Every line a peer
 //! can make the node write goes through [`PeerLogs`]: a few per peer per
 //! window, at most `NODE_LINES_PER_WINDOW` per window for all peers
 //! together, and one summary line per window counting what was dropped by
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use sitenet_protocols::log_limit::{LogVerdict, NodeLogs, Summary};
+use sitenet_protocols::node::log_limit::{LogVerdict, NodeLogs, Summary};
 use tokio::sync::Notify;
 
 use crate::metrics::Counters;
@@ -112,7 +112,7 @@ impl PeerLogs {
 
     /// The same, for a connection not yet bound to a site (in its
     /// handshake): keyed by its source as the admission rules count one
-    /// (`sitenet_protocols::admission::Source`: an IPv6 address by its /64;
+    /// (`sitenet_protocols::slots::admission::Source`: an IPv6 address by its /64;
     /// `None`: Unix socket or in-process channels, which share one budget).
     pub(crate) fn address(
         &self,
@@ -122,7 +122,7 @@ impl PeerLogs {
     ) -> Option<u64> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        sitenet_protocols::admission::Source::of(ip).hash(&mut h);
+        sitenet_protocols::slots::admission::Source::of(ip).hash(&mut h);
         // The top bit set: never an entry's address (user-space pointers).
         self.check(h.finish() | 1 << 63, kind, counters)
     }
@@ -201,7 +201,7 @@ fn write_summary(s: &Summary<LogKind>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sitenet_protocols::log_limit::LINES_PER_WINDOW;
+    use sitenet_protocols::node::log_limit::LINES_PER_WINDOW;
 
     /// Issue 17: a connection in its handshake logged under its exact
     /// address, while the admission rules charge an IPv6 peer by its /64

@@ -90,7 +90,7 @@ pub(crate) fn count_refusal() {
 /// the thread of the ComObject that delivers their messages, so what this
 /// grows by across a slice of a channel's input is what that channel's
 /// peer sent and the node refused: the ComObject charges it to the
-/// channel's refusal budget (`sitenet_protocols::input_budget`).
+/// channel's refusal budget (`sitenet_protocols::connection::input_budget`).
 pub(crate) fn refused_here() -> u64 {
     REFUSED.with(|r| r.get())
 }

@@ -4,7 +4,7 @@
 //! a [`BodySink`] that takes the body as chunks, in order, as their frames
 //! arrive — a 1 GiB body never has to fit in memory. The rules (when a
 //! stream starts, ends, or is aborted and comes again from offset 0) are
-//! the protocol's, in `sitenet_protocols::deliver`; this module only routes
+//! the protocol's, in `sitenet_protocols::connection::deliver`; this module only routes
 //! them to the handler and its sink.
 
 use std::panic::AssertUnwindSafe;
@@ -237,7 +237,7 @@ impl Deliver for Delivery<'_> {
     }
 
     fn stream(&mut self, _lane: Priority, prelude: &Prelude) -> bool {
-        sitenet_protocols::delegation::may_stream(prelude.kind)
+        sitenet_protocols::node::delegation::may_stream(prelude.kind)
             && self.node.handlers.is_stream(prelude.type_id)
     }
 

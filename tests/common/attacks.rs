@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sitenet::protocols::frame::{FLAG_FIRST, FLAG_LAST};
+use sitenet::protocols::wire::frame::{FLAG_FIRST, FLAG_LAST};
 use sitenet::protocols::{FrameKind, MessageKind, SiteId, HEADER_LEN, PROTOCOL_VERSION};
 use sitenet::services::Echo;
 use sitenet::Message;

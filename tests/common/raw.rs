@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use sitenet::protocols::frame::{FrameHeader, FrameKind};
+use sitenet::protocols::wire::frame::{FrameHeader, FrameKind};
 use sitenet::protocols::{
     ByteBuffer, Initiator, Keyring, LocalInfo, MessageKind, OpenError, Prelude, SiteId,
 };

@@ -9,7 +9,7 @@ mod tls_input;
 
 use std::path::Path;
 
-use sitenet_protocols::handshake::{LocalInfo, MIN_BUFFER};
+use sitenet_protocols::connection::handshake::{LocalInfo, MIN_BUFFER};
 use sitenet_protocols::{ByteBuffer, Initiator, SiteId};
 
 #[test]

@@ -8,7 +8,7 @@ use std::time::Instant;
 #[cfg(doc)]
 use super::Admission;
 use super::{fair_share, Accepted, SlotTable, Source};
-use crate::site::SiteId;
+use crate::base::site::SiteId;
 
 impl SlotTable {
     /// An accepted channel's peer presented itself and the channel is

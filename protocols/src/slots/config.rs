@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use super::Admission;
 
-/// File descriptors a process keeps outside its channel slots (listeners,
-/// the runtime's own, stdio, files the application opens).
-pub const RESERVED_FDS: u64 = 64;
+pub use crate::base::limits::RESERVED_FDS;
 
 /// Largest hard limit derived from the descriptor limit: beyond it the
 /// transport memory (two buffers per slot) matters more than descriptors.
@@ -90,16 +88,16 @@ pub enum SlotConfigError {
 
 impl SlotConfig {
     /// This configuration with every wait at most
-    /// [`MAX_WAIT`](crate::timer::MAX_WAIT) and the preemption tick's
-    /// period at least [`MIN_PERIOD`](crate::timer::MIN_PERIOD):
+    /// [`MAX_WAIT`](crate::base::timer::MAX_WAIT) and the preemption tick's
+    /// period at least [`MIN_PERIOD`](crate::base::timer::MIN_PERIOD):
     /// `Duration::MAX` given for "never" made a deadline past what the clock
     /// holds, and the table panicked where it armed its timer; a zero
     /// period made the tick due again at the instant it ran, for as long as
     /// slots were short. [`SlotTable::new`](super::SlotTable::new) takes it
     /// so.
     pub fn bounded(mut self) -> Self {
-        crate::timer::at_least_min_period([&mut self.preempt_interval]);
-        crate::timer::bound([
+        crate::base::timer::at_least_min_period([&mut self.preempt_interval]);
+        crate::base::timer::bound([
             &mut self.preempt_interval,
             &mut self.line_hold,
             &mut self.turn,
@@ -157,12 +155,12 @@ impl SlotConfig {
 
     /// Limits derived from the process's descriptor limit (RLIMIT_NOFILE's
     /// soft value): the hard limit leaves [`RESERVED_FDS`] descriptors for
-    /// everything else, [`handshake_fds`](crate::admission::handshake_fds)
+    /// everything else, [`handshake_fds`](crate::slots::admission::handshake_fds)
     /// for pending handshakes, which hold a descriptor but no slot, and as
     /// many for the waiting line (at most [`MAX_DERIVED_HARD`]); the weak
     /// limit is three quarters of it, the rest kept for accepts.
     pub fn from_fd_limit(nofile: u64) -> Self {
-        let pending = crate::admission::handshake_fds(nofile) as u64;
+        let pending = crate::slots::admission::handshake_fds(nofile) as u64;
         let hard =
             (nofile.saturating_sub(RESERVED_FDS + 2 * pending) as usize).clamp(2, MAX_DERIVED_HARD);
         let weak = (hard * 3 / 4).max(1);

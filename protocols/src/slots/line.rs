@@ -43,8 +43,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use super::lanes::LaneLoad;
-use crate::admission::Source;
-use crate::site::SiteId;
+use crate::base::site::SiteId;
+use crate::slots::admission::Source;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
-use crate::site::SiteId;
+use crate::base::site::SiteId;
 
 pub(super) const MS: Duration = Duration::from_millis(1);
 

@@ -11,7 +11,7 @@
 //!   weak and the hard limit for a while; past the hard limit it is
 //!   refused, and the driver closes it at once rather than leave it
 //!   hanging. A connection still in its handshake holds no slot and is no
-//!   slot pressure: it is bounded by [`crate::admission`] instead.
+//!   slot pressure: it is bounded by [`crate::slots::admission`] instead.
 //! * **The waiting line**. A peer that presented itself when
 //!   every slot up to the hard limit is in use is not refused: if it can
 //!   wait (it has the `line` capability) it is told to wait and queues in
@@ -58,8 +58,10 @@
 //! TransController drives it, and tests drive it with a virtual clock.
 
 mod accepting;
+pub mod admission;
 mod answers;
 mod config;
+pub mod dial_bound;
 mod lanes;
 mod line;
 mod policy;
@@ -78,7 +80,7 @@ pub use policy::{
 pub use sources::{fair_share, Source};
 pub use turns::Admission;
 
-use crate::timer::{Timer, TimerTable};
+use crate::base::timer::{Timer, TimerTable};
 
 /// A slot held: since when, and the service its site had when the table
 /// first saw its report (the start of its turn's work).

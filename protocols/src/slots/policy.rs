@@ -30,7 +30,7 @@ pub struct ChannelReport {
     /// cannot: preempting it leaves the reconnect to the client).
     pub callable: bool,
     /// Messages exchanged with the site so far
-    /// ([`SessionStats::served`](crate::session::SessionStats::served)):
+    /// ([`SessionStats::served`](crate::connection::session::SessionStats::served)):
     /// the table measures a turn's work from it.
     pub served: u64,
     /// `served` when the channel first reported itself working, if the
@@ -51,7 +51,7 @@ pub struct ChannelReport {
     pub in_peer_line_since: Option<Instant>,
     /// With `in_peer_line_since`: how many attempts to the same site in a
     /// row gave their slot back before this one
-    /// ([`ComObject::line_yields`](crate::com_object::ComObject::line_yields)).
+    /// ([`ComObject::line_yields`](crate::connection::com_object::ComObject::line_yields)).
     /// Each doubles the wait before this one's slot may be taken (at most
     /// 32 × `line_yield`): an attempt sent to the back of a long line
     /// again and again would otherwise never reach its front (the peer's

@@ -41,7 +41,7 @@
 //! holds at most its share — the simulator's sites, one address each —
 //! nothing here changes any decision.
 
-pub use crate::admission::Source;
+pub use crate::slots::admission::Source;
 
 /// A source's share of `limit` while `wanting` sources want some of it:
 /// `limit / wanting`, at least 1 (and `limit` for no or one source).

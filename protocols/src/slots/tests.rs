@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
-use crate::site::SiteId;
+use crate::base::site::SiteId;
 
 fn table(weak: usize, hard: usize) -> SlotTable {
     SlotTable::new(
@@ -353,11 +353,11 @@ fn durations_of_never_do_not_overflow_the_table() {
     }
     let _ = t.request(now);
     let _ = t.accept_or_wait(now, Some(SiteId(9)), 0);
-    let far = now + crate::timer::MAX_WAIT;
+    let far = now + crate::base::timer::MAX_WAIT;
     assert!(t.poll_timeout().is_none_or(|at| at <= far));
     let later = now + Duration::from_secs(1);
     let _ = t.handle_timeout(later, |_| Some(quiet(later)));
-    assert_eq!(t.config().preempt_interval, crate::timer::MAX_WAIT);
+    assert_eq!(t.config().preempt_interval, crate::base::timer::MAX_WAIT);
 }
 
 /// Regression: a preemption tick of zero period was due again at the
@@ -383,8 +383,8 @@ fn a_tick_of_zero_period_is_not_due_again_at_once() {
     }
     assert_eq!(
         t.poll_timeout(),
-        Some(now + crate::timer::MIN_PERIOD),
+        Some(now + crate::base::timer::MIN_PERIOD),
         "the next tick a period later"
     );
-    assert_eq!(t.config().preempt_interval, crate::timer::MIN_PERIOD);
+    assert_eq!(t.config().preempt_interval, crate::base::timer::MIN_PERIOD);
 }

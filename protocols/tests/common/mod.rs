@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sitenet_protocols::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
-use sitenet_protocols::message::Prelude;
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
+use sitenet_protocols::wire::message::Prelude;
 use sitenet_protocols::{
     ByteBuffer, ChannelParams, Deliver, InMessage, OutMessage, Priority, ProtocolError,
     ReassemblyBudget, Session, SessionConfig, StreamAbort,
@@ -98,7 +98,8 @@ pub struct Seen {
 /// which must decode (a correct sender wrote it).
 pub fn packed_numbers(h: &FrameHeader, payload: &[u8]) -> Vec<u64> {
     let mut arena = bytes::BytesMut::new();
-    let mut entries = sitenet_protocols::packed::Entries::new(h.lane, (payload, &[]), u64::MAX);
+    let mut entries =
+        sitenet_protocols::connection::packed::Entries::new(h.lane, (payload, &[]), u64::MAX);
     let mut numbers = Vec::new();
     while let Some(e) = entries.next_entry(&mut arena) {
         e.unwrap_or_else(|e| panic!("sender wrote an invalid packed entry: {e}"));
@@ -145,7 +146,7 @@ pub fn fresh() -> Session {
     working_session(
         SessionConfig::default(),
         ReassemblyBudget::new(1 << 30),
-        sitenet_protocols::handshake::MIN_BUFFER,
+        sitenet_protocols::connection::handshake::MIN_BUFFER,
     )
 }
 

@@ -23,8 +23,8 @@ use std::time::Instant;
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use sitenet_protocols::dial_bound::{DialRefused, DialTicket};
-use sitenet_protocols::site_index::Adoption;
+use sitenet_protocols::node::site_index::Adoption;
+use sitenet_protocols::slots::dial_bound::{DialRefused, DialTicket};
 use sitenet_protocols::{LocalInfo, ReassemblyBudget, SiteFailure, SiteId};
 use sitenet_transport::Address;
 
@@ -146,7 +146,7 @@ pub(crate) trait ComHost: Deref<Target = NodeShared> + Send + Sync + 'static {
     fn retire(&self, entry: &Arc<SiteEntry>);
 
     /// Whether `entry` may dial `address` now: the bounds on dials on a
-    /// peer's word (`sitenet_protocols::dial_bound`). `Ok(Some(ticket))`:
+    /// peer's word (`sitenet_protocols::slots::dial_bound`). `Ok(Some(ticket))`:
     /// counted until [`dial_ended`](Self::dial_ended); `Ok(None)`: not on
     /// a peer's word.
     fn dial_on_word(

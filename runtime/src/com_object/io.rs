@@ -6,7 +6,7 @@ use std::time::Instant;
 use actix::fut;
 use actix::prelude::*;
 
-use sitenet_protocols::input_budget::RefusalBudget;
+use sitenet_protocols::connection::input_budget::RefusalBudget;
 use sitenet_protocols::{ChannelId, Loss};
 
 use super::{ComObject, READS_PER_TURN, WRITE_BYTES_PER_TURN};
@@ -146,7 +146,7 @@ impl ComObject {
         let Some(live) = self.live.as_mut() else {
             return;
         };
-        let min = sitenet_protocols::handshake::MIN_BUFFER as usize;
+        let min = sitenet_protocols::connection::handshake::MIN_BUFFER as usize;
         if live.t.ring_bytes() > 2 * min as u64
             && live.t.inb.is_empty()
             && live.t.outb.is_empty()
@@ -442,7 +442,7 @@ impl ComObject {
         // from, should the node keep it after forgetting the site.
         let ip = crate::channel_io::peer_ip(t.peer());
         self.com
-            .channel_from(sitenet_protocols::admission::Source::of(ip));
+            .channel_from(sitenet_protocols::slots::admission::Source::of(ip));
         // A new channel: the next account reports its state.
         self.report_next = None;
         self.channels_opened = self.channels_opened.saturating_add(1);

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use actix::prelude::*;
 
-use sitenet_protocols::handshake::write_answer;
-use sitenet_protocols::site_index::Adoption;
+use sitenet_protocols::connection::handshake::write_answer;
+use sitenet_protocols::node::site_index::Adoption;
 use sitenet_protocols::{AcceptOutcome, Negotiate, NegotiateAns, Nonce};
 
 use super::ComObject;

@@ -269,10 +269,10 @@ impl ComObject {
         self.node.deliveries.fail(&m, || {
             let reason = e.to_string();
             match e.handed_back() {
-                sitenet_protocols::error::HandedBack::MaybeDelivered => {
+                sitenet_protocols::connection::error::HandedBack::MaybeDelivered => {
                     crate::error::DeliveryError::MaybeDelivered { reason }
                 }
-                sitenet_protocols::error::HandedBack::NotSent => {
+                sitenet_protocols::connection::error::HandedBack::NotSent => {
                     crate::error::DeliveryError::NotSent { reason }
                 }
             }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use actix::fut;
 use actix::prelude::*;
 
-use sitenet_protocols::dial_bound::{DialRefused, DialTicket};
+use sitenet_protocols::slots::dial_bound::{DialRefused, DialTicket};
 use sitenet_protocols::{Initiator, OpenRequest, Opened, SiteFailure};
 use sitenet_transport::controller::PreemptFn;
 use sitenet_transport::{LeaseId, SlotInfo};
@@ -89,7 +89,7 @@ impl Handler<OpenWaiting> for ComObject {
 }
 
 /// The peer on whose word this entry dials (a forwarded request's origin
-/// it named) has gone (`sitenet_protocols::dial_bound`): the dial in
+/// it named) has gone (`sitenet_protocols::slots::dial_bound`): the dial in
 /// progress is abandoned and the site fails as not reached, handing back
 /// what it held (the reply), so its entry goes like any failed one.
 #[derive(Message)]

@@ -111,7 +111,7 @@ impl Ctx<'_> {
 
     /// True if the sender awaits a reply (`SiteRef::request`).
     pub fn is_request(&self) -> bool {
-        sitenet_protocols::delegation::reply_kind(self.kind).is_some()
+        sitenet_protocols::node::delegation::reply_kind(self.kind).is_some()
     }
 
     /// The node, to reach other sites from a handler.
@@ -160,7 +160,8 @@ impl Ctx<'_> {
         super::responder::post_answer(
             &self.sender(),
             // A forwarded request is answered to its origin directly.
-            sitenet_protocols::delegation::reply_kind(self.kind).unwrap_or(MessageKind::Reply),
+            sitenet_protocols::node::delegation::reply_kind(self.kind)
+                .unwrap_or(MessageKind::Reply),
             self.corr,
             self.priority,
             reply,
@@ -179,7 +180,7 @@ impl Ctx<'_> {
     /// answers "no reply" when it returns: no caller waits out its
     /// timeout for a handler that forgot.
     pub fn responder(&mut self) -> Option<Responder> {
-        let kind = sitenet_protocols::delegation::reply_kind(self.kind)?;
+        let kind = sitenet_protocols::node::delegation::reply_kind(self.kind)?;
         if self.replied {
             return None;
         }
@@ -222,7 +223,8 @@ impl Ctx<'_> {
         }
         super::responder::post_raw_answer(
             &self.sender(),
-            sitenet_protocols::delegation::reply_kind(self.kind).unwrap_or(MessageKind::Reply),
+            sitenet_protocols::node::delegation::reply_kind(self.kind)
+                .unwrap_or(MessageKind::Reply),
             self.corr,
             self.priority,
             type_id,
@@ -345,8 +347,8 @@ impl Ctx<'_> {
             );
             return;
         }
-        let kind =
-            sitenet_protocols::delegation::reply_kind(self.kind).unwrap_or(MessageKind::Reply);
+        let kind = sitenet_protocols::node::delegation::reply_kind(self.kind)
+            .unwrap_or(MessageKind::Reply);
         match super::responder::post_answered(
             &self.sender(),
             kind,
@@ -426,9 +428,12 @@ pub(crate) fn post_forward<M: Message>(
         .ok_or_else(|| SendError::Encode("the requesting site's id is not known yet".into()))?;
     let header =
         crate::message::encode_header(msg).map_err(|e| SendError::Encode(e.to_string()))?;
-    let header = sitenet_protocols::message::wrap_origin(&origin, &header).ok_or_else(|| {
-        SendError::Encode("the requesting site's descriptor does not fit an origin block".into())
-    })?;
+    let header =
+        sitenet_protocols::wire::message::wrap_origin(&origin, &header).ok_or_else(|| {
+            SendError::Encode(
+                "the requesting site's descriptor does not fit an origin block".into(),
+            )
+        })?;
     let (priority, body) = opts.into_parts(default_priority);
     to.try_post(OutMessage {
         priority,

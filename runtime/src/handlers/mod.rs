@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use sitenet_protocols::delegation::{classify, Delivered, Unhandled as Why};
+use sitenet_protocols::node::delegation::{classify, Delivered, Unhandled as Why};
 use sitenet_protocols::InMessage;
 
 use crate::error::NodeError;
@@ -187,7 +187,7 @@ pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
     Ok(())
 }
 
-/// Delivers one complete message as `sitenet_protocols::delegation`
+/// Delivers one complete message as `sitenet_protocols::node::delegation`
 /// classifies it: replies complete their request; other messages go to
 /// their type's handler, a forwarded request as if its origin had sent it.
 #[inline] // its one caller is `Delivery::message`: no second move of the message

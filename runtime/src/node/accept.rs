@@ -1,5 +1,5 @@
 //! The accept loop: an accepted connection is admitted as a pending
-//! handshake (`sitenet_protocols::admission` decides which pending
+//! handshake (`sitenet_protocols::slots::admission` decides which pending
 //! handshakes are closed, by count per node and per source address, and by
 //! time), runs the acceptor's handshake holding no channel slot, and only
 //! once its peer has presented itself (NEGOTIATE) takes a slot and is
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use sitenet_protocols::admission::{Admission, AdmissionConfig, Dropped, Source};
+use sitenet_protocols::slots::admission::{Admission, AdmissionConfig, Dropped, Source};
 use sitenet_transport::{Channel, Listener, MemLanes};
 use tokio::sync::{oneshot, Notify};
 

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sitenet_protocols::handshake::{write_wait, Wait};
+use sitenet_protocols::connection::handshake::{write_wait, Wait};
 use sitenet_protocols::slots::Source;
 use sitenet_protocols::Capabilities;
 use sitenet_transport::{AcceptOrWait, Lane, LineEnd, LineTicket, SlotLease};

@@ -130,7 +130,7 @@ impl ComHost for NodeInner {
         entry: &SiteEntry,
         merged: bool,
         claimed: SiteId,
-    ) -> sitenet_protocols::site_index::Adoption {
+    ) -> sitenet_protocols::node::site_index::Adoption {
         NodeInner::adoption(self, entry, merged, claimed)
     }
 
@@ -155,13 +155,13 @@ impl ComHost for NodeInner {
         entry: &SiteEntry,
         address: &str,
     ) -> Result<
-        Option<sitenet_protocols::dial_bound::DialTicket>,
-        sitenet_protocols::dial_bound::DialRefused,
+        Option<sitenet_protocols::slots::dial_bound::DialTicket>,
+        sitenet_protocols::slots::dial_bound::DialRefused,
     > {
         NodeInner::dial_on_word(self, entry, address)
     }
 
-    fn dial_ended(&self, key: usize, ticket: sitenet_protocols::dial_bound::DialTicket) {
+    fn dial_ended(&self, key: usize, ticket: sitenet_protocols::slots::dial_bound::DialTicket) {
         NodeInner::dial_ended(self, key, ticket)
     }
 

@@ -2,7 +2,7 @@
 //! hence no timer of its own, yet its machine may wait for something — the
 //! reclaim rule's linger time, a give-up, the end of a backoff, the wait
 //! for a peer to call back. The node keeps every such deadline in one
-//! `TimerQueue` (`sitenet_protocols::timer`, keyed by the entry's key,
+//! `TimerQueue` (`sitenet_protocols::base::timer`, keyed by the entry's key,
 //! as the request table keeps its deadlines), and one task per node sleeps
 //! until the earliest and starts each site whose deadline came again
 //! (`com_object/slot.rs`), which handles it and parks again if it may.
@@ -21,7 +21,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use sitenet_protocols::timer::TimerQueue;
+use sitenet_protocols::base::timer::TimerQueue;
 
 use super::NodeInner;
 use crate::com_object::{ComObject, Poke};

@@ -1,9 +1,9 @@
-//! Pending requests: the node's `RequestTable` (sitenet_protocols::requests,
+//! Pending requests: the node's `RequestTable` (sitenet_protocols::node::requests,
 //! where the rules live: only the site asked completes a plain reply, any
 //! site a delegated one; deadlines; a failed site's requests), driven here.
 //! Registered when sent, completed by a reply, failed with the site, ended
 //! by their deadline. The deadlines are the table's `TimerQueue`
-//! (`sitenet_protocols::timer`: a deadline taken is consumed, the contract
+//! (`sitenet_protocols::base::timer`: a deadline taken is consumed, the contract
 //! of every other wait of the protocol); one task per node sleeps until the
 //! table's `poll_timeout` and hands what `expire` ends to its awaiters (a
 //! task, a timer and two channels per request cost more than the request's
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, Notify};
 
-use sitenet_protocols::requests::{Reply, RequestTable};
+use sitenet_protocols::node::requests::{Reply, RequestTable};
 use sitenet_protocols::{InMessage, SiteFailure};
 
 use super::ErrorReply;
@@ -97,7 +97,7 @@ impl NodeInner {
         timeout: Duration,
     ) -> oneshot::Receiver<Result<InMessage, RequestError>> {
         let (tx, rx) = oneshot::channel();
-        let deadline = sitenet_protocols::timer::later(Instant::now(), timeout);
+        let deadline = sitenet_protocols::base::timer::later(Instant::now(), timeout);
         let earliest = self.requests.table.lock().register(
             corr,
             Awaited::new(entry),

@@ -11,7 +11,7 @@
 //! so an entry is never forgotten while someone is about to use it.
 //!
 //! The rules themselves (binding, merging, routing accepted channels,
-//! claims, the reclaim re-check) are `sitenet_protocols::site_index`'s,
+//! claims, the reclaim re-check) are `sitenet_protocols::node::site_index`'s,
 //! tested there without a runtime; this module keeps the entries, the lock
 //! and the actors, and does what the index's answers say.
 
@@ -20,10 +20,12 @@ use std::sync::Arc;
 
 use slab::Slab;
 
-use sitenet_protocols::admission::Source;
-use sitenet_protocols::dial_bound::{DialBound, DialBounds, DialHost, DialRefused, DialTicket};
-use sitenet_protocols::site_index::{
+use sitenet_protocols::node::site_index::{
     Adoption, At, Bind, Counts, Described, Reclaim, Route, Site, SiteIndex, Word,
+};
+use sitenet_protocols::slots::admission::Source;
+use sitenet_protocols::slots::dial_bound::{
+    DialBound, DialBounds, DialHost, DialRefused, DialTicket,
 };
 use sitenet_protocols::{AddressBook, PluggedSchemes, SiteDescriptor, SiteId};
 use sitenet_transport::Address;
@@ -34,15 +36,15 @@ use crate::com_object::{AbandonDial, Adopt, ComObject, Learn, PeerInLine, Wake};
 use crate::metrics::Counters;
 use crate::site_entry::{ActorState, SiteEntry};
 
-pub(crate) use sitenet_protocols::site_index::ClaimRefused;
+pub(crate) use sitenet_protocols::node::site_index::ClaimRefused;
 
 /// The entries, and the index that decides how they are found, made and
-/// forgotten (`sitenet_protocols::site_index`): this module only drives it.
+/// forgotten (`sitenet_protocols::node::site_index`): this module only drives it.
 pub(crate) struct SiteTable {
     pub(crate) entries: Slab<Arc<SiteEntry>>,
     index: SiteIndex,
     /// The dials of entries made on a peer's word, and who asked
-    /// (`sitenet_protocols::dial_bound`).
+    /// (`sitenet_protocols::slots::dial_bound`).
     dials: DialBound<usize>,
 }
 
@@ -167,7 +169,7 @@ impl NodeInner {
     ///.
     ///
     /// A new entry on a peer's word is a claim that peer holds (see
-    /// `sitenet_protocols::claims`): refused beyond its bound (counted),
+    /// `sitenet_protocols::node::claims`): refused beyond its bound (counted),
     /// released when the site's id is proven (`Action::Proven`) or the
     /// entry leaves. A forwarded origin's entry is tried once at each
     /// address (`AddressBook::claimed_once`). Counted under the table's
@@ -250,7 +252,7 @@ impl NodeInner {
     /// ticket is handed to [`dial_ended`](Self::dial_ended), if the entry
     /// was made on a peer's word and the bounds on such dials have room
     /// (`Ok(None)`: not on a peer's word, not counted); refused if not
-    /// (see `sitenet_protocols::dial_bound`).
+    /// (see `sitenet_protocols::slots::dial_bound`).
     pub(crate) fn dial_on_word(
         &self,
         entry: &SiteEntry,

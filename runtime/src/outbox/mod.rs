@@ -27,7 +27,7 @@
 //!
 //! Within the site's bound each class — the four levels and the node's own
 //! messages — has a reserve no other class can take
-//! (`sitenet_protocols::output_share::admits_class`): a level-1 backlog
+//! (`sitenet_protocols::connection::output_share::admits_class`): a level-1 backlog
 //! never refuses a level-4 send, and user data never refuses the node's
 //! own answers (error replies, "no reply"). The bytes are held per class
 //! and given back per class.
@@ -37,7 +37,7 @@
 //! overtaken by small ones
 //! that would fit first, so it cannot starve; a sender that stops waiting
 //! (its future dropped) gives up its turn. That rule, and what a merge does
-//! to the queue, are `sitenet_protocols::turns` (tested there, with property
+//! to the queue, are `sitenet_protocols::node::turns` (tested there, with property
 //! tests); this file keeps the locks, the wakers and the bytes, and asks it
 //! whose turn it is. When the site fails or the node shuts down the outbox
 //! is closed and every waiter returns at once.
@@ -52,8 +52,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use sitenet_protocols::output_share::{admits_class, Freed, CLASSES};
-use sitenet_protocols::turns::{merge_line, Ticket, Turns};
+use sitenet_protocols::connection::output_share::{admits_class, Freed, CLASSES};
+use sitenet_protocols::node::turns::{merge_line, Ticket, Turns};
 use sitenet_protocols::OutMessage;
 
 use node_output::NodeWait;

@@ -1,13 +1,13 @@
 //! The node's output bound: the bytes every site's outbox holds together,
 //! each site within its fair share once the node is half full
-//! (`sitenet_protocols::output_share::admits`).
+//! (`sitenet_protocols::connection::output_share::admits`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use sitenet_protocols::output_share::admits;
+use sitenet_protocols::connection::output_share::admits;
 
 /// The output bytes of a whole node, every site's outbox together.
 #[derive(Debug)]
@@ -54,7 +54,7 @@ impl NodeOutput {
     /// Reserves `n` bytes for a site that held `site_before` (and is
     /// already counted among the holders): within the bound, and within
     /// the site's fair share once the node is half full
-    /// (`sitenet_protocols::output_share`).
+    /// (`sitenet_protocols::connection::output_share`).
     pub(super) fn try_reserve(&self, n: u64, site_before: u64) -> bool {
         let holders = self.holders.load(Ordering::Acquire);
         self.bytes

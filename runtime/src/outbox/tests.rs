@@ -1,7 +1,7 @@
 //! The outbox's rules: turns, bounds, classes, merges.
 use super::*;
 use futures::FutureExt;
-use sitenet_protocols::output_share::SYSTEM_CLASS;
+use sitenet_protocols::connection::output_share::SYSTEM_CLASS;
 use std::sync::atomic::AtomicU64;
 
 /// The class most tests use (medium level).

@@ -91,7 +91,7 @@ impl SiteRef {
                 Pushed::Sealed(back) => {
                     m = back;
                     let next = entry.resolved();
-                    let mut by_class = [0; sitenet_protocols::output_share::CLASSES];
+                    let mut by_class = [0; sitenet_protocols::connection::output_share::CLASSES];
                     by_class[m.share_class()] = m.footprint();
                     entry.outbox.move_bytes_to(&next.outbox, &by_class);
                     entry = next;

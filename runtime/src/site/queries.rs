@@ -154,9 +154,11 @@ impl SiteRef {
     /// output bound: levels 1 to 4 (indexed as `Priority::index`), then the
     /// node's own messages (error and "no reply" answers, the built-in
     /// services' replies). Each class keeps a reserve of the bound the
-    /// others cannot take (`sitenet_protocols::output_share::admits_class`),
+    /// others cannot take (`sitenet_protocols::connection::output_share::admits_class`),
     /// so a backlog at one level never refuses another's sends.
-    pub fn pending_bytes_by_class(&self) -> [u64; sitenet_protocols::output_share::CLASSES] {
+    pub fn pending_bytes_by_class(
+        &self,
+    ) -> [u64; sitenet_protocols::connection::output_share::CLASSES] {
         self.entry.resolved().outbox.held_by_class()
     }
 }

@@ -59,7 +59,7 @@ impl ReturnedMessage {
     pub fn header(&self) -> Bytes {
         let h = &self.message.header;
         if self.message.kind == MessageKind::Forward {
-            if let Some((_, typed)) = sitenet_protocols::message::unwrap_origin(h) {
+            if let Some((_, typed)) = sitenet_protocols::wire::message::unwrap_origin(h) {
                 return typed;
             }
         }

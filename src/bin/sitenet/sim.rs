@@ -1,4 +1,4 @@
-//! `sitenet sim`: the deterministic simulator (`sitenet_protocols::sim`)
+//! `sitenet sim`: the deterministic simulator (`sitenet_sim`)
 //! from the command line. One seed: run it, print the checkers' verdict and
 //! the figures. No seed: try seeds for a while and report those that fail.
 //! `--shrink`: make a failing seed's run as small as it still fails.
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use sitenet_protocols::sim::{self, Faults, Sim, SimConfig, SimConfigError, Verdict};
+use sitenet_sim::{self as sim, Faults, Sim, SimConfig, SimConfigError, Verdict};
 
 mod figures;
 

@@ -66,7 +66,7 @@ impl TransController {
     /// `on_turn` runs with the slot when a slot frees for it (or with
     /// [`LineEnd`] if its place ends first); else refused. `served` is
     /// how much the node has served that site so far (messages exchanged,
-    /// [`SessionStats::served`](sitenet_protocols::session::SessionStats::served)):
+    /// [`SessionStats::served`](sitenet_protocols::connection::session::SessionStats::served)):
     /// under `Admission::Share` the least served in line goes first.
     ///
     /// ```

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use sitenet_protocols::sim::{Faults, Report, Verdict};
+use sitenet_sim::{Faults, Report, Verdict};
 
 /// One run's figures, as `--json` prints them.
 #[derive(Serialize)]
