@@ -6,8 +6,8 @@
 //! and the channel with the `try_*` calls, so reads and writes are independent
 //! (reads never wait behind writes) and no buffer grows.
 //!
-//! Three kinds, one behaviour — the driver and the fault injector never ask
-//! which kind they hold:
+//! Three kinds, one behaviour — the channel driver never asks which kind
+//! it holds:
 //!
 //! - TCP ([`Channel::Tcp`], `tcp:HOST:PORT`), with TCP_NODELAY;
 //! - Unix domain sockets ([`Channel::Unix`], `unix:PATH`), for sites on one
@@ -18,7 +18,10 @@
 //! A fourth variant, [`Channel::Plugged`], holds a channel of a transport a
 //! user plugged in (see [`crate::plug`]) behind a trait object: only such
 //! channels pay a virtual call; the built-in kinds stay statically
-//! dispatched.
+//! dispatched. The test support's fault injector
+//! ([`FaultInjector`](crate::fault::FaultInjector)) wraps a channel of any
+//! kind in one of those ([`FaultyChannel`](crate::fault::FaultyChannel)), so
+//! the production enum knows nothing of it.
 //!
 //! In each, `try_read` returning `Ok(0)` is the end of the stream and
 //! `WouldBlock` means "await readiness"; a write after the peer is gone fails
@@ -36,7 +39,6 @@ use std::path::Path;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 use crate::address::Address;
-use crate::fault::FaultyChannel;
 use crate::mem::{MemChannel, MemListener};
 use crate::plug::{unregistered, PluggedChannel, PluggedListener};
 use crate::tcp_tuning::tune_tcp;
@@ -92,12 +94,10 @@ pub enum Channel {
     /// An in-process channel (two bounded byte pipes, no file descriptor),
     /// for many sites in one process.
     Mem(MemChannel),
-    /// Another channel wrapped by a [`FaultInjector`](crate::FaultInjector),
-    /// for tests: cuts, delay and black holes on command.
-    Faulty(FaultyChannel),
     /// A channel of a transport plugged in by the user (see
     /// [`crate::plug`]), made by a
-    /// [`TransportRegistry`](crate::plug::TransportRegistry).
+    /// [`TransportRegistry`](crate::plug::TransportRegistry); or a channel
+    /// wrapped by a [`FaultInjector`](crate::FaultInjector), for tests.
     Plugged(PluggedChannel),
 }
 
@@ -131,14 +131,16 @@ impl Channel {
 
     /// For an in-process channel's accepting end, the thread that
     /// connected it ([`MemChannel::connector_thread`]), through a fault
-    /// wrapper too; `None` for every other channel. See
+    /// wrapper too (a plugged channel says it with
+    /// [`TransportChannel::connector_thread`](crate::plug::TransportChannel::connector_thread));
+    /// `None` for every other channel. See
     /// `docs/architecture.md`, "Every core": the accepting node runs a new
     /// site of such a channel on that thread.
     pub fn connector_thread(&self) -> Option<std::thread::ThreadId> {
         match self {
             Self::Mem(m) => m.connector_thread(),
-            Self::Faulty(f) => f.inner().connector_thread(),
-            Self::Tcp(_) | Self::Unix(_) | Self::Plugged(_) => None,
+            Self::Plugged(p) => p.get().connector_thread(),
+            Self::Tcp(_) | Self::Unix(_) => None,
         }
     }
 
@@ -153,8 +155,8 @@ impl Channel {
     /// The socket's descriptor is duplicated and registered here; the old
     /// one is deregistered and closed. Nothing the socket holds is lost:
     /// unread bytes stay in the kernel, and the channel has no buffer of
-    /// its own. In-process, faulty and plugged channels have no driver to
-    /// move to and are left as they are.
+    /// its own. In-process and plugged channels (fault wrappers among them)
+    /// have no driver to move to and are left as they are.
     pub fn rehome(&mut self) -> io::Result<()> {
         use std::os::fd::AsFd;
         match self {
@@ -170,7 +172,7 @@ impl Channel {
                 std.set_nonblocking(true)?;
                 *s = UnixStream::from_std(std)?;
             }
-            Self::Mem(_) | Self::Faulty(_) | Self::Plugged(_) => {}
+            Self::Mem(_) | Self::Plugged(_) => {}
         }
         Ok(())
     }
@@ -181,8 +183,6 @@ impl Channel {
             Self::Tcp(s) => s.readable().await,
             Self::Unix(s) => s.readable().await,
             Self::Mem(m) => m.readable().await,
-            // Boxed: a faulty channel wraps a `Channel`, so the futures nest.
-            Self::Faulty(f) => Box::pin(f.readable()).await,
             Self::Plugged(p) => std::future::poll_fn(|cx| p.get().poll_read_ready(cx)).await,
         }
     }
@@ -193,7 +193,6 @@ impl Channel {
             Self::Tcp(s) => s.writable().await,
             Self::Unix(s) => s.writable().await,
             Self::Mem(m) => m.writable().await,
-            Self::Faulty(f) => Box::pin(f.writable()).await,
             Self::Plugged(p) => std::future::poll_fn(|cx| p.get().poll_write_ready(cx)).await,
         }
     }
@@ -205,7 +204,6 @@ impl Channel {
             Self::Tcp(s) => s.try_read(buf),
             Self::Unix(s) => s.try_read(buf),
             Self::Mem(m) => m.try_read(buf),
-            Self::Faulty(f) => f.try_read(buf),
             Self::Plugged(p) => p.get().try_read(buf),
         }
     }
@@ -235,7 +233,6 @@ impl Channel {
                 _ => s.try_write_vectored(bufs),
             },
             Self::Mem(m) => m.try_write_vectored(bufs),
-            Self::Faulty(f) => f.try_write_vectored(bufs),
             Self::Plugged(p) => p.get().try_write_vectored(bufs),
         }
     }
@@ -252,7 +249,6 @@ impl Channel {
             Self::Tcp(s) => socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write),
             Self::Unix(s) => socket2::SockRef::from(s).shutdown(std::net::Shutdown::Write),
             Self::Mem(_) => Ok(()),
-            Self::Faulty(f) => f.shutdown_write(),
             Self::Plugged(p) => p.get().shutdown_write(),
         }
     }
@@ -266,7 +262,6 @@ impl Channel {
             Self::Tcp(_) => "tcp",
             Self::Unix(_) => "unix",
             Self::Mem(_) => "mem",
-            Self::Faulty(f) => f.scheme(),
             Self::Plugged(p) => p.scheme(),
         }
     }
@@ -290,7 +285,6 @@ impl Channel {
                 Err(_) => "unix:?".into(),
             },
             Self::Mem(m) => m.peer(),
-            Self::Faulty(f) => f.peer(),
             Self::Plugged(p) => format!("{}:{}", p.scheme(), p.get().peer()),
         }
     }
@@ -383,7 +377,7 @@ impl Listener {
             }
             Self::Unix(l) => Ok(Channel::Unix(l.accept().await?.0)),
             Self::Mem(l) => Ok(Channel::Mem(l.accept().await?)),
-            Self::Plugged(l) => l.accept().await,
+            Self::Plugged(l) => Ok(Channel::Plugged(l.accept().await?)),
         }
     }
 }

@@ -50,6 +50,8 @@ pub mod address;
 pub mod channel;
 pub mod controller;
 pub mod fault;
+#[cfg(test)]
+mod layers;
 pub mod mem;
 pub mod plug;
 mod tcp_tuning;

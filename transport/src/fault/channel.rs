@@ -1,27 +1,59 @@
-//! [`FaultyChannel`]: a channel wrapped by a [`FaultInjector`], with its
-//! write side (offset and armed cuts) and the readiness and read/write
-//! calls the channel driver makes.
+//! [`FaultyChannel`]: a channel wrapped by a
+//! [`FaultInjector`](super::FaultInjector), with its write side (offset and
+//! armed cuts) and the readiness and read/write calls the channel driver
+//! makes, as a plugged [`TransportChannel`].
 
+use std::any::Any;
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::Shutdown;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
+use super::controls::{lock, Controls, DELAY_QUEUE_LIMIT, PUMP_CHUNK, PUMP_READS};
 use super::delay::{End, ReadSide};
-use super::{lock, FaultInjector, Injector, DELAY_QUEUE_LIMIT, PUMP_CHUNK, PUMP_READS};
 use crate::channel::Channel;
+use crate::plug::TransportChannel;
 
-/// A channel wrapped by a [`FaultInjector`], found in [`Channel::Faulty`].
-/// It behaves like the channel it wraps until the injector says otherwise.
-/// Its methods take `&self` like [`Channel`]'s; the injector's controls may
-/// run on other threads at the same time.
+/// A channel wrapped by a [`FaultInjector`](super::FaultInjector): what
+/// [`FaultInjector::wrap`](super::FaultInjector::wrap) puts in the
+/// [`Channel::Plugged`] it returns. It behaves like the channel it wraps
+/// until the injector says otherwise. Its calls take `&self` like
+/// [`Channel`]'s; the injector's controls may run on other threads at the
+/// same time.
 pub struct FaultyChannel {
     pub(super) shared: Arc<Shared>,
+    /// The wait of the task polling for readability, kept between polls
+    /// (the driver has one waiter per direction at a time).
+    read_wait: parking_lot::Mutex<Option<Waiting>>,
+    /// The same for writability.
+    write_wait: parking_lot::Mutex<Option<Waiting>>,
+}
+
+/// A readiness wait in progress; owns its handle to the channel's state.
+type Waiting = Pin<Box<dyn Future<Output = io::Result<()>> + Send>>;
+
+/// Polls the wait in `slot`, started by `start` if none is in progress,
+/// and forgets it once it is over.
+fn poll_wait(
+    slot: &parking_lot::Mutex<Option<Waiting>>,
+    cx: &mut Context<'_>,
+    start: impl FnOnce() -> Waiting,
+) -> Poll<io::Result<()>> {
+    let mut slot = slot.lock();
+    let wait = slot.get_or_insert_with(start);
+    let ready = wait.as_mut().poll(cx);
+    if ready.is_ready() {
+        *slot = None;
+    }
+    ready
 }
 
 /// One wrapped channel's state, shared with the injector (weakly).
@@ -31,7 +63,7 @@ pub(super) struct Shared {
     /// Owned here (not by [`FaultyChannel`]) so the injector can shut the
     /// socket down from its own thread without racing the fd's close.
     pub(super) inner: Channel,
-    pub(super) injector: Arc<Injector>,
+    pub(super) controls: Arc<Controls>,
     /// Set once, never cleared. Written under the `write` lock.
     pub(super) cut: AtomicBool,
     pub(super) write: Mutex<WriteSide>,
@@ -79,11 +111,8 @@ pub(super) fn shutdown_both(ch: &Channel) {
             let _ = socket2::SockRef::from(s).shutdown(Shutdown::Both);
         }
         Channel::Mem(m) => m.shutdown(),
+        // A channel wrapped twice: its inner wrapper's close is a cut.
         Channel::Plugged(p) => p.get().close(),
-        Channel::Faulty(f) => {
-            let ws = lock(&f.shared.write);
-            f.shared.cut_locked(&ws, "outer channel cut");
-        }
     }
 }
 
@@ -92,6 +121,30 @@ pub(super) fn would_block() -> io::Error {
 }
 
 impl Shared {
+    /// The state of the `id`-th channel an injector wrapped, `inner`, armed
+    /// with `random_cut` if random cuts are on.
+    pub(super) fn new(
+        id: u64,
+        inner: Channel,
+        controls: Arc<Controls>,
+        random_cut: Option<u64>,
+    ) -> Self {
+        Self {
+            id,
+            inner,
+            controls,
+            cut: AtomicBool::new(false),
+            write: Mutex::new(WriteSide {
+                written: 0,
+                explicit_cut: None,
+                random_cut,
+            }),
+            read: Mutex::new(ReadSide::default()),
+            notify: Notify::new(),
+            discarded: AtomicU64::new(0),
+        }
+    }
+
     pub(super) fn is_cut(&self) -> bool {
         self.cut.load(Ordering::SeqCst)
     }
@@ -101,10 +154,7 @@ impl Shared {
             io::ErrorKind::BrokenPipe,
             format!(
                 "channel cut by the fault injector ({})",
-                FaultInjector {
-                    inner: self.injector.clone()
-                }
-                .seed_report()
+                self.controls.seed_report()
             ),
         )
     }
@@ -113,7 +163,7 @@ impl Shared {
     /// is half-counted and the cut offset is exact.
     pub(super) fn cut_locked(&self, ws: &WriteSide, why: &str) {
         if !self.cut.swap(true, Ordering::SeqCst) {
-            self.injector.cuts.fetch_add(1, Ordering::SeqCst);
+            self.controls.cuts.fetch_add(1, Ordering::SeqCst);
             shutdown_both(&self.inner);
             tracing::debug!(
                 channel = self.id,
@@ -174,18 +224,13 @@ enum Wait {
     Queue { socket: bool, due: Option<Instant> },
 }
 
-impl FaultyChannel {
-    /// The wrapped channel.
-    pub(crate) fn inner(&self) -> &Channel {
-        &self.shared.inner
-    }
-
+impl Shared {
     /// Waits until a read may make progress (see [`Channel::readable`]).
     /// Returns at once on a cut channel (reads then see end of stream). In
     /// delay mode, returns when queued bytes become due; in a black hole,
     /// stays pending while draining the socket.
-    pub async fn readable(&self) -> io::Result<()> {
-        let s = &*self.shared;
+    async fn readable(self: Arc<Self>) -> io::Result<()> {
+        let s = &*self;
         loop {
             // Registered before the state is read, so a control that changes
             // the state after this point wakes us.
@@ -197,14 +242,14 @@ impl FaultyChannel {
             let now = Instant::now();
             let wait = {
                 let mut rs = lock(&s.read);
-                if s.injector.blackhole() {
+                if s.controls.blackhole() {
                     s.swallow(&mut rs, now);
                     Wait::Queue {
                         socket: rs.end.is_none(),
                         due: None,
                     }
                 } else {
-                    let delay = s.injector.delay();
+                    let delay = s.controls.delay();
                     if delay.is_zero() && rs.is_idle() {
                         Wait::Passthrough
                     } else {
@@ -236,18 +281,18 @@ impl FaultyChannel {
     /// Reads without blocking (see [`Channel::try_read`]). `Ok(0)` on a cut
     /// channel; `WouldBlock` in a black hole or while delayed bytes are not
     /// yet due.
-    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let s = &*self.shared;
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let s = self;
         if s.is_cut() {
             return Ok(0);
         }
         let now = Instant::now();
         let mut rs = lock(&s.read);
-        if s.injector.blackhole() {
+        if s.controls.blackhole() {
             s.swallow(&mut rs, now);
             return Err(would_block());
         }
-        let delay = s.injector.delay();
+        let delay = s.controls.delay();
         if delay.is_zero() && rs.is_idle() {
             drop(rs);
             return s.inner.try_read(buf);
@@ -259,12 +304,12 @@ impl FaultyChannel {
     /// Waits until a write may make progress (see [`Channel::writable`]).
     /// Returns at once on a cut channel (writes then fail) and in a black
     /// hole (writes then succeed).
-    pub async fn writable(&self) -> io::Result<()> {
-        let s = &*self.shared;
+    async fn writable(self: Arc<Self>) -> io::Result<()> {
+        let s = &*self;
         loop {
             let notified = s.notify.notified();
             tokio::pin!(notified);
-            if s.is_cut() || s.injector.blackhole() {
+            if s.is_cut() || s.controls.blackhole() {
                 return Ok(());
             }
             tokio::select! {
@@ -274,19 +319,13 @@ impl FaultyChannel {
         }
     }
 
-    /// Writes without blocking from up to two slices (see
-    /// [`Channel::try_write2`]). `BrokenPipe` on a cut channel. A write that
-    /// crosses an armed cut offset is short — only the bytes up to the
-    /// offset are sent — and the channel is cut right after it. In a black
-    /// hole the bytes are counted as written and discarded.
-    pub fn try_write2(&self, a: &[u8], b: &[u8]) -> io::Result<usize> {
-        self.try_write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
-    }
-
-    /// Writes from `bufs` in order, honouring the cut offset as
-    /// [`try_write2`](Self::try_write2) does.
-    pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        let s = &*self.shared;
+    /// Writes without blocking from `bufs` in order (see
+    /// [`Channel::try_write_vectored`]). `BrokenPipe` on a cut channel. A
+    /// write that crosses an armed cut offset is short — only the bytes up
+    /// to the offset are sent — and the channel is cut right after it. In a
+    /// black hole the bytes are counted as written and discarded.
+    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let s = self;
         let mut ws = lock(&s.write);
         if s.is_cut() {
             return Err(s.broken_pipe());
@@ -306,7 +345,7 @@ impl FaultyChannel {
             }
             None => total,
         };
-        let n = if s.injector.blackhole() {
+        let n = if s.controls.blackhole() {
             allowed
         } else {
             // The first `allowed` bytes of `bufs`.
@@ -328,26 +367,30 @@ impl FaultyChannel {
         }
         Ok(n)
     }
+}
 
-    /// Ends the wrapped channel's writing direction (see
-    /// [`Channel::shutdown_write`]).
-    pub fn shutdown_write(&self) -> std::io::Result<()> {
-        self.shared.inner.shutdown_write()
+impl FaultyChannel {
+    pub(super) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            read_wait: parking_lot::Mutex::new(None),
+            write_wait: parking_lot::Mutex::new(None),
+        }
     }
 
-    /// The wrapped channel's scheme (see [`Channel::scheme`]).
-    pub fn scheme(&self) -> &'static str {
-        self.shared.inner.scheme()
-    }
-
-    /// The wrapped channel's peer (unchanged, so logs and comparisons match
-    /// the unwrapped channel's).
-    pub fn peer(&self) -> String {
-        self.shared.inner.peer()
+    /// The fault wrapper in `ch`, if `ch` is a channel a
+    /// [`FaultInjector`](super::FaultInjector) wrapped: for a test that
+    /// reads its write offset or armed cut, or cuts just this channel.
+    pub fn of(ch: &Channel) -> Option<&FaultyChannel> {
+        match ch {
+            Channel::Plugged(p) => p.downcast_ref(),
+            _ => None,
+        }
     }
 
     /// The wrapped channel's number in its injector (1 for the first
-    /// [`FaultInjector::wrap`]), for logs and tests.
+    /// [`FaultInjector::wrap`](super::FaultInjector::wrap)), for logs and
+    /// tests.
     pub fn id(&self) -> u64 {
         self.shared.id
     }
@@ -376,7 +419,8 @@ impl FaultyChannel {
     }
 
     /// Cuts this channel now, at its current write offset (like
-    /// [`FaultInjector::cut_all`] for one channel).
+    /// [`FaultInjector::cut_all`](super::FaultInjector::cut_all) for one
+    /// channel).
     pub fn cut(&self) {
         let ws = lock(&self.shared.write);
         self.shared.cut_locked(&ws, "cut");
@@ -393,5 +437,67 @@ impl fmt::Debug for FaultyChannel {
             .field("cut_at", &ws.cut_at())
             .field("cut", &self.shared.is_cut())
             .finish()
+    }
+}
+
+/// The wrapped channel's calls, with the faults in between: what
+/// [`Channel::Plugged`] calls.
+impl TransportChannel for FaultyChannel {
+    /// Returns at once on a cut channel (reads then see end of stream). In
+    /// delay mode, ready when queued bytes become due; in a black hole,
+    /// pending while draining the socket.
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        poll_wait(&self.read_wait, cx, || {
+            Box::pin(self.shared.clone().readable())
+        })
+    }
+
+    /// Returns at once on a cut channel (writes then fail) and in a black
+    /// hole (writes then succeed).
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        poll_wait(&self.write_wait, cx, || {
+            Box::pin(self.shared.clone().writable())
+        })
+    }
+
+    /// `Ok(0)` on a cut channel; `WouldBlock` in a black hole or while
+    /// delayed bytes are not yet due.
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.shared.try_read(buf)
+    }
+
+    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.shared.try_write_vectored(bufs)
+    }
+
+    /// Ends the wrapped channel's writing direction.
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shared.inner.shutdown_write()
+    }
+
+    /// Cuts the channel (see [`cut`](FaultyChannel::cut)).
+    fn close(&self) {
+        self.cut();
+    }
+
+    /// The wrapped channel's peer, so logs and comparisons match the
+    /// unwrapped channel's ([`Channel::peer`] puts the scheme back).
+    fn peer(&self) -> String {
+        let peer = self.shared.inner.peer();
+        let scheme = self.shared.inner.scheme();
+        match peer.strip_prefix(scheme).and_then(|p| p.strip_prefix(':')) {
+            Some(rest) => rest.to_string(),
+            None => peer,
+        }
+    }
+
+    /// What the wrapped channel says: an accepting node runs a wrapped
+    /// in-process channel's site on its connecting thread too.
+    fn connector_thread(&self) -> Option<std::thread::ThreadId> {
+        self.shared.inner.connector_thread()
+    }
+
+    fn as_any(&self) -> Option<&dyn Any> {
+        Some(self)
     }
 }

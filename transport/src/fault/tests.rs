@@ -1,8 +1,10 @@
 //! Tests of the fault injector and the faulty channel.
 
+use super::controls::lock;
 use super::*;
 use crate::address::Address;
-use crate::channel::Listener;
+use crate::channel::{Channel, Listener};
+use std::fmt;
 use std::io;
 use std::time::Duration;
 
@@ -15,10 +17,7 @@ async fn pair() -> (Channel, Channel) {
 }
 
 fn faulty(ch: &Channel) -> &FaultyChannel {
-    match ch {
-        Channel::Faulty(f) => f,
-        other => panic!("not a faulty channel: {other:?}"),
-    }
+    FaultyChannel::of(ch).unwrap_or_else(|| panic!("not a faulty channel: {ch:?}"))
 }
 
 /// The byte at stream offset `i`: a pattern that makes a shifted or
@@ -440,4 +439,53 @@ async fn cut_one_cuts_one_live_channel_at_a_time() {
     // Both are cut now: nothing left to cut.
     assert!(!inj.cut_one());
     drop((a1, a2));
+}
+
+/// A wrapped channel is a plugged one of the same kind: its scheme, its
+/// peer and (for an accepted in-process channel) the thread that connected
+/// it are those of the channel it wraps, so the node places and logs it
+/// as if it were not wrapped.
+#[tokio::test]
+async fn a_wrapped_channel_keeps_its_kind_peer_and_connecting_thread() {
+    let inj = FaultInjector::new(19);
+    let addr = Address::unique_mem("wrapped");
+    let l = Listener::bind(&addr).await.unwrap();
+    let c = Channel::connect(&addr).await.unwrap();
+    let a = l.accept().await.unwrap();
+    let here = std::thread::current().id();
+    assert_eq!(a.connector_thread(), Some(here));
+    let (c_peer, a_peer) = (c.peer(), a.peer());
+    let (c, a) = (inj.wrap(c), inj.wrap(a));
+    assert!(matches!(a, Channel::Plugged(_)));
+    assert_eq!((a.scheme(), a.peer()), ("mem", a_peer));
+    assert_eq!((c.scheme(), c.peer()), ("mem", c_peer));
+    assert_eq!(a.connector_thread(), Some(here));
+    assert_eq!(faulty(&a).id(), 2);
+
+    let (t, u) = pair().await;
+    let t_peer = t.peer();
+    let t = inj.wrap(t);
+    assert_eq!((t.scheme(), t.peer()), ("tcp", t_peer));
+    assert_eq!(t.connector_thread(), None);
+    assert!(FaultyChannel::of(&u).is_none());
+}
+
+/// A channel wrapped by two injectors: the outer one's cut cuts the inner
+/// wrapper too, and the peer sees the end of the stream.
+#[tokio::test]
+async fn an_outer_cut_cuts_a_channel_wrapped_twice() {
+    let (inner, outer) = (FaultInjector::new(23), FaultInjector::new(29));
+    let (a, b) = crate::mem::MemChannel::pair();
+    let a = outer.wrap(inner.wrap(Channel::Mem(a)));
+    let b = Channel::Mem(b);
+    write_all(&a, b"abc").await;
+    outer.cut_all();
+    assert_eq!((outer.cuts(), inner.cuts()), (1, 1));
+    let (got, err) = read_to_end(&b).await;
+    assert_eq!(got, b"abc");
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(
+        a.try_write2(b"x", b"").unwrap_err().kind(),
+        io::ErrorKind::BrokenPipe
+    );
 }

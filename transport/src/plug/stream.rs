@@ -11,7 +11,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::TransportChannel;
+use super::transport::TransportChannel;
 
 /// Any tokio stream (`AsyncRead + AsyncWrite + Unpin + Send`: a
 /// `tokio::io::DuplexStream`, a pipe, a TLS stream over a socket) as a

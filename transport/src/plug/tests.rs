@@ -8,7 +8,8 @@ use tokio::io::DuplexStream;
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::{FaultInjector, Listener};
+use crate::channel::{BoundListener, Channel, TcpTuning};
+use crate::{Address, AddressError, FaultInjector, Listener};
 
 /// A transport over `tokio::io::duplex` pairs, listeners by name.
 #[derive(Default)]
