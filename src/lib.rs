@@ -4,7 +4,10 @@
 //! sitenet messages for other **sites** (processes) and gets messages back
 //! through typed handlers; sitenet owns connections, handshakes, priority
 //! lanes, fragmentation of big messages, acknowledgements, and the sharing of
-//! channels among many sites. See `README.md` and `docs/`.
+//! channels among many sites. The [`guide`] shows the API chapter by
+//! chapter; the repository's `docs/` holds the command line (`cli.md`), the
+//! design (`architecture.md`), the wire format (`protocol.md`) and the
+//! threats and their tests (`threats.md`).
 //!
 //! ```
 //! use std::time::Duration;
@@ -35,6 +38,7 @@
 
 #[cfg(feature = "cli")]
 pub mod bench;
+pub mod guide;
 #[cfg(feature = "cli")]
 pub mod metrics_http;
 #[cfg(feature = "cli")]

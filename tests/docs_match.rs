@@ -1,10 +1,8 @@
-//! The docs say what the code does (issue 20, item 8): the protocol
-//! version quoted in README.md and docs/protocol.md is the one in force,
-//! every flag a documented `sitenet` command line uses is one that command
-//! takes, and nothing cites a design document the repository does not
-//! hold. These drifted before (the version given as 1 or 2 in seven
-//! places when it was 3; 19 references to a design document outside the
-//! repository).
+//! The docs say what the code does: the protocol version quoted in the
+//! docs is the one in force, docs/cli.md describes every command `sitenet`
+//! has and every flag a documented `sitenet` command line uses is one that
+//! command takes, and nothing cites a design document the repository does
+//! not hold.
 
 mod common;
 
@@ -34,21 +32,34 @@ fn documents() -> Vec<(PathBuf, String)> {
     paths.into_iter().map(|p| (p.clone(), read(&p))).collect()
 }
 
+/// Every `"protocol": N` a document quotes (the node's first line), by
+/// document.
+fn quoted_versions() -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (path, text) in documents() {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        for (i, k) in text.match_indices("\"protocol\": ") {
+            let rest = &text[i + k.len()..];
+            let n = &rest[..rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len())];
+            found.push((name.clone(), n.to_string()));
+        }
+    }
+    found
+}
+
 #[test]
 fn the_documented_protocol_version_is_the_one_in_force() {
-    let readme = read(&root().join("README.md"));
-    let quoted: Vec<&str> = readme
-        .match_indices("\"protocol\": ")
-        .map(|(i, k)| {
-            let rest = &readme[i + k.len()..];
-            &rest[..rest
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(rest.len())]
-        })
-        .collect();
-    assert!(!quoted.is_empty(), "README.md quotes no node first line");
-    for q in quoted {
-        assert_eq!(q, PROTOCOL_VERSION.to_string(), "README.md's \"protocol\"");
+    let quoted = quoted_versions();
+    for doc in ["README.md", "cli.md"] {
+        assert!(
+            quoted.iter().any(|(d, _)| d == doc),
+            "{doc} quotes no node first line"
+        );
+    }
+    for (doc, q) in quoted {
+        assert_eq!(q, PROTOCOL_VERSION.to_string(), "{doc}'s \"protocol\"");
     }
     let protocol = read(&root().join("docs/protocol.md"));
     let first = protocol.lines().next().unwrap_or_default();
@@ -57,6 +68,45 @@ fn the_documented_protocol_version_is_the_one_in_force() {
         format!("# sitenet wire protocol (version {PROTOCOL_VERSION})"),
         "docs/protocol.md's title"
     );
+}
+
+/// The commands `sitenet --help` lists (its "Commands:" section, `help`
+/// aside).
+fn commands() -> Vec<String> {
+    let out = sitenet().arg("--help").output().expect("sitenet runs");
+    assert!(out.status.success(), "sitenet --help failed");
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let listed: Vec<String> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(listed.len() >= 8, "sitenet --help lists {listed:?}");
+    listed
+}
+
+#[test]
+fn docs_cli_describes_every_command() {
+    let cli = read(&root().join("docs/cli.md"));
+    let readme = read(&root().join("README.md"));
+    for cmd in commands() {
+        assert!(
+            cli.contains(&format!("| `{cmd}` |")),
+            "docs/cli.md's table of commands lacks `{cmd}`"
+        );
+        assert!(
+            cli.contains(&format!("cargo run --release -- {cmd}"))
+                || cli.contains(&format!("sitenet {cmd} ")),
+            "docs/cli.md shows no command line of `sitenet {cmd}`"
+        );
+        assert!(
+            readme.contains(&format!("| `sitenet {cmd}` |")),
+            "README.md's table of commands lacks `sitenet {cmd}`"
+        );
+    }
 }
 
 /// The `--flags` of every `cargo run --release -- CMD …` line in the docs
@@ -99,10 +149,10 @@ fn documented_flags() -> Vec<(String, String, String)> {
 #[test]
 fn every_documented_flag_is_one_the_command_takes() {
     let flags = documented_flags();
+    let in_cli = flags.iter().filter(|(doc, _, _)| doc == "cli.md").count();
     assert!(
-        flags.len() > 20,
-        "only {} documented flags found",
-        flags.len()
+        in_cli > 20,
+        "only {in_cli} documented flags found in docs/cli.md"
     );
     let commands: BTreeSet<&str> = flags.iter().map(|(_, c, _)| c.as_str()).collect();
     for cmd in commands {
