@@ -113,7 +113,7 @@ fn a_search_on_two_threads_finds_the_seeds_one_thread_finds() {
     assert_eq!(parallel, sequential);
 }
 /// Half of the one-way messages go to a site's address: entries bind and
-/// merge (see protocols/tests/sim.rs).
+/// merge (see sim/tests/sim.rs).
 fn by_address(seed: u64) -> SimConfig {
     SimConfig {
         address_sends: 0.5,

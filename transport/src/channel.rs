@@ -134,7 +134,7 @@ impl Channel {
     /// wrapper too (a plugged channel says it with
     /// [`TransportChannel::connector_thread`](crate::plug::TransportChannel::connector_thread));
     /// `None` for every other channel. See
-    /// `docs/architecture.md`, "Every core": the accepting node runs a new
+    /// `docs/architecture.md`, "Threads": the accepting node runs a new
     /// site of such a channel on that thread.
     pub fn connector_thread(&self) -> Option<std::thread::ThreadId> {
         match self {

@@ -25,7 +25,7 @@ pub const MAX_WAIT: Duration = Duration::from_secs(1_000_000_000);
 ///
 /// ```
 /// use std::time::{Duration, Instant};
-/// use sitenet_protocols::timer::{later, MAX_WAIT};
+/// use sitenet_protocols::base::timer::{later, MAX_WAIT};
 ///
 /// let now = Instant::now();
 /// assert_eq!(later(now, Duration::from_secs(5)), now + Duration::from_secs(5));
@@ -49,7 +49,7 @@ pub const MIN_PERIOD: Duration = Duration::from_millis(1);
 ///
 /// ```
 /// use std::time::Duration;
-/// use sitenet_protocols::timer::{at_least_min_period, MIN_PERIOD};
+/// use sitenet_protocols::base::timer::{at_least_min_period, MIN_PERIOD};
 ///
 /// let (mut heartbeat, mut tick) = (Duration::ZERO, Duration::from_secs(1));
 /// assert!(at_least_min_period([&mut heartbeat, &mut tick]));
@@ -316,7 +316,7 @@ impl<const FIRST: usize, const N: usize> TimerTable<FIRST, N> {
 /// ```
 /// use std::time::{Duration, Instant};
 ///
-/// use sitenet_protocols::timer::TimerQueue;
+/// use sitenet_protocols::base::timer::TimerQueue;
 ///
 /// let t0 = Instant::now(); // a virtual clock: the queue never reads one
 /// let s = Duration::from_secs;

@@ -250,7 +250,7 @@ impl Refusal {
     /// other refusal comes before the message was sent.
     ///
     /// ```
-    /// use sitenet_protocols::error::HandedBack;
+    /// use sitenet_protocols::connection::error::HandedBack;
     /// use sitenet_protocols::Refusal;
     ///
     /// assert_eq!(Refusal::SiteFailed.handed_back(), HandedBack::NotSent);

@@ -10,7 +10,7 @@
 //! node, and a few such sites cannot starve the rest.
 //!
 //! ```
-//! use sitenet_protocols::output_share::admits;
+//! use sitenet_protocols::connection::output_share::admits;
 //!
 //! let bound = 1000;
 //! // Below half: anyone, whatever it holds.
@@ -53,7 +53,7 @@ pub fn class_reserve(bound: u64) -> u64 {
 /// at most one message past its bound, plus the reserves of the others.
 ///
 /// ```
-/// use sitenet_protocols::output_share::{admits_class, CLASSES, SYSTEM_CLASS};
+/// use sitenet_protocols::connection::output_share::{admits_class, CLASSES, SYSTEM_CLASS};
 ///
 /// let bound = 1000; // reserves of 50 each, 750 shared
 /// // Level 1 (class 0) has filled its reserve and the whole shared part...

@@ -91,7 +91,7 @@ pub struct Entry {
 ///
 /// ```
 /// use bytes::{Bytes, BytesMut};
-/// use sitenet_protocols::packed::{entry_len, write_entry, Entries, ENTRY_HEAD_LEN};
+/// use sitenet_protocols::connection::packed::{entry_len, write_entry, Entries, ENTRY_HEAD_LEN};
 /// use sitenet_protocols::{ByteBuffer, OutMessage, Priority, ProtocolError};
 ///
 /// // Three small one-way messages of lane 2 packed into one frame's payload.

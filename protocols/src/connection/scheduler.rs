@@ -46,7 +46,7 @@ const VT_SCALE: u128 = 1 << 20;
 /// ```
 /// use std::time::Instant;
 ///
-/// use sitenet_protocols::scheduler::{Scheduler, SchedulerConfig};
+/// use sitenet_protocols::connection::scheduler::{Scheduler, SchedulerConfig};
 /// use sitenet_protocols::Priority;
 ///
 /// let now = Instant::now();

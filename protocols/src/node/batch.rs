@@ -14,7 +14,7 @@
 //! * anything else (a timeout, a refusal for size, success): not retried.
 //!
 //! ```
-//! use sitenet_protocols::batch::{may_retry, Tried};
+//! use sitenet_protocols::node::batch::{may_retry, Tried};
 //!
 //! assert!(may_retry(Tried::NotSent, 0, 2));
 //! assert!(!may_retry(Tried::NotSent, 2, 2), "no retries left");
@@ -101,7 +101,7 @@ pub enum WaitError {
 ///
 /// ```
 /// use std::time::{Duration, Instant};
-/// use sitenet_protocols::batch::BatchWait;
+/// use sitenet_protocols::node::batch::BatchWait;
 ///
 /// let t0 = Instant::now(); // a virtual clock: nothing here reads one
 /// let s = Duration::from_secs;

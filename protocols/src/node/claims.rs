@@ -20,7 +20,7 @@
 //! # Example
 //!
 //! ```
-//! use sitenet_protocols::claims::Claims;
+//! use sitenet_protocols::node::claims::Claims;
 //!
 //! let mut claims = Claims::default();
 //! // Peer 1's messages name sites 10 and 11; it may hold two claims.

@@ -132,7 +132,7 @@ pub enum Offered {
 ///
 /// ```
 /// use bytes::Bytes;
-/// use sitenet_protocols::cooperation::{Cooperation, End, Expect, Offered};
+/// use sitenet_protocols::node::cooperation::{Cooperation, End, Expect, Offered};
 ///
 /// let mut c = Cooperation::new();
 /// for site in ["a", "b"] {

@@ -23,8 +23,8 @@
 //!
 //! ```
 //! use bytes::Bytes;
-//! use sitenet_protocols::delegation::{classify, reply_kind, Delivered, Unhandled};
-//! use sitenet_protocols::message::wrap_origin;
+//! use sitenet_protocols::node::delegation::{classify, reply_kind, Delivered, Unhandled};
+//! use sitenet_protocols::wire::message::wrap_origin;
 //! use sitenet_protocols::MessageKind;
 //!
 //! let inner = Bytes::from_static(b"typed header");

@@ -31,7 +31,7 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use sitenet_protocols::requests::{Reply, RequestTable};
+//! use sitenet_protocols::node::requests::{Reply, RequestTable};
 //!
 //! let t0 = Instant::now(); // a virtual clock: the table never reads one
 //! let s = Duration::from_secs;

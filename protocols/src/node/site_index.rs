@@ -45,7 +45,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use sitenet_protocols::site_index::{At, Bind, Counts, Reclaim, SiteIndex, Site};
+//! use sitenet_protocols::node::site_index::{At, Bind, Counts, Reclaim, SiteIndex, Site};
 //! use sitenet_protocols::SiteId;
 //!
 //! let mut ix = SiteIndex::new(16, 1024);

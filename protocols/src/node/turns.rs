@@ -16,7 +16,7 @@
 //!   sender's messages stay in the order it sent them.
 //!
 //! ```
-//! use sitenet_protocols::turns::{merge_line, Turns};
+//! use sitenet_protocols::node::turns::{merge_line, Turns};
 //!
 //! let mut t = Turns::default();
 //! let (a, b, c) = (t.join(), t.join(), t.join());

@@ -65,7 +65,7 @@ pub const MIN_DERIVED_PENDING: usize = 8;
 /// descriptor limit leave this many out of their hard limit.
 ///
 /// ```
-/// use sitenet_protocols::admission::handshake_fds;
+/// use sitenet_protocols::slots::admission::handshake_fds;
 /// assert_eq!(handshake_fds(1024), 120); // (1024 - 64) / 8
 /// assert_eq!(handshake_fds(10), 8);
 /// assert_eq!(handshake_fds(1 << 20), 1024);
@@ -196,7 +196,7 @@ struct Pending {
 ///
 /// ```
 /// use std::time::{Duration, Instant};
-/// use sitenet_protocols::admission::{Admission, AdmissionConfig, Dropped, Source};
+/// use sitenet_protocols::slots::admission::{Admission, AdmissionConfig, Dropped, Source};
 ///
 /// let t0 = Instant::now(); // the virtual clock
 /// let cfg = AdmissionConfig {

@@ -49,8 +49,8 @@
 //!
 //! ```
 //! use std::net::IpAddr;
-//! use sitenet_protocols::admission::Source;
-//! use sitenet_protocols::dial_bound::{DialBound, DialBounds, DialHost, DialRefused};
+//! use sitenet_protocols::slots::admission::Source;
+//! use sitenet_protocols::slots::dial_bound::{DialBound, DialBounds, DialHost, DialRefused};
 //!
 //! let bounds = DialBounds { node: 64, per_source: 16, per_host: 1 };
 //! let mut dials = DialBound::new(bounds);

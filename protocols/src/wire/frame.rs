@@ -205,7 +205,7 @@ impl FrameKind {
 /// # Example
 ///
 /// ```
-/// use sitenet_protocols::frame::{FLAG_FIRST, FLAG_LAST};
+/// use sitenet_protocols::wire::frame::{FLAG_FIRST, FLAG_LAST};
 /// use sitenet_protocols::{FrameError, FrameHeader, FrameKind, HEADER_LEN};
 ///
 /// // The only fragment of message 1 on lane 3, acknowledging the peer's message 7.

@@ -38,7 +38,7 @@ struct Span {
 ///
 /// ```
 /// use bytes::Bytes;
-/// use sitenet_protocols::marshal::InProgress;
+/// use sitenet_protocols::wire::marshal::InProgress;
 /// use sitenet_protocols::{ByteBuffer, FrameHeader, OutMessage, Priority, HEADER_LEN};
 ///
 /// let body = Bytes::from(vec![0u8; 2500]);

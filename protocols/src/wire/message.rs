@@ -90,7 +90,7 @@ pub fn wrap_origin(origin: &str, header: &[u8]) -> Option<Bytes> {
 ///
 /// ```
 /// use bytes::Bytes;
-/// use sitenet_protocols::message::{unwrap_origin, wrap_origin};
+/// use sitenet_protocols::wire::message::{unwrap_origin, wrap_origin};
 /// use sitenet_protocols::SiteId;
 ///
 /// // The site a request is delegated by puts the origin in front of its header.

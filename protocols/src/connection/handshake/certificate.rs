@@ -16,7 +16,7 @@ use crate::connection::error::OpenError;
 /// machines need it.
 ///
 /// ```
-/// use sitenet_protocols::handshake::PeerCertificate;
+/// use sitenet_protocols::connection::handshake::PeerCertificate;
 /// use sitenet_protocols::{OpenError, SiteId};
 ///
 /// // Open and cookie levels: no certificate, any claim goes on.

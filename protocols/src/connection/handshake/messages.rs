@@ -202,7 +202,7 @@ impl NegotiateAns {
 /// time or `hold_ms`, whichever is shorter, and then retries normally.
 ///
 /// ```
-/// use sitenet_protocols::handshake::{encode_control, Wait};
+/// use sitenet_protocols::connection::handshake::{encode_control, Wait};
 ///
 /// let w = Wait { position: 3, hold_ms: 30_000 };
 /// let bytes = encode_control(&w);

@@ -22,8 +22,8 @@
 //! socket.
 //!
 //! ```
-//! use sitenet_protocols::handshake::{write_answer, MIN_BUFFER};
-//! use sitenet_protocols::link::{decide, Decision, LinkView};
+//! use sitenet_protocols::connection::handshake::{write_answer, MIN_BUFFER};
+//! use sitenet_protocols::connection::link::{decide, Decision, LinkView};
 //! use sitenet_protocols::{
 //!     Acceptor, ByteBuffer, HandshakeNonces, Initiator, LocalInfo, NegotiateAns, SiteId, Speaks,
 //! };
@@ -132,7 +132,7 @@ pub const MAX_GENERATION: u64 = u64::MAX / 2;
 /// # Example
 ///
 /// ```
-/// use sitenet_protocols::handshake::{read_frame, write_control, MAX_HANDSHAKE_PAYLOAD};
+/// use sitenet_protocols::connection::handshake::{read_frame, write_control, MAX_HANDSHAKE_PAYLOAD};
 /// use sitenet_protocols::{ByteBuffer, FrameKind, Present, SiteId, Speaks};
 ///
 /// let present =

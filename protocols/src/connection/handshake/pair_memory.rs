@@ -31,8 +31,8 @@
 //! # Example
 //!
 //! ```
-//! use sitenet_protocols::admission::Source;
-//! use sitenet_protocols::handshake::{Continuity, PairMemory, PairSecret};
+//! use sitenet_protocols::slots::admission::Source;
+//! use sitenet_protocols::connection::handshake::{Continuity, PairMemory, PairSecret};
 //! use sitenet_protocols::SiteId;
 //!
 //! let from = |ip: &str| -> Result<Continuity, std::net::AddrParseError> {

@@ -103,7 +103,7 @@ struct Inner {
 /// # Example
 ///
 /// ```
-/// use sitenet_protocols::reassembly::Blocked;
+/// use sitenet_protocols::connection::reassembly::Blocked;
 /// use sitenet_protocols::ReassemblyBudget;
 ///
 /// const K: u64 = 1024;

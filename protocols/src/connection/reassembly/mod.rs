@@ -31,7 +31,7 @@ pub use budget::{Blocked, BudgetShare, ReassemblyBudget};
 /// # Example
 ///
 /// ```
-/// use sitenet_protocols::reassembly::Reassembly;
+/// use sitenet_protocols::connection::reassembly::Reassembly;
 /// use sitenet_protocols::{MessageKind, Prelude, ProtocolError};
 ///
 /// // A message's wire bytes: prelude, typed header, body.
