@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::sync::mpsc;
 
 use common::cli::{run, sitenet, Killed};
-use common::PATIENCE;
+use common::{closed_port_address, PATIENCE};
 
 /// `sitenet node` logging at INFO to a pipe, its stderr lines sent to the
 /// receiver as they come, and its first listen address.
@@ -84,5 +84,44 @@ fn short_clients_leave_in_order_and_logs_to_a_pipe_are_plain() {
             end.contains("site left") && !end.contains("maybe_delivered"),
             "{args:?} left the node a false alarm: {end}"
         );
+    }
+}
+
+/// The lines of `stderr` that are the command's own errors ("sitenet: …"),
+/// the notice of a cookie file made for the test aside.
+fn errors(stderr: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter(|l| !l.contains("made your cookie file"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `sitenet send` to a port nobody listens on says why, once: whether it
+/// gives up on the site (`--give-up`) or its first flush times out
+/// (`--timeout`), the one line it prints names the refused connection.
+#[test]
+fn send_to_a_closed_port_prints_one_error_with_its_cause() {
+    for (give_up, timeout) in [("1", "30"), ("60", "1")] {
+        let closed = closed_port_address();
+        let out = run(&[
+            "send",
+            &closed,
+            "--count",
+            "1",
+            "--give-up",
+            give_up,
+            "--timeout",
+            timeout,
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let errors = errors(&out.stderr);
+        assert_eq!(errors.len(), 1, "one error line: {errors:#?}");
+        assert!(
+            errors[0].to_lowercase().contains("connection refused"),
+            "--give-up {give_up} --timeout {timeout}: the cause is lost: {}",
+            errors[0]
+        );
+        assert!(!errors[0].contains('\x1b'), "{:?}", errors[0]);
     }
 }

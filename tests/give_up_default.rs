@@ -65,3 +65,36 @@ async fn a_killed_peer_is_declared_down_after_the_give_up() {
     .expect("SiteDown in time");
     assert_eq!(down, SiteFailure::GaveUp(give_up));
 }
+
+/// A site given up on is reported with what kept it away: the node's
+/// fault report (and log line) for the permanent failure names the refused
+/// connection, not only the give-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_given_up_on_is_reported_with_what_kept_it_away() {
+    let client = Node::builder()
+        .configure(|c| c.give_up_after = Some(Duration::from_millis(500)))
+        .start()
+        .unwrap();
+    let site = client.site(closed_port_address()).unwrap();
+    let mut mon = client.monitor(&site);
+    site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
+    tokio::time::timeout(PATIENCE, async {
+        while let Some(e) = mon.next().await {
+            if e.state == sitenet::FaultState::PermFailed {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("given up in time");
+    let reports = client.faults();
+    let report = reports
+        .iter()
+        .rfind(|f| f.permanent)
+        .expect("a permanent fault report");
+    assert!(
+        report.reason.contains("give-up") && report.reason.contains("refused"),
+        "{}",
+        report.reason
+    );
+}
