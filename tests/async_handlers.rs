@@ -236,7 +236,7 @@ async fn a_panicking_async_handler_is_answered_as_an_error_and_counted() {
             .unwrap_err();
         assert_eq!(
             e,
-            RequestError::Remote(format!("async handler for type {:#x} panicked", Ask::ID))
+            RequestError::Remote(format!("async handler for type {} panicked", Ask::ID))
         );
     }
     assert_eq!(server.metrics().handler_panics, 2);

@@ -29,7 +29,7 @@ pub const MAX_DURATION: Duration = sitenet_protocols::base::timer::MAX_WAIT;
 /// cfg.max_message_size = 64 << 20;                     // 64 MiB messages
 /// cfg.heartbeat_interval = Duration::from_millis(250); // faster failure detection
 /// cfg.silence_timeout = Duration::from_secs(2);
-/// cfg.give_up_after = Some(Duration::from_secs(60));   // then fail for good
+/// cfg.give_up_after = Some(Duration::from_secs(20));   // then fail for good
 /// let node = Node::builder().config(cfg).start()?;
 /// assert_eq!(node.config().max_message_size, 64 << 20);
 /// # Ok::<(), sitenet_runtime::NodeError>(())
@@ -183,8 +183,29 @@ pub struct NodeConfig {
     /// thread per core. `Some(1)` keeps a node's whole life on
     /// one thread.
     pub threads: Option<usize>,
-    /// A site temporarily failed for this long is declared permanently
-    /// failed. `None` (the default): retried for ever.
+    /// A site temporarily failed for this long (its channel lost, every
+    /// open since refused or timed out) is declared permanently failed
+    /// ([`SiteFailure::GaveUp`](crate::SiteFailure::GaveUp),
+    /// [`NodeEvent::SiteDown`](crate::NodeEvent::SiteDown)): what was
+    /// queued for it is handed back, and requests waiting on it fail then
+    /// rather than at their own timeout. 60 s by default.
+    ///
+    /// Why a default at all: a peer whose process was killed (SIGKILL, a
+    /// crash, a host gone) never says it leaves, and without a give-up its
+    /// site is retried for ever, holding its messages, while the runtime
+    /// above never learns it is down. Erlang's distribution declares a
+    /// node down after its net tick time (60 s by default) for the same
+    /// reason. Why 60 s: a peer that restarts, or a network that heals,
+    /// within a minute is reconnected with nothing lost (twelve reconnect
+    /// backoffs of at most 5 s), and a longer outage is one the runtime
+    /// above should hear of and decide about. A restarted peer is a new
+    /// incarnation and fails its old site at once, whatever this says.
+    ///
+    /// `None`: a site is retried for ever (until it is killed, answers as
+    /// a new incarnation, or, if it cannot be called back,
+    /// [`unreachable_give_up`](Self::unreachable_give_up)): for a runtime
+    /// that decides itself when a peer is gone, watching
+    /// [`SiteUnreachable`](crate::NodeEvent::SiteUnreachable) events.
     pub give_up_after: Option<Duration>,
     /// Wraps every channel (tests and fault drills: cuts, delays, partitions).
     pub fault_injector: Option<sitenet_transport::FaultInjector>,
@@ -379,7 +400,7 @@ impl Default for NodeConfig {
             line_give_up: Duration::from_secs(60),
             admission: None,
             threads: None,
-            give_up_after: None,
+            give_up_after: Some(Duration::from_secs(60)),
             fault_injector: None,
             trans_controller: None,
             builtin_services: false,

@@ -23,10 +23,10 @@ pub enum NodeError {
         source: io::Error,
     },
     /// A message type id was registered twice.
-    #[error("a handler for message type id {0:#x} is already registered")]
+    #[error("a handler for message type id {0} is already registered")]
     DuplicateHandler(u32),
     /// A user type tried to use an id reserved for sitenet's own messages.
-    #[error("message type id {0:#x} is in the range reserved for sitenet (>= 0xFFFF_0000)")]
+    #[error("message type id {0} is in the range reserved for sitenet (4294901760 = 0xFFFF_0000 and above)")]
     ReservedId(u32),
     /// A raw handler's range of type ids overlaps the range of one already
     /// registered (`Node::handle_raw`): each id has at most one raw
@@ -108,7 +108,7 @@ pub enum SendError {
     Encode(String),
     /// A raw message (`SiteRef::send_raw`, `Ctx::reply_raw`) named a type
     /// id reserved for sitenet's own messages.
-    #[error("message type id {0:#x} is in the range reserved for sitenet (>= 0xFFFF_0000)")]
+    #[error("message type id {0} is in the range reserved for sitenet (4294901760 = 0xFFFF_0000 and above)")]
     ReservedId(u32),
     /// A handed-back message that cannot be sent again as it is
     /// (`SiteRef::resend`): only one-way messages can. A request's caller
@@ -233,7 +233,7 @@ pub enum RequestError {
 #[non_exhaustive]
 pub enum DecodeError {
     /// The message is of another type.
-    #[error("the message is of type {got:#x}, not {expected:#x}")]
+    #[error("the message is of type {got}, not {expected}")]
     WrongType {
         /// The type asked for.
         expected: u32,
@@ -242,7 +242,7 @@ pub enum DecodeError {
     },
     /// The typed header does not decode as the type asked for (a message
     /// sent raw has an empty header: read its body instead).
-    #[error("the header does not decode as type {type_id:#x}: {reason}")]
+    #[error("the header does not decode as type {type_id}: {reason}")]
     Header {
         /// The message's type id.
         type_id: u32,

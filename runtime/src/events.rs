@@ -48,8 +48,8 @@ pub enum NodeEvent {
     /// The site is temporarily failed: its channel was lost or an open
     /// failed (refused, timed out). It is retried with backoff; its
     /// messages wait. It fails for good after
-    /// [`NodeConfig::give_up_after`](crate::NodeConfig::give_up_after), if
-    /// set, or sooner if it cannot be called back.
+    /// [`NodeConfig::give_up_after`](crate::NodeConfig::give_up_after) (60 s
+    /// by default), or sooner if it cannot be called back.
     SiteUnreachable {
         /// The site, if its id is known yet.
         site: Option<SiteId>,

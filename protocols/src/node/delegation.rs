@@ -94,7 +94,7 @@ impl Unhandled {
     pub fn reason(&self, type_id: u32) -> String {
         match self {
             Self::MalformedOrigin => "forwarded request with a malformed origin block".into(),
-            Self::NoHandler { .. } => format!("no handler for message type {type_id:#x}"),
+            Self::NoHandler { .. } => format!("no handler for message type {type_id}"),
         }
     }
 }
@@ -238,7 +238,7 @@ mod tests {
             .reason(7)
             .contains("malformed origin"));
         assert!(Unhandled::NoHandler { origin: None }
-            .reason(0x2a)
-            .contains("0x2a"));
+            .reason(42)
+            .contains("type 42"));
     }
 }

@@ -80,7 +80,7 @@ impl ComObject {
                     not_sent,
                     maybe_delivered,
                 } => {
-                    let reason = failure.to_string();
+                    let reason = self.failure_reason(&failure);
                     let mut back = Returned::default();
                     let deliveries = &self.node.deliveries;
                     for m in not_sent {
@@ -149,6 +149,18 @@ impl ComObject {
                     });
                 }
             }
+        }
+    }
+
+    /// What a permanent failure is reported as (the log, the fault report,
+    /// each tracked message's error): a site given up on after being
+    /// unreachable names what kept it away (the last open's or channel's
+    /// failure, "connection refused"), which the failure alone does not.
+    fn failure_reason(&self, failure: &sitenet_protocols::SiteFailure) -> String {
+        use sitenet_protocols::SiteFailure::{GaveUp, Unreachable};
+        match (failure, self.entry.unreachable_cause()) {
+            (GaveUp(_) | Unreachable(_), Some(cause)) => format!("{failure}; last: {cause}"),
+            _ => failure.to_string(),
         }
     }
 

@@ -315,7 +315,7 @@ fn panicked(node: &NodeInner, type_id: u32, answer: Option<&AnswerSlot>) {
         "async handler panicked; the message counts as delivered"
     );
     if let Some(responder) = answer.and_then(|slot| slot.lock().take()) {
-        let _ = responder.fail(format!("async handler for type {type_id:#x} panicked"));
+        let _ = responder.fail(format!("async handler for type {type_id} panicked"));
     }
 }
 

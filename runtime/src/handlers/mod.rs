@@ -99,7 +99,7 @@ where
             None if owner.load(std::sync::atomic::Ordering::Acquire) == me => {
                 tracing::error!(type_id = ctx.type_id, "handler re-entered while it ran");
                 return ctx.fail_request(format!(
-                    "the handler of type {:#x} was called while it ran",
+                    "the handler of type {} was called while it ran",
                     ctx.type_id
                 ));
             }
@@ -148,7 +148,7 @@ pub(crate) fn decode_header<M: Message>(
     header: &Bytes,
 ) -> Result<M, String> {
     crate::node::decoding_on(node, from, || rmp_serde::from_slice(header))
-        .map_err(|e| format!("header does not decode as type {:#x}: {e}", M::ID))
+        .map_err(|e| format!("header does not decode as type {}: {e}", M::ID))
 }
 
 /// Decodes a reply of type `type_id` as `R`, or says why not (another
@@ -392,7 +392,7 @@ pub(crate) fn handler_outcome<T>(
                     "{what} panicked; the message counts as delivered"
                 );
             }
-            Err(format!("{what} for type {type_id:#x} panicked"))
+            Err(format!("{what} for type {type_id} panicked"))
         }
     }
 }

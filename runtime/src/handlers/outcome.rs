@@ -98,7 +98,7 @@ impl<M: Message> Outcome for M {
                 header,
             },
             Err(e) => Answer::Unencodable(format!(
-                "the handler's reply (type {:#x}) does not encode: {e}",
+                "the handler's reply (type {}) does not encode: {e}",
                 M::ID
             )),
         })

@@ -223,7 +223,7 @@ impl SiteRef {
         .map_err(|e| RequestError::Decode(e.to_string()))?;
         if incoming.prelude.type_id != R::ID {
             return Err(RequestError::Decode(format!(
-                "reply has type id {:#x}, expected {:#x}",
+                "reply has type id {}, expected {}",
                 incoming.prelude.type_id,
                 R::ID
             )));

@@ -189,8 +189,11 @@ fn main() -> ExitCode {
         }
         _ => "warn",
     };
+    // Colour codes only for a person at a terminal: in a file or a pipe
+    // they are bytes that every reader (grep, a log collector) must strip.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| quiet.into()),
         )

@@ -1,7 +1,6 @@
 //! `sitenet ping`: round trips to a node's echo service.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -73,7 +72,5 @@ pub(crate) fn run_ping(
             r.count, r.size, r.min_us, r.p50_us, r.p99_us, r.max_us
         );
     }
-    node.shutdown_blocking(Duration::from_secs(1))
-        .unwrap_or_default();
     ExitCode::SUCCESS
 }

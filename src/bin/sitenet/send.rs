@@ -61,6 +61,8 @@ pub(crate) fn run_send(
         Ok(x) => x,
         Err(code) => return code,
     };
+    // What kept the site away, if it was: the error below names it.
+    let mut faults = node.monitor(&site);
     let stream: u64 = rand::random();
     let body = Bytes::from(vec![0x5Au8; size]);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -117,16 +119,17 @@ pub(crate) fn run_send(
             return failure(security.refused_by(addr))
         }
         Err(e) => {
-            let (not_sent, maybe) = site
-                .failure()
-                .map(|(_, b)| (b.not_sent.len(), b.maybe_delivered.len()))
-                .unwrap_or((0, 0));
-            if let Some((reason, _)) = site.failure() {
+            let cause = last_cause(&mut faults)
+                .map(|c| format!("; last: {c}"))
+                .unwrap_or_default();
+            if let Some((reason, back)) = site.failure() {
                 return failure(format!(
-                    "site {addr} failed permanently ({reason}): not_sent {not_sent}, maybe_delivered {maybe}"
+                    "site {addr} failed permanently ({reason}{cause}): not_sent {}, maybe_delivered {}",
+                    back.not_sent.len(),
+                    back.maybe_delivered.len()
                 ));
             }
-            return failure(e);
+            return failure(format!("{e}{cause}"));
         }
     };
     let r = SendResult {
@@ -153,12 +156,25 @@ pub(crate) fn run_send(
             r.retransmitted, r.msgs_per_sec
         );
     }
-    node.shutdown_blocking(Duration::from_secs(1))
-        .unwrap_or_default();
     let clean = r.delivered == count && r.duplicates == 0 && r.out_of_order == 0 && r.missing == 0;
     if clean {
         ExitCode::SUCCESS
     } else {
         failure("the sink saw loss, duplicates or reordering")
     }
+}
+
+/// Why the site was last temporarily failed (a refused connection, a lost
+/// channel), from its fault monitor: what a permanent failure or a timeout
+/// alone does not say.
+fn last_cause(
+    faults: &mut futures::channel::mpsc::UnboundedReceiver<sitenet::FaultEvent>,
+) -> Option<String> {
+    let mut cause = None;
+    while let Ok(e) = faults.try_recv() {
+        if e.state == sitenet::FaultState::TempFailed {
+            cause = Some(e.reason);
+        }
+    }
+    cause
 }

@@ -2,6 +2,7 @@
 //! before anything starts, and the client-only node that reaches it.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use sitenet::{Address, Node};
 
@@ -21,6 +22,42 @@ pub(crate) fn check_target(addr: &str) -> Result<(), String> {
     }
 }
 
+/// A command's client-only node, which leaves in order when the command
+/// ends, however it ends: its node's graceful shutdown acknowledges what
+/// it received and says LEAVING. A client that exited without it left the
+/// node it asked holding an unacknowledged reply, and that node, unable to
+/// call a client back, declared it failed 15 s later with the reply "maybe
+/// delivered": a warning for every `sitenet stats`.
+pub(crate) struct Client {
+    node: Node,
+    site: sitenet::SiteRef,
+}
+
+/// How long a leaving client waits for its last messages to be
+/// acknowledged, if its site is reachable (one that is not has nothing
+/// coming: the client leaves at once).
+const LEAVE_WITHIN: Duration = Duration::from_secs(1);
+
+impl std::ops::Deref for Client {
+    type Target = Node;
+
+    fn deref(&self) -> &Node {
+        &self.node
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let wait = if self.site.fault_state() == sitenet::FaultState::Ok {
+            LEAVE_WITHIN
+        } else {
+            Duration::ZERO
+        };
+        // On the main thread, never the node's own: it cannot deadlock.
+        let _ = self.node.shutdown_blocking(wait);
+    }
+}
+
 /// A client-only node and the site at `addr` (exit codes as documented).
 /// `addr` is an address or a site descriptor (`ID@ADDR,ADDR,…`, the
 /// node's `site_id` and `listen` joined): with a descriptor the best
@@ -28,7 +65,7 @@ pub(crate) fn check_target(addr: &str) -> Result<(), String> {
 pub(crate) fn client(
     addr: &str,
     configure: impl FnOnce(&mut sitenet::NodeConfig),
-) -> Result<(Node, sitenet::SiteRef), ExitCode> {
+) -> Result<(Client, sitenet::SiteRef), ExitCode> {
     let node = Node::builder()
         .configure(configure)
         .start()
@@ -40,5 +77,9 @@ pub(crate) fn client(
         node.site(addr)
     }
     .map_err(usage)?;
-    Ok((node, site))
+    let client = Client {
+        node,
+        site: site.clone(),
+    };
+    Ok((client, site))
 }
