@@ -144,13 +144,11 @@ fn the_first_contact_is_reported_apart_from_the_steady_round_trip() {
     assert!(groups
         .iter()
         .all(|g| g.client_thread < r.threads && g.server_thread < r.threads));
-    assert_eq!(
-        groups
-            .iter()
-            .map(|g| g.delivered_mean * g.clients as f64)
-            .sum::<f64>(),
-        r.delivered as f64
-    );
+    let by_groups: f64 = groups
+        .iter()
+        .map(|g| g.delivered_mean * g.clients as f64)
+        .sum();
+    assert!((by_groups - r.delivered as f64).abs() < 0.5, "{groups:?}");
     assert!(r.timeline.iter().any(|s| s.steady_rtt_p99_us > 0));
 }
 

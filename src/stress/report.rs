@@ -197,9 +197,10 @@ pub struct StressReport {
     /// Mean round trip, µs (0 with no probes; every probe): the Mozart
     /// paper's measure (its Table I and Figure 5 give the average), so a
     /// run compares with it; beside the median it shows how much the slow
-    /// probes weigh. Fewer than 1% of the probes (each client's first,
-    /// which waited in line) can lift it above `rtt_p99_us`: the
-    /// [`steady_rtt`](Self::steady_rtt) is the round trip without them.
+    /// probes weigh. Fewer than 1% of the probes (those that waited for a
+    /// slot: each client's first, and those after a reconnect) can lift it
+    /// above `rtt_p99_us`: [`steady_rtt`](Self::steady_rtt) is the round
+    /// trip without them.
     pub rtt_mean_us: f64,
     /// Fastest probe, µs (0 with no probes).
     pub rtt_min_us: u64,

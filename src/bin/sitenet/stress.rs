@@ -50,10 +50,14 @@ pub(crate) struct Args {
     /// Print the report as one JSON object (with --sweep: {"sweep": [...]}).
     #[arg(long)]
     json: bool,
-    /// Draw the run as an SVG: round trip over time (p50 and p99 per
-    /// 100 ms, log scale, the drain shaded), messages delivered per client
-    /// (the fairness), slots in use, preemptions (with --sweep: mean, p50
-    /// and p99 round trip and total time against the number of clients).
+    /// Draw the run as an SVG, each panel's key beside it: round trip over
+    /// time (p50 and p99 per 100 ms, and the p99 of the probes on an open
+    /// channel, log scale), messages delivered per client (the fairness,
+    /// its largest step marked, the clients' means by the threads they
+    /// ran on), slots in use against the hard limit, preemptions; the
+    /// drain marked in each (with --sweep: mean, p50 and p99 round trip,
+    /// the steady mean and the mean first-contact wait, and total time,
+    /// against the number of clients).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<std::path::PathBuf>,
     /// Run once per number of clients in this list (e.g. 10,50,200,1000),
