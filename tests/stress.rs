@@ -111,6 +111,47 @@ fn a_run_with_fixed_rounds_ends_when_every_client_is_done() {
     assert_eq!(r.fairness_jain, 1.0);
 }
 
+/// 16 clients on 5 slots, each doing the same work: 11 wait in the
+/// server's line for their first slot. Each client's first reply is
+/// reported as its first-contact wait, apart from the round trips of the
+/// probes on an open channel and of those that waited for a slot again;
+/// the three add up to every probe, each spread is ordered (no mean above
+/// its own p99), and every client is counted in one group of threads.
+#[test]
+fn the_first_contact_is_reported_apart_from_the_steady_round_trip() {
+    let cfg = StressConfig {
+        rounds: Some(5),
+        duration: Duration::from_secs(120),
+        cut_rate: 0.0,
+        ..small("default", 6)
+    };
+    let r = run(&cfg, |_| {}).expect("the run starts");
+    assert!(r.failures().is_empty(), "{:?}", r.failures());
+    assert!(r.grants > 0, "nobody waited in line: {r:?}");
+    let (steady, again, first) = (r.steady_rtt, r.reconnect_rtt, r.first_contact);
+    assert_eq!(first.count, 16, "one first contact per client: {first:?}");
+    assert_eq!(steady.count + again.count + first.count, r.round_trips);
+    assert!(steady.count > 0, "{r:?}");
+    for s in [steady, again, first] {
+        if s.count > 0 {
+            assert!(s.mean_us <= s.p99_us as f64, "{s:?}");
+            assert!(s.p50_us <= s.p99_us && s.p99_us <= s.max_us, "{s:?}");
+            assert!(s.max_us <= 120_000_000, "{s:?}");
+        }
+    }
+    let groups = &r.delivered_by_threads;
+    assert_eq!(groups.iter().map(|g| g.clients).sum::<usize>(), 16);
+    assert!(groups
+        .iter()
+        .all(|g| g.client_thread < r.threads && g.server_thread < r.threads));
+    let by_groups: f64 = groups
+        .iter()
+        .map(|g| g.delivered_mean * g.clients as f64)
+        .sum();
+    assert!((by_groups - r.delivered as f64).abs() < 0.5, "{groups:?}");
+    assert!(r.timeline.iter().any(|s| s.steady_rtt_p99_us > 0));
+}
+
 /// The cutter sleeps between cuts; a run that stops waited out its sleep
 /// (once 0.75 s at every size of a sweep, whose total time then measured
 /// it). A mean gap of 100 s: had the run waited, it would take 50 s or

@@ -3,7 +3,7 @@
 //! checker counts what arrives — in order, duplicated, reordered — so that
 //! nothing lost or delivered twice can hide.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -60,6 +60,11 @@ struct ClientCheck {
     duplicated: AtomicU64,
     reordered: AtomicU64,
     bytes: AtomicU64,
+    /// The pool thread the client's loop runs on, plus one (0: not known).
+    client_thread: AtomicUsize,
+    /// The pool thread the server delivers its messages on (the server's
+    /// site for it), plus one (0: not known).
+    server_thread: AtomicUsize,
 }
 
 /// The checker's totals.
@@ -90,6 +95,40 @@ impl Checker {
         self.clients
             .iter()
             .map(|c| c.delivered.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Notes the pool thread `thread` that `client`'s loop runs on.
+    pub fn note_client_thread(&self, client: u32, thread: usize) {
+        if let Some(c) = self.clients.get(client as usize) {
+            c.client_thread.store(thread + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Notes the pool thread `thread` that the server delivers `client`'s
+    /// messages on, if not known yet (a site stays on its thread).
+    pub fn note_server_thread(&self, client: u32, thread: usize) {
+        if let Some(c) = self.clients.get(client as usize) {
+            if c.server_thread.load(Ordering::Relaxed) == 0 {
+                c.server_thread.store(thread + 1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the server's thread for `client` is still to be noted.
+    pub fn server_thread_unknown(&self, client: u32) -> bool {
+        self.clients
+            .get(client as usize)
+            .is_some_and(|c| c.server_thread.load(Ordering::Relaxed) == 0)
+    }
+
+    /// Each client's (its loop's thread, the server's thread for it), as
+    /// noted (`None`: not known).
+    pub fn threads(&self) -> Vec<(Option<usize>, Option<usize>)> {
+        let known = |a: &AtomicUsize| a.load(Ordering::Relaxed).checked_sub(1);
+        self.clients
+            .iter()
+            .map(|c| (known(&c.client_thread), known(&c.server_thread)))
             .collect()
     }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use check::{Checker, StressData, StressPing, StressPong, Totals};
-pub use report::{jain, quantiles, Sample, StressReport};
+pub use report::{jain, quantiles, Sample, Spread, StressReport, ThreadPair};
 
 use crate::protocols::slots::{by_name, Admission, SlotConfig};
 use crate::transport::{FaultInjector, TransController};
@@ -285,8 +285,16 @@ pub fn run(
         })
         .start()?;
     let ck = checker.clone();
+    let server_rt = server.runtime().clone();
     server
-        .handle(move |ctx, m: StressData| ck.record(&m, ctx.body().len()))
+        .handle(move |ctx, m: StressData| {
+            if ck.server_thread_unknown(m.client) {
+                if let Some(t) = server_rt.worker_of(std::thread::current().id()) {
+                    ck.note_server_thread(m.client, t);
+                }
+            }
+            ck.record(&m, ctx.body().len())
+        })
         .map_err(StressError::Node)?;
     server
         .handle(|ctx, _: StressPing| {
@@ -321,7 +329,16 @@ pub fn run(
         // a wake of another thread — as a runtime's own code on the node's
         // threads would (and `--threads 1` is the whole run on one).
         let (done, finished) = tokio::sync::oneshot::channel::<()>();
-        let work = client::run(i as u32, site, seed, shared.clone());
+        let counters = node.clone();
+        let opened = move || counters.metrics().channels_opened;
+        let work = client::run(i as u32, site, opened, seed, shared.clone());
+        let (client_rt, ck) = (node.runtime().clone(), checker.clone());
+        let work = async move {
+            if let Some(t) = client_rt.worker_of(std::thread::current().id()) {
+                ck.note_client_thread(i as u32, t);
+            }
+            work.await
+        };
         if !node.runtime().spawn(async move {
             work.await;
             let _ = done.send(());
@@ -362,11 +379,12 @@ pub fn run(
             slots_in_use: s.in_use,
             preemptions: s.total_preemptions(),
         };
-        let (rtt_p50_us, rtt_p99_us) = shared.take_window();
+        let (rtt_p50_us, rtt_p99_us, steady_rtt_p99_us) = shared.take_window();
         timeline.push(Sample {
             t_s: p.elapsed.as_secs_f64(),
             rtt_p50_us,
             rtt_p99_us,
+            steady_rtt_p99_us,
             draining,
             slots_in_use: s.in_use,
             preemptions: p.preemptions,
@@ -452,6 +470,8 @@ pub fn run(
         peak_line: s.peak_line,
         fairness_jain: jain(&per_client),
         per_client_delivered_quantiles: quantiles(&per_client),
+        delivered_by_threads: ThreadPair::groups(&checker.threads(), &per_client),
+        server_home_thread: server.runtime().index_for(0),
         admission: s.admission.to_string(),
         threads: server.runtime().threads(),
         reconnects: opened,
@@ -468,6 +488,9 @@ pub fn run(
         // (Undefined for an empty histogram.)
         rtt_max_us: if rtt.is_empty() { 0 } else { rtt.max() },
         round_trips: rtt.len(),
+        steady_rtt: Spread::of(&shared.steady()),
+        reconnect_rtt: Spread::of(&shared.reconnect()),
+        first_contact: Spread::of(&shared.first_contact()),
         idle_site_bytes,
         unused_site_bytes,
         policy: cfg.policy.clone(),

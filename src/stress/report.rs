@@ -18,6 +18,11 @@ pub struct Sample {
     /// alone hides the probes that waited for a slot or behind a big
     /// message, and those are what a user of a loaded server feels.
     pub rtt_p99_us: u64,
+    /// 99th percentile of the steady probes among them (µs; 0 if none):
+    /// those answered on a channel that stayed open
+    /// ([`StressReport::steady_rtt`]). Where `rtt_p99_us` rises far above
+    /// it, the slow probes of the interval waited for a slot.
+    pub steady_rtt_p99_us: u64,
     /// True once the clients stopped sending and the run waits for the
     /// last messages to be acknowledged (from
     /// [`StressReport::duration_s`] on): round trips there are the
@@ -27,6 +32,86 @@ pub struct Sample {
     pub slots_in_use: usize,
     /// Preemptions so far.
     pub preemptions: u64,
+}
+
+/// How long one kind of wait took, µs: how many there were and their
+/// spread. Each kind apart, so that a few long waits of one kind (a client
+/// in the server's line for its first slot) do not lift the mean of the
+/// other (the round trip on an open channel) above its own p99.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Spread {
+    /// How many were measured.
+    pub count: u64,
+    /// Their mean, µs (0 if none).
+    pub mean_us: f64,
+    /// Their median, µs (0 if none).
+    pub p50_us: u64,
+    /// Their 99th percentile, µs (0 if none).
+    pub p99_us: u64,
+    /// The longest, µs (0 if none).
+    pub max_us: u64,
+}
+
+impl Spread {
+    /// The spread of the values in `h`.
+    pub(crate) fn of(h: &hdrhistogram::Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        Self {
+            count: h.len(),
+            mean_us: h.mean(),
+            p50_us: h.value_at_quantile(0.5),
+            p99_us: h.value_at_quantile(0.99),
+            max_us: h.max(),
+        }
+    }
+}
+
+/// The clients whose loop ran on one pool thread and whose messages the
+/// server delivered on another (or the same), and what they got through:
+/// a run on more than one thread is not fair across these groups, and the
+/// per-client curve steps between them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThreadPair {
+    /// The pool thread the clients' loops (and their own sites) ran on.
+    pub client_thread: usize,
+    /// The pool thread the server's sites for them ran on (where their
+    /// messages were delivered).
+    pub server_thread: usize,
+    /// How many clients.
+    pub clients: usize,
+    /// Their mean messages delivered.
+    pub delivered_mean: f64,
+    /// The least any of them got through.
+    pub delivered_min: u64,
+    /// The most any of them got through.
+    pub delivered_max: u64,
+}
+
+impl ThreadPair {
+    /// The groups of `threads` (per client: its thread, the server's for
+    /// it; clients with either unknown left out), with `delivered` per
+    /// client, ordered by thread.
+    pub fn groups(threads: &[(Option<usize>, Option<usize>)], delivered: &[u64]) -> Vec<Self> {
+        let mut groups: BTreeMap<(usize, usize), Vec<u64>> = BTreeMap::new();
+        for (&t, &d) in threads.iter().zip(delivered) {
+            if let (Some(c), Some(s)) = t {
+                groups.entry((c, s)).or_default().push(d);
+            }
+        }
+        groups
+            .into_iter()
+            .map(|((client_thread, server_thread), d)| Self {
+                client_thread,
+                server_thread,
+                clients: d.len(),
+                delivered_mean: d.iter().sum::<u64>() as f64 / d.len() as f64,
+                delivered_min: d.iter().copied().min().unwrap_or(0),
+                delivered_max: d.iter().copied().max().unwrap_or(0),
+            })
+            .collect()
+    }
 }
 
 /// The outcome of a run. The JSON keys are a contract (`sitenet stress
@@ -72,6 +157,16 @@ pub struct StressReport {
     /// not carry 10,000 counts, and the curve drawn from the 101 looks the
     /// same.
     pub per_client_delivered_quantiles: Vec<u64>,
+    /// The clients grouped by the pool threads they and the server's sites
+    /// for them ran on, with what each group got through. On one thread,
+    /// one group; on more, the groups' means tell whether a step in the
+    /// per-client curve is the threads' (a group on the server's home
+    /// thread, [`server_home_thread`](Self::server_home_thread), can get
+    /// several times the messages of the others).
+    pub delivered_by_threads: Vec<ThreadPair>,
+    /// The pool thread of the server node's home (its listener, accepts
+    /// and handshakes).
+    pub server_home_thread: usize,
     /// The server's admission policy: `share` or `fifo`.
     pub admission: String,
     /// The threads the run's nodes ran their sites on.
@@ -90,20 +185,45 @@ pub struct StressReport {
     pub peak_transport_bytes: u64,
     /// What they may never exceed: slot limit × 2 × buffer size.
     pub transport_bytes_bound: u64,
-    /// Median round trip of the clients' probes, µs.
+    /// Median round trip of the clients' probes, µs: every probe, whatever
+    /// it waited for ([`steady_rtt`](Self::steady_rtt),
+    /// [`reconnect_rtt`](Self::reconnect_rtt) and
+    /// [`first_contact`](Self::first_contact) tell them apart). A probe's
+    /// round trip counts from the moment it is queued, so a probe queued
+    /// while its client waits in the server's line includes that wait.
     pub rtt_p50_us: u64,
-    /// 99th percentile, µs.
+    /// 99th percentile, µs (every probe).
     pub rtt_p99_us: u64,
-    /// Mean round trip, µs (0 with no probes): the Mozart paper's measure
-    /// (its Table I and Figure 5 give the average), so a run compares with
-    /// it; beside the median it shows how much the slow probes weigh.
+    /// Mean round trip, µs (0 with no probes; every probe): the Mozart
+    /// paper's measure (its Table I and Figure 5 give the average), so a
+    /// run compares with it; beside the median it shows how much the slow
+    /// probes weigh. Fewer than 1% of the probes (those that waited for a
+    /// slot: each client's first, and those after a reconnect) can lift it
+    /// above `rtt_p99_us`: [`steady_rtt`](Self::steady_rtt) is the round
+    /// trip without them.
     pub rtt_mean_us: f64,
     /// Fastest probe, µs (0 with no probes).
     pub rtt_min_us: u64,
     /// Slowest probe, µs (0 with no probes): the worst wait a client saw.
     pub rtt_max_us: u64,
-    /// Probes answered.
+    /// Probes answered: `steady_rtt.count + reconnect_rtt.count +
+    /// first_contact.count`.
     pub round_trips: u64,
+    /// The steady state's round trip: the probes answered on a channel
+    /// that stayed open from the moment they were queued to their answer
+    /// (no wait for a slot in them), µs.
+    pub steady_rtt: Spread,
+    /// The round trips of the probes during which the client's channel was
+    /// opened again (its turn ended while others waited, the server
+    /// preempted it, or its channel was cut): each includes the client's
+    /// wait for a slot, in the server's line while the slots were full, µs.
+    pub reconnect_rtt: Spread,
+    /// The first-contact wait: from a client's start (every client starts
+    /// at once) to its first reply, one per client that got one, µs. It is
+    /// the time a client spent in the server's line before its first slot,
+    /// plus its first burst and probe: with more clients than slots, most
+    /// wait for the work of those ahead of them.
+    pub first_contact: Spread,
     /// Memory one idle remote site costs (entry, parked ComObject),
     /// measured in this run: resident memory grown by 5,000 sites started
     /// and parked, divided by their number, once the node has given back

@@ -50,10 +50,14 @@ pub(crate) struct Args {
     /// Print the report as one JSON object (with --sweep: {"sweep": [...]}).
     #[arg(long)]
     json: bool,
-    /// Draw the run as an SVG: round trip over time (p50 and p99 per
-    /// 100 ms, log scale, the drain shaded), messages delivered per client
-    /// (the fairness), slots in use, preemptions (with --sweep: mean, p50
-    /// and p99 round trip and total time against the number of clients).
+    /// Draw the run as an SVG, each panel's key beside it: round trip over
+    /// time (p50 and p99 per 100 ms, and the p99 of the probes on an open
+    /// channel, log scale), messages delivered per client (the fairness,
+    /// its largest step marked, the clients' means by the threads they
+    /// ran on), slots in use against the hard limit, preemptions; the
+    /// drain marked in each (with --sweep: mean, p50 and p99 round trip,
+    /// the steady mean and the mean first-contact wait, and total time,
+    /// against the number of clients).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<std::path::PathBuf>,
     /// Run once per number of clients in this list (e.g. 10,50,200,1000),
@@ -193,11 +197,13 @@ fn run_sweep(
         println!("{v}");
     } else {
         println!(
-            "clients  rtt_mean_ms  rtt_p50_ms  rtt_p99_ms  total_s  sent  lost  preemptions  jain"
+            "clients  rtt_mean_ms  rtt_p50_ms  rtt_p99_ms  total_s  sent  lost  preemptions  jain  \
+             steady_mean_ms  steady_p99_ms  first_contact_mean_ms  first_contact_p99_ms"
         );
         for r in &reports {
             println!(
-                "{:>7}  {:>11.2}  {:>10.2}  {:>10.2}  {:>7.2}  {:>4}  {:>4}  {:>11}  {:.3}",
+                "{:>7}  {:>11.2}  {:>10.2}  {:>10.2}  {:>7.2}  {:>4}  {:>4}  {:>11}  {:.3}  \
+                 {:>14.2}  {:>13.2}  {:>21.2}  {:>20.2}",
                 r.clients,
                 r.rtt_mean_us / 1000.0,
                 r.rtt_p50_us as f64 / 1000.0,
@@ -206,7 +212,11 @@ fn run_sweep(
                 r.sent,
                 r.lost,
                 r.preemptions,
-                r.fairness_jain
+                r.fairness_jain,
+                r.steady_rtt.mean_us / 1000.0,
+                r.steady_rtt.p99_us as f64 / 1000.0,
+                r.first_contact.mean_us / 1000.0,
+                r.first_contact.p99_us as f64 / 1000.0,
             );
         }
     }
@@ -225,6 +235,11 @@ fn run_sweep(
     }
 }
 
+/// Milliseconds from µs, to two decimals.
+fn ms2(us: f64) -> String {
+    format!("{:.2}", us / 1000.0)
+}
+
 fn print_report(r: &StressReport) {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
@@ -241,12 +256,37 @@ fn print_report(r: &StressReport) {
         mib(r.bytes)
     );
     println!(
-        "round trip: mean {:.2} ms, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} probes",
-        r.rtt_mean_us / 1000.0,
-        r.rtt_p50_us as f64 / 1000.0,
-        r.rtt_p99_us as f64 / 1000.0,
-        r.rtt_max_us as f64 / 1000.0,
+        "round trip, every probe: mean {} ms, p50 {} ms, p99 {} ms, max {} ms over {} probes",
+        ms2(r.rtt_mean_us),
+        ms2(r.rtt_p50_us as f64),
+        ms2(r.rtt_p99_us as f64),
+        ms2(r.rtt_max_us as f64),
         r.round_trips
+    );
+    let spread = |name: &str, s: &stress::Spread, of: &str| {
+        println!(
+            "  {name}: mean {} ms, p50 {} ms, p99 {} ms, max {} ms over {} {of}",
+            ms2(s.mean_us),
+            ms2(s.p50_us as f64),
+            ms2(s.p99_us as f64),
+            ms2(s.max_us as f64),
+            s.count
+        );
+    };
+    spread(
+        "steady state (channel open throughout)",
+        &r.steady_rtt,
+        "probes",
+    );
+    spread(
+        "after a reconnect (waited for a slot again)",
+        &r.reconnect_rtt,
+        "probes",
+    );
+    spread(
+        "first contact (start to first reply: the wait in the server's line)",
+        &r.first_contact,
+        "clients",
     );
     let reasons: Vec<String> = r
         .preemptions_by_reason
