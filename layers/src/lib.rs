@@ -10,8 +10,10 @@
 //! cookie.rs` is `connection::handshake`), and an import to the longest
 //! listed path that prefixes it. `super::` stays inside a module; an item
 //! the crate root re-exports (`crate::Node`) counts as an import of the
-//! module it comes from; a module's `#[cfg(test)]` part is not read (tests
-//! may reach anywhere).
+//! module it comes from, and an item the root defines itself (the
+//! simulator's `Sim`, which its modules extend with `impl` blocks) belongs
+//! to no layer; a module's `#[cfg(test)]` part is not read (tests may
+//! reach anywhere).
 //!
 //! ```no_run
 //! // In a crate's src/layers.rs, behind #[cfg(test)]:
@@ -59,6 +61,7 @@ pub fn check(manifest_dir: &str, layers: &[(&str, u8)]) {
 /// `(importer, imported)` for every import between two modules of `src`.
 pub fn imports(src: &Path, layers: &[(&str, u8)]) -> BTreeSet<(String, String)> {
     let reexported = reexports(src);
+    let own = root_items(src);
     let mut edges = BTreeSet::new();
     for path in rust_files(src) {
         let rel = path.strip_prefix(src).expect("under src/");
@@ -72,6 +75,9 @@ pub fn imports(src: &Path, layers: &[(&str, u8)]) -> BTreeSet<(String, String)> 
         };
         let source = std::fs::read_to_string(&path).expect("a readable source file");
         for import in imported(&code(&source)) {
+            if own.contains(&import[0]) {
+                continue; // the root's own items: every module may extend them
+            }
             let import = match reexported.iter().find(|(item, _)| *item == import[0]) {
                 Some((_, from)) => from.clone(),
                 None => import,
@@ -220,6 +226,27 @@ fn without_comments(src: &str) -> String {
         .map(|l| l.split("//").next().unwrap_or(""))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The names of the items `lib.rs` defines itself (not re-exports).
+fn root_items(src: &Path) -> BTreeSet<String> {
+    let Ok(lib) = std::fs::read_to_string(src.join("lib.rs")) else {
+        return BTreeSet::new();
+    };
+    let mut out = BTreeSet::new();
+    for line in without_comments(&lib).lines() {
+        let mut words = line.split_whitespace().skip_while(|w| w.starts_with("pub"));
+        if let (Some(kind), Some(name)) = (words.next(), words.next()) {
+            if ["struct", "enum", "const", "fn", "type", "trait", "static"].contains(&kind) {
+                let name: String = name
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                out.insert(name);
+            }
+        }
+    }
+    out
 }
 
 /// The module each item `lib.rs` re-exports comes from (`crate::Node` is

@@ -50,7 +50,7 @@ impl Adopting {
     /// The audit's check: each entry counts exactly the channels on their
     /// way to it, and every such entry is there (the reclaim re-check kept
     /// it).
-    pub(crate) fn check(&self, peers: &crate::node::Peers) -> Result<(), String> {
+    pub(crate) fn check(&self, peers: &crate::peer::Peers) -> Result<(), String> {
         let mut on_way: BTreeMap<SiteId, u32> = BTreeMap::new();
         for a in self.on_way.values() {
             *on_way.entry(a.key).or_default() += 1;

@@ -24,31 +24,7 @@ use sitenet_protocols::wire::message::MessageKind;
 use crate::ops::{Op, Outgoing};
 use crate::COOP_REPLY_TYPE;
 
-/// One operation of a batch ([`AppCtx::batch`]), as the runtime's
-/// `Batch::send` and `Batch::request`.
-#[derive(Debug, Clone)]
-pub enum BatchOp {
-    /// A one-way message: done when `to` acknowledges it.
-    Send {
-        /// The site.
-        to: SiteId,
-        /// Its priority.
-        priority: Priority,
-        /// What it says.
-        body: Bytes,
-    },
-    /// A request: done with its answer.
-    Request {
-        /// The site asked.
-        to: SiteId,
-        /// Its priority.
-        priority: Priority,
-        /// What it asks.
-        body: Bytes,
-        /// How long each try waits for the answer.
-        timeout: Duration,
-    },
-}
+pub use crate::ops::BatchOp;
 
 impl BatchOp {
     /// The site it is for.

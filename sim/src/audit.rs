@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sitenet_protocols::connection::com_object::ComState;
 
-use crate::node::Slot;
+use crate::peer::Slot;
 use crate::Sim;
 
 /// How long after the last message was delivered or handed back a
@@ -182,7 +182,7 @@ impl Sim {
         let waiting: usize = node.peers.values().map(|p| p.out.waiting_count()).sum();
         // Waiting to enter its machine, at whichever entry it was sent
         // through (one reached by address is keyed by a stand-in).
-        for (_, p) in crate::node::sorted_peers(&node.peers) {
+        for (_, p) in crate::peer::sorted_peers(&node.peers) {
             if p.out.holds_waiting(id) {
                 return Some(format!(
                     "it still waits for room in its sender's output bound, as do {waiting} \
@@ -272,7 +272,7 @@ impl Sim {
             return self.violation(what);
         }
         for node in &self.nodes {
-            for (peer, p) in crate::node::sorted_peers(&node.peers) {
+            for (peer, p) in crate::peer::sorted_peers(&node.peers) {
                 let (queued, unacked) = p.pending();
                 if p.state() != ComState::Failed && (queued > 0 || unacked > 0) {
                     let what = format!(

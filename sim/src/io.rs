@@ -306,7 +306,7 @@ impl Sim {
         &mut self,
         n: usize,
         peer: SiteId,
-        p: &mut crate::node::Peer,
+        p: &mut crate::peer::Peer,
         live: (
             sitenet_protocols::connection::com_object::ChannelId,
             u64,

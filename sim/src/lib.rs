@@ -71,9 +71,12 @@ mod check;
 mod config;
 mod conns;
 mod coops;
+mod drain;
 mod envelope;
 mod faults;
 mod io;
+#[cfg(test)]
+mod layers;
 mod make;
 mod net;
 mod node;
@@ -112,7 +115,6 @@ use sitenet_protocols::connection::reassembly::ReassemblyBudget;
 use sitenet_protocols::slots::{DefaultPolicy, SlotConfig, SlotTable};
 
 use self::check::Oracle;
-use self::envelope::{envelope_id, envelope_site, message_id};
 use self::node::Node;
 use self::report::Counts;
 use self::trace::Trace;

@@ -123,7 +123,7 @@ impl Sim {
             address,
             cfg: Arc::new(cfg),
             budget: ReassemblyBudget::new(64 << 20),
-            peers: node::Peers::default(),
+            peers: crate::peer::Peers::default(),
             slots: SlotTable::new(slots, Box::new(DefaultPolicy::default())),
             holders: BTreeMap::new(),
             waiters: BTreeMap::new(),

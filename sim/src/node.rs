@@ -21,7 +21,7 @@ use sitenet_protocols::connection::reassembly::ReassemblyBudget;
 use sitenet_protocols::slots::{Grant, SlotTable};
 use sitenet_protocols::wire::message::OutMessage;
 
-pub(crate) use crate::peer::{sorted_peers, Peer, Peers, Slot};
+use crate::peer::{Peer, Peers, Slot};
 
 use crate::app::Application;
 use crate::net::{Conn, End, Role, Seg};
@@ -119,15 +119,6 @@ pub(crate) struct Node {
     pub(crate) admitted: BTreeMap<u64, (u64, usize)>,
     /// When the admission timer event in the queue fires.
     pub(crate) adm_armed: Option<Duration>,
-}
-
-/// The key `key` goes by now: itself, unless it is a stand-in that was
-/// bound or merged ([`Node::aliases`]).
-pub(crate) fn resolve(aliases: &BTreeMap<SiteId, SiteId>, mut key: SiteId) -> SiteId {
-    while let Some(&next) = aliases.get(&key) {
-        key = next;
-    }
-    key
 }
 
 impl Node {
@@ -563,7 +554,7 @@ impl Sim {
     /// A message handed back to node `n`'s application.
     pub(crate) fn handed_back(&mut self, n: usize, peer: SiteId, m: &OutMessage, maybe: bool) {
         let body: Vec<u8> = m.body.iter().flat_map(|b| b.iter().copied()).collect();
-        let Some(id) = crate::message_id(m.kind, &m.header) else {
+        let Some(id) = crate::envelope::message_id(m.kind, &m.header) else {
             return self.violation(format!("a handed-back message has no envelope: {m:?}"));
         };
         self.trace(n, "handed_back", &[id as u128, maybe as u128]);

@@ -12,7 +12,6 @@ use sitenet_protocols::base::site::SiteId;
 use sitenet_protocols::node::cooperation::Expect;
 use sitenet_protocols::wire::message::MessageKind;
 
-use crate::app::BatchOp;
 use crate::SIM_TYPE;
 
 /// What an application asked for during a callback, carried out after it,
@@ -122,4 +121,30 @@ impl Outgoing {
             ..Self::to(to, priority, body, kind)
         }
     }
+}
+
+/// One operation of a batch ([`AppCtx::batch`](crate::AppCtx::batch)), as the runtime's
+/// `Batch::send` and `Batch::request`.
+#[derive(Debug, Clone)]
+pub enum BatchOp {
+    /// A one-way message: done when `to` acknowledges it.
+    Send {
+        /// The site.
+        to: SiteId,
+        /// Its priority.
+        priority: Priority,
+        /// What it says.
+        body: Bytes,
+    },
+    /// A request: done with its answer.
+    Request {
+        /// The site asked.
+        to: SiteId,
+        /// Its priority.
+        priority: Priority,
+        /// What it asks.
+        body: Bytes,
+        /// How long each try waits for the answer.
+        timeout: Duration,
+    },
 }

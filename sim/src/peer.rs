@@ -2,7 +2,7 @@
 //! what it kept while parked) and what its driver keeps beside it, and
 //! the node's table of them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 
@@ -161,4 +161,13 @@ pub(crate) fn sorted_peers(peers: &Peers) -> Vec<(SiteId, &Peer)> {
     let mut v: Vec<(SiteId, &Peer)> = peers.iter().map(|(id, p)| (*id, &**p)).collect();
     v.sort_unstable_by_key(|(id, _)| *id);
     v
+}
+
+/// The key `key` goes by now: itself, unless it is a stand-in that was
+/// bound or merged ([`Node::aliases`](crate::node::Node::aliases)).
+pub(crate) fn resolve(aliases: &BTreeMap<SiteId, SiteId>, mut key: SiteId) -> SiteId {
+    while let Some(&next) = aliases.get(&key) {
+        key = next;
+    }
+    key
 }

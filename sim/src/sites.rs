@@ -348,7 +348,7 @@ impl Sim {
             }
             let mut held = Vec::with_capacity(older.len());
             for msg in older {
-                let Some(id) = crate::message_id(msg.kind, &msg.header) else {
+                let Some(id) = crate::envelope::message_id(msg.kind, &msg.header) else {
                     self.violation(format!("a merged message has no envelope: {msg:?}"));
                     continue;
                 };

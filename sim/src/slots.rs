@@ -14,7 +14,7 @@ use sitenet_protocols::slots::{Accepted, ChannelReport};
 use sitenet_protocols::wire::version::Capabilities;
 
 use crate::net::{Role, Seg};
-use crate::node::Slot;
+use crate::peer::Slot;
 use crate::{Ev, Sim};
 
 impl Sim {

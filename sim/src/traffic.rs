@@ -15,11 +15,12 @@ use sitenet_protocols::node::batch::Tried;
 
 use crate::app::{Answer, AppCtx, Application, OpOutcome, Request};
 use crate::coops::Awaiter;
-use crate::node::resolve;
+use crate::envelope::{envelope_id, envelope_site};
 use crate::ops::{Op, Outgoing};
 use crate::outbox::Waiting;
+use crate::peer::resolve;
 use crate::peer::Peer;
-use crate::{envelope_id, envelope_site, Ev, Sim, COOP_REPLY_TYPE, SIM_TYPE};
+use crate::{Ev, Sim, COOP_REPLY_TYPE, SIM_TYPE};
 
 impl Sim {
     /// The application lets go of the sites it has not sent to for
@@ -65,7 +66,7 @@ impl Sim {
     /// Node `n`'s application refers to `p`'s site now: it holds the
     /// reference for [`SimConfig::hold_references`] from here, and the
     /// node's next release is due by then at the latest.
-    pub(crate) fn referenced(&mut self, n: usize, p: &mut crate::node::Peer) {
+    pub(crate) fn referenced(&mut self, n: usize, p: &mut crate::peer::Peer) {
         p.last_send = Some(self.now);
         let node = &mut self.nodes[n];
         node.release_at = node.release_at.min(self.now + self.cfg.hold_references);

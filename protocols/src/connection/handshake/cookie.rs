@@ -32,13 +32,13 @@
 use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use thiserror::Error;
 use zeroize::Zeroizing;
 
-use super::messages::Negotiate;
+use super::messages::{CookieProof, Negotiate};
 pub use crate::connection::refusal::AuthFailure;
 
 /// Length of a cookie's secret.
@@ -149,17 +149,6 @@ impl Keyring {
     fn find(&self, id: u64) -> Option<&Cookie> {
         self.0.iter().find(|c| c.id == id)
     }
-}
-
-/// A proof on the wire: which cookie, and the HMAC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CookieProof {
-    /// The cookie's key id.
-    pub key_id: u64,
-    /// HMAC-SHA256 of the cookie over the role label, the key id and the
-    /// transcript.
-    #[serde(with = "super::continuity::bytes16")]
-    pub mac: [u8; 32],
 }
 
 const INITIATOR: &[u8] = b"sitenet cookie v1 initiator proves";

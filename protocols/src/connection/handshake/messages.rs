@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::continuity::{Nonce, Proof};
-use super::cookie::CookieProof;
 use crate::base::site::SiteId;
 pub use crate::connection::refusal::RefuseReason;
 use crate::wire::version::{Capabilities, VersionRange};
@@ -220,4 +219,15 @@ pub struct Wait {
     /// (milliseconds); past it, the acceptor closes it and the initiator
     /// retries after its backoff.
     pub hold_ms: u32,
+}
+
+/// A proof on the wire: which cookie, and the HMAC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CookieProof {
+    /// The cookie's key id.
+    pub key_id: u64,
+    /// HMAC-SHA256 of the cookie over the role label, the key id and the
+    /// transcript.
+    #[serde(with = "super::continuity::bytes16")]
+    pub mac: [u8; 32],
 }

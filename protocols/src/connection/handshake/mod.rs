@@ -98,9 +98,11 @@ use serde::{Deserialize, Serialize};
 pub use acceptor::Acceptor;
 pub use certificate::PeerCertificate;
 pub use continuity::{Claim, Continuity, HandshakeNonces, Nonce, PairSecret, Proof};
-pub use cookie::{AuthFailure, Cookie, CookieError, CookieProof, Keyring};
+pub use cookie::{AuthFailure, Cookie, CookieError, Keyring};
 pub use initiator::{Initiator, Opened};
-pub use messages::{Attempt, Negotiate, NegotiateAns, Present, RefuseReason, SessionTag, Wait};
+pub use messages::{
+    Attempt, CookieProof, Negotiate, NegotiateAns, Present, RefuseReason, SessionTag, Wait,
+};
 pub use pair_memory::PairMemory;
 
 use crate::base::site::SiteId;
