@@ -24,11 +24,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::Rng;
-use sitenet::protocols::cooperation::{Cooperation, End, Expect};
-use sitenet::protocols::sim::{
+use sitenet_protocols::cooperation::{Cooperation, End, Expect};
+use sitenet_protocols::sim::{
     AppCtx, Application, Faults, Request, Sim, SimConfig, Verdict, SIM_TYPE,
 };
-use sitenet::protocols::{Priority, SiteId};
+use sitenet_protocols::{Priority, SiteId};
 
 #[path = "common/args.rs"]
 mod args;

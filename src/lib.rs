@@ -9,7 +9,7 @@
 //! ```
 //! use std::time::Duration;
 //! use serde::{Deserialize, Serialize};
-//! use sitenet::{Message, Node, SendOptions};
+//! use sitenet::{Message, Node};
 //!
 //! #[derive(Serialize, Deserialize)]
 //! struct Get { key: String }
@@ -25,8 +25,10 @@
 //!
 //! let client = Node::builder().start()?;
 //! let site = client.site(&server.listen_addresses()[0])?;
-//! let reply = site.request_blocking::<Get, Value>(
-//!     &Get { key: "x".into() }, Duration::from_secs(5))?;
+//! let reply = site
+//!     .request::<Get, Value>(&Get { key: "x".into() })
+//!     .timeout(Duration::from_secs(5))
+//!     .blocking()?;
 //! assert_eq!(reply.msg.value.as_deref(), Some("value of x"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{StressData, StressPing, StressPong};
-use crate::{FlushError, Priority, SendOptions, SiteRef};
+use crate::{FlushError, Priority, SiteRef};
 
 /// Messages per burst, before each probe.
 const BURST: usize = 8;
@@ -175,10 +175,7 @@ pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Share
             };
             let prio = Priority::from_lane(level).expect("levels 1 to 4");
             let body = shared.pattern.slice(..n);
-            if let Err(e) = site
-                .send_with(&m, SendOptions::new().priority(prio).body(body))
-                .await
-            {
+            if let Err(e) = site.send(&m).priority(prio).body(body).await {
                 tracing::warn!(client, error = %e, "stress client cannot send");
                 shared.sent.fetch_add(queued, Ordering::Relaxed);
                 break 'run;
@@ -190,11 +187,9 @@ pub(crate) async fn run(client: u32, site: SiteRef, seed: u64, shared: Arc<Share
         shared.sent.fetch_add(queued, Ordering::Relaxed);
         let t = Instant::now();
         match site
-            .request_with::<StressPing, StressPong>(
-                &StressPing { client },
-                SendOptions::new().priority(Priority::High),
-                Duration::from_secs(60),
-            )
+            .request::<StressPing, StressPong>(&StressPing { client })
+            .priority(Priority::High)
+            .timeout(Duration::from_secs(60))
             .await
         {
             Ok(_) => shared.record_rtt(client, t.elapsed()),
