@@ -91,7 +91,8 @@ fn main() {
     };
     for _ in 0..args.cuts {
         // Idle channel: everything acknowledged, cut, then one message.
-        site.flush_blocking(Duration::from_secs(60))
+        site.flush(Duration::from_secs(60))
+            .blocking()
             .expect("acknowledged");
         let cut = Instant::now();
         faults.cut_all();
@@ -121,7 +122,8 @@ fn main() {
                 .expect("in range");
         }
     }
-    site.flush_blocking(Duration::from_secs(60))
+    site.flush(Duration::from_secs(60))
+        .blocking()
         .expect("everything acknowledged");
     let mut transitions = Vec::new();
     while let Ok(ev) = monitor.try_recv() {

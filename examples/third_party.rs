@@ -67,7 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let matchmaker = Node::builder().start()?;
     let to_storage = matchmaker.site(&storage.listen_addresses()[0])?;
     to_storage.send(&Result_ { job: 0, value: 0 }).blocking()?;
-    to_storage.flush_blocking(Duration::from_secs(5))?;
+    to_storage.flush(Duration::from_secs(5)).blocking()?;
     rx.recv_timeout(Duration::from_secs(5))?;
     let to_worker = matchmaker.site(&worker.listen_addresses()[0])?;
     for job in 1..=3 {

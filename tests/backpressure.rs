@@ -164,7 +164,7 @@ fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
             .unwrap_or_else(|e| panic!("level-4 send {seq} after a level-1 backlog: {e}"));
     }
     drop(release_tx);
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     assert_eq!(*received.lock().unwrap(), [0, 1, 2, 3]);
     eprintln!("{backlog} level-1 messages of 16 KiB filled the level's part of a 4 MiB bound");
 }
@@ -213,5 +213,5 @@ fn regression_a_request_waiting_for_room_ends_at_its_timeout() {
         .expect("the request ended while the consumer still stalled");
     assert!(matches!(r, Err(RequestError::Timeout(_))), "{r:?}");
     drop(release_tx);
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
 }

@@ -258,7 +258,7 @@ fn cut_channels_reconnect_and_lose_nothing() {
         )
         .unwrap();
     faults.stop_random_cuts();
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     sink.wait_blocking();
     let cuts = faults.cuts();
     eprintln!("{}: {cuts} cuts", faults.seed_report());

@@ -135,7 +135,7 @@ fn queued_small_messages_share_frames_on_the_wire() {
     }
     drop(guard);
     sink.wait_blocking();
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     // Each message alone would be at least a frame header, a prelude and
     // its body; packed, an entry head (9 B), its header (at most 13 B of
     // MessagePack here) and its body, plus a frame header per ~750.

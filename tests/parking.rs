@@ -46,7 +46,7 @@ fn a_site_parks_without_a_channel_and_its_next_message_goes_on_where_it_stopped(
     for seq in 0..10 {
         site.send(&Numbered { stream: 1, seq }).blocking().unwrap();
     }
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     let before = client.stats().per_site[0].clone();
     assert_eq!(before.messages_sent.iter().sum::<u64>(), 10);
     // The channel goes (as a preemption closes it): nothing is pending,
@@ -71,7 +71,7 @@ fn a_site_parks_without_a_channel_and_its_next_message_goes_on_where_it_stopped(
         site.send(&Numbered { stream: 1, seq }).blocking().unwrap();
     }
     sink.wait_blocking();
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     assert_eq!(
         sink.out_of_order.load(std::sync::atomic::Ordering::Relaxed),
         0
@@ -130,7 +130,7 @@ fn messages_racing_a_park_are_neither_lost_nor_reordered() {
                         site.send(&Numbered { stream, seq }).blocking().unwrap();
                         if i % 2 == 1 {
                             // Idle now and then: room for a park.
-                            site.flush_blocking(PATIENCE).unwrap();
+                            site.flush(PATIENCE).blocking().unwrap();
                         }
                     }
                 })
@@ -141,7 +141,7 @@ fn messages_racing_a_park_are_neither_lost_nor_reordered() {
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         closer.join().unwrap();
-        site.flush_blocking(PATIENCE).unwrap();
+        site.flush(PATIENCE).blocking().unwrap();
     }
     sink.wait_blocking();
     assert_eq!(

@@ -62,7 +62,7 @@ fn a_hundred_cuts_during_a_hundred_thousand_messages_lose_nothing() {
         .unwrap();
     faults.stop_random_cuts();
     // Whatever was still in flight at the last cut is resent.
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     sink.wait_blocking();
     let cuts = faults.cuts();
     let (mc, ms) = (client.metrics(), server.metrics());

@@ -328,7 +328,7 @@ pub use sitenet_protocols::SiteFailure;
 /// [`Node::wait_until_blocking`](crate::Node::wait_until_blocking)) was made
 /// on the node's own runtime thread, where it would wait for ever for work
 /// only that thread can do — as a send's or request's `blocking` (`SendError::WouldDeadlock`)
-/// and `flush_blocking` (`FlushError::WouldDeadlock`) report it. Await the
+/// and a flush's `blocking` (`FlushError::WouldDeadlock`) report it. Await the
 /// async variant there (from a handler, `Ctx::spawn`, or a task on the
 /// node's runtime), or drop the node to stop it without waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -349,7 +349,7 @@ pub enum FlushError {
     /// handed back.
     #[error("site failed permanently: {0}")]
     SiteFailed(SiteFailure),
-    /// `flush_blocking` was called on the node's own runtime thread, where
+    /// A flush's `blocking` was called on the node's own runtime thread, where
     /// it would wait for ever; use `flush` there.
     #[error("a blocking call on the node's own runtime thread would deadlock; use flush there")]
     WouldDeadlock,

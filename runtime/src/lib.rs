@@ -73,8 +73,8 @@ pub use node::{Node, NodeBuilder, ShutdownReport, ToAddress};
 pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES};
 pub use runtime::{default_threads, Runtime};
 pub use site::{
-    FaultEvent, FaultState, HandedBack, RequestBuilder, ReturnedMessage, SendBuilder, SiteRef,
-    TrackedSend, DEFAULT_REQUEST_TIMEOUT, NOT_CONTACTED,
+    FaultEvent, FaultState, Flush, HandedBack, RequestBuilder, ReturnedMessage, SendBuilder,
+    SiteRef, TrackedSend, DEFAULT_REQUEST_TIMEOUT, NOT_CONTACTED,
 };
 pub use sitenet_protocols::StreamAbort;
 pub use sitenet_protocols::{DescriptorError, OpenError, Priority, SiteDescriptor, SiteId};

@@ -40,7 +40,7 @@ use crate::site_entry::{ActorState, SiteEntry};
 /// futures::executor::block_on(site.send(&Log("again".into())))?;
 /// // ...or from a plain thread, with a priority and a body.
 /// site.send(&Log("urgent".into())).priority(Priority::High).body(vec![0u8; 64]).blocking()?;
-/// site.flush_blocking(Duration::from_secs(30))?; // all acknowledged
+/// site.flush(Duration::from_secs(30)).blocking()?; // all acknowledged
 /// assert_eq!(site.id(), Some(server.id()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

@@ -12,6 +12,7 @@ use crate::metrics::Counters;
 pub use crate::node::SiteRef;
 use crate::outbox::Pushed;
 mod queries;
+pub use queries::Flush;
 mod requests;
 mod returned;
 mod send;
