@@ -12,8 +12,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-use sitenet::protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
-use sitenet::protocols::{
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_LEN};
+use sitenet_protocols::{
     ByteBuffer, ChannelParams, MessageKind, OutMessage, Priority, ReassemblyBudget, Session,
     SessionConfig,
 };

@@ -104,7 +104,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // The shard's own error comes back as the type it is, and goes
             // on to the client as it came.
             shard
-                .request_result::<Get, Value, LookupError>(&get, Duration::from_secs(30))
+                .request::<Get, Value>(&get)
+                .timeout(Duration::from_secs(30))
+                .or_error::<LookupError>()
                 .await
                 .map_err(|e| LookupError::Unavailable(e.to_string()))?
                 .map(|r| r.msg)
@@ -114,10 +116,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Node::builder().start()?;
     let site = client.site(&front.listen_addresses()[0])?;
     let get = |key: &str| {
-        site.request_result::<Get, Value, LookupError>(
-            &Get { key: key.into() },
-            Duration::from_secs(30),
-        )
+        site.request::<Get, Value>(&Get { key: key.into() })
+            .timeout(Duration::from_secs(30))
+            .or_error::<LookupError>()
     };
     for key in ["apple", "elder", "fig"] {
         match futures::executor::block_on(get(key))? {
@@ -137,7 +138,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for r in futures::executor::block_on(futures::future::join_all(burst)) {
         match r {
             Ok(Ok(_)) => answered += 1,
-            Err(RequestError::Busy(_)) => busy += 1,
+            Err(RequestError::Busy { .. }) => busy += 1,
             other => return Err(format!("unexpected outcome: {other:?}").into()),
         }
     }

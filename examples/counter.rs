@@ -149,7 +149,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The front talks to each shard once, so it knows their ids and can
     // hand references to them out.
     for r in &routes {
-        r.request::<Sum, Partial>(&Sum, Duration::from_secs(10))
+        r.request::<Sum, Partial>(&Sum)
+            .timeout(Duration::from_secs(10))
             .await?;
     }
     let for_layout = routes.clone();
@@ -167,7 +168,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     let front_ref = client.site(&front.listen_addresses()[0])?;
     let layout = front_ref
-        .request::<Layout, Shards>(&Layout, Duration::from_secs(10))
+        .request::<Layout, Shards>(&Layout)
+        .timeout(Duration::from_secs(10))
         .await?;
     let shards_here = layout.msg.0;
     println!(
@@ -199,7 +201,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     for key in [0, 7] {
         let v = front_ref
-            .request::<Lookup, Value>(&Lookup { key }, Duration::from_secs(10))
+            .request::<Lookup, Value>(&Lookup { key })
+            .timeout(Duration::from_secs(10))
             .await?;
         println!(
             "client: key {} = {} (read through the front, answered by shard {})",

@@ -28,10 +28,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use sitenet::transport::plug::{
+use sitenet::{Message, Node, NodeEvent};
+use sitenet_transport::plug::{
     BoxFuture, StreamChannel, Transport, TransportChannel, TransportListener,
 };
-use sitenet::{Message, Node, NodeEvent};
 use tokio::io::DuplexStream;
 use tokio::sync::mpsc;
 
@@ -191,7 +191,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut total = 0;
     for i in 0..cli.adds {
-        let r = site.request::<Add, Sum>(&Add(i, 1), PATIENCE).await?;
+        let r = site
+            .request::<Add, Sum>(&Add(i, 1))
+            .timeout(PATIENCE)
+            .await?;
         total += r.msg.0;
     }
     let expected: u64 = (1..=cli.adds).sum();

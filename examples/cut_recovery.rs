@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use sitenet::transport::fault::{FaultInjector, SEED_ENV};
-use sitenet::{Message, Node, Runtime, SendOptions};
+use sitenet::{Message, Node, Runtime};
+use sitenet_transport::fault::{FaultInjector, SEED_ENV};
 
 #[derive(Parser)]
 struct Args {
@@ -91,11 +91,12 @@ fn main() {
     };
     for _ in 0..args.cuts {
         // Idle channel: everything acknowledged, cut, then one message.
-        site.flush_blocking(Duration::from_secs(60))
+        site.flush(Duration::from_secs(60))
+            .blocking()
             .expect("acknowledged");
         let cut = Instant::now();
         faults.cut_all();
-        site.send_blocking(&Tick { seq }).expect("queued");
+        site.send(&Tick { seq }).blocking().expect("queued");
         seq += 1;
         wait_delivered(seq);
         idle.record(cut.elapsed().as_micros() as u64)
@@ -105,7 +106,9 @@ fn main() {
         // message queued before the cut is delivered (retransmission included).
         let body = bytes::Bytes::from(vec![0u8; args.size]);
         for _ in 0..args.per_cut {
-            site.send_blocking_with(&Tick { seq }, SendOptions::default().body(body.clone()))
+            site.send(&Tick { seq })
+                .body(body.clone())
+                .blocking()
                 .expect("queued");
             seq += 1;
         }
@@ -119,7 +122,8 @@ fn main() {
                 .expect("in range");
         }
     }
-    site.flush_blocking(Duration::from_secs(60))
+    site.flush(Duration::from_secs(60))
+        .blocking()
         .expect("everything acknowledged");
     let mut transitions = Vec::new();
     while let Ok(ev) = monitor.try_recv() {

@@ -76,7 +76,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     let dir = client.site(&directory.listen_addresses()[0])?;
     for key in 0..cli.keys {
-        let r = dir.request_blocking::<Lookup, Value>(&Lookup { key }, Duration::from_secs(10))?;
+        let r = dir
+            .request::<Lookup, Value>(&Lookup { key })
+            .timeout(Duration::from_secs(10))
+            .blocking()?;
         let direct = r.msg.answered_to == client.id().to_string();
         println!(
             "key {}: {} (answered the client directly: {direct})",

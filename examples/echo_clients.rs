@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
-use sitenet::transport::TransController;
 use sitenet::{Message, Node};
+use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+use sitenet_transport::TransController;
 
 #[derive(Parser)]
 #[command(about = "One server with few descriptors, many clients doing round trips")]
@@ -81,7 +81,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             for i in 0..rounds {
                 let s = Instant::now();
                 let r = site
-                    .request::<Ping, Pong>(&Ping(i), Duration::from_secs(60))
+                    .request::<Ping, Pong>(&Ping(i))
+                    .timeout(Duration::from_secs(60))
                     .await?;
                 assert_eq!(r.msg.0, i);
                 rtts.push(s.elapsed());

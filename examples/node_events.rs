@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use sitenet::protocols::Cookie;
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Node, NodeEvent, NodeEvents};
+use sitenet_protocols::Cookie;
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -79,7 +79,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (a, b) = (server(None), server(None));
     for s in [&a, &b] {
         let site = client.site(&s.listen_addresses()[0])?;
-        site.request::<Echo, EchoReply>(&Echo { seq: 1 }, PATIENCE)
+        site.request::<Echo, EchoReply>(&Echo { seq: 1 })
+            .timeout(PATIENCE)
             .await?;
     }
     show_until(
@@ -101,7 +102,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .local_addr()?
         .port();
     let nowhere = client.site(format!("tcp:127.0.0.1:{port}"))?;
-    nowhere.try_send(&Echo { seq: 2 })?;
+    nowhere.send(&Echo { seq: 2 }).try_now()?;
     show_until(&mut events, |e| {
         matches!(e, NodeEvent::SiteUnreachable { .. })
     })
@@ -112,7 +113,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let guarded = server(Some(Cookie::new([7; 32])));
     let mut guarded_events = guarded.events();
     let site = client.site(&guarded.listen_addresses()[0])?;
-    site.try_send(&Echo { seq: 3 })?;
+    site.send(&Echo { seq: 3 }).try_now()?;
     println!("-- the guarded server's events:");
     show_until(&mut guarded_events, |e| {
         matches!(e, NodeEvent::PeerRefused { .. })

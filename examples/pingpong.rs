@@ -220,7 +220,7 @@ fn main() -> ExitCode {
                 seq += 1;
                 let opts = SendOptions::default().body(small.clone());
                 let h = PingHeader { seq, body_len: 64 };
-                site.request_with::<PingHeader, PongHeader>(&h, opts, REQUEST_TIMEOUT)
+                site.request::<PingHeader, PongHeader>(&h).options(opts).timeout(REQUEST_TIMEOUT)
                     .await
                     .map_err(|e| format!("warm-up: {e}"))?;
             }
@@ -235,7 +235,7 @@ fn main() -> ExitCode {
                     let h = PingHeader { seq, body_len: size as u64 };
                     let opts = SendOptions::default().body(body.clone());
                     let t = Instant::now();
-                    let r = site.request_with::<PingHeader, PongHeader>(&h, opts, REQUEST_TIMEOUT).await;
+                    let r = site.request::<PingHeader, PongHeader>(&h).options(opts).timeout(REQUEST_TIMEOUT).await;
                     let elapsed = t.elapsed();
                     let r = r.map_err(|e| format!("size {size}, seq {seq}: {e}"))?;
                     if r.msg.seq != seq || r.msg.body_len != size as u64 || r.body != body {

@@ -209,7 +209,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Node::builder().start()?;
     let site = client.site(&server.listen_addresses()[0])?;
     let ask = |pid: u32, t: &Term| -> Result<Term, Box<dyn std::error::Error>> {
-        let r = site.request_raw_blocking(PROCESS_IDS + pid, marshal::encode(t), PATIENCE)?;
+        let r = site
+            .request_raw(PROCESS_IDS + pid, marshal::encode(t))
+            .timeout(PATIENCE)
+            .blocking()?;
         Ok(marshal::decode(&r.body)?)
     };
 
@@ -230,14 +233,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // Bytes that are no term: refused by the receiver, not a crash.
-    match site.request_raw_blocking(PROCESS_IDS, vec![3u8, 9, 1], PATIENCE) {
-        Err(RequestError::Remote(why)) => println!("garbage => refused: {why}"),
+    match site
+        .request_raw(PROCESS_IDS, vec![3u8, 9, 1])
+        .timeout(PATIENCE)
+        .blocking()
+    {
+        Err(RequestError::Remote { reason, .. }) => println!("garbage => refused: {reason}"),
         other => return Err(format!("garbage answered {other:?}").into()),
     }
 
     // One-way: the process gets it, nobody answers.
     let note = Tuple(vec![atom("log"), atom("started")]);
-    site.try_send_raw(PROCESS_IDS + 9, marshal::encode(&note))?;
+    site.send_raw(PROCESS_IDS + 9, marshal::encode(&note))
+        .try_now()?;
     let (pid, t) = log.recv_timeout(PATIENCE)?;
     println!("one-way {t} seen by pid {pid}");
 
@@ -245,7 +253,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let requests: Vec<_> = (0..cli.count)
         .map(|i| {
             let t = Tuple(vec![atom("add"), Int(i64::from(i)), Int(i64::from(i))]);
-            site.request_raw(PROCESS_IDS + i % PROCESSES, marshal::encode(&t), PATIENCE)
+            site.request_raw(PROCESS_IDS + i % PROCESSES, marshal::encode(&t))
+                .timeout(PATIENCE)
         })
         .collect();
     let mut sum = 0;

@@ -105,10 +105,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let node = Node::builder().start().map_err(|e| e.to_string())?;
                 let site = node.site(&address).map_err(|e| e.to_string())?;
                 let granted = site
-                    .request_blocking::<Acquire, Granted>(
-                        &Acquire { client },
-                        Duration::from_secs(60),
-                    )
+                    .request::<Acquire, Granted>(&Acquire { client })
+                    .timeout(Duration::from_secs(60))
+                    .blocking()
                     .map_err(|e| e.to_string())?;
                 {
                     let mut i = inside.lock().unwrap();
@@ -117,7 +116,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 std::thread::sleep(Duration::from_millis(5));
                 inside.lock().unwrap().0 -= 1;
-                site.send_blocking(&Release).map_err(|e| e.to_string())?;
+                site.send(&Release).blocking().map_err(|e| e.to_string())?;
                 let _ = node.shutdown_blocking(Duration::from_secs(5));
                 Ok(granted.msg.turn)
             })

@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use sitenet::protocols::{Priority, SiteId};
 use sitenet::sim::{AppCtx, Application, Faults, Sim, SimConfig, Verdict};
+use sitenet_protocols::{Priority, SiteId};
 
 #[path = "common/args.rs"]
 mod args;

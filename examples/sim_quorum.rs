@@ -24,9 +24,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::Rng;
-use sitenet::protocols::node::cooperation::{Cooperation, End, Expect};
-use sitenet::protocols::{Priority, SiteId};
-use sitenet::sim::{AppCtx, Application, Faults, Request, Sim, SimConfig, Verdict, SIM_TYPE};
+use sitenet_protocols::node::cooperation::{Cooperation, End, Expect};
+use sitenet::sim::{
+    AppCtx, Application, Faults, Request, Sim, SimConfig, Verdict, SIM_TYPE,
+};
+use sitenet_protocols::{Priority, SiteId};
 
 #[path = "common/args.rs"]
 mod args;

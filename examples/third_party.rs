@@ -54,17 +54,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             a.job,
             a.storage.id().map(|i| i.to_string())
         );
-        let _ = a.storage.try_send(&Result_ {
-            job: a.job,
-            value: u64::from(a.job) * 1000,
-        });
+        let _ = a
+            .storage
+            .send(&Result_ {
+                job: a.job,
+                value: u64::from(a.job) * 1000,
+            })
+            .try_now();
     })?;
     // The matchmaker knows both. It has talked to the storage site (a
     // first result, job 0), so it knows its id and can pass it on.
     let matchmaker = Node::builder().start()?;
     let to_storage = matchmaker.site(&storage.listen_addresses()[0])?;
-    to_storage.send_blocking(&Result_ { job: 0, value: 0 })?;
-    to_storage.flush_blocking(Duration::from_secs(5))?;
+    to_storage.send(&Result_ { job: 0, value: 0 }).blocking()?;
+    to_storage.flush(Duration::from_secs(5)).blocking()?;
     rx.recv_timeout(Duration::from_secs(5))?;
     let to_worker = matchmaker.site(&worker.listen_addresses()[0])?;
     for job in 1..=3 {
@@ -72,7 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             storage: to_storage.clone(),
             job,
         };
-        to_worker.send_blocking(&assign)?;
+        to_worker.send(&assign).blocking()?;
     }
     for _ in 1..=3 {
         rx.recv_timeout(Duration::from_secs(10))?;

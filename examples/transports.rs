@@ -28,10 +28,10 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
 use sitenet::services::{Echo, EchoReply};
-use sitenet::transport::TransController;
 use sitenet::{Address, Node, SiteDescriptor, SiteRef};
+use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+use sitenet_transport::TransController;
 
 #[derive(Parser)]
 #[command(about = "Talks to one site over mem, unix and tcp, as its descriptor allows")]
@@ -68,7 +68,9 @@ fn median_rtt(site: &SiteRef, rounds: u32) -> Result<f64, String> {
     let mut rtts = Vec::with_capacity(rounds as usize);
     for seq in 0..u64::from(rounds) {
         let t = Instant::now();
-        site.request_blocking::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
+        site.request::<Echo, EchoReply>(&Echo { seq })
+            .timeout(PATIENCE)
+            .blocking()
             .map_err(|e| format!("echo {seq} failed: {e}"))?;
         rtts.push(t.elapsed().as_secs_f64() * 1e6);
     }

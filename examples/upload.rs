@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use sitenet::{BodySink, Ctx, Message, Node, SendOptions};
+use sitenet::{BodySink, Ctx, Message, Node};
 
 #[derive(Parser)]
 #[command(about = "Streams one large message to a streaming handler")]
@@ -122,14 +122,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let part_sum: u64 = part.iter().map(|&b| b as u64).sum();
     let rss_before = rss_mib();
     let t = Instant::now();
-    let reply = site.request_blocking_with::<Upload, Stored>(
-        &Upload {
+    let reply = site
+        .request::<Upload, Stored>(&Upload {
             name: "dataset".into(),
             size,
-        },
-        SendOptions::default().parts(std::iter::repeat_n(part, cli.mib as usize)),
-        Duration::from_secs(600),
-    )?;
+        })
+        .parts(std::iter::repeat_n(part, cli.mib as usize))
+        .timeout(Duration::from_secs(600))
+        .blocking()?;
     let took = t.elapsed();
     let s = reply.msg;
     let expected = part_sum.wrapping_mul(cli.mib);

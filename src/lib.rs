@@ -12,7 +12,7 @@
 //! ```
 //! use std::time::Duration;
 //! use serde::{Deserialize, Serialize};
-//! use sitenet::{Message, Node, SendOptions};
+//! use sitenet::{Message, Node};
 //!
 //! #[derive(Serialize, Deserialize)]
 //! struct Get { key: String }
@@ -28,8 +28,10 @@
 //!
 //! let client = Node::builder().start()?;
 //! let site = client.site(&server.listen_addresses()[0])?;
-//! let reply = site.request_blocking::<Get, Value>(
-//!     &Get { key: "x".into() }, Duration::from_secs(5))?;
+//! let reply = site
+//!     .request::<Get, Value>(&Get { key: "x".into() })
+//!     .timeout(Duration::from_secs(5))
+//!     .blocking()?;
 //! assert_eq!(reply.msg.value.as_deref(), Some("value of x"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -44,11 +46,56 @@ pub mod metrics_http;
 #[cfg(feature = "cli")]
 pub mod stress;
 
-pub use sitenet_protocols as protocols;
-pub use sitenet_runtime::*;
-pub use sitenet_sim as sim;
-pub use sitenet_transport as transport;
+// The API a runtime author uses, by name: the node and its builder, a
+// site and its sends and requests, messages, handlers, errors, metrics,
+// configuration. Tests and tools that reach into the layers below use
+// the sub-crates (`sitenet_protocols`, `sitenet_transport`,
+// `sitenet_runtime`) directly.
+#[cfg(feature = "test-hooks")]
+pub use sitenet_runtime::BusyGuard;
+pub use sitenet_runtime::{
+    batch, config, cookie_file, default_threads, error, idle_spin, message, metrics, services,
+    Answer, AsyncCtx, Batch, BatchReport, BodySink, CoopError, Cooperation, Ctx, DecodeError,
+    Delivery, DeliveryError, DescriptorError, Done, Expect, FaultEvent, FaultReport, FaultState,
+    Flush, FlushError, HandedBack, Message, Metrics, Node, NodeBuilder, NodeConfig, NodeError,
+    NodeEvent, NodeEvents, NodeStats, OpError, OpResult, OpenError, Outcome, PeerRefusal, Priority,
+    RawMessage, Reply, RequestBuilder, RequestError, RequestId, Responder, ReturnedMessage,
+    Runtime, SendBuilder, SendError, SendOptions, ShutdownReport, SiteDescriptor, SiteFailure,
+    SiteId, SiteRef, SiteStats, StreamAbort, Submitted, ToAddress, TrackedSend, Unhandled,
+    WaitTimedOut, WouldDeadlock, DEFAULT_REQUEST_TIMEOUT, EVENTS_QUEUED, MAX_DURATION,
+    NOT_CONTACTED, OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES, RESERVED_IDS,
+};
+
+/// The protocol's types that the API hands out or takes: a handed-back
+/// message's kind and encoding ([`ReturnedMessage::kind`],
+/// [`SiteRef::take_refused`]), the cookie a node proves its peers with
+/// ([`NodeConfig::cookies`]), and the fd-slot admission
+/// ([`NodeConfig::admission`]).
+pub use sitenet_protocols::{
+    slots::{Admission, DefaultPolicy, SlotConfig},
+    Cookie, Keyring, MessageKind, OutMessage, Refusal,
+};
 pub use sitenet_transport::{Address, AddressError};
+
+/// The deterministic simulator (the `sitenet-sim` crate): thousands of
+/// sites' protocol machines over a virtual network and clock, with faults
+/// and checkers, and a runtime author's own application protocol on top
+/// ([`sim::Application`]).
+pub use sitenet_sim as sim;
+
+/// Transports: addresses, the plug-in traits a custom transport
+/// implements ([`NodeBuilder::transport`]), TLS identities, the fd-slot
+/// controller a node may share ([`NodeConfig::trans_controller`]), and
+/// the fault injector tests of a runtime wrap channels in
+/// ([`NodeConfig::fault_injector`]).
+pub mod transport {
+    pub use sitenet_transport::tls::{self, TlsIdentity};
+    pub use sitenet_transport::{
+        Address, AddressError, FaultInjector, PluggedChannel, PluggedListener, RegisterError,
+        StreamChannel, TransController, Transport, TransportChannel, TransportListener,
+        TransportRegistry,
+    };
+}
 
 /// The README's Rust examples, compiled and run with the doc tests (its
 /// fragments are marked `ignore`).

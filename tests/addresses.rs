@@ -186,8 +186,8 @@ async fn regression_a_second_descriptor_adds_addresses_before_the_first_use() {
     let r = site
         .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
             &sitenet::services::Echo { seq: 5 },
-            std::time::Duration::from_secs(20),
         )
+        .timeout(std::time::Duration::from_secs(20))
         .await
         .expect("reached at the address the second descriptor gave");
     assert_eq!(r.msg.seq, 5);

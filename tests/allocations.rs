@@ -25,7 +25,7 @@ async fn small_messages_cost_no_allocation_each() {
     let send = |seq| {
         let opts = SendOptions::default().body(body.clone());
         let site = &site;
-        async move { site.send_with(&SinkData { stream: 1, seq }, opts).await }
+        async move { site.send(&SinkData { stream: 1, seq }).options(opts).await }
     };
     // Warm-up: rings, queues and tables reach their working sizes.
     for seq in 0..20_000u64 {

@@ -98,7 +98,8 @@ async fn an_async_handler_awaits_another_site_before_answering() {
             async move {
                 assert!(ctx.is_request() && ctx.sender_id().is_some());
                 let r = to_back
-                    .request::<Ask, Answer>(&Ask(n), PATIENCE)
+                    .request::<Ask, Answer>(&Ask(n))
+                    .timeout(PATIENCE)
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok::<_, String>(Answer(r.msg.0 * 10))
@@ -108,7 +109,11 @@ async fn an_async_handler_awaits_another_site_before_answering() {
     let client = node();
     let site = client.site(addr(&front)).unwrap();
     let asks: Vec<_> = (0..20)
-        .map(|n| site.request_with::<Ask, Answer>(&Ask(n), now(), PATIENCE))
+        .map(|n| {
+            site.request::<Ask, Answer>(&Ask(n))
+                .options(now())
+                .timeout(PATIENCE)
+        })
         .collect();
     let answers = tokio::spawn(futures::future::join_all(asks));
     // Every one is in flight at both nodes before the first answer.
@@ -152,7 +157,12 @@ async fn a_typed_error_is_matched_by_the_caller() {
     let client = node();
     for server in [&sync_server, &async_server] {
         let site = client.site(addr(server)).unwrap();
-        let ask = |n| site.request_result_with::<Ask, Answer, AskError>(&Ask(n), now(), PATIENCE);
+        let ask = |n| {
+            site.request::<Ask, Answer>(&Ask(n))
+                .options(now())
+                .timeout(PATIENCE)
+                .or_error::<AskError>()
+        };
         assert_eq!(ask(8).await.unwrap().map(|r| r.msg), Ok(Answer(4)));
         assert_eq!(ask(7).await.unwrap().err(), Some(AskError::Odd(7)));
         match ask(500).await.unwrap() {
@@ -161,34 +171,43 @@ async fn a_typed_error_is_matched_by_the_caller() {
         }
         // A caller that does not ask for the value reads it.
         let e = site
-            .request_with::<Ask, Answer>(&Ask(7), now(), PATIENCE)
-            .await
-            .unwrap_err();
-        assert_eq!(
-            e,
-            RequestError::Remote(r#"the handler returned an error: {"Odd":7}"#.into())
-        );
-        // Another type: said, with the handler's reason.
-        let e = site
-            .request_result_with::<Ask, Answer, Unrelated>(&Ask(500), now(), PATIENCE)
+            .request::<Ask, Answer>(&Ask(7))
+            .options(now())
+            .timeout(PATIENCE)
             .await
             .unwrap_err();
         assert!(
-            matches!(&e, RequestError::Decode(r) if r.contains("Unrelated") && r.contains("TooBig")),
+            matches!(&e, RequestError::Remote { type_id: Ask::ID, reason, value: Some(_) }
+                if reason == r#"the handler returned an error: {"Odd":7}"#),
+            "{e:?}"
+        );
+        // Another type: said, with the handler's reason.
+        let e = site
+            .request::<Ask, Answer>(&Ask(500))
+            .options(now())
+            .timeout(PATIENCE)
+            .or_error::<Unrelated>()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, RequestError::Decode(r) if r.to_string().contains("Unrelated") && r.to_string().contains("TooBig")),
             "{e}"
         );
         // A one-way message's output goes nowhere; the node goes on.
-        site.try_send(&Ask(7)).unwrap();
+        site.send(&Ask(7)).try_now().unwrap();
         assert_eq!(ask(2).await.unwrap().map(|r| r.msg), Ok(Answer(1)));
     }
-    // Plain failures stay plain for `request_result`.
+    // A type the peer has no handler for says so with `or_error` too.
     let client_site = client.site(addr(&sync_server)).unwrap();
     let e = client_site
-        .request_result_with::<Note, Answer, AskError>(&Note(1), now(), PATIENCE)
+        .request::<Note, Answer>(&Note(1))
+        .options(now())
+        .timeout(PATIENCE)
+        .or_error::<AskError>()
         .await
         .unwrap_err();
     assert!(
-        matches!(&e, RequestError::Remote(r) if r.contains("no handler")),
+        matches!(&e, RequestError::NoHandler { type_id: Note::ID }),
         "{e}"
     );
 }
@@ -207,9 +226,17 @@ async fn the_local_site_is_answered_by_an_async_handler() {
     })
     .unwrap();
     let me = n.local_site();
-    let r = me.request_result_with::<Ask, Answer, AskError>(&Ask(5), now(), PATIENCE);
+    let r = me
+        .request::<Ask, Answer>(&Ask(5))
+        .options(now())
+        .timeout(PATIENCE)
+        .or_error::<AskError>();
     assert_eq!(r.await.unwrap().map(|r| r.msg), Ok(Answer(5)));
-    let r = me.request_result_with::<Ask, Answer, AskError>(&Ask(0), now(), PATIENCE);
+    let r = me
+        .request::<Ask, Answer>(&Ask(0))
+        .options(now())
+        .timeout(PATIENCE)
+        .or_error::<AskError>();
     assert_eq!(r.await.unwrap().err(), Some(AskError::Odd(0)));
 }
 
@@ -231,17 +258,25 @@ async fn a_panicking_async_handler_is_answered_as_an_error_and_counted() {
     let site = client.site(addr(&server)).unwrap();
     for n in [1, 2] {
         let e = site
-            .request_with::<Ask, Answer>(&Ask(n), now(), PATIENCE)
+            .request::<Ask, Answer>(&Ask(n))
+            .options(now())
+            .timeout(PATIENCE)
             .await
             .unwrap_err();
         assert_eq!(
             e,
-            RequestError::Remote(format!("async handler for type {} panicked", Ask::ID))
+            RequestError::Remote {
+                type_id: Ask::ID,
+                reason: format!("async handler for type {:#x} panicked", Ask::ID),
+                value: None
+            }
         );
     }
     assert_eq!(server.metrics().handler_panics, 2);
     let r = site
-        .request_with::<Ask, Answer>(&Ask(3), now(), PATIENCE)
+        .request::<Ask, Answer>(&Ask(3))
+        .options(now())
+        .timeout(PATIENCE)
         .await;
     assert_eq!(r.unwrap().msg, Answer(3));
     assert!(eventually(|| server.metrics().async_handlers == 0).await);
@@ -259,11 +294,13 @@ async fn an_async_handler_answering_nothing_ends_the_request_at_once() {
     let site = client.site(addr(&server)).unwrap();
     let t0 = Instant::now();
     let e = site
-        .request_with::<Ask, Answer>(&Ask(1), now(), Duration::from_secs(60))
+        .request::<Ask, Answer>(&Ask(1))
+        .options(now())
+        .timeout(Duration::from_secs(60))
         .await
         .unwrap_err();
     assert!(
-        matches!(&e, RequestError::NoReply(r) if r.contains("answers nothing")),
+        matches!(&e, RequestError::NoReply { reason: r, .. } if r.contains("answers nothing")),
         "{e}"
     );
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
@@ -290,7 +327,9 @@ async fn an_async_handler_may_answer_through_its_responder() {
     let client = node();
     let site = client.site(addr(&server)).unwrap();
     let r = site
-        .request_with::<Ask, Answer>(&Ask(5), now(), PATIENCE)
+        .request::<Ask, Answer>(&Ask(5))
+        .options(now())
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!((r.msg, r.body.len()), (Answer(5), 5));
@@ -332,20 +371,28 @@ async fn at_the_cap_a_request_is_refused_busy_at_once() {
     let client = node();
     let site = client.site(addr(&server)).unwrap();
     let held: Vec<_> = (0..2)
-        .map(|n| tokio::spawn(site.request_with::<Ask, Answer>(&Ask(n), now(), PATIENCE)))
+        .map(|n| {
+            tokio::spawn(
+                site.request::<Ask, Answer>(&Ask(n))
+                    .options(now())
+                    .timeout(PATIENCE),
+            )
+        })
         .collect();
     assert!(eventually(|| server.metrics().async_handlers == 2).await);
     let t0 = Instant::now();
     let e = site
-        .request_with::<Ask, Answer>(&Ask(2), now(), Duration::from_secs(60))
+        .request::<Ask, Answer>(&Ask(2))
+        .options(now())
+        .timeout(Duration::from_secs(60))
         .await
         .unwrap_err();
     assert!(
-        matches!(&e, RequestError::Busy(r) if r.contains("max_async_handlers")),
+        matches!(&e, RequestError::Busy { reason: r, .. } if r.contains("max_async_handlers")),
         "{e}"
     );
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
-    site.try_send(&Note(1)).unwrap();
+    site.send(&Note(1)).try_now().unwrap();
     let (type_id, reason) = unhandled.recv_timeout(PATIENCE).unwrap();
     assert_eq!(type_id, Note::ID);
     assert!(reason.contains("max_async_handlers"), "{reason}");
@@ -359,7 +406,9 @@ async fn at_the_cap_a_request_is_refused_busy_at_once() {
     }
     assert!(eventually(|| server.metrics().async_handlers == 0).await);
     let r = site
-        .request_with::<Ask, Answer>(&Ask(3), now(), PATIENCE)
+        .request::<Ask, Answer>(&Ask(3))
+        .options(now())
+        .timeout(PATIENCE)
         .await;
     assert_eq!(r.unwrap().msg, Answer(3));
 }
@@ -390,7 +439,11 @@ async fn a_stopping_node_drops_its_running_futures() {
         .unwrap();
     let client = node();
     let site = client.site(addr(&server)).unwrap();
-    let asked = tokio::spawn(site.request_with::<Ask, Answer>(&Ask(1), now(), PATIENCE));
+    let asked = tokio::spawn(
+        site.request::<Ask, Answer>(&Ask(1))
+            .options(now())
+            .timeout(PATIENCE),
+    );
     assert!(eventually(|| server.metrics().async_handlers == 1).await);
     let t0 = Instant::now();
     drop(server);
@@ -426,7 +479,11 @@ async fn shutdown_waits_for_running_futures_within_its_deadline() {
         .unwrap();
     let client = node();
     let site = client.site(addr(&server)).unwrap();
-    let answered = tokio::spawn(site.request_with::<Ask, Answer>(&Ask(1), now(), PATIENCE));
+    let answered = tokio::spawn(
+        site.request::<Ask, Answer>(&Ask(1))
+            .options(now())
+            .timeout(PATIENCE),
+    );
     assert!(eventually(|| server.metrics().async_handlers == 1).await);
     let stopping = {
         let server = server.clone();
@@ -455,7 +512,11 @@ async fn shutdown_waits_for_running_futures_within_its_deadline() {
         })
         .unwrap();
     let site = client.site(addr(&server)).unwrap();
-    let asked = tokio::spawn(site.request_with::<Ask, Answer>(&Ask(0), now(), PATIENCE));
+    let asked = tokio::spawn(
+        site.request::<Ask, Answer>(&Ask(0))
+            .options(now())
+            .timeout(PATIENCE),
+    );
     assert!(eventually(|| server.metrics().async_handlers == 1).await);
     server.shutdown(Duration::from_millis(200)).await;
     dropped
@@ -496,7 +557,12 @@ async fn an_async_handler_forwards_and_the_owner_answers_a_typed_error() {
         .unwrap();
     let client = node();
     let site = client.site(addr(&relay)).unwrap();
-    let ask = |n| site.request_result_with::<Ask, Answer, AskError>(&Ask(n), now(), PATIENCE);
+    let ask = |n| {
+        site.request::<Ask, Answer>(&Ask(n))
+            .options(now())
+            .timeout(PATIENCE)
+            .or_error::<AskError>()
+    };
     assert_eq!(ask(2).await.unwrap().map(|r| r.msg), Ok(Answer(200)));
     assert_eq!(ask(3).await.unwrap().err(), Some(AskError::Odd(3)));
 
@@ -520,7 +586,9 @@ async fn an_async_handler_forwards_and_the_owner_answers_a_typed_error() {
         .unwrap();
     let site = client.site(addr(&small)).unwrap();
     let r = site
-        .request_with::<Ask, Answer>(&Ask(4), now(), PATIENCE)
+        .request::<Ask, Answer>(&Ask(4))
+        .options(now())
+        .timeout(PATIENCE)
         .await;
     assert_eq!(r.unwrap().msg, Answer(5));
 }
@@ -546,7 +614,9 @@ async fn a_handler_without_sync_keeps_its_state() {
     let mut got = Vec::new();
     for n in 1..=3 {
         let r = site
-            .request_with::<Ask, Answer>(&Ask(n), now(), PATIENCE)
+            .request::<Ask, Answer>(&Ask(n))
+            .options(now())
+            .timeout(PATIENCE)
             .await;
         got.push(r.unwrap().msg.0);
     }
@@ -563,7 +633,7 @@ async fn a_handler_of_any_kind_is_replaced_at_run_time() {
     let server = node();
     let client = node();
     let site = client.site(addr(&server)).unwrap();
-    let ask = |n| site.request::<Ask, Answer>(&Ask(n), PATIENCE);
+    let ask = |n| site.request::<Ask, Answer>(&Ask(n)).timeout(PATIENCE);
     let mut count = 0u64;
     server
         .handle_mut(move |ctx, Ask(n): Ask| {

@@ -66,7 +66,9 @@ fn client_bounded(bound: u64) -> Node {
 fn stall(server: &Node, entered: &std::sync::mpsc::Receiver<()>, bound: u64) -> (Node, SiteRef) {
     let client = client_bounded(bound);
     let site = client.site(addr(server)).unwrap();
-    site.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
+    site.send(&Numbered { stream: 0, seq: 0 })
+        .try_now()
+        .unwrap();
     entered.recv_timeout(PATIENCE).expect("the consumer stalls");
     (client, site)
 }
@@ -85,13 +87,14 @@ fn tiny_messages_to_a_stalled_consumer_stay_within_the_bound() {
     let mut sent = 0u64;
     loop {
         let body = bytes::Bytes::from(vec![7u8; 16]);
-        match site.try_send_with(
-            &Numbered {
+        match site
+            .send(&Numbered {
                 stream: 1,
                 seq: sent,
-            },
-            SendOptions::default().body(body),
-        ) {
+            })
+            .body(body)
+            .try_now()
+        {
             Ok(()) => sent += 1,
             Err(SendError::QueueFull { .. }) => break,
             Err(e) => panic!("{e}"),
@@ -133,13 +136,14 @@ fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
         .body(vec![1u8; 16 << 10]);
     let mut backlog = 0u64;
     loop {
-        match site.try_send_with(
-            &Numbered {
+        match site
+            .send(&Numbered {
                 stream: 1,
                 seq: backlog,
-            },
-            low.clone(),
-        ) {
+            })
+            .options(low.clone())
+            .try_now()
+        {
             Ok(()) => backlog += 1,
             Err(SendError::QueueFull { bound }) => {
                 assert_eq!(bound, BOUND, "the site's bound said no");
@@ -154,11 +158,13 @@ fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
         .priority(Priority::High)
         .body(vec![4u8; 16 << 10]);
     for seq in 0..4 {
-        site.try_send_with(&Numbered { stream: 4, seq }, high.clone())
+        site.send(&Numbered { stream: 4, seq })
+            .options(high.clone())
+            .try_now()
             .unwrap_or_else(|e| panic!("level-4 send {seq} after a level-1 backlog: {e}"));
     }
     drop(release_tx);
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     assert_eq!(*received.lock().unwrap(), [0, 1, 2, 3]);
     eprintln!("{backlog} level-1 messages of 16 KiB filled the level's part of a 4 MiB bound");
 }
@@ -179,13 +185,12 @@ fn regression_a_request_waiting_for_room_ends_at_its_timeout() {
     for size in [16 << 10, 16] {
         let filler = SendOptions::new().body(vec![1u8; size]);
         while site
-            .try_send_with(
-                &Numbered {
-                    stream: 1,
-                    seq: backlog,
-                },
-                filler.clone(),
-            )
+            .send(&Numbered {
+                stream: 1,
+                seq: backlog,
+            })
+            .options(filler.clone())
+            .try_now()
             .is_ok()
         {
             backlog += 1;
@@ -198,7 +203,9 @@ fn regression_a_request_waiting_for_room_ends_at_its_timeout() {
     std::thread::spawn(move || {
         let asked = Numbered { stream: 2, seq: 0 };
         let r = requester
-            .request_blocking::<Numbered, Numbered>(&asked, std::time::Duration::from_millis(200));
+            .request::<Numbered, Numbered>(&asked)
+            .timeout(std::time::Duration::from_millis(200))
+            .blocking();
         let _ = tx.send(r);
     });
     let r = rx
@@ -206,5 +213,5 @@ fn regression_a_request_waiting_for_room_ends_at_its_timeout() {
         .expect("the request ended while the consumer still stalled");
     assert!(matches!(r, Err(RequestError::Timeout(_))), "{r:?}");
     drop(release_tx);
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
 }

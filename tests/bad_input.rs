@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use sitenet::protocols::connection::handshake::{read_frame, MAX_HANDSHAKE_PAYLOAD};
-use sitenet::protocols::{ByteBuffer, FrameKind, PROTOCOL_VERSION};
 use sitenet::services::{Echo, EchoReply};
-use sitenet::{Node, Runtime, SendOptions};
+use sitenet::{Node, Runtime};
+use sitenet_protocols::connection::handshake::{read_frame, MAX_HANDSHAKE_PAYLOAD};
+use sitenet_protocols::{ByteBuffer, FrameKind, PROTOCOL_VERSION};
 
 fn tcp(addr: &str) -> TcpStream {
     let s = TcpStream::connect(addr.strip_prefix("tcp:").unwrap()).unwrap();
@@ -91,11 +91,10 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
             let mut seq = 0;
             while !stop.load(Ordering::Acquire) || seq < 50 {
                 let r = site
-                    .request_blocking_with::<Echo, EchoReply>(
-                        &Echo { seq },
-                        SendOptions::default().body(vec![9u8; 100]),
-                        PATIENCE,
-                    )
+                    .request::<Echo, EchoReply>(&Echo { seq })
+                    .body(vec![9u8; 100])
+                    .timeout(PATIENCE)
+                    .blocking()
                     .expect("healthy peer keeps working");
                 assert_eq!(r.msg.seq, seq);
                 ok.fetch_add(1, Ordering::Relaxed);
@@ -191,9 +190,9 @@ fn bad_peers_are_closed_and_reported_while_a_healthy_peer_keeps_working() {
     // 7. A message announcing more than the maximum message size.
     let mut s = handshaken(&a);
     let mut frame = raw::frame_header(FrameKind::Data, 3, 1, 28, 0).to_vec();
-    let prelude = sitenet::protocols::Prelude {
+    let prelude = sitenet_protocols::Prelude {
         type_id: 1,
-        kind: sitenet::protocols::MessageKind::OneWay,
+        kind: sitenet_protocols::MessageKind::OneWay,
         header_len: 0,
         body_len: 1 << 40,
         corr: 0,

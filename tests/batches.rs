@@ -302,7 +302,7 @@ async fn a_batch_of_requests_is_answered_by_async_handlers() {
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0].0, 13);
     assert!(
-        matches!(f[0].1, OpError::Request(RequestError::Remote(r)) if r.contains("unlucky 13")),
+        matches!(f[0].1, OpError::Request(RequestError::Remote { reason: r, .. }) if r.contains("unlucky 13")),
         "{:?}",
         f[0].1
     );

@@ -22,7 +22,7 @@ fn node_prints_its_identity_and_ping_measures_round_trips() {
     let site_id = first["site_id"].as_str().unwrap();
     assert_eq!(site_id.len(), 32);
     assert!(site_id.chars().all(|c| c.is_ascii_hexdigit()));
-    assert_eq!(first["protocol"], sitenet::protocols::PROTOCOL_VERSION);
+    assert_eq!(first["protocol"], sitenet_protocols::PROTOCOL_VERSION);
     let listen = first["listen"][0].as_str().unwrap();
     assert!(
         listen.starts_with("tcp:127.0.0.1:") && !listen.ends_with(":0"),
@@ -37,10 +37,11 @@ fn node_prints_its_identity_and_ping_measures_round_trips() {
         .unwrap();
     let site = client.site(listen).unwrap();
     let r = site
-        .request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
+        .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
             &sitenet::services::Echo { seq: 1 },
-            std::time::Duration::from_secs(60),
         )
+        .timeout(std::time::Duration::from_secs(60))
+        .blocking()
         .unwrap();
     assert_eq!(r.msg.seq, 1);
     assert_eq!(site.id().unwrap().to_string(), site_id);

@@ -297,7 +297,7 @@ async fn a_library_node_open_to_the_network_needs_the_open_level_chosen() {
     assert!(open.config().allow_open);
     let member = Node::builder()
         .listen("tcp:0.0.0.0:0")
-        .configure(|c| c.cookies = vec![sitenet::protocols::Cookie::new([7; 32])])
+        .configure(|c| c.cookies = vec![sitenet_protocols::Cookie::new([7; 32])])
         .start()
         .unwrap();
     // Loopback, unix: and mem: need no choice.
@@ -305,7 +305,7 @@ async fn a_library_node_open_to_the_network_needs_the_open_level_chosen() {
     let local = Node::builder()
         .listen("tcp:127.0.0.1:0")
         .listen(format!("unix:{}", d.join("n.sock").display()))
-        .listen(sitenet::transport::Address::unique_mem("members").to_string())
+        .listen(sitenet_transport::Address::unique_mem("members").to_string())
         .start()
         .unwrap();
     for n in [open, member, local] {

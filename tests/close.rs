@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use sitenet::transport::fault::{FaultInjector, SEED_ENV};
 use sitenet::{Node, NodeConfig, Runtime};
+use sitenet_transport::fault::{FaultInjector, SEED_ENV};
 
 fn fast_linger(c: &mut NodeConfig) {
     c.linger = Duration::from_millis(100);

@@ -170,7 +170,8 @@ async fn waits_of_never_are_taken_by_requests_batches_and_flushes() {
     let site = client.site(addr(&server)).unwrap();
     let never = Duration::MAX;
     let r = site
-        .request::<Echo, EchoReply>(&Echo { seq: 1 }, never)
+        .request::<Echo, EchoReply>(&Echo { seq: 1 })
+        .timeout(never)
         .await
         .unwrap();
     assert_eq!(r.msg.seq, 1);
@@ -183,7 +184,9 @@ async fn waits_of_never_are_taken_by_requests_batches_and_flushes() {
     assert!(b.submit().wait_any(never).await.is_some());
     let s = site.clone();
     let r = tokio::task::spawn_blocking(move || {
-        s.request_blocking::<Echo, EchoReply>(&Echo { seq: 4 }, never)
+        s.request::<Echo, EchoReply>(&Echo { seq: 4 })
+            .timeout(never)
+            .blocking()
     })
     .await
     .unwrap()

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::raw::RawPeer;
 use common::*;
-use sitenet::protocols::{AuthFailure, Cookie, Keyring, OpenError, SiteId};
 use sitenet::Node;
+use sitenet_protocols::{AuthFailure, Cookie, Keyring, OpenError, SiteId};
 
 fn cookie(b: u8) -> Cookie {
     Cookie::new([b; 32])
@@ -20,9 +20,9 @@ fn cookie(b: u8) -> Cookie {
 
 /// A listening node with the echo service holding `cookies` (the first
 /// proves), on its own slot controller.
-fn server(cookies: Vec<Cookie>) -> (Node, sitenet::transport::TransController) {
-    use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
-    let slots = sitenet::transport::TransController::new(
+fn server(cookies: Vec<Cookie>) -> (Node, sitenet_transport::TransController) {
+    use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+    let slots = sitenet_transport::TransController::new(
         SlotConfig::from_fd_limit(1024),
         Box::new(DefaultPolicy::default()),
     );

@@ -16,15 +16,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use serde::{Deserialize, Serialize};
-use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
-use sitenet::transport::fault::FaultInjector;
-use sitenet::transport::plug::{
+use sitenet::{AddressError, Message, Node, NodeConfig, NodeError, NodeEvent, SiteDescriptor};
+use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+use sitenet_transport::fault::FaultInjector;
+use sitenet_transport::plug::{
     BoxFuture, RegisterError, StreamChannel, Transport, TransportChannel, TransportListener,
 };
-use sitenet::transport::TransController;
-use sitenet::{
-    AddressError, Message, Node, NodeConfig, NodeError, NodeEvent, SendOptions, SiteDescriptor,
-};
+use sitenet_transport::TransController;
 use tokio::io::{AsyncReadExt, DuplexStream};
 use tokio::sync::mpsc;
 
@@ -218,12 +216,10 @@ async fn a_large_message_crosses_in_fragments_and_arrives_whole() {
     let client = client(&pipes, |c| c.buffer_size = 16 * 1024);
     let site = client.site("pipe:big").unwrap();
     let body: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
-    site.send_with(
-        &Big { len: LEN as u64 },
-        SendOptions::default().body(Bytes::from(body)),
-    )
-    .await
-    .unwrap();
+    site.send(&Big { len: LEN as u64 })
+        .body(Bytes::from(body))
+        .await
+        .unwrap();
     // A small one after it, on the same channel.
     echo(&site, 1).await;
     let ok = tokio::time::timeout(PATIENCE, rx.recv()).await.unwrap();
@@ -236,7 +232,7 @@ async fn a_large_message_crosses_in_fragments_and_arrives_whole() {
 fn cut_channels_reconnect_and_lose_nothing() {
     const N: u64 = 20_000;
     const CUTS: u64 = 10;
-    let faults = FaultInjector::from_env_or_random(sitenet::transport::fault::SEED_ENV);
+    let faults = FaultInjector::from_env_or_random(sitenet_transport::fault::SEED_ENV);
     let _report = faults.report_on_panic();
     let pipes = Pipes::new();
     let server = server(&pipes, "cuts", |_| {});
@@ -246,13 +242,12 @@ fn cut_channels_reconnect_and_lose_nothing() {
     faults.random_cuts(40_000);
     let body = Bytes::from(vec![0x5A; 300]);
     for seq in 0..N {
-        site.send_blocking_with(
-            &Numbered {
-                stream: (seq % 3) as u32,
-                seq: seq / 3,
-            },
-            SendOptions::default().body(body.clone()),
-        )
+        site.send(&Numbered {
+            stream: (seq % 3) as u32,
+            seq: seq / 3,
+        })
+        .body(body.clone())
+        .blocking()
         .unwrap();
     }
     let server_handle = server.clone();
@@ -263,7 +258,7 @@ fn cut_channels_reconnect_and_lose_nothing() {
         )
         .unwrap();
     faults.stop_random_cuts();
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     sink.wait_blocking();
     let cuts = faults.cuts();
     eprintln!("{}: {cuts} cuts", faults.seed_report());

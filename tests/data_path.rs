@@ -20,14 +20,16 @@ fn ten_thousand_sends_to_a_busy_com_object_cause_one_wake() {
         .unwrap();
     let site = client.site(addr(&server)).unwrap();
     // Open the channel and let the first wake be consumed.
-    site.send_blocking(&Numbered { stream: 0, seq: 0 }).unwrap();
+    site.send(&Numbered { stream: 0, seq: 0 })
+        .blocking()
+        .unwrap();
     while sink.total.load(std::sync::atomic::Ordering::Acquire) < 1 {
         std::thread::yield_now();
     }
     let guard = site.hold_busy();
     let before = client.metrics().wakes;
     for seq in 1..=N {
-        site.try_send(&Numbered { stream: 0, seq }).unwrap();
+        site.send(&Numbered { stream: 0, seq }).try_now().unwrap();
     }
     let wakes = client.metrics().wakes - before;
     drop(guard);
@@ -66,7 +68,7 @@ fn no_wake_is_lost_when_many_threads_send() {
                 for seq in 0..PER {
                     // Alternate bursts and single sends so the outbox keeps
                     // going empty and non-empty under the actor's feet.
-                    site.send_blocking(&Numbered { stream, seq }).unwrap();
+                    site.send(&Numbered { stream, seq }).blocking().unwrap();
                     if seq % 64 == 0 {
                         std::thread::yield_now();
                     }
@@ -107,7 +109,9 @@ fn queued_small_messages_share_frames_on_the_wire() {
     let site = client.site(addr(&server)).unwrap();
     let body = bytes::Bytes::from(vec![7u8; 64]);
     let opts = || SendOptions::default().body(body.clone());
-    site.send_blocking_with(&Numbered { stream: 0, seq: 0 }, opts())
+    site.send(&Numbered { stream: 0, seq: 0 })
+        .options(opts())
+        .blocking()
         .unwrap();
     while sink.total.load(std::sync::atomic::Ordering::Acquire) < 1 {
         std::thread::yield_now();
@@ -124,12 +128,14 @@ fn queued_small_messages_share_frames_on_the_wire() {
     // Everything is queued before the ComObject writes any of it.
     let guard = site.hold_busy();
     for seq in 1..=N {
-        site.try_send_with(&Numbered { stream: 0, seq }, opts())
+        site.send(&Numbered { stream: 0, seq })
+            .options(opts())
+            .try_now()
             .unwrap();
     }
     drop(guard);
     sink.wait_blocking();
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     // Each message alone would be at least a frame header, a prelude and
     // its body; packed, an entry head (9 B), its header (at most 13 B of
     // MessagePack here) and its body, plus a frame header per ~750.
@@ -161,10 +167,11 @@ fn a_handlers_reply_costs_no_wake() {
     let site = client.site(addr(&server)).unwrap();
     let echo = |seq| {
         let r = site
-            .request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
+            .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
                 &sitenet::services::Echo { seq },
-                std::time::Duration::from_secs(30),
             )
+            .timeout(std::time::Duration::from_secs(30))
+            .blocking()
             .unwrap();
         assert_eq!(r.msg.seq, seq);
     };

@@ -75,7 +75,8 @@ async fn the_final_handler_answers_the_origin_directly_in_three_messages() {
     let a = node();
     let site = a.site(addr(&b)).unwrap();
     let r = site
-        .request::<Lookup, Found>(&Lookup { key: "k".into() }, PATIENCE)
+        .request::<Lookup, Found>(&Lookup { key: "k".into() })
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.value, "value of k");
@@ -103,7 +104,8 @@ async fn the_final_handler_answers_the_origin_directly_in_three_messages() {
     let direct = a
         .site(addr(&c))
         .unwrap()
-        .request::<Lookup, Found>(&Lookup { key: "k".into() }, PATIENCE)
+        .request::<Lookup, Found>(&Lookup { key: "k".into() })
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(direct.msg.via, None, "asked directly: no forwarder");
@@ -117,7 +119,8 @@ async fn a_forwarded_request_forwarded_again_keeps_its_origin() {
     let a = node();
     let site = a.site(addr(&b)).unwrap();
     let r = site
-        .request::<Lookup, Found>(&Lookup { key: "x".into() }, PATIENCE)
+        .request::<Lookup, Found>(&Lookup { key: "x".into() })
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.asker, Some(a.id().to_string()));
@@ -139,7 +142,8 @@ async fn a_request_to_the_local_site_forwarded_is_answered_by_the_final_site() {
     let b = relay(&c);
     let r = b
         .local_site()
-        .request::<Lookup, Found>(&Lookup { key: "own".into() }, PATIENCE)
+        .request::<Lookup, Found>(&Lookup { key: "own".into() })
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.value, "value of own");
@@ -173,7 +177,8 @@ async fn request_ids_are_unguessable() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     for i in 0..200 {
-        site.request::<Lookup, Found>(&Lookup { key: i.to_string() }, PATIENCE)
+        site.request::<Lookup, Found>(&Lookup { key: i.to_string() })
+            .timeout(PATIENCE)
             .await
             .unwrap();
     }
@@ -220,11 +225,9 @@ async fn forward_with_and_reply_with_keep_the_requests_priority_when_unset() {
     let r = a
         .site(addr(&b))
         .unwrap()
-        .request_with::<Lookup, Found>(
-            &Lookup { key: "k".into() },
-            SendOptions::new().priority(Priority::High),
-            PATIENCE,
-        )
+        .request::<Lookup, Found>(&Lookup { key: "k".into() })
+        .priority(Priority::High)
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.value, "k High High 3");

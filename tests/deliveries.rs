@@ -42,7 +42,8 @@ async fn a_tracked_message_completes_when_the_peer_acknowledged_it_not_when_queu
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let mut first = site
-        .send_tracked(&Numbered { stream: 0, seq: 0 })
+        .send(&Numbered { stream: 0, seq: 0 })
+        .tracked()
         .await
         .unwrap();
     // Its handler is held: it cannot be acknowledged, however long we wait
@@ -50,7 +51,8 @@ async fn a_tracked_message_completes_when_the_peer_acknowledged_it_not_when_queu
     let mut later = Vec::new();
     for seq in 1..50 {
         later.push(
-            site.send_tracked(&Numbered { stream: 0, seq })
+            site.send(&Numbered { stream: 0, seq })
+                .tracked()
                 .await
                 .unwrap(),
         );
@@ -81,7 +83,8 @@ async fn a_killed_site_fails_tracked_messages_as_maybe_delivered_or_not_sent() {
     let site = client.site(addr(&server)).unwrap();
     // Sent, and held unacknowledged by the server's handler.
     let sent = site
-        .send_tracked(&Numbered { stream: 0, seq: 0 })
+        .send(&Numbered { stream: 0, seq: 0 })
+        .tracked()
         .await
         .unwrap();
     // (Its handler may have started already: it holds the ack either way.
@@ -95,7 +98,8 @@ async fn a_killed_site_fails_tracked_messages_as_maybe_delivered_or_not_sent() {
     // Never sent: a site nobody listens at.
     let nobody = client.site("tcp:127.0.0.1:1").unwrap();
     let unsent = nobody
-        .send_tracked(&Numbered { stream: 1, seq: 0 })
+        .send(&Numbered { stream: 1, seq: 0 })
+        .tracked()
         .await
         .unwrap();
     // Wait until the first one is on the wire, then kill both sites.
@@ -119,7 +123,8 @@ async fn a_shutdown_fails_the_tracked_messages_still_on_their_way() {
     let client = Node::builder().start().unwrap();
     let nobody = client.site("tcp:127.0.0.1:1").unwrap();
     let pending = nobody
-        .send_tracked(&Numbered { stream: 1, seq: 0 })
+        .send(&Numbered { stream: 1, seq: 0 })
+        .tracked()
         .await
         .unwrap();
     client.shutdown(Duration::from_millis(10)).await;
@@ -135,7 +140,11 @@ fn a_tracked_send_that_cannot_be_queued_fails_at_once() {
     let client = Node::builder().start().unwrap();
     let site = client.site("tcp:127.0.0.1:1").unwrap();
     let big = SendOptions::default().body(vec![0u8; 300 << 20]);
-    let r = site.try_send_tracked_with(&Numbered { stream: 0, seq: 0 }, big);
+    let r = site
+        .send(&Numbered { stream: 0, seq: 0 })
+        .options(big)
+        .tracked()
+        .try_now();
     assert!(
         matches!(r, Err(sitenet::SendError::TooLarge { .. })),
         "{r:?}"
@@ -163,8 +172,8 @@ async fn a_reference_made_after_a_kill_fails_at_once_instead_of_waiting() {
     let r = again
         .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
             &sitenet::services::Echo { seq: 2 },
-            PATIENCE,
         )
+        .timeout(PATIENCE)
         .await;
     assert!(
         matches!(r, Err(sitenet::RequestError::SiteFailed(_))),

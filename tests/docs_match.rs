@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use common::cli::sitenet;
-use sitenet::protocols::PROTOCOL_VERSION;
+use sitenet_protocols::PROTOCOL_VERSION;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use common::*;
 use futures::StreamExt;
-use sitenet::transport::fault::{FaultInjector, SEED_ENV};
-use sitenet::{FaultState, Node, NodeConfig, Runtime, SendOptions};
+use sitenet::{FaultState, Node, NodeConfig, Runtime};
+use sitenet_transport::fault::{FaultInjector, SEED_ENV};
 
 fn quick(c: &mut NodeConfig) {
     c.heartbeat_interval = Duration::from_millis(50);
@@ -137,7 +137,7 @@ async fn restarted_peer_is_a_new_incarnation() {
         "the 5 unsent messages are handed back"
     );
     assert!(matches!(
-        site.try_send(&Numbered { stream: 0, seq: 99 }),
+        site.send(&Numbered { stream: 0, seq: 99 }).try_now(),
         Err(sitenet::SendError::SiteFailed { .. })
     ));
 
@@ -167,7 +167,7 @@ async fn kill_hands_back_what_was_not_acknowledged() {
     // Hold the ComObject busy so the next messages stay queued, then kill.
     let guard = site.hold_busy();
     for seq in 1..=50 {
-        site.try_send(&Numbered { stream: 0, seq }).unwrap();
+        site.send(&Numbered { stream: 0, seq }).try_now().unwrap();
     }
     client.kill(&site);
     drop(guard);
@@ -193,9 +193,7 @@ async fn give_up_turns_a_long_temporary_failure_permanent() {
     let site = client.site(&closed).unwrap();
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);
-    site.send_with(&Numbered { stream: 0, seq: 0 }, SendOptions::default())
-        .await
-        .unwrap();
+    site.send(&Numbered { stream: 0, seq: 0 }).await.unwrap();
     assert_eq!(next_state(&mut mon).await, FaultState::TempFailed);
     assert_eq!(next_state(&mut mon).await, FaultState::PermFailed);
     let (reason, back) = site.failure().unwrap();
@@ -332,7 +330,7 @@ async fn regression_requests_sent_before_a_merge_fail_with_the_site() {
     let to_b = a.site(&alias).unwrap();
     let request = {
         let to_b = to_b.clone();
-        tokio::spawn(async move { to_b.request::<Held, Held>(&Held(7), PATIENCE).await })
+        tokio::spawn(async move { to_b.request::<Held, Held>(&Held(7)).timeout(PATIENCE).await })
     };
     assert_eq!(
         tokio::time::timeout(PATIENCE, held_rx.recv())
@@ -402,10 +400,11 @@ async fn a_request_to_a_closed_port_is_unreachable_not_a_timeout() {
     // Unreachable first (a refused open), so the deadline finds it so.
     let mut mon = client.monitor(&site);
     assert_eq!(next_state(&mut mon).await, FaultState::Ok);
-    let r = site.request::<sitenet::services::Echo, sitenet::services::EchoReply>(
-        &sitenet::services::Echo { seq: 1 },
-        Duration::from_secs(2),
-    );
+    let r = site
+        .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
+            &sitenet::services::Echo { seq: 1 },
+        )
+        .timeout(Duration::from_secs(2));
     let r = r.await;
     let Err(sitenet::RequestError::Unreachable { waited, cause }) = &r else {
         panic!("{r:?}")

@@ -49,7 +49,8 @@ async fn a_killed_peer_is_declared_down_after_the_give_up() {
     peer.0.kill().expect("SIGKILL the peer");
     peer.0.wait().unwrap();
     let e = site
-        .request::<Echo, EchoReply>(&Echo { seq: 2 }, PATIENCE)
+        .request::<Echo, EchoReply>(&Echo { seq: 2 })
+        .timeout(PATIENCE)
         .await
         .unwrap_err();
     assert_eq!(e, RequestError::SiteFailed(SiteFailure::GaveUp(give_up)));

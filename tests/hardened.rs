@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::*;
 use serde::{Deserialize, Serialize};
-use sitenet::protocols::SiteId;
-use sitenet::{Message, Node, SendOptions};
+use sitenet::{Message, Node};
+use sitenet_protocols::SiteId;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct WhoAreYou;
@@ -64,7 +64,9 @@ fn a_request_never_answered() -> (
     let victim = listening_node();
     let site = victim.site(addr(&server)).unwrap();
     let asking = std::thread::spawn(move || {
-        site.request_blocking::<WhoAreYou, IAm>(&WhoAreYou, Duration::from_secs(3))
+        site.request::<WhoAreYou, IAm>(&WhoAreYou)
+            .timeout(Duration::from_secs(3))
+            .blocking()
     });
     let corr = corr_rx
         .recv_timeout(PATIENCE)
@@ -76,13 +78,13 @@ fn a_request_never_answered() -> (
 /// reply of some sort) with request id `corr`, numbered `msg_number`.
 fn reply_frame(
     v: &mut Vec<u8>,
-    kind: sitenet::protocols::MessageKind,
+    kind: sitenet_protocols::MessageKind,
     corr: u64,
     msg_number: u64,
     header: &[u8],
 ) {
-    use sitenet::protocols::wire::frame::{FrameHeader, FrameKind};
-    let mut payload = sitenet::protocols::Prelude {
+    use sitenet_protocols::wire::frame::{FrameHeader, FrameKind};
+    let mut payload = sitenet_protocols::Prelude {
         type_id: IAm::ID,
         kind,
         header_len: header.len() as u32,
@@ -93,7 +95,7 @@ fn reply_frame(
     .to_vec();
     payload.extend_from_slice(header);
     let h = FrameHeader::whole(FrameKind::Data, 3, msg_number, payload.len() as u32, 0);
-    let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
+    let mut hb = [0u8; sitenet_protocols::HEADER_LEN];
     h.encode(&mut hb);
     v.extend_from_slice(&hb);
     v.extend_from_slice(&payload);
@@ -113,8 +115,8 @@ fn send_frames(s: &mut TcpStream, f: impl FnOnce(&mut Vec<u8>)) {
 /// 3,486 times in 40 s). A peer now holds budget only for bytes it sent.
 #[test]
 fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
-    use sitenet::protocols::wire::frame::{FrameHeader, FrameKind, FLAG_FIRST};
-    use sitenet::protocols::{MessageKind, Prelude};
+    use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, FLAG_FIRST};
+    use sitenet_protocols::{MessageKind, Prelude};
     const MAX: u64 = 1 << 20;
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -132,7 +134,7 @@ fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
                 type_id: Numbered::ID,
                 kind: MessageKind::OneWay,
                 header_len: 0,
-                body_len: MAX - sitenet::protocols::PRELUDE_LEN as u64,
+                body_len: MAX - sitenet_protocols::PRELUDE_LEN as u64,
                 corr: 0,
             }
             .encode();
@@ -145,7 +147,7 @@ fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
                 msg_number: 0,
                 frag_offset: 0,
             };
-            let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
+            let mut hb = [0u8; sitenet_protocols::HEADER_LEN];
             h.encode(&mut hb);
             v.extend_from_slice(&hb);
             v.extend_from_slice(&p);
@@ -157,11 +159,10 @@ fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     for seq in 0..20 {
-        site.send_blocking_with(
-            &Numbered { stream: 1, seq },
-            SendOptions::default().body(vec![5u8; 300_000]),
-        )
-        .unwrap();
+        site.send(&Numbered { stream: 1, seq })
+            .body(vec![5u8; 300_000])
+            .blocking()
+            .unwrap();
     }
     sink.wait_blocking();
     let m = server.metrics();
@@ -197,7 +198,9 @@ fn a_peer_listing_another_sites_address_does_not_take_over_its_traffic() {
     // The victim now talks to the server by its address: the server answers.
     let site = victim.site(addr(&server)).unwrap();
     let r = site
-        .request_blocking::<WhoAreYou, IAm>(&WhoAreYou, Duration::from_secs(20))
+        .request::<WhoAreYou, IAm>(&WhoAreYou)
+        .timeout(Duration::from_secs(20))
+        .blocking()
         .expect("the server itself answers");
     assert_eq!(r.msg.id, server.id().to_string());
     assert_eq!(site.id(), Some(server.id()));
@@ -219,9 +222,13 @@ fn a_message_too_large_for_the_peer_queued_before_the_first_handshake_is_handed_
     let site = client.site(addr(&server)).unwrap();
     // Both queued before any channel exists: the client does not know the
     // server's maximum yet.
-    site.try_send_with(&Blob, SendOptions::default().body(vec![1u8; 200 * 1024]))
+    site.send(&Blob)
+        .body(vec![1u8; 200 * 1024])
+        .try_now()
         .expect("queued: the peer's maximum is not known yet");
-    site.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
+    site.send(&Numbered { stream: 0, seq: 0 })
+        .try_now()
+        .unwrap();
     sink.wait_blocking();
     assert!(client
         .wait_until_blocking(|m| m.handed_back == 1, PATIENCE)
@@ -231,7 +238,7 @@ fn a_message_too_large_for_the_peer_queued_before_the_first_handshake_is_handed_
     assert!(
         matches!(
             back[0].0,
-            sitenet::protocols::Refusal::TooLarge { max: 65_536, .. }
+            sitenet_protocols::Refusal::TooLarge { max: 65_536, .. }
         ),
         "{:?}",
         back[0].0
@@ -259,7 +266,8 @@ fn a_send_racing_with_kill_is_handed_back_not_lost() {
         // checks the site before the kill runs.
         let _busy = site.hold_busy();
         client.kill(&site);
-        site.try_send(&Numbered { stream: 7, seq: 0 })
+        site.send(&Numbered { stream: 7, seq: 0 })
+            .try_now()
             .expect("not failed yet when the send checks");
     }
     assert!(client
@@ -311,7 +319,8 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
     // The site is known by its IP address first …
     let by_ip = client.site(addr(&server)).unwrap();
     by_ip
-        .send_blocking(&Numbered { stream: 9, seq: 0 })
+        .send(&Numbered { stream: 9, seq: 0 })
+        .blocking()
         .unwrap();
     assert!(client
         .wait_until_blocking(|m| m.channels_opened >= 1, PATIENCE)
@@ -320,7 +329,7 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
     // opens, finds the known site, and merges while the stream runs.
     let alias = client.site(format!("tcp:localhost:{port}")).unwrap();
     for seq in 0..N {
-        alias.send_blocking(&Numbered { stream: 1, seq }).unwrap();
+        alias.send(&Numbered { stream: 1, seq }).blocking().unwrap();
     }
     sink.wait_blocking();
     assert_eq!(
@@ -339,7 +348,7 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
 /// completes only a request sent to its own site, and ids are unpredictable.
 #[test]
 fn a_reply_from_another_site_does_not_complete_a_request() {
-    use sitenet::protocols::MessageKind;
+    use sitenet_protocols::MessageKind;
     // The server tells the test the request's id, as a third site that
     // guessed it would know it.
     let (_server, victim, asking, (corr, _held)) = a_request_never_answered();
@@ -368,7 +377,7 @@ fn a_reply_from_another_site_does_not_complete_a_request() {
 /// discarded and counted.
 #[test]
 fn a_delegated_reply_with_a_guessed_id_does_not_complete_a_request() {
-    use sitenet::protocols::MessageKind;
+    use sitenet_protocols::MessageKind;
     let (_server, victim, asking, _held) = a_request_never_answered();
     let mut forger = lying_initiator(&addr(&victim), vec![]);
     let header = rmp_serde::to_vec(&IAm {
@@ -400,9 +409,12 @@ fn a_default_node_serves_no_builtin_services() {
     let plain = Node::builder().listen("tcp:127.0.0.1:0").start().unwrap();
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&plain)).unwrap();
-    let r = site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, Duration::from_secs(20));
+    let r = site
+        .request::<Echo, EchoReply>(&Echo { seq: 1 })
+        .timeout(Duration::from_secs(20))
+        .blocking();
     assert!(
-        matches!(r, Err(sitenet::RequestError::Remote(_))),
+        matches!(r, Err(sitenet::RequestError::NoHandler { .. })),
         "a default node answered an echo: {r:?}"
     );
     assert_eq!(plain.metrics().unhandled, 1);
@@ -410,7 +422,9 @@ fn a_default_node_serves_no_builtin_services() {
     let served = listening_node();
     let site = client.site(addr(&served)).unwrap();
     let r = site
-        .request_blocking::<Echo, EchoReply>(&Echo { seq: 2 }, Duration::from_secs(20))
+        .request::<Echo, EchoReply>(&Echo { seq: 2 })
+        .timeout(Duration::from_secs(20))
+        .blocking()
         .unwrap();
     assert_eq!(r.msg.seq, 2);
 }
@@ -433,10 +447,10 @@ fn a_sender_waiting_for_room_fails_at_shutdown_instead_of_hanging() {
     let (tx, rx) = std::sync::mpsc::channel();
     let sender = std::thread::spawn(move || {
         for seq in 0.. {
-            let r = site.send_blocking_with(
-                &Numbered { stream: 0, seq },
-                SendOptions::default().body(vec![0u8; 1000]),
-            );
+            let r = site
+                .send(&Numbered { stream: 0, seq })
+                .body(vec![0u8; 1000])
+                .blocking();
             if r.is_err() {
                 let _ = tx.send(r);
                 return;
@@ -473,11 +487,13 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
     let target = addr(&server);
     node.handle(move |ctx, _: WhoAreYou| {
         let site = ctx.node().site(&target).unwrap();
-        let sent = site.send_blocking(&Numbered { stream: 0, seq: 0 });
-        let asked = site.request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
-            &sitenet::services::Echo { seq: 1 },
-            Duration::from_secs(5),
-        );
+        let sent = site.send(&Numbered { stream: 0, seq: 0 }).blocking();
+        let asked = site
+            .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
+                &sitenet::services::Echo { seq: 1 },
+            )
+            .timeout(Duration::from_secs(5))
+            .blocking();
         // Issue 20: the node-wide blocking calls behave alike (they
         // panicked here).
         let waited = ctx
@@ -494,7 +510,8 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
     client
         .site(addr(&node))
         .unwrap()
-        .send_blocking(&WhoAreYou)
+        .send(&WhoAreYou)
+        .blocking()
         .unwrap();
     let (sent, asked, waited, shut) = rx
         .recv_timeout(Duration::from_secs(20))
@@ -506,7 +523,8 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
     client
         .site(addr(&node))
         .unwrap()
-        .send_blocking(&WhoAreYou)
+        .send(&WhoAreYou)
+        .blocking()
         .unwrap();
     assert!(rx.recv_timeout(Duration::from_secs(20)).is_ok());
     assert_eq!(
@@ -540,14 +558,16 @@ fn a_node_whose_borrowed_runtime_stopped_fails_sends_and_requests() {
     });
     let node = rx.recv_timeout(PATIENCE).unwrap();
     let site = node.site(&target).unwrap();
-    let sent = site.send_blocking(&Numbered { stream: 0, seq: 0 });
+    let sent = site.send(&Numbered { stream: 0, seq: 0 }).blocking();
     assert_eq!(sent, Err(sitenet::SendError::RuntimeStopped));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let r = site.request_blocking::<sitenet::services::Echo, sitenet::services::EchoReply>(
-            &sitenet::services::Echo { seq: 1 },
-            Duration::from_secs(1),
-        );
+        let r = site
+            .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
+                &sitenet::services::Echo { seq: 1 },
+            )
+            .timeout(Duration::from_secs(1))
+            .blocking();
         let _ = tx.send(r.map(|_| ()));
     });
     let r = rx

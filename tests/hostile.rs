@@ -134,7 +134,7 @@ async fn regression_accept_errors_do_not_flood_the_log() {
 /// per handshake. Only the rate-limited line is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_bad_negotiates_do_not_flood_the_log() {
-    use sitenet::protocols::{ByteBuffer, Initiator, LocalInfo, SiteId};
+    use sitenet_protocols::{ByteBuffer, Initiator, LocalInfo, SiteId};
     use std::io::{Read, Write};
     let warnings = count_warnings();
     let server = listening_node();
@@ -249,12 +249,12 @@ async fn regression_shutdown_refuses_new_sends_while_it_waits() {
     // acknowledged, so shutdown waits its whole deadline.
     let client = Node::builder().start().unwrap();
     let site = client.site(closed_port_address()).unwrap();
-    site.try_send(&Expected { n: 0 }).unwrap();
+    site.send(&Expected { n: 0 }).try_now().unwrap();
     let c = client.clone();
     let shutting = tokio::spawn(async move { c.shutdown(std::time::Duration::from_secs(3)).await });
     let mut refused = false;
     while !shutting.is_finished() {
-        match site.try_send(&Expected { n: 1 }) {
+        match site.send(&Expected { n: 1 }).try_now() {
             Err(sitenet::SendError::Shutdown) => {
                 refused = true;
                 break;
@@ -291,7 +291,7 @@ async fn regression_messages_queued_as_a_site_is_given_up_are_in_not_sent() {
         let accepted = std::thread::spawn(move || {
             let mut n = 0u64;
             loop {
-                match sender.try_send(&Expected { n }) {
+                match sender.send(&Expected { n }).try_now() {
                     Ok(()) => n += 1,
                     Err(sitenet::SendError::QueueFull { .. }) => std::thread::yield_now(),
                     Err(sitenet::SendError::SiteFailed { .. }) => return n,
@@ -338,7 +338,7 @@ async fn regression_dropping_the_node_fails_its_tracked_deliveries() {
         .unwrap();
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
-    let delivery = site.try_send_tracked(&Expected { n: 0 }).unwrap();
+    let delivery = site.send(&Expected { n: 0 }).tracked().try_now().unwrap();
     tokio::task::spawn_blocking(move || got_rx.recv_timeout(PATIENCE))
         .await
         .unwrap()
@@ -395,21 +395,18 @@ async fn connect_from(
 /// attack's own plus the cap (+16), and no working channel is preempted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_idle_sockets_never_cut_a_node_off() {
-    use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
-    use sitenet::protocols::{ByteBuffer, Initiator, LocalInfo, SiteId};
+    use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+    use sitenet_protocols::{ByteBuffer, Initiator, LocalInfo, SiteId};
     use std::io::{Read, Write};
     use std::net::{IpAddr, Ipv4Addr};
     use std::time::Duration;
 
     const SOURCES: u8 = 45;
     const CAP: usize = 120;
-    assert_eq!(
-        sitenet::protocols::slots::admission::handshake_fds(1024),
-        CAP
-    );
+    assert_eq!(sitenet_protocols::slots::admission::handshake_fds(1024), CAP);
     // Both ends of every socket are in this process: the attack is scaled
     // down if the descriptor limit is below what it needs (2 × 1,050 + 512).
-    let fds = sitenet::transport::controller::fd_limit() as usize;
+    let fds = sitenet_transport::controller::fd_limit() as usize;
     let attack = 1050.min(fds.saturating_sub(512) / 2);
     assert!(
         attack > 2 * CAP,
@@ -418,7 +415,7 @@ async fn regression_idle_sockets_never_cut_a_node_off() {
     let idle_elsewhere = attack * 900 / 1050;
     let idle_here = attack * 100 / 1050;
     let stalled = attack - idle_elsewhere - idle_here;
-    let slots = sitenet::transport::TransController::new(
+    let slots = sitenet_transport::TransController::new(
         SlotConfig::from_fd_limit(1024),
         Box::new(DefaultPolicy::default()),
     );
@@ -575,8 +572,8 @@ async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
 /// connecting itself adds addresses to a known site.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_descriptor_cannot_add_addresses_to_a_known_site() {
-    use sitenet::protocols::{MessageKind, SiteId};
     use sitenet::services::Echo;
+    use sitenet_protocols::{MessageKind, SiteId};
     let server = giving_up_server();
     server.handle(|_ctx, _p: Peers| {}).unwrap();
     let (trap_at, dials) = trap();
@@ -605,8 +602,8 @@ async fn regression_a_descriptor_cannot_add_addresses_to_a_known_site() {
 /// none (the node adds what it finds by connecting itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_later_handshake_cannot_add_addresses_to_a_known_site() {
-    use sitenet::protocols::{MessageKind, SiteId};
     use sitenet::services::Echo;
+    use sitenet_protocols::{MessageKind, SiteId};
     let server = giving_up_server();
     let (trap_at, dials) = trap();
     let id = SiteId(rand::random::<u128>());
@@ -688,7 +685,8 @@ async fn regression_a_busy_handler_never_makes_a_live_node_look_dead() {
     let site = client.site(addr(&server)).unwrap();
     // The channel first (one tracked message), so the clock below measures
     // the busy server, not the connection.
-    site.send_tracked(&Work { n: 0 })
+    site.send(&Work { n: 0 })
+        .tracked()
         .await
         .unwrap()
         .await
@@ -696,7 +694,7 @@ async fn regression_a_busy_handler_never_makes_a_live_node_look_dead() {
     let start = std::time::Instant::now();
     let mut deliveries = Vec::new();
     for n in 1..=N {
-        deliveries.push(site.send_tracked(&Work { n }).await.unwrap());
+        deliveries.push(site.send(&Work { n }).tracked().await.unwrap());
     }
     let mut first = None;
     for (i, d) in deliveries.into_iter().enumerate() {
@@ -755,7 +753,7 @@ impl Message for Blob {
 /// delivered, and the honest client is never taken for dead meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
-    use sitenet::protocols::wire::frame::FLAG_FIRST;
+    use sitenet_protocols::wire::frame::FLAG_FIRST;
     use std::io::Write;
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -777,10 +775,10 @@ async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
     let mut raw = common::raw::RawPeer::connect(&addr(&server));
     let announced = 4u64 << 20;
     let frame = |flags: u8, offset: u64, payload: &[u8]| fragment_frame(flags, offset, 0, payload);
-    let prelude = sitenet::protocols::Prelude {
+    let prelude = sitenet_protocols::Prelude {
         type_id: 702,
-        kind: sitenet::protocols::MessageKind::OneWay,
-        header_len: (announced - sitenet::protocols::PRELUDE_LEN as u64) as u32,
+        kind: sitenet_protocols::MessageKind::OneWay,
+        header_len: (announced - sitenet_protocols::PRELUDE_LEN as u64) as u32,
         body_len: 0,
         corr: 0,
     }
@@ -817,7 +815,8 @@ async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
     let site = client.site(addr(&server)).unwrap();
     let start = std::time::Instant::now();
     let delivery = site
-        .send_tracked(&Blob(vec![1u8; 300 * 1024]))
+        .send(&Blob(vec![1u8; 300 * 1024]))
+        .tracked()
         .await
         .unwrap();
     let r = tokio::time::timeout(std::time::Duration::from_secs(30), delivery).await;
@@ -837,7 +836,7 @@ async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
 
 /// One DATA frame of a message fragment on lane 2, as a raw peer sends it.
 fn fragment_frame(flags: u8, offset: u64, number: u64, payload: &[u8]) -> Vec<u8> {
-    use sitenet::protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN};
+    use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, HEADER_LEN};
     let h = FrameHeader {
         kind: FrameKind::Data,
         lane: 2,
@@ -856,9 +855,9 @@ fn fragment_frame(flags: u8, offset: u64, number: u64, payload: &[u8]) -> Vec<u8
 /// `header_len` zero bytes (MessagePack would not decode them: the
 /// handler is not the point, the reassembly is).
 fn blob_wire(header_len: usize) -> Vec<u8> {
-    let mut w = sitenet::protocols::Prelude {
+    let mut w = sitenet_protocols::Prelude {
         type_id: 702,
-        kind: sitenet::protocols::MessageKind::OneWay,
+        kind: sitenet_protocols::MessageKind::OneWay,
         header_len: header_len as u32,
         body_len: 0,
         corr: 0,
@@ -880,7 +879,7 @@ fn blob_wire(header_len: usize) -> Vec<u8> {
 /// oldest's message is received; no paused channel is taken for dead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_two_transfers_over_the_budget_do_not_livelock() {
-    use sitenet::protocols::wire::frame::{FLAG_FIRST, FLAG_LAST};
+    use sitenet_protocols::wire::frame::{FLAG_FIRST, FLAG_LAST};
     use std::io::Write;
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -966,8 +965,8 @@ async fn regression_a_forged_claim_on_a_client_in_backoff_breaks_nothing() {
 /// refused".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_stranger_cannot_fill_a_victims_sink_quota_by_forwarding() {
-    use sitenet::protocols::MessageKind;
     use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
+    use sitenet_protocols::MessageKind;
     const CAP: usize = 4;
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -983,13 +982,11 @@ async fn regression_a_stranger_cannot_fill_a_victims_sink_quota_by_forwarding() 
     let verdict = |stream: u64| {
         let site = site.clone();
         async move {
-            site.request::<SinkQuery, SinkVerdict>(
-                &SinkQuery {
-                    stream,
-                    expected: 1,
-                },
-                PATIENCE,
-            )
+            site.request::<SinkQuery, SinkVerdict>(&SinkQuery {
+                stream,
+                expected: 1,
+            })
+            .timeout(PATIENCE)
             .await
             .unwrap()
             .msg

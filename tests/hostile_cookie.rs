@@ -22,10 +22,10 @@ use common::attacks::{self, attacker, tcp, Peers};
 use common::hostile::{self, trap, Level};
 use common::raw::{self, RawPeer, Wire};
 use common::*;
-use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
-use sitenet::protocols::{AuthFailure, Cookie, Initiator, Keyring, LocalInfo, OpenError, SiteId};
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Node, Runtime};
+use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+use sitenet_protocols::{AuthFailure, Cookie, Initiator, Keyring, LocalInfo, OpenError, SiteId};
 
 fn cookie(b: u8) -> Cookie {
     Cookie::new([b; 32])
@@ -124,7 +124,7 @@ fn claiming_history(id: SiteId, listen: Vec<String>, keys: Keyring) -> Initiator
 
 #[test]
 fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
-    let slots = sitenet::transport::TransController::new(
+    let slots = sitenet_transport::TransController::new(
         SlotConfig::from_fd_limit(1024),
         Box::new(DefaultPolicy::default()),
     );
@@ -164,7 +164,9 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
         .unwrap();
     let site = member.site(&target).unwrap();
     let r = site
-        .request_blocking::<Echo, EchoReply>(&Echo { seq: 0 }, PATIENCE)
+        .request::<Echo, EchoReply>(&Echo { seq: 0 })
+        .timeout(PATIENCE)
+        .blocking()
         .expect("the member is answered");
     assert_eq!(r.msg.seq, 0);
     // One channel's two rings at full size: what the member's channel may
@@ -304,15 +306,18 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
                 .collect::<Vec<_>>()
         );
         for _ in 0..100 {
-            site.send_blocking(&Numbered {
+            site.send(&Numbered {
                 stream: 0,
                 seq: sent,
             })
+            .blocking()
             .unwrap();
             sent += 1;
         }
         let r = site
-            .request_blocking::<Echo, EchoReply>(&Echo { seq: sent }, PATIENCE)
+            .request::<Echo, EchoReply>(&Echo { seq: sent })
+            .timeout(PATIENCE)
+            .blocking()
             .expect("the member is answered");
         assert_eq!(r.msg.seq, sent);
         echoes += 1;
@@ -434,7 +439,9 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
     assert_eq!(server.site_count(), 1);
     assert!(server.metrics().channel_buffer_bytes <= one_channel);
     let r = site
-        .request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, PATIENCE)
+        .request::<Echo, EchoReply>(&Echo { seq: 1 })
+        .timeout(PATIENCE)
+        .blocking()
         .unwrap();
     assert_eq!(r.msg.seq, 1);
     assert_eq!(server.metrics().channels_opened, 1);

@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use common::raw::{self, Wire};
 use common::*;
-use sitenet::protocols::{ByteBuffer, Keyring, MessageKind, SiteId};
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Message, Node};
+use sitenet_protocols::{ByteBuffer, Keyring, MessageKind, SiteId};
 
 /// Connections held by one host of the trap (or by all of it).
 #[derive(Default)]
@@ -231,7 +231,8 @@ async fn attack(
     let site = client.site(&target).unwrap();
     for seq in 0..10 {
         let r = site
-            .request::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
+            .request::<Echo, EchoReply>(&Echo { seq })
+            .timeout(PATIENCE)
             .await
             .expect("the honest client is answered");
         assert_eq!(r.msg.seq, seq);
@@ -379,7 +380,8 @@ async fn dial_bounds_at_zero_are_one_and_a_delegated_reply_still_dials_its_origi
         let r = asker
             .site(addr(&relay))
             .unwrap()
-            .request::<Question, Answer>(&Question(n), PATIENCE)
+            .request::<Question, Answer>(&Question(n))
+            .timeout(PATIENCE)
             .await
             .expect("the owner answers the asker directly");
         assert_eq!(r.msg.0, n + 1);
@@ -400,7 +402,8 @@ async fn dial_bounds_at_zero_are_one_and_a_delegated_reply_still_dials_its_origi
     let r = client
         .site(addr(&largest))
         .unwrap()
-        .request::<Echo, EchoReply>(&Echo { seq: 7 }, PATIENCE)
+        .request::<Echo, EchoReply>(&Echo { seq: 7 })
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.seq, 7);

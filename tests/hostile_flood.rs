@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::raw::{self, RawPeer};
 use common::*;
-use sitenet::protocols::{FrameKind, HEADER_LEN};
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Message, Node, Runtime};
+use sitenet_protocols::{FrameKind, HEADER_LEN};
 
 /// A packed frame on lane 3 holding `count` echo requests numbered from
 /// `first`, each with a header that does not decode (`0xc1` is never valid
@@ -90,7 +90,8 @@ async fn honest_ping(target: &str, seq: u64, limit: Duration) -> Result<Duration
         .map_err(|e| e.to_string())?;
     let site = client.site(target).map_err(|e| e.to_string())?;
     let r = site
-        .request::<Echo, EchoReply>(&Echo { seq }, limit)
+        .request::<Echo, EchoReply>(&Echo { seq })
+        .timeout(limit)
         .await
         .map_err(|e| e.to_string())?;
     if r.msg.seq != seq {

@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::raw::{self, RawPeer};
 use common::*;
 use serde::{Deserialize, Serialize};
-use sitenet::protocols::{Keyring, OpenError, RefuseReason, SiteId};
 use sitenet::{Message, Node};
+use sitenet_protocols::{Keyring, OpenError, RefuseReason, SiteId};
 
 /// A request the victims below make.
 #[derive(Serialize, Deserialize)]
@@ -40,7 +40,8 @@ fn hello_server(configure: impl Fn(&mut sitenet::NodeConfig) + Send + 'static) -
 }
 
 async fn hello(site: &sitenet::SiteRef, n: u64) -> u64 {
-    site.request::<Hello, Hello>(&Hello(n), Duration::from_secs(30))
+    site.request::<Hello, Hello>(&Hello(n))
+        .timeout(Duration::from_secs(30))
         .await
         .expect("hello answered")
         .msg
@@ -175,13 +176,7 @@ async fn regression_throwaway_pairs_cannot_flush_a_confirmed_sites_secret() {
         for i in 0..throwaways {
             let mut p = RawPeer::connect(&target);
             if i % 2 == 0 {
-                p.send(
-                    731,
-                    sitenet::protocols::MessageKind::OneWay,
-                    0,
-                    &[0xc0],
-                    &[],
-                );
+                p.send(731, sitenet_protocols::MessageKind::OneWay, 0, &[0xc0], &[]);
             }
         }
     })
@@ -213,8 +208,8 @@ async fn regression_throwaway_pairs_cannot_flush_a_confirmed_sites_secret() {
 /// entry, not refused as `Closing` until the node forgets the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_site_restarted_with_its_certificate_after_leaving_is_let_in_at_once() {
-    use sitenet::transport::tls::certs::{self, Validity};
-    use sitenet::transport::tls::TlsIdentity;
+    use sitenet_transport::tls::certs::{self, Validity};
+    use sitenet_transport::tls::TlsIdentity;
     let ca = certs::new_ca().unwrap();
     let identity = |site: SiteId| {
         let s = certs::new_site(&ca, site, &Validity::default()).expect("site certificate");

@@ -12,10 +12,10 @@ use std::time::Duration;
 use common::raw::RawPeer;
 use common::*;
 use parking_lot::Mutex;
-use sitenet::protocols::node::log_limit::{LINES_PER_WINDOW, NODE_LINES_PER_WINDOW};
-use sitenet::protocols::{Cookie, Keyring, MessageKind, SiteId};
 use sitenet::services::Echo;
 use sitenet::{Message, Node};
+use sitenet_protocols::node::log_limit::{LINES_PER_WINDOW, NODE_LINES_PER_WINDOW};
+use sitenet_protocols::{Cookie, Keyring, MessageKind, SiteId};
 
 /// The WARN lines written anywhere in this process (each test runs in a
 /// process of its own under nextest), each as its fields `name=value`.

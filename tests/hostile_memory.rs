@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use common::raw::RawPeer;
 use common::*;
-use sitenet::protocols::Keyring;
 use sitenet::Node;
+use sitenet_protocols::Keyring;
 
 /// Readers that never read, and then vanish.
 const HOGS: usize = 16;

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use common::raw::RawPeer;
 use common::*;
-use sitenet::protocols::Keyring;
 use sitenet::Node;
+use sitenet_protocols::Keyring;
 
 /// Readers that never read, and then vanish (with fewer, a reader whose
 /// channel is closing when its requests arrive is rarer).

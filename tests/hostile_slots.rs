@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use common::hostile::Level;
 use common::*;
-use sitenet::protocols::slots::{Admission, DefaultPolicy, SlotConfig};
-use sitenet::protocols::Cookie;
-use sitenet::transport::TransController;
 use sitenet::Node;
+use sitenet_protocols::slots::{Admission, DefaultPolicy, SlotConfig};
+use sitenet_protocols::Cookie;
+use sitenet_transport::TransController;
 use slot_hogs::{ping_from, Hogs};
 
 const HARD: usize = 6;

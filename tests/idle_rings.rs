@@ -29,7 +29,8 @@ async fn an_idle_channel_shrinks_its_rings_and_grows_them_for_traffic() {
     let client = Node::builder().configure(quick_idle).start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let big = || SendOptions::default().body(vec![7u8; 1 << 20]);
-    site.send_with(&Numbered { stream: 0, seq: 0 }, big())
+    site.send(&Numbered { stream: 0, seq: 0 })
+        .options(big())
         .await
         .unwrap();
     site.flush(PATIENCE).await.unwrap();
@@ -45,7 +46,8 @@ async fn an_idle_channel_shrinks_its_rings_and_grows_them_for_traffic() {
     // Traffic again, in both directions: a 1 MiB message crosses rings of
     // 4 KiB, which grow back, and a reply comes back.
     for seq in 1..3 {
-        site.send_with(&Numbered { stream: 0, seq }, big())
+        site.send(&Numbered { stream: 0, seq })
+            .options(big())
             .await
             .unwrap();
     }

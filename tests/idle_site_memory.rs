@@ -121,7 +121,9 @@ fn a_site_that_talked_and_left_keeps_nothing_of_its_channel() {
     let talk = |i: u64| {
         let c = sitenet::Node::builder().start().unwrap();
         let s = c.site(&addr).unwrap();
-        s.request_blocking::<Echo, EchoReply>(&Echo { seq: i }, Duration::from_secs(60))
+        s.request::<Echo, EchoReply>(&Echo { seq: i })
+            .timeout(Duration::from_secs(60))
+            .blocking()
             .unwrap();
         drop(s);
         c.shutdown_blocking(Duration::from_secs(10)).unwrap();
@@ -177,7 +179,9 @@ fn a_site_that_exchanged_messages_and_idles_costs_at_most_1_kib() {
             .start()
             .unwrap();
         let s = c.site(&addr).unwrap();
-        s.request_blocking::<Echo, EchoReply>(&Echo { seq: i }, Duration::from_secs(60))
+        s.request::<Echo, EchoReply>(&Echo { seq: i })
+            .timeout(Duration::from_secs(60))
+            .blocking()
             .unwrap();
         drop(s);
         assert!(c

@@ -27,9 +27,9 @@ const SERVERS: usize = 100;
 
 /// A slot controller of its own, large enough that no channel waits: the
 /// measure is of idle sites, not of the slot line.
-fn slots() -> sitenet::transport::TransController {
-    use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
-    sitenet::transport::TransController::new(
+fn slots() -> sitenet_transport::TransController {
+    use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+    sitenet_transport::TransController::new(
         SlotConfig::new(1 << 20, (1 << 20) + 1).unwrap(),
         Box::new(DefaultPolicy::default()),
     )
@@ -77,7 +77,8 @@ fn a_hundred_thousand_idle_sites_in_one_process() {
             let talks = addresses.iter().map(|a| {
                 let site = client.site(a).unwrap();
                 async move {
-                    site.request::<Echo, EchoReply>(&Echo { seq: i as u64 }, PATIENCE)
+                    site.request::<Echo, EchoReply>(&Echo { seq: i as u64 })
+                        .timeout(PATIENCE)
                         .await
                         .unwrap();
                 }

@@ -38,7 +38,8 @@ fn converse(n: u64) -> (Node, Node) {
     rt.block_on(async {
         for seq in 0..n {
             let r = site
-                .request::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
+                .request::<Echo, EchoReply>(&Echo { seq })
+                .timeout(PATIENCE)
                 .await
                 .expect("echo");
             assert_eq!(r.msg.seq, seq);

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use common::{addr, Numbered, PATIENCE};
 use serde::{Deserialize, Serialize};
-use sitenet::{BodySink, Ctx, Message, Node, SendError, SendOptions, SiteRef};
+use sitenet::{BodySink, Ctx, Message, Node, SendError, SiteRef};
 use tokio::sync::mpsc;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -76,9 +76,13 @@ async fn a_request_to_the_local_site_is_answered_and_a_tracked_send_completes() 
     .unwrap();
     let me = node.site_by_id(node.id()).expect("its own id is known");
     assert!(me.is_local());
-    let r = me.request::<Add, Add>(&Add(41), PATIENCE).await.unwrap();
+    let r = me
+        .request::<Add, Add>(&Add(41))
+        .timeout(PATIENCE)
+        .await
+        .unwrap();
     assert_eq!(r.msg.0, 42);
-    let d = me.send_tracked(&Add(1)).await.unwrap();
+    let d = me.send(&Add(1)).tracked().await.unwrap();
     tokio::time::timeout(PATIENCE, d).await.unwrap().unwrap();
     assert_eq!(*handled.lock().unwrap(), 2, "complete once handled");
     node.kill(&me);
@@ -95,7 +99,10 @@ async fn a_reference_to_the_receiver_itself_resolves_to_its_local_site() {
     let tx = Mutex::new(tx);
     b.handle(move |_ctx, i: Introduce| {
         // Talks to the site it was introduced to: itself.
-        i.peer.try_send(&Numbered { stream: 0, seq: 7 }).unwrap();
+        i.peer
+            .send(&Numbered { stream: 0, seq: 7 })
+            .try_now()
+            .unwrap();
         let _ = tx.lock().unwrap().send(i.peer.is_local());
     })
     .unwrap();
@@ -145,7 +152,9 @@ async fn a_streamed_type_streams_to_the_local_site_and_a_body_of_parts_arrives_w
     let parts = vec![Bytes::from(vec![1u8; 3_000]), Bytes::from(vec![2u8; 5_000])];
     let r = node
         .local_site()
-        .request_with::<Add, Add>(&Add(0), SendOptions::default().parts(parts), PATIENCE)
+        .request::<Add, Add>(&Add(0))
+        .parts(parts)
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.0, 8_000);
@@ -156,7 +165,7 @@ async fn after_shutdown_the_local_site_refuses_sends() {
     let node = Node::builder().start().unwrap();
     let me = node.local_site();
     node.shutdown(PATIENCE).await;
-    let e = me.try_send(&Add(1)).unwrap_err();
+    let e = me.send(&Add(1)).try_now().unwrap_err();
     assert!(matches!(e, SendError::Shutdown), "{e}");
 }
 
@@ -181,7 +190,8 @@ async fn a_request_forwarded_back_to_its_origin_is_answered_locally() {
     let r = a
         .site(addr(&b))
         .unwrap()
-        .request::<Add, Add>(&Add(4), PATIENCE)
+        .request::<Add, Add>(&Add(4))
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.0, 40);
@@ -206,13 +216,18 @@ async fn its_own_listen_address_is_the_local_site_and_another_name_a_clear_failu
     let listen = a.listen_addresses()[0].clone();
     let me = a.site(&listen).unwrap();
     assert!(me.is_local());
-    let r = me.request::<Add, Add>(&Add(4), PATIENCE).await.unwrap();
+    let r = me
+        .request::<Add, Add>(&Add(4))
+        .timeout(PATIENCE)
+        .await
+        .unwrap();
     assert_eq!(r.msg.0, 40);
     let port = listen.rsplit(':').next().unwrap();
     let other_name = a.site(format!("tcp:127.0.0.1:{port}")).unwrap();
     assert!(!other_name.is_local());
     let e = other_name
-        .request::<Add, Add>(&Add(4), PATIENCE)
+        .request::<Add, Add>(&Add(4))
+        .timeout(PATIENCE)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("connection to self"), "{e}");

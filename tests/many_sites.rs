@@ -10,10 +10,10 @@
 mod common;
 
 use common::*;
-use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
 use sitenet::services::{Echo, EchoReply};
-use sitenet::transport::TransController;
 use sitenet::{Address, Node, NodeConfig};
+use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+use sitenet_transport::TransController;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_sites_on_mem_exchange_messages_in_one_process() {
@@ -58,7 +58,8 @@ async fn ten_thousand_sites_on_mem_exchange_messages_in_one_process() {
         let site = c.site(&addr).unwrap();
         async move {
             let r = site
-                .request::<Echo, EchoReply>(&Echo { seq: i as u64 }, PATIENCE)
+                .request::<Echo, EchoReply>(&Echo { seq: i as u64 })
+                .timeout(PATIENCE)
                 .await
                 .unwrap_or_else(|e| panic!("client {i}: {e}"));
             assert_eq!(r.msg.seq, i as u64);

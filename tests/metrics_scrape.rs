@@ -87,7 +87,9 @@ fn echo_server() -> Node {
 fn echo(client: &Node, server: &Node, n: u64) {
     let site = client.site(&server.listen_addresses()[0]).unwrap();
     for seq in 0..n {
-        site.request_blocking::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
+        site.request::<Echo, EchoReply>(&Echo { seq })
+            .timeout(PATIENCE)
+            .blocking()
             .unwrap();
     }
 }

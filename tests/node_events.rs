@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use futures::StreamExt;
-use sitenet::protocols::{AuthFailure, Cookie, OpenError};
 use sitenet::{FaultState, Node, NodeEvent, PeerRefusal, SiteFailure};
+use sitenet_protocols::{AuthFailure, Cookie, OpenError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_is_up_with_its_transport_then_down_with_a_typed_reason() {
@@ -50,7 +50,9 @@ async fn a_closed_port_makes_the_site_unreachable_and_a_kill_takes_it_down() {
     let client = Node::builder().start().unwrap();
     let mut events = client.events();
     let site = client.site(&address).unwrap();
-    site.try_send(&sitenet::services::Echo { seq: 1 }).unwrap();
+    site.send(&sitenet::services::Echo { seq: 1 })
+        .try_now()
+        .unwrap();
     let ev = next_matching(&mut events, |_| true).await;
     let NodeEvent::SiteUnreachable {
         site: None,

@@ -44,9 +44,9 @@ fn a_site_parks_without_a_channel_and_its_next_message_goes_on_where_it_stopped(
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     for seq in 0..10 {
-        site.send_blocking(&Numbered { stream: 1, seq }).unwrap();
+        site.send(&Numbered { stream: 1, seq }).blocking().unwrap();
     }
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     let before = client.stats().per_site[0].clone();
     assert_eq!(before.messages_sent.iter().sum::<u64>(), 10);
     // The channel goes (as a preemption closes it): nothing is pending,
@@ -68,10 +68,10 @@ fn a_site_parks_without_a_channel_and_its_next_message_goes_on_where_it_stopped(
     assert_eq!(site.fault_state(), FaultState::Ok);
     // The next message starts it again, and the numbering goes on.
     for seq in 10..20 {
-        site.send_blocking(&Numbered { stream: 1, seq }).unwrap();
+        site.send(&Numbered { stream: 1, seq }).blocking().unwrap();
     }
     sink.wait_blocking();
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     assert_eq!(
         sink.out_of_order.load(std::sync::atomic::Ordering::Relaxed),
         0
@@ -127,10 +127,10 @@ fn messages_racing_a_park_are_neither_lost_nor_reordered() {
                     start.wait();
                     for i in 0..EACH {
                         let seq = round * EACH + i;
-                        site.send_blocking(&Numbered { stream, seq }).unwrap();
+                        site.send(&Numbered { stream, seq }).blocking().unwrap();
                         if i % 2 == 1 {
                             // Idle now and then: room for a park.
-                            site.flush_blocking(PATIENCE).unwrap();
+                            site.flush(PATIENCE).blocking().unwrap();
                         }
                     }
                 })
@@ -141,7 +141,7 @@ fn messages_racing_a_park_are_neither_lost_nor_reordered() {
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         closer.join().unwrap();
-        site.flush_blocking(PATIENCE).unwrap();
+        site.flush(PATIENCE).blocking().unwrap();
     }
     sink.wait_blocking();
     assert_eq!(
@@ -236,7 +236,10 @@ fn a_parked_site_can_be_killed_and_monitored() {
     let (reason, back) = site.failure().unwrap();
     assert_eq!(reason, sitenet::SiteFailure::Killed);
     assert!(back.not_sent.is_empty() && back.maybe_delivered.is_empty());
-    assert!(site.send_blocking(&Numbered { stream: 0, seq: 0 }).is_err());
+    assert!(site
+        .send(&Numbered { stream: 0, seq: 0 })
+        .blocking()
+        .is_err());
     // Failed, it parks again (its reclaim deadline waits there).
     parked(&client, 2);
 }
@@ -290,7 +293,11 @@ fn a_site_awaiting_a_reply_does_not_park() {
     let site = client.site(addr(&server)).unwrap();
     let asked = {
         let site = site.clone();
-        std::thread::spawn(move || site.request_blocking::<Slow, Slow>(&Slow, PATIENCE))
+        std::thread::spawn(move || {
+            site.request::<Slow, Slow>(&Slow)
+                .timeout(PATIENCE)
+                .blocking()
+        })
     };
     let responder = rx.recv_timeout(PATIENCE).unwrap();
     client.close_hard(&site);
@@ -310,7 +317,8 @@ fn tracked_messages_complete_across_a_park() {
     let site = client.site(addr(&server)).unwrap();
     common::block_on(async {
         let d = site
-            .send_tracked(&Numbered { stream: 0, seq: 0 })
+            .send(&Numbered { stream: 0, seq: 0 })
+            .tracked()
             .await
             .unwrap();
         tokio::time::timeout(PATIENCE, d).await.unwrap().unwrap();
@@ -319,7 +327,8 @@ fn tracked_messages_complete_across_a_park() {
     parked(&client, 1);
     common::block_on(async {
         let d = site
-            .send_tracked(&Numbered { stream: 0, seq: 1 })
+            .send(&Numbered { stream: 0, seq: 1 })
+            .tracked()
             .await
             .unwrap();
         tokio::time::timeout(PATIENCE, d).await.unwrap().unwrap();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use common::*;
-use sitenet::{Node, Priority, SendOptions};
+use sitenet::{Node, Priority};
 
 /// Messages delivered to the server, in order: (level, sequence number).
 type Log = Arc<Mutex<Vec<(Priority, u64)>>>;
@@ -35,20 +35,16 @@ async fn a_priority_4_message_overtakes_a_64_mib_priority_2_one_in_flight() {
     // A first message opens the channel: the big one starts at once.
     echo(&site, 0).await;
     let big = Bytes::from(vec![0x11u8; 64 << 20]);
-    site.send_with(
-        &Numbered { stream: 2, seq: 0 },
-        SendOptions::new().priority(Priority::Low).body(big),
-    )
-    .await
-    .unwrap();
-    site.send_with(
-        &Numbered { stream: 4, seq: 1 },
-        SendOptions::new()
-            .priority(Priority::High)
-            .body(vec![0x22u8; 64]),
-    )
-    .await
-    .unwrap();
+    site.send(&Numbered { stream: 2, seq: 0 })
+        .priority(Priority::Low)
+        .body(big)
+        .await
+        .unwrap();
+    site.send(&Numbered { stream: 4, seq: 1 })
+        .priority(Priority::High)
+        .body(vec![0x22u8; 64])
+        .await
+        .unwrap();
     site.flush(PATIENCE).await.unwrap();
     let log = log.lock().unwrap().clone();
     assert_eq!(
@@ -72,13 +68,12 @@ async fn saturated_levels_share_bytes_by_their_weights() {
     let levels = [Priority::Low, Priority::Medium, Priority::High];
     for seq in 0..PER_LEVEL {
         for p in levels {
-            site.send_with(
-                &Numbered {
-                    stream: p as u32,
-                    seq,
-                },
-                SendOptions::new().priority(p).body(body.clone()),
-            )
+            site.send(&Numbered {
+                stream: p as u32,
+                seq,
+            })
+            .priority(p)
+            .body(body.clone())
             .await
             .unwrap();
         }

@@ -59,7 +59,7 @@ async fn a_raw_send_reaches_the_handler_of_its_range() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
 
-    site.try_send_raw(1000, vec![1u8, 2, 3]).unwrap();
+    site.send_raw(1000, vec![1u8, 2, 3]).try_now().unwrap();
     site.send_raw(1999, Bytes::from_static(b"last id"))
         .await
         .unwrap();
@@ -67,10 +67,15 @@ async fn a_raw_send_reaches_the_handler_of_its_range() {
     let opts = SendOptions::new()
         .priority(Priority::High)
         .parts([Bytes::from_static(b"two "), Bytes::from_static(b"parts")]);
-    site.send_raw_with(1500, opts).await.unwrap();
+    site.send_raw(1500, Vec::<u8>::new())
+        .options(opts)
+        .await
+        .unwrap();
     // A body larger than a frame, as it was.
     let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
-    site.try_send_raw_with(1501, SendOptions::default().body(big.clone()))
+    site.send_raw(1501, Vec::<u8>::new())
+        .body(big.clone())
+        .try_now()
         .unwrap();
 
     let mut got = Vec::new();
@@ -93,10 +98,13 @@ async fn a_raw_send_reaches_the_handler_of_its_range() {
 
     // sitenet's own ids are not for raw messages.
     assert_eq!(
-        site.try_send_raw(RESERVED_IDS + 1, Vec::new()),
+        site.send_raw(RESERVED_IDS + 1, Vec::new()).try_now(),
         Err(SendError::ReservedId(RESERVED_IDS + 1))
     );
-    let r = site.request_raw(u32::MAX, Vec::new(), PATIENCE).await;
+    let r = site
+        .request_raw(u32::MAX, Vec::new())
+        .timeout(PATIENCE)
+        .await;
     assert_eq!(
         r.unwrap_err(),
         RequestError::Send(SendError::ReservedId(u32::MAX))
@@ -135,7 +143,8 @@ async fn a_raw_request_is_answered_raw_at_once_or_from_a_spawned_task() {
     let site = client.site(addr(&server)).unwrap();
 
     let r = site
-        .request_raw(10, vec![1u8, 2, 3], PATIENCE)
+        .request_raw(10, vec![1u8, 2, 3])
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!((r.type_id, &r.body[..]), (11, &[2u8, 4, 6][..]));
@@ -143,7 +152,10 @@ async fn a_raw_request_is_answered_raw_at_once_or_from_a_spawned_task() {
 
     // Built in a loop from temporaries, awaited together.
     let requests: Vec<_> = (0..20u8)
-        .map(|i| site.request_raw(12, vec![i, i + 1, i + 2], PATIENCE))
+        .map(|i| {
+            site.request_raw(12, vec![i, i + 1, i + 2])
+                .timeout(PATIENCE)
+        })
         .collect();
     for (i, r) in futures::future::join_all(requests)
         .await
@@ -155,14 +167,21 @@ async fn a_raw_request_is_answered_raw_at_once_or_from_a_spawned_task() {
         assert_eq!((r.type_id, &r.body[..]), (13, &[i + 2, i + 1, i][..]));
     }
 
-    let r = site.request_raw(14, Vec::new(), PATIENCE).await;
-    assert_eq!(r.unwrap_err(), RequestError::Remote("no such term".into()));
-    let r = site.request_raw(15, Vec::new(), PATIENCE).await;
-    assert!(matches!(r, Err(RequestError::NoReply(_))), "{r:?}");
+    let r = site.request_raw(14, Vec::new()).timeout(PATIENCE).await;
+    assert_eq!(
+        r.unwrap_err(),
+        RequestError::Remote {
+            type_id: 14,
+            reason: "no such term".into(),
+            value: None
+        }
+    );
+    let r = site.request_raw(15, Vec::new()).timeout(PATIENCE).await;
+    assert!(matches!(r, Err(RequestError::NoReply { .. })), "{r:?}");
     // No handler for the id: the caller is told at once.
-    let r = site.request_raw(20, Vec::new(), PATIENCE).await;
+    let r = site.request_raw(20, Vec::new()).timeout(PATIENCE).await;
     assert!(
-        matches!(&r, Err(RequestError::Remote(why)) if why.contains("no handler")),
+        matches!(&r, Err(RequestError::NoHandler { type_id: 20 })),
         "{r:?}"
     );
 
@@ -173,8 +192,11 @@ async fn a_raw_request_is_answered_raw_at_once_or_from_a_spawned_task() {
             let _ = tx.send(ctx.reply_raw(31, Vec::new()));
         })
         .unwrap();
-    site.try_send_raw(30, Vec::new()).unwrap();
-    assert!(matches!(next(&mut rx).await, Err(SendError::Encode(_))));
+    site.send_raw(30, Vec::new()).try_now().unwrap();
+    assert_eq!(
+        next(&mut rx).await,
+        Err(SendError::NothingToAnswer { type_id: 30 })
+    );
 }
 
 /// A typed message with no typed handler: its header reaches the fallback.
@@ -235,11 +257,19 @@ async fn the_fallback_gets_the_ids_no_typed_handler_and_no_range_takes() {
     server.replace_raw_fallback(|ctx, m| {
         let _ = ctx.reply_raw(m.type_id, m.body);
     });
-    let r = site.request_raw(42, &b"echo"[..], PATIENCE).await.unwrap();
+    let r = site
+        .request_raw(42, &b"echo"[..])
+        .timeout(PATIENCE)
+        .await
+        .unwrap();
     assert_eq!((r.type_id, &r.body[..]), (42, &b"echo"[..]));
     // And from the node itself, without the network.
     let local = server.local_site();
-    let r = local.request_raw(43, &b"me"[..], PATIENCE).await.unwrap();
+    let r = local
+        .request_raw(43, &b"me"[..])
+        .timeout(PATIENCE)
+        .await
+        .unwrap();
     assert_eq!((r.type_id, &r.body[..]), (43, &b"me"[..]));
 
     // Without a fallback, the rest goes to on_unhandled.
@@ -450,7 +480,11 @@ async fn a_removed_handler_leaves_its_messages_to_on_unhandled() {
             let _ = ctx.reply_raw(1, &b"old"[..]);
         })
         .unwrap();
-    let r = site.request_raw(550, Vec::new(), PATIENCE).await.unwrap();
+    let r = site
+        .request_raw(550, Vec::new())
+        .timeout(PATIENCE)
+        .await
+        .unwrap();
     assert_eq!(&r.body[..], b"old");
     let replaced = server
         .replace_raw(500..=599, |ctx, _m| {
@@ -458,16 +492,20 @@ async fn a_removed_handler_leaves_its_messages_to_on_unhandled() {
         })
         .unwrap();
     assert!(replaced);
-    let r = site.request_raw(550, Vec::new(), PATIENCE).await.unwrap();
+    let r = site
+        .request_raw(550, Vec::new())
+        .timeout(PATIENCE)
+        .await
+        .unwrap();
     assert_eq!(&r.body[..], b"new");
     assert!(matches!(
         server.replace_raw(550..700, |_, _| {}),
         Err(NodeError::OverlappingRange { .. })
     ));
     assert!(server.remove_raw(500..600));
-    let r = site.request_raw(550, Vec::new(), PATIENCE).await;
+    let r = site.request_raw(550, Vec::new()).timeout(PATIENCE).await;
     assert!(
-        matches!(&r, Err(RequestError::Remote(why)) if why.contains("no handler")),
+        matches!(&r, Err(RequestError::NoHandler { type_id: 550 })),
         "{r:?}"
     );
     let (type_id, _) = next(&mut unhandled).await;
@@ -501,13 +539,15 @@ async fn handed_back_messages_are_decoded_and_resent_to_a_second_server() {
     // Held busy, the site queues what follows; then it is killed.
     let guard = site.hold_busy();
     for seq in 1..=5 {
-        site.try_send(&Numbered { stream: 0, seq }).unwrap();
+        site.send(&Numbered { stream: 0, seq }).try_now().unwrap();
     }
     for i in 0..3u8 {
-        site.try_send_raw(700 + u32::from(i), vec![i; 10]).unwrap();
+        site.send_raw(700 + u32::from(i), vec![i; 10])
+            .try_now()
+            .unwrap();
     }
-    site.try_send(&Carry(site.clone())).unwrap();
-    let mut request = Box::pin(site.request_raw(800, Vec::new(), PATIENCE));
+    site.send(&Carry(site.clone())).try_now().unwrap();
+    let mut request = site.request_raw(800, Vec::new()).timeout(PATIENCE);
     assert!(
         futures::poll!(&mut request).is_pending(),
         "queued, awaiting its reply"
@@ -576,7 +616,7 @@ async fn handed_back_messages_are_decoded_and_resent_to_a_second_server() {
         }
     }
     assert_eq!(refused.len(), 1, "{refused:?}");
-    assert_eq!(refused[0].0, sitenet::protocols::MessageKind::Request);
+    assert_eq!(refused[0].0, sitenet_protocols::MessageKind::Request);
     assert!(refused[0].1.contains("request"), "{}", refused[0].1);
     sink2.wait().await; // the five typed ones
     let mut raws = Vec::new();
@@ -591,7 +631,7 @@ async fn handed_back_messages_are_decoded_and_resent_to_a_second_server() {
     }
     // The dead site takes nothing more.
     assert!(matches!(
-        site.try_send_raw(700, Vec::new()),
+        site.send_raw(700, Vec::new()).try_now(),
         Err(SendError::SiteFailed { .. })
     ));
 }

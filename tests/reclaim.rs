@@ -143,7 +143,7 @@ async fn regression_sites_prepared_and_dropped_unused_are_reclaimed() {
         let site = node.site(format!("tcp:127.0.0.1:{}", 1000 + i)).unwrap();
         site.prepare();
         let d = sitenet::SiteDescriptor {
-            id: sitenet::protocols::SiteId(0xD00 + i),
+            id: sitenet_protocols::SiteId(0xD00 + i),
             addresses: vec![format!("tcp:127.0.0.1:{}", 2000 + i)],
         };
         let described = node.site_from_descriptor(&d).unwrap();
@@ -185,7 +185,8 @@ async fn a_node_that_forgot_a_site_still_proves_the_pair() {
     let relay = common::raw::Relay::to(&addr(&server));
     let client = Node::builder().configure(fast_linger).start().unwrap();
     let hello = |site: sitenet::SiteRef, n: u64| async move {
-        site.request::<Hello, Hello>(&Hello(n), Duration::from_secs(10))
+        site.request::<Hello, Hello>(&Hello(n))
+            .timeout(Duration::from_secs(10))
             .await
             .map(|r| r.msg.0)
     };

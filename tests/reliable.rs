@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use sitenet::transport::fault::{FaultInjector, SEED_ENV};
-use sitenet::{Node, Priority, Runtime, SendOptions};
+use sitenet::{Node, Priority, Runtime};
+use sitenet_transport::fault::{FaultInjector, SEED_ENV};
 
 /// 100,000 messages of mixed sizes and priorities while the channel is cut at
 /// random byte offsets (mid-frame included) at least 100 times: every message
@@ -50,8 +50,7 @@ fn a_hundred_cuts_during_a_hundred_thousand_messages_lose_nothing() {
             seq: seqs[lane],
         };
         seqs[lane] += 1;
-        site.send_blocking_with(&m, SendOptions::new().priority(prio).body(body))
-            .unwrap();
+        site.send(&m).priority(prio).body(body).blocking().unwrap();
     }
     // Keep cutting until CUTS channels were cut (or everything arrived).
     let server_handle = server.clone();
@@ -63,7 +62,7 @@ fn a_hundred_cuts_during_a_hundred_thousand_messages_lose_nothing() {
         .unwrap();
     faults.stop_random_cuts();
     // Whatever was still in flight at the last cut is resent.
-    site.flush_blocking(PATIENCE).unwrap();
+    site.flush(PATIENCE).blocking().unwrap();
     sink.wait_blocking();
     let cuts = faults.cuts();
     let (mc, ms) = (client.metrics(), server.metrics());

@@ -36,7 +36,8 @@ fn node() -> Node {
 
 async fn ask(client: &Node, server: &Node, n: u64) -> Result<u64, RequestError> {
     let site = client.site(addr(server)).unwrap();
-    site.request::<Ask, Answer>(&Ask(n), PATIENCE)
+    site.request::<Ask, Answer>(&Ask(n))
+        .timeout(PATIENCE)
         .await
         .map(|r| r.msg.0)
 }
@@ -57,7 +58,11 @@ async fn a_handler_answers_from_a_spawned_task_after_awaiting_another_site() {
             let responder = ctx.responder().expect("a request has a responder");
             let to_back = to_back.clone();
             ctx.spawn(async move {
-                match to_back.request::<Ask, Answer>(&Ask(n), PATIENCE).await {
+                match to_back
+                    .request::<Ask, Answer>(&Ask(n))
+                    .timeout(PATIENCE)
+                    .await
+                {
                     Ok(r) => responder.reply(&Answer(r.msg.0 * 10)).unwrap(),
                     Err(e) => responder.fail(e.to_string()).unwrap(),
                 }
@@ -100,11 +105,12 @@ async fn no_reply_at_once(server: &Node, why: &str) {
     let site = client.site(addr(server)).unwrap();
     let t0 = Instant::now();
     let e = site
-        .request::<Ask, Answer>(&Ask(1), Duration::from_secs(30))
+        .request::<Ask, Answer>(&Ask(1))
+        .timeout(Duration::from_secs(30))
         .await
         .unwrap_err();
     assert!(
-        matches!(&e, RequestError::NoReply(reason) if reason.contains(why)),
+        matches!(&e, RequestError::NoReply { reason, .. } if reason.contains(why)),
         "{e}"
     );
     assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
@@ -143,7 +149,11 @@ async fn an_abandoned_responder_leaves_the_caller_to_its_timeout() {
     let client = node();
     let site = client.site(addr(&server)).unwrap();
     let t = Duration::from_millis(300);
-    let e = site.request::<Ask, Answer>(&Ask(1), t).await.unwrap_err();
+    let e = site
+        .request::<Ask, Answer>(&Ask(1))
+        .timeout(t)
+        .await
+        .unwrap_err();
     assert_eq!(e, RequestError::Timeout(t));
 }
 
@@ -160,7 +170,11 @@ async fn a_responder_can_answer_with_an_error() {
     let client = node();
     assert_eq!(
         ask(&client, &server, 7).await,
-        Err(RequestError::Remote("no such key 7".into()))
+        Err(RequestError::Remote {
+            type_id: Ask::ID,
+            reason: "no such key 7".into(),
+            value: None
+        })
     );
 }
 

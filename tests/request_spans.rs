@@ -106,7 +106,8 @@ async fn a_forwarded_request_carries_one_id_through_every_hop() {
     let a = listening_node();
     let to_b = a.site(addr(&b)).unwrap();
     let r = to_b
-        .request::<Lookup, Found>(&Lookup(21), PATIENCE)
+        .request::<Lookup, Found>(&Lookup(21))
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.0, 42);

@@ -37,7 +37,10 @@ async fn a_reference_passed_along_is_usable_and_is_the_same_site() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let tx = Mutex::new(tx);
     b.handle(move |_ctx, i: Introduce| {
-        i.peer.try_send(&Numbered { stream: 0, seq: 0 }).unwrap();
+        i.peer
+            .send(&Numbered { stream: 0, seq: 0 })
+            .try_now()
+            .unwrap();
         let _ = tx.lock().unwrap().send(i.peer);
     })
     .unwrap();

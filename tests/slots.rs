@@ -9,9 +9,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use sitenet::protocols::slots::{DefaultPolicy, SlotConfig};
-use sitenet::transport::TransController;
 use sitenet::{Node, NodeConfig, SendOptions};
+use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
+use sitenet_transport::TransController;
 
 fn controller(weak: usize, hard: usize) -> TransController {
     controller_holding(weak, hard, Duration::from_millis(20))
@@ -167,7 +167,8 @@ async fn a_preemption_in_the_middle_of_a_big_message_loses_nothing() {
         tokio::spawn(async move {
             for seq in 0..COUNT {
                 let opts = SendOptions::default().body(body.clone());
-                s.send_with(&Numbered { stream: 0, seq }, opts)
+                s.send(&Numbered { stream: 0, seq })
+                    .options(opts)
                     .await
                     .unwrap();
             }
@@ -185,7 +186,8 @@ async fn a_preemption_in_the_middle_of_a_big_message_loses_nothing() {
     let b_site = b.site(addr(&server)).unwrap();
     let small = SendOptions::default().body(vec![0u8, 1, 2, 3, 4, 5, 6, 7]);
     b_site
-        .send_with(&Numbered { stream: 1, seq: 0 }, small)
+        .send(&Numbered { stream: 1, seq: 0 })
+        .options(small)
         .await
         .unwrap();
     b_site.flush(PATIENCE).await.unwrap();

@@ -30,7 +30,9 @@ fn request_reply_over_tcp() {
     let site = client.site(&server.listen_addresses()[0]).unwrap();
     for i in 0..100 {
         let r = site
-            .request_blocking::<Ping, Pong>(&Ping { n: i }, Duration::from_secs(10))
+            .request::<Ping, Pong>(&Ping { n: i })
+            .timeout(Duration::from_secs(10))
+            .blocking()
             .unwrap();
         assert_eq!(r.msg.n, i + 1);
     }

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use sitenet::{Node, Priority, SendOptions};
+use sitenet::{Node, Priority};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_follow_the_traffic_by_level_and_keep_their_bounds() {
@@ -20,12 +20,11 @@ async fn stats_follow_the_traffic_by_level_and_keep_their_bounds() {
             (1, Priority::Medium),
             (2, Priority::High),
         ] {
-            site.send_with(
-                &Numbered { stream, seq },
-                SendOptions::new().priority(p).body(vec![0u8; 100]),
-            )
-            .await
-            .unwrap();
+            site.send(&Numbered { stream, seq })
+                .priority(p)
+                .body(vec![0u8; 100])
+                .await
+                .unwrap();
         }
     }
     sink.wait().await;

@@ -12,8 +12,8 @@ use bytes::{Bytes, BytesMut};
 use common::counting::{self, Counting};
 use common::{addr, PATIENCE};
 use serde::{Deserialize, Serialize};
-use sitenet::transport::fault::{FaultInjector, SEED_ENV};
-use sitenet::{BodySink, Ctx, Message, Node, Priority, SendOptions, StreamAbort};
+use sitenet::{BodySink, Ctx, Message, Node, Priority, StreamAbort};
+use sitenet_transport::fault::{FaultInjector, SEED_ENV};
 use tokio::sync::mpsc;
 
 #[global_allocator]
@@ -128,19 +128,15 @@ async fn a_streaming_handler_sees_the_header_first_and_the_body_in_chunks() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let body = pattern(4 << 20);
-    site.send_with(
-        &Upload { name: "big".into() },
-        SendOptions::default().body(body.clone()),
-    )
-    .await
-    .unwrap();
+    site.send(&Upload { name: "big".into() })
+        .body(body.clone())
+        .await
+        .unwrap();
     // A small one of the same type: handed over the same way, at once.
-    site.send_with(
-        &Upload {
-            name: "small".into(),
-        },
-        SendOptions::default().body(Bytes::from_static(b"tiny")),
-    )
+    site.send(&Upload {
+        name: "small".into(),
+    })
+    .body(Bytes::from_static(b"tiny"))
     .await
     .unwrap();
     let (name, got, end, chunks) = one_stream(&mut rx).await;
@@ -178,11 +174,9 @@ async fn a_streamed_request_is_answered_from_the_sinks_end() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let r = site
-        .request_with::<Upload, Received>(
-            &Upload { name: "q".into() },
-            SendOptions::default().body(pattern(3 << 20)),
-            PATIENCE,
-        )
+        .request::<Upload, Received>(&Upload { name: "q".into() })
+        .body(pattern(3 << 20))
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.bytes, 3 << 20);
@@ -221,14 +215,11 @@ async fn a_stream_cut_by_a_lost_channel_is_aborted_and_comes_again_from_offset_0
     // Cut the channel (now live) 1 MiB into the 4 MiB message.
     faults.cut_after(1 << 20);
     let body = pattern(4 << 20);
-    site.send_with(
-        &Upload { name: "cut".into() },
-        SendOptions::new()
-            .priority(Priority::Low)
-            .body(body.clone()),
-    )
-    .await
-    .unwrap();
+    site.send(&Upload { name: "cut".into() })
+        .priority(Priority::Low)
+        .body(body.clone())
+        .await
+        .unwrap();
     let (name, first, end, _) = one_stream(&mut rx).await;
     assert_eq!(name, "cut");
     let Seen::Abort(StreamAbort::ChannelLost { received }) = end else {
@@ -299,15 +290,13 @@ async fn a_1_gib_message_is_received_with_bounded_memory_by_a_streaming_handler(
 
     counting::reset_peak();
     let base = counting::LIVE.load(std::sync::atomic::Ordering::Relaxed);
-    site.send_with(
-        &Upload {
-            name: "1 GiB".into(),
-        },
-        SendOptions::new().parts(std::iter::repeat_n(
-            part.clone(),
-            (GIB / PART as u64) as usize,
-        )),
-    )
+    site.send(&Upload {
+        name: "1 GiB".into(),
+    })
+    .parts(std::iter::repeat_n(
+        part.clone(),
+        (GIB / PART as u64) as usize,
+    ))
     .await
     .unwrap();
     site.flush(PATIENCE).await.unwrap();

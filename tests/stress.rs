@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use sitenet::protocols::slots::Admission;
 use sitenet::stress::{run, StressConfig};
+use sitenet_protocols::slots::Admission;
 
 fn small(policy: &str, seed: u64) -> StressConfig {
     StressConfig {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use sitenet::services::{Echo, EchoReply};
-use sitenet::{Node, SendOptions};
+use sitenet::Node;
 
 fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
 
@@ -60,11 +60,9 @@ async fn a_node_starts_inside_an_actix_system() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let r = site
-        .request_with::<Echo, EchoReply>(
-            &Echo { seq: 5 },
-            SendOptions::default().body(vec![1u8, 2, 3]),
-            PATIENCE,
-        )
+        .request::<Echo, EchoReply>(&Echo { seq: 5 })
+        .body(vec![1u8, 2, 3])
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.seq, 5);
@@ -98,7 +96,8 @@ fn a_thousand_nodes_share_one_runtime() {
         for (i, n) in nodes.iter().enumerate() {
             let site = n.site(&target).unwrap();
             tasks.push(async move {
-                site.request::<Echo, EchoReply>(&Echo { seq: i as u64 }, PATIENCE)
+                site.request::<Echo, EchoReply>(&Echo { seq: i as u64 })
+                    .timeout(PATIENCE)
                     .await
             });
         }
@@ -216,7 +215,8 @@ fn a_mut_handler_takes_turns_across_threads() {
         let tasks = clients.iter().map(|c| {
             let site = c.site(addr(&server)).unwrap();
             async move {
-                let asks = (0..PER).map(|_| site.request::<Bump, EchoReply>(&Bump, PATIENCE));
+                let asks =
+                    (0..PER).map(|_| site.request::<Bump, EchoReply>(&Bump).timeout(PATIENCE));
                 futures::future::join_all(asks).await
             }
         });
@@ -315,7 +315,7 @@ fn a_site_met_on_an_in_process_channel_runs_on_the_thread_that_connected() {
             seen.lock()
                 .unwrap()
                 .push((m.client, std::thread::current().id()));
-            ctx.sender().try_send(&Back).unwrap();
+            ctx.sender().send(&Back).try_now().unwrap();
         })
         .unwrap();
     let at_client: Seen = Arc::default();

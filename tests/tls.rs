@@ -12,13 +12,11 @@ use std::net::TcpStream;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use sitenet::protocols::{
-    AuthFailure, ByteBuffer, Cookie, Initiator, LocalInfo, OpenError, SiteId,
-};
 use sitenet::services::Echo;
-use sitenet::transport::tls::certs::{self, CertAndKey, Validity};
-use sitenet::transport::tls::TlsIdentity;
-use sitenet::{Node, SendOptions};
+use sitenet::Node;
+use sitenet_protocols::{AuthFailure, ByteBuffer, Cookie, Initiator, LocalInfo, OpenError, SiteId};
+use sitenet_transport::tls::certs::{self, CertAndKey, Validity};
+use sitenet_transport::tls::TlsIdentity;
 
 fn identity_for(ca: &CertAndKey, site: SiteId, trusted: &str, validity: Validity) -> TlsIdentity {
     let s = certs::new_site(ca, site, &validity).expect("site certificate");
@@ -74,9 +72,7 @@ async fn members_with_certificates_exchange_over_tls() {
     for i in 0..8u64 {
         let body = bytes::Bytes::from(vec![i as u8; 3 << 20]);
         let m = Numbered { stream: 0, seq: i };
-        site.send_with(&m, SendOptions::default().body(body))
-            .await
-            .unwrap();
+        site.send(&m).body(body).await.unwrap();
     }
     sink.wait().await;
     assert_eq!(
@@ -202,7 +198,7 @@ async fn a_node_without_a_certificate_cannot_reach_a_tls_node() {
     // nothing for it.
     let port = addr(&server).rsplit(':').next().unwrap().to_string();
     let site = plain.site(format!("tcp:127.0.0.1:{port}")).unwrap();
-    let _ = site.try_send(&Echo { seq: 1 });
+    let _ = site.send(&Echo { seq: 1 }).try_now();
     assert!(eventually(|| server.metrics().handshakes_silent >= 1).await);
     assert_eq!(server.site_count(), 0);
     assert_eq!(server.metrics().channels_opened, 0);
@@ -226,7 +222,7 @@ async fn a_site_restarted_with_its_certificate_is_let_back_in() {
     let server = server(identity(&ca));
     let a = identity(&ca);
     let a_id = a.site();
-    let faults = sitenet::transport::FaultInjector::new(18);
+    let faults = sitenet_transport::FaultInjector::new(18);
     let f = faults.clone();
     let first = Node::builder()
         .configure(move |c| {

@@ -28,12 +28,10 @@ async fn bulk_both_ways_at_once_does_not_deadlock() {
         let body = body.clone();
         tokio::spawn(async move {
             for seq in 0..N {
-                site.send_with(
-                    &Numbered { stream, seq },
-                    SendOptions::default().body(body.clone()),
-                )
-                .await
-                .unwrap();
+                site.send(&Numbered { stream, seq })
+                    .body(body.clone())
+                    .await
+                    .unwrap();
             }
         })
     };
@@ -94,13 +92,10 @@ async fn request_reply_and_errors() {
     for x in (0..200u64).filter(|x| *x != 13) {
         let body = Bytes::from(x.to_le_bytes().to_vec());
         let r = site
-            .request_with::<Square, Squared>(
-                &Square(x),
-                SendOptions::new()
-                    .priority(Priority::High)
-                    .body(body.clone()),
-                PATIENCE,
-            )
+            .request::<Square, Squared>(&Square(x))
+            .priority(Priority::High)
+            .body(body.clone())
+            .timeout(PATIENCE)
             .await
             .unwrap();
         assert_eq!(r.msg.0, x * x);
@@ -109,21 +104,28 @@ async fn request_reply_and_errors() {
     // A handler that panics: the requester gets a remote error, the server
     // keeps working, and the message counts as delivered.
     let e = site
-        .request::<Square, Squared>(&Square(13), PATIENCE)
+        .request::<Square, Squared>(&Square(13))
+        .timeout(PATIENCE)
         .await
         .unwrap_err();
     assert!(
-        matches!(e, sitenet::RequestError::Remote(ref r) if r.contains("panicked")),
+        matches!(e, sitenet::RequestError::Remote { reason: ref r, .. } if r.contains("panicked")),
         "{e:?}"
     );
     assert_eq!(server.metrics().handler_panics, 1);
-    // A type with no handler: a remote error, not a closed channel.
+    // A type with no handler: said as such, not a closed channel.
     let e = site
-        .request::<Squared, Squared>(&Squared(1), PATIENCE)
+        .request::<Squared, Squared>(&Squared(1))
+        .timeout(PATIENCE)
         .await
         .unwrap_err();
     assert!(
-        matches!(e, sitenet::RequestError::Remote(ref r) if r.contains("no handler")),
+        matches!(
+            e,
+            sitenet::RequestError::NoHandler {
+                type_id: Squared::ID
+            }
+        ),
         "{e:?}"
     );
     // A handler that answers nothing: "no reply" at once, not
@@ -140,12 +142,14 @@ async fn request_reply_and_errors() {
         .unwrap();
     let numbered = |seq| Numbered { stream: 0, seq };
     let e = site
-        .request::<Numbered, Squared>(&numbered(0), PATIENCE)
+        .request::<Numbered, Squared>(&numbered(0))
+        .timeout(PATIENCE)
         .await
         .unwrap_err();
-    assert!(matches!(e, sitenet::RequestError::NoReply(_)), "{e:?}");
+    assert!(matches!(e, sitenet::RequestError::NoReply { .. }), "{e:?}");
     let e = site
-        .request::<Numbered, Squared>(&numbered(1), Duration::from_millis(200))
+        .request::<Numbered, Squared>(&numbered(1))
+        .timeout(Duration::from_millis(200))
         .await
         .unwrap_err();
     assert_eq!(
@@ -159,7 +163,8 @@ async fn request_reply_and_errors() {
         "application faults never close a channel"
     );
     let r = site
-        .request::<Square, Squared>(&Square(3), PATIENCE)
+        .request::<Square, Squared>(&Square(3))
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.0, 9);
@@ -180,7 +185,10 @@ async fn requests_built_in_a_loop_own_their_messages() {
     let client = sitenet::Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let asked: Vec<_> = (0..10u64)
-        .map(|x| site.request::<Square, Squared>(&Square(x), PATIENCE))
+        .map(|x| {
+            site.request::<Square, Squared>(&Square(x))
+                .timeout(PATIENCE)
+        })
         .collect();
     drop(site); // each future holds a reference of its own
     let got: Vec<u64> = futures::future::join_all(asked)
@@ -220,10 +228,9 @@ async fn a_message_larger_than_the_maximum_is_refused_at_send() {
     sink.wait().await;
     let big = Bytes::from(vec![0u8; 128 * 1024]);
     let e = site
-        .try_send_with(
-            &Numbered { stream: 0, seq: 1 },
-            SendOptions::default().body(big),
-        )
+        .send(&Numbered { stream: 0, seq: 1 })
+        .body(big)
+        .try_now()
         .unwrap_err();
     assert!(
         matches!(e, sitenet::SendError::TooLarge { max: 65536, .. }),
@@ -269,12 +276,10 @@ async fn unhandled_hook_and_spawned_handler_work() {
         .unwrap();
     let client = sitenet::Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
-    site.send_with(
-        &Text("no handler".into()),
-        SendOptions::default().body(vec![1u8, 2]),
-    )
-    .await
-    .unwrap();
+    site.send(&Text("no handler".into()))
+        .body(vec![1u8, 2])
+        .await
+        .unwrap();
     #[derive(Debug, Serialize, Deserialize)]
     struct FakeWide(String);
     impl Message for FakeWide {
@@ -350,12 +355,10 @@ async fn a_body_sent_in_parts_arrives_whole_and_in_order() {
             big.clone(),
             Bytes::from_static(b" tail"),
         ];
-        site.send_with(
-            &Numbered { stream: 0, seq },
-            SendOptions::new().parts(parts),
-        )
-        .await
-        .unwrap();
+        site.send(&Numbered { stream: 0, seq })
+            .parts(parts)
+            .await
+            .unwrap();
     }
     for seq in 0..3u64 {
         let (got, body) = tokio::time::timeout(PATIENCE, rx.recv())
@@ -395,13 +398,11 @@ async fn requests_time_out_in_the_order_of_their_deadlines() {
         let (site, tx) = (site.clone(), tx.clone());
         tokio::spawn(async move {
             let r = site
-                .request::<Numbered, Numbered>(
-                    &Numbered {
-                        stream: 0,
-                        seq: i as u64,
-                    },
-                    Duration::from_millis(ms),
-                )
+                .request::<Numbered, Numbered>(&Numbered {
+                    stream: 0,
+                    seq: i as u64,
+                })
+                .timeout(Duration::from_millis(ms))
                 .await;
             let _ = tx.send((ms, r.map(|_| ())));
         });
@@ -448,12 +449,8 @@ async fn nodes_with_autotuned_receive_buffers_carry_large_messages() {
     let (to_b, to_a) = (a.site(addr(&b)).unwrap(), b.site(addr(&a)).unwrap());
     for seq in 0..4 {
         let m = Numbered { stream: 0, seq };
-        to_b.send_with(&m, SendOptions::default().body(body.clone()))
-            .await
-            .unwrap();
-        to_a.send_with(&m, SendOptions::default().body(body.clone()))
-            .await
-            .unwrap();
+        to_b.send(&m).body(body.clone()).await.unwrap();
+        to_a.send(&m).body(body.clone()).await.unwrap();
     }
     sink_b.wait().await;
     sink_a.wait().await;

@@ -54,9 +54,13 @@ async fn a_peer_without_a_handler_names_the_type_in_decimal() {
     let client = Node::builder().start().unwrap();
     let site = client.site(addr(&server)).unwrap();
     let e = site
-        .request::<Unhandled, Unhandled>(&Unhandled, PATIENCE)
+        .request::<Unhandled, Unhandled>(&Unhandled)
+        .timeout(PATIENCE)
         .await
         .unwrap_err();
-    assert!(matches!(e, RequestError::Remote(_)), "{e}");
+    assert!(
+        matches!(e, RequestError::NoHandler { type_id: 4242 }),
+        "{e}"
+    );
     assert!(e.to_string().contains("type 4242"), "{e}");
 }

@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use sitenet::protocols::{Capabilities, OpenError, Speaks, VersionRange, PROTOCOL_VERSION};
 use sitenet::{Node, NodeEvent, SiteFailure};
+use sitenet_protocols::{Capabilities, OpenError, Speaks, VersionRange, PROTOCOL_VERSION};
 
 /// A build one version behind in features: the current version, none of
 /// the optional features (no packed frames, no LEAVING).
@@ -56,8 +56,14 @@ async fn an_older_and_a_newer_node_interoperate_with_the_current_one() {
         echo(&to_peer, 1).await;
         echo(&to_current, 2).await;
         for seq in 0..BURST {
-            to_peer.try_send(&Numbered { stream: 1, seq }).unwrap();
-            to_current.try_send(&Numbered { stream: 2, seq }).unwrap();
+            to_peer
+                .send(&Numbered { stream: 1, seq })
+                .try_now()
+                .unwrap();
+            to_current
+                .send(&Numbered { stream: 2, seq })
+                .try_now()
+                .unwrap();
         }
         at_peer.wait().await;
         at_current.wait().await;

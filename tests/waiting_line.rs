@@ -10,10 +10,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use sitenet::protocols::slots::{Admission, DefaultPolicy, SlotConfig};
-use sitenet::protocols::{Capabilities, Speaks};
-use sitenet::transport::TransController;
 use sitenet::{Node, NodeConfig};
+use sitenet_protocols::slots::{Admission, DefaultPolicy, SlotConfig};
+use sitenet_protocols::{Capabilities, Speaks};
+use sitenet_transport::TransController;
 
 fn controller(weak: usize, hard: usize, f: impl FnOnce(&mut SlotConfig)) -> TransController {
     let mut cfg = SlotConfig::new(weak, hard).unwrap();

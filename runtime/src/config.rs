@@ -43,7 +43,7 @@ pub struct NodeConfig {
     /// Largest message accepted or sent (prelude, header and body).
     pub max_message_size: u64,
     /// Bytes one remote site may hold in its outbox, queues and
-    /// unacknowledged ledger together before `send` waits (`try_send` fails),
+    /// unacknowledged ledger together before `send` waits (a send's `try_now` fails),
     /// each message counted by what it occupies (its wire bytes and its
     /// record, about 96 bytes). Never less than twice `max_message_size`.
     pub output_bound: u64,
@@ -238,7 +238,7 @@ pub struct NodeConfig {
     /// Bytes of output the node holds for all sites together (outboxes,
     /// queues and unacknowledged messages): `output_bound` limits one site,
     /// this limits their sum, so sites that never read cannot together
-    /// make the node hold more. At the bound `send` waits and `try_send`
+    /// make the node hold more. At the bound `send` waits and a send's `try_now`
     /// fails with [`QueueFull`](crate::SendError::QueueFull). 1 GiB by
     /// default; never less than `output_bound`.
     pub node_output_bound: u64,

@@ -505,7 +505,7 @@ impl crate::Node {
     /// let mut voters = Vec::new();
     /// for yes in [true, false] {
     ///     let voter = Node::builder().start()?;
-    ///     voter.site(&coordinator.listen_addresses()[0])?.try_send(&Vote(yes))?;
+    ///     voter.site(&coordinator.listen_addresses()[0])?.send(&Vote(yes)).try_now()?;
     ///     voters.push(voter); // (a node dropped shuts down)
     /// }
     /// let votes = futures::executor::block_on(round.wait(std::time::Duration::from_secs(30)))?;

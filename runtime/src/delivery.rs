@@ -1,4 +1,4 @@
-//! Delivery futures (BMI's post and test): [`SiteRef::send_tracked`]
+//! Delivery futures (BMI's post and test): [`TrackedSend`]
 //! returns a [`Delivery`] that completes when the peer has acknowledged
 //! that very message — not when it was queued — or fails with the site's
 //! permanent failure, saying whether the message was never sent or may
@@ -11,10 +11,10 @@
 //! tracked message, until it completes.
 //!
 //! This file is a leaf of the runtime's layers (the completions and the
-//! future); the sending side, `SiteRef::send_tracked` and its kin, is in
-//! `tracked.rs`, with the rest of the public API.
+//! future); the sending side, `SendBuilder::tracked`, is in `site/send.rs`
+//! and `tracked.rs`, with the rest of the public API.
 //!
-//! [`SiteRef::send_tracked`]: crate::SiteRef::send_tracked
+//! [`TrackedSend`]: crate::TrackedSend
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -73,14 +73,14 @@ impl Deliveries {
 }
 
 /// The outcome of one tracked message (see
-/// [`SiteRef::send_tracked`](crate::SiteRef::send_tracked)): a future, and
+/// [`SendBuilder::tracked`](crate::SendBuilder::tracked)): a future, and
 /// [`test`](Delivery::test) to ask without waiting. Blocking code waits
 /// with `futures::executor::block_on(delivery)` — off the node's own
 /// runtime thread, where the acknowledgement is processed.
 ///
 /// ```
 /// # use serde::{Deserialize, Serialize};
-/// # use sitenet_runtime::{DeliveryError, Message, Node, SendOptions};
+/// # use sitenet_runtime::{DeliveryError, Message, Node};
 /// #[derive(Serialize, Deserialize)]
 /// struct Chunk(u32);
 /// impl Message for Chunk { const ID: u32 = 13; }
@@ -91,7 +91,7 @@ impl Deliveries {
 /// let site = client.site(&server.listen_addresses()[0])?;
 /// // Post many, then test them in turn (BMI): each completes on its own.
 /// let mut posted: Vec<_> = (0..10)
-///     .map(|i| site.try_send_tracked(&Chunk(i)))
+///     .map(|i| site.send(&Chunk(i)).tracked().try_now())
 ///     .collect::<Result<_, _>>()?;
 /// while !posted.is_empty() {
 ///     posted.retain_mut(|d| match d.test() {

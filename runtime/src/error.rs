@@ -26,7 +26,7 @@ pub enum NodeError {
     #[error("a handler for message type id {0} is already registered")]
     DuplicateHandler(u32),
     /// A user type tried to use an id reserved for sitenet's own messages.
-    #[error("message type id {0} is in the range reserved for sitenet (4294901760 = 0xFFFF_0000 and above)")]
+    #[error("message type id {0} is in the range reserved for sitenet (4294901760 = 0xFFFF_0000 and above); pick a smaller id")]
     ReservedId(u32),
     /// A raw handler's range of type ids overlaps the range of one already
     /// registered (`Node::handle_raw`): each id has at most one raw
@@ -85,10 +85,11 @@ pub enum NodeError {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum SendError {
-    /// The site's output bound is reached (`try_send`, or a send from a
-    /// handler, which never waits). Retry later or use the async `send`.
+    /// The site's output bound is reached (`SendBuilder::try_now`, or a
+    /// send from a handler, which never waits). Retry later or await the
+    /// send.
     #[error(
-        "the output queue is full ({bound} bytes held for this site, or for all sites of the node together); retry later or await `send`"
+        "the output queue is full ({bound} bytes held for this site, or for all sites of the node together); retry later or await the send"
     )]
     QueueFull {
         /// The bound that was reached: the site's (`output_bound`) or the
@@ -103,12 +104,31 @@ pub enum SendError {
         /// Limit.
         max: u64,
     },
-    /// The header could not be serialised.
-    #[error("cannot serialise the message header: {0}")]
-    Encode(String),
+    /// The message could not be made: its typed header does not
+    /// serialise with rmp-serde (a map with non-string keys in named
+    /// form, a `Serialize` impl that fails, a `SiteRef` whose id is not
+    /// known yet), or, for a forward, the requesting site cannot be named.
+    /// Nothing was sent; fix the type, or talk to the site first.
+    #[error("cannot encode the message of type {type_id}: {reason}")]
+    Encode {
+        /// The message's type id.
+        type_id: u32,
+        /// What the encoder said.
+        reason: String,
+    },
+    /// A reply or a forward (`Ctx::reply`, `Ctx::forward`, their raw and
+    /// `_with` forms) of a message that is not a request awaiting its
+    /// answer: a one-way message, or a request answered (or forwarded,
+    /// or handed to a `Responder`) already. Nothing was sent. Answer each
+    /// request once (`Ctx::is_request` tells a request).
+    #[error("message type {type_id} is not a request awaiting its answer (a one-way message, or a request answered already): answer each request once")]
+    NothingToAnswer {
+        /// The type id of the message being handled.
+        type_id: u32,
+    },
     /// A raw message (`SiteRef::send_raw`, `Ctx::reply_raw`) named a type
     /// id reserved for sitenet's own messages.
-    #[error("message type id {0} is in the range reserved for sitenet (4294901760 = 0xFFFF_0000 and above)")]
+    #[error("message type id {0} is in the range reserved for sitenet (4294901760 = 0xFFFF_0000 and above); pick a smaller id")]
     ReservedId(u32),
     /// A handed-back message that cannot be sent again as it is
     /// (`SiteRef::resend`): only one-way messages can. A request's caller
@@ -129,8 +149,8 @@ pub enum SendError {
     Shutdown,
     /// A blocking call was made on the node's own runtime thread, where it
     /// would wait for ever for work only that thread can do. Use the async
-    /// variant (or `try_send`) there, e.g. from a handler or `Ctx::spawn`.
-    #[error("a blocking call on the node's own runtime thread would deadlock; use the async variant or try_send there")]
+    /// send (or `try_now` it) there, e.g. from a handler or `Ctx::spawn`.
+    #[error("a blocking call on the node's own runtime thread would deadlock; await the send or request there, or try_now a send")]
     WouldDeadlock,
     /// The node's runtime no longer runs (an actix system it was started on
     /// has stopped): nothing can be sent. Start the node on a live runtime.
@@ -140,7 +160,7 @@ pub enum SendError {
     RuntimeStopped,
 }
 
-/// Why a tracked message (`SiteRef::send_tracked`) will never be
+/// Why a tracked message (`SendBuilder::tracked`) will never be
 /// acknowledged. The two site failures differ in what a runtime may do: a
 /// message `NotSent` can be sent elsewhere as it is; one `MaybeDelivered`
 /// may have been handled, so resending it could apply it twice.
@@ -190,21 +210,46 @@ pub enum RequestError {
         /// What keeps the site away.
         cause: String,
     },
-    /// The peer has no handler for the request's type, or its handler
-    /// failed: it panicked, refused the request
-    /// ([`Responder::fail`](crate::Responder::fail)), or returned an error
-    /// value of its own type (`Node::handle_result`, `Node::handle_async`)
-    /// — which [`SiteRef::request_result`](crate::SiteRef::request_result)
-    /// decodes instead; here the reason renders it.
-    #[error("the peer could not handle the request: {0}")]
-    Remote(String),
+    /// The peer has no handler for the request's type id (nor a raw
+    /// handler whose range holds it). Nothing ran there. Register a
+    /// handler on the peer, or check that both sides declare the same
+    /// `Message::ID`.
+    #[error("the peer has no handler for message type {type_id}; register one there, or check both sides declare the same type id")]
+    NoHandler {
+        /// The request's type id.
+        type_id: u32,
+    },
+    /// The peer's handler failed: it panicked, refused the request
+    /// ([`Responder::fail`](crate::Responder::fail)), its request's
+    /// header did not decode as its type, or it returned an error value
+    /// of its own type (`Node::handle_result`, `Node::handle_async`) —
+    /// which [`or_error`](crate::RequestBuilder::or_error) decodes
+    /// instead; here `value` holds it. The handler may have had effects:
+    /// retry only what is safe to repeat.
+    #[error("the peer's handler for message type {type_id} failed: {reason}")]
+    Remote {
+        /// The request's type id.
+        type_id: u32,
+        /// What the peer said.
+        reason: String,
+        /// The handler's own error value, MessagePack-encoded, if it
+        /// answered with one (decode it with `rmp_serde`, or ask with
+        /// [`or_error`](crate::RequestBuilder::or_error)).
+        value: Option<bytes::Bytes>,
+    },
     /// The peer's handler answered nothing: it returned without replying,
     /// forwarding or taking the request's
     /// [`Responder`](crate::Responder), or dropped the responder
     /// unanswered. Said at once, so no caller waits out its timeout; the
-    /// handler did run (retrying repeats its effects).
-    #[error("the peer's handler gave no reply: {0}")]
-    NoReply(String),
+    /// handler did run (retrying repeats its effects). Fix the handler to
+    /// answer every request.
+    #[error("the peer's handler for message type {type_id} gave no reply: {reason}")]
+    NoReply {
+        /// The request's type id.
+        type_id: u32,
+        /// What the peer said.
+        reason: String,
+    },
     /// The peer did not run the request's handler: it was an async
     /// handler ([`Node::handle_async`](crate::Node::handle_async)) and
     /// the peer already ran as many as it allows at once
@@ -212,11 +257,20 @@ pub enum RequestError {
     /// applied, so retrying later is safe. (It travels as an error reply:
     /// a caller running an older sitenet sees it as
     /// [`Remote`](Self::Remote), with the same reason.)
-    #[error("the peer is busy and did not handle the request: {0}")]
-    Busy(String),
-    /// The reply did not decode as the expected type.
+    #[error(
+        "the peer is busy and did not handle the request of type {type_id} (retry later): {reason}"
+    )]
+    Busy {
+        /// The request's type id.
+        type_id: u32,
+        /// What the peer said.
+        reason: String,
+    },
+    /// The answer did not decode as the type asked for: the peer's reply
+    /// type or its error type differs from the caller's (a version
+    /// mismatch, or the wrong `R`/`E`). The handler ran.
     #[error("cannot decode the reply: {0}")]
-    Decode(String),
+    Decode(DecodeError),
     /// The site failed permanently before replying, and why.
     #[error("site failed permanently before replying: {0}")]
     SiteFailed(SiteFailure),
@@ -252,6 +306,18 @@ pub enum DecodeError {
     /// A batch's send completed: it has no reply to decode.
     #[error("a send has no reply to decode")]
     NoReply,
+    /// A handler's own error value
+    /// ([`or_error`](crate::RequestBuilder::or_error)) does not decode as
+    /// the type asked for: the handler returned another type.
+    #[error("the handler's error value does not decode as {expected} ({reason}); the handler said: {handler_said}")]
+    ErrorValue {
+        /// The type asked for.
+        expected: &'static str,
+        /// What the decoder said.
+        reason: String,
+        /// The handler's own rendering of its error.
+        handler_said: String,
+    },
 }
 
 /// Why a site failed permanently (also reported to the user via faults);
@@ -261,8 +327,8 @@ pub use sitenet_protocols::SiteFailure;
 /// A blocking call ([`Node::shutdown_blocking`](crate::Node::shutdown_blocking),
 /// [`Node::wait_until_blocking`](crate::Node::wait_until_blocking)) was made
 /// on the node's own runtime thread, where it would wait for ever for work
-/// only that thread can do — as `send_blocking` (`SendError::WouldDeadlock`)
-/// and `flush_blocking` (`FlushError::WouldDeadlock`) report it. Await the
+/// only that thread can do — as a send's or request's `blocking` (`SendError::WouldDeadlock`)
+/// and a flush's `blocking` (`FlushError::WouldDeadlock`) report it. Await the
 /// async variant there (from a handler, `Ctx::spawn`, or a task on the
 /// node's runtime), or drop the node to stop it without waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -283,7 +349,7 @@ pub enum FlushError {
     /// handed back.
     #[error("site failed permanently: {0}")]
     SiteFailed(SiteFailure),
-    /// `flush_blocking` was called on the node's own runtime thread, where
+    /// A flush's `blocking` was called on the node's own runtime thread, where
     /// it would wait for ever; use `flush` there.
     #[error("a blocking call on the node's own runtime thread would deadlock; use flush there")]
     WouldDeadlock,

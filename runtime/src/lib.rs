@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use serde::{Deserialize, Serialize};
-//! use sitenet_runtime::{Message, Node, SendOptions};
+//! use sitenet_runtime::{Message, Node};
 //!
 //! #[derive(Serialize, Deserialize)]
 //! struct Hello { name: String }
@@ -17,7 +17,7 @@
 //! server.handle(|ctx, m: Hello| println!("hello from {} ({:?})", m.name, ctx.sender_id()))?;
 //! let client = Node::builder().start()?;
 //! let site = client.site(&server.listen_addresses()[0])?;
-//! site.send_blocking(&Hello { name: "client".into() })?;
+//! site.send(&Hello { name: "client".into() }).blocking()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -72,7 +72,10 @@ pub use metrics::Metrics;
 pub use node::{Node, NodeBuilder, ShutdownReport, ToAddress};
 pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES};
 pub use runtime::{default_threads, Runtime};
-pub use site::{FaultEvent, FaultState, HandedBack, ReturnedMessage, SiteRef, NOT_CONTACTED};
+pub use site::{
+    FaultEvent, FaultState, Flush, HandedBack, RequestBuilder, ReturnedMessage, SendBuilder,
+    SiteRef, TrackedSend, DEFAULT_REQUEST_TIMEOUT, NOT_CONTACTED,
+};
 pub use sitenet_protocols::StreamAbort;
 pub use sitenet_protocols::{DescriptorError, OpenError, Priority, SiteDescriptor, SiteId};
 pub use sitenet_transport::Address;

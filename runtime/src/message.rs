@@ -150,16 +150,15 @@ pub trait Message: Serialize + DeserializeOwned + Send + 'static {
     const NAMED_FIELDS: bool = false;
 }
 
-/// How to send: the priority and the body parts. Every operation that
-/// sends comes in two forms, the plain one taking the message (and, for a
-/// request, its timeout) and a `_with` form taking `SendOptions` as well:
-/// `send`/`send_with`, `try_send`/`try_send_with`,
-/// `send_blocking`/`send_blocking_with`, `send_tracked`/`send_tracked_with`,
-/// `request`/`request_with`, `request_blocking`/`request_blocking_with`,
-/// `request_result`/`request_result_with`, `send_raw`/`send_raw_with`,
-/// `request_raw`/`request_raw_with`, `Ctx::reply`/`reply_with`,
-/// `Ctx::forward`/`forward_with`, `Responder::reply`/`reply_with`,
-/// `Batch::send`/`send_with`, `Batch::request`/`request_with` and
+/// How to send: the priority and the body parts, as a value. A
+/// `SiteRef`'s sends and requests take them on their builder
+/// ([`SendBuilder::priority`](crate::SendBuilder::priority), `body`,
+/// `parts`, or all at once with
+/// [`options`](crate::SendBuilder::options)); the handler's answers and
+/// the grouped operations take them in a `_with` form:
+/// `Ctx::reply`/`reply_with`, `Ctx::forward`/`forward_with`,
+/// `Responder::reply`/`reply_with`, `Batch::send`/`send_with`,
+/// `Batch::request`/`request_with` and
 /// `Cooperation::request`/`request_with`.
 ///
 /// Built with a chain in any order. A priority left unset is medium for a

@@ -54,7 +54,7 @@ macro_rules! counters {
 counters! {
     /// Wake-ups sent to ComObjects because an outbox went from empty to non-empty.
     wakes,
-    /// Messages queued by `send`/`try_send`.
+    /// Messages queued by a `SiteRef`'s sends and requests.
     messages_queued,
     /// Messages delivered to handlers (replies included).
     messages_delivered,

@@ -9,15 +9,13 @@
 //! the same frames, packing, priorities and acknowledgements as any other.
 //! The receiving side (`Node::handle_raw`) is in `handlers/raw.rs`.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 
 use sitenet_protocols::{MessageKind, OutMessage};
 
-use crate::error::{DecodeError, RequestError, SendError};
+use crate::error::{DecodeError, SendError};
 use crate::message::{Message, RawMessage, SendOptions, RESERVED_IDS};
-use crate::site::{ReturnedMessage, SiteRef};
+use crate::site::{RequestBuilder, ReturnedMessage, SendBuilder, SiteRef};
 
 /// The raw message `type_id` with `opts`' priority and body, as a message
 /// of `kind` (`corr`: its request id, or 0).
@@ -42,36 +40,20 @@ fn raw_message(
     })
 }
 
-/// Options sending `body` as one part, at medium priority.
-fn body_only(body: Bytes) -> SendOptions {
-    SendOptions::one_part(body)
-}
-
 /// Raw messages: a type id and bytes, no serde.
 impl SiteRef {
-    /// Queues a raw message at medium priority — type id `type_id`, `body`
-    /// as its bytes, no serde (a `Vec<u8>` or `Bytes`, not copied) —
-    /// waiting while the site's output bound is reached. The receiver's
-    /// raw handler ([`Node::handle_raw`](crate::Node::handle_raw)) gets
-    /// them as a [`RawMessage`]. `type_id` must be a user id (below
+    /// A raw one-way message to this site — type id `type_id`, `body` as
+    /// its bytes (a `Vec<u8>` or `Bytes`, not copied), no serde — at
+    /// medium priority: a [`SendBuilder`] like [`send`](Self::send)'s
+    /// (`.await`, `try_now`, `blocking`; more body parts, a priority,
+    /// `tracked`). The receiver's raw handler
+    /// ([`Node::handle_raw`](crate::Node::handle_raw)) gets it as a
+    /// [`RawMessage`]. `type_id` must be a user id (below
     /// [`RESERVED_IDS`]): [`SendError::ReservedId`] otherwise.
     ///
     /// A typed handler registered for `type_id` at the receiver takes the
     /// message first, and finds no header to decode (it goes to the
     /// `on_unhandled` hook): keep the ids of raw messages apart.
-    pub async fn send_raw(&self, type_id: u32, body: impl Into<Bytes>) -> Result<(), SendError> {
-        self.send_raw_with(type_id, body_only(body.into())).await
-    }
-
-    /// [`send_raw`](Self::send_raw) with a priority, the body being
-    /// `opts`' parts (sent one after the other, received as one).
-    pub async fn send_raw_with(&self, type_id: u32, opts: SendOptions) -> Result<(), SendError> {
-        let m = raw_message(type_id, opts, MessageKind::OneWay, 0)?;
-        self.post(m).await
-    }
-
-    /// Queues a raw message at medium priority or fails at once with
-    /// [`SendError::QueueFull`]; never waits (use it from handlers).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -82,36 +64,27 @@ impl SiteRef {
     /// server.handle_raw(1..=9, move |_ctx, m| { let _ = tx.lock().unwrap().send(m.body); })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// site.try_send_raw(3, vec![1u8, 2, 3])?;
+    /// site.send_raw(3, vec![1u8, 2, 3]).try_now()?;
     /// assert_eq!(&rx.recv_timeout(Duration::from_secs(30))?[..], &[1u8, 2, 3][..]);
     /// // sitenet's own ids are refused.
-    /// assert_eq!(site.try_send_raw(RESERVED_IDS, Vec::new()), Err(SendError::ReservedId(RESERVED_IDS)));
+    /// assert_eq!(site.send_raw(RESERVED_IDS, Vec::new()).try_now(), Err(SendError::ReservedId(RESERVED_IDS)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_send_raw(&self, type_id: u32, body: impl Into<Bytes>) -> Result<(), SendError> {
-        self.try_send_raw_with(type_id, body_only(body.into()))
+    pub fn send_raw(&self, type_id: u32, body: impl Into<Bytes>) -> SendBuilder<'_> {
+        let body = SendOptions::one_part(body.into());
+        SendBuilder::new(self, raw_message(type_id, body, MessageKind::OneWay, 0))
     }
 
-    /// [`try_send_raw`](Self::try_send_raw) with a priority, the body
-    /// being `opts`' parts.
-    pub fn try_send_raw_with(&self, type_id: u32, opts: SendOptions) -> Result<(), SendError> {
-        let m = raw_message(type_id, opts, MessageKind::OneWay, 0)?;
-        self.try_post(m)
-    }
-
-    /// Sends a raw request — type id `type_id`, `body` as its bytes — and
-    /// waits for its reply, at most `timeout`: the reply's type id, header
-    /// (empty for a raw reply, [`Ctx::reply_raw`](crate::Ctx::reply_raw))
-    /// and bytes, as they came. Errors as a typed request's
-    /// ([`request`](Self::request)): no handler, a handler that failed or
-    /// answered nothing, the timeout, the site's failure.
-    ///
-    /// Like [`request`](Self::request), the request is built when this is
-    /// called: the future owns it and a reference to the site
-    /// (`Send + 'static`).
+    /// A raw request to this site — type id `type_id`, `body` as its
+    /// bytes — answered with the reply's type id, header (empty for a raw
+    /// reply, [`Ctx::reply_raw`](crate::Ctx::reply_raw)) and bytes, as
+    /// they came: a [`RequestBuilder`] like [`request`](Self::request)'s
+    /// (a timeout, default [`DEFAULT_REQUEST_TIMEOUT`](crate::DEFAULT_REQUEST_TIMEOUT);
+    /// `.await` or `blocking`). Errors as a typed request's: no handler,
+    /// a handler that failed or answered nothing, the timeout, the site's
+    /// failure.
     ///
     /// ```
-    /// # use std::time::Duration;
     /// # use sitenet_runtime::Node;
     /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     /// server.handle_raw(10..20, |ctx, m| {
@@ -119,73 +92,20 @@ impl SiteRef {
     /// })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let r = futures::executor::block_on(
-    ///     site.request_raw(12, vec![0u8; 5], Duration::from_secs(30)),
-    /// )?;
+    /// let r = futures::executor::block_on(site.request_raw(12, vec![0u8; 5]))?;
     /// assert_eq!((r.type_id, &r.body[..]), (12, &b"5"[..]));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn request_raw(
-        &self,
-        type_id: u32,
-        body: impl Into<Bytes>,
-        timeout: Duration,
-    ) -> impl std::future::Future<Output = Result<RawMessage, RequestError>> + Send + 'static {
-        self.request_raw_with(type_id, body_only(body.into()), timeout)
-    }
-
-    /// [`request_raw`](Self::request_raw) with a priority, the body being
-    /// `opts`' parts.
-    pub fn request_raw_with(
-        &self,
-        type_id: u32,
-        opts: SendOptions,
-        timeout: Duration,
-    ) -> impl std::future::Future<Output = Result<RawMessage, RequestError>> + Send + 'static {
+    pub fn request_raw(&self, type_id: u32, body: impl Into<Bytes>) -> RequestBuilder<RawMessage> {
         let corr = self.node.next_corr();
-        let m = raw_message(type_id, opts, MessageKind::Request, corr);
-        let site = self.clone();
-        async move {
-            let reply = site.request_message(m?, timeout).await?;
-            Ok(RawMessage {
-                type_id: reply.prelude.type_id,
-                header: reply.header,
-                body: reply.body,
-            })
-        }
+        let body = SendOptions::one_part(body.into());
+        self.raw_request(raw_message(type_id, body, MessageKind::Request, corr))
     }
 
-    /// Blocking variant of [`request_raw`](Self::request_raw), for a plain
-    /// thread. On the node's own runtime thread it fails with
-    /// [`SendError::WouldDeadlock`] rather than hang.
-    pub fn request_raw_blocking(
-        &self,
-        type_id: u32,
-        body: impl Into<Bytes>,
-        timeout: Duration,
-    ) -> Result<RawMessage, RequestError> {
-        self.request_raw_blocking_with(type_id, body_only(body.into()), timeout)
-    }
-
-    /// [`request_raw_blocking`](Self::request_raw_blocking) with a
-    /// priority, the body being `opts`' parts.
-    pub fn request_raw_blocking_with(
-        &self,
-        type_id: u32,
-        opts: SendOptions,
-        timeout: Duration,
-    ) -> Result<RawMessage, RequestError> {
-        if self.node.rt.is_current_thread() {
-            return Err(SendError::WouldDeadlock.into());
-        }
-        futures::executor::block_on(self.request_raw_with(type_id, opts, timeout))
-    }
-
-    /// Sends a message a failed site handed back
-    /// ([`SiteRef::failure`]) to this site, as it was sent — type id,
-    /// header, body and priority, typed or raw — waiting while the site's
-    /// output bound is reached. No serde runs: the message goes as it was
-    /// encoded.
+    /// A message a failed site handed back ([`SiteRef::failure`]), to be
+    /// sent to this site as it was sent — type id, header, body and
+    /// priority, typed or raw: a [`SendBuilder`] (`.await`, `try_now`,
+    /// `blocking`). No serde runs: the message goes as it was encoded.
     ///
     /// Only a one-way message can be sent again:
     /// [`SendError::NotResendable`] for a request (its caller was told of
@@ -194,12 +114,6 @@ impl SiteRef {
     /// a reply or a forwarded request. One from
     /// [`maybe_delivered`](crate::HandedBack::maybe_delivered) may have
     /// been handled already: sending it again may apply it twice.
-    pub async fn resend(&self, m: ReturnedMessage) -> Result<(), SendError> {
-        self.post(resendable(m)?).await
-    }
-
-    /// [`resend`](Self::resend) without waiting: fails at once with
-    /// [`SendError::QueueFull`] at the site's output bound.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -212,8 +126,8 @@ impl SiteRef {
     /// let client = Node::builder().start()?;
     /// // A site that never answers: its messages wait, and are handed back when it is killed.
     /// let gone = client.site("tcp:127.0.0.1:1")?;
-    /// gone.try_send(&Job(7))?;
-    /// gone.try_send_raw(6, &b"raw"[..])?;
+    /// gone.send(&Job(7)).try_now()?;
+    /// gone.send_raw(6, &b"raw"[..]).try_now()?;
     /// client.kill(&gone);
     /// assert!(client.wait_until_blocking(|_| gone.failure().is_some(), Duration::from_secs(30))?);
     /// let (_, back) = gone.failure().unwrap();
@@ -231,13 +145,13 @@ impl SiteRef {
     /// other.handle_raw(6..=6, |_ctx, m| assert_eq!(&m.body[..], b"raw"))?;
     /// let to = client.site(&other.listen_addresses()[0])?;
     /// for m in back.not_sent {
-    ///     to.try_resend(m)?;
+    ///     to.resend(m).try_now()?;
     /// }
     /// assert_eq!(rx.recv_timeout(Duration::from_secs(30))?, 7);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn try_resend(&self, m: ReturnedMessage) -> Result<(), SendError> {
-        self.try_post(resendable(m)?)
+    pub fn resend(&self, m: ReturnedMessage) -> SendBuilder<'_> {
+        SendBuilder::new(self, resendable(m))
     }
 }
 
@@ -275,7 +189,7 @@ impl ReturnedMessage {
     /// message sent raw has an empty header: read its
     /// [`body`](Self::body)). Never panics, whatever the bytes.
     ///
-    /// (See [`SiteRef::try_resend`] for an example.)
+    /// (See [`SiteRef::resend`] for an example.)
     pub fn decode<M: Message>(&self) -> Result<M, DecodeError> {
         let type_id = self.message.type_id;
         if type_id != M::ID {

@@ -286,7 +286,7 @@ fn spawn_server(
 /// (over TLS, on `tls:`, with `tls`).
 pub fn sitenet_server(
     rt: Option<Runtime>,
-    tls: Option<crate::transport::tls::TlsIdentity>,
+    tls: Option<sitenet_transport::tls::TlsIdentity>,
 ) -> Result<Node, crate::NodeError> {
     let listen = if tls.is_some() {
         "tls:127.0.0.1:0"

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 
 use crate::services::{Echo, EchoReply, SinkData, SinkQuery, SinkVerdict};
-use crate::{Node, Priority, RequestError, SendOptions, SiteRef};
+use crate::{Node, Priority, RequestError, SiteRef};
 
 use super::BenchError;
 
@@ -50,11 +50,9 @@ pub fn echo_round_trips(
         for seq in 0..=count {
             let t = Instant::now();
             let r = site
-                .request_with::<Echo, EchoReply>(
-                    &Echo { seq },
-                    SendOptions::default().body(body.clone()),
-                    timeout,
-                )
+                .request::<Echo, EchoReply>(&Echo { seq })
+                .body(body.clone())
+                .timeout(timeout)
                 .await
                 .map_err(|e| match e {
                     RequestError::Timeout(_) if seq == 0 => {
@@ -94,25 +92,21 @@ pub(super) fn stream(
     on_node(node, async move {
         let t = Instant::now();
         for seq in 0..count {
-            site.send_with(
-                &SinkData { stream, seq },
-                SendOptions::default().body(body.clone()),
-            )
-            .await
-            .map_err(|e| failed("send")(e.to_string()))?;
+            site.send(&SinkData { stream, seq })
+                .body(body.clone())
+                .await
+                .map_err(|e| failed("send")(e.to_string()))?;
         }
         site.flush(timeout)
             .await
             .map_err(|e| failed("flush")(e.to_string()))?;
         let elapsed = t.elapsed();
         let v = site
-            .request::<SinkQuery, SinkVerdict>(
-                &SinkQuery {
-                    stream,
-                    expected: count,
-                },
-                timeout,
-            )
+            .request::<SinkQuery, SinkVerdict>(&SinkQuery {
+                stream,
+                expected: count,
+            })
+            .timeout(timeout)
             .await
             .map_err(|e| failed("sink verdict")(e.to_string()))?;
         if v.msg.delivered != count || v.msg.missing != 0 || v.msg.duplicates != 0 {
@@ -143,23 +137,22 @@ pub(super) fn head_of_line(
     let small_body = Bytes::from(vec![0x22u8; small]);
     let stream: u64 = rand::random();
     on_node(node, async move {
-        site.request::<Echo, EchoReply>(&Echo { seq: 0 }, timeout)
+        site.request::<Echo, EchoReply>(&Echo { seq: 0 })
+            .timeout(timeout)
             .await
             .map_err(|e| failed("echo")(e.to_string()))?;
-        site.send_with(
-            &SinkData { stream, seq: 0 },
-            SendOptions::new().priority(Priority::Low).body(big_body),
-        )
-        .await
-        .map_err(|e| failed("send")(e.to_string()))?;
+        site.send(&SinkData { stream, seq: 0 })
+            .priority(Priority::Low)
+            .body(big_body)
+            .await
+            .map_err(|e| failed("send")(e.to_string()))?;
         let t = Instant::now();
-        site.request_with::<Echo, EchoReply>(
-            &Echo { seq: 1 },
-            SendOptions::new().priority(Priority::High).body(small_body),
-            timeout,
-        )
-        .await
-        .map_err(|e| failed("echo")(e.to_string()))?;
+        site.request::<Echo, EchoReply>(&Echo { seq: 1 })
+            .priority(Priority::High)
+            .body(small_body)
+            .timeout(timeout)
+            .await
+            .map_err(|e| failed("echo")(e.to_string()))?;
         let delay = t.elapsed();
         site.flush(timeout)
             .await

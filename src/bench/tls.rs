@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::transport::tls::{certs, TlsIdentity};
+use sitenet_transport::tls::{certs, TlsIdentity};
 
 use super::BenchError;
 

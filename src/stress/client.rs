@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{StressData, StressPing, StressPong};
-use crate::{FlushError, Priority, SendOptions, SiteRef};
+use crate::{FlushError, Priority, SiteRef};
 
 /// Messages per burst, before each probe.
 const BURST: usize = 8;
@@ -291,10 +291,7 @@ pub(crate) async fn run(
             };
             let prio = Priority::from_lane(level).expect("levels 1 to 4");
             let body = shared.pattern.slice(..n);
-            if let Err(e) = site
-                .send_with(&m, SendOptions::new().priority(prio).body(body))
-                .await
-            {
+            if let Err(e) = site.send(&m).priority(prio).body(body).await {
                 tracing::warn!(client, error = %e, "stress client cannot send");
                 shared.sent.fetch_add(queued, Ordering::Relaxed);
                 break 'run;
@@ -306,11 +303,9 @@ pub(crate) async fn run(
         shared.sent.fetch_add(queued, Ordering::Relaxed);
         let (t, opened_before) = (Instant::now(), opened());
         match site
-            .request_with::<StressPing, StressPong>(
-                &StressPing { client },
-                SendOptions::new().priority(Priority::High),
-                Duration::from_secs(60),
-            )
+            .request::<StressPing, StressPong>(&StressPing { client })
+            .priority(Priority::High)
+            .timeout(Duration::from_secs(60))
             .await
         {
             Ok(_) => {

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 pub use check::{Checker, StressData, StressPing, StressPong, Totals};
 pub use report::{jain, quantiles, Sample, Spread, StressReport, ThreadPair};
 
-use crate::protocols::slots::{by_name, Admission, SlotConfig};
-use crate::transport::{FaultInjector, TransController};
 use crate::{Node, NodeConfig};
+use sitenet_protocols::slots::{by_name, Admission, SlotConfig};
+use sitenet_transport::{FaultInjector, TransController};
 
 /// How a stress run is set up. `Default` is the CLI's default run.
 #[derive(Debug, Clone)]
@@ -52,7 +52,7 @@ pub struct StressConfig {
     /// The cookies every node of the run (server and clients) holds (issue
     /// 18; empty: the open level), to measure the cookie level under
     /// churn: every reconnect runs the proofs again.
-    pub cookies: Vec<crate::protocols::Cookie>,
+    pub cookies: Vec<sitenet_protocols::Cookie>,
     /// The threads every node of the run runs its sites on:
     /// the process-wide pool of that many. `None`: the default pool, one
     /// thread per core.
@@ -79,19 +79,19 @@ impl Default for StressConfig {
 
 /// A run's own CA (`--transport tls`): every node of the run gets a
 /// certificate of its own from it, as a deployment's sites do.
-struct RunPki(crate::transport::tls::certs::CertAndKey);
+struct RunPki(sitenet_transport::tls::certs::CertAndKey);
 
 impl RunPki {
     fn new() -> Result<Self, StressError> {
-        crate::transport::tls::certs::new_ca()
+        sitenet_transport::tls::certs::new_ca()
             .map(Self)
             .map_err(|e| StressError::Config(e.to_string()))
     }
 
     /// A TLS identity for a fresh site.
-    fn site(&self) -> Result<crate::transport::tls::TlsIdentity, StressError> {
-        use crate::transport::tls::{certs, TlsIdentity};
-        let id = crate::protocols::SiteId(rand::random());
+    fn site(&self) -> Result<sitenet_transport::tls::TlsIdentity, StressError> {
+        use sitenet_transport::tls::{certs, TlsIdentity};
+        let id = sitenet_protocols::SiteId(rand::random());
         let s = certs::new_site(&self.0, id, &certs::Validity::default())
             .map_err(|e| StressError::Config(e.to_string()))?;
         TlsIdentity::from_pem(&s.cert_pem, &s.key_pem, &self.0.cert_pem)
@@ -259,7 +259,7 @@ pub fn run(
                 ))
                 .display()
         ),
-        "mem" => crate::transport::Address::unique_mem("sitenet-stress").to_string(),
+        "mem" => sitenet_transport::Address::unique_mem("sitenet-stress").to_string(),
         "tls" => "tls:127.0.0.1:0".to_string(),
         other => {
             return Err(StressError::Config(format!(

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sitenet::protocols::wire::frame::{FLAG_FIRST, FLAG_LAST};
-use sitenet::protocols::{FrameKind, MessageKind, SiteId, HEADER_LEN, PROTOCOL_VERSION};
 use sitenet::services::Echo;
 use sitenet::Message;
+use sitenet_protocols::wire::frame::{FLAG_FIRST, FLAG_LAST};
+use sitenet_protocols::{FrameKind, MessageKind, SiteId, HEADER_LEN, PROTOCOL_VERSION};
 
 use super::raw::{self, Wire};
 use super::Numbered;
@@ -119,7 +119,7 @@ pub fn malformed_messages(w: &mut Wire) {
 /// After a handshake: the first 60 KiB of a 1 MiB message, then nothing
 /// (it holds reassembly budget until it is abandoned).
 pub fn stalled_partial_message(w: &mut Wire) {
-    let prelude = sitenet::protocols::Prelude {
+    let prelude = sitenet_protocols::Prelude {
         type_id: Numbered::ID,
         kind: MessageKind::OneWay,
         header_len: 0,

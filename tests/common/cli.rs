@@ -27,7 +27,7 @@ pub fn cookie_file() -> std::path::PathBuf {
 
 /// The cookie [`sitenet`] commands prove by default, for a library node
 /// that talks to them.
-pub fn cookie() -> sitenet::protocols::Cookie {
+pub fn cookie() -> sitenet_protocols::Cookie {
     sitenet::cookie_file::load_or_create(&cookie_file())
         .expect("the test's cookie file")
         .0

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sitenet::protocols::{Cookie, Keyring};
 use sitenet::{Message, Node, NodeConfig};
+use sitenet_protocols::{Cookie, Keyring};
 
 use super::raw::{self, RawPeer};
 use super::*;
@@ -97,7 +97,8 @@ pub async fn replies_owed_to_vanished_readers_are_bounded_and_released(level: &L
     let site = client.site(&target).unwrap();
     for seq in 0..50 {
         let r = site
-            .request::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
+            .request::<Echo, EchoReply>(&Echo { seq })
+            .timeout(PATIENCE)
             .await
             .expect("a reading client is answered beside the hogs");
         assert_eq!(r.msg.seq, seq);
@@ -164,8 +165,8 @@ pub fn trap_counting_open() -> (String, Arc<AtomicU64>, Arc<AtomicU64>) {
 
 /// The body of tests/hostile.rs's `regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed` at `level`.
 pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level) {
-    use sitenet::protocols::{MessageKind, SiteId};
     use sitenet::services::{Echo, EchoReply};
+    use sitenet_protocols::{MessageKind, SiteId};
     const N: u64 = 3_000;
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -208,7 +209,8 @@ pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level
     let site = client.site(&target).unwrap();
     for seq in 0..20 {
         let r = site
-            .request::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
+            .request::<Echo, EchoReply>(&Echo { seq })
+            .timeout(PATIENCE)
             .await
             .expect("the legitimate client is answered");
         assert_eq!(r.msg.seq, seq);
@@ -264,7 +266,8 @@ pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level
     assert!(grown < 32 << 20, "resident memory grew by {grown} bytes");
     for seq in 0..5 {
         let r = site
-            .request::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
+            .request::<Echo, EchoReply>(&Echo { seq })
+            .timeout(PATIENCE)
             .await
             .unwrap();
         assert_eq!(r.msg.seq, seq);
@@ -280,7 +283,7 @@ impl Message for Peers {
 
 /// The body of tests/hostile.rs's `regression_floods_of_site_refs_are_bounded_and_reclaimed` at `level`.
 pub async fn floods_of_site_refs_are_bounded_and_reclaimed(level: &Level) {
-    use sitenet::protocols::{MessageKind, SiteId};
+    use sitenet_protocols::{MessageKind, SiteId};
     #[derive(Serialize)]
     #[serde(untagged)]
     enum Item {
@@ -444,7 +447,8 @@ pub async fn a_forged_claim_on_a_client_in_backoff_breaks_nothing(level: &Level)
     let ask = |seq: u64| {
         let site = site.clone();
         async move {
-            site.request::<Ask, Answer>(&Ask { seq }, Duration::from_secs(30))
+            site.request::<Ask, Answer>(&Ask { seq })
+                .timeout(Duration::from_secs(30))
                 .await
                 .map(|r| r.msg.seq)
         }
@@ -483,7 +487,7 @@ pub async fn a_forged_claim_on_a_client_in_backoff_breaks_nothing(level: &Level)
         "a request was handled twice"
     );
     assert!(
-        matches!(forger, Err(sitenet::protocols::OpenError::Refused(_))),
+        matches!(forger, Err(sitenet_protocols::OpenError::Refused(_))),
         "the forged claim was accepted"
     );
     assert_eq!(server.metrics().unproven_claims_refused, 1);

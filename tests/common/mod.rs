@@ -33,8 +33,8 @@ pub async fn echo(site: &sitenet::SiteRef, seq: u64) {
     let r = site
         .request::<sitenet::services::Echo, sitenet::services::EchoReply>(
             &sitenet::services::Echo { seq },
-            PATIENCE,
         )
+        .timeout(PATIENCE)
         .await
         .unwrap();
     assert_eq!(r.msg.seq, seq);

@@ -5,8 +5,8 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use sitenet::protocols::wire::frame::{FrameHeader, FrameKind};
-use sitenet::protocols::{
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind};
+use sitenet_protocols::{
     ByteBuffer, Initiator, Keyring, LocalInfo, MessageKind, OpenError, Prelude, SiteId,
 };
 
@@ -169,7 +169,7 @@ impl RawPeer {
     /// such as a reply: everything the node did before sending it is done).
     pub fn read_until_data(&mut self) {
         loop {
-            let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
+            let mut hb = [0u8; sitenet_protocols::HEADER_LEN];
             self.socket
                 .read_exact(&mut hb)
                 .expect("a frame from the node");
@@ -301,8 +301,8 @@ pub fn frame_header(
     flags: u8,
     payload_len: u32,
     msg_number: u64,
-) -> [u8; sitenet::protocols::HEADER_LEN] {
-    let mut b = [0u8; sitenet::protocols::HEADER_LEN];
+) -> [u8; sitenet_protocols::HEADER_LEN] {
+    let mut b = [0u8; sitenet_protocols::HEADER_LEN];
     FrameHeader {
         kind,
         lane,
@@ -362,7 +362,7 @@ fn encode_message(
     payload.extend_from_slice(header);
     payload.extend_from_slice(body);
     let h = FrameHeader::whole(FrameKind::Data, 3, number, payload.len() as u32, 0);
-    let mut hb = [0u8; sitenet::protocols::HEADER_LEN];
+    let mut hb = [0u8; sitenet_protocols::HEADER_LEN];
     h.encode(&mut hb);
     v.extend_from_slice(&hb);
     v.extend_from_slice(&payload);

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sitenet::protocols::Keyring;
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Node, Runtime};
+use sitenet_protocols::Keyring;
 
 use super::attacks::{self, attacker, tcp, until_closed, Peers};
 use super::hostile::Level;
@@ -136,10 +136,12 @@ pub fn siege(level: &Level) {
     let forgeries_refused = Arc::new(AtomicU64::new(0));
     let forgeries_accepted = Arc::new(AtomicU64::new(0));
     for seq in 0..MESSAGES {
-        site.send_blocking(&Numbered { stream: 0, seq }).unwrap();
+        site.send(&Numbered { stream: 0, seq }).blocking().unwrap();
         if seq % 100 == 0 {
             let r = site
-                .request_blocking::<Echo, EchoReply>(&Echo { seq }, PATIENCE)
+                .request::<Echo, EchoReply>(&Echo { seq })
+                .timeout(PATIENCE)
+                .blocking()
                 .expect("the legitimate site is answered");
             assert_eq!(r.msg.seq, seq);
         }
@@ -153,7 +155,7 @@ pub fn siege(level: &Level) {
                 &stop,
                 &rounds,
                 move || match RawPeer::try_connect_keyed(&t, id, Vec::new(), k.clone()) {
-                    Err(sitenet::protocols::OpenError::Refused(_)) => {
+                    Err(sitenet_protocols::OpenError::Refused(_)) => {
                         refused.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(_) => {}
@@ -217,7 +219,9 @@ pub fn siege(level: &Level) {
     });
     // And the legitimate site is still served.
     let r = site
-        .request_blocking::<Echo, EchoReply>(&Echo { seq: 1 }, PATIENCE)
+        .request::<Echo, EchoReply>(&Echo { seq: 1 })
+        .timeout(PATIENCE)
+        .blocking()
         .unwrap();
     assert_eq!(r.msg.seq, 1);
 }

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sitenet::protocols::wire::frame::{FrameHeader, FrameKind};
-use sitenet::protocols::{ByteBuffer, Initiator, Keyring, MessageKind, SiteId, HEADER_LEN};
+use sitenet_protocols::wire::frame::{FrameHeader, FrameKind};
+use sitenet_protocols::{ByteBuffer, Initiator, Keyring, MessageKind, SiteId, HEADER_LEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 

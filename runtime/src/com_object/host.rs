@@ -57,7 +57,7 @@ pub(crate) struct NodeShared {
     pub(crate) cfg: NodeConfig,
     pub(crate) rt: Runtime,
     pub(crate) listen: Vec<Address>,
-    /// The completions of tracked messages (`SiteRef::send_tracked`).
+    /// The completions of tracked messages (`SendBuilder::tracked`).
     pub(crate) deliveries: crate::delivery::Deliveries,
     pub(crate) counters: Counters,
     /// The channel slots (shared with the other nodes of the process unless

@@ -166,8 +166,7 @@ impl AsyncCtx {
     /// })?;
     /// let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     /// let site = client.site(&front.listen_addresses()[0])?;
-    /// let get = |k| site.request_blocking::<Get, Value>(&Get(k),
-    ///     Duration::from_secs(30));
+    /// let get = |k| site.request::<Get, Value>(&Get(k)).timeout(Duration::from_secs(30)).blocking();
     /// assert_eq!(get(2)?.msg.0, "front's 2");
     /// assert_eq!(get(3)?.msg.0, "owner's 3");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -185,9 +184,9 @@ impl AsyncCtx {
         opts: SendOptions,
     ) -> Result<(), SendError> {
         let Some(responder) = self.responder() else {
-            return Err(SendError::Encode(
-                "forward of a message that is not an unanswered request".into(),
-            ));
+            return Err(SendError::NothingToAnswer {
+                type_id: self.type_id(),
+            });
         };
         let origin = self
             .origin

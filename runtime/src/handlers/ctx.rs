@@ -55,10 +55,10 @@ impl Ctx<'_> {
     /// let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
     /// let t = Duration::from_secs(30);
     /// let r = client.site(&relay.listen_addresses()[0])?
-    ///     .request_blocking::<Who, Seen>(&Who, t)?;
+    ///     .request::<Who, Seen>(&Who).timeout(t).blocking()?;
     /// assert_eq!(r.msg.via, Some(relay.id().to_string()));
     /// let r = client.site(&owner.listen_addresses()[0])?
-    ///     .request_blocking::<Who, Seen>(&Who, t)?;
+    ///     .request::<Who, Seen>(&Who).timeout(t).blocking()?;
     /// assert_eq!(r.msg.via, None); // asked directly
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -142,8 +142,7 @@ impl Ctx<'_> {
     /// })?;
     /// let client = Node::builder().start()?; // (dropping its last handle shuts a node down)
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let r = site.request_blocking::<Read, Data>(&Read { len: 100_000 },
-    ///     Duration::from_secs(30))?;
+    /// let r = site.request::<Read, Data>(&Read { len: 100_000 }).timeout(Duration::from_secs(30)).blocking()?;
     /// assert_eq!(r.body.len(), 100_000);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -153,9 +152,9 @@ impl Ctx<'_> {
         opts: SendOptions,
     ) -> Result<(), SendError> {
         if !self.is_request() || self.replied {
-            return Err(SendError::Encode(
-                "reply to a message that is not an unanswered request".into(),
-            ));
+            return Err(SendError::NothingToAnswer {
+                type_id: self.type_id,
+            });
         }
         super::responder::post_answer(
             &self.sender(),
@@ -211,15 +210,15 @@ impl Ctx<'_> {
     /// })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let r = site.request_raw_blocking(150, &b"abc"[..], Duration::from_secs(30))?;
+    /// let r = site.request_raw(150, &b"abc"[..]).timeout(Duration::from_secs(30)).blocking()?;
     /// assert_eq!((r.type_id, &r.body[..]), (151, &b"cba"[..]));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reply_raw(&mut self, type_id: u32, body: impl Into<Bytes>) -> Result<(), SendError> {
         if !self.is_request() || self.replied {
-            return Err(SendError::Encode(
-                "reply to a message that is not an unanswered request".into(),
-            ));
+            return Err(SendError::NothingToAnswer {
+                type_id: self.type_id,
+            });
         }
         super::responder::post_raw_answer(
             &self.sender(),
@@ -294,8 +293,7 @@ impl Ctx<'_> {
     /// })?;
     /// // The client asks the directory; the owner's answer comes straight back.
     /// let client = Node::builder().listen("tcp:127.0.0.1:0").start()?;
-    /// let r = client.site(&directory.listen_addresses()[0])?.request_blocking::<Lookup, Found>(
-    ///     &Lookup { key: "k".into() }, Duration::from_secs(30))?;
+    /// let r = client.site(&directory.listen_addresses()[0])?.request::<Lookup, Found>(&Lookup { key: "k".into() }).timeout(Duration::from_secs(30)).blocking()?;
     /// assert_eq!(r.msg.value, "value of k");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -312,9 +310,9 @@ impl Ctx<'_> {
         opts: SendOptions,
     ) -> Result<(), SendError> {
         if !self.is_request() || self.replied {
-            return Err(SendError::Encode(
-                "forward of a message that is not an unanswered request".into(),
-            ));
+            return Err(SendError::NothingToAnswer {
+                type_id: self.type_id,
+            });
         }
         post_forward(
             to,
@@ -393,10 +391,9 @@ impl Ctx<'_> {
     /// front.handle(move |ctx, Sum(n): Sum| {
     ///     let (to_back, client) = (to_back.clone(), ctx.sender());
     ///     ctx.spawn(async move {
-    ///         let r = to_back.request::<Sum, Sum>(&Sum(n),
-    ///             Duration::from_secs(30)).await;
+    ///         let r = to_back.request::<Sum, Sum>(&Sum(n)).timeout(Duration::from_secs(30)).await;
     ///         if let Ok(r) = r {
-    ///             let _ = client.try_send(&Sum(r.msg.0 * 10));
+    ///             let _ = client.send(&Sum(r.msg.0 * 10)).try_now();
     ///         }
     ///     });
     /// })?;
@@ -404,7 +401,7 @@ impl Ctx<'_> {
     /// let (tx, rx) = std::sync::mpsc::channel();
     /// let tx = std::sync::Mutex::new(tx);
     /// client.handle(move |_ctx, Sum(n): Sum| { let _ = tx.lock().unwrap().send(n); })?;
-    /// client.site(&front.listen_addresses()[0])?.try_send(&Sum(1))?;
+    /// client.site(&front.listen_addresses()[0])?.send(&Sum(1)).try_now()?;
     /// assert_eq!(rx.recv_timeout(Duration::from_secs(30))?, 20);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -424,16 +421,20 @@ pub(crate) fn post_forward<M: Message>(
     opts: SendOptions,
     default_priority: Priority,
 ) -> Result<(), SendError> {
-    let origin = origin
-        .ok_or_else(|| SendError::Encode("the requesting site's id is not known yet".into()))?;
-    let header =
-        crate::message::encode_header(msg).map_err(|e| SendError::Encode(e.to_string()))?;
-    let header =
-        sitenet_protocols::wire::message::wrap_origin(&origin, &header).ok_or_else(|| {
-            SendError::Encode(
-                "the requesting site's descriptor does not fit an origin block".into(),
-            )
-        })?;
+    let origin = origin.ok_or_else(|| SendError::Encode {
+        type_id: M::ID,
+        reason: "the requesting site's id is not known yet".into(),
+    })?;
+    let header = crate::message::encode_header(msg).map_err(|e| SendError::Encode {
+        type_id: M::ID,
+        reason: e.to_string(),
+    })?;
+    let header = sitenet_protocols::wire::message::wrap_origin(&origin, &header).ok_or_else(|| {
+        SendError::Encode {
+            type_id: M::ID,
+            reason: "the requesting site's descriptor does not fit an origin block".into(),
+        }
+    })?;
     let (priority, body) = opts.into_parts(default_priority);
     to.try_post(OutMessage {
         priority,

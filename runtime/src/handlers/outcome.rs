@@ -30,7 +30,7 @@ mod sealed {
 /// - a [`Message`] `R`: the reply (what `Ctx::reply` sends);
 /// - `Result<T, E>`: `Ok(t)` answers as `t` does; `Err(e)` is the
 ///   handler's own error value, any `E: Serialize` — the caller of
-///   [`SiteRef::request_result`](crate::SiteRef::request_result) gets it
+///   [`RequestBuilder::or_error`](crate::RequestBuilder::or_error) gets it
 ///   back as its type and matches it, a plain `request` caller sees
 ///   [`RequestError::Remote`](crate::RequestError::Remote) with `e`
 ///   rendered (as JSON, at most 256 bytes) in its reason;

@@ -69,7 +69,7 @@ impl crate::Node {
     ///
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// site.try_send_raw(1234, &b"the runtime's own bytes"[..])?;
+    /// site.send_raw(1234, &b"the runtime's own bytes"[..]).try_now()?;
     /// let (type_id, body) = rx.recv_timeout(Duration::from_secs(30))?;
     /// assert_eq!((type_id, &body[..]), (1234, &b"the runtime's own bytes"[..]));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -142,7 +142,7 @@ impl crate::Node {
     /// })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let r = site.request_raw_blocking(77, Vec::new(), Duration::from_secs(30))?;
+    /// let r = site.request_raw(77, Vec::new()).timeout(Duration::from_secs(30)).blocking()?;
     /// assert_eq!(&r.body[..], &77u32.to_le_bytes()[..]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -86,8 +86,7 @@ impl crate::Node {
     /// })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let count = |w: &str| site.request_blocking_with::<Count, Seen>(&Count(w.into()),
-    ///     SendOptions::default(), Duration::from_secs(30)).map(|r| r.msg.0);
+    /// let count = |w: &str| site.request::<Count, Seen>(&Count(w.into())).timeout(Duration::from_secs(30)).blocking().map(|r| r.msg.0);
     /// assert_eq!((count("a")?, count("a")?, count("b")?), (1, 2, 1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -104,7 +103,7 @@ impl crate::Node {
     /// instead of calling [`Ctx::reply`]: a reply, or `Result<R, E>` whose
     /// error is a value of the application's own type `E` (any
     /// `Serialize`) that the caller gets back as its type with
-    /// [`SiteRef::request_result`](crate::SiteRef::request_result) and
+    /// [`RequestBuilder::or_error`](crate::RequestBuilder::or_error) and
     /// matches — "not found", "no permission", "retry at that site" —
     /// rather than parse a reason string. See [`Outcome`] for every output
     /// it takes; `()` or `None` answers nothing (the handler forwarded the
@@ -140,16 +139,13 @@ impl crate::Node {
     /// let client = Node::builder().start()?;
     /// let site = client.site(&bank.listen_addresses()[0])?;
     /// let t = Duration::from_secs(30);
-    /// let ok = site.request_result_blocking::<Withdraw, Balance, BankError>(
-    ///     &Withdraw(30), t)?;
+    /// let ok = site.request::<Withdraw, Balance>(&Withdraw(30)).timeout(t).or_error::<BankError>().blocking()?;
     /// assert_eq!(ok.map(|r| r.msg.0), Ok(70));
-    /// let refused = site.request_result_blocking::<Withdraw, Balance, BankError>(
-    ///     &Withdraw(500), t)?;
+    /// let refused = site.request::<Withdraw, Balance>(&Withdraw(500)).timeout(t).or_error::<BankError>().blocking()?;
     /// assert_eq!(refused.err(), Some(BankError::Insufficient { balance: 100 }));
     /// // A caller that does not ask for the value reads it in the reason.
-    /// let plain = site.request_blocking_with::<Withdraw, Balance>(&Withdraw(500),
-    ///     SendOptions::default(), t).unwrap_err();
-    /// assert!(matches!(plain, RequestError::Remote(ref r) if r.contains("Insufficient")), "{plain}");
+    /// let plain = site.request::<Withdraw, Balance>(&Withdraw(500)).timeout(t).blocking().unwrap_err();
+    /// assert!(matches!(plain, RequestError::Remote { reason: ref r, .. } if r.contains("Insufficient")), "{plain}");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn handle_result<Q, O, F>(&self, f: F) -> Result<(), NodeError>
@@ -225,8 +221,7 @@ impl crate::Node {
     ///     let to_back = to_back.clone();
     ///     async move {
     ///         let r = to_back
-    ///             .request::<Price, Cents>(&Price(item.clone()),
-    ///                 Duration::from_secs(30))
+    ///             .request::<Price, Cents>(&Price(item.clone())).timeout(Duration::from_secs(30))
     ///             .await
     ///             .map_err(|e| ShopError::Backend(e.to_string()))?;
     ///         match r.msg.0 {
@@ -237,8 +232,7 @@ impl crate::Node {
     /// })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&front.listen_addresses()[0])?;
-    /// let price = |item: &str| site.request_result_blocking::<Price, Cents, ShopError>(
-    ///     &Price(item.into()), Duration::from_secs(30));
+    /// let price = |item: &str| site.request::<Price, Cents>(&Price(item.into())).timeout(Duration::from_secs(30)).or_error::<ShopError>().blocking();
     /// assert_eq!(price("tea")?.map(|r| r.msg.0), Ok(275));
     /// assert_eq!(price("gold")?.err(), Some(ShopError::Unknown("gold".into())));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -287,8 +281,7 @@ impl crate::Node {
     /// server.handle(|ctx, _: Version| { let _ = ctx.reply(&Is(1)); })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let ask = || site.request_blocking::<Version, Is>(&Version,
-    ///     Duration::from_secs(30));
+    /// let ask = || site.request::<Version, Is>(&Version).timeout(Duration::from_secs(30)).blocking();
     /// assert_eq!(ask()?.msg.0, 1);
     /// // Code reloaded: version 2 answers from now on.
     /// assert!(server.replace_handler(|ctx, _: Version| { let _ = ctx.reply(&Is(2)); })?);
@@ -349,8 +342,7 @@ impl crate::Node {
     /// server.handle_async(|_ctx, _: Version| async { Is(1) })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let ask = || site.request_blocking::<Version, Is>(&Version,
-    ///     Duration::from_secs(30));
+    /// let ask = || site.request::<Version, Is>(&Version).timeout(Duration::from_secs(30)).blocking();
     /// assert_eq!(ask()?.msg.0, 1);
     /// assert!(server.replace_handler_async(|_ctx, _: Version| async { Is(2) })?);
     /// assert_eq!(ask()?.msg.0, 2);
@@ -415,7 +407,7 @@ impl crate::Node {
     /// let tx = std::sync::Mutex::new(tx);
     /// server.on_unhandled(move |u| { let _ = tx.lock().unwrap().send((u.type_id, u.reason)); });
     /// let client = Node::builder().start()?;
-    /// client.site(&server.listen_addresses()[0])?.try_send(&Unknown)?;
+    /// client.site(&server.listen_addresses()[0])?.send(&Unknown).try_now()?;
     /// let (type_id, reason) = rx.recv_timeout(Duration::from_secs(30))?;
     /// assert_eq!(type_id, 99);
     /// assert!(reason.contains("no handler"), "{reason}");

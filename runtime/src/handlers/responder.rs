@@ -50,8 +50,7 @@ use crate::site::SiteRef;
 /// })?;
 /// let client = Node::builder().start()?;
 /// let site = client.site(&server.listen_addresses()[0])?;
-/// let r = site.request_blocking::<Slow, Slow>(&Slow(21),
-///     Duration::from_secs(30))?;
+/// let r = site.request::<Slow, Slow>(&Slow(21)).timeout(Duration::from_secs(30)).blocking()?;
 /// assert_eq!(r.msg.0, 42);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -104,7 +103,7 @@ impl Responder {
     /// })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let r = site.request_raw_blocking(1, vec![7u8; 3], Duration::from_secs(30))?;
+    /// let r = site.request_raw(1, vec![7u8; 3]).timeout(Duration::from_secs(30)).blocking()?;
     /// assert_eq!((r.type_id, &r.body[..]), (2, &[7u8, 7, 7][..]));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -136,7 +135,7 @@ impl Responder {
     /// Answers with the handler's error value `err`, a type of the
     /// application's (for example an enum of the ways a lookup fails):
     /// the caller of
-    /// [`SiteRef::request_result`](crate::SiteRef::request_result)
+    /// [`RequestBuilder::or_error`](crate::RequestBuilder::or_error)
     /// decodes it as its own type and matches it; a plain `request` sees
     /// [`RequestError::Remote`](crate::RequestError::Remote) with `err`
     /// rendered as JSON in its reason. Never waits.
@@ -158,8 +157,7 @@ impl Responder {
     /// })?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// let r = site.request_result_blocking::<Take, Take, Refused>(&Take(9),
-    ///     Duration::from_secs(30))?;
+    /// let r = site.request::<Take, Take>(&Take(9)).timeout(Duration::from_secs(30)).or_error::<Refused>().blocking()?;
     /// assert_eq!(r.err(), Some(Refused::TooMany { max: 4 }));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -275,8 +273,10 @@ pub(crate) fn post_answer<R: Message>(
     reply: &R,
     opts: SendOptions,
 ) -> Result<(), SendError> {
-    let header =
-        crate::message::encode_header(reply).map_err(|e| SendError::Encode(e.to_string()))?;
+    let header = crate::message::encode_header(reply).map_err(|e| SendError::Encode {
+        type_id: R::ID,
+        reason: e.to_string(),
+    })?;
     let (priority, body) = opts.into_parts(priority);
     to.try_post(OutMessage {
         priority,
@@ -303,8 +303,12 @@ pub(crate) fn post_answered(
         Answer::Nothing => return Ok(false),
         Answer::Reply { type_id, header } => (type_id, header, Bytes::new()),
         Answer::Error { reason, detail } => {
-            let header = crate::message::encode_header(&RemoteError { reason })
-                .map_err(|e| SendError::Encode(e.to_string()))?;
+            let header = crate::message::encode_header(&RemoteError { reason }).map_err(|e| {
+                SendError::Encode {
+                    type_id: RemoteError::ID,
+                    reason: e.to_string(),
+                }
+            })?;
             (RemoteError::ID, header, detail)
         }
         Answer::Unencodable(reason) => {

@@ -42,8 +42,7 @@ impl Node {
     /// let d = b.descriptor(); // "ID@tcp:127.0.0.1:PORT,mem:descriptor-doc"
     /// let a = Node::builder().start()?;
     /// let site_b = a.site_from_descriptor(&d)?; // talks over mem:
-    /// let r = site_b.request_blocking::<Echo, EchoReply>(
-    ///     &Echo { seq: 1 }, std::time::Duration::from_secs(30))?;
+    /// let r = site_b.request::<Echo, EchoReply>(&Echo { seq: 1 }).timeout(std::time::Duration::from_secs(30)).blocking()?;
     /// assert_eq!(r.msg.seq, 1);
     /// assert_eq!(site_b.id(), Some(b.id()));
     /// # Ok::<(), Box<dyn std::error::Error>>(())

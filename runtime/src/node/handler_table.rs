@@ -69,26 +69,75 @@ impl Message for RemoteError {
 pub(crate) mod error_detail {
     /// The handler returned an error value of its own type (`Outcome`):
     /// the value follows, MessagePack (named fields), for
-    /// `SiteRef::request_result` to decode.
+    /// `RequestBuilder::or_error` to decode.
     pub(crate) const HANDLER: u8 = 1;
     /// The handler was not run: the node ran `max_async_handlers` async
     /// handlers already (`RequestError::Busy`). No payload.
     pub(crate) const BUSY: u8 = 2;
 }
 
-/// An error reply (`RemoteError` or `NoReply`) as its caller sees it.
+/// An error reply (`RemoteError` or `NoReply`) as its caller reads it;
+/// [`into_request_error`](Self::into_request_error) names the request's
+/// type.
 pub(crate) enum ErrorReply {
-    /// `RequestError::Remote`, `NoReply` or `Busy`, ready to hand over.
-    Failed(crate::error::RequestError),
+    /// A plain failure (`error_detail` empty or unknown): no handler, a
+    /// header that did not decode, a panic, `Responder::fail`.
+    Failed { reason: String },
+    /// The handler was not run (`error_detail::BUSY`).
+    Busy { reason: String },
+    /// The handler answered nothing (`NoReply`).
+    NoReply { reason: String },
     /// The handler's own error value (`error_detail::HANDLER`): its
     /// reason, and the value's encoding.
     Handler { reason: String, value: Bytes },
 }
 
+impl ErrorReply {
+    /// The error a request of type `type_id` ends with. "No handler" is
+    /// told by its reason, which the peer writes with the same
+    /// `Unhandled::reason` (the wire has no code for it).
+    pub(crate) fn into_request_error(self, type_id: u32) -> crate::error::RequestError {
+        use crate::error::RequestError;
+        match self {
+            Self::Failed { reason }
+                if reason
+                    == (sitenet_protocols::node::delegation::Unhandled::NoHandler { origin: None })
+                        .reason(type_id) =>
+            {
+                RequestError::NoHandler { type_id }
+            }
+            Self::Failed { reason } => RequestError::Remote {
+                type_id,
+                reason,
+                value: None,
+            },
+            Self::Handler { reason, value } => RequestError::Remote {
+                type_id,
+                reason,
+                value: Some(value),
+            },
+            Self::Busy { reason } => RequestError::Busy { type_id, reason },
+            Self::NoReply { reason } => RequestError::NoReply { type_id, reason },
+        }
+    }
+
+    /// What the peer said, for a cooperation's failure.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Self::Failed { reason } | Self::Handler { reason, .. } => {
+                format!("the peer could not handle the request: {reason}")
+            }
+            Self::Busy { reason } => {
+                format!("the peer is busy and did not handle the request: {reason}")
+            }
+            Self::NoReply { reason } => format!("the peer's handler gave no reply: {reason}"),
+        }
+    }
+}
+
 /// Reads the reply `type_id` with `header` and `body` as an error reply,
 /// or `None` if it is not one.
 pub(crate) fn error_reply(type_id: u32, header: &[u8], body: &Bytes) -> Option<ErrorReply> {
-    use crate::error::RequestError;
     let undecodable = |e: rmp_serde::decode::Error| format!("undecodable error reply: {e}");
     match type_id {
         RemoteError::ID => {
@@ -100,17 +149,17 @@ pub(crate) fn error_reply(type_id: u32, header: &[u8], body: &Bytes) -> Option<E
                     reason,
                     value: body.slice(1..),
                 },
-                Some(&error_detail::BUSY) => ErrorReply::Failed(RequestError::Busy(reason)),
+                Some(&error_detail::BUSY) => ErrorReply::Busy { reason },
                 // Empty, or a tag this version does not know: the reason
                 // says it all.
-                _ => ErrorReply::Failed(RequestError::Remote(reason)),
+                _ => ErrorReply::Failed { reason },
             })
         }
-        NoReply::ID => Some(ErrorReply::Failed(RequestError::NoReply(
-            rmp_serde::from_slice::<NoReply>(header)
+        NoReply::ID => Some(ErrorReply::NoReply {
+            reason: rmp_serde::from_slice::<NoReply>(header)
                 .map(|e| e.reason)
                 .unwrap_or_else(undecodable),
-        ))),
+        }),
         _ => None,
     }
 }

@@ -393,8 +393,7 @@ impl Node {
     /// node.handle(|ctx, Add(n): Add| { let _ = ctx.reply(&Add(n + 1)); })?;
     /// let me = node.local_site();
     /// assert_eq!(me.id(), Some(node.id()));
-    /// let r = me.request_blocking::<Add, Add>(&Add(41),
-    ///     std::time::Duration::from_secs(30))?;
+    /// let r = me.request::<Add, Add>(&Add(41)).timeout(std::time::Duration::from_secs(30)).blocking()?;
     /// assert_eq!(r.msg.0, 42);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -488,7 +487,7 @@ impl Node {
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
     /// for i in 0..100 {
-    ///     site.send_blocking(&Save(i))?;
+    ///     site.send(&Save(i)).blocking()?;
     /// }
     /// // Waits for every acknowledgement, up to the deadline, then closes.
     /// let report = client.shutdown_blocking(Duration::from_secs(30))?;

@@ -18,7 +18,6 @@ use tokio::sync::{oneshot, Notify};
 use sitenet_protocols::node::requests::{Reply, RequestTable};
 use sitenet_protocols::{InMessage, SiteFailure};
 
-use super::ErrorReply;
 use super::NodeInner;
 use crate::error::RequestError;
 use crate::metrics::Counters;
@@ -201,24 +200,16 @@ impl NodeInner {
                 return;
             }
         };
-        let failed = super::error_reply(m.prelude.type_id, &m.header, &m.body);
-        match (waiter, failed) {
-            (Waiter::Request(tx), failed) => {
-                let _ = tx.send(match failed {
-                    Some(ErrorReply::Failed(e)) => Err(e),
-                    // A handler's error value goes on to the caller's
-                    // future, which decodes it or says it as its reason
-                    // (`SiteRef::request_result`, `request`).
-                    Some(ErrorReply::Handler { .. }) | None => Ok(m),
-                });
+        match waiter {
+            // An error reply goes on to the caller's future, which reads
+            // it with the request's type (`SiteRef::request`).
+            Waiter::Request(tx) => {
+                let _ = tx.send(Ok(m));
             }
-            (Waiter::Coop(coop), Some(ErrorReply::Failed(e))) => {
-                coop.site_failed(self, from, &e.to_string())
-            }
-            (Waiter::Coop(coop), Some(ErrorReply::Handler { reason, .. })) => {
-                coop.site_failed(self, from, &RequestError::Remote(reason).to_string())
-            }
-            (Waiter::Coop(coop), None) => coop.offer(self, from, m),
+            Waiter::Coop(coop) => match super::error_reply(m.prelude.type_id, &m.header, &m.body) {
+                Some(failed) => coop.site_failed(self, from, &failed.describe()),
+                None => coop.offer(self, from, m),
+            },
         }
     }
 

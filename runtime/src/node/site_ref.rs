@@ -14,10 +14,17 @@ use crate::site_entry::{ActorState, SiteEntry};
 /// bounded outbox; the site's ComObject is woken only when that outbox goes
 /// from empty to non-empty.
 ///
+/// There is one way to send: [`send`](Self::send) (or
+/// [`send_raw`](Self::send_raw), [`resend`](Self::resend)) and
+/// [`request`](Self::request) (or [`request_raw`](Self::request_raw))
+/// return a builder on which a priority, body parts, a timeout or tracked
+/// delivery are set; it is then awaited, tried without waiting
+/// (`try_now`) or blocked on (`blocking`).
+///
 /// ```
 /// # use std::time::Duration;
 /// # use serde::{Deserialize, Serialize};
-/// # use sitenet_runtime::{Message, Node, Priority, SendOptions};
+/// # use sitenet_runtime::{Message, Node, Priority};
 /// #[derive(Serialize, Deserialize)]
 /// struct Log(String);
 /// impl Message for Log { const ID: u32 = 2; }
@@ -28,12 +35,12 @@ use crate::site_entry::{ActorState, SiteEntry};
 /// // Cheap: no channel until the first message. Clone it freely.
 /// let site = client.site(&server.listen_addresses()[0])?;
 /// // Non-blocking (fails with `QueueFull` at the site's output bound)...
-/// site.try_send(&Log("hello".into()))?;
+/// site.send(&Log("hello".into())).try_now()?;
 /// // ...waiting for room, from async code...
 /// futures::executor::block_on(site.send(&Log("again".into())))?;
 /// // ...or from a plain thread, with a priority and a body.
-/// site.send_blocking_with(&Log("urgent".into()), SendOptions::new().priority(Priority::High).body(vec![0u8; 64]))?;
-/// site.flush_blocking(Duration::from_secs(30))?; // all acknowledged
+/// site.send(&Log("urgent".into())).priority(Priority::High).body(vec![0u8; 64]).blocking()?;
+/// site.flush(Duration::from_secs(30)).blocking()?; // all acknowledged
 /// assert_eq!(site.id(), Some(server.id()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

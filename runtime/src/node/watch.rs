@@ -22,15 +22,15 @@ impl Node {
     /// let node = Node::builder().start()?;
     /// // Nothing listens there: the messages wait, and are handed back on kill.
     /// let site = node.site("tcp:127.0.0.1:9")?;
-    /// site.try_send(&Job(1))?;
-    /// site.try_send(&Job(2))?;
+    /// site.send(&Job(1)).try_now()?;
+    /// site.send(&Job(2)).try_now()?;
     /// node.kill(&site);
     /// assert!(node.wait_until_blocking(|_| site.failure().is_some(), Duration::from_secs(30))?);
     /// assert_eq!(site.fault_state(), FaultState::PermFailed);
     /// let (reason, back) = site.failure().unwrap();
     /// println!("{reason}");
     /// assert_eq!(back.not_sent.len() + back.maybe_delivered.len(), 2); // nothing lost
-    /// assert!(site.try_send(&Job(3)).is_err()); // and nothing more accepted
+    /// assert!(site.send(&Job(3)).try_now().is_err()); // and nothing more accepted
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn kill(&self, site: &SiteRef) {
@@ -88,8 +88,7 @@ impl Node {
     /// let client = Node::builder().start()?;
     /// let mut events = client.events();
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 },
-    ///     std::time::Duration::from_secs(30))?;
+    /// site.request::<Echo, EchoReply>(&Echo { seq: 1 }).timeout(std::time::Duration::from_secs(30)).blocking()?;
     /// let ev = futures::executor::block_on(events.next()).unwrap();
     /// assert!(matches!(ev, NodeEvent::SiteUp { site, transport: "tcp", .. } if site == server.id()));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -119,8 +118,7 @@ impl Node {
     ///     .start()?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 },
-    ///     std::time::Duration::from_secs(30))?;
+    /// site.request::<Echo, EchoReply>(&Echo { seq: 1 }).timeout(std::time::Duration::from_secs(30)).blocking()?;
     /// let stats = client.stats();
     /// println!("{}", serde_json::to_string_pretty(&stats)?);
     /// assert_eq!(stats.per_site.len(), 1);
@@ -226,8 +224,7 @@ impl Node {
     ///     .start()?;
     /// let client = Node::builder().start()?;
     /// let site = client.site(&server.listen_addresses()[0])?;
-    /// site.request_blocking::<Echo, EchoReply>(&Echo { seq: 1 },
-    ///     std::time::Duration::from_secs(30))?;
+    /// site.request::<Echo, EchoReply>(&Echo { seq: 1 }).timeout(std::time::Duration::from_secs(30)).blocking()?;
     /// let text = client.openmetrics();
     /// assert!(text.lines().any(|l| l == "sitenet_channels_opened_total 1"));
     /// assert!(text.contains("# TYPE sitenet_slots_in_use gauge\n"));

@@ -215,7 +215,7 @@ fn regression_bytes_moved_by_a_merge_never_take_the_node_past_its_bound() {
 }
 
 /// Issue 21: one byte bound per site was shared by all levels, so a
-/// level-1 backlog made a level-4 `try_send` fail, and user data could
+/// level-1 backlog made a level-4 `try_now` fail, and user data could
 /// refuse the node's own answers. Each class has its reserve, and its own
 /// line of waiting senders.
 #[test]

@@ -12,11 +12,15 @@ use crate::metrics::Counters;
 pub use crate::node::SiteRef;
 use crate::outbox::Pushed;
 mod queries;
+pub use queries::Flush;
 mod requests;
 mod returned;
+mod send;
 use crate::site_entry::SiteEntry;
 pub use crate::site_entry::{FaultEvent, NOT_CONTACTED};
+pub use requests::{RequestBuilder, DEFAULT_REQUEST_TIMEOUT};
 pub use returned::{HandedBack, ReturnedMessage};
+pub use send::{SendBuilder, TrackedSend};
 
 /// A site's fault state, as `Node::monitor` reports it (decided by the
 /// ComObject state machine in `sitenet-protocols`).
@@ -30,8 +34,10 @@ impl SiteRef {
         kind: MessageKind,
         corr: u64,
     ) -> Result<OutMessage, SendError> {
-        let header =
-            crate::message::encode_header(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let header = crate::message::encode_header(msg).map_err(|e| SendError::Encode {
+            type_id: M::ID,
+            reason: e.to_string(),
+        })?;
         let (priority, body) = opts.into_parts(sitenet_protocols::Priority::default());
         let m = OutMessage {
             priority,
@@ -45,7 +51,7 @@ impl SiteRef {
         Ok(m)
     }
 
-    fn check(&self, entry: &Arc<SiteEntry>, m: &OutMessage) -> Result<(), SendError> {
+    pub(super) fn check(&self, entry: &Arc<SiteEntry>, m: &OutMessage) -> Result<(), SendError> {
         let reply = matches!(m.kind, MessageKind::Reply | MessageKind::DelegatedReply);
         if self.node.is_shut_down() || (self.node.is_closing() && !reply) {
             return Err(SendError::Shutdown);
@@ -74,7 +80,7 @@ impl SiteRef {
 
     /// Queues `m` in the site's outbox, waking its actor if needed; true if
     /// a batch is now waiting for it (see [`Pushed::Queued`]).
-    fn push(&self, entry: &Arc<SiteEntry>, mut m: OutMessage) -> bool {
+    pub(super) fn push(&self, entry: &Arc<SiteEntry>, mut m: OutMessage) -> bool {
         Counters::add(&self.node.counters.messages_queued, 1);
         let mut entry = entry;
         loop {
@@ -142,48 +148,36 @@ impl SiteRef {
         Ok(())
     }
 
-    /// Queues `msg` at medium priority, waiting while the site's output bound
-    /// is reached. Returns once queued; delivery is asynchronous.
-    pub async fn send<M: Message>(&self, msg: &M) -> Result<(), SendError> {
-        self.send_with(msg, SendOptions::default()).await
-    }
-
-    /// [`send`](Self::send) with options: a priority and a body.
-    pub async fn send_with<M: Message>(&self, msg: &M, opts: SendOptions) -> Result<(), SendError> {
-        let m = self.encode(msg, opts, MessageKind::OneWay, 0)?;
-        self.post(m).await
-    }
-
-    /// Queues `msg` at medium priority or fails at once with
-    /// [`SendError::QueueFull`]; never waits (use it from handlers).
-    pub fn try_send<M: Message>(&self, msg: &M) -> Result<(), SendError> {
-        self.try_send_with(msg, SendOptions::default())
-    }
-
-    /// [`try_send`](Self::try_send) with options: a priority and a body.
-    pub fn try_send_with<M: Message>(&self, msg: &M, opts: SendOptions) -> Result<(), SendError> {
-        let m = self.encode(msg, opts, MessageKind::OneWay, 0)?;
-        self.try_post(m)
-    }
-
-    /// Blocking variant of [`send`](Self::send), for a plain `main` or
-    /// thread. On the node's own runtime thread (a handler, a task spawned
-    /// there) it fails with [`SendError::WouldDeadlock`] rather than hang.
-    pub fn send_blocking<M: Message>(&self, msg: &M) -> Result<(), SendError> {
-        self.send_blocking_with(msg, SendOptions::new())
-    }
-
-    /// [`send_blocking`](Self::send_blocking) with options: a priority and
-    /// a body.
-    pub fn send_blocking_with<M: Message>(
-        &self,
-        msg: &M,
-        opts: SendOptions,
-    ) -> Result<(), SendError> {
-        if self.node.rt.is_current_thread() {
-            return Err(SendError::WouldDeadlock);
-        }
-        futures::executor::block_on(self.send_with(msg, opts))
+    /// A one-way message to this site: `msg`, encoded now (the builder
+    /// borrows only this `SiteRef`), at medium priority. Set options on
+    /// the [`SendBuilder`] it returns, then `.await` it (waits while the
+    /// site's output bound is reached), [`try_now`](SendBuilder::try_now)
+    /// it (never waits: from handlers) or [`blocking`](SendBuilder::blocking)
+    /// it (a plain thread). Each returns once the message is queued;
+    /// delivery is asynchronous, and [`tracked`](SendBuilder::tracked)
+    /// tells when the peer acknowledged it.
+    ///
+    /// ```
+    /// # use serde::{Deserialize, Serialize};
+    /// # use sitenet_runtime::{Message, Node, Priority};
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Tick(u64);
+    /// impl Message for Tick { const ID: u32 = 4; }
+    ///
+    /// let server = Node::builder().listen("tcp:127.0.0.1:0").start()?;
+    /// server.handle(|_ctx, _: Tick| {})?;
+    /// let client = Node::builder().start()?;
+    /// let site = client.site(&server.listen_addresses()[0])?;
+    /// site.send(&Tick(1)).try_now()?;
+    /// site.send(&Tick(2)).priority(Priority::High).blocking()?;
+    /// futures::executor::block_on(async { site.send(&Tick(3)).await })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn send<M: Message>(&self, msg: &M) -> SendBuilder<'_> {
+        SendBuilder::new(
+            self,
+            self.encode(msg, SendOptions::new(), MessageKind::OneWay, 0),
+        )
     }
 }
 
@@ -191,7 +185,7 @@ impl SiteRef {
 /// then, so a send loop that never waits still yields to the other tasks
 /// of its thread (after 1,024 sends), without making every 128th send
 /// yield to the site's actor with a small batch.
-fn spend_budget_now() -> bool {
+pub(super) fn spend_budget_now() -> bool {
     thread_local! {
         static SENDS: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
     }

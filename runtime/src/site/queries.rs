@@ -2,11 +2,15 @@
 //! and what it handed back, bytes pending — and its flush and `prepare`
 //! (split from `mod.rs`, which keeps the sends and requests).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use sitenet_protocols::{OutMessage, SiteFailure, SiteId};
 
 use super::{FaultState, HandedBack, ReturnedMessage, SiteRef};
+use crate::error::FlushError;
 
 impl SiteRef {
     /// The site's current fault state.
@@ -15,11 +19,18 @@ impl SiteRef {
     }
 
     /// Waits until every message sent to this site so far is acknowledged,
-    /// at most `timeout`. Fails at once if the site failed permanently.
-    pub async fn flush(
-        &self,
-        timeout: std::time::Duration,
-    ) -> Result<(), crate::error::FlushError> {
+    /// at most `timeout`: a [`Flush`], awaited or
+    /// [`blocking`](Flush::blocking). Fails at once if the site failed
+    /// permanently.
+    pub fn flush(&self, timeout: std::time::Duration) -> Flush<'_> {
+        Flush {
+            site: self,
+            timeout,
+            waiting: None,
+        }
+    }
+
+    async fn flushed(&self, timeout: std::time::Duration) -> Result<(), FlushError> {
         let entry = self.entry.resolved().clone();
         let timer = self.node.rt.delay(timeout);
         futures::pin_mut!(timer);
@@ -28,7 +39,7 @@ impl SiteRef {
             futures::pin_mut!(notified);
             notified.as_mut().enable();
             if let Some(reason) = entry.failure() {
-                return Err(crate::error::FlushError::SiteFailed(reason));
+                return Err(FlushError::SiteFailed(reason));
             }
             let pending_bytes = entry.outbox.bytes();
             if pending_bytes == 0 {
@@ -41,21 +52,10 @@ impl SiteRef {
                 return if pending_bytes == 0 {
                     Ok(())
                 } else {
-                    Err(crate::error::FlushError::Timeout { pending_bytes })
+                    Err(FlushError::Timeout { pending_bytes })
                 };
             }
         }
-    }
-
-    /// Blocking variant of [`flush`](Self::flush).
-    pub fn flush_blocking(
-        &self,
-        timeout: std::time::Duration,
-    ) -> Result<(), crate::error::FlushError> {
-        if self.node.rt.is_current_thread() {
-            return Err(crate::error::FlushError::WouldDeadlock);
-        }
-        futures::executor::block_on(self.flush(timeout))
     }
 
     /// Makes the site's ComObject now rather than with the first message
@@ -160,5 +160,51 @@ impl SiteRef {
         &self,
     ) -> [u64; sitenet_protocols::connection::output_share::CLASSES] {
         self.entry.resolved().outbox.held_by_class()
+    }
+}
+
+/// A flush's wait, boxed.
+type Waiting<'a> = Pin<Box<dyn Future<Output = Result<(), FlushError>> + Send + 'a>>;
+
+/// The wait for a site's messages to be acknowledged
+/// ([`SiteRef::flush`]): a future, or [`blocking`](Self::blocking) on a
+/// plain thread.
+#[must_use = "a flush does nothing until it is awaited or `blocking`-ed"]
+pub struct Flush<'a> {
+    site: &'a SiteRef,
+    timeout: std::time::Duration,
+    /// The wait, once polled (a flush is rare: its state is boxed).
+    waiting: Option<Waiting<'a>>,
+}
+
+impl Flush<'_> {
+    /// Waits on this thread. On the node's own runtime thread it fails
+    /// with [`FlushError::WouldDeadlock`] rather than hang.
+    pub fn blocking(self) -> Result<(), FlushError> {
+        if self.site.node.rt.is_current_thread() {
+            return Err(FlushError::WouldDeadlock);
+        }
+        futures::executor::block_on(self)
+    }
+}
+
+impl Future for Flush<'_> {
+    type Output = Result<(), FlushError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let (site, timeout) = (self.site, self.timeout);
+        self.waiting
+            .get_or_insert_with(|| Box::pin(site.flushed(timeout)))
+            .as_mut()
+            .poll(cx)
+    }
+}
+
+impl std::fmt::Debug for Flush<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flush")
+            .field("site", self.site)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
     }
 }

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use sitenet::cookie_file::{CookieFileError, COOKIE_FILE_VAR};
-use sitenet::protocols::Cookie;
-use sitenet::transport::tls::TlsIdentity;
+use sitenet_protocols::Cookie;
+use sitenet_transport::tls::TlsIdentity;
 
 /// The options shared by `node`, `ping`, `send`, `stats` and `stress`.
 #[derive(clap::Args, Debug, Default)]
@@ -189,7 +189,7 @@ fn default_display() -> String {
 /// Whether a site failed because the node refused this one's cookie (or
 /// its lack of one), or could not prove its own.
 pub(crate) fn refused_for_authentication(site: &sitenet::SiteRef) -> bool {
-    use sitenet::protocols::{OpenError, SiteFailure};
+    use sitenet_protocols::{OpenError, SiteFailure};
     matches!(
         site.failure(),
         Some((SiteFailure::Open(OpenError::AuthenticationFailed(_)), _))

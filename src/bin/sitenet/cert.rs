@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use sitenet::transport::tls::{certs, TlsError};
+use sitenet_transport::tls::{certs, TlsError};
 
 #[derive(clap::Subcommand)]
 pub(crate) enum CertCmd {

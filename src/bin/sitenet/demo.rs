@@ -50,9 +50,11 @@ pub(crate) fn run(json: bool) -> ExitCode {
         let to_bob = alice.site(&bob.listen_addresses()[0])?;
         let t = Instant::now();
         for i in 0..MESSAGES {
-            to_bob.send_blocking(&Greeting {
-                text: format!("hello #{i}"),
-            })?;
+            to_bob
+                .send(&Greeting {
+                    text: format!("hello #{i}"),
+                })
+                .blocking()?;
         }
         let mut received = Vec::new();
         while (received.len() as u64) < MESSAGES {
@@ -66,7 +68,9 @@ pub(crate) fn run(json: bool) -> ExitCode {
         let t = Instant::now();
         for i in 0..REQUESTS {
             let r = to_bob
-                .request_blocking::<Add, Sum>(&Add { a: i, b: i * 2 }, Duration::from_secs(10))?;
+                .request::<Add, Sum>(&Add { a: i, b: i * 2 })
+                .timeout(Duration::from_secs(10))
+                .blocking()?;
             if r.msg.sum != i * 3 {
                 return Err(format!("request {i}: expected {}, got {}", i * 3, r.msg.sum).into());
             }

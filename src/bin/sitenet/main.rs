@@ -294,7 +294,7 @@ fn run_node(
         c.stats_from_anywhere = stats_from_anywhere;
         c.admission = admission
             .as_deref()
-            .and_then(sitenet::protocols::slots::Admission::by_name);
+            .and_then(sitenet_protocols::slots::Admission::by_name);
         c.threads = threads.map(usize::from);
         security.apply(c);
     });
@@ -333,7 +333,7 @@ fn run_node(
         "{{\"site_id\": \"{}\", \"listen\": {}, \"protocol\": {}{metrics_key}}}",
         node.id(),
         listen.replace("\",\"", "\", \""),
-        sitenet::protocols::PROTOCOL_VERSION
+        sitenet_protocols::PROTOCOL_VERSION
     );
     let _ = std::io::stdout().flush();
     // The memory bound, on stderr (stdout's first line is a contract).

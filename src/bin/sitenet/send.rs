@@ -74,14 +74,15 @@ pub(crate) fn run_send(
             // The first message waits for the node, bounded by --timeout.
             let t0 = Instant::now();
             let opts = || SendOptions::new().priority(prio).body(body.clone());
-            s.send_with(&SinkData { stream, seq: 0 }, opts())
+            s.send(&SinkData { stream, seq: 0 })
+                .options(opts())
                 .await
                 .map_err(|e| e.to_string())?;
             if let Err(e) = s.flush(timeout).await {
                 return Err(format!("{addr} unreachable: {e}"));
             }
             for seq in 1..count {
-                if let Err(e) = s.send_with(&SinkData { stream, seq }, opts()).await {
+                if let Err(e) = s.send(&SinkData { stream, seq }).options(opts()).await {
                     return Err(e.to_string());
                 }
             }
@@ -96,14 +97,12 @@ pub(crate) fn run_send(
             }
             let elapsed = t0.elapsed();
             let v = s
-                .request_with::<SinkQuery, SinkVerdict>(
-                    &SinkQuery {
-                        stream,
-                        expected: count,
-                    },
-                    SendOptions::new().priority(prio),
-                    give_up,
-                )
+                .request::<SinkQuery, SinkVerdict>(&SinkQuery {
+                    stream,
+                    expected: count,
+                })
+                .priority(prio)
+                .timeout(give_up)
                 .await
                 .map_err(|e| format!("asking the sink for its verdict: {e}"))?;
             Ok((elapsed, v.msg))

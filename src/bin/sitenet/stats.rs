@@ -4,8 +4,6 @@
 
 use std::process::ExitCode;
 
-use sitenet::SendOptions;
-
 pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::auth::Members) -> ExitCode {
     use sitenet::services::{StatsQuery, StatsReply};
     if let Err(e) = crate::check_target(addr) {
@@ -26,11 +24,11 @@ pub(crate) fn run(addr: &str, json: bool, timeout: f64, auth: crate::auth::Membe
         Ok(x) => x,
         Err(code) => return code,
     };
-    let reply = site.request_blocking_with::<StatsQuery, StatsReply>(
-        &StatsQuery,
-        SendOptions::new().priority(sitenet::Priority::High),
-        timeout,
-    );
+    let reply = site
+        .request::<StatsQuery, StatsReply>(&StatsQuery)
+        .priority(sitenet::Priority::High)
+        .timeout(timeout)
+        .blocking();
     let json_text = match reply {
         Ok(r) => r.msg.json,
         Err(_) if crate::auth::refused_for_authentication(&site) => {

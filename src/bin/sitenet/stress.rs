@@ -103,7 +103,7 @@ pub(crate) fn run(a: Args) -> ExitCode {
         clients: a.clients,
         slots: a.slots,
         policy: a.policy,
-        admission: sitenet::protocols::slots::Admission::by_name(&a.admission)
+        admission: sitenet_protocols::slots::Admission::by_name(&a.admission)
             .expect("clap checked the name"),
         duration,
         cut_rate: a.cut_rate,
