@@ -25,13 +25,13 @@
 //!
 //! | pattern | from | sitenet | example |
 //! |---|---|---|---|
-//! | typed one-way send, priorities, bodies in parts | Mozart, BMI list I/O | `SiteRef::send`, `try_send`, `SendOptions::{priority, body, parts}` | `pingpong` |
+//! | typed one-way send, priorities, bodies in parts | Mozart, BMI list I/O | `SiteRef::send`, `SendBuilder::{priority, body, parts, try_now}` | `pingpong` |
 //! | request/reply with a timeout | Paradis-Net | `SiteRef::request`, `Ctx::reply` | `echo_clients` |
 //! | a reply later, from any thread or task | Erlang's `gen_server:reply` | `Ctx::responder`, `Responder::{reply, fail}` | `reply_later` |
-//! | an async handler answering with its future's output; typed remote errors | Erlang's `{error, Reason}` | `Node::handle_async`, `AsyncCtx`, `Node::handle_result`, `SiteRef::request_result` | `async_handlers` |
+//! | an async handler answering with its future's output; typed remote errors | Erlang's `{error, Reason}` | `Node::handle_async`, `AsyncCtx`, `Node::handle_result`, `RequestBuilder::or_error` | `async_handlers` |
 //! | delegation: the last site answers the origin | Paradis-Net forward | `Ctx::forward` | `delegation` |
 //! | scatter/gather, receive descriptors, truncation | Paradis-Net cooperation | `Node::cooperation`, `Expect`, `Node::cooperation_reply` | `scatter_gather` |
-//! | post a send, test or wait for its completion | BMI post/test | `SiteRef::send_tracked`, `Delivery::test` | `tests/deliveries.rs` |
+//! | post a send, test or wait for its completion | BMI post/test | `SendBuilder::tracked`, `Delivery::test` | `tests/deliveries.rs` |
 //! | many operations in flight, wait any/all, retries | IBP operation lists | `Node::batch`, `Submitted::{next_done, wait_any, wait_all}` | `batch` |
 //! | a body larger than memory, handled as it arrives | Madeleine deferred receive | `Node::handle_stream`, `BodySink` | `upload` |
 //! | a type id and bytes, the runtime's own marshaler and dispatch | language runtimes | `SiteRef::send_raw`, `request_raw`, `Node::handle_raw`, `Ctx::reply_raw` | `raw_dispatch` |

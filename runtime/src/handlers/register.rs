@@ -164,7 +164,7 @@ impl crate::Node {
     /// `Result<R, E>` with a typed error as for
     /// [`handle_result`](Self::handle_result), or `()`). A one-way
     /// message's output is dropped. The future may await anything —
-    /// another site's answer, a timer, a channel — while the node goes on
+    /// another site's answer, a tokio timer (`tokio::time::sleep`), a channel — while the node goes on
     /// delivering; `f` itself runs on the node's thread and must not block.
     ///
     /// The future owns its context, an [`AsyncCtx`] (the sender, the
