@@ -32,7 +32,7 @@ pub fn check(data: &[u8]) {
     };
 
     // Initiator (local site 2), expecting PRESENT, any number of WAIT (the
-    // acceptor's line, issue 21), then NEGOTIATE_ANS.
+    // acceptor's waiting line, while its slots are full), then NEGOTIATE_ANS.
     let mut ini = Initiator::new(local(2), expected, 0, 0, [0x1A; 32]);
     let mut input = ByteBuffer::new(MIN_BUFFER as usize);
     let mut output = ByteBuffer::new(MIN_BUFFER as usize);

@@ -4,7 +4,7 @@
 //! to the same bytes; a descriptor that parses prints to a text that
 //! parses to the same descriptor (what a site hands on when it forwards
 //! again, or puts in a message as a `SiteRef`), within the descriptor's
-//! bounds (issue 17: count and length of its addresses); wrapping any
+//! bounds (the count and length of its addresses); wrapping any
 //! text, however long, is refused or done, never a panic.
 
 use bytes::Bytes;

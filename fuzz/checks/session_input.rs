@@ -5,9 +5,9 @@
 //! stream every multi-frame message (`Deliver`), checking the stream rules:
 //! a start before any chunk, contiguous chunk offsets from 0, numbers in
 //! order. Half read a large fragment's rest in place when offered. Half
-//! are paced (`turn_budget`, issue 17): a session that stops after a slice
-//! of deliveries with input left is fed again, time passing, and must make
-//! progress each time.
+//! are paced (`turn_budget`, so a busy node still acks and heartbeats): a
+//! session that stops after a slice of deliveries with input left is fed
+//! again, time passing, and must make progress each time.
 
 use bytes::Bytes;
 use sitenet_protocols::connection::handshake::MIN_BUFFER;

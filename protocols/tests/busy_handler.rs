@@ -1,4 +1,4 @@
-//! Issue 17, "A busy node looks dead": with handlers that take milliseconds
+//! A busy node must not look dead: with handlers that take milliseconds
 //! per message, a paced session (`SessionConfig::turn_budget`) stops
 //! between slices of deliveries, so its driver writes the acknowledgements
 //! and heartbeats the ack policy makes due, and ends a turn whose handler

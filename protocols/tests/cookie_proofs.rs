@@ -1,4 +1,4 @@
-//! The cookie level of the open protocol (issue 18, item 1): the
+//! The cookie level of the open protocol: the
 //! initiator proves first, the acceptor checks before it returns NEGOTIATE
 //! to its driver, then proves itself in its answer.
 

@@ -1,4 +1,4 @@
-//! The waiting line on the wire (issue 21, docs/protocol.md §4.12): an
+//! The waiting line on the wire (docs/protocol.md §4.12): an
 //! acceptor at its slot limit answers NEGOTIATE with `WAIT`, and later with
 //! the ordinary answer, which is the grant. Only with the `line`
 //! capability agreed; a `WAIT` otherwise, or a malformed one, ends the

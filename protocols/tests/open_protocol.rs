@@ -2411,7 +2411,7 @@ fn handshake_payloads_are_encoded_as_documented() {
 }
 
 // ---------------------------------------------------------------------------
-// (e) holes from the review of issue 6: hostile generations, long listen lists
+// (e) hostile input: generations a peer chose, long listen lists
 // ---------------------------------------------------------------------------
 
 fn negotiate_with_generation(site: u128, last_generation: u64) -> Negotiate {

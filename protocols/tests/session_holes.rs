@@ -1,8 +1,9 @@
-//! Regression tests for the session holes found by the review of issue 6:
-//! the reassembly budget a hostile peer could hold with a few hundred bytes,
-//! the unbounded close-frame queue, timers that fired again on every call,
-//! silence measured from the wrong moment, resends of acknowledged
-//! messages, and a promoted background lane with a stale virtual time.
+//! A session under a hostile or unlucky peer: the reassembly budget a peer
+//! holds only for bytes it has sent, close frames owed as flags (not an
+//! unbounded queue), a fired deadline consumed once, silence measured from
+//! the channel's start, acknowledged messages never resent, a promoted
+//! background lane that does not hold level 4 back, a paused channel that
+//! is not silent, and a trickling holder of the budget that has a deadline.
 
 mod common;
 
@@ -100,11 +101,10 @@ impl Rx {
     }
 }
 
-/// Issue 6, "Reassembly budget" — the hole a hostile peer reproduced: four
-/// first fragments announcing the maximum message held the node's whole
-/// budget with a few hundred bytes, and every other peer's multi-frame
-/// message then failed as a protocol error. A peer now holds budget only
-/// for bytes it has sent.
+/// A peer holds reassembly budget only for bytes it has sent: four first
+/// fragments announcing the maximum message, a few hundred bytes, must not
+/// hold the node's whole budget and make every other peer's multi-frame
+/// message fail as a protocol error.
 #[test]
 fn announcing_the_maximum_message_on_every_lane_holds_no_budget() {
     let cfg = SessionConfig {
@@ -182,14 +182,13 @@ fn an_exhausted_budget_pauses_a_session_and_it_resumes_when_budget_frees() {
     assert_eq!(budget.available(), budget.limit());
 }
 
-/// Issue 17: a channel paused for lack of reassembly memory was declared
-/// dead after the silence timeout — its silence timer was re-armed only by
-/// input it was not allowed to read — so a shortage failed an innocent
-/// peer, and two bulk transfers that together exceeded the budget
-/// livelocked. A paused channel is paused, not silent: no silence deadline
-/// runs while it waits, its own heartbeats still go out (so its peer does
-/// not take it for dead either), and silence is measured again from the
-/// moment it resumes.
+/// A channel paused for lack of reassembly memory is paused, not silent:
+/// no silence deadline runs while it waits, its own heartbeats still go out
+/// (so its peer does not take it for dead either), and silence is measured
+/// again from the moment it resumes. A silence timer re-armed only by input
+/// the channel may not read would fail an innocent peer for a memory
+/// shortage, and livelock two bulk transfers that together exceed the
+/// budget.
 #[test]
 fn regression_a_paused_channel_is_paused_not_silent() {
     let budget = ReassemblyBudget::new(128 * 1024);
@@ -318,9 +317,9 @@ fn a_partial_message_that_makes_no_progress_is_abandoned() {
     );
 }
 
-/// Issue 6, "Control frames": each CLOSE_WEAK received while we still need
-/// the channel queued one more CLOSE_REJECT, so a peer that streams them and
-/// never reads grew that queue without bound. Owed close frames are flags.
+/// Owed close frames are flags: a peer that streams CLOSE_WEAK while we
+/// still need the channel, and never reads, is owed one CLOSE_REJECT, not a
+/// queue of them that grows without bound.
 #[test]
 fn a_stream_of_close_weak_frames_owes_one_reject() {
     let now = Instant::now();
@@ -342,10 +341,10 @@ fn a_stream_of_close_weak_frames_owes_one_reject() {
     assert_eq!(n, HEADER_LEN, "one CLOSE_REJECT, not 100,000");
 }
 
-/// Issue 6, "One Timer enum": a heartbeat that could not be written because
-/// the output was full, and the Silent event, were due again on every call:
-/// a driver re-arming its timer to `poll_timeout` spun. A fired deadline is
-/// now consumed.
+/// A fired deadline is consumed: a heartbeat that could not be written
+/// because the output was full, and the Silent event, are not due again on
+/// every call, or a driver re-arming its timer to `poll_timeout` would
+/// spin.
 #[test]
 fn a_fired_deadline_is_never_returned_again() {
     let t0 = Instant::now();
@@ -375,7 +374,7 @@ fn a_fired_deadline_is_never_returned_again() {
     assert_eq!(s.poll_transmit(now, &mut out), HEADER_LEN);
 }
 
-/// Issue 6: silence is measured from the moment the channel comes up
+/// Silence is measured from the moment the channel comes up
 /// (`channel_up` takes `now`), not from the first timer call.
 #[test]
 fn silence_is_measured_from_channel_up() {
@@ -403,8 +402,8 @@ fn silence_is_measured_from_channel_up() {
     assert_eq!(ev, vec![SessionEvent::Silent]);
 }
 
-/// Issue 6: messages acknowledged while a resend is in progress were still
-/// resent (the resend list was a snapshot taken at `channel_up`).
+/// Messages acknowledged while a resend is in progress are not resent: the
+/// resend list is read as it goes, not a snapshot taken at `channel_up`.
 #[test]
 fn a_message_acknowledged_during_the_resend_is_not_resent() {
     let mut p = Pair::new(RING, SessionConfig::default());
@@ -450,10 +449,10 @@ fn a_message_acknowledged_during_the_resend_is_not_resent() {
     );
 }
 
-/// Issue 6: a promoted level-1 lane competed with a stale virtual time and
-/// sent alone until it caught up — up to about 100 ms of the channel's
-/// bytes — while a small level-4 message waited. Level 4 queued at the
-/// moment of promotion goes out within a frame or two.
+/// Level 4 queued at the moment a level-1 lane is promoted goes out within
+/// a frame or two: a promoted lane competing with a stale virtual time
+/// would send alone until it caught up (up to about 100 ms of the channel's
+/// bytes) while a small level-4 message waited.
 #[test]
 fn level_four_is_not_held_behind_a_promoted_background_lane() {
     let cfg = SessionConfig {
@@ -513,10 +512,9 @@ fn level_four_is_not_held_behind_a_promoted_background_lane() {
     );
 }
 
-/// Issue 17: one peer kept the whole reassembly budget with one zero-byte
-/// continuation frame per lane every 29 s — a zero-byte frame counted as
-/// progress, and the oldest holder was exempt from the share — while
-/// every other peer waited for ever. Progress now means bytes, and while
+/// One peer must not keep the whole reassembly budget with one zero-byte
+/// continuation frame per lane every 29 s while every other peer waits for
+/// ever. Progress means bytes (a zero-byte frame is none), and while
 /// another session waits for budget the oldest holder must keep receiving
 /// at least `reassembly_min_rate` (after one `reassembly_idle` of grace) or
 /// give way (after half an idle time of grace). Virtual clock: ten

@@ -389,8 +389,8 @@ fn an_acceptor_that_remembers_numbers_afresh_when_the_initiator_is_fresh() {
 fn a_fresh_acceptor_ignores_what_the_initiator_received_from_the_forgotten_session() {
     let mut h = H::new(false);
     // The peer remembers a session we forgot: generation 5, it received 7.
-    // We cannot check its proof: a new session, numbered by us (issue 17:
-    // no claim picks a generation here).
+    // We cannot check its proof: a new session, numbered by us (a claim we
+    // cannot check picks no generation here).
     let answer = accept_fields(h.com.accepted(&proving(5, 7), NONCE, h.now));
     assert_eq!(answer, (0, 1, true));
     assert!(!h

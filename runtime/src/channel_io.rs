@@ -102,7 +102,7 @@ impl Dial {
 /// size, in the channel slot `lease` (given back if the open fails).
 ///
 /// The handshake is bounded by the handshake timeout, unless the acceptor
-/// puts the connection in its waiting line (a `WAIT` frame, issue 21):
+/// puts the connection in its waiting line (a `WAIT` frame):
 /// `on_wait` is then told the acceptor's hold time (the ComObject waits
 /// with a give-up deadline, and abandons this future when it passes), and
 /// the wait for the answer is bounded by the shorter of that hold time

@@ -272,8 +272,8 @@ pub struct NodeConfig {
     /// §4.7). Each takes about 64 bytes; the oldest go first. 16,384 by
     /// default; 0 keeps none.
     pub remembered_pairs: usize,
-    /// The shared secrets that make a peer a member (issue 18, the cookie
-    /// level; see `sitenet_protocols::connection::handshake::cookie`). Empty (the
+    /// The shared secrets that make a peer a member (the cookie level of
+    /// trust; see `sitenet_protocols::connection::handshake::cookie`). Empty (the
     /// default) is the open level: ANYONE WHO REACHES THE PORT IS ANY
     /// SITE. With cookies, every channel's handshake proves the first one
     /// both ways (HMAC-SHA256 over the transcript, once per channel, never
@@ -284,7 +284,7 @@ pub struct NodeConfig {
     /// with `OpenError::AuthenticationFailed`. Load one from a file with
     /// [`crate::cookie_file::load`].
     pub cookies: Vec<sitenet_protocols::Cookie>,
-    /// This site's TLS identity (issue 18, the TLS level): a certificate
+    /// This site's TLS identity (the TLS level of trust): a certificate
     /// signed by the deployment's CA that names the site's id, its key, and
     /// the CA to trust (load it with
     /// [`TlsIdentity::from_pem_files`](sitenet_transport::tls::TlsIdentity::from_pem_files)).

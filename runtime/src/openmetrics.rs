@@ -1,4 +1,4 @@
-//! The OpenMetrics text exposition of a node (issue 20, item 6): every
+//! The OpenMetrics text exposition of a node: every
 //! counter of [`Metrics`] and the gauges of [`NodeStats`], in the format
 //! Prometheus and its kin scrape, so an operator watches a node with the
 //! tools they already run instead of polling `sitenet stats`.

@@ -203,11 +203,10 @@ mod tests {
     use super::*;
     use sitenet_protocols::node::log_limit::LINES_PER_WINDOW;
 
-    /// Issue 17: a connection in its handshake logged under its exact
-    /// address, while the admission rules charge an IPv6 peer by its /64
-    /// (one host holds the whole prefix): such a peer got a fresh budget
-    /// of lines per address it connected from. The source is what the
-    /// admission rules call one.
+    /// A connection in its handshake logs under its source as the
+    /// admission rules count it: an IPv6 peer by its /64 (one host holds
+    /// the whole prefix), so it gets no fresh budget of lines per address
+    /// it connects from.
     #[test]
     fn regression_an_ipv6_prefix_is_one_source_of_log_lines() {
         let logs = PeerLogs::default();

@@ -3,7 +3,7 @@
 //! By default one pool per process, shared by every node in it: the
 //! current actix arbiter when the caller runs inside an actix system,
 //! otherwise a pool of actix arbiters sitenet starts itself, one thread per
-//! core (issue 21: every node of a process on one thread left all but one
+//! core (every node of a process on one thread would leave all but one
 //! core idle). A process with thousands of sites must not have thousands of
 //! threads: a pool has as many as it was made with, and sites are spread
 //! over them.

@@ -444,8 +444,9 @@ mod tests {
         ))
     }
 
-    /// Issue 6: a peer chose sink stream ids (16 MiB each, never freed). A
-    /// sender has at most `cap` streams open; asking a verdict frees one.
+    /// Sink stream ids are a peer's choice, so a sender has at most `cap`
+    /// streams open (or it could open any number, 16 MiB each, never
+    /// freed); asking a verdict frees one.
     #[test]
     fn a_sender_has_a_bounded_number_of_streams_and_a_verdict_frees_one() {
         let mut t = SinkTable::default();
@@ -464,10 +465,9 @@ mod tests {
         assert_eq!(t.streams.len(), 5);
     }
 
-    /// Issue 17: one `SinkData` with `seq = 2^27 - 1` pinned a 16 MiB
-    /// bitset for ever, and one verdict scanned 2^27 bits. A stream now
-    /// keeps what it received, and far-ahead numbers beyond a bound are
-    /// not kept at all.
+    /// A stream keeps what it received, and far-ahead numbers beyond a
+    /// bound are not kept at all: one `SinkData` with `seq = 2^27 - 1`
+    /// pins no 16 MiB bitset, and a verdict scans no 2^27 bits.
     #[test]
     fn regression_a_far_sequence_number_pins_no_memory_and_the_verdict_is_cheap() {
         let mut s = SinkStream::default();
@@ -485,8 +485,8 @@ mod tests {
         assert_eq!(v.delivered, SINK_MAX_AHEAD as u64);
     }
 
-    /// Issue 17: the sink was keyed by the id a peer names; it is keyed by
-    /// the entry that delivered, and a reclaimed entry's streams go.
+    /// The sink is keyed by the entry that delivered, not by the id a peer
+    /// names, and a reclaimed entry's streams go with it.
     #[test]
     fn regression_streams_of_a_gone_sender_are_swept() {
         let mut t = SinkTable::default();

@@ -358,9 +358,9 @@ mod tests {
         (Channel::Tcp(c.unwrap()), s.unwrap().0)
     }
 
-    /// Issue 6: one write turn could write a whole 256 MiB message to a fast
-    /// peer without yielding. A turn now writes at most its budget, however
-    /// much the socket would take.
+    /// A write turn writes at most its budget, however much the socket
+    /// would take, so a 256 MiB message to a fast peer does not hold the
+    /// thread without yielding.
     #[tokio::test]
     async fn a_write_turn_stops_at_its_budget() {
         let (ch, mut peer) = pair().await;

@@ -452,7 +452,7 @@ pub struct Report {
     pub origins_refused: u64,
     /// Sites forgotten by the reclaim rule.
     pub reclaimed: u64,
-    /// Times a ComObject parked (no channel, nothing pending: issue 21),
+    /// Times a ComObject parked (no channel, nothing pending),
     /// and times one started again from what it kept.
     pub parks: u64,
     /// See `parks`.

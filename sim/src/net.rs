@@ -36,7 +36,7 @@ pub(crate) enum Role {
     /// The acceptor's end before the connection request arrived.
     NotYet,
     /// Our open attempt `attempt` to `peer`: the initiator's handshake
-    /// (`waiting`: the acceptor put it in its line, issue 21; the
+    /// (`waiting`: the acceptor put it in its line; the
     /// ComObject's give-up deadline bounds it, not the handshake's).
     Initiator {
         peer: SiteId,

@@ -284,9 +284,9 @@ fn regression_crossing_channels_that_share_a_generation_lose_no_message() {
     }
 }
 
-/// Issue 21: with slots short, sites past a peer's hard limit wait in its
-/// line and are let in when a slot frees (a site of a build without the
-/// line is refused as before); every checker holds, over many seeds.
+/// With slots short, sites past a peer's hard limit wait in its line and
+/// are let in when a slot frees (a site whose build lacks the line is
+/// refused); every checker holds, over many seeds.
 #[test]
 fn sites_wait_in_line_for_tight_slots_and_every_checker_holds() {
     let (mut waits, mut grants, mut refused) = (0, 0, 0);

@@ -16,7 +16,7 @@
 //! preempt callback its owner attached, and closes with CLOSE_HARD.
 //!
 //! Accepted peers that presented themselves past the hard limit wait in
-//! the table's line (issue 21; `controller/line.rs`): their owner is called
+//! the table's line (`controller/line.rs`): their owner is called
 //! back with a lease when their turn comes, or told that their place ended.
 
 use std::collections::HashMap;

@@ -197,9 +197,9 @@ mod tests {
         ));
     }
 
-    /// Issue 17: a descriptor is a peer's words; it had no bound on its
-    /// addresses' number or length (one learned past 64 KiB made every
-    /// forward of its site's requests panic).
+    /// A descriptor is a peer's words: the number and the length of its
+    /// addresses are bounded, so a learned descriptor always fits the
+    /// 64 KiB origin block every forward of its site's requests carries.
     #[test]
     fn regression_descriptors_have_count_and_length_bounds() {
         let long = format!("{}@tcp:{}:1", SiteId(1), "h".repeat(100_000));

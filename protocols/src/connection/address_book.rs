@@ -555,8 +555,8 @@ mod tests {
         assert!(once.is_once() && once.can_open());
     }
 
-    /// Issue 17: addresses had no length bound: a claimed one of any size
-    /// was kept, tried and handed on.
+    /// An address is a peer's words: one longer than `MAX_ADDRESS_LEN` is
+    /// neither kept, nor tried, nor handed on.
     #[test]
     fn regression_an_overlong_address_is_not_kept() {
         let long = format!("tcp:{}:1", "h".repeat(100_000));

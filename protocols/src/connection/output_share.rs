@@ -1,5 +1,5 @@
 //! The node's output bound and each site's fair share of it,
-//! and each class's share of a site's bound (issue 21: the four levels and
+//! and each class's share of a site's bound (the four priority levels and
 //! the node's own messages). The rules the runtime's outboxes apply, here
 //! so that they are tested on their own and a simulator applies the same.
 //!
@@ -41,9 +41,9 @@ pub fn class_reserve(bound: u64) -> u64 {
 }
 
 /// Whether a site holding `held` bytes per class may add `n` bytes of
-/// `class`, under its `bound` (issue 21, item 4: one bound shared by all
-/// levels let a level-1 backlog refuse a level-4 send, and user data
-/// refuse the node's own answers).
+/// `class`, under its `bound`. Each class has a share of its own, so a
+/// level-1 backlog cannot refuse a level-4 send, nor user data the node's
+/// own answers.
 ///
 /// Each class has its reserve ([`class_reserve`]): within it a class is
 /// always admitted, whatever the others hold. Beyond their reserves the
@@ -158,8 +158,8 @@ mod tests {
         }
     }
 
-    /// The issue's case: a level-1 backlog fills what it may, and a
-    /// level-4 send and a system answer still fit.
+    /// The case the class reserves exist for: a level-1 backlog fills what
+    /// it may, and a level-4 send and a system answer still fit.
     #[test]
     fn a_low_backlog_never_refuses_a_high_send_or_a_system_answer() {
         let bound = 512 << 20;

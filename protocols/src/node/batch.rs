@@ -1,4 +1,4 @@
-//! A batch's retry rule (issue 19: the node's rules in `protocols`). A
+//! A batch's retry rule (one of the node's rules, sans-IO). A
 //! batch runs many operations, each a one-way send or a request to a site;
 //! an operation whose site failed may be tried again on the site now at
 //! its address (a restarted process), up to the batch's `max_retry` — but

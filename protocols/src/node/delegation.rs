@@ -1,5 +1,5 @@
-//! What a delivered message means to the node (issue 19: the node's rules
-//! in `protocols`; the wire form is docs/protocol.md §2.6):
+//! What a delivered message means to the node (one of the node's rules,
+//! sans-IO; the wire form is docs/protocol.md §2.6):
 //!
 //! * a reply completes the request it answers — a plain one only from the
 //!   site asked, a delegated one from any site (the request table decides:

@@ -1,5 +1,5 @@
-//! The node's pending requests as a sans-IO table (issue 19: the node's
-//! rules in `protocols`): which reply may complete a request, when a
+//! The node's pending requests as a sans-IO table: which reply may
+//! complete a request, when a
 //! request ends by its deadline, and which requests a failed site takes
 //! with it. Time is an argument and nothing here waits: the runtime keeps
 //! one table per node, sleeps until [`RequestTable::poll_timeout`] and

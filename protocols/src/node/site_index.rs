@@ -1,5 +1,5 @@
-//! The node's site table as a sans-IO index (issue 19: the node's rules in
-//! `protocols`): which entry an address, a descriptor or an accepted
+//! The node's site table as a sans-IO index: which entry an address, a
+//! descriptor or an accepted
 //! channel's NEGOTIATE names, when an id is bound to an entry and when two
 //! entries turn out to be one site, what a peer may make the node create,
 //! and when an entry may be forgotten. Nothing here waits, locks or starts

@@ -1,5 +1,5 @@
-//! The senders' order at a site's outbox (issue 19: the node's rules in
-//! `protocols`). The runtime's outbox keeps the locks, the wakers and the
+//! The senders' order at a site's outbox (one of the node's rules,
+//! sans-IO). The runtime's outbox keeps the locks, the wakers and the
 //! bytes; the rules about order are here, tested on their own:
 //!
 //! * **Who is served next** ([`Turns`]): senders that must wait for room

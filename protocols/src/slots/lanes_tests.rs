@@ -1,4 +1,4 @@
-//! Lanes on a virtual clock (issue 21, `lanes.rs`): under
+//! Lanes on a virtual clock (`lanes.rs`): under
 //! [`Admission::Share`] a freed slot goes to a lighter lane's peer before
 //! the least served of a heavier lane, within the line's `max_wait`;
 //! `Fifo` and unknown lanes keep the order; giving way frees a holder's

@@ -1,5 +1,5 @@
-//! A turn measured in work (issue 21,
-//! [`Admission::Share`](super::Admission::Share)): the work each turn may
+//! A turn measured in work
+//! ([`Admission::Share`](super::Admission::Share)): the work each turn may
 //! do while peers wait, published to the holders' owners; the holders
 //! that have done theirs giving way between ticks, at the tick thread's
 //! call or at their owner's own; and the holders as the preemption rules

@@ -80,11 +80,11 @@ pub enum FrameError {
 /// Version 2 added `PACKED` frames (several small messages in one frame);
 /// version 3 the message kinds `Forward` and `DelegatedReply` (delegation);
 /// version 4 the handshake's nonces and NEGOTIATE's proof of continuity
-/// (`handshake::continuity`, issue 17); version 5 32-byte nonces and the
-/// cookie proofs in NEGOTIATE and NEGOTIATE_ANS (`handshake::cookie`, issue
-/// 18); version 6 the session tags of NEGOTIATE and NEGOTIATE_ANS (which
-/// numbering of the pair each side is in: `handshake::SessionTag`, issue
-/// 19) and the `LEAVING` frame (a graceful shutdown, issue 20). Up to 6 the
+/// (`handshake::continuity`); version 5 32-byte nonces and the cookie
+/// proofs in NEGOTIATE and NEGOTIATE_ANS (`handshake::cookie`); version 6
+/// the session tags of NEGOTIATE and NEGOTIATE_ANS (which numbering of the
+/// pair each side is in: `handshake::SessionTag`) and the `LEAVING` frame
+/// (a graceful shutdown). Up to 6 the
 /// versions had to match exactly. Version 7 negotiates: PRESENT
 /// offers a range of versions and a set of capabilities, NEGOTIATE chooses
 /// the highest common version and the shared capabilities

@@ -372,8 +372,8 @@ pub struct InMessage {
 mod tests {
     use super::*;
 
-    /// Issue 17: once a learned descriptor passed 64 KiB, every forward of
-    /// that site's requests panicked in `wrap_origin`.
+    /// An origin longer than its block's 64 KiB is refused by
+    /// `wrap_origin`, not a panic in every forward of that site's requests.
     #[test]
     fn regression_an_origin_too_long_for_its_block_is_refused_not_a_panic() {
         let long = "a".repeat(70_000);

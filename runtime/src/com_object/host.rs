@@ -1,6 +1,5 @@
-//! The node as its ComObjects see it (issue 19, the runtime's layers):
-//! the state they share with it ([`NodeShared`]) and the node's tables
-//! they ask ([`ComHost`]).
+//! The node as its ComObjects see it: the state they share with it
+//! ([`NodeShared`]) and the node's tables they ask ([`ComHost`]).
 //!
 //! The ComObject actor is a layer below the node: the node starts it,
 //! sends it messages and drops it, so the actor may not name the node's

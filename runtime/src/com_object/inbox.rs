@@ -14,6 +14,6 @@ pub(crate) trait Inbox: Deliver {
     /// open.
     fn abort_all(&mut self);
 
-    /// True if no stream is open (the site may park: issue 21).
+    /// True if no stream is open (the site may park only then).
     fn is_idle(&self) -> bool;
 }

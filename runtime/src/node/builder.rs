@@ -85,7 +85,7 @@ impl NodeBuilder {
     }
 
     /// Who gives a channel slot up while peers wait in line, and so who is
-    /// served next (issue 21; `NodeConfig::admission`): `Share`, short
+    /// served next (`NodeConfig::admission`): `Share`, short
     /// turns in rotation, or `Fifo`, first come stays until preempted.
     ///
     /// ```

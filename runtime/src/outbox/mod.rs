@@ -432,7 +432,7 @@ impl Outbox {
         }
     }
 
-    /// True if nothing is queued (the site may park only then: issue 21).
+    /// True if nothing is queued (the site may park only then).
     pub(crate) fn is_empty(&self) -> bool {
         self.queue.lock().msgs.is_empty()
     }

@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicU64;
 /// The class most tests use (medium level).
 const C: usize = 2;
 
-/// Issue 6: waiters for room were all woken at once in no order, so a
-/// large send could starve behind small ones that kept fitting first.
-/// They are served in the order they started waiting.
+/// Waiters for room are served in the order they started waiting: woken
+/// all at once in no order, a large send could starve behind small ones
+/// that kept fitting first.
 #[test]
 fn waiters_are_served_in_order_so_a_large_send_cannot_starve() {
     let o = Outbox::new(OutputBound::alone(100));
@@ -48,7 +48,8 @@ fn a_waiter_that_gives_up_gives_its_turn_to_the_next() {
     assert_eq!(second.as_mut().now_or_never(), Some(Ok(())));
 }
 
-/// Issue 6: a sender waiting for room hung for ever after shutdown.
+/// Closing fails every sender waiting for room, so none hangs for ever
+/// after shutdown.
 #[test]
 fn closing_fails_every_waiter_at_once() {
     let o = Outbox::new(OutputBound::alone(100));
@@ -60,8 +61,8 @@ fn closing_fails_every_waiter_at_once() {
     assert_eq!(o.reserve(C, 1).now_or_never(), Some(Err(Closed)));
 }
 
-/// Issue 17: the output bound was per site only, so sites that never
-/// read held 1.15 GiB together. The node's bound caps their sum; a
+/// The node's output bound caps the sum over every site (with a bound per
+/// site only, sites that never read can hold over a GiB together); a
 /// sender held back by it is woken by a release on any site.
 #[test]
 fn regression_the_node_bound_caps_the_sum_of_every_site() {
@@ -214,10 +215,9 @@ fn regression_bytes_moved_by_a_merge_never_take_the_node_past_its_bound() {
     assert!(most <= bound, "the node held {most} bytes, bound {bound}");
 }
 
-/// Issue 21: one byte bound per site was shared by all levels, so a
-/// level-1 backlog made a level-4 `try_now` fail, and user data could
-/// refuse the node's own answers. Each class has its reserve, and its own
-/// line of waiting senders.
+/// Each class has its reserve of a site's bound, and its own line of
+/// waiting senders: a level-1 backlog cannot make a level-4 `try_now`
+/// fail, nor user data refuse the node's own answers.
 #[test]
 fn regression_a_low_backlog_refuses_neither_a_high_send_nor_a_system_answer() {
     let o = Outbox::new(OutputBound::alone(1000)); // reserves of 50

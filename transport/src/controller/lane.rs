@@ -1,5 +1,5 @@
 //! The thread a channel's work runs on, as the slot table counts it
-//! (issue 21, `sitenet_protocols::slots` `lanes.rs`): under
+//! (`sitenet_protocols::slots` `lanes.rs`): under
 //! `Admission::Share` a freed slot goes to a peer whose channel runs on a
 //! thread with fewer working holders first, so the holders stay spread
 //! over the threads instead of piling up on one while the others idle.

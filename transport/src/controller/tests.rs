@@ -183,10 +183,9 @@ fn the_naive_policy_is_available_and_named() {
     assert!(!c.same(&TransController::process()));
 }
 
-/// Issue 17: a preemption named no channel, so its owner could not tell
-/// it from one meant for a channel it had since replaced. The call names
-/// the lease the policy chose, and a lease given back and taken again is a
-/// new lease.
+/// A preemption names the lease the policy chose, and a lease given back
+/// and taken again is a new lease, so the owner tells a preemption of its
+/// channel from one meant for a channel it has since replaced.
 #[test]
 fn a_preemption_names_the_lease_it_chose() {
     let c = ctrl(1, 3);
@@ -228,7 +227,7 @@ fn line_ctrl(weak: usize, hard: usize, f: impl FnOnce(&mut SlotConfig)) -> Trans
     )
 }
 
-/// Issue 21: a place in line ends with the slot, or with why not — its
+/// A place in line ends with the slot, or with why not — its
 /// hold time, or a newer connection of the same site; a peer that left is
 /// skipped.
 #[test]
@@ -279,7 +278,7 @@ fn the_line_calls_back_with_the_slot_or_with_why_its_place_ended() {
     assert_eq!(s.admission, "share");
 }
 
-/// Issue 21, `Share`: while peers wait, every holder past its turn is told
+/// Under `Share`, while peers wait, every holder past its turn is told
 /// to give way in the same tick, one per peer waiting.
 #[test]
 fn under_share_holders_past_their_turn_give_way_one_per_peer_waiting() {
@@ -334,10 +333,10 @@ fn under_share_holders_past_their_turn_give_way_one_per_peer_waiting() {
     }
 }
 
-/// Issue 21: a holder that did its turn's work while a peer waits gives
-/// way when its owner reports it, not at the next tick (here an hour
-/// away): on two threads an in-process pair moved 10,000 messages in the
-/// two 20 ms ticks its turn lasted while others moved a hundred.
+/// A holder that did its turn's work while a peer waits gives way when its
+/// owner reports it, not at the next tick (here an hour away): waiting for
+/// the tick, an in-process pair on two threads can move 10,000 messages in
+/// the two 20 ms ticks its turn lasts while others move a hundred.
 #[test]
 fn a_holder_reporting_its_turns_work_done_gives_way_before_the_tick() {
     // The leases stay held for the whole test.

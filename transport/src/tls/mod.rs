@@ -1,5 +1,5 @@
-//! TLS with per-site certificates: the third level of trust (issue 18;
-//! docs/threats.md). At the open level anyone who reaches a port can be
+//! TLS with per-site certificates: the third level of trust
+//! (docs/threats.md). At the open level anyone who reaches a port can be
 //! any site; with a cookie only members get in, but a member can still
 //! claim another member's id. With TLS a peer can only be the site its
 //! certificate names: each site holds a certificate signed by the

@@ -109,8 +109,8 @@ impl ComObject {
         let linger = self.cfg.linger;
         // The peer holds no reference either: nobody needs the channel, no
         // need to wait for the linger time (a reject still holds off). Nor
-        // when the peer let this channel in from its waiting line (issue
-        // 21): others wait for the slot it holds.
+        // when the peer let this channel in from its waiting line: others
+        // wait for the slot it holds.
         let wait = if self.peer_cleared || self.via_line {
             Duration::ZERO
         } else {
@@ -295,10 +295,10 @@ impl ComObject {
     /// channel](Self::idle_without_channel) (the reclaim rule's clock
     /// starts then), or its working channel would be closed weakly as soon
     /// as nothing refers to it — one the peer let in from its waiting line,
-    /// or whose peer cleared its own reference (issue 21: a client done
-    /// with its work otherwise held the server's slot until its next
-    /// timer, its delayed ack, 20 ms later — and the whole drain of a
-    /// 10,000-client line waited for it).
+    /// or whose peer cleared its own reference. Waiting for the next timer
+    /// instead (the delayed ack, 20 ms later) would keep a client that is
+    /// done with its work in the server's slot, and a 10,000-client line
+    /// would drain 20 ms per client.
     pub fn wake_when_unreferenced(&self) -> bool {
         self.idle_without_channel()
             || ((self.via_line || self.peer_cleared)

@@ -106,8 +106,8 @@ enum Phase {
     },
     WaitingForCallback,
     /// Our open attempt `attempt` waits in the peer's line (it answered
-    /// NEGOTIATE with WAIT, issue 21): the peer calls back by answering;
-    /// the `ReconnectBackoff` timer is the give-up deadline.
+    /// NEGOTIATE with WAIT, its slots being full): the peer calls back by
+    /// answering; the `ReconnectBackoff` timer is the give-up deadline.
     InLine {
         attempt: u64,
         /// When the peer first told it to wait.
@@ -151,12 +151,12 @@ pub struct ComObject {
     up: bool,
     /// Whether the local side holds references to the peer.
     has_refs: bool,
-    /// The working channel was let in from the peer's waiting line (issue
-    /// 21): others wait for its slot, so with no references and nothing
+    /// The working channel was let in from the peer's waiting line: others
+    /// wait for its slot, so with no references and nothing
     /// pending it closes weakly at once instead of after the linger time.
     via_line: bool,
-    /// Connections of the peer waiting in this node's line (issue 21; one,
-    /// or two while a newer replaces an older): the site is calling us, so
+    /// Connections of the peer waiting in this node's line (one, or two
+    /// while a newer replaces an older): the site is calling us, so
     /// it is neither given up nor forgotten meanwhile.
     peer_in_line: u8,
     /// Our attempts that left the peer's line in a row to give their slot

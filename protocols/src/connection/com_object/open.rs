@@ -178,7 +178,7 @@ impl ComObject {
     }
 
     /// Our open attempt `attempt` was told to wait in the peer's line (a
-    /// `WAIT` frame after our NEGOTIATE, issue 21): the peer's slots are
+    /// `WAIT` frame after our NEGOTIATE): the peer's slots are
     /// full and it answers when our turn comes. The site waits in
     /// [`ComState::WaitingForCallback`](super::ComState::WaitingForCallback)
     /// — no fault, no backoff — until the answer ends the attempt

@@ -1,4 +1,4 @@
-//! Binding a claimed site id to what TLS proved (issue 18, the TLS level).
+//! Binding a claimed site id to what TLS proved.
 //!
 //! Under TLS each side's certificate names exactly one site, and the
 //! transport tells the handshake machine which once the TLS handshake

@@ -23,9 +23,9 @@ use crate::base::site::SiteId;
 use crate::slots::admission::Source;
 
 /// 32 random bytes one side contributes to a handshake (drawn by the
-/// driver for each handshake, never reused). 32 since wire version 5 (issue
-/// 18): the cookie proof is bound to both sides' nonces, and 2^256 leaves
-/// no room for a precomputed table of answers.
+/// driver for each handshake, never reused). 32 since wire version 5: the
+/// cookie proof is bound to both sides' nonces, and 2^256 leaves no room
+/// for a precomputed table of answers.
 pub type Nonce = [u8; 32];
 
 /// A MAC of a pair's secret over one handshake (see the module

@@ -192,7 +192,7 @@ impl NegotiateAns {
 }
 
 /// The acceptor's "wait, I will let you in" (the `WAIT` frame, kind 13;
-/// the [`LINE`](crate::wire::version::Capabilities::LINE) capability, issue 21): its
+/// the [`LINE`](crate::wire::version::Capabilities::LINE) capability): its
 /// channel slots are all in use, and instead of closing the connection it
 /// keeps it, parked on its handshake rings, in a bounded first-come line.
 /// When the initiator's turn comes the acceptor answers the NEGOTIATE as

@@ -282,7 +282,7 @@ impl LocalInfo {
     }
 }
 
-/// Writes the acceptor's `WAIT` (its waiting line, issue 21); `false` if
+/// Writes the acceptor's `WAIT` (its waiting line); `false` if
 /// `output` has no room.
 pub fn write_wait(output: &mut ByteBuffer, wait: &Wait) -> bool {
     write_control(output, FrameKind::Wait, wait)

@@ -75,9 +75,9 @@ impl AckPolicy {
 mod tests {
     use super::*;
 
-    /// Issue 6: `since_ack_messages` was a u32 incremented per delivered
-    /// message: past 2^32 messages without a carried ack it overflowed (a
-    /// panic in a debug build). The counters saturate.
+    /// The counters since the last carried ack saturate: a u32 incremented
+    /// per delivered message would overflow past 2^32 messages (a panic in
+    /// a debug build).
     #[test]
     fn the_counters_since_the_last_ack_never_overflow() {
         let mut a = AckPolicy {

@@ -1,5 +1,5 @@
-//! Pacing the deliveries of one turn of input (issue 17, "a busy node
-//! looks dead"): a handler that takes a millisecond per message must not
+//! Pacing the deliveries of one turn of input, so that a busy node does
+//! not look dead: a handler that takes a millisecond per message must not
 //! hold back the acknowledgements and heartbeats the ack policy and the
 //! heartbeat interval say are due, and one site's handler work must not
 //! hold its event-loop thread for ever.

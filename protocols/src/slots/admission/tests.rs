@@ -20,7 +20,7 @@ fn v4(last: u8) -> Source {
     Source::of(Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, last))))
 }
 
-/// The issue-17 flood in small: a node of a 1,024-descriptor process
+/// A flood of silent sockets in small: a node of a 1,024-descriptor process
 /// (cap 120), 900 silent sockets from 45 addresses and 100 from the
 /// honest peer's own. An honest peer connecting afterwards from either is
 /// admitted, is not dropped by the flood that follows it within its round

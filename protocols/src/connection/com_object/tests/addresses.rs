@@ -125,9 +125,9 @@ fn a_site_that_only_called_us_can_be_called_back_at_the_addresses_it_lists() {
     assert_eq!(h.com.addresses().current(), Some("unix:/p"));
 }
 
-/// Issue 17: any NEGOTIATE naming a known site added its listen list to
-/// the site's book (tried on every reconnect, handed on). Only the one
-/// that made the entry gives addresses; a later one adds none.
+/// A NEGOTIATE's listen list is a peer's words, and a site's book is tried
+/// on every reconnect and handed on: only the NEGOTIATE that made the entry
+/// gives addresses; a later one naming the known site adds none.
 #[test]
 fn regression_a_later_negotiate_adds_no_address() {
     let mut h = H::new(cfg(), false);
@@ -138,10 +138,11 @@ fn regression_a_later_negotiate_adds_no_address() {
     assert!(!h.com.addresses().can_open(), "no address learned");
 }
 
-/// Issue 17: a site named by a forwarded request's origin was dialed at
-/// the addresses the forwarder chose, retried every ≤ 5 s for ever. It is
-/// now tried once at each, then fails for good and hands back what it
-/// held (a delegated reply), to be reclaimed like any other site.
+/// A site named by a forwarded request's origin is known only on the
+/// forwarder's word, at addresses the forwarder chose: it is tried once at
+/// each (never retried every ≤ 5 s for ever), then fails for good and hands
+/// back what it held (a delegated reply), to be reclaimed like any other
+/// site.
 #[test]
 fn a_site_named_on_a_peers_word_gets_one_attempt_per_address() {
     let mut h = with_book(AddressBook::claimed_once(["tcp:h:1", "mem:m"]));

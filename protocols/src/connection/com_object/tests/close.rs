@@ -246,8 +246,9 @@ fn shutdown_refuses_new_channels_and_ends_the_working_one() {
     assert!(matches!(out, AcceptOutcome::Refuse(RefuseReason::Closing)));
 }
 
-/// Issue 20: a graceful shutdown writes LEAVING (after the final ack) on
-/// the working channel before the driver closes it.
+/// A graceful shutdown writes LEAVING (after the final ack) on the working
+/// channel before the driver closes it, so the peer knows the close is no
+/// fault.
 #[test]
 fn shutdown_writes_leaving_on_the_working_channel() {
     let mut h = H::new(cfg(), true);
@@ -382,10 +383,10 @@ fn unreachable_site_lost(c: ComConfig) -> H {
     h
 }
 
-/// Issue 17: replies owed to sites that can never be called back were
-/// never released (no give-up by default): 7.5 M messages, 1.15 GiB,
-/// held after their sites had gone. Such a site fails after the
-/// unreachable give-up, and what it was owed is handed back.
+/// A site that can never be called back fails after the unreachable
+/// give-up, and the replies it was owed are handed back: held for ever,
+/// they pile up (a flood of such sites can leave millions of messages, over
+/// a GiB, behind once the sites are gone).
 #[test]
 fn regression_a_site_that_cannot_be_called_back_is_given_up() {
     let c = ComConfig {

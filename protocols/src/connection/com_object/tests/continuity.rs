@@ -418,7 +418,7 @@ fn a_simultaneous_connect_of_a_pair_with_a_secret_still_keeps_one_channel() {
     assert_eq!(h.com.continuity().map(|c| c.current), Some(PAIR));
 }
 
-/// Issue 18, the TLS level: a node takes its id from its certificate, so a
+/// Under TLS a node takes its id from its certificate, so a
 /// site restarted with its certificate claims its old id without the
 /// pair's secret. Its verified certificate proves it is that site: the
 /// claim starts a new session instead of being refused. Without a
