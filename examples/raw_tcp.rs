@@ -192,6 +192,7 @@ fn main() -> ExitCode {
     // The server reports failed connections as warnings, on stderr.
     tracing_subscriber::fmt()
         .with_writer(io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )

@@ -24,10 +24,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::Rng;
+use sitenet::sim::{AppCtx, Application, Faults, Request, Sim, SimConfig, Verdict, SIM_TYPE};
 use sitenet_protocols::node::cooperation::{Cooperation, End, Expect};
-use sitenet::sim::{
-    AppCtx, Application, Faults, Request, Sim, SimConfig, Verdict, SIM_TYPE,
-};
 use sitenet_protocols::{Priority, SiteId};
 
 #[path = "common/args.rs"]

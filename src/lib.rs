@@ -41,6 +41,8 @@
 #[cfg(feature = "cli")]
 pub mod bench;
 pub mod guide;
+#[cfg(test)]
+mod layers;
 #[cfg(feature = "cli")]
 pub mod metrics_http;
 #[cfg(feature = "cli")]

@@ -403,7 +403,10 @@ async fn regression_idle_sockets_never_cut_a_node_off() {
 
     const SOURCES: u8 = 45;
     const CAP: usize = 120;
-    assert_eq!(sitenet_protocols::slots::admission::handshake_fds(1024), CAP);
+    assert_eq!(
+        sitenet_protocols::slots::admission::handshake_fds(1024),
+        CAP
+    );
     // Both ends of every socket are in this process: the attack is scaled
     // down if the descriptor limit is below what it needs (2 × 1,050 + 512).
     let fds = sitenet_transport::controller::fd_limit() as usize;

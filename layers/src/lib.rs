@@ -31,7 +31,14 @@ use std::path::{Path, PathBuf};
 /// layer): panics naming every module without a layer and every import
 /// that does not run to a strictly lower layer.
 pub fn check(manifest_dir: &str, layers: &[(&str, u8)]) {
-    let edges = imports(&Path::new(manifest_dir).join("src"), layers);
+    check_dir(&Path::new(manifest_dir).join("src"), layers);
+}
+
+/// [`check`] for the crate whose root (`lib.rs` or `main.rs`) is in `src`:
+/// a binary's folder (`src/bin/NAME`), for one. A library's check leaves
+/// `src/bin/` out: each binary there is a crate of its own.
+pub fn check_dir(src: &Path, layers: &[(&str, u8)]) {
+    let edges = imports(src, layers);
     let layer = |m: &str| layers.iter().find(|(n, _)| *n == m).map(|&(_, l)| l);
     let mut unplaced = BTreeSet::new();
     let mut upward = Vec::new();
@@ -66,7 +73,11 @@ pub fn imports(src: &Path, layers: &[(&str, u8)]) -> BTreeSet<(String, String)> 
     for path in rust_files(src) {
         let rel = path.strip_prefix(src).expect("under src/");
         let segments = module_path(rel);
-        if segments.is_empty() || segments == ["layers"] || is_test_file(&segments) {
+        if segments.is_empty()
+            || segments == ["layers"]
+            || segments[0] == "bin"
+            || is_test_file(&segments)
+        {
             continue; // the crate root re-exports every layer; tests may reach anywhere
         }
         let Some(module) = owner(&segments, layers) else {
@@ -79,6 +90,7 @@ pub fn imports(src: &Path, layers: &[(&str, u8)]) -> BTreeSet<(String, String)> 
                 continue; // the root's own items: every module may extend them
             }
             let import = match reexported.iter().find(|(item, _)| *item == import[0]) {
+                Some((_, from)) if !is_module(src, &from[0]) => continue, // another crate's
                 Some((_, from)) => from.clone(),
                 None => import,
             };
@@ -89,6 +101,11 @@ pub fn imports(src: &Path, layers: &[(&str, u8)]) -> BTreeSet<(String, String)> 
         }
     }
     edges
+}
+
+/// True if `name` is a module of the crate at `src` (a file or a folder).
+fn is_module(src: &Path, name: &str) -> bool {
+    src.join(format!("{name}.rs")).exists() || src.join(name).is_dir()
 }
 
 /// The listed module that owns `path`: the longest listed prefix.
@@ -113,7 +130,9 @@ fn module_path(rel: &Path) -> Vec<String> {
         .iter()
         .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
         .collect();
-    if matches!(out.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+    if matches!(out.last().map(String::as_str), Some("mod" | "lib" | "main")) && out.len() == 1
+        || out.last().is_some_and(|l| l == "mod")
+    {
         out.pop();
     }
     out
@@ -228,9 +247,16 @@ fn without_comments(src: &str) -> String {
         .join("\n")
 }
 
-/// The names of the items `lib.rs` defines itself (not re-exports).
+/// The crate root's source: `lib.rs`, or a binary's `main.rs`.
+fn root_source(src: &Path) -> Option<String> {
+    std::fs::read_to_string(src.join("lib.rs"))
+        .or_else(|_| std::fs::read_to_string(src.join("main.rs")))
+        .ok()
+}
+
+/// The names of the items the root defines itself (not re-exports).
 fn root_items(src: &Path) -> BTreeSet<String> {
-    let Ok(lib) = std::fs::read_to_string(src.join("lib.rs")) else {
+    let Some(lib) = root_source(src) else {
         return BTreeSet::new();
     };
     let mut out = BTreeSet::new();
@@ -252,14 +278,14 @@ fn root_items(src: &Path) -> BTreeSet<String> {
 /// The module each item `lib.rs` re-exports comes from (`crate::Node` is
 /// an import of `node`): `(item, module path)`.
 fn reexports(src: &Path) -> Vec<(String, Vec<String>)> {
-    let Ok(lib) = std::fs::read_to_string(src.join("lib.rs")) else {
+    let Some(lib) = root_source(src) else {
         return Vec::new();
     };
     let lib = without_comments(&lib).replace('\n', " ");
     let mut out = Vec::new();
     let mut rest = lib.as_str();
-    while let Some(i) = rest.find("pub use ") {
-        let stmt = &rest[i + "pub use ".len()..];
+    while let Some(i) = rest.find("use ") {
+        let stmt = &rest[i + "use ".len()..];
         let end = stmt.find(';').unwrap_or(stmt.len());
         let stmt = &stmt[..end];
         rest = &rest[i + 1..];
@@ -267,7 +293,11 @@ fn reexports(src: &Path) -> Vec<(String, Vec<String>)> {
         else {
             continue;
         };
-        let module: Vec<String> = module.split("::").map(|s| s.trim().to_string()).collect();
+        let module: Vec<String> = module
+            .split("::")
+            .map(|s| s.trim().to_string())
+            .filter(|s| s != "self" && s != "crate")
+            .collect();
         for item in items.trim_end_matches('}').split(',') {
             let item: String = item
                 .trim()

@@ -51,7 +51,7 @@ impl Done {
                 type_id,
                 header,
                 ..
-            } => crate::handlers::decode_reply(&from.node, &from.entry, *type_id, header),
+            } => crate::node::decode_reply(&from.node, &from.entry, *type_id, header),
             Done::Sent => Err(crate::error::DecodeError::NoReply),
         }
     }

@@ -155,7 +155,7 @@ pub struct Answer {
 impl Answer {
     /// Decodes the typed header as `R`.
     pub fn decode<R: Message>(&self) -> Result<R, crate::error::DecodeError> {
-        crate::handlers::decode_reply(
+        crate::node::decode_reply(
             &self.from.node,
             &self.from.entry,
             self.type_id,

@@ -429,12 +429,13 @@ pub(crate) fn post_forward<M: Message>(
         type_id: M::ID,
         reason: e.to_string(),
     })?;
-    let header = sitenet_protocols::wire::message::wrap_origin(&origin, &header).ok_or_else(|| {
-        SendError::Encode {
-            type_id: M::ID,
-            reason: "the requesting site's descriptor does not fit an origin block".into(),
-        }
-    })?;
+    let header =
+        sitenet_protocols::wire::message::wrap_origin(&origin, &header).ok_or_else(|| {
+            SendError::Encode {
+                type_id: M::ID,
+                reason: "the requesting site's descriptor does not fit an origin block".into(),
+            }
+        })?;
     let (priority, body) = opts.into_parts(default_priority);
     to.try_post(OutMessage {
         priority,

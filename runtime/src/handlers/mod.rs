@@ -151,28 +151,6 @@ pub(crate) fn decode_header<M: Message>(
         .map_err(|e| format!("header does not decode as type {}: {e}", M::ID))
 }
 
-/// Decodes a reply of type `type_id` as `R`, or says why not (another
-/// type, or a header that does not decode).
-pub(crate) fn decode_reply<R: Message>(
-    node: &Arc<NodeInner>,
-    from: &Arc<SiteEntry>,
-    type_id: u32,
-    header: &Bytes,
-) -> Result<R, crate::error::DecodeError> {
-    if type_id != R::ID {
-        return Err(crate::error::DecodeError::WrongType {
-            expected: R::ID,
-            got: type_id,
-        });
-    }
-    crate::node::decoding_on(node, from, || rmp_serde::from_slice(header)).map_err(|e| {
-        crate::error::DecodeError::Header {
-            type_id,
-            reason: e.to_string(),
-        }
-    })
-}
-
 /// Counts a message the node refused in the node's `unhandled` counter
 /// and in this thread's count (`runtime::count_refusal`).
 fn count_refused(node: &Arc<NodeInner>) {

@@ -90,3 +90,25 @@ impl SiteEntry {
         Some(SiteDescriptor { id, addresses })
     }
 }
+
+/// Decodes a reply of type `type_id` as `R`, or says why not (another
+/// type, or a header that does not decode).
+pub(crate) fn decode_reply<R: crate::message::Message>(
+    node: &Arc<NodeInner>,
+    from: &Arc<SiteEntry>,
+    type_id: u32,
+    header: &bytes::Bytes,
+) -> Result<R, crate::error::DecodeError> {
+    if type_id != R::ID {
+        return Err(crate::error::DecodeError::WrongType {
+            expected: R::ID,
+            got: type_id,
+        });
+    }
+    decoding_on(node, from, || rmp_serde::from_slice(header)).map_err(|e| {
+        crate::error::DecodeError::Header {
+            type_id,
+            reason: e.to_string(),
+        }
+    })
+}

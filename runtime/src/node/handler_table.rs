@@ -101,8 +101,10 @@ impl ErrorReply {
         match self {
             Self::Failed { reason }
                 if reason
-                    == (sitenet_protocols::node::delegation::Unhandled::NoHandler { origin: None })
-                        .reason(type_id) =>
+                    == (sitenet_protocols::node::delegation::Unhandled::NoHandler {
+                        origin: None,
+                    })
+                    .reason(type_id) =>
             {
                 RequestError::NoHandler { type_id }
             }

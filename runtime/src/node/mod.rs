@@ -22,7 +22,7 @@ use crate::events::PeerRefusal;
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
 pub(crate) use cooperations::{Coop, OpenCooperations};
-pub(crate) use decoding::{decoding_on, with_decoding_node};
+pub(crate) use decoding::{decode_reply, decoding_on, with_decoding_node};
 pub(crate) use handler_table::{error_detail, error_reply, ErrorReply};
 pub use handler_table::{BodySink, Ctx, Unhandled};
 pub(crate) use handler_table::{Erased, ErasedStream, Handlers, NoReply, RemoteError};

@@ -358,7 +358,7 @@ impl SiteRef {
     /// decoding as `R`. (A delegated reply comes from another site; its
     /// references are charged to the site asked.)
     fn decode_reply<R: Message>(&self, incoming: InMessage) -> Result<Reply<R>, RequestError> {
-        let msg = crate::handlers::decode_reply::<R>(
+        let msg = crate::node::decode_reply::<R>(
             &self.node,
             self.entry.resolved(),
             incoming.prelude.type_id,
