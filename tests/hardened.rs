@@ -290,8 +290,9 @@ fn a_listen_list_too_long_for_the_handshake_is_refused_at_start() {
         b = b.listen("tcp:127.0.0.1:0");
     }
     match b.start() {
-        Err(sitenet::NodeError::Config(reason)) => {
-            assert!(reason.contains("listen"), "{reason}")
+        Err(sitenet::NodeError::Config(e)) => {
+            assert!(matches!(e, sitenet::ConfigError::Handshake(_)), "{e:?}");
+            assert!(e.to_string().contains("listen"), "{e}")
         }
         other => panic!("expected a configuration error, got {other:?}"),
     }

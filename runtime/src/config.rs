@@ -491,7 +491,7 @@ impl NodeConfig {
     /// a zero heartbeat interval (a heartbeat on every turn), and a silence
     /// timeout no longer than the heartbeat interval (an idle channel
     /// declared dead between two heartbeats, again and again).
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), crate::error::ConfigError> {
         type Get = fn(&NodeConfig) -> Duration;
         let above_zero: [(&str, Get); 5] = [
             ("connect_timeout", |c| c.connect_timeout),
@@ -502,19 +502,17 @@ impl NodeConfig {
         ];
         for (name, get) in above_zero {
             if get(self).is_zero() {
-                return Err(format!(
-                    "NodeConfig::{name} is zero: it must be above zero (the default is {:?})",
-                    get(&Self::default())
-                ));
+                return Err(crate::error::ConfigError::Zero {
+                    field: name,
+                    default: get(&Self::default()),
+                });
             }
         }
         if self.silence_timeout <= self.heartbeat_interval && self.silence_timeout < MAX_DURATION {
-            return Err(format!(
-                "NodeConfig::silence_timeout ({:?}) must be longer than heartbeat_interval \
-                 ({:?}): an idle peer would be taken for failed between two of its \
-                 heartbeats (the defaults are 5 s and 1 s; MAX_DURATION means never)",
-                self.silence_timeout, self.heartbeat_interval
-            ));
+            return Err(crate::error::ConfigError::SilenceWithinHeartbeat {
+                silence: self.silence_timeout,
+                heartbeat: self.heartbeat_interval,
+            });
         }
         Ok(())
     }

@@ -7,6 +7,58 @@ use thiserror::Error;
 use sitenet_protocols::SiteId;
 use sitenet_transport::{AddressError, RegisterError};
 
+/// A node configuration that cannot work, found when the node starts
+/// (`NodeBuilder::start`): nothing has been bound or spawned. Each variant
+/// names the setting and the change that makes it work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A duration that must be above zero is zero.
+    #[error("NodeConfig::{field} is zero: it must be above zero (the default is {default:?})")]
+    Zero {
+        /// The setting.
+        field: &'static str,
+        /// Its default.
+        default: std::time::Duration,
+    },
+    /// The silence timeout does not exceed the heartbeat interval: an idle
+    /// peer would be taken for failed between two of its heartbeats.
+    #[error(
+        "NodeConfig::silence_timeout ({silence:?}) must be longer than heartbeat_interval \
+         ({heartbeat:?}): an idle peer would be taken for failed between two of its \
+         heartbeats (the defaults are 5 s and 1 s; MAX_DURATION means never)"
+    )]
+    SilenceWithinHeartbeat {
+        /// `NodeConfig::silence_timeout`.
+        silence: std::time::Duration,
+        /// `NodeConfig::heartbeat_interval`.
+        heartbeat: std::time::Duration,
+    },
+    /// A node with a certificate demands one of every peer, so it listens
+    /// only on `tls:` addresses; `addr` is another kind.
+    #[error(
+        "this node has a TLS certificate, so it listens only on tls:HOST:PORT addresses \
+         (every peer must prove its certificate); got {addr}"
+    )]
+    PlainListenWithCertificate {
+        /// The listen address.
+        addr: String,
+    },
+    /// A `tls:` listen address on a node without a certificate.
+    #[error(
+        "{addr} needs a certificate: give the node one (NodeConfig::tls; --cert, --key and \
+         --ca on the command line) or listen on tcp:"
+    )]
+    TlsListenWithoutCertificate {
+        /// The listen address.
+        addr: String,
+    },
+    /// The node's own handshake cannot be written (a listen list too long
+    /// for the handshake, for one).
+    #[error("{0}")]
+    Handshake(sitenet_protocols::OpenError),
+}
+
 /// A node could not be started or configured.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -54,10 +106,10 @@ pub enum NodeError {
     /// network (kept so that matches on this enum still compile).
     #[error("the descriptor names this node's own site {0}; handle the message locally instead")]
     OwnSite(sitenet_protocols::SiteId),
-    /// The configuration cannot work (for example a listen list too long
-    /// for the handshake); the message says what to change.
+    /// The configuration cannot work; the [`ConfigError`] says what to
+    /// change.
     #[error("invalid node configuration: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
     /// The node would listen where other hosts reach it (`addr`, a
     /// `tcp:` address that is not loopback) at the open level, where
     /// anyone who reaches the port can be any site, and the open level was

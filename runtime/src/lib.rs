@@ -64,7 +64,9 @@ pub use cooperation::{Answer, CoopError, Cooperation, Expect};
 pub use delivery::Delivery;
 pub use error::SiteFailure;
 pub use error::WouldDeadlock;
-pub use error::{DecodeError, DeliveryError, FlushError, NodeError, RequestError, SendError};
+pub use error::{
+    ConfigError, DecodeError, DeliveryError, FlushError, NodeError, RequestError, SendError,
+};
 pub use events::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
 pub use handlers::{AsyncCtx, Ctx, Outcome, Responder, Unhandled};
 pub use message::{Message, RawMessage, Reply, RequestId, SendOptions, RESERVED_IDS};

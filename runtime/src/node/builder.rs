@@ -3,6 +3,7 @@
 //! of `start`, not a log line later.
 
 use super::*;
+use crate::error::ConfigError;
 
 /// Builds a [`Node`].
 ///
@@ -157,7 +158,7 @@ impl NodeBuilder {
         }
         self.cfg.transports.extend(&self.transports)?;
         let cfg = self.cfg.normalised();
-        cfg.check().map_err(NodeError::Config)?;
+        cfg.check()?;
         let output = crate::outbox::OutputBound {
             site: cfg.output_bound,
             node: crate::outbox::NodeOutput::new(cfg.node_output_bound),
@@ -177,18 +178,12 @@ impl NodeBuilder {
             // A node with a certificate demands one of every peer: a
             // listener where peers cannot prove one would refuse them all.
             if cfg.tls.is_some() && !addr.is_tls() {
-                return Err(NodeError::Config(format!(
-                    "this node has a TLS certificate, so it listens only on tls:HOST:PORT \
-                     addresses (every peer must prove its certificate); got {a}"
-                )));
+                return Err(ConfigError::PlainListenWithCertificate { addr: a.clone() }.into());
             }
             // And a tls: listener without one would run no TLS while
             // peers dial it with TLS.
             if cfg.tls.is_none() && addr.is_tls() {
-                return Err(NodeError::Config(format!(
-                    "{a} needs a certificate: give the node one (NodeConfig::tls; \
-                     --cert, --key and --ca on the command line) or listen on tcp:"
-                )));
+                return Err(ConfigError::TlsListenWithoutCertificate { addr: a.clone() }.into());
             }
             let b = cfg
                 .transports
@@ -230,7 +225,7 @@ impl NodeBuilder {
             speaks: self.speaks,
         }
         .validate()
-        .map_err(|e| NodeError::Config(e.to_string()))?;
+        .map_err(ConfigError::Handshake)?;
         let budget = ReassemblyBudget::new(cfg.reassembly_budget);
         let budget_released = Arc::new(Notify::new());
         let released = budget_released.clone();
