@@ -267,7 +267,7 @@ async fn a_panicking_async_handler_is_answered_as_an_error_and_counted() {
             e,
             RequestError::Remote {
                 type_id: Ask::ID,
-                reason: format!("async handler for type {:#x} panicked", Ask::ID),
+                reason: format!("async handler for type {} panicked", Ask::ID),
                 value: None
             }
         );
