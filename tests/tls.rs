@@ -214,7 +214,7 @@ async fn a_node_without_a_certificate_cannot_reach_a_tls_node() {
 /// A node takes its id from its certificate, so a restart keeps it but
 /// not the pair's secret: its certificate proves it is that site, and the
 /// peer lets it back in. (Without TLS the same claim is refused as a
-/// possible forgery: tests/hostile.rs,
+/// possible forgery: tests/hostile/peers.rs,
 /// `regression_a_forged_claim_on_a_client_in_backoff_breaks_nothing`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_restarted_with_its_certificate_is_let_back_in() {

@@ -1,5 +1,5 @@
 //! A peer that speaks the wire protocol by hand over a blocking socket: the
-//! hostile peers of tests/hostile.rs (and any test that must send what a
+//! hostile peers of tests/hostile/peers.rs (and any test that must send what a
 //! `Node` never would).
 
 use std::io::{Read, Write};

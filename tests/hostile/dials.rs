@@ -13,16 +13,14 @@
 //! The trap counts what it holds, per host and in all, now, at peak and in
 //! total.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::raw::{self, Wire};
-use common::*;
+use crate::common::raw::{self, Wire};
+use crate::common::*;
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Message, Node};
 use sitenet_protocols::{ByteBuffer, Keyring, MessageKind, SiteId};

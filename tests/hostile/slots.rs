@@ -5,21 +5,17 @@
 //! gets in and is answered — under both admission policies, and with
 //! everyone a member of one cookie.
 
-mod common;
-#[path = "common/slot_hogs.rs"]
-mod slot_hogs;
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::hostile::Level;
-use common::*;
+use crate::common::hostile::Level;
+use crate::common::*;
+use crate::slot_hogs::{ping_from, Hogs};
 use sitenet::Node;
 use sitenet_protocols::slots::{Admission, DefaultPolicy, SlotConfig};
 use sitenet_protocols::Cookie;
 use sitenet_transport::TransController;
-use slot_hogs::{ping_from, Hogs};
 
 const HARD: usize = 6;
 const LINE: usize = 6;

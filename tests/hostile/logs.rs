@@ -3,14 +3,12 @@
 //! summarised by kind; and a refused non-member shown at the level
 //! `sitenet node` writes by default (WARN).
 
-mod common;
-
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::raw::RawPeer;
-use common::*;
+use crate::common::raw::RawPeer;
+use crate::common::*;
 use parking_lot::Mutex;
 use sitenet::services::Echo;
 use sitenet::{Message, Node};

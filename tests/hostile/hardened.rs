@@ -1,13 +1,11 @@
 //! Regression tests for holes the review of issue 6 found in the ComObject
 //! and the site table, each over real sockets.
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde::{Deserialize, Serialize};
 use sitenet::{Message, Node};
 use sitenet_protocols::SiteId;

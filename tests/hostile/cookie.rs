@@ -8,20 +8,19 @@
 //! full-size ring, no reassembly budget, no output.
 //!
 //! Members (holding the cookie) get past the handshake: their attacks are
-//! the regressions of tests/hostile.rs, run here with every node, client
+//! the regressions of tests/hostile/peers.rs, run here with every node, client
 //! and raw peer holding the cookie, and issue 17's bounds must still hold.
-
-mod common;
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::attacks::{self, attacker, tcp, Peers};
-use common::hostile::{self, trap, Level};
-use common::raw::{self, RawPeer, Wire};
-use common::*;
+use crate::common;
+use crate::common::attacks::{self, attacker, tcp, Peers};
+use crate::common::hostile::{self, trap, Level};
+use crate::common::raw::{self, RawPeer, Wire};
+use crate::common::*;
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Node, Runtime};
 use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
@@ -136,7 +135,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
             services(c);
             c.cookies = vec![cookie(1)];
             c.trans_controller = Some(slots.clone());
-            // The siege's bounds (tests/siege.rs): nothing of them may be
+            // The siege's bounds (tests/hostile/siege.rs): nothing of them may be
             // spent on a stranger.
             c.max_message_size = 1 << 20;
             c.output_bound = 2 << 20;
@@ -447,7 +446,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
     assert_eq!(server.metrics().channels_opened, 1);
 }
 
-/// The siege of tests/siege.rs with every node and every attacker that
+/// The siege of tests/hostile/siege.rs with every node and every attacker that
 /// handshakes holding the cookie: members under every attack at once by
 /// other members (forged claims on the legitimate member's id included,
 /// refused by the continuity proof) — the legitimate member's stream is

@@ -4,12 +4,10 @@
 //! confirmed site, and a site that restarts with its certificate is let
 //! back in at once.
 
-mod common;
-
 use std::time::Duration;
 
-use common::raw::{self, RawPeer};
-use common::*;
+use crate::common::raw::{self, RawPeer};
+use crate::common::*;
 use serde::{Deserialize, Serialize};
 use sitenet::{Message, Node};
 use sitenet_protocols::{Keyring, OpenError, RefuseReason, SiteId};

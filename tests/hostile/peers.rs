@@ -2,13 +2,12 @@
 //! on purpose or by bug — may cost a node. Each test states its bound; a
 //! legitimate site keeps working beside the attack.
 
-mod common;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::hostile::{self, trap, Level, Peers};
-use common::*;
+use crate::common;
+use crate::common::hostile::{self, trap, Level, Peers};
+use crate::common::*;
 use serde::{Deserialize, Serialize};
 use sitenet::{Message, Node};
 
@@ -403,7 +402,10 @@ async fn regression_idle_sockets_never_cut_a_node_off() {
 
     const SOURCES: u8 = 45;
     const CAP: usize = 120;
-    assert_eq!(sitenet_protocols::slots::admission::handshake_fds(1024), CAP);
+    assert_eq!(
+        sitenet_protocols::slots::admission::handshake_fds(1024),
+        CAP
+    );
     // Both ends of every socket are in this process: the attack is scaled
     // down if the descriptor limit is below what it needs (2 × 1,050 + 512).
     let fds = sitenet_transport::controller::fd_limit() as usize;
