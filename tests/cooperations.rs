@@ -311,7 +311,7 @@ async fn declared_reply_types_fill_a_cooperation_from_sites_never_asked() {
 /// was read, a send to it failed with a misleading `RuntimeStopped`. The
 /// site an answer names is held until the answer is read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_an_answer_names_a_site_that_was_not_reclaimed() {
+async fn an_answer_names_a_site_that_was_not_reclaimed() {
     let fast = |c: &mut sitenet::NodeConfig| {
         c.linger = Duration::from_millis(100);
         common::services(c);

@@ -309,7 +309,7 @@ impl sitenet::Message for Held {
 /// failed when that site failed: the failure looked for requests of the
 /// merged-into entry only, and the request waited out its whole timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_requests_sent_before_a_merge_fail_with_the_site() {
+async fn requests_sent_before_a_merge_fail_with_the_site() {
     let a = listening_node();
     let b = listening_node();
     let (held_tx, mut held_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -137,7 +137,7 @@ async fn a_site_that_forgot_us_is_talked_to_afresh() {
 /// prepared and dropped, left its actor for ever. Every ComObject is
 /// reclaimable from the moment it exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_sites_prepared_and_dropped_unused_are_reclaimed() {
+async fn sites_prepared_and_dropped_unused_are_reclaimed() {
     let node = Node::builder().configure(fast_linger).start().unwrap();
     for i in 0..50u128 {
         let site = node.site(format!("tcp:127.0.0.1:{}", 1000 + i)).unwrap();

@@ -232,7 +232,7 @@ async fn a_preemption_in_the_middle_of_a_big_message_loses_nothing() {
 /// its lease now, and one for a lease the site no longer holds is ignored
 /// (and counted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_late_preemption_never_closes_the_channel_that_replaced_its_own() {
+async fn a_late_preemption_never_closes_the_channel_that_replaced_its_own() {
     let server = listening_node();
     let client = Node::builder().configure(quick).start().unwrap();
     let site = client.site(addr(&server)).unwrap();

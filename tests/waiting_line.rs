@@ -239,7 +239,7 @@ async fn a_client_that_gives_up_leaves_the_line_and_comes_back_in_turn() {
 /// its turn comes. Before, a wait longer than the linger time let the
 /// reclaim rule forget the site, and the client found a fresh session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_site_waiting_in_line_longer_than_the_linger_is_not_forgotten() {
+async fn a_site_waiting_in_line_longer_than_the_linger_is_not_forgotten() {
     let slots = never_preempting();
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -288,7 +288,7 @@ async fn regression_a_site_waiting_in_line_longer_than_the_linger_is_not_forgott
 /// by default: a drain of 10,000 waited 20 ms per client, 7 s in all);
 /// here every timer of both sides is a minute away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_client_let_in_from_the_line_and_done_gives_its_slot_back_at_once() {
+async fn a_client_let_in_from_the_line_and_done_gives_its_slot_back_at_once() {
     // Over the weak limit the preemption policy never takes a slot back
     // (min_hold): only a quiet holder giving way to the line does.
     let mut cfg = SlotConfig::new(1, 2).unwrap();
@@ -357,7 +357,7 @@ async fn regression_a_client_let_in_from_the_line_and_done_gives_its_slot_back_a
 /// other's lines stalled together (the simulator's
 /// `regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_an_attempt_waiting_in_a_peers_line_gives_its_slot_to_a_site_waiting_here() {
+async fn an_attempt_waiting_in_a_peers_line_gives_its_slot_to_a_site_waiting_here() {
     // The full server keeps its holders.
     let full_slots = never_preempting();
     let full = server_on(&full_slots);

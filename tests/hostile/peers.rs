@@ -52,7 +52,7 @@ impl Message for Malformed {
 /// 53 MiB received became 534 MiB of stderr. A peer gets a few lines per
 /// window; the rest are counted and summarised.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_malformed_messages_do_not_flood_the_log() {
+async fn malformed_messages_do_not_flood_the_log() {
     let warnings = count_warnings();
     let server = listening_node();
     let handled = Arc::new(AtomicU64::new(0));
@@ -89,7 +89,7 @@ async fn regression_malformed_messages_do_not_flood_the_log() {
 /// peer's are. The connection waiting meanwhile is accepted once
 /// descriptors are back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_accept_errors_do_not_flood_the_log() {
+async fn accept_errors_do_not_flood_the_log() {
     const NOFILE: rlimit::Resource = rlimit::Resource::NOFILE;
     use tokio::io::AsyncReadExt;
     let warnings = count_warnings();
@@ -132,7 +132,7 @@ async fn regression_accept_errors_do_not_flood_the_log() {
 /// rate-limited fault line — a peer reconnecting in a loop wrote one line
 /// per handshake. Only the rate-limited line is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_bad_negotiates_do_not_flood_the_log() {
+async fn bad_negotiates_do_not_flood_the_log() {
     use sitenet_protocols::{ByteBuffer, Initiator, LocalInfo, SiteId};
     use std::io::{Read, Write};
     let warnings = count_warnings();
@@ -200,7 +200,7 @@ async fn regression_bad_negotiates_do_not_flood_the_log() {
 /// what is owed to a site that cannot be called back is released after
 /// `unreachable_give_up`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_replies_owed_to_vanished_readers_are_bounded_and_released() {
+async fn replies_owed_to_vanished_readers_are_bounded_and_released() {
     hostile::replies_owed_to_vanished_readers_are_bounded_and_released(&Level::open()).await;
 }
 
@@ -211,7 +211,7 @@ async fn regression_replies_owed_to_vanished_readers_are_bounded_and_released() 
 /// given no unreachable give-up here, so only the acknowledgement can free
 /// the reply.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_short_honest_run_leaves_nothing_owed() {
+async fn a_short_honest_run_leaves_nothing_owed() {
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
         .configure(|c| {
@@ -243,7 +243,7 @@ async fn regression_a_short_honest_run_leaves_nothing_owed() {
 /// Issue 17: `shutdown` did not refuse new sends during its wait, though
 /// its documentation said so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_shutdown_refuses_new_sends_while_it_waits() {
+async fn shutdown_refuses_new_sends_while_it_waits() {
     // A site nobody answers at: what is queued for it is never
     // acknowledged, so shutdown waits its whole deadline.
     let client = Node::builder().start().unwrap();
@@ -274,7 +274,7 @@ async fn regression_shutdown_refuses_new_sends_while_it_waits() {
 /// `take_refused`, not in `failure().not_sent`. Every message accepted for
 /// a site that is then given up is in its failure's `not_sent`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_messages_queued_as_a_site_is_given_up_are_in_not_sent() {
+async fn messages_queued_as_a_site_is_given_up_are_in_not_sent() {
     for _ in 0..5 {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -317,7 +317,7 @@ async fn regression_messages_queued_as_a_site_is_given_up_are_in_not_sent() {
 /// dropped (only `shutdown` failed them): a message sent and not yet
 /// acknowledged stayed in the stopped actor's ledger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_dropping_the_node_fails_its_tracked_deliveries() {
+async fn dropping_the_node_fails_its_tracked_deliveries() {
     // A server (on a thread of its own) whose handler holds the message,
     // so it is delivered but not acknowledged.
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -393,7 +393,7 @@ async fn connect_from(
 /// use: the three honest channels'), the process's descriptors stay within the
 /// attack's own plus the cap (+16), and no working channel is preempted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_idle_sockets_never_cut_a_node_off() {
+async fn idle_sockets_never_cut_a_node_off() {
     use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
     use sitenet_protocols::{ByteBuffer, Initiator, LocalInfo, SiteId};
     use std::io::{Read, Write};
@@ -549,7 +549,7 @@ async fn regression_idle_sockets_never_cut_a_node_off() {
 /// at most `forward_claims_per_peer` at once, each making one bounded
 /// attempt, reclaimed like any other; the rest are refused and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
+async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
     hostile::forwards_naming_fresh_sites_are_bounded_and_reclaimed(&Level::open()).await;
 }
 
@@ -563,7 +563,7 @@ async fn regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
 /// naming more, or naming any while the handler keeps that many, does not
 /// decode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
+async fn floods_of_site_refs_are_bounded_and_reclaimed() {
     hostile::floods_of_site_refs_are_bounded_and_reclaimed(&Level::open()).await;
 }
 
@@ -573,7 +573,7 @@ async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
 /// its channel went, the node dialed there. Only what the node learned by
 /// connecting itself adds addresses to a known site.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_descriptor_cannot_add_addresses_to_a_known_site() {
+async fn a_descriptor_cannot_add_addresses_to_a_known_site() {
     use sitenet::services::Echo;
     use sitenet_protocols::{MessageKind, SiteId};
     let server = giving_up_server();
@@ -603,7 +603,7 @@ async fn regression_a_descriptor_cannot_add_addresses_to_a_known_site() {
 /// the NEGOTIATE that makes an entry gives it addresses; later ones add
 /// none (the node adds what it finds by connecting itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_later_handshake_cannot_add_addresses_to_a_known_site() {
+async fn a_later_handshake_cannot_add_addresses_to_a_known_site() {
     use sitenet::services::Echo;
     use sitenet_protocols::{MessageKind, SiteId};
     let server = giving_up_server();
@@ -668,7 +668,7 @@ impl Message for Work {
 /// out between handler calls, by the ack policy (100 messages / 20 ms), and
 /// a turn's handler work has a time budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_busy_handler_never_makes_a_live_node_look_dead() {
+async fn a_busy_handler_never_makes_a_live_node_look_dead() {
     const N: u64 = 8_000;
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -754,7 +754,7 @@ impl Message for Blob {
 /// minimum rate while another waits, gives way; the honest message is
 /// delivered, and the honest client is never taken for dead meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
+async fn a_trickling_peer_cannot_keep_the_reassembly_budget() {
     use sitenet_protocols::wire::frame::FLAG_FIRST;
     use std::io::Write;
     let server = Node::builder()
@@ -880,7 +880,7 @@ fn blob_wire(header_len: usize) -> Vec<u8> {
 /// before giving way (2 s). The younger gives way (not a fault) and the
 /// oldest's message is received; no paused channel is taken for dead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_two_transfers_over_the_budget_do_not_livelock() {
+async fn two_transfers_over_the_budget_do_not_livelock() {
     use sitenet_protocols::wire::frame::{FLAG_FIRST, FLAG_LAST};
     use std::io::Write;
     let server = Node::builder()
@@ -954,7 +954,7 @@ async fn regression_two_transfers_over_the_budget_do_not_livelock() {
 /// continuity; refused, it changes nothing, and the client, back, gets
 /// every reply once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_forged_claim_on_a_client_in_backoff_breaks_nothing() {
+async fn a_forged_claim_on_a_client_in_backoff_breaks_nothing() {
     hostile::a_forged_claim_on_a_client_in_backoff_breaks_nothing(&Level::open()).await;
 }
 
@@ -966,7 +966,7 @@ async fn regression_a_forged_claim_on_a_client_in_backoff_breaks_nothing() {
 /// with the forwarded-data refusal taken out: "stream 1 of the victim
 /// refused".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_stranger_cannot_fill_a_victims_sink_quota_by_forwarding() {
+async fn a_stranger_cannot_fill_a_victims_sink_quota_by_forwarding() {
     use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
     use sitenet_protocols::MessageKind;
     const CAP: usize = 4;

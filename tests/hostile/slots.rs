@@ -94,17 +94,17 @@ async fn one_source_cannot_hold_every_slot_and_place(level: Level, admission: Ad
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_one_source_cannot_hold_every_slot_and_place_under_share() {
+async fn one_source_cannot_hold_every_slot_and_place_under_share() {
     one_source_cannot_hold_every_slot_and_place(Level::open(), Admission::Share).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_one_source_cannot_hold_every_slot_and_place_under_fifo() {
+async fn one_source_cannot_hold_every_slot_and_place_under_fifo() {
     one_source_cannot_hold_every_slot_and_place(Level::open(), Admission::Fifo).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_one_member_source_cannot_hold_every_slot_and_place() {
+async fn one_member_source_cannot_hold_every_slot_and_place() {
     let level = Level::cookie(Cookie::new(rand::random()));
     one_source_cannot_hold_every_slot_and_place(level, Admission::Share).await;
 }
