@@ -117,9 +117,9 @@ fn tiny_messages_to_a_stalled_consumer_stay_within_the_bound() {
     drop(release_tx);
 }
 
-/// Issue 21: one byte bound per site was shared by all levels, so a
-/// level-1 backlog to a stalled consumer made a level-4 `try_send` fail.
-/// Each level now has a reserve of the bound the others cannot take.
+/// Each priority level has a reserve of the site's byte bound the others
+/// cannot take, so a level-1 backlog to a stalled consumer never makes a
+/// level-4 `try_send` fail.
 #[test]
 fn a_background_backlog_leaves_room_for_high_priority_sends() {
     const BOUND: u64 = 4 << 20;

@@ -112,7 +112,7 @@ async fn serve(server: &Node, clients: u32, per_client: u64, client: impl Fn() -
     }
 }
 
-/// The issue's rule: 24 clients on 3 slots, each served in turn from the
+/// The waiting line's rule: 24 clients on 3 slots, each served in turn from the
 /// line, under both admission policies: everything arrives in order, no
 /// accept is refused (the line holds them all), slots are granted from
 /// the line, and the hard limit holds.
@@ -281,12 +281,11 @@ async fn a_site_waiting_in_line_longer_than_the_linger_is_not_forgotten() {
     server.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Regression (issue 21, found draining the 10,000-client stress): a client
-/// let in from the line that is done — its last `SiteRef` gone, nothing
-/// pending — closes its channel at once, so the next in line gets the
-/// slot. It used to notice only at its next timer (its delayed ack, 20 ms
-/// by default: a drain of 10,000 waited 20 ms per client, 7 s in all);
-/// here every timer of both sides is a minute away.
+/// A client let in from the line that is done — its last `SiteRef` gone,
+/// nothing pending — closes its channel at once, so the next in line gets
+/// the slot without waiting for the client's next timer (its delayed ack,
+/// 20 ms by default: 7 s in all for a drain of 10,000 clients); here every
+/// timer of both sides is a minute away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_let_in_from_the_line_and_done_gives_its_slot_back_at_once() {
     // Over the weak limit the preemption policy never takes a slot back

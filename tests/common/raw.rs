@@ -39,7 +39,7 @@ impl RawPeer {
     }
 
     /// [`try_connect_as`](Self::try_connect_as) proving the cookies in
-    /// `keys` (issue 18; none: the open level).
+    /// `keys` (none: the open level).
     pub fn try_connect_keyed(
         target: &str,
         id: SiteId,

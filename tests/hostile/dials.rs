@@ -261,8 +261,7 @@ async fn attack(
 /// peers go, the dials still held on their word are abandoned and the
 /// trap holds nothing, long before a dial's handshake timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dials_on_one_sources_word_are_bounded_per_source_and_host_and_end_when_it_goes()
-{
+async fn dials_on_one_sources_word_are_bounded_per_source_and_host_and_end_when_it_goes() {
     let server = server();
     let trap = Trap::start(&[lo(11), lo(12), lo(13), lo(14)], 4).await;
     let attackers = attack(&server, &trap, &[lo(1)], 40, 16).await;
@@ -279,8 +278,7 @@ async fn dials_on_one_sources_word_are_bounded_per_source_and_host_and_end_when_
 /// (64) dials on peers' words at once node-wide, at most four to a host;
 /// released when the peers go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dials_on_many_sources_words_are_bounded_per_node_and_host_and_end_when_they_go()
-{
+async fn dials_on_many_sources_words_are_bounded_per_node_and_host_and_end_when_they_go() {
     let server = server();
     let hosts: Vec<IpAddr> = (31..51).map(lo).collect();
     let trap = Trap::start(&hosts, 1).await;
