@@ -1,5 +1,5 @@
-//! A node's metrics over HTTP (`sitenet node --metrics tcp:HOST:PORT`,
-//! issue 20, item 6): `GET /metrics` answers
+//! A node's metrics over HTTP (`sitenet node --metrics tcp:HOST:PORT`):
+//! `GET /metrics` answers
 //! [`Node::openmetrics`](crate::Node::openmetrics) with the OpenMetrics
 //! content type, any other path 404, so Prometheus (or `curl`) scrapes a
 //! node directly.

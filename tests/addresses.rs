@@ -161,11 +161,11 @@ async fn bad_descriptors_are_clear_errors() {
 }
 
 /// The user's second descriptor of a site adds its addresses, also while
-/// the site's ComObject has not started (its book waits in the site table
-/// since issue 17): a first descriptor naming only a dead address, then
+/// the site's ComObject has not started (its book waits in the site
+/// table): a first descriptor naming only a dead address, then
 /// one naming the live one, reach the site.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_second_descriptor_adds_addresses_before_the_first_use() {
+async fn a_second_descriptor_adds_addresses_before_the_first_use() {
     let server = listening_node();
     let client = Node::builder().start().unwrap();
     let dead = std::net::TcpListener::bind("127.0.0.1:0")

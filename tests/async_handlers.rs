@@ -74,7 +74,7 @@ async fn pass(gate: &Semaphore) {
     gate.acquire().await.expect("the gate stays open").forget();
 }
 
-/// The test: the handler awaits another site before it answers,
+/// An async handler: it awaits another site before it answers,
 /// and the futures run at once — all twenty wait at the back end's gate
 /// together before any is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

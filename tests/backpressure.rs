@@ -117,11 +117,11 @@ fn tiny_messages_to_a_stalled_consumer_stay_within_the_bound() {
     drop(release_tx);
 }
 
-/// Issue 21: one byte bound per site was shared by all levels, so a
-/// level-1 backlog to a stalled consumer made a level-4 `try_send` fail.
-/// Each level now has a reserve of the bound the others cannot take.
+/// Each priority level has a reserve of the site's byte bound the others
+/// cannot take, so a level-1 backlog to a stalled consumer never makes a
+/// level-4 `try_send` fail.
 #[test]
-fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
+fn a_background_backlog_leaves_room_for_high_priority_sends() {
     const BOUND: u64 = 4 << 20;
     let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let r = received.clone();
@@ -176,7 +176,7 @@ fn regression_a_background_backlog_leaves_room_for_high_priority_sends() {
 /// reading the runtime against the simulator's model of the outbox
 ///.
 #[test]
-fn regression_a_request_waiting_for_room_ends_at_its_timeout() {
+fn a_request_waiting_for_room_ends_at_its_timeout() {
     const BOUND: u64 = 4 << 20;
     let (server, release_tx, entered_rx) = stalled_consumer(|_, _| {});
     let (_client, site) = stall(&server, &entered_rx, BOUND);

@@ -324,7 +324,7 @@ fn stress_reports_every_documented_key_and_exits_0_when_nothing_is_lost() {
     for key in ["elapsed_s", "duration_s", "fairness_jain", "rtt_mean_us"] {
         assert!(v.get(key).is_some_and(|x| x.is_f64()), "key {key}: {v}");
     }
-    // Issue 21: 12 clients on 4 slots wait in the server's line (room for
+    // 12 clients on 4 slots wait in the server's line (room for
     // all of them) instead of being refused.
     assert_eq!(v["admission"], "share");
     assert_eq!(v["accepts_refused"], 0, "{v}");
@@ -394,7 +394,7 @@ fn stats_asks_a_running_node_for_its_resources() {
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert!(v["slots"]["hard"].as_u64().unwrap() >= 2);
-    // Issue 21: the waiting line's counters, and the policy `--admission`
+    // The waiting line's counters, and the policy `--admission`
     // chose.
     assert_eq!(v["slots"]["admission"], "fifo", "{v}");
     for key in ["in_line", "line_limit", "peak_line", "line_waits", "grants"] {
@@ -423,8 +423,8 @@ fn stats_asks_a_running_node_for_its_resources() {
     assert_eq!(bad.code(), Some(2));
 }
 
-/// The round-trip and fairness keys of one `stress --json` report (issue
-/// 21): the mean between the fastest and slowest probe, p99 over p50 in
+/// The round-trip and fairness keys of one `stress --json`
+/// report: the mean between the fastest and slowest probe, p99 over p50 in
 /// the report and in every timeline sample that had probes, the drain
 /// marked from the end of sending on, the per-client percentiles sorted
 /// and around the mean.
@@ -495,7 +495,7 @@ fn stress_draws_a_run_and_a_sweep_as_svg() {
     assert!(status.success());
     let svg = std::fs::read_to_string(&run_svg).unwrap();
     assert!(svg.starts_with("<svg"));
-    // Issue 21: round trips on a log scale with p50 and p99, the drain
+    // Round trips on a log scale with p50 and p99, the drain
     // shaded, and a per-client panel captioned with the fairness.
     for caption in [
         "round trip of the probes per 100 ms (log scale)",

@@ -1,4 +1,4 @@
-//! `sitenet cookie new` and `--cookie-file` (issue 18, the cookie level),
+//! `sitenet cookie new` and `--cookie-file` (the cookie level),
 //! in separate processes.
 
 mod common;

@@ -1,5 +1,5 @@
 //! `sitenet cert ca`, `sitenet cert site` and `--cert/--key/--ca`
-//! (issue 18, the TLS level), in separate processes: TLS in two commands.
+//! (the TLS level), in separate processes: TLS in two commands.
 
 mod common;
 

@@ -214,7 +214,7 @@ async fn close_racing_with_a_lost_channel_and_reconnect() {
 /// `reopen_after_peer_hard_close` (5 s by default, an hour here) before
 /// reopening; now its messages reopen the channel at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_site_preempted_with_messages_to_send_does_not_wait_for_a_callback() {
+async fn a_site_preempted_with_messages_to_send_does_not_wait_for_a_callback() {
     const N: u64 = 100;
     let server = listening_node();
     let sink = Sink::install(&server, N, None);

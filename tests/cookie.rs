@@ -1,4 +1,4 @@
-//! The cookie level over real sockets (issue 18, item 1): only nodes that
+//! The cookie level over real sockets: only nodes that
 //! hold a shared cookie get past the handshake; a refused peer fails
 //! permanently with "authentication failed", and the acceptor counts it
 //! and allocates nothing for it.

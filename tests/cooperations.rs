@@ -157,9 +157,9 @@ async fn a_timeout_returns_the_replies_that_came_and_a_late_one_is_discarded_and
     ));
 }
 
-/// Issue 20: a cooperation waited on with nothing to expect slept its
-/// whole timeout and returned `TimedOut { answers: [], missing: 0 }`. It
-/// could never complete: the wait ends at once, and says why.
+/// A cooperation waited on with nothing to expect can never complete: the
+/// wait ends at once, and says why, instead of sleeping its whole timeout
+/// for `TimedOut { answers: [], missing: 0 }`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cooperation_with_nothing_to_expect_fails_at_once() {
     let client = Node::builder().start().unwrap();
@@ -306,12 +306,11 @@ async fn declared_reply_types_fill_a_cooperation_from_sites_never_asked() {
     assert_eq!(from.len(), 3, "one vote from each site");
 }
 
-/// Issue 17: an answer's `from` could name a site the node had already
-/// reclaimed (the cooperation kept its entry uncounted): once the answer
-/// was read, a send to it failed with a misleading `RuntimeStopped`. The
-/// site an answer names is held until the answer is read.
+/// The site an answer's `from` names is held until the answer is read, so
+/// the node cannot have reclaimed it and a send to it does not fail with a
+/// misleading `RuntimeStopped`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_an_answer_names_a_site_that_was_not_reclaimed() {
+async fn an_answer_names_a_site_that_was_not_reclaimed() {
     let fast = |c: &mut sitenet::NodeConfig| {
         c.linger = Duration::from_millis(100);
         common::services(c);

@@ -1,4 +1,4 @@
-//! A transport plugged in from outside sitenet (issue 20, item 9), end to
+//! A transport plugged in from outside sitenet, end to
 //! end: `pipe:NAME` over `tokio::io::duplex` pairs, written only against
 //! the public API. Messages, requests and replies, a large message in
 //! fragments, channel cuts with nothing lost, the slot limit, the

@@ -304,12 +304,12 @@ impl sitenet::Message for Held {
     const ID: u32 = 710;
 }
 
-/// Issue 17: a request sent through a reference whose entry later merged
-/// into the entry of the same site known by id (an alias address) was not
-/// failed when that site failed: the failure looked for requests of the
-/// merged-into entry only, and the request waited out its whole timeout.
+/// A request sent through a reference whose entry later merges into the
+/// entry of the same site known by id (an alias address) fails when that
+/// site fails: the failure looks for requests of both entries, so the
+/// request does not wait out its whole timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_requests_sent_before_a_merge_fail_with_the_site() {
+async fn requests_sent_before_a_merge_fail_with_the_site() {
     let a = listening_node();
     let b = listening_node();
     let (held_tx, mut held_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -354,12 +354,11 @@ async fn regression_requests_sent_before_a_merge_fail_with_the_site() {
     );
 }
 
-/// Issue 20: a graceful shutdown looked to its peers exactly like a crash:
-/// the client took the closed channel for a lost one and retried for ever
-/// (no give-up by default), its tracked deliveries pending and `failure()`
-/// `None`. The node now says it is leaving (a LEAVING frame with its final
-/// ack, wire version 6): the client fails the site at once as shut down,
-/// and hands back what it never acknowledged.
+/// A graceful shutdown does not look to its peers like a crash: the node
+/// says it is leaving (a LEAVING frame with its final ack, wire version
+/// 6), and the client fails the site at once as shut down and hands back
+/// what it never acknowledged, instead of taking the closed channel for a
+/// lost one and retrying.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_that_shuts_down_is_failed_at_once_as_shut_down() {
     let server = listening_node();

@@ -75,9 +75,9 @@ fn an_idle_remote_site_costs_at_most_1_kib() {
     // the event queue) was boxed on demand, the timer tables cut to the
     // timers each machine uses, and the actor made to fit a 1,024-byte
     // task, and the site's address kept once for the table, the entry and
-    // the address book (issue 7's target: 2 KiB); 1,996 with the actor
-    // idle; 647-711 parked (issue 21: the actor stops, the machine keeps
-    // a packed form in the entry). Issue 21's target: 1 KiB.
+    // the address book; 1,996 with the actor idle; 647-711 parked (the
+    // actor stops, the machine keeps a packed form in the entry). The
+    // bound: 1 KiB.
     assert!(cost <= 1024, "an idle site costs {cost} bytes");
 }
 
@@ -93,7 +93,7 @@ fn a_site_never_used_costs_its_entry_only() {
     // Measured 507 bytes: the entry (outbox, ids, fault state) and the
     // address it was asked for; 563 with per-class output accounting;
     // 499 with the fault state, monitors and reason under one lock and
-    // the failure and refusals under another (issue 21's target: 512).
+    // the failure and refusals under another. The bound: 512.
     assert!(cost <= 512, "a site never used costs {cost} bytes");
     // Its last reference gone, it is forgotten at once.
     settle(&node);
@@ -210,7 +210,7 @@ fn a_site_that_exchanged_messages_and_idles_costs_at_most_1_kib() {
     // Measured 663-679 bytes (the entry, about 470 with the site table's
     // share; what the ComObject keeps parked, its deadline in the node's
     // table). Before parking the actor, its task and the
-    // session stayed: 2.7 KB. Issue 21's target: 1 KiB.
+    // session stayed: 2.7 KB. The bound: 1 KiB.
     assert!(per_site <= 1024, "an idle site costs {per_site} bytes");
 }
 

@@ -1,4 +1,4 @@
-//! sitenet as a library (issue 20, item 7): a runtime that depends on it
+//! sitenet as a library: a runtime that depends on it
 //! with `default-features = false` gets the three crates re-exported and
 //! none of the command's dependencies — no clap, indicatif or plotters, no
 //! stress or bench engine. (.ci/run also builds it so.)

@@ -1,4 +1,4 @@
-//! A node's metrics scraped over HTTP (issue 20, item 6): the OpenMetrics
+//! A node's metrics scraped over HTTP: the OpenMetrics
 //! text of `Node::openmetrics` served by `sitenet::metrics_http` and by
 //! `sitenet node --metrics tcp:HOST:PORT`, fetched with a real HTTP client
 //! (ureq), and the responder's bounds against clients that never finish

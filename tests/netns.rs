@@ -256,8 +256,8 @@ fn two_hosts_survive_a_cut_link_without_loss() {
         "announced {addr}"
     );
 
-    // Issue 17: the stats service named every connected site's id to
-    // anyone, which a stranger could then claim. From another host it is
+    // The stats service names every connected site's id, which a stranger
+    // could then claim: from another host it is
     // refused (exit 1, saying why): the node serves it over loopback only
     // (tests/stats.rs).
     let stats = Command::new(&ns.ip)

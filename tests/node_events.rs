@@ -1,4 +1,4 @@
-//! Node-wide events over real sockets (issue 20, item 2): a site up with
+//! Node-wide events over real sockets: a site up with
 //! its transport, unreachable with its cause, down with a typed reason,
 //! a refused peer — and a monitor on a site never contacted says so.
 

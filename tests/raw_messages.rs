@@ -1,4 +1,4 @@
-//! Raw messages over real sockets (issue 20, items 3 and 4): a type id and
+//! Raw messages over real sockets: a type id and
 //! bytes without serde, handled by a range of ids or the fallback,
 //! answered raw (at once or from a spawned task); handlers replaced and
 //! removed while messages arrive; a failed site's handed-back messages

@@ -15,8 +15,8 @@ fn fast_linger(c: &mut NodeConfig) {
     services(c);
 }
 
-/// Issue 6, "The site table": every fresh site id that completed a
-/// handshake left a permanent entry (5,000 ids grew a node by 21 MB, never
+/// The site table does not keep a permanent entry for every fresh site id
+/// that completed a handshake (5,000 such entries would be 21 MB never
 /// returned). Here 200 client sites, each a new incarnation, talk to a
 /// server and leave; the server's table empties.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,12 +132,11 @@ async fn a_site_that_forgot_us_is_talked_to_afresh() {
     assert_eq!(ms.protocol_errors + mc.protocol_errors, 0);
 }
 
-/// Issue 17: a ComObject started but never driven was never reclaimed:
-/// `prepare()` on a site then dropped, or a site from a descriptor
-/// prepared and dropped, left its actor for ever. Every ComObject is
-/// reclaimable from the moment it exists.
+/// Every ComObject is reclaimable from the moment it exists, even one
+/// started but never driven: `prepare()` on a site then dropped, or a site
+/// from a descriptor prepared and dropped, leaves no actor behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_sites_prepared_and_dropped_unused_are_reclaimed() {
+async fn sites_prepared_and_dropped_unused_are_reclaimed() {
     let node = Node::builder().configure(fast_linger).start().unwrap();
     for i in 0..50u128 {
         let site = node.site(format!("tcp:127.0.0.1:{}", 1000 + i)).unwrap();
@@ -164,7 +163,7 @@ impl sitenet::Message for Hello {
     const ID: u32 = 720;
 }
 
-/// Issue 17: a claim on a site's id must prove the pair's continuity to a
+/// A claim on a site's id must prove the pair's continuity to a
 /// node that holds a confirmed secret for it. A client that forgot the
 /// server (its channel was lost, then its entry reclaimed) while the server
 /// kept its entry for the client (it holds the client's `SiteRef`) comes

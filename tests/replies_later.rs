@@ -42,7 +42,7 @@ async fn ask(client: &Node, server: &Node, n: u64) -> Result<u64, RequestError> 
         .map(|r| r.msg.0)
 }
 
-/// The test: the handler cannot wait, so it takes the responder,
+/// A reply given later: the handler cannot wait, so it takes the responder,
 /// spawns the work, awaits another site there, and answers from the task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_answers_from_a_spawned_task_after_awaiting_another_site() {

@@ -1,4 +1,4 @@
-//! Tracing spans across a request's hops (issue 20, item 6): the caller's
+//! Tracing spans across a request's hops: the caller's
 //! `sitenet.request` span and the `sitenet.handle` span of every site the
 //! request passes carry the same `request` id (origin/correlation id), so
 //! one id follows a request through a cluster's logs.

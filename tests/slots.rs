@@ -226,13 +226,12 @@ async fn a_preemption_in_the_middle_of_a_big_message_loses_nothing() {
     assert_eq!(server.metrics().duplicates, 0);
 }
 
-/// Issue 17: a `Preempt` named no channel, so a stale one — the slot
-/// controller chose a site's channel, and its call arrived after that
-/// channel had been replaced — closed the new channel. A preemption names
-/// its lease now, and one for a lease the site no longer holds is ignored
-/// (and counted).
+/// A preemption names its lease, so a stale one — the slot controller
+/// chose a site's channel, and its call arrives after that channel has
+/// been replaced — does not close the new channel: a preemption for a
+/// lease the site no longer holds is ignored (and counted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_late_preemption_never_closes_the_channel_that_replaced_its_own() {
+async fn a_late_preemption_never_closes_the_channel_that_replaced_its_own() {
     let server = listening_node();
     let client = Node::builder().configure(quick).start().unwrap();
     let site = client.site(addr(&server)).unwrap();

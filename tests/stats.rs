@@ -53,7 +53,7 @@ async fn stats_follow_the_traffic_by_level_and_keep_their_bounds() {
     assert_eq!(from_client.messages_received, [0, 10, 10, 10]);
 }
 
-/// Issue 17's leftover: pending handshakes (and refused members) show in
+/// Pending handshakes (and refused members) show in
 /// `Node::stats`, with their bound, not only in `Metrics`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_handshakes_show_in_the_stats_with_their_bound() {

@@ -236,7 +236,7 @@ async fn a_stream_cut_by_a_lost_channel_is_aborted_and_comes_again_from_offset_0
     assert_eq!(server.metrics().messages_delivered, 2, "delivered once");
 }
 
-/// Item 3 of issue 8: a 1 GiB message received with bounded memory by a
+/// A 1 GiB message received with bounded memory by a
 /// streaming handler. The sender's body is 1,024 references to one 1 MiB
 /// buffer (sent without a copy); the receiver's sink counts and checks the
 /// bytes and keeps none. Memory is counted by the allocator of this test

@@ -23,7 +23,7 @@ fn small(policy: &str, seed: u64) -> StressConfig {
     }
 }
 
-/// Issue 21: the run's nodes on one thread or on two, over mem: nothing
+/// The run's nodes on one thread or on two, over mem: nothing
 /// lost either way, and the report says how many threads ran it.
 #[test]
 fn a_run_on_one_thread_and_on_two_loses_nothing() {
@@ -97,7 +97,7 @@ fn a_run_with_fixed_rounds_ends_when_every_client_is_done() {
     assert_eq!(r.sent, 16 * 5 * 8);
     assert_eq!(r.round_trips, 16 * 5);
     assert!(r.duration_s < 120.0, "ended with the work, not the clock");
-    // Issue 21's keys: the mean among the probes, p99 over p50 in every
+    // The report's keys: the mean among the probes, p99 over p50 in every
     // sample, the drain marked at the end; and, the same work for every
     // client, every percentile of the per-client counts is that work.
     assert!(r.rtt_min_us as f64 <= r.rtt_mean_us && r.rtt_mean_us <= r.rtt_max_us as f64);
@@ -195,9 +195,9 @@ fn the_stress_runs_over_unix_sockets_and_mem_channels_too() {
     assert!(run(&bad, |_| {}).is_err());
 }
 
-/// Issue 7's setting: 300 client sites against a server with a hard limit
-/// of 30 slots (the Mozart paper's), with channel cuts. Every client does
-/// its fixed work — so no waiter for a slot starved — nothing is lost,
+/// The Mozart paper's setting: 300 client sites against a server with a hard limit
+/// of 30 slots, with channel cuts. Every client does its fixed work — so
+/// no waiter for a slot starves — nothing is lost,
 /// duplicated or reordered, and the server never holds more than 30 slots,
 /// under both policies.
 #[test]

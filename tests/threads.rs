@@ -116,7 +116,7 @@ fn a_thousand_nodes_share_one_runtime() {
     drop(nodes);
 }
 
-/// Issue 21: a node's sites are spread over the threads of its runtime
+/// A node's sites are spread over the threads of its runtime
 /// (`NodeBuilder::threads`), and what one client sends still arrives in
 /// its order: each site's session and handlers stay on one thread.
 #[test]
@@ -185,9 +185,9 @@ impl sitenet::Message for Bump {
     const ID: u32 = 4_322;
 }
 
-/// Issue 21: a `handle_mut` handler called by sites on two threads at
-/// once takes turns. (With every site on one thread it was never
-/// contended, and a call that found it busy failed as a re-entry.)
+/// A `handle_mut` handler called by sites on two threads at once takes
+/// turns: a call that finds it busy waits, and is not failed as a
+/// re-entry.
 #[test]
 fn a_mut_handler_takes_turns_across_threads() {
     const CLIENTS: usize = 4;
@@ -232,7 +232,7 @@ fn a_mut_handler_takes_turns_across_threads() {
     assert_eq!(counts, all, "each call saw the state the previous left");
 }
 
-/// Issue 21: a runtime's threads, its sites' placement and its blocking
+/// A runtime's threads, its sites' placement and its blocking
 /// check.
 #[test]
 fn a_runtime_pool_spreads_nodes_and_sites() {
@@ -290,7 +290,7 @@ impl sitenet::Message for Back {
     const ID: u32 = 4_324;
 }
 
-/// Issue 21: a site first met on an in-process channel runs on the thread
+/// A site first met on an in-process channel runs on the thread
 /// that connected it, so both ends of the pair share a thread and talk
 /// without waking another. Each of six clients, on nodes spread over a
 /// three-thread pool, says hello; the server's handler (on the server's

@@ -214,8 +214,8 @@ async fn a_node_without_a_certificate_cannot_reach_a_tls_node() {
 /// A node takes its id from its certificate, so a restart keeps it but
 /// not the pair's secret: its certificate proves it is that site, and the
 /// peer lets it back in. (Without TLS the same claim is refused as a
-/// possible forgery: tests/hostile.rs,
-/// `regression_a_forged_claim_on_a_client_in_backoff_breaks_nothing`.)
+/// possible forgery: tests/hostile/peers.rs,
+/// `a_forged_claim_on_a_client_in_backoff_breaks_nothing`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_restarted_with_its_certificate_is_let_back_in() {
     let ca = certs::new_ca().unwrap();
@@ -341,7 +341,7 @@ async fn half_open_connections_do_not_stop_a_tls_node_accepting() {
 /// address. It ran no TLS there while advertising `tls:`, so every member
 /// dialing it failed, and nothing said why. Now a configuration error.
 #[test]
-fn regression_a_tls_listen_address_needs_a_certificate() {
+fn a_tls_listen_address_needs_a_certificate() {
     let e = Node::builder()
         .listen("tls:127.0.0.1:0")
         .start()

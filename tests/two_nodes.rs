@@ -170,10 +170,10 @@ async fn request_reply_and_errors() {
     assert_eq!(r.msg.0, 9);
 }
 
-/// Issue 20: `request` borrowed its message (and its `SiteRef`) for the
-/// whole future, so requests built in a `map` from temporaries could not be
-/// awaited together (E0515: this test did not compile). The request is
-/// encoded when it is made; the future owns what it needs.
+/// Requests built in a `map` from temporaries can be awaited together: the
+/// request is encoded when it is made and the future owns what it needs,
+/// borrowing neither the message nor the `SiteRef` (were it to borrow
+/// them, this test would not compile: E0515).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_built_in_a_loop_own_their_messages() {
     let server = listening_node();

@@ -1,4 +1,4 @@
-//! Upgrades node by node (issue 20, item 3): nodes of different builds
+//! Upgrades node by node: nodes of different builds
 //! agree on the highest version both speak and use only the capabilities
 //! both have; nodes with no version in common refuse each other for good.
 //! The older and newer builds are played by current nodes told to offer

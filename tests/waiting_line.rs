@@ -112,7 +112,7 @@ async fn serve(server: &Node, clients: u32, per_client: u64, client: impl Fn() -
     }
 }
 
-/// The issue's rule: 24 clients on 3 slots, each served in turn from the
+/// The waiting line's rule: 24 clients on 3 slots, each served in turn from the
 /// line, under both admission policies: everything arrives in order, no
 /// accept is refused (the line holds them all), slots are granted from
 /// the line, and the hard limit holds.
@@ -239,7 +239,7 @@ async fn a_client_that_gives_up_leaves_the_line_and_comes_back_in_turn() {
 /// its turn comes. Before, a wait longer than the linger time let the
 /// reclaim rule forget the site, and the client found a fresh session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_site_waiting_in_line_longer_than_the_linger_is_not_forgotten() {
+async fn a_site_waiting_in_line_longer_than_the_linger_is_not_forgotten() {
     let slots = never_preempting();
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -281,14 +281,13 @@ async fn regression_a_site_waiting_in_line_longer_than_the_linger_is_not_forgott
     server.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Regression (issue 21, found draining the 10,000-client stress): a client
-/// let in from the line that is done — its last `SiteRef` gone, nothing
-/// pending — closes its channel at once, so the next in line gets the
-/// slot. It used to notice only at its next timer (its delayed ack, 20 ms
-/// by default: a drain of 10,000 waited 20 ms per client, 7 s in all);
-/// here every timer of both sides is a minute away.
+/// A client let in from the line that is done — its last `SiteRef` gone,
+/// nothing pending — closes its channel at once, so the next in line gets
+/// the slot without waiting for the client's next timer (its delayed ack,
+/// 20 ms by default: 7 s in all for a drain of 10,000 clients); here every
+/// timer of both sides is a minute away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_client_let_in_from_the_line_and_done_gives_its_slot_back_at_once() {
+async fn a_client_let_in_from_the_line_and_done_gives_its_slot_back_at_once() {
     // Over the weak limit the preemption policy never takes a slot back
     // (min_hold): only a quiet holder giving way to the line does.
     let mut cfg = SlotConfig::new(1, 2).unwrap();
@@ -357,7 +356,7 @@ async fn regression_a_client_let_in_from_the_line_and_done_gives_its_slot_back_a
 /// other's lines stalled together (the simulator's
 /// `regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_an_attempt_waiting_in_a_peers_line_gives_its_slot_to_a_site_waiting_here() {
+async fn an_attempt_waiting_in_a_peers_line_gives_its_slot_to_a_site_waiting_here() {
     // The full server keeps its holders.
     let full_slots = never_preempting();
     let full = server_on(&full_slots);

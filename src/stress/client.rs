@@ -18,7 +18,7 @@ use crate::{FlushError, Priority, SiteRef};
 /// Messages per burst, before each probe.
 const BURST: usize = 8;
 
-/// Largest message of a run (several MiB, as the issue asks).
+/// Largest message of a run (several MiB).
 const BIG_MAX: usize = 4 << 20;
 
 /// State shared by the run and its clients.

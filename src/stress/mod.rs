@@ -49,8 +49,8 @@ pub struct StressConfig {
     /// work, for comparing runs of different sizes: `--sweep`); the run
     /// ends when every client is done, or at `duration`.
     pub rounds: Option<u64>,
-    /// The cookies every node of the run (server and clients) holds (issue
-    /// 18; empty: the open level), to measure the cookie level under
+    /// The cookies every node of the run (server and clients) holds
+    /// (empty: the open level), to measure the cookie level under
     /// churn: every reconnect runs the proofs again.
     pub cookies: Vec<sitenet_protocols::Cookie>,
     /// The threads every node of the run runs its sites on:

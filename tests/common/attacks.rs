@@ -1,4 +1,4 @@
-//! The siege's attacks (tests/siege.rs, tests/hostile_cookie.rs): what
+//! The siege's attacks (tests/hostile/siege.rs, tests/hostile/cookie.rs): what
 //! a hostile peer writes, before a handshake or after one, as bytes a test
 //! sends over a raw socket.
 

@@ -1,5 +1,5 @@
-//! Bodies of tests/hostile.rs's regressions run at a security
-//! level: the open level there, and in tests/hostile_cookie.rs with the
+//! Bodies of tests/hostile/peers.rs's tests run at a security
+//! level: the open level there, and in tests/hostile/cookie.rs with the
 //! attacked node, its clients and the attackers all members of one cookie
 //! — a member's attacks must stay within the same bounds.
 
@@ -72,7 +72,7 @@ impl Level {
     }
 }
 
-/// The body of tests/hostile.rs's `regression_replies_owed_to_vanished_readers_are_bounded_and_released` at `level`.
+/// The body of tests/hostile/peers.rs's `replies_owed_to_vanished_readers_are_bounded_and_released` at `level`.
 pub async fn replies_owed_to_vanished_readers_are_bounded_and_released(level: &Level) {
     use sitenet::services::{Echo, EchoReply};
     const NODE_BOUND: u64 = 8 << 20;
@@ -163,7 +163,7 @@ pub fn trap_counting_open() -> (String, Arc<AtomicU64>, Arc<AtomicU64>) {
     (at, dials, peak)
 }
 
-/// The body of tests/hostile.rs's `regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed` at `level`.
+/// The body of tests/hostile/peers.rs's `forwards_naming_fresh_sites_are_bounded_and_reclaimed` at `level`.
 pub async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed(level: &Level) {
     use sitenet::services::{Echo, EchoReply};
     use sitenet_protocols::{MessageKind, SiteId};
@@ -281,7 +281,7 @@ impl Message for Peers {
     const ID: u32 = 701;
 }
 
-/// The body of tests/hostile.rs's `regression_floods_of_site_refs_are_bounded_and_reclaimed` at `level`.
+/// The body of tests/hostile/peers.rs's `floods_of_site_refs_are_bounded_and_reclaimed` at `level`.
 pub async fn floods_of_site_refs_are_bounded_and_reclaimed(level: &Level) {
     use sitenet_protocols::{MessageKind, SiteId};
     #[derive(Serialize)]
@@ -418,7 +418,7 @@ impl Message for Answer {
     const ID: u32 = 711;
 }
 
-/// The body of tests/hostile.rs's `regression_a_forged_claim_on_a_client_in_backoff_breaks_nothing` at `level`.
+/// The body of tests/hostile/peers.rs's `a_forged_claim_on_a_client_in_backoff_breaks_nothing` at `level`.
 pub async fn a_forged_claim_on_a_client_in_backoff_breaks_nothing(level: &Level) {
     use std::time::Duration;
     let server = level.listening_node();

@@ -1,5 +1,5 @@
 //! A peer that speaks the wire protocol by hand over a blocking socket: the
-//! hostile peers of tests/hostile.rs (and any test that must send what a
+//! hostile peers of tests/hostile/peers.rs (and any test that must send what a
 //! `Node` never would).
 
 use std::io::{Read, Write};
@@ -39,7 +39,7 @@ impl RawPeer {
     }
 
     /// [`try_connect_as`](Self::try_connect_as) proving the cookies in
-    /// `keys` (issue 18; none: the open level).
+    /// `keys` (none: the open level).
     pub fn try_connect_keyed(
         target: &str,
         id: SiteId,

@@ -1,7 +1,7 @@
-//! The siege of tests/siege.rs, at a security level: run at
-//! the open level there, and in tests/hostile_cookie.rs with the node, its
+//! The siege of tests/hostile/siege.rs, at a security level: run at
+//! the open level there, and in tests/hostile/cookie.rs with the node, its
 //! legitimate site and every attacker that handshakes holding one cookie
-//! (issue 18: a member's attacks stay within the same bounds).
+//! (a member's attacks stay within the same bounds).
 
 use std::io::Write;
 use std::net::TcpStream;

@@ -1,7 +1,7 @@
 //! (Included by the tests that use it with `#[path]`, beside `mod common`.)
 //!
 //! Raw peers that hold a node's channel slots and waiting-line places from
-//! one source address (tests/hostile_slots.rs), and an honest raw peer
+//! one source address (tests/hostile/slots.rs), and an honest raw peer
 //! that pings the node from another loopback address.
 //!
 //! Each peer runs the initiator's open protocol by hand over a tokio

@@ -262,7 +262,7 @@ impl ComObject {
         // (below): a user who sees `pending_bytes() == 0` then finds every
         // message in `failure()` or `take_refused()`. Released first, a
         // reader could come in between and miss one (seen once in
-        // tests/hostile.rs::regression_messages_queued_as_a_site_is_given_up_are_in_not_sent
+        // tests/hostile/peers.rs::messages_queued_as_a_site_is_given_up_are_in_not_sent
         // under load).
         let (class, footprint) = (m.share_class(), m.footprint());
         Counters::add(&self.node.counters.handed_back, 1);

@@ -265,8 +265,8 @@ impl Ctx<'_> {
     /// messages for the delegation, not four or six (docs/protocol.md
     /// §2.6). The origin must be reachable from `to` (it listens, or
     /// already has a channel to it): `to` tries each address the origin
-    /// listens on once, and gives up if none answers (issue 17: a
-    /// forwarder may not make a node dial for ever). The request counts
+    /// listens on once, and gives up if none answers (a forwarder may not
+    /// make a node dial for ever). The request counts
     /// as answered here.
     ///
     /// ```

@@ -63,7 +63,7 @@ impl SiteRef {
     /// channel: a runtime that knows it will talk to the site soon takes
     /// that off its first message's path, and a measure of what an idle
     /// site costs (`sitenet stress`) makes many. With nothing to do, the
-    /// ComObject parks at once (issue 21: its actor stops, what it must
+    /// ComObject parks at once (its actor stops, what it must
     /// remember stays in the site's entry), and its first message starts
     /// it again. Idempotent; the site stays idle and is reclaimed as any
     /// other once its references go.

@@ -1,6 +1,6 @@
 //! `sitenet cert ca DIR` and `sitenet cert site --ca DIR DIR2`: a
 //! deployment's CA and its sites' certificates, so that trying TLS takes
-//! two commands (issue 18, the TLS level).
+//! two commands (the TLS level).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! `sitenet cookie new PATH` (issue 18, the cookie level; the
+//! `sitenet cookie new PATH` (the cookie level; the
 //! `--cookie-file` option is in `auth.rs`).
 
 use std::path::PathBuf;

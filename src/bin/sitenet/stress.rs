@@ -30,7 +30,7 @@ pub(crate) struct Args {
     #[arg(long, default_value = "share", value_parser = ["share", "fifo"])]
     admission: String,
     /// Threads the nodes' sites run on (default: one per core; 1 puts the
-    /// whole run on one thread, as before issue 21).
+    /// whole run on one thread).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// Seconds the clients send.

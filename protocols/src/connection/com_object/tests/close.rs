@@ -459,7 +459,7 @@ fn the_unreachable_give_up_never_lengthens_or_replaces_the_configured_one() {
 }
 
 /// Found with 32 readers that asked for replies and vanished without
-/// reading (`tests/hostile_output_release.rs`, 1 run in 4 under load):
+/// reading (`tests/hostile/output_release.rs`, 1 run in 4 under load):
 /// the peer cleared its reference, so the idle channel began to close
 /// weakly at once; the requests read meanwhile queued replies, which
 /// stay for the next channel. The peer's EOF ended the weak close in

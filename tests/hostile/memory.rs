@@ -8,12 +8,10 @@
 //! inside the allocator but kept from the system would let every wave of
 //! such sites leave the node larger.
 
-mod common;
-
 use std::time::Duration;
 
-use common::raw::RawPeer;
-use common::*;
+use crate::common::raw::RawPeer;
+use crate::common::*;
 use sitenet::Node;
 use sitenet_protocols::Keyring;
 

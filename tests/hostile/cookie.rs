@@ -1,5 +1,5 @@
 //! The hostile-peer suite run again against nodes that hold a
-//! cookie (issue 18, item 5).
+//! cookie.
 //!
 //! Non-members (no cookie, or a wrong one) make the siege's attacks while a
 //! member streams through the node: whatever they send before, with or
@@ -8,20 +8,19 @@
 //! full-size ring, no reassembly budget, no output.
 //!
 //! Members (holding the cookie) get past the handshake: their attacks are
-//! the regressions of tests/hostile.rs, run here with every node, client
-//! and raw peer holding the cookie, and issue 17's bounds must still hold.
-
-mod common;
+//! the tests of tests/hostile/peers.rs, run here with every node, client
+//! and raw peer holding the cookie, and the open level's bounds still hold.
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::attacks::{self, attacker, tcp, Peers};
-use common::hostile::{self, trap, Level};
-use common::raw::{self, RawPeer, Wire};
-use common::*;
+use crate::common;
+use crate::common::attacks::{self, attacker, tcp, Peers};
+use crate::common::hostile::{self, trap, Level};
+use crate::common::raw::{self, RawPeer, Wire};
+use crate::common::*;
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Node, Runtime};
 use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
@@ -136,7 +135,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
             services(c);
             c.cookies = vec![cookie(1)];
             c.trans_controller = Some(slots.clone());
-            // The siege's bounds (tests/siege.rs): nothing of them may be
+            // The siege's bounds (tests/hostile/siege.rs): nothing of them may be
             // spent on a stranger.
             c.max_message_size = 1 << 20;
             c.output_bound = 2 << 20;
@@ -393,7 +392,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
     );
     // What a stranger can hold before its NEGOTIATE is a pending
     // handshake (a descriptor and the handshake's minimum rings), within
-    // issue 17's cap.
+    // the open level's cap.
     assert!(m.handshakes_pending_peak <= pending_cap, "{m:?}");
     assert!(
         m.channel_buffer_bytes_peak <= one_channel && st.transport_bytes_peak <= one_channel,
@@ -447,7 +446,7 @@ fn under_a_cookie_strangers_get_nothing_allocated_during_a_siege() {
     assert_eq!(server.metrics().channels_opened, 1);
 }
 
-/// The siege of tests/siege.rs with every node and every attacker that
+/// The siege of tests/hostile/siege.rs with every node and every attacker that
 /// handshakes holding the cookie: members under every attack at once by
 /// other members (forged claims on the legitimate member's id included,
 /// refused by the continuity proof) — the legitimate member's stream is
@@ -458,7 +457,7 @@ fn under_a_cookie_a_node_under_every_members_attack_at_once_serves_its_member() 
     common::siege::siege(&Level::cookie(cookie(1)));
 }
 
-/// Issue 17's bound on forwarded origins holds for a member: 3,000
+/// The open level's bound on forwarded origins holds for a member: 3,000
 /// forwards naming fresh sites by a raw peer holding the cookie leave at
 /// most the claims' bound of entries, dial at most that many times, and
 /// everything goes with the forwarder.
@@ -467,7 +466,7 @@ async fn under_a_cookie_a_members_forwards_naming_fresh_sites_are_still_bounded(
     hostile::forwards_naming_fresh_sites_are_bounded_and_reclaimed(&Level::cookie(cookie(1))).await;
 }
 
-/// Issue 17's bound on site references holds for a member: 50,000
+/// The open level's bound on site references holds for a member: 50,000
 /// references to unknown sites leave no actor and no lasting entry, a
 /// message naming more than the per-peer bound does not decode, and
 /// everything goes with the member.
@@ -476,7 +475,7 @@ async fn under_a_cookie_a_members_site_ref_floods_are_still_bounded() {
     hostile::floods_of_site_refs_are_bounded_and_reclaimed(&Level::cookie(cookie(1))).await;
 }
 
-/// Issue 17's output bounds hold for members: six members that ask for
+/// The open level's output bounds hold for members: six members that ask for
 /// 6.4 MB of echoes each and never read hold at most the node's output
 /// bound, a reading member is still answered, and what is owed to them is
 /// released once they vanish.

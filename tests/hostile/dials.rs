@@ -13,16 +13,14 @@
 //! The trap counts what it holds, per host and in all, now, at peak and in
 //! total.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::raw::{self, Wire};
-use common::*;
+use crate::common::raw::{self, Wire};
+use crate::common::*;
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Message, Node};
 use sitenet_protocols::{ByteBuffer, Keyring, MessageKind, SiteId};
@@ -263,8 +261,7 @@ async fn attack(
 /// peers go, the dials still held on their word are abandoned and the
 /// trap holds nothing, long before a dial's handshake timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_dials_on_one_sources_word_are_bounded_per_source_and_host_and_end_when_it_goes()
-{
+async fn dials_on_one_sources_word_are_bounded_per_source_and_host_and_end_when_it_goes() {
     let server = server();
     let trap = Trap::start(&[lo(11), lo(12), lo(13), lo(14)], 4).await;
     let attackers = attack(&server, &trap, &[lo(1)], 40, 16).await;
@@ -281,8 +278,7 @@ async fn regression_dials_on_one_sources_word_are_bounded_per_source_and_host_an
 /// (64) dials on peers' words at once node-wide, at most four to a host;
 /// released when the peers go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_dials_on_many_sources_words_are_bounded_per_node_and_host_and_end_when_they_go()
-{
+async fn dials_on_many_sources_words_are_bounded_per_node_and_host_and_end_when_they_go() {
     let server = server();
     let hosts: Vec<IpAddr> = (31..51).map(lo).collect();
     let trap = Trap::start(&hosts, 1).await;

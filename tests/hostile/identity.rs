@@ -4,12 +4,10 @@
 //! confirmed site, and a site that restarts with its certificate is let
 //! back in at once.
 
-mod common;
-
 use std::time::Duration;
 
-use common::raw::{self, RawPeer};
-use common::*;
+use crate::common::raw::{self, RawPeer};
+use crate::common::*;
 use serde::{Deserialize, Serialize};
 use sitenet::{Message, Node};
 use sitenet_protocols::{Keyring, OpenError, RefuseReason, SiteId};
@@ -76,7 +74,7 @@ async fn assert_claim_refused(server: &Node, id: SiteId, reason: RefuseReason, w
 /// on the wire: the answer is written before the channel closes, not lost
 /// with the parked actor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_claim_on_an_idle_confirmed_site_is_answered_with_a_refusal() {
+async fn a_claim_on_an_idle_confirmed_site_is_answered_with_a_refusal() {
     let server = hello_server(|_| {});
     let relay = raw::Relay::to(&addr(&server));
     let client = Node::builder().start().unwrap();
@@ -119,7 +117,7 @@ async fn regression_a_claim_on_an_idle_confirmed_site_is_answered_with_a_refusal
 /// A claim on the id of a site that left in order (it wrote LEAVING) is
 /// refused with `Closing` on the wire, not closed without an answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_claim_on_a_site_that_left_is_answered_with_a_refusal() {
+async fn a_claim_on_a_site_that_left_is_answered_with_a_refusal() {
     let server = hello_server(|_| {});
     let client = Node::builder().start().unwrap();
     let id = client.id();
@@ -148,7 +146,7 @@ async fn regression_a_claim_on_a_site_that_left_is_answered_with_a_refusal() {
 /// confirmed site's secret out of that memory: a stranger then claiming
 /// the site's id is refused, and the site itself, back, gets in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_throwaway_pairs_cannot_flush_a_confirmed_sites_secret() {
+async fn throwaway_pairs_cannot_flush_a_confirmed_sites_secret() {
     const REMEMBERED: usize = 16;
     let fast = |c: &mut sitenet::NodeConfig| {
         c.linger = Duration::from_millis(100);
@@ -207,7 +205,7 @@ async fn regression_throwaway_pairs_cannot_flush_a_confirmed_sites_secret() {
 /// down) and starts again with its certificate is let in at once, on a new
 /// entry, not refused as `Closing` until the node forgets the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_site_restarted_with_its_certificate_after_leaving_is_let_in_at_once() {
+async fn a_site_restarted_with_its_certificate_after_leaving_is_let_in_at_once() {
     use sitenet_transport::tls::certs::{self, Validity};
     use sitenet_transport::tls::TlsIdentity;
     let ca = certs::new_ca().unwrap();

@@ -3,14 +3,12 @@
 //! reason and a fault report; a flood of connections is refused beyond the
 //! pending-handshake bound; a healthy peer keeps exchanging during and after.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Node, Runtime};
 use sitenet_protocols::connection::handshake::{read_frame, MAX_HANDSHAKE_PAYLOAD};

@@ -1,13 +1,11 @@
-//! Regression tests for holes the review of issue 6 found in the ComObject
-//! and the site table, each over real sockets.
-
-mod common;
+//! Holes a review of the ComObject and the site table looks for, each
+//! checked closed over real sockets.
 
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde::{Deserialize, Serialize};
 use sitenet::{Message, Node};
 use sitenet_protocols::SiteId;
@@ -108,11 +106,10 @@ fn send_frames(s: &mut TcpStream, f: impl FnOnce(&mut Vec<u8>)) {
     s.write_all(&v).unwrap();
 }
 
-/// Issue 6, "Reassembly budget", as a hostile peer reproduced it on a
-/// release build: four first fragments announcing the maximum message, then
-/// nothing, held the node's whole reassembly budget, and a healthy peer's
-/// 300 kB messages then failed as protocol errors (its channel was closed
-/// 3,486 times in 40 s). A peer now holds budget only for bytes it sent.
+/// The reassembly budget against a hostile peer: four first fragments
+/// announcing the maximum message, then nothing, must not hold the node's
+/// whole budget and make a healthy peer's 300 kB messages fail as protocol
+/// errors. A peer holds budget only for bytes it sent.
 #[test]
 fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
     use sitenet_protocols::wire::frame::{FrameHeader, FrameKind, FLAG_FIRST};
@@ -171,10 +168,10 @@ fn a_peer_announcing_maximum_messages_does_not_starve_a_healthy_peer() {
     drop(hostile);
 }
 
-/// Issue 6, "the site table": `learn_listen` bound an address to whoever
-/// claimed it first, so an unauthenticated peer that listed the address of
-/// another site took over the traffic meant for that site. An address is
-/// now bound to a site only when we connect there ourselves and find it.
+/// The site table: an unauthenticated peer that lists the address of
+/// another site must not take over the traffic meant for that site. An
+/// address is bound to a site only when we connect there ourselves and
+/// find it.
 #[test]
 fn a_peer_listing_another_sites_address_does_not_take_over_its_traffic() {
     let server = listening_node();
@@ -206,10 +203,10 @@ fn a_peer_listing_another_sites_address_does_not_take_over_its_traffic() {
     assert_eq!(site.id(), Some(server.id()));
 }
 
-/// Issue 6: a message bigger than the peer's maximum, queued before the
-/// first handshake, was resent for ever (the peer refused it, the channel
-/// closed, it went out first again) and held up the messages behind it.
-/// It is now handed back, never sent, with a typed error.
+/// A message bigger than the peer's maximum, queued before the first
+/// handshake, is handed back, never sent, with a typed error: resent, the
+/// peer would refuse it, the channel close, and it go out first again for
+/// ever, holding up the messages behind it.
 #[test]
 fn a_message_too_large_for_the_peer_queued_before_the_first_handshake_is_handed_back() {
     let server = Node::builder()
@@ -253,9 +250,9 @@ fn a_message_too_large_for_the_peer_queued_before_the_first_handshake_is_handed_
         .unwrap());
 }
 
-/// Issue 6: a send racing with the site's permanent failure was lost: the
-/// sender checked the site (not failed yet) and queued, and the failing
-/// ComObject released the message without handing it back.
+/// A send racing with the site's permanent failure (the sender finds the
+/// site not failed yet and queues while the ComObject fails) is handed
+/// back, not lost.
 #[test]
 fn a_send_racing_with_kill_is_handed_back_not_lost() {
     let server = listening_node();
@@ -280,9 +277,9 @@ fn a_send_racing_with_kill_is_handed_back_not_lost() {
     assert_eq!(site.pending_bytes(), 0);
 }
 
-/// Issue 6: our own PRESENT or NEGOTIATE reached `unreachable!` (a panic on
-/// every handshake) when the listen list was too long for the handshake.
-/// The node now refuses to start, saying what to change.
+/// A listen list too long for our own PRESENT or NEGOTIATE is refused when
+/// the node starts, saying what to change, instead of failing every
+/// handshake.
 #[test]
 fn a_listen_list_too_long_for_the_handshake_is_refused_at_start() {
     let mut b = Node::builder();
@@ -305,11 +302,10 @@ fn a_listen_list_too_long_for_the_handshake_is_refused_at_start() {
     assert_eq!(n.listen_addresses().len(), 16);
 }
 
-/// Issue 6: a send to an entry being merged (an alias address of a site
-/// already known) was lost or overtaken: the merging ComObject stopped, or
-/// forwarded what it held after the sender's next messages had already gone
-/// to the other entry. Merges now seal the outbox and move everything in
-/// order, and a racing send follows the redirect after what was moved.
+/// A send to an entry being merged (an alias address of a site already
+/// known) is neither lost nor overtaken: a merge seals the outbox and moves
+/// everything in order, and a racing send follows the redirect after what
+/// was moved.
 #[test]
 fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
     const N: u64 = 20_000;
@@ -343,10 +339,9 @@ fn a_stream_through_an_alias_address_survives_the_merge_in_order() {
     assert_eq!(report.unacknowledged_bytes, 0);
 }
 
-/// Issue 6, "Replies": correlation ids counted up from 1 and a reply
-/// completed a pending request whoever sent it, so a third site could
-/// answer (or forge an answer to) a request sent elsewhere. A reply now
-/// completes only a request sent to its own site, and ids are unpredictable.
+/// Replies: a third site must not answer (or forge an answer to) a request
+/// sent elsewhere. A reply completes only a request sent to its own site,
+/// and correlation ids are unpredictable.
 #[test]
 fn a_reply_from_another_site_does_not_complete_a_request() {
     use sitenet_protocols::MessageKind;
@@ -370,7 +365,7 @@ fn a_reply_from_another_site_does_not_complete_a_request() {
     drop(forger);
 }
 
-/// Issue 9, item 2: a delegated reply is accepted from any site (the site
+/// A delegated reply is accepted from any site (the site
 /// a request was forwarded to answers the origin directly), so the request
 /// id is all that proves it went through that site. A third site that does
 /// not know the id cannot complete the request — not with the ids a
@@ -401,9 +396,9 @@ fn a_delegated_reply_with_a_guessed_id_does_not_complete_a_request() {
     drop(forger);
 }
 
-/// Issue 6, "Built-in services": echo and sink were registered on every
-/// node, so any peer could make any node answer echoes and hold sink
-/// streams. They are opt-in: a default node answers only its user's types.
+/// Built-in services are opt-in, so no peer can make any node answer
+/// echoes and hold sink streams: a default node answers only its user's
+/// types.
 #[test]
 fn a_default_node_serves_no_builtin_services() {
     use sitenet::services::{Echo, EchoReply};
@@ -430,8 +425,8 @@ fn a_default_node_serves_no_builtin_services() {
     assert_eq!(r.msg.seq, 2);
 }
 
-/// Issue 6, "Shutdown": a sender waiting for outbox space hung for ever
-/// after shutdown. Shutdown fails every waiter with a typed error.
+/// A sender waiting for outbox space does not hang after shutdown:
+/// shutdown fails every waiter with a typed error.
 #[test]
 fn a_sender_waiting_for_room_fails_at_shutdown_instead_of_hanging() {
     // A peer that accepts and never answers: nothing is ever acknowledged.
@@ -473,9 +468,9 @@ fn a_sender_waiting_for_room_fails_at_shutdown_instead_of_hanging() {
     drop(silent);
 }
 
-/// Issue 6, "Threads": a `*_blocking` call on the node's own runtime thread
-/// deadlocked silently (it waits for work only that thread can do). It now
-/// fails at once with a typed error saying what to do instead.
+/// A `*_blocking` call on the node's own runtime thread would wait for work
+/// only that thread can do: it fails at once with a typed error saying
+/// what to do instead, not a silent deadlock.
 #[test]
 fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
     let server = listening_node();
@@ -495,8 +490,8 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
             )
             .timeout(Duration::from_secs(5))
             .blocking();
-        // Issue 20: the node-wide blocking calls behave alike (they
-        // panicked here).
+        // The node-wide blocking calls behave alike (an error, not a
+        // panic).
         let waited = ctx
             .node()
             .wait_until_blocking(|_| true, Duration::from_secs(5));
@@ -536,10 +531,9 @@ fn a_blocking_call_on_the_nodes_own_thread_fails_instead_of_deadlocking() {
     );
 }
 
-/// Issue 6, "Threads": a node started on a borrowed actix arbiter kept
-/// working-looking handles after that system ended, with request timers
-/// never armed (a request waited for ever). Sends and requests now fail
-/// with a typed error.
+/// A node started on a borrowed actix arbiter whose system has ended fails
+/// sends and requests with a typed error, instead of keeping
+/// working-looking handles whose request timers are never armed.
 #[test]
 fn a_node_whose_borrowed_runtime_stopped_fails_sends_and_requests() {
     let server = listening_node();
@@ -577,12 +571,11 @@ fn a_node_whose_borrowed_runtime_stopped_fails_sends_and_requests() {
     assert!(r.is_err(), "{r:?}");
 }
 
-/// Issue 6, "The accept loop can miss the stop signal": the loop was told
-/// to stop by a one-shot notification that was lost when it arrived while
-/// the loop was busy with an accept, so the listener stayed open and
-/// `shutdown` waited for the loop with no deadline. Here connections pour
-/// in while each node shuts down: every shutdown returns, and the port
-/// refuses connections afterwards.
+/// The accept loop never misses the stop signal, even when it arrives
+/// while the loop is busy with an accept (a one-shot notification would be
+/// lost then, leaving the listener open and `shutdown` waiting). Here
+/// connections pour in while each node shuts down: every shutdown returns,
+/// and the port refuses connections afterwards.
 #[test]
 fn shutdown_closes_the_listener_even_while_it_accepts() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

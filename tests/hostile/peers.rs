@@ -2,13 +2,12 @@
 //! on purpose or by bug — may cost a node. Each test states its bound; a
 //! legitimate site keeps working beside the attack.
 
-mod common;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::hostile::{self, trap, Level, Peers};
-use common::*;
+use crate::common;
+use crate::common::hostile::{self, trap, Level, Peers};
+use crate::common::*;
 use serde::{Deserialize, Serialize};
 use sitenet::{Message, Node};
 
@@ -49,11 +48,11 @@ impl Message for Malformed {
     const ID: u32 = 700;
 }
 
-/// Issue 17: one warning line per malformed message, with no rate limit —
-/// 53 MiB received became 534 MiB of stderr. A peer gets a few lines per
+/// Malformed messages do not buy a warning line each (unlimited, 53 MiB
+/// received would make 534 MiB of stderr): a peer gets a few lines per
 /// window; the rest are counted and summarised.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_malformed_messages_do_not_flood_the_log() {
+async fn malformed_messages_do_not_flood_the_log() {
     let warnings = count_warnings();
     let server = listening_node();
     let handled = Arc::new(AtomicU64::new(0));
@@ -90,7 +89,7 @@ async fn regression_malformed_messages_do_not_flood_the_log() {
 /// peer's are. The connection waiting meanwhile is accepted once
 /// descriptors are back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_accept_errors_do_not_flood_the_log() {
+async fn accept_errors_do_not_flood_the_log() {
     const NOFILE: rlimit::Resource = rlimit::Resource::NOFILE;
     use tokio::io::AsyncReadExt;
     let warnings = count_warnings();
@@ -127,13 +126,12 @@ async fn regression_accept_errors_do_not_flood_the_log() {
         .unwrap();
 }
 
-/// Issue 17 (logs): an accepted channel whose NEGOTIATE breaks the
-/// protocol (here: it claims to have received messages this node never
-/// sent) wrote an unlimited warning line per connection beside the
-/// rate-limited fault line — a peer reconnecting in a loop wrote one line
-/// per handshake. Only the rate-limited line is written.
+/// An accepted channel whose NEGOTIATE breaks the protocol (here: it
+/// claims to have received messages this node never sent) writes only the
+/// rate-limited fault line, so a peer reconnecting in a loop cannot write
+/// one line per handshake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_bad_negotiates_do_not_flood_the_log() {
+async fn bad_negotiates_do_not_flood_the_log() {
     use sitenet_protocols::{ByteBuffer, Initiator, LocalInfo, SiteId};
     use std::io::{Read, Write};
     let warnings = count_warnings();
@@ -193,26 +191,25 @@ async fn regression_bad_negotiates_do_not_flood_the_log() {
     echo(&server.local_site(), 1).await;
 }
 
-/// Issue 17: sites that handshake, send echo requests with large bodies,
-/// never read and then vanish left 7.5 M queued replies (1.15 GiB) held
-/// after they had gone: the output bound was per site, with no bound for
-/// the node and no give-up by default. The node's output is now bounded
-/// across sites with a fair share (a site that reads still gets room), and
-/// what is owed to a site that cannot be called back is released after
+/// Sites that handshake, send echo requests with large bodies, never read
+/// and then vanish cannot make the node hold their replies without bound
+/// or after they have gone: the node's output is bounded across sites with
+/// a fair share (a site that reads still gets room), and what is owed to a
+/// site that cannot be called back is released after
 /// `unreachable_give_up`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_replies_owed_to_vanished_readers_are_bounded_and_released() {
+async fn replies_owed_to_vanished_readers_are_bounded_and_released() {
     hostile::replies_owed_to_vanished_readers_are_bounded_and_released(&Level::open()).await;
 }
 
-/// Issue 17: 20–55 % of short `sitenet ping` runs left the server holding
-/// an unacknowledged reply for ever: `shutdown` signalled the site actors
-/// and returned, and the process exited before they wrote their final
-/// acknowledgement. `shutdown` now returns once they have. (The server is
+/// A short honest run (`sitenet ping`) leaves the server holding no
+/// unacknowledged reply: `shutdown` returns only once the site actors have
+/// written their final acknowledgement, so a process exiting right after
+/// it owes nothing. (The server is
 /// given no unreachable give-up here, so only the acknowledgement can free
 /// the reply.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_short_honest_run_leaves_nothing_owed() {
+async fn a_short_honest_run_leaves_nothing_owed() {
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
         .configure(|c| {
@@ -241,10 +238,10 @@ async fn regression_a_short_honest_run_leaves_nothing_owed() {
     }
 }
 
-/// Issue 17: `shutdown` did not refuse new sends during its wait, though
-/// its documentation said so.
+/// `shutdown` refuses new sends during its wait, as its documentation
+/// says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_shutdown_refuses_new_sends_while_it_waits() {
+async fn shutdown_refuses_new_sends_while_it_waits() {
     // A site nobody answers at: what is queued for it is never
     // acknowledged, so shutdown waits its whole deadline.
     let client = Node::builder().start().unwrap();
@@ -271,11 +268,11 @@ async fn regression_shutdown_refuses_new_sends_while_it_waits() {
     assert!(report.unacknowledged_bytes > 0);
 }
 
-/// Issue 17: on give-up, messages still in the outbox landed in
-/// `take_refused`, not in `failure().not_sent`. Every message accepted for
-/// a site that is then given up is in its failure's `not_sent`.
+/// Every message accepted for a site that is then given up is in its
+/// failure's `not_sent`, including messages still in the outbox at the
+/// give-up (not in `take_refused`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_messages_queued_as_a_site_is_given_up_are_in_not_sent() {
+async fn messages_queued_as_a_site_is_given_up_are_in_not_sent() {
     for _ in 0..5 {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -314,11 +311,11 @@ async fn regression_messages_queued_as_a_site_is_given_up_are_in_not_sent() {
     }
 }
 
-/// Issue 17: tracked deliveries hung for ever once the last `Node` handle
-/// dropped (only `shutdown` failed them): a message sent and not yet
-/// acknowledged stayed in the stopped actor's ledger.
+/// Tracked deliveries fail once the last `Node` handle drops, as they do
+/// at `shutdown`: a message sent and not yet acknowledged does not stay in
+/// a stopped actor's ledger with its future never resolved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_dropping_the_node_fails_its_tracked_deliveries() {
+async fn dropping_the_node_fails_its_tracked_deliveries() {
     // A server (on a thread of its own) whose handler holds the message,
     // so it is delivered but not acknowledged.
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -377,11 +374,10 @@ async fn connect_from(
     s
 }
 
-/// Issue 17: idle sockets cut a node off. An accepted connection took a
-/// channel slot before its handshake and counted as slot pressure, so
-/// ~960 sockets that never speak (the limits derived from the default fd
-/// limit, 1024) refused every inbound peer, blocked every outbound open
-/// and made the default policy preempt working channels every 20 ms.
+/// Idle sockets never cut a node off: an accepted connection holds no
+/// channel slot before its handshake and is no slot pressure, so sockets
+/// that never speak cannot refuse every inbound peer, block every outbound
+/// open or make the default policy preempt working channels.
 ///
 /// Here a server whose slots are those of a 1,024-descriptor process is
 /// sent 1,000 connections that never send a byte — 900 from 45 other
@@ -394,7 +390,7 @@ async fn connect_from(
 /// use: the three honest channels'), the process's descriptors stay within the
 /// attack's own plus the cap (+16), and no working channel is preempted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_idle_sockets_never_cut_a_node_off() {
+async fn idle_sockets_never_cut_a_node_off() {
     use sitenet_protocols::slots::{DefaultPolicy, SlotConfig};
     use sitenet_protocols::{ByteBuffer, Initiator, LocalInfo, SiteId};
     use std::io::{Read, Write};
@@ -543,38 +539,35 @@ async fn regression_idle_sockets_never_cut_a_node_off() {
     drop(held);
 }
 
-/// Issue 17: a kind-3 frame's origin block created a site entry before any
-/// handler was found, and the node dialed whatever it named, retrying for
-/// ever and never reclaiming the entry (3,000 forwards left 3,087
-/// entries). Entries made on a forwarder's word are now claims it holds:
+/// A kind-3 frame's origin block cannot make the node dial whatever it
+/// names for ever and keep an entry per name: entries made on a
+/// forwarder's word are claims it holds:
 /// at most `forward_claims_per_peer` at once, each making one bounded
 /// attempt, reclaimed like any other; the rest are refused and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
+async fn forwards_naming_fresh_sites_are_bounded_and_reclaimed() {
     hostile::forwards_naming_fresh_sites_are_bounded_and_reclaimed(&Level::open()).await;
 }
 
-/// Issue 17: a `SiteRef` decoded for a fresh id started a ComObject that
-/// was never driven and never reclaimed — even when the rest of the
-/// header failed to decode — so a message holding a long `Vec<SiteRef>`
-/// left an actor per reference for ever. A reference to a site the node
-/// does not know now makes an entry without an actor, forgotten as soon
+/// A message holding a long `Vec<SiteRef>` cannot leave an actor per
+/// reference: a reference to a site the node does not know makes an
+/// entry without an actor (even when the rest of the header fails to
+/// decode), forgotten as soon
 /// as the reference goes, and the entries one peer's messages keep alive
 /// at once are bounded (`site_ref_claims_per_peer`, 1,024): a message
 /// naming more, or naming any while the handler keeps that many, does not
 /// decode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_floods_of_site_refs_are_bounded_and_reclaimed() {
+async fn floods_of_site_refs_are_bounded_and_reclaimed() {
     hostile::floods_of_site_refs_are_bounded_and_reclaimed(&Level::open()).await;
 }
 
-/// Issue 17: any descriptor naming a known id added its addresses to that
-/// site's book (tried on every reconnect, never forgotten). A peer that
-/// cannot be called back named itself at an address of its choosing; when
-/// its channel went, the node dialed there. Only what the node learned by
-/// connecting itself adds addresses to a known site.
+/// A descriptor naming a known id adds no address to that site's book, so
+/// a peer that cannot be called back cannot name itself at an address of
+/// its choosing for the node to dial when its channel goes. Only what the
+/// node learns by connecting itself adds addresses to a known site.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_descriptor_cannot_add_addresses_to_a_known_site() {
+async fn a_descriptor_cannot_add_addresses_to_a_known_site() {
     use sitenet::services::Echo;
     use sitenet_protocols::{MessageKind, SiteId};
     let server = giving_up_server();
@@ -598,13 +591,13 @@ async fn regression_a_descriptor_cannot_add_addresses_to_a_known_site() {
     .await;
 }
 
-/// Issue 17: the listen list of any NEGOTIATE naming a known id was added
-/// to that site's book. A second connection claiming a site that listens
-/// nowhere named a trap; when the channels went, the node dialed it. Only
-/// the NEGOTIATE that makes an entry gives it addresses; later ones add
-/// none (the node adds what it finds by connecting itself).
+/// A later NEGOTIATE naming a known id adds no address to that site's
+/// book, so a second connection claiming a site that listens nowhere
+/// cannot name a trap for the node to dial when the channels go. Only the
+/// NEGOTIATE that makes an entry gives it addresses (the node adds what it
+/// finds by connecting itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_later_handshake_cannot_add_addresses_to_a_known_site() {
+async fn a_later_handshake_cannot_add_addresses_to_a_known_site() {
     use sitenet::services::Echo;
     use sitenet_protocols::{MessageKind, SiteId};
     let server = giving_up_server();
@@ -660,16 +653,14 @@ impl Message for Work {
     const ID: u32 = 701;
 }
 
-/// Issue 17, "A busy node looks dead": a server whose handler takes 1 ms
-/// per message sent no acknowledgement and no heartbeat until it had
-/// handled everything it read in a turn (4 × 64 KiB of input): 4,000
-/// tracked sends got their first acknowledgement after 4.0 s, all at once,
-/// and with 8,000 the client declared the live server failed after its 5 s
-/// silence timeout and reconnected. Acknowledgements and heartbeats now go
-/// out between handler calls, by the ack policy (100 messages / 20 ms), and
-/// a turn's handler work has a time budget.
+/// A busy node does not look dead: a server whose handler takes 1 ms per
+/// message still sends acknowledgements and heartbeats between handler
+/// calls, by the ack policy (100 messages / 20 ms), and a turn's handler
+/// work has a time budget, so a client sending thousands of tracked
+/// messages gets acknowledgements as they are handled and never declares
+/// the live server failed after its silence timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_busy_handler_never_makes_a_live_node_look_dead() {
+async fn a_busy_handler_never_makes_a_live_node_look_dead() {
     const N: u64 = 8_000;
     let server = Node::builder()
         .listen("tcp:127.0.0.1:0")
@@ -746,16 +737,16 @@ impl Message for Blob {
     const ID: u32 = 702;
 }
 
-/// Issue 17: one peer kept the whole reassembly budget with a trickle (a
-/// zero-byte continuation frame per lane every 29 s counted as progress,
-/// and the oldest holder was exempt from the share): every other peer's
-/// multi-frame message waited for ever. A raw peer takes nearly all of a
+/// One peer cannot keep the whole reassembly budget with a trickle (progress
+/// means bytes, and the oldest holder keeps its place only at the minimum
+/// rate), so other peers' multi-frame messages do not wait for ever. A raw
+/// peer takes nearly all of a
 /// 1 MiB budget and then trickles one byte every 200 ms; an honest
 /// client's 300 KiB message waits for budget. The trickler, below the
 /// minimum rate while another waits, gives way; the honest message is
 /// delivered, and the honest client is never taken for dead meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_trickling_peer_cannot_keep_the_reassembly_budget() {
+async fn a_trickling_peer_cannot_keep_the_reassembly_budget() {
     use sitenet_protocols::wire::frame::FLAG_FIRST;
     use std::io::Write;
     let server = Node::builder()
@@ -871,17 +862,16 @@ fn blob_wire(header_len: usize) -> Vec<u8> {
     w
 }
 
-/// Issue 17: a channel paused for lack of reassembly memory was declared
-/// dead after the silence timeout (its silence timer was re-armed only by
-/// input it was not allowed to read), so two bulk transfers that together
-/// exceeded the budget livelocked: both paused, both "silent", both
-/// closed, to start over. Two raw peers each send most of a 700 KiB
+/// A channel paused for lack of reassembly memory is paused, not silent:
+/// it is not declared dead after the silence timeout, so two bulk
+/// transfers that together exceed the budget do not livelock (both paused,
+/// both "silent", both closed, to start over). Two raw peers each send most of a 700 KiB
 /// message into a 1 MiB budget, until both are paused; the server's
 /// silence timeout (1 s) is shorter than the time the younger holder waits
 /// before giving way (2 s). The younger gives way (not a fault) and the
 /// oldest's message is received; no paused channel is taken for dead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_two_transfers_over_the_budget_do_not_livelock() {
+async fn two_transfers_over_the_budget_do_not_livelock() {
     use sitenet_protocols::wire::frame::{FLAG_FIRST, FLAG_LAST};
     use std::io::Write;
     let server = Node::builder()
@@ -947,27 +937,26 @@ async fn regression_two_transfers_over_the_budget_do_not_livelock() {
     drop(younger);
 }
 
-/// Issue 17: a forged claim on a site's id broke that pair for good. A
-/// stranger that read a client's id claimed it (as a site that never
-/// worked with the server) while the client was cut off: the server reset
-/// the pair's numbering and sent the client's reply to the stranger, and
-/// the real client got no reply. The claim must prove the pair's
-/// continuity; refused, it changes nothing, and the client, back, gets
-/// every reply once.
+/// A forged claim on a site's id breaks nothing: a stranger that read a
+/// client's id claims it (as a site that never worked with the server)
+/// while the client is cut off, hoping the server resets the pair's
+/// numbering and sends it the client's reply. The claim must prove the
+/// pair's continuity; refused, it changes nothing, and the client, back,
+/// gets every reply once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_forged_claim_on_a_client_in_backoff_breaks_nothing() {
+async fn a_forged_claim_on_a_client_in_backoff_breaks_nothing() {
     hostile::a_forged_claim_on_a_client_in_backoff_breaks_nothing(&Level::open()).await;
 }
 
-/// Issue 17: a forwarded request was handled as if its named origin had
-/// sent it: a stranger forwarding `SinkData` that named a connected victim
-/// filled the victim's sink quota, and the victim's next stream was
-/// refused. The sink keys streams by the site that delivered a message and
+/// A forwarded request is not handled as if its named origin had sent it:
+/// a stranger forwarding `SinkData` that names a connected victim cannot
+/// fill the victim's sink quota and get its next stream refused. The sink
+/// keys streams by the site that delivered a message and
 /// refuses forwarded data; the victim's streams are its own. (Seen failing
 /// with the forwarded-data refusal taken out: "stream 1 of the victim
 /// refused".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_stranger_cannot_fill_a_victims_sink_quota_by_forwarding() {
+async fn a_stranger_cannot_fill_a_victims_sink_quota_by_forwarding() {
     use sitenet::services::{SinkData, SinkQuery, SinkVerdict};
     use sitenet_protocols::MessageKind;
     const CAP: usize = 4;

@@ -5,21 +5,17 @@
 //! gets in and is answered — under both admission policies, and with
 //! everyone a member of one cookie.
 
-mod common;
-#[path = "common/slot_hogs.rs"]
-mod slot_hogs;
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::hostile::Level;
-use common::*;
+use crate::common::hostile::Level;
+use crate::common::*;
+use crate::slot_hogs::{ping_from, Hogs};
 use sitenet::Node;
 use sitenet_protocols::slots::{Admission, DefaultPolicy, SlotConfig};
 use sitenet_protocols::Cookie;
 use sitenet_transport::TransController;
-use slot_hogs::{ping_from, Hogs};
 
 const HARD: usize = 6;
 const LINE: usize = 6;
@@ -98,17 +94,17 @@ async fn one_source_cannot_hold_every_slot_and_place(level: Level, admission: Ad
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_one_source_cannot_hold_every_slot_and_place_under_share() {
+async fn one_source_cannot_hold_every_slot_and_place_under_share() {
     one_source_cannot_hold_every_slot_and_place(Level::open(), Admission::Share).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_one_source_cannot_hold_every_slot_and_place_under_fifo() {
+async fn one_source_cannot_hold_every_slot_and_place_under_fifo() {
     one_source_cannot_hold_every_slot_and_place(Level::open(), Admission::Fifo).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_one_member_source_cannot_hold_every_slot_and_place() {
+async fn one_member_source_cannot_hold_every_slot_and_place() {
     let level = Level::cookie(Cookie::new(rand::random()));
     one_source_cannot_hold_every_slot_and_place(level, Admission::Share).await;
 }

@@ -12,12 +12,10 @@
 //! charged to the node's output is room no later site ever gets, and a
 //! site holding bytes is never forgotten.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::raw::RawPeer;
-use common::*;
+use crate::common::raw::RawPeer;
+use crate::common::*;
 use sitenet::Node;
 use sitenet_protocols::Keyring;
 

@@ -9,12 +9,11 @@
 //! closed, the process's resident memory stays under the bound stated
 //! with it (tests/common/siege.rs), and once the attackers go everything they cost is returned.
 //!
-//! The single attacks, each with its own bound, are in tests/hostile.rs
-//! and tests/bad_input.rs; this test is about them together.
+//! The single attacks, each with its own bound, are in tests/hostile/peers.rs
+//! and tests/hostile/bad_input.rs; this test is about them together.
 
-mod common;
-
-use common::hostile::Level;
+use crate::common;
+use crate::common::hostile::Level;
 
 /// The siege at the open level (its body, bounds and stated memory bound:
 /// tests/common/siege.rs).

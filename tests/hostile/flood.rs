@@ -3,15 +3,13 @@
 //! a node confined to one thread, honest sites still get their handshakes
 //! and their echoes, and what the flood makes the node hold stays bounded.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::raw::{self, RawPeer};
-use common::*;
+use crate::common::raw::{self, RawPeer};
+use crate::common::*;
 use sitenet::services::{Echo, EchoReply};
 use sitenet::{Message, Node, Runtime};
 use sitenet_protocols::{FrameKind, HEADER_LEN};
