@@ -290,7 +290,7 @@ fn the_outbox_queue_is_an_option_of_its_own() {
 /// `--tick`: a shorter application tick sends more in the same simulated
 /// time, and with few slots it congests them: attempts wait in peers'
 /// lines and every checker still holds (the shapes of
-/// `regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes`
+/// `attempts_waiting_in_each_others_lines_do_not_stall_their_nodes`
 /// come from the command line too).
 #[test]
 fn a_shorter_tick_sends_more() {

@@ -206,7 +206,7 @@ async fn close_racing_with_a_lost_channel_and_reconnect() {
 }
 
 /// The runtime side of
-/// `site_needs::regression_a_site_with_messages_queued_reopens_at_once_after_a_peers_hard_close`
+/// `site_needs::a_site_with_messages_queued_reopens_at_once_after_a_peers_hard_close`
 /// (found by `sitenet sim`): a server preempts a client's channel
 /// (CLOSE_HARD), and the client then has messages to send. The server
 /// cannot call back (the client does not listen) and would not (it has

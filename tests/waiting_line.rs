@@ -354,7 +354,7 @@ async fn a_client_let_in_from_the_line_and_done_gives_its_slot_back_at_once() {
 /// message is delivered once the server has room. Before, the attempt was
 /// no candidate for preemption; nodes whose slots all waited in each
 /// other's lines stalled together (the simulator's
-/// `regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes`).
+/// `attempts_waiting_in_each_others_lines_do_not_stall_their_nodes`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_waiting_in_a_peers_line_gives_its_slot_to_a_site_waiting_here() {
     // The full server keeps its holders.

@@ -190,7 +190,7 @@ fn an_exhausted_budget_pauses_a_session_and_it_resumes_when_budget_frees() {
 /// shortage, and livelock two bulk transfers that together exceed the
 /// budget.
 #[test]
-fn regression_a_paused_channel_is_paused_not_silent() {
+fn a_paused_channel_is_paused_not_silent() {
     let budget = ReassemblyBudget::new(128 * 1024);
     let cfg = SessionConfig::default();
     let t0 = Instant::now();
@@ -520,7 +520,7 @@ fn level_four_is_not_held_behind_a_promoted_background_lane() {
 /// give way (after half an idle time of grace). Virtual clock: ten
 /// minutes of trickling, one frame per 29 s.
 #[test]
-fn regression_a_trickling_oldest_holder_has_a_deadline() {
+fn a_trickling_oldest_holder_has_a_deadline() {
     // What the trickle carries: nothing (the attack seen), or one byte.
     for trickle in [0usize, 1] {
         let budget = ReassemblyBudget::new(256 * 1024);

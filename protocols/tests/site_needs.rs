@@ -491,7 +491,7 @@ fn a_channel_idles_for_its_rings_only_with_nothing_pending() {
 /// forced the next preemption, and idle pairs churned through the slot
 /// limits for ever. A site that can be called back waits for the call.
 #[test]
-fn regression_a_callable_site_does_not_reopen_after_a_peers_hard_close_without_need() {
+fn a_callable_site_does_not_reopen_after_a_peers_hard_close_without_need() {
     let mut h = H::with(true, true);
     let id = h.working_and_acked(false);
     assert!(!h.com.has_need());
@@ -521,7 +521,7 @@ fn regression_a_callable_site_does_not_reopen_after_a_peers_hard_close_without_n
 /// drained a minute after the faults stopped. A site with something to
 /// send reopens at once (a peer at its hard limit puts it in its line).
 #[test]
-fn regression_a_site_with_messages_queued_reopens_at_once_after_a_peers_hard_close() {
+fn a_site_with_messages_queued_reopens_at_once_after_a_peers_hard_close() {
     let mut h = H::with(true, true);
     let id = h.working_and_acked(false);
     h.peer_closes_hard(id);
@@ -655,7 +655,7 @@ fn durations_of_never_in_the_configuration_do_not_overflow_the_machine() {
 /// lost channel: none was due again at the instant it was handled (a zero
 /// silence timeout fails the channel at once; a zero give-up, the site).
 #[test]
-fn regression_a_zero_heartbeat_interval_does_not_spin_the_driver() {
+fn a_zero_heartbeat_interval_does_not_spin_the_driver() {
     type Set = fn(&mut ComConfig, &mut sitenet_protocols::SessionConfig);
     let cases: [(&str, Set); 14] = [
         ("heartbeat_interval", |_, s| {

@@ -208,7 +208,7 @@ mod tests {
     /// the whole prefix), so it gets no fresh budget of lines per address
     /// it connects from.
     #[test]
-    fn regression_an_ipv6_prefix_is_one_source_of_log_lines() {
+    fn an_ipv6_prefix_is_one_source_of_log_lines() {
         let logs = PeerLogs::default();
         let counters = Counters::default();
         let at = |i: u16| Some(std::net::IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, i]));

@@ -469,7 +469,7 @@ mod tests {
     /// bound are not kept at all: one `SinkData` with `seq = 2^27 - 1`
     /// pins no 16 MiB bitset, and a verdict scans no 2^27 bits.
     #[test]
-    fn regression_a_far_sequence_number_pins_no_memory_and_the_verdict_is_cheap() {
+    fn a_far_sequence_number_pins_no_memory_and_the_verdict_is_cheap() {
         let mut s = SinkStream::default();
         s.record((1 << 27) - 1);
         s.record(u64::MAX);
@@ -488,7 +488,7 @@ mod tests {
     /// The sink is keyed by the entry that delivered, not by the id a peer
     /// names, and a reclaimed entry's streams go with it.
     #[test]
-    fn regression_streams_of_a_gone_sender_are_swept() {
+    fn streams_of_a_gone_sender_are_swept() {
         let mut t = SinkTable::default();
         for _ in 0..100 {
             let e = entry();

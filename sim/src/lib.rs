@@ -463,7 +463,7 @@ mod tests {
     /// 3,000 simulated seconds and 76 MB after 10,000, growing for ever.
     /// They now keep only what is not settled.
     #[test]
-    fn regression_the_checkers_keep_only_what_is_not_settled() {
+    fn the_checkers_keep_only_what_is_not_settled() {
         let mut sim = Sim::new(SimConfig {
             sites: 20,
             seed: 3,

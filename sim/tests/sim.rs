@@ -274,7 +274,7 @@ fn a_panic_in_a_sites_code_is_a_violation_at_its_step() {
 /// starts a new session exactly when its tag differs from ours. Failed on
 /// every one of these seeds before the fix.
 #[test]
-fn regression_crossing_channels_that_share_a_generation_lose_no_message() {
+fn crossing_channels_that_share_a_generation_lose_no_message() {
     // 503948 found it; the others came from a later search of the same shape
     // (206,431 seeds): the same family — a numbering the two sides disagree
     // on after crossing reconnects ("gap in the sequence", a FIFO hole, a
@@ -320,7 +320,7 @@ fn sites_wait_in_line_for_tight_slots_and_every_checker_holds() {
 /// 10 sites with heavy faults and 2 weak / 3 hard slots found it on 62
 /// seeds from 5,000,000 in about a minute; these failed before the fix.
 #[test]
-fn regression_the_audit_does_not_count_a_granted_turn_as_waiting() {
+fn the_audit_does_not_count_a_granted_turn_as_waiting() {
     for seed in [5_008_370, 5_008_417, 5_008_633] {
         tight_run_holds(seed);
     }
@@ -336,7 +336,7 @@ fn regression_the_audit_does_not_count_a_granted_turn_as_waiting() {
 /// channel's lease drops with it). Found by the same search as above
 /// (seed 5001194); failed before the fix.
 #[test]
-fn regression_a_refused_line_turn_gives_its_slot_back() {
+fn a_refused_line_turn_gives_its_slot_back() {
     tight_run_holds(5_001_194);
 }
 
@@ -629,7 +629,7 @@ fn outbox_queues_merge_in_order_and_every_checker_holds() {
 /// attempts between lines for ever; with both, 1,300 seeds of the first
 /// shape and 200 of each tighter one converge. Failed before the fix.
 #[test]
-fn regression_attempts_waiting_in_each_others_lines_do_not_stall_their_nodes() {
+fn attempts_waiting_in_each_others_lines_do_not_stall_their_nodes() {
     let mut yields = 0;
     for shape in [
         congested(20, (3, 5), 20, 0.8, 167),
@@ -746,7 +746,7 @@ fn the_adopt_hop_holds_over_seeds() {
 /// run with entries reached by address (20 sites, seed 2); failed before
 /// the fix.
 #[test]
-fn regression_an_entry_bound_by_a_refusal_proves_the_pair_its_node_kept() {
+fn an_entry_bound_by_a_refusal_proves_the_pair_its_node_kept() {
     let r = Sim::new(by_address(20, 2)).run();
     assert_eq!(r.verdict, Verdict::Ok, "{r:?}");
     assert!(r.bound > 0);
@@ -763,7 +763,7 @@ fn regression_an_entry_bound_by_a_refusal_proves_the_pair_its_node_kept() {
 /// search with entries reached by address (30 sites, heavy faults, 2 / 4
 /// slots, seed 8026651); failed before the fix.
 #[test]
-fn regression_a_slot_deadline_already_past_still_fires() {
+fn a_slot_deadline_already_past_still_fires() {
     let r = Sim::new(SimConfig {
         weak_slots: 2,
         hard_slots: 4,
@@ -787,7 +787,7 @@ fn regression_a_slot_deadline_already_past_still_fires() {
 /// to send reopens at once (`ComObject::close_done`). Failed before the
 /// fix.
 #[test]
-fn regression_a_site_preempted_with_messages_queued_does_not_wait_for_a_callback() {
+fn a_site_preempted_with_messages_queued_does_not_wait_for_a_callback() {
     for seed in [1, 4, 7] {
         let r = Sim::new(SimConfig {
             weak_slots: 2,
@@ -879,7 +879,7 @@ fn a_backlog_still_waiting_for_room_is_named_as_such() {
 /// phase. The old behaviour, kept behind `max_waiting: usize::MAX`, piles
 /// up hundreds within the same five seconds.
 #[test]
-fn regression_an_overloaded_workload_does_not_pile_its_waiting_sends_up() {
+fn an_overloaded_workload_does_not_pile_its_waiting_sends_up() {
     let shape = |seed| SimConfig {
         tick: Duration::from_millis(10),
         bursts: 0.5,
@@ -922,7 +922,7 @@ fn regression_an_overloaded_workload_does_not_pile_its_waiting_sends_up() {
 /// bound given alone caps the entry's default: here a node held 6 MB under
 /// a 1 MiB node bound before.
 #[test]
-fn regression_the_default_output_bounds_fit_one_process() {
+fn the_default_output_bounds_fit_one_process() {
     for sites in [2, 3, 50, 150, 1_000, 10_000] {
         let c = cfg(sites, 1, Faults::None);
         let all = c.node_output_bound() * sites as u64;
@@ -968,7 +968,7 @@ fn regression_the_default_output_bounds_fit_one_process() {
 /// is at most `Workload::MAX_LARGE`, and a tick with nothing waiting may
 /// always send.
 #[test]
-fn regression_a_workload_given_fields_at_their_extremes_runs() {
+fn a_workload_given_fields_at_their_extremes_runs() {
     type Set = fn(&mut Workload);
     let cases: [(&str, Set, bool); 4] = [
         ("rate", |w| w.rate = f64::NAN, false),
@@ -1000,7 +1000,7 @@ fn regression_a_workload_given_fields_at_their_extremes_runs() {
 /// (`timer::later`), and so does the simulator now: the waits end with
 /// their answers, every checker holds.
 #[test]
-fn regression_waits_of_never_in_an_application_do_not_overflow_the_clock() {
+fn waits_of_never_in_an_application_do_not_overflow_the_clock() {
     use sitenet_protocols::node::cooperation::{Cooperation, Expect};
     use sitenet_sim::{Answer, BatchOp, OpOutcome, Request};
 

@@ -201,7 +201,7 @@ mod tests {
     /// addresses are bounded, so a learned descriptor always fits the
     /// 64 KiB origin block every forward of its site's requests carries.
     #[test]
-    fn regression_descriptors_have_count_and_length_bounds() {
+    fn descriptors_have_count_and_length_bounds() {
         let long = format!("{}@tcp:{}:1", SiteId(1), "h".repeat(100_000));
         assert!(long.parse::<SiteDescriptor>().is_err(), "a 100 kB address");
         let many: Vec<String> = (0..1000).map(|i| format!("tcp:h:{i}")).collect();

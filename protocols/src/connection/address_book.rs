@@ -558,7 +558,7 @@ mod tests {
     /// An address is a peer's words: one longer than `MAX_ADDRESS_LEN` is
     /// neither kept, nor tried, nor handed on.
     #[test]
-    fn regression_an_overlong_address_is_not_kept() {
+    fn an_overlong_address_is_not_kept() {
         let long = format!("tcp:{}:1", "h".repeat(100_000));
         let mut b = AddressBook::claimed([long.as_str()]);
         assert_eq!(b.addresses().count(), 0);

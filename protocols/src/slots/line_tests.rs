@@ -409,7 +409,7 @@ proptest! {
 /// above the weak limit and kept the slots there, so a connect waited for
 /// as long as peers kept queueing.)
 #[test]
-fn regression_a_connect_waiting_beside_the_line_is_served_in_arrival_order() {
+fn a_connect_waiting_beside_the_line_is_served_in_arrival_order() {
     let t0 = Instant::now();
     let mut t = table(2, 3, 10, Admission::Fifo);
     let held = full(&mut t, t0);

@@ -279,7 +279,7 @@ fn a_holder_past_its_work_gives_way_between_ticks() {
 }
 
 #[test]
-fn regression_a_fast_holders_work_counts_from_its_owners_record_not_the_first_tick() {
+fn a_fast_holders_work_counts_from_its_owners_record_not_the_first_tick() {
     // A tick is 20 ms; an in-process pair moved 10,000 messages before the
     // first tick read its report, and that work was not counted, so its
     // turn lasted two ticks and ten times the others' work (10,000 mem

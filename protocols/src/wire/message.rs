@@ -375,7 +375,7 @@ mod tests {
     /// An origin longer than its block's 64 KiB is refused by
     /// `wrap_origin`, not a panic in every forward of that site's requests.
     #[test]
-    fn regression_an_origin_too_long_for_its_block_is_refused_not_a_panic() {
+    fn an_origin_too_long_for_its_block_is_refused_not_a_panic() {
         let long = "a".repeat(70_000);
         let r = std::panic::catch_unwind(|| wrap_origin(&long, b"typed"));
         assert_eq!(r.ok(), Some(None), "refused, not a panic");

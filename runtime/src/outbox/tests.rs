@@ -65,7 +65,7 @@ fn closing_fails_every_waiter_at_once() {
 /// site only, sites that never read can hold over a GiB together); a
 /// sender held back by it is woken by a release on any site.
 #[test]
-fn regression_the_node_bound_caps_the_sum_of_every_site() {
+fn the_node_bound_caps_the_sum_of_every_site() {
     let node = NodeOutput::new(1000);
     let bound = OutputBound {
         site: 800,
@@ -120,7 +120,7 @@ fn sites_that_never_read_leave_room_for_one_that_does() {
 /// was never counted as holding, and its release later took the node's
 /// count of holding sites below zero.
 #[test]
-fn regression_a_refused_reservation_keeps_the_count_of_holding_sites() {
+fn a_refused_reservation_keeps_the_count_of_holding_sites() {
     let node = NodeOutput::new(100);
     let bound = OutputBound {
         site: 100,
@@ -160,7 +160,7 @@ fn regression_a_refused_reservation_keeps_the_count_of_holding_sites() {
 /// again: a sender in between took the room, and the node then held
 /// more than its bound.
 #[test]
-fn regression_bytes_moved_by_a_merge_never_take_the_node_past_its_bound() {
+fn bytes_moved_by_a_merge_never_take_the_node_past_its_bound() {
     let m = OutMessage::new(
         sitenet_protocols::Priority::Low,
         7,
@@ -219,7 +219,7 @@ fn regression_bytes_moved_by_a_merge_never_take_the_node_past_its_bound() {
 /// waiting senders: a level-1 backlog cannot make a level-4 `try_now`
 /// fail, nor user data refuse the node's own answers.
 #[test]
-fn regression_a_low_backlog_refuses_neither_a_high_send_nor_a_system_answer() {
+fn a_low_backlog_refuses_neither_a_high_send_nor_a_system_answer() {
     let o = Outbox::new(OutputBound::alone(1000)); // reserves of 50
     let background = 0;
     let high = 3;

@@ -129,7 +129,7 @@ fn a_site_that_only_called_us_can_be_called_back_at_the_addresses_it_lists() {
 /// on every reconnect and handed on: only the NEGOTIATE that made the entry
 /// gives addresses; a later one naming the known site adds none.
 #[test]
-fn regression_a_later_negotiate_adds_no_address() {
+fn a_later_negotiate_adds_no_address() {
     let mut h = H::new(cfg(), false);
     let mut neg = negotiate(0, Attempt { opener: 9, seq: 1 });
     neg.listen = vec!["tcp:trap:9".into()];

@@ -388,7 +388,7 @@ fn unreachable_site_lost(c: ComConfig) -> H {
 /// they pile up (a flood of such sites can leave millions of messages, over
 /// a GiB, behind once the sites are gone).
 #[test]
-fn regression_a_site_that_cannot_be_called_back_is_given_up() {
+fn a_site_that_cannot_be_called_back_is_given_up() {
     let c = ComConfig {
         give_up_after: None,
         unreachable_give_up: Duration::from_secs(15),
@@ -468,7 +468,7 @@ fn the_unreachable_give_up_never_lengthens_or_replaces_the_configured_one() {
 /// owed to a site that cannot be called back make it unreachable, and it
 /// is given up after the unreachable give-up with them handed back.
 #[test]
-fn regression_messages_owed_after_an_orderly_close_to_an_uncallable_site_are_given_up() {
+fn messages_owed_after_an_orderly_close_to_an_uncallable_site_are_given_up() {
     let c = ComConfig {
         give_up_after: None,
         unreachable_give_up: Duration::from_secs(15),

@@ -98,7 +98,7 @@ fn assert_refused_on_record(h: &mut H, out: AcceptOutcome, refused_so_far: u64) 
 }
 
 #[test]
-fn regression_a_forged_claim_during_backoff_leaves_the_pair_untouched() {
+fn a_forged_claim_during_backoff_leaves_the_pair_untouched() {
     let mut h = H::new(cfg(), false);
     let (id, secret) = client_with_three_unacknowledged(&mut h);
     h.com.channel_lost(id, Loss::Eof, h.now);
@@ -160,7 +160,7 @@ fn regression_a_forged_claim_during_backoff_leaves_the_pair_untouched() {
 }
 
 #[test]
-fn regression_a_forged_claim_cannot_replace_a_working_channel() {
+fn a_forged_claim_cannot_replace_a_working_channel() {
     let mut h = H::new(cfg(), false);
     let (id, secret) = client_with_three_unacknowledged(&mut h);
     // It claims to have lost generation 1.
@@ -203,7 +203,7 @@ fn regression_a_forged_claim_cannot_replace_a_working_channel() {
 }
 
 #[test]
-fn regression_a_claimed_generation_never_leaves_the_pair_without_a_successor() {
+fn a_claimed_generation_never_leaves_the_pair_without_a_successor() {
     // A claim of 2^63 - 2 on a site that never worked with us.
     let mut h = H::new(cfg(), false);
     let out = h.com.accepted(&forged(MAX_GENERATION - 1), NONCE, h.now);

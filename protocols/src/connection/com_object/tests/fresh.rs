@@ -51,7 +51,7 @@ fn next_open(h: &mut H) -> Option<OpenRequest> {
 /// 1, but only 0 were sent"). A fresh answer now holds until the peer shows
 /// it read one: a NEGOTIATE naming the session tag the answer gave.
 #[test]
-fn regression_a_fresh_answer_nobody_read_is_given_again() {
+fn a_fresh_answer_nobody_read_is_given_again() {
     let mut h = H::new(cfg(), true);
     // The pair's secret, remembered when the site was forgotten.
     h.com.recall(Continuity {
@@ -122,7 +122,7 @@ fn regression_a_fresh_answer_nobody_read_is_given_again() {
 /// fresh answer gave, which we never read) starts a new session on both
 /// sides: what we sent unacknowledged is handed back as maybe delivered.
 #[test]
-fn regression_a_proven_claim_from_another_session_starts_a_new_session() {
+fn a_proven_claim_from_another_session_starts_a_new_session() {
     let mut h = H::new(cfg(), true);
     let id = h.working(); // generation 1, the pair's secret PAIR, one message sent
     h.com.poll_transmit(h.now, &mut ByteBuffer::new(65_536));
@@ -216,7 +216,7 @@ fn a_proven_claim_ahead_from_our_session_goes_on() {
 /// a channel only from one side; the session tag names the numbering on
 /// both, and the peer's still names the old one.
 #[test]
-fn regression_a_fresh_answer_is_not_taken_for_read_by_a_crossing_channels_generation() {
+fn a_fresh_answer_is_not_taken_for_read_by_a_crossing_channels_generation() {
     let mut h = H::new(cfg(), true);
     let id = h.working(); // generation 1
     reset(&mut h, id);
@@ -256,7 +256,7 @@ fn regression_a_fresh_answer_is_not_taken_for_read_by_a_crossing_channels_genera
 /// it renumber, and our resend delivered that message twice. Our opens
 /// claim the unread channel's generation: a peer that saw it goes on.
 #[test]
-fn regression_an_open_after_an_unread_fresh_answer_claims_its_generation() {
+fn an_open_after_an_unread_fresh_answer_claims_its_generation() {
     let mut h = H::new(cfg(), true);
     h.com.recall(Continuity {
         current: PAIR,
@@ -316,7 +316,7 @@ fn fresh_then_open(h: &mut H, last_generation: u64) -> (u64, OpenRequest) {
 /// again, or the two sides number in different sessions (a message skipped:
 /// "FIFO broken … #3 delivered before #2").
 #[test]
-fn regression_a_new_session_for_a_claim_ahead_holds_until_the_peer_reads_it() {
+fn a_new_session_for_a_claim_ahead_holds_until_the_peer_reads_it() {
     let mut h = H::new(cfg(), true);
     let id = h.working(); // generation 1
     reset(&mut h, id);

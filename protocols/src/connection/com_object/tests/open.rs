@@ -171,7 +171,7 @@ fn an_eof_after_the_peers_hard_close_waits_for_the_peer_to_call_back() {
     let id = h.working();
     // Our message goes out, and the peer's CLOSE_HARD acknowledges it: we
     // have nothing left to send (with something, we would reopen at once:
-    // `site_needs::regression_a_site_with_messages_queued_reopens_at_once_after_a_peers_hard_close`).
+    // `site_needs::a_site_with_messages_queued_reopens_at_once_after_a_peers_hard_close`).
     h.com.poll_transmit(h.now, &mut ByteBuffer::new(65_536));
     let mut input = ByteBuffer::new(4096);
     let mut hb = [0u8; crate::wire::frame::HEADER_LEN];
