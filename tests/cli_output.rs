@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::sync::mpsc;
 
-use common::cli::{run, sitenet, Killed};
+use common::cli::{announcement, run, sitenet, Killed};
 use common::{closed_port_address, PATIENCE};
 
 /// `sitenet node` logging at INFO to a pipe, its stderr lines sent to the
@@ -22,12 +22,7 @@ fn logging_node() -> (Killed, mpsc::Receiver<String>, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("sitenet node starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: serde_json::Value =
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
+    let v = announcement(&mut child);
     let listen = v["listen"][0].as_str().unwrap().to_string();
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = mpsc::channel();

@@ -54,13 +54,18 @@ pub fn start_node_with(args: &[&str]) -> (Killed, serde_json::Value) {
         .stderr(Stdio::null())
         .spawn()
         .expect("sitenet node starts");
+    let v = announcement(&mut child);
+    (Killed(child), v)
+}
+
+/// The first stdout line of a started `sitenet node` (`{"site_id",
+/// "listen", "protocol"}`), parsed; the rest of stdout is dropped.
+pub fn announcement(child: &mut std::process::Child) -> serde_json::Value {
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let v: serde_json::Value =
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("first line {line:?}: {e}"));
-    (Killed(child), v)
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("first line {line:?}: {e}"))
 }
 
 /// Runs the binary with `args`, which must succeed, and parses its JSON.
