@@ -90,3 +90,39 @@ async fn pending_handshakes_show_in_the_stats_with_their_bound() {
     drop(idle);
     assert!(eventually(|| server.stats().handshakes_pending == 0).await);
 }
+
+/// A site's held bytes are reported per class of its output bound: a
+/// backlog of low-priority messages to a site nobody answers shows in the
+/// low class only, and goes once the messages are handed back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_bytes_are_reported_per_class() {
+    let client = Node::builder().start().unwrap();
+    let site = client.site(closed_port_address()).unwrap();
+    for seq in 0..3 {
+        site.send(&Numbered { stream: 0, seq })
+            .priority(Priority::Low)
+            .body(vec![0u8; 1000])
+            .try_now()
+            .unwrap();
+    }
+    let held = site.pending_bytes();
+    assert!(held >= 3000, "{held} bytes held");
+    let mut by_class = [0; 5];
+    assert!(
+        eventually(|| {
+            by_class = client
+                .stats()
+                .per_site
+                .first()
+                .map(|s| s.pending_bytes_by_class)
+                .unwrap_or_default();
+            by_class[Priority::Low.index()] == held
+        })
+        .await,
+        "per class {by_class:?}, held {held}"
+    );
+    let others: u64 = by_class.iter().sum::<u64>() - by_class[Priority::Low.index()];
+    assert_eq!(others, 0, "{by_class:?}");
+    client.kill(&site);
+    assert!(eventually(|| site.pending_bytes() == 0).await);
+}

@@ -89,6 +89,13 @@ pub struct SiteStats {
     pub preemptions: u64,
     /// Messages queued, partly sent or unacknowledged.
     pub queue_depth: u64,
+    /// Bytes held for the site (queued and unacknowledged) per class of
+    /// its output bound, read when the stats are taken: levels 1 to 4
+    /// (indexed as `Priority::index`), then the node's own messages (error
+    /// and "no reply" answers, the built-in services' replies). Each class
+    /// keeps a reserve of the bound the others cannot take, so a backlog at
+    /// one level never refuses another's sends.
+    pub pending_bytes_by_class: [u64; sitenet_protocols::connection::output_share::CLASSES],
 }
 
 impl SiteStats {

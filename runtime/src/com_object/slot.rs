@@ -326,14 +326,17 @@ impl ComObject {
     /// made from what it keeps while parked. `None` for a site never used.
     pub(crate) fn site_stats(entry: &SiteEntry) -> Option<SiteStats> {
         let slot = entry.actor.lock();
-        if slot.state == ActorState::Parked {
+        let mut st = if slot.state == ActorState::Parked {
             let forms = Self::forms_in(&slot);
             let t = forms.0.lock();
             let mut st = SiteStats::default();
             fill_stats(&mut st, entry, t.get(slot.parked_at() as usize)?);
-            return Some(st);
-        }
-        entry.stats.lock().as_deref().cloned()
+            st
+        } else {
+            entry.stats.lock().as_deref().cloned()?
+        };
+        st.pending_bytes_by_class = entry.outbox.held_by_class();
+        Some(st)
     }
 }
 

@@ -145,21 +145,11 @@ impl SiteRef {
         refused
     }
 
-    /// Bytes held for this site (queued and unacknowledged).
+    /// Bytes held for this site (queued and unacknowledged); per class of
+    /// the output bound in the node's stats
+    /// ([`SiteStats::pending_bytes_by_class`](crate::SiteStats::pending_bytes_by_class)).
     pub fn pending_bytes(&self) -> u64 {
         self.entry.resolved().outbox.bytes()
-    }
-
-    /// [`pending_bytes`](Self::pending_bytes) per class of the site's
-    /// output bound: levels 1 to 4 (indexed as `Priority::index`), then the
-    /// node's own messages (error and "no reply" answers, the built-in
-    /// services' replies). Each class keeps a reserve of the bound the
-    /// others cannot take (`sitenet_protocols::connection::output_share::admits_class`),
-    /// so a backlog at one level never refuses another's sends.
-    pub fn pending_bytes_by_class(
-        &self,
-    ) -> [u64; sitenet_protocols::connection::output_share::CLASSES] {
-        self.entry.resolved().outbox.held_by_class()
     }
 }
 
