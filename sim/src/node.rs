@@ -21,6 +21,8 @@ use sitenet_protocols::connection::reassembly::ReassemblyBudget;
 use sitenet_protocols::slots::{Grant, SlotTable};
 use sitenet_protocols::wire::message::OutMessage;
 
+use sitenet_protocols::connection::com_object::turn::{self, TurnSteps};
+
 use crate::peer::{Peer, Peers, Slot};
 
 use crate::app::Application;
@@ -194,13 +196,42 @@ impl Sim {
         self.put_back(n, peer, p);
     }
 
-    /// Drives a ComObject taken out of its node's table: actions, flush,
-    /// actions, and what acknowledgements freed or delivered taken (as the
-    /// runtime's actor accounts them), with what that made it do.
+    /// Drives a ComObject taken out of its node's table: the working half
+    /// of a turn (`turn::work`: actions, flush, actions, what
+    /// acknowledgements freed or delivered taken as the runtime's actor
+    /// accounts them, actions).
     pub(crate) fn drive_peer(&mut self, n: usize, peer: SiteId, p: &mut Peer) {
-        self.act(n, peer, p);
-        self.flush(p);
-        self.act(n, peer, p);
+        turn::work(&mut SimTurn {
+            sim: self,
+            n,
+            peer,
+            p,
+            forgotten: false,
+        });
+    }
+
+    /// Puts a ComObject back after driving it: the settling half of a turn
+    /// (`turn::settle`: its timer armed, parked if it may park, as the
+    /// runtime's actor does after every turn), unless it was reclaimed.
+    pub(crate) fn put_back(&mut self, n: usize, peer: SiteId, mut p: Box<Peer>) {
+        let mut steps = SimTurn {
+            sim: self,
+            n,
+            peer,
+            p: &mut p,
+            forgotten: false,
+        };
+        turn::settle(&mut steps);
+        if steps.forgotten {
+            return;
+        }
+        self.nodes[n].peers.insert(peer, p);
+        self.rearm_slots(n);
+    }
+
+    /// Accounts for what acknowledgements freed and delivered, as the
+    /// runtime's actor does: room in the outbox, the batches' sends done.
+    fn account(&mut self, n: usize, p: &mut Peer) {
         let now = self.instant();
         let freed = p.com.take_freed(now);
         if freed.messages > 0 {
@@ -213,17 +244,12 @@ impl Sim {
         if !acked.is_empty() {
             self.batch_acked(n, acked);
         }
-        self.act(n, peer, p);
     }
 
-    /// Puts a ComObject back after driving it (unless it was reclaimed),
-    /// parked if it may park (as the runtime's actor does after every
-    /// turn), with its timer armed.
-    pub(crate) fn put_back(&mut self, n: usize, peer: SiteId, mut p: Box<Peer>) {
-        // Read before parking: a parked form's deadline is the one its
-        // machine had (`ComObject::park` asserts it), and reading it back
-        // would unpack the form.
-        let deadline = p.deadline();
+    /// Parks `p` if it may (as the runtime's actor does after every turn),
+    /// or carries out the reclaim its actions decided; true if the node
+    /// forgot it.
+    fn park_or_reclaim(&mut self, n: usize, peer: SiteId, p: &mut Peer) -> bool {
         // Nothing may wait in its outbox queue either (the runtime's rule).
         if !p.reclaim
             && p.live.is_none()
@@ -239,7 +265,7 @@ impl Sim {
         }
         if std::mem::take(&mut p.reclaim) {
             self.trace(n, "reclaim", &[peer.0]);
-            if self.forget(n, peer, &p) {
+            if self.forget(n, peer, p) {
                 let node = &mut self.nodes[n];
                 if let Some(c) = p.com.continuity().filter(|_| !crate::peer::unbound(peer)) {
                     // Charged to the peer's own address, as each simulated site has one.
@@ -248,17 +274,17 @@ impl Sim {
                 }
                 node.retransmitted += p.retransmitted();
                 self.counts.reclaimed += 1;
-                return;
+                return true;
             }
             // The table's re-check kept it: a channel is on its way to it
             // (the runtime's `adopting`). The machine's rule asks again
             // after another linger time.
             self.counts.reclaims_kept += 1;
             self.trace(n, "reclaim_kept", &[peer.0]);
+            let deadline = p.deadline();
+            self.arm(n, peer, p, deadline);
         }
-        self.arm(n, peer, &mut p, deadline);
-        self.nodes[n].peers.insert(peer, p);
-        self.rearm_slots(n);
+        false
     }
 
     /// Arms `peer`'s timer event for its machine's `deadline`, as the
@@ -577,4 +603,59 @@ impl Sim {
 /// `t0`), never before `now`: when its timer event fires.
 pub(crate) fn timer_at(t0: Instant, now: Duration, deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|i| i.saturating_duration_since(t0).max(now))
+}
+
+/// One turn of a simulated ComObject: the steps `turn` orders, as the
+/// runtime's actor takes them, on the simulator's state.
+struct SimTurn<'a> {
+    sim: &'a mut Sim,
+    n: usize,
+    peer: SiteId,
+    p: &'a mut Peer,
+    /// The reclaim rule ran and the node forgot the site: it is not put
+    /// back.
+    forgotten: bool,
+}
+
+impl TurnSteps for SimTurn<'_> {
+    /// Nothing to take: a simulated send reaches the machine at once, or
+    /// through the outbox queue's own event (`drain.rs`) that then runs a
+    /// turn; references are read by the reclaim rule's conditions.
+    fn take_inputs(&mut self) {}
+
+    fn act(&mut self) {
+        self.sim.act(self.n, self.peer, self.p);
+    }
+
+    /// Nothing to do: the simulated slot table preempts a channel through
+    /// its own event (`slots.rs`).
+    fn give_way(&mut self) {}
+
+    fn flush(&mut self) {
+        self.sim.flush(self.p);
+    }
+
+    fn account(&mut self) {
+        self.sim.account(self.n, self.p);
+    }
+
+    /// Arms the timer, unless a reclaim is pending (the node may forget the
+    /// site; if it keeps it, the timer is armed then). Read before parking:
+    /// a parked form's deadline is the one its machine had
+    /// (`ComObject::park` asserts it), and reading it back would unpack the
+    /// form.
+    fn rearm(&mut self) {
+        if !self.p.reclaim {
+            let deadline = self.p.deadline();
+            self.sim.arm(self.n, self.peer, self.p, deadline);
+        }
+    }
+
+    /// Nothing to watch: a simulated application lets its references go on
+    /// its ticks, and each tick drives the site.
+    fn watch_references(&mut self) {}
+
+    fn park_if_idle(&mut self) {
+        self.forgotten = self.sim.park_or_reclaim(self.n, self.peer, self.p);
+    }
 }

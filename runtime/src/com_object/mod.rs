@@ -40,6 +40,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 
+use sitenet_protocols::connection::com_object::turn;
 use sitenet_protocols::{AddressBook, ComObject as ComLogic, OutMessage};
 
 use crate::metrics::Counters;
@@ -298,22 +299,18 @@ impl ComObject {
         self.entry.outbox.release(class, footprint);
     }
 
-    /// The one place that reacts to anything: queue, act, flush, account,
-    /// re-arm the timer.
+    /// The one place that reacts to anything: one turn of the machine, in
+    /// the order `sitenet_protocols`' `turn` keeps (queue, act, flush,
+    /// account, re-arm the timer, park).
     pub(super) fn drive(&mut self, ctx: &mut Context<Self>) {
         // One clock read for the whole turn (it takes microseconds): each
         // read costs as much as a small step of the protocol.
         let now = Instant::now();
-        self.take_outbox(false);
-        self.sync_refs();
-        self.act(ctx);
-        self.give_way_if_due(now);
-        self.flush(ctx, now);
-        self.act(ctx);
-        self.account(now);
-        self.rearm_timer(ctx, now);
-        self.watch_unref(ctx, now);
-        self.park_if_idle(ctx, now);
+        turn::turn(&mut Turn {
+            actor: self,
+            ctx,
+            now,
+        });
     }
 
     /// While the last reference going would start a rule (the reclaim
@@ -414,5 +411,48 @@ impl ComObject {
             act.drive(ctx);
         });
         self.timer = Some((at, h));
+    }
+}
+
+/// One turn of a ComObject actor: the steps `turn::turn` orders, each the
+/// actor's method of the same purpose, at one clock reading.
+struct Turn<'a> {
+    actor: &'a mut ComObject,
+    ctx: &'a mut Context<ComObject>,
+    now: Instant,
+}
+
+impl turn::TurnSteps for Turn<'_> {
+    fn take_inputs(&mut self) {
+        self.actor.take_outbox(false);
+        self.actor.sync_refs();
+    }
+
+    fn act(&mut self) {
+        self.actor.act(self.ctx);
+    }
+
+    fn give_way(&mut self) {
+        self.actor.give_way_if_due(self.now);
+    }
+
+    fn flush(&mut self) {
+        self.actor.flush(self.ctx, self.now);
+    }
+
+    fn account(&mut self) {
+        self.actor.account(self.now);
+    }
+
+    fn rearm(&mut self) {
+        self.actor.rearm_timer(self.ctx, self.now);
+    }
+
+    fn watch_references(&mut self) {
+        self.actor.watch_unref(self.ctx, self.now);
+    }
+
+    fn park_if_idle(&mut self) {
+        self.actor.park_if_idle(self.ctx, self.now);
     }
 }

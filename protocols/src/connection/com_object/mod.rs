@@ -52,6 +52,10 @@
 //!    ring and the ring into the socket;
 //! 3. re-arms its one timer to [`poll_timeout`](ComObject::poll_timeout).
 //!
+//! [`turn`] writes that order down once, with the steps around it (the
+//! outbox taken in, acknowledgements accounted for, parking); both the
+//! runtime's actor and the simulator drive their machines through it.
+//!
 //! A deadline returned by `poll_timeout` is consumed when it fires:
 //! `handle_timeout` never leaves the same past deadline behind.
 
@@ -63,6 +67,7 @@ mod inputs;
 mod open;
 mod park;
 mod queries;
+pub mod turn;
 mod types;
 
 use std::collections::VecDeque;
