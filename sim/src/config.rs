@@ -1,6 +1,7 @@
 //! What a simulation is given ([`SimConfig`]) and what it reports
 //! ([`Report`], [`Verdict`]).
 
+use sitenet_protocols::base::coverage::Coverage;
 use std::time::Duration;
 
 use crate::Faults;
@@ -103,6 +104,13 @@ pub struct SimConfig {
     /// fills an output bound). 0 by default, so that a seed runs as it did
     /// before.
     pub bursts: f64,
+    /// The share of cuts that reach one end only: the other end's reset is
+    /// lost, and it stays open on a half-open connection (a peer's host
+    /// gone quiet, a middlebox that forgot the flow) until its silence
+    /// shows, or until the peer's new channel replaces it — the link
+    /// rule's case of a peer that lost the working channel. 0 by default,
+    /// so that a seed runs as it did before.
+    pub half_open: f64,
     /// A send with room waits in its entry's outbox queue until the
     /// ComObject's next turn (an event soon after, as the runtime's actor
     /// is woken through its mailbox), instead of entering the machine at
@@ -320,6 +328,7 @@ impl SimConfig {
             ("site_refs", self.site_refs),
             ("batches", self.batches),
             ("bursts", self.bursts),
+            ("half_open", self.half_open),
         ];
         for (field, got) in chances {
             if !(0.0..=1.0).contains(&got) {
@@ -372,6 +381,7 @@ impl Default for SimConfig {
             output_bound: None,
             node_output_bound: None,
             bursts: 0.0,
+            half_open: 0.0,
             outbox_queue: false,
             adopt_hop: false,
         }
@@ -520,4 +530,9 @@ pub struct Report {
     pub sim_s: f64,
     /// Events processed.
     pub events: u64,
+    /// Cuts that reached one end only ([`SimConfig::half_open`]).
+    pub half_open_cuts: u64,
+    /// How often the run reached each decision point of the protocol
+    /// machines (`sitenet sim --coverage` adds them up over a search).
+    pub coverage: Coverage,
 }

@@ -123,6 +123,7 @@ mod tests {
             latency: std::time::Duration::ZERO,
             bandwidth: 1,
             blocked: [false; 2],
+            mute: [false; 2],
         }
     }
 

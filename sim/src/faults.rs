@@ -131,8 +131,22 @@ impl Sim {
             self.rng.gen_range(0..=flight[0]),
             self.rng.gen_range(0..=flight[1]),
         ];
+        // Drawn only when half-open cuts are asked for: a seed without them
+        // runs as it always did.
+        let half_open = self.cfg.half_open;
+        let reset = if half_open > 0.0 && self.rng.gen_bool(half_open.min(1.0)) {
+            let deaf = self.rng.gen_range(0..2);
+            self.counts.half_open_cuts += 1;
+            [deaf != 0, deaf != 1]
+        } else {
+            [true; 2]
+        };
         let now = self.now;
-        let at = self.conns.get_mut(&c).expect("picked").cut(keep, now);
+        let at = self
+            .conns
+            .get_mut(&c)
+            .expect("picked")
+            .cut(keep, now, reset);
         self.counts.cuts += 1;
         self.trace(0, "cut", &[c as u128, keep[0] as u128, keep[1] as u128]);
         self.at(at[0], Ev::Arrive { conn: c, dir: 0 });

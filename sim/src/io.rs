@@ -10,6 +10,8 @@ use sitenet_protocols::connection::error::OpenError;
 use sitenet_protocols::connection::handshake::{write_answer, Acceptor, NegotiateAns};
 use sitenet_protocols::wire::message::InMessage;
 
+use sitenet_protocols::connection::handshake::RefuseReason;
+
 use crate::net::{Role, Seg};
 use crate::{Ev, Sim};
 
@@ -417,14 +419,34 @@ impl Sim {
         let mut p = self.accepted_entry(m, neg);
         let conn = self.conns.get_mut(&c).expect("still open");
         let end = &mut conn.ends[e];
+        // The generation of the channel this node holds as working, if
+        // any: a NEGOTIATE that saw it (its last generation at least this)
+        // comes from a peer that lost it, and replaces it.
+        let working = p
+            .com
+            .working_channel()
+            .and(p.com.session().channel().map(|ch| ch.generation));
         match p.com.accepted(neg, nonce, now) {
             AcceptOutcome::Refuse(reason) => {
+                let kept_lost = reason == RefuseReason::Stale
+                    && working.is_some_and(|g| neg.last_generation >= g);
+                let conn = self.conns.get_mut(&c).expect("still open");
+                let end = &mut conn.ends[e];
                 write_answer(&mut end.outb, &NegotiateAns::Refuse(reason));
                 end.holder = Some(holder);
                 self.nodes[m].holders.insert(holder, (c, e));
                 self.send_out(c, e);
                 self.close_end(c, e, Seg::Fin);
                 self.trace(m, "refused", &[peer.0, c as u128]);
+                if kept_lost {
+                    self.violation(format!(
+                        "{} refused {peer}'s new channel as stale, though {peer} saw the \
+                         working channel (generation {}) and lost it: the node keeps a \
+                         channel dead at its peer until its silence shows",
+                        self.nodes[m].id,
+                        working.unwrap_or_default()
+                    ));
+                }
                 self.drive_peer(m, peer, &mut p);
             }
             AcceptOutcome::Restarted => {

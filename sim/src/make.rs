@@ -57,6 +57,9 @@ impl Sim {
 
     /// A simulation of a configuration already checked.
     fn build(cfg: SimConfig, factory: AppFactory) -> Self {
+        // The decisions counted from here on are this run's (the report
+        // takes them): a run is one thread's, from its start to its end.
+        let _ = sitenet_protocols::base::coverage::take();
         let mut sim = Self {
             end: cfg.duration + cfg.settle,
             t0: Instant::now(),

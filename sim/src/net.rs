@@ -127,6 +127,10 @@ pub(crate) struct Conn {
     /// End `e` found its wire full with bytes left to write: it is told
     /// when the receiver makes room.
     pub(crate) blocked: [bool; 2],
+    /// Wire `d` carries nothing any more: a half-open cut reset its sender
+    /// only, whose socket is gone ([`cut`](Self::cut)); what it writes is
+    /// lost, its reset and FIN too.
+    pub(crate) mute: [bool; 2],
 }
 
 impl Conn {
@@ -138,6 +142,10 @@ impl Conn {
         let n = end.outb.len().min(room);
         self.blocked[e] = end.outb.len() > room;
         if n == 0 || !end.is_open() {
+            return None;
+        }
+        if self.mute[e] {
+            end.outb.consume(n);
             return None;
         }
         let mut v = Vec::with_capacity(n);
@@ -152,6 +160,9 @@ impl Conn {
 
     /// Puts a segment of `len` bytes on wire `d`; returns its arrival.
     pub(crate) fn put(&mut self, d: usize, now: Duration, len: u64, seg: Seg) -> Duration {
+        if self.mute[d] {
+            return now;
+        }
         let start = self.link_free[d].max(now);
         let tx = Duration::from_nanos(len.saturating_mul(1_000_000_000) / self.bandwidth.max(1));
         self.link_free[d] = start + tx;
@@ -212,8 +223,19 @@ impl Conn {
 
     /// Cuts the connection at a random point of what is in flight: wire
     /// `d` keeps only its first `keep[d]` bytes (a frame may be cut in the
-    /// middle), then both ends learn of a reset.
-    pub(crate) fn cut(&mut self, keep: [usize; 2], now: Duration) -> [Duration; 2] {
+    /// middle), then the ends learn of a reset.
+    ///
+    /// Only the ends `reset` says learn of the reset (their wire carries
+    /// it): an end that does not learn stays open on a connection whose
+    /// other end is gone — a half-open connection, found dead only by its
+    /// silence or replaced by the peer's new channel. What it sends
+    /// meanwhile is lost.
+    pub(crate) fn cut(
+        &mut self,
+        keep: [usize; 2],
+        now: Duration,
+        reset: [bool; 2],
+    ) -> [Duration; 2] {
         let mut at = [now; 2];
         for d in 0..2 {
             let mut kept = 0;
@@ -236,7 +258,12 @@ impl Conn {
                 }
             }
             self.wire[d] = out;
-            at[d] = self.put(d, now, 0, Seg::Rst);
+            // Wire `d` carries the reset to end `1 - d`.
+            if reset[1 - d] {
+                at[d] = self.put(d, now, 0, Seg::Rst);
+            } else {
+                self.mute[d] = true;
+            }
         }
         at
     }

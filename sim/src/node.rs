@@ -513,6 +513,7 @@ impl Sim {
                 latency,
                 bandwidth,
                 blocked: [false; 2],
+                mute: [false; 2],
             },
         );
         if let Some(h) = holder {

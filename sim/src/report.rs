@@ -2,6 +2,8 @@
 //! with: the checkers' verdict, the digest and every figure the command
 //! prints.
 
+use sitenet_protocols::base::coverage;
+
 use crate::{Report, Sim, Verdict};
 
 /// What the driver counts during a run (what the nodes and the oracle
@@ -9,6 +11,7 @@ use crate::{Report, Sim, Verdict};
 #[derive(Debug, Default)]
 pub(crate) struct Counts {
     pub(crate) cuts: u64,
+    pub(crate) half_open_cuts: u64,
     pub(crate) partitions: u64,
     pub(crate) restarts: u64,
     pub(crate) preemptions: u64,
@@ -119,6 +122,8 @@ impl Sim {
             handshakes_dropped: self.counts.handshakes_dropped,
             sim_s: self.now.min(self.end).as_secs_f64(),
             events: self.step,
+            half_open_cuts: self.counts.half_open_cuts,
+            coverage: coverage::take(),
         }
     }
 }

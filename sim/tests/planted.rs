@@ -332,3 +332,55 @@ fn references_kept(seed: u64) -> SimConfig {
 fn a_reopen_without_need_after_a_hard_close_is_caught() {
     assert_caught_within(Bug::ReopenWithoutNeed, references_kept, 3);
 }
+
+/// Runs with half-open cuts: a peer that lost its working channel
+/// reconnects while this side still holds it.
+fn half_open(seed: u64) -> SimConfig {
+    SimConfig {
+        sites: 10,
+        half_open: 0.5,
+        ..cfg(seed)
+    }
+}
+
+/// A reconnect refused as stale though the peer lost the working channel
+/// is caught: the node keeps a channel dead at the peer.
+#[test]
+fn a_reconnect_refused_for_an_equal_generation_is_caught() {
+    assert_caught_in(Bug::SameGenerationStale, half_open);
+}
+
+/// Runs with bursts of large messages: channels drop in the middle of
+/// one.
+fn with_bursts(seed: u64) -> SimConfig {
+    SimConfig {
+        sites: 10,
+        bursts: 0.2,
+        ..cfg(seed)
+    }
+}
+
+/// A half-sent message continued from its middle on the next channel is
+/// caught: it arrives with a body it was not sent with.
+#[test]
+fn a_half_sent_message_not_restarted_is_caught() {
+    assert_caught_within(Bug::HalfSentNotRewound, with_bursts, 20);
+}
+
+/// Crowded slots: preemptions and the line at every turn.
+fn crowded(seed: u64) -> SimConfig {
+    SimConfig {
+        sites: 12,
+        weak_slots: 2,
+        hard_slots: 3,
+        tick: Duration::from_millis(10),
+        address_sends: 0.8,
+        ..cfg(seed)
+    }
+}
+
+/// A released slot left marked as preempted is caught.
+#[test]
+fn a_released_slot_still_marked_preempted_is_caught() {
+    assert_caught_within(Bug::ReleaseKeepsPreempting, crowded, 20);
+}

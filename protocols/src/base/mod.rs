@@ -4,6 +4,7 @@
 //! It imports nothing of the crate.
 
 pub mod class;
+pub mod coverage;
 pub mod limits;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;

@@ -57,6 +57,15 @@ pub enum Bug {
     /// send and though the peer can call it back (the simulator's first
     /// finding: idle churn through the slot limits, for ever).
     ReopenWithoutNeed,
+    /// The link rule refuses as stale a reconnect whose last generation
+    /// equals the working channel's: a peer that lost the working channel
+    /// cannot replace it until this side's silence timeout.
+    SameGenerationStale,
+    /// A channel's loss leaves a half-sent message where it stopped: the
+    /// next channel continues it from the middle.
+    HalfSentNotRewound,
+    /// A preempted slot, once released, stays marked as being given up.
+    ReleaseKeepsPreempting,
 }
 
 thread_local! {

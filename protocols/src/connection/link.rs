@@ -33,6 +33,7 @@
 //! progress (so a NEGOTIATE it sends always states the generation it saw), and
 //! session state always stays with the existing ComObject.
 
+use crate::base::coverage::{hit, Point};
 use crate::base::site::SiteId;
 use crate::connection::handshake::{Attempt, Negotiate, RefuseReason, MAX_GENERATION};
 
@@ -113,6 +114,7 @@ pub enum Decision {
 /// ```
 pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
     if view.closing {
+        hit(Point::LinkRefuseClosing);
         return Decision::Refuse(RefuseReason::Closing);
     }
     // Checked: a peer's number never overflows (NEGOTIATE's decoder already
@@ -124,20 +126,34 @@ pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
         .checked_add(1)
         .filter(|&g| g <= MAX_GENERATION)
     else {
+        hit(Point::LinkRefuseNoGeneration);
         return Decision::Refuse(RefuseReason::Stale);
     };
     if let Some(g) = view.working {
         let peer_lost_it = neg.last_generation >= g;
+        #[cfg(feature = "planted-bugs")]
+        let peer_lost_it =
+            if crate::base::planted::active(crate::base::planted::Bug::SameGenerationStale) {
+                neg.last_generation > g
+            } else {
+                peer_lost_it
+            };
         let peer_abandoned_it = view
             .working_from
             .is_some_and(|from| neg.attempt.supersedes(&from));
         return if peer_lost_it || peer_abandoned_it {
+            hit(match neg.last_generation.cmp(&g) {
+                std::cmp::Ordering::Equal => Point::LinkReplaceLostSame,
+                std::cmp::Ordering::Greater => Point::LinkReplaceLostLater,
+                std::cmp::Ordering::Less => Point::LinkReplaceAbandoned,
+            });
             Decision::Accept {
                 generation,
                 replaces_working: true,
                 abandon_opening: false,
             }
         } else {
+            hit(Point::LinkRefuseStale);
             Decision::Refuse(RefuseReason::Stale)
         };
     }
@@ -145,15 +161,18 @@ pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
         // The channel initiated by the smaller id wins; here the initiator is
         // the peer, so the incoming channel wins iff the peer's id is smaller.
         return if neg.site.to_bytes() < view.local.to_bytes() {
+            hit(Point::LinkWinsTie);
             Decision::Accept {
                 generation,
                 replaces_working: false,
                 abandon_opening: true,
             }
         } else {
+            hit(Point::LinkRefuseLostTie);
             Decision::Refuse(RefuseReason::LostTie)
         };
     }
+    hit(Point::LinkAccept);
     Decision::Accept {
         generation,
         replaces_working: false,

@@ -80,6 +80,7 @@ pub use policy::{
 pub use sources::{fair_share, Source};
 pub use turns::Admission;
 
+use crate::base::coverage::{hit, Point};
 use crate::base::timer::{Timer, TimerTable};
 
 /// A slot held: since when, and the service its site had when the table
@@ -293,8 +294,10 @@ impl SlotTable {
     pub fn request_on(&mut self, now: Instant, lane: Option<u32>) -> Grant {
         if self.waiting.is_empty() && self.in_use() < self.cfg.weak {
             // Our own initiative: charged to no remote source.
+            hit(Point::SlotGrantNow);
             return Grant::Now(self.grant(now, lane, Source::of(None)));
         }
+        hit(Point::SlotQueued);
         let w = self.id();
         self.waiting.push_back((w, lane));
         self.stats.queued += 1;
@@ -308,7 +311,11 @@ impl SlotTable {
     pub fn cancel(&mut self, waiter: u64) -> bool {
         let before = self.waiting.len();
         self.waiting.retain(|&(w, _)| w != waiter);
-        before != self.waiting.len()
+        let cancelled = before != self.waiting.len();
+        if cancelled {
+            hit(Point::SlotCancelled);
+        }
+        cancelled
     }
 
     /// Slot `holder` is free again (its channel is gone). The slot goes to
@@ -330,7 +337,13 @@ impl SlotTable {
                 self.held_by.remove(&held.source);
             }
         }
-        if !self.preempting.remove(&holder) {
+        #[cfg(feature = "planted-bugs")]
+        let kept = crate::base::planted::active(crate::base::planted::Bug::ReleaseKeepsPreempting);
+        #[cfg(not(feature = "planted-bugs"))]
+        let kept = false;
+        if (kept && self.preempting.contains(&holder)) || self.preempting.remove(&holder) {
+            hit(Point::SlotReleasePreempted);
+        } else {
             self.load.sub(held.lane);
         }
         let yielded = self.yielding.remove(&holder);
@@ -341,8 +354,14 @@ impl SlotTable {
             // waiting here: given to another attempt of ours, it would
             // likely wait in a line too, and when every node's slots wait
             // in others' lines, only letting a peer in moves anything.
-            (Some(c), Some(a)) if c < a && !yielded => self.pop_waiting(),
-            (Some(_), None) if self.in_use() < self.cfg.weak => self.pop_waiting(),
+            (Some(c), Some(a)) if c < a && !yielded => {
+                hit(Point::SlotToWaiter);
+                self.pop_waiting()
+            }
+            (Some(_), None) if self.in_use() < self.cfg.weak => {
+                hit(Point::SlotToWaiter);
+                self.pop_waiting()
+            }
             (_, Some(_)) => {
                 let least_served = self.cfg.admission == Admission::Share;
                 let share = fair_share(self.cfg.hard, self.wanting(None));
@@ -352,9 +371,16 @@ impl SlotTable {
                     .next(least_served, now, self.cfg.max_wait, &self.load, within);
                 let t = next.and_then(|t| Some((t, self.line.take(t)?)));
                 self.stats.grants += u64::from(t.is_some());
+                hit(match t {
+                    Some(_) => Point::SlotToLine,
+                    None => Point::SlotToNobody,
+                });
                 t
             }
-            _ => None,
+            _ => {
+                hit(Point::SlotToNobody);
+                None
+            }
         };
         let granted = served.map(|(w, (lane, source))| (w, self.grant(now, lane, source)));
         self.arm(now);

@@ -118,6 +118,7 @@ impl SlotTable {
                     .sub(self.holders.get(&h).and_then(|held| held.lane));
             }
             self.stats.preemptions[reason as usize] += 1;
+            crate::base::coverage::hit(crate::base::coverage::Point::SlotPreempt);
         }
     }
 }

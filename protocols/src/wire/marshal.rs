@@ -242,6 +242,12 @@ impl InProgress {
         })
     }
 
+    /// Whether some of the message went out already (a
+    /// [`rewind`](Self::rewind) then restarts it).
+    pub fn started(&self) -> bool {
+        self.offset > 0
+    }
+
     /// Rewinds to the first byte (the channel was lost mid-message: it will
     /// restart from its first fragment on the next channel).
     pub fn rewind(&mut self) {

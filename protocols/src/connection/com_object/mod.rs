@@ -74,6 +74,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::base::coverage;
 use crate::base::site::SiteId;
 use crate::base::timer::{ComTimers, Timer};
 use crate::connection::address_book::AddressBook;
@@ -426,7 +427,9 @@ impl ComObject {
 
     /// The next thing the driver must do, if any.
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
+        let a = self.actions.pop_front()?;
+        coverage::hit(a.point());
+        Some(a)
     }
 
     // ------------------------------------------------------------------

@@ -7,6 +7,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::{AcceptOutcome, Action, ComObject, FaultState, OpenFailure, OpenRequest, Phase};
+use crate::base::coverage;
 use crate::base::timer::Timer;
 use crate::connection::address_book::Fallback;
 use crate::connection::error::{OpenError, ProtocolError};
@@ -451,6 +452,7 @@ impl ComObject {
                 neg.site
             ),
         });
+        coverage::hit(coverage::Point::RefuseUnproven);
         AcceptOutcome::Refuse(RefuseReason::Unproven)
     }
 

@@ -1,6 +1,7 @@
 //! What goes in and out of a [`ComObject`](super::ComObject): its actions,
 //! the causes it is told about, and its counters.
 
+use crate::base::coverage::Point;
 use std::time::Duration;
 
 pub use crate::connection::error::OpenFailure;
@@ -182,6 +183,36 @@ pub enum Action {
         /// Sent, not acknowledged.
         maybe_delivered: Vec<OutMessage>,
     },
+}
+
+impl Action {
+    /// The decision point this action is (what coverage counts).
+    pub(super) fn point(&self) -> Point {
+        match self {
+            Action::RequestSlot => Point::ActRequestSlot,
+            Action::CancelSlot => Point::ActCancelSlot,
+            Action::Open(_) => Point::ActOpen,
+            Action::AbandonOpen => Point::ActAbandonOpen,
+            Action::CloseChannel { end, .. } => match end {
+                ChannelEnd::Orderly(_) => Point::ActCloseOrderly,
+                ChannelEnd::Lost => Point::ActCloseLost,
+                ChannelEnd::Replaced => Point::ActCloseReplaced,
+                ChannelEnd::Final => Point::ActCloseFinal,
+            },
+            Action::Up => Point::ActUp,
+            Action::Fault { state, .. } => match state {
+                FaultState::Ok => Point::ActFaultOk,
+                FaultState::TempFailed => Point::ActFaultTemp,
+                FaultState::PermFailed => Point::ActFaultPerm,
+            },
+            Action::ReportFault { .. } => Point::ActReportFault,
+            Action::ClaimRefused { .. } => Point::ActClaimRefused,
+            Action::HandBack { .. } => Point::ActHandBack,
+            Action::Reclaim => Point::ActReclaim,
+            Action::Proven => Point::ActProven,
+            Action::Failed { .. } => Point::ActFailed,
+        }
+    }
 }
 
 /// What the initiator's handshake must propose (NEGOTIATE's variable part).

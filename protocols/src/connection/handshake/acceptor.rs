@@ -2,6 +2,7 @@
 //! answer belong to the site's ComObject).
 
 use super::*;
+use crate::base::coverage;
 use crate::base::site::SiteId;
 use crate::connection::error::{OpenError, ProtocolError};
 use crate::wire::byte_buffer::ByteBuffer;
@@ -174,7 +175,7 @@ impl Acceptor {
         }
         // TLS: the claim must be the site the certificate names.
         if let Err(e) = self.certificate.check(n.site) {
-            write_answer(output, &NegotiateAns::Refuse(RefuseReason::Unauthenticated));
+            refuse_unauthenticated(output);
             return Err(e);
         }
         // The cookie, last: the message is well formed and names another
@@ -190,11 +191,18 @@ impl Acceptor {
             match proven {
                 Ok(p) => self.answer_proof = p,
                 Err(e) => {
-                    write_answer(output, &NegotiateAns::Refuse(RefuseReason::Unauthenticated));
+                    refuse_unauthenticated(output);
                     return Err(OpenError::AuthenticationFailed(e));
                 }
             }
         }
         Ok(Some(n))
     }
+}
+
+/// Answers a NEGOTIATE whose proof (a cookie, a certificate's name) fails:
+/// a REFUSE naming authentication.
+fn refuse_unauthenticated(output: &mut ByteBuffer) {
+    coverage::hit(coverage::Point::RefuseUnauthenticated);
+    write_answer(output, &NegotiateAns::Refuse(RefuseReason::Unauthenticated));
 }

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroU64;
 use std::time::Instant;
 
+use crate::base::coverage::{hit, Point};
 use crate::base::priority::Priority;
 use crate::connection::error::{ProtocolError, Refusal};
 use crate::connection::lane_slots::LaneSlots;
@@ -253,6 +254,7 @@ impl Sender {
             if w.done {
                 t.resend_current = None;
                 stats.retransmitted += 1;
+                hit(Point::SendRetransmit);
             }
             return true;
         }
@@ -413,6 +415,13 @@ impl Sender {
     /// small).
     pub(crate) fn channel_down(&mut self) {
         for c in self.current.iter_mut() {
+            if c.started() {
+                hit(Point::SendRewindHalfSent);
+            }
+            #[cfg(feature = "planted-bugs")]
+            if crate::base::planted::active(crate::base::planted::Bug::HalfSentNotRewound) {
+                continue;
+            }
             c.rewind();
         }
         // No channel: a site with nothing partly sent gives its lane slots

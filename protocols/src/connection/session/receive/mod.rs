@@ -510,6 +510,7 @@ impl Receiver {
     fn check_number(&self, n: u64, stats: &mut SessionStats) -> Result<bool, ProtocolError> {
         if n <= self.last_received {
             stats.duplicates += 1;
+            crate::base::coverage::hit(crate::base::coverage::Point::ReceiveDuplicate);
             return Ok(false);
         }
         if n != self.last_received + 1 {
