@@ -111,6 +111,12 @@ pub struct SimConfig {
     /// rule's case of a peer that lost the working channel. 0 by default,
     /// so that a seed runs as it did before.
     pub half_open: f64,
+    /// A site unreachable this long is given up on: permanently failed,
+    /// what it held handed back (the runtime's `NodeConfig::give_up_after`).
+    /// A partition longer than it makes live sites give up on each other,
+    /// and their next contact is refused as closing. `None` by default (the
+    /// machine's own default), so that a seed runs as it did before.
+    pub give_up: Option<Duration>,
     /// A send with room waits in its entry's outbox queue until the
     /// ComObject's next turn (an event soon after, as the runtime's actor
     /// is woken through its mailbox), instead of entering the machine at
@@ -310,6 +316,12 @@ impl SimConfig {
             ),
             ("latency.0", self.latency.0, Duration::ZERO, up_to),
             ("latency.1", self.latency.1, Duration::ZERO, up_to),
+            (
+                "give_up",
+                self.give_up.unwrap_or(MIN_TICK),
+                MIN_TICK,
+                "1 ms to 10^9 s",
+            ),
         ];
         for (field, got, min, range) in times {
             if got < min || got > MAX_SIM_TIME {
@@ -382,6 +394,7 @@ impl Default for SimConfig {
             node_output_bound: None,
             bursts: 0.0,
             half_open: 0.0,
+            give_up: None,
             outbox_queue: false,
             adopt_hop: false,
         }

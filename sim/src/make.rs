@@ -114,6 +114,7 @@ impl Sim {
             local: id,
             // Every simulated site listens.
             callable: true,
+            give_up_after: self.cfg.give_up.or(ComConfig::default().give_up_after),
             ..ComConfig::default()
         };
         let slots = SlotConfig::new(self.cfg.weak_slots.max(1), self.cfg.hard_slots.max(2))

@@ -49,8 +49,8 @@ fn a_run_counts_the_decisions_it_takes_the_same_way_each_time() {
 fn faults_reach_temporary_failures_and_retransmissions() {
     let c = covered(0..3, |seed| cfg(10, seed, Faults::Heavy));
     for p in [
-        Point::ActFaultTemp,
-        Point::ActFaultOk,
+        Point::FaultOkToTemp,
+        Point::FaultTempToOk,
         Point::ActCloseLost,
         Point::SendRetransmit,
     ] {
@@ -87,6 +87,27 @@ fn crowded_slots_preempt_and_release_preempted_slots() {
     }
 }
 
+#[test]
+fn giving_up_on_partitioned_sites_reaches_the_refusal_of_a_closing_entry() {
+    let c = covered(0..5, |seed| SimConfig {
+        give_up: Some(Duration::from_secs(2)),
+        duration: Duration::from_secs(30),
+        ..cfg(10, seed, Faults::Heavy)
+    });
+    for p in [Point::FaultTempToPerm, Point::LinkRefuseClosing] {
+        assert!(c.count(p) > 0, "{} not reached", p.label());
+    }
+}
+
+#[test]
+fn a_give_up_of_zero_is_refused() {
+    let e = Sim::try_new(SimConfig {
+        give_up: Some(Duration::ZERO),
+        ..SimConfig::default()
+    });
+    assert!(e.is_err());
+}
+
 /// Prints what a few settings reach (a tool for finding the unreached
 /// points; `--ignored` to run).
 #[test]
@@ -106,6 +127,13 @@ fn print_unreached() {
             address_sends: 0.8,
             adopt_hop: true,
             outbox_queue: true,
+            ..cfg(10, seed, Faults::Heavy)
+        },
+        |seed| SimConfig {
+            half_open: 0.5,
+            peer_claims: Some(4),
+            site_refs: 0.3,
+            give_up: Some(Duration::from_secs(2)),
             ..cfg(10, seed, Faults::Heavy)
         },
     ] {

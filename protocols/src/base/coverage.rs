@@ -88,12 +88,9 @@ points! {
     ActCloseFinal = "action.close_final",
     /// The site is up: a channel works.
     ActUp = "action.up",
-    /// The site's fault state becomes `Ok`.
-    ActFaultOk = "action.fault_ok",
-    /// The site's fault state becomes `TempFailed`.
-    ActFaultTemp = "action.fault_temp_failed",
-    /// The site's fault state becomes `PermFailed`.
-    ActFaultPerm = "action.fault_perm_failed",
+    /// The site's fault state changes (one of the `fault.` points says
+    /// how).
+    ActFault = "action.fault",
     /// The peer broke the protocol and is reported.
     ActReportFault = "action.report_fault",
     /// A claim on the site's identity is refused.
@@ -106,6 +103,16 @@ points! {
     ActProven = "action.proven",
     /// The site failed for good: what it held is handed back.
     ActFailed = "action.failed",
+
+    /// A reachable site becomes temporarily failed.
+    FaultOkToTemp = "fault.ok_to_temp_failed",
+    /// A temporarily failed site is reachable again.
+    FaultTempToOk = "fault.temp_failed_to_ok",
+    /// A temporarily failed site is given up on (or found gone for good).
+    FaultTempToPerm = "fault.temp_failed_to_perm_failed",
+    /// A reachable site fails for good at once (a restart, a refusal,
+    /// killed).
+    FaultOkToPerm = "fault.ok_to_perm_failed",
 
     /// A slot is granted at once.
     SlotGrantNow = "slots.grant_now",

@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use super::{Action, ComObject, FaultState, SiteFailure};
+use crate::base::coverage::{self, Point};
 use crate::base::timer::Timer;
 
 impl ComObject {
@@ -14,6 +15,13 @@ impl ComObject {
         if self.fault == state || self.fault == FaultState::PermFailed {
             return;
         }
+        coverage::hit(match (self.fault, state) {
+            (FaultState::Ok, FaultState::TempFailed) => Point::FaultOkToTemp,
+            (FaultState::Ok, _) => Point::FaultOkToPerm,
+            // From `TempFailed` (a permanent failure never changes).
+            (_, FaultState::Ok) => Point::FaultTempToOk,
+            _ => Point::FaultTempToPerm,
+        });
         self.fault = state;
         match state {
             FaultState::TempFailed => {

@@ -200,11 +200,7 @@ impl Action {
                 ChannelEnd::Final => Point::ActCloseFinal,
             },
             Action::Up => Point::ActUp,
-            Action::Fault { state, .. } => match state {
-                FaultState::Ok => Point::ActFaultOk,
-                FaultState::TempFailed => Point::ActFaultTemp,
-                FaultState::PermFailed => Point::ActFaultPerm,
-            },
+            Action::Fault { .. } => Point::ActFault,
             Action::ReportFault { .. } => Point::ActReportFault,
             Action::ClaimRefused { .. } => Point::ActClaimRefused,
             Action::HandBack { .. } => Point::ActHandBack,
