@@ -117,6 +117,11 @@ pub struct SimConfig {
     /// and their next contact is refused as closing. `None` by default (the
     /// machine's own default), so that a seed runs as it did before.
     pub give_up: Option<Duration>,
+    /// The share of crashes that are orderly shutdowns: the node tells
+    /// every peer it is leaving and writes its last words before it goes
+    /// (the runtime's `Node::shutdown`), so its peers fail it for good at
+    /// once. 0 by default, so that a seed runs as it did before.
+    pub leaves: f64,
     /// A send with room waits in its entry's outbox queue until the
     /// ComObject's next turn (an event soon after, as the runtime's actor
     /// is woken through its mailbox), instead of entering the machine at
@@ -341,6 +346,7 @@ impl SimConfig {
             ("batches", self.batches),
             ("bursts", self.bursts),
             ("half_open", self.half_open),
+            ("leaves", self.leaves),
         ];
         for (field, got) in chances {
             if !(0.0..=1.0).contains(&got) {
@@ -395,6 +401,7 @@ impl Default for SimConfig {
             bursts: 0.0,
             half_open: 0.0,
             give_up: None,
+            leaves: 0.0,
             outbox_queue: false,
             adopt_hop: false,
         }
@@ -545,6 +552,8 @@ pub struct Report {
     pub events: u64,
     /// Cuts that reached one end only ([`SimConfig::half_open`]).
     pub half_open_cuts: u64,
+    /// Crashes that were orderly shutdowns ([`SimConfig::leaves`]).
+    pub leaves: u64,
     /// How often the run reached each decision point of the protocol
     /// machines (`sitenet sim --coverage` adds them up over a search).
     pub coverage: Coverage,

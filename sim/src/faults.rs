@@ -5,6 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use rand::Rng;
+use sitenet_protocols::base::site::SiteId;
 
 use crate::net::{Role, Seg};
 use crate::{Ev, Sim};
@@ -198,6 +199,12 @@ impl Sim {
             return;
         }
         let n = up[self.rng.gen_range(0..up.len())];
+        // Drawn only when leaves are asked for: a seed without them runs
+        // as it always did.
+        let leaves = self.cfg.leaves;
+        if leaves > 0.0 && self.rng.gen_bool(leaves.min(1.0)) {
+            self.leave(n);
+        }
         let index = self.new_index();
         let node = &mut self.nodes[n];
         node.up = false;
@@ -232,6 +239,27 @@ impl Sim {
         let down = Duration::from_secs_f64(self.rng.gen_range(0.1..3.0));
         let back = (self.now + down).min(self.cfg.duration);
         self.at(back, Ev::Restart { node: n });
+    }
+
+    /// Node `n` shuts down in order before it goes: every ComObject says
+    /// LEAVING and writes its last words (a final acknowledgement, a
+    /// CLOSE_HARD) on its working channel, then closes it — what the
+    /// runtime's `Node::shutdown` does. Its peers fail the site for good
+    /// at once (`SiteFailure::ShutDown`), and hand back what it held.
+    fn leave(&mut self, n: usize) {
+        self.counts.leaves += 1;
+        self.trace(n, "leave", &[self.nodes[n].id.0]);
+        let now = self.instant();
+        let keys: Vec<SiteId> = self.nodes[n].peers.keys().copied().collect();
+        for peer in keys {
+            let Some(mut p) = self.take_peer(n, peer) else {
+                continue;
+            };
+            p.com.shutdown_as(true, now);
+            self.drive_peer(n, peer, &mut p);
+            // The crash that follows clears the node's table.
+            self.nodes[n].peers.insert(peer, p);
+        }
     }
 
     pub(crate) fn restart(&mut self, n: usize) {

@@ -12,6 +12,7 @@ use crate::{Report, Sim, Verdict};
 pub(crate) struct Counts {
     pub(crate) cuts: u64,
     pub(crate) half_open_cuts: u64,
+    pub(crate) leaves: u64,
     pub(crate) partitions: u64,
     pub(crate) restarts: u64,
     pub(crate) preemptions: u64,
@@ -123,6 +124,7 @@ impl Sim {
             sim_s: self.now.min(self.end).as_secs_f64(),
             events: self.step,
             half_open_cuts: self.counts.half_open_cuts,
+            leaves: self.counts.leaves,
             coverage: coverage::take(),
         }
     }

@@ -100,6 +100,16 @@ fn giving_up_on_partitioned_sites_reaches_the_refusal_of_a_closing_entry() {
 }
 
 #[test]
+fn orderly_leaves_reach_the_last_words_to_a_failed_site() {
+    let c = covered(0..5, |seed| SimConfig {
+        leaves: 1.0,
+        duration: Duration::from_secs(30),
+        ..cfg(10, seed, Faults::Heavy)
+    });
+    assert!(c.count(Point::ActCloseFinal) > 0);
+}
+
+#[test]
 fn a_give_up_of_zero_is_refused() {
     let e = Sim::try_new(SimConfig {
         give_up: Some(Duration::ZERO),
@@ -134,6 +144,7 @@ fn print_unreached() {
             peer_claims: Some(4),
             site_refs: 0.3,
             give_up: Some(Duration::from_secs(2)),
+            leaves: 0.5,
             ..cfg(10, seed, Faults::Heavy)
         },
     ] {
