@@ -111,6 +111,10 @@ pub enum Decision {
 /// assert_eq!(stale, Decision::Refuse(RefuseReason::Stale));
 /// let again = decide(view(2, Some(3)), &negotiate(1, 3));
 /// assert!(matches!(again, Decision::Accept { generation: 4, replaces_working: true, .. }));
+/// // One that saw a later generation than the working channel's replaces
+/// // it too, numbered after the later one.
+/// let later = decide(view(2, Some(3)), &negotiate(1, 5));
+/// assert!(matches!(later, Decision::Accept { generation: 6, replaces_working: true, .. }));
 /// ```
 pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
     if view.closing {
