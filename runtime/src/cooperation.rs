@@ -218,7 +218,7 @@ pub(crate) struct CoopState {
 impl Coop for CoopState {
     fn offer(&self, node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
         if !self.take(node, from, m.prelude.type_id, m.header, m.body) {
-            Counters::add(&node.counters.replies_discarded, 1);
+            Counters::add(&node.counters().replies_discarded, 1);
             tracing::debug!(site = ?from.id.get(), "reply matches no descriptor of its cooperation; discarded");
         }
     }
@@ -423,7 +423,7 @@ impl Cooperation {
         if self.state.machine.lock().wait_starts() {
             self.state.ended(&self.node);
         }
-        let timer = self.node.rt.delay(timeout);
+        let timer = self.node.rt().delay(timeout);
         futures::pin_mut!(timer);
         loop {
             let changed = self.state.changed.notified();
@@ -522,7 +522,7 @@ impl crate::Node {
                     .cooperations
                     .offer(node, ctx.from, M::ID, header, &ctx.body)
                 {
-                    Counters::add(&node.counters.replies_discarded, 1);
+                    Counters::add(&node.counters().replies_discarded, 1);
                     tracing::debug!(
                         type_id = M::ID,
                         "cooperation reply no cooperation took; discarded"

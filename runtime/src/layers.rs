@@ -5,7 +5,8 @@
 //! top-level file or directory of `src/` (`node/site_table.rs` is `node`).
 
 /// Each module and its layer, lowest first (docs/architecture.md names
-/// them): (a) leaves 0-2; (b) the site entry 3 and the ComObject actor 4;
+/// them): (a) leaves 0-2; (b) the site entry and the node's
+/// shared state by concern (`node_state`) 3, and the ComObject actor 4;
 /// (c) the node's state and tables 5 (`NodeInner`: its site table,
 /// requests, accept, watch, the decoding context, the counted `SiteRef`
 /// handle, the handler table, the open cooperations seen through `Coop`;
@@ -28,6 +29,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("peer_logs", 1),
     ("channel_io", 2),
     ("events", 2),
+    ("node_state", 3),
     ("site_entry", 3),
     ("com_object", 4),
     ("node", 5),

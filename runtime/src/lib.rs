@@ -40,6 +40,7 @@ mod local;
 pub mod message;
 pub mod metrics;
 mod node;
+mod node_state;
 mod openmetrics;
 mod outbox;
 mod peer_logs;

@@ -31,7 +31,7 @@ impl NodeInner {
     pub(crate) fn local_site(self: &Arc<Self>) -> SiteRef {
         let entry = self.local.get_or_init(|| {
             let e = SiteEntry::new(LOCAL_KEY, None, self.output.clone());
-            let _ = e.id.set(self.id);
+            let _ = e.id.set(self.identity().id());
             Arc::new(e)
         });
         SiteRef::counted(entry.clone(), self.clone())
@@ -41,7 +41,7 @@ impl NodeInner {
     /// (its first message after it was empty was just queued).
     pub(crate) fn wake_local(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
         let (node, entry) = (self.clone(), entry.clone());
-        self.rt.spawn(async move { drain(&node, &entry) });
+        self.rt().spawn(async move { drain(&node, &entry) });
     }
 }
 
@@ -64,8 +64,8 @@ fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
         delivery.message(m.into_received());
         entry.outbox.release(class, footprint);
         if let Some(token) = token {
-            node.deliveries.complete(token, Ok(()));
+            node.deliveries().complete(token, Ok(()));
         }
     }
-    node.acked.notify_waiters();
+    node.signals().acked();
 }

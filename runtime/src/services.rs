@@ -65,7 +65,7 @@ pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
         StatsQuery::ID,
         erase(|ctx, _: StatsQuery| {
             if !stats_allowed(ctx) {
-                crate::metrics::Counters::add(&ctx.node.counters.stats_refused, 1);
+                crate::metrics::Counters::add(&ctx.node.counters().stats_refused, 1);
                 // A forwarded request's origin is not answered: it is only
                 // a claim, and answering it would dial where the peer says.
                 if ctx.origin.is_none() {
@@ -99,7 +99,7 @@ pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
 /// `NodeConfig::stats_from_anywhere`, and never to a forwarded request's
 /// origin, which is only a claim.
 fn stats_allowed(ctx: &crate::handlers::Ctx<'_>) -> bool {
-    if ctx.node.cfg.stats_from_anywhere {
+    if ctx.node.identity().cfg().stats_from_anywhere {
         return true;
     }
     if ctx.origin.is_some() {
@@ -357,7 +357,7 @@ impl SinkTable {
 /// fill another site's streams in its name.
 fn forwarded(ctx: &crate::handlers::Ctx<'_>) -> bool {
     if ctx.origin.is_some() {
-        crate::metrics::Counters::add(&ctx.node.counters.sink_refused, 1);
+        crate::metrics::Counters::add(&ctx.node.counters().sink_refused, 1);
         return true;
     }
     false
@@ -375,9 +375,9 @@ pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
             if forwarded(ctx) {
                 return;
             }
-            let cap = ctx.node.cfg.sink_streams_per_sender;
+            let cap = ctx.node.identity().cfg().sink_streams_per_sender;
             if !data_sinks.lock().record(ctx.from, m.stream, m.seq, cap) {
-                crate::metrics::Counters::add(&ctx.node.counters.sink_refused, 1);
+                crate::metrics::Counters::add(&ctx.node.counters().sink_refused, 1);
                 tracing::debug!(
                     stream = m.stream,
                     cap,
@@ -392,7 +392,7 @@ pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
             if forwarded(ctx) {
                 return;
             }
-            let cap = ctx.node.cfg.sink_streams_per_sender;
+            let cap = ctx.node.identity().cfg().sink_streams_per_sender;
             let v = sinks.lock().finish(ctx.from, q.stream, q.expected, cap);
             if let Err(e) = ctx.reply(&v) {
                 tracing::debug!(error = %e, "sink verdict not sent");

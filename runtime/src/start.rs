@@ -13,7 +13,7 @@ impl NodeBuilder {
     /// the runtime, so it is safe on the runtime's own thread.
     pub fn start(self) -> Result<Node, NodeError> {
         let bound = self.bind(crate::streams::inbox)?;
-        if bound.inner.cfg.builtin_services {
+        if bound.inner.identity().cfg().builtin_services {
             crate::services::register(&bound.inner)?;
         }
         Ok(bound.run())

@@ -195,7 +195,7 @@ impl Delivery<'_> {
 
     /// The stream on `lane` is complete: its sink's end.
     fn finish(&mut self, lane: Priority) {
-        Counters::add(&self.node.counters.messages_delivered, 1);
+        Counters::add(&self.node.counters().messages_delivered, 1);
         let Some(Open::Sink {
             sink,
             type_id,
@@ -208,7 +208,7 @@ impl Delivery<'_> {
         };
         let mut ctx = self.ctx(type_id, kind, corr, lane);
         if std::panic::catch_unwind(AssertUnwindSafe(|| sink.end(&mut ctx))).is_err() {
-            Counters::add(&self.node.counters.handler_panics, 1);
+            Counters::add(&self.node.counters().handler_panics, 1);
             tracing::error!("stream sink panicked at its end; the message counts as delivered");
             ctx.fail_request("stream sink panicked".into());
         }
@@ -253,7 +253,7 @@ impl Deliver for Delivery<'_> {
         };
         *received += data.len() as u64;
         if std::panic::catch_unwind(AssertUnwindSafe(|| sink.chunk(offset, data))).is_err() {
-            Counters::add(&self.node.counters.handler_panics, 1);
+            Counters::add(&self.node.counters().handler_panics, 1);
             tracing::error!("stream sink panicked; the rest of its body is dropped");
             *slot = Some(Open::Discard);
         }

@@ -44,9 +44,7 @@ impl Node {
     /// LEAVING frame, so they take the closed channels for lost ones (tests
     /// of a process that dies and restarts as a new incarnation).
     pub fn crash_on_shutdown(&self) {
-        self.inner
-            .leave_on_shutdown
-            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.inner.signals().crash_on_shutdown();
     }
 
     /// Closes the site's channel now with CLOSE_HARD, which the peer must

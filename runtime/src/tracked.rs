@@ -28,7 +28,7 @@ impl SiteRef {
         delivery: Delivery,
     ) -> Result<Delivery, SendError> {
         if queued.is_err() {
-            self.node.deliveries.forget(corr);
+            self.node.deliveries().forget(corr);
         }
         queued.map(|()| delivery)
     }
@@ -37,6 +37,6 @@ impl SiteRef {
     pub(crate) fn track(&self, m: &mut OutMessage) -> Delivery {
         m.corr = self.node.next_corr();
         m.tracked = true;
-        self.node.deliveries.track(m.corr)
+        self.node.deliveries().track(m.corr)
     }
 }

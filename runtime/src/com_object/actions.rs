@@ -36,7 +36,7 @@ impl ComObject {
                 Action::RequestSlot => self.request_slot(ctx),
                 Action::CancelSlot => {
                     if let Some(t) = self.slot.take_ticket() {
-                        self.node.slots.cancel(t);
+                        self.node.slots().cancel(t);
                     }
                 }
                 Action::Open(req) => self.start_open(req, ctx),
@@ -50,22 +50,22 @@ impl ComObject {
                 Action::Up => self.up_pending = true,
                 Action::Fault { state, reason } => self.set_fault(state, &reason),
                 Action::ClaimRefused { reason } => {
-                    Counters::add(&self.node.counters.unproven_claims_refused, 1);
-                    if let Some(suppressed) = self.node.peer_logs.site(
+                    Counters::add(&self.node.counters().unproven_claims_refused, 1);
+                    if let Some(suppressed) = self.node.peer_logs().site(
                         &self.entry,
                         LogKind::ClaimRefused,
-                        &self.node.counters,
+                        self.node.counters(),
                     ) {
                         tracing::warn!(site = ?self.entry.id.get(), %reason, suppressed, "refused a claim on a site's id");
                     }
                     self.report_fault("a channel claiming the site".into(), reason, false);
                 }
                 Action::ReportFault { reason } => {
-                    Counters::add(&self.node.counters.protocol_errors, 1);
-                    if let Some(suppressed) = self.node.peer_logs.site(
+                    Counters::add(&self.node.counters().protocol_errors, 1);
+                    if let Some(suppressed) = self.node.peer_logs().site(
                         &self.entry,
                         LogKind::ProtocolBroken,
-                        &self.node.counters,
+                        self.node.counters(),
                     ) {
                         tracing::warn!(site = ?self.entry.id.get(), peer = %self.peer_string(), %reason, suppressed, "peer broke the protocol");
                     }
@@ -82,7 +82,7 @@ impl ComObject {
                 } => {
                     let reason = self.failure_reason(&failure);
                     let mut back = Returned::default();
-                    let deliveries = &self.node.deliveries;
+                    let deliveries = &self.node.deliveries();
                     for m in not_sent {
                         self.entry.outbox.release_msg(&m);
                         deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
@@ -139,7 +139,7 @@ impl ComObject {
                     self.node.fail_requests(&self.entry, &failure);
                     // Gone for good: what was dialed on its word is not.
                     self.node.asker_gone(&self.entry);
-                    self.node.acked.notify_waiters();
+                    self.node.signals().acked();
                     // Last: whoever hears of it finds the failure and what
                     // was handed back on record (`SiteRef::failure`).
                     self.publish(|site, address| crate::NodeEvent::SiteDown {
@@ -169,12 +169,12 @@ impl ComObject {
             let kind = LogKind::FaultState;
             if let Some(suppressed) =
                 self.node
-                    .peer_logs
-                    .site(&self.entry, kind, &self.node.counters)
+                    .peer_logs()
+                    .site(&self.entry, kind, self.node.counters())
             {
                 tracing::info!(site = ?self.entry.id.get(), ?state, %reason, suppressed, "fault state");
             }
-            let c = &self.node.counters;
+            let c = &self.node.counters();
             match state {
                 FaultState::TempFailed => {
                     Counters::add(&c.temp_failures, 1);
@@ -188,7 +188,7 @@ impl ComObject {
                 FaultState::PermFailed => Counters::add(&c.perm_failures, 1),
                 FaultState::Ok => {}
             }
-            self.node.changed.notify_waiters();
+            self.node.signals().changed();
         }
     }
 
@@ -210,7 +210,7 @@ impl ComObject {
         if let ChannelEnd::Orderly(reason) = end {
             // Counted before the channel goes, so whoever is woken by the
             // close sees it.
-            Counters::add(&self.node.counters.orderly_closes, 1);
+            Counters::add(&self.node.counters().orderly_closes, 1);
             tracing::debug!(site = ?self.entry.id.get(), ?reason, "channel closed by the close protocol");
         }
         if matches!(end, ChannelEnd::Final) {

@@ -154,19 +154,19 @@ impl Handler<Preempt> for ComObject {
             // Our open attempt, waiting in the peer's line, gave its slot
             // to a site waiting here; it asks for one again.
             tracing::debug!(site = ?self.entry.id.get(), reason = reason.name(), "left the peer's line");
-            crate::metrics::Counters::add(&self.node.counters.preemptions, 1);
+            crate::metrics::Counters::add(&self.node.counters().preemptions, 1);
             self.preempted = self.preempted.saturating_add(1);
             return;
         }
         if !holds {
             // Meant for a channel since gone (this lease was given back).
             tracing::debug!(site = ?self.entry.id.get(), ?lease, "late preemption ignored");
-            crate::metrics::Counters::add(&self.node.counters.preemptions_stale, 1);
+            crate::metrics::Counters::add(&self.node.counters().preemptions_stale, 1);
             return;
         }
         tracing::debug!(site = ?self.entry.id.get(), reason = reason.name(), "channel slot preempted");
         if self.com.close_hard(Instant::now()) {
-            crate::metrics::Counters::add(&self.node.counters.preemptions, 1);
+            crate::metrics::Counters::add(&self.node.counters().preemptions, 1);
             self.preempted = self.preempted.saturating_add(1);
             self.drive(ctx);
         }
@@ -212,7 +212,7 @@ impl Handler<Adopt> for ComObject {
                 // in its context would go with it, leaving the peer a bare
                 // close it cannot tell from a crash. Bounded by the
                 // handshake timeout; the channel's slot goes back with it.
-                let limit = self.node.cfg.handshake_timeout;
+                let limit = self.node.identity().cfg().handshake_timeout;
                 actix_rt::spawn(flush_and_close(msg.trans, limit));
             }
             AcceptOutcome::Restarted => {
@@ -237,7 +237,7 @@ impl Handler<Adopt> for ComObject {
                 } = msg;
                 // Full-size rings only now that the channel is accepted,
                 // and its socket read on this site's thread from now on.
-                trans.resize(self.node.cfg.buffer_size as usize);
+                trans.resize(self.node.identity().cfg().buffer_size as usize);
                 trans.rehome();
                 write_answer(&mut trans.outb, &answer.with_cookie(cookie));
                 self.act(ctx);
@@ -255,10 +255,7 @@ impl Handler<Stop> for ComObject {
     fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
         // A final ack, LEAVING, and whatever can be written now; the socket
         // closes with the actor.
-        let leaving = self
-            .node
-            .leave_on_shutdown
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let leaving = self.node.signals().leaves_on_shutdown();
         self.com.shutdown_as(leaving, Instant::now());
         self.act(ctx);
         self.drop_live(ctx);

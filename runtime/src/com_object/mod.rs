@@ -153,9 +153,9 @@ impl Actor for ComObject {
 impl ComObject {
     pub(crate) fn new(node: Arc<dyn ComHost>, entry: Arc<SiteEntry>, book: AddressBook) -> Self {
         let com = ComLogic::new(
-            node.com_cfg.clone(),
-            node.budget.clone(),
-            node.id,
+            node.com_cfg().clone(),
+            node.budget().clone(),
+            node.identity().id(),
             book,
             NEXT_OPENER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             rand::random(),
@@ -265,8 +265,8 @@ impl ComObject {
         // tests/hostile/peers.rs::messages_queued_as_a_site_is_given_up_are_in_not_sent
         // under load).
         let (class, footprint) = (m.share_class(), m.footprint());
-        Counters::add(&self.node.counters.handed_back, 1);
-        self.node.deliveries.fail(&m, || {
+        Counters::add(&self.node.counters().handed_back, 1);
+        self.node.deliveries().fail(&m, || {
             let reason = e.to_string();
             match e.handed_back() {
                 sitenet_protocols::connection::error::HandedBack::MaybeDelivered => {
@@ -287,8 +287,8 @@ impl ComObject {
                 let kind = LogKind::HandedBack;
                 if let Some(suppressed) =
                     self.node
-                        .peer_logs
-                        .site(&self.entry, kind, &self.node.counters)
+                        .peer_logs()
+                        .site(&self.entry, kind, self.node.counters())
                 {
                     tracing::warn!(site = ?self.entry.id.get(), error = %e, suppressed, "message handed back");
                 }
@@ -353,10 +353,10 @@ impl ComObject {
         // The pair's secret outlives the entry: coming back, this node
         // still proves the pair to a peer that kept its own entry.
         if let (Some(id), Some(c)) = (self.entry.id.get(), self.com.continuity()) {
-            self.node.pairs.lock().keep(id, c);
+            self.node.security().remember_pair(id, c);
         }
-        Counters::add(&self.node.counters.sites_reclaimed, 1);
-        self.node.changed.notify_waiters();
+        Counters::add(&self.node.counters().sites_reclaimed, 1);
+        self.node.signals().changed();
         // Dropping the reference to the entry this one merged into lets
         // that one be reclaimed in turn.
         self.merged = None;
@@ -372,7 +372,7 @@ impl ComObject {
     /// an open's NEGOTIATE, a claim's judgement.
     pub(super) fn recall_pair(&mut self) {
         if let Some(id) = self.entry.id.get() {
-            if let Some(c) = self.node.pairs.lock().take(id) {
+            if let Some(c) = self.node.security().recall_pair(id) {
                 self.com.recall(c);
             }
         }
@@ -406,7 +406,7 @@ impl ComObject {
             act.com.handle_timeout(now);
             if in_line && !act.com.in_line() && !act.com.is_failed() {
                 // The wait in the peer's line reached its give-up deadline.
-                Counters::add(&act.node.counters.line_give_ups, 1);
+                Counters::add(&act.node.counters().line_give_ups, 1);
             }
             // An idle channel is driven only by its timer (heartbeats): the
             // place to give its ring memory back, off the per-event path.

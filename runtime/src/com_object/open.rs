@@ -76,13 +76,13 @@ impl Handler<OpenWaiting> for ComObject {
 
     fn handle(&mut self, msg: OpenWaiting, ctx: &mut Context<Self>) {
         if self.com.opening() == Some(msg.attempt) && !self.com.in_line() {
-            Counters::add(&self.node.counters.line_waits, 1);
+            Counters::add(&self.node.counters().line_waits, 1);
         }
         self.com.open_waiting(msg.attempt, msg.hold, Instant::now());
         if let (Some(report), Some(o)) = (self.com.line_wait_report(), &self.opening) {
             // A holder that moves nothing: the slot table may take it back
             // for a site waiting here.
-            self.node.slots.report(&o.slot_info, &report);
+            self.node.slots().report(&o.slot_info, &report);
         }
         self.drive(ctx);
     }
@@ -133,7 +133,7 @@ impl ComObject {
         let addr = ctx.address();
         match self
             .node
-            .slots
+            .slots()
             .request(move |lease| addr.do_send(SlotGranted(lease)))
         {
             sitenet_transport::controller::Requested::Granted(lease) => {
@@ -142,14 +142,14 @@ impl ComObject {
                 self.com.slot_granted();
             }
             sitenet_transport::controller::Requested::Queued(t) => {
-                Counters::add(&self.node.counters.slot_waits, 1);
+                Counters::add(&self.node.counters().slot_waits, 1);
                 self.slot = Slot::Waiting(t);
             }
         }
     }
 
     pub(super) fn start_open(&mut self, req: OpenRequest, ctx: &mut Context<Self>) {
-        let addr = match self.node.cfg.transports.parse(&req.address) {
+        let addr = match self.node.identity().cfg().transports.parse(&req.address) {
             Ok(a) => a,
             Err(e) => {
                 // A peer listed an address this build cannot parse: that
@@ -184,9 +184,9 @@ impl ComObject {
                 return;
             }
         };
-        let cfg = &self.node.cfg;
+        let cfg = self.node.identity().cfg();
         let hs = Initiator::new(
-            self.node.local_info(),
+            self.node.identity().local_info(),
             self.entry.id.get(),
             req.last_received,
             req.last_generation,
@@ -195,7 +195,7 @@ impl ComObject {
         .with_attempt(req.attempt)
         .with_secret(req.secret)
         .with_session(req.session)
-        .with_keys(self.node.keys.clone());
+        .with_keys(self.node.security().keys().clone());
         // Under TLS the acceptor must be the site its certificate names.
         let hs = if cfg.tls.is_some() {
             hs.require_certificate()
@@ -243,7 +243,7 @@ impl ComObject {
         {
             return false;
         }
-        Counters::add(&self.node.counters.line_yields, 1);
+        Counters::add(&self.node.counters().line_yields, 1);
         self.drive(ctx);
         true
     }

@@ -27,9 +27,12 @@ impl ComObject {
         &self,
         make: impl FnOnce(Option<sitenet_protocols::SiteId>, Option<String>) -> crate::NodeEvent,
     ) {
-        if self.node.events.wanted() {
+        if self.node.signals().events().wanted() {
             let address = self.entry.address.as_deref().map(str::to_string);
-            self.node.events.publish(make(self.entry.id.get(), address));
+            self.node
+                .signals()
+                .events()
+                .publish(make(self.entry.id.get(), address));
         }
     }
 
@@ -55,7 +58,7 @@ impl ComObject {
     fn report_slot(&self) {
         if let Some(live) = &self.live {
             self.node
-                .slots
+                .slots()
                 .report(&live.slot_info, &self.slot_report(live));
         }
     }
@@ -83,7 +86,7 @@ impl ComObject {
         tracing::debug!(site = ?self.entry.id.get(), "channel slot given up");
         self.gave_way = Some(lease.id());
         if self.com.close_hard(now) {
-            Counters::add(&self.node.counters.preemptions, 1);
+            Counters::add(&self.node.counters().preemptions, 1);
             self.preempted = self.preempted.saturating_add(1);
         }
     }
@@ -133,12 +136,12 @@ impl ComObject {
     pub(super) fn account(&mut self, now: Instant) {
         self.report(now);
         for corr in self.com.take_delivered() {
-            self.node.deliveries.complete(corr, Ok(()));
+            self.node.deliveries().complete(corr, Ok(()));
         }
         let freed = self.com.take_freed(now);
         self.entry.outbox.release_freed(&freed);
         if freed.messages > 0 {
-            self.node.acked.notify_waiters();
+            self.node.signals().acked();
         }
         let now_seen = Reported::of(&self.com);
         let r = match &mut self.reported {
@@ -151,7 +154,7 @@ impl ComObject {
             }
         };
         let n = &now_seen;
-        let c = &self.node.counters;
+        let c = &self.node.counters();
         Counters::add(&c.messages_sent, n.sent - r.sent);
         Counters::add(&c.messages_retransmitted, n.retransmitted - r.retransmitted);
         Counters::add(&c.duplicates, n.duplicates - r.duplicates);
@@ -164,7 +167,7 @@ impl ComObject {
         if n.delivered != r.delivered || n.sent != r.sent || n.weak_rejected != r.weak_rejected {
             // Once per batch (a read, a flush), not per message: whoever
             // waits on the node's metrics re-checks.
-            self.node.changed.notify_waiters();
+            self.node.signals().changed();
         }
     }
 }
@@ -255,7 +258,7 @@ impl ComObject {
         use crate::peer_logs::LogKind;
         let site = self.entry.id.get();
         let (not_sent, maybe_delivered) = (back.not_sent.len(), back.maybe_delivered.len());
-        let (logs, counters) = (&self.node.peer_logs, &self.node.counters);
+        let (logs, counters) = (&self.node.peer_logs(), &self.node.counters());
         if *failure == sitenet_protocols::SiteFailure::ShutDown && not_sent + maybe_delivered == 0 {
             if let Some(suppressed) = logs.site(&self.entry, LogKind::SiteLeft, counters) {
                 tracing::info!(?site, %reason, suppressed, "site left (shut down in order)");

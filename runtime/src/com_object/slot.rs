@@ -158,7 +158,7 @@ impl ComObject {
             match slot.state {
                 ActorState::Running => {}
                 ActorState::Reclaimed => return false,
-                _ if node.is_shut_down() => return false,
+                _ if node.signals().is_shut_down() => return false,
                 ActorState::Parked => Self::unpark_in(node, entry, &mut slot),
                 ActorState::Never => {
                     drop(slot);
@@ -206,13 +206,13 @@ impl ComObject {
     /// entry: the one chosen when it was made ([`SiteEntry::home`]), else
     /// the one its key gives.
     fn thread_of<'a>(node: &'a NodeShared, entry: &SiteEntry) -> &'a actix_rt::ArbiterHandle {
-        node.rt.arbiter_at(Self::worker_of(node, entry))
+        node.rt().arbiter_at(Self::worker_of(node, entry))
     }
 
     /// The index in the pool of [`thread_of`](Self::thread_of)'s thread.
     pub(crate) fn worker_of(node: &NodeShared, entry: &SiteEntry) -> usize {
         match entry.home.load(std::sync::atomic::Ordering::Relaxed) {
-            crate::site_entry::NO_HOME => node.rt.index_for(entry.key),
+            crate::site_entry::NO_HOME => node.rt().index_for(entry.key),
             h => usize::from(h),
         }
     }
@@ -250,15 +250,18 @@ impl ComObject {
             ComObject::resume(n, e, parked)
         });
         slot.run(Arc::new(addr));
-        Counters::add(&node.counters.unparks, 1);
-        node.changed.notify_waiters();
+        Counters::add(&node.counters().unparks, 1);
+        node.signals().changed();
     }
 
     /// The actor of a site that parked: its machine from what it kept,
     /// its counters where they were.
     fn resume(node: Arc<dyn ComHost>, entry: Arc<SiteEntry>, p: ParkedActor) -> Self {
-        let com =
-            sitenet_protocols::ComObject::unpark(p.com, node.com_cfg.clone(), node.budget.clone());
+        let com = sitenet_protocols::ComObject::unpark(
+            p.com,
+            node.com_cfg().clone(),
+            node.budget().clone(),
+        );
         let mut me = Self::with_machine(node, entry, com);
         me.channels_opened = p.channels_opened;
         me.preempted = p.preempted;
@@ -280,7 +283,7 @@ impl ComObject {
             || self.ack_deferred
             || self.write_deferred
             || !self.inbox.is_idle()
-            || self.node.is_shut_down()
+            || self.node.signals().is_shut_down()
             || !self.com.parkable(now)
         {
             return;
@@ -297,7 +300,7 @@ impl ComObject {
                 return;
             };
             let deadline = com.deadline();
-            let forms = &self.node.parked_forms;
+            let forms = self.node.parked_forms();
             let at = forms.insert(ParkedActor {
                 com,
                 channels_opened: self.channels_opened,
@@ -312,10 +315,10 @@ impl ComObject {
             deadline
         };
         tracing::trace!(site = ?self.entry.id.get(), ?deadline, "site parked");
-        Counters::add(&self.node.counters.parks, 1);
+        Counters::add(&self.node.counters().parks, 1);
         // A wave of parks gives the actors' memory back to the system.
         self.entry.outbox.site_parked();
-        self.node.changed.notify_waiters();
+        self.node.signals().changed();
         if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
         }

@@ -406,7 +406,7 @@ impl Ctx<'_> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.node.rt.spawn(fut);
+        self.node.rt().spawn(fut);
     }
 }
 

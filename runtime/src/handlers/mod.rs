@@ -154,7 +154,7 @@ pub(crate) fn decode_header<M: Message>(
 /// Counts a message the node refused in the node's `unhandled` counter
 /// and in this thread's count (`runtime::count_refusal`).
 fn count_refused(node: &Arc<NodeInner>) {
-    Counters::add(&node.counters.unhandled, 1);
+    Counters::add(&node.counters().unhandled, 1);
     crate::runtime::count_refusal();
 }
 
@@ -170,7 +170,7 @@ pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
 /// their type's handler, a forwarded request as if its origin had sent it.
 #[inline] // its one caller is `Delivery::message`: no second move of the message
 pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
-    Counters::add(&node.counters.messages_delivered, 1);
+    Counters::add(&node.counters().messages_delivered, 1);
     let type_id = m.prelude.type_id;
     // A typed handler first; a raw one is looked up only without it (a
     // typed message's lookup is unchanged).
@@ -202,10 +202,10 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
             let reason = why.reason(type_id);
             match why {
                 Why::MalformedOrigin => {
-                    if let Some(suppressed) = node.peer_logs.site(
+                    if let Some(suppressed) = node.peer_logs().site(
                         from,
                         crate::peer_logs::LogKind::Unhandled,
-                        &node.counters,
+                        node.counters(),
                     ) {
                         tracing::warn!(type_id, suppressed, "{reason}");
                     }
@@ -315,8 +315,8 @@ fn forward_origin(
             count_refused(node);
             let reason = format!("forwarded request naming origin {}: {refused}", d.id);
             if let Some(suppressed) =
-                node.peer_logs
-                    .site(via, crate::peer_logs::LogKind::Unhandled, &node.counters)
+                node.peer_logs()
+                    .site(via, crate::peer_logs::LogKind::Unhandled, node.counters())
             {
                 tracing::warn!(type_id, suppressed, "{reason}");
             }
@@ -345,8 +345,8 @@ pub(crate) fn handler_outcome<T>(
         Ok(Err(reason)) => {
             count_refused(node);
             if let Some(suppressed) =
-                node.peer_logs
-                    .site(from, crate::peer_logs::LogKind::Unhandled, &node.counters)
+                node.peer_logs()
+                    .site(from, crate::peer_logs::LogKind::Unhandled, node.counters())
             {
                 tracing::warn!(type_id, %reason, suppressed, "{what}: message not handled");
             }
@@ -361,9 +361,9 @@ pub(crate) fn handler_outcome<T>(
             Err(reason)
         }
         Err(_) => {
-            Counters::add(&node.counters.handler_panics, 1);
+            Counters::add(&node.counters().handler_panics, 1);
             let kind = crate::peer_logs::LogKind::HandlerPanicked;
-            if let Some(suppressed) = node.peer_logs.site(from, kind, &node.counters) {
+            if let Some(suppressed) = node.peer_logs().site(from, kind, node.counters()) {
                 tracing::error!(
                     type_id,
                     suppressed,
@@ -395,7 +395,7 @@ pub(crate) fn call_unhandled(
             body,
         };
         if std::panic::catch_unwind(AssertUnwindSafe(|| hook(u))).is_err() {
-            Counters::add(&node.counters.handler_panics, 1);
+            Counters::add(&node.counters().handler_panics, 1);
             tracing::error!(type_id, "unhandled hook panicked");
         }
     }

@@ -63,8 +63,8 @@ impl NodeInner {
     pub(crate) fn describe(&self, entry: &SiteEntry) -> Option<SiteDescriptor> {
         if entry.is_local() {
             return Some(SiteDescriptor {
-                id: self.id,
-                addresses: self.listen_addresses(),
+                id: self.identity().id(),
+                addresses: self.identity().listen_addresses(),
             });
         }
         let mut d = entry.learned_descriptor()?;

@@ -47,7 +47,7 @@ use sitenet_transport::{Address, BoundListener};
 use crate::com_object::{ComHost, Inbox, Kill, NodeShared, Stop};
 use crate::config::NodeConfig;
 use crate::error::{NodeError, RequestError};
-use crate::metrics::{Counters, Metrics};
+use crate::metrics::Metrics;
 use crate::runtime::Runtime;
 use crate::site_entry::SiteEntry;
 
@@ -205,8 +205,8 @@ impl ComHost for NodeInner {
 impl NodeInner {
     pub(crate) fn max_message_to(&self, e: &SiteEntry) -> u64 {
         match e.peer_max.load(Ordering::Acquire) {
-            0 => self.cfg.max_message_size,
-            p => p.min(self.cfg.max_message_size),
+            0 => self.identity().cfg().max_message_size,
+            p => p.min(self.identity().cfg().max_message_size),
         }
     }
 
@@ -242,7 +242,7 @@ impl NodeInner {
     /// Stops everything but the ComObjects, whose addresses it returns for
     /// the caller to stop (empty if the node was stopped already).
     fn begin_stop(&self) -> Vec<actix::Addr<crate::com_object::ComObject>> {
-        if self.shut_down.swap(true, Ordering::AcqRel) {
+        if self.signals().shut_down() {
             return Vec::new();
         }
         self.stop_listeners.send_replace(true);
@@ -266,7 +266,7 @@ impl NodeInner {
         self.poke_parked_timer();
         // What was not acknowledged by now never will be (a node dropped
         // without `shutdown` too: its tracked sends must not wait for ever).
-        self.deliveries
+        self.deliveries()
             .fail_all(crate::error::DeliveryError::Shutdown);
         actors
     }
@@ -292,7 +292,7 @@ pub struct Node {
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("id", &self.inner.id)
+            .field("id", &self.inner.identity().id())
             .field("listen", &self.listen_addresses())
             .finish()
     }
@@ -313,22 +313,22 @@ impl Node {
 
     /// This node's site id (its incarnation).
     pub fn id(&self) -> SiteId {
-        self.inner.id
+        self.inner.identity().id()
     }
 
     /// The addresses this node listens on, with real ports.
     pub fn listen_addresses(&self) -> Vec<String> {
-        self.inner.listen_addresses()
+        self.inner.identity().listen_addresses()
     }
 
     /// The configuration in force (after clamping).
     pub fn config(&self) -> &NodeConfig {
-        &self.inner.cfg
+        self.inner.identity().cfg()
     }
 
     /// The runtime the node's actors run on.
     pub fn runtime(&self) -> &Runtime {
-        &self.inner.rt
+        self.inner.rt()
     }
 
     /// A reference to the site at `addr` (`tcp:HOST:PORT`, `unix:PATH`,
@@ -354,11 +354,11 @@ impl Node {
     /// # Ok::<(), sitenet_runtime::NodeError>(())
     /// ```
     pub fn site(&self, addr: impl ToAddress) -> Result<SiteRef, NodeError> {
-        if self.inner.is_shut_down() {
+        if self.inner.signals().is_shut_down() {
             return Err(NodeError::Shutdown);
         }
-        let a: Address = addr.to_address(&self.inner.cfg.transports)?;
-        if self.inner.listen.contains(&a) {
+        let a: Address = addr.to_address(&self.inner.identity().cfg().transports)?;
+        if self.inner.identity().listens_on(&a) {
             return Ok(self.local_site());
         }
         Ok(self.inner.site_at(a))
@@ -408,7 +408,7 @@ impl Node {
     /// Returns what was still unacknowledged.
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
         self.inner.closing.store(true, Ordering::Release);
-        let timer = self.inner.rt.delay(deadline);
+        let timer = self.inner.rt().delay(deadline);
         futures::pin_mut!(timer);
         // Running async handlers finish first: their answers are queued
         // like any message, and acknowledged below. Those still running at
@@ -446,7 +446,7 @@ impl Node {
         // received but never acknowledged.
         let stops = self.inner.begin_stop();
         let stopped = futures::future::join_all(stops.iter().map(|a| a.send(Stop)));
-        let limit = self.inner.rt.delay(LISTENER_STOP_LIMIT);
+        let limit = self.inner.rt().delay(LISTENER_STOP_LIMIT);
         futures::pin_mut!(stopped);
         futures::pin_mut!(limit);
         if let futures::future::Either::Right(_) = futures::future::select(stopped, limit).await {
@@ -457,7 +457,7 @@ impl Node {
         // not hang the caller.
         let done: Vec<_> = self.inner.listeners_done.lock().drain(..).collect();
         let all = futures::future::join_all(done);
-        let limit = self.inner.rt.delay(LISTENER_STOP_LIMIT);
+        let limit = self.inner.rt().delay(LISTENER_STOP_LIMIT);
         futures::pin_mut!(all);
         futures::pin_mut!(limit);
         if let futures::future::Either::Right(_) = futures::future::select(all, limit).await {
@@ -499,7 +499,7 @@ impl Node {
         &self,
         deadline: Duration,
     ) -> Result<ShutdownReport, crate::error::WouldDeadlock> {
-        if self.inner.rt.is_current_thread() {
+        if self.inner.rt().is_current_thread() {
             return Err(crate::error::WouldDeadlock);
         }
         Ok(futures::executor::block_on(self.shutdown(deadline)))

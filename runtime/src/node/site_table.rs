@@ -127,11 +127,11 @@ impl NodeInner {
     pub(crate) fn start_unstarted(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
         let mut t = self.sites.lock();
         let mut slot = entry.actor.lock();
-        if slot.state != ActorState::Never || self.is_shut_down() {
+        if slot.state != ActorState::Never || self.signals().is_shut_down() {
             return;
         }
         let book = match &entry.address {
-            Some(a) => AddressBook::given_shared_with(a.clone(), &self.com_cfg.plugged),
+            Some(a) => AddressBook::given_shared_with(a.clone(), &self.com_cfg().plugged),
             None => t.index.take_book(entry.key).unwrap_or_default(),
         };
         ComObject::start_in(self, entry, &mut slot, book);
@@ -184,7 +184,7 @@ impl NodeInner {
         d: &SiteDescriptor,
         by: Named<'_>,
     ) -> Result<SiteRef, ClaimRefused> {
-        if d.id == self.id {
+        if d.id == self.identity().id() {
             return Ok(self.local_site());
         }
         let word = match by {
@@ -234,7 +234,7 @@ impl NodeInner {
                 Ok(SiteRef::counted(e, self.clone()))
             }
             Err(refused) => {
-                crate::metrics::Counters::add(&self.counters.claims_refused, 1);
+                crate::metrics::Counters::add(&self.counters().claims_refused, 1);
                 Err(refused)
             }
         }
@@ -295,7 +295,7 @@ impl NodeInner {
 
     /// A reference to the site with this id, if the table has it.
     pub(crate) fn site_with_id(self: &Arc<Self>, id: SiteId) -> Option<SiteRef> {
-        if id == self.id {
+        if id == self.identity().id() {
             return Some(self.local_site());
         }
         let t = self.sites.lock();
@@ -323,11 +323,11 @@ impl NodeInner {
                     // A site met on an in-process channel runs where its
                     // end of the pair does (see `Runtime::worker_of`).
                     let home = adopt.trans.connector_thread();
-                    if let Some(i) = home.and_then(|th| self.rt.worker_of(th)) {
+                    if let Some(i) = home.and_then(|th| self.rt().worker_of(th)) {
                         let i = u16::try_from(i).unwrap_or(crate::site_entry::NO_HOME);
                         e.home.store(i, Ordering::Relaxed);
                     }
-                    if !self.is_shut_down() {
+                    if !self.signals().is_shut_down() {
                         ComObject::start_in(self, &e, &mut e.actor.lock(), book);
                     }
                     let _ = e.id.set(adopt.neg.site);
@@ -385,7 +385,7 @@ impl NodeInner {
     /// and `reclaim` re-checks both under that lock, so either keeps it.
     pub(crate) fn reclaim_unused(&self, entry: &Arc<SiteEntry>) {
         if entry.actor_state() == ActorState::Never && self.reclaim(entry) {
-            crate::metrics::Counters::add(&self.counters.sites_reclaimed, 1);
+            crate::metrics::Counters::add(&self.counters().sites_reclaimed, 1);
         }
     }
 
@@ -496,7 +496,7 @@ impl SiteEntry {
     /// Wakes the site's ComObject (started now if it was not, or from
     /// what it kept if it parked) to drain the outbox.
     pub(crate) fn wake(self: &Arc<Self>, node: &Arc<NodeInner>) {
-        Counters::add(&node.counters.wakes, 1);
+        Counters::add(&node.counters().wakes, 1);
         if self.is_local() {
             return node.wake_local(self);
         }

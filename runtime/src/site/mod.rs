@@ -53,7 +53,7 @@ impl SiteRef {
 
     pub(super) fn check(&self, entry: &Arc<SiteEntry>, m: &OutMessage) -> Result<(), SendError> {
         let reply = matches!(m.kind, MessageKind::Reply | MessageKind::DelegatedReply);
-        if self.node.is_shut_down() || (self.node.is_closing() && !reply) {
+        if self.node.signals().is_shut_down() || (self.node.is_closing() && !reply) {
             return Err(SendError::Shutdown);
         }
         // Nothing can run the site's ComObject if the node's runtime
@@ -81,7 +81,7 @@ impl SiteRef {
     /// Queues `m` in the site's outbox, waking its actor if needed; true if
     /// a batch is now waiting for it (see [`Pushed::Queued`]).
     pub(super) fn push(&self, entry: &Arc<SiteEntry>, mut m: OutMessage) -> bool {
-        Counters::add(&self.node.counters.messages_queued, 1);
+        Counters::add(&self.node.counters().messages_queued, 1);
         let mut entry = entry;
         loop {
             match entry.outbox.push(m) {

@@ -32,7 +32,7 @@ impl SiteRef {
 
     async fn flushed(&self, timeout: std::time::Duration) -> Result<(), FlushError> {
         let entry = self.entry.resolved().clone();
-        let timer = self.node.rt.delay(timeout);
+        let timer = self.node.rt().delay(timeout);
         futures::pin_mut!(timer);
         loop {
             let notified = entry.outbox.released();
@@ -171,7 +171,7 @@ impl Flush<'_> {
     /// Waits on this thread. On the node's own runtime thread it fails
     /// with [`FlushError::WouldDeadlock`] rather than hang.
     pub fn blocking(self) -> Result<(), FlushError> {
-        if self.site.node.rt.is_current_thread() {
+        if self.site.node.rt().is_current_thread() {
             return Err(FlushError::WouldDeadlock);
         }
         futures::executor::block_on(self)

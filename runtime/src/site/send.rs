@@ -167,7 +167,7 @@ impl<'a> SendBuilder<'a> {
     /// runtime thread (a handler, a task spawned there) it fails with
     /// [`SendError::WouldDeadlock`] rather than hang.
     pub fn blocking(self) -> Result<(), SendError> {
-        if self.site.node.rt.is_current_thread() {
+        if self.site.node.rt().is_current_thread() {
             return Err(SendError::WouldDeadlock);
         }
         futures::executor::block_on(self)
@@ -337,7 +337,7 @@ impl TrackedSend<'_> {
     /// bound is reached ([`SendError::WouldDeadlock`] on the node's own
     /// runtime thread).
     pub fn blocking(self) -> Result<Delivery, SendError> {
-        if self.send.site.node.rt.is_current_thread() {
+        if self.send.site.node.rt().is_current_thread() {
             return Err(SendError::WouldDeadlock);
         }
         futures::executor::block_on(self)
