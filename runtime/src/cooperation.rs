@@ -328,7 +328,7 @@ impl Cooperation {
             shut_down: Default::default(),
             handles: std::sync::atomic::AtomicUsize::new(1),
         });
-        node.cooperations
+        node.cooperations()
             .add(Arc::downgrade(&state) as std::sync::Weak<dyn Coop>);
         Self { node, state }
     }
@@ -514,12 +514,12 @@ impl crate::Node {
     /// ```
     pub fn cooperation_reply<M: Message>(&self) -> Result<(), crate::NodeError> {
         crate::handlers::check_user_id(M::ID)?;
-        self.inner.handlers.insert(
+        self.inner.handlers().insert(
             M::ID,
             Arc::new(|ctx: &mut crate::Ctx<'_>, header: &bytes::Bytes| {
                 let node = ctx.node;
                 if !node
-                    .cooperations
+                    .cooperations()
                     .offer(node, ctx.from, M::ID, header, &ctx.body)
                 {
                     Counters::add(&node.counters().replies_discarded, 1);

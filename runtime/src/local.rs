@@ -21,22 +21,10 @@ use std::sync::Arc;
 use sitenet_protocols::Deliver;
 
 use crate::node::NodeInner;
-use crate::site::SiteRef;
 use crate::site_entry::SiteEntry;
-use crate::site_entry::LOCAL_KEY;
 use crate::streams::{Delivery, LaneStreams};
 
 impl NodeInner {
-    /// A reference to this node as a site, its entry made on first need.
-    pub(crate) fn local_site(self: &Arc<Self>) -> SiteRef {
-        let entry = self.local.get_or_init(|| {
-            let e = SiteEntry::new(LOCAL_KEY, None, self.output.clone());
-            let _ = e.id.set(self.identity().id());
-            Arc::new(e)
-        });
-        SiteRef::counted(entry.clone(), self.clone())
-    }
-
     /// Schedules a drain of the local entry's outbox on the node's runtime
     /// (its first message after it was empty was just queued).
     pub(crate) fn wake_local(self: &Arc<Self>, entry: &Arc<SiteEntry>) {

@@ -61,7 +61,7 @@ impl Message for StatsReply {
 
 pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     register_sink(node)?;
-    node.handlers.insert(
+    node.handlers().insert(
         StatsQuery::ID,
         erase(|ctx, _: StatsQuery| {
             if !stats_allowed(ctx) {
@@ -82,7 +82,7 @@ pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
             }
         }),
     )?;
-    node.handlers.insert(
+    node.handlers().insert(
         Echo::ID,
         erase(|ctx, m: Echo| {
             let opts = crate::SendOptions::new().body(ctx.body().clone());
@@ -369,7 +369,7 @@ fn forwarded(ctx: &crate::handlers::Ctx<'_>) -> bool {
 pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     let sinks = Arc::new(parking_lot::Mutex::new(SinkTable::default()));
     let data_sinks = sinks.clone();
-    node.handlers.insert(
+    node.handlers().insert(
         SinkData::ID,
         erase(move |ctx, m: SinkData| {
             if forwarded(ctx) {
@@ -386,7 +386,7 @@ pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
             }
         }),
     )?;
-    node.handlers.insert(
+    node.handlers().insert(
         SinkQuery::ID,
         erase(move |ctx, q: SinkQuery| {
             if forwarded(ctx) {

@@ -164,7 +164,7 @@ impl Delivery<'_> {
     /// Starts a stream of `prelude`'s type with `header`: its sink, or
     /// `Discard` (the failure reported as for a whole message).
     fn start(&mut self, lane: Priority, prelude: &Prelude, header: Bytes) -> Open {
-        let Some(h) = self.node.handlers.get_stream(prelude.type_id) else {
+        let Some(h) = self.node.handlers().get_stream(prelude.type_id) else {
             return Open::Discard;
         };
         let mut ctx = self.ctx(prelude.type_id, prelude.kind, prelude.corr, lane);
@@ -238,7 +238,7 @@ impl Deliver for Delivery<'_> {
 
     fn stream(&mut self, _lane: Priority, prelude: &Prelude) -> bool {
         sitenet_protocols::node::delegation::may_stream(prelude.kind)
-            && self.node.handlers.is_stream(prelude.type_id)
+            && self.node.handlers().is_stream(prelude.type_id)
     }
 
     fn stream_start(&mut self, lane: Priority, prelude: &Prelude, header: Bytes) {
@@ -313,7 +313,7 @@ impl crate::Node {
     {
         crate::handlers::check_user_id(M::ID)?;
         self.inner
-            .handlers
+            .handlers()
             .insert_stream(M::ID, crate::streams::erase_stream(f))
     }
 }

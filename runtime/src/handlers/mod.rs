@@ -174,9 +174,9 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
     let type_id = m.prelude.type_id;
     // A typed handler first; a raw one is looked up only without it (a
     // typed message's lookup is unchanged).
-    let handler = match node.handlers.get(type_id) {
+    let handler = match node.handlers().get(type_id) {
         Some(h) => Some(h),
-        None => node.handlers.get_raw(m.prelude.kind, type_id),
+        None => node.handlers().get_raw(m.prelude.kind, type_id),
     };
     match classify(m.prelude.kind, &m.header, handler.is_some()) {
         Delivered::Reply { .. } => node.complete_request(from, m),
@@ -385,7 +385,7 @@ pub(crate) fn call_unhandled(
     header: Bytes,
     body: Bytes,
 ) {
-    let hook = node.handlers.unhandled.read().clone();
+    let hook = node.handlers().unhandled.read().clone();
     if let Some(hook) = hook {
         let u = Unhandled {
             from: from.id.get(),

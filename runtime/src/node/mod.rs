@@ -71,10 +71,10 @@ pub(crate) struct NodeInner {
     /// What the node shares with its ComObjects (read here through
     /// `Deref`).
     shared: NodeShared,
-    pub(crate) handlers: Handlers,
+    handlers: Handlers,
     /// Makes each ComObject's inbox (the handlers' and the stream sinks'
     /// side of delivery, layers above the actor), given by `start`.
-    pub(crate) inbox: MakeInbox,
+    inbox: MakeInbox,
     sites: Mutex<SiteTable>,
     /// Requests awaiting replies, by correlation id, and their deadlines
     /// (see `requests`).
@@ -83,7 +83,7 @@ pub(crate) struct NodeInner {
     /// `parked`).
     parked: Arc<parked::ParkedTimers>,
     /// The open cooperations, for the declared reply types.
-    pub(crate) cooperations: OpenCooperations,
+    cooperations: OpenCooperations,
     /// `shutdown` began (see [`is_closing`](Self::is_closing)).
     closing: AtomicBool,
     /// Level-triggered stop signal of the accept loops and the running
@@ -98,12 +98,12 @@ pub(crate) struct NodeInner {
     handshakes: accept::Handshakes,
     /// The output bounds every entry's outbox counts against: the site's
     /// and the node's (shared by all of them).
-    pub(crate) output: crate::outbox::OutputBound,
+    output: crate::outbox::OutputBound,
     /// One receiver per listener, completed when its accept loop has ended
     /// and the socket is closed.
     listeners_done: Mutex<Vec<oneshot::Receiver<()>>>,
     /// This node as a site (`Node::local_site`), made on first need.
-    pub(crate) local: std::sync::OnceLock<Arc<crate::site_entry::SiteEntry>>,
+    local: std::sync::OnceLock<Arc<crate::site_entry::SiteEntry>>,
 }
 
 /// Makes a ComObject's inbox for its node and site (installed in
@@ -269,6 +269,17 @@ impl NodeInner {
         self.deliveries()
             .fail_all(crate::error::DeliveryError::Shutdown);
         actors
+    }
+
+    /// The node's handlers, by message type (`Node::handle` and its
+    /// kind register them; delivery looks them up).
+    pub(crate) fn handlers(&self) -> &Handlers {
+        &self.handlers
+    }
+
+    /// The open cooperations, for the declared reply types.
+    pub(crate) fn cooperations(&self) -> &OpenCooperations {
+        &self.cooperations
     }
 
     /// True once [`Node::shutdown`] began: new sends are refused (replies

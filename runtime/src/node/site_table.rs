@@ -454,6 +454,17 @@ impl NodeInner {
         }
     }
 
+    /// A reference to this node as a site (`Node::local_site`), its entry
+    /// made on first need; its messages are drained by `local.rs`.
+    pub(crate) fn local_site(self: &Arc<Self>) -> SiteRef {
+        let entry = self.local.get_or_init(|| {
+            let e = SiteEntry::new(crate::site_entry::LOCAL_KEY, None, self.output.clone());
+            let _ = e.id.set(self.identity().id());
+            Arc::new(e)
+        });
+        SiteRef::counted(entry.clone(), self.clone())
+    }
+
     /// Every entry, and the local site's if it was made: what a shutdown
     /// waits for and closes.
     pub(super) fn entries_and_local(&self) -> Vec<Arc<SiteEntry>> {
