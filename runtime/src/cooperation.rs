@@ -219,7 +219,7 @@ impl Coop for CoopState {
     fn offer(&self, node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
         if !self.take(node, from, m.prelude.type_id, m.header, m.body) {
             Counters::add(&node.counters().replies_discarded, 1);
-            tracing::debug!(site = ?from.id.get(), "reply matches no descriptor of its cooperation; discarded");
+            tracing::debug!(site = ?from.id(), "reply matches no descriptor of its cooperation; discarded");
         }
     }
 
@@ -409,7 +409,7 @@ impl Cooperation {
                 missing: m.missing(),
             }),
             End::Failed { site, reason } => Err(CoopError::Failed {
-                site: site.entry.id.get(),
+                site: site.entry.id(),
                 reason: reason.clone(),
             }),
         })

@@ -36,7 +36,7 @@ impl NodeInner {
 /// Delivers everything queued to the local site, in order.
 fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
     let mut batch = Vec::new();
-    entry.outbox.drain_on_wake(&mut batch);
+    entry.outbox().drain_on_wake(&mut batch);
     if batch.is_empty() {
         return;
     }
@@ -50,7 +50,7 @@ fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
         let (class, footprint) = (m.share_class(), m.footprint());
         let token = m.tracked.then_some(m.corr);
         delivery.message(m.into_received());
-        entry.outbox.release(class, footprint);
+        entry.outbox().release(class, footprint);
         if let Some(token) = token {
             node.deliveries().complete(token, Ok(()));
         }

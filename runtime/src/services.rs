@@ -105,7 +105,7 @@ fn stats_allowed(ctx: &crate::handlers::Ctx<'_>) -> bool {
     if ctx.origin.is_some() {
         return false;
     }
-    let stats = ctx.from.stats.lock();
+    let stats = ctx.from.stats().lock();
     stats
         .as_ref()
         .and_then(|s| s.channel.as_deref())

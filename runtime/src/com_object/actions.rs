@@ -25,7 +25,7 @@ impl ComObject {
             // The channel went: an idle site keeps no spare room (the
             // outbox's and the machine's queues grow again on demand).
             self.shed_pending = false;
-            self.entry.outbox.shed();
+            self.entry.outbox().shed();
             self.com.shed();
         }
     }
@@ -56,7 +56,7 @@ impl ComObject {
                         LogKind::ClaimRefused,
                         self.node.counters(),
                     ) {
-                        tracing::warn!(site = ?self.entry.id.get(), %reason, suppressed, "refused a claim on a site's id");
+                        tracing::warn!(site = ?self.entry.id(), %reason, suppressed, "refused a claim on a site's id");
                     }
                     self.report_fault("a channel claiming the site".into(), reason, false);
                 }
@@ -67,7 +67,7 @@ impl ComObject {
                         LogKind::ProtocolBroken,
                         self.node.counters(),
                     ) {
-                        tracing::warn!(site = ?self.entry.id.get(), peer = %self.peer_string(), %reason, suppressed, "peer broke the protocol");
+                        tracing::warn!(site = ?self.entry.id(), peer = %self.peer_string(), %reason, suppressed, "peer broke the protocol");
                     }
                     self.report_fault(self.peer_string(), reason, false);
                 }
@@ -84,14 +84,14 @@ impl ComObject {
                     let mut back = Returned::default();
                     let deliveries = &self.node.deliveries();
                     for m in not_sent {
-                        self.entry.outbox.release_msg(&m);
+                        self.entry.outbox().release_msg(&m);
                         deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
                             reason: reason.clone(),
                         });
                         back.not_sent.push(m);
                     }
                     for m in maybe_delivered {
-                        self.entry.outbox.release_msg(&m);
+                        self.entry.outbox().release_msg(&m);
                         deliveries.fail(&m, || crate::error::DeliveryError::MaybeDelivered {
                             reason: reason.clone(),
                         });
@@ -117,9 +117,9 @@ impl ComObject {
                     // its check wakes this actor, whose drain hands it back
                     // as `SiteFailed` into the failure set below.)
                     let mut queued = Vec::new();
-                    self.entry.outbox.drain_on_wake(&mut queued);
+                    self.entry.outbox().drain_on_wake(&mut queued);
                     for m in queued {
-                        self.entry.outbox.release_msg(&m);
+                        self.entry.outbox().release_msg(&m);
                         deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
                             reason: reason.clone(),
                         });
@@ -132,10 +132,8 @@ impl ComObject {
                         .lock()
                         .get_or_insert_with(Box::default)
                         .failed = Some((failure.clone(), back));
-                    self.entry
-                        .has_failed
-                        .store(true, std::sync::atomic::Ordering::Release);
-                    self.entry.outbox.close();
+                    self.entry.liveness().set_failed();
+                    self.entry.outbox().close();
                     self.node.fail_requests(&self.entry, &failure);
                     // Gone for good: what was dialed on its word is not.
                     self.node.asker_gone(&self.entry);
@@ -172,7 +170,7 @@ impl ComObject {
                     .peer_logs()
                     .site(&self.entry, kind, self.node.counters())
             {
-                tracing::info!(site = ?self.entry.id.get(), ?state, %reason, suppressed, "fault state");
+                tracing::info!(site = ?self.entry.id(), ?state, %reason, suppressed, "fault state");
             }
             let c = &self.node.counters();
             match state {
@@ -211,7 +209,7 @@ impl ComObject {
             // Counted before the channel goes, so whoever is woken by the
             // close sees it.
             Counters::add(&self.node.counters().orderly_closes, 1);
-            tracing::debug!(site = ?self.entry.id.get(), ?reason, "channel closed by the close protocol");
+            tracing::debug!(site = ?self.entry.id(), ?reason, "channel closed by the close protocol");
         }
         if matches!(end, ChannelEnd::Final) {
             self.drop_live_after_final_frame(ctx);

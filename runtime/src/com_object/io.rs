@@ -154,7 +154,7 @@ impl ComObject {
         {
             let delta = live.t.resize_in(min) + live.t.resize_out(min);
             ring_bytes_changed(&self.node, delta);
-            tracing::debug!(site = ?self.entry.id.get(), "idle channel: rings shrunk");
+            tracing::debug!(site = ?self.entry.id(), "idle channel: rings shrunk");
         }
     }
 
@@ -273,7 +273,7 @@ impl ComObject {
         // What is queued while this turn delivers (a handler's reply, above
         // all) is taken right after, in this turn: it needs no wake, which
         // would cost another turn of the actor for nothing.
-        self.entry.outbox.hold_wakes();
+        self.entry.outbox().hold_wakes();
         let turn = self.read_and_process(id);
         self.take_outbox(true);
         match turn {
@@ -283,7 +283,7 @@ impl ComObject {
             ReadTurn::Blocked => self.wait_for_budget(id, epoch, ctx),
             ReadTurn::Paused(until) => {
                 tracing::debug!(
-                    site = ?self.entry.id.get(),
+                    site = ?self.entry.id(),
                     refused = self.live.as_ref().map_or(0, |l| l.refusals.refused()),
                     pause = ?until.saturating_duration_since(Instant::now()),
                     "the peer's refused messages pause its input"
@@ -432,11 +432,9 @@ impl ComObject {
             + t.ring_bytes();
         c.channel_buffer_bytes_peak
             .fetch_max(now_held, std::sync::atomic::Ordering::Relaxed);
-        tracing::debug!(site = ?self.entry.id.get(), peer = %t.peer(), generation = ?self.com.session().channel().map(|c| c.generation), "channel working");
+        tracing::debug!(site = ?self.entry.id(), peer = %t.peer(), generation = ?self.com.session().channel().map(|c| c.generation), "channel working");
         if let Some(p) = self.com.session().peer_max_message() {
-            self.entry
-                .peer_max
-                .store(p, std::sync::atomic::Ordering::Release);
+            self.entry.set_peer_max(p);
         }
         // The pair's secret is charged to the address this channel comes
         // from, should the node keep it after forgetting the site.
@@ -450,14 +448,10 @@ impl ComObject {
         if let Some(lease) = &t.lease {
             lease.attach(slot_info.clone(), super::open::preempt_fn(ctx));
         }
-        self.entry
-            .connected
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        self.entry
-            .contacted
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.entry.liveness().set_connected(true);
+        self.entry.liveness().set_contacted();
         if std::mem::take(&mut self.up_pending) {
-            if let Some(site) = self.entry.id.get() {
+            if let Some(site) = self.entry.id() {
                 let transport = t.transport();
                 self.publish(|_, address| crate::NodeEvent::SiteUp {
                     site,
@@ -511,9 +505,7 @@ impl ComObject {
         // their message comes again.
         self.com.report_interrupted(&mut *self.inbox);
         self.shed_pending = true;
-        self.entry
-            .connected
-            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.entry.liveness().set_connected(false);
         self.node
             .counters()
             .channel_buffer_bytes

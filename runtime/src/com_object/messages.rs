@@ -153,18 +153,18 @@ impl Handler<Preempt> for ComObject {
         if !holds && self.leave_peer_line(lease, ctx) {
             // Our open attempt, waiting in the peer's line, gave its slot
             // to a site waiting here; it asks for one again.
-            tracing::debug!(site = ?self.entry.id.get(), reason = reason.name(), "left the peer's line");
+            tracing::debug!(site = ?self.entry.id(), reason = reason.name(), "left the peer's line");
             crate::metrics::Counters::add(&self.node.counters().preemptions, 1);
             self.preempted = self.preempted.saturating_add(1);
             return;
         }
         if !holds {
             // Meant for a channel since gone (this lease was given back).
-            tracing::debug!(site = ?self.entry.id.get(), ?lease, "late preemption ignored");
+            tracing::debug!(site = ?self.entry.id(), ?lease, "late preemption ignored");
             crate::metrics::Counters::add(&self.node.counters().preemptions_stale, 1);
             return;
         }
-        tracing::debug!(site = ?self.entry.id.get(), reason = reason.name(), "channel slot preempted");
+        tracing::debug!(site = ?self.entry.id(), reason = reason.name(), "channel slot preempted");
         if self.com.close_hard(Instant::now()) {
             crate::metrics::Counters::add(&self.node.counters().preemptions, 1);
             self.preempted = self.preempted.saturating_add(1);
@@ -186,9 +186,7 @@ impl Handler<Adopt> for ComObject {
 
     fn handle(&mut self, mut msg: Adopt, ctx: &mut Context<Self>) {
         // Taken: the entry may be reclaimed again once the machine agrees.
-        self.entry
-            .adopting
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.entry.holds().adoption_ends();
         let adoption = self
             .node
             .adoption(&self.entry, self.merged.is_some(), msg.neg.site);

@@ -146,7 +146,7 @@ impl Actor for ComObject {
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         // Nothing more comes on the streams still open.
         self.inbox.abort_all();
-        tracing::debug!(site = ?self.entry.id.get(), "ComObject stopped");
+        tracing::debug!(site = ?self.entry.id(), "ComObject stopped");
     }
 }
 
@@ -208,7 +208,7 @@ impl ComObject {
     }
 
     pub(super) fn has_refs(&self) -> bool {
-        self.entry.refs.load(std::sync::atomic::Ordering::Acquire) > 0
+        self.entry.holds().has_refs()
     }
 
     /// Tells the machine whether `SiteRef`s are held and whether replies
@@ -219,11 +219,7 @@ impl ComObject {
         if refs != self.com.has_refs() {
             self.com.set_has_refs(refs, Instant::now());
         }
-        let awaiting = self
-            .entry
-            .pending_requests
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0;
+        let awaiting = self.entry.holds().pending_requests() > 0;
         if awaiting != self.com.awaiting_replies() {
             self.com.set_awaiting_replies(awaiting);
         }
@@ -240,9 +236,9 @@ impl ComObject {
             .map(|l| std::mem::take(&mut l.batch))
             .unwrap_or_default();
         if on_wake {
-            self.entry.outbox.drain_on_wake(&mut batch);
+            self.entry.outbox().drain_on_wake(&mut batch);
         } else {
-            self.entry.outbox.drain(&mut batch);
+            self.entry.outbox().drain(&mut batch);
         }
         let mut refused = Vec::new();
         self.com.queue_all(&mut batch, |e, m| refused.push((e, m)));
@@ -290,12 +286,12 @@ impl ComObject {
                         .peer_logs()
                         .site(&self.entry, kind, self.node.counters())
                 {
-                    tracing::warn!(site = ?self.entry.id.get(), error = %e, suppressed, "message handed back");
+                    tracing::warn!(site = ?self.entry.id(), error = %e, suppressed, "message handed back");
                 }
                 handed.refused.push((e, m));
             }
         }
-        self.entry.outbox.release(class, footprint);
+        self.entry.outbox().release(class, footprint);
     }
 
     /// The one place that reacts to anything: queue, act, flush, account,
@@ -323,10 +319,9 @@ impl ComObject {
     /// one side or the other (both use `SeqCst`), so the rule never waits
     /// for a wake that does not come.
     fn watch_unref(&mut self, ctx: &mut Context<Self>, now: Instant) {
-        use std::sync::atomic::Ordering::SeqCst;
         let watch = self.com.wake_when_unreferenced();
-        self.entry.poke_on_unref.store(watch, SeqCst);
-        if watch && self.entry.refs.load(SeqCst) == 0 {
+        self.entry.liveness().set_poke_on_unref(watch);
+        if watch && self.entry.holds().refs() == 0 {
             self.com.set_has_refs(false, now);
             self.rearm_timer(ctx, now);
         }
@@ -336,23 +331,21 @@ impl ComObject {
     /// table agrees nothing refers to it (checked under its lock), and stop.
     fn reclaim(&mut self, ctx: &mut Context<Self>) {
         if !self.node.reclaim(&self.entry) {
-            tracing::debug!(site = ?self.entry.id.get(), "not reclaimed: referenced again");
+            tracing::debug!(site = ?self.entry.id(), "not reclaimed: referenced again");
             return;
         }
-        tracing::debug!(site = ?self.entry.id.get(), "site reclaimed");
+        tracing::debug!(site = ?self.entry.id(), "site reclaimed");
         {
             // Nothing runs the entry any more: a message sent through a
             // handle that kept it is dropped, a send fails.
-            let mut slot = self.entry.actor.lock();
+            let mut slot = self.entry.actor().lock();
             slot.state = crate::site_entry::ActorState::Reclaimed;
             slot.held = None;
-            self.entry
-                .reclaimed
-                .store(true, std::sync::atomic::Ordering::Release);
+            self.entry.liveness().set_reclaimed();
         }
         // The pair's secret outlives the entry: coming back, this node
         // still proves the pair to a peer that kept its own entry.
-        if let (Some(id), Some(c)) = (self.entry.id.get(), self.com.continuity()) {
+        if let (Some(id), Some(c)) = (self.entry.id(), self.com.continuity()) {
             self.node.security().remember_pair(id, c);
         }
         Counters::add(&self.node.counters().sites_reclaimed, 1);
@@ -371,7 +364,7 @@ impl ComObject {
     /// ignores it once it holds one). Before every decision that uses it:
     /// an open's NEGOTIATE, a claim's judgement.
     pub(super) fn recall_pair(&mut self) {
-        if let Some(id) = self.entry.id.get() {
+        if let Some(id) = self.entry.id() {
             if let Some(c) = self.node.security().recall_pair(id) {
                 self.com.recall(c);
             }

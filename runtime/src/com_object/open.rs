@@ -104,7 +104,7 @@ impl Handler<AbandonDial> for ComObject {
             // Proven meanwhile (its channel works): an ordinary site now.
             return;
         }
-        tracing::debug!(site = ?self.entry.id.get(), "the peer that named this site went: its dial is abandoned");
+        tracing::debug!(site = ?self.entry.id(), "the peer that named this site went: its dial is abandoned");
         self.take_outbox(false);
         self.com.fail(SiteFailure::NotReached, Instant::now());
         self.drive(ctx);
@@ -168,7 +168,7 @@ impl ComObject {
         let permit = match self.node.dial_on_word(&self.entry, &req.address) {
             Ok(ticket) => ticket.map(|ticket| DialPermit {
                 node: self.node.clone(),
-                key: self.entry.key,
+                key: self.entry.key(),
                 ticket,
             }),
             Err(refused) => {
@@ -187,7 +187,7 @@ impl ComObject {
         let cfg = self.node.identity().cfg();
         let hs = Initiator::new(
             self.node.identity().local_info(),
-            self.entry.id.get(),
+            self.entry.id(),
             req.last_received,
             req.last_generation,
             crate::channel_io::fresh_nonce(),
@@ -305,19 +305,19 @@ impl ComObject {
             // dead): it stays failed, and so does this reference to it —
             // its messages and requests fail now instead of waiting in the
             // failed entry's closed outbox for ever.
-            tracing::debug!(site = ?other.id.get(), "address belongs to a permanently failed site");
+            tracing::debug!(site = ?other.id(), "address belongs to a permanently failed site");
             self.take_outbox(false);
             self.com.kill(Instant::now());
             self.drive(ctx);
             return;
         }
-        tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
+        tracing::debug!(site = ?other.id(), "address belongs to a known site; merging");
         self.merged = Some(self.node.clone().hold(other.clone()));
         // What the machine holds is older than what is still in the outbox;
         // `seal_into` moves both, in that order.
         let older = self.com.merge_out();
         let entry = self.entry.clone();
-        let wake = self.entry.outbox.seal_into(&other.outbox, older, || {
+        let wake = self.entry.outbox().seal_into(other.outbox(), older, || {
             entry.redirect_to(other.clone());
         });
         if wake {

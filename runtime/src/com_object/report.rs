@@ -14,7 +14,7 @@ impl ComObject {
     /// Records a fault of this site in the node's fault history.
     pub(super) fn report_fault(&self, peer: String, reason: String, permanent: bool) {
         self.node.record_fault(FaultReport {
-            site: self.entry.id.get(),
+            site: self.entry.id(),
             peer,
             reason,
             permanent,
@@ -28,11 +28,11 @@ impl ComObject {
         make: impl FnOnce(Option<sitenet_protocols::SiteId>, Option<String>) -> crate::NodeEvent,
     ) {
         if self.node.signals().events().wanted() {
-            let address = self.entry.address.as_deref().map(str::to_string);
+            let address = self.entry.address().map(str::to_string);
             self.node
                 .signals()
                 .events()
-                .publish(make(self.entry.id.get(), address));
+                .publish(make(self.entry.id(), address));
         }
     }
 
@@ -83,7 +83,7 @@ impl ComObject {
         if !lease.must_give_way(&live.slot_info, served, || self.slot_report(live)) {
             return;
         }
-        tracing::debug!(site = ?self.entry.id.get(), "channel slot given up");
+        tracing::debug!(site = ?self.entry.id(), "channel slot given up");
         self.gave_way = Some(lease.id());
         if self.com.close_hard(now) {
             Counters::add(&self.node.counters().preemptions, 1);
@@ -98,11 +98,7 @@ impl ComObject {
             closeable: self.com.state() == sitenet_protocols::ComState::Working,
             last_active: self.com.last_activity(),
             mid_message: session.mid_message(),
-            replies_expected: self
-                .entry
-                .pending_requests
-                .load(std::sync::atomic::Ordering::Relaxed)
-                > 0,
+            replies_expected: self.entry.holds().pending_requests() > 0,
             buffers_empty: live.t.inb.is_empty() && !live.t.out_pending(),
             queues_empty: session.queued_bytes() == 0,
             callable: self.com.addresses().can_open(),
@@ -116,7 +112,7 @@ impl ComObject {
     /// Publishes the site's counters for `Node::stats`.
     pub(super) fn publish_stats(&self) {
         let s = self.com.session().stats();
-        let mut published = self.entry.stats.lock();
+        let mut published = self.entry.stats().lock();
         let st = published.get_or_insert_with(Box::default);
         fill_identity(st, &self.entry, self.com.addresses());
         let peer = self.live.as_ref().map(|l| l.t.peer());
@@ -139,7 +135,7 @@ impl ComObject {
             self.node.deliveries().complete(corr, Ok(()));
         }
         let freed = self.com.take_freed(now);
-        self.entry.outbox.release_freed(&freed);
+        self.entry.outbox().release_freed(&freed);
         if freed.messages > 0 {
             self.node.signals().acked();
         }
@@ -196,9 +192,9 @@ pub(super) fn fill_identity(
     entry: &crate::site_entry::SiteEntry,
     book: &sitenet_protocols::AddressBook,
 ) {
-    st.site = entry.id.get().map(|id| id.to_string());
-    if st.address.as_deref() != entry.address.as_deref() {
-        st.address = entry.address.as_deref().map(str::to_owned);
+    st.site = entry.id().map(|id| id.to_string());
+    if st.address.as_deref() != entry.address() {
+        st.address = entry.address().map(str::to_owned);
     }
     if !st.addresses.iter().map(String::as_str).eq(book.addresses()) {
         st.addresses = book.addresses().map(str::to_owned).collect();
@@ -256,7 +252,7 @@ impl ComObject {
         back: &crate::site_entry::Returned,
     ) {
         use crate::peer_logs::LogKind;
-        let site = self.entry.id.get();
+        let site = self.entry.id();
         let (not_sent, maybe_delivered) = (back.not_sent.len(), back.maybe_delivered.len());
         let (logs, counters) = (&self.node.peer_logs(), &self.node.counters());
         if *failure == sitenet_protocols::SiteFailure::ShutDown && not_sent + maybe_delivered == 0 {

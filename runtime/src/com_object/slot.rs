@@ -71,7 +71,7 @@ macro_rules! counted {
             type Result = ();
 
             fn handle(&mut self, Counted(m): Counted<$m>, ctx: &mut Context<Self>) {
-                self.entry.actor.lock().handled_one();
+                self.entry.actor().lock().handled_one();
                 <Self as Handler<$m>>::handle(self, m, ctx);
             }
         }
@@ -154,7 +154,7 @@ impl ComObject {
         ComObject: Handler<Counted<M>>,
     {
         loop {
-            let mut slot = entry.actor.lock();
+            let mut slot = entry.actor().lock();
             match slot.state {
                 ActorState::Running => {}
                 ActorState::Reclaimed => return false,
@@ -185,7 +185,7 @@ impl ComObject {
         M: Message<Result = ()> + Send + 'static,
         ComObject: Handler<Counted<M>>,
     {
-        if entry.actor.lock().state == ActorState::Never {
+        if entry.actor().lock().state == ActorState::Never {
             return false;
         }
         Self::send(node, entry, msg)
@@ -198,7 +198,7 @@ impl ComObject {
         entry: &SiteEntry,
         f: impl FnOnce(&Addr<ComObject>) -> R,
     ) -> Option<R> {
-        let slot = entry.actor.lock();
+        let slot = entry.actor().lock();
         (slot.state == ActorState::Running).then(|| f(Self::addr_in(&slot)))
     }
 
@@ -211,8 +211,8 @@ impl ComObject {
 
     /// The index in the pool of [`thread_of`](Self::thread_of)'s thread.
     pub(crate) fn worker_of(node: &NodeShared, entry: &SiteEntry) -> usize {
-        match entry.home.load(std::sync::atomic::Ordering::Relaxed) {
-            crate::site_entry::NO_HOME => node.rt().index_for(entry.key),
+        match entry.home() {
+            crate::site_entry::NO_HOME => node.rt().index_for(entry.key()),
             h => usize::from(h),
         }
     }
@@ -239,12 +239,12 @@ impl ComObject {
     fn unpark_in<H: ComHost>(node: &Arc<H>, entry: &Arc<SiteEntry>, slot: &mut ActorSlot) {
         let parked = Self::forms_in(slot).remove(slot.parked_at());
         if let Some(at) = parked.com.deadline() {
-            node.unpark_deadline(entry.key, at);
+            node.unpark_deadline(entry.key(), at);
         }
         // `Node::stats` reads the published counters again from now on.
         let mut st = SiteStats::default();
         fill_stats(&mut st, entry, &parked);
-        *entry.stats.lock() = Some(Box::new(st));
+        *entry.stats().lock() = Some(Box::new(st));
         let (n, e): (Arc<dyn ComHost>, _) = (node.clone(), entry.clone());
         let addr = ComObject::start_in_arbiter(Self::thread_of(node, entry), move |_| {
             ComObject::resume(n, e, parked)
@@ -289,10 +289,10 @@ impl ComObject {
             return;
         }
         let deadline = {
-            let mut slot = self.entry.actor.lock();
+            let mut slot = self.entry.actor().lock();
             if slot.state != ActorState::Running
                 || slot.queued() > 0
-                || !self.entry.outbox.is_empty()
+                || !self.entry.outbox().is_empty()
             {
                 return;
             }
@@ -308,16 +308,16 @@ impl ComObject {
             });
             slot.park(forms.clone(), at);
             // The parked form answers `Node::stats` now.
-            *self.entry.stats.lock() = None;
+            *self.entry.stats().lock() = None;
             if let Some(at) = deadline {
-                self.node.park_deadline(self.entry.key, at);
+                self.node.park_deadline(self.entry.key(), at);
             }
             deadline
         };
-        tracing::trace!(site = ?self.entry.id.get(), ?deadline, "site parked");
+        tracing::trace!(site = ?self.entry.id(), ?deadline, "site parked");
         Counters::add(&self.node.counters().parks, 1);
         // A wave of parks gives the actors' memory back to the system.
-        self.entry.outbox.site_parked();
+        self.entry.outbox().site_parked();
         self.node.signals().changed();
         if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
@@ -328,7 +328,7 @@ impl ComObject {
     /// The site's counters for `Node::stats`: published by its actor, or
     /// made from what it keeps while parked. `None` for a site never used.
     pub(crate) fn site_stats(entry: &SiteEntry) -> Option<SiteStats> {
-        let slot = entry.actor.lock();
+        let slot = entry.actor().lock();
         let mut st = if slot.state == ActorState::Parked {
             let forms = Self::forms_in(&slot);
             let t = forms.0.lock();
@@ -336,9 +336,9 @@ impl ComObject {
             fill_stats(&mut st, entry, t.get(slot.parked_at() as usize)?);
             st
         } else {
-            entry.stats.lock().as_deref().cloned()?
+            entry.stats().lock().as_deref().cloned()?
         };
-        st.pending_bytes_by_class = entry.outbox.held_by_class();
+        st.pending_bytes_by_class = entry.outbox().held_by_class();
         Some(st)
     }
 }

@@ -277,7 +277,7 @@ fn call(
             request = %id,
             type_id,
             hop = if forwarded { "forwarded" } else { "direct" },
-            via = ?via.id.get(),
+            via = ?via.id(),
         ),
         None => tracing::Span::none(),
     };
@@ -388,7 +388,7 @@ pub(crate) fn call_unhandled(
     let hook = node.handlers().unhandled.read().clone();
     if let Some(hook) = hook {
         let u = Unhandled {
-            from: from.id.get(),
+            from: from.id(),
             type_id,
             reason,
             header,

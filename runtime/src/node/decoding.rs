@@ -69,25 +69,9 @@ impl NodeInner {
         }
         let mut d = entry.learned_descriptor()?;
         if d.addresses.is_empty() {
-            d.addresses
-                .extend(entry.address.as_deref().map(str::to_owned));
+            d.addresses.extend(entry.address().map(str::to_owned));
         }
         Some(d)
-    }
-}
-
-impl SiteEntry {
-    /// Its id and the addresses its handshake taught (published when its
-    /// channel came up); `None` before its id is known.
-    fn learned_descriptor(&self) -> Option<SiteDescriptor> {
-        let id = self.id.get()?;
-        let addresses = self
-            .stats
-            .lock()
-            .as_ref()
-            .map(|s| s.addresses.clone())
-            .unwrap_or_default();
-        Some(SiteDescriptor { id, addresses })
     }
 }
 

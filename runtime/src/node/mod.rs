@@ -186,7 +186,7 @@ impl ComHost for NodeInner {
     }
 
     fn wake(self: Arc<Self>, entry: &Arc<SiteEntry>) {
-        entry.wake(&self)
+        self.wake_site(entry)
     }
 
     fn start_unstarted(self: Arc<Self>, entry: &Arc<SiteEntry>) {
@@ -204,7 +204,7 @@ impl ComHost for NodeInner {
 
 impl NodeInner {
     pub(crate) fn max_message_to(&self, e: &SiteEntry) -> u64 {
-        match e.peer_max.load(Ordering::Acquire) {
+        match e.peer_max() {
             0 => self.identity().cfg().max_message_size,
             p => p.min(self.identity().cfg().max_message_size),
         }
@@ -248,7 +248,7 @@ impl NodeInner {
         self.stop_listeners.send_replace(true);
         let mut actors = Vec::new();
         for e in self.entries_and_local() {
-            e.outbox.close();
+            e.outbox().close();
             // Parked sites have no channel to close and nothing pending:
             // nothing to stop (and nothing starts them again now).
             actors.extend(crate::com_object::ComObject::if_running(&e, Clone::clone));
@@ -436,10 +436,10 @@ impl Node {
         if in_time {
             'sites: for e in self.inner.entries_and_local() {
                 loop {
-                    let released = e.outbox.released();
+                    let released = e.outbox().released();
                     futures::pin_mut!(released);
                     released.as_mut().enable();
-                    if e.outbox.bytes() == 0 || e.failure().is_some() {
+                    if e.outbox().bytes() == 0 || e.failure().is_some() {
                         break;
                     }
                     if let futures::future::Either::Right(_) =
@@ -522,7 +522,7 @@ impl Node {
             if e.failure().is_some() {
                 continue;
             }
-            let b = e.outbox.bytes();
+            let b = e.outbox().bytes();
             if b > 0 {
                 r.unacknowledged_bytes += b;
                 r.sites_with_pending += 1;

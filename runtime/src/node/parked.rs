@@ -78,7 +78,7 @@ impl NodeInner {
     /// forgotten: whether a message queued for `entry` can be sent. Two
     /// atomic loads: it runs on every send.
     pub(crate) fn can_run(&self, entry: &SiteEntry) -> bool {
-        self.parked.runtime_runs.load(Ordering::Acquire) && !entry.reclaimed.load(Ordering::Acquire)
+        self.parked.runtime_runs.load(Ordering::Acquire) && !entry.liveness().reclaimed()
     }
 
     /// Starts the node's task that starts parked sites at their

@@ -73,18 +73,14 @@ impl std::ops::Deref for Awaited {
 
 impl Awaited {
     fn new(entry: &Arc<SiteEntry>) -> Self {
-        entry
-            .pending_requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        entry.holds().request_sent();
         Self(entry.clone())
     }
 }
 
 impl Drop for Awaited {
     fn drop(&mut self) {
-        self.0
-            .pending_requests
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.holds().request_ended();
     }
 }
 
@@ -190,7 +186,7 @@ impl NodeInner {
                     crate::peer_logs::LogKind::MisdirectedReply,
                     self.counters(),
                 ) {
-                    tracing::warn!(corr = m.prelude.corr, site = ?from.id.get(), suppressed, "reply from a site the request was not sent to; discarded");
+                    tracing::warn!(corr = m.prelude.corr, site = ?from.id(), suppressed, "reply from a site the request was not sent to; discarded");
                 }
                 return;
             }

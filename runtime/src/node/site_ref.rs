@@ -52,9 +52,7 @@ pub struct SiteRef {
 impl Clone for SiteRef {
     /// The same entry (a clone equals its original, merges or not).
     fn clone(&self) -> Self {
-        self.entry
-            .refs
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.entry.holds().add_ref();
         Self {
             entry: self.entry.clone(),
             node: self.node.clone(),
@@ -64,11 +62,10 @@ impl Clone for SiteRef {
 
 impl Drop for SiteRef {
     fn drop(&mut self) {
-        use std::sync::atomic::Ordering::SeqCst;
         // SeqCst pairs with the ComObject's store of `poke_on_unref` and its
         // re-read of `refs`: one of the two sees the other, so the last
         // reference going is never missed.
-        if self.entry.refs.fetch_sub(1, SeqCst) == 1 {
+        if self.entry.holds().drop_ref() {
             match self.entry.actor_state() {
                 // Never used: nothing to linger for. (The table re-checks
                 // under its lock; a reference handed out meanwhile keeps it.)
@@ -76,7 +73,7 @@ impl Drop for SiteRef {
                 // Running or parked, idle: the reclaim rule's clock starts
                 // (a parked site starts again to start it, and parks).
                 ActorState::Running | ActorState::Parked
-                    if self.entry.poke_on_unref.load(SeqCst) =>
+                    if self.entry.liveness().poke_on_unref() =>
                 {
                     crate::com_object::ComObject::send(
                         &self.node,
@@ -127,7 +124,7 @@ impl std::fmt::Debug for SiteRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SiteRef")
             .field("id", &self.id())
-            .field("address", &self.entry.address.as_deref())
+            .field("address", &self.entry.address())
             .finish()
     }
 }
@@ -139,7 +136,7 @@ impl SiteRef {
     /// followed, so references handed out after a merge are equal.
     pub(crate) fn counted(entry: Arc<SiteEntry>, node: Arc<NodeInner>) -> Self {
         let entry = entry.resolved().clone();
-        entry.refs.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        entry.holds().add_ref();
         Self { entry, node }
     }
 

@@ -140,10 +140,7 @@ impl Node {
     fn stats_with(&self, m: &Metrics, top: Option<usize>) -> crate::NodeStats {
         let slots = self.inner.slots().stats();
         let entries = self.inner.all_entries();
-        let idle = entries
-            .iter()
-            .filter(|e| !e.connected.load(Ordering::Relaxed))
-            .count();
+        let idle = entries.iter().filter(|e| !e.liveness().connected()).count();
         let parked = entries
             .iter()
             .filter(|e| e.actor_state() == crate::site_entry::ActorState::Parked)
@@ -162,9 +159,9 @@ impl Node {
                         let depth = if e.actor_state() == crate::site_entry::ActorState::Parked {
                             0
                         } else {
-                            e.stats.lock().as_deref()?.queue_depth
+                            e.stats().lock().as_deref()?.queue_depth
                         };
-                        Some((std::cmp::Reverse(depth), e.key, i))
+                        Some((std::cmp::Reverse(depth), e.key(), i))
                     })
                     .collect();
                 if ranked.len() > n {

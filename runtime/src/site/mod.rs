@@ -64,7 +64,7 @@ impl SiteRef {
         }
         if let Some(reason) = entry.failure() {
             return Err(SendError::SiteFailed {
-                site: entry.id.get(),
+                site: entry.id(),
                 reason,
             });
         }
@@ -84,10 +84,10 @@ impl SiteRef {
         Counters::add(&self.node.counters().messages_queued, 1);
         let mut entry = entry;
         loop {
-            match entry.outbox.push(m) {
+            match entry.outbox().push(m) {
                 Pushed::Queued { wake, batch_full } => {
                     if wake {
-                        entry.wake(&self.node);
+                        self.node.wake_site(entry);
                     }
                     return batch_full;
                 }
@@ -99,7 +99,7 @@ impl SiteRef {
                     let next = entry.resolved();
                     let mut by_class = [0; sitenet_protocols::connection::output_share::CLASSES];
                     by_class[m.share_class()] = m.footprint();
-                    entry.outbox.move_bytes_to(&next.outbox, &by_class);
+                    entry.outbox().move_bytes_to(next.outbox(), &by_class);
                     entry = next;
                 }
             }
@@ -110,9 +110,9 @@ impl SiteRef {
         let entry = self.entry.resolved();
         self.check(entry, &m)?;
         let (class, n) = (m.share_class(), m.footprint());
-        if !entry.outbox.try_reserve(class, n) {
+        if !entry.outbox().try_reserve(class, n) {
             return Err(SendError::QueueFull {
-                bound: entry.outbox.full_bound(class, n),
+                bound: entry.outbox().full_bound(class, n),
             });
         }
         let _ = self.push(entry, m);
@@ -123,14 +123,14 @@ impl SiteRef {
         let entry = self.entry.resolved();
         self.check(entry, &m)?;
         let (class, n) = (m.share_class(), m.footprint());
-        if !entry.outbox.try_reserve(class, n) {
+        if !entry.outbox().try_reserve(class, n) {
             // Waited for acknowledgements: the site may have failed, or the
             // node shut down, meanwhile (the outbox is then closed).
-            if entry.outbox.reserve(class, n).await.is_err() {
+            if entry.outbox().reserve(class, n).await.is_err() {
                 return Err(self.check(entry, &m).err().unwrap_or(SendError::Shutdown));
             }
             if let Err(e) = self.check(entry, &m) {
-                entry.outbox.release(class, n);
+                entry.outbox().release(class, n);
                 return Err(e);
             }
         }

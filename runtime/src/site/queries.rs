@@ -35,20 +35,20 @@ impl SiteRef {
         let timer = self.node.rt().delay(timeout);
         futures::pin_mut!(timer);
         loop {
-            let notified = entry.outbox.released();
+            let notified = entry.outbox().released();
             futures::pin_mut!(notified);
             notified.as_mut().enable();
             if let Some(reason) = entry.failure() {
                 return Err(FlushError::SiteFailed(reason));
             }
-            let pending_bytes = entry.outbox.bytes();
+            let pending_bytes = entry.outbox().bytes();
             if pending_bytes == 0 {
                 return Ok(());
             }
             if let futures::future::Either::Right(_) =
                 futures::future::select(notified, timer.as_mut()).await
             {
-                let pending_bytes = entry.outbox.bytes();
+                let pending_bytes = entry.outbox().bytes();
                 return if pending_bytes == 0 {
                     Ok(())
                 } else {
@@ -88,16 +88,12 @@ impl SiteRef {
 
     /// The site's id, once a handshake has told it.
     pub fn id(&self) -> Option<SiteId> {
-        self.entry.resolved().id.get()
+        self.entry.resolved().id()
     }
 
     /// The address this site is contacted at, if known.
     pub fn address(&self) -> Option<String> {
-        self.entry
-            .resolved()
-            .address
-            .as_ref()
-            .map(ToString::to_string)
+        self.entry.resolved().address().map(ToString::to_string)
     }
 
     /// If the site failed permanently: why, and what it handed back —
@@ -149,7 +145,7 @@ impl SiteRef {
     /// the output bound in the node's stats
     /// ([`SiteStats::pending_bytes_by_class`](crate::SiteStats::pending_bytes_by_class)).
     pub fn pending_bytes(&self) -> u64 {
-        self.entry.resolved().outbox.bytes()
+        self.entry.resolved().outbox().bytes()
     }
 }
 

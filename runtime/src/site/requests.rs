@@ -207,7 +207,7 @@ impl<T> RequestBuilder<T> {
                     "sitenet.request",
                     request = %crate::message::RequestId { origin: site.node.identity().id(), corr },
                     type_id,
-                    to = ?site.entry.resolved().id.get(),
+                    to = ?site.entry.resolved().id(),
                 );
                 let rx = site
                     .node

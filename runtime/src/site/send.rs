@@ -223,7 +223,7 @@ impl Post {
                     return Poll::Ready(Err(e));
                 }
                 let (class, n) = (m.share_class(), m.footprint());
-                if !entry.outbox.try_reserve(class, n) {
+                if !entry.outbox().try_reserve(class, n) {
                     // The slow path: wait in line for room (and check the
                     // site again once there is), in `post`.
                     let owned = site.clone();
