@@ -38,13 +38,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("streams", 8),
     ("cooperation", 9),
     ("services", 9),
-    ("site_serde", 10),
     ("start", 10),
-    ("tracked", 10),
     ("batch", 10),
     ("local", 10),
-    ("raw", 10),
-    ("test_hooks", 10),
 ];
 
 #[test]

@@ -140,7 +140,7 @@ impl Drop for Running<'_> {
 /// Decodes a received typed header as `M`, or says why it does not (what
 /// the `unhandled` hook and a request's error reply carry).
 /// `SiteRef`s in it decode on `node`, as claims of `from`, the site that
-/// delivered it (see `site_serde`).
+/// delivered it (see `site/serialize.rs`).
 #[inline]
 pub(crate) fn decode_header<M: Message>(
     node: &Arc<NodeInner>,

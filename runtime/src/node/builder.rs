@@ -153,6 +153,17 @@ impl NodeBuilder {
     /// checks the configuration, binds the listeners and makes the node's
     /// state; nothing listens yet.
     /// `inbox` makes each ComObject's inbox (delivery to the handlers).
+    /// Makes the node offer `speaks` in its handshakes instead of this
+    /// build's versions and capabilities: a test plays a node of an older
+    /// build (fewer capabilities) or a newer one (a higher version, a
+    /// capability this build does not know) against current nodes. Only
+    /// with the `test-hooks` feature (sitenet's own tests).
+    #[cfg(feature = "test-hooks")]
+    pub fn speak_for_tests(mut self, speaks: sitenet_protocols::Speaks) -> Self {
+        self.speaks = speaks;
+        self
+    }
+
     pub(crate) fn bind(mut self, inbox: super::MakeInbox) -> Result<Bound, NodeError> {
         if let Some(e) = self.transport_error {
             return Err(e.into());

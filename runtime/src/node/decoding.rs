@@ -2,8 +2,8 @@
 //! sending site lent to a typed header's decode on this thread, and what a
 //! reference to a site says of it (`describe`). Here, in the node's layer,
 //! so delivery (`handlers`) and the `SiteRef` API lend it without
-//! importing `site_serde.rs`, which holds `SiteRef`'s `Serialize` and
-//! `Deserialize` at the top layer.
+//! importing `site/serialize.rs`, which holds `SiteRef`'s `Serialize` and
+//! `Deserialize` a layer above.
 
 use std::cell::Cell;
 use std::sync::Arc;

@@ -1,6 +1,25 @@
 //! [`Node`]: what a user holds. Starts listeners and actors, resolves
 //! addresses to [`SiteRef`]s, registers handlers, reports faults and metrics,
 //! and shuts down gracefully.
+//!
+//! Which file holds what:
+//! - `NodeInner`, the state behind every handle, is here; its parts it
+//!   shares with its ComObjects are `NodeShared` (`com_object/host.rs`,
+//!   made of `node_state/`'s `Identity`, `Signals` and `Security`).
+//!   Its methods are in this folder, by concern: the site table
+//!   (`site_table.rs`, the local site's entry too), requests
+//!   (`requests.rs`), parked sites' deadlines (`parked.rs`), accepting
+//!   (`accept.rs`) and the waiting line (`line.rs`), async handlers in
+//!   flight (`in_flight.rs`), descriptors (`decoding.rs`), stopping
+//!   (here). One lives a layer above: `wake_local` (`local.rs`), which
+//!   drains the local site into the handlers.
+//! - `Node`'s own methods are here (sites, shutdown), in `descriptor.rs`,
+//!   `watch.rs` (monitors, metrics, stats) and `test_hooks.rs` (feature
+//!   `test-hooks`). Those that register what lives in a layer above the
+//!   node are with it: handlers in `handlers/register.rs` and
+//!   `handlers/raw.rs`, stream handlers in `streams.rs`, cooperations in
+//!   `cooperation.rs`, batches in `batch.rs`.
+//! - The `SiteRef` handle is `site_ref.rs`; its methods are in `site/`.
 
 mod accept;
 mod builder;
@@ -14,6 +33,8 @@ mod parked;
 mod requests;
 mod site_ref;
 mod site_table;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 mod to_address;
 mod watch;
 

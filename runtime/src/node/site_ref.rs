@@ -1,8 +1,9 @@
 //! The `SiteRef` handle itself: the counted reference to an entry of the
 //! site table, which keeps it (and its channel) alive, and whose last drop
 //! lets the site go. Here, in the node's layer, because the table and the
-//! ComObject hand them out and hold them; its sends, requests and flushes
-//! are `site.rs`, a layer above.
+//! ComObject hand them out and hold them. Its methods, sends, requests,
+//! flushes and queries, are in `site/`, a layer above (`site/mod.rs` says
+//! which file holds what).
 
 use std::sync::Arc;
 
@@ -138,13 +139,5 @@ impl SiteRef {
         let entry = entry.resolved().clone();
         entry.holds().add_ref();
         Self { entry, node }
-    }
-
-    /// True if `self` and `other` reach the same site now: the same entry
-    /// once the merges the table has made are followed. Unlike `==`, which
-    /// never changes, this becomes true when the node learns that two
-    /// references made apart name one site.
-    pub fn same_site(&self, other: &SiteRef) -> bool {
-        self.entry.same_site(&other.entry)
     }
 }

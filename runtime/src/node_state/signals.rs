@@ -93,7 +93,8 @@ impl Signals {
     }
 
     /// The shutdown sends no LEAVING frame: peers take the closed channels
-    /// for lost ones (`Node::crash_on_shutdown`).
+    /// for lost ones (`Node::crash_on_shutdown`, feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
     pub(crate) fn crash_on_shutdown(&self) {
         self.leave_on_shutdown.store(false, Ordering::Relaxed);
     }

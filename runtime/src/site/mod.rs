@@ -1,6 +1,25 @@
 //! Remote sites as the user holds them: `SiteRef`, its sends and
 //! requests, and what a failed site hands back. The entry a `SiteRef`
-//! shares with the site table and the ComObject is in `site_entry`.
+//! shares with the site table and the ComObject is in `site_entry`; the
+//! handle itself (its counting, equality, hashing) is `node/site_ref.rs`,
+//! in the node's layer, which hands references out.
+//!
+//! `SiteRef`'s methods are all in this folder:
+//! - `mod.rs`: [`send`](SiteRef::send) and the encoding, checks and
+//!   queueing every send goes through;
+//! - `send.rs`: the [`SendBuilder`] and [`TrackedSend`] it returns;
+//! - `requests.rs`: [`request`](SiteRef::request) and its
+//!   [`RequestBuilder`];
+//! - `raw.rs`: [`send_raw`](SiteRef::send_raw),
+//!   [`request_raw`](SiteRef::request_raw), [`resend`](SiteRef::resend);
+//! - `tracked.rs`: the marking and settling of tracked sends;
+//! - `queries.rs`: what it tells of its site (fault state, id, address,
+//!   failure, pending bytes), [`same_site`](SiteRef::same_site),
+//!   [`flush`](SiteRef::flush) and [`prepare`](SiteRef::prepare);
+//! - `serialize.rs`: [`descriptor`](SiteRef::descriptor) and its serde (a
+//!   `SiteRef` inside a message);
+//! - `returned.rs`: what a failed site hands back;
+//! - `test_hooks.rs` (feature `test-hooks`): `hold_busy`.
 
 use std::sync::Arc;
 
@@ -13,14 +32,21 @@ pub use crate::node::SiteRef;
 use crate::outbox::Pushed;
 mod queries;
 pub use queries::Flush;
+mod raw;
 mod requests;
 mod returned;
 mod send;
+mod serialize;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
+mod tracked;
 use crate::site_entry::SiteEntry;
 pub use crate::site_entry::{FaultEvent, NOT_CONTACTED};
 pub use requests::{RequestBuilder, DEFAULT_REQUEST_TIMEOUT};
 pub use returned::{HandedBack, ReturnedMessage};
 pub use send::{SendBuilder, TrackedSend};
+#[cfg(feature = "test-hooks")]
+pub use test_hooks::BusyGuard;
 
 /// A site's fault state, as `Node::monitor` reports it (decided by the
 /// ComObject state machine in `sitenet-protocols`).

@@ -13,6 +13,14 @@ use super::{FaultState, HandedBack, ReturnedMessage, SiteRef};
 use crate::error::FlushError;
 
 impl SiteRef {
+    /// True if `self` and `other` reach the same site now: the same entry
+    /// once the merges the table has made are followed. Unlike `==`, which
+    /// never changes, this becomes true when the node learns that two
+    /// references made apart name one site.
+    pub fn same_site(&self, other: &SiteRef) -> bool {
+        self.entry.same_site(&other.entry)
+    }
+
     /// The site's current fault state.
     pub fn fault_state(&self) -> FaultState {
         self.entry.resolved().fault_state()

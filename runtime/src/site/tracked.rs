@@ -1,13 +1,12 @@
 //! Tracked sends (BMI's post): the marking and settling of a tracked
 //! message, for [`TrackedSend`](crate::TrackedSend) and a batch's sends.
-//! The completions and the future are in `delivery.rs`, a leaf layer;
-//! this is the top layer, next to `SiteRef`'s other sends.
+//! The completions and the future are in `delivery.rs`, a leaf layer.
 
 use sitenet_protocols::OutMessage;
 
+use super::SiteRef;
 use crate::delivery::Delivery;
 use crate::error::SendError;
-use crate::site::SiteRef;
 
 impl SiteRef {
     /// Queues the encoded one-way message `m`, tracked (waiting for room
