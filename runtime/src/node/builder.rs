@@ -148,22 +148,21 @@ impl NodeBuilder {
         self
     }
 
-    /// The first half of [`start`](Self::start) (in `start.rs`, the top
-    /// layer, which registers the built-in services between the halves):
-    /// checks the configuration, binds the listeners and makes the node's
-    /// state; nothing listens yet.
-    /// `inbox` makes each ComObject's inbox (delivery to the handlers).
     /// Makes the node offer `speaks` in its handshakes instead of this
     /// build's versions and capabilities: a test plays a node of an older
     /// build (fewer capabilities) or a newer one (a higher version, a
-    /// capability this build does not know) against current nodes. Only
-    /// with the `test-hooks` feature (sitenet's own tests).
+    /// capability this build does not know) against current nodes.
     #[cfg(feature = "test-hooks")]
     pub fn speak_for_tests(mut self, speaks: sitenet_protocols::Speaks) -> Self {
         self.speaks = speaks;
         self
     }
 
+    /// The first half of [`start`](Self::start) (in `start.rs`, the top
+    /// layer, which registers the built-in services between the halves):
+    /// checks the configuration, binds the listeners and makes the node's
+    /// state; nothing listens yet.
+    /// `inbox` makes each ComObject's inbox (delivery to the handlers).
     pub(crate) fn bind(mut self, inbox: super::MakeInbox) -> Result<Bound, NodeError> {
         if let Some(e) = self.transport_error {
             return Err(e.into());
