@@ -11,7 +11,7 @@
 /// requests, accept, watch, the decoding context, the counted `SiteRef`
 /// handle, the handler table, the open cooperations seen through `Coop`;
 /// and the `Node` handle); `SiteRef`'s sends 6; (d) delivery to handlers, streams,
-/// cooperations, services 7-9; (e) the rest of the public API built on
+/// cooperations, services, the local site's drain 7-9; (e) the rest of the public API built on
 /// them 10.
 const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
@@ -40,7 +40,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("services", 9),
     ("start", 10),
     ("batch", 10),
-    ("local", 10),
+    ("local", 9),
 ];
 
 #[test]

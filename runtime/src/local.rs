@@ -24,17 +24,10 @@ use crate::node::NodeInner;
 use crate::site_entry::SiteEntry;
 use crate::streams::{Delivery, LaneStreams};
 
-impl NodeInner {
-    /// Schedules a drain of the local entry's outbox on the node's runtime
-    /// (its first message after it was empty was just queued).
-    pub(crate) fn wake_local(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
-        let (node, entry) = (self.clone(), entry.clone());
-        self.rt().spawn(async move { drain(&node, &entry) });
-    }
-}
-
-/// Delivers everything queued to the local site, in order.
-fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
+/// Delivers everything queued to the local site, in order (the node
+/// schedules it on its runtime when the first message is queued to an
+/// empty outbox: `NodeInner::wake_site`; `start` installs it).
+pub(crate) fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
     let mut batch = Vec::new();
     entry.outbox().drain_on_wake(&mut batch);
     if batch.is_empty() {

@@ -162,8 +162,13 @@ impl NodeBuilder {
     /// layer, which registers the built-in services between the halves):
     /// checks the configuration, binds the listeners and makes the node's
     /// state; nothing listens yet.
-    /// `inbox` makes each ComObject's inbox (delivery to the handlers).
-    pub(crate) fn bind(mut self, inbox: super::MakeInbox) -> Result<Bound, NodeError> {
+    /// `inbox` makes each ComObject's inbox (delivery to the handlers);
+    /// `drain_local` delivers the local site's messages to them.
+    pub(crate) fn bind(
+        mut self,
+        inbox: super::MakeInbox,
+        drain_local: super::DrainLocal,
+    ) -> Result<Bound, NodeError> {
         if let Some(e) = self.transport_error {
             return Err(e.into());
         }
@@ -272,6 +277,7 @@ impl NodeBuilder {
             shared,
             handlers: Handlers::default(),
             inbox,
+            drain_local,
             sites,
             requests: Arc::default(),
             parked: Arc::default(),

@@ -11,8 +11,9 @@
 //!   (`requests.rs`), parked sites' deadlines (`parked.rs`), accepting
 //!   (`accept.rs`) and the waiting line (`line.rs`), async handlers in
 //!   flight (`in_flight.rs`), descriptors (`decoding.rs`), stopping
-//!   (here). One lives a layer above: `wake_local` (`local.rs`), which
-//!   drains the local site into the handlers.
+//!   (here). What delivers to the handlers, a layer above, is handed in
+//!   by `start`: the ComObjects' inbox (`streams.rs`) and the local
+//!   site's drain (`local.rs`).
 //! - `Node`'s own methods are here (sites, shutdown), in `descriptor.rs`,
 //!   `watch.rs` (monitors, metrics, stats) and `test_hooks.rs` (feature
 //!   `test-hooks`). Those that register what lives in a layer above the
@@ -96,6 +97,9 @@ pub(crate) struct NodeInner {
     /// Makes each ComObject's inbox (the handlers' and the stream sinks'
     /// side of delivery, layers above the actor), given by `start`.
     inbox: MakeInbox,
+    /// Delivers what is queued to the local site to the handlers (a layer
+    /// above), given by `start`.
+    drain_local: DrainLocal,
     sites: Mutex<SiteTable>,
     /// Requests awaiting replies, by correlation id, and their deadlines
     /// (see `requests`).
@@ -130,6 +134,11 @@ pub(crate) struct NodeInner {
 /// Makes a ComObject's inbox for its node and site (installed in
 /// [`NodeInner::inbox`] when the node starts; see [`ComHost::inbox`]).
 pub(crate) type MakeInbox = fn(Arc<NodeInner>, Arc<SiteEntry>) -> Box<dyn Inbox>;
+
+/// Delivers everything queued to the local site to the node's own
+/// handlers (`local.rs`; installed in [`NodeInner`] when the node starts,
+/// run on its runtime by [`NodeInner::wake_site`]).
+pub(crate) type DrainLocal = fn(&Arc<NodeInner>, &Arc<SiteEntry>);
 
 impl std::ops::Deref for NodeInner {
     type Target = NodeShared;

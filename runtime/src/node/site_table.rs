@@ -466,11 +466,14 @@ impl NodeInner {
 
     /// Wakes `entry`'s ComObject (started now if it was not, or from what
     /// it kept if it parked) to drain the outbox; the local site's is
-    /// drained on the runtime (`local.rs`).
+    /// drained on the runtime into the handlers (`local.rs`).
     pub(crate) fn wake_site(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
         Counters::add(&self.counters().wakes, 1);
         if entry.is_local() {
-            return self.wake_local(entry);
+            // Drained on the runtime, after the sending call returned.
+            let (node, entry, drain) = (self.clone(), entry.clone(), self.drain_local);
+            self.rt().spawn(async move { drain(&node, &entry) });
+            return;
         }
         ComObject::send(self, entry, Wake);
     }
