@@ -193,7 +193,7 @@ impl Batch {
             let node = self.node.clone();
             let cb = self.on_complete.clone();
             let max_retry = self.max_retry;
-            self.node.rt.spawn(async move {
+            self.node.rt().spawn(async move {
                 let r = run(&node, op, max_retry).await;
                 if let Some(cb) = cb {
                     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(i, &r))).is_err()
@@ -223,7 +223,7 @@ async fn run(node: &Arc<NodeInner>, mut op: Op, max_retry: u32) -> OpResult {
                 tries += 1;
                 tracing::debug!(error = %e, tries, "batch operation retried");
                 let at = op.site.address().and_then(|a| a.parse().ok());
-                if let Some(a) = at.filter(|_| !node.is_shut_down()) {
+                if let Some(a) = at.filter(|_| !node.signals().is_shut_down()) {
                     op.site = node.site_at(a);
                 }
             }
@@ -374,7 +374,7 @@ impl Submitted {
     /// alike here; [`next_done`](Self::next_done) tells them apart).
     pub async fn wait_any(&mut self, timeout: Duration) -> Option<(usize, OpResult)> {
         let timeout = self.wait.wait_any(timeout)?;
-        let timer = self.node.rt.delay(timeout);
+        let timer = self.node.rt().delay(timeout);
         futures::pin_mut!(timer);
         let next = self.rx.recv();
         futures::pin_mut!(next);

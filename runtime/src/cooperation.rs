@@ -218,8 +218,8 @@ pub(crate) struct CoopState {
 impl Coop for CoopState {
     fn offer(&self, node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
         if !self.take(node, from, m.prelude.type_id, m.header, m.body) {
-            Counters::add(&node.counters.replies_discarded, 1);
-            tracing::debug!(site = ?from.id.get(), "reply matches no descriptor of its cooperation; discarded");
+            Counters::add(&node.counters().replies_discarded, 1);
+            tracing::debug!(site = ?from.id(), "reply matches no descriptor of its cooperation; discarded");
         }
     }
 
@@ -328,7 +328,7 @@ impl Cooperation {
             shut_down: Default::default(),
             handles: std::sync::atomic::AtomicUsize::new(1),
         });
-        node.cooperations
+        node.cooperations()
             .add(Arc::downgrade(&state) as std::sync::Weak<dyn Coop>);
         Self { node, state }
     }
@@ -409,7 +409,7 @@ impl Cooperation {
                 missing: m.missing(),
             }),
             End::Failed { site, reason } => Err(CoopError::Failed {
-                site: site.entry.id.get(),
+                site: site.entry.id(),
                 reason: reason.clone(),
             }),
         })
@@ -423,7 +423,7 @@ impl Cooperation {
         if self.state.machine.lock().wait_starts() {
             self.state.ended(&self.node);
         }
-        let timer = self.node.rt.delay(timeout);
+        let timer = self.node.rt().delay(timeout);
         futures::pin_mut!(timer);
         loop {
             let changed = self.state.changed.notified();
@@ -514,15 +514,15 @@ impl crate::Node {
     /// ```
     pub fn cooperation_reply<M: Message>(&self) -> Result<(), crate::NodeError> {
         crate::handlers::check_user_id(M::ID)?;
-        self.inner.handlers.insert(
+        self.inner.handlers().insert(
             M::ID,
             Arc::new(|ctx: &mut crate::Ctx<'_>, header: &bytes::Bytes| {
                 let node = ctx.node;
                 if !node
-                    .cooperations
+                    .cooperations()
                     .offer(node, ctx.from, M::ID, header, &ctx.body)
                 {
-                    Counters::add(&node.counters.replies_discarded, 1);
+                    Counters::add(&node.counters().replies_discarded, 1);
                     tracing::debug!(
                         type_id = M::ID,
                         "cooperation reply no cooperation took; discarded"

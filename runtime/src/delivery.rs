@@ -12,7 +12,7 @@
 //!
 //! This file is a leaf of the runtime's layers (the completions and the
 //! future); the sending side, `SendBuilder::tracked`, is in `site/send.rs`
-//! and `tracked.rs`, with the rest of the public API.
+//! and `site/tracked.rs`, with the rest of the public API.
 //!
 //! [`TrackedSend`]: crate::TrackedSend
 

@@ -5,12 +5,13 @@
 //! top-level file or directory of `src/` (`node/site_table.rs` is `node`).
 
 /// Each module and its layer, lowest first (docs/architecture.md names
-/// them): (a) leaves 0-2; (b) the site entry 3 and the ComObject actor 4;
+/// them): (a) leaves 0-2; (b) the site entry and the node's
+/// shared state by concern (`node_state`) 3, and the ComObject actor 4;
 /// (c) the node's state and tables 5 (`NodeInner`: its site table,
 /// requests, accept, watch, the decoding context, the counted `SiteRef`
 /// handle, the handler table, the open cooperations seen through `Coop`;
 /// and the `Node` handle); `SiteRef`'s sends 6; (d) delivery to handlers, streams,
-/// cooperations, services 7-9; (e) the rest of the public API built on
+/// cooperations, services, the local site's drain 7-9; (e) the rest of the public API built on
 /// them 10.
 const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
@@ -28,6 +29,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("peer_logs", 1),
     ("channel_io", 2),
     ("events", 2),
+    ("node_state", 3),
     ("site_entry", 3),
     ("com_object", 4),
     ("node", 5),
@@ -36,13 +38,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("streams", 8),
     ("cooperation", 9),
     ("services", 9),
-    ("site_serde", 10),
     ("start", 10),
-    ("tracked", 10),
     ("batch", 10),
-    ("local", 10),
-    ("raw", 10),
-    ("test_hooks", 10),
+    ("local", 9),
 ];
 
 #[test]

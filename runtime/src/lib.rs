@@ -40,21 +40,17 @@ mod local;
 pub mod message;
 pub mod metrics;
 mod node;
+mod node_state;
 mod openmetrics;
 mod outbox;
 mod peer_logs;
-mod raw;
 mod runtime;
 pub mod services;
 mod site;
 mod site_entry;
-mod site_serde;
 mod start;
 mod stats;
 mod streams;
-#[cfg(feature = "test-hooks")]
-mod test_hooks;
-mod tracked;
 mod trans_object;
 
 pub use batch::{Batch, Done, OpError, OpResult, Report as BatchReport, Submitted, WaitTimedOut};
@@ -74,6 +70,8 @@ pub use metrics::Metrics;
 pub use node::{Node, NodeBuilder, ShutdownReport, ToAddress};
 pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES};
 pub use runtime::{default_threads, Runtime};
+#[cfg(feature = "test-hooks")]
+pub use site::BusyGuard;
 pub use site::{
     FaultEvent, FaultState, Flush, HandedBack, RequestBuilder, ReturnedMessage, SendBuilder,
     SiteRef, TrackedSend, DEFAULT_REQUEST_TIMEOUT, NOT_CONTACTED,
@@ -83,5 +81,3 @@ pub use sitenet_protocols::{DescriptorError, OpenError, Priority, SiteDescriptor
 pub use sitenet_transport::Address;
 pub use stats::{NodeStats, SiteStats};
 pub use streams::BodySink;
-#[cfg(feature = "test-hooks")]
-pub use test_hooks::BusyGuard;

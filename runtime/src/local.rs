@@ -21,34 +21,15 @@ use std::sync::Arc;
 use sitenet_protocols::Deliver;
 
 use crate::node::NodeInner;
-use crate::site::SiteRef;
 use crate::site_entry::SiteEntry;
-use crate::site_entry::LOCAL_KEY;
 use crate::streams::{Delivery, LaneStreams};
 
-impl NodeInner {
-    /// A reference to this node as a site, its entry made on first need.
-    pub(crate) fn local_site(self: &Arc<Self>) -> SiteRef {
-        let entry = self.local.get_or_init(|| {
-            let e = SiteEntry::new(LOCAL_KEY, None, self.output.clone());
-            let _ = e.id.set(self.id);
-            Arc::new(e)
-        });
-        SiteRef::counted(entry.clone(), self.clone())
-    }
-
-    /// Schedules a drain of the local entry's outbox on the node's runtime
-    /// (its first message after it was empty was just queued).
-    pub(crate) fn wake_local(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
-        let (node, entry) = (self.clone(), entry.clone());
-        self.rt.spawn(async move { drain(&node, &entry) });
-    }
-}
-
-/// Delivers everything queued to the local site, in order.
-fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
+/// Delivers everything queued to the local site, in order (the node
+/// schedules it on its runtime when the first message is queued to an
+/// empty outbox: `NodeInner::wake_site`; `start` installs it).
+pub(crate) fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
     let mut batch = Vec::new();
-    entry.outbox.drain_on_wake(&mut batch);
+    entry.outbox().drain_on_wake(&mut batch);
     if batch.is_empty() {
         return;
     }
@@ -62,10 +43,10 @@ fn drain(node: &Arc<NodeInner>, entry: &Arc<SiteEntry>) {
         let (class, footprint) = (m.share_class(), m.footprint());
         let token = m.tracked.then_some(m.corr);
         delivery.message(m.into_received());
-        entry.outbox.release(class, footprint);
+        entry.outbox().release(class, footprint);
         if let Some(token) = token {
-            node.deliveries.complete(token, Ok(()));
+            node.deliveries().complete(token, Ok(()));
         }
     }
-    node.acked.notify_waiters();
+    node.signals().acked();
 }

@@ -61,11 +61,11 @@ impl Message for StatsReply {
 
 pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     register_sink(node)?;
-    node.handlers.insert(
+    node.handlers().insert(
         StatsQuery::ID,
         erase(|ctx, _: StatsQuery| {
             if !stats_allowed(ctx) {
-                crate::metrics::Counters::add(&ctx.node.counters.stats_refused, 1);
+                crate::metrics::Counters::add(&ctx.node.counters().stats_refused, 1);
                 // A forwarded request's origin is not answered: it is only
                 // a claim, and answering it would dial where the peer says.
                 if ctx.origin.is_none() {
@@ -82,7 +82,7 @@ pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
             }
         }),
     )?;
-    node.handlers.insert(
+    node.handlers().insert(
         Echo::ID,
         erase(|ctx, m: Echo| {
             let opts = crate::SendOptions::new().body(ctx.body().clone());
@@ -99,13 +99,13 @@ pub(crate) fn register(node: &Arc<NodeInner>) -> Result<(), NodeError> {
 /// `NodeConfig::stats_from_anywhere`, and never to a forwarded request's
 /// origin, which is only a claim.
 fn stats_allowed(ctx: &crate::handlers::Ctx<'_>) -> bool {
-    if ctx.node.cfg.stats_from_anywhere {
+    if ctx.node.identity().cfg().stats_from_anywhere {
         return true;
     }
     if ctx.origin.is_some() {
         return false;
     }
-    let stats = ctx.from.stats.lock();
+    let stats = ctx.from.stats().lock();
     stats
         .as_ref()
         .and_then(|s| s.channel.as_deref())
@@ -357,7 +357,7 @@ impl SinkTable {
 /// fill another site's streams in its name.
 fn forwarded(ctx: &crate::handlers::Ctx<'_>) -> bool {
     if ctx.origin.is_some() {
-        crate::metrics::Counters::add(&ctx.node.counters.sink_refused, 1);
+        crate::metrics::Counters::add(&ctx.node.counters().sink_refused, 1);
         return true;
     }
     false
@@ -369,15 +369,15 @@ fn forwarded(ctx: &crate::handlers::Ctx<'_>) -> bool {
 pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
     let sinks = Arc::new(parking_lot::Mutex::new(SinkTable::default()));
     let data_sinks = sinks.clone();
-    node.handlers.insert(
+    node.handlers().insert(
         SinkData::ID,
         erase(move |ctx, m: SinkData| {
             if forwarded(ctx) {
                 return;
             }
-            let cap = ctx.node.cfg.sink_streams_per_sender;
+            let cap = ctx.node.identity().cfg().sink_streams_per_sender;
             if !data_sinks.lock().record(ctx.from, m.stream, m.seq, cap) {
-                crate::metrics::Counters::add(&ctx.node.counters.sink_refused, 1);
+                crate::metrics::Counters::add(&ctx.node.counters().sink_refused, 1);
                 tracing::debug!(
                     stream = m.stream,
                     cap,
@@ -386,13 +386,13 @@ pub(crate) fn register_sink(node: &Arc<NodeInner>) -> Result<(), NodeError> {
             }
         }),
     )?;
-    node.handlers.insert(
+    node.handlers().insert(
         SinkQuery::ID,
         erase(move |ctx, q: SinkQuery| {
             if forwarded(ctx) {
                 return;
             }
-            let cap = ctx.node.cfg.sink_streams_per_sender;
+            let cap = ctx.node.identity().cfg().sink_streams_per_sender;
             let v = sinks.lock().finish(ctx.from, q.stream, q.expected, cap);
             if let Err(e) = ctx.reply(&v) {
                 tracing::debug!(error = %e, "sink verdict not sent");

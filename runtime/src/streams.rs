@@ -164,7 +164,7 @@ impl Delivery<'_> {
     /// Starts a stream of `prelude`'s type with `header`: its sink, or
     /// `Discard` (the failure reported as for a whole message).
     fn start(&mut self, lane: Priority, prelude: &Prelude, header: Bytes) -> Open {
-        let Some(h) = self.node.handlers.get_stream(prelude.type_id) else {
+        let Some(h) = self.node.handlers().get_stream(prelude.type_id) else {
             return Open::Discard;
         };
         let mut ctx = self.ctx(prelude.type_id, prelude.kind, prelude.corr, lane);
@@ -195,7 +195,7 @@ impl Delivery<'_> {
 
     /// The stream on `lane` is complete: its sink's end.
     fn finish(&mut self, lane: Priority) {
-        Counters::add(&self.node.counters.messages_delivered, 1);
+        Counters::add(&self.node.counters().messages_delivered, 1);
         let Some(Open::Sink {
             sink,
             type_id,
@@ -208,7 +208,7 @@ impl Delivery<'_> {
         };
         let mut ctx = self.ctx(type_id, kind, corr, lane);
         if std::panic::catch_unwind(AssertUnwindSafe(|| sink.end(&mut ctx))).is_err() {
-            Counters::add(&self.node.counters.handler_panics, 1);
+            Counters::add(&self.node.counters().handler_panics, 1);
             tracing::error!("stream sink panicked at its end; the message counts as delivered");
             ctx.fail_request("stream sink panicked".into());
         }
@@ -238,7 +238,7 @@ impl Deliver for Delivery<'_> {
 
     fn stream(&mut self, _lane: Priority, prelude: &Prelude) -> bool {
         sitenet_protocols::node::delegation::may_stream(prelude.kind)
-            && self.node.handlers.is_stream(prelude.type_id)
+            && self.node.handlers().is_stream(prelude.type_id)
     }
 
     fn stream_start(&mut self, lane: Priority, prelude: &Prelude, header: Bytes) {
@@ -253,7 +253,7 @@ impl Deliver for Delivery<'_> {
         };
         *received += data.len() as u64;
         if std::panic::catch_unwind(AssertUnwindSafe(|| sink.chunk(offset, data))).is_err() {
-            Counters::add(&self.node.counters.handler_panics, 1);
+            Counters::add(&self.node.counters().handler_panics, 1);
             tracing::error!("stream sink panicked; the rest of its body is dropped");
             *slot = Some(Open::Discard);
         }
@@ -313,7 +313,7 @@ impl crate::Node {
     {
         crate::handlers::check_user_id(M::ID)?;
         self.inner
-            .handlers
+            .handlers()
             .insert_stream(M::ID, crate::streams::erase_stream(f))
     }
 }

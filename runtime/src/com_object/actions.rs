@@ -25,7 +25,7 @@ impl ComObject {
             // The channel went: an idle site keeps no spare room (the
             // outbox's and the machine's queues grow again on demand).
             self.shed_pending = false;
-            self.entry.outbox.shed();
+            self.entry.outbox().shed();
             self.com.shed();
         }
     }
@@ -36,7 +36,7 @@ impl ComObject {
                 Action::RequestSlot => self.request_slot(ctx),
                 Action::CancelSlot => {
                     if let Some(t) = self.slot.take_ticket() {
-                        self.node.slots.cancel(t);
+                        self.node.slots().cancel(t);
                     }
                 }
                 Action::Open(req) => self.start_open(req, ctx),
@@ -50,24 +50,24 @@ impl ComObject {
                 Action::Up => self.up_pending = true,
                 Action::Fault { state, reason } => self.set_fault(state, &reason),
                 Action::ClaimRefused { reason } => {
-                    Counters::add(&self.node.counters.unproven_claims_refused, 1);
-                    if let Some(suppressed) = self.node.peer_logs.site(
+                    Counters::add(&self.node.counters().unproven_claims_refused, 1);
+                    if let Some(suppressed) = self.node.peer_logs().site(
                         &self.entry,
                         LogKind::ClaimRefused,
-                        &self.node.counters,
+                        self.node.counters(),
                     ) {
-                        tracing::warn!(site = ?self.entry.id.get(), %reason, suppressed, "refused a claim on a site's id");
+                        tracing::warn!(site = ?self.entry.id(), %reason, suppressed, "refused a claim on a site's id");
                     }
                     self.report_fault("a channel claiming the site".into(), reason, false);
                 }
                 Action::ReportFault { reason } => {
-                    Counters::add(&self.node.counters.protocol_errors, 1);
-                    if let Some(suppressed) = self.node.peer_logs.site(
+                    Counters::add(&self.node.counters().protocol_errors, 1);
+                    if let Some(suppressed) = self.node.peer_logs().site(
                         &self.entry,
                         LogKind::ProtocolBroken,
-                        &self.node.counters,
+                        self.node.counters(),
                     ) {
-                        tracing::warn!(site = ?self.entry.id.get(), peer = %self.peer_string(), %reason, suppressed, "peer broke the protocol");
+                        tracing::warn!(site = ?self.entry.id(), peer = %self.peer_string(), %reason, suppressed, "peer broke the protocol");
                     }
                     self.report_fault(self.peer_string(), reason, false);
                 }
@@ -82,16 +82,16 @@ impl ComObject {
                 } => {
                     let reason = self.failure_reason(&failure);
                     let mut back = Returned::default();
-                    let deliveries = &self.node.deliveries;
+                    let deliveries = &self.node.deliveries();
                     for m in not_sent {
-                        self.entry.outbox.release_msg(&m);
+                        self.entry.outbox().release_msg(&m);
                         deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
                             reason: reason.clone(),
                         });
                         back.not_sent.push(m);
                     }
                     for m in maybe_delivered {
-                        self.entry.outbox.release_msg(&m);
+                        self.entry.outbox().release_msg(&m);
                         deliveries.fail(&m, || crate::error::DeliveryError::MaybeDelivered {
                             reason: reason.clone(),
                         });
@@ -117,9 +117,9 @@ impl ComObject {
                     // its check wakes this actor, whose drain hands it back
                     // as `SiteFailed` into the failure set below.)
                     let mut queued = Vec::new();
-                    self.entry.outbox.drain_on_wake(&mut queued);
+                    self.entry.outbox().drain_on_wake(&mut queued);
                     for m in queued {
-                        self.entry.outbox.release_msg(&m);
+                        self.entry.outbox().release_msg(&m);
                         deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
                             reason: reason.clone(),
                         });
@@ -132,14 +132,12 @@ impl ComObject {
                         .lock()
                         .get_or_insert_with(Box::default)
                         .failed = Some((failure.clone(), back));
-                    self.entry
-                        .has_failed
-                        .store(true, std::sync::atomic::Ordering::Release);
-                    self.entry.outbox.close();
+                    self.entry.liveness().set_failed();
+                    self.entry.outbox().close();
                     self.node.fail_requests(&self.entry, &failure);
                     // Gone for good: what was dialed on its word is not.
                     self.node.asker_gone(&self.entry);
-                    self.node.acked.notify_waiters();
+                    self.node.signals().acked();
                     // Last: whoever hears of it finds the failure and what
                     // was handed back on record (`SiteRef::failure`).
                     self.publish(|site, address| crate::NodeEvent::SiteDown {
@@ -169,12 +167,12 @@ impl ComObject {
             let kind = LogKind::FaultState;
             if let Some(suppressed) =
                 self.node
-                    .peer_logs
-                    .site(&self.entry, kind, &self.node.counters)
+                    .peer_logs()
+                    .site(&self.entry, kind, self.node.counters())
             {
-                tracing::info!(site = ?self.entry.id.get(), ?state, %reason, suppressed, "fault state");
+                tracing::info!(site = ?self.entry.id(), ?state, %reason, suppressed, "fault state");
             }
-            let c = &self.node.counters;
+            let c = &self.node.counters();
             match state {
                 FaultState::TempFailed => {
                     Counters::add(&c.temp_failures, 1);
@@ -188,7 +186,7 @@ impl ComObject {
                 FaultState::PermFailed => Counters::add(&c.perm_failures, 1),
                 FaultState::Ok => {}
             }
-            self.node.changed.notify_waiters();
+            self.node.signals().changed();
         }
     }
 
@@ -210,8 +208,8 @@ impl ComObject {
         if let ChannelEnd::Orderly(reason) = end {
             // Counted before the channel goes, so whoever is woken by the
             // close sees it.
-            Counters::add(&self.node.counters.orderly_closes, 1);
-            tracing::debug!(site = ?self.entry.id.get(), ?reason, "channel closed by the close protocol");
+            Counters::add(&self.node.counters().orderly_closes, 1);
+            tracing::debug!(site = ?self.entry.id(), ?reason, "channel closed by the close protocol");
         }
         if matches!(end, ChannelEnd::Final) {
             self.drop_live_after_final_frame(ctx);

@@ -10,27 +10,24 @@
 //! (`NodeInner`) implements. Everything else it reads — counters,
 //! configuration, the slot controller, the reassembly budget, the
 //! notifications — is plain shared state, kept here in [`NodeShared`]
-//! and reached through `Deref` from both sides, so neither side's code
-//! says which half a field lives in.
+//! (in small parts by concern, `node_state/`) and reached through
+//! `Deref` from both sides, so neither side's code says which half an
+//! accessor lives in.
 
 use std::any::Any;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
-use tokio::sync::Notify;
 
 use sitenet_protocols::node::site_index::Adoption;
 use sitenet_protocols::slots::dial_bound::{DialRefused, DialTicket};
-use sitenet_protocols::{LocalInfo, ReassemblyBudget, SiteFailure, SiteId};
-use sitenet_transport::Address;
+use sitenet_protocols::{ReassemblyBudget, SiteFailure, SiteId};
 
 use super::{Adopt, Inbox};
-use crate::config::NodeConfig;
-use crate::events::EventHub;
 use crate::metrics::Counters;
+use crate::node_state::{Identity, Security, Signals};
 use crate::runtime::Runtime;
 use crate::site_entry::SiteEntry;
 
@@ -50,68 +47,112 @@ pub struct FaultReport {
 
 /// What a node shares with its ComObjects: read by both, owned by the
 /// node (see the module documentation). The node's own tables are not
-/// here; the ComObjects reach them through [`ComHost`].
+/// here; the ComObjects reach them through [`ComHost`]. Its parts by
+/// concern ([`Identity`], [`Signals`], [`Security`]) live in
+/// `node_state/`; the rest is read through the accessors below.
 pub(crate) struct NodeShared {
-    pub(crate) id: SiteId,
-    pub(crate) cfg: NodeConfig,
-    pub(crate) rt: Runtime,
-    pub(crate) listen: Vec<Address>,
+    identity: Identity,
+    signals: Signals,
+    security: Security,
+    rt: Runtime,
     /// The completions of tracked messages (`SendBuilder::tracked`).
-    pub(crate) deliveries: crate::delivery::Deliveries,
-    pub(crate) counters: Counters,
+    deliveries: crate::delivery::Deliveries,
+    counters: Counters,
     /// The channel slots (shared with the other nodes of the process unless
     /// configured otherwise).
-    pub(crate) slots: sitenet_transport::TransController,
+    slots: sitenet_transport::TransController,
     /// The ComObjects' tunables, one copy for all of them.
-    pub(crate) com_cfg: Arc<sitenet_protocols::ComConfig>,
-    pub(crate) budget: ReassemblyBudget,
-    /// Notified whenever reassembly budget is given back: channels whose
-    /// input waits for budget resume reading.
-    pub(crate) budget_released: Arc<Notify>,
-    /// The node has stopped: no actor starts any more.
-    pub(crate) shut_down: AtomicBool,
-    /// The shutdown tells connected peers the site is leaving (a LEAVING
-    /// frame); only sitenet's tests that stand a shutdown in for a crash
-    /// turn it off (`Node::crash_on_shutdown`, feature `test-hooks`).
-    pub(crate) leave_on_shutdown: AtomicBool,
-    /// Notified whenever acknowledgements free bytes or a site fails.
-    pub(crate) acked: Notify,
-    /// Subscribers to the node's events (`Node::events`).
-    pub(crate) events: EventHub,
+    com_cfg: Arc<sitenet_protocols::ComConfig>,
+    budget: ReassemblyBudget,
     /// Per-peer budgets of log lines about bad input.
-    pub(crate) peer_logs: crate::peer_logs::PeerLogs,
-    /// The pairs' secrets kept when their entries were forgotten
-    /// (`NodeConfig::remembered_pairs`).
-    pub(crate) pairs: parking_lot::Mutex<sitenet_protocols::PairMemory>,
-    /// Notified when a channel opens or closes or a fault state changes.
-    pub(crate) changed: Notify,
-    /// The cookies this node proves and accepts (empty: the open level),
-    /// from `NodeConfig::cookies`; shared by every handshake.
-    pub(crate) keys: sitenet_protocols::Keyring,
-    /// The versions and capabilities this node offers in its handshakes.
-    pub(crate) speaks: sitenet_protocols::Speaks,
+    peer_logs: crate::peer_logs::PeerLogs,
     /// What its parked sites keep, in one table (`com_object/slot.rs`).
-    pub(crate) parked_forms: Arc<super::slot::ParkedForms>,
+    parked_forms: Arc<super::slot::ParkedForms>,
 }
 
 impl NodeShared {
-    pub(crate) fn is_shut_down(&self) -> bool {
-        self.shut_down.load(Ordering::Acquire)
-    }
-
-    /// What this node tells a peer about itself in a handshake.
-    pub(crate) fn local_info(&self) -> LocalInfo {
-        LocalInfo {
-            site: self.id,
-            listen: self.listen_addresses(),
-            buffer_size: self.cfg.buffer_size,
-            max_message: self.cfg.max_message_size,
-            speaks: self.speaks,
+    /// The shared state of a node that starts: `budget` wakes the channels
+    /// waiting for it ([`Signals::when_budget_released`]) whenever it is
+    /// given back.
+    pub(crate) fn new(
+        identity: Identity,
+        security: Security,
+        rt: Runtime,
+        slots: sitenet_transport::TransController,
+        com_cfg: Arc<sitenet_protocols::ComConfig>,
+        budget: ReassemblyBudget,
+    ) -> Self {
+        let signals = Signals::default();
+        budget.set_release_hook(signals.budget_release_hook());
+        Self {
+            identity,
+            signals,
+            security,
+            rt,
+            deliveries: Default::default(),
+            counters: Counters::default(),
+            slots,
+            com_cfg,
+            budget,
+            peer_logs: Default::default(),
+            parked_forms: Default::default(),
         }
     }
 
-    pub(crate) fn listen_addresses(&self) -> Vec<String> {
-        self.listen.iter().map(ToString::to_string).collect()
+    /// Who the node is: its id, configuration, listen addresses.
+    pub(crate) fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The node's notifications, shutdown flags and event subscribers.
+    pub(crate) fn signals(&self) -> &Signals {
+        &self.signals
+    }
+
+    /// The cookies and the remembered pairs' secrets.
+    pub(crate) fn security(&self) -> &Security {
+        &self.security
+    }
+
+    /// The runtime the node's actors run on.
+    pub(crate) fn rt(&self) -> &Runtime {
+        &self.rt
+    }
+
+    /// The completions of tracked messages (`SendBuilder::tracked`).
+    pub(crate) fn deliveries(&self) -> &crate::delivery::Deliveries {
+        &self.deliveries
+    }
+
+    /// The node's counters (`Node::metrics`).
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The channel slots (shared with the other nodes of the process unless
+    /// configured otherwise).
+    pub(crate) fn slots(&self) -> &sitenet_transport::TransController {
+        &self.slots
+    }
+
+    /// The ComObjects' tunables, one copy for all of them.
+    pub(crate) fn com_cfg(&self) -> &Arc<sitenet_protocols::ComConfig> {
+        &self.com_cfg
+    }
+
+    /// The reassembly budget all the node's channels share.
+    pub(crate) fn budget(&self) -> &ReassemblyBudget {
+        &self.budget
+    }
+
+    /// Per-peer budgets of log lines about bad input.
+    pub(crate) fn peer_logs(&self) -> &crate::peer_logs::PeerLogs {
+        &self.peer_logs
+    }
+
+    /// What the node's parked sites keep, in one table.
+    pub(crate) fn parked_forms(&self) -> &Arc<super::slot::ParkedForms> {
+        &self.parked_forms
     }
 }
 

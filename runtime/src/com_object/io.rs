@@ -65,7 +65,7 @@ impl Live {
 /// (and its peak).
 pub(super) fn ring_bytes_changed(node: &super::NodeShared, delta: i64) {
     use std::sync::atomic::Ordering::Relaxed;
-    let c = &node.counters;
+    let c = &node.counters();
     if delta > 0 {
         let now = c.channel_buffer_bytes.fetch_add(delta as u64, Relaxed) + delta as u64;
         c.channel_buffer_bytes_peak.fetch_max(now, Relaxed);
@@ -154,7 +154,7 @@ impl ComObject {
         {
             let delta = live.t.resize_in(min) + live.t.resize_out(min);
             ring_bytes_changed(&self.node, delta);
-            tracing::debug!(site = ?self.entry.id.get(), "idle channel: rings shrunk");
+            tracing::debug!(site = ?self.entry.id(), "idle channel: rings shrunk");
         }
     }
 
@@ -162,7 +162,7 @@ impl ComObject {
     /// bytes; a write error ends the channel.
     pub(super) fn write_turn(&mut self, budget: usize, now: Instant) -> Option<bool> {
         let live = self.live.as_mut()?;
-        let full = self.node.cfg.buffer_size as usize;
+        let full = self.node.identity().cfg().buffer_size as usize;
         if live.t.outb.capacity() < full && self.com.session().queued_bytes() > 0 {
             // Messages to send on a channel whose rings shrank while idle.
             ring_bytes_changed(&self.node, live.t.resize_out(full));
@@ -175,7 +175,7 @@ impl ComObject {
             }
             match live.t.write_some(budget - written) {
                 Ok(st) => {
-                    Counters::add(&self.node.counters.writes, st.calls as u64);
+                    Counters::add(&self.node.counters().writes, st.calls as u64);
                     written += st.written;
                     if st.blocked {
                         break Ok(true);
@@ -269,11 +269,11 @@ impl ComObject {
             return;
         };
         self.sync_refs();
-        let epoch = self.node.budget.releases();
+        let epoch = self.node.budget().releases();
         // What is queued while this turn delivers (a handler's reply, above
         // all) is taken right after, in this turn: it needs no wake, which
         // would cost another turn of the actor for nothing.
-        self.entry.outbox.hold_wakes();
+        self.entry.outbox().hold_wakes();
         let turn = self.read_and_process(id);
         self.take_outbox(true);
         match turn {
@@ -283,7 +283,7 @@ impl ComObject {
             ReadTurn::Blocked => self.wait_for_budget(id, epoch, ctx),
             ReadTurn::Paused(until) => {
                 tracing::debug!(
-                    site = ?self.entry.id.get(),
+                    site = ?self.entry.id(),
                     refused = self.live.as_ref().map_or(0, |l| l.refusals.refused()),
                     pause = ?until.saturating_duration_since(Instant::now()),
                     "the peer's refused messages pause its input"
@@ -321,14 +321,14 @@ impl ComObject {
     /// given back since `epoch` (the release count when input blocked, so a
     /// release in between is not missed).
     fn wait_for_budget(&mut self, id: ChannelId, epoch: u64, ctx: &mut Context<Self>) {
-        Counters::add(&self.node.counters.budget_pauses, 1);
+        Counters::add(&self.node.counters().budget_pauses, 1);
         let node = self.node.clone();
         let released = async move {
             loop {
-                let n = node.budget_released.notified();
+                let n = node.signals().when_budget_released();
                 tokio::pin!(n);
                 n.as_mut().enable();
-                if node.budget.releases() != epoch {
+                if node.budget().releases() != epoch {
                     return;
                 }
                 n.await;
@@ -390,13 +390,13 @@ impl ComObject {
             };
             let loss = match read {
                 Ok(ReadStatus::Read(_)) => {
-                    Counters::add(&node.counters.reads, 1);
+                    Counters::add(&node.counters().reads, 1);
                     None
                 }
                 Ok(ReadStatus::RingFull) => {
                     // A ring shrunk while the channel idled grows back
                     // (a frame may be larger than the small ring).
-                    let full = node.cfg.buffer_size as usize;
+                    let full = node.identity().cfg().buffer_size as usize;
                     if live.t.inb.capacity() >= full {
                         break;
                     }
@@ -425,18 +425,16 @@ impl ComObject {
     }
 
     pub(super) fn attach(&mut self, id: ChannelId, t: TransObject, ctx: &mut Context<Self>) {
-        let c = &self.node.counters;
+        let c = &self.node.counters();
         let now_held = c
             .channel_buffer_bytes
             .fetch_add(t.ring_bytes(), std::sync::atomic::Ordering::Relaxed)
             + t.ring_bytes();
         c.channel_buffer_bytes_peak
             .fetch_max(now_held, std::sync::atomic::Ordering::Relaxed);
-        tracing::debug!(site = ?self.entry.id.get(), peer = %t.peer(), generation = ?self.com.session().channel().map(|c| c.generation), "channel working");
+        tracing::debug!(site = ?self.entry.id(), peer = %t.peer(), generation = ?self.com.session().channel().map(|c| c.generation), "channel working");
         if let Some(p) = self.com.session().peer_max_message() {
-            self.entry
-                .peer_max
-                .store(p, std::sync::atomic::Ordering::Release);
+            self.entry.set_peer_max(p);
         }
         // The pair's secret is charged to the address this channel comes
         // from, should the node keep it after forgetting the site.
@@ -450,14 +448,10 @@ impl ComObject {
         if let Some(lease) = &t.lease {
             lease.attach(slot_info.clone(), super::open::preempt_fn(ctx));
         }
-        self.entry
-            .connected
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        self.entry
-            .contacted
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.entry.liveness().set_connected(true);
+        self.entry.liveness().set_contacted();
         if std::mem::take(&mut self.up_pending) {
-            if let Some(site) = self.entry.id.get() {
+            if let Some(site) = self.entry.id() {
                 let transport = t.transport();
                 self.publish(|_, address| crate::NodeEvent::SiteUp {
                     site,
@@ -474,18 +468,18 @@ impl ComObject {
             read: None,
             write: None,
             refusals: RefusalBudget::new(
-                self.node.cfg.refused_input_burst,
-                self.node.cfg.refused_input_rate,
+                self.node.identity().cfg().refused_input_burst,
+                self.node.identity().cfg().refused_input_rate,
                 Instant::now(),
             ),
         }));
-        Counters::add(&self.node.counters.channels_opened, 1);
+        Counters::add(&self.node.counters().channels_opened, 1);
         // The peer's addresses, learned in the handshake, are published
         // before its first message is handled (a handler that forwards a
         // request names the origin by them).
         self.publish_stats();
-        self.node.changed.notify_waiters();
-        self.node.acked.notify_waiters();
+        self.node.signals().changed();
+        self.node.signals().acked();
         self.on_readable(ctx);
     }
 
@@ -511,18 +505,16 @@ impl ComObject {
         // their message comes again.
         self.com.report_interrupted(&mut *self.inbox);
         self.shed_pending = true;
-        self.entry
-            .connected
-            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.entry.liveness().set_connected(false);
         self.node
-            .counters
+            .counters()
             .channel_buffer_bytes
             .fetch_sub(live.t.ring_bytes(), std::sync::atomic::Ordering::Relaxed);
         for h in [live.read, live.write].into_iter().flatten() {
             ctx.cancel_future(h);
         }
-        Counters::add(&self.node.counters.channels_closed, 1);
-        self.node.changed.notify_waiters();
+        Counters::add(&self.node.counters().channels_closed, 1);
+        self.node.signals().changed();
         Some(live.t)
     }
 }

@@ -153,20 +153,20 @@ impl Handler<Preempt> for ComObject {
         if !holds && self.leave_peer_line(lease, ctx) {
             // Our open attempt, waiting in the peer's line, gave its slot
             // to a site waiting here; it asks for one again.
-            tracing::debug!(site = ?self.entry.id.get(), reason = reason.name(), "left the peer's line");
-            crate::metrics::Counters::add(&self.node.counters.preemptions, 1);
+            tracing::debug!(site = ?self.entry.id(), reason = reason.name(), "left the peer's line");
+            crate::metrics::Counters::add(&self.node.counters().preemptions, 1);
             self.preempted = self.preempted.saturating_add(1);
             return;
         }
         if !holds {
             // Meant for a channel since gone (this lease was given back).
-            tracing::debug!(site = ?self.entry.id.get(), ?lease, "late preemption ignored");
-            crate::metrics::Counters::add(&self.node.counters.preemptions_stale, 1);
+            tracing::debug!(site = ?self.entry.id(), ?lease, "late preemption ignored");
+            crate::metrics::Counters::add(&self.node.counters().preemptions_stale, 1);
             return;
         }
-        tracing::debug!(site = ?self.entry.id.get(), reason = reason.name(), "channel slot preempted");
+        tracing::debug!(site = ?self.entry.id(), reason = reason.name(), "channel slot preempted");
         if self.com.close_hard(Instant::now()) {
-            crate::metrics::Counters::add(&self.node.counters.preemptions, 1);
+            crate::metrics::Counters::add(&self.node.counters().preemptions, 1);
             self.preempted = self.preempted.saturating_add(1);
             self.drive(ctx);
         }
@@ -186,9 +186,7 @@ impl Handler<Adopt> for ComObject {
 
     fn handle(&mut self, mut msg: Adopt, ctx: &mut Context<Self>) {
         // Taken: the entry may be reclaimed again once the machine agrees.
-        self.entry
-            .adopting
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.entry.holds().adoption_ends();
         let adoption = self
             .node
             .adoption(&self.entry, self.merged.is_some(), msg.neg.site);
@@ -212,7 +210,7 @@ impl Handler<Adopt> for ComObject {
                 // in its context would go with it, leaving the peer a bare
                 // close it cannot tell from a crash. Bounded by the
                 // handshake timeout; the channel's slot goes back with it.
-                let limit = self.node.cfg.handshake_timeout;
+                let limit = self.node.identity().cfg().handshake_timeout;
                 actix_rt::spawn(flush_and_close(msg.trans, limit));
             }
             AcceptOutcome::Restarted => {
@@ -237,7 +235,7 @@ impl Handler<Adopt> for ComObject {
                 } = msg;
                 // Full-size rings only now that the channel is accepted,
                 // and its socket read on this site's thread from now on.
-                trans.resize(self.node.cfg.buffer_size as usize);
+                trans.resize(self.node.identity().cfg().buffer_size as usize);
                 trans.rehome();
                 write_answer(&mut trans.outb, &answer.with_cookie(cookie));
                 self.act(ctx);
@@ -255,10 +253,7 @@ impl Handler<Stop> for ComObject {
     fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
         // A final ack, LEAVING, and whatever can be written now; the socket
         // closes with the actor.
-        let leaving = self
-            .node
-            .leave_on_shutdown
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let leaving = self.node.signals().leaves_on_shutdown();
         self.com.shutdown_as(leaving, Instant::now());
         self.act(ctx);
         self.drop_live(ctx);

@@ -147,16 +147,16 @@ impl Actor for ComObject {
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         // Nothing more comes on the streams still open.
         self.inbox.abort_all();
-        tracing::debug!(site = ?self.entry.id.get(), "ComObject stopped");
+        tracing::debug!(site = ?self.entry.id(), "ComObject stopped");
     }
 }
 
 impl ComObject {
     pub(crate) fn new(node: Arc<dyn ComHost>, entry: Arc<SiteEntry>, book: AddressBook) -> Self {
         let com = ComLogic::new(
-            node.com_cfg.clone(),
-            node.budget.clone(),
-            node.id,
+            node.com_cfg().clone(),
+            node.budget().clone(),
+            node.identity().id(),
             book,
             NEXT_OPENER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             rand::random(),
@@ -209,7 +209,7 @@ impl ComObject {
     }
 
     pub(super) fn has_refs(&self) -> bool {
-        self.entry.refs.load(std::sync::atomic::Ordering::Acquire) > 0
+        self.entry.holds().has_refs()
     }
 
     /// Tells the machine whether `SiteRef`s are held and whether replies
@@ -220,11 +220,7 @@ impl ComObject {
         if refs != self.com.has_refs() {
             self.com.set_has_refs(refs, Instant::now());
         }
-        let awaiting = self
-            .entry
-            .pending_requests
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0;
+        let awaiting = self.entry.holds().pending_requests() > 0;
         if awaiting != self.com.awaiting_replies() {
             self.com.set_awaiting_replies(awaiting);
         }
@@ -241,9 +237,9 @@ impl ComObject {
             .map(|l| std::mem::take(&mut l.batch))
             .unwrap_or_default();
         if on_wake {
-            self.entry.outbox.drain_on_wake(&mut batch);
+            self.entry.outbox().drain_on_wake(&mut batch);
         } else {
-            self.entry.outbox.drain(&mut batch);
+            self.entry.outbox().drain(&mut batch);
         }
         let mut refused = Vec::new();
         self.com.queue_all(&mut batch, |e, m| refused.push((e, m)));
@@ -266,8 +262,8 @@ impl ComObject {
         // tests/hostile/peers.rs::messages_queued_as_a_site_is_given_up_are_in_not_sent
         // under load).
         let (class, footprint) = (m.share_class(), m.footprint());
-        Counters::add(&self.node.counters.handed_back, 1);
-        self.node.deliveries.fail(&m, || {
+        Counters::add(&self.node.counters().handed_back, 1);
+        self.node.deliveries().fail(&m, || {
             let reason = e.to_string();
             match e.handed_back() {
                 sitenet_protocols::connection::error::HandedBack::MaybeDelivered => {
@@ -288,15 +284,15 @@ impl ComObject {
                 let kind = LogKind::HandedBack;
                 if let Some(suppressed) =
                     self.node
-                        .peer_logs
-                        .site(&self.entry, kind, &self.node.counters)
+                        .peer_logs()
+                        .site(&self.entry, kind, self.node.counters())
                 {
-                    tracing::warn!(site = ?self.entry.id.get(), error = %e, suppressed, "message handed back");
+                    tracing::warn!(site = ?self.entry.id(), error = %e, suppressed, "message handed back");
                 }
                 handed.refused.push((e, m));
             }
         }
-        self.entry.outbox.release(class, footprint);
+        self.entry.outbox().release(class, footprint);
     }
 
     /// The one place that reacts to anything: one turn of the machine, in
@@ -320,10 +316,9 @@ impl ComObject {
     /// one side or the other (both use `SeqCst`), so the rule never waits
     /// for a wake that does not come.
     fn watch_unref(&mut self, ctx: &mut Context<Self>, now: Instant) {
-        use std::sync::atomic::Ordering::SeqCst;
         let watch = self.com.wake_when_unreferenced();
-        self.entry.poke_on_unref.store(watch, SeqCst);
-        if watch && self.entry.refs.load(SeqCst) == 0 {
+        self.entry.liveness().set_poke_on_unref(watch);
+        if watch && self.entry.holds().refs() == 0 {
             self.com.set_has_refs(false, now);
             self.rearm_timer(ctx, now);
         }
@@ -333,27 +328,25 @@ impl ComObject {
     /// table agrees nothing refers to it (checked under its lock), and stop.
     fn reclaim(&mut self, ctx: &mut Context<Self>) {
         if !self.node.reclaim(&self.entry) {
-            tracing::debug!(site = ?self.entry.id.get(), "not reclaimed: referenced again");
+            tracing::debug!(site = ?self.entry.id(), "not reclaimed: referenced again");
             return;
         }
-        tracing::debug!(site = ?self.entry.id.get(), "site reclaimed");
+        tracing::debug!(site = ?self.entry.id(), "site reclaimed");
         {
             // Nothing runs the entry any more: a message sent through a
             // handle that kept it is dropped, a send fails.
-            let mut slot = self.entry.actor.lock();
+            let mut slot = self.entry.actor().lock();
             slot.state = crate::site_entry::ActorState::Reclaimed;
             slot.held = None;
-            self.entry
-                .reclaimed
-                .store(true, std::sync::atomic::Ordering::Release);
+            self.entry.liveness().set_reclaimed();
         }
         // The pair's secret outlives the entry: coming back, this node
         // still proves the pair to a peer that kept its own entry.
-        if let (Some(id), Some(c)) = (self.entry.id.get(), self.com.continuity()) {
-            self.node.pairs.lock().keep(id, c);
+        if let (Some(id), Some(c)) = (self.entry.id(), self.com.continuity()) {
+            self.node.security().remember_pair(id, c);
         }
-        Counters::add(&self.node.counters.sites_reclaimed, 1);
-        self.node.changed.notify_waiters();
+        Counters::add(&self.node.counters().sites_reclaimed, 1);
+        self.node.signals().changed();
         // Dropping the reference to the entry this one merged into lets
         // that one be reclaimed in turn.
         self.merged = None;
@@ -368,8 +361,8 @@ impl ComObject {
     /// ignores it once it holds one). Before every decision that uses it:
     /// an open's NEGOTIATE, a claim's judgement.
     pub(super) fn recall_pair(&mut self) {
-        if let Some(id) = self.entry.id.get() {
-            if let Some(c) = self.node.pairs.lock().take(id) {
+        if let Some(id) = self.entry.id() {
+            if let Some(c) = self.node.security().recall_pair(id) {
                 self.com.recall(c);
             }
         }
@@ -403,7 +396,7 @@ impl ComObject {
             act.com.handle_timeout(now);
             if in_line && !act.com.in_line() && !act.com.is_failed() {
                 // The wait in the peer's line reached its give-up deadline.
-                Counters::add(&act.node.counters.line_give_ups, 1);
+                Counters::add(&act.node.counters().line_give_ups, 1);
             }
             // An idle channel is driven only by its timer (heartbeats): the
             // place to give its ring memory back, off the per-event path.

@@ -76,13 +76,13 @@ impl Handler<OpenWaiting> for ComObject {
 
     fn handle(&mut self, msg: OpenWaiting, ctx: &mut Context<Self>) {
         if self.com.opening() == Some(msg.attempt) && !self.com.in_line() {
-            Counters::add(&self.node.counters.line_waits, 1);
+            Counters::add(&self.node.counters().line_waits, 1);
         }
         self.com.open_waiting(msg.attempt, msg.hold, Instant::now());
         if let (Some(report), Some(o)) = (self.com.line_wait_report(), &self.opening) {
             // A holder that moves nothing: the slot table may take it back
             // for a site waiting here.
-            self.node.slots.report(&o.slot_info, &report);
+            self.node.slots().report(&o.slot_info, &report);
         }
         self.drive(ctx);
     }
@@ -104,7 +104,7 @@ impl Handler<AbandonDial> for ComObject {
             // Proven meanwhile (its channel works): an ordinary site now.
             return;
         }
-        tracing::debug!(site = ?self.entry.id.get(), "the peer that named this site went: its dial is abandoned");
+        tracing::debug!(site = ?self.entry.id(), "the peer that named this site went: its dial is abandoned");
         self.take_outbox(false);
         self.com.fail(SiteFailure::NotReached, Instant::now());
         self.drive(ctx);
@@ -133,7 +133,7 @@ impl ComObject {
         let addr = ctx.address();
         match self
             .node
-            .slots
+            .slots()
             .request(move |lease| addr.do_send(SlotGranted(lease)))
         {
             sitenet_transport::controller::Requested::Granted(lease) => {
@@ -142,14 +142,14 @@ impl ComObject {
                 self.com.slot_granted();
             }
             sitenet_transport::controller::Requested::Queued(t) => {
-                Counters::add(&self.node.counters.slot_waits, 1);
+                Counters::add(&self.node.counters().slot_waits, 1);
                 self.slot = Slot::Waiting(t);
             }
         }
     }
 
     pub(super) fn start_open(&mut self, req: OpenRequest, ctx: &mut Context<Self>) {
-        let addr = match self.node.cfg.transports.parse(&req.address) {
+        let addr = match self.node.identity().cfg().transports.parse(&req.address) {
             Ok(a) => a,
             Err(e) => {
                 // A peer listed an address this build cannot parse: that
@@ -168,7 +168,7 @@ impl ComObject {
         let permit = match self.node.dial_on_word(&self.entry, &req.address) {
             Ok(ticket) => ticket.map(|ticket| DialPermit {
                 node: self.node.clone(),
-                key: self.entry.key,
+                key: self.entry.key(),
                 ticket,
             }),
             Err(refused) => {
@@ -184,10 +184,10 @@ impl ComObject {
                 return;
             }
         };
-        let cfg = &self.node.cfg;
+        let cfg = self.node.identity().cfg();
         let hs = Initiator::new(
-            self.node.local_info(),
-            self.entry.id.get(),
+            self.node.identity().local_info(),
+            self.entry.id(),
             req.last_received,
             req.last_generation,
             crate::channel_io::fresh_nonce(),
@@ -195,7 +195,7 @@ impl ComObject {
         .with_attempt(req.attempt)
         .with_secret(req.secret)
         .with_session(req.session)
-        .with_keys(self.node.keys.clone());
+        .with_keys(self.node.security().keys().clone());
         // Under TLS the acceptor must be the site its certificate names.
         let hs = if cfg.tls.is_some() {
             hs.require_certificate()
@@ -243,7 +243,7 @@ impl ComObject {
         {
             return false;
         }
-        Counters::add(&self.node.counters.line_yields, 1);
+        Counters::add(&self.node.counters().line_yields, 1);
         self.drive(ctx);
         true
     }
@@ -305,19 +305,19 @@ impl ComObject {
             // dead): it stays failed, and so does this reference to it —
             // its messages and requests fail now instead of waiting in the
             // failed entry's closed outbox for ever.
-            tracing::debug!(site = ?other.id.get(), "address belongs to a permanently failed site");
+            tracing::debug!(site = ?other.id(), "address belongs to a permanently failed site");
             self.take_outbox(false);
             self.com.kill(Instant::now());
             self.drive(ctx);
             return;
         }
-        tracing::debug!(site = ?other.id.get(), "address belongs to a known site; merging");
+        tracing::debug!(site = ?other.id(), "address belongs to a known site; merging");
         self.merged = Some(self.node.clone().hold(other.clone()));
         // What the machine holds is older than what is still in the outbox;
         // `seal_into` moves both, in that order.
         let older = self.com.merge_out();
         let entry = self.entry.clone();
-        let wake = self.entry.outbox.seal_into(&other.outbox, older, || {
+        let wake = self.entry.outbox().seal_into(other.outbox(), older, || {
             entry.redirect_to(other.clone());
         });
         if wake {

@@ -14,7 +14,7 @@ impl ComObject {
     /// Records a fault of this site in the node's fault history.
     pub(super) fn report_fault(&self, peer: String, reason: String, permanent: bool) {
         self.node.record_fault(FaultReport {
-            site: self.entry.id.get(),
+            site: self.entry.id(),
             peer,
             reason,
             permanent,
@@ -27,9 +27,12 @@ impl ComObject {
         &self,
         make: impl FnOnce(Option<sitenet_protocols::SiteId>, Option<String>) -> crate::NodeEvent,
     ) {
-        if self.node.events.wanted() {
-            let address = self.entry.address.as_deref().map(str::to_string);
-            self.node.events.publish(make(self.entry.id.get(), address));
+        if self.node.signals().events().wanted() {
+            let address = self.entry.address().map(str::to_string);
+            self.node
+                .signals()
+                .events()
+                .publish(make(self.entry.id(), address));
         }
     }
 
@@ -55,7 +58,7 @@ impl ComObject {
     fn report_slot(&self) {
         if let Some(live) = &self.live {
             self.node
-                .slots
+                .slots()
                 .report(&live.slot_info, &self.slot_report(live));
         }
     }
@@ -80,10 +83,10 @@ impl ComObject {
         if !lease.must_give_way(&live.slot_info, served, || self.slot_report(live)) {
             return;
         }
-        tracing::debug!(site = ?self.entry.id.get(), "channel slot given up");
+        tracing::debug!(site = ?self.entry.id(), "channel slot given up");
         self.gave_way = Some(lease.id());
         if self.com.close_hard(now) {
-            Counters::add(&self.node.counters.preemptions, 1);
+            Counters::add(&self.node.counters().preemptions, 1);
             self.preempted = self.preempted.saturating_add(1);
         }
     }
@@ -95,11 +98,7 @@ impl ComObject {
             closeable: self.com.state() == sitenet_protocols::ComState::Working,
             last_active: self.com.last_activity(),
             mid_message: session.mid_message(),
-            replies_expected: self
-                .entry
-                .pending_requests
-                .load(std::sync::atomic::Ordering::Relaxed)
-                > 0,
+            replies_expected: self.entry.holds().pending_requests() > 0,
             buffers_empty: live.t.inb.is_empty() && !live.t.out_pending(),
             queues_empty: session.queued_bytes() == 0,
             callable: self.com.addresses().can_open(),
@@ -113,7 +112,7 @@ impl ComObject {
     /// Publishes the site's counters for `Node::stats`.
     pub(super) fn publish_stats(&self) {
         let s = self.com.session().stats();
-        let mut published = self.entry.stats.lock();
+        let mut published = self.entry.stats().lock();
         let st = published.get_or_insert_with(Box::default);
         fill_identity(st, &self.entry, self.com.addresses());
         let peer = self.live.as_ref().map(|l| l.t.peer());
@@ -133,12 +132,12 @@ impl ComObject {
     pub(super) fn account(&mut self, now: Instant) {
         self.report(now);
         for corr in self.com.take_delivered() {
-            self.node.deliveries.complete(corr, Ok(()));
+            self.node.deliveries().complete(corr, Ok(()));
         }
         let freed = self.com.take_freed(now);
-        self.entry.outbox.release_freed(&freed);
+        self.entry.outbox().release_freed(&freed);
         if freed.messages > 0 {
-            self.node.acked.notify_waiters();
+            self.node.signals().acked();
         }
         let now_seen = Reported::of(&self.com);
         let r = match &mut self.reported {
@@ -151,7 +150,7 @@ impl ComObject {
             }
         };
         let n = &now_seen;
-        let c = &self.node.counters;
+        let c = &self.node.counters();
         Counters::add(&c.messages_sent, n.sent - r.sent);
         Counters::add(&c.messages_retransmitted, n.retransmitted - r.retransmitted);
         Counters::add(&c.duplicates, n.duplicates - r.duplicates);
@@ -164,7 +163,7 @@ impl ComObject {
         if n.delivered != r.delivered || n.sent != r.sent || n.weak_rejected != r.weak_rejected {
             // Once per batch (a read, a flush), not per message: whoever
             // waits on the node's metrics re-checks.
-            self.node.changed.notify_waiters();
+            self.node.signals().changed();
         }
     }
 }
@@ -193,9 +192,9 @@ pub(super) fn fill_identity(
     entry: &crate::site_entry::SiteEntry,
     book: &sitenet_protocols::AddressBook,
 ) {
-    st.site = entry.id.get().map(|id| id.to_string());
-    if st.address.as_deref() != entry.address.as_deref() {
-        st.address = entry.address.as_deref().map(str::to_owned);
+    st.site = entry.id().map(|id| id.to_string());
+    if st.address.as_deref() != entry.address() {
+        st.address = entry.address().map(str::to_owned);
     }
     if !st.addresses.iter().map(String::as_str).eq(book.addresses()) {
         st.addresses = book.addresses().map(str::to_owned).collect();
@@ -253,9 +252,9 @@ impl ComObject {
         back: &crate::site_entry::Returned,
     ) {
         use crate::peer_logs::LogKind;
-        let site = self.entry.id.get();
+        let site = self.entry.id();
         let (not_sent, maybe_delivered) = (back.not_sent.len(), back.maybe_delivered.len());
-        let (logs, counters) = (&self.node.peer_logs, &self.node.counters);
+        let (logs, counters) = (&self.node.peer_logs(), &self.node.counters());
         if *failure == sitenet_protocols::SiteFailure::ShutDown && not_sent + maybe_delivered == 0 {
             if let Some(suppressed) = logs.site(&self.entry, LogKind::SiteLeft, counters) {
                 tracing::info!(?site, %reason, suppressed, "site left (shut down in order)");

@@ -71,7 +71,7 @@ macro_rules! counted {
             type Result = ();
 
             fn handle(&mut self, Counted(m): Counted<$m>, ctx: &mut Context<Self>) {
-                self.entry.actor.lock().handled_one();
+                self.entry.actor().lock().handled_one();
                 <Self as Handler<$m>>::handle(self, m, ctx);
             }
         }
@@ -154,11 +154,11 @@ impl ComObject {
         ComObject: Handler<Counted<M>>,
     {
         loop {
-            let mut slot = entry.actor.lock();
+            let mut slot = entry.actor().lock();
             match slot.state {
                 ActorState::Running => {}
                 ActorState::Reclaimed => return false,
-                _ if node.is_shut_down() => return false,
+                _ if node.signals().is_shut_down() => return false,
                 ActorState::Parked => Self::unpark_in(node, entry, &mut slot),
                 ActorState::Never => {
                     drop(slot);
@@ -185,7 +185,7 @@ impl ComObject {
         M: Message<Result = ()> + Send + 'static,
         ComObject: Handler<Counted<M>>,
     {
-        if entry.actor.lock().state == ActorState::Never {
+        if entry.actor().lock().state == ActorState::Never {
             return false;
         }
         Self::send(node, entry, msg)
@@ -198,7 +198,7 @@ impl ComObject {
         entry: &SiteEntry,
         f: impl FnOnce(&Addr<ComObject>) -> R,
     ) -> Option<R> {
-        let slot = entry.actor.lock();
+        let slot = entry.actor().lock();
         (slot.state == ActorState::Running).then(|| f(Self::addr_in(&slot)))
     }
 
@@ -206,13 +206,13 @@ impl ComObject {
     /// entry: the one chosen when it was made ([`SiteEntry::home`]), else
     /// the one its key gives.
     fn thread_of<'a>(node: &'a NodeShared, entry: &SiteEntry) -> &'a actix_rt::ArbiterHandle {
-        node.rt.arbiter_at(Self::worker_of(node, entry))
+        node.rt().arbiter_at(Self::worker_of(node, entry))
     }
 
     /// The index in the pool of [`thread_of`](Self::thread_of)'s thread.
     pub(crate) fn worker_of(node: &NodeShared, entry: &SiteEntry) -> usize {
-        match entry.home.load(std::sync::atomic::Ordering::Relaxed) {
-            crate::site_entry::NO_HOME => node.rt.index_for(entry.key),
+        match entry.home() {
+            crate::site_entry::NO_HOME => node.rt().index_for(entry.key()),
             h => usize::from(h),
         }
     }
@@ -239,26 +239,29 @@ impl ComObject {
     fn unpark_in<H: ComHost>(node: &Arc<H>, entry: &Arc<SiteEntry>, slot: &mut ActorSlot) {
         let parked = Self::forms_in(slot).remove(slot.parked_at());
         if let Some(at) = parked.com.deadline() {
-            node.unpark_deadline(entry.key, at);
+            node.unpark_deadline(entry.key(), at);
         }
         // `Node::stats` reads the published counters again from now on.
         let mut st = SiteStats::default();
         fill_stats(&mut st, entry, &parked);
-        *entry.stats.lock() = Some(Box::new(st));
+        *entry.stats().lock() = Some(Box::new(st));
         let (n, e): (Arc<dyn ComHost>, _) = (node.clone(), entry.clone());
         let addr = ComObject::start_in_arbiter(Self::thread_of(node, entry), move |_| {
             ComObject::resume(n, e, parked)
         });
         slot.run(Arc::new(addr));
-        Counters::add(&node.counters.unparks, 1);
-        node.changed.notify_waiters();
+        Counters::add(&node.counters().unparks, 1);
+        node.signals().changed();
     }
 
     /// The actor of a site that parked: its machine from what it kept,
     /// its counters where they were.
     fn resume(node: Arc<dyn ComHost>, entry: Arc<SiteEntry>, p: ParkedActor) -> Self {
-        let com =
-            sitenet_protocols::ComObject::unpark(p.com, node.com_cfg.clone(), node.budget.clone());
+        let com = sitenet_protocols::ComObject::unpark(
+            p.com,
+            node.com_cfg().clone(),
+            node.budget().clone(),
+        );
         let mut me = Self::with_machine(node, entry, com);
         me.channels_opened = p.channels_opened;
         me.preempted = p.preempted;
@@ -280,16 +283,16 @@ impl ComObject {
             || self.ack_deferred
             || self.write_deferred
             || !self.inbox.is_idle()
-            || self.node.is_shut_down()
+            || self.node.signals().is_shut_down()
             || !self.com.parkable(now)
         {
             return;
         }
         let deadline = {
-            let mut slot = self.entry.actor.lock();
+            let mut slot = self.entry.actor().lock();
             if slot.state != ActorState::Running
                 || slot.queued() > 0
-                || !self.entry.outbox.is_empty()
+                || !self.entry.outbox().is_empty()
             {
                 return;
             }
@@ -297,7 +300,7 @@ impl ComObject {
                 return;
             };
             let deadline = com.deadline();
-            let forms = &self.node.parked_forms;
+            let forms = self.node.parked_forms();
             let at = forms.insert(ParkedActor {
                 com,
                 channels_opened: self.channels_opened,
@@ -305,17 +308,17 @@ impl ComObject {
             });
             slot.park(forms.clone(), at);
             // The parked form answers `Node::stats` now.
-            *self.entry.stats.lock() = None;
+            *self.entry.stats().lock() = None;
             if let Some(at) = deadline {
-                self.node.park_deadline(self.entry.key, at);
+                self.node.park_deadline(self.entry.key(), at);
             }
             deadline
         };
-        tracing::trace!(site = ?self.entry.id.get(), ?deadline, "site parked");
-        Counters::add(&self.node.counters.parks, 1);
+        tracing::trace!(site = ?self.entry.id(), ?deadline, "site parked");
+        Counters::add(&self.node.counters().parks, 1);
         // A wave of parks gives the actors' memory back to the system.
-        self.entry.outbox.site_parked();
-        self.node.changed.notify_waiters();
+        self.entry.outbox().site_parked();
+        self.node.signals().changed();
         if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
         }
@@ -325,7 +328,7 @@ impl ComObject {
     /// The site's counters for `Node::stats`: published by its actor, or
     /// made from what it keeps while parked. `None` for a site never used.
     pub(crate) fn site_stats(entry: &SiteEntry) -> Option<SiteStats> {
-        let slot = entry.actor.lock();
+        let slot = entry.actor().lock();
         let mut st = if slot.state == ActorState::Parked {
             let forms = Self::forms_in(&slot);
             let t = forms.0.lock();
@@ -333,9 +336,9 @@ impl ComObject {
             fill_stats(&mut st, entry, t.get(slot.parked_at() as usize)?);
             st
         } else {
-            entry.stats.lock().as_deref().cloned()?
+            entry.stats().lock().as_deref().cloned()?
         };
-        st.pending_bytes_by_class = entry.outbox.held_by_class();
+        st.pending_bytes_by_class = entry.outbox().held_by_class();
         Some(st)
     }
 }

@@ -247,7 +247,7 @@ where
                 // In the request's `sitenet.handle` span, entered by the
                 // caller of this handler.
                 let run = run(node.clone(), slot, type_id, answer, fut);
-                node.rt.spawn(tracing::Instrument::instrument(
+                node.rt().spawn(tracing::Instrument::instrument(
                     run,
                     tracing::Span::current(),
                 ));
@@ -308,7 +308,7 @@ fn deliver(type_id: u32, answer: Option<AnswerSlot>, a: Answered) {
 /// An async handler (making its future, or the future) panicked: counted
 /// as a handler's panic, and its request answered with the error.
 fn panicked(node: &NodeInner, type_id: u32, answer: Option<&AnswerSlot>) {
-    Counters::add(&node.counters.handler_panics, 1);
+    Counters::add(&node.counters().handler_panics, 1);
     tracing::error!(
         type_id,
         "async handler panicked; the message counts as delivered"
@@ -325,12 +325,12 @@ fn refuse_busy(ctx: &mut Ctx<'_>, header: &Bytes) {
     let reason = format!(
         "{} async handlers are running, the most this node runs at once \
          (NodeConfig::max_async_handlers); the handler was not run",
-        ctx.node.cfg.max_async_handlers
+        ctx.node.identity().cfg().max_async_handlers
     );
-    if let Some(suppressed) = ctx.node.peer_logs.site(
+    if let Some(suppressed) = ctx.node.peer_logs().site(
         ctx.from,
         crate::peer_logs::LogKind::Unhandled,
-        &ctx.node.counters,
+        ctx.node.counters(),
     ) {
         tracing::warn!(type_id = ctx.type_id, suppressed, "{reason}");
     }

@@ -69,7 +69,7 @@ impl Ctx<'_> {
 
     /// The sending site's id.
     pub fn sender_id(&self) -> Option<SiteId> {
-        self.from.id.get()
+        self.from.id()
     }
 
     /// The message's wire type id: what a raw handler for a range of ids
@@ -104,7 +104,7 @@ impl Ctx<'_> {
             return None;
         }
         Some(crate::message::RequestId {
-            origin: self.from.id.get()?,
+            origin: self.from.id()?,
             corr: self.corr,
         })
     }
@@ -406,7 +406,7 @@ impl Ctx<'_> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.node.rt.spawn(fut);
+        self.node.rt().spawn(fut);
     }
 }
 

@@ -140,7 +140,7 @@ impl Drop for Running<'_> {
 /// Decodes a received typed header as `M`, or says why it does not (what
 /// the `unhandled` hook and a request's error reply carry).
 /// `SiteRef`s in it decode on `node`, as claims of `from`, the site that
-/// delivered it (see `site_serde`).
+/// delivered it (see `site/serialize.rs`).
 #[inline]
 pub(crate) fn decode_header<M: Message>(
     node: &Arc<NodeInner>,
@@ -154,7 +154,7 @@ pub(crate) fn decode_header<M: Message>(
 /// Counts a message the node refused in the node's `unhandled` counter
 /// and in this thread's count (`runtime::count_refusal`).
 fn count_refused(node: &Arc<NodeInner>) {
-    Counters::add(&node.counters.unhandled, 1);
+    Counters::add(&node.counters().unhandled, 1);
     crate::runtime::count_refusal();
 }
 
@@ -170,13 +170,13 @@ pub(crate) fn check_user_id(id: u32) -> Result<(), NodeError> {
 /// their type's handler, a forwarded request as if its origin had sent it.
 #[inline] // its one caller is `Delivery::message`: no second move of the message
 pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessage) {
-    Counters::add(&node.counters.messages_delivered, 1);
+    Counters::add(&node.counters().messages_delivered, 1);
     let type_id = m.prelude.type_id;
     // A typed handler first; a raw one is looked up only without it (a
     // typed message's lookup is unchanged).
-    let handler = match node.handlers.get(type_id) {
+    let handler = match node.handlers().get(type_id) {
         Some(h) => Some(h),
-        None => node.handlers.get_raw(m.prelude.kind, type_id),
+        None => node.handlers().get_raw(m.prelude.kind, type_id),
     };
     match classify(m.prelude.kind, &m.header, handler.is_some()) {
         Delivered::Reply { .. } => node.complete_request(from, m),
@@ -202,10 +202,10 @@ pub(crate) fn dispatch(node: &Arc<NodeInner>, from: &Arc<SiteEntry>, m: InMessag
             let reason = why.reason(type_id);
             match why {
                 Why::MalformedOrigin => {
-                    if let Some(suppressed) = node.peer_logs.site(
+                    if let Some(suppressed) = node.peer_logs().site(
                         from,
                         crate::peer_logs::LogKind::Unhandled,
-                        &node.counters,
+                        node.counters(),
                     ) {
                         tracing::warn!(type_id, suppressed, "{reason}");
                     }
@@ -277,7 +277,7 @@ fn call(
             request = %id,
             type_id,
             hop = if forwarded { "forwarded" } else { "direct" },
-            via = ?via.id.get(),
+            via = ?via.id(),
         ),
         None => tracing::Span::none(),
     };
@@ -315,8 +315,8 @@ fn forward_origin(
             count_refused(node);
             let reason = format!("forwarded request naming origin {}: {refused}", d.id);
             if let Some(suppressed) =
-                node.peer_logs
-                    .site(via, crate::peer_logs::LogKind::Unhandled, &node.counters)
+                node.peer_logs()
+                    .site(via, crate::peer_logs::LogKind::Unhandled, node.counters())
             {
                 tracing::warn!(type_id, suppressed, "{reason}");
             }
@@ -345,8 +345,8 @@ pub(crate) fn handler_outcome<T>(
         Ok(Err(reason)) => {
             count_refused(node);
             if let Some(suppressed) =
-                node.peer_logs
-                    .site(from, crate::peer_logs::LogKind::Unhandled, &node.counters)
+                node.peer_logs()
+                    .site(from, crate::peer_logs::LogKind::Unhandled, node.counters())
             {
                 tracing::warn!(type_id, %reason, suppressed, "{what}: message not handled");
             }
@@ -361,9 +361,9 @@ pub(crate) fn handler_outcome<T>(
             Err(reason)
         }
         Err(_) => {
-            Counters::add(&node.counters.handler_panics, 1);
+            Counters::add(&node.counters().handler_panics, 1);
             let kind = crate::peer_logs::LogKind::HandlerPanicked;
-            if let Some(suppressed) = node.peer_logs.site(from, kind, &node.counters) {
+            if let Some(suppressed) = node.peer_logs().site(from, kind, node.counters()) {
                 tracing::error!(
                     type_id,
                     suppressed,
@@ -385,17 +385,17 @@ pub(crate) fn call_unhandled(
     header: Bytes,
     body: Bytes,
 ) {
-    let hook = node.handlers.unhandled.read().clone();
+    let hook = node.handlers().unhandled.read().clone();
     if let Some(hook) = hook {
         let u = Unhandled {
-            from: from.id.get(),
+            from: from.id(),
             type_id,
             reason,
             header,
             body,
         };
         if std::panic::catch_unwind(AssertUnwindSafe(|| hook(u))).is_err() {
-            Counters::add(&node.counters.handler_panics, 1);
+            Counters::add(&node.counters().handler_panics, 1);
             tracing::error!(type_id, "unhandled hook panicked");
         }
     }

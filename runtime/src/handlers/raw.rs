@@ -80,7 +80,7 @@ impl crate::Node {
     {
         let (first, last) = id_range(range)?;
         self.inner
-            .handlers
+            .handlers()
             .insert_raw(first, last, erase_raw(f), false)
             .map(|_| ())
     }
@@ -98,7 +98,7 @@ impl crate::Node {
     {
         let (first, last) = id_range(range)?;
         self.inner
-            .handlers
+            .handlers()
             .insert_raw(first, last, erase_raw(f), true)
     }
 
@@ -117,7 +117,7 @@ impl crate::Node {
     /// ```
     pub fn remove_raw(&self, range: impl RangeBounds<u32>) -> bool {
         match id_range(range) {
-            Ok((first, last)) => self.inner.handlers.remove_raw(first, last),
+            Ok((first, last)) => self.inner.handlers().remove_raw(first, last),
             Err(_) => false,
         }
     }
@@ -151,7 +151,7 @@ impl crate::Node {
         F: Fn(&mut Ctx<'_>, RawMessage) + Send + Sync + 'static,
     {
         self.inner
-            .handlers
+            .handlers()
             .set_raw_fallback(erase_raw(f), false)
             .map(|_| ())
     }
@@ -164,7 +164,7 @@ impl crate::Node {
     {
         // Replacing never fails.
         self.inner
-            .handlers
+            .handlers()
             .set_raw_fallback(erase_raw(f), true)
             .unwrap_or(true)
     }
@@ -172,7 +172,7 @@ impl crate::Node {
     /// Removes the raw fallback; true if there was one. Messages it would
     /// have taken go to the `on_unhandled` hook.
     pub fn remove_raw_fallback(&self) -> bool {
-        self.inner.handlers.remove_raw_fallback()
+        self.inner.handlers().remove_raw_fallback()
     }
 }
 

@@ -46,7 +46,7 @@ impl crate::Node {
         F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
     {
         check_user_id(M::ID)?;
-        self.inner.handlers.insert(M::ID, erase(f))
+        self.inner.handlers().insert(M::ID, erase(f))
     }
 
     /// Registers `f` as the handler of message type `M`, like
@@ -96,7 +96,7 @@ impl crate::Node {
         F: FnMut(&mut Ctx<'_>, M) + Send + 'static,
     {
         check_user_id(M::ID)?;
-        self.inner.handlers.insert(M::ID, erase_mut(f))
+        self.inner.handlers().insert(M::ID, erase_mut(f))
     }
 
     /// Registers the handler of request type `Q` that returns its answer
@@ -155,7 +155,7 @@ impl crate::Node {
         F: Fn(&mut Ctx<'_>, Q) -> O + Send + Sync + 'static,
     {
         check_user_id(Q::ID)?;
-        self.inner.handlers.insert(Q::ID, erase_result(f))
+        self.inner.handlers().insert(Q::ID, erase_result(f))
     }
 
     /// Registers an async handler of message type `Q`: `f` makes, for each
@@ -246,7 +246,7 @@ impl crate::Node {
     {
         check_user_id(Q::ID)?;
         self.inner
-            .handlers
+            .handlers()
             .insert(Q::ID, async_handlers::erase_async(f))
     }
 
@@ -294,7 +294,7 @@ impl crate::Node {
         F: Fn(&mut Ctx<'_>, M) + Send + Sync + 'static,
     {
         check_user_id(M::ID)?;
-        self.inner.handlers.replace(M::ID, erase(f))
+        self.inner.handlers().replace(M::ID, erase(f))
     }
 
     /// [`replace_handler`](Self::replace_handler) with a handler that
@@ -306,7 +306,7 @@ impl crate::Node {
         F: FnMut(&mut Ctx<'_>, M) + Send + 'static,
     {
         check_user_id(M::ID)?;
-        self.inner.handlers.replace(M::ID, erase_mut(f))
+        self.inner.handlers().replace(M::ID, erase_mut(f))
     }
 
     /// [`replace_handler`](Self::replace_handler) with a handler whose
@@ -319,7 +319,7 @@ impl crate::Node {
         F: Fn(&mut Ctx<'_>, Q) -> O + Send + Sync + 'static,
     {
         check_user_id(Q::ID)?;
-        self.inner.handlers.replace(Q::ID, erase_result(f))
+        self.inner.handlers().replace(Q::ID, erase_result(f))
     }
 
     /// [`replace_handler`](Self::replace_handler) with an async handler
@@ -357,7 +357,7 @@ impl crate::Node {
     {
         check_user_id(Q::ID)?;
         self.inner
-            .handlers
+            .handlers()
             .replace(Q::ID, async_handlers::erase_async(f))
     }
 
@@ -386,7 +386,7 @@ impl crate::Node {
     /// # Ok::<(), sitenet_runtime::NodeError>(())
     /// ```
     pub fn remove_handler<M: Message>(&self) -> bool {
-        check_user_id(M::ID).is_ok() && self.inner.handlers.remove(M::ID)
+        check_user_id(M::ID).is_ok() && self.inner.handlers().remove(M::ID)
     }
 
     /// Sets the hook that sees every message no handler took (no handler for
@@ -414,6 +414,6 @@ impl crate::Node {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn on_unhandled(&self, f: impl Fn(Unhandled) + Send + Sync + 'static) {
-        *self.inner.handlers.unhandled.write() = Some(Arc::new(f));
+        *self.inner.handlers().unhandled.write() = Some(Arc::new(f));
     }
 }

@@ -131,11 +131,11 @@ impl Handshakes {
 
 impl NodeInner {
     pub(super) async fn accept_loop(self: Arc<Self>, listener: Listener) {
-        let (l, tuning) = (&listener, self.cfg.tcp_tuning());
-        let counters = &self.counters;
+        let (l, tuning) = (&listener, self.identity().cfg().tcp_tuning());
+        let counters = &self.counters();
         // Out of descriptors, every try fails for as long as it lasts: a
         // few lines per window, the rest counted (as a peer's bad input).
-        let logs = &self.peer_logs;
+        let logs = &self.peer_logs();
         self.serve_accepts(|| async move {
             loop {
                 match l.accept_tuned(tuning).await {
@@ -185,7 +185,7 @@ impl NodeInner {
                     None => return,
                 },
             }
-            if self.is_shut_down() {
+            if self.signals().is_shut_down() {
                 return;
             }
         }
@@ -213,17 +213,19 @@ impl NodeInner {
                 _ = self.handshakes.wake.notified() => {}
                 _ = sleep => {}
             }
-            next = self.handshakes.expire(&self.counters);
+            next = self.handshakes.expire(self.counters());
         }
     }
 
     /// Tells the node's event subscribers (if any) that `peer` was refused.
     pub(super) fn peer_refused(&self, peer: &str, reason: PeerRefusal) {
-        if self.events.wanted() {
-            self.events.publish(crate::NodeEvent::PeerRefused {
-                address: peer.to_string(),
-                reason,
-            });
+        if self.signals().events().wanted() {
+            self.signals()
+                .events()
+                .publish(crate::NodeEvent::PeerRefused {
+                    address: peer.to_string(),
+                    reason,
+                });
         }
     }
 
@@ -232,25 +234,25 @@ impl NodeInner {
     fn on_accepted(self: Arc<Self>, ch: Channel, tls: bool) {
         let peer = ch.peer();
         let ip = crate::channel_io::peer_ip(&peer);
-        let (ticket, dropped) = self.handshakes.admit(ip, &self.counters);
-        let ch = match &self.cfg.fault_injector {
+        let (ticket, dropped) = self.handshakes.admit(ip, self.counters());
+        let ch = match &self.identity().cfg().fault_injector {
             Some(f) => f.wrap(ch),
             None => ch,
         };
         actix_rt::spawn(async move {
             let node = self.clone();
-            let keys = self.keys.clone();
-            let session = match self.cfg.tls.as_ref().filter(|_| tls) {
+            let keys = self.security().keys().clone();
+            let session = match self.identity().cfg().tls.as_ref().filter(|_| tls) {
                 Some(id) => match id.server_session() {
                     Ok(s) => Some(s),
                     Err(e) => {
                         if let Some(suppressed) =
-                            self.peer_logs
-                                .address(ip, LogKind::TlsStart, &self.counters)
+                            self.peer_logs()
+                                .address(ip, LogKind::TlsStart, self.counters())
                         {
                             tracing::error!(error = %e, suppressed, "cannot start TLS on an accepted channel");
                         }
-                        self.handshakes.finish(ticket, &self.counters);
+                        self.handshakes.finish(ticket, self.counters());
                         return;
                     }
                 },
@@ -258,16 +260,21 @@ impl NodeInner {
             };
             let tls = Tls {
                 session,
-                required: self.cfg.tls.is_some(),
+                required: self.identity().cfg().tls.is_some(),
             };
-            let r = accept_until_negotiate(ch, self.local_info(), keys, tls, dropped, move || {
-                node.handshakes.spoke(ticket)
-            })
+            let r = accept_until_negotiate(
+                ch,
+                self.identity().local_info(),
+                keys,
+                tls,
+                dropped,
+                move || node.handshakes.spoke(ticket),
+            )
             .await;
-            self.handshakes.finish(ticket, &self.counters);
+            self.handshakes.finish(ticket, self.counters());
             match r {
                 Ok((trans, accepted)) => {
-                    if self.is_shut_down() {
+                    if self.signals().is_shut_down() {
                         return;
                     }
                     // The slot is taken only now that the peer presented
@@ -295,24 +302,25 @@ impl NodeInner {
                     // written, then the channel closed; logged through the
                     // source's limit, at WARN: what `sitenet node` shows by
                     // default, so an operator sees who is turned away.
-                    Counters::add(&self.counters.auth_refused, 1);
+                    Counters::add(&self.counters().auth_refused, 1);
                     if let Some(suppressed) =
-                        self.peer_logs.address(ip, LogKind::Refused, &self.counters)
+                        self.peer_logs()
+                            .address(ip, LogKind::Refused, self.counters())
                     {
                         tracing::warn!(%peer, reason = %why, suppressed, "not a member: connection refused");
                     }
                     self.peer_refused(&peer, PeerRefusal::Handshake(why));
-                    flush_and_close(trans, self.cfg.handshake_timeout).await;
+                    flush_and_close(trans, self.identity().cfg().handshake_timeout).await;
                 }
                 Err((ch, e)) => {
                     if let Some(suppressed) =
-                        self.peer_logs
-                            .address(ip, LogKind::HandshakeFailed, &self.counters)
+                        self.peer_logs()
+                            .address(ip, LogKind::HandshakeFailed, self.counters())
                     {
                         tracing::info!(%peer, error = %e, suppressed, "accepted channel closed during the handshake");
                     }
                     if let OpenFailure::Open(why) = &e {
-                        Counters::add(&self.counters.protocol_errors, 1);
+                        Counters::add(&self.counters().protocol_errors, 1);
                         self.peer_refused(&peer, PeerRefusal::Handshake(why.clone()));
                     }
                     self.record_fault(FaultReport {

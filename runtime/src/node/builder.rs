@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::error::ConfigError;
+use crate::node_state::{Identity, Security};
 
 /// Builds a [`Node`].
 ///
@@ -147,12 +148,27 @@ impl NodeBuilder {
         self
     }
 
+    /// Makes the node offer `speaks` in its handshakes instead of this
+    /// build's versions and capabilities: a test plays a node of an older
+    /// build (fewer capabilities) or a newer one (a higher version, a
+    /// capability this build does not know) against current nodes.
+    #[cfg(feature = "test-hooks")]
+    pub fn speak_for_tests(mut self, speaks: sitenet_protocols::Speaks) -> Self {
+        self.speaks = speaks;
+        self
+    }
+
     /// The first half of [`start`](Self::start) (in `start.rs`, the top
     /// layer, which registers the built-in services between the halves):
     /// checks the configuration, binds the listeners and makes the node's
     /// state; nothing listens yet.
-    /// `inbox` makes each ComObject's inbox (delivery to the handlers).
-    pub(crate) fn bind(mut self, inbox: super::MakeInbox) -> Result<Bound, NodeError> {
+    /// `inbox` makes each ComObject's inbox (delivery to the handlers);
+    /// `drain_local` delivers the local site's messages to them.
+    pub(crate) fn bind(
+        mut self,
+        inbox: super::MakeInbox,
+        drain_local: super::DrainLocal,
+    ) -> Result<Bound, NodeError> {
         if let Some(e) = self.transport_error {
             return Err(e.into());
         }
@@ -227,9 +243,6 @@ impl NodeBuilder {
         .validate()
         .map_err(ConfigError::Handshake)?;
         let budget = ReassemblyBudget::new(cfg.reassembly_budget);
-        let budget_released = Arc::new(Notify::new());
-        let released = budget_released.clone();
-        budget.set_release_hook(Arc::new(move || released.notify_waiters()));
         let slots = cfg
             .trans_controller
             .clone()
@@ -242,40 +255,29 @@ impl NodeBuilder {
         com_cfg.callable = !listen.is_empty();
         let com_cfg = Arc::new(com_cfg);
         let cfg_admission = cfg.admission();
-        let pairs = Mutex::new(sitenet_protocols::PairMemory::new(cfg.remembered_pairs));
-        let keys = sitenet_protocols::Keyring::new(cfg.cookies.clone());
+        let security = Security::new(
+            sitenet_protocols::Keyring::new(cfg.cookies.clone()),
+            cfg.remembered_pairs,
+        );
         let sites = Mutex::new(SiteTable::new(
             cfg.forward_claims_per_peer,
             cfg.site_ref_claims_per_peer,
             cfg.dial_bounds(),
             cfg.plugged_schemes(),
         ));
-        let shared = NodeShared {
-            id,
-            budget,
-            budget_released,
-            cfg,
-            rt: rt.clone(),
-            listen,
-            deliveries: Default::default(),
-            counters: Counters::default(),
+        let shared = NodeShared::new(
+            Identity::new(id, cfg, listen, self.speaks),
+            security,
+            rt.clone(),
             slots,
             com_cfg,
-            shut_down: AtomicBool::new(false),
-            leave_on_shutdown: AtomicBool::new(true),
-            acked: Notify::new(),
-            events: crate::events::EventHub::default(),
-            peer_logs: Default::default(),
-            pairs,
-            changed: Notify::new(),
-            keys,
-            speaks: self.speaks,
-            parked_forms: Default::default(),
-        };
+            budget,
+        );
         let inner = Arc::new(NodeInner {
             shared,
             handlers: Handlers::default(),
             inbox,
+            drain_local,
             sites,
             requests: Arc::default(),
             parked: Arc::default(),
@@ -294,9 +296,9 @@ impl NodeBuilder {
         // The summaries of the log lines peers caused that the limits
         // dropped, when no line comes to carry them.
         let mut stop = inner.stop_listeners.subscribe();
-        inner.rt.spawn(
+        inner.rt().spawn(
             inner
-                .peer_logs
+                .peer_logs()
                 .clone()
                 .summaries(async move { super::accept::stopped(&mut stop).await }),
         );
@@ -329,7 +331,7 @@ impl Bound {
     /// the node.
     pub(crate) fn run(self) -> Node {
         let Self { inner, bound, rt } = self;
-        let id = inner.id;
+        let id = inner.identity().id();
         if !bound.is_empty() {
             rt.spawn(inner.clone().handshake_deadlines());
         }
@@ -362,13 +364,13 @@ impl Bound {
                 let _ = done_tx.send(());
             });
         }
-        let slots = inner.slots.stats();
+        let slots = inner.slots().stats();
         tracing::info!(
             site = %id,
-            listen = ?inner.listen_addresses(),
+            listen = ?inner.identity().listen_addresses(),
             slots_weak = slots.weak,
             slots_hard = slots.hard,
-            transport_bytes_bound = slots.hard as u64 * 2 * inner.cfg.buffer_size as u64,
+            transport_bytes_bound = slots.hard as u64 * 2 * inner.identity().cfg().buffer_size as u64,
             "node started"
         );
         Node {

@@ -2,8 +2,8 @@
 //! sending site lent to a typed header's decode on this thread, and what a
 //! reference to a site says of it (`describe`). Here, in the node's layer,
 //! so delivery (`handlers`) and the `SiteRef` API lend it without
-//! importing `site_serde.rs`, which holds `SiteRef`'s `Serialize` and
-//! `Deserialize` at the top layer.
+//! importing `site/serialize.rs`, which holds `SiteRef`'s `Serialize` and
+//! `Deserialize` a layer above.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -63,31 +63,15 @@ impl NodeInner {
     pub(crate) fn describe(&self, entry: &SiteEntry) -> Option<SiteDescriptor> {
         if entry.is_local() {
             return Some(SiteDescriptor {
-                id: self.id,
-                addresses: self.listen_addresses(),
+                id: self.identity().id(),
+                addresses: self.identity().listen_addresses(),
             });
         }
         let mut d = entry.learned_descriptor()?;
         if d.addresses.is_empty() {
-            d.addresses
-                .extend(entry.address.as_deref().map(str::to_owned));
+            d.addresses.extend(entry.address().map(str::to_owned));
         }
         Some(d)
-    }
-}
-
-impl SiteEntry {
-    /// Its id and the addresses its handshake taught (published when its
-    /// channel came up); `None` before its id is known.
-    fn learned_descriptor(&self) -> Option<SiteDescriptor> {
-        let id = self.id.get()?;
-        let addresses = self
-            .stats
-            .lock()
-            .as_ref()
-            .map(|s| s.addresses.clone())
-            .unwrap_or_default();
-        Some(SiteDescriptor { id, addresses })
     }
 }
 

@@ -48,11 +48,11 @@ impl Node {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn site_from_descriptor(&self, d: &SiteDescriptor) -> Result<SiteRef, NodeError> {
-        if self.inner.is_shut_down() {
+        if self.inner.signals().is_shut_down() {
             return Err(NodeError::Shutdown);
         }
         for a in &d.addresses {
-            self.inner.cfg.transports.parse(a)?;
+            self.inner.identity().cfg().transports.parse(a)?;
         }
         Ok(self
             .inner

@@ -18,12 +18,13 @@ impl NodeInner {
     /// A place for one more async handler, or `None` (counted in
     /// `async_handlers_busy`) if `max_async_handlers` run already.
     pub(crate) fn async_slot(self: &Arc<Self>) -> Option<AsyncSlot> {
-        let running = &self.counters.async_handlers;
+        let running = &self.counters().async_handlers;
         // (Sites on several threads may race here: the add and the undo
         // are exact, so at most `max_async_handlers` hold a place.)
-        if running.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_async_handlers as u64 {
+        if running.fetch_add(1, Ordering::AcqRel) >= self.identity().cfg().max_async_handlers as u64
+        {
             running.fetch_sub(1, Ordering::AcqRel);
-            Counters::add(&self.counters.async_handlers_busy, 1);
+            Counters::add(&self.counters().async_handlers_busy, 1);
             return None;
         }
         Some(AsyncSlot(self.clone()))
@@ -45,7 +46,7 @@ impl NodeInner {
             let idle = self.async_idle.notified();
             futures::pin_mut!(idle);
             idle.as_mut().enable();
-            if self.counters.async_handlers.load(Ordering::Acquire) == 0 {
+            if self.counters().async_handlers.load(Ordering::Acquire) == 0 {
                 return;
             }
             idle.await;
@@ -57,7 +58,7 @@ impl Drop for AsyncSlot {
     fn drop(&mut self) {
         if self
             .0
-            .counters
+            .counters()
             .async_handlers
             .fetch_sub(1, Ordering::AcqRel)
             == 1

@@ -63,11 +63,11 @@ impl NodeInner {
     /// its entry is made, after its turn: not known yet.
     fn lane_of(&self, trans: &TransObject, known: Option<&SiteEntry>) -> Option<Lane> {
         let connector = trans.connector_thread();
-        if let Some(th) = connector.filter(|th| self.rt.worker_of(*th).is_some()) {
+        if let Some(th) = connector.filter(|th| self.rt().worker_of(*th).is_some()) {
             return Some(Lane::of(th));
         }
         let index = ComObject::worker_of(self, known?);
-        self.rt.thread_at(index).map(Lane::of)
+        self.rt().thread_at(index).map(Lane::of)
     }
 
     /// An accepted channel whose peer presented itself: its slot now, and
@@ -96,7 +96,7 @@ impl NodeInner {
         let source = Source::of(crate::channel_io::peer_ip(&peer));
         let (tx, turn) = oneshot::channel();
         match self
-            .slots
+            .slots()
             .accept_or_wait_from(can_wait, served, lane, source, move |t| {
                 let _ = tx.send(t);
             }) {
@@ -118,7 +118,7 @@ impl NodeInner {
                 self.wait_in_line(trans, accepted, place, peer).await;
             }
             AcceptOrWait::Refused => {
-                Counters::add(&self.counters.accepts_refused, 1);
+                Counters::add(&self.counters().accepts_refused, 1);
                 tracing::debug!(%peer, "no channel slot and no room in line: connection closed");
                 self.peer_refused(&peer, PeerRefusal::NoSlot);
             }
@@ -152,7 +152,7 @@ impl NodeInner {
         place: Place,
         peer: String,
     ) {
-        let c = &self.counters;
+        let c = &self.counters();
         Counters::add(&c.line_told_to_wait, 1);
         c.line_waiting.fetch_add(1, Ordering::Relaxed);
         // A site the node knows is calling: kept (not given up, not
@@ -164,7 +164,7 @@ impl NodeInner {
             self.left_line(&e);
         }
         match end {
-            Ok(lease) if !self.is_shut_down() => {
+            Ok(lease) if !self.signals().is_shut_down() => {
                 Counters::add(&c.line_granted, 1);
                 tracing::debug!(%peer, site = %accepted.neg.site, "let in from the line");
                 trans.lease = Some(lease);
@@ -198,7 +198,8 @@ impl NodeInner {
             if !write_wait(&mut trans.outb, &wait) {
                 return Err(Left::Unwritable);
             }
-            match tokio::time::timeout(self.cfg.handshake_timeout, trans.flush()).await {
+            match tokio::time::timeout(self.identity().cfg().handshake_timeout, trans.flush()).await
+            {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(Left::Io(e)),
                 Err(_) => return Err(Left::Io(std::io::ErrorKind::TimedOut.into())),
@@ -227,7 +228,7 @@ impl NodeInner {
         if r.is_err() {
             // Gone before its turn: the place goes back (a turn that raced
             // with this is dropped with the receiver, its slot with it).
-            self.slots.leave_line(ticket);
+            self.slots().leave_line(ticket);
         }
         r
     }

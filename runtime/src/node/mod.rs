@@ -1,6 +1,26 @@
 //! [`Node`]: what a user holds. Starts listeners and actors, resolves
 //! addresses to [`SiteRef`]s, registers handlers, reports faults and metrics,
 //! and shuts down gracefully.
+//!
+//! Which file holds what:
+//! - `NodeInner`, the state behind every handle, is here; its parts it
+//!   shares with its ComObjects are `NodeShared` (`com_object/host.rs`,
+//!   made of `node_state/`'s `Identity`, `Signals` and `Security`).
+//!   Its methods are in this folder, by concern: the site table
+//!   (`site_table.rs`, the local site's entry too), requests
+//!   (`requests.rs`), parked sites' deadlines (`parked.rs`), accepting
+//!   (`accept.rs`) and the waiting line (`line.rs`), async handlers in
+//!   flight (`in_flight.rs`), descriptors (`decoding.rs`), stopping
+//!   (here). What delivers to the handlers, a layer above, is handed in
+//!   by `start`: the ComObjects' inbox (`streams.rs`) and the local
+//!   site's drain (`local.rs`).
+//! - `Node`'s own methods are here (sites, shutdown), in `descriptor.rs`,
+//!   `watch.rs` (monitors, metrics, stats) and `test_hooks.rs` (feature
+//!   `test-hooks`). Those that register what lives in a layer above the
+//!   node are with it: handlers in `handlers/register.rs` and
+//!   `handlers/raw.rs`, stream handlers in `streams.rs`, cooperations in
+//!   `cooperation.rs`, batches in `batch.rs`.
+//! - The `SiteRef` handle is `site_ref.rs`; its methods are in `site/`.
 
 mod accept;
 mod builder;
@@ -14,6 +34,8 @@ mod parked;
 mod requests;
 mod site_ref;
 mod site_table;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 mod to_address;
 mod watch;
 
@@ -47,7 +69,7 @@ use sitenet_transport::{Address, BoundListener};
 use crate::com_object::{ComHost, Inbox, Kill, NodeShared, Stop};
 use crate::config::NodeConfig;
 use crate::error::{NodeError, RequestError};
-use crate::metrics::{Counters, Metrics};
+use crate::metrics::Metrics;
 use crate::runtime::Runtime;
 use crate::site_entry::SiteEntry;
 
@@ -71,10 +93,13 @@ pub(crate) struct NodeInner {
     /// What the node shares with its ComObjects (read here through
     /// `Deref`).
     shared: NodeShared,
-    pub(crate) handlers: Handlers,
+    handlers: Handlers,
     /// Makes each ComObject's inbox (the handlers' and the stream sinks'
     /// side of delivery, layers above the actor), given by `start`.
-    pub(crate) inbox: MakeInbox,
+    inbox: MakeInbox,
+    /// Delivers what is queued to the local site to the handlers (a layer
+    /// above), given by `start`.
+    drain_local: DrainLocal,
     sites: Mutex<SiteTable>,
     /// Requests awaiting replies, by correlation id, and their deadlines
     /// (see `requests`).
@@ -83,7 +108,7 @@ pub(crate) struct NodeInner {
     /// `parked`).
     parked: Arc<parked::ParkedTimers>,
     /// The open cooperations, for the declared reply types.
-    pub(crate) cooperations: OpenCooperations,
+    cooperations: OpenCooperations,
     /// `shutdown` began (see [`is_closing`](Self::is_closing)).
     closing: AtomicBool,
     /// Level-triggered stop signal of the accept loops and the running
@@ -98,17 +123,22 @@ pub(crate) struct NodeInner {
     handshakes: accept::Handshakes,
     /// The output bounds every entry's outbox counts against: the site's
     /// and the node's (shared by all of them).
-    pub(crate) output: crate::outbox::OutputBound,
+    output: crate::outbox::OutputBound,
     /// One receiver per listener, completed when its accept loop has ended
     /// and the socket is closed.
     listeners_done: Mutex<Vec<oneshot::Receiver<()>>>,
     /// This node as a site (`Node::local_site`), made on first need.
-    pub(crate) local: std::sync::OnceLock<Arc<crate::site_entry::SiteEntry>>,
+    local: std::sync::OnceLock<Arc<crate::site_entry::SiteEntry>>,
 }
 
 /// Makes a ComObject's inbox for its node and site (installed in
 /// [`NodeInner::inbox`] when the node starts; see [`ComHost::inbox`]).
 pub(crate) type MakeInbox = fn(Arc<NodeInner>, Arc<SiteEntry>) -> Box<dyn Inbox>;
+
+/// Delivers everything queued to the local site to the node's own
+/// handlers (`local.rs`; installed in [`NodeInner`] when the node starts,
+/// run on its runtime by [`NodeInner::wake_site`]).
+pub(crate) type DrainLocal = fn(&Arc<NodeInner>, &Arc<SiteEntry>);
 
 impl std::ops::Deref for NodeInner {
     type Target = NodeShared;
@@ -186,7 +216,7 @@ impl ComHost for NodeInner {
     }
 
     fn wake(self: Arc<Self>, entry: &Arc<SiteEntry>) {
-        entry.wake(&self)
+        self.wake_site(entry)
     }
 
     fn start_unstarted(self: Arc<Self>, entry: &Arc<SiteEntry>) {
@@ -204,9 +234,9 @@ impl ComHost for NodeInner {
 
 impl NodeInner {
     pub(crate) fn max_message_to(&self, e: &SiteEntry) -> u64 {
-        match e.peer_max.load(Ordering::Acquire) {
-            0 => self.cfg.max_message_size,
-            p => p.min(self.cfg.max_message_size),
+        match e.peer_max() {
+            0 => self.identity().cfg().max_message_size,
+            p => p.min(self.identity().cfg().max_message_size),
         }
     }
 
@@ -242,13 +272,13 @@ impl NodeInner {
     /// Stops everything but the ComObjects, whose addresses it returns for
     /// the caller to stop (empty if the node was stopped already).
     fn begin_stop(&self) -> Vec<actix::Addr<crate::com_object::ComObject>> {
-        if self.shut_down.swap(true, Ordering::AcqRel) {
+        if self.signals().shut_down() {
             return Vec::new();
         }
         self.stop_listeners.send_replace(true);
         let mut actors = Vec::new();
         for e in self.entries_and_local() {
-            e.outbox.close();
+            e.outbox().close();
             // Parked sites have no channel to close and nothing pending:
             // nothing to stop (and nothing starts them again now).
             actors.extend(crate::com_object::ComObject::if_running(&e, Clone::clone));
@@ -266,9 +296,20 @@ impl NodeInner {
         self.poke_parked_timer();
         // What was not acknowledged by now never will be (a node dropped
         // without `shutdown` too: its tracked sends must not wait for ever).
-        self.deliveries
+        self.deliveries()
             .fail_all(crate::error::DeliveryError::Shutdown);
         actors
+    }
+
+    /// The node's handlers, by message type (`Node::handle` and its
+    /// kind register them; delivery looks them up).
+    pub(crate) fn handlers(&self) -> &Handlers {
+        &self.handlers
+    }
+
+    /// The open cooperations, for the declared reply types.
+    pub(crate) fn cooperations(&self) -> &OpenCooperations {
+        &self.cooperations
     }
 
     /// True once [`Node::shutdown`] began: new sends are refused (replies
@@ -292,7 +333,7 @@ pub struct Node {
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("id", &self.inner.id)
+            .field("id", &self.inner.identity().id())
             .field("listen", &self.listen_addresses())
             .finish()
     }
@@ -313,22 +354,22 @@ impl Node {
 
     /// This node's site id (its incarnation).
     pub fn id(&self) -> SiteId {
-        self.inner.id
+        self.inner.identity().id()
     }
 
     /// The addresses this node listens on, with real ports.
     pub fn listen_addresses(&self) -> Vec<String> {
-        self.inner.listen_addresses()
+        self.inner.identity().listen_addresses()
     }
 
     /// The configuration in force (after clamping).
     pub fn config(&self) -> &NodeConfig {
-        &self.inner.cfg
+        self.inner.identity().cfg()
     }
 
     /// The runtime the node's actors run on.
     pub fn runtime(&self) -> &Runtime {
-        &self.inner.rt
+        self.inner.rt()
     }
 
     /// A reference to the site at `addr` (`tcp:HOST:PORT`, `unix:PATH`,
@@ -354,11 +395,11 @@ impl Node {
     /// # Ok::<(), sitenet_runtime::NodeError>(())
     /// ```
     pub fn site(&self, addr: impl ToAddress) -> Result<SiteRef, NodeError> {
-        if self.inner.is_shut_down() {
+        if self.inner.signals().is_shut_down() {
             return Err(NodeError::Shutdown);
         }
-        let a: Address = addr.to_address(&self.inner.cfg.transports)?;
-        if self.inner.listen.contains(&a) {
+        let a: Address = addr.to_address(&self.inner.identity().cfg().transports)?;
+        if self.inner.identity().listens_on(&a) {
             return Ok(self.local_site());
         }
         Ok(self.inner.site_at(a))
@@ -408,7 +449,7 @@ impl Node {
     /// Returns what was still unacknowledged.
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
         self.inner.closing.store(true, Ordering::Release);
-        let timer = self.inner.rt.delay(deadline);
+        let timer = self.inner.rt().delay(deadline);
         futures::pin_mut!(timer);
         // Running async handlers finish first: their answers are queued
         // like any message, and acknowledged below. Those still running at
@@ -425,10 +466,10 @@ impl Node {
         if in_time {
             'sites: for e in self.inner.entries_and_local() {
                 loop {
-                    let released = e.outbox.released();
+                    let released = e.outbox().released();
                     futures::pin_mut!(released);
                     released.as_mut().enable();
-                    if e.outbox.bytes() == 0 || e.failure().is_some() {
+                    if e.outbox().bytes() == 0 || e.failure().is_some() {
                         break;
                     }
                     if let futures::future::Either::Right(_) =
@@ -446,7 +487,7 @@ impl Node {
         // received but never acknowledged.
         let stops = self.inner.begin_stop();
         let stopped = futures::future::join_all(stops.iter().map(|a| a.send(Stop)));
-        let limit = self.inner.rt.delay(LISTENER_STOP_LIMIT);
+        let limit = self.inner.rt().delay(LISTENER_STOP_LIMIT);
         futures::pin_mut!(stopped);
         futures::pin_mut!(limit);
         if let futures::future::Either::Right(_) = futures::future::select(stopped, limit).await {
@@ -457,7 +498,7 @@ impl Node {
         // not hang the caller.
         let done: Vec<_> = self.inner.listeners_done.lock().drain(..).collect();
         let all = futures::future::join_all(done);
-        let limit = self.inner.rt.delay(LISTENER_STOP_LIMIT);
+        let limit = self.inner.rt().delay(LISTENER_STOP_LIMIT);
         futures::pin_mut!(all);
         futures::pin_mut!(limit);
         if let futures::future::Either::Right(_) = futures::future::select(all, limit).await {
@@ -499,7 +540,7 @@ impl Node {
         &self,
         deadline: Duration,
     ) -> Result<ShutdownReport, crate::error::WouldDeadlock> {
-        if self.inner.rt.is_current_thread() {
+        if self.inner.rt().is_current_thread() {
             return Err(crate::error::WouldDeadlock);
         }
         Ok(futures::executor::block_on(self.shutdown(deadline)))
@@ -511,7 +552,7 @@ impl Node {
             if e.failure().is_some() {
                 continue;
             }
-            let b = e.outbox.bytes();
+            let b = e.outbox().bytes();
             if b > 0 {
                 r.unacknowledged_bytes += b;
                 r.sites_with_pending += 1;

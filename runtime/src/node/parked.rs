@@ -78,7 +78,7 @@ impl NodeInner {
     /// forgotten: whether a message queued for `entry` can be sent. Two
     /// atomic loads: it runs on every send.
     pub(crate) fn can_run(&self, entry: &SiteEntry) -> bool {
-        self.parked.runtime_runs.load(Ordering::Acquire) && !entry.reclaimed.load(Ordering::Acquire)
+        self.parked.runtime_runs.load(Ordering::Acquire) && !entry.liveness().reclaimed()
     }
 
     /// Starts the node's task that starts parked sites at their
@@ -87,7 +87,7 @@ impl NodeInner {
         let node: Weak<NodeInner> = Arc::downgrade(self);
         let parked = self.parked.clone();
         let runs = RunsWhileHeld(parked.runtime_runs.clone());
-        let started = self.rt.spawn(async move {
+        let started = self.rt().spawn(async move {
             let _runs = runs;
             loop {
                 let Some(due) = next_due(&node, &parked).await else {
@@ -121,7 +121,7 @@ async fn next_due(node: &Weak<NodeInner>, parked: &ParkedTimers) -> Option<Vec<A
         // is kept (notify_one stores it) and ends this wait at once.
         let changed = parked.changed.notified();
         let inner = node.upgrade()?;
-        if inner.is_shut_down() {
+        if inner.signals().is_shut_down() {
             return None;
         }
         let next = parked.queue.lock().next_deadline();

@@ -73,18 +73,14 @@ impl std::ops::Deref for Awaited {
 
 impl Awaited {
     fn new(entry: &Arc<SiteEntry>) -> Self {
-        entry
-            .pending_requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        entry.holds().request_sent();
         Self(entry.clone())
     }
 }
 
 impl Drop for Awaited {
     fn drop(&mut self) {
-        self.0
-            .pending_requests
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.holds().request_ended();
     }
 }
 
@@ -132,7 +128,7 @@ impl NodeInner {
     pub(super) fn start_request_timer(self: &Arc<Self>) {
         let node: Weak<NodeInner> = Arc::downgrade(self);
         let requests = self.requests.clone();
-        self.rt.spawn(async move {
+        self.rt().spawn(async move {
             loop {
                 // Created before the table is read: a poke after the read
                 // is kept (notify_one stores it) and ends this wait at once.
@@ -149,7 +145,7 @@ impl NodeInner {
                 let Some(node) = node.upgrade() else {
                     return;
                 };
-                if node.is_shut_down() {
+                if node.signals().is_shut_down() {
                     return;
                 }
                 let ended = requests.table.lock().expire(Instant::now());
@@ -184,18 +180,18 @@ impl NodeInner {
         let waiter = match reply {
             Reply::Complete(w) => w,
             Reply::FromAnotherSite => {
-                Counters::add(&self.counters.replies_discarded, 1);
-                if let Some(suppressed) = self.peer_logs.site(
+                Counters::add(&self.counters().replies_discarded, 1);
+                if let Some(suppressed) = self.peer_logs().site(
                     from,
                     crate::peer_logs::LogKind::MisdirectedReply,
-                    &self.counters,
+                    self.counters(),
                 ) {
-                    tracing::warn!(corr = m.prelude.corr, site = ?from.id.get(), suppressed, "reply from a site the request was not sent to; discarded");
+                    tracing::warn!(corr = m.prelude.corr, site = ?from.id(), suppressed, "reply from a site the request was not sent to; discarded");
                 }
                 return;
             }
             Reply::Unknown => {
-                Counters::add(&self.counters.replies_discarded, 1);
+                Counters::add(&self.counters().replies_discarded, 1);
                 tracing::debug!(corr = m.prelude.corr, "late or unknown reply discarded");
                 return;
             }

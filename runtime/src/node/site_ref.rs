@@ -1,8 +1,9 @@
 //! The `SiteRef` handle itself: the counted reference to an entry of the
 //! site table, which keeps it (and its channel) alive, and whose last drop
 //! lets the site go. Here, in the node's layer, because the table and the
-//! ComObject hand them out and hold them; its sends, requests and flushes
-//! are `site.rs`, a layer above.
+//! ComObject hand them out and hold them. Its methods, sends, requests,
+//! flushes and queries, are in `site/`, a layer above (`site/mod.rs` says
+//! which file holds what).
 
 use std::sync::Arc;
 
@@ -52,9 +53,7 @@ pub struct SiteRef {
 impl Clone for SiteRef {
     /// The same entry (a clone equals its original, merges or not).
     fn clone(&self) -> Self {
-        self.entry
-            .refs
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.entry.holds().add_ref();
         Self {
             entry: self.entry.clone(),
             node: self.node.clone(),
@@ -64,11 +63,10 @@ impl Clone for SiteRef {
 
 impl Drop for SiteRef {
     fn drop(&mut self) {
-        use std::sync::atomic::Ordering::SeqCst;
         // SeqCst pairs with the ComObject's store of `poke_on_unref` and its
         // re-read of `refs`: one of the two sees the other, so the last
         // reference going is never missed.
-        if self.entry.refs.fetch_sub(1, SeqCst) == 1 {
+        if self.entry.holds().drop_ref() {
             match self.entry.actor_state() {
                 // Never used: nothing to linger for. (The table re-checks
                 // under its lock; a reference handed out meanwhile keeps it.)
@@ -76,7 +74,7 @@ impl Drop for SiteRef {
                 // Running or parked, idle: the reclaim rule's clock starts
                 // (a parked site starts again to start it, and parks).
                 ActorState::Running | ActorState::Parked
-                    if self.entry.poke_on_unref.load(SeqCst) =>
+                    if self.entry.liveness().poke_on_unref() =>
                 {
                     crate::com_object::ComObject::send(
                         &self.node,
@@ -127,7 +125,7 @@ impl std::fmt::Debug for SiteRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SiteRef")
             .field("id", &self.id())
-            .field("address", &self.entry.address.as_deref())
+            .field("address", &self.entry.address())
             .finish()
     }
 }
@@ -139,15 +137,7 @@ impl SiteRef {
     /// followed, so references handed out after a merge are equal.
     pub(crate) fn counted(entry: Arc<SiteEntry>, node: Arc<NodeInner>) -> Self {
         let entry = entry.resolved().clone();
-        entry.refs.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        entry.holds().add_ref();
         Self { entry, node }
-    }
-
-    /// True if `self` and `other` reach the same site now: the same entry
-    /// once the merges the table has made are followed. Unlike `==`, which
-    /// never changes, this becomes true when the node learns that two
-    /// references made apart name one site.
-    pub fn same_site(&self, other: &SiteRef) -> bool {
-        self.entry.same_site(&other.entry)
     }
 }

@@ -15,7 +15,6 @@
 //! tested there without a runtime; this module keeps the entries, the lock
 //! and the actors, and does what the index's answers say.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use slab::Slab;
@@ -74,7 +73,7 @@ impl SiteTable {
 /// address, or none). Its channel is published before its first message is
 /// handled, so a peer naming sites in a message has one.
 fn source_of(peer: &SiteEntry) -> Source {
-    let stats = peer.stats.lock();
+    let stats = peer.stats().lock();
     let channel = stats.as_ref().and_then(|s| s.channel.as_deref());
     Source::of(channel.and_then(crate::channel_io::peer_ip))
 }
@@ -82,9 +81,9 @@ fn source_of(peer: &SiteEntry) -> Source {
 /// An entry's identity as the index reads it.
 fn site(e: &SiteEntry) -> Site<'_> {
     Site {
-        key: e.key,
-        id: e.id.get(),
-        address: e.address.as_ref(),
+        key: e.key(),
+        id: e.id(),
+        address: e.shared_address(),
     }
 }
 
@@ -126,13 +125,13 @@ impl NodeInner {
     /// goes (see `SiteRef`'s `Drop`): it holds nothing to keep.
     pub(crate) fn start_unstarted(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
         let mut t = self.sites.lock();
-        let mut slot = entry.actor.lock();
-        if slot.state != ActorState::Never || self.is_shut_down() {
+        let mut slot = entry.actor().lock();
+        if slot.state != ActorState::Never || self.signals().is_shut_down() {
             return;
         }
-        let book = match &entry.address {
-            Some(a) => AddressBook::given_shared_with(a.clone(), &self.com_cfg.plugged),
-            None => t.index.take_book(entry.key).unwrap_or_default(),
+        let book = match entry.shared_address() {
+            Some(a) => AddressBook::given_shared_with(a.clone(), &self.com_cfg().plugged),
+            None => t.index.take_book(entry.key()).unwrap_or_default(),
         };
         ComObject::start_in(self, entry, &mut slot, book);
     }
@@ -184,7 +183,7 @@ impl NodeInner {
         d: &SiteDescriptor,
         by: Named<'_>,
     ) -> Result<SiteRef, ClaimRefused> {
-        if d.id == self.id {
+        if d.id == self.identity().id() {
             return Ok(self.local_site());
         }
         let word = match by {
@@ -193,7 +192,7 @@ impl NodeInner {
             // teach a known site nothing).
             Named::ByPeer { peer, .. } if peer.is_local() => Word::Local,
             Named::ByPeer { peer, forward } => Word::Peer {
-                peer: peer.key,
+                peer: peer.key(),
                 forward,
             },
         };
@@ -227,14 +226,14 @@ impl NodeInner {
                 // Its ComObject starts with the first need (`start_unstarted`):
                 // a reference decoded and dropped unused costs nothing after.
                 let e = self.new_entry(t, None);
-                let _ = e.id.set(d.id);
+                let _ = e.set_id(d.id);
                 if let Some((peer, forward, source)) = asker {
-                    t.dials.named(e.key, peer, source, forward);
+                    t.dials.named(e.key(), peer, source, forward);
                 }
                 Ok(SiteRef::counted(e, self.clone()))
             }
             Err(refused) => {
-                crate::metrics::Counters::add(&self.counters.claims_refused, 1);
+                crate::metrics::Counters::add(&self.counters().claims_refused, 1);
                 Err(refused)
             }
         }
@@ -244,8 +243,8 @@ impl NodeInner {
     /// held on its entry ends, and the peer may name another.
     pub(crate) fn claim_proven(&self, entry: &Arc<SiteEntry>) {
         let mut t = self.sites.lock();
-        t.index.proven(entry.key);
-        t.dials.proven(entry.key);
+        t.index.proven(entry.key());
+        t.dials.proven(entry.key());
     }
 
     /// `entry` is about to dial `address`: allowed, and counted until the
@@ -261,13 +260,13 @@ impl NodeInner {
         let mut t = self.sites.lock();
         if !t
             .entries
-            .get(entry.key)
+            .get(entry.key())
             .is_some_and(|e| std::ptr::eq(&**e, entry))
         {
             // Not (or no longer) the table's: nothing to count it under.
             return Ok(None);
         }
-        t.dials.dial(entry.key, DialHost::of(address))
+        t.dials.dial(entry.key(), DialHost::of(address))
     }
 
     /// The peer of `entry` failed for good: the dials of the forwarded
@@ -278,12 +277,12 @@ impl NodeInner {
         let mut t = self.sites.lock();
         if !t
             .entries
-            .get(entry.key)
+            .get(entry.key())
             .is_some_and(|e| Arc::ptr_eq(e, entry))
         {
             return;
         }
-        let gone = t.dials.asker_gone(entry.key);
+        let gone = t.dials.asker_gone(entry.key());
         abandon(t, gone);
     }
 
@@ -295,7 +294,7 @@ impl NodeInner {
 
     /// A reference to the site with this id, if the table has it.
     pub(crate) fn site_with_id(self: &Arc<Self>, id: SiteId) -> Option<SiteRef> {
-        if id == self.id {
+        if id == self.identity().id() {
             return Some(self.local_site());
         }
         let t = self.sites.lock();
@@ -323,18 +322,18 @@ impl NodeInner {
                     // A site met on an in-process channel runs where its
                     // end of the pair does (see `Runtime::worker_of`).
                     let home = adopt.trans.connector_thread();
-                    if let Some(i) = home.and_then(|th| self.rt.worker_of(th)) {
+                    if let Some(i) = home.and_then(|th| self.rt().worker_of(th)) {
                         let i = u16::try_from(i).unwrap_or(crate::site_entry::NO_HOME);
-                        e.home.store(i, Ordering::Relaxed);
+                        e.set_home(i);
                     }
-                    if !self.is_shut_down() {
-                        ComObject::start_in(self, &e, &mut e.actor.lock(), book);
+                    if !self.signals().is_shut_down() {
+                        ComObject::start_in(self, &e, &mut e.actor().lock(), book);
                     }
-                    let _ = e.id.set(adopt.neg.site);
+                    let _ = e.set_id(adopt.neg.site);
                     e
                 }
             };
-            e.adopting.fetch_add(1, Ordering::SeqCst);
+            e.holds().adoption_begins();
             e
         };
         // An entry found by id runs its actor already, or is parked (it
@@ -342,7 +341,7 @@ impl NodeInner {
         // never used) starts now with its book.
         if !ComObject::send(self, &entry, adopt) {
             // The node shut down (or the entry went): the channel closes.
-            entry.adopting.fetch_sub(1, Ordering::SeqCst);
+            entry.holds().adoption_ends();
         }
     }
 
@@ -355,7 +354,7 @@ impl NodeInner {
         let entry = {
             let t = self.sites.lock();
             let e = t.entries[t.index.id(id)?].clone();
-            e.adopting.fetch_add(1, Ordering::SeqCst);
+            e.holds().adoption_begins();
             e
         };
         ComObject::send_if_started(self, &entry, PeerInLine(true));
@@ -374,7 +373,7 @@ impl NodeInner {
     /// The connection [`waiting_in_line`](Self::waiting_in_line) counted
     /// left the line (let in, or gone).
     pub(crate) fn left_line(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
-        entry.adopting.fetch_sub(1, Ordering::SeqCst);
+        entry.holds().adoption_ends();
         ComObject::send_if_started(self, entry, PeerInLine(false));
     }
 
@@ -385,7 +384,7 @@ impl NodeInner {
     /// and `reclaim` re-checks both under that lock, so either keeps it.
     pub(crate) fn reclaim_unused(&self, entry: &Arc<SiteEntry>) {
         if entry.actor_state() == ActorState::Never && self.reclaim(entry) {
-            crate::metrics::Counters::add(&self.counters.sites_reclaimed, 1);
+            crate::metrics::Counters::add(&self.counters().sites_reclaimed, 1);
         }
     }
 
@@ -399,19 +398,19 @@ impl NodeInner {
     pub(crate) fn reclaim(&self, entry: &Arc<SiteEntry>) -> bool {
         let mut t = self.sites.lock();
         let counts = Counts {
-            refs: entry.refs.load(Ordering::SeqCst) as usize,
-            adopting: entry.adopting.load(Ordering::SeqCst) as usize,
-            queued: entry.outbox.bytes(),
+            refs: entry.holds().refs() as usize,
+            adopting: entry.holds().adopting() as usize,
+            queued: entry.outbox().bytes(),
             current: t
                 .entries
-                .get(entry.key)
+                .get(entry.key())
                 .is_some_and(|e| Arc::ptr_eq(e, entry)),
         };
         match t.index.reclaim(site(entry), counts) {
             Reclaim::Keep => false,
             Reclaim::Forget { .. } => {
-                t.entries.remove(entry.key);
-                let gone = t.dials.forget(entry.key);
+                t.entries.remove(entry.key());
+                let gone = t.dials.forget(entry.key());
                 abandon(t, gone);
                 true
             }
@@ -431,7 +430,7 @@ impl NodeInner {
         let mut t = self.sites.lock();
         let a = t.index.adoption(site(entry), merged, claimed);
         if a == Adoption::BoundHere {
-            let _ = entry.id.set(claimed);
+            let _ = entry.set_id(claimed);
         }
         a
     }
@@ -448,10 +447,35 @@ impl NodeInner {
             Bind::Same => Ok(()),
             Bind::MergeInto(k) => Err(t.entries[k].clone()),
             Bind::Bound => {
-                let _ = entry.id.set(id);
+                let _ = entry.set_id(id);
                 Ok(())
             }
         }
+    }
+
+    /// A reference to this node as a site (`Node::local_site`), its entry
+    /// made on first need; its messages are drained by `local.rs`.
+    pub(crate) fn local_site(self: &Arc<Self>) -> SiteRef {
+        let entry = self.local.get_or_init(|| {
+            let e = SiteEntry::new(crate::site_entry::LOCAL_KEY, None, self.output.clone());
+            let _ = e.set_id(self.identity().id());
+            Arc::new(e)
+        });
+        SiteRef::counted(entry.clone(), self.clone())
+    }
+
+    /// Wakes `entry`'s ComObject (started now if it was not, or from what
+    /// it kept if it parked) to drain the outbox; the local site's is
+    /// drained on the runtime into the handlers (`local.rs`).
+    pub(crate) fn wake_site(self: &Arc<Self>, entry: &Arc<SiteEntry>) {
+        Counters::add(&self.counters().wakes, 1);
+        if entry.is_local() {
+            // Drained on the runtime, after the sending call returned.
+            let (node, entry, drain) = (self.clone(), entry.clone(), self.drain_local);
+            self.rt().spawn(async move { drain(&node, &entry) });
+            return;
+        }
+        ComObject::send(self, entry, Wake);
     }
 
     /// Every entry, and the local site's if it was made: what a shutdown
@@ -487,19 +511,5 @@ fn abandon(t: parking_lot::MutexGuard<'_, SiteTable>, keys: Vec<usize>) {
     drop(t);
     for origin in origins {
         ComObject::if_running(&origin, |a| a.do_send(AbandonDial));
-    }
-}
-
-/// Here, not in `site_entry.rs`: waking starts the ComObject through the
-/// node (a layer above the entry).
-impl SiteEntry {
-    /// Wakes the site's ComObject (started now if it was not, or from
-    /// what it kept if it parked) to drain the outbox.
-    pub(crate) fn wake(self: &Arc<Self>, node: &Arc<NodeInner>) {
-        Counters::add(&node.counters.wakes, 1);
-        if self.is_local() {
-            return node.wake_local(self);
-        }
-        ComObject::send(node, self, Wake);
     }
 }

@@ -94,12 +94,12 @@ impl Node {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn events(&self) -> crate::NodeEvents {
-        self.inner.events.subscribe()
+        self.inner.signals().events().subscribe()
     }
 
     /// A snapshot of the node's counters.
     pub fn metrics(&self) -> Metrics {
-        self.inner.counters.snapshot()
+        self.inner.counters().snapshot()
     }
 
     /// Recent fault reports (at most 256), oldest first.
@@ -138,12 +138,9 @@ impl Node {
     /// those `n`. Choosing them costs a walk of the table, not a copy of
     /// every site's counters.
     fn stats_with(&self, m: &Metrics, top: Option<usize>) -> crate::NodeStats {
-        let slots = self.inner.slots.stats();
+        let slots = self.inner.slots().stats();
         let entries = self.inner.all_entries();
-        let idle = entries
-            .iter()
-            .filter(|e| !e.connected.load(Ordering::Relaxed))
-            .count();
+        let idle = entries.iter().filter(|e| !e.liveness().connected()).count();
         let parked = entries
             .iter()
             .filter(|e| e.actor_state() == crate::site_entry::ActorState::Parked)
@@ -162,9 +159,9 @@ impl Node {
                         let depth = if e.actor_state() == crate::site_entry::ActorState::Parked {
                             0
                         } else {
-                            e.stats.lock().as_deref()?.queue_depth
+                            e.stats().lock().as_deref()?.queue_depth
                         };
-                        Some((std::cmp::Reverse(depth), e.key, i))
+                        Some((std::cmp::Reverse(depth), e.key(), i))
                     })
                     .collect();
                 if ranked.len() > n {
@@ -181,7 +178,9 @@ impl Node {
             }
         };
         crate::NodeStats {
-            transport_bytes_bound: slots.hard as u64 * 2 * self.inner.cfg.buffer_size as u64,
+            transport_bytes_bound: slots.hard as u64
+                * 2
+                * self.inner.identity().cfg().buffer_size as u64,
             slots,
             transport_bytes: m.channel_buffer_bytes,
             transport_bytes_peak: m.channel_buffer_bytes_peak,
@@ -194,7 +193,7 @@ impl Node {
             output_bytes_bound: self.inner.output.node.bound(),
             handshakes_pending: m.handshakes_pending,
             handshakes_pending_peak: m.handshakes_pending_peak,
-            handshakes_pending_bound: self.inner.cfg.max_pending_handshakes,
+            handshakes_pending_bound: self.inner.identity().cfg().max_pending_handshakes,
             auth_refused: m.auth_refused,
         }
     }
@@ -257,11 +256,11 @@ impl Node {
     /// acknowledgements arrive, so tools and tests await conditions instead of
     /// polling.
     pub async fn wait_until(&self, pred: impl Fn(&Metrics) -> bool, timeout: Duration) -> bool {
-        let timer = self.inner.rt.delay(timeout);
+        let timer = self.inner.rt().delay(timeout);
         futures::pin_mut!(timer);
         loop {
-            let changed = self.inner.changed.notified();
-            let acked = self.inner.acked.notified();
+            let changed = self.inner.signals().when_changed();
+            let acked = self.inner.signals().when_acked();
             futures::pin_mut!(changed);
             futures::pin_mut!(acked);
             changed.as_mut().enable();
@@ -289,7 +288,7 @@ impl Node {
         pred: impl Fn(&Metrics) -> bool,
         timeout: Duration,
     ) -> Result<bool, crate::error::WouldDeadlock> {
-        if self.inner.rt.is_current_thread() {
+        if self.inner.rt().is_current_thread() {
             return Err(crate::error::WouldDeadlock);
         }
         Ok(futures::executor::block_on(self.wait_until(pred, timeout)))

@@ -1,6 +1,25 @@
 //! Remote sites as the user holds them: `SiteRef`, its sends and
 //! requests, and what a failed site hands back. The entry a `SiteRef`
-//! shares with the site table and the ComObject is in `site_entry`.
+//! shares with the site table and the ComObject is in `site_entry`; the
+//! handle itself (its counting, equality, hashing) is `node/site_ref.rs`,
+//! in the node's layer, which hands references out.
+//!
+//! `SiteRef`'s methods are all in this folder:
+//! - `mod.rs`: [`send`](SiteRef::send) and the encoding, checks and
+//!   queueing every send goes through;
+//! - `send.rs`: the [`SendBuilder`] and [`TrackedSend`] it returns;
+//! - `requests.rs`: [`request`](SiteRef::request) and its
+//!   [`RequestBuilder`];
+//! - `raw.rs`: [`send_raw`](SiteRef::send_raw),
+//!   [`request_raw`](SiteRef::request_raw), [`resend`](SiteRef::resend);
+//! - `tracked.rs`: the marking and settling of tracked sends;
+//! - `queries.rs`: what it tells of its site (fault state, id, address,
+//!   failure, pending bytes), [`same_site`](SiteRef::same_site),
+//!   [`flush`](SiteRef::flush) and [`prepare`](SiteRef::prepare);
+//! - `serialize.rs`: [`descriptor`](SiteRef::descriptor) and its serde (a
+//!   `SiteRef` inside a message);
+//! - `returned.rs`: what a failed site hands back;
+//! - `test_hooks.rs` (feature `test-hooks`): `hold_busy`.
 
 use std::sync::Arc;
 
@@ -13,14 +32,21 @@ pub use crate::node::SiteRef;
 use crate::outbox::Pushed;
 mod queries;
 pub use queries::Flush;
+mod raw;
 mod requests;
 mod returned;
 mod send;
+mod serialize;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
+mod tracked;
 use crate::site_entry::SiteEntry;
 pub use crate::site_entry::{FaultEvent, NOT_CONTACTED};
 pub use requests::{RequestBuilder, DEFAULT_REQUEST_TIMEOUT};
 pub use returned::{HandedBack, ReturnedMessage};
 pub use send::{SendBuilder, TrackedSend};
+#[cfg(feature = "test-hooks")]
+pub use test_hooks::BusyGuard;
 
 /// A site's fault state, as `Node::monitor` reports it (decided by the
 /// ComObject state machine in `sitenet-protocols`).
@@ -53,7 +79,7 @@ impl SiteRef {
 
     pub(super) fn check(&self, entry: &Arc<SiteEntry>, m: &OutMessage) -> Result<(), SendError> {
         let reply = matches!(m.kind, MessageKind::Reply | MessageKind::DelegatedReply);
-        if self.node.is_shut_down() || (self.node.is_closing() && !reply) {
+        if self.node.signals().is_shut_down() || (self.node.is_closing() && !reply) {
             return Err(SendError::Shutdown);
         }
         // Nothing can run the site's ComObject if the node's runtime
@@ -64,7 +90,7 @@ impl SiteRef {
         }
         if let Some(reason) = entry.failure() {
             return Err(SendError::SiteFailed {
-                site: entry.id.get(),
+                site: entry.id(),
                 reason,
             });
         }
@@ -81,13 +107,13 @@ impl SiteRef {
     /// Queues `m` in the site's outbox, waking its actor if needed; true if
     /// a batch is now waiting for it (see [`Pushed::Queued`]).
     pub(super) fn push(&self, entry: &Arc<SiteEntry>, mut m: OutMessage) -> bool {
-        Counters::add(&self.node.counters.messages_queued, 1);
+        Counters::add(&self.node.counters().messages_queued, 1);
         let mut entry = entry;
         loop {
-            match entry.outbox.push(m) {
+            match entry.outbox().push(m) {
                 Pushed::Queued { wake, batch_full } => {
                     if wake {
-                        entry.wake(&self.node);
+                        self.node.wake_site(entry);
                     }
                     return batch_full;
                 }
@@ -99,7 +125,7 @@ impl SiteRef {
                     let next = entry.resolved();
                     let mut by_class = [0; sitenet_protocols::connection::output_share::CLASSES];
                     by_class[m.share_class()] = m.footprint();
-                    entry.outbox.move_bytes_to(&next.outbox, &by_class);
+                    entry.outbox().move_bytes_to(next.outbox(), &by_class);
                     entry = next;
                 }
             }
@@ -110,9 +136,9 @@ impl SiteRef {
         let entry = self.entry.resolved();
         self.check(entry, &m)?;
         let (class, n) = (m.share_class(), m.footprint());
-        if !entry.outbox.try_reserve(class, n) {
+        if !entry.outbox().try_reserve(class, n) {
             return Err(SendError::QueueFull {
-                bound: entry.outbox.full_bound(class, n),
+                bound: entry.outbox().full_bound(class, n),
             });
         }
         let _ = self.push(entry, m);
@@ -123,14 +149,14 @@ impl SiteRef {
         let entry = self.entry.resolved();
         self.check(entry, &m)?;
         let (class, n) = (m.share_class(), m.footprint());
-        if !entry.outbox.try_reserve(class, n) {
+        if !entry.outbox().try_reserve(class, n) {
             // Waited for acknowledgements: the site may have failed, or the
             // node shut down, meanwhile (the outbox is then closed).
-            if entry.outbox.reserve(class, n).await.is_err() {
+            if entry.outbox().reserve(class, n).await.is_err() {
                 return Err(self.check(entry, &m).err().unwrap_or(SendError::Shutdown));
             }
             if let Err(e) = self.check(entry, &m) {
-                entry.outbox.release(class, n);
+                entry.outbox().release(class, n);
                 return Err(e);
             }
         }

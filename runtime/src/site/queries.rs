@@ -13,6 +13,14 @@ use super::{FaultState, HandedBack, ReturnedMessage, SiteRef};
 use crate::error::FlushError;
 
 impl SiteRef {
+    /// True if `self` and `other` reach the same site now: the same entry
+    /// once the merges the table has made are followed. Unlike `==`, which
+    /// never changes, this becomes true when the node learns that two
+    /// references made apart name one site.
+    pub fn same_site(&self, other: &SiteRef) -> bool {
+        self.entry.same_site(&other.entry)
+    }
+
     /// The site's current fault state.
     pub fn fault_state(&self) -> FaultState {
         self.entry.resolved().fault_state()
@@ -32,23 +40,23 @@ impl SiteRef {
 
     async fn flushed(&self, timeout: std::time::Duration) -> Result<(), FlushError> {
         let entry = self.entry.resolved().clone();
-        let timer = self.node.rt.delay(timeout);
+        let timer = self.node.rt().delay(timeout);
         futures::pin_mut!(timer);
         loop {
-            let notified = entry.outbox.released();
+            let notified = entry.outbox().released();
             futures::pin_mut!(notified);
             notified.as_mut().enable();
             if let Some(reason) = entry.failure() {
                 return Err(FlushError::SiteFailed(reason));
             }
-            let pending_bytes = entry.outbox.bytes();
+            let pending_bytes = entry.outbox().bytes();
             if pending_bytes == 0 {
                 return Ok(());
             }
             if let futures::future::Either::Right(_) =
                 futures::future::select(notified, timer.as_mut()).await
             {
-                let pending_bytes = entry.outbox.bytes();
+                let pending_bytes = entry.outbox().bytes();
                 return if pending_bytes == 0 {
                     Ok(())
                 } else {
@@ -88,16 +96,12 @@ impl SiteRef {
 
     /// The site's id, once a handshake has told it.
     pub fn id(&self) -> Option<SiteId> {
-        self.entry.resolved().id.get()
+        self.entry.resolved().id()
     }
 
     /// The address this site is contacted at, if known.
     pub fn address(&self) -> Option<String> {
-        self.entry
-            .resolved()
-            .address
-            .as_ref()
-            .map(ToString::to_string)
+        self.entry.resolved().address().map(ToString::to_string)
     }
 
     /// If the site failed permanently: why, and what it handed back —
@@ -149,7 +153,7 @@ impl SiteRef {
     /// the output bound in the node's stats
     /// ([`SiteStats::pending_bytes_by_class`](crate::SiteStats::pending_bytes_by_class)).
     pub fn pending_bytes(&self) -> u64 {
-        self.entry.resolved().outbox.bytes()
+        self.entry.resolved().outbox().bytes()
     }
 }
 
@@ -171,7 +175,7 @@ impl Flush<'_> {
     /// Waits on this thread. On the node's own runtime thread it fails
     /// with [`FlushError::WouldDeadlock`] rather than hang.
     pub fn blocking(self) -> Result<(), FlushError> {
-        if self.site.node.rt.is_current_thread() {
+        if self.site.node.rt().is_current_thread() {
             return Err(FlushError::WouldDeadlock);
         }
         futures::executor::block_on(self)

@@ -117,7 +117,7 @@ impl<T> RequestBuilder<T> {
     /// with [`SendError::WouldDeadlock`] rather than hang (a handler
     /// replies with `Ctx::reply`, or awaits a request in `Ctx::spawn`).
     pub fn blocking(self) -> Result<T, RequestError> {
-        if self.site.node.rt.is_current_thread() {
+        if self.site.node.rt().is_current_thread() {
             return Err(SendError::WouldDeadlock.into());
         }
         futures::executor::block_on(self)
@@ -205,9 +205,9 @@ impl<T> RequestBuilder<T> {
                 // same.
                 let span = tracing::debug_span!(
                     "sitenet.request",
-                    request = %crate::message::RequestId { origin: site.node.id, corr },
+                    request = %crate::message::RequestId { origin: site.node.identity().id(), corr },
                     type_id,
-                    to = ?site.entry.resolved().id.get(),
+                    to = ?site.entry.resolved().id(),
                 );
                 let rx = site
                     .node

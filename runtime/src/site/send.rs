@@ -167,7 +167,7 @@ impl<'a> SendBuilder<'a> {
     /// runtime thread (a handler, a task spawned there) it fails with
     /// [`SendError::WouldDeadlock`] rather than hang.
     pub fn blocking(self) -> Result<(), SendError> {
-        if self.site.node.rt.is_current_thread() {
+        if self.site.node.rt().is_current_thread() {
             return Err(SendError::WouldDeadlock);
         }
         futures::executor::block_on(self)
@@ -223,7 +223,7 @@ impl Post {
                     return Poll::Ready(Err(e));
                 }
                 let (class, n) = (m.share_class(), m.footprint());
-                if !entry.outbox.try_reserve(class, n) {
+                if !entry.outbox().try_reserve(class, n) {
                     // The slow path: wait in line for room (and check the
                     // site again once there is), in `post`.
                     let owned = site.clone();
@@ -337,7 +337,7 @@ impl TrackedSend<'_> {
     /// bound is reached ([`SendError::WouldDeadlock`] on the node's own
     /// runtime thread).
     pub fn blocking(self) -> Result<Delivery, SendError> {
-        if self.send.site.node.rt.is_current_thread() {
+        if self.send.site.node.rt().is_current_thread() {
             return Err(SendError::WouldDeadlock);
         }
         futures::executor::block_on(self)

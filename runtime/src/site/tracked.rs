@@ -1,13 +1,12 @@
 //! Tracked sends (BMI's post): the marking and settling of a tracked
 //! message, for [`TrackedSend`](crate::TrackedSend) and a batch's sends.
-//! The completions and the future are in `delivery.rs`, a leaf layer;
-//! this is the top layer, next to `SiteRef`'s other sends.
+//! The completions and the future are in `delivery.rs`, a leaf layer.
 
 use sitenet_protocols::OutMessage;
 
+use super::SiteRef;
 use crate::delivery::Delivery;
 use crate::error::SendError;
-use crate::site::SiteRef;
 
 impl SiteRef {
     /// Queues the encoded one-way message `m`, tracked (waiting for room
@@ -28,7 +27,7 @@ impl SiteRef {
         delivery: Delivery,
     ) -> Result<Delivery, SendError> {
         if queued.is_err() {
-            self.node.deliveries.forget(corr);
+            self.node.deliveries().forget(corr);
         }
         queued.map(|()| delivery)
     }
@@ -37,6 +36,6 @@ impl SiteRef {
     pub(crate) fn track(&self, m: &mut OutMessage) -> Delivery {
         m.corr = self.node.next_corr();
         m.tracked = true;
-        self.node.deliveries.track(m.corr)
+        self.node.deliveries().track(m.corr)
     }
 }

@@ -17,8 +17,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use sitenet_protocols::SiteDescriptor;
 
+use super::SiteRef;
 use crate::node::{with_decoding_node, Named};
-use crate::site::SiteRef;
 
 impl SiteRef {
     /// The site's descriptor as this node knows it: its id (known once a

@@ -13,9 +13,9 @@ use bytes::Bytes;
 
 use sitenet_protocols::{MessageKind, OutMessage};
 
+use super::{RequestBuilder, ReturnedMessage, SendBuilder, SiteRef};
 use crate::error::{DecodeError, SendError};
 use crate::message::{Message, RawMessage, SendOptions, RESERVED_IDS};
-use crate::site::{RequestBuilder, ReturnedMessage, SendBuilder, SiteRef};
 
 /// The raw message `type_id` with `opts`' priority and body, as a message
 /// of `kind` (`corr`: its request id, or 0).
