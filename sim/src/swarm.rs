@@ -4,7 +4,8 @@
 //! unreached: the default workload never half-sends a message when a
 //! channel drops, and roomy slot limits rarely preempt a channel twice. A
 //! search whose every seed also draws its settings — sites, slot limits,
-//! tick, the workload's options, output bounds, faults — reaches them
+//! tick, the workload's options, output bounds, how long references are
+//! held, faults — reaches them
 //! without anyone choosing the flags, and each feature is absent with a
 //! fair chance, so that what one feature hides another can reach (as the
 //! simulators of FoundationDB and TigerBeetle draw their configuration per
@@ -64,11 +65,16 @@ pub enum Knob {
     OutboxQueue,
     /// [`SimConfig::adopt_hop`]: on half the time.
     AdoptHop,
+    /// [`SimConfig::hold_references`]: the default (5 s) half the time,
+    /// else 0.1 s to 1,000 s, log-uniform, in whole milliseconds: short
+    /// holds make entries unneeded (their reclaim races accepted channels),
+    /// long ones keep more sites referenced than there are slots.
+    HoldReferences,
 }
 
 impl Knob {
     /// Every knob, in the order of their streams.
-    pub const ALL: [Knob; 13] = [
+    pub const ALL: [Knob; 14] = [
         Knob::Sites,
         Knob::Faults,
         Knob::Slots,
@@ -82,6 +88,7 @@ impl Knob {
         Knob::Bursts,
         Knob::OutboxQueue,
         Knob::AdoptHop,
+        Knob::HoldReferences,
     ];
 
     /// The knob's random stream for `seed`: the seed's ChaCha8 generator
@@ -95,8 +102,8 @@ impl Knob {
 
 /// Settings drawn per seed from a base configuration: every [`Knob`] not
 /// pinned is drawn from the seed ([`config`](Self::config)); pinned knobs
-/// and what no knob covers (the phases' lengths, the buffer, the links,
-/// how long references are held) keep the base's values. Every drawn
+/// and what no knob covers (the phases' lengths, the buffer, the links)
+/// keep the base's values. Every drawn
 /// configuration passes [`SimConfig::check`] when the base does.
 ///
 /// ```
@@ -240,6 +247,13 @@ impl Swarm {
         if drawn(Knob::AdoptHop) {
             c.adopt_hop = Knob::AdoptHop.rng(seed).gen_bool(0.5);
         }
+        if drawn(Knob::HoldReferences) {
+            let mut r = Knob::HoldReferences.rng(seed);
+            c.hold_references = match r.gen_bool(0.5) {
+                true => SimConfig::default().hold_references,
+                false => Duration::from_millis(log_uniform(&mut r, 100.0, 1e6).round() as u64),
+            };
+        }
         c
     }
 }
@@ -333,15 +347,23 @@ mod tests {
         }
     }
 
-    /// What a swarm draws, a command line gives back exactly: a tick in
+    /// What a swarm draws, a command line gives back exactly: a time in
     /// whole milliseconds printed in seconds and read back, and a chance
     /// in hundredths.
     #[test]
     fn a_drawn_setting_typed_back_is_the_same_setting() {
+        let typed_back = |d: Duration| {
+            let typed: f64 = d.as_secs_f64().to_string().parse().unwrap();
+            Duration::from_secs_f64(typed)
+        };
         for ms in 1..=1000 {
             let tick = Duration::from_millis(ms);
-            let typed: f64 = tick.as_secs_f64().to_string().parse().unwrap();
-            assert_eq!(Duration::from_secs_f64(typed), tick, "{ms} ms");
+            assert_eq!(typed_back(tick), tick, "{ms} ms");
+        }
+        let swarm = Swarm::new(SimConfig::default());
+        for seed in 0..1000 {
+            let c = swarm.config(seed);
+            assert_eq!(typed_back(c.hold_references), c.hold_references, "{c:?}");
         }
         for k in 0..=100u32 {
             let c = f64::from(k) / 100.0;

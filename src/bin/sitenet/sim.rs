@@ -121,6 +121,12 @@ pub(crate) struct Args {
     /// --adopt-hop=false pins it off with --swarm.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     adopt_hop: Option<bool>,
+    /// Seconds an application keeps its reference to a site after it last
+    /// sent to it (checked on its ticks): short holds make entries
+    /// unneeded, so their reclaim rule runs often; long ones keep more
+    /// sites referenced than there are slots. Default 5.
+    #[arg(long)]
+    hold_references: Option<f64>,
     /// Swarm testing: each seed also draws its settings (sites, slot
     /// limits, tick, the chances above, output bounds, faults), each
     /// option off with a fair chance; an option given on the command line
@@ -175,6 +181,10 @@ fn runs_of(a: &Args) -> Result<Runs, String> {
         Some(t) => crate::seconds("tick", t)?,
         None => d.tick,
     };
+    let hold_references = match a.hold_references {
+        Some(t) => crate::seconds("hold-references", t)?,
+        None => d.hold_references,
+    };
     if let Some(b) = a.output_bound.filter(|b| *b < MIN_OUTPUT_BOUND) {
         return Err(format!(
             "--output-bound must be at least {MIN_OUTPUT_BOUND} bytes (twice the largest \
@@ -211,6 +221,7 @@ fn runs_of(a: &Args) -> Result<Runs, String> {
         bursts: a.bursts.unwrap_or(d.bursts),
         outbox_queue: a.outbox_queue.unwrap_or(d.outbox_queue),
         adopt_hop: a.adopt_hop.unwrap_or(d.adopt_hop),
+        hold_references,
         ..d
     };
     // The library's check, told by the option's name.
@@ -250,6 +261,7 @@ fn pinned(mut swarm: Swarm, a: &Args) -> Swarm {
         (Knob::Bursts, a.bursts.is_some()),
         (Knob::OutboxQueue, a.outbox_queue.is_some()),
         (Knob::AdoptHop, a.adopt_hop.is_some()),
+        (Knob::HoldReferences, a.hold_references.is_some()),
     ];
     for (knob, pin) in given {
         if pin {
@@ -342,6 +354,10 @@ fn pinned_flags(swarm: &Swarm) -> Vec<(&'static str, String)> {
             Knob::Bursts => out.push(("--bursts", b.bursts.to_string())),
             Knob::OutboxQueue => out.push(("--outbox-queue", b.outbox_queue.to_string())),
             Knob::AdoptHop => out.push(("--adopt-hop", b.adopt_hop.to_string())),
+            Knob::HoldReferences => out.push((
+                "--hold-references",
+                b.hold_references.as_secs_f64().to_string(),
+            )),
             _ => {}
         }
     }
@@ -354,7 +370,7 @@ fn typed(c: &SimConfig) -> String {
     format!(
         "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} --tick {} \
          --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} \
-         --batches {} --bursts {}{}{}{}{}",
+         --batches {} --bursts {} --hold-references {}{}{}{}{}",
         c.seed,
         c.sites,
         c.faults.name(),
@@ -368,6 +384,7 @@ fn typed(c: &SimConfig) -> String {
         c.site_refs,
         c.batches,
         c.bursts,
+        c.hold_references.as_secs_f64(),
         c.peer_claims
             .map_or(String::new(), |b| format!(" --peer-claims {b}")),
         c.output_bound.map_or(String::new(), |b| format!(
@@ -385,7 +402,7 @@ fn typed(c: &SimConfig) -> String {
 
 /// The fields of `SimConfig` that an option of `sitenet sim` sets, by the
 /// option's name (an underscore for its dash).
-const FLAG_FIELDS: [&str; 11] = [
+const FLAG_FIELDS: [&str; 12] = [
     "sites",
     "duration",
     "settle",
@@ -397,6 +414,7 @@ const FLAG_FIELDS: [&str; 11] = [
     "site_refs",
     "batches",
     "bursts",
+    "hold_references",
 ];
 
 /// `SimConfig::check`'s error, naming the option that set the field (one

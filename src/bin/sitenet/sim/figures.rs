@@ -109,6 +109,7 @@ pub(super) struct Settings {
     node_output_bound: u64,
     outbox_queue: bool,
     adopt_hop: bool,
+    hold_references_s: f64,
     /// The command that runs it again: `sitenet sim --seed S --swarm` and
     /// the pinned options in a swarm, else every setting typed.
     pub(super) replay: String,
@@ -144,6 +145,7 @@ impl Settings {
             node_output_bound: c.node_output_bound(),
             outbox_queue: c.outbox_queue,
             adopt_hop: c.adopt_hop,
+            hold_references_s: c.hold_references.as_secs_f64(),
             replay,
             command,
         }
