@@ -383,11 +383,22 @@ fn a_swarm_seed_replays_with_the_same_digest_and_settings() {
     ] {
         assert_eq!(typed_settings[key], settings[key], "{key}");
     }
-    // Without --swarm: the options as given.
+    // Without --swarm: the options as given, every other setting the
+    // library's default (the run a `SimConfig` of these makes).
     let mut plain = SMALL.to_vec();
     plain.extend(["--seed", "5"]);
     let (plain_digest, plain_settings) = digest_and_settings(&plain);
     assert_ne!(plain_digest, digest);
+    let library = sitenet::sim::Sim::new(sitenet::sim::SimConfig {
+        sites: 8,
+        seed: 5,
+        duration: std::time::Duration::from_secs(3),
+        settle: std::time::Duration::from_secs(20),
+        faults: sitenet::sim::Faults::Heavy,
+        ..Default::default()
+    })
+    .run();
+    assert_eq!(plain_digest, library.digest.as_str());
     assert_eq!(plain_settings["swarm"], false);
     assert_eq!(plain_settings["tick_s"], 1.0);
     assert_eq!(plain_settings["weak_slots"], 8);

@@ -107,7 +107,7 @@ impl Knob {
 /// configuration passes [`SimConfig::check`] when the base does.
 ///
 /// ```
-/// use sitenet_sim::{Faults, Knob, Sim, SimConfig, Swarm};
+/// use sitenet_sim::{Faults, Knob, SimConfig, Swarm};
 ///
 /// let base = SimConfig { faults: Faults::Heavy, ..SimConfig::default() };
 /// let swarm = Swarm::new(base).pin(Knob::Faults);
