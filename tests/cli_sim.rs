@@ -1,6 +1,7 @@
 //! `sitenet sim`: the JSON keys scripts read, the same seed giving the same
-//! digest from two processes, the search without a seed, the trace, sends
-//! by address, the output bound, and usage errors.
+//! digest from two processes, the search without a seed, settings drawn per
+//! seed (`--swarm`) and their replay, the trace, sends by address, the
+//! output bound, and usage errors.
 
 mod common;
 
@@ -87,7 +88,8 @@ fn a_search_on_several_threads_sums_the_seeds_it_tried() {
     for seed in 100..100 + tried.min(3) {
         let mut one = SMALL.to_vec();
         let seed = seed.to_string();
-        one.extend(["--seed", &seed]);
+        // A search draws each seed's settings; `--swarm` replays them.
+        one.extend(["--seed", &seed, "--swarm"]);
         messages += json_of(&one)["messages"].as_u64().unwrap();
     }
     let total = v["messages"].as_u64().unwrap();
@@ -325,4 +327,103 @@ fn the_adopt_hop_is_an_option_of_its_own() {
     let hopped = json_of(&args);
     assert_eq!(hopped["verdict"], "ok", "{hopped}");
     assert_ne!(hopped["digest"], plain["digest"]);
+}
+
+/// The digest and settings of `args`' run.
+fn digest_and_settings(args: &[&str]) -> (serde_json::Value, serde_json::Value) {
+    let v = json_of(args);
+    assert_eq!(v["verdict"], "ok", "{v}");
+    (v["digest"].clone(), v["settings"].clone())
+}
+
+/// `--seed S --swarm`: the settings drawn from the seed, the options given
+/// pinned; the same digest twice, and the same as the run of the drawn
+/// settings typed (`settings.command`, no swarm); without `--swarm`, the
+/// options as given (the run it always was).
+#[test]
+fn a_swarm_seed_replays_with_the_same_digest_and_settings() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "5", "--swarm"]);
+    let (digest, settings) = digest_and_settings(&args);
+    assert_eq!(settings["swarm"], true, "{settings}");
+    assert_eq!(
+        settings["pinned"],
+        serde_json::json!(["--sites", "--faults"]),
+        "{settings}"
+    );
+    assert_eq!(
+        (&settings["sites"], &settings["faults"]),
+        (&8.into(), &"heavy".into())
+    );
+    assert_eq!(
+        settings["replay"],
+        "sitenet sim --seed 5 --swarm --duration 3 --settle 20 --sites 8 --faults heavy"
+    );
+    assert_eq!(
+        digest_and_settings(&args),
+        (digest.clone(), settings.clone())
+    );
+    // The replay command, and the drawn settings typed: the same run.
+    let replay = settings["replay"].as_str().unwrap().to_string();
+    let mut again: Vec<&str> = replay.split(' ').skip(1).collect();
+    again.push("--json");
+    assert_eq!(digest_and_settings(&again).0, digest);
+    let command = settings["command"].as_str().unwrap().to_string();
+    let mut typed: Vec<&str> = command.split(' ').skip(1).collect();
+    typed.push("--json");
+    let (typed_digest, typed_settings) = digest_and_settings(&typed);
+    assert_eq!(typed_digest, digest, "{command}");
+    assert_eq!(typed_settings["swarm"], false);
+    for key in [
+        "tick_s",
+        "weak_slots",
+        "hard_slots",
+        "bursts",
+        "output_bound",
+    ] {
+        assert_eq!(typed_settings[key], settings[key], "{key}");
+    }
+    // Without --swarm: the options as given, every other setting the
+    // library's default (the run a `SimConfig` of these makes).
+    let mut plain = SMALL.to_vec();
+    plain.extend(["--seed", "5"]);
+    let (plain_digest, plain_settings) = digest_and_settings(&plain);
+    assert_ne!(plain_digest, digest);
+    let library = sitenet::sim::Sim::new(sitenet::sim::SimConfig {
+        sites: 8,
+        seed: 5,
+        duration: std::time::Duration::from_secs(3),
+        settle: std::time::Duration::from_secs(20),
+        faults: sitenet::sim::Faults::Heavy,
+        ..Default::default()
+    })
+    .run();
+    assert_eq!(plain_digest, library.digest.as_str());
+    assert_eq!(plain_settings["swarm"], false);
+    assert_eq!(plain_settings["tick_s"], 1.0);
+    assert_eq!(plain_settings["weak_slots"], 8);
+}
+
+/// A search draws each seed's settings unless `--no-swarm`: its one seed
+/// (a search of a microsecond on one thread runs only the first) is the
+/// run of `--seed S --swarm`, or of `--seed S` with `--no-swarm`.
+#[test]
+fn a_search_draws_settings_unless_told_not_to() {
+    let messages = |extra: &[&str]| {
+        let mut args = SMALL.to_vec();
+        args.extend(extra);
+        let v = json_of(&args);
+        assert_eq!(v["verdict"], "ok", "{v}");
+        v["messages"].as_u64().unwrap()
+    };
+    let search = ["--search", "0.000001", "--first-seed", "21"];
+    let drawn = messages(&search);
+    assert_eq!(drawn, messages(&["--seed", "21", "--swarm"]));
+    let mut plain = search.to_vec();
+    plain.push("--no-swarm");
+    assert_eq!(messages(&plain), messages(&["--seed", "21"]));
+    assert_ne!(drawn, messages(&["--seed", "21"]));
+    // The last of --swarm and --no-swarm counts.
+    plain.push("--swarm");
+    assert_eq!(messages(&plain), drawn);
 }

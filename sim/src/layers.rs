@@ -34,6 +34,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("config", 2),
     ("traffic", 3),
     ("workload", 3),
+    // Settings drawn per seed.
+    ("swarm", 3),
     // A node's turn, and running, searching and shrinking whole runs.
     ("node", 4),
     ("report", 4),

@@ -41,6 +41,11 @@
 //! * **Searching**: [`search`] and [`search_with`] try consecutive seeds on
 //!   several threads, each run on its own, so a search uses every core
 //!   without changing any run; [`shrink`] makes a failing one small.
+//! * **Swarm testing**: [`Swarm`] draws each seed's settings (sites, slot
+//!   limits, tick, the workload's options, output bounds, faults) from
+//!   streams of the seed apart from the run's own, so that a search
+//!   reaches what one configuration leaves out ([`search_swarm`]); a
+//!   drawn run is the run of its settings typed by hand.
 //!
 //! # Example
 //!
@@ -90,6 +95,7 @@ mod search;
 mod shrink;
 mod sites;
 mod slots;
+mod swarm;
 mod trace;
 mod traffic;
 mod workload;
@@ -104,8 +110,9 @@ use rand_chacha::ChaCha8Rng;
 pub use app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request};
 pub use config::{Report, SimConfig, SimConfigError, Verdict, MAX_SIM_TIME, MAX_SITES, MIN_TICK};
 pub use faults::Faults;
-pub use search::{search, search_with, SearchRun, MAX_JOBS};
+pub use search::{search, search_swarm, search_with, SearchRun, MAX_JOBS};
 pub use shrink::{shrink, shrink_with};
+pub use swarm::{Knob, Swarm};
 pub use workload::Workload;
 
 use sitenet_protocols::base::site::SiteId;

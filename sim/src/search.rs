@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::{Report, Sim, SimConfig};
+use crate::{Report, Sim, SimConfig, Swarm};
 
 /// One seed's run, as a search hands it back.
 #[derive(Debug, Clone)]
@@ -94,6 +94,26 @@ pub fn search_with(
 pub fn search(cfg: &SimConfig, jobs: usize, budget: Duration, each: impl FnMut(SearchRun)) -> u64 {
     let start = Instant::now();
     search_with(cfg, jobs, |_| start.elapsed() < budget, Sim::new, each)
+}
+
+/// [`search`] with each seed's settings drawn by `swarm`
+/// ([`Swarm::config`]): seeds `swarm.base.seed`, `swarm.base.seed + 1`, …
+/// until `budget` has passed. A failing seed's settings are
+/// `swarm.config(report.seed)`, and that run replays alone.
+pub fn search_swarm(
+    swarm: &Swarm,
+    jobs: usize,
+    budget: Duration,
+    each: impl FnMut(SearchRun),
+) -> u64 {
+    let start = Instant::now();
+    search_with(
+        &swarm.base,
+        jobs,
+        |_| start.elapsed() < budget,
+        |c| Sim::new(swarm.config(c.seed)),
+        each,
+    )
 }
 
 #[cfg(test)]

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use sitenet_sim::{self as sim, Faults, Sim, SimConfig, SimConfigError, Verdict};
+use sitenet_sim::{self as sim, Faults, Knob, Sim, SimConfig, SimConfigError, Swarm, Verdict};
 
 mod figures;
 
-use figures::{add, print, verdict_code, Json, Shrunk};
+use figures::{add, print, verdict_code, Json, Settings, Shrunk};
 
 /// The smallest `--output-bound`: twice the default workload's largest
 /// message (40 KiB of body, and its header and record), as the runtime
@@ -25,9 +25,10 @@ const MAX_JOBS: usize = sim::MAX_JOBS;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Number of simulated sites (2 to 1,000,000; each is a node in memory).
-    #[arg(long, default_value_t = 50)]
-    sites: usize,
+    /// Number of simulated sites (2 to 1,000,000; each is a node in
+    /// memory). Default 50; drawn per seed with --swarm (2 to 64).
+    #[arg(long)]
+    sites: Option<usize>,
     /// The seed of the run. Without it, seeds are tried for --search
     /// seconds and every one that fails is reported.
     #[arg(long)]
@@ -40,25 +41,27 @@ pub(crate) struct Args {
     /// pair of live sites must have converged.
     #[arg(long, default_value_t = 60.0)]
     settle: f64,
-    /// How many faults: cuts, partitions, crashes and restarts, slow readers.
-    #[arg(long, default_value = "light", value_parser = ["none", "light", "heavy"])]
-    faults: String,
+    /// How many faults: cuts, partitions, crashes and restarts, slow
+    /// readers. Default light.
+    #[arg(long, value_parser = ["none", "light", "heavy"])]
+    faults: Option<String>,
     /// Seconds between two acts of each site's application (sends,
     /// requests, the chances of the options below): a shorter tick loads
-    /// the network more (at least 0.001).
-    #[arg(long, default_value_t = 1.0)]
-    tick: f64,
-    /// Each site's weak channel slot limit (connects beyond it wait in line).
-    #[arg(long, default_value_t = 8)]
-    weak_slots: usize,
-    /// Each site's hard channel slot limit (never exceeded).
-    #[arg(long, default_value_t = 12)]
-    hard_slots: usize,
+    /// the network more (at least 0.001). Default 1.
+    #[arg(long)]
+    tick: Option<f64>,
+    /// Each site's weak channel slot limit (connects beyond it wait in
+    /// line). Default 8.
+    #[arg(long)]
+    weak_slots: Option<usize>,
+    /// Each site's hard channel slot limit (never exceeded). Default 12.
+    #[arg(long)]
+    hard_slots: Option<usize>,
     /// The share (0 to 1) of one-way messages sent to a site's address
     /// rather than its id: each node's site table then binds such entries,
-    /// and merges one into the entry it already has for the site.
-    #[arg(long, default_value_t = 0.0)]
-    address_sends: f64,
+    /// and merges one into the entry it already has for the site. Default 0.
+    #[arg(long)]
+    address_sends: Option<f64>,
     /// A forwarded request's origin the node does not know becomes an
     /// entry on the forwarder's word, a claim it holds, as in the runtime:
     /// each forwarder may hold this many claims on sites not proven yet
@@ -68,19 +71,21 @@ pub(crate) struct Args {
     /// The chance (0 to 1) that a site's tick also opens a cooperation: a
     /// scatter/gather to its neighbours whose replies, and votes, fill its
     /// receive descriptors by the runtime's rules; it completes, times
-    /// out, fails with a site it waits for, or is cancelled, once.
-    #[arg(long, default_value_t = 0.0)]
-    cooperations: f64,
+    /// out, fails with a site it waits for, or is cancelled, once. Default 0.
+    #[arg(long)]
+    cooperations: Option<f64>,
     /// The share (0 to 1) of one-way messages that name another site (a
     /// SiteRef in them): the receiver learns the site on the sender's word,
     /// a claim the sender holds (--peer-claims bounds it), and sends to it.
-    #[arg(long, default_value_t = 0.0)]
-    site_refs: f64,
+    /// Default 0.
+    #[arg(long)]
+    site_refs: Option<f64>,
     /// The chance (0 to 1) that a site's tick also submits a batch: sends
     /// and requests to its neighbours, a send done when acknowledged, each
     /// retried on the site then at its address by the runtime's rule.
-    #[arg(long, default_value_t = 0.0)]
-    batches: f64,
+    /// Default 0.
+    #[arg(long)]
+    batches: Option<f64>,
     /// The bytes each site's entry for another may hold (queued and
     /// unacknowledged), as the runtime's output bound: a send beyond it
     /// waits in line until acknowledgements free room, and lines keep each
@@ -98,22 +103,40 @@ pub(crate) struct Args {
     node_output_bound: Option<u64>,
     /// The chance (0 to 1) that a site's tick also sends a burst of four
     /// to eight large messages to one neighbour: what fills a small
-    /// --output-bound.
-    #[arg(long, default_value_t = 0.0)]
-    bursts: f64,
+    /// --output-bound. Default 0.
+    #[arg(long)]
+    bursts: Option<f64>,
     /// A send waits in its entry's outbox queue until the ComObject's next
     /// turn (an event up to 5 ms later, the runtime's wake through the
     /// actor's mailbox), so that a merge can come in between and order the
-    /// queues as the runtime's does.
-    #[arg(long)]
-    outbox_queue: bool,
+    /// queues as the runtime's does. Off by default; --outbox-queue=false
+    /// pins it off with --swarm.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    outbox_queue: Option<bool>,
     /// An accepted channel reaches its entry's ComObject through the
     /// entry's mailbox (an event up to 5 ms after it was routed there, the
     /// runtime's Adopt message), counted on the entry meanwhile: the
     /// machine opens, parks or fails in between, the reclaim re-check must
-    /// keep the entry, and the peer may give up.
+    /// keep the entry, and the peer may give up. Off by default;
+    /// --adopt-hop=false pins it off with --swarm.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    adopt_hop: Option<bool>,
+    /// Seconds an application keeps its reference to a site after it last
+    /// sent to it (checked on its ticks): short holds make entries
+    /// unneeded, so their reclaim rule runs often; long ones keep more
+    /// sites referenced than there are slots. Default 5.
     #[arg(long)]
-    adopt_hop: bool,
+    hold_references: Option<f64>,
+    /// Swarm testing: each seed also draws its settings (sites, slot
+    /// limits, tick, the chances above, output bounds, faults), each
+    /// option off with a fair chance; an option given on the command line
+    /// pins its setting. The default of a search (without --seed);
+    /// `--seed S --swarm` replays a searched seed's drawn settings exactly.
+    #[arg(long, overrides_with = "no_swarm")]
+    swarm: bool,
+    /// A search runs every seed with the options as given (no drawing).
+    #[arg(long, overrides_with = "swarm")]
+    no_swarm: bool,
     /// Without --seed: wall-clock seconds to spend trying seeds.
     #[arg(long, default_value_t = 30.0)]
     search: f64,
@@ -138,66 +161,248 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(a: Args) -> ExitCode {
-    let duration = match crate::seconds("duration", a.duration) {
-        Ok(d) => d,
+    let runs = match runs_of(&a) {
+        Ok(runs) => runs,
         Err(e) => return crate::usage(e),
     };
-    let settle = match crate::seconds("settle", a.settle) {
-        Ok(d) => d,
-        Err(e) => return crate::usage(e),
+    match a.seed {
+        Some(seed) => one(runs.config(seed), &runs, &a),
+        None => search(&runs, &a),
+    }
+}
+
+/// What the options ask each seed to run, or the usage error that says
+/// which option no run can be made of.
+fn runs_of(a: &Args) -> Result<Runs, String> {
+    let duration = crate::seconds("duration", a.duration)?;
+    let settle = crate::seconds("settle", a.settle)?;
+    let d = SimConfig::default();
+    let tick = match a.tick {
+        Some(t) => crate::seconds("tick", t)?,
+        None => d.tick,
     };
-    let tick = match crate::seconds("tick", a.tick) {
-        Ok(d) => d,
-        Err(e) => return crate::usage(e),
+    let hold_references = match a.hold_references {
+        Some(t) => crate::seconds("hold-references", t)?,
+        None => d.hold_references,
     };
     if let Some(b) = a.output_bound.filter(|b| *b < MIN_OUTPUT_BOUND) {
-        return crate::usage(format!(
+        return Err(format!(
             "--output-bound must be at least {MIN_OUTPUT_BOUND} bytes (twice the largest \
              message the workload sends), got {b}"
         ));
     }
     if let (Some(node), Some(site)) = (a.node_output_bound, a.output_bound) {
         if node < site {
-            return crate::usage(format!(
+            return Err(format!(
                 "--node-output-bound ({node}) must be at least --output-bound ({site})"
             ));
         }
     }
-    let faults: Faults = a.faults.parse().expect("clap checked the level");
+    let faults: Faults = match &a.faults {
+        Some(f) => f.parse().expect("clap checked the level"),
+        None => d.faults,
+    };
     let cfg = SimConfig {
-        sites: a.sites,
+        sites: a.sites.unwrap_or(d.sites),
         seed: a.seed.unwrap_or(a.first_seed),
         duration,
         settle,
         faults,
         tick,
-        weak_slots: a.weak_slots,
-        hard_slots: a.hard_slots,
-        address_sends: a.address_sends,
+        weak_slots: a.weak_slots.unwrap_or(d.weak_slots),
+        hard_slots: a.hard_slots.unwrap_or(d.hard_slots),
+        address_sends: a.address_sends.unwrap_or(d.address_sends),
         peer_claims: a.peer_claims,
-        cooperations: a.cooperations,
-        site_refs: a.site_refs,
-        batches: a.batches,
+        cooperations: a.cooperations.unwrap_or(d.cooperations),
+        site_refs: a.site_refs.unwrap_or(d.site_refs),
+        batches: a.batches.unwrap_or(d.batches),
         output_bound: a.output_bound,
         node_output_bound: a.node_output_bound,
-        bursts: a.bursts,
-        outbox_queue: a.outbox_queue,
-        adopt_hop: a.adopt_hop,
-        ..SimConfig::default()
+        bursts: a.bursts.unwrap_or(d.bursts),
+        outbox_queue: a.outbox_queue.unwrap_or(d.outbox_queue),
+        adopt_hop: a.adopt_hop.unwrap_or(d.adopt_hop),
+        hold_references,
+        ..d
     };
     // The library's check, told by the option's name.
-    if let Err(e) = cfg.check() {
-        return crate::usage(flag_error(&e));
+    cfg.check().map_err(|e| flag_error(&e))?;
+    // A search draws settings unless told not to; one seed only when told.
+    let drawn = match a.seed {
+        Some(_) => a.swarm,
+        None => !a.no_swarm,
+    };
+    Ok(Runs {
+        swarm: drawn.then(|| pinned(Swarm::new(cfg.clone()), a)),
+        cfg,
+    })
+}
+
+/// The swarm of a search or a replay, each option given on the command
+/// line pinning its knob (the output bounds one knob, and the slot limits
+/// one).
+fn pinned(mut swarm: Swarm, a: &Args) -> Swarm {
+    let given = [
+        (Knob::Sites, a.sites.is_some()),
+        (Knob::Faults, a.faults.is_some()),
+        (Knob::Tick, a.tick.is_some()),
+        (
+            Knob::Slots,
+            a.weak_slots.is_some() || a.hard_slots.is_some(),
+        ),
+        (Knob::AddressSends, a.address_sends.is_some()),
+        (Knob::PeerClaims, a.peer_claims.is_some()),
+        (Knob::Cooperations, a.cooperations.is_some()),
+        (Knob::SiteRefs, a.site_refs.is_some()),
+        (Knob::Batches, a.batches.is_some()),
+        (
+            Knob::OutputBounds,
+            a.output_bound.is_some() || a.node_output_bound.is_some(),
+        ),
+        (Knob::Bursts, a.bursts.is_some()),
+        (Knob::OutboxQueue, a.outbox_queue.is_some()),
+        (Knob::AdoptHop, a.adopt_hop.is_some()),
+        (Knob::HoldReferences, a.hold_references.is_some()),
+    ];
+    for (knob, pin) in given {
+        if pin {
+            swarm = swarm.pin(knob);
+        }
     }
-    match a.seed {
-        Some(_) => one(cfg, &a),
-        None => search(cfg, &a),
+    swarm
+}
+
+/// What every seed of this command runs: the options as given, or
+/// settings drawn per seed (`--swarm`).
+struct Runs {
+    cfg: SimConfig,
+    swarm: Option<Swarm>,
+}
+
+impl Runs {
+    /// Seed `seed`'s configuration.
+    fn config(&self, seed: u64) -> SimConfig {
+        match &self.swarm {
+            Some(swarm) => swarm.config(seed),
+            None => SimConfig {
+                seed,
+                ..self.cfg.clone()
+            },
+        }
     }
+
+    /// What seed `seed` ran with, and the commands that replay it.
+    fn settings(&self, seed: u64) -> Settings {
+        let c = self.config(seed);
+        let (replay, pinned) = match &self.swarm {
+            Some(swarm) => {
+                let pins = pinned_flags(swarm);
+                let mut replay = format!("sitenet sim --seed {seed} --swarm");
+                let d = SimConfig::default();
+                if c.duration != d.duration {
+                    replay += &format!(" --duration {}", c.duration.as_secs_f64());
+                }
+                if c.settle != d.settle {
+                    replay += &format!(" --settle {}", c.settle.as_secs_f64());
+                }
+                for (flag, value) in &pins {
+                    // A boolean option takes its value after `=`.
+                    let sep = match *flag {
+                        "--outbox-queue" | "--adopt-hop" => '=',
+                        _ => ' ',
+                    };
+                    replay += &format!(" {flag}{sep}{value}");
+                }
+                let names = pins.iter().map(|(f, _)| f.to_string()).collect();
+                (replay, names)
+            }
+            None => (typed(&c), Vec::new()),
+        };
+        Settings::new(&c, self.swarm.is_some(), pinned, replay, typed(&c))
+    }
+}
+
+/// The options of the knobs `swarm` pins, with the base's values.
+fn pinned_flags(swarm: &Swarm) -> Vec<(&'static str, String)> {
+    let b = &swarm.base;
+    let mut out = Vec::new();
+    for knob in swarm.pinned() {
+        match knob {
+            Knob::Sites => out.push(("--sites", b.sites.to_string())),
+            Knob::Faults => out.push(("--faults", b.faults.name().into())),
+            Knob::Tick => out.push(("--tick", b.tick.as_secs_f64().to_string())),
+            Knob::Slots => {
+                out.push(("--weak-slots", b.weak_slots.to_string()));
+                out.push(("--hard-slots", b.hard_slots.to_string()));
+            }
+            Knob::AddressSends => out.push(("--address-sends", b.address_sends.to_string())),
+            Knob::PeerClaims => {
+                if let Some(n) = b.peer_claims {
+                    out.push(("--peer-claims", n.to_string()));
+                }
+            }
+            Knob::Cooperations => out.push(("--cooperations", b.cooperations.to_string())),
+            Knob::SiteRefs => out.push(("--site-refs", b.site_refs.to_string())),
+            Knob::Batches => out.push(("--batches", b.batches.to_string())),
+            Knob::OutputBounds => {
+                if let Some(n) = b.output_bound {
+                    out.push(("--output-bound", n.to_string()));
+                }
+                if let Some(n) = b.node_output_bound {
+                    out.push(("--node-output-bound", n.to_string()));
+                }
+            }
+            Knob::Bursts => out.push(("--bursts", b.bursts.to_string())),
+            Knob::OutboxQueue => out.push(("--outbox-queue", b.outbox_queue.to_string())),
+            Knob::AdoptHop => out.push(("--adopt-hop", b.adopt_hop.to_string())),
+            Knob::HoldReferences => out.push((
+                "--hold-references",
+                b.hold_references.as_secs_f64().to_string(),
+            )),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The command that runs `c` with every setting typed (no drawing): the
+/// same run as a swarm's seed that drew them.
+fn typed(c: &SimConfig) -> String {
+    format!(
+        "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} --tick {} \
+         --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} \
+         --batches {} --bursts {} --hold-references {}{}{}{}{}",
+        c.seed,
+        c.sites,
+        c.faults.name(),
+        c.duration.as_secs_f64(),
+        c.settle.as_secs_f64(),
+        c.tick.as_secs_f64(),
+        c.weak_slots,
+        c.hard_slots,
+        c.address_sends,
+        c.cooperations,
+        c.site_refs,
+        c.batches,
+        c.bursts,
+        c.hold_references.as_secs_f64(),
+        c.peer_claims
+            .map_or(String::new(), |b| format!(" --peer-claims {b}")),
+        c.output_bound.map_or(String::new(), |b| format!(
+            " --output-bound {b} --node-output-bound {}",
+            c.node_output_bound()
+        )),
+        if c.outbox_queue {
+            " --outbox-queue"
+        } else {
+            ""
+        },
+        if c.adopt_hop { " --adopt-hop" } else { "" }
+    )
 }
 
 /// The fields of `SimConfig` that an option of `sitenet sim` sets, by the
 /// option's name (an underscore for its dash).
-const FLAG_FIELDS: [&str; 11] = [
+const FLAG_FIELDS: [&str; 12] = [
     "sites",
     "duration",
     "settle",
@@ -209,6 +414,7 @@ const FLAG_FIELDS: [&str; 11] = [
     "site_refs",
     "batches",
     "bursts",
+    "hold_references",
 ];
 
 /// `SimConfig::check`'s error, naming the option that set the field (one
@@ -221,7 +427,7 @@ fn flag_error(e: &SimConfigError) -> String {
 }
 
 /// One seed, with a progress bar over simulated time on a terminal.
-fn one(cfg: SimConfig, a: &Args) -> ExitCode {
+fn one(cfg: SimConfig, runs: &Runs, a: &Args) -> ExitCode {
     let faults = cfg.faults;
     let mut sim = Sim::new(cfg.clone());
     if a.trace {
@@ -245,6 +451,8 @@ fn one(cfg: SimConfig, a: &Args) -> ExitCode {
     let wall = start.elapsed();
     bar.finish_and_clear();
     let mut json = Json::new(&report, faults, wall);
+    json.swarm = runs.swarm.is_some();
+    json.settings = Some(runs.settings(cfg.seed));
     if report.verdict != Verdict::Ok && a.shrink {
         json.shrunk = Some(shrink(&cfg));
     }
@@ -253,7 +461,7 @@ fn one(cfg: SimConfig, a: &Args) -> ExitCode {
 }
 
 /// No seed: tries seeds until the time is up; reports the failing ones.
-fn search(cfg: SimConfig, a: &Args) -> ExitCode {
+fn search(runs: &Runs, a: &Args) -> ExitCode {
     let budget = match crate::seconds("search", a.search) {
         Ok(d) => d,
         Err(e) => return crate::usage(e),
@@ -265,6 +473,7 @@ fn search(cfg: SimConfig, a: &Args) -> ExitCode {
         }
         n => n,
     };
+    let first = runs.cfg.seed;
     let start = Instant::now();
     let bar = ProgressBar::new(budget.as_millis() as u64);
     bar.set_style(
@@ -279,16 +488,22 @@ fn search(cfg: SimConfig, a: &Args) -> ExitCode {
     let mut next = 0u64;
     let mut failing = Vec::new();
     let mut total: Option<Json> = None;
-    let tried = sim::search(&cfg, jobs, budget, |run| {
+    let each = |run: sim::SearchRun| {
         let seed = run.report.seed;
-        let one = Json::new(&run.report, cfg.faults, run.wall);
+        let mut one = Json::new(&run.report, runs.config(seed).faults, run.wall);
+        one.swarm = runs.swarm.is_some();
         if let Some(v) = &one.violation {
-            eprintln!("sitenet sim: seed {seed} fails: {}", v.what);
+            let settings = runs.settings(seed);
+            eprintln!(
+                "sitenet sim: seed {seed} fails: {}\nsitenet sim:   replay: {}",
+                v.what, settings.replay
+            );
+            one.settings = Some(settings);
         }
-        ended.insert(seed.wrapping_sub(cfg.seed), one);
+        ended.insert(seed.wrapping_sub(first), one);
         while let Some(one) = ended.remove(&next) {
             if one.violation.is_some() {
-                failing.push(cfg.seed.wrapping_add(next));
+                failing.push(first.wrapping_add(next));
             }
             total = Some(match total.take() {
                 None => one,
@@ -299,7 +514,11 @@ fn search(cfg: SimConfig, a: &Args) -> ExitCode {
         }
         bar.set_position(start.elapsed().as_millis().min(budget.as_millis()) as u64);
         bar.set_message(format!("{next} seeds, {} failing", failing.len()));
-    });
+    };
+    let tried = match &runs.swarm {
+        Some(swarm) => sim::search_swarm(swarm, jobs, budget, each),
+        None => sim::search(&runs.cfg, jobs, budget, each),
+    };
     debug_assert!(ended.is_empty() && next == tried, "every seed taken is run");
     bar.finish_and_clear();
     let mut json = total.expect("at least one run");
@@ -309,11 +528,9 @@ fn search(cfg: SimConfig, a: &Args) -> ExitCode {
     json.seeds_tried = Some(tried);
     if failing.is_empty() {
         json.seed = None;
+        json.settings = None;
     } else if a.shrink {
-        json.shrunk = Some(shrink(&SimConfig {
-            seed: failing[0],
-            ..cfg.clone()
-        }));
+        json.shrunk = Some(shrink(&runs.config(failing[0])));
     }
     json.failing_seeds = Some(failing);
     print(&json, a.json);
@@ -335,35 +552,63 @@ fn shrink(cfg: &SimConfig) -> Shrunk {
         faults: small.faults.name(),
         duration_s: small.duration.as_secs_f64(),
         runs,
-        command: format!(
-            "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} --tick {} \
-             --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} --batches {} --bursts {}{}{}{}{} --trace",
-            small.seed,
-            small.sites,
-            small.faults.name(),
-            small.duration.as_secs_f64(),
-            small.settle.as_secs_f64(),
-            small.tick.as_secs_f64(),
-            small.weak_slots,
-            small.hard_slots,
-            small.address_sends,
-            small.cooperations,
-            small.site_refs,
-            small.batches,
-            small.bursts,
-            small
-                .peer_claims
-                .map_or(String::new(), |b| format!(" --peer-claims {b}")),
-            small.output_bound.map_or(String::new(), |b| format!(
-                " --output-bound {b} --node-output-bound {}",
-                small.node_output_bound()
-            )),
-            if small.outbox_queue {
-                " --outbox-queue"
-            } else {
-                ""
-            },
-            if small.adopt_hop { " --adopt-hop" } else { "" }
-        ),
+        command: format!("{} --trace", typed(&small)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// The seeds' settings `sitenet sim ARGS --swarm` runs.
+    fn swarm_of(args: &[&str]) -> Runs {
+        let a = Cmd::try_parse_from(["sim"].iter().chain(args).chain(&["--swarm"]))
+            .expect("valid options")
+            .args;
+        runs_of(&a).expect("a run can be made")
+    }
+
+    /// A failing seed's replay names `--swarm` and every option given
+    /// (booleans after `=`, so that one pinned off stays off), and those
+    /// options read back pin the same knobs: the same settings drawn.
+    #[test]
+    fn a_replay_names_the_options_that_pinned_their_settings() {
+        let given = [
+            "--faults",
+            "heavy",
+            "--hard-slots",
+            "3",
+            "--bursts",
+            "0.3",
+            "--output-bound",
+            "98304",
+            "--outbox-queue=false",
+            "--adopt-hop",
+        ];
+        let runs = swarm_of(&given);
+        let settings = runs.settings(77);
+        assert_eq!(
+            settings.replay,
+            "sitenet sim --seed 77 --swarm --faults heavy --weak-slots 8 --hard-slots 3 \
+             --output-bound 98304 --bursts 0.3 --outbox-queue=false --adopt-hop=true"
+        );
+        let words: Vec<&str> = settings.replay.split(' ').skip(5).collect();
+        let again = swarm_of(&words);
+        let (a, b) = (runs.config(77), again.config(77));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        assert_eq!(
+            (a.hard_slots, a.outbox_queue, a.adopt_hop),
+            (3, false, true)
+        );
+        // Without options, nothing is pinned and every knob is drawn.
+        let free = swarm_of(&[]);
+        assert_eq!(free.settings(77).replay, "sitenet sim --seed 77 --swarm");
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use sitenet_sim::{Faults, Report, Verdict};
+use sitenet_sim::{Faults, Report, SimConfig, Verdict};
 
 /// One run's figures, as `--json` prints them.
 #[derive(Serialize)]
@@ -72,6 +72,84 @@ pub(super) struct Json {
     pub(super) failing_seeds: Option<Vec<u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) shrunk: Option<Shrunk>,
+    /// Whether each seed drew its settings (`--swarm`).
+    pub(super) swarm: bool,
+    /// The settings the run named by `seed` used (drawn or given), and
+    /// the commands that replay it: always for one seed, for a search its
+    /// first failing seed's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) settings: Option<Settings>,
+}
+
+/// What one run was given, drawn (`--swarm`) or typed: every setting a
+/// swarm draws, the phases, and how to run it again.
+#[derive(Serialize)]
+pub(super) struct Settings {
+    /// Drawn from the seed (`--swarm`), or as given.
+    swarm: bool,
+    /// The options that pinned their setting in a swarm (given on the
+    /// command line).
+    pinned: Vec<String>,
+    sites: usize,
+    faults: &'static str,
+    duration_s: f64,
+    settle_s: f64,
+    tick_s: f64,
+    weak_slots: usize,
+    hard_slots: usize,
+    address_sends: f64,
+    peer_claims: Option<u32>,
+    cooperations: f64,
+    site_refs: f64,
+    batches: f64,
+    bursts: f64,
+    /// The bound in force: as given, or the default for the sites.
+    output_bound: u64,
+    /// The bound in force: as given, or twice `output_bound`.
+    node_output_bound: u64,
+    outbox_queue: bool,
+    adopt_hop: bool,
+    hold_references_s: f64,
+    /// The command that runs it again: `sitenet sim --seed S --swarm` and
+    /// the pinned options in a swarm, else every setting typed.
+    pub(super) replay: String,
+    /// The same run with every setting typed, no drawing.
+    pub(super) command: String,
+}
+
+impl Settings {
+    pub(super) fn new(
+        c: &SimConfig,
+        swarm: bool,
+        pinned: Vec<String>,
+        replay: String,
+        command: String,
+    ) -> Self {
+        Self {
+            swarm,
+            pinned,
+            sites: c.sites,
+            faults: c.faults.name(),
+            duration_s: c.duration.as_secs_f64(),
+            settle_s: c.settle.as_secs_f64(),
+            tick_s: c.tick.as_secs_f64(),
+            weak_slots: c.weak_slots,
+            hard_slots: c.hard_slots,
+            address_sends: c.address_sends,
+            peer_claims: c.peer_claims,
+            cooperations: c.cooperations,
+            site_refs: c.site_refs,
+            batches: c.batches,
+            bursts: c.bursts,
+            output_bound: c.output_bound(),
+            node_output_bound: c.node_output_bound(),
+            outbox_queue: c.outbox_queue,
+            adopt_hop: c.adopt_hop,
+            hold_references_s: c.hold_references.as_secs_f64(),
+            replay,
+            command,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -161,6 +239,8 @@ impl Json {
             seeds_tried: None,
             failing_seeds: None,
             shrunk: None,
+            swarm: false,
+            settings: None,
         }
     }
 }
@@ -230,6 +310,14 @@ pub(super) fn print(j: &Json, json: bool) {
         _ => println!("seed:           {}", j.seed.unwrap_or_default()),
     }
     println!("sites:          {} ({} faults)", j.sites, j.faults);
+    if let Some(s) = &j.settings {
+        if s.swarm {
+            println!("settings:       drawn (--swarm): {}", s.command);
+        }
+        if j.seeds_tried.is_some() || s.swarm {
+            println!("replay:         {}", s.replay);
+        }
+    }
     println!(
         "messages:       {} sent, {} delivered, {} handed back",
         j.messages, j.delivered, j.handed_back
