@@ -427,3 +427,53 @@ fn a_search_draws_settings_unless_told_not_to() {
     plain.push("--swarm");
     assert_eq!(messages(&plain), drawn);
 }
+
+#[test]
+fn coverage_counts_every_decision_point_and_lists_the_unreached() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "3", "--coverage"]);
+    let v = json_of(&args);
+    let counts = v["coverage"].as_object().expect("a coverage object");
+    assert!(counts.len() > 30, "{counts:?}");
+    assert!(counts["link.accept"].as_u64().unwrap() > 0);
+    let unreached: Vec<&str> = v["unreached"]
+        .as_array()
+        .expect("an unreached list")
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    for (point, n) in counts {
+        assert_eq!(
+            unreached.contains(&point.as_str()),
+            n.as_u64() == Some(0),
+            "{point}: {n}"
+        );
+    }
+    // Without the option, neither key.
+    let mut args = SMALL.to_vec();
+    args.extend(["--seed", "3"]);
+    let v = json_of(&args);
+    assert!(v.get("coverage").is_none() && v.get("unreached").is_none());
+}
+
+#[test]
+fn half_open_cuts_and_leaves_are_options_of_their_own() {
+    let mut args = SMALL.to_vec();
+    args.extend([
+        "--seed",
+        "5",
+        "--half-open",
+        "1",
+        "--leaves",
+        "1",
+        "--give-up",
+        "3",
+    ]);
+    let v = json_of(&args);
+    assert_eq!(v["verdict"], "ok", "{v}");
+    assert!(v["half_open_cuts"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["half_open_cuts"], v["cuts"]);
+    assert_eq!(v["settings"]["half_open"], 1.0);
+    assert_eq!(v["settings"]["leaves"], 1.0);
+    assert_eq!(v["settings"]["give_up_s"], 3.0);
+}

@@ -112,6 +112,9 @@ pub use config::{Report, SimConfig, SimConfigError, Verdict, MAX_SIM_TIME, MAX_S
 pub use faults::Faults;
 pub use search::{search, search_swarm, search_with, SearchRun, MAX_JOBS};
 pub use shrink::{shrink, shrink_with};
+/// How often a run reached each decision point of the protocol machines
+/// ([`Report::coverage`]).
+pub use sitenet_protocols::base::coverage::{Coverage, Point};
 pub use swarm::{Knob, Swarm};
 pub use workload::Workload;
 

@@ -5,7 +5,8 @@
 //! channel drops, and roomy slot limits rarely preempt a channel twice. A
 //! search whose every seed also draws its settings — sites, slot limits,
 //! tick, the workload's options, output bounds, how long references are
-//! held, faults — reaches them
+//! held, faults and their kinds (half-open cuts, orderly leaves), the
+//! give-up time — reaches them
 //! without anyone choosing the flags, and each feature is absent with a
 //! fair chance, so that what one feature hides another can reach (as the
 //! simulators of FoundationDB and TigerBeetle draw their configuration per
@@ -70,11 +71,21 @@ pub enum Knob {
     /// holds make entries unneeded (their reclaim races accepted channels),
     /// long ones keep more sites referenced than there are slots.
     HoldReferences,
+    /// [`SimConfig::half_open`]: off half the time, else 0.05 to 0.8 of
+    /// cuts reach one end only.
+    HalfOpen,
+    /// [`SimConfig::leaves`]: off half the time, else 0.05 to 1 of crashes
+    /// are orderly shutdowns.
+    Leaves,
+    /// [`SimConfig::give_up`]: off (the machine's default) half the time,
+    /// else 1 s to 30 s, log-uniform, in whole milliseconds: partitions
+    /// make live sites give up on each other.
+    GiveUp,
 }
 
 impl Knob {
     /// Every knob, in the order of their streams.
-    pub const ALL: [Knob; 14] = [
+    pub const ALL: [Knob; 17] = [
         Knob::Sites,
         Knob::Faults,
         Knob::Slots,
@@ -89,6 +100,9 @@ impl Knob {
         Knob::OutboxQueue,
         Knob::AdoptHop,
         Knob::HoldReferences,
+        Knob::HalfOpen,
+        Knob::Leaves,
+        Knob::GiveUp,
     ];
 
     /// The knob's random stream for `seed`: the seed's ChaCha8 generator
@@ -253,6 +267,18 @@ impl Swarm {
                 true => SimConfig::default().hold_references,
                 false => Duration::from_millis(log_uniform(&mut r, 100.0, 1e6).round() as u64),
             };
+        }
+        if drawn(Knob::HalfOpen) {
+            c.half_open = chance(&mut Knob::HalfOpen.rng(seed), 0.05, 0.8);
+        }
+        if drawn(Knob::Leaves) {
+            c.leaves = chance(&mut Knob::Leaves.rng(seed), 0.05, 1.0);
+        }
+        if drawn(Knob::GiveUp) {
+            let mut r = Knob::GiveUp.rng(seed);
+            c.give_up = r.gen_bool(0.5).then(|| {
+                Duration::from_millis(log_uniform(&mut r, 1000.0, 30_000.0).round() as u64)
+            });
         }
         c
     }

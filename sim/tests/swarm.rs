@@ -111,6 +111,9 @@ fn a_drawn_run_replays_with_the_same_digest() {
             outbox_queue: c.outbox_queue,
             adopt_hop: c.adopt_hop,
             hold_references: c.hold_references,
+            half_open: c.half_open,
+            leaves: c.leaves,
+            give_up: c.give_up,
             ..short.clone()
         };
         assert_eq!(Sim::new(typed).run().digest, first.digest, "seed {seed}");

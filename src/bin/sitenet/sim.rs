@@ -127,6 +127,26 @@ pub(crate) struct Args {
     /// sites referenced than there are slots. Default 5.
     #[arg(long)]
     hold_references: Option<f64>,
+    /// The share (0 to 1) of cuts whose reset reaches one end only: the
+    /// other keeps a half-open channel until its silence shows or the
+    /// peer's new channel replaces it. Default 0.
+    #[arg(long)]
+    half_open: Option<f64>,
+    /// The share (0 to 1) of crashes that are orderly shutdowns: the node
+    /// tells its peers it is leaving first, and they fail it at once.
+    /// Default 0.
+    #[arg(long)]
+    leaves: Option<f64>,
+    /// Seconds a site stays unreachable before its peers give up on it
+    /// (permanently failed, what it held handed back): partitions longer
+    /// than it make live sites fail each other. Default: the machine's.
+    #[arg(long)]
+    give_up: Option<f64>,
+    /// Count how often the run (a search: all its seeds) reached each
+    /// decision point of the protocol machines, and list the points never
+    /// reached (JSON keys `coverage` and `unreached`).
+    #[arg(long)]
+    coverage: bool,
     /// Swarm testing: each seed also draws its settings (sites, slot
     /// limits, tick, the chances above, output bounds, faults), each
     /// option off with a fair chance; an option given on the command line
@@ -185,6 +205,10 @@ fn runs_of(a: &Args) -> Result<Runs, String> {
         Some(t) => crate::seconds("hold-references", t)?,
         None => d.hold_references,
     };
+    let give_up = match a.give_up {
+        Some(t) => Some(crate::seconds("give-up", t)?),
+        None => d.give_up,
+    };
     if let Some(b) = a.output_bound.filter(|b| *b < MIN_OUTPUT_BOUND) {
         return Err(format!(
             "--output-bound must be at least {MIN_OUTPUT_BOUND} bytes (twice the largest \
@@ -222,6 +246,9 @@ fn runs_of(a: &Args) -> Result<Runs, String> {
         outbox_queue: a.outbox_queue.unwrap_or(d.outbox_queue),
         adopt_hop: a.adopt_hop.unwrap_or(d.adopt_hop),
         hold_references,
+        half_open: a.half_open.unwrap_or(d.half_open),
+        leaves: a.leaves.unwrap_or(d.leaves),
+        give_up,
         ..d
     };
     // The library's check, told by the option's name.
@@ -262,6 +289,9 @@ fn pinned(mut swarm: Swarm, a: &Args) -> Swarm {
         (Knob::OutboxQueue, a.outbox_queue.is_some()),
         (Knob::AdoptHop, a.adopt_hop.is_some()),
         (Knob::HoldReferences, a.hold_references.is_some()),
+        (Knob::HalfOpen, a.half_open.is_some()),
+        (Knob::Leaves, a.leaves.is_some()),
+        (Knob::GiveUp, a.give_up.is_some()),
     ];
     for (knob, pin) in given {
         if pin {
@@ -358,6 +388,13 @@ fn pinned_flags(swarm: &Swarm) -> Vec<(&'static str, String)> {
                 "--hold-references",
                 b.hold_references.as_secs_f64().to_string(),
             )),
+            Knob::HalfOpen => out.push(("--half-open", b.half_open.to_string())),
+            Knob::Leaves => out.push(("--leaves", b.leaves.to_string())),
+            Knob::GiveUp => {
+                if let Some(t) = b.give_up {
+                    out.push(("--give-up", t.as_secs_f64().to_string()));
+                }
+            }
             _ => {}
         }
     }
@@ -370,7 +407,7 @@ fn typed(c: &SimConfig) -> String {
     format!(
         "sitenet sim --seed {} --sites {} --faults {} --duration {} --settle {} --tick {} \
          --weak-slots {} --hard-slots {} --address-sends {} --cooperations {} --site-refs {} \
-         --batches {} --bursts {} --hold-references {}{}{}{}{}",
+         --batches {} --bursts {} --hold-references {} --half-open {} --leaves {}{}{}{}{}{}",
         c.seed,
         c.sites,
         c.faults.name(),
@@ -385,6 +422,10 @@ fn typed(c: &SimConfig) -> String {
         c.batches,
         c.bursts,
         c.hold_references.as_secs_f64(),
+        c.half_open,
+        c.leaves,
+        c.give_up
+            .map_or(String::new(), |t| format!(" --give-up {}", t.as_secs_f64())),
         c.peer_claims
             .map_or(String::new(), |b| format!(" --peer-claims {b}")),
         c.output_bound.map_or(String::new(), |b| format!(
@@ -402,7 +443,7 @@ fn typed(c: &SimConfig) -> String {
 
 /// The fields of `SimConfig` that an option of `sitenet sim` sets, by the
 /// option's name (an underscore for its dash).
-const FLAG_FIELDS: [&str; 12] = [
+const FLAG_FIELDS: [&str; 15] = [
     "sites",
     "duration",
     "settle",
@@ -415,6 +456,9 @@ const FLAG_FIELDS: [&str; 12] = [
     "batches",
     "bursts",
     "hold_references",
+    "half_open",
+    "leaves",
+    "give_up",
 ];
 
 /// `SimConfig::check`'s error, naming the option that set the field (one
@@ -455,6 +499,9 @@ fn one(cfg: SimConfig, runs: &Runs, a: &Args) -> ExitCode {
     json.settings = Some(runs.settings(cfg.seed));
     if report.verdict != Verdict::Ok && a.shrink {
         json.shrunk = Some(shrink(&cfg));
+    }
+    if a.coverage {
+        json.show_coverage();
     }
     print(&json, a.json);
     verdict_code(&json)
@@ -533,6 +580,9 @@ fn search(runs: &Runs, a: &Args) -> ExitCode {
         json.shrunk = Some(shrink(&runs.config(failing[0])));
     }
     json.failing_seeds = Some(failing);
+    if a.coverage {
+        json.show_coverage();
+    }
     print(&json, a.json);
     verdict_code(&json)
 }

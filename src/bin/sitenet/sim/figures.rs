@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use sitenet_protocols::base::coverage::Coverage;
 use sitenet_sim::{Faults, Report, SimConfig, Verdict};
 
 /// One run's figures, as `--json` prints them.
@@ -21,6 +22,10 @@ pub(super) struct Json {
     delivered: u64,
     handed_back: u64,
     cuts: u64,
+    /// Cuts that reached one end only (`--half-open`).
+    half_open_cuts: u64,
+    /// Crashes that were orderly shutdowns (`--leaves`).
+    leaves: u64,
     partitions: u64,
     preemptions: u64,
     restarts: u64,
@@ -65,6 +70,16 @@ pub(super) struct Json {
     pub(super) events_per_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) violation: Option<ViolationJson>,
+    /// With `--coverage`: how often the run (a search: every seed) reached
+    /// each decision point of the protocol machines, by the point's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    coverage: Option<std::collections::BTreeMap<&'static str, u64>>,
+    /// With `--coverage`: the points never reached, in the machines' order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unreached: Option<Vec<&'static str>>,
+    /// The counts behind `coverage`, kept for every run and summed.
+    #[serde(skip)]
+    covered: Coverage,
     /// Search mode: seeds tried, and those that failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) seeds_tried: Option<u64>,
@@ -110,6 +125,11 @@ pub(super) struct Settings {
     outbox_queue: bool,
     adopt_hop: bool,
     hold_references_s: f64,
+    half_open: f64,
+    leaves: f64,
+    /// Absent: the machine's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    give_up_s: Option<f64>,
     /// The command that runs it again: `sitenet sim --seed S --swarm` and
     /// the pinned options in a swarm, else every setting typed.
     pub(super) replay: String,
@@ -146,6 +166,9 @@ impl Settings {
             outbox_queue: c.outbox_queue,
             adopt_hop: c.adopt_hop,
             hold_references_s: c.hold_references.as_secs_f64(),
+            half_open: c.half_open,
+            leaves: c.leaves,
+            give_up_s: c.give_up.map(|t| t.as_secs_f64()),
             replay,
             command,
         }
@@ -193,6 +216,8 @@ impl Json {
             delivered: r.delivered,
             handed_back: r.handed_back,
             cuts: r.cuts,
+            half_open_cuts: r.half_open_cuts,
+            leaves: r.leaves,
             partitions: r.partitions,
             preemptions: r.preemptions,
             restarts: r.restarts,
@@ -236,6 +261,9 @@ impl Json {
             speed: r.sim_s / wall_s,
             events_per_s: r.events as f64 / wall_s,
             violation,
+            coverage: None,
+            unreached: None,
+            covered: r.coverage.clone(),
             seeds_tried: None,
             failing_seeds: None,
             shrunk: None,
@@ -245,12 +273,24 @@ impl Json {
     }
 }
 
+impl Json {
+    /// Shows the coverage counted (`--coverage`): every point's count and
+    /// the points never reached.
+    pub(super) fn show_coverage(&mut self) {
+        self.coverage = Some(self.covered.iter().map(|(p, n)| (p.label(), n)).collect());
+        self.unreached = Some(self.covered.unreached().iter().map(|p| p.label()).collect());
+    }
+}
+
 /// Sums `b`'s counts into `a` (which keeps its seed, digest and violation).
 pub(super) fn add(mut a: Json, b: &Json) -> Json {
     a.messages += b.messages;
     a.delivered += b.delivered;
     a.handed_back += b.handed_back;
     a.cuts += b.cuts;
+    a.half_open_cuts += b.half_open_cuts;
+    a.leaves += b.leaves;
+    a.covered.merge(&b.covered);
     a.partitions += b.partitions;
     a.preemptions += b.preemptions;
     a.restarts += b.restarts;
@@ -323,8 +363,8 @@ pub(super) fn print(j: &Json, json: bool) {
         j.messages, j.delivered, j.handed_back
     );
     println!(
-        "faults:         {} cuts, {} partitions, {} restarts, {} preemptions",
-        j.cuts, j.partitions, j.restarts, j.preemptions
+        "faults:         {} cuts ({} half-open), {} partitions, {} restarts ({} after leaving), {} preemptions",
+        j.cuts, j.half_open_cuts, j.partitions, j.restarts, j.leaves, j.preemptions
     );
     println!(
         "channels:       {} opens, {} retransmitted, {} sites reclaimed, {} handshakes dropped",
@@ -387,6 +427,19 @@ pub(super) fn print(j: &Json, json: bool) {
         j.sim_s, j.wall_s, j.speed, j.events_per_s
     );
     println!("digest:         {}", j.digest);
+    if let (Some(counts), Some(unreached)) = (&j.coverage, &j.unreached) {
+        println!(
+            "coverage:       {} of {} decision points reached",
+            counts.len() - unreached.len(),
+            counts.len()
+        );
+        for (p, n) in j.covered.iter() {
+            println!("  {n:>12}  {}", p.label());
+        }
+        if !unreached.is_empty() {
+            println!("unreached:      {}", unreached.join(", "));
+        }
+    }
     if let Some(s) = &j.shrunk {
         println!(
             "shrunk:         {} sites, {} faults, {:.1}s still fail ({} runs): {}",
