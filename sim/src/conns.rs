@@ -124,6 +124,7 @@ mod tests {
             bandwidth: 1,
             blocked: [false; 2],
             mute: [false; 2],
+            attempt: None,
         }
     }
 

@@ -417,8 +417,6 @@ impl Sim {
         let now = self.instant();
         let peer = neg.site;
         let mut p = self.accepted_entry(m, neg);
-        let conn = self.conns.get_mut(&c).expect("still open");
-        let end = &mut conn.ends[e];
         // The generation of the channel this node holds as working, if
         // any: a NEGOTIATE that saw it (its last generation at least this)
         // comes from a peer that lost it, and replaces it.
@@ -426,10 +424,20 @@ impl Sim {
             .com
             .working_channel()
             .and(p.com.session().channel().map(|ch| ch.generation));
+        // The attempt the working channel came from, if the peer opened it.
+        let working_from = p
+            .live
+            .and_then(|(_, wc, _)| self.conns.get(&wc))
+            .and_then(|wc| wc.attempt);
+        let conn = self.conns.get_mut(&c).expect("still open");
+        conn.attempt = Some(neg.attempt);
+        let end = &mut conn.ends[e];
         match p.com.accepted(neg, nonce, now) {
             AcceptOutcome::Refuse(reason) => {
                 let kept_lost = reason == RefuseReason::Stale
                     && working.is_some_and(|g| neg.last_generation >= g);
+                let kept_abandoned = reason == RefuseReason::Stale
+                    && working_from.is_some_and(|from| neg.attempt.supersedes(&from));
                 let conn = self.conns.get_mut(&c).expect("still open");
                 let end = &mut conn.ends[e];
                 write_answer(&mut end.outb, &NegotiateAns::Refuse(reason));
@@ -438,7 +446,14 @@ impl Sim {
                 self.send_out(c, e);
                 self.close_end(c, e, Seg::Fin);
                 self.trace(m, "refused", &[peer.0, c as u128]);
-                if kept_lost {
+                if kept_abandoned {
+                    self.violation(format!(
+                        "{} refused {peer}'s new channel as stale, though it comes from a later \
+                         attempt of the opener whose attempt the working channel came from: \
+                         the peer gave that channel up",
+                        self.nodes[m].id
+                    ));
+                } else if kept_lost {
                     self.violation(format!(
                         "{} refused {peer}'s new channel as stale, though {peer} saw the \
                          working channel (generation {}) and lost it: the node keeps a \

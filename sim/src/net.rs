@@ -131,6 +131,10 @@ pub(crate) struct Conn {
     /// only, whose socket is gone ([`cut`](Self::cut)); what it writes is
     /// lost, its reset and FIN too.
     pub(crate) mute: [bool; 2],
+    /// The attempt the initiator's NEGOTIATE named, once the acceptor read
+    /// it: a later attempt of the same opener proves this channel
+    /// abandoned (the link rule).
+    pub(crate) attempt: Option<sitenet_protocols::connection::handshake::Attempt>,
 }
 
 impl Conn {

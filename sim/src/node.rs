@@ -514,6 +514,7 @@ impl Sim {
                 bandwidth,
                 blocked: [false; 2],
                 mute: [false; 2],
+                attempt: None,
             },
         );
         if let Some(h) = holder {

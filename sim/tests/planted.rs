@@ -384,3 +384,21 @@ fn crowded(seed: u64) -> SimConfig {
 fn a_released_slot_still_marked_preempted_is_caught() {
     assert_caught_within(Bug::ReleaseKeepsPreempting, crowded, 20);
 }
+
+/// A later attempt refused as stale though the opener abandoned the
+/// attempt the working channel came from is caught.
+#[test]
+fn a_later_attempt_refused_as_stale_is_caught() {
+    assert_caught_within(Bug::AbandonedAttemptStale, half_open_and_leaves, 20);
+}
+
+/// Runs with half-open cuts and orderly leaves: attempts given up while
+/// the peer took them.
+fn half_open_and_leaves(seed: u64) -> SimConfig {
+    SimConfig {
+        sites: 12,
+        half_open: 0.5,
+        leaves: 0.5,
+        ..cfg(seed)
+    }
+}

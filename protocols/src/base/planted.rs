@@ -66,6 +66,9 @@ pub enum Bug {
     HalfSentNotRewound,
     /// A preempted slot, once released, stays marked as being given up.
     ReleaseKeepsPreempting,
+    /// The link rule refuses as stale a later attempt of the opener whose
+    /// attempt the working channel came from (the opener gave it up).
+    AbandonedAttemptStale,
 }
 
 thread_local! {

@@ -145,6 +145,9 @@ pub fn decide(view: LinkView, neg: &Negotiate) -> Decision {
         let peer_abandoned_it = view
             .working_from
             .is_some_and(|from| neg.attempt.supersedes(&from));
+        #[cfg(feature = "planted-bugs")]
+        let peer_abandoned_it = peer_abandoned_it
+            && !crate::base::planted::active(crate::base::planted::Bug::AbandonedAttemptStale);
         return if peer_lost_it || peer_abandoned_it {
             hit(match neg.last_generation.cmp(&g) {
                 std::cmp::Ordering::Equal => Point::LinkReplaceLostSame,
