@@ -66,6 +66,9 @@ impl Sim {
             if !node.up {
                 continue;
             }
+            if let Err(e) = node.slots.check_books() {
+                return self.violation(format!("{}'s slot table: {e}", node.id));
+            }
             if held[n] > hard || node.slots.in_use() > hard {
                 let what = format!(
                     "{} holds {} slots, above its hard limit {hard}",

@@ -52,6 +52,11 @@ impl LaneLoad {
         }
     }
 
+    /// How many lanes have working holders.
+    pub(super) fn lanes(&self) -> usize {
+        self.holders.len()
+    }
+
     /// Working holders on `lane`.
     pub(super) fn load(&self, lane: u32) -> usize {
         self.holders.get(&lane).copied().unwrap_or(0)

@@ -282,6 +282,54 @@ impl SlotTable {
         source.has_address() && self.held_by(source) > share
     }
 
+    /// Checks the table's own books against its holders: every holder
+    /// marked as giving way, or as leaving a peer's line, holds a slot; each
+    /// lane's count of working holders, and each source's count of
+    /// holders, is what the holders say. A mark left on a slot already
+    /// free would grow for ever and, for the holders giving way, shrink
+    /// what the table thinks it can grant. For audits (the simulator's):
+    /// it walks every holder.
+    pub fn check_books(&self) -> Result<(), String> {
+        for (set, name) in [
+            (&self.preempting, "giving way"),
+            (&self.yielding, "leaving a line"),
+        ] {
+            if let Some(h) = set.iter().find(|h| !self.holders.contains_key(h)) {
+                return Err(format!("slot {h} is marked {name} but held by nobody"));
+            }
+        }
+        let mut lanes: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut sources: HashMap<Source, usize> = HashMap::new();
+        for (h, held) in &self.holders {
+            if let Some(l) = held.lane.filter(|_| !self.preempting.contains(h)) {
+                *lanes.entry(l).or_default() += 1;
+            }
+            *sources.entry(held.source).or_default() += 1;
+        }
+        for (&lane, &n) in &lanes {
+            if self.load.load(lane) != n {
+                return Err(format!(
+                    "lane {lane} counts {} working holders, its holders say {n}",
+                    self.load.load(lane)
+                ));
+            }
+        }
+        if self.load.lanes() != lanes.len() {
+            return Err(format!(
+                "{} lanes count working holders, {} have them",
+                self.load.lanes(),
+                lanes.len()
+            ));
+        }
+        if sources != self.held_by {
+            return Err(format!(
+                "holders per source {:?}, the holders say {sources:?}",
+                self.held_by
+            ));
+        }
+        Ok(())
+    }
+
     /// A ComObject wants a slot to connect.
     pub fn request(&mut self, now: Instant) -> Grant {
         self.request_on(now, None)

@@ -265,7 +265,8 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     /// Against a model: slots never exceed the hard limit; a connect is
     /// granted only below the weak limit; waiters are served strictly in
-    /// order; a preemption names a holder, once, and only while short.
+    /// order; a preemption names a holder, once, and only while short; the
+    /// table's books agree with its holders.
     #[test]
     fn the_table_keeps_its_limits_and_serves_waiters_in_order(
         weak in 1usize..6, extra in 1usize..4, ops in proptest::collection::vec(op(), 1..200)
@@ -320,6 +321,8 @@ proptest! {
             }
             prop_assert!(t.in_use() <= hard);
             prop_assert_eq!(t.in_use(), holders.len());
+            // The marks and counts agree with the holders after every step.
+            prop_assert_eq!(t.check_books(), Ok(()));
             prop_assert_eq!(t.waiting(), waiters.len());
             // Nobody waits while a connect slot is free.
             prop_assert!(waiters.is_empty() || holders.len() >= weak);
