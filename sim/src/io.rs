@@ -424,9 +424,12 @@ impl Sim {
             .com
             .working_channel()
             .and(p.com.session().channel().map(|ch| ch.generation));
-        // The attempt the working channel came from, if the peer opened it.
+        // The attempt the working channel came from, if the peer opened it
+        // (this node holds the listening end, 1: an opener's number is
+        // unique only within its own node).
         let working_from = p
             .live
+            .filter(|&(_, _, end)| end == 1)
             .and_then(|(_, wc, _)| self.conns.get(&wc))
             .and_then(|wc| wc.attempt);
         let conn = self.conns.get_mut(&c).expect("still open");
