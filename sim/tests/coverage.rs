@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use sitenet_protocols::base::coverage::{Coverage, Point};
+use sitenet_protocols::Priority;
 use sitenet_sim::{Faults, Sim, SimConfig, Verdict};
 
 fn cfg(sites: usize, seed: u64, faults: Faults) -> SimConfig {
@@ -65,7 +66,11 @@ fn bursts_cut_messages_in_the_middle() {
         duration: Duration::from_secs(30),
         ..cfg(10, seed, Faults::Heavy)
     });
-    assert!(c.count(Point::SendRewindHalfSent) > 0);
+    let rewinds: u64 = Priority::ALL
+        .iter()
+        .map(|&p| c.count(Point::rewind_on(p)))
+        .sum();
+    assert!(rewinds > 0);
 }
 
 #[test]

@@ -131,13 +131,32 @@ points! {
     /// A released slot goes to nobody.
     SlotToNobody = "slots.release_to_nobody",
 
-    /// A channel drops while a message is half-sent: the message restarts
-    /// from its first fragment on the next channel.
-    SendRewindHalfSent = "session.rewind_half_sent",
+    /// A channel drops while a message of lane 1 (background) is
+    /// half-sent: it restarts from its first fragment on the next channel.
+    SendRewindLane1 = "session.rewind_half_sent_lane_1",
+    /// The same on lane 2 (low).
+    SendRewindLane2 = "session.rewind_half_sent_lane_2",
+    /// The same on lane 3 (medium).
+    SendRewindLane3 = "session.rewind_half_sent_lane_3",
+    /// The same on lane 4 (high).
+    SendRewindLane4 = "session.rewind_half_sent_lane_4",
     /// A message unacknowledged on a lost channel is sent again.
     SendRetransmit = "session.retransmit",
     /// A message already received arrives again and is dropped.
     ReceiveDuplicate = "session.duplicate_dropped",
+}
+
+impl Point {
+    /// The point of a half-sent message restarted on `priority`'s lane.
+    pub fn rewind_on(priority: crate::base::priority::Priority) -> Point {
+        use crate::base::priority::Priority;
+        match priority {
+            Priority::Background => Point::SendRewindLane1,
+            Priority::Low => Point::SendRewindLane2,
+            Priority::Medium => Point::SendRewindLane3,
+            Priority::High => Point::SendRewindLane4,
+        }
+    }
 }
 
 /// How many points there are.

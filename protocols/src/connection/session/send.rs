@@ -416,7 +416,7 @@ impl Sender {
     pub(crate) fn channel_down(&mut self) {
         for c in self.current.iter_mut() {
             if c.started() {
-                hit(Point::SendRewindHalfSent);
+                hit(Point::rewind_on(c.msg.priority));
             }
             #[cfg(feature = "planted-bugs")]
             if crate::base::planted::active(crate::base::planted::Bug::HalfSentNotRewound) {
