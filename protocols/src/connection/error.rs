@@ -138,8 +138,12 @@ pub enum OpenError {
     /// The peer presented this node's own id.
     #[error("the peer presented this node's own site id {0}: a connection to self")]
     SelfConnection(SiteId),
-    /// The acceptor refused the channel (a simultaneous connect lost the tie,
-    /// or the channel was stale). Not a failure: another channel wins.
+    /// The acceptor refused the channel (the reason says why). Not a
+    /// permanent error of the handshake: after a lost tie or a stale
+    /// channel another channel wins, and an unproven claim is retried; the
+    /// ComObject fails the site on a refusal as
+    /// [`Closing`](crate::connection::refusal::RefuseReason::Closing) only
+    /// (the peer gave this site up, or it shuts down).
     #[error("the acceptor refused the channel: {0:?}")]
     Refused(crate::connection::refusal::RefuseReason),
     /// The peer broke the protocol during the handshake.

@@ -14,8 +14,11 @@ pub enum RefuseReason {
     LostTie,
     /// The acceptor has a working channel that the initiator has not seen lost.
     Stale,
-    /// The acceptor's site has been declared permanently failed or is
-    /// shutting down.
+    /// The acceptor declared the initiator's site permanently failed (and
+    /// refuses it for as long as its node keeps that entry), or it shuts
+    /// down. The initiator fails the site in turn
+    /// ([`SiteFailure::Refused`](crate::connection::com_object::SiteFailure::Refused)),
+    /// handing back what it held: calling again would be refused too.
     Closing,
     /// The NEGOTIATE names a site the acceptor has a confirmed session
     /// with, and does not prove that session's secret: a stranger claiming

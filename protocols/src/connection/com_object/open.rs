@@ -134,9 +134,11 @@ impl ComObject {
     /// the slot line: the failed attempt gave its slot back), with no fault
     /// reported — see [`AddressBook`](crate::connection::address_book::AddressBook) for which failures fall back. After
     /// the last address: a refusal is no fault (another channel wins the
-    /// link decision); a permanent failure (version, identity) fails the
-    /// site; anything else is a temporary failure, retried after the
-    /// backoff.
+    /// link decision), except a refusal as `Closing`, which fails the site
+    /// ([`SiteFailure::Refused`]: the peer gave this site up, or it shuts
+    /// down, and refuses every call); a permanent failure (version,
+    /// identity) fails the site; anything else is a temporary failure,
+    /// retried after the backoff.
     pub fn open_failed(&mut self, attempt: u64, failure: OpenFailure, now: Instant) {
         self.tick(now);
         if self.opening() != Some(attempt) {
@@ -164,6 +166,12 @@ impl ComObject {
             // address it was named at (`AddressBook::claimed_once`).
             _ if fallback == Fallback::Permanent => {
                 return self.fail(SiteFailure::NotReached, now);
+            }
+            // The peer takes no channel from this site any more: calling
+            // again after each backoff would keep what is queued for it
+            // for ever, neither delivered nor handed back.
+            OpenFailure::Open(OpenError::Refused(reason @ RefuseReason::Closing)) => {
+                return self.fail(SiteFailure::Refused(reason), now);
             }
             OpenFailure::Open(OpenError::Refused(reason)) => {
                 tracing::debug!(?reason, "open refused; another channel wins");

@@ -51,6 +51,14 @@ pub enum SiteFailure {
     /// the unreachable give-up time (`ComConfig::unreachable_give_up`).
     #[error("lost, cannot be called back (no address to reach it at), and not back within {0:?}")]
     Unreachable(Duration),
+    /// The site refused our channel as
+    /// [`Closing`](crate::connection::refusal::RefuseReason::Closing): it
+    /// declared this site permanently failed (and refuses it for as long as
+    /// its node keeps that entry) or it shuts down. Either way it takes no
+    /// channel from us, so what we hold for it is handed back rather than
+    /// kept for calls it refuses.
+    #[error("the site refuses every channel from this site ({0:?}): it gave this site up, or it shuts down")]
+    Refused(crate::connection::refusal::RefuseReason),
     /// Named by a peer (a forwarded request's origin) and not reached at
     /// any address it was named at, each tried once
     /// ([`AddressBook::claimed_once`](crate::connection::address_book::AddressBook::claimed_once)):

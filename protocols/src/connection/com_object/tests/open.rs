@@ -101,6 +101,65 @@ fn a_refusal_is_no_fault_but_still_backs_off() {
     assert_eq!(h.com.fault_state(), FaultState::Ok);
 }
 
+/// A peer that refuses our channel as `Closing` has given the pair up: it
+/// declared this site failed (and keeps refusing it for as long as its
+/// node holds that entry) or it shuts down. Calling again after each
+/// backoff would hold what we queued for it for ever, neither delivered
+/// nor handed back; the site fails instead, everything handed back, and
+/// nothing is opened again however long the clock runs.
+#[test]
+fn a_peer_refusing_as_closing_is_failed_and_everything_handed_back() {
+    let mut h = H::new(cfg(), true);
+    let a = h.queue_and_request_open();
+    h.com.queue(msg(20)).unwrap();
+    let refused = OpenError::Refused(RefuseReason::Closing);
+    h.com
+        .open_failed(a, OpenFailure::Open(refused.clone()), h.now);
+    let acts = h.actions();
+    match &acts[..] {
+        [Action::Failed {
+            failure,
+            not_sent,
+            maybe_delivered,
+        }, Action::Fault {
+            state: FaultState::PermFailed,
+            ..
+        }] => {
+            assert_eq!(failure, &SiteFailure::Refused(RefuseReason::Closing));
+            assert_eq!(not_sent.len(), 2);
+            assert!(maybe_delivered.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.com.state(), ComState::Failed);
+    for _ in 0..60 {
+        h.advance(Duration::from_secs(10));
+        let a = h.actions();
+        assert!(
+            !a.iter()
+                .any(|a| matches!(a, Action::RequestSlot | Action::Open(_))),
+            "{a:?}"
+        );
+    }
+    let (err, _) = *h.com.queue(msg(5)).unwrap_err();
+    assert_eq!(err, Refusal::SiteFailed);
+}
+
+/// The other refusals say another channel wins (or must prove the pair):
+/// no fault, the site backs off and calls again.
+#[test]
+fn a_stale_or_unproven_refusal_backs_off_without_failing_the_site() {
+    for reason in [RefuseReason::Stale, RefuseReason::Unproven] {
+        let mut h = H::new(cfg(), true);
+        let a = h.queue_and_request_open();
+        h.com
+            .open_failed(a, OpenFailure::Open(OpenError::Refused(reason)), h.now);
+        assert!(h.actions().is_empty(), "{reason:?}");
+        assert_eq!(h.com.state(), ComState::Backoff, "{reason:?}");
+        assert_eq!(h.com.fault_state(), FaultState::Ok, "{reason:?}");
+    }
+}
+
 #[test]
 fn a_permanent_open_failure_hands_everything_back() {
     let mut h = H::new(cfg(), true);
