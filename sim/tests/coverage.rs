@@ -187,11 +187,16 @@ fn argued_unreachable() -> Vec<String> {
         .skip_while(|l| !l.starts_with("| point"))
         .skip(2)
         .take_while(|l| l.starts_with("| `"))
-        .map(|l| {
-            l.split('`')
-                .nth(1)
-                .expect("a point in backquotes")
-                .to_string()
+        .flat_map(|l| {
+            // The first column names one point or several, each in
+            // backquotes.
+            let first = l.split('|').nth(1).expect("a first column");
+            first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
         })
         .collect()
 }

@@ -70,6 +70,26 @@ points! {
     /// A handshake is refused for its cookie (or lack of one).
     RefuseUnauthenticated = "refuse.unauthenticated",
 
+    /// An open failed and the address book has another address to try.
+    OpenTryNextAddress = "open.try_next_address",
+    /// An open failed for good at its last address (a version, an
+    /// authentication): the site fails.
+    OpenFailsForGood = "open.fails_for_good",
+    /// A site named on a peer's word was tried at every address it was
+    /// named at, and reached at none: it fails.
+    OpenNotReached = "open.not_reached",
+    /// The peer refused the channel as closing: it takes none from this
+    /// site any more, which fails the site.
+    OpenRefusedClosing = "open.refused_closing_fails",
+    /// The peer refused the channel for another (lost tie, stale,
+    /// unproven): back off and call again.
+    OpenRefusedBackOff = "open.refused_backs_off",
+    /// The handshake broke the protocol: reported, back off.
+    OpenProtocolFault = "open.protocol_fault",
+    /// The open failed otherwise (connect refused, timed out, reset): the
+    /// site is temporarily failed, back off.
+    OpenFailedBackOff = "open.failed_backs_off",
+
     /// A ComObject asks for a channel slot.
     ActRequestSlot = "action.request_slot",
     /// A ComObject no longer wants the slot it waits for.

@@ -153,6 +153,7 @@ impl ComObject {
         self.phase = Phase::Closed;
         let fallback = self.book.failed(&failure);
         if fallback == Fallback::TryNext && !self.closing {
+            coverage::hit(coverage::Point::OpenTryNextAddress);
             tracing::debug!(error = %failure, next = ?self.book.current(), "open failed; trying the next address");
             self.count().fallbacks += 1;
             // Closed with the need still there: `update` asks for a slot.
@@ -160,27 +161,35 @@ impl ComObject {
         }
         match failure {
             OpenFailure::Open(e) if e.is_permanent() && fallback == Fallback::Permanent => {
+                coverage::hit(coverage::Point::OpenFailsForGood);
                 return self.fail(SiteFailure::Open(e), now);
             }
             // A site named on a peer's word was tried once at every
             // address it was named at (`AddressBook::claimed_once`).
             _ if fallback == Fallback::Permanent => {
+                coverage::hit(coverage::Point::OpenNotReached);
                 return self.fail(SiteFailure::NotReached, now);
             }
             // The peer takes no channel from this site any more: calling
             // again after each backoff would keep what is queued for it
             // for ever, neither delivered nor handed back.
             OpenFailure::Open(OpenError::Refused(reason @ RefuseReason::Closing)) => {
+                coverage::hit(coverage::Point::OpenRefusedClosing);
                 return self.fail(SiteFailure::Refused(reason), now);
             }
             OpenFailure::Open(OpenError::Refused(reason)) => {
+                coverage::hit(coverage::Point::OpenRefusedBackOff);
                 tracing::debug!(?reason, "open refused; another channel wins");
             }
             OpenFailure::Open(OpenError::Protocol(e)) => {
+                coverage::hit(coverage::Point::OpenProtocolFault);
                 self.protocol_fault(&e);
                 self.set_fault(FaultState::TempFailed, e.to_string(), now);
             }
-            other => self.set_fault(FaultState::TempFailed, other.to_string(), now),
+            other => {
+                coverage::hit(coverage::Point::OpenFailedBackOff);
+                self.set_fault(FaultState::TempFailed, other.to_string(), now)
+            }
         }
         self.schedule_backoff(now);
         self.update();
