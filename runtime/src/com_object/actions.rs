@@ -82,19 +82,12 @@ impl ComObject {
                 } => {
                     let reason = self.failure_reason(&failure);
                     let mut back = Returned::default();
-                    let deliveries = &self.node.deliveries();
                     for m in not_sent {
                         self.entry.outbox().release_msg(&m);
-                        deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
-                            reason: reason.clone(),
-                        });
                         back.not_sent.push(m);
                     }
                     for m in maybe_delivered {
                         self.entry.outbox().release_msg(&m);
-                        deliveries.fail(&m, || crate::error::DeliveryError::MaybeDelivered {
-                            reason: reason.clone(),
-                        });
                         back.maybe_delivered.push(m);
                     }
                     // Messages drained from the outbox after the machine
@@ -120,11 +113,16 @@ impl ComObject {
                     self.entry.outbox().drain_on_wake(&mut queued);
                     for m in queued {
                         self.entry.outbox().release_msg(&m);
-                        deliveries.fail(&m, || crate::error::DeliveryError::NotSent {
-                            reason: reason.clone(),
-                        });
                         back.not_sent.push(m);
                     }
+                    // The tracked messages' deliveries fail once the failure
+                    // is on record (below): a sender told its message was
+                    // not sent finds why in `SiteRef::failure`.
+                    let tracked = |ms: &[OutMessage]| -> Vec<u64> {
+                        ms.iter().filter(|m| m.tracked).map(|m| m.corr).collect()
+                    };
+                    let (not_sent, maybe) =
+                        (tracked(&back.not_sent), tracked(&back.maybe_delivered));
                     self.log_failure(&failure, &reason, &back);
                     self.report_fault(self.address_string(), reason.clone(), true);
                     self.entry
@@ -133,6 +131,19 @@ impl ComObject {
                         .get_or_insert_with(Box::default)
                         .failed = Some((failure.clone(), back));
                     self.entry.liveness().set_failed();
+                    let deliveries = self.node.deliveries();
+                    for corr in not_sent {
+                        let reason = reason.clone();
+                        deliveries
+                            .complete(corr, Err(crate::error::DeliveryError::NotSent { reason }));
+                    }
+                    for corr in maybe {
+                        let reason = reason.clone();
+                        deliveries.complete(
+                            corr,
+                            Err(crate::error::DeliveryError::MaybeDelivered { reason }),
+                        );
+                    }
                     self.entry.outbox().close();
                     self.node.fail_requests(&self.entry, &failure);
                     // Gone for good: what was dialed on its word is not.
