@@ -419,11 +419,19 @@ impl Sim {
         let mut p = self.accepted_entry(m, neg);
         // The generation of the channel this node holds as working, if
         // any: a NEGOTIATE that saw it (its last generation at least this)
-        // comes from a peer that lost it, and replaces it.
+        // comes from a peer that lost it, and replaces it — if it speaks
+        // of this node's session and of no generation beyond what this node
+        // saw (a claim beyond them is judged as having seen no channel
+        // unless the peer proves the pair: a stranger claiming the id must
+        // not end a working channel).
+        let session = p.com.session();
+        let credible =
+            neg.session == session.tag() && neg.last_generation <= session.last_generation();
         let working = p
             .com
             .working_channel()
-            .and(p.com.session().channel().map(|ch| ch.generation));
+            .and(session.channel().map(|ch| ch.generation))
+            .filter(|_| credible);
         // The attempt the working channel came from, if the peer opened it
         // (this node holds the listening end, 1: an opener's number is
         // unique only within its own node).
