@@ -69,6 +69,19 @@ impl Sim {
             if let Err(e) = node.slots.check_books() {
                 return self.violation(format!("{}'s slot table: {e}", node.id));
             }
+            // One channel per pair: a working channel ends any attempt of
+            // the site's own (the link rule abandons it in the same turn).
+            if let Some((peer, _)) = node
+                .peers
+                .iter()
+                .find(|(_, p)| p.live.is_some() && p.opening.is_some())
+            {
+                let what = format!(
+                    "{} works with {peer} on a channel and still opens another",
+                    node.id
+                );
+                return self.violation(what);
+            }
             if held[n] > hard || node.slots.in_use() > hard {
                 let what = format!(
                     "{} holds {} slots, above its hard limit {hard}",
