@@ -7,10 +7,10 @@
 use sitenet_protocols::base::site::SiteId;
 use sitenet_protocols::connection::com_object::{AcceptOutcome, Loss, OpenFailure};
 use sitenet_protocols::connection::error::OpenError;
-use sitenet_protocols::connection::handshake::{write_answer, Acceptor, NegotiateAns};
+use sitenet_protocols::connection::handshake::{
+    write_answer, Acceptor, NegotiateAns, RefuseReason,
+};
 use sitenet_protocols::wire::message::InMessage;
-
-use sitenet_protocols::connection::handshake::RefuseReason;
 
 use crate::net::{Role, Seg};
 use crate::{Ev, Sim};

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sitenet_protocols::base::site::SiteId;
+use sitenet_protocols::connection::com_object::turn::{self, TurnSteps};
 use sitenet_protocols::connection::com_object::{
     Action, ChannelEnd, ComConfig, ComObject, OpenFailure, OpenRequest,
 };
@@ -20,8 +21,6 @@ use sitenet_protocols::connection::handshake::{
 use sitenet_protocols::connection::reassembly::ReassemblyBudget;
 use sitenet_protocols::slots::{Grant, SlotTable};
 use sitenet_protocols::wire::message::OutMessage;
-
-use sitenet_protocols::connection::com_object::turn::{self, TurnSteps};
 
 use crate::peer::{Peer, Peers, Slot};
 
