@@ -1,0 +1,265 @@
+//! Dataflow variables: one manager (at the home) and a proxy on each site
+//! that refers to the variable.
+//!
+//! A bind goes to the manager; the first one wins and the binding goes to
+//! every site that registered (a site registers when it first waits or
+//! binds: waiting is a push, never a poll). A bind to an equal value
+//! succeeds, to a different one fails with `Conflict`, wherever it is
+//! tried. A by-need variable's producer runs when the first wait reaches
+//! the manager.
+
+use sitenet_protocols::SiteId;
+
+use super::{HomeState, ProxyState, Site};
+use crate::entity::{EntityId, OpId, Value};
+use crate::outcome::{Action, Answer, FailMode, OpError};
+use crate::wire::{Refused, Wire};
+
+/// The manager's side.
+#[derive(Debug)]
+pub(super) struct VarHome {
+    pub(super) value: Option<Value>,
+    /// Sites to send the binding to.
+    pub(super) registered: Vec<SiteId>,
+    /// Operations on this site waiting for the binding.
+    waiters: Vec<OpId>,
+    by_need: bool,
+    needed: bool,
+}
+
+impl VarHome {
+    pub(super) fn new(by_need: bool) -> VarHome {
+        VarHome {
+            value: None,
+            registered: Vec::new(),
+            waiters: Vec::new(),
+            by_need,
+            needed: false,
+        }
+    }
+}
+
+/// A proxy's side.
+#[derive(Debug, Default)]
+pub(super) struct VarProxy {
+    pub(super) value: Option<Value>,
+    registered: bool,
+    waiters: Vec<OpId>,
+}
+
+impl Site {
+    fn var_home(&mut self, var: EntityId) -> Option<&mut VarHome> {
+        match self.homes.get_mut(&var.serial) {
+            Some(h) if h.kind == var.kind => match &mut h.state {
+                HomeState::Var(v) => Some(v),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn var_proxy(&mut self, var: EntityId) -> Option<&mut VarProxy> {
+        match self.proxies.get_mut(&var).map(|p| &mut p.state) {
+            Some(ProxyState::Var(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// A clone of `v` with its own holds, for an answer.
+    fn answer_value(&mut self, v: &Value) -> Value {
+        for &r in &v.refs {
+            self.acquire(r);
+        }
+        v.clone()
+    }
+
+    pub(super) fn var_wait(&mut self, op: OpId, var: EntityId, mode: FailMode) {
+        if var.home == self.me {
+            let Some(v) = self.var_home(var) else {
+                self.finish(op, Err(OpError::Gone));
+                return;
+            };
+            if let Some(value) = v.value.clone() {
+                let value = self.answer_value(&value);
+                self.finish(op, Ok(Answer::Value(value)));
+                return;
+            }
+            v.waiters.push(op);
+            self.trigger_need(var);
+            return;
+        }
+        // A bound proxy answers even if the home is gone: the binding is
+        // final.
+        let bound = self.var_proxy(var).and_then(|v| v.value.clone());
+        if let Some(value) = bound {
+            let value = self.answer_value(&value);
+            self.finish(op, Ok(Answer::Value(value)));
+            return;
+        }
+        if let Some(err) = self.refused_by_fault(var, mode) {
+            self.finish(op, Err(err));
+            return;
+        }
+        let v = self.var_proxy(var).expect("the operation holds a proxy");
+        v.waiters.push(op);
+        if !v.registered {
+            v.registered = true;
+            self.post(var.home, Wire::Register { var });
+        }
+    }
+
+    fn trigger_need(&mut self, var: EntityId) {
+        if let Some(v) = self.var_home(var) {
+            if v.by_need && !v.needed {
+                v.needed = true;
+                self.actions.push_back(Action::Need { var });
+            }
+        }
+    }
+
+    pub(super) fn var_bind(&mut self, op: OpId, var: EntityId, value: Value, mode: FailMode) {
+        if var.home == self.me {
+            let outcome = self.bind_here(var, value, None);
+            self.finish(op, outcome);
+            return;
+        }
+        let bound = self.var_proxy(var).and_then(|v| v.value.clone());
+        if let Some(old) = bound {
+            let same = old == value;
+            self.release_value(&value);
+            let outcome = if same {
+                Ok(Answer::Done)
+            } else {
+                Err(OpError::Conflict)
+            };
+            self.finish(op, outcome);
+            return;
+        }
+        if let Some(err) = self.refused_by_fault(var, mode) {
+            self.release_value(&value);
+            self.finish(op, Err(err));
+            return;
+        }
+        // The manager registers a binder: the binding comes back to it.
+        if let Some(v) = self.var_proxy(var) {
+            v.registered = true;
+        }
+        self.post(var.home, Wire::Bind { var, op, value });
+    }
+
+    /// Binds a variable made here, from this site.
+    pub(super) fn bind_local(&mut self, var: EntityId, value: Value) -> Result<Answer, OpError> {
+        self.bind_here(var, value, None)
+    }
+
+    /// Binds a variable made here (from this site, or for `from`'s
+    /// `Bind`, whom the binding then reaches as a registered site).
+    fn bind_here(
+        &mut self,
+        var: EntityId,
+        value: Value,
+        from: Option<SiteId>,
+    ) -> Result<Answer, OpError> {
+        let Some(v) = self.var_home(var) else {
+            self.release_value(&value);
+            return Err(OpError::Gone);
+        };
+        let mut newly = None;
+        if let Some(from) = from {
+            if !v.registered.contains(&from) {
+                v.registered.push(from);
+                newly = Some(from);
+            }
+        }
+        if let Some(old) = v.value.clone() {
+            let same = old == value;
+            self.release_value(&value);
+            // A binder registers: one that came late gets the binding too.
+            if let Some(to) = newly {
+                let copy = self.answer_value(&old);
+                self.post(to, Wire::Bound { var, value: copy });
+            }
+            return if same {
+                Ok(Answer::Done)
+            } else {
+                Err(OpError::Conflict)
+            };
+        }
+        v.value = Some(value.clone());
+        let waiters = std::mem::take(&mut v.waiters);
+        let registered = v.registered.clone();
+        // The variable holds the value (the handles `value` came with);
+        // each answer and message gets its own.
+        for op in waiters {
+            let answer = self.answer_value(&value);
+            self.finish(op, Ok(Answer::Value(answer)));
+        }
+        for site in registered {
+            let copy = self.answer_value(&value);
+            self.post(site, Wire::Bound { var, value: copy });
+        }
+        Ok(Answer::Done)
+    }
+
+    pub(super) fn var_on_register(&mut self, from: SiteId, var: EntityId) {
+        if var.home != self.me || self.is_dead(from) {
+            return;
+        }
+        let Some(v) = self.var_home(var) else {
+            self.post(from, Wire::Gone { entity: var });
+            return;
+        };
+        if !v.registered.contains(&from) {
+            v.registered.push(from);
+        }
+        if let Some(value) = v.value.clone() {
+            let copy = self.answer_value(&value);
+            self.post(from, Wire::Bound { var, value: copy });
+        }
+        self.trigger_need(var);
+    }
+
+    pub(super) fn var_on_bind(&mut self, from: SiteId, var: EntityId, op: OpId, value: Value) {
+        if var.home != self.me {
+            self.release_value(&value);
+            return;
+        }
+        let refused = match self.bind_here(var, value, Some(from)) {
+            Ok(_) => None,
+            Err(OpError::Conflict) => Some(Refused::Conflict),
+            Err(_) => Some(Refused::Gone),
+        };
+        self.post(from, Wire::BindAck { var, op, refused });
+    }
+
+    pub(super) fn var_on_bind_ack(&mut self, op: OpId, refused: Option<Refused>) {
+        let outcome = match refused {
+            None => Ok(Answer::Done),
+            Some(Refused::Conflict) => Err(OpError::Conflict),
+            Some(Refused::Gone) => Err(OpError::Gone),
+        };
+        self.finish(op, outcome);
+    }
+
+    pub(super) fn var_on_bound(&mut self, from: SiteId, var: EntityId, value: Value) {
+        if from != var.home {
+            self.release_value(&value);
+            return;
+        }
+        let Some(v) = self.var_proxy(var) else {
+            // Nothing here refers to it any more.
+            self.release_value(&value);
+            return;
+        };
+        if v.value.is_some() {
+            self.release_value(&value);
+            return;
+        }
+        v.value = Some(value.clone());
+        let waiters = std::mem::take(&mut v.waiters);
+        for op in waiters {
+            let answer = self.answer_value(&value);
+            self.finish(op, Ok(Answer::Value(answer)));
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! The messages the protocols exchange between sites. The driver carries
+//! each one to its site (over sitenet, or the simulator's network) in the
+//! order a site sends them: the protocols rely on FIFO between two sites
+//! (sitenet's per-priority order, with every `Wire` at one priority).
+
+use serde::{Deserialize, Serialize};
+use sitenet_protocols::SiteId;
+
+use crate::entity::{EntityId, OpId, Value};
+
+/// Why a home refused an operation.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub enum Refused {
+    /// The variable is bound to a different value.
+    Conflict,
+    /// The home has no such entity (collected, or never made).
+    Gone,
+}
+
+/// One protocol message.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub enum Wire {
+    // Distributed collection (reference counting per holding site).
+    /// To an entity's home, from a site that is sending a copy of the
+    /// reference to `to`: count one more copy held by `to`. Sent before
+    /// the copy, and before the sender's own `Unlist`.
+    Lend {
+        /// The entity.
+        entity: EntityId,
+        /// Who gets the copy.
+        to: SiteId,
+    },
+    /// To the home: the sender took the entity from a ticket and holds one
+    /// copy.
+    Take {
+        /// The entity.
+        entity: EntityId,
+    },
+    /// To the home: the sender dropped its proxy, which had received
+    /// `copies` copies.
+    Unlist {
+        /// The entity.
+        entity: EntityId,
+        /// Copies received since the proxy was made.
+        copies: u64,
+    },
+    /// From the home: no such entity; every operation on it fails.
+    Gone {
+        /// The entity.
+        entity: EntityId,
+    },
+
+    // Dataflow variables.
+    /// To the home: send the binding here once there is one (and run a
+    /// by-need variable's producer).
+    Register {
+        /// The variable.
+        var: EntityId,
+    },
+    /// To the home: bind the variable (the first bind wins).
+    Bind {
+        /// The variable.
+        var: EntityId,
+        /// The operation to answer.
+        op: OpId,
+        /// The value.
+        value: Value,
+    },
+    /// From the home: how a `Bind` ended.
+    BindAck {
+        /// The variable.
+        var: EntityId,
+        /// The operation it answers.
+        op: OpId,
+        /// `None`: bound (to this value, or it already was).
+        refused: Option<Refused>,
+    },
+    /// From the home to a registered site: the binding.
+    Bound {
+        /// The variable.
+        var: EntityId,
+        /// Its value.
+        value: Value,
+    },
+
+    // Ports.
+    /// To the port's home: append `value` to its stream.
+    PortSend {
+        /// The port.
+        port: EntityId,
+        /// The message.
+        value: Value,
+        /// The operation to answer (`None` for a send that needs no answer).
+        op: Option<OpId>,
+    },
+    /// From the port's home: the message is in the stream.
+    PortAck {
+        /// The port.
+        port: EntityId,
+        /// The operation it answers.
+        op: OpId,
+        /// `None`: appended.
+        refused: Option<Refused>,
+    },
+
+    // Stationary cells.
+    /// To the home: put `new` in the cell and answer the old content.
+    Exchange {
+        /// The cell.
+        cell: EntityId,
+        /// The operation to answer.
+        op: OpId,
+        /// The new content.
+        new: Value,
+    },
+    /// From the home: the content an exchange replaced.
+    Exchanged {
+        /// The cell.
+        cell: EntityId,
+        /// The operation it answers.
+        op: OpId,
+        /// The old content (`None`: refused).
+        old: Result<Value, Refused>,
+    },
+
+    // Mobile cells.
+    /// To the manager: the sender wants the content.
+    Get {
+        /// The cell.
+        cell: EntityId,
+    },
+    /// From the manager to the site that has or will have the content:
+    /// pass it to `to` once done with it.
+    Forward {
+        /// The cell.
+        cell: EntityId,
+        /// The next site in the chain.
+        to: SiteId,
+    },
+    /// The content, passed along the chain.
+    Put {
+        /// The cell.
+        cell: EntityId,
+        /// The content.
+        content: Value,
+    },
+    /// To the manager: the sender received the content.
+    Got {
+        /// The cell.
+        cell: EntityId,
+    },
+    /// To the manager: the sender no longer wants the content it holds
+    /// (nothing there refers to the cell any more); the manager passes it
+    /// on.
+    Return {
+        /// The cell.
+        cell: EntityId,
+        /// The content.
+        content: Value,
+    },
+    /// From the manager: the `Return` arrived; every `Forward` sent to the
+    /// returning site before it is stale.
+    ReturnAck {
+        /// The cell.
+        cell: EntityId,
+    },
+    /// From the manager: the content was lost with a site that held it or
+    /// was to receive it; every exchange on the cell fails.
+    Lost {
+        /// The cell.
+        cell: EntityId,
+    },
+}
+
+impl Wire {
+    /// The entity the message is about.
+    pub fn entity(&self) -> EntityId {
+        match self {
+            Wire::Lend { entity, .. }
+            | Wire::Take { entity }
+            | Wire::Unlist { entity, .. }
+            | Wire::Gone { entity } => *entity,
+            Wire::Register { var }
+            | Wire::Bind { var, .. }
+            | Wire::BindAck { var, .. }
+            | Wire::Bound { var, .. } => *var,
+            Wire::PortSend { port, .. } | Wire::PortAck { port, .. } => *port,
+            Wire::Exchange { cell, .. }
+            | Wire::Exchanged { cell, .. }
+            | Wire::Get { cell }
+            | Wire::Forward { cell, .. }
+            | Wire::Put { cell, .. }
+            | Wire::Got { cell }
+            | Wire::Return { cell, .. }
+            | Wire::ReturnAck { cell }
+            | Wire::Lost { cell } => *cell,
+        }
+    }
+
+    /// The value the message carries, if any: its refs are copies that
+    /// travel with it.
+    pub fn value(&self) -> Option<&Value> {
+        match self {
+            Wire::Bind { value, .. } | Wire::Bound { value, .. } | Wire::PortSend { value, .. } => {
+                Some(value)
+            }
+            Wire::Exchange { new, .. } => Some(new),
+            Wire::Exchanged { old: Ok(v), .. } => Some(v),
+            Wire::Put { content, .. } | Wire::Return { content, .. } => Some(content),
+            _ => None,
+        }
+    }
+}
