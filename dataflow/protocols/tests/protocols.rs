@@ -146,6 +146,29 @@ fn a_port_keeps_each_senders_order_and_a_remote_reader_reads_its_stream() {
     }
 }
 
+#[test]
+fn a_remote_stream_reader_registers_once_and_gets_every_cell_pushed() {
+    let mut net = Net::new(2, 11);
+    let (port, stream) = net.sites[0].new_port();
+    net.pass(stream, 0, 1);
+    // The reader waits first: one Register; then 50 sends, none read yet.
+    let w = net.op();
+    net.sites[1].wait(w, stream, FailMode::Wait);
+    for k in 0..50u8 {
+        let x = net.value(0, &[k]);
+        net.sites[0].send(None, port, x, FailMode::Wait);
+    }
+    net.run();
+    let registers = net.registers;
+    let items = read_stream(&mut net, 1, stream, 50);
+    assert_eq!(items, (0..50u8).map(|k| vec![k]).collect::<Vec<_>>());
+    assert_eq!(registers, 1, "one registration for the whole stream");
+    assert_eq!(
+        net.registers, 1,
+        "reading the pushed cells registers nothing"
+    );
+}
+
 #[derive(Default)]
 struct History {
     /// Old contents answered, each at most once.

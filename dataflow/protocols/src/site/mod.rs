@@ -377,15 +377,12 @@ impl Site {
         self.settle();
     }
 
-    /// A message to `to` that could not be delivered (handed back after
-    /// `to` failed for good): what it carried is given back.
-    pub fn undelivered(&mut self, _to: SiteId, msg: Wire) {
-        if let Some(v) = msg.value() {
-            let v = v.clone();
-            self.release_value(&v);
-        }
-        self.settle();
-    }
+    /// A message to `to` that was handed back undelivered (after `to`
+    /// failed for good). Nothing is given back: the copies it carried
+    /// were lent to `to`, and a home forgets a failed site's counts; a
+    /// mobile cell's content in it is lost, which the manager declares
+    /// when it learns of the failure.
+    pub fn undelivered(&mut self, _to: SiteId, _msg: Wire) {}
 
     /// What sitenet learned of site `site`: its operations fail by their
     /// mode, and a site failed for good holds nothing any more.

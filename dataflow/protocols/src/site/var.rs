@@ -11,7 +11,7 @@
 use sitenet_protocols::SiteId;
 
 use super::{HomeState, ProxyState, Site};
-use crate::entity::{EntityId, OpId, Value};
+use crate::entity::{EntityId, Kind, OpId, Value};
 use crate::outcome::{Action, Answer, FailMode, OpError};
 use crate::wire::{Refused, Wire};
 
@@ -176,8 +176,7 @@ impl Site {
             self.release_value(&value);
             // A binder registers: one that came late gets the binding too.
             if let Some(to) = newly {
-                let copy = self.answer_value(&old);
-                self.post(to, Wire::Bound { var, value: copy });
+                self.send_binding(to, var, &old);
             }
             return if same {
                 Ok(Answer::Done)
@@ -195,10 +194,34 @@ impl Site {
             self.finish(op, Ok(Answer::Value(answer)));
         }
         for site in registered {
+            self.send_binding(site, var, &value);
+        }
+        Ok(Answer::Done)
+    }
+
+    /// Sends `site` the binding of `var` (made here), and registers it for
+    /// the unbound variables made here that the binding names: a site
+    /// reading a stream gets each cell pushed as it is bound, with no
+    /// round trip per cell. Bound ones among them are sent too.
+    fn send_binding(&mut self, site: SiteId, var: EntityId, value: &Value) {
+        let mut todo = vec![(var, value.clone())];
+        while let Some((var, value)) = todo.pop() {
+            for &r in value.refs.iter().rev() {
+                if r.home != self.me || r.kind != Kind::Var {
+                    continue;
+                }
+                let Some(v) = self.var_home(r) else { continue };
+                if v.registered.contains(&site) {
+                    continue;
+                }
+                v.registered.push(site);
+                if let Some(next) = v.value.clone() {
+                    todo.push((r, next));
+                }
+            }
             let copy = self.answer_value(&value);
             self.post(site, Wire::Bound { var, value: copy });
         }
-        Ok(Answer::Done)
     }
 
     pub(super) fn var_on_register(&mut self, from: SiteId, var: EntityId) {
@@ -213,8 +236,7 @@ impl Site {
             v.registered.push(from);
         }
         if let Some(value) = v.value.clone() {
-            let copy = self.answer_value(&value);
-            self.post(from, Wire::Bound { var, value: copy });
+            self.send_binding(from, var, &value);
         }
         self.trigger_need(var);
     }
@@ -260,6 +282,15 @@ impl Site {
         for op in waiters {
             let answer = self.answer_value(&value);
             self.finish(op, Ok(Answer::Value(answer)));
+        }
+        // The home registered this site for the variables it made that
+        // the binding names (`send_binding`).
+        for &r in &value.refs {
+            if r.home == from && r.kind == Kind::Var {
+                if let Some(p) = self.var_proxy(r) {
+                    p.registered = true;
+                }
+            }
         }
     }
 }

@@ -19,6 +19,8 @@ pub struct Net {
     pub rng: ChaCha8Rng,
     next_op: u64,
     pub dead: Vec<bool>,
+    /// `Register` messages sent.
+    pub registers: usize,
 }
 
 pub fn id(i: usize) -> SiteId {
@@ -40,6 +42,7 @@ impl Net {
             rng: ChaCha8Rng::seed_from_u64(seed),
             next_op: 1,
             dead: vec![false; n],
+            registers: 0,
         }
     }
 
@@ -54,6 +57,9 @@ impl Net {
             while let Some(a) = self.sites[i].poll_action() {
                 match a {
                     Action::Send { to, msg } => {
+                        if matches!(msg, Wire::Register { .. }) {
+                            self.registers += 1;
+                        }
                         if !self.dead[i] {
                             self.links.entry((i, index(to))).or_default().push_back(msg)
                         }
