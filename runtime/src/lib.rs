@@ -27,6 +27,7 @@ pub mod batch;
 mod channel_io;
 mod com_object;
 pub mod config;
+pub mod context;
 pub mod cookie_file;
 mod cooperation;
 mod delivery;

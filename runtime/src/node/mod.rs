@@ -44,7 +44,9 @@ use crate::events::PeerRefusal;
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
 pub(crate) use cooperations::{Coop, OpenCooperations};
-pub(crate) use decoding::{decode_reply, decoding_on, with_decoding_node};
+pub(crate) use decoding::{
+    decode_reply, decoding_on, encoding_on, with_decoding_node, with_encoding_node,
+};
 pub(crate) use handler_table::{error_detail, error_reply, ErrorReply};
 pub use handler_table::{BodySink, Ctx, Unhandled};
 pub(crate) use handler_table::{Erased, ErasedStream, Handlers, NoReply, RemoteError};
