@@ -64,8 +64,8 @@ pub use sitenet_runtime::{
     PeerRefusal, Priority, RawMessage, Reply, RequestBuilder, RequestError, RequestId, Responder,
     ReturnedMessage, Runtime, SendBuilder, SendError, SendOptions, ShutdownReport, SiteDescriptor,
     SiteFailure, SiteId, SiteRef, SiteStats, StreamAbort, Submitted, ToAddress, TrackedSend,
-    Unhandled, WaitTimedOut, WouldDeadlock, DEFAULT_REQUEST_TIMEOUT, EVENTS_QUEUED, MAX_DURATION,
-    NOT_CONTACTED, OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES, RESERVED_IDS,
+    Unhandled, WaitTimedOut, WeakNode, WouldDeadlock, DEFAULT_REQUEST_TIMEOUT, EVENTS_QUEUED,
+    MAX_DURATION, NOT_CONTACTED, OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES, RESERVED_IDS,
 };
 
 /// The protocol's types that the API hands out or takes: a handed-back
