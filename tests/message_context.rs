@@ -1,9 +1,10 @@
 //! The context a user type inside a message sees (`sitenet::context`), as
 //! a `SiteRef` does: while sitenet encodes a typed header, the sending
-//! node and the site it goes to — the site sent to, the requester for a
-//! reply (however the handler answers), the site forwarded to; while it
-//! decodes one, the receiving node and the site whose channel delivered
-//! it. Outside sitenet's encode and decode, neither is there.
+//! node and the site it goes to — the site sent to (also in a batch or a
+//! cooperation), the requester for a reply (however the handler answers),
+//! the site forwarded to; while it decodes one, the receiving node (and,
+//! through it, its extensions) and the site whose word the message is.
+//! Outside sitenet's encode and decode, neither is there.
 
 mod common;
 
@@ -160,6 +161,13 @@ async fn a_reply_is_encoded_for_the_requester_however_the_handler_answers() {
         })
         .unwrap();
     assert_eq!(ask(&site).await.reply.0, seen(&server, &client));
+    // A responder answered with a handler's output.
+    server
+        .replace_handler(|ctx, Ask(p): Ask| {
+            ctx.responder().unwrap().answer(answer(p)).unwrap();
+        })
+        .unwrap();
+    assert_eq!(ask(&site).await.reply.0, seen(&server, &client));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,4 +231,69 @@ fn outside_sitenet_there_is_no_context() {
         .unwrap());
     assert!(context::encoding().is_none());
     assert!(context::decoding().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_and_cooperations_encode_for_each_site_and_decode_from_it() {
+    let (client, server, site) = pair().await;
+    server
+        .handle(|ctx, Ask(p): Ask| {
+            ctx.reply(&answer(p)).unwrap();
+        })
+        .unwrap();
+    let mut b = client.batch();
+    let i = b.request(&site, &Ask(Probe::default()), PATIENCE).unwrap();
+    let report = b.submit().wait_all(PATIENCE).await;
+    let done = report.results[i].as_ref().unwrap().as_ref().unwrap();
+    let a = done.decode::<Answer>().unwrap();
+    assert_eq!(a.request, seen(&client, &server));
+    assert_eq!(a.reply.0, seen(&server, &client));
+
+    let coop = client.cooperation();
+    coop.expect(sitenet::Expect::from_site(&site).of::<Answer>());
+    coop.request(&site, &Ask(Probe::default())).await.unwrap();
+    let answers = coop.wait(PATIENCE).await.unwrap();
+    let a = answers[0].decode::<Answer>().unwrap();
+    assert_eq!(a.request, seen(&client, &server));
+    assert_eq!(a.reply.0, seen(&server, &client));
+}
+
+/// A user type that finds the receiving node's extension (a layer's
+/// state) from the decoding context.
+struct Lookup(Option<String>);
+
+impl Serialize for Lookup {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit()
+    }
+}
+
+impl<'de> Deserialize<'de> for Lookup {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <()>::deserialize(d)?;
+        let state = context::decoding().and_then(|c| c.node.extension::<String>());
+        Ok(Lookup(state.map(|s| (*s).clone())))
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Look(Lookup);
+impl Message for Look {
+    const ID: u32 = 903;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_type_finds_the_receiving_nodes_extension_while_it_decodes() {
+    let (_client, server, site) = pair().await;
+    server.extension_or_init(|_| String::from("the server's state"));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let tx = Mutex::new(tx);
+    server
+        .handle(move |_ctx, Look(l): Look| {
+            let _ = tx.lock().unwrap().send(l.0);
+        })
+        .unwrap();
+    site.send(&Look(Lookup(None))).await.unwrap();
+    let got = tokio::time::timeout(PATIENCE, rx.recv()).await.unwrap();
+    assert_eq!(got, Some(Some("the server's state".to_string())));
 }
