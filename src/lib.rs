@@ -56,16 +56,16 @@ pub mod stress;
 #[cfg(feature = "test-hooks")]
 pub use sitenet_runtime::BusyGuard;
 pub use sitenet_runtime::{
-    batch, config, cookie_file, default_threads, error, idle_spin, message, metrics, services,
-    Answer, AsyncCtx, Batch, BatchReport, BodySink, ConfigError, CoopError, Cooperation, Ctx,
-    DecodeError, Delivery, DeliveryError, DescriptorError, Done, Expect, FaultEvent, FaultReport,
-    FaultState, Flush, FlushError, HandedBack, Message, Metrics, Node, NodeBuilder, NodeConfig,
-    NodeError, NodeEvent, NodeEvents, NodeStats, OpError, OpResult, OpenError, Outcome,
+    batch, config, context, cookie_file, default_threads, error, idle_spin, message, metrics,
+    services, Answer, AsyncCtx, Batch, BatchReport, BodySink, ConfigError, CoopError, Cooperation,
+    Ctx, DecodeError, Delivery, DeliveryError, DescriptorError, Done, Expect, FaultEvent,
+    FaultReport, FaultState, Flush, FlushError, HandedBack, Message, Metrics, Node, NodeBuilder,
+    NodeConfig, NodeError, NodeEvent, NodeEvents, NodeStats, OpError, OpResult, OpenError, Outcome,
     PeerRefusal, Priority, RawMessage, Reply, RequestBuilder, RequestError, RequestId, Responder,
     ReturnedMessage, Runtime, SendBuilder, SendError, SendOptions, ShutdownReport, SiteDescriptor,
     SiteFailure, SiteId, SiteRef, SiteStats, StreamAbort, Submitted, ToAddress, TrackedSend,
-    Unhandled, WaitTimedOut, WouldDeadlock, DEFAULT_REQUEST_TIMEOUT, EVENTS_QUEUED, MAX_DURATION,
-    NOT_CONTACTED, OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES, RESERVED_IDS,
+    Unhandled, WaitTimedOut, WeakNode, WouldDeadlock, DEFAULT_REQUEST_TIMEOUT, EVENTS_QUEUED,
+    MAX_DURATION, NOT_CONTACTED, OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES, RESERVED_IDS,
 };
 
 /// The protocol's types that the API hands out or takes: a handed-back

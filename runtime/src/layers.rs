@@ -12,7 +12,7 @@
 /// handle, the handler table, the open cooperations seen through `Coop`;
 /// and the `Node` handle); `SiteRef`'s sends 6; (d) delivery to handlers, streams,
 /// cooperations, services, the local site's drain 7-9; (e) the rest of the public API built on
-/// them 10.
+/// them (batches, the start, the encoding and decoding context) 10.
 const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
     ("message", 0),
@@ -40,6 +40,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("services", 9),
     ("start", 10),
     ("batch", 10),
+    ("context", 10),
     ("local", 9),
 ];
 

@@ -27,6 +27,7 @@ pub mod batch;
 mod channel_io;
 mod com_object;
 pub mod config;
+pub mod context;
 pub mod cookie_file;
 mod cooperation;
 mod delivery;
@@ -67,7 +68,7 @@ pub use events::{NodeEvent, NodeEvents, PeerRefusal, EVENTS_QUEUED};
 pub use handlers::{AsyncCtx, Ctx, Outcome, Responder, Unhandled};
 pub use message::{Message, RawMessage, Reply, RequestId, SendOptions, RESERVED_IDS};
 pub use metrics::Metrics;
-pub use node::{Node, NodeBuilder, ShutdownReport, ToAddress};
+pub use node::{Node, NodeBuilder, ShutdownReport, ToAddress, WeakNode};
 pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, OPENMETRICS_TOP_SITES};
 pub use runtime::{default_threads, Runtime};
 #[cfg(feature = "test-hooks")]

@@ -9,7 +9,7 @@
 //! |---|---|
 //! | [`first_steps`] | the dependencies, a server and a client, sends and requests, the three ways to call (async, `try_`, `_blocking`) |
 //! | [`answers`] | delegation, replies later, async handlers, typed remote errors, handlers with state |
-//! | [`site_refs`] | site references inside messages, the node as a site of its own |
+//! | [`site_refs`] | site references inside messages, the node as a site of its own, a layer's own references inside messages (`context`, node extensions, `WeakNode`) |
 //! | [`completions`] | tracked deliveries, cooperations (scatter/gather), batches |
 //! | [`bodies`] | large bodies in parts and streamed, raw messages, handlers changed at run time |
 //! | [`failures`] | what is guaranteed, what a failure hands back, fault states and node events, upgrades |

@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 
 use sitenet_protocols::{Priority, SiteId};
 
-use super::outcome::{Answered, Outcome};
+use super::outcome::Outcome;
 use super::{decode_header, Ctx, Erased, Responder};
 use crate::error::SendError;
 use crate::message::{Message, SendOptions};
@@ -272,9 +272,7 @@ async fn run<O: Outcome>(
     let stopped = node.stopped();
     futures::pin_mut!(work, stopped);
     match futures::future::select(work, stopped).await {
-        futures::future::Either::Left((Ok(output), _)) => {
-            deliver(type_id, answer, output.into_answer())
-        }
+        futures::future::Either::Left((Ok(output), _)) => deliver(&node, type_id, answer, output),
         futures::future::Either::Left((Err(_), _)) => panicked(&node, type_id, answer.as_ref()),
         futures::future::Either::Right(_) => {
             // The future is dropped with this task; its responder, if
@@ -285,23 +283,25 @@ async fn run<O: Outcome>(
     }
 }
 
-/// Answers with an async handler's output `a`, unless the request was
-/// answered otherwise (or was one-way): then the output is dropped.
-fn deliver(type_id: u32, answer: Option<AnswerSlot>, a: Answered) {
-    match answer.and_then(|slot| slot.lock().take()) {
-        Some(responder) => {
-            let why = "the async handler's output answers nothing, and it neither forwarded \
-                       the request nor took its responder";
-            if let Err(e) = responder.answer_or_no_reply(a, why) {
-                tracing::debug!(type_id, error = %e, "async handler's answer not sent");
-            }
+/// Answers with an async handler's output, unless the request was
+/// answered otherwise (or was one-way): then the output is dropped (it is
+/// encoded, for no one site, only to say what was dropped).
+fn deliver<O: Outcome>(node: &Arc<NodeInner>, type_id: u32, answer: Option<AnswerSlot>, output: O) {
+    let Some(responder) = answer.and_then(|slot| slot.lock().take()) else {
+        let a = crate::node::encoding_on(node, None, || output.into_answer());
+        if !a.is_nothing() {
+            tracing::debug!(
+                type_id,
+                answer = a.describe(),
+                "async handler's output dropped: a one-way message, or a request answered already"
+            );
         }
-        None if a.is_nothing() => {}
-        None => tracing::debug!(
-            type_id,
-            answer = a.describe(),
-            "async handler's output dropped: a one-way message, or a request answered already"
-        ),
+        return;
+    };
+    let why = "the async handler's output answers nothing, and it neither forwarded the \
+               request nor took its responder";
+    if let Err(e) = responder.answer_output_or_no_reply(output, why) {
+        tracing::debug!(type_id, error = %e, "async handler's answer not sent");
     }
 }
 

@@ -425,7 +425,10 @@ pub(crate) fn post_forward<M: Message>(
         type_id: M::ID,
         reason: "the requesting site's id is not known yet".into(),
     })?;
-    let header = crate::message::encode_header(msg).map_err(|e| SendError::Encode {
+    let header = crate::node::encoding_on(&to.node, Some(&to.entry), || {
+        crate::message::encode_header(msg)
+    })
+    .map_err(|e| SendError::Encode {
         type_id: M::ID,
         reason: e.to_string(),
     })?;

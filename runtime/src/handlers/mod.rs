@@ -74,7 +74,9 @@ where
 {
     Arc::new(move |ctx: &mut Ctx<'_>, header: &Bytes| {
         let output = f(ctx, decode_header(ctx.node, ctx.via, header)?);
-        ctx.answer(output.into_answer());
+        // Encoded for the requester (the sender), whom `answer` answers.
+        let answer = crate::node::encoding_on(ctx.node, Some(ctx.from), || output.into_answer());
+        ctx.answer(answer);
         Ok(())
     })
 }

@@ -162,7 +162,7 @@ impl Responder {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reply_error<E: Serialize>(mut self, err: &E) -> Result<(), SendError> {
-        let answered = super::outcome::error_answer(err);
+        let answered = self.encoding(|| super::outcome::error_answer(err));
         self.post(answered)
     }
 
@@ -172,7 +172,26 @@ impl Responder {
     /// answers with its future's output. An output that answers nothing
     /// answers "no reply" at once, as a dropped responder does.
     pub fn answer<O: Outcome>(mut self, output: O) -> Result<(), SendError> {
-        self.post(output.into_answer())
+        let answer = self.encoding(|| output.into_answer());
+        self.post(answer)
+    }
+
+    /// Answers with a handler's output, encoded for the requester; "no
+    /// reply" (`why`) if it answers nothing.
+    pub(crate) fn answer_output_or_no_reply<O: Outcome>(
+        self,
+        output: O,
+        why: &str,
+    ) -> Result<(), SendError> {
+        let answer = self.encoding(|| output.into_answer());
+        self.answer_or_no_reply(answer, why)
+    }
+
+    /// Runs `f`, which encodes the answer, with this node and the
+    /// requester lent as its encoding context
+    /// ([`context::encoding`](crate::context::encoding)).
+    fn encoding<T>(&self, f: impl FnOnce() -> T) -> T {
+        crate::node::encoding_on(&self.to.node, Some(&self.to.entry), f)
     }
 
     /// Answers with `answer`; "no reply" (`why`) if it is nothing.
@@ -273,7 +292,10 @@ pub(crate) fn post_answer<R: Message>(
     reply: &R,
     opts: SendOptions,
 ) -> Result<(), SendError> {
-    let header = crate::message::encode_header(reply).map_err(|e| SendError::Encode {
+    let header = crate::node::encoding_on(&to.node, Some(&to.entry), || {
+        crate::message::encode_header(reply)
+    })
+    .map_err(|e| SendError::Encode {
         type_id: R::ID,
         reason: e.to_string(),
     })?;

@@ -290,6 +290,8 @@ impl NodeBuilder {
             output,
             listeners_done: Mutex::new(Vec::new()),
             local: std::sync::OnceLock::new(),
+            extensions: Default::default(),
+            stopper: std::sync::OnceLock::new(),
         });
         inner.start_request_timer();
         inner.start_parked_timer();
@@ -373,8 +375,10 @@ impl Bound {
             transport_bytes_bound = slots.hard as u64 * 2 * inner.identity().cfg().buffer_size as u64,
             "node started"
         );
+        let stopper = Arc::new(StopOnDrop(inner.clone()));
+        let _ = inner.stopper.set(Arc::downgrade(&stopper));
         Node {
-            _stopper: Some(Arc::new(StopOnDrop(inner.clone()))),
+            _stopper: Some(stopper),
             inner,
         }
     }

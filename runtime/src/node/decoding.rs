@@ -1,9 +1,11 @@
-//! The decoding context of `SiteRef`s inside messages: the node and the
-//! sending site lent to a typed header's decode on this thread, and what a
-//! reference to a site says of it (`describe`). Here, in the node's layer,
-//! so delivery (`handlers`) and the `SiteRef` API lend it without
-//! importing `site/serialize.rs`, which holds `SiteRef`'s `Serialize` and
-//! `Deserialize` a layer above.
+//! The contexts of typed headers: the node and the sending site lent to a
+//! typed header's decode on this thread (what a `SiteRef` inside a message
+//! decodes with), the node and the destination site lent to its encode,
+//! and what a reference to a site says of it (`describe`). Here, in the
+//! node's layer, so delivery (`handlers`) and the `SiteRef` API lend them
+//! without importing `site/serialize.rs`, which holds `SiteRef`'s
+//! `Serialize` and `Deserialize` a layer above, or `context.rs`, which
+//! shows them to users.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -55,6 +57,51 @@ pub(crate) fn with_decoding_node<T>(
     // that outlive its call, and are reset before that call returns
     // (`Restore`, also on unwinding); this runs inside it, on its thread.
     f(unsafe { node.as_ref().zip(from.as_ref()) })
+}
+
+thread_local! {
+    /// The node encoding a typed header on this thread, if one is, and the
+    /// entry of the site it goes to (null where it goes to no one site):
+    /// pointers to the caller's `Arc`s, valid while [`encoding_on`] runs
+    /// (this runs for every message sent: no reference count is touched,
+    /// no allocation made).
+    static ENCODING: Cell<(*const Arc<NodeInner>, *const Arc<SiteEntry>)> =
+        const { Cell::new((std::ptr::null(), std::ptr::null())) };
+}
+
+/// Runs `f` (which encodes a typed header for site `to`, or for no one
+/// site if `None`) with `node` and `to` lent to the user types it encodes
+/// (`sitenet_runtime::context::encoding`).
+#[inline]
+pub(crate) fn encoding_on<T>(
+    node: &Arc<NodeInner>,
+    to: Option<&Arc<SiteEntry>>,
+    f: impl FnOnce() -> T,
+) -> T {
+    let to = to.map_or(std::ptr::null(), |t| t as *const Arc<SiteEntry>);
+    let before = ENCODING.with(|e| e.replace((node, to)));
+    // Restored even if `f` panics (a user's `Serialize` may).
+    struct Restore((*const Arc<NodeInner>, *const Arc<SiteEntry>));
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ENCODING.with(|e| e.set(self.0));
+        }
+    }
+    let _restore = Restore(before);
+    f()
+}
+
+/// The node lent by [`encoding_on`] on this thread, if any, and the site
+/// the header it encodes goes to (`None` for no one site).
+pub(crate) fn with_encoding_node<T>(
+    f: impl FnOnce(Option<(&Arc<NodeInner>, Option<&Arc<SiteEntry>>)>) -> T,
+) -> T {
+    let (node, to) = ENCODING.with(Cell::get);
+    // SAFETY: as in `with_decoding_node`: non-null pointers were set by
+    // `encoding_on` from references that outlive its call, and are reset
+    // before it returns (`Restore`, also on unwinding); this runs inside
+    // it, on its thread.
+    f(unsafe { node.as_ref().map(|n| (n, to.as_ref())) })
 }
 
 impl NodeInner {

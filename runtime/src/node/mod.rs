@@ -15,8 +15,9 @@
 //!   by `start`: the ComObjects' inbox (`streams.rs`) and the local
 //!   site's drain (`local.rs`).
 //! - `Node`'s own methods are here (sites, shutdown), in `descriptor.rs`,
-//!   `watch.rs` (monitors, metrics, stats) and `test_hooks.rs` (feature
-//!   `test-hooks`). Those that register what lives in a layer above the
+//!   `watch.rs` (monitors, metrics, stats), `extensions.rs` (the values
+//!   layers above keep with the node), `weak.rs` (`WeakNode`) and
+//!   `test_hooks.rs` (feature `test-hooks`). Those that register what lives in a layer above the
 //!   node are with it: handlers in `handlers/register.rs` and
 //!   `handlers/raw.rs`, stream handlers in `streams.rs`, cooperations in
 //!   `cooperation.rs`, batches in `batch.rs`.
@@ -27,6 +28,7 @@ mod builder;
 mod cooperations;
 mod decoding;
 mod descriptor;
+mod extensions;
 mod handler_table;
 mod in_flight;
 mod line;
@@ -38,13 +40,16 @@ mod site_table;
 mod test_hooks;
 mod to_address;
 mod watch;
+mod weak;
 
 use crate::com_object::FaultReport;
 use crate::events::PeerRefusal;
 pub use builder::NodeBuilder;
 use builder::StopOnDrop;
 pub(crate) use cooperations::{Coop, OpenCooperations};
-pub(crate) use decoding::{decode_reply, decoding_on, with_decoding_node};
+pub(crate) use decoding::{
+    decode_reply, decoding_on, encoding_on, with_decoding_node, with_encoding_node,
+};
 pub(crate) use handler_table::{error_detail, error_reply, ErrorReply};
 pub use handler_table::{BodySink, Ctx, Unhandled};
 pub(crate) use handler_table::{Erased, ErasedStream, Handlers, NoReply, RemoteError};
@@ -53,6 +58,7 @@ pub use site_ref::SiteRef;
 pub(crate) use site_table::Named;
 use site_table::SiteTable;
 pub use to_address::ToAddress;
+pub use weak::WeakNode;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -129,6 +135,12 @@ pub(crate) struct NodeInner {
     listeners_done: Mutex<Vec<oneshot::Receiver<()>>>,
     /// This node as a site (`Node::local_site`), made on first need.
     local: std::sync::OnceLock<Arc<crate::site_entry::SiteEntry>>,
+    /// The values layers above sitenet keep with the node, by type
+    /// (`Node::extension`); dropped when the node stops.
+    extensions: crate::node_state::Extensions,
+    /// What the user handles share (set once, when the node starts): a
+    /// `WeakNode` of any handle upgrades while it lives.
+    stopper: std::sync::OnceLock<std::sync::Weak<StopOnDrop>>,
 }
 
 /// Makes a ComObject's inbox for its node and site (installed in
@@ -267,6 +279,7 @@ impl NodeInner {
         for a in self.begin_stop() {
             a.do_send(Stop);
         }
+        self.extensions.close();
     }
 
     /// Stops everything but the ComObjects, whose addresses it returns for
@@ -504,6 +517,9 @@ impl Node {
         if let futures::future::Either::Right(_) = futures::future::select(all, limit).await {
             tracing::warn!("listeners did not stop within {LISTENER_STOP_LIMIT:?}");
         }
+        // Stopped: what layers above kept with the node goes (an extension
+        // holding a `Node` no longer keeps its state).
+        self.inner.extensions.close();
         report
     }
 

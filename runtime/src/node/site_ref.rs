@@ -140,4 +140,15 @@ impl SiteRef {
         entry.holds().add_ref();
         Self { entry, node }
     }
+
+    /// A new counted reference to `entry` itself, merges not followed: it
+    /// equals the reference `entry` was lent from (the encoding context's
+    /// destination, `context::encoding`).
+    pub(crate) fn to_entry(entry: &Arc<SiteEntry>, node: &Arc<NodeInner>) -> Self {
+        entry.holds().add_ref();
+        Self {
+            entry: entry.clone(),
+            node: node.clone(),
+        }
+    }
 }

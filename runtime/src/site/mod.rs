@@ -60,7 +60,10 @@ impl SiteRef {
         kind: MessageKind,
         corr: u64,
     ) -> Result<OutMessage, SendError> {
-        let header = crate::message::encode_header(msg).map_err(|e| SendError::Encode {
+        let header = crate::node::encoding_on(&self.node, Some(&self.entry), || {
+            crate::message::encode_header(msg)
+        })
+        .map_err(|e| SendError::Encode {
             type_id: M::ID,
             reason: e.to_string(),
         })?;
