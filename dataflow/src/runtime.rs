@@ -58,6 +58,8 @@ pub(crate) struct Inner {
     offers: Mutex<HashMap<EntityId, crate::handle::Handle>>,
     next_op: AtomicU64,
     stats: Counters,
+    /// The node shut down.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -94,8 +96,19 @@ impl std::fmt::Debug for Dataflow {
     }
 }
 
-/// What completes an operation: the extension a node keeps.
+/// The layer as its node keeps it (a node extension). The node drops it
+/// when it stops: what waits here then ends with
+/// [`DataflowError::Shutdown`], and so does every later operation.
 struct Extension(Dataflow);
+
+impl Drop for Extension {
+    fn drop(&mut self) {
+        let inner = &self.0.inner;
+        inner.closed.store(true, Ordering::Release);
+        let waiters = std::mem::take(&mut *inner.waiters.lock());
+        drop(waiters);
+    }
+}
 
 impl Dataflow {
     /// The dataflow layer of `node`, started the first time: it registers
@@ -120,6 +133,7 @@ impl Dataflow {
             offers: Mutex::new(HashMap::new()),
             next_op: AtomicU64::new(1),
             stats: Counters::default(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&inner);
         let handler = weak.clone();
@@ -200,7 +214,9 @@ impl Dataflow {
     pub(crate) fn op(&self) -> (OpId, oneshot::Receiver<Result<Answer, OpError>>) {
         let op = OpId(self.inner.next_op.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
-        self.inner.waiters.lock().insert(op, tx);
+        if !self.inner.closed.load(Ordering::Acquire) {
+            self.inner.waiters.lock().insert(op, tx);
+        }
         (op, rx)
     }
 

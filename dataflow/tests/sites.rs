@@ -302,3 +302,16 @@ fn many_short_lived_variables_across_three_sites_leave_nothing_behind() {
         dfs.iter().map(|d| d.entities()).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_wait_on_a_node_that_shuts_down_ends_with_shutdown() {
+    let a = node();
+    let da = Dataflow::on(&a);
+    let x: Var<u8> = Var::new(&da);
+    let y = x.clone();
+    let waiter = std::thread::spawn(move || y.wait_blocking());
+    assert!(eventually(|| da.entities().0 == 1));
+    let _report = a.shutdown_blocking(Duration::from_secs(5));
+    assert_eq!(waiter.join().unwrap(), Err(DataflowError::Shutdown));
+    assert_eq!(x.wait_blocking(), Err(DataflowError::Shutdown));
+}
