@@ -26,8 +26,9 @@ use crate::error::DataflowError;
 pub const DATAFLOW_PRIORITY: Priority = Priority::High;
 
 /// A protocol message on the wire: the message, and references to the
-/// homes of the entities its value names, so that the receiver can reach
-/// them (a `SiteRef` travels as its site's descriptor).
+/// sites it names that the receiver may have to reach (the homes of the
+/// entities its value names, the next site of a mobile cell's chain); a
+/// `SiteRef` travels as its site's descriptor.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct DfMsg {
     wire: Wire,
@@ -181,6 +182,12 @@ impl Dataflow {
         (st.site.homes(), st.site.proxies())
     }
 
+    /// The protocols' state, for debugging a stuck program.
+    #[doc(hidden)]
+    pub fn dump(&self) -> String {
+        format!("{:#?}", self.inner.state.lock().site)
+    }
+
     /// What this layer did so far.
     pub fn stats(&self) -> DataflowStats {
         let c = &self.inner.stats;
@@ -286,6 +293,18 @@ impl Dataflow {
     fn send(&self, st: &mut State, to: SiteId, wire: Wire) {
         let me = self.id();
         let mut homes: Vec<SiteRef> = Vec::new();
+        // A mobile cell's holder must reach the next site in the chain,
+        // which it may never have heard of.
+        if let Wire::Forward { to: next, .. } = &wire {
+            if *next != to {
+                let next = if *next == me {
+                    Some(self.inner.node.local_site())
+                } else {
+                    st.sites.get(next).cloned()
+                };
+                homes.extend(next);
+            }
+        }
         if let Some(v) = wire.value() {
             for r in &v.refs {
                 if r.home != to && !homes.iter().any(|h| h.id() == Some(r.home)) {

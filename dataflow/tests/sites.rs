@@ -315,3 +315,39 @@ fn a_wait_on_a_node_that_shuts_down_ends_with_shutdown() {
     assert_eq!(waiter.join().unwrap(), Err(DataflowError::Shutdown));
     assert_eq!(x.wait_blocking(), Err(DataflowError::Shutdown));
 }
+
+/// The bank example's step, from three sites at once: a cell holding a
+/// variable; take it out, put a fresh one in, bind that one to the old
+/// balance plus one. The content moves between two sites that never
+/// talked before (the holder learns the next site from the manager).
+#[test]
+fn a_mobile_cell_reaches_a_site_its_holder_never_heard_of() {
+    let nodes: Vec<Node> = (0..3).map(|_| node()).collect();
+    let dfs: Vec<Dataflow> = nodes.iter().map(Dataflow::on).collect();
+    let v: Var<i64> = Var::new(&dfs[0]);
+    v.bind_blocking(0).unwrap();
+    let cell = Cell::new(&dfs[0], CellMode::Mobile, v).unwrap();
+    let t = dfs[0].offer(&cell);
+    const N: i64 = 30;
+    let workers: Vec<_> = dfs
+        .iter()
+        .map(|df| {
+            let df = df.clone();
+            let c: Cell<Var<i64>> = df.take(&t).unwrap();
+            std::thread::spawn(move || {
+                for _ in 0..N {
+                    let new: Var<i64> = Var::new(&df);
+                    let old = c.exchange_blocking(new.clone()).unwrap();
+                    let b = old.wait_blocking().unwrap();
+                    new.bind_blocking(b + 1).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let last: Var<i64> = Var::new(&dfs[0]);
+    let old = cell.exchange_blocking(last.clone()).unwrap();
+    assert_eq!(old.wait_blocking().unwrap(), 3 * N, "no increment lost");
+}

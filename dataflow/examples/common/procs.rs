@@ -55,6 +55,13 @@ impl Site {
         s.trim_end().to_string()
     }
 
+    /// Sends the child one line.
+    pub fn say(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("the child's input is open");
+        writeln!(stdin, "{line}").expect("the child reads");
+        stdin.flush().expect("the child reads");
+    }
+
     /// Tells the child to end (closes its input) and waits for it.
     pub fn finish(mut self) {
         drop(self.stdin.take());
@@ -73,6 +80,15 @@ pub fn tell(line: &str) {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}").expect("the parent reads");
     out.flush().expect("the parent reads");
+}
+
+/// In a child: the parent's next line (`None` once it closed our input).
+pub fn hear() -> Option<String> {
+    let mut s = String::new();
+    match std::io::stdin().read_line(&mut s) {
+        Ok(n) if n > 0 => Some(s.trim_end().to_string()),
+        _ => None,
+    }
 }
 
 /// In a child: waits until the parent closes our input.
