@@ -57,3 +57,6 @@ pub use runtime::{Dataflow, DataflowStats, DATAFLOW_PRIORITY};
 pub use sitenet_dataflow_protocols::{EntityId, FailMode, Kind};
 pub use ticket::{Entity, Ticket};
 pub use var::Var;
+
+#[cfg(test)]
+mod layers;

@@ -56,7 +56,8 @@ pub(crate) struct Inner {
     state: Mutex<State>,
     waiters: Mutex<HashMap<OpId, Waiter>>,
     producers: Mutex<HashMap<EntityId, Producer>>,
-    offers: Mutex<HashMap<EntityId, crate::handle::Handle>>,
+    /// Offered entities: a handle on each (the layer above's type).
+    offers: Mutex<HashMap<EntityId, Box<dyn std::any::Any + Send + Sync>>>,
     next_op: AtomicU64,
     stats: Counters,
     /// The node shut down.
@@ -208,7 +209,7 @@ impl Dataflow {
         Some(self.inner.node.monitor(&home))
     }
 
-    pub(crate) fn keep_offer(&self, id: EntityId, h: crate::handle::Handle) {
+    pub(crate) fn keep_offer(&self, id: EntityId, h: Box<dyn std::any::Any + Send + Sync>) {
         let old = self.inner.offers.lock().insert(id, h);
         drop(old);
     }

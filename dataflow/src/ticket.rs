@@ -148,7 +148,7 @@ impl Dataflow {
     pub fn offer<E: Entity>(&self, e: &E) -> Ticket {
         let h = e.handle().clone();
         let id = h.id;
-        self.keep_offer(id, h);
+        self.keep_offer(id, Box::new(h));
         let home = self.node().descriptor();
         Ticket { home, entity: id }
     }

@@ -26,3 +26,6 @@ pub use entity::{EntityId, Kind, OpId, Value};
 pub use outcome::{Action, Answer, FailMode, OpError};
 pub use site::{Site, MAX_HOLDERS};
 pub use wire::{Refused, Wire};
+
+#[cfg(test)]
+mod layers;
