@@ -76,6 +76,7 @@ mod check;
 mod config;
 mod conns;
 mod coops;
+mod dataflow_app;
 mod drain;
 mod envelope;
 mod faults;
@@ -109,6 +110,7 @@ use rand_chacha::ChaCha8Rng;
 
 pub use app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request};
 pub use config::{Report, SimConfig, SimConfigError, Verdict, MAX_SIM_TIME, MAX_SITES, MIN_TICK};
+pub use dataflow_app::{Dataflow, DataflowStats, Envelope, EnvelopeError};
 pub use faults::Faults;
 pub use search::{search, search_swarm, search_with, SearchRun, MAX_JOBS};
 pub use shrink::{shrink, shrink_with};
@@ -376,6 +378,8 @@ impl Sim {
                     self.release_references(node);
                     if self.now < self.cfg.duration {
                         self.app_call(node, |app, ctx| app.tick(ctx));
+                    } else {
+                        self.app_call(node, |app, ctx| app.settle_tick(ctx));
                     }
                     self.at(self.now + self.cfg.tick, Ev::Tick { node, inc });
                 }
