@@ -164,10 +164,28 @@ struct Books {
     streams: BTreeMap<(EntityId, SiteId), u64>,
     /// Every entity the workload made, in the order made.
     ranks: BTreeMap<EntityId, u64>,
-    /// The first protocol messages handed back as maybe delivered to a
-    /// site that is up, for the checks' reports.
-    forgotten: Vec<String>,
+    /// Messages carrying copies of references, sent and not arrived
+    /// yet: by sender, receiver and body, how many, and what they name.
+    in_flight: BTreeMap<InFlight, (u32, Vec<EntityId>)>,
+    /// Messages handed back, for the checks' reports: sender, receiver,
+    /// maybe delivered, what it was about and named, what it was.
+    handed_back: Vec<HandedBack>,
     stats: DataflowStats,
+}
+
+/// A message in flight: its sender, its receiver and its body.
+type InFlight = (SiteId, SiteId, Vec<u8>);
+
+/// A message sitenet handed back, as the books keep it.
+#[derive(Debug)]
+struct HandedBack {
+    at: Duration,
+    from: SiteId,
+    to: SiteId,
+    maybe: bool,
+    /// The entities it was about or carried copies of.
+    names: Vec<EntityId>,
+    what: String,
 }
 
 #[derive(Debug, Default)]
@@ -177,6 +195,75 @@ struct CellBook {
 }
 
 impl Books {
+    /// A message carrying copies of `refs` left `from` for `to`.
+    fn carried(&mut self, from: SiteId, to: SiteId, body: &[u8], refs: &[EntityId]) {
+        if refs.is_empty() {
+            return;
+        }
+        let e = self
+            .in_flight
+            .entry((from, to, body.to_vec()))
+            .or_insert((0, refs.to_vec()));
+        e.0 += 1;
+    }
+
+    /// The message `body` from `from` reached `to`, or came back to
+    /// `from`: its copies are no longer in flight.
+    fn landed(&mut self, from: SiteId, to: SiteId, body: &[u8]) {
+        let key = (from, to, body.to_vec());
+        if let Some(e) = self.in_flight.get_mut(&key) {
+            e.0 -= 1;
+            if e.0 == 0 {
+                self.in_flight.remove(&key);
+            }
+        }
+    }
+
+    /// Why `e` may be kept (or an operation on it never ended), as far as
+    /// the books can tell: copies of it that never arrived (with whom),
+    /// and messages about it or carrying it that were handed back.
+    fn explain(&self, e: EntityId, up: &[SiteId]) -> String {
+        let state = |s: &SiteId| if up.contains(s) { "up" } else { "crashed" };
+        let mut why: Vec<String> = self
+            .in_flight
+            .iter()
+            .filter(|(_, (_, refs))| refs.contains(&e))
+            .take(4)
+            .map(|((from, to, _), _)| {
+                format!(
+                    "a copy sent by {from} ({}) to {to} ({}) never arrived",
+                    state(from),
+                    state(to)
+                )
+            })
+            .collect();
+        why.extend(
+            self.handed_back
+                .iter()
+                .filter(|h| h.names.contains(&e))
+                .take(4)
+                .map(|h| {
+                    format!(
+                        "at {:.3}s {} handed back {} to {} ({}): {}",
+                        h.at.as_secs_f64(),
+                        h.from,
+                        if h.maybe {
+                            "as maybe delivered"
+                        } else {
+                            "as never sent"
+                        },
+                        h.to,
+                        state(&h.to),
+                        h.what
+                    )
+                }),
+        );
+        if why.is_empty() {
+            return String::new();
+        }
+        format!(" [{}]", why.join("; "))
+    }
+
     /// When `e` was made among the run's entities (a stream's variables,
     /// which the workload never holds, rank last).
     fn rank(&self, e: EntityId) -> u64 {
@@ -350,6 +437,9 @@ struct DataflowSite {
     probed: BTreeMap<SiteId, Duration>,
     /// The passes received, by sender and number.
     passes: BTreeSet<(SiteId, u64)>,
+    /// Every entity made elsewhere this site heard of (for the checks'
+    /// reports).
+    seen: BTreeSet<EntityId>,
 }
 
 fn mode(ctx: &mut AppCtx<'_>) -> FailMode {
@@ -399,6 +489,7 @@ impl DataflowSite {
             failed: BTreeSet::new(),
             probed: BTreeMap::new(),
             passes: BTreeSet::new(),
+            seen: BTreeSet::new(),
         }
     }
 
@@ -507,8 +598,10 @@ impl DataflowSite {
                 let pass = Envelope::Pass {
                     entity: e,
                     number: self.counter,
-                };
-                ctx.send(to, PRIORITY, pass.encode());
+                }
+                .encode();
+                self.books.borrow_mut().carried(self.me, to, &pass, &[e]);
+                ctx.send(to, PRIORITY, pass);
                 self.books.borrow_mut().stats.passes += 1;
             }
             35..=49 if !self.busy() => {
@@ -583,7 +676,10 @@ impl DataflowSite {
             match a {
                 Action::Send { to, msg } => {
                     self.known.insert(to);
-                    ctx.send(to, PRIORITY, Envelope::Wire(msg).encode());
+                    let refs = msg.value().map(|v| v.refs.clone()).unwrap_or_default();
+                    let body = Envelope::Wire(msg).encode();
+                    self.books.borrow_mut().carried(self.me, to, &body, &refs);
+                    ctx.send(to, PRIORITY, body);
                 }
                 Action::Done { op, outcome } => self.done(ctx, op, outcome),
                 Action::Need { var } => {
@@ -737,6 +833,10 @@ impl DataflowSite {
     /// What a message tells of other sites.
     fn hear(&mut self, w: &Wire) {
         self.known.insert(w.entity().home);
+        self.seen.insert(w.entity());
+        if let Some(v) = w.value() {
+            self.seen.extend(v.refs.iter().copied());
+        }
         if let Wire::Lend { to, .. } | Wire::Forward { to, .. } = w {
             self.known.insert(*to);
         }
@@ -796,6 +896,7 @@ impl Application for DataflowSite {
             Err(e) => panic!("{} cannot read a message from {from}: {e}", self.me),
         };
         tracing::trace!(site = %self.me, now = ?ctx.now, %from, ?envelope, "dataflow received");
+        self.books.borrow_mut().landed(from, self.me, body);
         match envelope {
             Envelope::Wire(w) => {
                 self.hear(&w);
@@ -807,6 +908,7 @@ impl Application for DataflowSite {
                     return;
                 }
                 self.known.insert(entity.home);
+                self.seen.insert(entity);
                 self.site.receive(entity);
                 self.site.acquire(entity);
                 if self.settling || self.held.len() >= MAX_HELD {
@@ -827,21 +929,35 @@ impl Application for DataflowSite {
             Err(e) => panic!("{} got back a message it cannot read: {e}", self.me),
         };
         tracing::trace!(site = %self.me, now = ?ctx.now, %to, maybe, ?envelope, "dataflow handed back");
+        let names = match &envelope {
+            Envelope::Wire(w) => {
+                let mut n = vec![w.entity()];
+                n.extend(w.value().map(|v| v.refs.clone()).unwrap_or_default());
+                n
+            }
+            Envelope::Pass { entity, .. } => vec![*entity],
+            Envelope::Probe => Vec::new(),
+        };
+        let mut books = self.books.borrow_mut();
+        books.landed(self.me, to, body);
+        if !names.is_empty() && books.handed_back.len() < 10_000 {
+            books.handed_back.push(HandedBack {
+                at: ctx.now,
+                from: self.me,
+                to,
+                maybe,
+                names,
+                what: format!("{envelope:?}"),
+            });
+        }
+        drop(books);
         match envelope {
             Envelope::Wire(w) => {
                 if maybe && !self.failed.contains(&to) {
                     // The protocols take a message handed back as its
                     // site's failure for good; this one is up, and may
                     // have had it (it forgot this site's session).
-                    let mut books = self.books.borrow_mut();
-                    books.stats.maybe_delivered_to_live += 1;
-                    if books.forgotten.len() < 8 {
-                        books.forgotten.push(format!(
-                            "{:.3}s {} -> {to}: {w:?}",
-                            ctx.now.as_secs_f64(),
-                            self.me
-                        ));
-                    }
+                    self.books.borrow_mut().stats.maybe_delivered_to_live += 1;
                 }
                 self.site.undelivered(to, w);
                 self.pump(ctx);
@@ -850,9 +966,12 @@ impl Application for DataflowSite {
             // sent again (the receiver takes it once). To a site that
             // failed for good, nothing: its count goes at the home once
             // the home learns the failure.
-            Envelope::Pass { .. } if maybe && !self.failed.contains(&to) => {
+            Envelope::Pass { entity, .. } if maybe && !self.failed.contains(&to) => {
+                let mut books = self.books.borrow_mut();
+                books.carried(self.me, to, body, &[entity]);
+                books.stats.passes_again += 1;
+                drop(books);
                 ctx.send(to, PRIORITY, body.to_vec());
-                self.books.borrow_mut().stats.passes_again += 1;
             }
             Envelope::Pass { .. } | Envelope::Probe => {}
         }
@@ -867,37 +986,55 @@ impl Application for DataflowSite {
         self.pump(ctx);
     }
 
-    fn check(&self, _ctx: &AppCtx<'_>) -> Result<(), String> {
+    fn check(&self, ctx: &AppCtx<'_>) -> Result<(), String> {
         let books = self.books.borrow();
-        let forgotten = match books.forgotten.len() {
-            0 => String::new(),
-            _ => format!(
-                "; sitenet handed back {} protocol messages as maybe delivered to sites that \
-                 were up, which the protocols take as failed for good: {}",
-                books.stats.maybe_delivered_to_live,
-                books.forgotten.join("; ")
-            ),
-        };
+        let why = |e: EntityId| books.explain(e, ctx.sites);
         if !self.ops.is_empty() || self.site.pending_ops() > 0 {
+            let ops: Vec<String> = self
+                .ops
+                .iter()
+                .take(8)
+                .map(|(id, op)| {
+                    let e = match op {
+                        Op::Wait { var } | Op::Bind { var, .. } | Op::Read { var, .. } => *var,
+                        Op::Exchange { cell } => *cell,
+                        Op::Send => return format!("{id:?} {op:?}"),
+                    };
+                    format!("{id:?} {op:?}{}", why(e))
+                })
+                .collect();
             return Err(format!(
-                "{} operations never ended ({} in the machine): {:?}{forgotten}",
+                "{} operations never ended ({} in the machine): {}",
                 self.ops.len(),
                 self.site.pending_ops(),
-                self.ops.iter().take(8).collect::<Vec<_>>()
+                ops.join(", ")
             ));
         }
+        let proxies: Vec<EntityId> = self
+            .seen
+            .iter()
+            .copied()
+            .filter(|e| e.home != self.me && self.site.books(*e).is_some())
+            .collect();
         if self.site.homes() > 0 || self.site.proxies() > 0 {
             let homes: Vec<String> = self
                 .site
                 .home_ids()
                 .take(8)
-                .map(|e| format!("{e:?} {:?}", self.site.books(e)))
+                .map(|e| format!("{e:?} {:?}{}", self.site.books(e), why(e)))
+                .collect();
+            let proxies: Vec<String> = proxies
+                .iter()
+                .take(8)
+                .map(|&e| format!("{e:?} {:?}{}", self.site.books(e), why(e)))
                 .collect();
             return Err(format!(
-                "entities kept after their last reference: {} homes ({}), {} proxies{forgotten}",
+                "entities kept after their last reference: {} homes (as (handles here, \
+                 holding sites)): {}; {} proxies: {}",
                 self.site.homes(),
                 homes.join(", "),
-                self.site.proxies()
+                self.site.proxies(),
+                proxies.join(", ")
             ));
         }
         Ok(())
