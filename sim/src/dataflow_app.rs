@@ -149,6 +149,10 @@ pub struct DataflowStats {
     /// that is up (it forgot the sender's session): the protocols take
     /// every message handed back as its site's failure for good.
     pub maybe_delivered_to_live: u64,
+    /// Times a site was told another failed for good while it was up
+    /// (given up on, `SimConfig::give_up`): the protocols take it as dead
+    /// for ever, though it may talk again in a fresh session.
+    pub given_up_while_up: u64,
 }
 
 /// The books every site of one run shares: what the checkers compare
@@ -164,12 +168,16 @@ struct Books {
     streams: BTreeMap<(EntityId, SiteId), u64>,
     /// Every entity the workload made, in the order made.
     ranks: BTreeMap<EntityId, u64>,
-    /// Messages carrying copies of references, sent and not arrived
-    /// yet: by sender, receiver and body, how many, and what they name.
-    in_flight: BTreeMap<InFlight, (u32, Vec<EntityId>)>,
+    /// Messages carrying copies of references (or counting them: lends
+    /// and unlists), sent and not arrived yet: by sender, receiver and
+    /// body, how many, and what they name.
+    in_flight: BTreeMap<InFlight, (u32, Vec<EntityId>, &'static str)>,
     /// Messages handed back, for the checks' reports: sender, receiver,
     /// maybe delivered, what it was about and named, what it was.
     handed_back: Vec<HandedBack>,
+    /// Sites told another failed for good while it was up (given up on
+    /// after a partition longer than the give-up time): when, who, whom.
+    given_up: Vec<(Duration, SiteId, SiteId)>,
     stats: DataflowStats,
 }
 
@@ -195,15 +203,23 @@ struct CellBook {
 }
 
 impl Books {
-    /// A message carrying copies of `refs` left `from` for `to`.
-    fn carried(&mut self, from: SiteId, to: SiteId, body: &[u8], refs: &[EntityId]) {
+    /// A message (`what`) carrying or counting copies of `refs` left
+    /// `from` for `to`.
+    fn carried(
+        &mut self,
+        from: SiteId,
+        to: SiteId,
+        body: &[u8],
+        refs: &[EntityId],
+        what: &'static str,
+    ) {
         if refs.is_empty() {
             return;
         }
         let e = self
             .in_flight
             .entry((from, to, body.to_vec()))
-            .or_insert((0, refs.to_vec()));
+            .or_insert((0, refs.to_vec(), what));
         e.0 += 1;
     }
 
@@ -227,11 +243,12 @@ impl Books {
         let mut why: Vec<String> = self
             .in_flight
             .iter()
-            .filter(|(_, (_, refs))| refs.contains(&e))
+            .filter(|(_, (_, refs, _))| refs.contains(&e))
             .take(4)
-            .map(|((from, to, _), _)| {
+            .map(|((from, to, _), (_, _, what))| {
                 format!(
-                    "a copy sent by {from} ({}) to {to} ({}) never arrived",
+                    "a {what} carrying or counting a copy, sent by {from} ({}) to {to} ({}), \
+                     never arrived",
                     state(from),
                     state(to)
                 )
@@ -255,6 +272,18 @@ impl Books {
                         h.to,
                         state(&h.to),
                         h.what
+                    )
+                }),
+        );
+        why.extend(
+            self.given_up
+                .iter()
+                .filter(|(_, _, whom)| *whom == e.home)
+                .take(4)
+                .map(|(at, who, whom)| {
+                    format!(
+                        "at {:.3}s {who} was told its home {whom} failed for good while it was up",
+                        at.as_secs_f64()
                     )
                 }),
         );
@@ -466,6 +495,31 @@ fn parse_item(bytes: &[u8]) -> Option<(SiteId, u64)> {
     Some((SiteId(sender), seq))
 }
 
+/// A protocol message's name, for the checks' reports.
+fn wire_kind(w: &Wire) -> &'static str {
+    match w {
+        Wire::Lend { .. } => "Lend",
+        Wire::Take { .. } => "Take",
+        Wire::Unlist { .. } => "Unlist",
+        Wire::Gone { .. } => "Gone",
+        Wire::Register { .. } => "Register",
+        Wire::Bind { .. } => "Bind",
+        Wire::BindAck { .. } => "BindAck",
+        Wire::Bound { .. } => "Bound",
+        Wire::PortSend { .. } => "PortSend",
+        Wire::PortAck { .. } => "PortAck",
+        Wire::Exchange { .. } => "Exchange",
+        Wire::Exchanged { .. } => "Exchanged",
+        Wire::Get { .. } => "Get",
+        Wire::Forward { .. } => "Forward",
+        Wire::Put { .. } => "Put",
+        Wire::Got { .. } => "Got",
+        Wire::Return { .. } => "Return",
+        Wire::ReturnAck { .. } => "ReturnAck",
+        Wire::Lost { .. } => "Lost",
+    }
+}
+
 /// The value every "equal" bind of `var` uses.
 fn equal_value(var: EntityId) -> Bytes {
     Bytes::from(format!("equal:{:x}:{}", var.home.0, var.serial))
@@ -600,7 +654,9 @@ impl DataflowSite {
                     number: self.counter,
                 }
                 .encode();
-                self.books.borrow_mut().carried(self.me, to, &pass, &[e]);
+                self.books
+                    .borrow_mut()
+                    .carried(self.me, to, &pass, &[e], "Pass");
                 ctx.send(to, PRIORITY, pass);
                 self.books.borrow_mut().stats.passes += 1;
             }
@@ -676,9 +732,16 @@ impl DataflowSite {
             match a {
                 Action::Send { to, msg } => {
                     self.known.insert(to);
-                    let refs = msg.value().map(|v| v.refs.clone()).unwrap_or_default();
+                    // What it carries copies of, or counts copies of.
+                    let refs = match &msg {
+                        Wire::Lend { entity, .. } | Wire::Unlist { entity, .. } => vec![*entity],
+                        m => m.value().map(|v| v.refs.clone()).unwrap_or_default(),
+                    };
+                    let what = wire_kind(&msg);
                     let body = Envelope::Wire(msg).encode();
-                    self.books.borrow_mut().carried(self.me, to, &body, &refs);
+                    self.books
+                        .borrow_mut()
+                        .carried(self.me, to, &body, &refs, what);
                     ctx.send(to, PRIORITY, body);
                 }
                 Action::Done { op, outcome } => self.done(ctx, op, outcome),
@@ -968,7 +1031,7 @@ impl Application for DataflowSite {
             // the home learns the failure.
             Envelope::Pass { entity, .. } if maybe && !self.failed.contains(&to) => {
                 let mut books = self.books.borrow_mut();
-                books.carried(self.me, to, body, &[entity]);
+                books.carried(self.me, to, body, &[entity], "Pass");
                 books.stats.passes_again += 1;
                 drop(books);
                 ctx.send(to, PRIORITY, body.to_vec());
@@ -981,6 +1044,11 @@ impl Application for DataflowSite {
         tracing::trace!(site = %self.me, now = ?ctx.now, peer = %site, ?state, "dataflow fault");
         if state == FaultState::PermFailed {
             self.failed.insert(site);
+            if ctx.sites.contains(&site) {
+                let mut books = self.books.borrow_mut();
+                books.stats.given_up_while_up += 1;
+                books.given_up.push((ctx.now, self.me, site));
+            }
         }
         self.site.site_fault(site, state);
         self.pump(ctx);
@@ -989,6 +1057,7 @@ impl Application for DataflowSite {
     fn check(&self, ctx: &AppCtx<'_>) -> Result<(), String> {
         let books = self.books.borrow();
         let why = |e: EntityId| books.explain(e, ctx.sites);
+        let mut wrong = Vec::new();
         if !self.ops.is_empty() || self.site.pending_ops() > 0 {
             let ops: Vec<String> = self
                 .ops
@@ -996,26 +1065,22 @@ impl Application for DataflowSite {
                 .take(8)
                 .map(|(id, op)| {
                     let e = match op {
-                        Op::Wait { var } | Op::Bind { var, .. } | Op::Read { var, .. } => *var,
+                        Op::Wait { var } | Op::Bind { var, .. } => *var,
+                        // A stream ends once its port is collected.
+                        Op::Read { port, .. } => *port,
                         Op::Exchange { cell } => *cell,
                         Op::Send => return format!("{id:?} {op:?}"),
                     };
                     format!("{id:?} {op:?}{}", why(e))
                 })
                 .collect();
-            return Err(format!(
+            wrong.push(format!(
                 "{} operations never ended ({} in the machine): {}",
                 self.ops.len(),
                 self.site.pending_ops(),
                 ops.join(", ")
             ));
         }
-        let proxies: Vec<EntityId> = self
-            .seen
-            .iter()
-            .copied()
-            .filter(|e| e.home != self.me && self.site.books(*e).is_some())
-            .collect();
         if self.site.homes() > 0 || self.site.proxies() > 0 {
             let homes: Vec<String> = self
                 .site
@@ -1023,12 +1088,15 @@ impl Application for DataflowSite {
                 .take(8)
                 .map(|e| format!("{e:?} {:?}{}", self.site.books(e), why(e)))
                 .collect();
-            let proxies: Vec<String> = proxies
+            let proxies: Vec<String> = self
+                .seen
                 .iter()
+                .filter(|e| e.home != self.me)
+                .filter_map(|&e| self.site.books(e).map(|b| (e, b)))
                 .take(8)
-                .map(|&e| format!("{e:?} {:?}{}", self.site.books(e), why(e)))
+                .map(|(e, b)| format!("{e:?} {b:?}{}", why(e)))
                 .collect();
-            return Err(format!(
+            wrong.push(format!(
                 "entities kept after their last reference: {} homes (as (handles here, \
                  holding sites)): {}; {} proxies: {}",
                 self.site.homes(),
@@ -1037,6 +1105,9 @@ impl Application for DataflowSite {
                 proxies.join(", ")
             ));
         }
-        Ok(())
+        match wrong.is_empty() {
+            true => Ok(()),
+            false => Err(wrong.join("; and ")),
+        }
     }
 }
