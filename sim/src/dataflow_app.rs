@@ -333,8 +333,9 @@ impl Books {
         }
     }
 
-    /// `port`'s home read item `seq` of `sender` (`up`: the sender is up).
-    fn read(&mut self, port: EntityId, sender: SiteId, seq: u64, up: bool) {
+    /// `port`'s home read item `seq` of `sender` (`sites`: those up).
+    fn read(&mut self, port: EntityId, sender: SiteId, seq: u64, sites: &[SiteId]) {
+        let up = sites.contains(&sender);
         let last = self.streams.entry((port, sender)).or_insert(0);
         if seq <= *last {
             panic!(
@@ -343,9 +344,11 @@ impl Books {
             );
         }
         if seq != *last + 1 && up {
+            let last = *last;
             panic!(
                 "per-sender FIFO broken: {port:?}'s stream holds {sender}'s item {seq} right \
-                 after its item {last}, and {sender} never crashed"
+                 after its item {last}, and {sender} never crashed{}",
+                self.explain(port, sites)
             );
         }
         *last = seq;
@@ -834,9 +837,8 @@ impl DataflowSite {
                         let Some((sender, seq)) = parse_item(&it.bytes) else {
                             panic!("{me}: {port:?}'s stream holds {it:?}, no item");
                         };
-                        let up = ctx.sites.contains(&sender);
                         let mut books = self.books.borrow_mut();
-                        books.read(port, sender, seq, up);
+                        books.read(port, sender, seq, ctx.sites);
                         books.stats.items_read += 1;
                         drop(books);
                         let next = self.op(Op::Read { port, var: rest });

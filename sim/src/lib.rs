@@ -20,6 +20,13 @@
 //!   messages, requests (answered now or later, or forwarded), and
 //!   cooperations ([`AppCtx::cooperation`], driven by the runtime's
 //!   [`Cooperation`](sitenet_protocols::node::cooperation::Cooperation) machine: `coops`).
+//! * **The dataflow protocols** ([`Dataflow`]): an application in which
+//!   each site runs `sitenet-dataflow-protocols`' `Site` machine under a
+//!   seeded workload, with checkers for single assignment, linearizable
+//!   exchanges, per-sender FIFO and distributed collection
+//!   (`sitenet sim --app dataflow`); [`Application::site_fault`] tells it
+//!   its peers' fault states, [`Application::settle_tick`] lets it wind
+//!   down in the settle phase.
 //! * **Output bounds** (`outbox`): every send holds its bytes under the
 //!   runtime's bounds until acknowledged or handed back; with a small
 //!   [`SimConfig::output_bound`] senders wait in line, one line per
