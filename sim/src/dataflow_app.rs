@@ -1018,19 +1018,22 @@ impl Application for DataflowSite {
         drop(books);
         match envelope {
             Envelope::Wire(w) => {
-                if maybe && !self.failed.contains(&to) {
+                if maybe && ctx.sites.contains(&to) {
                     // The protocols take a message handed back as its
                     // site's failure for good; this one is up, and may
-                    // have had it (it forgot this site's session).
+                    // have had it (it forgot this site's session). (The
+                    // directory only counts it: the machine is not told.)
                     self.books.borrow_mut().stats.maybe_delivered_to_live += 1;
                 }
                 self.site.undelivered(to, w);
                 self.pump(ctx);
             }
-            // A reference that may not have arrived at a site that is up:
-            // sent again (the receiver takes it once). To a site that
-            // failed for good, nothing: its count goes at the home once
-            // the home learns the failure.
+            // A reference that may not have arrived: sent again (the
+            // receiver takes it once). A site that failed for good hands
+            // the copy back at once, as never sent (its failure is told
+            // after what it held is handed back, so it may not be known
+            // yet): nothing then, its count goes at the home once the home
+            // learns the failure.
             Envelope::Pass { entity, .. } if maybe && !self.failed.contains(&to) => {
                 let mut books = self.books.borrow_mut();
                 books.carried(self.me, to, body, &[entity], "Pass");
