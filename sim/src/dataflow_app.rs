@@ -26,7 +26,10 @@
 //!   at the address, and the machine learns the old one failed for good.
 //! * **Checkers**, in books all the sites of one run share (a violation
 //!   panics in the callback, which ends the run as a violation at that
-//!   step; the rest is each site's [`check`](Application::check)):
+//!   step; the rest is each site's [`check`](Application::check), whose
+//!   findings the last live site checked reports together, so that an
+//!   entity kept at one site because another's keeps it shows with its
+//!   root):
 //!   single assignment (every site that sees a variable bound sees the
 //!   same value, and at most one distinct value's bind succeeds);
 //!   linearizable exchanges (every old content answered was written, or
@@ -178,6 +181,8 @@ struct Books {
     /// Sites told another failed for good while it was up (given up on
     /// after a partition longer than the give-up time): when, who, whom.
     given_up: Vec<(Duration, SiteId, SiteId)>,
+    /// What each live site's check found wrong, in the order checked.
+    failed_checks: Vec<String>,
     stats: DataflowStats,
 }
 
@@ -1110,9 +1115,32 @@ impl Application for DataflowSite {
                 proxies.join(", ")
             ));
         }
-        match wrong.is_empty() {
-            true => Ok(()),
-            false => Err(wrong.join("; and ")),
+        drop(books);
+        // One site's kept entity may be held by another's (a value in
+        // it names it): every live site's findings are gathered, and the
+        // last site checked (the simulator checks them in the
+        // directory's order) reports them all, so that the report shows
+        // the root as well as what it keeps.
+        let mut books = self.books.borrow_mut();
+        if !wrong.is_empty() {
+            books
+                .failed_checks
+                .push(format!("at {}: {}", self.me, wrong.join("; and ")));
         }
+        if ctx.sites.last() != Some(&self.me) || books.failed_checks.is_empty() {
+            return Ok(());
+        }
+        let n = books.failed_checks.len();
+        let shown: Vec<&str> = books
+            .failed_checks
+            .iter()
+            .take(4)
+            .map(|s| s.as_str())
+            .collect();
+        Err(format!(
+            "{n} sites broke the dataflow claims once the run settled: {}{}",
+            shown.join(" || "),
+            if n > 4 { " || …" } else { "" }
+        ))
     }
 }
