@@ -123,7 +123,7 @@ pub struct DataflowStats {
     pub entities_made: u64,
     /// References passed inside application messages.
     pub passes: u64,
-    /// Binds that succeeded, and those refused as conflicts.
+    /// Binds that succeeded.
     pub binds_won: u64,
     /// Binds refused: the variable was bound to a different value.
     pub conflicts: u64,
