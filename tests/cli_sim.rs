@@ -477,3 +477,42 @@ fn half_open_cuts_and_leaves_are_options_of_their_own() {
     assert_eq!(v["settings"]["leaves"], 1.0);
     assert_eq!(v["settings"]["give_up_s"], 3.0);
 }
+
+/// `--app dataflow`: every site runs the dataflow protocols under their
+/// checkers; the JSON says which application ran, and a seed's replay
+/// names it.
+#[test]
+fn the_dataflow_application_runs_under_its_checkers() {
+    let args = [
+        "sim",
+        "--app",
+        "dataflow",
+        "--seed",
+        "1",
+        "--duration",
+        "10",
+        "--faults",
+        "light",
+        "--json",
+    ];
+    let v = json_of(&args);
+    assert_eq!(v["verdict"], "ok", "{v}");
+    assert_eq!(v["app"], "dataflow");
+    assert!(v["messages"].as_u64().unwrap() > 0, "{v}");
+    let replay = v["settings"]["replay"].as_str().unwrap();
+    assert!(replay.ends_with(" --app dataflow"), "{replay}");
+    // The same seed, another process: the same run.
+    assert_eq!(json_of(&args)["digest"], v["digest"]);
+    // The default application is the node's workload.
+    let node = json_of(&[
+        "sim",
+        "--seed",
+        "1",
+        "--duration",
+        "3",
+        "--settle",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(node["app"], "node");
+}

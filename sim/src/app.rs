@@ -17,6 +17,7 @@ use rand_chacha::ChaCha8Rng;
 
 use sitenet_protocols::base::priority::Priority;
 use sitenet_protocols::base::site::SiteId;
+use sitenet_protocols::connection::com_object::FaultState;
 use sitenet_protocols::node::cooperation::{Cooperation, Expect};
 use sitenet_protocols::node::delegation::reply_kind;
 use sitenet_protocols::wire::message::MessageKind;
@@ -456,6 +457,23 @@ pub trait Application {
     /// The periodic tick ([`SimConfig::tick`](crate::SimConfig::tick));
     /// ticks stop when the fault phase ends, so that the run can settle.
     fn tick(&mut self, _ctx: &mut AppCtx<'_>) {}
+    /// A tick of the settle phase, at the same period: the faults are over
+    /// (no crash, cut or partition comes any more), and an application
+    /// that must wind down does it here — let go of what it holds, finish
+    /// what it started, look up the sites it depends on — so that its own
+    /// [`check`](Self::check) can ask for a quiet end. The default does
+    /// nothing: an application that starts nothing new lets the run settle.
+    fn settle_tick(&mut self, _ctx: &mut AppCtx<'_>) {}
+    /// The site's ComObject for `site` changed its fault state, as the
+    /// runtime's node tells whoever watches the site: temporarily failed
+    /// (the channel was lost or cannot be opened; it keeps trying), ok
+    /// again, or permanently failed (a new incarnation answers at its
+    /// address, it gave up, or the site left; what it held was handed back
+    /// before this call). A crashed site is learnt of only by a site that
+    /// talks to it (sends, or an open channel): a protocol that must know
+    /// keeps sending to the sites it depends on. Only sites known by their
+    /// id are told (not an entry reached by address before it is bound).
+    fn site_fault(&mut self, _ctx: &mut AppCtx<'_>, _site: SiteId, _state: FaultState) {}
     /// A message from `from` arrived (delivered once, in order per priority).
     fn received(&mut self, _ctx: &mut AppCtx<'_>, _from: SiteId, _body: &[u8]) {}
     /// A message from `from` naming `site` arrived

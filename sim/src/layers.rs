@@ -33,6 +33,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("batches", 2),
     ("config", 2),
     ("traffic", 3),
+    // The dataflow protocols as an application.
+    ("dataflow_app", 3),
     ("workload", 3),
     // Settings drawn per seed.
     ("swarm", 3),

@@ -20,6 +20,13 @@
 //!   messages, requests (answered now or later, or forwarded), and
 //!   cooperations ([`AppCtx::cooperation`], driven by the runtime's
 //!   [`Cooperation`](sitenet_protocols::node::cooperation::Cooperation) machine: `coops`).
+//! * **The dataflow protocols** ([`Dataflow`]): an application in which
+//!   each site runs `sitenet-dataflow-protocols`' `Site` machine under a
+//!   seeded workload, with checkers for single assignment, linearizable
+//!   exchanges, per-sender FIFO and distributed collection
+//!   (`sitenet sim --app dataflow`); [`Application::site_fault`] tells it
+//!   its peers' fault states, [`Application::settle_tick`] lets it wind
+//!   down in the settle phase.
 //! * **Output bounds** (`outbox`): every send holds its bytes under the
 //!   runtime's bounds until acknowledged or handed back; with a small
 //!   [`SimConfig::output_bound`] senders wait in line, one line per
@@ -76,6 +83,7 @@ mod check;
 mod config;
 mod conns;
 mod coops;
+mod dataflow_app;
 mod drain;
 mod envelope;
 mod faults;
@@ -109,6 +117,7 @@ use rand_chacha::ChaCha8Rng;
 
 pub use app::{Answer, AppCtx, AppFactory, Application, BatchOp, OpOutcome, Request};
 pub use config::{Report, SimConfig, SimConfigError, Verdict, MAX_SIM_TIME, MAX_SITES, MIN_TICK};
+pub use dataflow_app::{Dataflow, DataflowStats, Envelope, EnvelopeError};
 pub use faults::Faults;
 pub use search::{search, search_swarm, search_with, SearchRun, MAX_JOBS};
 pub use shrink::{shrink, shrink_with};
@@ -376,6 +385,8 @@ impl Sim {
                     self.release_references(node);
                     if self.now < self.cfg.duration {
                         self.app_call(node, |app, ctx| app.tick(ctx));
+                    } else {
+                        self.app_call(node, |app, ctx| app.settle_tick(ctx));
                     }
                     self.at(self.now + self.cfg.tick, Ev::Tick { node, inc });
                 }

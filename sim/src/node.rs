@@ -351,6 +351,11 @@ impl Sim {
                 }
                 Action::Fault { state, .. } => {
                     self.trace(n, "fault", &[peer.0, state as u128]);
+                    // Told by its id: an entry reached by address is not
+                    // the site's until it is bound.
+                    if !crate::peer::unbound(peer) {
+                        self.app_call(n, |app, ctx| app.site_fault(ctx, peer, state));
+                    }
                 }
                 Action::ReportFault { reason } => {
                     self.violation(format!(

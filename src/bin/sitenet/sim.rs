@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use sitenet_sim::{self as sim, Faults, Knob, Sim, SimConfig, SimConfigError, Swarm, Verdict};
+use sitenet_sim::{self as sim, Faults, Knob, SimConfig, SimConfigError, Swarm, Verdict};
 
 mod figures;
 mod replay;
 
 use figures::{add, print, verdict_code, Json, Shrunk};
-use replay::{typed, Runs};
+use replay::{typed, App, Runs};
 
 /// The smallest `--output-bound`: twice the default workload's largest
 /// message (40 KiB of body, and its header and record), as the runtime
@@ -177,6 +177,14 @@ pub(crate) struct Args {
     /// Print every event of the run, one line each, on stdout.
     #[arg(long)]
     trace: bool,
+    /// The application every site runs: `node`, the node's random
+    /// workload (messages, requests, the chances above), or `dataflow`,
+    /// the dataflow protocols (variables, ports, mobile and stationary
+    /// cells, distributed collection) under their own checkers: single
+    /// assignment, linearizable exchanges, per-sender FIFO, and nothing
+    /// kept after its last reference once the run settles.
+    #[arg(long, value_parser = ["node", "dataflow"], default_value = "node")]
+    app: String,
     /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
@@ -260,9 +268,14 @@ fn runs_of(a: &Args) -> Result<Runs, String> {
         Some(_) => a.swarm,
         None => !a.no_swarm,
     };
+    let app = match a.app.as_str() {
+        "dataflow" => App::Dataflow,
+        _ => App::Node,
+    };
     Ok(Runs {
         swarm: drawn.then(|| pinned(Swarm::new(cfg.clone()), a)),
         cfg,
+        app,
     })
 }
 
@@ -335,7 +348,7 @@ fn flag_error(e: &SimConfigError) -> String {
 /// One seed, with a progress bar over simulated time on a terminal.
 fn one(cfg: SimConfig, runs: &Runs, a: &Args) -> ExitCode {
     let faults = cfg.faults;
-    let mut sim = Sim::new(cfg.clone());
+    let mut sim = runs.make(cfg.clone());
     if a.trace {
         sim.set_trace(|l| println!("{l}"));
     }
@@ -357,10 +370,11 @@ fn one(cfg: SimConfig, runs: &Runs, a: &Args) -> ExitCode {
     let wall = start.elapsed();
     bar.finish_and_clear();
     let mut json = Json::new(&report, faults, wall);
+    json.app = runs.app.name();
     json.swarm = runs.swarm.is_some();
     json.settings = Some(runs.settings(cfg.seed));
     if report.verdict != Verdict::Ok && a.shrink {
-        json.shrunk = Some(shrink(&cfg));
+        json.shrunk = Some(shrink(&cfg, runs));
     }
     if a.coverage {
         json.show_coverage();
@@ -400,6 +414,7 @@ fn search(runs: &Runs, a: &Args) -> ExitCode {
     let each = |run: sim::SearchRun| {
         let seed = run.report.seed;
         let mut one = Json::new(&run.report, runs.config(seed).faults, run.wall);
+        one.app = runs.app.name();
         one.swarm = runs.swarm.is_some();
         if let Some(v) = &one.violation {
             let settings = runs.settings(seed);
@@ -424,9 +439,18 @@ fn search(runs: &Runs, a: &Args) -> ExitCode {
         bar.set_position(start.elapsed().as_millis().min(budget.as_millis()) as u64);
         bar.set_message(format!("{next} seeds, {} failing", failing.len()));
     };
+    // Each seed's run is made on the thread that runs it, with the
+    // command's application.
+    let more = |_| start.elapsed() < budget;
     let tried = match &runs.swarm {
-        Some(swarm) => sim::search_swarm(swarm, jobs, budget, each),
-        None => sim::search(&runs.cfg, jobs, budget, each),
+        Some(swarm) => sim::search_with(
+            &swarm.base,
+            jobs,
+            more,
+            |c| runs.make(swarm.config(c.seed)),
+            each,
+        ),
+        None => sim::search_with(&runs.cfg, jobs, more, |c| runs.make(c), each),
     };
     debug_assert!(ended.is_empty() && next == tried, "every seed taken is run");
     bar.finish_and_clear();
@@ -439,7 +463,7 @@ fn search(runs: &Runs, a: &Args) -> ExitCode {
         json.seed = None;
         json.settings = None;
     } else if a.shrink {
-        json.shrunk = Some(shrink(&runs.config(failing[0])));
+        json.shrunk = Some(shrink(&runs.config(failing[0]), runs));
     }
     json.failing_seeds = Some(failing);
     if a.coverage {
@@ -449,22 +473,24 @@ fn search(runs: &Runs, a: &Args) -> ExitCode {
     verdict_code(&json)
 }
 
-fn shrink(cfg: &SimConfig) -> Shrunk {
+/// Shrinks a failing `cfg`, each try run with the command's application.
+fn shrink(cfg: &SimConfig, with: &Runs) -> Shrunk {
     eprintln!("sitenet sim: shrinking seed {}", cfg.seed);
-    let (small, runs) = sim::shrink(cfg, |c| {
+    let (small, runs) = sim::shrink_with(cfg, |c| {
         eprintln!(
             "sitenet sim:   trying {} sites, {} faults, {:.1}s",
             c.sites,
             c.faults.name(),
             c.duration.as_secs_f64()
         );
+        with.make(c.clone()).run().verdict != Verdict::Ok
     });
     Shrunk {
         sites: small.sites,
         faults: small.faults.name(),
         duration_s: small.duration.as_secs_f64(),
         runs,
-        command: format!("{} --trace", typed(&small)),
+        command: format!("{}{} --trace", typed(&small), with.app.flag()),
     }
 }
 
@@ -522,5 +548,26 @@ mod tests {
         // Without options, nothing is pinned and every knob is drawn.
         let free = swarm_of(&[]);
         assert_eq!(free.settings(77).replay, "sitenet sim --seed 77 --swarm");
+    }
+
+    /// A dataflow run's replay and typed command name the application:
+    /// without it they would run the node's workload instead.
+    #[test]
+    fn a_dataflow_run_is_replayed_as_a_dataflow_run() {
+        let runs = swarm_of(&["--app", "dataflow", "--faults", "heavy"]);
+        assert_eq!(runs.app, App::Dataflow);
+        let settings = runs.settings(5);
+        assert_eq!(
+            settings.replay,
+            "sitenet sim --seed 5 --swarm --faults heavy --app dataflow"
+        );
+        assert!(
+            settings.command.ends_with(" --app dataflow"),
+            "{}",
+            settings.command
+        );
+        let again = swarm_of(&settings.replay.split(' ').skip(5).collect::<Vec<_>>());
+        assert_eq!(again.app, App::Dataflow);
+        assert_eq!(swarm_of(&[]).app, App::Node);
     }
 }

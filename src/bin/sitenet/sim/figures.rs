@@ -87,6 +87,8 @@ pub(super) struct Json {
     pub(super) failing_seeds: Option<Vec<u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) shrunk: Option<Shrunk>,
+    /// The application every site ran (`--app`): `node` or `dataflow`.
+    pub(super) app: &'static str,
     /// Whether each seed drew its settings (`--swarm`).
     pub(super) swarm: bool,
     /// The settings the run named by `seed` used (drawn or given), and
@@ -267,6 +269,7 @@ impl Json {
             seeds_tried: None,
             failing_seeds: None,
             shrunk: None,
+            app: "node",
             swarm: false,
             settings: None,
         }
@@ -350,6 +353,9 @@ pub(super) fn print(j: &Json, json: bool) {
         _ => println!("seed:           {}", j.seed.unwrap_or_default()),
     }
     println!("sites:          {} ({} faults)", j.sites, j.faults);
+    if j.app != "node" {
+        println!("application:    {}", j.app);
+    }
     if let Some(s) = &j.settings {
         if s.swarm {
             println!("settings:       drawn (--swarm): {}", s.command);

@@ -3,18 +3,55 @@
 //! again: a swarm's replay (`--seed S --swarm` and the pinned options) and
 //! the same run with every setting typed.
 
-use sitenet_sim::{Knob, SimConfig, Swarm};
+use sitenet_sim::{Dataflow, Knob, Sim, SimConfig, Swarm};
 
 use super::figures::Settings;
 
+/// Which application every simulated site runs (`--app`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum App {
+    /// The node's random workload (`sitenet_sim::Workload`).
+    Node,
+    /// The dataflow protocols (`sitenet_sim::Dataflow`).
+    Dataflow,
+}
+
+impl App {
+    /// Its name, as `--app` takes it and the JSON's `app` key says.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            App::Node => "node",
+            App::Dataflow => "dataflow",
+        }
+    }
+
+    /// What a command that replays a run of it adds (nothing for the
+    /// default).
+    pub(super) fn flag(self) -> &'static str {
+        match self {
+            App::Node => "",
+            App::Dataflow => " --app dataflow",
+        }
+    }
+}
+
 /// What every seed of this command runs: the options as given, or
-/// settings drawn per seed (`--swarm`).
+/// settings drawn per seed (`--swarm`), and the application.
 pub(super) struct Runs {
     pub(super) cfg: SimConfig,
     pub(super) swarm: Option<Swarm>,
+    pub(super) app: App,
 }
 
 impl Runs {
+    /// The simulation of `cfg` with this command's application.
+    pub(super) fn make(&self, cfg: SimConfig) -> Sim {
+        match self.app {
+            App::Node => Sim::new(cfg),
+            App::Dataflow => Sim::with_app(cfg, Dataflow::new().factory()),
+        }
+    }
+
     /// Seed `seed`'s configuration.
     pub(super) fn config(&self, seed: u64) -> SimConfig {
         match &self.swarm {
@@ -48,12 +85,14 @@ impl Runs {
                     };
                     replay += &format!(" {flag}{sep}{value}");
                 }
+                replay += self.app.flag();
                 let names = pins.iter().map(|(f, _)| f.to_string()).collect();
                 (replay, names)
             }
-            None => (typed(&c), Vec::new()),
+            None => (typed(&c) + self.app.flag(), Vec::new()),
         };
-        Settings::new(&c, self.swarm.is_some(), pinned, replay, typed(&c))
+        let command = typed(&c) + self.app.flag();
+        Settings::new(&c, self.swarm.is_some(), pinned, replay, command)
     }
 }
 
