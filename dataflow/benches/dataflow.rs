@@ -101,8 +101,12 @@ fn peer() {
     println!("{} {}", n.descriptor(), df.offer(&port));
     std::io::stdout().flush().expect("the parent reads");
     let mut line = String::new();
-    std::io::stdin().read_line(&mut line).expect("the parent's port");
-    let back: Port<u64> = df.take(&line.trim().parse::<Ticket>().expect("a ticket")).expect("a port");
+    std::io::stdin()
+        .read_line(&mut line)
+        .expect("the parent's port");
+    let back: Port<u64> = df
+        .take(&line.trim().parse::<Ticket>().expect("a ticket"))
+        .expect("a port");
     let mut bulk = 0u64;
     while let Ok(item) = stream.next_blocking() {
         match item {
@@ -147,7 +151,9 @@ fn main() {
     let site = n
         .site_from_descriptor(&desc.parse().expect("a descriptor"))
         .expect("the peer");
-    let peer_port: Port<Item> = df.take(&port_ticket.parse().expect("a ticket")).expect("a port");
+    let peer_port: Port<Item> = df
+        .take(&port_ticket.parse().expect("a ticket"))
+        .expect("a port");
     let (back, mut answers): (Port<u64>, Stream<u64>) = Port::new(&df);
     let mut stdin = child.stdin.take().expect("piped");
     writeln!(stdin, "{}", df.offer(&back)).expect("the peer reads");
@@ -166,6 +172,7 @@ fn main() {
             })
             .collect::<Vec<f64>>()
     };
+    eprintln!("[dataflow bench] round trips");
     let sitenet_rtt = median(rt(&mut |k| {
         let r = site
             .request::<Ping, Pong>(&Ping(k))
@@ -174,11 +181,13 @@ fn main() {
             .expect("a pong");
         assert_eq!(r.msg.0, k);
     }));
+    eprintln!("[dataflow bench] bind-to-wake");
     let df_rtt = median(rt(&mut |k| {
         peer_port.send(Item::Ping(k)).expect("a ping");
         assert_eq!(answers.next_blocking().expect("an answer"), k);
     }));
 
+    eprintln!("[dataflow bench] one-way");
     // One-way throughput.
     let t = Instant::now();
     for k in 0..items {
@@ -192,22 +201,33 @@ fn main() {
         .msg
         .0;
     let sitenet_oneway = counted as f64 / t.elapsed().as_secs_f64();
+    eprintln!("[dataflow bench] port throughput");
     let t = Instant::now();
     for k in 0..items {
         peer_port
-            .send(Item::Bulk { last: k + 1 == items })
+            .send(Item::Bulk {
+                last: k + 1 == items,
+            })
             .expect("a bulk item");
     }
     let got = answers.next_blocking().expect("the count");
     let port_oneway = got as f64 / t.elapsed().as_secs_f64();
     drop(stdin);
+    // The peer serves until it is stopped.
+    let _ = child.kill();
+    let _ = child.wait();
 
+    eprintln!("[dataflow bench] cells");
     // Cells: three nodes of this process, the cell made on the first.
     let nodes: Vec<Node> = (0..3).map(|_| node()).collect();
     let dfs: Vec<Dataflow> = nodes.iter().map(Dataflow::on).collect();
     let mut cells = Vec::new();
     for mode in [CellMode::Mobile, CellMode::Stationary] {
-        for (pattern, who) in [("one_hot", vec![1usize]), ("two_alternating", vec![1, 2]), ("all_three", vec![0, 1, 2])] {
+        for (pattern, who) in [
+            ("one_hot", vec![1usize]),
+            ("two_alternating", vec![1, 2]),
+            ("all_three", vec![0, 1, 2]),
+        ] {
             let cell = Cell::new(&dfs[0], mode, 0u64).expect("a cell");
             let t = dfs[0].offer(&cell);
             let moves_before: u64 = dfs.iter().map(|d| d.stats().moves).sum();
@@ -233,7 +253,6 @@ fn main() {
             cells.push((format!("{mode:?}").to_lowercase(), pattern, rate, moves));
         }
     }
-    let _ = child.wait();
     if json {
         let cells: Vec<_> = cells
             .iter()
@@ -252,7 +271,10 @@ fn main() {
         );
     } else {
         println!("round trip, median: sitenet request/reply {sitenet_rtt:.1} us; two binds that wake {df_rtt:.1} us (bind-to-wake {:.1} us)", df_rtt / 2.0);
-        println!("one-way: sitenet {sitenet_oneway:.0} msg/s; port {port_oneway:.0} msg/s ({:.2}x)", port_oneway / sitenet_oneway);
+        println!(
+            "one-way: sitenet {sitenet_oneway:.0} msg/s; port {port_oneway:.0} msg/s ({:.2}x)",
+            port_oneway / sitenet_oneway
+        );
         for (m, p, r, mv) in &cells {
             println!("cell {m:>10} {p:>16}: {r:>9.0} exchanges/s, {mv} moves");
         }

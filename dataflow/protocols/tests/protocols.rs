@@ -343,6 +343,52 @@ fn a_ticket_taken_after_its_entity_was_collected_is_gone() {
 }
 
 #[test]
+fn a_message_handed_back_gives_back_only_what_it_holds() {
+    let mut net = Net::new(3, 12);
+    let v = net.sites[0].new_var(false);
+    let (port, _stream) = net.sites[2].new_port();
+    net.pass(v, 0, 1);
+    net.pass(port, 2, 1);
+    net.run();
+    assert_eq!(net.sites[1].books(v), Some((1, 0)));
+    let x = net.sites[1].make_value(b"item".to_vec(), vec![v]);
+    net.sites[1].send(None, port, x, FailMode::Wait);
+    net.pump();
+    // sitenet hands the port send back: site 2 failed for good.
+    let msg = net.links.get_mut(&(1, 2)).unwrap().pop_back().unwrap();
+    assert!(matches!(
+        msg,
+        sitenet_dataflow_protocols::Wire::PortSend { .. }
+    ));
+    net.sites[1].site_fault(id(2), sitenet_protocols::FaultState::PermFailed);
+    net.sites[1].undelivered(id(2), msg);
+    net.pump();
+    assert_eq!(
+        net.sites[1].books(v),
+        Some((1, 0)),
+        "site 1's own handle on v is still there"
+    );
+}
+
+#[test]
+fn a_mobile_cell_proxy_goes_after_its_home_answers_gone() {
+    let mut net = Net::new(2, 11);
+    let init = net.value(0, b"init");
+    let c = net.sites[0].new_cell(true, init);
+    net.drop_handle(0, c);
+    assert_eq!(net.sites[0].homes(), 0);
+    net.sites[1].take(c);
+    let op = net.op();
+    let x = net.value(1, b"x");
+    net.sites[1].exchange(op, c, x, FailMode::Wait);
+    net.run();
+    assert_eq!(net.answer(1, op), Some(&Err(OpError::Gone)));
+    net.drop_handle(1, c);
+    net.run();
+    assert!(net.empty(), "{}", net.books());
+}
+
+#[test]
 fn an_operation_on_the_wrong_kind_of_entity_fails() {
     let mut net = Net::new(1, 8);
     let v = net.sites[0].new_var(false);

@@ -205,6 +205,10 @@ impl Site {
         for op in ended {
             self.finish(op, Err(OpError::Gone));
         }
+        // A mobile cell's part waits for nothing any more.
+        if e.kind == Kind::MobileCell {
+            self.part_on_lost(e);
+        }
     }
 
     /// Site `site` failed for good: it holds nothing of ours any more.
