@@ -150,11 +150,10 @@ impl Site {
     }
 
     fn swap_stationary(&mut self, cell: EntityId, new: Value) -> Result<Value, OpError> {
-        match self.homes.get_mut(&cell.serial) {
-            Some(h) if h.kind == cell.kind => match &mut h.state {
-                HomeState::Stationary { content } => Ok(std::mem::replace(content, new)),
-                _ => unreachable!("a home's kind matches its state"),
-            },
+        match self.homes.get_mut(&cell.serial).map(|h| &mut h.state) {
+            Some(HomeState::Stationary { content }) if cell.kind == Kind::StationaryCell => {
+                Ok(std::mem::replace(content, new))
+            }
             _ => {
                 self.release_value(&new);
                 Err(OpError::Gone)

@@ -149,7 +149,7 @@ impl Site {
             return;
         }
         let n = h.holders.entry(site).or_default();
-        *n += by;
+        *n = n.saturating_add(by);
         if *n == 0 {
             h.holders.remove(&site);
             if h.holders.is_empty() && h.handles == 0 {

@@ -11,7 +11,7 @@
 use sitenet_protocols::SiteId;
 
 use super::{HomeState, Site};
-use crate::entity::{EntityId, OpId, Value};
+use crate::entity::{EntityId, Kind, OpId, Value};
 use crate::outcome::{Answer, FailMode, OpError};
 use crate::wire::{Refused, Wire};
 
@@ -42,11 +42,9 @@ impl Site {
 
     /// Appends `value` to the stream of a port made here.
     fn append(&mut self, port: EntityId, value: Value) -> Result<Answer, OpError> {
-        let tail = match self.homes.get(&port.serial) {
-            Some(h) if h.kind == port.kind => match &h.state {
-                HomeState::Port { tail } => *tail,
-                _ => unreachable!("a home's kind matches its state"),
-            },
+        // (A peer may name one of our entities with the port's kind.)
+        let tail = match self.homes.get(&port.serial).map(|h| (h.kind, &h.state)) {
+            Some((Kind::Port, HomeState::Port { tail })) if port.kind == Kind::Port => *tail,
             _ => {
                 self.release_value(&value);
                 return Err(OpError::Gone);
