@@ -16,7 +16,6 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use sitenet::Node;
 use sitenet_dataflow::{Dataflow, DataflowError, Port, Stream, Ticket};
 
 #[path = "common/procs.rs"]
@@ -50,13 +49,20 @@ struct Cli {
 
 type Item = Option<u64>;
 
-/// The filter: reads its input stream, doubles, sends to `out`.
-fn filter(mut input: Stream<Item>, out: Port<Item>) {
+/// The filter: reads its input stream, doubles, sends to `out`; with
+/// `die_after`, calls `die` after that many (the kill comes mid-stream,
+/// whatever the speeds of the sites).
+fn filter(mut input: Stream<Item>, out: Port<Item>, die_after: Option<u64>, die: impl FnOnce()) {
+    let mut n = 0;
     loop {
         match input.next_blocking() {
             Ok(Some(x)) => {
                 if out.send(Some(2 * x)).is_err() {
                     return;
+                }
+                n += 1;
+                if Some(n) == die_after {
+                    return die();
                 }
             }
             Ok(None) => {
@@ -77,12 +83,16 @@ fn produce(inbox: &Port<Item>, n: u64) -> Result<(), DataflowError> {
 }
 
 /// A filter site: its input port and its output stream, offered.
-fn filter_site(df: &Dataflow) -> (Ticket, Ticket, std::thread::JoinHandle<()>) {
+fn filter_site(
+    df: &Dataflow,
+    die_after: Option<u64>,
+    die: impl FnOnce() + Send + 'static,
+) -> (Ticket, Ticket, std::thread::JoinHandle<()>) {
     let (inbox, input) = Port::<Item>::new(df);
     let (out, output) = Port::<Item>::new(df);
     let tickets = (df.offer(&inbox), df.offer(&output));
     drop((inbox, output));
-    let t = std::thread::spawn(move || filter(input, out));
+    let t = std::thread::spawn(move || filter(input, out, die_after, die));
     (tickets.0, tickets.1, t)
 }
 
@@ -93,7 +103,7 @@ struct Outcome {
 }
 
 /// The consumer: sums the stream until its end, or a failure.
-fn consume(mut s: Stream<Item>, mut on_item: impl FnMut(u64)) -> Outcome {
+fn consume(mut s: Stream<Item>) -> Outcome {
     let mut o = Outcome {
         received: 0,
         sum: 0,
@@ -104,7 +114,6 @@ fn consume(mut s: Stream<Item>, mut on_item: impl FnMut(u64)) -> Outcome {
             Ok(Some(x)) => {
                 o.received += 1;
                 o.sum += x;
-                on_item(o.received);
             }
             Ok(None) => return o,
             Err(e) => {
@@ -121,7 +130,10 @@ fn child(cli: &Cli) {
     let df = Dataflow::on(&node);
     match cli.role.as_deref() {
         Some("filter") => {
-            let (inbox, output, t) = filter_site(&df);
+            // Killed mid-stream: the process ends at once, saying goodbye
+            // to no one (as a kill does).
+            let die_after = cli.kill.as_ref().map(|_| (cli.items / 2).max(1));
+            let (inbox, output, t) = filter_site(&df, die_after, || std::process::exit(137));
             procs::tell(&format!("{inbox} {output}"));
             t.join().expect("the filter");
             procs::wait_for_parent();
@@ -157,12 +169,18 @@ fn main() {
     let dc = Dataflow::on(&consumer);
     let start = Instant::now();
     let outcome = if cli.processes {
-        let mut f = procs::Site::spawn(&[
+        let mut filter_args: Vec<String> = vec![
             "--role".into(),
             "filter".into(),
             "--give-up".into(),
             cli.give_up.to_string(),
-        ]);
+            "--items".into(),
+            cli.items.to_string(),
+        ];
+        if kill_filter {
+            filter_args.extend(["--kill".into(), "filter".into()]);
+        }
+        let mut f = procs::Site::spawn(&filter_args);
         let line = f.line();
         let (inbox, output) = line.split_once(' ').expect("two tickets");
         let mut p = procs::Site::spawn(&[
@@ -178,44 +196,28 @@ fn main() {
         let stream: Stream<Item> = dc
             .take(&output.parse().expect("a ticket"))
             .expect("the stream");
-        let mut filter_proc = Some(f);
-        let half = cli.items / 2;
-        let outcome = consume(stream, |n| {
-            if kill_filter && n == half.max(1) {
-                if let Some(f) = filter_proc.take() {
-                    f.kill();
-                }
-            }
-        });
-        if let Some(f) = filter_proc {
-            f.finish();
-        }
+        let outcome = consume(stream);
+        f.finish();
         let _ = p.line();
         p.finish();
         outcome
     } else {
         let (filter_node, producer_node) = (procs::node(give_up), procs::node(give_up));
         let (df, dp) = (Dataflow::on(&filter_node), Dataflow::on(&producer_node));
-        let (inbox, output, filter_thread) = filter_site(&df);
+        let die_after = kill_filter.then_some((cli.items / 2).max(1));
+        let dying = filter_node.clone();
+        let (inbox, output, filter_thread) = filter_site(&df, die_after, move || {
+            let _ = dying.shutdown_blocking(Duration::from_secs(5));
+        });
         let port: Port<Item> = dp.take(&inbox).expect("the filter's port");
         let n = cli.items;
         let producer = std::thread::spawn(move || produce(&port, n));
         let stream: Stream<Item> = dc.take(&output).expect("the stream");
-        let mut filter_node = Some(filter_node);
-        let half = cli.items / 2;
-        let outcome = consume(stream, |k| {
-            if kill_filter && k == half.max(1) {
-                if let Some(f) = filter_node.take() {
-                    let _ = f.shutdown_blocking(Duration::from_secs(5));
-                }
-            }
-        });
+        let outcome = consume(stream);
         let _ = producer.join();
         let _ = filter_thread.join();
         let _ = producer_node.shutdown_blocking(Duration::from_secs(5));
-        if let Some(f) = filter_node {
-            let _ = f.shutdown_blocking(Duration::from_secs(5));
-        }
+        let _ = filter_node.shutdown_blocking(Duration::from_secs(5));
         outcome
     };
     let elapsed = start.elapsed().as_secs_f64();
@@ -251,5 +253,4 @@ fn main() {
     if failed {
         std::process::exit(1);
     }
-    let _: Option<&Node> = None;
 }

@@ -1,8 +1,8 @@
 //! A reference to an entity held by this site, and how references travel:
 //! inside a dataflow value as an index into the value's list of entities,
 //! inside any other sitenet message as the home's descriptor and the
-//! entity's serial (counted by the collection protocol: lent by the
-//! sender, received by the receiver).
+//! entity's serial (accounted by the collection protocol: pinned by the
+//! sender, released once the receiver is listed with the home).
 
 use std::cell::RefCell;
 
@@ -164,13 +164,18 @@ impl<'de> Deserialize<'de> for Handle {
             .ok_or_else(|| D::Error::custom("an entity's home without an id"))?;
         let df = Dataflow::on(&dec.node);
         df.know(&t.home);
+        df.know(&dec.from);
+        let from = dec
+            .from
+            .id()
+            .ok_or_else(|| D::Error::custom("an entity from a site without an id"))?;
         let id = EntityId {
             home,
             serial: t.serial,
             kind: t.kind,
         };
         df.with_site(|s| {
-            s.receive(id);
+            s.receive(id, from);
             s.acquire(id);
             s.settle_now();
         });

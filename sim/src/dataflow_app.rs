@@ -506,9 +506,10 @@ fn parse_item(bytes: &[u8]) -> Option<(SiteId, u64)> {
 /// A protocol message's name, for the checks' reports.
 fn wire_kind(w: &Wire) -> &'static str {
     match w {
-        Wire::Lend { .. } => "Lend",
-        Wire::Take { .. } => "Take",
-        Wire::Unlist { .. } => "Unlist",
+        Wire::Dirty { .. } => "Dirty",
+        Wire::DirtyAck { .. } => "DirtyAck",
+        Wire::Clean { .. } => "Clean",
+        Wire::Release { .. } => "Release",
         Wire::Gone { .. } => "Gone",
         Wire::Register { .. } => "Register",
         Wire::Bind { .. } => "Bind",
@@ -742,7 +743,9 @@ impl DataflowSite {
                     self.known.insert(to);
                     // What it carries copies of, or counts copies of.
                     let refs = match &msg {
-                        Wire::Lend { entity, .. } | Wire::Unlist { entity, .. } => vec![*entity],
+                        Wire::Dirty { entity }
+                        | Wire::Clean { entity }
+                        | Wire::Release { entity } => vec![*entity],
                         m => m.value().map(|v| v.refs.clone()).unwrap_or_default(),
                     };
                     let what = wire_kind(&msg);
@@ -907,7 +910,7 @@ impl DataflowSite {
         if let Some(v) = w.value() {
             self.seen.extend(v.refs.iter().copied());
         }
-        if let Wire::Lend { to, .. } | Wire::Forward { to, .. } = w {
+        if let Wire::Forward { to, .. } = w {
             self.known.insert(*to);
         }
         if let Some(v) = w.value() {
@@ -979,7 +982,7 @@ impl Application for DataflowSite {
                 }
                 self.known.insert(entity.home);
                 self.seen.insert(entity);
-                self.site.receive(entity);
+                self.site.receive(entity, from);
                 self.site.acquire(entity);
                 if self.settling || self.held.len() >= MAX_HELD {
                     self.site.release(entity);
@@ -1030,7 +1033,7 @@ impl Application for DataflowSite {
                     // directory only counts it: the machine is not told.)
                     self.books.borrow_mut().stats.maybe_delivered_to_live += 1;
                 }
-                self.site.undelivered(to, w);
+                self.site.undelivered(to, w, maybe);
                 self.pump(ctx);
             }
             // A reference that may not have arrived: sent again (the
@@ -1045,6 +1048,12 @@ impl Application for DataflowSite {
                 books.stats.passes_again += 1;
                 drop(books);
                 ctx.send(to, PRIORITY, body.to_vec());
+            }
+            // A copy that never left: its pin for `to` goes.
+            Envelope::Pass { entity, .. } if !maybe => {
+                self.site.unlend(entity, to);
+                self.site.settle_now();
+                self.pump(ctx);
             }
             Envelope::Pass { .. } | Envelope::Probe => {}
         }

@@ -20,29 +20,28 @@ pub enum Refused {
 /// One protocol message.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub enum Wire {
-    // Distributed collection (reference counting per holding site).
-    /// To an entity's home, from a site that is sending a copy of the
-    /// reference to `to`: count one more copy held by `to`. Sent before
-    /// the copy, and before the sender's own `Unlist`.
-    Lend {
-        /// The entity.
-        entity: EntityId,
-        /// Who gets the copy.
-        to: SiteId,
-    },
-    /// To the home: the sender took the entity from a ticket and holds one
-    /// copy.
-    Take {
+    // Distributed collection (reference listing with acknowledged hand-off).
+    /// To an entity's home, from a site that holds a proxy: list the
+    /// sender as holding the entity (idempotent).
+    Dirty {
         /// The entity.
         entity: EntityId,
     },
-    /// To the home: the sender dropped its proxy, which had received
-    /// `copies` copies.
-    Unlist {
+    /// From the home: the sender is listed.
+    DirtyAck {
         /// The entity.
         entity: EntityId,
-        /// Copies received since the proxy was made.
-        copies: u64,
+    },
+    /// To the home: the sender's proxy went; unlist it.
+    Clean {
+        /// The entity.
+        entity: EntityId,
+    },
+    /// To the site that sent a copy of the entity: the copy is accounted
+    /// for (the receiver is listed, or is the home); the sender may let go.
+    Release {
+        /// The entity.
+        entity: EntityId,
     },
     /// From the home: no such entity; every operation on it fails.
     Gone {
@@ -176,9 +175,10 @@ impl Wire {
     /// The entity the message is about.
     pub fn entity(&self) -> EntityId {
         match self {
-            Wire::Lend { entity, .. }
-            | Wire::Take { entity }
-            | Wire::Unlist { entity, .. }
+            Wire::Dirty { entity }
+            | Wire::DirtyAck { entity }
+            | Wire::Clean { entity }
+            | Wire::Release { entity }
             | Wire::Gone { entity } => *entity,
             Wire::Register { var }
             | Wire::Bind { var, .. }

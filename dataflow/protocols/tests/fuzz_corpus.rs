@@ -100,16 +100,20 @@ fn write_the_seed_corpus() {
         vec![
             (
                 2,
-                Wire::Lend {
+                Wire::Dirty {
                     entity: mine(1, Kind::Var),
-                    to: SiteId(3),
                 },
             ),
             (
                 3,
-                Wire::Unlist {
+                Wire::Release {
                     entity: mine(1, Kind::Var),
-                    copies: 1,
+                },
+            ),
+            (
+                2,
+                Wire::Clean {
+                    entity: mine(1, Kind::Var),
                 },
             ),
             (

@@ -47,9 +47,10 @@ fn refused() -> impl Strategy<Value = Option<Refused>> {
 fn wire() -> impl Strategy<Value = Wire> {
     let op = (0u64..6).prop_map(OpId);
     prop_oneof![
-        (entity(), site_id()).prop_map(|(entity, to)| Wire::Lend { entity, to }),
-        entity().prop_map(|entity| Wire::Take { entity }),
-        (entity(), any::<u64>()).prop_map(|(entity, copies)| Wire::Unlist { entity, copies }),
+        entity().prop_map(|entity| Wire::Dirty { entity }),
+        entity().prop_map(|entity| Wire::DirtyAck { entity }),
+        entity().prop_map(|entity| Wire::Clean { entity }),
+        entity().prop_map(|entity| Wire::Release { entity }),
         entity().prop_map(|entity| Wire::Gone { entity }),
         entity().prop_map(|var| Wire::Register { var }),
         (entity(), op.clone(), value()).prop_map(|(var, op, value)| Wire::Bind { var, op, value }),
@@ -162,25 +163,21 @@ fn a_port_send_naming_one_of_our_variables_is_refused_not_a_panic() {
 }
 
 #[test]
-fn an_unlist_of_absurdly_many_copies_saturates_instead_of_overflowing() {
+fn releases_a_peer_never_owed_neither_underflow_nor_collect_a_pinned_entity() {
     let mut site = Site::new(ME);
     let v = site.new_var(false);
+    // v is pinned for site 2 (a copy on its way), then forged Releases
+    // from site 3, and more than one from site 2.
+    site.lend(v, SiteId(2));
+    site.release(v);
     for _ in 0..3 {
-        site.received(
-            SiteId(2),
-            Wire::Unlist {
-                entity: v,
-                copies: u64::MAX,
-            },
-        );
-        site.received(
-            SiteId(2),
-            Wire::Lend {
-                entity: v,
-                to: SiteId(2),
-            },
-        );
+        site.received(SiteId(3), Wire::Release { entity: v });
     }
     while site.poll_action().is_some() {}
-    assert_eq!(site.homes(), 1);
+    assert_eq!(site.homes(), 1, "still pinned for site 2");
+    for _ in 0..3 {
+        site.received(SiteId(2), Wire::Release { entity: v });
+    }
+    while site.poll_action().is_some() {}
+    assert_eq!(site.homes(), 0, "released: collected");
 }

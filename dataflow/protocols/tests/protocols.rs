@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::{id, Net};
 use proptest::prelude::*;
 use rand::Rng;
-use sitenet_dataflow_protocols::{Answer, EntityId, FailMode, Kind, OpError, Value};
+use sitenet_dataflow_protocols::{Answer, EntityId, FailMode, Kind, OpError, Value, Wire};
 
 fn bytes_of(a: &Result<Answer, OpError>) -> Vec<u8> {
     match a {
@@ -361,12 +361,46 @@ fn a_message_handed_back_gives_back_only_what_it_holds() {
         sitenet_dataflow_protocols::Wire::PortSend { .. }
     ));
     net.sites[1].site_fault(id(2), sitenet_protocols::FaultState::PermFailed);
-    net.sites[1].undelivered(id(2), msg);
+    net.sites[1].undelivered(id(2), msg, false);
     net.pump();
     assert_eq!(
         net.sites[1].books(v),
         Some((1, 0)),
         "site 1's own handle on v is still there"
+    );
+}
+
+#[test]
+fn a_mobile_cells_content_handed_back_unsent_reaches_the_next_site_through_the_manager() {
+    let mut net = Net::new(3, 13);
+    let init = net.value(0, b"init");
+    let cell = net.sites[0].new_cell(true, init);
+    net.pass(cell, 0, 1);
+    net.pass(cell, 0, 2);
+    // Site 1 takes the content, then site 2 asks for it.
+    let a = net.op();
+    let x = net.value(1, b"at 1");
+    net.sites[1].exchange(a, cell, x, FailMode::Wait);
+    net.run();
+    let b = net.op();
+    let y = net.value(2, b"at 2");
+    net.sites[2].exchange(b, cell, y, FailMode::Wait);
+    // Deliver until site 1 passes the content to site 2; sitenet hands
+    // that Put back unsent (site 1 gave up on site 2, which is up).
+    let put = loop {
+        assert!(net.step(), "site 1 never passed the content");
+        if let Some(q) = net.links.get_mut(&(1, 2)) {
+            if let Some(i) = q.iter().position(|m| matches!(m, Wire::Put { .. })) {
+                break q.remove(i).unwrap();
+            }
+        }
+    };
+    net.sites[1].undelivered(id(2), put, false);
+    net.pump();
+    net.run();
+    assert_eq!(
+        bytes_of(net.answer(2, b).expect("site 2's exchange ends")),
+        b"at 1"
     );
 }
 
@@ -592,4 +626,26 @@ fn a_million_short_lived_variables_leave_the_books_where_they_started() {
     net.run();
     assert!(net.empty(), "{}", net.books());
     let _ = Value::default();
+}
+
+#[test]
+fn a_registration_handed_back_is_sent_again_and_the_sender_released() {
+    let mut net = Net::new(3, 14);
+    let v = net.sites[0].new_var(false);
+    net.pass(v, 0, 1);
+    net.run();
+    // Site 1 passes v on to site 2, whose Dirty is handed back (maybe
+    // delivered: the home forgot the session).
+    net.pass(v, 1, 2);
+    let dirty = net.links.get_mut(&(2, 0)).unwrap().pop_front().unwrap();
+    assert!(matches!(dirty, Wire::Dirty { .. }));
+    net.sites[2].undelivered(id(0), dirty, true);
+    net.pump();
+    net.run();
+    // Listed again: site 1 is released, and all drop to nothing.
+    for s in [0, 1, 2] {
+        net.drop_handle(s, v);
+    }
+    net.run();
+    assert!(net.empty(), "{}", net.books());
 }

@@ -349,13 +349,32 @@ impl Site {
         }
     }
 
-    /// Site `site` failed for good: a mobile cell whose content it held or
-    /// was to receive is lost.
-    pub(super) fn manager_site_gone(&mut self, cell: EntityId, site: SiteId) {
+    /// The content this site passed to `to` never left (handed back
+    /// unsent). A site gives it back to the manager, which passes it to
+    /// the next site in the chain (that is `to`, reached from the home);
+    /// the manager itself declares the content lost.
+    pub(super) fn content_undelivered(&mut self, cell: EntityId, to: SiteId, content: Value) {
+        if cell.home == self.me {
+            self.release_value(&content);
+            self.declare_lost(cell, to);
+            return;
+        }
+        match self.part_mut(cell) {
+            Some(part) if !part.lost && part.content.is_none() => {
+                part.returning = true;
+                self.post(cell.home, Wire::Return { cell, content });
+            }
+            _ => self.release_value(&content),
+        }
+    }
+
+    /// The manager gives the content up: every site in the chain (but
+    /// `skip`) learns it is lost.
+    fn declare_lost(&mut self, cell: EntityId, skip: SiteId) {
         let Some(m) = self.manager_mut(cell) else {
             return;
         };
-        if m.lost || (m.holder != site && !m.chain.contains(&site)) {
+        if m.lost {
             return;
         }
         m.lost = true;
@@ -367,9 +386,21 @@ impl Site {
             told.push(me);
         }
         for s in told {
-            if s != site {
+            if s != skip {
                 self.post(s, Wire::Lost { cell });
             }
         }
+    }
+
+    /// Site `site` failed for good: a mobile cell whose content it held or
+    /// was to receive is lost.
+    pub(super) fn manager_site_gone(&mut self, cell: EntityId, site: SiteId) {
+        let Some(m) = self.manager_mut(cell) else {
+            return;
+        };
+        if m.lost || (m.holder != site && !m.chain.contains(&site)) {
+            return;
+        }
+        self.declare_lost(cell, site);
     }
 }

@@ -1,22 +1,24 @@
-//! Distributed collection: reference counting per holding site.
+//! Distributed collection: reference listing with an acknowledged
+//! hand-off (as Birrell's network objects).
 //!
-//! A home counts, for each other site, the copies of a reference that
-//! site received minus those it gave back. A site that sends a copy to
-//! `to` first tells the home (`Lend`, or the home counts it directly when
-//! it is the sender); a site whose last handle on a proxy goes tells the
-//! home how many copies it received (`Unlist`). Both messages travel from
-//! one site to the home, in order, so a lender's `Lend` always reaches the
-//! home before its own `Unlist`: while a copy travels, its sender (or the
-//! home) is still counted, and the entity is collected only when no count
-//! is left and nothing on the home holds it. An `Unlist` may overtake the
-//! `Lend` it answers (they come from different sites): the count goes
-//! negative for a while, which also keeps the entity. A site that fails
-//! for good holds nothing: its counts go, and later `Lend`s naming it are
-//! ignored.
+//! A home lists the sites that hold a proxy of its entity (`Dirty` lists,
+//! `Clean` unlists). A site that sends a copy of a reference to site X
+//! pins the entity for X; X, once the home listed it (`DirtyAck`, or at
+//! once if it was listed already or is the home), tells the sender
+//! (`Release`), which unpins. A pinned entity is kept like a held one, so
+//! while a copy travels its sender stays listed (or is the home): the
+//! chain of pins always ends at the home or a listed site, and the entity
+//! is collected only when no site is listed, nothing is pinned and nothing
+//! on the home holds it.
+//!
+//! Failures: a site that fails for good is unlisted and its pins go (no
+//! entity waits for its `Release`). A copy in flight from a site that
+//! fails may arrive after the home collected the entity: its operations
+//! then fail with `Gone` — nothing is kept for it.
 
 use sitenet_protocols::SiteId;
 
-use super::{HomeState, Proxy, ProxyState, Site, MAX_HOLDERS};
+use super::{HomeState, Listing, Proxy, ProxyState, Site, MAX_HOLDERS};
 use crate::entity::{EntityId, Kind, Value};
 use crate::outcome::{Action, OpError};
 use crate::wire::Wire;
@@ -27,7 +29,7 @@ use super::var::VarProxy;
 impl Site {
     /// One more handle on `e` here (a typed reference the driver made).
     /// A handle on an entity made elsewhere that this site has no proxy
-    /// for makes one (counted by nobody: it sends no `Unlist`).
+    /// for makes one (not listed: it sends no `Clean`).
     pub fn acquire(&mut self, e: EntityId) {
         if e.home == self.me {
             if let Some(h) = self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) {
@@ -71,36 +73,67 @@ impl Site {
         }
     }
 
-    /// The driver is about to send a reference to `e` to site `to` inside
-    /// a message of its own: counts the copy (call it before the message
-    /// goes, while this site holds a handle on `e`).
+    /// A copy of the reference to `e` leaves for site `to` (inside a
+    /// message of the driver's own): `e` is pinned here until `to`
+    /// releases it. Call it before the message goes, while this site holds
+    /// a handle on `e`.
     pub fn lend(&mut self, e: EntityId, to: SiteId) {
-        if e.home == self.me {
-            self.count_holder(e, to, 1);
+        if to == self.me || self.is_dead(to) {
+            return;
+        }
+        let pins = if e.home == self.me {
+            match self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) {
+                Some(h) => &mut h.pins,
+                None => return,
+            }
         } else {
-            self.post(e.home, Wire::Lend { entity: e, to });
+            match self.proxies.get_mut(&e) {
+                Some(p) => &mut p.pins,
+                None => return,
+            }
+        };
+        if pins.len() < MAX_HOLDERS || pins.contains_key(&to) {
+            *pins.entry(to).or_default() += 1;
         }
     }
 
-    /// The driver decoded a reference to `e` from another site's message:
-    /// one copy received (then [`acquire`](Site::acquire) it for each
-    /// typed handle made from it, and call [`Site::settle_now`]).
-    pub fn receive(&mut self, e: EntityId) {
-        if e.home == self.me {
-            // The sender lent it to this site, its home: that count and
-            // this one cancel out, whichever arrives first.
-            self.count_holder(e, self.me, -1);
-        } else {
-            self.proxy_entry(e).copies += 1;
+    /// The driver decoded a reference to `e` that site `from` sent: the
+    /// copy is accounted for (this site is listed with the home, then
+    /// `from` is released). Then [`acquire`](Site::acquire) it for each
+    /// typed handle made from it, and call [`Site::settle_now`].
+    pub fn receive(&mut self, e: EntityId, from: SiteId) {
+        if from == self.me {
+            return;
+        }
+        if e.home == self.me || self.is_dead(e.home) {
+            self.post(from, Wire::Release { entity: e });
+            return;
+        }
+        let p = self.proxy_entry(e);
+        if p.gone {
+            self.post(from, Wire::Release { entity: e });
+            return;
+        }
+        match p.listed {
+            Listing::Yes => self.post(from, Wire::Release { entity: e }),
+            Listing::Pending => p.releases.push(from),
+            Listing::No => {
+                p.listed = Listing::Pending;
+                p.releases.push(from);
+                self.post(e.home, Wire::Dirty { entity: e });
+            }
         }
     }
 
-    /// Takes `e` from a ticket: a proxy holding one copy, counted by the
-    /// home through `Take`, and one handle for the caller.
+    /// Takes `e` from a ticket: a proxy listed with the home (`Dirty`),
+    /// and one handle for the caller.
     pub fn take(&mut self, e: EntityId) {
-        if e.home != self.me {
-            self.proxy_entry(e).copies += 1;
-            self.post(e.home, Wire::Take { entity: e });
+        if e.home != self.me && !self.is_dead(e.home) {
+            let p = self.proxy_entry(e);
+            if p.listed == Listing::No {
+                p.listed = Listing::Pending;
+                self.post(e.home, Wire::Dirty { entity: e });
+            }
         }
         self.acquire(e);
         self.settle();
@@ -113,9 +146,9 @@ impl Site {
         self.settle();
     }
 
-    pub(super) fn receive_value(&mut self, v: &Value) {
+    pub(super) fn receive_value(&mut self, from: SiteId, v: &Value) {
         for &r in &v.refs {
-            self.receive(r);
+            self.receive(r, from);
             self.acquire(r);
         }
     }
@@ -126,7 +159,9 @@ impl Site {
         }
         self.proxies.entry(e).or_insert_with(|| Proxy {
             handles: 0,
-            copies: 0,
+            listed: Listing::No,
+            releases: Vec::new(),
+            pins: std::collections::HashMap::new(),
             gone: false,
             state: match e.kind {
                 Kind::Var => ProxyState::Var(VarProxy::default()),
@@ -137,63 +172,94 @@ impl Site {
         })
     }
 
-    fn count_holder(&mut self, e: EntityId, site: SiteId, by: i64) {
-        if by > 0 && self.is_dead(site) {
+    pub(super) fn on_dirty(&mut self, from: SiteId, e: EntityId) {
+        if e.home != self.me || self.is_dead(from) {
             return;
         }
-        let Some(h) = self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) else {
+        let listed = match self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) {
+            Some(h) if h.holders.len() < MAX_HOLDERS || h.holders.contains(&from) => {
+                h.holders.insert(from);
+                true
+            }
+            Some(_) => {
+                tracing::warn!(entity = ?e, %from, "too many holders; a Dirty is refused");
+                false
+            }
+            None => false,
+        };
+        let reply = if listed {
+            Wire::DirtyAck { entity: e }
+        } else {
+            Wire::Gone { entity: e }
+        };
+        self.post(from, reply);
+    }
+
+    pub(super) fn on_dirty_ack(&mut self, from: SiteId, e: EntityId) {
+        if from != e.home {
+            return;
+        }
+        let Some(p) = self.proxies.get_mut(&e) else {
             return;
         };
-        if !h.holders.contains_key(&site) && h.holders.len() >= MAX_HOLDERS {
-            tracing::warn!(entity = ?e, %site, "too many holders; a lend is ignored");
+        if p.listed != Listing::Pending {
             return;
         }
-        let n = h.holders.entry(site).or_default();
-        *n = n.saturating_add(by);
-        if *n == 0 {
-            h.holders.remove(&site);
-            if h.holders.is_empty() && h.handles == 0 {
-                self.unheld.push(e);
-            }
+        p.listed = Listing::Yes;
+        let releases = std::mem::take(&mut p.releases);
+        let unheld = p.handles == 0;
+        for s in releases {
+            self.post(s, Wire::Release { entity: e });
+        }
+        if unheld {
+            self.unheld.push(e);
         }
     }
 
-    pub(super) fn on_lend(&mut self, e: EntityId, to: SiteId) {
-        if e.home == self.me {
-            self.count_holder(e, to, 1);
-        }
-    }
-
-    pub(super) fn on_take(&mut self, from: SiteId, e: EntityId) {
+    pub(super) fn on_clean(&mut self, from: SiteId, e: EntityId) {
         if e.home != self.me {
             return;
         }
-        if self.homes.get(&e.serial).is_some_and(|h| h.kind == e.kind) {
-            self.count_holder(e, from, 1);
-        } else {
-            self.post(from, Wire::Gone { entity: e });
-        }
-    }
-
-    pub(super) fn on_unlist(&mut self, from: SiteId, e: EntityId, copies: u64) {
-        if e.home != self.me {
-            return;
-        }
-        let copies = i64::try_from(copies).unwrap_or(i64::MAX);
         if let Some(h) = self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) {
+            h.holders.remove(&from);
             if let HomeState::Var(v) = &mut h.state {
                 v.registered.retain(|&s| s != from);
             }
+            self.unheld.push(e);
         }
-        self.count_holder(e, from, -copies);
+    }
+
+    pub(super) fn on_release(&mut self, from: SiteId, e: EntityId) {
+        let pins = if e.home == self.me {
+            self.homes
+                .get_mut(&e.serial)
+                .filter(|h| h.kind == e.kind)
+                .map(|h| &mut h.pins)
+        } else {
+            self.proxies.get_mut(&e).map(|p| &mut p.pins)
+        };
+        let Some(pins) = pins else { return };
+        if let Some(n) = pins.get_mut(&from) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&from);
+                self.unheld.push(e);
+            }
+        }
     }
 
     pub(super) fn on_gone(&mut self, from: SiteId, e: EntityId) {
         if from != e.home {
             return;
         }
+        let mut releases = Vec::new();
         if let Some(p) = self.proxies.get_mut(&e) {
             p.gone = true;
+            p.listed = Listing::No;
+            releases = std::mem::take(&mut p.releases);
+        }
+        for s in releases {
+            self.post(s, Wire::Release { entity: e });
         }
         let mut ended: Vec<_> = self
             .ops
@@ -209,9 +275,11 @@ impl Site {
         if e.kind == Kind::MobileCell {
             self.part_on_lost(e);
         }
+        self.unheld.push(e);
     }
 
-    /// Site `site` failed for good: it holds nothing of ours any more.
+    /// Site `site` failed for good: it holds nothing of ours any more, and
+    /// nothing here waits for it.
     pub(super) fn site_gone(&mut self, site: SiteId) {
         let serials: Vec<u64> = self.homes.keys().copied().collect();
         for serial in serials {
@@ -224,37 +292,45 @@ impl Site {
                 kind: h.kind,
             };
             h.holders.remove(&site);
+            h.pins.remove(&site);
             if let HomeState::Var(v) = &mut h.state {
                 v.registered.retain(|&s| s != site);
             }
-            if h.holders.is_empty() && h.handles == 0 {
-                self.unheld.push(e);
-            }
+            self.unheld.push(e);
             self.manager_site_gone(e, site);
         }
-        // What this site holds of entities made there.
-        let theirs: Vec<EntityId> = self
-            .proxies
-            .keys()
-            .filter(|e| e.home == site)
-            .copied()
-            .collect();
-        for e in theirs {
-            self.part_home_gone(e);
-            if self.proxies.get(&e).is_some_and(|p| p.handles == 0) {
-                self.unheld.push(e);
+        let ids: Vec<EntityId> = self.proxies.keys().copied().collect();
+        for e in ids {
+            let mut releases = Vec::new();
+            if let Some(p) = self.proxies.get_mut(&e) {
+                p.pins.remove(&site);
+                p.releases.retain(|&s| s != site);
+                if e.home == site && p.listed == Listing::Pending {
+                    // No home to list with: let the senders go. (A listed
+                    // proxy still says `Clean` when it goes: a site given
+                    // up on may be up, and talk again.)
+                    p.listed = Listing::No;
+                    releases = std::mem::take(&mut p.releases);
+                }
             }
+            for s in releases {
+                self.post(s, Wire::Release { entity: e });
+            }
+            if e.home == site {
+                self.part_home_gone(e);
+            }
+            self.unheld.push(e);
         }
     }
 
-    /// An entity whose handles ran out: collect it (made here, no holder
-    /// left) or drop the proxy.
+    /// An entity whose handles or pins may have run out: collect it (made
+    /// here, nothing listed or pinned) or drop the proxy.
     pub(super) fn collect(&mut self, e: EntityId) {
         if e.home == self.me {
             let Some(h) = self.homes.get(&e.serial).filter(|h| h.kind == e.kind) else {
                 return;
             };
-            if h.handles > 0 || !h.holders.is_empty() {
+            if h.handles > 0 || !h.holders.is_empty() || !h.pins.is_empty() {
                 return;
             }
             let h = self.homes.remove(&e.serial).expect("looked up above");
@@ -279,7 +355,7 @@ impl Site {
         let Some(p) = self.proxies.get(&e) else {
             return;
         };
-        if p.handles > 0 {
+        if p.handles > 0 || !p.pins.is_empty() || p.listed == Listing::Pending {
             return;
         }
         if let ProxyState::Mobile(part) = &p.state {
@@ -291,14 +367,8 @@ impl Site {
         }
         let p = self.proxies.remove(&e).expect("looked up above");
         shrink(&mut self.proxies);
-        if p.copies > 0 && !self.is_dead(e.home) && !p.gone {
-            self.post(
-                e.home,
-                Wire::Unlist {
-                    entity: e,
-                    copies: p.copies,
-                },
-            );
+        if p.listed == Listing::Yes && !p.gone {
+            self.post(e.home, Wire::Clean { entity: e });
         }
         match p.state {
             ProxyState::Var(v) => {

@@ -18,7 +18,7 @@ mod gc;
 mod port;
 mod var;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use sitenet_protocols::{FaultState, SiteId};
 
@@ -29,9 +29,9 @@ use crate::wire::Wire;
 use cell::{Manager, MobilePart};
 use var::{VarHome, VarProxy};
 
-/// The most sites a home counts as holding one of its entities. A `Lend`
-/// naming one more site is ignored (logged): a peer cannot grow a home's
-/// books without bound by naming made-up sites.
+/// The most sites a home lists as holding one of its entities, and the
+/// most sites one entry pins copies for. A `Dirty` past it is answered
+/// `Gone` (logged): a peer cannot grow a home's books without bound.
 pub const MAX_HOLDERS: usize = 1 << 16;
 
 /// An entity this site made.
@@ -40,10 +40,10 @@ struct Home {
     kind: Kind,
     /// Handles held on this site.
     handles: u64,
-    /// Copies held by each other site: lent minus unlisted. Transiently
-    /// negative when an `Unlist` overtakes the `Lend` it answers; the
-    /// entity is collected only when every count is zero (no entry).
-    holders: HashMap<SiteId, i64>,
+    /// Sites listed as holding a proxy (`Dirty`, until `Clean`).
+    holders: HashSet<SiteId>,
+    /// Copies sent to each site and not released yet.
+    pins: HashMap<SiteId, u64>,
     state: HomeState,
 }
 
@@ -59,12 +59,25 @@ enum HomeState {
 #[derive(Debug)]
 struct Proxy {
     handles: u64,
-    /// Copies received since the proxy was made, told to the home when
-    /// the proxy goes (`Unlist`).
-    copies: u64,
+    /// Whether the home lists this site.
+    listed: Listing,
+    /// Senders of copies to release once the home lists this site.
+    releases: Vec<SiteId>,
+    /// Copies sent to each site and not released yet.
+    pins: HashMap<SiteId, u64>,
     /// The home answered `Gone`: every operation fails.
     gone: bool,
     state: ProxyState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    /// Not listed (no `Dirty` sent, or `Clean` sent).
+    No,
+    /// `Dirty` sent, no `DirtyAck` yet.
+    Pending,
+    /// Listed.
+    Yes,
 }
 
 #[derive(Debug)]
@@ -193,7 +206,8 @@ impl Site {
             Home {
                 kind,
                 handles,
-                holders: HashMap::new(),
+                holders: HashSet::new(),
+                pins: HashMap::new(),
                 state,
             },
         );
@@ -371,18 +385,76 @@ impl Site {
         }
         if let Some(v) = msg.value() {
             let v = v.clone();
-            self.receive_value(&v);
+            self.receive_value(from, &v);
         }
         self.dispatch(from, msg);
         self.settle();
     }
 
-    /// A message to `to` that was handed back undelivered (after `to`
-    /// failed for good). Nothing is given back: the copies it carried
-    /// were lent to `to`, and a home forgets a failed site's counts; a
-    /// mobile cell's content in it is lost, which the manager declares
-    /// when it learns of the failure.
-    pub fn undelivered(&mut self, _to: SiteId, _msg: Wire) {}
+    /// A message to `to` that sitenet handed back: `maybe` if it may have
+    /// arrived (sitenet cannot tell), else it never left. A message that
+    /// never left gives back the copies it carried (their pins for `to`);
+    /// a mobile cell's content that never left goes back to its manager,
+    /// which passes it on (or declares it lost, if it is the manager and
+    /// cannot reach `to`). A message that may have arrived changes
+    /// nothing: `to` releases what it received, or fails for good. A
+    /// `Dirty` is sent again either way (listing twice is listing once).
+    pub fn undelivered(&mut self, to: SiteId, msg: Wire, maybe: bool) {
+        if to == self.me {
+            return;
+        }
+        // A registration that may be lost is sent again (listing is
+        // idempotent), unless the home failed for good.
+        if let Wire::Dirty { entity } = msg {
+            let pending = self
+                .proxies
+                .get(&entity)
+                .is_some_and(|p| p.listed == Listing::Pending);
+            if pending && !self.is_dead(to) {
+                self.post(to, Wire::Dirty { entity });
+            }
+            self.settle();
+            return;
+        }
+        if maybe {
+            return;
+        }
+        if let Some(v) = msg.value() {
+            for &r in &v.refs {
+                self.unlend(r, to);
+            }
+        }
+        if let Wire::Put { cell, content } = msg {
+            // The value travelled with no holds: the part takes its own.
+            for &r in &content.refs {
+                self.acquire(r);
+            }
+            self.content_undelivered(cell, to, content);
+        }
+        self.settle();
+    }
+
+    /// A copy of `e` meant for `to` never left (its message was handed
+    /// back unsent): the pin for it goes.
+    pub fn unlend(&mut self, e: EntityId, to: SiteId) {
+        let pins = if e.home == self.me {
+            self.homes
+                .get_mut(&e.serial)
+                .filter(|h| h.kind == e.kind)
+                .map(|h| &mut h.pins)
+        } else {
+            self.proxies.get_mut(&e).map(|p| &mut p.pins)
+        };
+        if let Some(pins) = pins {
+            if let Some(n) = pins.get_mut(&to) {
+                *n -= 1;
+                if *n == 0 {
+                    pins.remove(&to);
+                    self.unheld.push(e);
+                }
+            }
+        }
+    }
 
     /// What sitenet learned of site `site`: its operations fail by their
     /// mode, and a site failed for good holds nothing any more.
@@ -428,9 +500,10 @@ impl Site {
 
     fn dispatch(&mut self, from: SiteId, msg: Wire) {
         match msg {
-            Wire::Lend { entity, to } => self.on_lend(entity, to),
-            Wire::Take { entity } => self.on_take(from, entity),
-            Wire::Unlist { entity, copies } => self.on_unlist(from, entity, copies),
+            Wire::Dirty { entity } => self.on_dirty(from, entity),
+            Wire::DirtyAck { entity } => self.on_dirty_ack(from, entity),
+            Wire::Clean { entity } => self.on_clean(from, entity),
+            Wire::Release { entity } => self.on_release(from, entity),
             Wire::Gone { entity } => self.on_gone(from, entity),
             Wire::Register { var } => self.var_on_register(from, var),
             Wire::Bind { var, op, value } => self.var_on_bind(from, var, op, value),
@@ -481,9 +554,9 @@ impl Site {
     }
 
     /// Sends `msg` to `to`: through the local queue when `to` is this
-    /// site, else as an action. The value it carries is lent to `to`
-    /// first, and this site's holds on it end (the copy now belongs to
-    /// the message).
+    /// site, else as an action. Each entity its value names is pinned for
+    /// `to` first, and this site's holds on the value end (the pins keep
+    /// the entities until `to` releases them).
     fn post(&mut self, to: SiteId, msg: Wire) {
         if to == self.me {
             // The value's holds travel with it.

@@ -127,14 +127,14 @@ impl Net {
     }
 
     /// A copy of `e` sent from site `from` to site `to` inside a message of
-    /// the application's own (lend, then receive and acquire at `to`).
+    /// the application's own (pinned for `to`, then received and acquired
+    /// at `to`).
     pub fn pass(&mut self, e: EntityId, from: usize, to: usize) {
         self.sites[from].lend(e, id(to));
         self.sites[from].settle_now();
         self.pump();
-        // The application's message travels on the same link, after the
-        // lend: model it as delivered now (a worst case for the home).
-        self.sites[to].receive(e);
+        // The application's message: delivered now.
+        self.sites[to].receive(e, id(from));
         self.sites[to].acquire(e);
         self.sites[to].settle_now();
         self.pump();
