@@ -98,7 +98,7 @@ fn main() {
     let start = Instant::now();
     let streams = round(&dfs, &ports, streams, cli.vars / 3);
     let elapsed = start.elapsed().as_secs_f64();
-    // The last Unlists may still be on their way.
+    // The last Cleans may still be on their way.
     let settle = Instant::now();
     while dfs.iter().any(|d| d.entities().1 != 0) && settle.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(10));

@@ -160,7 +160,11 @@ impl Dataflow {
                     } => (site, FaultState::PermFailed),
                     _ => continue,
                 };
-                Dataflow { inner }.with_site(|s| s.site_fault(site, state));
+                let df = Dataflow { inner };
+                df.with_site(|s| s.site_fault(site, state));
+                if state == FaultState::PermFailed {
+                    df.handed_back(site);
+                }
             }
         });
         Dataflow { inner }
@@ -409,6 +413,32 @@ impl Dataflow {
             }
         }
         self.with_site(|s| s.received(from_id, m.wire));
+    }
+
+    /// Gives the protocols what sitenet handed back when `site` failed
+    /// for good: what never left releases what it carried, and a mobile
+    /// cell's content that never left goes back to its manager.
+    fn handed_back(&self, site: SiteId) {
+        let Some((_, back)) = self.site_ref(site).and_then(|r| r.failure()) else {
+            return;
+        };
+        let mut returned = Vec::new();
+        for (list, maybe) in [(&back.not_sent, false), (&back.maybe_delivered, true)] {
+            for m in list {
+                if m.type_id() == DfMsg::ID {
+                    if let Ok(msg) = m.decode::<DfMsg>() {
+                        returned.push((msg.wire, maybe));
+                    }
+                }
+            }
+        }
+        if !returned.is_empty() {
+            self.with_site(|s| {
+                for (wire, maybe) in returned {
+                    s.undelivered(site, wire, maybe);
+                }
+            });
+        }
     }
 
     /// Waits for `rx` (an operation's end).

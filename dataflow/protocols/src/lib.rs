@@ -7,7 +7,8 @@
 //!   variables, FIFO per sending site.
 //! * **Cells**: atomic exchange, the content moving to the site that
 //!   exchanges (mobile) or staying at the home (stationary).
-//! * **Distributed collection**: reference counting per holding site;
+//! * **Distributed collection**: reference listing with an acknowledged
+//!   hand-off (a sender pins what it sent until the receiver is listed);
 //!   an entity is collected once no site refers to it.
 //! * **Failures**: every operation ends, with the outcome or with
 //!   `TempFail`/`PermFail`/`Gone`, by the caller's [`FailMode`].
