@@ -743,7 +743,7 @@ impl DataflowSite {
                     self.known.insert(to);
                     // What it carries copies of, or counts copies of.
                     let refs = match &msg {
-                        Wire::Dirty { entity }
+                        Wire::Dirty { entity, .. }
                         | Wire::Clean { entity }
                         | Wire::Release { entity } => vec![*entity],
                         m => m.value().map(|v| v.refs.clone()).unwrap_or_default(),

@@ -22,10 +22,13 @@ pub enum Refused {
 pub enum Wire {
     // Distributed collection (reference listing with acknowledged hand-off).
     /// To an entity's home, from a site that holds a proxy: list the
-    /// sender as holding the entity (idempotent).
+    /// sender as holding the entity. The copies it received from the home
+    /// itself are released with it (`home_copies`), with no `Release`.
     Dirty {
         /// The entity.
         entity: EntityId,
+        /// Copies received from the home, released by this message.
+        home_copies: u64,
     },
     /// From the home: the sender is listed.
     DirtyAck {
@@ -175,7 +178,7 @@ impl Wire {
     /// The entity the message is about.
     pub fn entity(&self) -> EntityId {
         match self {
-            Wire::Dirty { entity }
+            Wire::Dirty { entity, .. }
             | Wire::DirtyAck { entity }
             | Wire::Clean { entity }
             | Wire::Release { entity }

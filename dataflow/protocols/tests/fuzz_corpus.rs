@@ -102,6 +102,7 @@ fn write_the_seed_corpus() {
                 2,
                 Wire::Dirty {
                     entity: mine(1, Kind::Var),
+                    home_copies: 1,
                 },
             ),
             (

@@ -47,7 +47,10 @@ fn refused() -> impl Strategy<Value = Option<Refused>> {
 fn wire() -> impl Strategy<Value = Wire> {
     let op = (0u64..6).prop_map(OpId);
     prop_oneof![
-        entity().prop_map(|entity| Wire::Dirty { entity }),
+        (entity(), 0u64..3).prop_map(|(entity, home_copies)| Wire::Dirty {
+            entity,
+            home_copies
+        }),
         entity().prop_map(|entity| Wire::DirtyAck { entity }),
         entity().prop_map(|entity| Wire::Clean { entity }),
         entity().prop_map(|entity| Wire::Release { entity }),

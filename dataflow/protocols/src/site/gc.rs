@@ -9,7 +9,8 @@
 //! while a copy travels its sender stays listed (or is the home): the
 //! chain of pins always ends at the home or a listed site, and the entity
 //! is collected only when no site is listed, nothing is pinned and nothing
-//! on the home holds it.
+//! on the home holds it. A copy the home sent itself is released by the
+//! receiver's `Dirty` (which counts it), with no `Release`.
 //!
 //! Failures: a site that fails for good is unlisted and its pins go (no
 //! entity waits for its `Release`). A copy in flight from a site that
@@ -119,8 +120,20 @@ impl Site {
             Listing::Pending => p.releases.push(from),
             Listing::No => {
                 p.listed = Listing::Pending;
-                p.releases.push(from);
-                self.post(e.home, Wire::Dirty { entity: e });
+                // A copy from the home is released by the `Dirty` itself.
+                let home_copies = if from == e.home {
+                    1
+                } else {
+                    p.releases.push(from);
+                    0
+                };
+                self.post(
+                    e.home,
+                    Wire::Dirty {
+                        entity: e,
+                        home_copies,
+                    },
+                );
             }
         }
     }
@@ -132,7 +145,13 @@ impl Site {
             let p = self.proxy_entry(e);
             if p.listed == Listing::No {
                 p.listed = Listing::Pending;
-                self.post(e.home, Wire::Dirty { entity: e });
+                self.post(
+                    e.home,
+                    Wire::Dirty {
+                        entity: e,
+                        home_copies: 0,
+                    },
+                );
             }
         }
         self.acquire(e);
@@ -172,13 +191,20 @@ impl Site {
         })
     }
 
-    pub(super) fn on_dirty(&mut self, from: SiteId, e: EntityId) {
+    pub(super) fn on_dirty(&mut self, from: SiteId, e: EntityId, home_copies: u64) {
         if e.home != self.me || self.is_dead(from) {
             return;
         }
         let listed = match self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) {
             Some(h) if h.holders.len() < MAX_HOLDERS || h.holders.contains(&from) => {
                 h.holders.insert(from);
+                // The copies this site sent it are accounted for now.
+                if let Some(n) = h.pins.get_mut(&from) {
+                    *n = n.saturating_sub(home_copies);
+                    if *n == 0 {
+                        h.pins.remove(&from);
+                    }
+                }
                 true
             }
             Some(_) => {

@@ -405,13 +405,26 @@ impl Site {
         }
         // A registration that may be lost is sent again (listing is
         // idempotent), unless the home failed for good.
-        if let Wire::Dirty { entity } = msg {
+        if let Wire::Dirty {
+            entity,
+            home_copies,
+        } = msg
+        {
             let pending = self
                 .proxies
                 .get(&entity)
                 .is_some_and(|p| p.listed == Listing::Pending);
             if pending && !self.is_dead(to) {
-                self.post(to, Wire::Dirty { entity });
+                // A copy released twice would let the home go too soon: a
+                // `Dirty` that may have arrived releases nothing again.
+                let home_copies = if maybe { 0 } else { home_copies };
+                self.post(
+                    to,
+                    Wire::Dirty {
+                        entity,
+                        home_copies,
+                    },
+                );
             }
             self.settle();
             return;
@@ -500,7 +513,10 @@ impl Site {
 
     fn dispatch(&mut self, from: SiteId, msg: Wire) {
         match msg {
-            Wire::Dirty { entity } => self.on_dirty(from, entity),
+            Wire::Dirty {
+                entity,
+                home_copies,
+            } => self.on_dirty(from, entity, home_copies),
             Wire::DirtyAck { entity } => self.on_dirty_ack(from, entity),
             Wire::Clean { entity } => self.on_clean(from, entity),
             Wire::Release { entity } => self.on_release(from, entity),
