@@ -307,7 +307,10 @@ impl Site {
     /// Site `site` failed for good: it holds nothing of ours any more, and
     /// nothing here waits for it.
     pub(super) fn site_gone(&mut self, site: SiteId) {
-        let serials: Vec<u64> = self.homes.keys().copied().collect();
+        // In a fixed order: what this posts must not depend on a hash
+        // seed (a simulated run replays exactly).
+        let mut serials: Vec<u64> = self.homes.keys().copied().collect();
+        serials.sort_unstable();
         for serial in serials {
             let Some(h) = self.homes.get_mut(&serial) else {
                 continue;
@@ -325,7 +328,8 @@ impl Site {
             self.unheld.push(e);
             self.manager_site_gone(e, site);
         }
-        let ids: Vec<EntityId> = self.proxies.keys().copied().collect();
+        let mut ids: Vec<EntityId> = self.proxies.keys().copied().collect();
+        ids.sort_unstable();
         for e in ids {
             let mut releases = Vec::new();
             if let Some(p) = self.proxies.get_mut(&e) {
