@@ -17,6 +17,8 @@
 //! fails may arrive after the home collected the entity: its operations
 //! then fail with `Gone` — nothing is kept for it.
 
+use std::collections::HashMap;
+
 use sitenet_protocols::SiteId;
 
 use super::{HomeState, Listing, Proxy, ProxyState, Site, MAX_HOLDERS};
@@ -33,7 +35,7 @@ impl Site {
     /// for makes one (not listed: it sends no `Clean`).
     pub fn acquire(&mut self, e: EntityId) {
         if e.home == self.me {
-            if let Some(h) = self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) {
+            if let Some(h) = self.home_mut(e) {
                 h.handles += 1;
             }
             return;
@@ -45,7 +47,7 @@ impl Site {
     /// (collected at its home, or unlisted from it).
     pub fn release(&mut self, e: EntityId) {
         let handles = if e.home == self.me {
-            match self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) {
+            match self.home_mut(e) {
                 Some(h) => {
                     h.handles = h.handles.saturating_sub(1);
                     h.handles
@@ -82,19 +84,33 @@ impl Site {
         if to == self.me || self.is_dead(to) {
             return;
         }
-        let pins = if e.home == self.me {
-            match self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) {
-                Some(h) => &mut h.pins,
-                None => return,
-            }
-        } else {
-            match self.proxies.get_mut(&e) {
-                Some(p) => &mut p.pins,
-                None => return,
-            }
+        let Some(pins) = self.pins_mut(e) else {
+            return;
         };
         if pins.len() < MAX_HOLDERS || pins.contains_key(&to) {
             *pins.entry(to).or_default() += 1;
+        }
+    }
+
+    /// The copies of `e` this site pins, by the site they went to.
+    fn pins_mut(&mut self, e: EntityId) -> Option<&mut HashMap<SiteId, u64>> {
+        if e.home == self.me {
+            self.home_mut(e).map(|h| &mut h.pins)
+        } else {
+            self.proxies.get_mut(&e).map(|p| &mut p.pins)
+        }
+    }
+
+    /// One copy of `e` sent to `site` is accounted for (released, or it
+    /// never left): the last one lets `e` go.
+    pub(super) fn unpin(&mut self, e: EntityId, site: SiteId) {
+        let Some(pins) = self.pins_mut(e) else { return };
+        if let Some(n) = pins.get_mut(&site) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&site);
+                self.unheld.push(e);
+            }
         }
     }
 
@@ -195,7 +211,7 @@ impl Site {
         if e.home != self.me || self.is_dead(from) {
             return;
         }
-        let listed = match self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) {
+        let listed = match self.home_mut(e) {
             Some(h) if h.holders.len() < MAX_HOLDERS || h.holders.contains(&from) => {
                 h.holders.insert(from);
                 // The copies this site sent it are accounted for now.
@@ -243,10 +259,7 @@ impl Site {
     }
 
     pub(super) fn on_clean(&mut self, from: SiteId, e: EntityId) {
-        if e.home != self.me {
-            return;
-        }
-        if let Some(h) = self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind) {
+        if let Some(h) = self.home_mut(e) {
             h.holders.remove(&from);
             if let HomeState::Var(v) = &mut h.state {
                 v.registered.retain(|&s| s != from);
@@ -256,22 +269,7 @@ impl Site {
     }
 
     pub(super) fn on_release(&mut self, from: SiteId, e: EntityId) {
-        let pins = if e.home == self.me {
-            self.homes
-                .get_mut(&e.serial)
-                .filter(|h| h.kind == e.kind)
-                .map(|h| &mut h.pins)
-        } else {
-            self.proxies.get_mut(&e).map(|p| &mut p.pins)
-        };
-        let Some(pins) = pins else { return };
-        if let Some(n) = pins.get_mut(&from) {
-            *n -= 1;
-            if *n == 0 {
-                pins.remove(&from);
-                self.unheld.push(e);
-            }
-        }
+        self.unpin(e, from);
     }
 
     pub(super) fn on_gone(&mut self, from: SiteId, e: EntityId) {

@@ -174,6 +174,14 @@ impl Site {
         })
     }
 
+    /// The entry of `e` if this site made it (and `e` names its kind).
+    fn home_mut(&mut self, e: EntityId) -> Option<&mut Home> {
+        if e.home != self.me {
+            return None;
+        }
+        self.homes.get_mut(&e.serial).filter(|h| h.kind == e.kind)
+    }
+
     /// Handles held here on `e`, and (for an entity made here) the number
     /// of sites counted as holding it. For tests and checkers.
     pub fn books(&self, e: EntityId) -> Option<(u64, usize)> {
@@ -384,8 +392,7 @@ impl Site {
             return;
         }
         if let Some(v) = msg.value() {
-            let v = v.clone();
-            self.receive_value(from, &v);
+            self.receive_value(from, v);
         }
         self.dispatch(from, msg);
         self.settle();
@@ -450,23 +457,7 @@ impl Site {
     /// A copy of `e` meant for `to` never left (its message was handed
     /// back unsent): the pin for it goes.
     pub fn unlend(&mut self, e: EntityId, to: SiteId) {
-        let pins = if e.home == self.me {
-            self.homes
-                .get_mut(&e.serial)
-                .filter(|h| h.kind == e.kind)
-                .map(|h| &mut h.pins)
-        } else {
-            self.proxies.get_mut(&e).map(|p| &mut p.pins)
-        };
-        if let Some(pins) = pins {
-            if let Some(n) = pins.get_mut(&to) {
-                *n -= 1;
-                if *n == 0 {
-                    pins.remove(&to);
-                    self.unheld.push(e);
-                }
-            }
-        }
+        self.unpin(e, to);
     }
 
     /// What sitenet learned of site `site`: its operations fail by their
@@ -580,11 +571,10 @@ impl Site {
             return;
         }
         if let Some(v) = msg.value() {
-            let v = v.clone();
             for &r in &v.refs {
                 self.lend(r, to);
             }
-            self.release_value(&v);
+            self.release_value(v);
         }
         self.actions.push_back(Action::Send { to, msg });
     }
