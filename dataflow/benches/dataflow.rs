@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, NodeConfig};
+use sitenet::{Message, Node};
 use sitenet_dataflow::{Cell, CellMode, Dataflow, Port, Stream, Ticket};
 
 #[derive(Serialize, Deserialize)]
@@ -60,23 +60,14 @@ enum Item {
 
 const ROLE: &str = "SITENET_DATAFLOW_BENCH_ROLE";
 
-fn node() -> Node {
-    let mut cfg = NodeConfig::default();
-    cfg.give_up_after = Some(Duration::from_secs(10));
-    Node::builder()
-        .listen("tcp:127.0.0.1:0")
-        .config(cfg)
-        .start()
-        .expect("a node on loopback")
-}
+#[path = "../../examples/common/args.rs"]
+mod args;
+#[path = "../examples/common/procs.rs"]
+mod procs;
+use args::arg;
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+fn node() -> Node {
+    procs::node(Duration::from_secs(10))
 }
 
 /// The other process: serves sitenet's echo and count, and answers on

@@ -144,11 +144,15 @@ impl Serialize for Handle {
 
 impl<'de> Deserialize<'de> for Handle {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let in_value = DECODING.with(|c| c.borrow().clone());
-        if let Some((df, refs)) = in_value {
+        let in_value = DECODING.with(|c| c.borrow().as_ref().map(|(df, _)| df.clone()));
+        if let Some(df) = in_value {
             let index = u32::deserialize(d)? as usize;
-            let id = *refs
-                .get(index)
+            let id = DECODING
+                .with(|c| {
+                    c.borrow()
+                        .as_ref()
+                        .and_then(|(_, refs)| refs.get(index).copied())
+                })
                 .ok_or_else(|| D::Error::custom("an entity index past the value's entities"))?;
             return Ok(Handle::acquire(&df, id));
         }

@@ -98,6 +98,14 @@ impl std::fmt::Debug for Dataflow {
     }
 }
 
+/// Keeps `site` to reach it by id later (unless it is this site `me`,
+/// or already kept).
+fn remember(st: &mut State, me: SiteId, site: SiteRef) {
+    if let Some(id) = site.id().filter(|&id| id != me) {
+        st.sites.entry(id).or_insert(site);
+    }
+}
+
 /// The layer as its node keeps it (a node extension). The node drops it
 /// when it stops: what waits here then ends with
 /// [`DataflowError::Shutdown`], and so does every later operation.
@@ -187,12 +195,6 @@ impl Dataflow {
         (st.site.homes(), st.site.proxies())
     }
 
-    /// The protocols' state, for debugging a stuck program.
-    #[doc(hidden)]
-    pub fn dump(&self) -> String {
-        format!("{:#?}", self.inner.state.lock().site)
-    }
-
     /// What this layer did so far.
     pub fn stats(&self) -> DataflowStats {
         let c = &self.inner.stats;
@@ -238,25 +240,29 @@ impl Dataflow {
 
     /// Remembers how to reach `site`.
     pub(crate) fn know(&self, site: &SiteRef) {
-        if let Some(id) = site.id() {
-            if id != self.id() {
-                self.inner
-                    .state
-                    .lock()
-                    .sites
-                    .entry(id)
-                    .or_insert_with(|| site.clone());
-            }
-        }
+        let me = self.id();
+        remember(&mut self.inner.state.lock(), me, site.clone());
     }
 
     /// The reference to `site` this layer keeps, if any.
     pub(crate) fn site_ref(&self, site: SiteId) -> Option<SiteRef> {
+        self.reach(&self.inner.state.lock(), site)
+    }
+
+    /// This node's own reference to `site` if it is this site, else the
+    /// one this layer keeps.
+    fn known(&self, st: &State, site: SiteId) -> Option<SiteRef> {
         if site == self.id() {
-            return Some(self.inner.node.local_site());
+            Some(self.inner.node.local_site())
+        } else {
+            st.sites.get(&site).cloned()
         }
-        let known = self.inner.state.lock().sites.get(&site).cloned();
-        known.or_else(|| self.inner.node.site_by_id(site))
+    }
+
+    /// [`known`](Self::known), else the node's entry for `site`.
+    fn reach(&self, st: &State, site: SiteId) -> Option<SiteRef> {
+        self.known(st, site)
+            .or_else(|| self.inner.node.site_by_id(site))
     }
 
     /// Runs `f` on the machine, then does what it asked.
@@ -296,40 +302,24 @@ impl Dataflow {
 
     /// Queues `wire` to `to`, after what is queued to it already.
     fn send(&self, st: &mut State, to: SiteId, wire: Wire) {
-        let me = self.id();
         let mut homes: Vec<SiteRef> = Vec::new();
         // A mobile cell's holder must reach the next site in the chain,
         // which it may never have heard of.
         if let Wire::Forward { to: next, .. } = &wire {
             if *next != to {
-                let next = if *next == me {
-                    Some(self.inner.node.local_site())
-                } else {
-                    st.sites.get(next).cloned()
-                };
-                homes.extend(next);
+                homes.extend(self.known(st, *next));
             }
         }
         if let Some(v) = wire.value() {
             for r in &v.refs {
                 if r.home != to && !homes.iter().any(|h| h.id() == Some(r.home)) {
-                    let home = if r.home == me {
-                        Some(self.inner.node.local_site())
-                    } else {
-                        st.sites.get(&r.home).cloned()
-                    };
-                    homes.extend(home);
+                    homes.extend(self.known(st, r.home));
                 }
             }
         }
         let msg = DfMsg { wire, homes };
         self.inner.stats.sent.fetch_add(1, Ordering::Relaxed);
-        let site = st
-            .sites
-            .get(&to)
-            .cloned()
-            .or_else(|| self.inner.node.site_by_id(to));
-        let Some(site) = site else {
+        let Some(site) = self.reach(st, to) else {
             tracing::warn!(%to, "no way to reach a site the dataflow protocol sends to");
             return;
         };
@@ -402,14 +392,10 @@ impl Dataflow {
             self.inner.stats.moves.fetch_add(1, Ordering::Relaxed);
         }
         {
+            let me = self.id();
             let mut st = self.inner.state.lock();
-            st.sites.entry(from_id).or_insert(from);
-            for h in m.homes {
-                if let Some(id) = h.id() {
-                    if id != self.id() {
-                        st.sites.entry(id).or_insert(h);
-                    }
-                }
+            for site in std::iter::once(from).chain(m.homes) {
+                remember(&mut st, me, site);
             }
         }
         self.with_site(|s| s.received(from_id, m.wire));

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sitenet::{Message, Node, NodeConfig};
+use sitenet::{Message, Node};
 use sitenet_dataflow::{Cell, CellMode, Dataflow, DataflowError, Port, Stream, Ticket, Var};
 
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -18,14 +18,11 @@ fn node() -> Node {
         .expect("a node on loopback")
 }
 
+#[path = "../examples/common/procs.rs"]
+mod procs;
+
 fn quick_give_up_node() -> Node {
-    let mut cfg = NodeConfig::default();
-    cfg.give_up_after = Some(Duration::from_secs(2));
-    Node::builder()
-        .listen("tcp:127.0.0.1:0")
-        .config(cfg)
-        .start()
-        .expect("a node on loopback")
+    procs::node(Duration::from_secs(2))
 }
 
 /// Waits (bounded) until `f` holds: for books that have no notification.

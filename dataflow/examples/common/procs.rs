@@ -1,6 +1,7 @@
-//! What the dataflow examples share: nodes on loopback, and children of
-//! this process running one site each (`--processes`), talking to the
-//! parent by lines on their standard input and output.
+//! What the dataflow examples (and the benchmark and tests) share: nodes on
+//! loopback, and children of this process running one site each
+//! (`--processes`), talking to the parent by lines on their standard input
+//! and output.
 
 #![allow(dead_code)]
 
