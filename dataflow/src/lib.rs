@@ -53,7 +53,7 @@ mod var;
 pub use cell::{Cell, CellMode};
 pub use error::DataflowError;
 pub use port::{Port, Stream};
-pub use runtime::{Dataflow, DataflowStats, DATAFLOW_PRIORITY};
+pub use runtime::{Dataflow, DataflowStats, AUDIT_PERIOD, DATAFLOW_PRIORITY};
 pub use sitenet_dataflow_protocols::{EntityId, FailMode, Kind};
 pub use ticket::{Entity, Ticket};
 pub use var::Var;

@@ -11,6 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::channel::oneshot;
 use futures::StreamExt;
@@ -62,7 +63,14 @@ pub(crate) struct Inner {
     stats: Counters,
     /// The node shut down.
     closed: std::sync::atomic::AtomicBool,
+    /// The audit period, in milliseconds ([`Dataflow::set_audit_period`]).
+    audit_ms: AtomicU64,
 }
+
+/// How often a site asks the sites it lists as holding its entities, and
+/// heard nothing from since the last time, whether they still hold them
+/// (see [`Dataflow::set_audit_period`]).
+pub const AUDIT_PERIOD: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct Counters {
@@ -144,6 +152,7 @@ impl Dataflow {
             next_op: AtomicU64::new(1),
             stats: Counters::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            audit_ms: AtomicU64::new(AUDIT_PERIOD.as_millis() as u64),
         });
         let weak = Arc::downgrade(&inner);
         let handler = weak.clone();
@@ -154,6 +163,30 @@ impl Dataflow {
         }) {
             tracing::error!(error = %e, "the dataflow protocol's handler could not be registered");
         }
+        let audits = weak.clone();
+        let rt = node.runtime().clone();
+        node.runtime().spawn(async move {
+            // Wakes at least once a second, so that a new period applies
+            // soon; a round runs once a period has passed since the last.
+            let mut last = Instant::now();
+            loop {
+                let period = match audits.upgrade() {
+                    Some(inner) => Duration::from_millis(inner.audit_ms.load(Ordering::Relaxed)),
+                    None => break,
+                };
+                let due = period.saturating_sub(last.elapsed());
+                rt.delay(due.min(Duration::from_secs(1))).await;
+                let Some(inner) = audits.upgrade() else { break };
+                if inner.closed.load(Ordering::Acquire) {
+                    break;
+                }
+                let period = Duration::from_millis(inner.audit_ms.load(Ordering::Relaxed));
+                if last.elapsed() >= period {
+                    last = Instant::now();
+                    Dataflow { inner }.with_site(|s| s.audit());
+                }
+            }
+        });
         let mut events = node.events();
         node.runtime().spawn(async move {
             while let Some(e) = events.next().await {
@@ -176,6 +209,20 @@ impl Dataflow {
             }
         });
         Dataflow { inner }
+    }
+
+    /// Sets how often this site audits its listings ([`AUDIT_PERIOD`] by
+    /// default): each round asks every site listed as holding one of this
+    /// site's entities, and heard nothing from since the last round,
+    /// whether it still holds it. Failure detectors disagree — a site may
+    /// give this one up during a partition, drop what it held, and never
+    /// be able to say so — and the audit is what unlists it; the period
+    /// bounds how long such an entity outlives its last reference. Shorter
+    /// costs one small message per quiet listing per round. Takes effect
+    /// within a second.
+    pub fn set_audit_period(&self, period: Duration) {
+        let ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.inner.audit_ms.store(ms, Ordering::Relaxed);
     }
 
     /// The node this layer runs on.

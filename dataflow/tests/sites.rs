@@ -348,3 +348,30 @@ fn a_mobile_cell_reaches_a_site_its_holder_never_heard_of() {
     let old = cell.exchange_blocking(last.clone()).unwrap();
     assert_eq!(old.wait_blocking().unwrap(), 3 * N, "no increment lost");
 }
+
+/// Audit rounds ask a quiet holder whether it still holds an entity; one
+/// that does answers nothing and keeps it: the entity outlives any number
+/// of rounds while a site refers to it.
+#[test]
+fn audit_rounds_keep_an_entity_a_quiet_site_still_holds() {
+    let (a, b) = (node(), node());
+    let (da, db) = (Dataflow::on(&a), Dataflow::on(&b));
+    let x: Var<u64> = Var::new(&da);
+    let t = da.offer(&x);
+    let xb: Var<u64> = db.take(&t).unwrap();
+    // Bound from b: its registration came first, so b is listed now.
+    xb.bind_blocking(7).unwrap();
+    drop(x);
+    assert!(da.withdraw(&t));
+    da.set_audit_period(Duration::from_millis(20));
+    let before = da.stats().sent;
+    assert!(
+        eventually(|| da.stats().sent >= before + 3),
+        "audit rounds send: {:?}",
+        da.stats()
+    );
+    assert_eq!(da.entities().0, 1, "b still holds x");
+    assert_eq!(xb.wait_blocking().unwrap(), 7);
+    drop(xb);
+    assert!(eventually(|| empty(&[&da, &db])), "{:?}", da.entities());
+}

@@ -138,7 +138,7 @@ fn a_variable_seen_bound_to_two_values_fails_the_run() {
 #[test]
 fn an_old_content_answered_twice_fails_the_run() {
     let mut first = std::collections::BTreeMap::new();
-    let r = forged(3, move |w| match w {
+    let r = forged(4, move |w| match w {
         Wire::Exchanged {
             cell,
             op,

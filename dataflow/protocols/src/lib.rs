@@ -25,7 +25,7 @@ pub mod wire;
 
 pub use entity::{EntityId, Kind, OpId, Value};
 pub use outcome::{Action, Answer, FailMode, OpError};
-pub use site::{Site, MAX_HOLDERS};
+pub use site::{Site, MAX_AUDITS, MAX_HOLDERS};
 pub use wire::{Refused, Wire};
 
 #[cfg(test)]

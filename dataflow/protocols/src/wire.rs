@@ -51,6 +51,14 @@ pub enum Wire {
         /// The entity.
         entity: EntityId,
     },
+    /// From the home, to a listed site it has not heard from for a round:
+    /// does it still hold the entity? A site that does not (it dropped
+    /// it, or gave the home up for failed) answers `Clean`; one that does
+    /// answers nothing.
+    Audit {
+        /// The entity.
+        entity: EntityId,
+    },
 
     // Dataflow variables.
     /// To the home: send the binding here once there is one (and run a
@@ -182,7 +190,8 @@ impl Wire {
             | Wire::DirtyAck { entity }
             | Wire::Clean { entity }
             | Wire::Release { entity }
-            | Wire::Gone { entity } => *entity,
+            | Wire::Gone { entity }
+            | Wire::Audit { entity } => *entity,
             Wire::Register { var }
             | Wire::Bind { var, .. }
             | Wire::BindAck { var, .. }

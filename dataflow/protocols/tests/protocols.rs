@@ -502,6 +502,12 @@ fn random_workload(seed: u64, n: usize, steps: usize) {
                 net.pump();
             }
             _ => {
+                // An audit round now and then: it must never unlist a
+                // site that holds the entity.
+                if net.rng.gen_ratio(1, 3) {
+                    net.sites[s].audit();
+                    net.pump();
+                }
                 for _ in 0..net.rng.gen_range(0..6) {
                     net.step();
                 }
@@ -678,4 +684,233 @@ fn a_peers_failure_is_handled_in_the_same_order_on_every_run() {
     for _ in 0..5 {
         assert_eq!(run(), first);
     }
+}
+
+/// A site that gave up on a live home (its failure detector's give-up
+/// came before a partition healed) dropped what it held of the home's,
+/// and its `Clean` never left. The home's audit asks it, and its answer
+/// unlists it: the entity is collected.
+#[test]
+fn a_home_unlists_a_site_that_gave_it_up_once_its_audit_is_answered() {
+    let mut net = Net::new(2, 15);
+    let v = net.sites[0].new_var(false);
+    net.pass(v, 0, 1);
+    net.run();
+    net.drop_handle(0, v);
+    // Site 1 gives up on site 0, which never learns of it.
+    net.sites[1].site_fault(id(0), sitenet_protocols::FaultState::PermFailed);
+    net.pump();
+    net.links.clear();
+    net.drop_handle(1, v);
+    net.links.clear();
+    net.run();
+    assert_eq!(
+        net.sites[0].homes(),
+        1,
+        "listed, and nothing says otherwise"
+    );
+    // The first round skips site 1 (its `Dirty` was heard since the
+    // last); the second asks it.
+    net.sites[0].audit();
+    net.run();
+    assert_eq!(net.sites[0].homes(), 1);
+    net.sites[0].audit();
+    net.run();
+    assert!(net.empty(), "{}", net.books());
+}
+
+/// A holder whose `Dirty` is on its way (it dropped the entity, took it
+/// again, and the home has not read the new `Dirty` yet) still holds it:
+/// the audit's answer must not unlist it after the `Dirty` lists it.
+#[test]
+fn an_audit_that_crosses_a_new_registration_keeps_the_holder_listed() {
+    let mut net = Net::new(3, 16);
+    let v = net.sites[0].new_var(false);
+    net.pass(v, 0, 1);
+    net.run();
+    // Site 1 drops v (its Clean waits on the link), then takes a copy from
+    // site 2 (which got one from the home): a new Dirty follows the Clean.
+    net.pass(v, 0, 2);
+    net.run();
+    // A round ends: what was heard so far is forgotten.
+    net.sites[0].audit();
+    net.pump();
+    net.drop_handle(1, v);
+    net.pass(v, 2, 1);
+    // The home audits site 1 before it reads either.
+    net.sites[0].audit();
+    net.pump();
+    net.run();
+    assert_eq!(
+        net.sites[0].books(v).map(|b| b.1),
+        Some(2),
+        "{}",
+        net.books()
+    );
+    for s in [0, 1, 2] {
+        net.drop_handle(s, v);
+    }
+    net.run();
+    assert!(net.empty(), "{}", net.books());
+}
+
+/// A holder heard from since the last round is not asked: the audit costs
+/// nothing between sites that talk.
+#[test]
+fn a_holder_heard_from_since_the_last_round_is_not_audited() {
+    let mut net = Net::new(2, 17);
+    let v = net.sites[0].new_var(false);
+    net.pass(v, 0, 1);
+    net.run();
+    let audits = |net: &Net| {
+        net.links
+            .values()
+            .flatten()
+            .filter(|w| matches!(w, Wire::Audit { .. }))
+            .count()
+    };
+    net.sites[0].audit();
+    net.pump();
+    assert_eq!(audits(&net), 0, "its Dirty was heard this round");
+    net.sites[0].audit();
+    net.pump();
+    assert_eq!(audits(&net), 1, "a quiet round: it is asked");
+    net.run();
+    // Site 1 speaks (it waits on v), then a round passes: it is not asked.
+    let op = net.op();
+    net.sites[1].wait(op, v, FailMode::Wait);
+    net.pump();
+    net.run();
+    net.sites[0].audit();
+    net.pump();
+    assert_eq!(audits(&net), 0, "heard from: not asked");
+    // A quiet round later it is asked again, and still holds v.
+    net.sites[0].audit();
+    net.pump();
+    assert_eq!(audits(&net), 1);
+    net.run();
+    assert_eq!(net.sites[0].books(v).map(|b| b.1), Some(1));
+}
+
+/// A site drops its proxy of a bound variable (its `Clean` on the way)
+/// just as a binding that names the variable reaches it: the home took it
+/// as registered and holding the value, so it sent nothing more. The new
+/// proxy must still get the binding, and a wait on it must end.
+#[test]
+fn a_variable_named_by_a_pushed_binding_just_after_its_proxy_went_still_answers_waits() {
+    let mut net = Net::new(2, 18);
+    let r = net.sites[0].new_var(false);
+    net.pass(r, 0, 1);
+    net.run();
+    // Site 1 binds r: it is registered, and holds the value.
+    let b = net.op();
+    let val = net.value(1, b"r");
+    net.sites[1].bind(b, r, val, FailMode::Wait);
+    net.run();
+    let w = net.sites[0].new_var(false);
+    net.pass(w, 0, 1);
+    net.run();
+    // Site 1 binds w to a value naming r and lets go of r: only the copy
+    // in the `Bind` keeps its proxy, until the home releases it.
+    let b2 = net.op();
+    let x = net.sites[1].make_value(b"w".to_vec(), vec![r]);
+    net.sites[1].bind(b2, w, x, FailMode::Wait);
+    net.drop_handle(1, r);
+    net.run();
+    assert_eq!(net.answer(1, b2), Some(&Ok(Answer::Done)));
+    let op = net.op();
+    net.sites[1].wait(op, r, FailMode::Wait);
+    net.pump();
+    net.run();
+    assert_eq!(
+        net.answer(1, op).map(bytes_of),
+        Some(b"r".to_vec()),
+        "{}",
+        net.books()
+    );
+}
+
+/// The same race with an unbound variable: the home registered the site
+/// for it, the site's old proxy went (its `Clean` on the way), and a new
+/// binding naming it made a new proxy that counts on the registration.
+/// The `Clean` must not undo it: the binding, when it comes, reaches the
+/// new proxy.
+#[test]
+fn a_clean_from_an_old_proxy_keeps_the_registration_a_new_one_counts_on() {
+    let mut net = Net::new(2, 19);
+    let r = net.sites[0].new_var(false);
+    let x = net.sites[0].new_var(false);
+    let y = net.sites[0].new_var(false);
+    net.pass(x, 0, 1);
+    net.pass(y, 0, 1);
+    net.run();
+    let (wx, wy) = (net.op(), net.op());
+    net.sites[1].wait(wx, x, FailMode::Wait);
+    net.sites[1].wait(wy, y, FailMode::Wait);
+    net.run();
+    // x is bound to a value naming r: site 1 is registered for r.
+    let b = net.op();
+    let vx = net.sites[0].make_value(b"x".to_vec(), vec![r]);
+    net.sites[0].bind(b, x, vx, FailMode::Wait);
+    net.run();
+    if let Some(Ok(Answer::Value(v))) = net.done.get(&(1, wx)).cloned() {
+        net.sites[1].release_value(&v);
+    }
+    // Site 1 lets go of x (and so of r: its Clean leaves) while the home
+    // binds y to a value naming r.
+    net.drop_handle(1, x);
+    let b = net.op();
+    let vy = net.sites[0].make_value(b"y".to_vec(), vec![r]);
+    net.sites[0].bind(b, y, vy, FailMode::Wait);
+    net.run();
+    let wr = net.op();
+    net.sites[1].wait(wr, r, FailMode::Wait);
+    net.pump();
+    net.run();
+    let b = net.op();
+    let vr = net.value(0, b"r");
+    net.sites[0].bind(b, r, vr, FailMode::Wait);
+    net.run();
+    assert_eq!(
+        net.answer(1, wr).map(bytes_of),
+        Some(b"r".to_vec()),
+        "{}",
+        net.books()
+    );
+}
+
+/// A site registered for a variable by an earlier proxy binds it again
+/// from a new one, too late: the home sends it the binding (its new proxy
+/// counts on it), and a wait there ends.
+#[test]
+fn a_late_binder_registered_by_an_earlier_proxy_still_gets_the_binding() {
+    let mut net = Net::new(2, 20);
+    let r = net.sites[0].new_var(false);
+    net.pass(r, 0, 1);
+    let w = net.op();
+    net.sites[1].wait(w, r, FailMode::Wait);
+    net.run();
+    let b = net.op();
+    let a = net.value(0, b"a");
+    net.sites[0].bind(b, r, a, FailMode::Wait);
+    net.run();
+    if let Some(Ok(Answer::Value(v))) = net.done.get(&(1, w)).cloned() {
+        net.sites[1].release_value(&v);
+    }
+    net.drop_handle(1, r);
+    net.run();
+    assert_eq!(net.sites[1].proxies(), 0);
+    // A new proxy, which binds too late.
+    net.pass(r, 0, 1);
+    net.run();
+    let b = net.op();
+    let other = net.value(1, b"b");
+    net.sites[1].bind(b, r, other, FailMode::Wait);
+    net.run();
+    assert_eq!(net.answer(1, b), Some(&Err(OpError::Conflict)));
+    let w = net.op();
+    net.sites[1].wait(w, r, FailMode::Wait);
+    net.pump();
+    net.run();
+    assert_eq!(net.answer(1, w).map(bytes_of), Some(b"a".to_vec()));
 }

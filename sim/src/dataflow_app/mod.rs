@@ -73,6 +73,11 @@ const MAX_OPS: usize = 16;
 /// that is no longer up, until its machine knows it failed.
 const PROBE_EVERY: Duration = Duration::from_secs(3);
 
+/// How often each site runs an audit round ([`Site::audit`]): shorter
+/// than the settle phase, so a listing a give-up left behind is asked
+/// about before the run's end is checked.
+const AUDIT_EVERY: Duration = Duration::from_secs(5);
+
 /// The bytes that close a stream once its port is collected (a value
 /// that names no entity, so no stream cell).
 const END_OF_STREAM: &[u8] = b"end of stream";
@@ -273,6 +278,8 @@ struct DataflowSite {
     failed: BTreeSet<SiteId>,
     /// When each site was last probed.
     probed: BTreeMap<SiteId, Duration>,
+    /// When this site's last audit round ran.
+    audited: Duration,
     /// The passes received, by sender and number.
     passes: BTreeSet<(SiteId, u64)>,
     /// Every entity made elsewhere this site heard of (for the checks'
@@ -312,6 +319,7 @@ fn wire_kind(w: &Wire) -> &'static str {
         Wire::Clean { .. } => "Clean",
         Wire::Release { .. } => "Release",
         Wire::Gone { .. } => "Gone",
+        Wire::Audit { .. } => "Audit",
         Wire::Register { .. } => "Register",
         Wire::Bind { .. } => "Bind",
         Wire::BindAck { .. } => "BindAck",
@@ -352,6 +360,7 @@ impl DataflowSite {
             known: BTreeSet::new(),
             failed: BTreeSet::new(),
             probed: BTreeMap::new(),
+            audited: Duration::ZERO,
             passes: BTreeSet::new(),
             seen: BTreeSet::new(),
         }
@@ -704,6 +713,15 @@ impl DataflowSite {
         }
     }
 
+    /// An audit round, once per [`AUDIT_EVERY`].
+    fn audit(&mut self, ctx: &mut AppCtx<'_>) {
+        if ctx.now >= self.audited + AUDIT_EVERY {
+            self.audited = ctx.now;
+            self.site.audit();
+            self.pump(ctx);
+        }
+    }
+
     /// What a message tells of other sites.
     fn hear(&mut self, w: &Wire) {
         self.known.insert(w.entity().home);
@@ -737,6 +755,7 @@ impl Application for DataflowSite {
             self.act(ctx);
             self.pump(ctx);
         }
+        self.audit(ctx);
     }
 
     fn settle_tick(&mut self, ctx: &mut AppCtx<'_>) {
@@ -761,6 +780,7 @@ impl Application for DataflowSite {
             self.pump(ctx);
         }
         self.probe(ctx);
+        self.audit(ctx);
     }
 
     fn received(&mut self, ctx: &mut AppCtx<'_>, from: SiteId, body: &[u8]) {

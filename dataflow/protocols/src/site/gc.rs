@@ -16,12 +16,23 @@
 //! entity waits for its `Release`). A copy in flight from a site that
 //! fails may arrive after the home collected the entity: its operations
 //! then fail with `Gone` — nothing is kept for it.
+//!
+//! Audits: failure detectors disagree. A site that gave a live home up
+//! (its give-up time ran out during a partition) drops what it held of
+//! the home's, and its `Clean`s never leave, while the home, never told,
+//! keeps it listed. Each audit round ([`Site::audit`], run by the driver
+//! on a timer) asks every listed site the home heard nothing from since
+//! the last round, once per entity (`Audit`); a site that no longer holds
+//! the entity, or took the home for failed, answers `Clean`. Links are
+//! FIFO, so the answer follows every `Clean` and `Dirty` the site sent
+//! before it: a site whose `Dirty` is still on its way holds the entity
+//! and answers nothing.
 
 use std::collections::HashMap;
 
 use sitenet_protocols::SiteId;
 
-use super::{HomeState, Listing, Proxy, ProxyState, Site, MAX_HOLDERS};
+use super::{HomeState, Listing, Proxy, ProxyState, Site, MAX_AUDITS, MAX_HOLDERS};
 use crate::entity::{EntityId, Kind, Value};
 use crate::outcome::{Action, OpError};
 use crate::wire::Wire;
@@ -258,13 +269,72 @@ impl Site {
         }
     }
 
+    /// Unlists `from`. A variable's registration of `from` stays: the
+    /// `Clean` may come from a proxy that went just as a binding naming
+    /// the variable made a new one, which counts on the registration (at
+    /// worst the binding reaches a site with no proxy, which drops it).
     pub(super) fn on_clean(&mut self, from: SiteId, e: EntityId) {
         if let Some(h) = self.home_mut(e) {
             h.holders.remove(&from);
-            if let HomeState::Var(v) = &mut h.state {
-                v.registered.retain(|&s| s != from);
-            }
             self.unheld.push(e);
+        }
+    }
+
+    /// One audit round: each listed site this site heard nothing from
+    /// since the last round is asked, per entity, whether it still holds
+    /// it (at most [`MAX_AUDITS`] questions; a round that stops there
+    /// starts the next where it stopped). The driver runs it on a timer;
+    /// the period bounds how long an entity outlives a site that gave its
+    /// home up while the home stayed up.
+    pub fn audit(&mut self) {
+        let heard = std::mem::take(&mut self.heard);
+        let mut serials: Vec<u64> = self.homes.keys().copied().collect();
+        serials.sort_unstable();
+        let start = serials.partition_point(|&s| s < self.audit_from);
+        self.audit_from = 0;
+        let mut budget = MAX_AUDITS;
+        for i in 0..serials.len() {
+            let serial = serials[(start + i) % serials.len()];
+            let Some(h) = self.homes.get(&serial) else {
+                continue;
+            };
+            let e = EntityId {
+                home: self.me,
+                serial,
+                kind: h.kind,
+            };
+            let mut quiet: Vec<SiteId> = h
+                .holders
+                .iter()
+                .filter(|s| !heard.contains(s))
+                .copied()
+                .collect();
+            if quiet.len() > budget && budget < MAX_AUDITS {
+                self.audit_from = serial;
+                break;
+            }
+            budget = budget.saturating_sub(quiet.len());
+            quiet.sort_unstable();
+            for s in quiet {
+                self.post(s, Wire::Audit { entity: e });
+            }
+        }
+    }
+
+    /// The home asks whether this site still holds `e`: if not, or if
+    /// this site took the home for failed, it answers `Clean`. A proxy
+    /// whose `Dirty` waits for its `DirtyAck` holds it.
+    pub(super) fn on_audit(&mut self, from: SiteId, e: EntityId) {
+        if e.home != from {
+            return;
+        }
+        let held = !self.is_dead(from)
+            && self
+                .proxies
+                .get(&e)
+                .is_some_and(|p| !p.gone && p.listed != Listing::No);
+        if !held {
+            self.post(from, Wire::Clean { entity: e });
         }
     }
 

@@ -34,6 +34,10 @@ use var::{VarHome, VarProxy};
 /// `Gone` (logged): a peer cannot grow a home's books without bound.
 pub const MAX_HOLDERS: usize = 1 << 16;
 
+/// The most `Audit` questions one round ([`Site::audit`]) sends: a home
+/// with more listings spreads them over rounds.
+pub const MAX_AUDITS: usize = 1 << 16;
+
 /// An entity this site made.
 #[derive(Debug)]
 struct Home {
@@ -111,6 +115,11 @@ pub struct Site {
     /// Messages this site sends itself (a home's own mobile-cell part and
     /// its manager talk through it), handled before an input returns.
     local: VecDeque<Wire>,
+    /// Sites heard from since the last audit round.
+    heard: HashSet<SiteId>,
+    /// Where the next audit round starts (a serial), when a round stops at
+    /// its budget.
+    audit_from: u64,
     /// Entities whose handles reached zero, to look at once the current
     /// step is done (collection cascades through values without
     /// recursion).
@@ -130,6 +139,8 @@ impl Site {
             faults: HashMap::new(),
             actions: VecDeque::new(),
             local: VecDeque::new(),
+            heard: HashSet::new(),
+            audit_from: 0,
             unheld: Vec::new(),
         }
     }
@@ -391,6 +402,9 @@ impl Site {
             // A site's messages to itself never travel.
             return;
         }
+        if !self.heard.contains(&from) && self.heard.len() < MAX_HOLDERS {
+            self.heard.insert(from);
+        }
         if let Some(v) = msg.value() {
             self.receive_value(from, v);
         }
@@ -512,6 +526,7 @@ impl Site {
             Wire::Clean { entity } => self.on_clean(from, entity),
             Wire::Release { entity } => self.on_release(from, entity),
             Wire::Gone { entity } => self.on_gone(from, entity),
+            Wire::Audit { entity } => self.on_audit(from, entity),
             Wire::Register { var } => self.var_on_register(from, var),
             Wire::Bind { var, op, value } => self.var_on_bind(from, var, op, value),
             Wire::BindAck { var, op, refused } => {

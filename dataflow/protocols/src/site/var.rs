@@ -164,18 +164,18 @@ impl Site {
             self.release_value(&value);
             return Err(OpError::Gone);
         };
-        let mut newly = None;
         if let Some(from) = from {
             if !v.registered.contains(&from) {
                 v.registered.push(from);
-                newly = Some(from);
             }
         }
         if let Some(old) = v.value.clone() {
             let same = old == value;
             self.release_value(&value);
-            // A binder registers: one that came late gets the binding too.
-            if let Some(to) = newly {
+            // A binder registers: one that came late gets the binding too
+            // (it binds only with no value at hand, even if it was
+            // registered for an earlier proxy).
+            if let Some(to) = from {
                 self.send_binding(to, var, &old);
             }
             return if same {
@@ -202,19 +202,22 @@ impl Site {
     /// Sends `site` the binding of `var` (made here), and registers it for
     /// the unbound variables made here that the binding names: a site
     /// reading a stream gets each cell pushed as it is bound, with no
-    /// round trip per cell. Bound ones among them are sent too.
+    /// round trip per cell. Bound ones among them are sent too, even to a
+    /// site registered for them already: its proxy may have gone (its
+    /// `Clean` on the way) and the receiver makes a new one that counts
+    /// on this message for the value.
     fn send_binding(&mut self, site: SiteId, var: EntityId, value: &Value) {
         let mut todo = vec![(var, value.clone())];
+        let mut sent = std::collections::HashSet::from([var]);
         while let Some((var, value)) = todo.pop() {
             for &r in value.refs.iter().rev() {
-                if r.home != self.me || r.kind != Kind::Var {
+                if r.home != self.me || r.kind != Kind::Var || !sent.insert(r) {
                     continue;
                 }
                 let Some(v) = self.var_home(r) else { continue };
-                if v.registered.contains(&site) {
-                    continue;
+                if !v.registered.contains(&site) {
+                    v.registered.push(site);
                 }
-                v.registered.push(site);
                 if let Some(next) = v.value.clone() {
                     todo.push((r, next));
                 }
