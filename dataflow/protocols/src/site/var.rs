@@ -207,11 +207,14 @@ impl Site {
     /// `Clean` on the way) and the receiver makes a new one that counts
     /// on this message for the value.
     fn send_binding(&mut self, site: SiteId, var: EntityId, value: &Value) {
+        let first = var;
         let mut todo = vec![(var, value.clone())];
-        let mut sent = std::collections::HashSet::from([var]);
+        // Bound variables sent so far (a value may name one twice, or
+        // itself); empty, and so free, on a stream's usual push.
+        let mut sent = std::collections::HashSet::new();
         while let Some((var, value)) = todo.pop() {
             for &r in value.refs.iter().rev() {
-                if r.home != self.me || r.kind != Kind::Var || !sent.insert(r) {
+                if r.home != self.me || r.kind != Kind::Var || r == first {
                     continue;
                 }
                 let Some(v) = self.var_home(r) else { continue };
@@ -219,7 +222,9 @@ impl Site {
                     v.registered.push(site);
                 }
                 if let Some(next) = v.value.clone() {
-                    todo.push((r, next));
+                    if sent.insert(r) {
+                        todo.push((r, next));
+                    }
                 }
             }
             let copy = self.answer_value(&value);
