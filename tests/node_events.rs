@@ -1,6 +1,7 @@
 //! Node-wide events over real sockets: a site up with
 //! its transport, unreachable with its cause, down with a typed reason,
-//! a refused peer — and a monitor on a site never contacted says so.
+//! a refused peer, messages handed back while their site lives — and a
+//! monitor on a site never contacted says so.
 
 mod common;
 
@@ -122,4 +123,80 @@ fn a_monitor_on_a_site_never_contacted_says_so() {
     block_on(echo(&reached, 1));
     let first = block_on(client.monitor(&reached).next()).unwrap();
     assert_eq!((first.state, first.reason.as_str()), (FaultState::Ok, ""));
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Blob;
+impl sitenet::Message for Blob {
+    const ID: u32 = 1_100;
+}
+
+/// Another layer's message.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Other;
+impl sitenet::Message for Other {
+    const ID: u32 = 1_101;
+}
+
+/// Messages handed back while their site lives (here: larger than the
+/// peer's maximum, queued before the client knew it) are told once, with
+/// the site, and found with `take_refused`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_handed_back_while_its_site_lives_is_told_once_until_taken() {
+    let server = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| {
+            services(c);
+            c.max_message_size = 64 * 1024
+        })
+        .start()
+        .unwrap();
+    let client = Node::builder().start().unwrap();
+    let mut events = client.events();
+    let site = client.site(addr(&server)).unwrap();
+    for _ in 0..2 {
+        site.send(&Blob)
+            .body(vec![1u8; 200 * 1024])
+            .try_now()
+            .expect("queued: the peer's maximum is not known yet");
+    }
+    site.send(&Other)
+        .body(vec![1u8; 200 * 1024])
+        .try_now()
+        .unwrap();
+    echo(&site, 1).await;
+    let ev = next_matching(&mut events, |e| matches!(e, NodeEvent::HandedBack { .. })).await;
+    assert_eq!(
+        ev,
+        NodeEvent::HandedBack {
+            site: Some(server.id()),
+            address: Some(addr(&server)),
+        }
+    );
+    assert!(eventually(|| client.metrics().handed_back == 3).await);
+    let back = site.take_handed_back_of(1_100);
+    assert_eq!(back.len(), 2, "both, told once");
+    for (why, m) in &back {
+        assert!(matches!(why, sitenet::Refusal::TooLarge { .. }), "{why:?}");
+        assert_eq!(m.type_id(), 1_100);
+        m.decode::<Blob>().expect("decodes as it was sent");
+    }
+    let rest = site.take_refused();
+    assert_eq!(
+        rest.len(),
+        1,
+        "another type's message is left for its taker"
+    );
+    assert_eq!(rest[0].1.type_id, 1_101);
+    // Known too large now: refused at the send, not handed back.
+    assert!(site
+        .send(&Blob)
+        .body(vec![1u8; 200 * 1024])
+        .try_now()
+        .is_err());
+    assert!(
+        !std::iter::from_fn(|| events.try_next())
+            .any(|e| matches!(e, NodeEvent::HandedBack { .. })),
+        "told once until taken"
+    );
 }

@@ -40,6 +40,12 @@ pub enum DataflowError {
     /// A ticket's text is not a ticket.
     #[error("not a ticket: {0}")]
     BadTicket(String),
+    /// The operation's message can never reach the entity's home: its
+    /// value is larger than the home's node accepts
+    /// (`NodeConfig::max_message_size`). It did not take effect: send a
+    /// smaller value, or raise the home's limit.
+    #[error("the operation's message can never reach the entity's home (larger than it accepts)")]
+    Unsendable,
 }
 
 impl From<OpError> for DataflowError {
@@ -50,6 +56,7 @@ impl From<OpError> for DataflowError {
             OpError::PermFail => DataflowError::PermFail,
             OpError::Gone => DataflowError::Gone,
             OpError::WrongKind => DataflowError::WrongKind,
+            OpError::Unsendable => DataflowError::Unsendable,
         }
     }
 }

@@ -191,6 +191,13 @@ impl Dataflow {
         node.runtime().spawn(async move {
             while let Some(e) = events.next().await {
                 let Some(inner) = weak.upgrade() else { break };
+                if let NodeEvent::HandedBack {
+                    site: Some(site), ..
+                } = e
+                {
+                    Dataflow { inner }.handed_back_live(site);
+                    continue;
+                }
                 let (site, state) = match e {
                     NodeEvent::SiteUp { site, .. } => (site, FaultState::Ok),
                     NodeEvent::SiteUnreachable {
@@ -383,7 +390,13 @@ impl Dataflow {
                     df.drain_backlog(to, site).await;
                 });
             }
+            Err(e @ (SendError::TooLarge { .. } | SendError::Encode { .. })) => {
+                tracing::warn!(%to, error = %e, "a dataflow message can never be sent");
+                st.site.unsendable(to, msg.wire);
+            }
             Err(e) => {
+                // The site failed or the node stops: what the message
+                // carried is given back when the failure is told.
                 tracing::debug!(%to, error = %e, "a dataflow message was not sent");
             }
         }
@@ -406,8 +419,15 @@ impl Dataflow {
             };
             // Waits for room; order is kept: later messages to `to` wait
             // in the backlog behind this one.
-            if let Err(e) = site.send(&next).priority(DATAFLOW_PRIORITY).await {
-                tracing::debug!(%to, error = %e, "a dataflow message was not sent");
+            match site.send(&next).priority(DATAFLOW_PRIORITY).await {
+                Ok(()) => {}
+                Err(e @ (SendError::TooLarge { .. } | SendError::Encode { .. })) => {
+                    tracing::warn!(%to, error = %e, "a dataflow message can never be sent");
+                    self.with_site(|s| s.unsendable(to, next.wire));
+                }
+                Err(e) => {
+                    tracing::debug!(%to, error = %e, "a dataflow message was not sent");
+                }
             }
         }
     }
@@ -469,6 +489,31 @@ impl Dataflow {
             self.with_site(|s| {
                 for (wire, maybe) in returned {
                     s.undelivered(site, wire, maybe);
+                }
+            });
+        }
+    }
+
+    /// Gives the protocols what sitenet handed back while `site` lives:
+    /// messages it forgot before acknowledging (maybe delivered), or that
+    /// can never be sent to it.
+    fn handed_back_live(&self, site: SiteId) {
+        let Some(r) = self.site_ref(site) else {
+            return;
+        };
+        let returned: Vec<(Wire, sitenet::Refusal)> = r
+            .take_handed_back_of(DfMsg::ID)
+            .into_iter()
+            .filter_map(|(why, m)| m.decode::<DfMsg>().ok().map(|msg| (msg.wire, why)))
+            .collect();
+        if !returned.is_empty() {
+            self.with_site(|s| {
+                for (wire, why) in returned {
+                    match why {
+                        sitenet::Refusal::PeerForgot { .. } => s.undelivered(site, wire, true),
+                        sitenet::Refusal::SiteFailed => s.undelivered(site, wire, false),
+                        _ => s.unsendable(site, wire),
+                    }
                 }
             });
         }

@@ -375,3 +375,32 @@ fn audit_rounds_keep_an_entity_a_quiet_site_still_holds() {
     drop(xb);
     assert!(eventually(|| empty(&[&da, &db])), "{:?}", da.entities());
 }
+
+/// A bind whose value is larger than the home's node accepts ends with
+/// `Unsendable` (it never took effect) instead of waiting for ever, and
+/// the variable stays unbound for a value that fits.
+#[test]
+fn a_bind_too_large_for_the_home_ends_unsendable() {
+    let a = Node::builder()
+        .listen("tcp:127.0.0.1:0")
+        .configure(|c| c.max_message_size = 64 * 1024)
+        .start()
+        .unwrap();
+    let b = node();
+    let (da, db) = (Dataflow::on(&a), Dataflow::on(&b));
+    let x: Var<String> = Var::new(&da);
+    let t = da.offer(&x);
+    let xb: Var<String> = db.take(&t).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let big = xb.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(big.bind_blocking("x".repeat(200 * 1024)));
+    });
+    let r = rx.recv_timeout(PATIENCE).expect("the bind ends");
+    assert_eq!(r, Err(DataflowError::Unsendable));
+    xb.bind_blocking("small".into()).unwrap();
+    assert_eq!(x.wait_blocking().unwrap(), "small");
+    drop((x, xb));
+    assert!(da.withdraw(&t));
+    assert!(eventually(|| empty(&[&da, &db])), "{:?}", da.entities());
+}

@@ -71,6 +71,23 @@ pub enum NodeEvent {
         /// Why, typed.
         reason: SiteFailure,
     },
+    /// Messages for a site that is not failed were handed back: they can
+    /// never be sent to it (larger than its maximum), or its peer forgot
+    /// the session before acknowledging them (maybe delivered, never
+    /// resent). Take them with
+    /// [`SiteRef::take_refused`](crate::SiteRef::take_refused), or a
+    /// layer's own with
+    /// [`SiteRef::take_handed_back_of`](crate::SiteRef::take_handed_back_of):
+    /// a layer that keeps books about what it sent (who holds what) must
+    /// learn of each. Told once until someone takes: the next hand-back
+    /// after a take is told again. (What a failed site held is told by
+    /// [`SiteDown`](NodeEvent::SiteDown) instead.)
+    HandedBack {
+        /// The site, if its id is known.
+        site: Option<SiteId>,
+        /// The address this node knows it by, if any.
+        address: Option<String>,
+    },
     /// The node refused a connection from a peer.
     PeerRefused {
         /// The peer's network address.

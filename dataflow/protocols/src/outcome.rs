@@ -28,6 +28,11 @@ pub enum OpError {
     /// The operation does not apply to this kind of entity.
     #[error("the entity is not of the kind this operation needs")]
     WrongKind,
+    /// The message carrying the operation can never reach the home (its
+    /// value is larger than the home accepts, or cannot be encoded). It
+    /// did not take effect.
+    #[error("the operation's message can never reach the entity's home (too large)")]
+    Unsendable,
 }
 
 /// How an operation that succeeded ended.

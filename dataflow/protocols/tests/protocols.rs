@@ -914,3 +914,38 @@ fn a_late_binder_registered_by_an_earlier_proxy_still_gets_the_binding() {
     net.run();
     assert_eq!(net.answer(1, w).map(bytes_of), Some(b"a".to_vec()));
 }
+
+/// A peer up but forgetful (it dropped the session before acknowledging)
+/// makes sitenet hand messages back as maybe delivered: a `Register` is
+/// sent again, so the wait still ends; a `Bind` whose fate is unknown
+/// ends its operation with `TempFail` instead of waiting for an answer
+/// that may never come.
+#[test]
+fn messages_handed_back_as_maybe_delivered_end_or_repeat_what_waits_on_them() {
+    let mut net = Net::new(2, 21);
+    let r = net.sites[0].new_var(false);
+    net.pass(r, 0, 1);
+    net.run();
+    let w = net.op();
+    net.sites[1].wait(w, r, FailMode::Wait);
+    net.pump();
+    let register = net.links.get_mut(&(1, 0)).unwrap().pop_front().unwrap();
+    assert!(matches!(register, Wire::Register { .. }), "{register:?}");
+    net.sites[1].undelivered(id(0), register, true);
+    net.pump();
+    net.run();
+    let b = net.op();
+    let v = net.value(1, b"mine");
+    net.sites[1].bind(b, r, v, FailMode::Wait);
+    net.pump();
+    let bind = net.links.get_mut(&(1, 0)).unwrap().pop_front().unwrap();
+    assert!(matches!(bind, Wire::Bind { .. }), "{bind:?}");
+    net.sites[1].undelivered(id(0), bind, true);
+    net.pump();
+    assert_eq!(net.answer(1, b), Some(&Err(OpError::TempFail)));
+    let b = net.op();
+    let v = net.value(0, b"home's");
+    net.sites[0].bind(b, r, v, FailMode::Wait);
+    net.run();
+    assert_eq!(net.answer(1, w).map(bytes_of), Some(b"home's".to_vec()));
+}

@@ -274,6 +274,7 @@ impl ComObject {
                 }
             }
         });
+        let mut tell = false;
         {
             let mut handed = self.entry.handed().lock();
             let handed = handed.get_or_insert_with(Box::default);
@@ -289,10 +290,16 @@ impl ComObject {
                 {
                     tracing::warn!(site = ?self.entry.id(), error = %e, suppressed, "message handed back");
                 }
+                tell = !handed.told;
+                handed.told = true;
                 handed.refused.push((e, m));
             }
         }
         self.entry.outbox().release(class, footprint);
+        if tell {
+            // Once until someone takes (`take_refused`), out of the lock.
+            self.publish(|site, address| crate::NodeEvent::HandedBack { site, address });
+        }
     }
 
     /// The one place that reacts to anything: one turn of the machine, in

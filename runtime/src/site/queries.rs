@@ -130,9 +130,12 @@ impl SiteRef {
 
     /// Takes the messages handed back while the site lives, with why each
     /// can never be sent to it — for example a message queued before the
-    /// first handshake that turned out larger than the peer accepts. They
-    /// were never sent (`Metrics::handed_back` counts them); nothing is
-    /// resent for ever or dropped silently.
+    /// first handshake that turned out larger than the peer accepts, never
+    /// sent, or one the peer may have had before it forgot the session
+    /// (`Refusal::PeerForgot`: maybe delivered, never resent).
+    /// `Metrics::handed_back` counts them, and
+    /// [`NodeEvent::HandedBack`](crate::NodeEvent::HandedBack) tells of
+    /// them; nothing is resent for ever or dropped silently.
     pub fn take_refused(&self) -> Vec<(sitenet_protocols::Refusal, OutMessage)> {
         let Some(handed) = self.entry.resolved().handed_if_any() else {
             return Vec::new();
@@ -142,11 +145,54 @@ impl SiteRef {
             return Vec::new();
         };
         let refused = std::mem::take(&mut h.refused);
+        h.told = false;
         if h.failed.is_none() {
             // Nothing else kept: the room goes.
             *handed = None;
         }
         refused
+    }
+
+    /// Takes the messages of type `type_id` (a [`Message::ID`](crate::Message::ID))
+    /// handed back while the site lives, as
+    /// [`take_refused`](Self::take_refused) does, and leaves the others;
+    /// each is ready to decode ([`ReturnedMessage::decode`], `SiteRef`s in
+    /// its header included) or send again. A layer that keeps books about
+    /// what it sent takes its own messages when told
+    /// [`NodeEvent::HandedBack`](crate::NodeEvent::HandedBack), without
+    /// taking the application's; the next hand-back is told again.
+    pub fn take_handed_back_of(
+        &self,
+        type_id: u32,
+    ) -> Vec<(sitenet_protocols::Refusal, ReturnedMessage)> {
+        let Some(handed) = self.entry.resolved().handed_if_any() else {
+            return Vec::new();
+        };
+        let mut handed = handed.lock();
+        let Some(h) = handed.as_deref_mut() else {
+            return Vec::new();
+        };
+        let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut h.refused)
+            .into_iter()
+            .partition(|(_, m)| m.type_id == type_id);
+        h.refused = others;
+        h.told = false;
+        if h.failed.is_none() && h.refused.is_empty() {
+            *handed = None;
+        }
+        drop(handed);
+        let node = Arc::downgrade(&self.node);
+        mine.into_iter()
+            .map(|(why, message)| {
+                (
+                    why,
+                    ReturnedMessage {
+                        message,
+                        node: node.clone(),
+                    },
+                )
+            })
+            .collect()
     }
 
     /// Bytes held for this site (queued and unacknowledged); per class of

@@ -118,8 +118,11 @@ pub(crate) struct Handed {
     pub(crate) failed: Option<(SiteFailure, Returned)>,
     /// Messages handed back while the site lives: they can never be sent
     /// to it (larger than the peer's maximum, learned after they were
-    /// queued).
+    /// queued), or the peer forgot the session before acknowledging them.
     pub(crate) refused: Refused,
+    /// `NodeEvent::HandedBack` was told since the last take: later
+    /// hand-backs are not told again until someone takes.
+    pub(crate) told: bool,
 }
 
 /// What a permanently failed site handed back, as the entry keeps it
@@ -376,6 +379,7 @@ mod tests {
         *e.handed().lock() = Some(Box::new(Handed {
             failed: Some((SiteFailure::Killed, Returned::default())),
             refused: Vec::new(),
+            told: false,
         }));
         e.liveness().set_failed();
         assert_eq!(e.fault_state(), FaultState::PermFailed);

@@ -623,7 +623,7 @@ impl DataflowSite {
                 OpError::PermFail => books.stats.perm_fails += 1,
                 OpError::Gone => books.stats.gone += 1,
                 OpError::Conflict => books.stats.conflicts += 1,
-                OpError::WrongKind => {}
+                OpError::WrongKind | OpError::Unsendable => {}
             }
         }
         match (op, outcome) {
@@ -848,11 +848,18 @@ impl Application for DataflowSite {
         match envelope {
             Envelope::Wire(w) => {
                 if maybe && ctx.sites.contains(&to) {
-                    // The protocols take a message handed back as its
-                    // site's failure for good; this one is up, and may
-                    // have had it (it forgot this site's session). (The
-                    // directory only counts it: the machine is not told.)
-                    self.books.borrow_mut().stats.maybe_delivered_to_live += 1;
+                    // The site is up, and may have had it (it forgot this
+                    // site's session). (The directory only counts it: the
+                    // machine is not told.)
+                    let mut books = self.books.borrow_mut();
+                    books.stats.maybe_delivered_to_live += 1;
+                    // A port item lost this way leaves a gap its sender
+                    // was told of.
+                    if let Wire::PortSend { port, value, .. } = &w {
+                        if let Some((sender, seq)) = parse_item(&value.bytes) {
+                            books.maybe_lost.insert((*port, sender, seq));
+                        }
+                    }
                 }
                 self.site.undelivered(to, w, maybe);
                 self.pump(ctx);

@@ -417,9 +417,13 @@ impl Site {
     /// never left gives back the copies it carried (their pins for `to`);
     /// a mobile cell's content that never left goes back to its manager,
     /// which passes it on (or declares it lost, if it is the manager and
-    /// cannot reach `to`). A message that may have arrived changes
-    /// nothing: `to` releases what it received, or fails for good. A
-    /// `Dirty` is sent again either way (listing twice is listing once).
+    /// cannot reach `to`). A message that may have arrived keeps its
+    /// copies pinned (`to` releases what it received, or fails for good);
+    /// an operation it carried (`Bind`, `Exchange`, an acknowledged
+    /// `PortSend`) ends with [`OpError::TempFail`] — it may have taken
+    /// effect, and `to` may be up, having forgotten the session, so no
+    /// answer may ever come — and a `Register` is sent again. A `Dirty`
+    /// is sent again either way (listing twice is listing once).
     pub fn undelivered(&mut self, to: SiteId, msg: Wire, maybe: bool) {
         if to == self.me {
             return;
@@ -451,6 +455,16 @@ impl Site {
             return;
         }
         if maybe {
+            // It may have arrived, or be lost with a session its peer
+            // forgot while up: nothing else would end what waits on it.
+            match msg {
+                Wire::Register { var } => self.var_register_again(var),
+                Wire::Bind { op, .. }
+                | Wire::Exchange { op, .. }
+                | Wire::PortSend { op: Some(op), .. } => self.finish(op, Err(OpError::TempFail)),
+                _ => {}
+            }
+            self.settle();
             return;
         }
         if let Some(v) = msg.value() {
@@ -464,6 +478,28 @@ impl Site {
                 self.acquire(r);
             }
             self.content_undelivered(cell, to, content);
+        }
+        self.settle();
+    }
+
+    /// A message to `to` can never reach it (larger than `to` accepts,
+    /// or it cannot be encoded): it gives back what it carries, as one
+    /// that never left ([`undelivered`](Site::undelivered)), and the
+    /// operation it carried ends with [`OpError::Unsendable`].
+    pub fn unsendable(&mut self, to: SiteId, msg: Wire) {
+        let op = match &msg {
+            Wire::Bind { op, .. }
+            | Wire::Exchange { op, .. }
+            | Wire::PortSend { op: Some(op), .. } => Some(*op),
+            _ => None,
+        };
+        // A `Dirty` is sent again by `undelivered`: never for one that
+        // cannot be sent at all.
+        if !matches!(msg, Wire::Dirty { .. }) {
+            self.undelivered(to, msg, false);
+        }
+        if let Some(op) = op {
+            self.finish(op, Err(OpError::Unsendable));
         }
         self.settle();
     }

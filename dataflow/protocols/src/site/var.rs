@@ -73,6 +73,18 @@ impl Site {
         v.clone()
     }
 
+    /// A `Register` for `var` may be lost (handed back as maybe
+    /// delivered): sent again while the proxy still has no value (a home
+    /// registers a site once however often it asks).
+    pub(super) fn var_register_again(&mut self, var: EntityId) {
+        if self.is_dead(var.home) {
+            return;
+        }
+        if self.var_proxy(var).is_some_and(|v| v.value.is_none()) {
+            self.post(var.home, Wire::Register { var });
+        }
+    }
+
     pub(super) fn var_wait(&mut self, op: OpId, var: EntityId, mode: FailMode) {
         if var.home == self.me {
             let Some(v) = self.var_home(var) else {
