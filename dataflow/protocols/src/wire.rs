@@ -180,6 +180,16 @@ pub enum Wire {
         /// The cell.
         cell: EntityId,
     },
+    /// To the manager, from a site of the cell's chain or one that holds
+    /// the cell: a message about the content (the content itself, a
+    /// request, a `Got`) was handed back as maybe delivered — its peer
+    /// may have forgotten the session. The manager cannot tell where the
+    /// content is, and declares it lost rather than risk two copies or a
+    /// chain that never moves.
+    MaybeLost {
+        /// The cell.
+        cell: EntityId,
+    },
 }
 
 impl Wire {
@@ -205,7 +215,8 @@ impl Wire {
             | Wire::Got { cell }
             | Wire::Return { cell, .. }
             | Wire::ReturnAck { cell }
-            | Wire::Lost { cell } => *cell,
+            | Wire::Lost { cell }
+            | Wire::MaybeLost { cell } => *cell,
         }
     }
 

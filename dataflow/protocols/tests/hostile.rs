@@ -88,6 +88,7 @@ fn wire() -> impl Strategy<Value = Wire> {
         (entity(), value()).prop_map(|(cell, content)| Wire::Return { cell, content }),
         entity().prop_map(|cell| Wire::ReturnAck { cell }),
         entity().prop_map(|cell| Wire::Lost { cell }),
+        entity().prop_map(|cell| Wire::MaybeLost { cell }),
     ]
 }
 

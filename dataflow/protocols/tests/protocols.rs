@@ -949,3 +949,49 @@ fn messages_handed_back_as_maybe_delivered_end_or_repeat_what_waits_on_them() {
     net.run();
     assert_eq!(net.answer(1, w).map(bytes_of), Some(b"home's".to_vec()));
 }
+
+/// A mobile cell's content handed back as maybe delivered (its receiver
+/// may have forgotten the session, with or without it): nobody can tell
+/// where it is, so the manager declares it lost. Every exchange ends
+/// (`PermFail`), none is answered twice, and nothing is kept.
+#[test]
+fn a_mobile_cells_content_handed_back_as_maybe_delivered_is_declared_lost() {
+    let mut net = Net::new(3, 22);
+    let init = net.value(0, b"init");
+    let cell = net.sites[0].new_cell(true, init);
+    net.pass(cell, 0, 1);
+    net.pass(cell, 0, 2);
+    net.run();
+    let e1 = net.op();
+    let v1 = net.value(1, b"one");
+    net.sites[1].exchange(e1, cell, v1, FailMode::Wait);
+    net.run();
+    assert_eq!(net.answer(1, e1).map(bytes_of), Some(b"init".to_vec()));
+    // Site 2 asks; the manager forwards to site 1, which puts the content
+    // to site 2: that Put is handed back as maybe delivered.
+    let e2 = net.op();
+    let v2 = net.value(2, b"two");
+    net.sites[2].exchange(e2, cell, v2, FailMode::Wait);
+    let put = loop {
+        net.step();
+        if let Some(q) = net.links.get_mut(&(1, 2)) {
+            if let Some(pos) = q.iter().position(|w| matches!(w, Wire::Put { .. })) {
+                break q.remove(pos).unwrap();
+            }
+        }
+    };
+    net.sites[1].undelivered(id(2), put, true);
+    net.pump();
+    net.run();
+    assert_eq!(net.answer(2, e2), Some(&Err(OpError::PermFail)));
+    let e3 = net.op();
+    let v3 = net.value(1, b"three");
+    net.sites[1].exchange(e3, cell, v3, FailMode::Wait);
+    net.run();
+    assert_eq!(net.answer(1, e3), Some(&Err(OpError::PermFail)));
+    for s in [0, 1, 2] {
+        net.drop_handle(s, cell);
+    }
+    net.run();
+    assert!(net.empty(), "{}", net.books());
+}

@@ -335,6 +335,7 @@ fn wire_kind(w: &Wire) -> &'static str {
         Wire::Return { .. } => "Return",
         Wire::ReturnAck { .. } => "ReturnAck",
         Wire::Lost { .. } => "Lost",
+        Wire::MaybeLost { .. } => "MaybeLost",
     }
 }
 

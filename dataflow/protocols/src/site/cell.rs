@@ -356,7 +356,7 @@ impl Site {
     pub(super) fn content_undelivered(&mut self, cell: EntityId, to: SiteId, content: Value) {
         if cell.home == self.me {
             self.release_value(&content);
-            self.declare_lost(cell, to);
+            self.declare_lost(cell, Some(to));
             return;
         }
         match self.part_mut(cell) {
@@ -368,9 +368,44 @@ impl Site {
         }
     }
 
+    /// A message about `cell`'s content was handed back as maybe
+    /// delivered: the manager declares the content lost (this site, if it
+    /// is the manager; else it asks the manager with `MaybeLost`).
+    pub(super) fn content_maybe_lost(&mut self, cell: EntityId) {
+        if cell.kind != Kind::MobileCell {
+            return;
+        }
+        if cell.home == self.me {
+            self.declare_lost(cell, None);
+        } else if !self.is_dead(cell.home) {
+            self.post(cell.home, Wire::MaybeLost { cell });
+        }
+    }
+
+    /// A site of the chain, or one that holds the cell, cannot tell where
+    /// the content went: the content is declared lost, and the asker told
+    /// (even if it was lost already). Anyone else is not heard: it could
+    /// not have had the content.
+    pub(super) fn manager_on_maybe_lost(&mut self, from: SiteId, cell: EntityId) {
+        let listed = cell.home == self.me
+            && self
+                .homes
+                .get(&cell.serial)
+                .is_some_and(|h| h.holders.contains(&from) || h.pins.contains_key(&from));
+        let Some(m) = self.manager_mut(cell) else {
+            return;
+        };
+        let involved = m.holder == from || m.tail == from || m.chain.contains(&from);
+        if !(involved || listed) {
+            return;
+        }
+        self.declare_lost(cell, None);
+        self.post(from, Wire::Lost { cell });
+    }
+
     /// The manager gives the content up: every site in the chain (but
     /// `skip`) learns it is lost.
-    fn declare_lost(&mut self, cell: EntityId, skip: SiteId) {
+    fn declare_lost(&mut self, cell: EntityId, skip: Option<SiteId>) {
         let Some(m) = self.manager_mut(cell) else {
             return;
         };
@@ -386,7 +421,7 @@ impl Site {
             told.push(me);
         }
         for s in told {
-            if s != skip {
+            if Some(s) != skip {
                 self.post(s, Wire::Lost { cell });
             }
         }
@@ -401,6 +436,6 @@ impl Site {
         if m.lost || (m.holder != site && !m.chain.contains(&site)) {
             return;
         }
-        self.declare_lost(cell, site);
+        self.declare_lost(cell, Some(site));
     }
 }

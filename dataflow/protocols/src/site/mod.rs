@@ -422,8 +422,11 @@ impl Site {
     /// an operation it carried (`Bind`, `Exchange`, an acknowledged
     /// `PortSend`) ends with [`OpError::TempFail`] — it may have taken
     /// effect, and `to` may be up, having forgotten the session, so no
-    /// answer may ever come — and a `Register` is sent again. A `Dirty`
-    /// is sent again either way (listing twice is listing once).
+    /// answer may ever come — a `Register`, `Lost` or `MaybeLost` is sent
+    /// again, and a mobile cell's content is declared lost if a message
+    /// about it (`Put`, `Return`, `Get`, `Got`, `Forward`, `ReturnAck`)
+    /// may be lost. A `Dirty` is sent again either way (listing twice is
+    /// listing once).
     pub fn undelivered(&mut self, to: SiteId, msg: Wire, maybe: bool) {
         if to == self.me {
             return;
@@ -462,6 +465,17 @@ impl Site {
                 Wire::Bind { op, .. }
                 | Wire::Exchange { op, .. }
                 | Wire::PortSend { op: Some(op), .. } => self.finish(op, Err(OpError::TempFail)),
+                // Where a mobile cell's content is cannot be known now.
+                Wire::Put { cell, .. }
+                | Wire::Return { cell, .. }
+                | Wire::Get { cell }
+                | Wire::Got { cell }
+                | Wire::Forward { cell, .. }
+                | Wire::ReturnAck { cell } => self.content_maybe_lost(cell),
+                // Saying it twice is saying it once.
+                Wire::Lost { .. } | Wire::MaybeLost { .. } if !self.is_dead(to) => {
+                    self.post(to, msg)
+                }
                 _ => {}
             }
             self.settle();
@@ -608,6 +622,7 @@ impl Site {
                     self.part_on_lost(cell)
                 }
             }
+            Wire::MaybeLost { cell } => self.manager_on_maybe_lost(from, cell),
         }
     }
 
