@@ -51,12 +51,24 @@ pub enum Wire {
         /// The entity.
         entity: EntityId,
     },
-    /// From the home, to a listed site it has not heard from for a round:
-    /// does it still hold the entity? A site that does not (it dropped
-    /// it, or gave the home up for failed) answers `Clean`; one that does
-    /// answers nothing.
+    /// A question, each audit round, to a site this one heard nothing from
+    /// for a round: from a home to a site it lists as holding the entity
+    /// (does it still?), from a site that pins a copy for the receiver,
+    /// or from a site with an operation waiting on the entity to its home
+    /// (is it still served?). A site that took the asker for failed
+    /// answers `Forgotten`; a holder that no longer holds the entity
+    /// answers `Clean`; a home registers a waiting site for a variable
+    /// again (and sends the binding, if bound).
     Audit {
         /// The entity.
+        entity: EntityId,
+    },
+    /// The sender took the receiver for failed for good (sitenet gave it
+    /// up while it was up): it holds nothing of the receiver's and serves
+    /// it no more. The receiver takes the sender as failed for good too,
+    /// so that neither keeps books for the other.
+    Forgotten {
+        /// The entity the message answered.
         entity: EntityId,
     },
 
@@ -201,7 +213,8 @@ impl Wire {
             | Wire::Clean { entity }
             | Wire::Release { entity }
             | Wire::Gone { entity }
-            | Wire::Audit { entity } => *entity,
+            | Wire::Audit { entity }
+            | Wire::Forgotten { entity } => *entity,
             Wire::Register { var }
             | Wire::Bind { var, .. }
             | Wire::BindAck { var, .. }

@@ -56,6 +56,7 @@ fn wire() -> impl Strategy<Value = Wire> {
         entity().prop_map(|entity| Wire::Release { entity }),
         entity().prop_map(|entity| Wire::Gone { entity }),
         entity().prop_map(|entity| Wire::Audit { entity }),
+        entity().prop_map(|entity| Wire::Forgotten { entity }),
         entity().prop_map(|var| Wire::Register { var }),
         (entity(), op.clone(), value()).prop_map(|(var, op, value)| Wire::Bind { var, op, value }),
         (entity(), op.clone(), refused()).prop_map(|(var, op, refused)| Wire::BindAck {

@@ -995,3 +995,137 @@ fn a_mobile_cells_content_handed_back_as_maybe_delivered_is_declared_lost() {
     net.run();
     assert!(net.empty(), "{}", net.books());
 }
+
+/// A home that gave a live site up serves it no more, and the site, never
+/// told, would wait for ever. Its audit asks the home about what it waits
+/// on; the home answers `Forgotten`, and the wait ends with `PermFail`.
+#[test]
+fn a_site_a_home_gave_up_learns_it_from_its_audit_and_its_wait_ends() {
+    let mut net = Net::new(2, 23);
+    let r = net.sites[0].new_var(false);
+    net.pass(r, 0, 1);
+    net.run();
+    let w = net.op();
+    net.sites[1].wait(w, r, FailMode::Wait);
+    net.run();
+    // The home gives site 1 up; site 1 never learns it from sitenet.
+    net.sites[0].site_fault(id(1), sitenet_protocols::FaultState::PermFailed);
+    net.pump();
+    net.links.clear();
+    let b = net.op();
+    let v = net.value(0, b"bound");
+    net.sites[0].bind(b, r, v, FailMode::Wait);
+    net.pump();
+    net.links.clear();
+    assert!(net.answer(1, w).is_none(), "the binding never reaches it");
+    for _ in 0..2 {
+        net.sites[1].audit();
+        net.pump();
+        net.run();
+    }
+    assert_eq!(net.answer(1, w), Some(&Err(OpError::PermFail)));
+    net.drop_handle(1, r);
+    net.drop_handle(0, r);
+    net.run();
+    assert!(net.empty(), "{}", net.books());
+}
+
+/// A site that gave a live lender up never releases the copy the lender
+/// pinned for it. The lender's audit asks it; it answers `Forgotten`, and
+/// the lender drops what it kept for it: nothing is kept once every
+/// handle went.
+#[test]
+fn a_lender_drops_a_pin_for_a_site_that_gave_it_up_once_its_audit_is_answered() {
+    let mut net = Net::new(3, 24);
+    let v = net.sites[0].new_var(false);
+    net.pass(v, 0, 1);
+    net.run();
+    // Site 1 lends v to site 2, which gives site 1 up before releasing.
+    net.sites[1].lend(v, id(2));
+    net.sites[1].settle_now();
+    net.sites[2].receive(v, id(1));
+    net.sites[2].acquire(v);
+    net.sites[2].site_fault(id(1), sitenet_protocols::FaultState::PermFailed);
+    net.sites[2].settle_now();
+    net.pump();
+    net.run();
+    for s in [0, 1, 2] {
+        net.drop_handle(s, v);
+    }
+    net.run();
+    assert_eq!(
+        net.sites[1].proxies(),
+        1,
+        "pinned for site 2: {}",
+        net.books()
+    );
+    for _ in 0..2 {
+        net.sites[1].audit();
+        net.pump();
+        net.run();
+    }
+    assert!(net.empty(), "{}", net.books());
+}
+
+/// A `Bind` handed back as maybe delivered ends with `TempFail`; its
+/// sender had counted itself registered by it, so it registers again: a
+/// later wait still ends.
+#[test]
+fn a_wait_after_a_bind_handed_back_as_maybe_delivered_still_ends() {
+    let mut net = Net::new(2, 25);
+    let r = net.sites[0].new_var(false);
+    net.pass(r, 0, 1);
+    net.run();
+    let b = net.op();
+    let v = net.value(1, b"mine");
+    net.sites[1].bind(b, r, v, FailMode::Wait);
+    net.pump();
+    let bind = net.links.get_mut(&(1, 0)).unwrap().pop_back().unwrap();
+    assert!(matches!(bind, Wire::Bind { .. }), "{bind:?}");
+    net.sites[1].undelivered(id(0), bind, true);
+    net.pump();
+    net.run();
+    assert_eq!(net.answer(1, b), Some(&Err(OpError::TempFail)));
+    let w = net.op();
+    net.sites[1].wait(w, r, FailMode::Wait);
+    net.pump();
+    net.run();
+    let b = net.op();
+    let v = net.value(0, b"home's");
+    net.sites[0].bind(b, r, v, FailMode::Wait);
+    net.run();
+    assert_eq!(net.answer(1, w).map(bytes_of), Some(b"home's".to_vec()));
+}
+
+/// A mobile cell's content that reaches a site from a peer it took for
+/// failed is refused (nothing such a peer says is taken); the manager
+/// learns the content is lost (`MaybeLost`), and the waiting exchange
+/// ends instead of the chain waiting for ever.
+#[test]
+fn a_mobile_cells_content_from_a_site_taken_for_failed_is_declared_lost() {
+    let mut net = Net::new(3, 26);
+    let init = net.value(0, b"init");
+    let cell = net.sites[0].new_cell(true, init);
+    net.pass(cell, 0, 1);
+    net.pass(cell, 0, 2);
+    net.run();
+    let e1 = net.op();
+    let v1 = net.value(1, b"one");
+    net.sites[1].exchange(e1, cell, v1, FailMode::Wait);
+    net.run();
+    // Site 2 takes site 1 for failed, then asks for the content, which
+    // site 1 holds.
+    net.sites[2].site_fault(id(1), sitenet_protocols::FaultState::PermFailed);
+    net.pump();
+    let e2 = net.op();
+    let v2 = net.value(2, b"two");
+    net.sites[2].exchange(e2, cell, v2, FailMode::Wait);
+    net.pump();
+    net.run();
+    assert_eq!(net.answer(2, e2), Some(&Err(OpError::PermFail)));
+    for s in [0, 1, 2] {
+        net.drop_handle(s, cell);
+    }
+    net.run();
+    assert!(net.empty(), "{}", net.books());
+}

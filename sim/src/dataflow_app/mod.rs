@@ -320,6 +320,7 @@ fn wire_kind(w: &Wire) -> &'static str {
         Wire::Release { .. } => "Release",
         Wire::Gone { .. } => "Gone",
         Wire::Audit { .. } => "Audit",
+        Wire::Forgotten { .. } => "Forgotten",
         Wire::Register { .. } => "Register",
         Wire::Bind { .. } => "Bind",
         Wire::BindAck { .. } => "BindAck",

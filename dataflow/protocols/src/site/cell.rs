@@ -43,6 +43,13 @@ pub(super) struct Manager {
 }
 
 impl Manager {
+    /// The sites the content is at or on its way to.
+    pub(super) fn sites(&self) -> Vec<SiteId> {
+        std::iter::once(self.holder)
+            .chain(self.chain.iter().copied())
+            .collect()
+    }
+
     pub(super) fn new(home: SiteId) -> Manager {
         Manager {
             holder: home,

@@ -280,12 +280,13 @@ impl Site {
         }
     }
 
-    /// One audit round: each listed site this site heard nothing from
-    /// since the last round is asked, per entity, whether it still holds
-    /// it (at most [`MAX_AUDITS`] questions; a round that stops there
-    /// starts the next where it stopped). The driver runs it on a timer;
-    /// the period bounds how long an entity outlives a site that gave its
-    /// home up while the home stayed up.
+    /// One audit round: each site this site heard nothing from since the
+    /// last round and keeps books for — listed as holding an entity made
+    /// here, pinned for, or home of an entity an operation here waits on —
+    /// is asked, per entity (at most [`MAX_AUDITS`] questions; a round
+    /// that stops there starts the next where it stopped). The driver runs
+    /// it on a timer; the period bounds how long books outlive a peer that
+    /// took this site for failed while it stayed up.
     pub fn audit(&mut self) {
         let heard = std::mem::take(&mut self.heard);
         let mut serials: Vec<u64> = self.homes.keys().copied().collect();
@@ -303,38 +304,85 @@ impl Site {
                 serial,
                 kind: h.kind,
             };
+            // Listed, pinned for, or (a mobile cell's) holding the
+            // content or waiting for it.
+            let chain = match &h.state {
+                HomeState::Mobile { manager, .. } => manager.sites(),
+                _ => Vec::new(),
+            };
             let mut quiet: Vec<SiteId> = h
                 .holders
                 .iter()
-                .filter(|s| !heard.contains(s))
+                .chain(h.pins.keys())
+                .chain(chain.iter())
+                .filter(|s| **s != self.me && !heard.contains(s))
                 .copied()
                 .collect();
+            quiet.sort_unstable();
+            quiet.dedup();
             if quiet.len() > budget && budget < MAX_AUDITS {
                 self.audit_from = serial;
                 break;
             }
             budget = budget.saturating_sub(quiet.len());
-            quiet.sort_unstable();
             for s in quiet {
+                self.post(s, Wire::Audit { entity: e });
+            }
+        }
+        // Proxies: the sites their copies are pinned for, and the home of
+        // an entity an operation here waits on, if quiet.
+        let mut asks: Vec<(SiteId, EntityId)> = Vec::new();
+        for (&e, p) in &self.proxies {
+            asks.extend(
+                p.pins
+                    .keys()
+                    .filter(|s| !heard.contains(s))
+                    .map(|&s| (s, e)),
+            );
+        }
+        asks.extend(
+            self.ops
+                .values()
+                .map(|p| p.entity)
+                .filter(|e| e.home != self.me && !heard.contains(&e.home))
+                .map(|e| (e.home, e)),
+        );
+        asks.sort_unstable();
+        asks.dedup();
+        for (s, e) in asks.into_iter().take(budget) {
+            if !self.is_dead(s) {
                 self.post(s, Wire::Audit { entity: e });
             }
         }
     }
 
-    /// The home asks whether this site still holds `e`: if not, or if
-    /// this site took the home for failed, it answers `Clean`. A proxy
-    /// whose `Dirty` waits for its `DirtyAck` holds it.
+    /// An audit question about `e` from `from`. A site this one took for
+    /// failed is told so (`Forgotten`). The home asking: a site that no
+    /// longer holds `e` answers `Clean` (a proxy whose `Dirty` waits for
+    /// its `DirtyAck` holds it). Anything else needs no answer.
     pub(super) fn on_audit(&mut self, from: SiteId, e: EntityId) {
-        if e.home != from {
+        if self.is_dead(from) {
+            self.post(from, Wire::Forgotten { entity: e });
             return;
         }
-        let held = !self.is_dead(from)
-            && self
+        if e.home == from {
+            let held = self
                 .proxies
                 .get(&e)
                 .is_some_and(|p| !p.gone && p.listed != Listing::No);
-        if !held {
-            self.post(from, Wire::Clean { entity: e });
+            if !held {
+                self.post(from, Wire::Clean { entity: e });
+            }
+        }
+    }
+
+    /// `from` took this site for failed for good: this site does the same
+    /// (its operations on `from`'s entities end, its listings and pins
+    /// for `from` go).
+    pub(super) fn on_forgotten(&mut self, from: SiteId) {
+        if !self.is_dead(from) {
+            tracing::debug!(site = %self.me, peer = %from, "a peer took this site for failed: so is it here");
+            self.site_fault(from, sitenet_protocols::FaultState::PermFailed);
         }
     }
 

@@ -396,7 +396,8 @@ impl Site {
 
     // ---- inputs from other sites ----
 
-    /// A message from site `from`.
+    /// A message from site `from`. A site this one took for failed for
+    /// good is answered `Forgotten`, and what it says is not taken.
     pub fn received(&mut self, from: SiteId, msg: Wire) {
         if from == self.me {
             // A site's messages to itself never travel.
@@ -404,6 +405,26 @@ impl Site {
         }
         if !self.heard.contains(&from) && self.heard.len() < MAX_HOLDERS {
             self.heard.insert(from);
+        }
+        if self.is_dead(from) {
+            // Taken for failed for good, yet it talks (sitenet gave it up
+            // while it was up): nothing it says is taken, and it is told,
+            // so that it keeps no books for this site either.
+            if !matches!(msg, Wire::Forgotten { .. }) {
+                self.post(
+                    from,
+                    Wire::Forgotten {
+                        entity: msg.entity(),
+                    },
+                );
+            }
+            // A mobile cell's content refused so is lost: its manager must
+            // know, or the chain waits for it for ever.
+            if let Wire::Put { cell, .. } = msg {
+                self.content_maybe_lost(cell);
+                self.settle();
+            }
+            return;
         }
         if let Some(v) = msg.value() {
             self.receive_value(from, v);
@@ -462,9 +483,14 @@ impl Site {
             // forgot while up: nothing else would end what waits on it.
             match msg {
                 Wire::Register { var } => self.var_register_again(var),
-                Wire::Bind { op, .. }
-                | Wire::Exchange { op, .. }
-                | Wire::PortSend { op: Some(op), .. } => self.finish(op, Err(OpError::TempFail)),
+                // A binder counts itself registered by its `Bind`.
+                Wire::Bind { op, var, .. } => {
+                    self.finish(op, Err(OpError::TempFail));
+                    self.var_register_again(var);
+                }
+                Wire::Exchange { op, .. } | Wire::PortSend { op: Some(op), .. } => {
+                    self.finish(op, Err(OpError::TempFail))
+                }
                 // Where a mobile cell's content is cannot be known now.
                 Wire::Put { cell, .. }
                 | Wire::Return { cell, .. }
@@ -475,6 +501,14 @@ impl Site {
                 // Saying it twice is saying it once.
                 Wire::Lost { .. } | Wire::MaybeLost { .. } if !self.is_dead(to) => {
                     self.post(to, msg)
+                }
+                // A binding arrives once: one sent again is dropped if
+                // the first came. The copies it names get their own holds.
+                Wire::Bound { value, var } if !self.is_dead(to) => {
+                    for &r in &value.refs {
+                        self.acquire(r);
+                    }
+                    self.post(to, Wire::Bound { var, value });
                 }
                 _ => {}
             }
@@ -577,6 +611,7 @@ impl Site {
             Wire::Release { entity } => self.on_release(from, entity),
             Wire::Gone { entity } => self.on_gone(from, entity),
             Wire::Audit { entity } => self.on_audit(from, entity),
+            Wire::Forgotten { .. } => self.on_forgotten(from),
             Wire::Register { var } => self.var_on_register(from, var),
             Wire::Bind { var, op, value } => self.var_on_bind(from, var, op, value),
             Wire::BindAck { var, op, refused } => {
