@@ -315,7 +315,7 @@ impl Site {
                 .iter()
                 .chain(h.pins.keys())
                 .chain(chain.iter())
-                .filter(|s| **s != self.me && !heard.contains(s))
+                .filter(|s| **s != self.me && !heard.contains(s) && !self.is_dead(**s))
                 .copied()
                 .collect();
             quiet.sort_unstable();
