@@ -934,14 +934,7 @@ fn messages_handed_back_as_maybe_delivered_end_or_repeat_what_waits_on_them() {
     net.sites[1].undelivered(id(0), register, true);
     net.pump();
     net.run();
-    let b = net.op();
-    let v = net.value(1, b"mine");
-    net.sites[1].bind(b, r, v, FailMode::Wait);
-    net.pump();
-    let bind = net.links.get_mut(&(1, 0)).unwrap().pop_front().unwrap();
-    assert!(matches!(bind, Wire::Bind { .. }), "{bind:?}");
-    net.sites[1].undelivered(id(0), bind, true);
-    net.pump();
+    let b = bind_handed_back_as_maybe_delivered(&mut net, 1, r, b"mine");
     assert_eq!(net.answer(1, b), Some(&Err(OpError::TempFail)));
     let b = net.op();
     let v = net.value(0, b"home's");
@@ -950,13 +943,10 @@ fn messages_handed_back_as_maybe_delivered_end_or_repeat_what_waits_on_them() {
     assert_eq!(net.answer(1, w).map(bytes_of), Some(b"home's".to_vec()));
 }
 
-/// A mobile cell's content handed back as maybe delivered (its receiver
-/// may have forgotten the session, with or without it): nobody can tell
-/// where it is, so the manager declares it lost. Every exchange ends
-/// (`PermFail`), none is answered twice, and nothing is kept.
-#[test]
-fn a_mobile_cells_content_handed_back_as_maybe_delivered_is_declared_lost() {
-    let mut net = Net::new(3, 22);
+/// Three sites: a mobile cell made at site 0, referred to from sites 1
+/// and 2, its content moved to site 1 by an exchange there.
+fn mobile_cell_held_by_site_1(seed: u64) -> (Net, EntityId) {
+    let mut net = Net::new(3, seed);
     let init = net.value(0, b"init");
     let cell = net.sites[0].new_cell(true, init);
     net.pass(cell, 0, 1);
@@ -967,6 +957,40 @@ fn a_mobile_cells_content_handed_back_as_maybe_delivered_is_declared_lost() {
     net.sites[1].exchange(e1, cell, v1, FailMode::Wait);
     net.run();
     assert_eq!(net.answer(1, e1).map(bytes_of), Some(b"init".to_vec()));
+    (net, cell)
+}
+
+/// Site `site` binds `var` to `bytes`, and its `Bind` is handed back as
+/// maybe delivered before it leaves: the bind's operation.
+fn bind_handed_back_as_maybe_delivered(
+    net: &mut Net,
+    site: usize,
+    var: EntityId,
+    bytes: &[u8],
+) -> sitenet_dataflow_protocols::OpId {
+    let b = net.op();
+    let v = net.value(site, bytes);
+    net.sites[site].bind(b, var, v, FailMode::Wait);
+    net.pump();
+    let home = common::index(var.home);
+    let q = net.links.get_mut(&(site, home)).unwrap();
+    let pos = q
+        .iter()
+        .position(|w| matches!(w, Wire::Bind { .. }))
+        .expect("a Bind on its way");
+    let bind = q.remove(pos).unwrap();
+    net.sites[site].undelivered(var.home, bind, true);
+    net.pump();
+    b
+}
+
+/// A mobile cell's content handed back as maybe delivered (its receiver
+/// may have forgotten the session, with or without it): nobody can tell
+/// where it is, so the manager declares it lost. Every exchange ends
+/// (`PermFail`), none is answered twice, and nothing is kept.
+#[test]
+fn a_mobile_cells_content_handed_back_as_maybe_delivered_is_declared_lost() {
+    let (mut net, cell) = mobile_cell_held_by_site_1(22);
     // Site 2 asks; the manager forwards to site 1, which puts the content
     // to site 2: that Put is handed back as maybe delivered.
     let e2 = net.op();
@@ -1076,14 +1100,7 @@ fn a_wait_after_a_bind_handed_back_as_maybe_delivered_still_ends() {
     let r = net.sites[0].new_var(false);
     net.pass(r, 0, 1);
     net.run();
-    let b = net.op();
-    let v = net.value(1, b"mine");
-    net.sites[1].bind(b, r, v, FailMode::Wait);
-    net.pump();
-    let bind = net.links.get_mut(&(1, 0)).unwrap().pop_back().unwrap();
-    assert!(matches!(bind, Wire::Bind { .. }), "{bind:?}");
-    net.sites[1].undelivered(id(0), bind, true);
-    net.pump();
+    let b = bind_handed_back_as_maybe_delivered(&mut net, 1, r, b"mine");
     net.run();
     assert_eq!(net.answer(1, b), Some(&Err(OpError::TempFail)));
     let w = net.op();
@@ -1103,16 +1120,7 @@ fn a_wait_after_a_bind_handed_back_as_maybe_delivered_still_ends() {
 /// ends instead of the chain waiting for ever.
 #[test]
 fn a_mobile_cells_content_from_a_site_taken_for_failed_is_declared_lost() {
-    let mut net = Net::new(3, 26);
-    let init = net.value(0, b"init");
-    let cell = net.sites[0].new_cell(true, init);
-    net.pass(cell, 0, 1);
-    net.pass(cell, 0, 2);
-    net.run();
-    let e1 = net.op();
-    let v1 = net.value(1, b"one");
-    net.sites[1].exchange(e1, cell, v1, FailMode::Wait);
-    net.run();
+    let (mut net, cell) = mobile_cell_held_by_site_1(26);
     // Site 2 takes site 1 for failed, then asks for the content, which
     // site 1 holds.
     net.sites[2].site_fault(id(1), sitenet_protocols::FaultState::PermFailed);
