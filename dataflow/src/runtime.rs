@@ -67,8 +67,8 @@ pub(crate) struct Inner {
     audit_ms: AtomicU64,
 }
 
-/// How often a site asks the sites it lists as holding its entities, and
-/// heard nothing from since the last time, whether they still hold them
+/// How often a site asks the quiet sites it keeps books for whether they
+/// still hold what it keeps for them, and still take it for a live peer
 /// (see [`Dataflow::set_audit_period`]).
 pub const AUDIT_PERIOD: Duration = Duration::from_secs(30);
 
@@ -218,15 +218,17 @@ impl Dataflow {
         Dataflow { inner }
     }
 
-    /// Sets how often this site audits its listings ([`AUDIT_PERIOD`] by
-    /// default): each round asks every site listed as holding one of this
-    /// site's entities, and heard nothing from since the last round,
-    /// whether it still holds it. Failure detectors disagree — a site may
-    /// give this one up during a partition, drop what it held, and never
-    /// be able to say so — and the audit is what unlists it; the period
-    /// bounds how long such an entity outlives its last reference. Shorter
-    /// costs one small message per quiet listing per round. Takes effect
-    /// within a second.
+    /// Sets how often this site audits its books ([`AUDIT_PERIOD`] by
+    /// default): each round asks every site it heard nothing from since
+    /// the last round and keeps books for (listed as holding one of this
+    /// site's entities, a copy pinned for it, a mobile cell's content with
+    /// it, an operation waiting on its entity) about each such entity.
+    /// Failure detectors disagree — a site may give this one up during a
+    /// partition, drop what it held, and never be able to say so — and the
+    /// audit is how this site learns it (`Clean`, or `Forgotten`: it then
+    /// takes that site for failed too); the period bounds how long such
+    /// books outlive the peer's give-up. Shorter costs one small message
+    /// per quiet entry per round. Takes effect within a second.
     pub fn set_audit_period(&self, period: Duration) {
         let ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
         self.inner.audit_ms.store(ms, Ordering::Relaxed);

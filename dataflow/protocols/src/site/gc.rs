@@ -17,16 +17,18 @@
 //! fails may arrive after the home collected the entity: its operations
 //! then fail with `Gone` — nothing is kept for it.
 //!
-//! Audits: failure detectors disagree. A site that gave a live home up
-//! (its give-up time ran out during a partition) drops what it held of
-//! the home's, and its `Clean`s never leave, while the home, never told,
-//! keeps it listed. Each audit round ([`Site::audit`], run by the driver
-//! on a timer) asks every listed site the home heard nothing from since
-//! the last round, once per entity (`Audit`); a site that no longer holds
-//! the entity, or took the home for failed, answers `Clean`. Links are
-//! FIFO, so the answer follows every `Clean` and `Dirty` the site sent
-//! before it: a site whose `Dirty` is still on its way holds the entity
-//! and answers nothing.
+//! Audits, and failure made mutual: failure detectors disagree. A site
+//! that gave a live peer up (its give-up time ran out during a
+//! partition) drops what it held of the peer's, and its `Clean`s and
+//! `Release`s never leave, while the peer, never told, keeps books for
+//! it. A site answers every message from a peer it took for failed with
+//! `Forgotten`, and a site told so takes the sender for failed in turn.
+//! Each audit round ([`Site::audit`], run by the driver on a timer) asks
+//! the quiet sites this one keeps books for, once per entity (`Audit`):
+//! one that took it for failed answers `Forgotten`, a listed one that no
+//! longer holds the entity `Clean`. Links are FIFO, so an answer follows
+//! every `Clean` and `Dirty` its site sent before it: a site whose
+//! `Dirty` is still on its way holds the entity and answers nothing.
 
 use std::collections::HashMap;
 
@@ -282,8 +284,9 @@ impl Site {
 
     /// One audit round: each site this site heard nothing from since the
     /// last round and keeps books for — listed as holding an entity made
-    /// here, pinned for, or home of an entity an operation here waits on —
-    /// is asked, per entity (at most [`MAX_AUDITS`] questions; a round
+    /// here, pinned for, holding or waiting for a mobile cell's content
+    /// made here, or home of an entity an operation here waits on — is
+    /// asked, per entity (at most [`MAX_AUDITS`] questions; a round
     /// that stops there starts the next where it stopped). The driver runs
     /// it on a timer; the period bounds how long books outlive a peer that
     /// took this site for failed while it stayed up.
@@ -381,7 +384,7 @@ impl Site {
     /// for `from` go).
     pub(super) fn on_forgotten(&mut self, from: SiteId) {
         if !self.is_dead(from) {
-            tracing::debug!(site = %self.me, peer = %from, "a peer took this site for failed: so is it here");
+            tracing::debug!(site = %self.me, peer = %from, "a peer took this site for failed: taking it for failed too");
             self.site_fault(from, sitenet_protocols::FaultState::PermFailed);
         }
     }
