@@ -1137,3 +1137,35 @@ fn a_mobile_cells_content_from_a_site_taken_for_failed_is_declared_lost() {
     net.run();
     assert!(net.empty(), "{}", net.books());
 }
+
+/// A holder passes a mobile cell's content on and drops the cell (its
+/// proxy goes); then the content is handed back unsent (the holder gave
+/// the next site up). The content still goes back to the manager, which
+/// passes it to the next site: the waiting exchange is answered.
+#[test]
+fn a_mobile_cells_content_handed_back_unsent_after_its_holder_let_go_still_reaches_the_next_site() {
+    let (mut net, cell) = mobile_cell_held_by_site_1(27);
+    let e2 = net.op();
+    let v2 = net.value(2, b"two");
+    net.sites[2].exchange(e2, cell, v2, FailMode::Wait);
+    let put = loop {
+        net.step();
+        if let Some(q) = net.links.get_mut(&(1, 2)) {
+            if let Some(pos) = q.iter().position(|w| matches!(w, Wire::Put { .. })) {
+                break q.remove(pos).unwrap();
+            }
+        }
+    };
+    net.drop_handle(1, cell);
+    net.run();
+    assert_eq!(net.sites[1].proxies(), 0, "site 1 let go: {}", net.books());
+    net.sites[1].undelivered(id(2), put, false);
+    net.pump();
+    net.run();
+    assert_eq!(net.answer(2, e2).map(bytes_of), Some(b"one".to_vec()));
+    for s in [0, 2] {
+        net.drop_handle(s, cell);
+    }
+    net.run();
+    assert!(net.empty(), "{}", net.books());
+}

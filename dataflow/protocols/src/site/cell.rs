@@ -366,9 +366,15 @@ impl Site {
             self.declare_lost(cell, Some(to));
             return;
         }
+        let home_alive = !self.is_dead(cell.home);
         match self.part_mut(cell) {
             Some(part) if !part.lost && part.content.is_none() => {
                 part.returning = true;
+                self.post(cell.home, Wire::Return { cell, content });
+            }
+            // The proxy went once the content was passed on: the content
+            // still goes back (the manager takes it from its last holder).
+            None if home_alive => {
                 self.post(cell.home, Wire::Return { cell, content });
             }
             _ => self.release_value(&content),
