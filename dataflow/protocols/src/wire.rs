@@ -56,9 +56,8 @@ pub enum Wire {
     /// (does it still?), from a site that pins a copy for the receiver,
     /// or from a site with an operation waiting on the entity to its home
     /// (is it still served?). A site that took the asker for failed
-    /// answers `Forgotten`; a holder that no longer holds the entity
-    /// answers `Clean`; a home registers a waiting site for a variable
-    /// again (and sends the binding, if bound).
+    /// answers `Forgotten`; a listed site that no longer holds the entity
+    /// answers `Clean`; otherwise nothing.
     Audit {
         /// The entity.
         entity: EntityId,
@@ -230,6 +229,16 @@ impl Wire {
             | Wire::ReturnAck { cell }
             | Wire::Lost { cell }
             | Wire::MaybeLost { cell } => *cell,
+        }
+    }
+
+    /// The operation an answer to the message ends, if any (a `Bind`, an
+    /// `Exchange`, a `PortSend` that asked for its acknowledgement).
+    pub fn op(&self) -> Option<OpId> {
+        match self {
+            Wire::Bind { op, .. } | Wire::Exchange { op, .. } => Some(*op),
+            Wire::PortSend { op, .. } => *op,
+            _ => None,
         }
     }
 

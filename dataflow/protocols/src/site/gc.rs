@@ -260,14 +260,23 @@ impl Site {
         if p.listed != Listing::Pending {
             return;
         }
-        p.listed = Listing::Yes;
-        let releases = std::mem::take(&mut p.releases);
         let unheld = p.handles == 0;
-        for s in releases {
-            self.post(s, Wire::Release { entity: e });
-        }
+        self.listing_settled(e, Listing::Yes);
         if unheld {
             self.unheld.push(e);
+        }
+    }
+
+    /// The proxy of `e` is listed now, or never will be (`No`): the
+    /// senders of copies that waited for its listing are released.
+    fn listing_settled(&mut self, e: EntityId, listed: Listing) {
+        let Some(p) = self.proxies.get_mut(&e) else {
+            return;
+        };
+        p.listed = listed;
+        let releases = std::mem::take(&mut p.releases);
+        for s in releases {
+            self.post(s, Wire::Release { entity: e });
         }
     }
 
@@ -336,26 +345,20 @@ impl Site {
         // an entity an operation here waits on, if quiet.
         let mut asks: Vec<(SiteId, EntityId)> = Vec::new();
         for (&e, p) in &self.proxies {
-            asks.extend(
-                p.pins
-                    .keys()
-                    .filter(|s| !heard.contains(s))
-                    .map(|&s| (s, e)),
-            );
+            asks.extend(p.pins.keys().map(|&s| (s, e)));
         }
         asks.extend(
             self.ops
                 .values()
                 .map(|p| p.entity)
-                .filter(|e| e.home != self.me && !heard.contains(&e.home))
+                .filter(|e| e.home != self.me)
                 .map(|e| (e.home, e)),
         );
+        asks.retain(|(s, _)| !heard.contains(s) && !self.is_dead(*s));
         asks.sort_unstable();
         asks.dedup();
         for (s, e) in asks.into_iter().take(budget) {
-            if !self.is_dead(s) {
-                self.post(s, Wire::Audit { entity: e });
-            }
+            self.post(s, Wire::Audit { entity: e });
         }
     }
 
@@ -397,15 +400,10 @@ impl Site {
         if from != e.home {
             return;
         }
-        let mut releases = Vec::new();
         if let Some(p) = self.proxies.get_mut(&e) {
             p.gone = true;
-            p.listed = Listing::No;
-            releases = std::mem::take(&mut p.releases);
         }
-        for s in releases {
-            self.post(s, Wire::Release { entity: e });
-        }
+        self.listing_settled(e, Listing::No);
         let mut ended: Vec<_> = self
             .ops
             .iter()
@@ -450,20 +448,17 @@ impl Site {
         let mut ids: Vec<EntityId> = self.proxies.keys().copied().collect();
         ids.sort_unstable();
         for e in ids {
-            let mut releases = Vec::new();
+            let mut pending = false;
             if let Some(p) = self.proxies.get_mut(&e) {
                 p.pins.remove(&site);
                 p.releases.retain(|&s| s != site);
-                if e.home == site && p.listed == Listing::Pending {
-                    // No home to list with: let the senders go. (A listed
-                    // proxy still says `Clean` when it goes: a site given
-                    // up on may be up, and talk again.)
-                    p.listed = Listing::No;
-                    releases = std::mem::take(&mut p.releases);
-                }
+                pending = p.listed == Listing::Pending;
             }
-            for s in releases {
-                self.post(s, Wire::Release { entity: e });
+            if e.home == site && pending {
+                // No home to list with: let the senders go. (A listed
+                // proxy still says `Clean` when it goes: a site given up
+                // on may be up, and talk again.)
+                self.listing_settled(e, Listing::No);
             }
             if e.home == site {
                 self.part_home_gone(e);

@@ -481,16 +481,12 @@ impl Site {
         if maybe {
             // It may have arrived, or be lost with a session its peer
             // forgot while up: nothing else would end what waits on it.
+            if let Some(op) = msg.op() {
+                self.finish(op, Err(OpError::TempFail));
+            }
             match msg {
-                Wire::Register { var } => self.var_register_again(var),
                 // A binder counts itself registered by its `Bind`.
-                Wire::Bind { op, var, .. } => {
-                    self.finish(op, Err(OpError::TempFail));
-                    self.var_register_again(var);
-                }
-                Wire::Exchange { op, .. } | Wire::PortSend { op: Some(op), .. } => {
-                    self.finish(op, Err(OpError::TempFail))
-                }
+                Wire::Register { var } | Wire::Bind { var, .. } => self.var_register_again(var),
                 // Where a mobile cell's content is cannot be known now.
                 Wire::Put { cell, .. }
                 | Wire::Return { cell, .. }
@@ -535,12 +531,7 @@ impl Site {
     /// that never left ([`undelivered`](Site::undelivered)), and the
     /// operation it carried ends with [`OpError::Unsendable`].
     pub fn unsendable(&mut self, to: SiteId, msg: Wire) {
-        let op = match &msg {
-            Wire::Bind { op, .. }
-            | Wire::Exchange { op, .. }
-            | Wire::PortSend { op: Some(op), .. } => Some(*op),
-            _ => None,
-        };
+        let op = msg.op();
         // A `Dirty` is sent again by `undelivered`: never for one that
         // cannot be sent at all.
         if !matches!(msg, Wire::Dirty { .. }) {
