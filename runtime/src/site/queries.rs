@@ -110,15 +110,8 @@ impl SiteRef {
     pub fn failure(&self) -> Option<(SiteFailure, HandedBack)> {
         let handed = self.entry.resolved().handed_if_any()?.lock();
         let (reason, back) = handed.as_deref()?.failed.as_ref()?;
-        let node = Arc::downgrade(&self.node);
-        let returned = |list: &[OutMessage]| {
-            list.iter()
-                .map(|m| ReturnedMessage {
-                    message: m.clone(),
-                    node: node.clone(),
-                })
-                .collect()
-        };
+        let returned =
+            |list: &[OutMessage]| list.iter().map(|m| self.returned(m.clone())).collect();
         Some((
             reason.clone(),
             HandedBack {
@@ -137,20 +130,7 @@ impl SiteRef {
     /// [`NodeEvent::HandedBack`](crate::NodeEvent::HandedBack) tells of
     /// them; nothing is resent for ever or dropped silently.
     pub fn take_refused(&self) -> Vec<(sitenet_protocols::Refusal, OutMessage)> {
-        let Some(handed) = self.entry.resolved().handed_if_any() else {
-            return Vec::new();
-        };
-        let mut handed = handed.lock();
-        let Some(h) = handed.as_deref_mut() else {
-            return Vec::new();
-        };
-        let refused = std::mem::take(&mut h.refused);
-        h.told = false;
-        if h.failed.is_none() {
-            // Nothing else kept: the room goes.
-            *handed = None;
-        }
-        refused
+        self.take_refused_where(|_| true)
     }
 
     /// Takes the messages of type `type_id` (a [`Message::ID`](crate::Message::ID))
@@ -165,6 +145,19 @@ impl SiteRef {
         &self,
         type_id: u32,
     ) -> Vec<(sitenet_protocols::Refusal, ReturnedMessage)> {
+        self.take_refused_where(|m| m.type_id == type_id)
+            .into_iter()
+            .map(|(why, m)| (why, self.returned(m)))
+            .collect()
+    }
+
+    /// Takes the messages handed back while the site lives that `take`
+    /// picks, and leaves the others; a take lets the next hand-back be
+    /// told again.
+    fn take_refused_where(
+        &self,
+        take: impl Fn(&OutMessage) -> bool,
+    ) -> Vec<(sitenet_protocols::Refusal, OutMessage)> {
         let Some(handed) = self.entry.resolved().handed_if_any() else {
             return Vec::new();
         };
@@ -172,27 +165,24 @@ impl SiteRef {
         let Some(h) = handed.as_deref_mut() else {
             return Vec::new();
         };
-        let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut h.refused)
+        let (taken, left): (Vec<_>, Vec<_>) = std::mem::take(&mut h.refused)
             .into_iter()
-            .partition(|(_, m)| m.type_id == type_id);
-        h.refused = others;
+            .partition(|(_, m)| take(m));
+        h.refused = left;
         h.told = false;
         if h.failed.is_none() && h.refused.is_empty() {
+            // Nothing else kept: the room goes.
             *handed = None;
         }
-        drop(handed);
-        let node = Arc::downgrade(&self.node);
-        mine.into_iter()
-            .map(|(why, message)| {
-                (
-                    why,
-                    ReturnedMessage {
-                        message,
-                        node: node.clone(),
-                    },
-                )
-            })
-            .collect()
+        taken
+    }
+
+    /// `message`, decodable on this site's node.
+    fn returned(&self, message: OutMessage) -> ReturnedMessage {
+        ReturnedMessage {
+            message,
+            node: Arc::downgrade(&self.node),
+        }
     }
 
     /// Bytes held for this site (queued and unacknowledged); per class of
