@@ -114,6 +114,21 @@ fn remember(st: &mut State, me: SiteId, site: SiteRef) {
     }
 }
 
+/// A protocol message sitenet refused to queue. One that can never be
+/// sent (too large for `to`, or not encodable) goes back to the protocols,
+/// which end the operation it carried; otherwise the site failed or the
+/// node stops, and what the message carried is given back when the
+/// failure is told.
+fn not_sent(site: &mut Site, to: SiteId, wire: Wire, e: &SendError) {
+    match e {
+        SendError::TooLarge { .. } | SendError::Encode { .. } => {
+            tracing::warn!(%to, error = %e, "a dataflow message can never be sent");
+            site.unsendable(to, wire);
+        }
+        _ => tracing::debug!(%to, error = %e, "a dataflow message was not sent"),
+    }
+}
+
 /// The layer as its node keeps it (a node extension). The node drops it
 /// when it stops: what waits here then ends with
 /// [`DataflowError::Shutdown`], and so does every later operation.
@@ -392,15 +407,7 @@ impl Dataflow {
                     df.drain_backlog(to, site).await;
                 });
             }
-            Err(e @ (SendError::TooLarge { .. } | SendError::Encode { .. })) => {
-                tracing::warn!(%to, error = %e, "a dataflow message can never be sent");
-                st.site.unsendable(to, msg.wire);
-            }
-            Err(e) => {
-                // The site failed or the node stops: what the message
-                // carried is given back when the failure is told.
-                tracing::debug!(%to, error = %e, "a dataflow message was not sent");
-            }
+            Err(e) => not_sent(&mut st.site, to, msg.wire, &e),
         }
     }
 
@@ -421,15 +428,8 @@ impl Dataflow {
             };
             // Waits for room; order is kept: later messages to `to` wait
             // in the backlog behind this one.
-            match site.send(&next).priority(DATAFLOW_PRIORITY).await {
-                Ok(()) => {}
-                Err(e @ (SendError::TooLarge { .. } | SendError::Encode { .. })) => {
-                    tracing::warn!(%to, error = %e, "a dataflow message can never be sent");
-                    self.with_site(|s| s.unsendable(to, next.wire));
-                }
-                Err(e) => {
-                    tracing::debug!(%to, error = %e, "a dataflow message was not sent");
-                }
+            if let Err(e) = site.send(&next).priority(DATAFLOW_PRIORITY).await {
+                self.with_site(|s| not_sent(s, to, next.wire, &e));
             }
         }
     }
